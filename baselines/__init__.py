@@ -1,0 +1,1 @@
+"""Method adapters: every way of computing the loss that the suite measures, ours included."""

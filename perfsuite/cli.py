@@ -1,0 +1,194 @@
+"""``perfsuite`` command line: parses arguments, hands a plan to the runner,
+prints the table and writes the results file."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perfsuite import __version__
+from perfsuite.plan import PlanError, build_plan
+from perfsuite.registry import all_methods
+from perfsuite.results import PHASES, write_results
+from perfsuite.shapes import PRESETS, get_shape
+
+DEFAULT_OUT_DIR = Path("reports") / "runs"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``512M``, ``2GiB``, ``1048576`` -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
+    value, unit = match.groups()
+    scale = 1024 ** ("KMGT".index(unit.upper()) + 1) if unit else 1
+    return int(float(value) * scale)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shape", default="smoke", help="preset name(s), comma-separated (see `perfsuite shapes`)")
+    p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
+    p.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
+    p.add_argument("--phases", default=",".join(PHASES), help="fwd,bwd,fwd+bwd")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--tokens", type=positive_int, help="override N")
+    p.add_argument("--vocab", type=positive_int, help="override V")
+    p.add_argument("--hidden", type=positive_int, help="override D")
+    p.add_argument(
+        "--softcap",
+        nargs="?",
+        const="preset",
+        help="apply a logit softcap: the preset's (bare flag) or the given value",
+    )
+    p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-limit", type=parse_size, help="CPU only: cap each worker's extra data memory (e.g. 2G)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per method's worker")
+    p.add_argument("--out", type=Path, help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-<shape>-<device>.json)")
+
+
+def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
+    if args.softcap is None:
+        return None
+    if args.softcap == "preset":
+        caps = {s.softcap for s in shapes}
+        if None in caps or len(caps) != 1:
+            raise PlanError("--softcap without a value needs presets that define one softcap")
+        return caps.pop()
+    try:
+        return float(args.softcap)
+    except ValueError:
+        raise PlanError(f"--softcap: {args.softcap!r} is not a number") from None
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    shapes = [
+        get_shape(name).with_overrides(args.tokens, args.vocab, args.hidden)
+        for name in args.shape.split(",")
+        if name.strip()
+    ]
+    plan = build_plan(
+        shapes=shapes,
+        methods=args.methods,
+        betas=args.beta,
+        phases=args.phases,
+        dtype=args.dtype,
+        device=args.device,
+        softcap=_softcap(args, shapes),
+        samples=args.samples,
+        warmup=args.warmup,
+        seed=args.seed,
+        memory_limit=args.memory_limit,
+        timeout_s=args.timeout,
+    )
+    from perfsuite.runner import run_plan
+    from perfsuite.table import print_tables
+
+    total = len(plan.methods) * len(plan.cases())
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(f"{plan.methods[0]}", total=total)
+
+        def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+            statuses = ",".join(sorted({r["status"] for r in rows}))
+            bar.console.log(f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}")
+            bar.update(task, advance=1, description=method)
+
+        document = run_plan(plan, progress)
+    out = args.out
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
+    write_results(out, document)
+    print_tables(document["rows"], console)
+    console.print(f"results: {out}")
+    return 0
+
+
+def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
+    table = Table(title="shape presets")
+    for col in ("name", "tokens N", "vocab V", "hidden D", "dtype", "softcap"):
+        table.add_column(col, justify="left" if col in ("name", "dtype") else "right")
+    for s in PRESETS.values():
+        table.add_row(s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, "" if s.softcap is None else f"{s.softcap:g}")
+    console.print(table)
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace, console: Console) -> int:
+    import torch
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    table = Table(title="methods on this machine")
+    table.add_column("method", no_wrap=True)
+    for device in devices:
+        table.add_column(f"on {device}")
+    table.add_column("capabilities")
+    table.add_column("what it runs", overflow="fold")
+    for name, method in all_methods().items():
+        cells = []
+        for device in devices:
+            reason = method.availability(device)
+            if reason is None:
+                interp = " (interpreted)" if device == "cpu" and method.caps.triton else ""
+                cells.append(f"[green]available{interp}[/green]")
+            else:
+                cells.append(f"[yellow]unavailable[/yellow]: {reason}")
+        label = name if method.timed_by_default else f"{name} (on request)"
+        table.add_row(label, *cells, method.caps.describe(), method.description)
+    console.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_run_arguments(sub.add_parser("run", help="measure methods on a shape preset"))
+    sub.add_parser("shapes", help="list shape presets")
+    sub.add_parser("methods", help="list methods with availability and capabilities here")
+    return parser
+
+
+COMMANDS = {"run": cmd_run, "shapes": cmd_shapes, "methods": cmd_methods}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console()
+    try:
+        return COMMANDS[args.command](args, console)
+    except (PlanError, ValueError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The correctness gate: a method's loss and gradients against the fp32 reference.
+
+Tolerances follow Cut Cross-Entropy's tests: a method may be as far from the
+fp32 reference as torch itself is in the same dtype (eager logits in that
+dtype; on CUDA fp32 with TF32 matmuls, the fast fp32 path), twice over, plus a
+small relative slack. That is strict where torch is exact (fp32 on CPU) and
+fair where low precision is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from perfsuite.baselines.torch_methods import eager_loss, reference_loss
+from perfsuite.inputs import Inputs
+from perfsuite.method import Case, LossFn
+
+# Relative slack (times the reference's largest magnitude) per dtype.
+SLACK = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-4}
+QUANTITIES = ("loss", "grad_e", "grad_c")
+
+
+@dataclass
+class Outcome:
+    """Loss and gradients of one fwd+bwd, as fp32 on the case's device."""
+
+    loss: torch.Tensor
+    grad_e: torch.Tensor
+    grad_c: torch.Tensor
+
+    def get(self, name: str) -> torch.Tensor:
+        return getattr(self, name)
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    errors: dict[str, float]
+    bounds: dict[str, float]
+
+    @property
+    def max_abs_err(self) -> float:
+        return max(self.errors.values())
+
+    def explain(self) -> str:
+        bad = [
+            f"{q} error {self.errors[q]:.3g} > tolerance {self.bounds[q]:.3g}"
+            for q in QUANTITIES
+            if not self.errors[q] <= self.bounds[q]
+        ]
+        return "; ".join(bad)
+
+
+def run_once(loss_fn: LossFn, inputs: Inputs) -> Outcome:
+    """One forward and backward; returns fp32 copies of loss and gradients."""
+    inputs.clear_grads()
+    loss = loss_fn(inputs.e, inputs.c, inputs.targets)
+    if loss.dim() != 0:
+        raise ValueError(f"loss must be a scalar, got shape {tuple(loss.shape)}")
+    loss.backward()
+    if inputs.e.grad is None or inputs.c.grad is None:
+        raise ValueError("the method produced no gradient for e or c")
+    out = Outcome(loss.detach().float(), inputs.e.grad.float(), inputs.c.grad.float())
+    inputs.clear_grads()
+    return out
+
+
+def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
+    def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return reference_loss(e, c, t, case.beta, case.softcap, case.ignore_index)
+
+    return run_once(fn, inputs)
+
+
+def same_dtype_outcome(case: Case, inputs: Inputs) -> Outcome | None:
+    """Torch's own result in the case's dtype; ``None`` where it equals the reference."""
+    on_cuda = inputs.e.device.type == "cuda"
+    if case.dtype == "fp32" and not on_cuda:
+        return None
+
+    def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return eager_loss(e, c, t, case.beta, case.softcap, case.ignore_index)
+
+    if not on_cuda:
+        return run_once(fn, inputs)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return run_once(fn, inputs)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def tolerances(case: Case, reference: Outcome, same_dtype: Outcome | None) -> dict[str, float]:
+    bounds = {}
+    for q in QUANTITIES:
+        ref = reference.get(q)
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        torch_err = 0.0 if same_dtype is None else float((same_dtype.get(q) - ref).abs().max())
+        bounds[q] = 2.0 * torch_err + SLACK[case.dtype] * max(scale, 1e-6)
+    return bounds
+
+
+def judge(result: Outcome, reference: Outcome, bounds: dict[str, float]) -> Verdict:
+    errors = {}
+    for q in QUANTITIES:
+        diff = (result.get(q) - reference.get(q)).abs()
+        # NaN anywhere fails the gate (comparisons with NaN are False).
+        errors[q] = float("nan") if diff.isnan().any() else float(diff.max())
+    passed = all(errors[q] <= bounds[q] for q in QUANTITIES)
+    return Verdict(passed=passed, errors=errors, bounds=bounds)

@@ -1,0 +1,1 @@
+"""Measurement primitives: timers and memory meters, one module each."""

@@ -1,0 +1,130 @@
+"""Timing protocol: warm up, flush the cache, time each sample, keep them all.
+
+On CUDA every sample is bracketed by CUDA events after an L2 flush (a write to
+a buffer of at least twice the device's L2), so a kernel never profits from
+data left in cache by the previous sample. On CPU the same protocol runs with
+``time.perf_counter`` and a last-level-cache flush. ``setup`` runs untimed
+before each sample (the backward phase's forward, clearing gradients).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+DEFAULT_SAMPLES = 20
+DEFAULT_WARMUP = 3
+CPU_FLUSH_CAP = 64 << 20
+
+
+@dataclass
+class Timing:
+    samples_ms: list[float] = field(default_factory=list)
+
+    @property
+    def median_ms(self) -> float:
+        return quantile(self.samples_ms, 0.5)
+
+    @property
+    def p20_ms(self) -> float:
+        return quantile(self.samples_ms, 0.2)
+
+    @property
+    def p80_ms(self) -> float:
+        return quantile(self.samples_ms, 0.8)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), without a numpy dependency."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def cpu_cache_bytes() -> int:
+    """Largest CPU cache on this machine (sysfs), 32 MiB if it cannot be read."""
+    from pathlib import Path
+
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * unit)
+    return max(sizes, default=32 << 20)
+
+
+class CacheFlusher:
+    """Evicts caches between samples by writing a buffer twice the cache size."""
+
+    def __init__(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            l2 = torch.cuda.get_device_properties(device).L2_cache_size
+            size = max(2 * l2, 64 << 20)
+        else:
+            # Virtual machines report the host's whole L3 (480 MiB seen here);
+            # a core cannot hold more than its slice, so cap the flush.
+            size = 2 * min(cpu_cache_bytes(), CPU_FLUSH_CAP)
+        self.nbytes = size
+        self.buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_samples(
+    fn: Callable[[], object],
+    device: torch.device,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    warmup: int = DEFAULT_WARMUP,
+    setup: Callable[[], object] | None = None,
+    flush: CacheFlusher | None = None,
+) -> Timing:
+    """Run ``warmup`` untimed calls, then time ``samples`` calls of ``fn``.
+
+    Warm-up calls go through the same ``setup`` as the timed ones so that
+    compilation and autotuning for every code path happen before timing.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    flush = flush or CacheFlusher(device)
+    is_cuda = device.type == "cuda"
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    if is_cuda:
+        torch.cuda.synchronize(device)
+    timing = Timing()
+    if is_cuda:
+        events = []
+        for _ in range(samples):
+            if setup is not None:
+                setup()
+            flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize(device)
+        timing.samples_ms = [s.elapsed_time(e) for s, e in events]
+    else:
+        for _ in range(samples):
+            if setup is not None:
+                setup()
+            flush()
+            t0 = time.perf_counter()
+            fn()
+            timing.samples_ms.append((time.perf_counter() - t0) * 1e3)
+    return timing

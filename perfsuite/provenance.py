@@ -1,0 +1,103 @@
+"""Where a number came from: code, library versions, device and its state."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from perfsuite.method import package_version
+
+CORE_DISTRIBUTIONS = ("perfsuite", "torch", "triton", "pandas", "rich")
+_SMI_FIELDS = (
+    "name",
+    "memory.total",
+    "driver_version",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "temperature.gpu",
+    "power.draw",
+)
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_state() -> dict[str, Any]:
+    """SHA and dirty flag of the checkout perfsuite runs from (None outside git)."""
+    here = Path(__file__).resolve().parent
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
+    if sha is None:
+        return {"sha": None, "dirty": None}
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here)
+    return {"sha": sha, "dirty": bool(status)}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_state() -> dict[str, Any] | None:
+    """nvidia-smi's view of GPU 0 (name, memory, driver, clocks, temperature)."""
+    query = ",".join(_SMI_FIELDS)
+    out = _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"])
+    if not out:
+        return None
+    values = [v.strip() for v in out.splitlines()[0].split(",")]
+    return dict(zip(_SMI_FIELDS, values))
+
+
+def device_info(device: str) -> dict[str, Any]:
+    if device == "cuda":
+        smi = gpu_state() or {}
+        name = smi.get("name") or torch.cuda.get_device_name(0)
+        return {
+            "kind": "cuda",
+            "name": name,
+            "memory_mib": smi.get("memory.total"),
+            "driver": smi.get("driver_version"),
+            "cuda": torch.version.cuda,
+        }
+    return {
+        "kind": "cpu",
+        "name": cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+    }
+
+
+def device_slug(env: dict[str, Any]) -> str:
+    """A filesystem-safe name for the device a results file was measured on."""
+    name = str(env.get("device", {}).get("name", "unknown")).lower()
+    slug = "".join(ch if ch.isalnum() else "-" for ch in name)
+    return "-".join(part for part in slug.split("-") if part) or "unknown"
+
+
+def collect_env(device: str, distributions: Iterable[str] = ()) -> dict[str, Any]:
+    names = dict.fromkeys([*CORE_DISTRIBUTIONS, *distributions])
+    return {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git": git_state(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": {name: package_version(name) for name in names},
+        "device": device_info(device),
+        "gpu_state_before": gpu_state() if device == "cuda" else None,
+    }

@@ -1,0 +1,42 @@
+"""The explicit list of methods the suite knows, plus opt-in plugins.
+
+Each adapter module exposes ``METHODS``; importing it must not import the
+optional package it wraps (that happens in ``prepare``), so a missing package
+yields ``unavailable`` for its methods instead of breaking the registry.
+``PERFSUITE_PLUGINS`` (comma-separated module names) adds methods from outside
+the tree, e.g. a test's deliberately wrong method or a slowed-down copy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from perfsuite.method import Method
+
+ADAPTER_MODULES = (
+    "perfsuite.baselines.torch_methods",
+)
+
+
+def _modules() -> list[str]:
+    plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
+    return [*ADAPTER_MODULES, *plugins]
+
+
+def all_methods() -> dict[str, Method]:
+    """Name -> method, in table order."""
+    methods: dict[str, Method] = {}
+    for module_name in _modules():
+        for method in importlib.import_module(module_name).METHODS:
+            if method.name in methods:
+                raise ValueError(f"method {method.name!r} registered twice ({module_name})")
+            methods[method.name] = method
+    return methods
+
+
+def get_method(name: str) -> Method:
+    methods = all_methods()
+    if name not in methods:
+        raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}")
+    return methods[name]

@@ -1,0 +1,125 @@
+"""The console table, laid out as the paper's: method rows, fwd / bwd / fwd+bwd
+column groups of memory and time, one table per (shape, dtype, beta), with the
+memory lower bound as the first row and N/A where a method does not apply."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from perfsuite.memory_model import floor_bytes
+from perfsuite.registry import all_methods
+from perfsuite.results import PHASES
+
+GRADS_IN_FWD_MARK = "‡"
+INTERPRETED_MARK = "†"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    mib = n / 2**20
+    return f"{mib:,.0f} MiB" if mib >= 100 else f"{mib:.2f} MiB"
+
+
+def fmt_ms(row: dict[str, Any]) -> str:
+    if row.get("median_ms") is None:
+        return "-"
+    return f"{row['median_ms']:.3g} ms"
+
+
+def _group_key(row: dict[str, Any]) -> tuple:
+    return (row["tokens"], row["vocab"], row["hidden"], row["dtype"], row["softcap"], row["beta"])
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    if row["status"] == "unsupported":
+        return "[dim]N/A[/dim]"
+    color = {"wrong": "red", "oom": "magenta", "error": "red", "unavailable": "dim"}[row["status"]]
+    return f"[{color}]{row['status']}[/{color}]"
+
+
+def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_group_key(row), []).append(row)
+    known = all_methods()
+    tables = []
+    for key, members in groups.items():
+        tokens, vocab, hidden, dtype, softcap, beta = key
+        shape = members[0].get("shape") or "custom"
+        cap = "" if softcap is None else f", softcap {softcap:g}"
+        title = (
+            f"{shape}: N={tokens} V={vocab} D={hidden} {dtype}{cap}, "
+            f"β={beta:g} on {members[0].get('device', '?')}"
+        )
+        table = Table(title=title, title_justify="left")
+        table.add_column("method", no_wrap=True)
+        phases = [p for p in PHASES if any(r["phase"] == p for r in members)]
+        for phase in phases:
+            table.add_column(f"{phase} mem", justify="right")
+            table.add_column(f"{phase} time", justify="right")
+        table.add_column("note", overflow="fold", max_width=60)
+        table.add_row(
+            "[italic]lower bound[/italic]",
+            *[
+                cell
+                for p in phases
+                for cell in (fmt_bytes(floor_bytes(p, tokens, vocab, hidden, dtype)), "")
+            ],
+            "math.md: N fp32 losses; dE + dC",
+            end_section=True,
+        )
+        by_method: dict[str, dict[str, dict[str, Any]]] = {}
+        for row in members:
+            by_method.setdefault(row["method"], {})[row["phase"]] = row
+        for name, by_phase in by_method.items():
+            method = known.get(name)
+            grads_in_fwd = method is not None and method.caps.grads_in_forward
+            cells, notes = [], set()
+            for phase in phases:
+                row = by_phase.get(phase)
+                if row is None:
+                    cells += ["", ""]
+                elif row["status"] != "ok":
+                    cells += [_status_cell(row), ""]
+                    notes.add(f"{row['status']}: {row['reason']}")
+                else:
+                    mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
+                    mark += INTERPRETED_MARK if row.get("interpreted") else ""
+                    style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
+                    mem, ms = fmt_bytes(row["peak_bytes"]), fmt_ms(row) + mark
+                    cells += [f"[{style}]{mem}[/{style}]" if style else mem,
+                              f"[{style}]{ms}[/{style}]" if style else ms]
+            table.add_row(name, *cells, "; ".join(sorted(notes)))
+        tables.append(table)
+    return tables
+
+
+def footnotes(rows: list[dict[str, Any]]) -> list[str]:
+    notes = []
+    known = all_methods()
+    if any(known.get(r["method"]) and known[r["method"]].caps.grads_in_forward for r in rows):
+        notes.append(
+            f"{GRADS_IN_FWD_MARK} computes gradients inside forward: its fwd/bwd split is not "
+            "comparable, fwd+bwd is the fair column."
+        )
+    if any(r.get("interpreted") for r in rows):
+        notes.append(
+            f"{INTERPRETED_MARK} Triton interpreter on CPU: timing says nothing about GPU speed; "
+            "memory and correctness do count."
+        )
+    device = next((r.get("device") for r in rows), None)
+    if device == "cpu":
+        notes.append("CPU run: memory is process RSS growth (high-water mark), not GPU memory.")
+    return notes
+
+
+def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    console = console or Console()
+    for table in build_tables(rows):
+        console.print(table)
+    for note in footnotes(rows):
+        console.print(note, style="dim")

@@ -45,7 +45,9 @@ def positive_int(text: str) -> int:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shape", default="smoke", help="preset name(s), comma-separated (see `perfsuite shapes`)")
+    p.add_argument(
+        "--shape", default="smoke", help="preset name(s), comma-separated (see `perfsuite shapes`)"
+    )
     p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
     p.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
     p.add_argument("--phases", default=",".join(PHASES), help="fwd,bwd,fwd+bwd")
@@ -63,9 +65,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--memory-limit", type=parse_size, help="CPU only: cap each worker's extra data memory (e.g. 2G)")
+    p.add_argument(
+        "--memory-limit",
+        type=parse_size,
+        help="CPU only: cap each worker's extra data memory (e.g. 2G)",
+    )
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per method's worker")
-    p.add_argument("--out", type=Path, help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-<shape>-<device>.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-<shape>-<device>.json)",
+    )
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -117,7 +127,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
         def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
             statuses = ",".join(sorted({r["status"] for r in rows}))
-            bar.console.log(f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}")
+            bar.console.log(
+                f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
+            )
             bar.update(task, advance=1, description=method)
 
         document = run_plan(plan, progress)
@@ -136,7 +148,14 @@ def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
     for col in ("name", "tokens N", "vocab V", "hidden D", "dtype", "softcap"):
         table.add_column(col, justify="left" if col in ("name", "dtype") else "right")
     for s in PRESETS.values():
-        table.add_row(s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, "" if s.softcap is None else f"{s.softcap:g}")
+        table.add_row(
+            s.name,
+            str(s.tokens),
+            str(s.vocab),
+            str(s.hidden),
+            s.dtype,
+            "" if s.softcap is None else f"{s.softcap:g}",
+        )
     console.print(table)
     return 0
 

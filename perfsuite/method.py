@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 

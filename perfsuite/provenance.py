@@ -6,8 +6,9 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -61,7 +62,7 @@ def gpu_state() -> dict[str, Any] | None:
     if not out:
         return None
     values = [v.strip() for v in out.splitlines()[0].split(",")]
-    return dict(zip(_SMI_FIELDS, values))
+    return dict(zip(_SMI_FIELDS, values, strict=False))
 
 
 def device_info(device: str) -> dict[str, Any]:

@@ -14,9 +14,7 @@ import os
 
 from perfsuite.method import Method
 
-ADAPTER_MODULES = (
-    "perfsuite.baselines.torch_methods",
-)
+ADAPTER_MODULES = ("perfsuite.baselines.torch_methods",)
 
 
 def _modules() -> list[str]:

@@ -15,9 +15,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from perfsuite.measure.memory import CPU_MALLOC_ENV
 from perfsuite.plan import Plan
@@ -121,7 +122,9 @@ def run_method(
             lost = remaining[finished]
             have = {r["phase"] for r in case_rows if _same_case(r, lost)}
             dead = [
-                asdict(Row(method=method, phase=p, status=status, reason=reason, **_case_fields(lost)))
+                asdict(
+                    Row(method=method, phase=p, status=status, reason=reason, **_case_fields(lost))
+                )
                 for p in plan.phases
                 if p not in have
             ]
@@ -133,7 +136,10 @@ def run_method(
 
 
 def _case_fields(case: dict[str, Any]) -> dict[str, Any]:
-    return {k: case[k] for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")}
+    return {
+        k: case[k]
+        for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
+    }
 
 
 def _same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:

@@ -4,7 +4,8 @@ memory lower bound as the first row and N/A where a method does not apply."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -91,8 +92,10 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
                     mark += INTERPRETED_MARK if row.get("interpreted") else ""
                     style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
                     mem, ms = fmt_bytes(row["peak_bytes"]), fmt_ms(row) + mark
-                    cells += [f"[{style}]{mem}[/{style}]" if style else mem,
-                              f"[{style}]{ms}[/{style}]" if style else ms]
+                    cells += [
+                        f"[{style}]{mem}[/{style}]" if style else mem,
+                        f"[{style}]{ms}[/{style}]" if style else ms,
+                    ]
             table.add_row(name, *cells, "; ".join(sorted(notes)))
         tables.append(table)
     return tables

@@ -15,9 +15,10 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -95,12 +96,21 @@ def _rows(case: dict[str, Any], spec: WorkerSpec, method: Method, **fields: Any)
     interpreted = method.caps.triton and case["device"] == "cpu"
     base = {k: case[k] for k in ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")}
     return [
-        Row(method=spec.method, shape=case["shape"], phase=p, interpreted=interpreted, **base, **fields)
+        Row(
+            method=spec.method,
+            shape=case["shape"],
+            phase=p,
+            interpreted=interpreted,
+            **base,
+            **fields,
+        )
         for p in spec.phases
     ]
 
 
-def run_case(spec: WorkerSpec, method: Method, raw: dict[str, Any], emit: Callable[[Row], None]) -> None:
+def run_case(
+    spec: WorkerSpec, method: Method, raw: dict[str, Any], emit: Callable[[Row], None]
+) -> None:
     """Measure every phase of one case; each row goes to ``emit`` as soon as it is known."""
     case = Case(**{k: v for k, v in raw.items() if k != "shape"})
     device = torch.device(case.device)
@@ -192,7 +202,9 @@ def limit_memory(extra_bytes: int) -> None:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmData:"):
             current = int(line.split()[1]) * 1024
-            resource.setrlimit(resource.RLIMIT_DATA, (current + extra_bytes, resource.RLIM_INFINITY))
+            resource.setrlimit(
+                resource.RLIMIT_DATA, (current + extra_bytes, resource.RLIM_INFINITY)
+            )
             return
 
 

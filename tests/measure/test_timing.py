@@ -1,0 +1,63 @@
+"""The timer: sample counts, untimed set-up, quantiles, cache flushing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from perfsuite.measure.timing import CacheFlusher, quantile, time_samples
+
+CPU = torch.device("cpu")
+
+
+def test_times_a_known_duration():
+    timing = time_samples(lambda: time.sleep(0.02), CPU, samples=5, warmup=1)
+    assert len(timing.samples_ms) == 5
+    assert all(19.5 <= s < 40 for s in timing.samples_ms), timing.samples_ms
+    assert timing.p20_ms <= timing.median_ms <= timing.p80_ms
+
+
+def test_setup_and_flush_stay_outside_the_timed_region():
+    calls = []
+    timing = time_samples(
+        lambda: calls.append("fn"),
+        CPU,
+        samples=4,
+        warmup=2,
+        setup=lambda: (calls.append("setup"), time.sleep(0.05)),
+    )
+    assert calls == ["setup", "fn"] * 6  # warm-up goes through setup too
+    assert max(timing.samples_ms) < 5  # the 50 ms set-up is not in any sample
+
+
+def test_flush_buffer_exceeds_the_cache_it_flushes():
+    flusher = CacheFlusher(CPU)
+    assert flusher.nbytes >= 2 * (1 << 20)
+    before = flusher.buffer.clone()
+    flusher.buffer.fill_(7)
+    flusher()
+    assert int(flusher.buffer.abs().sum()) == 0 and before.numel() == flusher.buffer.numel()
+
+
+def test_quantiles_interpolate_like_numpy():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert quantile(values, 0.5) == 3.0
+    assert quantile(values, 0.2) == pytest.approx(1.8)
+    assert quantile(values, 0.8) == pytest.approx(4.2)
+
+
+def test_rejects_zero_samples():
+    with pytest.raises(ValueError, match="samples"):
+        time_samples(lambda: None, CPU, samples=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_events_time_device_work():
+    device = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=device)
+    timing = time_samples(lambda: a @ a, device, samples=20, warmup=3)
+    assert len(timing.samples_ms) == 20 and timing.median_ms > 0
+    assert CacheFlusher(device).nbytes >= 2 * torch.cuda.get_device_properties(device).L2_cache_size

@@ -1,0 +1,66 @@
+"""Methods that misbehave on purpose, loaded through PERFSUITE_PLUGINS, so that
+every status the suite reports is provoked by a test."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import torch
+
+from perfsuite.baselines.torch_methods import eager_loss
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
+
+
+def _wrong(case: Case, c: torch.Tensor) -> LossFn:
+    # Drops the smoothing term and adds a bias: a plausible-looking wrong loss.
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return eager_loss(e, c, t, 0.0, case.softcap) * 1.01
+
+    return loss_fn
+
+
+def _eager(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return eager_loss(e, c, t, case.beta, case.softcap)
+
+    return loss_fn
+
+
+def _raises(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("deliberate failure inside the loss")
+
+    return loss_fn
+
+
+def _crashes_at_smoothing(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        if case.beta > 0:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return eager_loss(e, c, t, case.beta, case.softcap)
+
+    return loss_fn
+
+
+METHODS = [
+    SimpleMethod("fake-wrong", "biased loss", _wrong, caps=Capabilities(label_smoothing=True)),
+    SimpleMethod(
+        "fake-no-smoothing", "eager without smoothing support", _eager, caps=Capabilities()
+    ),
+    SimpleMethod(
+        "fake-missing-package",
+        "needs a package that does not exist",
+        _eager,
+        requires=("perfsuite_no_such_package",),
+    ),
+    SimpleMethod(
+        "fake-raises", "raises in forward", _raises, caps=Capabilities(label_smoothing=True)
+    ),
+    SimpleMethod(
+        "fake-crash",
+        "segfaults at beta > 0",
+        _crashes_at_smoothing,
+        caps=Capabilities(label_smoothing=True),
+    ),
+]

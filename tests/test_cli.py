@@ -1,0 +1,113 @@
+"""The command line as a user types it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from perfsuite.cli import main, parse_size
+from perfsuite.memory_model import floor_bytes
+from perfsuite.results import load_dataframe
+from perfsuite.shapes import get_shape
+
+
+def test_run_prints_table_and_writes_results(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(
+        [
+            "run",
+            "--shape",
+            "smoke",
+            "--tokens",
+            "32",
+            "--vocab",
+            "300",
+            "--hidden",
+            "16",
+            "--methods",
+            "eager",
+            "--beta",
+            "0.1",
+            "--samples",
+            "2",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "lower bound" in text and "eager" in text and "β=0.1" in text
+    df = load_dataframe(out)
+    assert set(df["status"]) == {"ok"} and set(df["phase"]) == {"fwd", "bwd", "fwd+bwd"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "--shape", "nope"], "unknown shape"),
+        (["run", "--beta", "2"], "outside"),
+        (["run", "--methods", "bogus"], "unknown method"),
+        (["run", "--shape", "gemma2-9b", "--device", "cpu"], "N x V logits"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_argparse_errors_exit_nonzero():
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "run", "--tokens", "-3"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "must be positive" in proc.stderr
+
+
+def test_shapes_and_methods_list(capsys):
+    assert main(["shapes"]) == 0
+    assert "gemma2-2b" in capsys.readouterr().out
+    assert main(["methods"]) == 0
+    text = capsys.readouterr().out
+    assert "torch-native" in text and "reference" in text
+
+
+def test_parse_size():
+    assert (
+        parse_size("2G") == 2 << 30 and parse_size("512M") == 512 << 20 and parse_size("100") == 100
+    )
+
+
+@pytest.mark.slow
+def test_smoke_eager_holds_logits_native_stays_near_floor(tmp_path):
+    """The issue's acceptance check, on the smoke preset as shipped."""
+    out = tmp_path / "smoke.json"
+    assert (
+        main(
+            [
+                "run",
+                "--shape",
+                "smoke",
+                "--methods",
+                "eager,torch-native",
+                "--beta",
+                "0",
+                "--phases",
+                "fwd+bwd",
+                "--samples",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    df = load_dataframe(out).set_index("method")
+    s = get_shape("smoke")
+    logits = s.tokens * s.vocab * 4
+    assert df.loc["eager", "peak_bytes"] >= 2 * logits
+    floor = floor_bytes("fwd+bwd", s.tokens, s.vocab, s.hidden, s.dtype)
+    native = df.loc["torch-native", "peak_bytes"]
+    assert native < logits and native <= 2.2 * floor, (native, floor)

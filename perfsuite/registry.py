@@ -14,7 +14,13 @@ import os
 
 from perfsuite.method import Method
 
-ADAPTER_MODULES = ("perfsuite.baselines.torch_methods",)
+ADAPTER_MODULES = (
+    "perfsuite.baselines.torch_methods",
+    "perfsuite.baselines.ours",
+    "perfsuite.baselines.liger",
+    "perfsuite.baselines.cce",
+    "perfsuite.baselines.torchtune",
+)
 
 
 def _modules() -> list[str]:

@@ -2,17 +2,25 @@
 
 CUDA: the caching allocator's own counters (``reset_peak_memory_stats`` then
 ``max_memory_allocated``), which count what tensors hold, not what the cache
-keeps. CPU: the process high-water mark. Writing ``5`` to
-``/proc/self/clear_refs`` resets ``VmHWM`` to the current RSS, so
-``VmHWM - VmRSS(start)`` is what the phase added at its peak. That only works if
-freed memory leaves the process: glibc keeps freed heap chunks (and raises its
-mmap threshold after each large free), so the runner starts workers with
-``CPU_MALLOC_ENV``: a fixed mmap threshold makes every large buffer an ``mmap``
-returned to the kernel on free, and a huge trim threshold stops small frees of
-unrelated objects from shrinking the heap mid-phase (which would hide bytes).
-Resolution: the kernel keeps RSS in per-CPU counters batched by 32 pages, so
-a reading is exact to about 32 pages x cores (256 KiB on 2 cores); the tests
-check 1% on 64 MiB and more.
+keeps.
+
+CPU, two meters:
+
+* tensors (the reported ``peak_bytes``, same meaning as on CUDA): torch's
+  profiler records every CPU-allocator allocation and free with its size; the
+  running sum's maximum is the phase's peak above its start. It ignores what is
+  not a torch tensor, which matters for Triton under the interpreter: its numpy
+  tile temporaries are an artefact of emulation, not memory the kernel holds.
+* process (``rss_peak_bytes``, ``peak_abs_bytes``): the RSS high-water mark.
+  Writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
+  RSS, so ``VmHWM - VmRSS(start)`` is what the phase added at its peak. glibc
+  keeps freed heap chunks (and raises its mmap threshold after each large
+  free), so the runner starts workers with ``CPU_MALLOC_ENV``: a fixed mmap
+  threshold makes every large buffer an ``mmap`` returned to the kernel on free,
+  and a huge trim threshold stops small frees of unrelated objects from
+  shrinking the heap mid-phase (which would hide bytes). Resolution: the kernel
+  keeps RSS in per-CPU counters batched by 32 pages, so a reading is exact to
+  about 32 pages x cores (256 KiB on 2 cores).
 """
 
 from __future__ import annotations
@@ -31,10 +39,14 @@ CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": s
 
 @dataclass
 class Peak:
-    """``delta``: peak above the phase's starting point; ``absolute``: total peak."""
+    """``delta``: peak above the phase's starting point; ``absolute``: total peak.
+
+    ``rss_delta``: on CPU, the process RSS growth at its peak (``None`` on CUDA).
+    """
 
     delta: int
     absolute: int
+    rss_delta: int | None = None
 
 
 def _status_kib(field: str) -> int:
@@ -61,7 +73,7 @@ def _malloc_trim() -> None:
         pass
 
 
-def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
+def measure_rss_peak(fn: Callable[[], object]) -> Peak:
     """Peak RSS growth while ``fn`` runs (bytes), from the kernel's high-water mark."""
     gc.collect()
     _malloc_trim()
@@ -69,7 +81,46 @@ def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
     start = _status_kib("VmRSS")
     fn()
     peak = _status_kib("VmHWM")
-    return Peak(delta=max(peak - start, 0) * 1024, absolute=peak * 1024)
+    delta = max(peak - start, 0) * 1024
+    return Peak(delta=delta, absolute=peak * 1024, rss_delta=delta)
+
+
+def tensor_peak_from_events(events: list[tuple[int, int]]) -> int:
+    """Largest running sum of ``(time, bytes)`` allocation (+) and free (-) events."""
+    current = peak = 0
+    for _, nbytes in sorted(events):
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
+def measure_tensor_peak(fn: Callable[[], object]) -> int:
+    """Peak bytes of CPU tensors allocated while ``fn`` runs, above those live at its start."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = [
+        (ev.start_ns(), ev.nbytes())
+        for ev in prof.profiler.kineto_results.events()
+        if ev.name() == "[memory]" and ev.device_type() == torch.autograd.DeviceType.CPU
+    ]
+    return tensor_peak_from_events(events)
+
+
+_profiler_ready = False
+
+
+def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
+    """Both CPU meters over the same call: tensors (``delta``) and process RSS."""
+    global _profiler_ready
+    if not _profiler_ready:  # the profiler's first start maps ~150 MB: not the phase's
+        measure_tensor_peak(lambda: None)
+        _profiler_ready = True
+    tensors: list[int] = []
+    rss = measure_rss_peak(lambda: tensors.append(measure_tensor_peak(fn)))
+    return Peak(delta=tensors[0], absolute=rss.absolute, rss_delta=rss.delta)
 
 
 def measure_cuda_peak(fn: Callable[[], object], device: torch.device) -> Peak:

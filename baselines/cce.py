@@ -1,0 +1,231 @@
+"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations.
+
+* ``cce``: ``linear_cross_entropy(e, c, targets, impl="cce")`` with the
+  installed version's defaults (25.1.1: ``filter_eps="high"`` = eps(dtype)/32,
+  and the vocabulary sorted by average logit before the backward so that
+  filtered blocks cluster).
+* ``cce-no-filter``: the same call with ``filter_eps=None``. In 25.1.1 this
+  also skips the vocabulary sort: the logit averages that the sort uses are
+  only computed when filtering is on.
+* ``cce-no-sort``: gradient filtering on, vocabulary sort off. 25.1.1 has no
+  public switch for this (later versions have presets), so it is assembled
+  from CCE's own kernels exactly as ``cut_cross_entropy.cce`` does, except
+  that the forward does not return logit averages and the backward gets
+  ``vocab_ordering=None``.
+
+No label smoothing: every beta > 0 case is unsupported. The backward accepts
+only bf16/fp16 embeddings (an assert in ``cce_backward_kernel``), so fp32 is
+unsupported too. Its Triton kernels need CUDA: under ``TRITON_INTERPRET=1``
+the LSE kernel fails (``libdevice.log1p`` is not implemented by the
+interpreter), so on CPU these methods are unavailable.
+
+cut_cross_entropy is imported in ``build`` only.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfsuite import method as _method
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable
+
+CPU_REASON = (
+    "needs CUDA: CCE's Triton kernels do not run under the Triton interpreter "
+    "(its LSE kernel's libdevice.log1p fails there)"
+)
+
+
+@dataclass
+class CCEMethod(SimpleMethod):
+    """``SimpleMethod`` whose CPU reason says why, not just which device."""
+
+    def availability(self, device: str) -> str | None:
+        missing = _method.missing_packages(*self.requires)
+        if missing:
+            return f"{', '.join(missing)} not installed"
+        if device == "cpu":
+            return CPU_REASON
+        return super().availability(device)
+
+
+def _import_cce() -> Any:
+    try:
+        import cut_cross_entropy
+    except ImportError as err:
+        raise Unavailable(f"cut_cross_entropy failed to import: {err}") from err
+    return cut_cross_entropy
+
+
+def _build_cce(case: Case, c: torch.Tensor) -> LossFn:
+    cce = _import_cce()
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return cce.linear_cross_entropy(
+            e, c, targets, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce"
+        )
+
+    return loss_fn
+
+
+def _build_no_filter(case: Case, c: torch.Tensor) -> LossFn:
+    cce = _import_cce()
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return cce.linear_cross_entropy(
+            e,
+            c,
+            targets,
+            ignore_index=case.ignore_index,
+            softcap=case.softcap,
+            filter_eps=None,
+            impl="cce",
+        )
+
+    return loss_fn
+
+
+@functools.cache
+def _no_sort_function() -> tuple[type, Any, Any]:
+    """An autograd Function like ``cut_cross_entropy.cce.LinearCrossEntropyFunction``
+    (mean reduction, no shift), with the vocabulary sort left out."""
+    _import_cce()
+    try:
+        from cut_cross_entropy.cce_backward import cce_backward_kernel
+        from cut_cross_entropy.cce_lse_forward import cce_lse_forward_kernel
+        from cut_cross_entropy.indexed_dot import indexed_neg_dot_forward_kernel
+        from cut_cross_entropy.linear_cross_entropy import linear_cross_entropy
+        from cut_cross_entropy.utils import _build_flat_valids, _handle_eps
+    except ImportError as err:
+        raise Unavailable(
+            f"this cut_cross_entropy lacks the kernels cce-no-sort uses: {err}"
+        ) from err
+    expected = {
+        cce_lse_forward_kernel: ("e", "c", "valids", "softcap", "return_logit_avg"),
+        cce_backward_kernel: (
+            "do",
+            "e",
+            "c",
+            "lse",
+            "valids",
+            "softcap",
+            "filter_eps",
+            "targets",
+            "shift",
+            "vocab_ordering",
+            "grad_scale",
+        ),
+        indexed_neg_dot_forward_kernel: (
+            "e",
+            "c",
+            "inds",
+            "shift",
+            "valids",
+            "softcap",
+            "out_dtype",
+        ),
+    }
+    for fn, names in expected.items():
+        have = tuple(inspect.signature(fn).parameters)
+        if have[: len(names)] != names:
+            raise Unavailable(
+                f"cut_cross_entropy.{fn.__name__}{have} differs from the 25.1.1 signature "
+                "cce-no-sort was written against"
+            )
+    default_eps = inspect.signature(linear_cross_entropy).parameters["filter_eps"].default
+
+    class NoSortCCE(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, e, c, targets, valids, softcap, filter_eps):  # type: ignore[override]
+            lse = cce_lse_forward_kernel(e, c, valids, softcap=softcap, return_logit_avg=False)
+            neg_dot = indexed_neg_dot_forward_kernel(
+                e, c, targets, False, valids, softcap, lse.dtype
+            )
+            loss = neg_dot.add_(lse).mean()
+            ctx.save_for_backward(e, c, lse, targets, valids)
+            ctx.softcap, ctx.filter_eps = softcap, filter_eps
+            return loss
+
+        @staticmethod
+        def backward(ctx, grad_out):  # type: ignore[override]
+            e, c, lse, targets, valids = ctx.saved_tensors
+            de, dc = cce_backward_kernel(
+                grad_out,
+                e,
+                c,
+                lse,
+                valids,
+                ctx.softcap,
+                ctx.filter_eps,
+                targets=targets,
+                shift=False,
+                vocab_ordering=None,
+                grad_scale=1 / lse.numel(),
+            )
+            return de, dc, None, None, None, None
+
+    def handle_eps(dtype: torch.dtype) -> float | None:
+        return _handle_eps(default_eps, dtype)
+
+    return NoSortCCE, _build_flat_valids, handle_eps
+
+
+def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
+    fn, build_valids, handle_eps = _no_sort_function()
+    filter_eps = handle_eps(case.torch_dtype)
+    if filter_eps is None:
+        raise Unavailable("this cut_cross_entropy's default filter_eps is None: nothing to ablate")
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        # As cce_linear_cross_entropy prepares them (2-D e, flat targets).
+        e = e.contiguous()
+        targets = targets.contiguous()
+        valids = build_valids(targets, case.ignore_index, False)
+        return fn.apply(e, c, targets, valids, case.softcap, filter_eps)
+
+    return loss_fn
+
+
+CAPS = Capabilities(
+    label_smoothing=False,
+    softcap=True,
+    devices=frozenset({"cuda"}),
+    # cce_backward_kernel asserts bf16/fp16 embeddings.
+    dtypes=frozenset({"bf16", "fp16"}),
+    triton=True,
+    materializes_logits=False,
+)
+
+_COMMON: dict[str, Any] = dict(
+    caps=CAPS,
+    requires=("cut_cross_entropy",),
+    distributions=("cut-cross-entropy", "triton"),
+)
+
+METHODS = [
+    CCEMethod(
+        name="cce",
+        description="Cut Cross-Entropy linear_cross_entropy(impl='cce'), defaults: "
+        "filter_eps='high' (eps/32) gradient filter + vocab sort (no label smoothing)",
+        build=_build_cce,
+        **_COMMON,
+    ),
+    CCEMethod(
+        name="cce-no-sort",
+        description="CCE with the gradient filter but no vocab sort (CCE's kernels, "
+        "vocab_ordering=None; 25.1.1 has no public flag)",
+        build=_build_no_sort,
+        **_COMMON,
+    ),
+    CCEMethod(
+        name="cce-no-filter",
+        description="CCE linear_cross_entropy(impl='cce', filter_eps=None): no gradient "
+        "filter (and so no vocab sort)",
+        build=_build_no_filter,
+        **_COMMON,
+    ),
+]

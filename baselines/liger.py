@@ -1,0 +1,128 @@
+"""Liger Kernel's fused linear cross-entropy (chunked logits, gradients in the forward).
+
+``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` -- note the order:
+the classifier first. It materialises the logits one token chunk at a time
+(about ``N x D`` elements per chunk), runs a Triton kernel that writes the
+loss and, in place, the logits' gradient, and folds that gradient into
+``grad_e``/``grad_c`` before returning, so ``backward`` only hands them out.
+
+On CPU the Triton kernels run under ``TRITON_INTERPRET=1`` (the runner sets
+it for ``caps.triton`` methods). Checked with liger-kernel 0.8.5 and triton
+3.7.1: the label-smoothing path (beta = 0 and beta > 0, fp32/bf16) runs under
+the interpreter unchanged; the softcap path does not (the kernel calls
+``libdevice.tanh`` and ``.to()`` on the float ``softcap`` argument, neither of
+which the interpreter supports), so softcap on CPU is reported unavailable.
+
+liger-kernel is imported in ``build`` only: a missing package makes these
+methods ``unavailable`` instead of breaking the registry.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable
+
+INTERPRET_REASON = (
+    "on CPU Liger's Triton kernels need TRITON_INTERPRET=1 (set before liger_kernel is "
+    "imported); triton has no CPU driver"
+)
+SOFTCAP_CPU_REASON = (
+    "softcap under the Triton interpreter: Liger's softcap path calls libdevice.tanh and "
+    "float.to(), which triton's interpreter does not run"
+)
+
+
+def _import_loss() -> type:
+    try:
+        from liger_kernel.transformers.fused_linear_cross_entropy import (
+            LigerFusedLinearCrossEntropyLoss,
+        )
+    except ImportError as err:  # installed but broken (e.g. an incompatible triton)
+        raise Unavailable(f"liger_kernel failed to import: {err}") from err
+    return LigerFusedLinearCrossEntropyLoss
+
+
+def _check_interpreted() -> None:
+    """On CPU, make sure liger's kernels were defined under the interpreter.
+
+    ``@triton.jit`` reads ``TRITON_INTERPRET`` when the kernel is defined (at
+    liger's import), not when it is launched. Checked here rather than in
+    ``availability``: the runner sets the variable for the worker process only,
+    so the parent (``perfsuite methods``) would see it unset.
+    """
+    from liger_kernel.ops.cross_entropy import liger_cross_entropy_kernel
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(liger_cross_entropy_kernel, InterpretedFunction):
+        raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
+
+
+def _make_build(accum_fp32: bool):
+    def build(case: Case, c: torch.Tensor) -> LossFn:
+        loss_cls = _import_loss()
+        params = inspect.signature(loss_cls.__init__).parameters
+        needed = ["label_smoothing", "ignore_index"]
+        if case.softcap is not None:
+            needed.append("softcap")
+        if accum_fp32:
+            needed.append("accum_dtype")
+        absent = [p for p in needed if p not in params]
+        if absent:
+            raise Unavailable(
+                f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
+            )
+        if c.device.type == "cpu":
+            _check_interpreted()
+            if case.softcap is not None:
+                raise Unavailable(SOFTCAP_CPU_REASON)
+
+        kwargs: dict = dict(
+            ignore_index=case.ignore_index,
+            label_smoothing=case.beta,
+            reduction="mean",
+        )
+        if case.softcap is not None:
+            kwargs["softcap"] = case.softcap
+        if accum_fp32:
+            kwargs["accum_dtype"] = torch.float32
+        module = loss_cls(**kwargs)
+
+        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            # Liger's order: (lin_weight, _input, target).
+            return module(c, e, targets)
+
+        return loss_fn
+
+    return build
+
+
+CAPS = Capabilities(
+    label_smoothing=True,
+    softcap=True,
+    grads_in_forward=True,
+    triton=True,
+    materializes_logits=False,
+)
+
+METHODS = [
+    SimpleMethod(
+        name="liger",
+        description="Liger LigerFusedLinearCrossEntropyLoss (token-chunked logits, Triton CE "
+        "kernel, grads computed in forward; dW accumulated in the input dtype)",
+        build=_make_build(accum_fp32=False),
+        caps=CAPS,
+        requires=("liger_kernel",),
+        distributions=("liger-kernel", "triton"),
+    ),
+    SimpleMethod(
+        name="liger-fp32acc",
+        description="liger with accum_dtype=torch.float32 (dW accumulated in fp32, cast back)",
+        build=_make_build(accum_fp32=True),
+        caps=CAPS,
+        requires=("liger_kernel",),
+        distributions=("liger-kernel", "triton"),
+    ),
+]

@@ -1,0 +1,195 @@
+"""Public entry points: ``linear_cross_entropy`` and the ``LinearCrossEntropy`` module."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .backward import default_filter_eps
+from .forward import compiled_for_interpreter
+from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
+
+REDUCTIONS = ("mean", "sum", "none")
+IMPLS = ("split", "fused")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _debug() -> bool:
+    return os.environ.get("PERFSUITE_DEBUG", "0") == "1"
+
+
+def _check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
+    """Range check without a host sync on GPU, unless ``PERFSUITE_DEBUG=1``.
+
+    CPU tensors are checked eagerly (no device to wait for). On CUDA a
+    device-side assert (``torch._assert_async``) fires on the next sync; with
+    ``PERFSUITE_DEBUG=1`` the check syncs and raises ``ValueError`` at once.
+    """
+    bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
+    if targets.device.type != "cuda" or _debug():
+        if bool(bad.any()):
+            first = targets[bad][0].item()
+            raise ValueError(
+                f"targets out of range: {first} not in [0, {vocab}) and not ignore_index="
+                f"{ignore_index}"
+            )
+    else:
+        torch._assert_async(~bad.any())
+
+
+def _validate(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    label_smoothing: float,
+    reduction: str,
+    softcap: float | None,
+    filter_eps: float | str | None,
+    impl: str,
+) -> None:
+    if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
+        raise TypeError("e and c must be tensors")
+    if not isinstance(targets, torch.Tensor):
+        raise TypeError(f"targets must be an integer tensor, got {type(targets).__name__}")
+    if e.dim() < 1 or c.dim() != 2:
+        raise ValueError(f"e must be (..., D) and c (V, D); got {tuple(e.shape)}, {tuple(c.shape)}")
+    if e.shape[-1] != c.shape[1]:
+        raise ValueError(f"mismatched D: e has D={e.shape[-1]}, c has D={c.shape[1]}")
+    if e.dtype not in DTYPES:
+        raise TypeError(f"e dtype {e.dtype} unsupported; use float32, bfloat16 or float16")
+    if c.dtype != e.dtype:
+        raise TypeError(f"c dtype {c.dtype} differs from e dtype {e.dtype}")
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        raise TypeError(f"targets must hold integer class ids, got dtype {targets.dtype}")
+    if targets.shape != e.shape[:-1]:
+        raise ValueError(
+            f"targets shape {tuple(targets.shape)} must equal e's leading shape "
+            f"{tuple(e.shape[:-1])}"
+        )
+    if not (e.device == c.device == targets.device):
+        raise ValueError(f"e, c, targets on different devices: {e.device}, {c.device}, "
+                         f"{targets.device}")
+    if e.device.type != "cuda" and not compiled_for_interpreter():
+        raise ValueError(
+            f"tensors on {e.device.type} need Triton's interpreter: set TRITON_INTERPRET=1 "
+            "before importing perfsuite.kernels (or use CUDA tensors)"
+        )
+    beta = label_smoothing
+    if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not 0.0 <= beta <= 1.0:
+        raise ValueError(f"label_smoothing must be a float in [0, 1], got {beta!r}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}; use one of {REDUCTIONS}")
+    if impl not in IMPLS:
+        raise ValueError(f"unknown impl {impl!r}; use one of {IMPLS}")
+    if softcap is not None and not (isinstance(softcap, (int, float)) and softcap > 0
+                                    and math.isfinite(softcap)):
+        raise ValueError(f"softcap must be None or a positive float, got {softcap!r}")
+    if not (filter_eps is None or filter_eps == "auto"
+            or (isinstance(filter_eps, (int, float)) and filter_eps >= 0)):
+        raise ValueError(f"filter_eps must be 'auto', None or a float >= 0, got {filter_eps!r}")
+
+
+def linear_cross_entropy(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    label_smoothing: float = 0.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    filter_eps: float | str | None = "auto",
+    sort_vocab: bool = True,
+    impl: str = "split",
+    accum_fp32: bool = False,
+) -> torch.Tensor:
+    """Smoothed cross-entropy of ``softcap(e @ c.T)`` without materialising the logits.
+
+    Equal in value and in the gradients of ``e`` and ``c`` to
+    ``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=β,
+    ignore_index=..., reduction=...)``, gradients returned in the inputs' dtype —
+    except that ``reduction="mean"`` with every row ignored gives 0 and zero
+    gradients (torch gives NaN). The loss is fp32.
+
+    Args:
+        e: (..., D) embeddings, fp32/bf16/fp16, any strides (viewed as (N, D) when
+            possible, copied otherwise).
+        c: (V, D) classifier, same dtype as ``e``.
+        targets: integer tensor of e's leading shape; ids in [0, V) or ``ignore_index``.
+            Out-of-range ids raise ``ValueError`` for CPU tensors; on CUDA they trip
+            an asynchronous device assert (no host sync) unless ``PERFSUITE_DEBUG=1``,
+            which syncs and raises ``ValueError``.
+        label_smoothing: β in [0, 1]. β = 0 and β > 0 compile separate kernels;
+            distinct β > 0 values reuse one.
+        softcap: Gemma2's ``s·tanh(l/s)``.
+        filter_eps: skip backward vocab tiles whose softmax terms all fall below this
+            ("auto": ``finfo(dtype).eps / 32``; ``None`` disables filtering). Tiles
+            holding a target are never skipped and smoothing is applied exactly
+            outside the tiles, so only softmax terms below ``filter_eps`` are dropped
+            (with softcap the in-tile ``(β/V)·t²`` piece is filtered with them).
+        sort_vocab: visit vocab tiles by decreasing average logit in the backward so
+            filtered tiles cluster (only with filtering on and grads needed).
+        impl: "split" (forward, then a recomputing backward) or "fused" (gradients
+            computed inside the forward call; backward scales them). Fused with
+            ``reduction="none"`` defers the gradient pass to backward.
+        accum_fp32: accumulate dE/dC in fp32 buffers for bf16/fp16 inputs (more
+            accurate, costs (N + V)·D·4 extra bytes).
+    """
+    _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
+    vocab, dim = c.shape
+    _check_targets_in_range(targets, vocab, ignore_index)
+    eps = default_filter_eps(e.dtype) if filter_eps == "auto" else filter_eps
+    params = Params(
+        beta=float(label_smoothing),
+        softcap=None if softcap is None else float(softcap),
+        ignore_index=int(ignore_index),
+        reduction=reduction,
+        filter_eps=None if eps is None else float(eps),
+        sort_vocab=bool(sort_vocab),
+        accum_fp32=bool(accum_fp32) and e.dtype != torch.float32,
+    )
+    batch_shape = targets.shape
+    e2 = e.reshape(-1, dim)  # a view whenever the strides allow it
+    flat_targets = targets.reshape(-1)
+    if e2.shape[0] == 0:
+        zero = (e.sum() + c.sum()).float() * 0.0
+        return zero.expand(batch_shape) if reduction == "none" else zero
+    fn = LinearCrossEntropyFunction if impl == "split" else FusedLinearCrossEntropyFunction
+    loss = fn.apply(e2, c, flat_targets, params)
+    return loss.reshape(batch_shape) if reduction == "none" else loss
+
+
+class LinearCrossEntropy(torch.nn.Module):
+    """Module form of ``linear_cross_entropy``; keyword options fixed at construction."""
+
+    def __init__(
+        self,
+        *,
+        label_smoothing: float = 0.0,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        softcap: float | None = None,
+        filter_eps: float | str | None = "auto",
+        sort_vocab: bool = True,
+        impl: str = "split",
+        accum_fp32: bool = False,
+    ) -> None:
+        super().__init__()
+        self.options = dict(
+            label_smoothing=label_smoothing,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            softcap=softcap,
+            filter_eps=filter_eps,
+            sort_vocab=sort_vocab,
+            impl=impl,
+            accum_fp32=accum_fp32,
+        )
+
+    def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return linear_cross_entropy(e, c, targets, **self.options)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -1,0 +1,69 @@
+"""Small Triton helpers shared by the kernel stages.
+
+Kept free of launch logic so every stage file reads as: jit kernels, launcher.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def wide_offsets(index, stride):
+    """``index * stride`` in int64: N·V and V·D can exceed 2**31 on real vocabularies."""
+    return index.to(tl.int64) * stride
+
+
+@triton.jit
+def tanh(x):
+    """tanh from ``exp`` only (no libdevice), so the interpreter and every arch agree.
+
+    Written on ``-2|x|`` so ``exp`` never overflows; the sign is restored afterwards.
+    """
+    t = tl.exp(-2.0 * tl.abs(x))
+    y = (1.0 - t) / (1.0 + t)
+    return tl.where(x < 0, -y, y)
+
+
+@triton.jit
+def cast(x, dtype: tl.constexpr, FIX_BF16: tl.constexpr):
+    """``x.to(dtype)``, rounding to nearest even also under the interpreter.
+
+    The CPU interpreter truncates fp32 -> bf16 (GPUs round to nearest even); with
+    ``FIX_BF16`` the rounding is done on the bits first so the cast is exact.
+    """
+    if FIX_BF16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def locked_add(ptrs, values, mask, lock, FIX_BF16: tl.constexpr):
+    """Read-modify-write ``*ptrs += values`` under a spin lock (for bf16/fp16 buffers).
+
+    Triton has no portable 16-bit float atomics on sm_80, so low-precision gradient
+    buffers are updated tile-wise under one lock per (tile, D-chunk). The sum is
+    formed in fp32 and rounded once per update.
+    """
+    while tl.atomic_cas(lock, 0, 1) == 1:
+        pass
+    current = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+    total = current.to(tl.float32) + values
+    tl.store(ptrs, cast(total, current.dtype, FIX_BF16), mask=mask)
+    tl.atomic_xchg(lock, 0)
+
+
+@triton.jit
+def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """``acc + a @ b``; ``UPCAST`` works around the interpreter's bf16 dot.
+
+    triton's CPU interpreter stores bf16 as uint16 and multiplies the raw bits.
+    Upcasting first is exact (bf16 products fit in fp32), so CPU results match
+    what the tensor cores compute. Always False on a GPU.
+    """
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=PRECISION)

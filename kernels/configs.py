@@ -1,0 +1,149 @@
+"""Launch configurations: pinned known-good defaults, autotuning behind a switch.
+
+By default one config per (kernel, arch, dtype) runs, so results are reproducible
+and the first call compiles once. ``PERFSUITE_AUTOTUNE=1`` sweeps ``autotune_space``
+instead. Under ``TRITON_INTERPRET=1`` large blocks keep the CPU emulation fast.
+Every pinned GPU config is compiled ahead of time for sm_80 and sm_90a by
+``perfsuite kernel-report``, which fails on spills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import torch
+import triton
+
+KERNELS = ("forward", "backward")
+ARCHS = ("sm_80", "sm_90")
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Tile sizes and launch options for one kernel.
+
+    ``block_dd`` is the D chunk of the backward's dE/dC updates (unused by the forward).
+    """
+
+    block_n: int
+    block_v: int
+    block_d: int
+    num_warps: int
+    num_stages: int
+    block_dd: int = 0
+
+    def meta(self, kernel: str) -> dict[str, int]:
+        """The constexpr tile sizes the kernel takes."""
+        out = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v, "BLOCK_D": self.block_d}
+        if kernel == "backward":
+            out["BLOCK_DD"] = self.block_dd
+        return out
+
+    def launch(self, kernel: str) -> dict[str, int]:
+        """Keyword arguments for ``kernel[grid](...)``."""
+        return {**self.meta(kernel), "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+    def describe(self) -> str:
+        dd = f"x{self.block_dd}" if self.block_dd else ""
+        return (
+            f"N{self.block_n}-V{self.block_v}-D{self.block_d}{dd}"
+            f"-w{self.num_warps}-s{self.num_stages}"
+        )
+
+
+# Chosen by `perfsuite kernel-report`: the largest tiles that compile without spills
+# for every variant (smoothing, softcap, filtering, sorting, fp32 accumulation) on
+# sm_80 and sm_90a. The backward holds several N×V tiles plus 64-bit pointer tiles
+# for its read-modify-write updates, hence its smaller tiles.
+_HALF_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
+_HALF_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
+_FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
+_FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
+
+# (kernel, arch, dtype) -> config. Half precision shares tiles; fp32 runs ieee dots
+# (torch's default "highest" matmul precision), which want smaller tiles.
+PINNED: dict[tuple[str, str, str], KernelConfig] = {}
+for _arch in ARCHS:
+    for _dt in ("bf16", "fp16"):
+        PINNED["forward", _arch, _dt] = _HALF_FWD
+        PINNED["backward", _arch, _dt] = _HALF_BWD
+    PINNED["forward", _arch, "fp32"] = _FP32_FWD
+    PINNED["backward", _arch, "fp32"] = _FP32_BWD
+
+INTERPRETER = {
+    "forward": KernelConfig(64, 256, 64, num_warps=4, num_stages=1),
+    "backward": KernelConfig(64, 128, 64, num_warps=4, num_stages=1, block_dd=64),
+}
+
+_override: dict[str, KernelConfig] = {}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def autotune_enabled() -> bool:
+    """``PERFSUITE_AUTOTUNE=1`` turns on the sweep (never under the interpreter)."""
+    return os.environ.get("PERFSUITE_AUTOTUNE", "0") == "1" and not interpreting()
+
+
+def arch_of(device: torch.device) -> str:
+    """``sm_90`` on Hopper and newer, else ``sm_80`` (the Ampere-safe tiles)."""
+    major, _ = torch.cuda.get_device_capability(device)
+    return "sm_90" if major >= 9 else "sm_80"
+
+
+def pinned_config(kernel: str, dtype: torch.dtype, device: torch.device) -> KernelConfig:
+    """The config a non-autotuned launch uses."""
+    if kernel in _override:
+        return _override[kernel]
+    if interpreting() or device.type != "cuda":
+        return INTERPRETER[kernel]
+    return PINNED[kernel, arch_of(device), DTYPE_NAMES[dtype]]
+
+
+@contextlib.contextmanager
+def use_config(**configs: KernelConfig) -> Iterator[None]:
+    """Force configs (tests use small tiles to exercise multi-tile paths)."""
+    unknown = set(configs) - set(KERNELS)
+    if unknown:
+        raise ValueError(f"unknown kernel(s) {sorted(unknown)}; known: {KERNELS}")
+    saved = dict(_override)
+    _override.update(configs)
+    try:
+        yield
+    finally:
+        _override.clear()
+        _override.update(saved)
+
+
+def autotune_space(kernel: str) -> list[triton.Config]:
+    """Candidate configs for ``PERFSUITE_AUTOTUNE=1`` (pinned ones included)."""
+    base = [c for (k, _, _), c in PINNED.items() if k == kernel]
+    extra = [
+        KernelConfig(bn, bv, bd, num_warps=w, num_stages=s)
+        for bn, bv, bd, w, s in (
+            (64, 128, 64, 4, 4),
+            (128, 64, 64, 4, 4),
+            (128, 256, 32, 8, 3),
+            (256, 128, 32, 8, 3),
+            (64, 256, 64, 8, 3),
+        )
+    ]
+    seen: dict[str, KernelConfig] = {}
+    for cfg in [*base, *extra]:
+        cfg = replace(cfg, block_dd=0 if kernel == "forward" else cfg.block_dd or 64)
+        seen.setdefault(cfg.describe(), cfg)
+    return [
+        triton.Config(c.meta(kernel), num_warps=c.num_warps, num_stages=c.num_stages)
+        for c in seen.values()
+    ]
+
+
+def shipped_configs() -> list[tuple[str, str, str, KernelConfig]]:
+    """Every (kernel, arch, dtype, config) the package can launch on a GPU by default."""
+    return [(k, arch, dt, cfg) for (k, arch, dt), cfg in sorted(PINNED.items())]

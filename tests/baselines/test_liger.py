@@ -1,0 +1,110 @@
+"""Liger's fused linear cross-entropy against the fp32 reference.
+
+On CPU it runs under the Triton interpreter (conftest sets TRITON_INTERPRET=1),
+at a small shape: the interpreter is slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import perfsuite.method
+from perfsuite.baselines.liger import METHODS, SOFTCAP_CPU_REASON
+from perfsuite.method import Case, Unavailable
+
+BY_NAME = {m.name: m for m in METHODS}
+SMALL = dict(tokens=64, vocab=500, hidden=64)
+# Plain liger accumulates grad_c in the input dtype, one bf16 rounding per
+# token chunk (8 chunks here): its grad_c error reaches 1.5-2x torch's own bf16
+# error at this shape, so it gets the suite gate's factor 2. With fp32
+# accumulation it stays within torch's error (factor 1).
+FACTOR = {"liger": 2.0, "liger-fp32acc": 1.0}
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def test_declares_what_it_is():
+    for method in METHODS:
+        assert method.requires == ("liger_kernel",)
+        assert "liger-kernel" in method.distributions
+        caps = method.caps
+        assert caps.label_smoothing and caps.softcap and caps.grads_in_forward and caps.triton
+        assert not caps.materializes_logits
+
+
+def test_registry_module_does_not_import_liger():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, perfsuite.baselines.liger as m; "
+        "assert m.METHODS; assert 'liger_kernel' not in sys.modules, 'imported liger'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+def test_cpu_without_interpreter_is_unavailable():
+    """Without TRITON_INTERPRET=1 at liger's import there is no CPU driver:
+    prepare says so instead of crashing in the first launch."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from perfsuite.baselines.liger import METHODS\n"
+        "from perfsuite.method import Case, Unavailable\n"
+        "try:\n"
+        "    METHODS[0].prepare(Case(8, 16, 8, dtype='fp32'), torch.zeros(16, 8))\n"
+        "except Unavailable as err:\n"
+        "    print(err)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    )
+    assert "need TRITON_INTERPRET=1" in out.stdout
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_missing_package_is_unavailable(monkeypatch, name):
+    real = perfsuite.method.missing_packages
+    monkeypatch.setattr(
+        perfsuite.method,
+        "missing_packages",
+        lambda *mods: [m for m in mods if m == "liger_kernel"] or real(*mods),
+    )
+    assert BY_NAME[name].availability("cpu") == "liger_kernel not installed"
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_matches_reference_cpu(check, name, dtype, beta):
+    case = Case(**SMALL, dtype=dtype, beta=beta, device="cpu")
+    assert BY_NAME[name].availability("cpu") is None
+    assert BY_NAME[name].unsupported_reason(case) is None
+    check(BY_NAME[name], case, factor=FACTOR[name])
+
+
+def test_softcap_on_cpu_is_unavailable_not_wrong():
+    case = Case(**SMALL, dtype="fp32", softcap=30.0, device="cpu")
+    assert BY_NAME["liger"].unsupported_reason(case) is None  # it supports softcap ...
+    with pytest.raises(Unavailable, match="interpreter") as err:  # ... but not here
+        BY_NAME["liger"].prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"]))
+    assert str(err.value) == SOFTCAP_CPU_REASON
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+@pytest.mark.parametrize("softcap", [None, 30.0])
+def test_matches_reference_cuda(check, name, dtype, beta, softcap):
+    case = Case(
+        tokens=256, vocab=2048, hidden=256, dtype=dtype, beta=beta, softcap=softcap, device="cuda"
+    )
+    assert BY_NAME[name].availability("cuda") is None
+    check(BY_NAME[name], case, factor=FACTOR[name])

@@ -1,0 +1,102 @@
+"""torchtune's CEWithChunkedOutputLoss adapter against the fp32 reference."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import perfsuite.method
+from perfsuite.baselines.torchtune import METHODS, NUM_OUTPUT_CHUNKS
+from perfsuite.method import Case, Unsupported
+
+METHOD = METHODS[0]
+SMALL = dict(tokens=64, vocab=500, hidden=64)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def test_declares_what_it_is():
+    assert METHOD.name == "torchtune-chunked"
+    assert NUM_OUTPUT_CHUNKS == 8
+    assert set(METHOD.distributions) == {"torchtune", "torchao"}
+    caps = METHOD.caps
+    assert not caps.label_smoothing and not caps.softcap and not caps.grads_in_forward
+    assert not caps.triton and caps.materializes_logits
+
+
+def test_registry_module_does_not_import_torchtune():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, perfsuite.baselines.torchtune as m; "
+        "assert m.METHODS; assert 'torchtune' not in sys.modules, 'imported torchtune'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("absent", ["torchtune", "torchao"])
+def test_missing_package_is_unavailable(monkeypatch, absent):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda mod, *a: None if mod == absent else real(mod, *a)
+    )
+    assert METHOD.availability("cpu") == f"{absent} not installed"
+
+
+def test_missing_package_via_missing_packages(monkeypatch):
+    monkeypatch.setattr(perfsuite.method, "missing_packages", lambda *mods: ["torchtune"])
+    assert METHOD.availability("cpu") == "torchtune not installed"
+
+
+def test_smoothing_is_unsupported_not_a_beta0_number():
+    case = Case(**SMALL, dtype="fp32", beta=0.1)
+    assert METHOD.unsupported_reason(case) == "no label smoothing (asked beta=0.1)"
+    with pytest.raises(Unsupported, match="no label smoothing"):
+        METHOD.prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"]))
+
+
+def test_softcap_is_unsupported():
+    case = Case(**SMALL, dtype="fp32", softcap=30.0)
+    with pytest.raises(Unsupported, match="no softcap"):
+        METHOD.prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"]))
+
+
+def test_projection_is_inside_the_loss():
+    """The output projection runs in loss_fn, in chunks (so it is timed), and
+    the loss sees 8 chunks of logits in the input dtype."""
+    from torchtune.modules.loss import CEWithChunkedOutputLoss
+
+    seen = []
+    real = CEWithChunkedOutputLoss.forward
+
+    def spy(self, logits, labels):
+        seen.append([(tuple(x.shape), x.dtype) for x in logits])
+        return real(self, logits, labels)
+
+    case = Case(**SMALL, dtype="bf16")
+    e = torch.randn(64, 64, dtype=torch.bfloat16)
+    c = torch.randn(500, 64, dtype=torch.bfloat16)
+    t = torch.randint(0, 500, (64,))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CEWithChunkedOutputLoss, "forward", spy)
+        METHOD.prepare(case, c)(e, c, t)
+    assert seen == [[((1, 8, 500), torch.bfloat16)] * 8]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("tokens", [64, 61])  # 61: uneven chunks
+def test_matches_reference_cpu(check, dtype, tokens):
+    case = Case(tokens=tokens, vocab=500, hidden=64, dtype=dtype, device="cpu")
+    assert METHOD.availability("cpu") is None
+    check(METHOD, case)
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_matches_reference_cuda(check, dtype):
+    case = Case(tokens=256, vocab=2048, hidden=256, dtype=dtype, device="cuda")
+    assert METHOD.availability("cuda") is None
+    check(METHOD, case)

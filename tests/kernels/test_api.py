@@ -1,0 +1,137 @@
+"""Input handling: errors, layouts, batch dims, the all-ignored case, recompilation, offsets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import check, make_inputs
+
+from perfsuite.kernels import LinearCrossEntropy, linear_cross_entropy
+from perfsuite.kernels.common import wide_offsets
+
+
+@pytest.mark.parametrize(
+    ("mutate", "error", "match"),
+    [
+        (lambda e, c, t: (e, c[:, :-1], t), ValueError, "mismatched D"),
+        (lambda e, c, t: (e, c, t.float()), TypeError, "integer"),
+        (lambda e, c, t: (e, c, t[:-1]), ValueError, "leading shape"),
+        (lambda e, c, t: (e, c.double(), t), TypeError, "dtype"),
+        (lambda e, c, t: (e.double(), c.double(), t), TypeError, "unsupported"),
+        (lambda e, c, t: (e, c, torch.where(t == 1, 10**6, t)), ValueError, "out of range"),
+    ],
+)
+def test_bad_tensors(device, mutate, error, match):
+    e, c, t = make_inputs(8, 20, 16, torch.float32, device, ignore="none")
+    t[0] = 1
+    with pytest.raises(error, match=match):
+        linear_cross_entropy(*mutate(e, c, t))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"label_smoothing": 1.5}, r"\[0, 1\]"),
+        ({"label_smoothing": -0.1}, r"\[0, 1\]"),
+        ({"reduction": "avg"}, "reduction"),
+        ({"impl": "magic"}, "impl"),
+        ({"softcap": -1.0}, "softcap"),
+        ({"filter_eps": "high"}, "filter_eps"),
+    ],
+)
+def test_bad_options(device, kwargs, match):
+    e, c, t = make_inputs(8, 20, 16, torch.float32, device)
+    with pytest.raises(ValueError, match=match):
+        linear_cross_entropy(e, c, t, **kwargs)
+
+
+def test_non_contiguous_e(device):
+    e, c, t = make_inputs(24, 50, 64, torch.float32, device)
+    check(e[:, ::2], c[:, :32], t, beta=0.1)  # inner stride 2, viewed in place
+
+
+def test_leading_dims_and_transposed(device):
+    e, c, t = make_inputs(24, 50, 32, torch.float32, device)
+    e3, t3 = e.reshape(4, 6, 32), t.reshape(4, 6)
+    check(e3, c, t3, beta=0.1, reduction="none")
+    check(e3.transpose(0, 1), c, t3.transpose(0, 1), beta=0.1, softcap=10.0, impl="fused")
+
+
+@pytest.mark.parametrize("impl", ["split", "fused"])
+def test_all_ignored_is_zero(device, impl):
+    e, c, t = make_inputs(10, 40, 16, torch.bfloat16, device, ignore="all")
+    e.requires_grad_()
+    c.requires_grad_()
+    loss = linear_cross_entropy(e, c, t, label_smoothing=0.1, impl=impl)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert not e.grad.any() and not c.grad.any()
+    assert e.grad.dtype == torch.bfloat16
+
+
+def test_fused_scales_by_upstream(device):
+    e, c, t = make_inputs(16, 40, 16, torch.float32, device)
+    grads = []
+    for impl in ("split", "fused"):
+        ee = e.clone().requires_grad_()
+        cc = c.clone().requires_grad_()
+        (3.0 * linear_cross_entropy(ee, cc, t, label_smoothing=0.2, impl=impl)).backward()
+        grads.append((ee.grad, cc.grad))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_module(device):
+    e, c, t = make_inputs(16, 40, 16, torch.float32, device)
+    module = LinearCrossEntropy(label_smoothing=0.1, reduction="sum")
+    assert "label_smoothing=0.1" in repr(module)
+    torch.testing.assert_close(
+        module(e, c, t), linear_cross_entropy(e, c, t, label_smoothing=0.1, reduction="sum")
+    )
+
+
+def test_beta_is_not_a_constexpr():
+    """β > 0 values share one specialisation; only β = 0 vs β > 0 differ."""
+    from perfsuite.kernels import backward
+
+    jit = backward._backward_kernel
+    params = {p.name: p for p in getattr(jit, "params", [])}
+    if params:
+        assert not params["smooth_w"].is_constexpr and not params["target_w"].is_constexpr
+    flags = backward._HEURISTICS["HAS_SMOOTHING"]
+    assert flags({"smooth_w": 0.1 / 300}) == flags({"smooth_w": 0.7 / 300}) is True
+    assert flags({"smooth_w": 0.0}) is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compile cache exists only on GPU")
+def test_new_beta_does_not_recompile(device):
+    from perfsuite.kernels import backward, forward
+
+    e, c, t = make_inputs(64, 500, 64, torch.bfloat16, device)
+    e.requires_grad_()
+
+    def cache_sizes() -> list[int]:
+        out = []
+        for k in (forward._forward_kernel, backward._backward_kernel):
+            out.append(sum(len(v[0]) for v in k.device_caches.values()))
+        return out
+
+    linear_cross_entropy(e, c, t, label_smoothing=0.1).backward()
+    before = cache_sizes()
+    for beta in (0.2, 0.35, 1.0):
+        linear_cross_entropy(e, c, t, label_smoothing=beta).backward()
+    assert cache_sizes() == before
+
+
+@triton.jit
+def _offsets_kernel(Index, Out, stride):
+    tl.store(Out, wide_offsets(tl.load(Index), stride))
+
+
+def test_int64_offsets(device):
+    """Row index × stride past 2**31 (as N·V > 2**31 needs) does not wrap."""
+    index = torch.tensor([2**20 + 3], dtype=torch.int32, device=device)
+    out = torch.zeros(1, dtype=torch.int64, device=device)
+    _offsets_kernel[(1,)](index, out, 4096 + 7)
+    assert out.item() == (2**20 + 3) * (4096 + 7) > 2**31

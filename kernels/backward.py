@@ -235,7 +235,7 @@ def lce_backward(
         kernel = _tuned()
         block_dd_max = 16
     else:
-        cfg = pinned_config("backward", e.dtype, e.device)
+        cfg = pinned_config("backward", e.dtype, e.device, (n_rows, vocab, dim))
         kernel = _backward
         block_dd_max = cfg.block_dd
     n_dd = triton.cdiv(dim, block_dd_max)

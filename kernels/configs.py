@@ -74,9 +74,12 @@ for _arch in ARCHS:
     PINNED["forward", _arch, "fp32"] = _FP32_FWD
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
 
+# Under the interpreter every program and every jit-helper call costs Python time,
+# so tiles are as large as numpy handles well, then shrunk to the problem
+# (``fit_to``).
 INTERPRETER = {
-    "forward": KernelConfig(64, 256, 64, num_warps=4, num_stages=1),
-    "backward": KernelConfig(64, 128, 64, num_warps=4, num_stages=1, block_dd=64),
+    "forward": KernelConfig(512, 2048, 256, num_warps=4, num_stages=1),
+    "backward": KernelConfig(512, 1024, 256, num_warps=4, num_stages=1, block_dd=256),
 }
 
 _override: dict[str, KernelConfig] = {}
@@ -97,12 +100,30 @@ def arch_of(device: torch.device) -> str:
     return "sm_90" if major >= 9 else "sm_80"
 
 
-def pinned_config(kernel: str, dtype: torch.dtype, device: torch.device) -> KernelConfig:
-    """The config a non-autotuned launch uses."""
+def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:
+    """Shrink tiles to the next power of two of each dimension (at least 16)."""
+
+    def fit(block: int, size: int) -> int:
+        return min(block, max(16, triton.next_power_of_2(size)))
+
+    block_d = fit(cfg.block_d, d)
+    return replace(
+        cfg,
+        block_n=fit(cfg.block_n, n),
+        block_v=fit(cfg.block_v, v),
+        block_d=block_d,
+        block_dd=fit(cfg.block_dd, d) if cfg.block_dd else 0,
+    )
+
+
+def pinned_config(
+    kernel: str, dtype: torch.dtype, device: torch.device, shape: tuple[int, int, int]
+) -> KernelConfig:
+    """The config a non-autotuned launch uses for an (N, V, D) problem."""
     if kernel in _override:
         return _override[kernel]
     if interpreting() or device.type != "cuda":
-        return INTERPRETER[kernel]
+        return fit_to(INTERPRETER[kernel], *shape)
     return PINNED[kernel, arch_of(device), DTYPE_NAMES[dtype]]
 
 

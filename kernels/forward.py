@@ -137,7 +137,7 @@ def _forward_kernel(
         tl.store(SmoothPart + out, smooth, mask=n_mask)
 
 
-SPLIT_GRAIN = 256  # the largest BLOCK_V any config uses
+SPLIT_GRAIN = 256  # the largest BLOCK_V any GPU config uses
 
 _forward = triton.heuristics(_HEURISTICS)(_forward_kernel)
 _forward_tuned = None
@@ -207,12 +207,13 @@ def lse_forward(
     args = (e, c, targets, cbar, lse_part, target_part, smooth_part, avg, softcap, 1.0 / n_rows)
     sizes = (n_rows, vocab, dim)
     strides = (e.stride(0), e.stride(1), c.stride(0), c.stride(1), targets.stride(0))
-    # A multiple of SPLIT_GRAIN, hence of every BLOCK_V, so no tile straddles two splits.
-    split_size = triton.cdiv(triton.cdiv(vocab, splits), SPLIT_GRAIN) * SPLIT_GRAIN
-    if autotune_enabled():
+    cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
+    # A multiple of every BLOCK_V in use, so no tile straddles two splits.
+    grain = SPLIT_GRAIN if cfg is None else max(SPLIT_GRAIN, cfg.block_v)
+    split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
+    if cfg is None:
         _tuned()[grid](*args, *sizes, split_size, *strides)
     else:
-        cfg = pinned_config("forward", e.dtype, e.device)
         _forward[grid](*args, *sizes, split_size, *strides, **cfg.launch("forward"))
 
     lse = lse_part[0] if splits == 1 else torch.logsumexp(lse_part, dim=0)

@@ -4,6 +4,7 @@ prints the table and writes the results file."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 import time
@@ -185,6 +186,18 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+# Commands living in their own modules: (name, module, help). Each module exposes
+# ``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when its
+# command runs or its help is built, so `perfsuite run` never pays for the others.
+MODULE_COMMANDS = (
+    (
+        "kernel-report",
+        "perfsuite.kernel_report",
+        "compile the kernels ahead of time; registers, spills",
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__)
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
@@ -192,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(sub.add_parser("run", help="measure methods on a shape preset"))
     sub.add_parser("shapes", help="list shape presets")
     sub.add_parser("methods", help="list methods with availability and capabilities here")
+    for name, module, help_text in MODULE_COMMANDS:
+        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
 
@@ -203,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     try:
-        return COMMANDS[args.command](args, console)
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args, console)
+        module = next(m for name, m, _ in MODULE_COMMANDS if name == args.command)
+        return int(importlib.import_module(module).run(args))
     except (PlanError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2

@@ -39,7 +39,7 @@ PRESETS: dict[str, Shape] = {
         Shape("qwen2.5-7b", 8192, 152064, 3584),
         # Small enough for a 2-core CPU with Triton under the interpreter, large
         # enough that eager's N x V logits dominate its memory.
-        Shape("smoke", 512, 8192, 256, dtype="fp32", softcap=30.0),
+        Shape("smoke", 256, 4096, 256, dtype="fp32", softcap=30.0),
     )
 }
 

@@ -9,7 +9,12 @@ import sys
 import pytest
 import torch
 
-from perfsuite.measure.memory import CPU_MALLOC_ENV, cpu_meter_supported, measure_peak
+from perfsuite.measure.memory import (
+    CPU_MALLOC_ENV,
+    cpu_meter_supported,
+    measure_peak,
+    tensor_peak_from_events,
+)
 
 PROBE = r"""
 import sys, torch
@@ -20,7 +25,8 @@ for n in sizes:
     def alloc(n=n):
         t = torch.ones(n // 4, dtype=torch.float32)  # touched, so resident
         del t
-    print(measure_cpu_peak(alloc).delta)
+    peak = measure_cpu_peak(alloc)
+    print(peak.delta, peak.rss_delta)
 """
 
 
@@ -35,8 +41,10 @@ def test_cpu_meter_reads_known_allocation_within_one_percent(nbytes):
         text=True,
         check=True,
     )
-    for measured in map(int, out.stdout.split()):
-        assert abs(measured - nbytes) <= 0.01 * nbytes, (measured, nbytes)
+    readings = [int(v) for v in out.stdout.split()]
+    assert len(readings) == 4
+    for measured in readings:  # tensor meter and RSS meter, twice each
+        assert abs(measured - nbytes) <= 0.01 * nbytes, (readings, nbytes)
 
 
 @pytest.mark.skipif(cpu_meter_supported() is not None, reason=str(cpu_meter_supported()))
@@ -60,3 +68,23 @@ def test_cuda_meter_reads_known_allocation_exactly():
     peak = measure_peak(lambda: torch.ones(64 << 20 >> 2, device=device), device)
     assert peak.delta == 64 << 20
     assert peak.absolute >= peak.delta + keep.numel() * 4
+
+
+def test_tensor_meter_counts_torch_tensors_not_numpy_temporaries():
+    import numpy as np
+
+    def work():
+        scratch = np.ones(16 << 20 >> 3)  # 16 MiB outside torch's allocator
+        kept = torch.ones(4 << 20 >> 2)  # 4 MiB tensor, alive at the end
+        del scratch
+        return kept
+
+    peak = measure_peak(work, torch.device("cpu"))
+    assert peak.delta == 4 << 20
+    assert peak.rss_delta is not None and peak.rss_delta >= (16 << 20) * 0.99
+
+
+def test_running_peak_of_events():
+    events = [(3, -100), (1, 100), (2, 50), (4, 10)]  # out of order on purpose
+    assert tensor_peak_from_events(events) == 150
+    assert tensor_peak_from_events([]) == 0

@@ -69,8 +69,9 @@ def _validate(
             f"{tuple(e.shape[:-1])}"
         )
     if not (e.device == c.device == targets.device):
-        raise ValueError(f"e, c, targets on different devices: {e.device}, {c.device}, "
-                         f"{targets.device}")
+        raise ValueError(
+            f"e, c, targets on different devices: {e.device}, {c.device}, {targets.device}"
+        )
     if e.device.type != "cuda" and not compiled_for_interpreter():
         raise ValueError(
             f"tensors on {e.device.type} need Triton's interpreter: set TRITON_INTERPRET=1 "
@@ -83,11 +84,15 @@ def _validate(
         raise ValueError(f"unknown reduction {reduction!r}; use one of {REDUCTIONS}")
     if impl not in IMPLS:
         raise ValueError(f"unknown impl {impl!r}; use one of {IMPLS}")
-    if softcap is not None and not (isinstance(softcap, (int, float)) and softcap > 0
-                                    and math.isfinite(softcap)):
+    if softcap is not None and not (
+        isinstance(softcap, (int, float)) and softcap > 0 and math.isfinite(softcap)
+    ):
         raise ValueError(f"softcap must be None or a positive float, got {softcap!r}")
-    if not (filter_eps is None or filter_eps == "auto"
-            or (isinstance(filter_eps, (int, float)) and filter_eps >= 0)):
+    if not (
+        filter_eps is None
+        or filter_eps == "auto"
+        or (isinstance(filter_eps, (int, float)) and filter_eps >= 0)
+    ):
         raise ValueError(f"filter_eps must be 'auto', None or a float >= 0, got {filter_eps!r}")
 
 

@@ -63,6 +63,20 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         const="preset",
         help="apply a logit softcap: the preset's (bare flag) or the given value",
     )
+    p.add_argument(
+        "--workload",
+        help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
+    )
+    p.add_argument(
+        "--entropy",
+        type=float,
+        help="synthetic workload: target mean token entropy in nats (implies synthetic)",
+    )
+    p.add_argument(
+        "--zipf",
+        type=float,
+        help="synthetic workload: Zipf exponent of the unigram prior (default 1)",
+    )
     p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
     p.add_argument("--seed", type=int, default=0)
@@ -94,19 +108,30 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    shapes = [
-        get_shape(name).with_overrides(args.tokens, args.vocab, args.hidden)
-        for name in args.shape.split(",")
-        if name.strip()
-    ]
+    from perfsuite.workloads import file_shape, parse_workload
+
+    workload = parse_workload(args.workload, args.entropy, args.zipf)
+    if workload is not None and workload["kind"] == "file":
+        if args.vocab or args.hidden:
+            raise PlanError("a file workload fixes V and D; only --tokens (up to its N) applies")
+        shapes = [file_shape(workload, args.tokens)]
+        softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
+    else:
+        shapes = [
+            get_shape(name).with_overrides(args.tokens, args.vocab, args.hidden)
+            for name in args.shape.split(",")
+            if name.strip()
+        ]
+        softcap = _softcap(args, shapes)
     plan = build_plan(
+        workload=workload,
         shapes=shapes,
         methods=args.methods,
         betas=args.beta,
         phases=args.phases,
         dtype=args.dtype,
         device=args.device,
-        softcap=_softcap(args, shapes),
+        softcap=softcap,
         samples=args.samples,
         warmup=args.warmup,
         seed=args.seed,
@@ -190,6 +215,25 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
 # ``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when its
 # command runs or its help is built, so `perfsuite run` never pays for the others.
 MODULE_COMMANDS = (
+    (
+        "sweep",
+        "perfsuite.sweep",
+        "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
+    ),
+    (
+        "merge",
+        "perfsuite.merge",
+        "join results files (e.g. shards), checking their environments agree",
+    ),
+    ("report", "perfsuite.report", "render the paper table as md, latex, csv or html"),
+    ("plot", "perfsuite.plot", "PNG plots of memory and time against V and N"),
+    ("compare", "perfsuite.compare", "compare two results cell by cell; exit 1 on regression"),
+    ("baseline", "perfsuite.baseline_store", "store or list this device's baseline results"),
+    (
+        "sensitivity",
+        "perfsuite.sensitivity",
+        "measure the regression detector's false-alarm and detection rates here",
+    ),
     (
         "kernel-report",
         "perfsuite.kernel_report",

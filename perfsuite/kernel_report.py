@@ -41,8 +41,10 @@ class Variant:
 def _as_jit(obj: Any, _seen: dict[int, JITFunction] | None = None) -> JITFunction:
     """The compilable ``JITFunction`` behind ``obj`` (heuristics / interpreter wrappers)."""
     seen = {} if _seen is None else _seen
-    while not isinstance(obj, JITFunction) and hasattr(obj, "fn") and not callable(
-        getattr(obj, "__code__", None)
+    while (
+        not isinstance(obj, JITFunction)
+        and hasattr(obj, "fn")
+        and not callable(getattr(obj, "__code__", None))
     ):
         if type(obj).__name__ == "InterpretedFunction":
             break
@@ -84,38 +86,97 @@ def _specs(dtype: str) -> list[tuple[str, Any, dict[str, str], dict[str, Any], l
     t = _TL_DTYPES[dtype]
     f32 = "*fp32"
     fwd_sig = {
-        "E": f"*{t}", "C": f"*{t}", "Targets": "*i64", "CBar": f32, "LSEPart": f32,
-        "TargetPart": f32, "SmoothPart": f32, "LogitAvg": f32, "softcap": "fp32",
-        "inv_n": "fp32", "N": "i32", "V": "i32", "D": "i32", "split_size": "i32",
-        "stride_en": "i32", "stride_cv": "i32",
+        "E": f"*{t}",
+        "C": f"*{t}",
+        "Targets": "*i64",
+        "CBar": f32,
+        "LSEPart": f32,
+        "TargetPart": f32,
+        "SmoothPart": f32,
+        "LogitAvg": f32,
+        "softcap": "fp32",
+        "inv_n": "fp32",
+        "N": "i32",
+        "V": "i32",
+        "D": "i32",
+        "split_size": "i32",
+        "stride_en": "i32",
+        "stride_cv": "i32",
     }
     bwd_sig = {
-        "E": f"*{t}", "C": f"*{t}", "LSE": f32, "Targets": "*i64", "G": f32, "Order": "*i32",
-        "dE": f"*{t}", "dC": f"*{t}", "dELocks": "*i32", "dCLocks": "*i32", "softcap": "fp32",
-        "target_w": "fp32", "smooth_w": "fp32", "filter_eps": "fp32", "N": "i32", "V": "i32",
-        "D": "i32", "stride_en": "i32", "stride_cv": "i32",
+        "E": f"*{t}",
+        "C": f"*{t}",
+        "LSE": f32,
+        "Targets": "*i64",
+        "G": f32,
+        "Order": "*i32",
+        "dE": f"*{t}",
+        "dC": f"*{t}",
+        "dELocks": "*i32",
+        "dCLocks": "*i32",
+        "softcap": "fp32",
+        "target_w": "fp32",
+        "smooth_w": "fp32",
+        "filter_eps": "fp32",
+        "N": "i32",
+        "V": "i32",
+        "D": "i32",
+        "stride_en": "i32",
+        "stride_cv": "i32",
     }
     unit = {"stride_ed": 1, "stride_cd": 1, "stride_t": 1}
     precision = "ieee" if dtype == "fp32" else "tf32"
     common = {**unit, "DOT_PRECISION": precision, "UPCAST_DOT": False, "EVEN_D": False}
     fwd_variants = [
-        Variant("plain", {"HAS_SMOOTHING": False, "HAS_SOFTCAP": False, "HAS_LOGIT_AVG": True,
-                          "SmoothPart": None, "CBar": None}),
-        Variant("smooth+softcap", {"HAS_SMOOTHING": True, "HAS_SOFTCAP": True,
-                                   "HAS_LOGIT_AVG": True}),
+        Variant(
+            "plain",
+            {
+                "HAS_SMOOTHING": False,
+                "HAS_SOFTCAP": False,
+                "HAS_LOGIT_AVG": True,
+                "SmoothPart": None,
+                "CBar": None,
+            },
+        ),
+        Variant(
+            "smooth+softcap", {"HAS_SMOOTHING": True, "HAS_SOFTCAP": True, "HAS_LOGIT_AVG": True}
+        ),
     ]
-    bwd_flags = {"FILTER": True, "SORTED": True, "GROUP_N": backward.GROUP_N,
-                 "ATOMIC_DE": dtype == "fp32", "ATOMIC_DC": dtype == "fp32"}
+    bwd_flags = {
+        "FILTER": True,
+        "SORTED": True,
+        "GROUP_N": backward.GROUP_N,
+        "ATOMIC_DE": dtype == "fp32",
+        "ATOMIC_DC": dtype == "fp32",
+    }
     bwd_variants = [
         Variant("plain", {**bwd_flags, "HAS_SMOOTHING": False, "HAS_SOFTCAP": False}),
         Variant("smooth+softcap", {**bwd_flags, "HAS_SMOOTHING": True, "HAS_SOFTCAP": True}),
     ]
     if dtype != "fp32":
-        bwd_variants.append(Variant("fp32-accum", {**bwd_flags, "HAS_SMOOTHING": True,
-                                                   "HAS_SOFTCAP": True, "ATOMIC_DE": True,
-                                                   "ATOMIC_DC": True, "dE": f32, "dC": f32}))
-    colsum_sig = {"X": f"*{t}", "W": f32, "Out": f32, "R": "i32", "D": "i32",
-                  "rows_per_split": "i32", "stride_xr": "i32"}
+        bwd_variants.append(
+            Variant(
+                "fp32-accum",
+                {
+                    **bwd_flags,
+                    "HAS_SMOOTHING": True,
+                    "HAS_SOFTCAP": True,
+                    "ATOMIC_DE": True,
+                    "ATOMIC_DC": True,
+                    "dE": f32,
+                    "dC": f32,
+                },
+            )
+        )
+    colsum_sig = {
+        "X": f"*{t}",
+        "W": f32,
+        "Out": f32,
+        "R": "i32",
+        "D": "i32",
+        "rows_per_split": "i32",
+        "stride_xr": "i32",
+    }
     colsum_common = {"stride_xd": 1, "BLOCK_R": reductions.BLOCK_R, "BLOCK_D": reductions.BLOCK_D}
     colsum_variants = [
         Variant("sum", {"HAS_WEIGHTS": False, "W": None}),
@@ -141,8 +202,14 @@ def _parse_usage(ptxas_log: str, cuobjdump_out: str) -> dict[str, int]:
     }
 
 
-def _compile_one(jit: JITFunction, signature: dict[str, str], constexprs: dict[str, Any],
-                 arch: str, num_warps: int, num_stages: int) -> dict[str, int]:
+def _compile_one(
+    jit: JITFunction,
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    arch: str,
+    num_warps: int,
+    num_stages: int,
+) -> dict[str, int]:
     from triton.compiler import ASTSource
 
     sig = dict(signature)
@@ -163,7 +230,9 @@ def _compile_one(jit: JITFunction, signature: dict[str, str], constexprs: dict[s
             fh.write(compiled.asm["cubin"])
         ptxas = subprocess.run(
             [_tool("ptxas"), f"-arch={arch}", "-v", ptx, "-o", os.path.join(tmp, "v.cubin")],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         usage = subprocess.run(
             [_tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True, check=True
@@ -186,7 +255,10 @@ def _report_in_child(archs: list[str]) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(
         [sys.executable, "-m", "perfsuite.kernel_report", "--arch", ",".join(archs), "--json"],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     try:
         return json.loads(out.stdout)
@@ -229,7 +301,8 @@ def kernel_report(archs: list[str]) -> list[dict[str, Any]]:
                     row: dict[str, Any] = {
                         "kernel": f"{kernel}[{variant.name}]",
                         "config": f"R{BLOCK_R}-D{BLOCK_D}-w{NUM_WARPS}"
-                        if kernel == "column_sum" else cfg.describe(),
+                        if kernel == "column_sum"
+                        else cfg.describe(),
                         "dtype": dtype,
                         "arch": arch,
                         "ok": False,
@@ -241,8 +314,9 @@ def kernel_report(archs: list[str]) -> list[dict[str, Any]]:
                         "shared_bytes": None,
                     }
                     try:
-                        row.update(_compile_one(jit, sig, constexprs, arch, cfg.num_warps,
-                                                cfg.num_stages))
+                        row.update(
+                            _compile_one(jit, sig, constexprs, arch, cfg.num_warps, cfg.num_stages)
+                        )
                         row["ok"] = True
                     except Exception as exc:  # reported per row, never swallowed
                         row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:500]}"
@@ -258,14 +332,18 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
         if not r["ok"]:
             out.append(f"{where}: {r['error']}")
         elif r["spill_store_bytes"] or r["spill_load_bytes"]:
-            out.append(f"{where}: spills {r['spill_store_bytes']}B st / "
-                       f"{r['spill_load_bytes']}B ld")
+            out.append(
+                f"{where}: spills {r['spill_store_bytes']}B st / {r['spill_load_bytes']}B ld"
+            )
     return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--arch", default=",".join(DEFAULT_ARCHS),
-                        help="comma-separated targets (default: sm_80,sm_90a)")
+    parser.add_argument(
+        "--arch",
+        default=",".join(DEFAULT_ARCHS),
+        help="comma-separated targets (default: sm_80,sm_90a)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
 
 
@@ -283,8 +361,18 @@ def run(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         table = Table(title="Triton kernels, ahead-of-time")
-        cols = ("kernel", "config", "dtype", "arch", "ok", "registers", "spill_store_bytes",
-                "spill_load_bytes", "stack_bytes", "shared_bytes")
+        cols = (
+            "kernel",
+            "config",
+            "dtype",
+            "arch",
+            "ok",
+            "registers",
+            "spill_store_bytes",
+            "spill_load_bytes",
+            "stack_bytes",
+            "shared_bytes",
+        )
         for col in cols:
             table.add_column(col.replace("_bytes", " B").replace("_", " "))
         for r in rows:

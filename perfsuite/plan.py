@@ -36,6 +36,8 @@ class Plan:
     memory_limit: int | None = None
     timeout_s: float = 3600.0
     notes: list[str] = field(default_factory=list)
+    # perfsuite.workloads spec; None is random inputs.
+    workload: dict[str, Any] | None = None
 
     def cases(self) -> list[dict[str, Any]]:
         """Every (shape, dtype, beta) as worker-ready dicts (Case fields plus ``shape``)."""
@@ -49,6 +51,7 @@ class Plan:
                 "beta": beta,
                 "softcap": self.softcap,
                 "device": self.device,
+                **({"workload": self.workload} if self.workload else {}),
             }
             for shape in self.shapes
             for dtype in self.dtypes
@@ -111,7 +114,7 @@ def check_fits(plan: Plan) -> None:
         return
     budget = CPU_MEMORY_SHARE * available
     for shape in plan.shapes:
-        need = reference_bytes(shape.tokens, shape.vocab, shape.hidden)
+        need = max(reference_bytes(shape.tokens, shape.vocab, shape.hidden, d) for d in plan.dtypes)
         if need > budget:
             raise PlanError(
                 f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}) needs "
@@ -136,6 +139,8 @@ def build_plan(
     seed: int = 0,
     memory_limit: int | None = None,
     timeout_s: float = 3600.0,
+    workload: dict[str, Any] | None = None,
+    check_memory: bool = True,
 ) -> Plan:
     phase_list = parse_list(phases, "phases")
     bad = [p for p in phase_list if p not in PHASES]
@@ -162,6 +167,8 @@ def build_plan(
         seed=seed,
         memory_limit=memory_limit,
         timeout_s=timeout_s,
+        workload=workload,
     )
-    check_fits(plan)
+    if check_memory:  # a sweep predicts fit per cell instead (perfsuite.sweep)
+        check_fits(plan)
     return plan

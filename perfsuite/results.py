@@ -17,7 +17,8 @@ import pandas as pd
 
 SCHEMA_VERSION = 1
 
-STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error")
+# ``skipped``: a sweep predicted the cell cannot fit the device and did not attempt it.
+STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skipped")
 PHASES = ("fwd", "bwd", "fwd+bwd")
 
 # The columns that identify a cell: two rows with equal keys measure the same thing.
@@ -53,10 +54,13 @@ class Row:
     interpreted: bool = False
     # First call (compilation, autotuning, caches) of the fwd+bwd step.
     compile_ms: float | None = None
-    # Peak memory of the phase above what was allocated when it started (the
-    # paper's figure), and the absolute peak (allocator on CUDA, process RSS on CPU).
+    # Peak tensor memory of the phase above what was allocated when it started
+    # (the paper's figure; CUDA allocator, or torch's CPU allocation events), and
+    # the absolute peak (allocator on CUDA, process RSS on CPU).
     peak_bytes: int | None = None
     peak_abs_bytes: int | None = None
+    # CPU only: growth of the process RSS at its peak (interpreter temporaries included).
+    rss_peak_bytes: int | None = None
     # Errors against the fp32 reference: loss, dE, dC (max absolute), and the
     # tolerance the correctness gate applied to each.
     max_abs_err: float | None = None
@@ -64,6 +68,10 @@ class Row:
     grad_e_err: float | None = None
     grad_c_err: float | None = None
     tolerance: dict[str, float] | None = None
+    # What the inputs were (perfsuite.workloads): "random", "synthetic(...)" or
+    # "file:NAME", and the measured mean token entropy (nats) of their softmax.
+    workload: str = "random"
+    entropy: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -26,6 +26,7 @@ from perfsuite.provenance import collect_env, gpu_state
 from perfsuite.registry import all_methods
 from perfsuite.results import Row, new_document
 from perfsuite.worker import WorkerSpec
+from perfsuite.workloads import workload_label
 
 # Called after each finished case: (method, case dict, rows of that case).
 ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
@@ -66,9 +67,14 @@ def _death_reason(returncode: int | None, timed_out: bool, stderr: str) -> tuple
 
 
 def run_method(
-    plan: Plan, method: str, cases: list[dict[str, Any]], progress: ProgressFn | None = None
+    plan: Plan,
+    method: str,
+    cases: list[dict[str, Any]],
+    progress: ProgressFn | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """All cases of one method, restarting the worker after a crash."""
+    """All cases of one method, restarting the worker after a crash; ``env`` is added
+    to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU)."""
     triton = all_methods()[method].caps.triton
     rows: list[dict[str, Any]] = []
     remaining = list(cases)
@@ -91,7 +97,7 @@ def run_method(
             spec_path.write_text(json.dumps(asdict(spec)))
             proc = subprocess.Popen(
                 [sys.executable, "-m", "perfsuite.worker", str(spec_path)],
-                env=worker_env(plan, triton),
+                env={**worker_env(plan, triton), **(env or {})},
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -123,7 +129,14 @@ def run_method(
             have = {r["phase"] for r in case_rows if _same_case(r, lost)}
             dead = [
                 asdict(
-                    Row(method=method, phase=p, status=status, reason=reason, **_case_fields(lost))
+                    Row(
+                        method=method,
+                        phase=p,
+                        status=status,
+                        reason=reason,
+                        workload=workload_label(lost.get("workload")),
+                        **_case_fields(lost),
+                    )
                 )
                 for p in plan.phases
                 if p not in have

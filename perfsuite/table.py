@@ -31,34 +31,97 @@ def fmt_ms(row: dict[str, Any]) -> str:
     return f"{row['median_ms']:.3g} ms"
 
 
+# Shared by the console table and perfsuite.report: how rows group into tables,
+# what a non-ok cell says, and which marks a measured cell carries.
+
+
+def shape_key(row: dict[str, Any]) -> tuple:
+    """(N, V, D, dtype, softcap, workload): one paper table, β as its sections."""
+    return (
+        row["tokens"],
+        row["vocab"],
+        row["hidden"],
+        row["dtype"],
+        row["softcap"],
+        row.get("workload") or "random",
+    )
+
+
 def _group_key(row: dict[str, Any]) -> tuple:
-    return (row["tokens"], row["vocab"], row["hidden"], row["dtype"], row["softcap"], row["beta"])
+    return (*shape_key(row), row["beta"])
+
+
+def group_rows(rows: Iterable[dict[str, Any]], key: Any = _group_key) -> dict[Any, list]:
+    """Rows grouped by ``key(row)``, groups and members in first-seen order."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return groups
+
+
+def shape_title(members: list[dict[str, Any]]) -> str:
+    first = members[0]
+    shape = first.get("shape") or "custom"
+    softcap, workload = first["softcap"], first.get("workload") or "random"
+    cap = "" if softcap is None else f", softcap {softcap:g}"
+    load = "" if workload == "random" else f", {workload} inputs"
+    return (
+        f"{shape}: N={first['tokens']} V={first['vocab']} D={first['hidden']} "
+        f"{first['dtype']}{cap}{load}"
+    )
+
+
+def present_phases(members: list[dict[str, Any]]) -> list[str]:
+    return [p for p in PHASES if any(r["phase"] == p for r in members)]
+
+
+def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """method -> phase -> row."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in members:
+        out.setdefault(row["method"], {})[row["phase"]] = row
+    return out
+
+
+def status_label(row: dict[str, Any]) -> str:
+    """What a cell without a measurement shows: N/A where the method does not apply."""
+    return "N/A" if row["status"] == "unsupported" else row["status"]
+
+
+def grads_in_forward(name: str, known: dict[str, Any] | None = None) -> bool:
+    method = (all_methods() if known is None else known).get(name)
+    return method is not None and method.caps.grads_in_forward
+
+
+def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
+    """‡ where fwd/bwd are not comparable, † where Triton was interpreted."""
+    mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
+    return mark + (INTERPRETED_MARK if row.get("interpreted") else "")
 
 
 def _status_cell(row: dict[str, Any]) -> str:
     if row["status"] == "unsupported":
         return "[dim]N/A[/dim]"
-    color = {"wrong": "red", "oom": "magenta", "error": "red", "unavailable": "dim"}[row["status"]]
-    return f"[{color}]{row['status']}[/{color}]"
+    color = {
+        "wrong": "red",
+        "oom": "magenta",
+        "error": "red",
+        "unavailable": "dim",
+        "skipped": "yellow",
+    }[row["status"]]
+    return f"[{color}]{status_label(row)}[/{color}]"
 
 
 def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(_group_key(row), []).append(row)
+    groups = group_rows(rows)
     known = all_methods()
     tables = []
     for key, members in groups.items():
-        tokens, vocab, hidden, dtype, softcap, beta = key
-        shape = members[0].get("shape") or "custom"
-        cap = "" if softcap is None else f", softcap {softcap:g}"
-        title = (
-            f"{shape}: N={tokens} V={vocab} D={hidden} {dtype}{cap}, "
-            f"β={beta:g} on {members[0].get('device', '?')}"
-        )
+        tokens, vocab, hidden, dtype, softcap, _, beta = key
+        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
         table = Table(title=title, title_justify="left")
         table.add_column("method", no_wrap=True)
-        phases = [p for p in PHASES if any(r["phase"] == p for r in members)]
+        phases = present_phases(members)
         for phase in phases:
             table.add_column(f"{phase} mem", justify="right")
             table.add_column(f"{phase} time", justify="right")
@@ -73,12 +136,8 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
             "math.md: N fp32 losses; dE + dC",
             end_section=True,
         )
-        by_method: dict[str, dict[str, dict[str, Any]]] = {}
-        for row in members:
-            by_method.setdefault(row["method"], {})[row["phase"]] = row
-        for name, by_phase in by_method.items():
-            method = known.get(name)
-            grads_in_fwd = method is not None and method.caps.grads_in_forward
+        for name, by_phase in by_method(members).items():
+            grads_in_fwd = grads_in_forward(name, known)
             cells, notes = [], set()
             for phase in phases:
                 row = by_phase.get(phase)
@@ -88,8 +147,7 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
                     cells += [_status_cell(row), ""]
                     notes.add(f"{row['status']}: {row['reason']}")
                 else:
-                    mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
-                    mark += INTERPRETED_MARK if row.get("interpreted") else ""
+                    mark = cell_marks(row, phase, grads_in_fwd)
                     style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
                     mem, ms = fmt_bytes(row["peak_bytes"]), fmt_ms(row) + mark
                     cells += [
@@ -116,7 +174,10 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         )
     device = next((r.get("device") for r in rows), None)
     if device == "cpu":
-        notes.append("CPU run: memory is process RSS growth (high-water mark), not GPU memory.")
+        notes.append(
+            "CPU run: memory is what torch tensors hold at the peak (CPU allocator events), "
+            "the CPU counterpart of CUDA's max_memory_allocated; process RSS is in the results."
+        )
     return notes
 
 

@@ -22,13 +22,20 @@ from typing import Any
 
 import torch
 
-from perfsuite.correctness import judge, reference_outcome, run_once, same_dtype_outcome, tolerances
+from perfsuite.correctness import (
+    judge,
+    reference_outcome,
+    run_once,
+    tolerances,
+    torch_error_outcome,
+)
 from perfsuite.inputs import Inputs, make_inputs
 from perfsuite.measure.memory import measure_peak
 from perfsuite.measure.timing import CacheFlusher, time_samples
 from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
 from perfsuite.registry import get_method
 from perfsuite.results import PHASES, Row
+from perfsuite.workloads import workload_label
 
 
 @dataclass
@@ -95,6 +102,7 @@ class Phase:
 def _rows(case: dict[str, Any], spec: WorkerSpec, method: Method, **fields: Any) -> list[Row]:
     interpreted = method.caps.triton and case["device"] == "cpu"
     base = {k: case[k] for k in ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")}
+    base["workload"] = workload_label(case.get("workload"))
     return [
         Row(
             method=spec.method,
@@ -112,7 +120,7 @@ def run_case(
     spec: WorkerSpec, method: Method, raw: dict[str, Any], emit: Callable[[Row], None]
 ) -> None:
     """Measure every phase of one case; each row goes to ``emit`` as soon as it is known."""
-    case = Case(**{k: v for k, v in raw.items() if k != "shape"})
+    case = Case(**{k: v for k, v in raw.items() if k not in ("shape", "workload")})
     device = torch.device(case.device)
 
     def all_phases(status: str, reason: str, **extra: Any) -> None:
@@ -127,9 +135,9 @@ def run_case(
         return all_phases("unsupported", reason)
     done: set[str] = set()
     try:
-        inputs = make_inputs(case, spec.seed)
+        inputs = make_inputs(case, spec.seed, raw.get("workload"))
         reference = reference_outcome(case, inputs)
-        bounds = tolerances(case, reference, same_dtype_outcome(case, inputs))
+        bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
         loss_fn = method.prepare(case, inputs.c)
         start = time.perf_counter()
         outcome = run_once(loss_fn, inputs)
@@ -145,6 +153,7 @@ def run_case(
             grad_c_err=verdict.errors["grad_c"],
             tolerance=verdict.bounds,
             compile_ms=compile_ms,
+            entropy=inputs.entropy,
         )
         if not verdict.passed:
             return all_phases("wrong", verdict.explain(), **gate)
@@ -158,12 +167,14 @@ def run_case(
                 phase.body,
                 device,
                 samples=min(spec.samples, 3) if interpreted else spec.samples,
-                warmup=min(spec.warmup, 1) if interpreted else spec.warmup,
+                # The interpreter compiles nothing; the gate's call already warmed it.
+                warmup=0 if interpreted else spec.warmup,
                 setup=phase.setup,
                 flush=flush,
             )
             phase.reset()
             row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
+            row.rss_peak_bytes = peak.rss_delta
             row.samples_ms = timing.samples_ms
             row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
             if interpreted:

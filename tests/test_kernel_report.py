@@ -41,7 +41,10 @@ def test_works_under_interpreter_env():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "perfsuite.kernel_report", "--arch", "sm_90a", "--json"],
-        capture_output=True, text=True, env=env, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout)

@@ -106,8 +106,10 @@ def test_resuming_a_finished_sweep_runs_nothing(killed_and_resumed, monkeypatch)
     assert again["rows"] == after["rows"]
 
 
-def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path):
+def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monkeypatch):
     _, full, _ = killed_and_resumed
+    # Shards must share a git SHA to merge; pin it against a commit landing mid-test.
+    monkeypatch.setattr("perfsuite.provenance.git_state", lambda: {"sha": "x", "dirty": True})
     assert sweep.run(_args("--out", str(tmp_path / "s0.json"), "--shard", "0/2")) == 0
     # Shard 1 through two worker slots at once (what --gpus does with CUDA_VISIBLE_DEVICES).
     plan, grid = sweep.plan_from_args(_args())
@@ -139,23 +141,26 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monk
     print_tables(rows, Console(file=open(os.devnull, "w")))  # noqa: SIM115
 
 
-def test_skip_prediction_spares_methods_without_logits():
+def test_skip_prediction_follows_the_memory_model():
+    from perfsuite.memory_model import predicted_peak
     from perfsuite.registry import all_methods
 
-    plan, _ = sweep.plan_from_args(
-        _args(
-            "--methods", "eager,ours", "--tokens", "8192", "--vocab", "256000", "--hidden", "2048"
-        )
-    )
+    big = ("--tokens", "8192", "--vocab", "256000", "--hidden", "2048", "--dtype", "bf16")
+    plan, _ = sweep.plan_from_args(_args("--methods", "eager,ours,torch-compile", *big))
     known = all_methods()
     units = {u.method: u for u in grid_units(plan) if u.case["beta"] == 0}
     gib = 2**30
-    # 8192 x 256000 logits: eager needs ~7 copies (29 GiB in fp32 x 7/2 ...), the gate
-    # its fp32 reference (~23 GiB); 40 GiB fits ours but not eager.
-    assert "N x V logits" in skip_reason(units["eager"], 40 * gib, known)
+    # Every worker runs the correctness gate (fp32 reference: 3 N V 4 bytes, ~23 GiB).
+    need, what = predicted_peak("ours", False, 8192, 256000, 2048, "bf16")
+    assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
     assert skip_reason(units["ours"], 40 * gib, known) is None
-    assert "reference" in skip_reason(units["ours"], 8 * gib, known)
-    assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt
+    reason = skip_reason(units["ours"], 20 * gib, known)
+    assert "reference" in reason and "--force" in reason
+    assert "reference" in skip_reason(units["eager"], 20 * gib, known)
+    assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt all
+    # A method holding more logit copies than the gate is named for them.
+    need, what = predicted_peak("eager", True, 8192, 256000, 2048, "bf16", softcap=True)
+    assert "N x V logits" in what and need > 7 * 8192 * 256000 * 2
 
 
 def test_shards_partition_the_grid():

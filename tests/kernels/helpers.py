@@ -61,13 +61,19 @@ def check(
         lambda e, c, t: linear_cross_entropy(
             e, c, t, label_smoothing=beta, softcap=softcap, reduction=reduction, **options
         ),
-        e, c, targets, upstream,
+        e,
+        c,
+        targets,
+        upstream,
     )
     ref = _run(
         lambda e, c, t: reference_loss(
             e.reshape(-1, e.shape[-1]), c, t.reshape(-1), beta, softcap, reduction=reduction
         ).reshape(shape),
-        e, c, targets, upstream,
+        e,
+        c,
+        targets,
+        upstream,
     )
     all_ignored = bool((targets == -100).all())
     if all_ignored and reduction == "mean":
@@ -85,7 +91,10 @@ def check(
         lambda e, c, t: _same_dtype_loss(
             e.reshape(-1, e.shape[-1]), c, t.reshape(-1), beta, softcap, reduction
         ).reshape(shape),
-        e, c, targets, upstream,
+        e,
+        c,
+        targets,
+        upstream,
     )
     for name, a, b, s in zip(("loss", "dE", "dC"), ours, ref, same, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape, name

@@ -35,8 +35,9 @@ def test_dtype_beta_softcap(device, dtype, beta, softcap):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_reduction_impl(device, reduction, impl):
     e, c, t = make_inputs(29, 130, 40, torch.float32, device)
-    check(e, c, t, beta=0.1, softcap=30.0 if impl == "fused" else None, reduction=reduction,
-          impl=impl)
+    check(
+        e, c, t, beta=0.1, softcap=30.0 if impl == "fused" else None, reduction=reduction, impl=impl
+    )
 
 
 @pytest.mark.parametrize("impl", ["split", "fused"])
@@ -52,8 +53,9 @@ def test_ignore_patterns_half(device, ignore):
     check(e, c, t, beta=0.1, softcap=20.0, impl="fused", reduction="sum")
 
 
-@pytest.mark.parametrize(("filter_eps", "sort_vocab"), [("auto", True), ("auto", False),
-                                                        (None, True), (1e-2, True)])
+@pytest.mark.parametrize(
+    ("filter_eps", "sort_vocab"), [("auto", True), ("auto", False), (None, True), (1e-2, True)]
+)
 def test_filter_and_sort(device, filter_eps, sort_vocab):
     # A peaked distribution so that filtering actually skips tiles.
     e, c, t = make_inputs(48, 700, 32, torch.bfloat16, device)
@@ -98,8 +100,16 @@ def test_vocab_split_combine(device):
     e, c, t = make_inputs(20, 600, 24, torch.float32, device)
     logits = e @ c.T
     for splits in (1, 2, 3, 7):
-        out = lse_forward(e, c, t, cbar=column_sum(c), smoothing=True, softcap=None,
-                          logit_avg=True, num_splits=splits)
+        out = lse_forward(
+            e,
+            c,
+            t,
+            cbar=column_sum(c),
+            smoothing=True,
+            softcap=None,
+            logit_avg=True,
+            num_splits=splits,
+        )
         torch.testing.assert_close(out.lse, logits.logsumexp(1))
         torch.testing.assert_close(out.smooth_sum, logits.sum(1), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(out.logit_avg, logits.mean(0))
@@ -115,8 +125,16 @@ def test_large_vocab(device):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("dtype", "beta", "softcap", "reduction", "impl", "ignore"),
-    list(itertools.product(DTYPES, [0.0, 0.1, 1.0], [None, 20.0], ["mean", "sum", "none"],
-                           ["split", "fused"], ["some", "prefix"])),
+    list(
+        itertools.product(
+            DTYPES,
+            [0.0, 0.1, 1.0],
+            [None, 20.0],
+            ["mean", "sum", "none"],
+            ["split", "fused"],
+            ["some", "prefix"],
+        )
+    ),
 )
 def test_full_grid(device, dtype, beta, softcap, reduction, impl, ignore):
     e, c, t = make_inputs(33, 150, 40, DTYPES[dtype], device, ignore=ignore)

@@ -1,0 +1,70 @@
+"""Results documents built by hand, for tests of what reads them (report, plot, merge)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from perfsuite.results import PHASES, Row, new_document
+
+H100_ENV = {
+    "created": "2026-01-01T00:00:00Z",
+    "git": {"sha": "abc", "dirty": False},
+    "versions": {"torch": "2.13.0", "triton": "3.5.0"},
+    "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"},
+    "plan": {"methods": ["eager", "ours", "liger", "cce"], "dtypes": ["bf16"], "betas": [0.1, 0.0],
+             "samples": 20, "warmup": 3, "seed": 0, "phases": list(PHASES)},
+}  # fmt: skip
+CPU_ENV = {**H100_ENV, "device": {"kind": "cpu", "name": "Some CPU", "cores": 2}}
+
+# (fwd, bwd, fwd+bwd) medians in ms and peaks in MiB, from the paper's Gemma2-2B table.
+GEMMA = dict(tokens=8192, vocab=256000, hidden=2304, dtype="bf16", shape="gemma2-2b")
+PAPER = {
+    "eager": ((41.4, 62.5, 104.9), (24000, 16000, 28000)),
+    "ours": ((24.2, 49.3, 72.9), (1.1, 1163, 1164)),
+    "liger": ((150.0, 5.0, 155.0), (5349, 5349, 5349)),  # grads in forward (‡)
+}
+
+
+def row(method: str, phase: str, status: str = "ok", ms: float | None = None,
+        mib: float | None = None, **fields: Any) -> dict[str, Any]:  # fmt: skip
+    base = {**GEMMA, "beta": 0.0, "softcap": None, "device": "cuda", **fields}
+    r = Row(method=method, phase=phase, status=status, **base)
+    if status == "ok":
+        r.median_ms, r.p20_ms, r.p80_ms = ms, ms * 0.99, ms * 1.01
+        r.samples_ms = [ms] * 3
+        r.peak_bytes = int(mib * 2**20)
+    else:
+        r.reason = f"{status} on purpose"
+    return asdict(r)
+
+
+def paper_document(env: dict[str, Any] = H100_ENV) -> dict[str, Any]:
+    rows = []
+    for beta in (0.1, 0.0):
+        for method, (times, mems) in PAPER.items():
+            for phase, ms, mib in zip(PHASES, times, mems, strict=True):
+                rows.append(row(method, phase, ms=ms, mib=mib, beta=beta, entropy=2.0))
+        for phase in PHASES:  # CCE has no label smoothing: N/A at beta > 0
+            if beta > 0:
+                rows.append(row("cce", phase, "unsupported", beta=beta))
+            else:
+                rows.append(row("cce", phase, ms=80.0, mib=1164, beta=beta))
+    return new_document(env, rows)
+
+
+def grid_document(env: dict[str, Any] = CPU_ENV) -> dict[str, Any]:
+    """tokens {16, 32} x vocab {200, 300} x beta {0, 0.1}: eager and ours ok, 'broken' oom."""
+    rows = []
+    for tokens in (16, 32):
+        for vocab in (200, 300):
+            for beta in (0.0, 0.1):
+                shape = dict(tokens=tokens, vocab=vocab, hidden=16, dtype="fp32", beta=beta,
+                             shape=f"n{tokens}-v{vocab}-d16", device="cpu")  # fmt: skip
+                size = tokens * vocab / 1000
+                for phase in PHASES:
+                    rows.append(row("eager", phase, ms=size, mib=size, **shape))
+                    rows.append(row("ours", phase, ms=9 * size, mib=size / 4, interpreted=True,
+                                    **shape))  # fmt: skip
+                    rows.append(row("broken", phase, "oom", **shape))
+    return new_document(env, rows)

@@ -55,7 +55,7 @@ from perfsuite.results import CELL_KEY, ResultsError, load_results
 # detection"): on CPU the smallest threshold that kept false alarms <= 1 % on
 # the development machine; on CUDA (clocks locked) the issue's 5 %, to be
 # confirmed with `perfsuite sensitivity --device cuda` on the nightly runner.
-DEFAULT_TIME_THRESHOLDS = {"cpu": 0.15, "cuda": 0.05}
+DEFAULT_TIME_THRESHOLDS = {"cpu": 0.20, "cuda": 0.05}
 DEFAULT_TIME_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cuda"]
 DEFAULT_MEMORY_THRESHOLD = 0.01
 DEFAULT_ALPHA = 0.01

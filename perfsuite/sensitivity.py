@@ -527,12 +527,13 @@ def render_markdown(report: Report) -> str:
             + " |"
         )
     scaled = ", ".join(f"+{x['slowdown']:.0%}: {_pct(x['detected'], 0)}" for x in report.scaled)
+    none_caught = f"none up to {SCALED_GRID[-1]:.0%}"
     n = report.noise
     lines += [
         "",
         f"Unchanged runs with the current samples scaled by 1+δ (detection at the default "
         f"threshold): {scaled}. Smallest slowdown caught in ≥ 95% of trials: "
-        f"{_pct(report.smallest_caught, 0) if report.smallest_caught else 'none up to 15%'}.",
+        f"{_pct(report.smallest_caught, 0) if report.smallest_caught else none_caught}.",
         "",
         f"Noise: within a run p20–p80 spans {_pct(n['within_run_p20_p80'])} of the median; "
         f"run-to-run IQR {_pct(n['run_to_run_iqr'])}; process-to-process range "

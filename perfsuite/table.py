@@ -28,7 +28,8 @@ def fmt_bytes(n: int | None) -> str:
 def fmt_ms(row: dict[str, Any]) -> str:
     if row.get("median_ms") is None:
         return "-"
-    return f"{row['median_ms']:.3g} ms"
+    ms = row["median_ms"]
+    return f"{ms:,.0f} ms" if ms >= 1000 else f"{ms:.3g} ms"
 
 
 # Shared by the console table and perfsuite.report: how rows group into tables,
@@ -112,10 +113,22 @@ def _status_cell(row: dict[str, Any]) -> str:
     return f"[{color}]{status_label(row)}[/{color}]"
 
 
-def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
+def _number(value: float | None, unit_scale: float) -> str:
+    """A cell's number without its unit (the unit is in the column header)."""
+    if value is None:
+        return "-"
+    x = value / unit_scale
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
+
+
+def build_tables(rows: Iterable[dict[str, Any]]) -> list[tuple[Table, list[str]]]:
+    """One table per (shape, dtype, β), each with its numbered notes.
+
+    Units live in the headers and reasons in notes under the table, so that the
+    table stays readable in an 80-column CI log."""
     groups = group_rows(rows)
     known = all_methods()
-    tables = []
+    out = []
     for key, members in groups.items():
         tokens, vocab, hidden, dtype, softcap, _, beta = key
         title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
@@ -123,44 +136,60 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[Table]:
         table.add_column("method", no_wrap=True)
         phases = present_phases(members)
         for phase in phases:
-            table.add_column(f"{phase} mem", justify="right")
-            table.add_column(f"{phase} time", justify="right")
-        table.add_column("note", overflow="fold", max_width=60)
+            table.add_column(f"{phase} MiB", justify="right")
+            table.add_column(f"{phase} ms", justify="right")
+        table.add_column("note")
         table.add_row(
             "[italic]lower bound[/italic]",
             *[
                 cell
                 for p in phases
-                for cell in (fmt_bytes(floor_bytes(p, tokens, vocab, hidden, dtype)), "")
+                for cell in (_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20), "")
             ],
-            "math.md: N fp32 losses; dE + dC",
+            "",
             end_section=True,
         )
+        notes: dict[str, list[str]] = {}  # reason -> methods, numbered in first-seen order
         for name, by_phase in by_method(members).items():
             grads_in_fwd = grads_in_forward(name, known)
-            cells, notes = [], set()
+            cells, refs = [], []
             for phase in phases:
                 row = by_phase.get(phase)
                 if row is None:
                     cells += ["", ""]
-                elif row["status"] != "ok":
+                    continue
+                if row["status"] != "ok":
                     cells += [_status_cell(row), ""]
-                    notes.add(f"{row['status']}: {row['reason']}")
-                else:
-                    mark = cell_marks(row, phase, grads_in_fwd)
-                    style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
-                    mem, ms = fmt_bytes(row["peak_bytes"]), fmt_ms(row) + mark
-                    cells += [
-                        f"[{style}]{mem}[/{style}]" if style else mem,
-                        f"[{style}]{ms}[/{style}]" if style else ms,
-                    ]
-            table.add_row(name, *cells, "; ".join(sorted(notes)))
-        tables.append(table)
-    return tables
+                    reason = f"{row['status']}: {row['reason']}"
+                    methods = notes.setdefault(reason, [])
+                    if name not in methods:
+                        methods.append(name)
+                    ref = f"({list(notes).index(reason) + 1})"
+                    if ref not in refs:
+                        refs.append(ref)
+                    continue
+                mark = cell_marks(row, phase, grads_in_fwd)
+                style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
+                mem = _number(row["peak_bytes"], 2**20)
+                ms = _number(row.get("median_ms"), 1) + mark
+                cells += [
+                    f"[{style}]{mem}[/{style}]" if style else mem,
+                    f"[{style}]{ms}[/{style}]" if style else ms,
+                ]
+            table.add_row(name, *cells, " ".join(refs))
+        numbered = [
+            f"({i}) {', '.join(methods)}: {reason}"
+            for i, (reason, methods) in enumerate(notes.items(), 1)
+        ]
+        out.append((table, numbered))
+    return out
 
 
 def footnotes(rows: list[dict[str, Any]]) -> list[str]:
-    notes = []
+    notes = [
+        "MiB: peak memory of the phase above what was allocated when it started; "
+        "ms: median time; lower bound: math.md's floor (N fp32 losses; dE + dC)."
+    ]
     known = all_methods()
     if any(known.get(r["method"]) and known[r["method"]].caps.grads_in_forward for r in rows):
         notes.append(
@@ -183,7 +212,9 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
 
 def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
     console = console or Console()
-    for table in build_tables(rows):
+    for table, notes in build_tables(rows):
         console.print(table)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
     for note in footnotes(rows):
         console.print(note, style="dim")

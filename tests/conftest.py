@@ -17,3 +17,13 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     path = os.environ.get("PYTHONPATH", "")
     monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
     monkeypatch.syspath_prepend(str(TESTS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests (kernel grids, end-to-end runs) need ``-m slow`` or PERFSUITE_SLOW=1."""
+    if "slow" in (config.option.markexpr or "") or os.environ.get("PERFSUITE_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow on a 2-core CPU: run with -m slow or PERFSUITE_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -80,7 +80,6 @@ def test_parse_size():
     )
 
 
-@pytest.mark.slow
 def test_smoke_eager_holds_logits_native_stays_near_floor(tmp_path):
     """Issue 2's acceptance check, on the smoke preset as shipped."""
     out = tmp_path / "smoke.json"
@@ -109,7 +108,6 @@ def test_smoke_eager_holds_logits_native_stays_near_floor(tmp_path):
     assert floor <= df.loc["torch-native", "peak_bytes"] <= 2.2 * floor
 
 
-@pytest.mark.slow
 def test_smoke_ours_at_smoothing_stays_within_ten_percent_of_floor(tmp_path):
     """Issue 3's acceptance check: ours at beta = 0.1 in fp32 holds dE + dC and little else."""
     out = tmp_path / "smoke.json"

@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "tests/benchmarks/test_bench_methods.py::test_method[eager-fwd]"
 STAT_KEYS = ("min", "max", "mean", "median", "q1", "q3", "stddev", "iqr", "ld15iqr", "hd15iqr")
@@ -38,7 +36,6 @@ def scale_saved(storage: Path, factor: float) -> None:
     saved.write_text(json.dumps(data))
 
 
-@pytest.mark.slow
 def test_benchmark_only_saves_and_compare_fail_gates(tmp_path):
     first = bench(tmp_path, "--benchmark-autosave")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]

@@ -59,15 +59,15 @@ def _render(rows) -> str:
 def test_one_table_per_beta_with_lower_bound_first():
     tables = build_tables(_rows())
     assert len(tables) == 2
-    headers = [c.header for c in tables[0].columns]
+    headers = [c.header for c in tables[0][0].columns]
     assert headers[:7] == [
         "method",
-        "fwd mem",
-        "fwd time",
-        "bwd mem",
-        "bwd time",
-        "fwd+bwd mem",
-        "fwd+bwd time",
+        "fwd MiB",
+        "fwd ms",
+        "bwd MiB",
+        "bwd ms",
+        "fwd+bwd MiB",
+        "fwd+bwd ms",
     ]
     text = _render(_rows())
     assert text.index("lower bound") < text.index("eager")
@@ -77,6 +77,23 @@ def test_one_table_per_beta_with_lower_bound_first():
 def test_statuses_and_markers():
     text = _render(_rows())
     assert "N/A" in text and "oom" in text and "because" in text
-    assert "2 ms" in text and "3.00 MiB" in text
+    assert " 2 " in text and " 3.00 " in text  # units are in the headers
     assert "‡" in text  # torch-native computes grads in forward
     assert any("fair column" in n for n in footnotes(_rows()))
+
+
+def test_reasons_are_numbered_notes_under_the_table():
+    tables = build_tables(_rows())
+    assert tables[0][1] == ["(1) fake: oom: because"]
+    assert tables[1][1] == ["(1) fake: unsupported: because"]
+    text = _render(_rows())
+    fake_line = next(line for line in text.splitlines() if line.startswith("│ fake"))
+    assert "(1)" in fake_line and "because" not in fake_line
+
+
+def test_fits_an_80_column_log_without_wrapping_numbers():
+    console = Console(width=80, record=True)
+    print_tables(_rows(), console)
+    lines = console.export_text().splitlines()
+    eager = [line for line in lines if line.startswith("│ eager")]
+    assert len(eager) == 2 and all("3.00" in line and "2 " in line for line in eager)

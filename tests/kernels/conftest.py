@@ -26,13 +26,3 @@ def device() -> str:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Exhaustive grids (``@pytest.mark.slow``) run only with ``-m slow`` or PERFSUITE_SLOW=1."""
-    if "slow" in (config.option.markexpr or "") or os.environ.get("PERFSUITE_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="exhaustive grid: run with -m slow or PERFSUITE_SLOW=1")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)

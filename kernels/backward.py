@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cast, dot, locked_add, tanh, wide_offsets
+from .common import cast, dot, locked_add, logit_tile, tanh, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 from .forward import dot_precision
 from .reductions import column_sum
@@ -102,21 +102,10 @@ def _backward_kernel(
             offs_v = tl.where(v_mask, offs_lin, 0)
         e_rows = wide_offsets(offs_n % N, stride_en)
         c_rows = wide_offsets(offs_v, stride_cv)
-        offs_d = tl.arange(0, BLOCK_D)
-
-        e_ptrs = E + e_rows[:, None] + offs_d[None, :] * stride_ed
-        c_ptrs = C + c_rows[None, :] + offs_d[:, None] * stride_cd
-        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        for d in range(0, tl.cdiv(D, BLOCK_D)):
-            if EVEN_D:
-                e = tl.load(e_ptrs)
-                c = tl.load(c_ptrs)
-            else:
-                e = tl.load(e_ptrs, mask=offs_d[None, :] < D - d * BLOCK_D, other=0.0)
-                c = tl.load(c_ptrs, mask=offs_d[:, None] < D - d * BLOCK_D, other=0.0)
-            acc = dot(e, c, acc, DOT_PRECISION, UPCAST_DOT)
-            e_ptrs += BLOCK_D * stride_ed
-            c_ptrs += BLOCK_D * stride_cd
+        acc = logit_tile(
+            E, C, e_rows, c_rows, stride_ed, stride_cd, D,
+            BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
 
         if HAS_SOFTCAP:
             t = tanh(acc / softcap)

@@ -67,3 +67,39 @@ def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def logit_tile(
+    E,
+    C,
+    e_rows,
+    c_rows,
+    stride_ed,
+    stride_cd,
+    D,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """fp32 ``E[rows] @ C[cols].T`` for one (BLOCK_N, BLOCK_V) tile, over D in BLOCK_D steps.
+
+    ``e_rows``/``c_rows`` are element offsets of the rows (``wide_offsets``)."""
+    offs_d = tl.arange(0, BLOCK_D)
+    e_ptrs = E + e_rows[:, None] + offs_d[None, :] * stride_ed
+    c_ptrs = C + c_rows[None, :] + offs_d[:, None] * stride_cd
+    acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+    for d in range(0, tl.cdiv(D, BLOCK_D)):
+        if EVEN_D:
+            e = tl.load(e_ptrs)
+            c = tl.load(c_ptrs)
+        else:
+            e = tl.load(e_ptrs, mask=offs_d[None, :] < D - d * BLOCK_D, other=0.0)
+            c = tl.load(c_ptrs, mask=offs_d[:, None] < D - d * BLOCK_D, other=0.0)
+        acc = dot(e, c, acc, PRECISION, UPCAST)
+        e_ptrs += BLOCK_D * stride_ed
+        c_ptrs += BLOCK_D * stride_cd
+    return acc

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import dot, tanh, wide_offsets
+from .common import logit_tile, tanh, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 
 
@@ -87,19 +87,11 @@ def _forward_kernel(
     for t in range(0, tl.cdiv(tl.minimum(split_size, V - v_start), BLOCK_V)):
         offs_v = v_start + t * BLOCK_V + tl.arange(0, BLOCK_V)
         v_mask = offs_v < V
-        e_ptrs = E + e_rows[:, None] + offs_d[None, :] * stride_ed
-        c_ptrs = C + wide_offsets(offs_v % V, stride_cv)[None, :] + offs_d[:, None] * stride_cd
-        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        for d in range(0, tl.cdiv(D, BLOCK_D)):
-            if EVEN_D:
-                e = tl.load(e_ptrs)
-                c = tl.load(c_ptrs)
-            else:
-                e = tl.load(e_ptrs, mask=offs_d[None, :] < D - d * BLOCK_D, other=0.0)
-                c = tl.load(c_ptrs, mask=offs_d[:, None] < D - d * BLOCK_D, other=0.0)
-            acc = dot(e, c, acc, DOT_PRECISION, UPCAST_DOT)
-            e_ptrs += BLOCK_D * stride_ed
-            c_ptrs += BLOCK_D * stride_cd
+        c_rows = wide_offsets(offs_v % V, stride_cv)
+        acc = logit_tile(
+            E, C, e_rows, c_rows, stride_ed, stride_cd, D,
+            BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
         if HAS_SOFTCAP:
             acc = softcap * tanh(acc / softcap)
         target_logit += tl.sum(tl.where(offs_v[None, :] == targets[:, None], acc, 0.0), axis=1)

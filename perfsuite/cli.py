@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import sys
 import time
 from pathlib import Path
@@ -16,44 +15,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from perfsuite import __version__
+from perfsuite.args import add_measurement_arguments, measurement_options, positive_int
 from perfsuite.plan import PlanError, build_plan
 from perfsuite.registry import all_methods
-from perfsuite.results import PHASES, write_results
+from perfsuite.results import write_results
 from perfsuite.shapes import PRESETS, get_shape
 
 DEFAULT_OUT_DIR = Path("reports") / "runs"
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """``512M``, ``2GiB``, ``1048576`` -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
-    value, unit = match.groups()
-    scale = 1024 ** ("KMGT".index(unit.upper()) + 1) if unit else 1
-    return int(float(value) * scale)
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shape", default="smoke", help="preset name(s), comma-separated (see `perfsuite shapes`)"
     )
-    p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
-    p.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
-    p.add_argument("--phases", default=",".join(PHASES), help="fwd,bwd,fwd+bwd")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--tokens", type=positive_int, help="override N")
     p.add_argument("--vocab", type=positive_int, help="override V")
     p.add_argument("--hidden", type=positive_int, help="override D")
@@ -63,29 +38,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         const="preset",
         help="apply a logit softcap: the preset's (bare flag) or the given value",
     )
-    p.add_argument(
-        "--workload",
-        help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
-    )
-    p.add_argument(
-        "--entropy",
-        type=float,
-        help="synthetic workload: target mean token entropy in nats (implies synthetic)",
-    )
-    p.add_argument(
-        "--zipf",
-        type=float,
-        help="synthetic workload: Zipf exponent of the unigram prior (default 1)",
-    )
-    p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
-    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--memory-limit",
-        type=parse_size,
-        help="CPU only: cap each worker's extra data memory (e.g. 2G)",
-    )
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per method's worker")
+    add_measurement_arguments(p)
     p.add_argument(
         "--out",
         type=Path,
@@ -126,17 +79,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     plan = build_plan(
         workload=workload,
         shapes=shapes,
-        methods=args.methods,
-        betas=args.beta,
-        phases=args.phases,
         dtype=args.dtype,
-        device=args.device,
         softcap=softcap,
-        samples=args.samples,
-        warmup=args.warmup,
-        seed=args.seed,
-        memory_limit=args.memory_limit,
-        timeout_s=args.timeout,
+        **measurement_options(args),
     )
     from perfsuite.runner import run_plan
     from perfsuite.table import print_tables

@@ -12,7 +12,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.compare import VERDICTS, CellComparison, Comparison, summarize
+from perfsuite.compare import VERDICTS, CellComparison, Comparison
+from perfsuite.stats import summarize
 
 STYLE = {
     "regression": "bold red",

@@ -47,12 +47,10 @@ from perfsuite.compare import (
     Settings,
     classify_time,
     compare_documents,
-    mann_whitney_greater,
     parse_fraction,
-    quantile,
-    summarize,
 )
 from perfsuite.results import Row, new_document
+from perfsuite.stats import mann_whitney_greater, quantile, summarize
 
 UNCHANGED = 0.0
 THRESHOLD_GRID = (0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)

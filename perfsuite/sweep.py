@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.args import add_measurement_arguments, measurement_options
 from perfsuite.memory_model import device_capacity, predicted_peak
 from perfsuite.method import Case
 from perfsuite.plan import Plan, PlanError, build_plan
@@ -408,28 +409,12 @@ class Sweep:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from perfsuite.cli import parse_size, positive_int
-
     p.add_argument("--tokens", default=None, help=f"N values (default {DEFAULT_TOKENS})")
     p.add_argument("--vocab", default=None, help=f"V values (default {DEFAULT_VOCAB})")
     p.add_argument("--hidden", default=None, help=f"D values (default {DEFAULT_HIDDEN})")
-    p.add_argument("--beta", default="0,0.1", help="label smoothing values")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
-    p.add_argument("--phases", default=",".join(PHASES), help="fwd,bwd,fwd+bwd")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--softcap", type=float, help="apply this logit softcap to every cell")
-    p.add_argument(
-        "--workload",
-        help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
-    )
-    p.add_argument("--entropy", type=float, help="synthetic workload's mean token entropy (nats)")
-    p.add_argument("--zipf", type=float, help="synthetic workload's Zipf exponent (default 1)")
-    p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
-    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--memory-limit", type=parse_size, help="CPU: cap each worker's extra memory")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per worker")
+    add_measurement_arguments(p)
     p.add_argument("--out", type=Path, help=f"results file (default: {DEFAULT_OUT_DIR}/…)")
     p.add_argument("--resume", action="store_true", help="finish the sweep in --out")
     p.add_argument(
@@ -464,18 +449,10 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     }
     plan = build_plan(
         shapes=grid_shapes(grid["tokens"], grid["vocab"], grid["hidden"], args.dtype),
-        methods=args.methods,
-        betas=args.beta,
-        phases=args.phases,
         dtype=args.dtype,
-        device=args.device,
         softcap=softcap,
-        samples=args.samples,
-        warmup=args.warmup,
-        seed=args.seed,
-        memory_limit=args.memory_limit,
-        timeout_s=args.timeout,
         workload=workload,
+        **measurement_options(args),
         check_memory=False,
     )
     grid.update(beta=plan.betas, dtype=args.dtype, methods=plan.methods)

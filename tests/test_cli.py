@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from perfsuite.cli import main, parse_size
+from perfsuite.args import parse_size
+from perfsuite.cli import main
 from perfsuite.memory_model import floor_bytes
 from perfsuite.results import load_dataframe
 from perfsuite.shapes import get_shape

@@ -18,12 +18,11 @@ from perfsuite.compare import (
     EnvMismatch,
     Settings,
     compare_documents,
-    mann_whitney_greater,
-    min_p_value,
     parse_fraction,
 )
 from perfsuite.compare_report import render_markdown
 from perfsuite.results import Row, new_document, write_results
+from perfsuite.stats import summarize
 
 ENV = {
     "created": "2026-01-01T00:00:00Z",
@@ -63,7 +62,7 @@ def make_row(method: str, phase: str, seed: int, **fields) -> Row:
     data.update(fields)
     row = Row(**data)
     if row.status == "ok" and row.samples_ms:
-        row.median_ms = compare.summarize(row.samples_ms, "median")
+        row.median_ms = summarize(row.samples_ms, "median")
     else:
         row.samples_ms, row.peak_bytes = [], None
     return row
@@ -335,28 +334,6 @@ def test_parse_fraction():
     for bad in ("7", "-1%", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_fraction(bad)
-
-
-def test_mann_whitney_exact_small_cases():
-    assert mann_whitney_greater([4, 5, 6], [1, 2, 3]) == pytest.approx(1 / 20)
-    assert mann_whitney_greater([1, 2, 3], [4, 5, 6]) == pytest.approx(1.0)
-    assert min_p_value(3, 3) == pytest.approx(1 / 20)
-    # n=20 each, fully separated: about 1e-11.
-    assert mann_whitney_greater(list(range(20, 40)), list(range(20))) < 1e-10
-
-
-def test_mann_whitney_matches_scipy():
-    stats = pytest.importorskip("scipy.stats")
-    rng = random.Random(0)
-    for trial in range(60):
-        n1, n2 = rng.randint(1, 25), rng.randint(1, 25)
-        digits = 2 if trial % 2 else 9  # half with ties
-        x = [round(rng.gauss(1.02, 0.05), digits) for _ in range(n1)]
-        y = [round(rng.gauss(1.0, 0.05), digits) for _ in range(n2)]
-        ties = len(set(x + y)) < n1 + n2
-        method = "asymptotic" if ties or n1 * n2 > compare.EXACT_LIMIT else "exact"
-        expected = stats.mannwhitneyu(x, y, alternative="greater", method=method).pvalue
-        assert mann_whitney_greater(x, y) == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 def test_false_alarm_rate_on_synthetic_noise_is_at_most_alpha():

@@ -9,12 +9,13 @@ before each sample (the backward phase's forward, clearing gradients).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from perfsuite.stats import quantile
 
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3
@@ -36,16 +37,6 @@ class Timing:
     @property
     def p80_ms(self) -> float:
         return quantile(self.samples_ms, 0.8)
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), without a numpy dependency."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def cpu_cache_bytes() -> int:

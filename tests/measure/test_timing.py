@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from perfsuite.measure.timing import CacheFlusher, quantile, time_samples
+from perfsuite.measure.timing import CacheFlusher, time_samples
+from perfsuite.stats import quantile
 
 CPU = torch.device("cpu")
 

@@ -1,0 +1,78 @@
+"""Command-line arguments shared by ``perfsuite run`` and ``perfsuite sweep``:
+what is measured and how, as opposed to which shapes (each command's own)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from perfsuite.results import PHASES
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``512M``, ``2GiB``, ``1048576`` -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G)")
+    value, unit = match.groups()
+    scale = 1024 ** ("KMGT".index(unit.upper()) + 1) if unit else 1
+    return int(float(value) * scale)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
+    """Methods, β, phases, device, workload and the measurement protocol."""
+    p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
+    p.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
+    p.add_argument("--phases", default=",".join(PHASES), help="fwd,bwd,fwd+bwd")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument(
+        "--workload",
+        help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
+    )
+    p.add_argument(
+        "--entropy",
+        type=float,
+        help="synthetic workload: target mean token entropy in nats (implies synthetic)",
+    )
+    p.add_argument(
+        "--zipf",
+        type=float,
+        help="synthetic workload: Zipf exponent of the unigram prior (default 1)",
+    )
+    p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--memory-limit",
+        type=parse_size,
+        help="CPU only: cap each worker's extra data memory (e.g. 2G)",
+    )
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per method's worker")
+
+
+def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``build_plan`` keywords from the arguments ``add_measurement_arguments`` defines."""
+    return dict(
+        methods=args.methods,
+        betas=args.beta,
+        phases=args.phases,
+        device=args.device,
+        samples=args.samples,
+        warmup=args.warmup,
+        seed=args.seed,
+        memory_limit=args.memory_limit,
+        timeout_s=args.timeout,
+    )

@@ -105,6 +105,8 @@ CAPS = Capabilities(
     grads_in_forward=True,
     triton=True,
     materializes_logits=False,
+    # One Triton program per token row: ~5x ours per call under the interpreter.
+    interpreter_cost=5.0,
 )
 
 METHODS = [

@@ -61,6 +61,12 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         help="CPU only: cap each worker's extra data memory (e.g. 2G)",
     )
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per method's worker")
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        help="CPU: Triton methods (interpreted, timings flagged) run this many workers at a "
+        "time, after the natively timed methods have each run alone (default: 2 with 2+ cores)",
+    )
 
 
 def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -75,4 +81,5 @@ def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         memory_limit=args.memory_limit,
         timeout_s=args.timeout,
+        jobs=args.jobs,
     )

@@ -70,6 +70,9 @@ class Capabilities:
     triton: bool = False
     # Holds the N x V logits (the memory the in-house kernel avoids).
     materializes_logits: bool = True
+    # Relative cost of one call under the Triton interpreter; the runner starts
+    # the costliest interpreted methods first so parallel workers end together.
+    interpreter_cost: float = 1.0
 
     def describe(self) -> str:
         parts = [

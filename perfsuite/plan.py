@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +36,8 @@ class Plan:
     seed: int = 0
     memory_limit: int | None = None
     timeout_s: float = 3600.0
+    # Workers at a time for Triton methods under the CPU interpreter (runner.schedule).
+    jobs: int = 1
     notes: list[str] = field(default_factory=list)
     # perfsuite.workloads spec; None is random inputs.
     workload: dict[str, Any] | None = None
@@ -125,6 +128,12 @@ def check_fits(plan: Plan) -> None:
             )
 
 
+def default_jobs() -> int:
+    """Two interpreter workers where there are two cores: the interpreter is one Python
+    thread, so a second worker roughly halves a CPU run of the Triton methods."""
+    return max(1, min(2, len(os.sched_getaffinity(0))))
+
+
 def build_plan(
     *,
     shapes: list[Shape],
@@ -139,6 +148,7 @@ def build_plan(
     seed: int = 0,
     memory_limit: int | None = None,
     timeout_s: float = 3600.0,
+    jobs: int | None = None,
     workload: dict[str, Any] | None = None,
     check_memory: bool = True,
 ) -> Plan:
@@ -154,6 +164,8 @@ def build_plan(
         raise PlanError(f"--samples must be >= 1, got {samples}")
     if softcap is not None and softcap <= 0:
         raise PlanError(f"--softcap must be positive, got {softcap:g}")
+    if jobs is not None and jobs < 1:
+        raise PlanError(f"--jobs must be >= 1, got {jobs}")
     plan = Plan(
         methods=resolve_methods(methods),
         shapes=shapes,
@@ -167,6 +179,7 @@ def build_plan(
         seed=seed,
         memory_limit=memory_limit,
         timeout_s=timeout_s,
+        jobs=default_jobs() if jobs is None else jobs,
         workload=workload,
     )
     if check_memory:  # a sweep predicts fit per cell instead (perfsuite.sweep)

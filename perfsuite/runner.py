@@ -4,6 +4,12 @@ Isolation is per method: allocator caches, compile caches and crashes stay in
 the worker. A worker that dies (segfault, OOM killer, timeout) costs the case
 it was on, recorded as ``oom`` or ``error`` with the reason; the runner starts
 a new worker for the cases after it, so the sweep's other results survive.
+
+Cases the parent can decide alone (the method is unavailable on the device, or
+lacks a capability the case needs) get their rows without a worker. Natively
+timed methods run one at a time, so nothing competes with their clocks; Triton
+methods on a CPU run under the interpreter, whose timings say nothing anyway,
+and go after them ``plan.jobs`` workers at a time.
 """
 
 from __future__ import annotations
@@ -15,21 +21,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from perfsuite.measure.memory import CPU_MALLOC_ENV
+from perfsuite.method import Case, Method
 from perfsuite.plan import Plan
 from perfsuite.provenance import collect_env, gpu_state
 from perfsuite.registry import all_methods
-from perfsuite.results import Row, new_document
+from perfsuite.results import PHASES, Row, new_document
 from perfsuite.worker import WorkerSpec
 from perfsuite.workloads import workload_label
 
 # Called after each finished case: (method, case dict, rows of that case).
 ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
+T = TypeVar("T")
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
@@ -39,6 +49,10 @@ def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
         env.update(CPU_MALLOC_ENV)
         if triton:
             env["TRITON_INTERPRET"] = "1"
+            if plan.jobs > 1:  # share the cores instead of oversubscribing them
+                threads = str(max(1, len(os.sched_getaffinity(0)) // plan.jobs))
+                for var in THREAD_VARS:  # torch's pool, and numpy's BLAS under tl.dot
+                    env.setdefault(var, threads)
     return env
 
 
@@ -75,9 +89,18 @@ def run_method(
 ) -> list[dict[str, Any]]:
     """All cases of one method, restarting the worker after a crash; ``env`` is added
     to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU)."""
-    triton = all_methods()[method].caps.triton
+    known = all_methods()[method]
+    triton = known.caps.triton
     rows: list[dict[str, Any]] = []
-    remaining = list(cases)
+    remaining = []
+    for case in cases:
+        decided = _decided_rows(plan, known, case)
+        if decided is None:
+            remaining.append(case)
+            continue
+        rows.extend(decided)
+        if progress is not None:
+            progress(method, case, decided)
     with tempfile.TemporaryDirectory(prefix="perfsuite-") as tmp:
         attempt = 0
         while remaining:
@@ -145,14 +168,78 @@ def run_method(
             if progress is not None:
                 progress(method, lost, [r for r in case_rows if _same_case(r, lost)] + dead)
             remaining = remaining[finished + 1 :]
-    return rows
+    return _in_case_order(rows, cases)
+
+
+def _decided_rows(plan: Plan, method: Method, case: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """``unavailable``/``unsupported`` rows when no worker is needed to know, else None.
+
+    The worker asks the same questions again: this only saves starting a process
+    (seconds of imports) to learn what the parent already knows."""
+    status, reason = "unavailable", method.availability(plan.device)
+    if reason is None:
+        fields = {k: v for k, v in case.items() if k not in ("shape", "workload")}
+        status, reason = "unsupported", method.unsupported_reason(Case(**fields))
+    if reason is None:
+        return None
+    return [
+        asdict(
+            Row(
+                method=method.name,
+                phase=p,
+                status=status,
+                reason=reason,
+                interpreted=interpreted(plan, method.name),
+                workload=workload_label(case.get("workload")),
+                **_case_fields(case),
+            )
+        )
+        for p in plan.phases
+    ]
+
+
+def interpreted(plan: Plan, method: str) -> bool:
+    """Whether ``method`` runs under the Triton interpreter in this plan."""
+    return plan.device == "cpu" and all_methods()[method].caps.triton
+
+
+def schedule(
+    plan: Plan, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
+) -> None:
+    """Calls ``work`` on every item: natively timed methods' items one at a time, then
+    interpreted ones ``plan.jobs`` at a time (threads, each driving its own worker)."""
+    items = list(items)
+    native = [i for i in items if not interpreted(plan, method_of(i))]
+    emulated = [i for i in items if interpreted(plan, method_of(i))]
+    methods = all_methods()
+    emulated.sort(key=lambda i: -methods[method_of(i)].caps.interpreter_cost)  # longest first
+    for item in native:
+        work(item)
+    if plan.jobs <= 1 or len(emulated) <= 1:
+        for item in emulated:
+            work(item)
+        return
+    with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
+        for future in [pool.submit(work, item) for item in emulated]:
+            future.result()
+
+
+CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
 
 
 def _case_fields(case: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: case[k]
-        for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
-    }
+    return {k: case[k] for k in CASE_KEYS}
+
+
+def _in_case_order(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows in the order of ``cases`` (decided ones came first), phases in PHASES order."""
+    position = {tuple(case[k] for k in CASE_KEYS): i for i, case in enumerate(cases)}
+
+    def key(row: dict[str, Any]) -> tuple[int, int]:
+        case = position.get(tuple(row[k] for k in CASE_KEYS), len(cases))
+        return case, PHASES.index(row["phase"])
+
+    return sorted(rows, key=key)
 
 
 def _same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:
@@ -186,10 +273,14 @@ def run_plan(plan: Plan, progress: ProgressFn | None = None) -> dict[str, Any]:
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, distributions)
     env["plan"] = plan.as_dict()
-    rows: list[dict[str, Any]] = []
     cases = plan.cases()
-    for method in plan.methods:
-        rows.extend(run_method(plan, method, cases, progress))
+    by_method: dict[str, list[dict[str, Any]]] = {}
+
+    def work(method: str) -> None:
+        by_method[method] = run_method(plan, method, cases, progress)
+
+    schedule(plan, plan.methods, lambda m: m, work)
+    rows = [row for method in plan.methods for row in by_method[method]]
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)

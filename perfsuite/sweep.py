@@ -373,31 +373,34 @@ class Sweep:
         ]
 
     def _execute(self, pending: list[Unit], on_cell: CellFn | None) -> None:
-        from perfsuite.runner import run_method
+        from perfsuite.runner import run_method, schedule
 
         free: queue.Queue[dict[str, str]] = queue.Queue()
         for slot in self.slots:
             free.put(slot)
 
-        def work(item: tuple[str, list[Unit]]) -> None:
+        def work(item: tuple[str, list[Unit]], slot: dict[str, str] | None = None) -> None:
             method, units = item
             by_case = {id(u.case): u for u in units}
+
+            def progress(m: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+                self._add(rows)
+                if on_cell is not None:
+                    on_cell(by_case[id(case)], rows)
+
+            if slot is not None:
+                run_method(self.plan, method, [u.case for u in units], progress, env=slot)
+                return
             slot = free.get()
             try:
-
-                def progress(m: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-                    self._add(rows)
-                    if on_cell is not None:
-                        on_cell(by_case[id(case)], rows)
-
                 run_method(self.plan, method, [u.case for u in units], progress, env=slot)
             finally:
                 free.put(slot)
 
         batches = self._batches(pending)
-        if len(self.slots) == 1:
-            for item in batches:
-                work(item)
+        if len(self.slots) == 1:  # one device: runner's order (interpreted ones in parallel)
+            only = self.slots[0]
+            schedule(self.plan, batches, lambda item: item[0], lambda item: work(item, only))
             return
         with ThreadPoolExecutor(max_workers=len(self.slots)) as pool:
             for future in [pool.submit(work, item) for item in batches]:

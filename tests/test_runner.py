@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
+import types
+
 import pytest
 
-from perfsuite.plan import build_plan
-from perfsuite.runner import run_plan
+from perfsuite import runner
+from perfsuite.plan import PlanError, build_plan
+from perfsuite.runner import run_plan, schedule
 from perfsuite.shapes import Shape
 
 TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
@@ -76,3 +82,85 @@ def test_out_of_memory_is_reported_as_oom():
 def test_phase_subset(phase):
     rows = _run("eager", phases=phase)
     assert [r["phase"] for r in rows] == [phase]
+
+
+def test_worker_side_unavailable_and_unsupported(fake_plugins):
+    """What only the worker can find out (a broken import, a library refusing an
+    argument) gets the same statuses as what the parent decides up front."""
+    rows = _run("fake-broken-import,fake-refuses", betas="0,0.1")
+    assert _status(rows, "fake-broken-import") == "unavailable"
+    assert "failed to import" in rows[0]["reason"]
+    assert _status(rows, "fake-refuses", 0.0) == "ok"
+    assert _status(rows, "fake-refuses", 0.1) == "unsupported"
+
+
+def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a worker was started for a case the parent could decide")
+
+    fake = types.SimpleNamespace(Popen=no_worker, TimeoutExpired=subprocess.TimeoutExpired)
+    monkeypatch.setattr(runner, "subprocess", fake)  # provenance may still run git
+    rows = _run("fake-missing-package,fake-no-smoothing", betas="0.1", phases="fwd,fwd+bwd")
+    assert [(r["method"], r["phase"], r["status"]) for r in rows] == [
+        ("fake-missing-package", "fwd", "unavailable"),
+        ("fake-missing-package", "fwd+bwd", "unavailable"),
+        ("fake-no-smoothing", "fwd", "unsupported"),
+        ("fake-no-smoothing", "fwd+bwd", "unsupported"),
+    ]
+
+
+def test_rows_keep_case_order_when_some_are_decided_up_front(fake_plugins):
+    rows = _run("fake-no-smoothing", betas="0.1,0", phases="fwd")
+    assert [(r["beta"], r["status"]) for r in rows] == [(0.1, "unsupported"), (0.0, "ok")]
+
+
+def test_schedule_runs_native_alone_then_interpreted_in_parallel():
+    plan = build_plan(shapes=[TINY], methods="eager,ours,liger,ours-fused", device="cpu", jobs=2)
+    spans: dict[str, tuple[float, float]] = {}
+    lock = threading.Lock()
+
+    def work(method: str) -> None:
+        start = time.monotonic()
+        time.sleep(0.3)
+        with lock:
+            spans[method] = (start, time.monotonic())
+
+    schedule(plan, plan.methods, lambda m: m, work)
+    assert set(spans) == {"eager", "ours", "liger", "ours-fused"}
+    # The natively timed method ran before any interpreted one started.
+    assert all(spans["eager"][1] <= spans[m][0] for m in ("ours", "liger", "ours-fused"))
+    # Two interpreted workers at a time, the costliest (liger) among the first two.
+    first_two = sorted(("ours", "liger", "ours-fused"), key=lambda m: spans[m][0])[:2]
+    assert "liger" in first_two
+    a, b = (spans[m] for m in first_two)
+    assert a[0] < b[1] and b[0] < a[1]  # overlapped
+
+
+def test_schedule_with_one_job_is_sequential():
+    plan = build_plan(shapes=[TINY], methods="ours,liger", device="cpu", jobs=1)
+    active, most = [0], [0]
+
+    def work(method: str) -> None:
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        time.sleep(0.05)
+        active[0] -= 1
+
+    schedule(plan, plan.methods, lambda m: m, work)
+    assert most[0] == 1
+
+
+def test_interpreted_workers_share_the_cores(monkeypatch):
+    for var in ("TRITON_INTERPRET", *runner.THREAD_VARS):
+        monkeypatch.delenv(var, raising=False)
+    plan = build_plan(shapes=[TINY], methods="ours", device="cpu", jobs=2)
+    env = runner.worker_env(plan, triton=True)
+    assert env["TRITON_INTERPRET"] == "1"
+    assert all(var in env for var in runner.THREAD_VARS)
+    native = runner.worker_env(plan, triton=False)  # timed alone: keeps every core
+    assert not any(var in native for var in ("TRITON_INTERPRET", *runner.THREAD_VARS))
+
+
+def test_jobs_must_be_positive():
+    with pytest.raises(PlanError, match="--jobs"):
+        build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)

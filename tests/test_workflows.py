@@ -47,6 +47,26 @@ def test_actionlint():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+@pytest.mark.parametrize("name", [p.name for p in FILES])
+def test_run_scripts_pass_shellcheck(name):
+    """What actionlint checks in each ``run:`` (where shellcheck exists, as on GitHub's
+    runners), also where actionlint cannot be installed: its PyPI sdist downloads
+    the binary from GitHub at build time."""
+    for step in steps(load(name)):
+        if "run" not in step:
+            continue
+        script = re.sub(r"\$\{\{[^}]*\}\}", "placeholder", step["run"])
+        proc = subprocess.run(
+            ["shellcheck", "--norc", "--shell=bash", "--exclude=SC1091,SC2194,SC2050,SC2154", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, f"{name}: {step.get('name')}\n{proc.stdout}"
+
+
 @pytest.mark.skipif(shutil.which("zizmor") is None, reason="zizmor not installed")
 def test_zizmor():
     proc = subprocess.run(

@@ -9,7 +9,7 @@ import signal
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable, Unsupported
 
 
 def _wrong(case: Case, c: torch.Tensor) -> LossFn:
@@ -43,6 +43,18 @@ def _crashes_at_smoothing(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
+def _broken_import(case: Case, c: torch.Tensor) -> LossFn:
+    # Installed but unusable: only the worker, which imports it, can tell.
+    raise Unavailable("fake_lib failed to import: deliberate")
+
+
+def _refuses_at_prepare(case: Case, c: torch.Tensor) -> LossFn:
+    # Capabilities say yes, the library says no (e.g. a version lacking an argument).
+    if case.beta > 0:
+        raise Unsupported("this fake_lib version has no label_smoothing argument")
+    return _eager(case, c)
+
+
 METHODS = [
     SimpleMethod("fake-wrong", "biased loss", _wrong, caps=Capabilities(label_smoothing=True)),
     SimpleMethod(
@@ -61,6 +73,13 @@ METHODS = [
         "fake-crash",
         "segfaults at beta > 0",
         _crashes_at_smoothing,
+        caps=Capabilities(label_smoothing=True),
+    ),
+    SimpleMethod("fake-broken-import", "import fails in the worker", _broken_import),
+    SimpleMethod(
+        "fake-refuses",
+        "refuses beta > 0 at prepare",
+        _refuses_at_prepare,
         caps=Capabilities(label_smoothing=True),
     ),
 ]

@@ -300,6 +300,7 @@ def kernel_report(archs: list[str]) -> list[dict[str, Any]]:
                         constexprs[arg] = None
                     row: dict[str, Any] = {
                         "kernel": f"{kernel}[{variant.name}]",
+                        "variant": variant.name,
                         "config": f"R{BLOCK_R}-D{BLOCK_D}-w{NUM_WARPS}"
                         if kernel == "column_sum"
                         else cfg.describe(),
@@ -358,26 +359,37 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
     else:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title="Triton kernels, ahead-of-time")
-        cols = (
-            "kernel",
-            "config",
-            "dtype",
-            "arch",
-            "ok",
-            "registers",
-            "spill_store_bytes",
-            "spill_load_bytes",
-            "stack_bytes",
-            "shared_bytes",
+        table = Table(
+            title="Triton kernels compiled ahead of time "
+            "(smem: bytes per block; spills, stack: bytes per thread)"
         )
-        for col in cols:
-            table.add_column(col.replace("_bytes", " B").replace("_", " "))
+        # (header, row key); variant names like "[plain]" would read as rich markup
+        # inside the kernel name, so they get a column of their own.
+        cols = (
+            ("kernel", "kernel"),
+            ("variant", "variant"),
+            ("config", "config"),
+            ("dtype", "dtype"),
+            ("arch", "arch"),
+            ("ok", "ok"),
+            ("regs", "registers"),
+            ("spill st", "spill_store_bytes"),
+            ("spill ld", "spill_load_bytes"),
+            ("stack", "stack_bytes"),
+            ("smem", "shared_bytes"),
+        )
+        for header, _ in cols:
+            numeric = header in ("regs", "spill st", "spill ld", "stack", "smem")
+            table.add_column(header, justify="right" if numeric else "left")
         for r in rows:
-            table.add_row(*("-" if r[c] is None else str(r[c]) for c in cols))
+            cells = {**r, "kernel": r["kernel"].split("[")[0]}
+            table.add_row(*("-" if cells[k] is None else escape(str(cells[k])) for _, k in cols))
         console = Console()
+        if not console.is_terminal:  # a CI log or a file: rows whole, not squeezed to 80
+            console = Console(width=160)
         console.print(table)
         for p in problems:
             console.print(f"[red]FAIL[/red] {p}")

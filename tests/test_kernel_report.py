@@ -57,3 +57,15 @@ def test_cli_hooks(capsys):
     args = parser.parse_args(["--arch", "sm_80", "--json"])
     assert args.arch == "sm_80" and args.json
     assert parser.parse_args([]).arch == "sm_80,sm_90a"
+
+
+def test_table_names_every_variant(rows, monkeypatch, capsys):
+    """Variant names such as "[plain]" must not vanish as rich markup."""
+    monkeypatch.setattr(kernel_report, "kernel_report", lambda archs: rows)
+    parser = argparse.ArgumentParser()
+    kernel_report.add_arguments(parser)
+    assert kernel_report.run(parser.parse_args([])) == 0
+    text = capsys.readouterr().out
+    for variant in {r["variant"] for r in rows}:
+        assert f" {variant} " in text
+    assert "N64-V64-D32x32-w8-s3" in text  # not squeezed to 80 columns in a log

@@ -16,7 +16,9 @@ CPU = torch.device("cpu")
 def test_times_a_known_duration():
     timing = time_samples(lambda: time.sleep(0.02), CPU, samples=5, warmup=1)
     assert len(timing.samples_ms) == 5
-    assert all(19.5 <= s < 40 for s in timing.samples_ms), timing.samples_ms
+    # A sleep never returns early; it may overshoot on a busy VM, the median hardly.
+    assert all(s >= 19.5 for s in timing.samples_ms), timing.samples_ms
+    assert timing.median_ms < 30, timing.samples_ms
     assert timing.p20_ms <= timing.median_ms <= timing.p80_ms
 
 
@@ -30,7 +32,8 @@ def test_setup_and_flush_stay_outside_the_timed_region():
         setup=lambda: (calls.append("setup"), time.sleep(0.05)),
     )
     assert calls == ["setup", "fn"] * 6  # warm-up goes through setup too
-    assert max(timing.samples_ms) < 5  # the 50 ms set-up is not in any sample
+    # The 50 ms set-up is in no sample (the margin absorbs a preempted append).
+    assert max(timing.samples_ms) < 25, timing.samples_ms
 
 
 def test_flush_buffer_exceeds_the_cache_it_flushes():

@@ -124,14 +124,15 @@ def _method_line(
         split_ok = not (in_fwd and phase != "fwd+bwd")
         ms = row.get("median_ms")
         analytic = Cell()
-        if ms:
+        # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
+        if ms and split_ok:
             flops = phase_flops(phase, tokens, vocab, hidden)
             if gpu is not None:
                 frac = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) / ms
-                analytic = Cell(f"{100 * frac:.0f}%", -frac, comparable=fair)
+                analytic = Cell(f"{100 * frac:.0f}%{marks}", -frac, comparable=fair)
             else:
                 rate = flops / (ms / 1e3)
-                analytic = Cell(fmt_rate(rate), -rate, comparable=fair)
+                analytic = Cell(fmt_rate(rate) + marks, -rate, comparable=fair)
         peak = row.get("peak_bytes")
         cells += [
             Cell(fmt_bytes(peak), peak, comparable=split_ok),
@@ -236,7 +237,10 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
         notes.append(
             "FLOP/s: the phase's FLOPs over the measured median (no roofline: not a known GPU)."
         )
-    notes.append("Bold: the best of its column (‡ and † cells excluded). Times are medians.")
+    notes.append(
+        "Bold: the best of its column; times and rates leave ‡ and † cells out, memory "
+        "leaves out ‡ fwd/bwd cells. Times are medians."
+    )
     return notes
 
 

@@ -20,9 +20,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -135,6 +136,10 @@ def run_method(
                     stderr_chunks.append(err or "")
                     break
                 except subprocess.TimeoutExpired:
+                    if CANCEL.is_set():  # the run was interrupted in another thread
+                        proc.kill()
+                        proc.wait()
+                        raise Cancelled(method) from None
                     if time.monotonic() > deadline:
                         timed_out = True
                         proc.kill()
@@ -219,9 +224,37 @@ def schedule(
         for item in emulated:
             work(item)
         return
-    with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
-        for future in [pool.submit(work, item) for item in emulated]:
-            future.result()
+    run_parallel(emulated, work, plan.jobs)
+
+
+class Cancelled(Exception):
+    """A worker-driving thread stopped because the run was interrupted."""
+
+
+# Set when the main thread is interrupted (Ctrl-C) while threads drive workers: each
+# thread kills its worker within one polling interval instead of going on.
+CANCEL = threading.Event()
+
+
+def run_parallel(items: list[T], work: Callable[[T], None], jobs: int) -> None:
+    """``work`` on every item, ``jobs`` threads at a time; an interrupt (or a failure)
+    stops the workers of every thread, not only the main one's."""
+    CANCEL.clear()
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(work, item) for item in items]
+            try:
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f.exception() for f in futures if f in done and f.exception()]
+                if failed:
+                    raise failed[0]
+            except BaseException:
+                CANCEL.set()
+                for future in futures:
+                    future.cancel()
+                raise
+    finally:
+        CANCEL.clear()  # every thread has stopped: later runs start clean
 
 
 CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")

@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -373,7 +372,7 @@ class Sweep:
         ]
 
     def _execute(self, pending: list[Unit], on_cell: CellFn | None) -> None:
-        from perfsuite.runner import run_method, schedule
+        from perfsuite.runner import run_method, run_parallel, schedule
 
         free: queue.Queue[dict[str, str]] = queue.Queue()
         for slot in self.slots:
@@ -402,9 +401,7 @@ class Sweep:
             only = self.slots[0]
             schedule(self.plan, batches, lambda item: item[0], lambda item: work(item, only))
             return
-        with ThreadPoolExecutor(max_workers=len(self.slots)) as pool:
-            for future in [pool.submit(work, item) for item in batches]:
-                future.result()
+        run_parallel(batches, work, len(self.slots))
 
 
 # ---------------------------------------------------------------------------

@@ -164,3 +164,21 @@ def test_interpreted_workers_share_the_cores(monkeypatch):
 def test_jobs_must_be_positive():
     with pytest.raises(PlanError, match="--jobs"):
         build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)
+
+
+def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
+    """Ctrl-C (here: a failure) in one thread of a parallel run kills every worker at
+    once instead of letting the other threads finish their methods."""
+    plan = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
+
+    def work(item: str) -> None:
+        if item == "interrupt":
+            time.sleep(2)  # the other thread's worker is running by then
+            raise KeyboardInterrupt
+        runner.run_method(plan, "fake-sleeps", plan.cases())
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_parallel(["sleeper", "interrupt"], work, jobs=2)
+    assert time.monotonic() - start < 15  # not the worker's 60 s
+    assert not runner.CANCEL.is_set()  # the next run is not cancelled before it starts

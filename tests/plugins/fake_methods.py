@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 
@@ -55,6 +56,14 @@ def _refuses_at_prepare(case: Case, c: torch.Tensor) -> LossFn:
     return _eager(case, c)
 
 
+def _sleeps(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        time.sleep(60)
+        return eager_loss(e, c, t, case.beta, case.softcap)
+
+    return loss_fn
+
+
 METHODS = [
     SimpleMethod("fake-wrong", "biased loss", _wrong, caps=Capabilities(label_smoothing=True)),
     SimpleMethod(
@@ -82,4 +91,5 @@ METHODS = [
         _refuses_at_prepare,
         caps=Capabilities(label_smoothing=True),
     ),
+    SimpleMethod("fake-sleeps", "takes a minute per call", _sleeps),
 ]

@@ -214,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     except (PlanError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
+    except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)
+        hint = " (sweep --resume picks it up)" if args.command == "sweep" else ""
+        console.print(f"[red]interrupted[/red]: perfsuite {args.command} stopped{hint}")
+        return 130
 
 
 if __name__ == "__main__":

@@ -119,7 +119,11 @@ METHODS = [
         "full logits when beta > 0)",
         build=_build_native,
         caps=Capabilities(
-            label_smoothing=True, softcap=False, grads_in_forward=True, materializes_logits=False
+            label_smoothing=True,
+            softcap=False,
+            grads_in_forward=True,
+            materializes_logits=False,
+            smoothing_falls_back=True,
         ),
         distributions=("torch",),
         extra_check=_native_check,

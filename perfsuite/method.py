@@ -70,9 +70,16 @@ class Capabilities:
     triton: bool = False
     # Holds the N x V logits (the memory the in-house kernel avoids).
     materializes_logits: bool = True
+    # At beta > 0 a plain materialised path runs instead (torch's chunked
+    # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
+    smoothing_falls_back: bool = False
     # Relative cost of one call under the Triton interpreter; the runner starts
     # the costliest interpreted methods first so parallel workers end together.
     interpreter_cost: float = 1.0
+
+    def grads_in_forward_at(self, beta: float) -> bool:
+        """Whether the case's forward call computes the gradients (see the field)."""
+        return self.grads_in_forward and not (beta > 0 and self.smoothing_falls_back)
 
     def describe(self) -> str:
         parts = [
@@ -82,7 +89,7 @@ class Capabilities:
             "/".join(d for d in DTYPES if d in self.dtypes),
         ]
         if self.grads_in_forward:
-            parts.append("grads in fwd")
+            parts.append("grads in fwd" + (" at β=0" if self.smoothing_falls_back else ""))
         if self.triton:
             parts.append("triton")
         return ", ".join(parts)

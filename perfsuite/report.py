@@ -107,9 +107,10 @@ def _method_line(
     key: tuple,
     gpu: GPU | None,
     known: dict[str, Any],
+    beta: float,
 ) -> Line:
     tokens, vocab, hidden, dtype = key[:4]
-    in_fwd = grads_in_forward(name, known)
+    in_fwd = grads_in_forward(name, known, beta)
     cells: list[Cell] = []
     for phase in phases:
         row = by_phase.get(phase)
@@ -186,7 +187,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
         for beta in sorted(betas, reverse=True):
             lines = [_bound_line(phases, key, gpu)]
             for name, by_phase in by_method(betas[beta]).items():
-                lines.append(_method_line(name, by_phase, phases, key, gpu, known))
+                lines.append(_method_line(name, by_phase, phases, key, gpu, known, beta))
             _mark_best(lines)
             entropy = _mean([r.get("entropy") for r in betas[beta]])
             sections.append(Section(beta, lines, entropy))
@@ -501,7 +502,9 @@ def render_csv(document: dict[str, Any]) -> str:
                     if row is None:
                         continue
                     out[f"{s}_status"] = status_label(row)
-                    out[f"{s}_marks"] = cell_marks(row, phase, grads_in_forward(line.method, known))
+                    out[f"{s}_marks"] = cell_marks(
+                        row, phase, grads_in_forward(line.method, known, section.beta)
+                    )
                     if row["status"] != "ok":
                         continue
                     if row.get("peak_bytes") is not None:

@@ -89,9 +89,10 @@ def status_label(row: dict[str, Any]) -> str:
     return "N/A" if row["status"] == "unsupported" else row["status"]
 
 
-def grads_in_forward(name: str, known: dict[str, Any] | None = None) -> bool:
+def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float = 0.0) -> bool:
+    """Whether ``name``'s forward computes the gradients at this β (‡ in the tables)."""
     method = (all_methods() if known is None else known).get(name)
-    return method is not None and method.caps.grads_in_forward
+    return method is not None and method.caps.grads_in_forward_at(beta)
 
 
 def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
@@ -151,7 +152,7 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[tuple[Table, list[str]]
         )
         notes: dict[str, list[str]] = {}  # reason -> methods, numbered in first-seen order
         for name, by_phase in by_method(members).items():
-            grads_in_fwd = grads_in_forward(name, known)
+            grads_in_fwd = grads_in_forward(name, known, beta)
             cells, refs = [], []
             for phase in phases:
                 row = by_phase.get(phase)
@@ -191,7 +192,7 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         "ms: median time; lower bound: math.md's floor (N fp32 losses; dE + dC)."
     ]
     known = all_methods()
-    if any(known.get(r["method"]) and known[r["method"]].caps.grads_in_forward for r in rows):
+    if any(grads_in_forward(r["method"], known, r["beta"]) for r in rows):
         notes.append(
             f"{GRADS_IN_FWD_MARK} computes gradients inside forward: its fwd/bwd split is not "
             "comparable, fwd+bwd is the fair column."

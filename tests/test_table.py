@@ -97,3 +97,15 @@ def test_fits_an_80_column_log_without_wrapping_numbers():
     lines = console.export_text().splitlines()
     eager = [line for line in lines if line.startswith("│ eager")]
     assert len(eager) == 2 and all("3.00" in line and "2 " in line for line in eager)
+
+
+def test_fallback_path_at_smoothing_is_not_marked_grads_in_forward():
+    """torch's chunked path computes gradients in forward only at β = 0; at β > 0 it
+    falls back to plain autograd on full logits, whose fwd/bwd split is comparable."""
+    console = Console(width=120, record=True)
+    print_tables(_rows(), console)
+    native = [line for line in console.export_text().splitlines() if "torch-native" in line]
+    assert len(native) == 2  # β = 0 table first, then β = 0.1
+    assert "‡" in native[0] and "‡" not in native[1]
+    only_smoothed = [r for r in _rows() if r["beta"] > 0]
+    assert not any("fair column" in n for n in footnotes(only_smoothed))

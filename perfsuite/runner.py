@@ -90,12 +90,12 @@ def run_method(
 ) -> list[dict[str, Any]]:
     """All cases of one method, restarting the worker after a crash; ``env`` is added
     to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU)."""
-    known = all_methods()[method]
-    triton = known.caps.triton
+    method_obj = all_methods()[method]
+    triton = method_obj.caps.triton
     rows: list[dict[str, Any]] = []
     remaining = []
     for case in cases:
-        decided = _decided_rows(plan, known, case)
+        decided = _decided_rows(plan, method_obj, case)
         if decided is None:
             remaining.append(case)
             continue
@@ -155,20 +155,8 @@ def run_method(
             status, reason = _death_reason(proc.returncode, timed_out, "".join(stderr_chunks))
             lost = remaining[finished]
             have = {r["phase"] for r in case_rows if _same_case(r, lost)}
-            dead = [
-                asdict(
-                    Row(
-                        method=method,
-                        phase=p,
-                        status=status,
-                        reason=reason,
-                        workload=workload_label(lost.get("workload")),
-                        **_case_fields(lost),
-                    )
-                )
-                for p in plan.phases
-                if p not in have
-            ]
+            phases = [p for p in plan.phases if p not in have]
+            dead = _status_rows(method, lost, phases, status, reason)
             rows.extend(dead)
             if progress is not None:
                 progress(method, lost, [r for r in case_rows if _same_case(r, lost)] + dead)
@@ -187,19 +175,33 @@ def _decided_rows(plan: Plan, method: Method, case: dict[str, Any]) -> list[dict
         status, reason = "unsupported", method.unsupported_reason(Case(**fields))
     if reason is None:
         return None
+    return _status_rows(
+        method.name, case, plan.phases, status, reason, interpreted(plan, method.name)
+    )
+
+
+def _status_rows(
+    method: str,
+    case: dict[str, Any],
+    phases: list[str],
+    status: str,
+    reason: str,
+    interpreted: bool = False,
+) -> list[dict[str, Any]]:
+    """Unmeasured rows of one case, one per phase, that say why."""
     return [
         asdict(
             Row(
-                method=method.name,
+                method=method,
                 phase=p,
                 status=status,
                 reason=reason,
-                interpreted=interpreted(plan, method.name),
+                interpreted=interpreted,
                 workload=workload_label(case.get("workload")),
                 **_case_fields(case),
             )
         )
-        for p in plan.phases
+        for p in phases
     ]
 
 
@@ -213,9 +215,10 @@ def schedule(
 ) -> None:
     """Calls ``work`` on every item: natively timed methods' items one at a time, then
     interpreted ones ``plan.jobs`` at a time (threads, each driving its own worker)."""
-    items = list(items)
-    native = [i for i in items if not interpreted(plan, method_of(i))]
-    emulated = [i for i in items if interpreted(plan, method_of(i))]
+    native: list[T] = []
+    emulated: list[T] = []
+    for item in items:
+        (emulated if interpreted(plan, method_of(item)) else native).append(item)
     methods = all_methods()
     emulated.sort(key=lambda i: -methods[method_of(i)].caps.interpreter_cost)  # longest first
     for item in native:

@@ -378,7 +378,7 @@ class Sweep:
         for slot in self.slots:
             free.put(slot)
 
-        def work(item: tuple[str, list[Unit]], slot: dict[str, str] | None = None) -> None:
+        def measure(item: tuple[str, list[Unit]], slot: dict[str, str]) -> None:
             method, units = item
             by_case = {id(u.case): u for u in units}
 
@@ -387,21 +387,21 @@ class Sweep:
                 if on_cell is not None:
                     on_cell(by_case[id(case)], rows)
 
-            if slot is not None:
-                run_method(self.plan, method, [u.case for u in units], progress, env=slot)
-                return
+            run_method(self.plan, method, [u.case for u in units], progress, env=slot)
+
+        def on_free_slot(item: tuple[str, list[Unit]]) -> None:
             slot = free.get()
             try:
-                run_method(self.plan, method, [u.case for u in units], progress, env=slot)
+                measure(item, slot)
             finally:
                 free.put(slot)
 
         batches = self._batches(pending)
         if len(self.slots) == 1:  # one device: runner's order (interpreted ones in parallel)
             only = self.slots[0]
-            schedule(self.plan, batches, lambda item: item[0], lambda item: work(item, only))
+            schedule(self.plan, batches, lambda item: item[0], lambda item: measure(item, only))
             return
-        run_parallel(batches, work, len(self.slots))
+        run_parallel(batches, on_free_slot, len(self.slots))
 
 
 # ---------------------------------------------------------------------------

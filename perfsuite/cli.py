@@ -86,6 +86,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.runner import run_plan
     from perfsuite.table import print_tables
 
+    out = args.out
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
+
     total = len(plan.methods) * len(plan.cases())
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -103,11 +108,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             )
             bar.update(task, advance=1, description=method)
 
-        document = run_plan(plan, progress)
-    out = args.out
-    if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
+        document = run_plan(plan, progress, checkpoint=lambda doc: write_results(out, doc))
     write_results(out, document)
     print_tables(document["rows"], console)
     console.print(f"results: {out}")

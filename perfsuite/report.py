@@ -38,6 +38,7 @@ from perfsuite.table import (
     footnotes,
     grads_in_forward,
     group_rows,
+    measured,
     present_phases,
     shape_key,
     shape_title,
@@ -117,12 +118,12 @@ def _method_line(
         if row is None:
             cells += [Cell(), Cell(), Cell()]
             continue
-        if row["status"] != "ok":
+        if not measured(row):
             cells += [Cell(status_label(row)), Cell(), Cell()]
             continue
         marks = cell_marks(row, phase, in_fwd)
-        fair = not marks  # ‡: fwd/bwd split not comparable; †: interpreted time
-        split_ok = not (in_fwd and phase != "fwd+bwd")
+        fair = not marks  # ‡: fwd/bwd split not comparable; †: interpreted; ✗: wrong
+        split_ok = not (in_fwd and phase != "fwd+bwd") and row["status"] == "ok"
         ms = row.get("median_ms")
         analytic = Cell()
         # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
@@ -505,7 +506,7 @@ def render_csv(document: dict[str, Any]) -> str:
                     out[f"{s}_marks"] = cell_marks(
                         row, phase, grads_in_forward(line.method, known, section.beta)
                     )
-                    if row["status"] != "ok":
+                    if not measured(row):
                         continue
                     if row.get("peak_bytes") is not None:
                         out[f"{s}_mem_mib"] = f"{row['peak_bytes'] / 2**20:.6g}"
@@ -540,6 +541,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="md (default), latex, csv or html; inferred from -o's suffix when omitted",
     )
     p.add_argument("-o", "--out", type=Path, help="write here instead of stdout")
+    p.add_argument(
+        "--paper",
+        type=Path,
+        help="the paper's table as CSV: print it beside this run as ratios (markdown)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -548,7 +554,15 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     try:
-        text = render(load_results(args.results), fmt)
+        document = load_results(args.results)
+        if args.paper is not None:
+            from perfsuite.paper_compare import read_paper, side_by_side
+
+            if not args.paper.is_file():
+                raise ResultsError(f"--paper {args.paper}: no such file")
+            text = side_by_side(document, read_paper(args.paper))
+        else:
+            text = render(document, fmt)
     except ResultsError as err:
         console.print(f"[red]error:[/red] {err}")
         return 2

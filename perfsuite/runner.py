@@ -303,17 +303,34 @@ def _report(
     return reported
 
 
-def run_plan(plan: Plan, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Measure every cell of ``plan``; returns the results document."""
+def run_plan(
+    plan: Plan,
+    progress: ProgressFn | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Measure every cell of ``plan``; returns the results document.
+
+    ``checkpoint`` gets the document of every case finished so far, after each one:
+    a run killed or interrupted half-way keeps what it measured."""
     methods = all_methods()
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, distributions)
     env["plan"] = plan.as_dict()
     cases = plan.cases()
     by_method: dict[str, list[dict[str, Any]]] = {}
+    finished: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def report(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        if progress is not None:
+            progress(method, case, rows)
+        if checkpoint is not None:
+            with lock:
+                finished.extend(rows)
+                checkpoint(new_document({**env, "partial": True}, list(finished)))
 
     def work(method: str) -> None:
-        by_method[method] = run_method(plan, method, cases, progress)
+        by_method[method] = run_method(plan, method, cases, report)
 
     schedule(plan, plan.methods, lambda m: m, work)
     rows = [row for method in plan.methods for row in by_method[method]]

@@ -16,6 +16,7 @@ from perfsuite.results import PHASES
 
 GRADS_IN_FWD_MARK = "‡"
 INTERPRETED_MARK = "†"
+WRONG_MARK = "✗"
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -95,10 +96,17 @@ def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float
     return method is not None and method.caps.grads_in_forward_at(beta)
 
 
+def measured(row: dict[str, Any]) -> bool:
+    """Whether a cell has numbers to show: ``ok``, or ``wrong`` and timed anyway."""
+    return row["status"] == "ok" or (row["status"] == "wrong" and row.get("median_ms") is not None)
+
+
 def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
-    """‡ where fwd/bwd are not comparable, † where Triton was interpreted."""
+    """‡ where fwd/bwd are not comparable, † where Triton was interpreted, ✗ where
+    the method failed the correctness gate (timed, never best)."""
     mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
-    return mark + (INTERPRETED_MARK if row.get("interpreted") else "")
+    mark += INTERPRETED_MARK if row.get("interpreted") else ""
+    return mark + (WRONG_MARK if row["status"] == "wrong" else "")
 
 
 def _status_cell(row: dict[str, Any]) -> str:
@@ -160,7 +168,6 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[tuple[Table, list[str]]
                     cells += ["", ""]
                     continue
                 if row["status"] != "ok":
-                    cells += [_status_cell(row), ""]
                     reason = f"{row['status']}: {row['reason']}"
                     methods = notes.setdefault(reason, [])
                     if name not in methods:
@@ -168,9 +175,12 @@ def build_tables(rows: Iterable[dict[str, Any]]) -> list[tuple[Table, list[str]]
                     ref = f"({list(notes).index(reason) + 1})"
                     if ref not in refs:
                         refs.append(ref)
-                    continue
+                    if not measured(row):
+                        cells += [_status_cell(row), ""]
+                        continue
                 mark = cell_marks(row, phase, grads_in_fwd)
                 style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
+                style = "red" if row["status"] == "wrong" else style
                 mem = _number(row["peak_bytes"], 2**20)
                 ms = _number(row.get("median_ms"), 1) + mark
                 cells += [
@@ -201,6 +211,10 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         notes.append(
             f"{INTERPRETED_MARK} Triton interpreter on CPU: timing says nothing about GPU speed; "
             "memory and correctness do count."
+        )
+    if any(r["status"] == "wrong" and measured(r) for r in rows):
+        notes.append(
+            f"{WRONG_MARK} failed the correctness gate (see its note): timed, never counted best."
         )
     device = next((r.get("device") for r in rows), None)
     if device == "cpu":

@@ -109,3 +109,14 @@ def test_fallback_path_at_smoothing_is_not_marked_grads_in_forward():
     assert "‡" in native[0] and "‡" not in native[1]
     only_smoothed = [r for r in _rows() if r["beta"] > 0]
     assert not any("fair column" in n for n in footnotes(only_smoothed))
+
+
+def test_wrong_cells_are_timed_marked_and_never_best():
+    rows = _rows()
+    for r in rows:
+        if r["method"] == "torch-native":
+            r["status"], r["reason"] = "wrong", "grad_e error 3e-07 > tolerance 1e-07"
+    text = _render(rows)
+    native = next(line for line in text.splitlines() if line.startswith("│ torch-native"))
+    assert native.rstrip().endswith("1✗ │ (1)  │")  # fwd+bwd still timed, with the mark
+    assert any("failed the correctness gate" in n for n in footnotes(rows))

@@ -41,8 +41,19 @@ def _caps(fused: bool) -> Capabilities:
 
 
 _VARIANTS = (
-    ("ours", "split forward/backward, vocab sorting + gradient filtering", {}, False),
-    ("ours-no-sort", "split, filtering without vocab sorting", {"sort_vocab": False}, False),
+    ("ours", "split forward/backward, gradient filtering over the tile list", {}, False),
+    (
+        "ours-sort",
+        "split, filtering with CCE-style vocab sorting, no tile list",
+        {"tile_list": False},
+        False,
+    ),
+    (
+        "ours-no-sort",
+        "split, filtering without tile list or sorting",
+        {"tile_list": False, "sort_vocab": False},
+        False,
+    ),
     ("ours-no-filter", "split, no gradient filtering (exact)", {"filter_eps": None}, False),
     ("ours-fused", "gradients computed in the forward call, filtered", {"impl": "fused"}, True),
     (

@@ -109,6 +109,7 @@ def linear_cross_entropy(
     sort_vocab: bool = True,
     impl: str = "split",
     accum_fp32: bool = False,
+    tile_list: bool = True,
 ) -> torch.Tensor:
     """Smoothed cross-entropy of ``softcap(e @ c.T)`` without materialising the logits.
 
@@ -129,18 +130,24 @@ def linear_cross_entropy(
         label_smoothing: β in [0, 1]. β = 0 and β > 0 compile separate kernels;
             distinct β > 0 values reuse one.
         softcap: Gemma2's ``s·tanh(l/s)``.
-        filter_eps: skip backward vocab tiles whose softmax terms all fall below this
-            ("auto": ``finfo(dtype).eps / 32``; ``None`` disables filtering). Tiles
-            holding a target are never skipped and smoothing is applied exactly
-            outside the tiles, so only softmax terms below ``filter_eps`` are dropped
-            (with softcap the in-tile ``(β/V)·t²`` piece is filtered with them).
-        sort_vocab: visit vocab tiles by decreasing average logit in the backward so
-            filtered tiles cluster (only with filtering on and grads needed).
+        filter_eps: gradient filtering ("auto": ``finfo(dtype).eps / 32``, CCE's
+            value; ``None`` disables it). With ``tile_list`` it is the largest per-row
+            threshold on a vocab tile's softmax mass; rows get smaller ones so that
+            what they drop stays within ``finfo(dtype).eps / 8`` of probability
+            (kernels/tiles.py). Without, CCE's element filter: a tile is skipped when
+            all its terms fall below it (fast, lossy on flat or heavy-tailed rows).
+            Targets and smoothing are exact either way.
+        sort_vocab: with ``tile_list=False``, visit vocab tiles by decreasing average
+            logit so filtered tiles cluster (CCE's sorting).
         impl: "split" (forward, then a recomputing backward) or "fused" (gradients
             computed inside the forward call; backward scales them). Fused with
-            ``reduction="none"`` defers the gradient pass to backward.
-        accum_fp32: accumulate dE/dC in fp32 buffers for bf16/fp16 inputs (more
-            accurate, costs (N + V)·D·4 extra bytes).
+            ``reduction="none"`` defers the gradient pass to backward; under
+            ``torch.no_grad()`` no gradient pass runs.
+        accum_fp32: also accumulate dC in fp32 for bf16/fp16 inputs (dE always is:
+            N·D·4 bytes; dC costs V·D·4 more).
+        tile_list: with filtering, launch the backward only over the (row block, vocab
+            tile) pairs the per-row mass budget keeps, from per-tile log-sum-exps the
+            forward stores (N·⌈V/BLOCK_V⌉·2 bytes).
     """
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
     vocab, dim = c.shape
@@ -154,6 +161,8 @@ def linear_cross_entropy(
         filter_eps=None if eps is None else float(eps),
         sort_vocab=bool(sort_vocab),
         accum_fp32=bool(accum_fp32) and e.dtype != torch.float32,
+        tile_list=bool(tile_list),
+        grad_mode=torch.is_grad_enabled(),
     )
     batch_shape = targets.shape
     e2 = e.reshape(-1, dim)  # a view whenever the strides allow it
@@ -180,6 +189,7 @@ class LinearCrossEntropy(torch.nn.Module):
         sort_vocab: bool = True,
         impl: str = "split",
         accum_fp32: bool = False,
+        tile_list: bool = True,
     ) -> None:
         super().__init__()
         self.options = dict(
@@ -191,6 +201,7 @@ class LinearCrossEntropy(torch.nn.Module):
             sort_vocab=sort_vocab,
             impl=impl,
             accum_fp32=accum_fp32,
+            tile_list=tile_list,
         )
 
     def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Backward stage: recompute logit tiles, add the softmax and target parts to dE/dC.
 
-Each program owns one (row block, vocab tile) pair. It rebuilds the logits, forms
+Each program handles (row block, vocab tile) pairs: it rebuilds the logits, forms
 ``d = p − (1−β)[v = y]`` (times ``1 − t²`` with softcap, plus the ``(β/V)·t²``
 piece), and multiplies by the per-row upstream gradient ``g``. Gradient filtering
 skips a tile only when every ``|d| < filter_eps`` *and* it holds no target: the
@@ -8,8 +8,11 @@ dropped terms are then softmax probabilities alone, and the target part stays
 exact. The constant smoothing part ``−(β/V)·g`` is rank one and never enters the
 tiles: the launcher writes it into dE and dC before the kernel adds to them.
 
-dE/dC updates go through fp32 atomics when the buffer is fp32, else through a
-read-modify-write under one spin lock per (tile, D-chunk).
+Which pairs run: every pair (grouped grid), or with a tile list only those the
+per-row mass budget keeps (tiles.py; programs past the list's count exit at
+once). Updates: fp32 buffers and 16-bit ones on sm_90+ take relaxed hardware
+atomics; 16-bit buffers elsewhere a read-modify-write under one spin lock per
+(tile, D-chunk), the update rounded before the lock is taken.
 """
 
 from __future__ import annotations
@@ -22,17 +25,34 @@ from .common import cast, dot, locked_add, logit_tile, tanh, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 from .forward import dot_precision
 from .reductions import column_sum
+from .tiles import TileList
 
 GROUP_N = 8
+
+
+def native_atomics(buf: torch.Tensor) -> bool:
+    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add (fp32 anywhere, 16-bit on sm_90+).
+
+    On sm_80 a bf16 atomic add lowers to a CAS loop per element; the tile lock is
+    cheaper there. The interpreter takes the lock path for 16-bit buffers so CPU
+    tests exercise it (tests monkeypatch this to cover the atomic path too).
+    """
+    if buf.dtype == torch.float32:
+        return True
+    if buf.device.type != "cuda" or interpreting():
+        return False
+    return torch.cuda.get_device_capability(buf.device)[0] >= 9
+
 
 _HEURISTICS = {
     "EVEN_D": lambda a: a["D"] % a["BLOCK_D"] == 0,
     "HAS_SMOOTHING": lambda a: a["smooth_w"] > 0,
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
-    "FILTER": lambda a: a["filter_eps"] is not None,
+    "FILTER": lambda a: a["RowEps"] is not None,
     "SORTED": lambda a: a["Order"] is not None,
-    "ATOMIC_DE": lambda a: a["dE"].dtype == torch.float32,
-    "ATOMIC_DC": lambda a: a["dC"].dtype == torch.float32,
+    "USE_LIST": lambda a: a["TileList"] is not None,
+    "DE_ATOMIC": lambda a: native_atomics(a["dE"]),
+    "DC_ATOMIC": lambda a: native_atomics(a["dC"]),
     "GROUP_N": lambda a: GROUP_N,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
     # Interpreter-only bf16 fixes (exact dot, round-to-nearest casts); False on GPUs.
@@ -41,10 +61,27 @@ _HEURISTICS = {
 
 
 @triton.jit
-def _backward_kernel(
+def _update(ptrs, values, mask, lock, ATOMIC: tl.constexpr, FIX_BF16: tl.constexpr):
+    """``*ptrs += values``: a relaxed hardware atomic, or a locked read-modify-write.
+
+    The update is formed and rounded to the buffer's dtype *before* any lock is
+    taken, so no tensor-core work runs inside the critical section.
+    """
+    update = cast(values, ptrs.dtype.element_ty, FIX_BF16)
+    if ATOMIC:
+        tl.atomic_add(ptrs, update, mask=mask, sem="relaxed")
+    else:
+        locked_add(ptrs, update, mask, lock, FIX_BF16)
+
+
+@triton.jit
+def _backward_tile(
+    pid_n,
+    pid_v,
     E,
     C,
-    LSE,
+    RowMax,
+    LogSum,
     Targets,
     G,
     Order,
@@ -53,9 +90,9 @@ def _backward_kernel(
     dELocks,
     dCLocks,
     softcap,
-    target_w,
+    TargetW,
     smooth_w,
-    filter_eps,
+    RowEps,
     N,
     V,
     D,
@@ -68,27 +105,17 @@ def _backward_kernel(
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DD: tl.constexpr,
-    GROUP_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     FILTER: tl.constexpr,
     SORTED: tl.constexpr,
-    ATOMIC_DE: tl.constexpr,
-    ATOMIC_DC: tl.constexpr,
+    DE_ATOMIC: tl.constexpr,
+    DC_ATOMIC: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    # Grouped ordering: GROUP_N row blocks sweep the vocab together (L2 reuse of C).
-    pid = tl.program_id(0)
-    num_n = tl.cdiv(N, BLOCK_N)
-    num_v = tl.cdiv(V, BLOCK_V)
-    per_group = GROUP_N * num_v
-    first_n = (pid // per_group) * GROUP_N
-    group_size = tl.minimum(num_n - first_n, GROUP_N)
-    pid_n = first_n + (pid % per_group) % group_size
-    pid_v = (pid % per_group) // group_size
-
+    """Recompute one (row block, vocab tile) of logits and add its dE/dC parts."""
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     g = tl.load(G + offs_n, mask=n_mask, other=0.0)
@@ -110,11 +137,16 @@ def _backward_kernel(
         if HAS_SOFTCAP:
             t = tanh(acc / softcap)
             acc = softcap * t
-        lse = tl.load(LSE + offs_n % N)
+        row_max = tl.load(RowMax + offs_n % N)
+        log_sum = tl.load(LogSum + offs_n % N)
         targets = tl.load(Targets + wide_offsets(offs_n % N, stride_t)).to(tl.int32)
         live = n_mask & (g != 0)
         is_target = (offs_v[None, :] == targets[:, None]) & v_mask[None, :] & live[:, None]
-        grad = tl.exp(acc - lse[:, None]) - tl.where(is_target, target_w, 0.0)
+        # (z − max) − log-sum: exact cancellation of a common logit offset.
+        prob = tl.exp((acc - row_max[:, None]) - log_sum[:, None])
+        # The softmax part only: the target part −(1−β)(1−t_y²) goes to dE exactly in
+        # fp32 outside the tiles (launcher) and joins dC's tile below.
+        grad = prob
         if HAS_SOFTCAP:
             grad = grad * (1.0 - t * t)
             if HAS_SMOOTHING:
@@ -123,11 +155,18 @@ def _backward_kernel(
 
         keep = True
         if FILTER:
-            big = tl.max(tl.max(tl.abs(grad), axis=1), axis=0) >= filter_eps
+            # Per-row thresholds (tiles.row_filter_eps) bound each row's dropped mass.
+            row_eps = tl.load(RowEps + offs_n % N)
+            big = (
+                tl.max(tl.max((tl.abs(grad) >= row_eps[:, None]).to(tl.int32), axis=1), axis=0) > 0
+            )
             has_target = tl.max(tl.max(is_target.to(tl.int32), axis=1), axis=0) > 0
             keep = big | has_target
         if keep:
             grad_t = cast(grad * g[:, None], E.dtype.element_ty, UPCAST_DOT)
+            target_w = tl.load(TargetW + offs_n % N)
+            with_target = grad - tl.where(is_target, target_w[:, None], 0.0)
+            grad_tt = tl.trans(cast(with_target * g[:, None], E.dtype.element_ty, UPCAST_DOT))
             n_dd = tl.cdiv(D, BLOCK_DD)
             for dd in range(0, n_dd):
                 offs_dd = dd * BLOCK_DD + tl.arange(0, BLOCK_DD)
@@ -140,11 +179,8 @@ def _backward_kernel(
                 de = dot(grad_t, c_chunk, None, DOT_PRECISION, UPCAST_DOT)
                 de_ptrs = dE + wide_offsets(offs_n, D)[:, None] + offs_dd[None, :]
                 de_mask = n_mask[:, None] & dd_mask[None, :]
-                if ATOMIC_DE:
-                    tl.atomic_add(de_ptrs, de, mask=de_mask)
-                else:
-                    locked_add(de_ptrs, de, de_mask, dELocks + pid_n * n_dd + dd, UPCAST_DOT)
-            grad_tt = tl.trans(grad_t)
+                lock = dELocks + pid_n * n_dd + dd
+                _update(de_ptrs, de, de_mask, lock, DE_ATOMIC, UPCAST_DOT)
             for dd in range(0, n_dd):
                 offs_dd = dd * BLOCK_DD + tl.arange(0, BLOCK_DD)
                 dd_mask = offs_dd < D
@@ -156,24 +192,97 @@ def _backward_kernel(
                 dc = dot(grad_tt, e_chunk, None, DOT_PRECISION, UPCAST_DOT)
                 dc_ptrs = dC + wide_offsets(offs_v, D)[:, None] + offs_dd[None, :]
                 dc_mask = v_mask[:, None] & dd_mask[None, :]
-                if ATOMIC_DC:
-                    tl.atomic_add(dc_ptrs, dc, mask=dc_mask)
-                else:
-                    locked_add(dc_ptrs, dc, dc_mask, dCLocks + pid_v * n_dd + dd, UPCAST_DOT)
+                lock = dCLocks + pid_v * n_dd + dd
+                _update(dc_ptrs, dc, dc_mask, lock, DC_ATOMIC, UPCAST_DOT)
+
+
+@triton.jit
+def _backward_kernel(
+    E,
+    C,
+    RowMax,
+    LogSum,
+    Targets,
+    G,
+    Order,
+    TileList,
+    TileCount,
+    dE,
+    dC,
+    dELocks,
+    dCLocks,
+    softcap,
+    TargetW,
+    smooth_w,
+    RowEps,
+    N,
+    V,
+    D,
+    stride_en,
+    stride_ed,
+    stride_cv,
+    stride_cd,
+    stride_t,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DD: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    HAS_SMOOTHING: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    FILTER: tl.constexpr,
+    SORTED: tl.constexpr,
+    USE_LIST: tl.constexpr,
+    DE_ATOMIC: tl.constexpr,
+    DC_ATOMIC: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_v = tl.cdiv(V, BLOCK_V)
+    if USE_LIST:
+        # One program per listed (row block, vocab tile) pair (tiles.py); the grid is
+        # sized for every pair and programs past the device-side count exit at once.
+        if pid < tl.load(TileCount):
+            entry = tl.load(TileList + pid)
+            _backward_tile(
+                entry // num_v, entry % num_v,
+                E, C, RowMax, LogSum, Targets, G, Order, dE, dC, dELocks, dCLocks,
+                softcap, TargetW, smooth_w, RowEps, N, V, D,
+                stride_en, stride_ed, stride_cv, stride_cd, stride_t,
+                BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
+                FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT,
+            )  # fmt: skip
+    else:
+        # Grouped ordering: GROUP_N row blocks sweep the vocab together (L2 reuse of C).
+        num_n = tl.cdiv(N, BLOCK_N)
+        per_group = GROUP_N * num_v
+        first_n = (pid // per_group) * GROUP_N
+        group_size = tl.minimum(num_n - first_n, GROUP_N)
+        pid_n = first_n + (pid % per_group) % group_size
+        pid_v = (pid % per_group) // group_size
+        _backward_tile(
+            pid_n, pid_v,
+            E, C, RowMax, LogSum, Targets, G, Order, dE, dC, dELocks, dCLocks,
+            softcap, TargetW, smooth_w, RowEps, N, V, D,
+            stride_en, stride_ed, stride_cv, stride_cd, stride_t,
+            BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
+            FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
 
 
 _backward = triton.heuristics(_HEURISTICS)(_backward_kernel)
-_backward_tuned = None
+_backward_tuned: dict[tuple[bool, ...], object] = {}
 
 
-def _tuned():
-    """The autotuned variant; dE/dC are restored between trials (they accumulate)."""
-    global _backward_tuned
-    if _backward_tuned is None:
-        _backward_tuned = triton.autotune(
+def _tuned(flags: tuple[bool, ...]):
+    """An autotuner per variant; dE/dC are restored between trials (they accumulate)."""
+    if flags not in _backward_tuned:
+        _backward_tuned[flags] = triton.autotune(
             autotune_space("backward"), key=["N", "V", "D"], restore_value=["dE", "dC"]
         )(_backward)
-    return _backward_tuned
+    return _backward_tuned[flags]
 
 
 def default_filter_eps(dtype: torch.dtype) -> float:
@@ -181,34 +290,42 @@ def default_filter_eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps / 32
 
 
+# Lock arrays are sized for the smallest tiles any config may use.
+_MIN_BLOCK = 16
+
+
 def lce_backward(
     e: torch.Tensor,
     c: torch.Tensor,
     targets: torch.Tensor,
-    lse: torch.Tensor,
+    row_max: torch.Tensor,
+    log_sum: torch.Tensor,
     g: torch.Tensor,
+    target_w: torch.Tensor,
     *,
     cbar: torch.Tensor | None,
     beta: float,
     softcap: float | None,
-    filter_eps: float | None,
+    row_eps: torch.Tensor | None,
     order: torch.Tensor | None,
+    tiles: TileList | None,
     accum_fp32: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``.
 
-    ``g`` is fp32 (N,), zero at ignored rows. Workspace beyond dE/dC is O(N + V + D)
-    (locks, the D-vectors of the rank-one smoothing part), plus fp32 dE/dC buffers
-    when ``accum_fp32``.
+    ``g`` is fp32 (N,), zero at ignored rows; ``target_w`` (N,) fp32 the target
+    part's weight per row, (1−β)·(1 − tanh²(z_y/s)) with softcap, else (1−β).
+    dE is accumulated in fp32 (N·D·4
+    bytes, rounded once at the end: bf16 read-modify-writes across thousands of
+    vocab tiles lose precision); dC in the input dtype unless ``accum_fp32``
+    ((N + V)·D·4 bytes then). Other workspace is O(N + V + D).
     """
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    # In the input dtype by default (the memory floor); each surviving tile update
-    # rounds once. fp32 buffers ((N + V)·D·4 bytes) are opt-in.
     smooth_w = beta / vocab
-    buf_dtype = torch.float32 if accum_fp32 else e.dtype
-    de = torch.empty((n_rows, dim), device=e.device, dtype=buf_dtype)
-    dc = torch.empty((vocab, dim), device=e.device, dtype=buf_dtype)
+    de = torch.empty((n_rows, dim), device=e.device, dtype=torch.float32)
+    dc_dtype = torch.float32 if accum_fp32 else e.dtype
+    dc = torch.empty((vocab, dim), device=e.device, dtype=dc_dtype)
     if beta > 0:
         # Rank-one smoothing part, exact and outside the tiles (math.md):
         # dE_n = −(β/V) g_n c̄,  dC_v = −(β/V) Σ_n g_n E_n for every v.
@@ -218,47 +335,41 @@ def lce_backward(
     else:
         de.zero_()
         dc.zero_()
+    # dE's target part, exact: −g_n·w_n·C[y_n], accumulated in fp32 in place; gathered
+    # in row chunks so the temporary stays ≤ 1/16 of dE's size.
+    rows = targets.clamp(0, vocab - 1)
+    weights = (g * target_w)[:, None]
+    chunk = max(64, triton.cdiv(n_rows, 16))
+    for start in range(0, n_rows, chunk):
+        part = slice(start, start + chunk)
+        de[part].addcmul_(weights[part], c.index_select(0, rows[part]), value=-1.0)
 
-    if autotune_enabled():
-        cfg = None
-        kernel = _tuned()
-        block_dd_max = 16
-    else:
-        cfg = pinned_config("backward", e.dtype, e.device, (n_rows, vocab, dim))
-        kernel = _backward
-        block_dd_max = cfg.block_dd
-    n_dd = triton.cdiv(dim, block_dd_max)
-    de_locks = torch.zeros(triton.cdiv(n_rows, 16) * n_dd, device=e.device, dtype=torch.int32)
-    dc_locks = torch.zeros(triton.cdiv(vocab, 16) * n_dd, device=e.device, dtype=torch.int32)
+    sizes = (n_rows, vocab, dim)
+    cfg = None if autotune_enabled() else pinned_config("backward", e.dtype, e.device, sizes)
+    n_dd = triton.cdiv(dim, _MIN_BLOCK)
+    locks = torch.zeros(
+        (triton.cdiv(n_rows, _MIN_BLOCK) + triton.cdiv(vocab, _MIN_BLOCK)) * n_dd,
+        device=e.device,
+        dtype=torch.int32,
+    )
+    split = triton.cdiv(n_rows, _MIN_BLOCK) * n_dd
+    de_locks, dc_locks = locks[:split], locks[split:]
 
     def grid(meta: dict) -> tuple[int]:
-        return (triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(vocab, meta["BLOCK_V"]),)
+        pairs = triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(vocab, meta["BLOCK_V"])
+        return (pairs,)
 
-    kernel[grid](
-        e,
-        c,
-        lse,
-        targets,
-        g,
-        order,
-        de,
-        dc,
-        de_locks,
-        dc_locks,
-        softcap,
-        1.0 - beta,
-        smooth_w,
-        filter_eps,
-        n_rows,
-        vocab,
-        dim,
-        e.stride(0),
-        e.stride(1),
-        c.stride(0),
-        c.stride(1),
-        targets.stride(0),
-        **({} if cfg is None else cfg.launch("backward")),
-    )
-    if buf_dtype != e.dtype:
-        de, dc = de.to(e.dtype), dc.to(e.dtype)
-    return de, dc
+    args = (
+        e, c, row_max, log_sum, targets, g, order,
+        None if tiles is None else tiles.entries,
+        None if tiles is None else tiles.count,
+        de, dc, de_locks, dc_locks,
+        softcap, target_w, smooth_w, row_eps, *sizes,
+        e.stride(0), e.stride(1), c.stride(0), c.stride(1), targets.stride(0),
+    )  # fmt: skip
+    if cfg is None:
+        flags = (beta > 0, softcap is not None, row_eps is not None, order is not None)
+        _tuned((*flags, tiles is not None, de.dtype == dc.dtype))[grid](*args)
+    else:
+        _backward[grid](*args, **cfg.launch("backward"))
+    return de.to(e.dtype), dc.to(e.dtype)

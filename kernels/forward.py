@@ -16,8 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import logit_tile, tanh, wide_offsets
-from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
+from .common import cast, logit_tile, tanh, wide_offsets
+from .configs import (
+    SOFTCAP_SMOOTH,
+    autotune_enabled,
+    autotune_space,
+    interpreting,
+    pinned_config,
+)
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -32,8 +38,11 @@ _HEURISTICS = {
     "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "HAS_LOGIT_AVG": lambda a: a["LogitAvg"] is not None,
+    "HAS_TILE_LSE": lambda a: a["TileLSE"] is not None,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
     "UPCAST_DOT": lambda a: interpreting() and a["E"].dtype == torch.bfloat16,
+    # The interpreter stores fp32 into bf16 as raw bits: cast explicitly there.
+    "INTERPRETING": lambda a: interpreting(),
 }
 
 
@@ -43,16 +52,19 @@ def _forward_kernel(
     C,
     Targets,
     CBar,
-    LSEPart,
+    MaxPart,
+    SumPart,
     TargetPart,
     SmoothPart,
     LogitAvg,
+    TileLSE,
     softcap,
     inv_n,
     N,
     V,
     D,
     split_size,
+    num_tiles,
     stride_en,
     stride_ed,
     stride_cv,
@@ -65,8 +77,10 @@ def _forward_kernel(
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_LOGIT_AVG: tl.constexpr,
+    HAS_TILE_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    INTERPRETING: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -80,7 +94,10 @@ def _forward_kernel(
     row_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
     target_logit = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    # With softcap, Σ_v (z − row_max): relative to the running max so a large
+    # common offset in the logits cancels exactly (as torch's log_softmax does).
     smooth = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    seen = 0.0
 
     v_start = pid_s * split_size
     # split_size is a multiple of every BLOCK_V; the last split stops at V.
@@ -95,16 +112,26 @@ def _forward_kernel(
         if HAS_SOFTCAP:
             acc = softcap * tanh(acc / softcap)
         target_logit += tl.sum(tl.where(offs_v[None, :] == targets[:, None], acc, 0.0), axis=1)
-        if HAS_SMOOTHING and HAS_SOFTCAP:
-            smooth += tl.sum(tl.where(v_mask[None, :], acc, 0.0), axis=1)
         if HAS_LOGIT_AVG:
             col = tl.sum(tl.where(n_mask[:, None], acc, 0.0), axis=0) * inv_n
-            tl.atomic_add(LogitAvg + offs_v, col, mask=v_mask)
+            tl.atomic_add(LogitAvg + offs_v, col, mask=v_mask, sem="relaxed")
         z = tl.where(v_mask[None, :], acc, float("-inf"))
         new_max = tl.maximum(row_max, tl.max(z, axis=1))
         # A tile past V (last split overshooting) leaves new_max = -inf: shift by 0.
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
-        row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
+        tile_sum = tl.sum(tl.exp(z - shift[:, None]), axis=1)
+        row_sum = row_sum * tl.exp(row_max - shift) + tile_sum
+        if HAS_TILE_LSE:
+            # log Σ_{v in tile} exp z: the tile's softmax mass is exp(tile_lse − lse).
+            tile_lse = tl.where(tile_sum > 0, shift + tl.log(tl.maximum(tile_sum, 1e-38)), -1e30)
+            tile_id = v_start // BLOCK_V + t
+            tile_lse = cast(tile_lse.to(tl.float32), TileLSE.dtype.element_ty, INTERPRETING)
+            tl.store(TileLSE + wide_offsets(offs_n, num_tiles) + tile_id, tile_lse, mask=n_mask)
+        if HAS_SMOOTHING and HAS_SOFTCAP:
+            moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
+            inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0), axis=1)
+            smooth = smooth + seen * moved + inside
+            seen += tl.minimum(BLOCK_V, V - v_start - t * BLOCK_V).to(tl.float32)
         row_max = new_max
 
     if HAS_SMOOTHING and not HAS_SOFTCAP:
@@ -121,9 +148,8 @@ def _forward_kernel(
                 cbar_ptrs += BLOCK_D
 
     out = wide_offsets(pid_s, N) + offs_n
-    safe_sum = tl.where(row_sum > 0, row_sum, 1.0)
-    lse = tl.where(row_sum > 0, row_max + tl.log(safe_sum), float("-inf"))
-    tl.store(LSEPart + out, lse, mask=n_mask)
+    tl.store(MaxPart + out, row_max, mask=n_mask)
+    tl.store(SumPart + out, row_sum, mask=n_mask)
     tl.store(TargetPart + out, target_logit, mask=n_mask)
     if HAS_SMOOTHING:
         tl.store(SmoothPart + out, smooth, mask=n_mask)
@@ -132,7 +158,7 @@ def _forward_kernel(
 SPLIT_GRAIN = 256  # the largest BLOCK_V any GPU config uses
 
 _forward = triton.heuristics(_HEURISTICS)(_forward_kernel)
-_forward_tuned = None
+_forward_tuned: dict[tuple[bool, ...], object] = {}
 
 
 def compiled_for_interpreter() -> bool:
@@ -140,33 +166,73 @@ def compiled_for_interpreter() -> bool:
     return type(_forward_kernel).__name__ == "InterpretedFunction"
 
 
-def _tuned():
-    """The autotuned variant, built on first use (keys: problem size and dtype flags)."""
-    global _forward_tuned
-    if _forward_tuned is None:
-        _forward_tuned = triton.autotune(
-            autotune_space("forward"), key=["N", "V", "D"], reset_to_zero=["LogitAvg"]
+def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
+    """An autotuner per variant: a shared one would time one variant for all.
+
+    ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 calls ``.zero_()``
+    on whatever the name holds, ``None`` included).
+    """
+    if flags not in _forward_tuned:
+        reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
+        _forward_tuned[flags] = triton.autotune(
+            autotune_space("forward"), key=["N", "V", "D"], reset_to_zero=reset or None
         )(_forward)
-    return _forward_tuned
+    return _forward_tuned[flags]
 
 
 @dataclass
 class ForwardResult:
-    """Per-row fp32 outputs; ``logit_avg`` (V,) only when vocab sorting was asked."""
+    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum``.
 
-    lse: torch.Tensor
+    Keeping the max apart lets ``max − z`` cancel exactly when every logit of a
+    row shares a large offset (torch's log_softmax does the same). ``rel_sum`` is
+    Σ_v (z − row_max) when smoothing; ``logit_avg`` (V,) only when vocab sorting
+    was asked; ``tile_lse`` (N, ⌈V/BLOCK_V⌉) bf16, each row's log-sum-exp per vocab
+    tile (its softmax mass is ``exp(tile_lse − lse)``: tiles.py), ``tile_width`` its BLOCK_V.
+    """
+
+    row_max: torch.Tensor
+    log_sum: torch.Tensor
     target_logit: torch.Tensor
-    smooth_sum: torch.Tensor | None
+    rel_sum: torch.Tensor | None
     logit_avg: torch.Tensor | None
+    tile_lse: torch.Tensor | None = None
+    tile_width: int = 0
+
+    @property
+    def lse(self) -> torch.Tensor:
+        return self.row_max + self.log_sum
 
 
-def choose_splits(n_rows: int, vocab: int, device: torch.device) -> int:
-    """Vocab splits so that row blocks × splits fill the GPU (1 on CPU)."""
+def choose_splits(
+    n_rows: int, vocab: int, device: torch.device, block_n: int = 128, ctas_per_sm: int = 1
+) -> int:
+    """Vocab splits so that row blocks × splits is a whole number of waves (1 on CPU).
+
+    Among 1..64 splits (at least 2 vocab tiles each) take the best last-wave
+    efficiency, then the fewest splits within 1 % of it: fewer, longer programs
+    amortise their prologue and the combine stays small.
+    """
     if device.type != "cuda" or interpreting():
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    row_blocks = triton.cdiv(n_rows, 128)
-    return max(1, min(triton.cdiv(2 * sms, row_blocks), triton.cdiv(vocab, 1024), 64))
+    slots = torch.cuda.get_device_properties(device).multi_processor_count * ctas_per_sm
+    return splits_for(n_rows, vocab, block_n, slots)
+
+
+def splits_for(n_rows: int, vocab: int, block_n: int, slots: int) -> int:
+    """The arithmetic of ``choose_splits`` for a device with ``slots`` concurrent CTAs."""
+    row_blocks = triton.cdiv(n_rows, block_n)
+    limit = max(1, min(64, vocab // (2 * SPLIT_GRAIN)))
+    best = max(wave_efficiency(row_blocks * s, slots) for s in range(1, limit + 1))
+    return next(
+        s for s in range(1, limit + 1) if wave_efficiency(row_blocks * s, slots) >= best - 0.01
+    )
+
+
+def wave_efficiency(ctas: int, slots: int) -> float:
+    """Busy fraction of the CTA slots over all waves (1.0 = whole waves)."""
+    waves = triton.cdiv(ctas, slots)
+    return ctas / (waves * slots)
 
 
 def lse_forward(
@@ -178,39 +244,83 @@ def lse_forward(
     smoothing: bool,
     softcap: float | None,
     logit_avg: bool,
+    tile_lse: bool = False,
     num_splits: int | None = None,
 ) -> ForwardResult:
     """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,)."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    splits = num_splits or choose_splits(n_rows, vocab, e.device)
-    part = torch.empty(
-        (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
-    )
-    lse_part, target_part = part[0], part[1]
-    smooth_part = part[2] if smoothing else None
-    avg = torch.zeros(vocab, device=e.device, dtype=torch.float32) if logit_avg else None
     if smoothing and softcap is None and cbar is None:
         raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
+    sizes = (n_rows, vocab, dim)
+    variant = SOFTCAP_SMOOTH if smoothing and softcap is not None else None
+    cfg = (
+        None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes, variant)
+    )
+    block_n = 128 if cfg is None else cfg.block_n
+    splits = num_splits or choose_splits(
+        n_rows, vocab, e.device, block_n, 1 if cfg is None else cfg.ctas_per_sm
+    )
+    # A multiple of every BLOCK_V in use, so no tile straddles two splits.
+    grain = SPLIT_GRAIN if cfg is None else max(SPLIT_GRAIN, cfg.block_v)
+    split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
+    # The tile bound needs one fixed tile width: the pinned BLOCK_V (autotuning off).
+    tile_width = cfg.block_v if (tile_lse and cfg is not None) else 0
+    num_tiles = triton.cdiv(vocab, tile_width) if tile_width else 0
+    part = torch.empty(
+        (5 if smoothing else 4, splits, n_rows), device=e.device, dtype=torch.float32
+    )
+    max_part, sum_part, target_part = part[0], part[1], part[2]
+    smooth_part = part[3] if smoothing else None
+    avg = torch.zeros(vocab, device=e.device, dtype=torch.float32) if logit_avg else None
+    tmax = (
+        torch.empty((n_rows, num_tiles), device=e.device, dtype=torch.bfloat16)
+        if tile_width
+        else None
+    )
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(n_rows, meta["BLOCK_N"]), splits)
 
-    args = (e, c, targets, cbar, lse_part, target_part, smooth_part, avg, softcap, 1.0 / n_rows)
-    sizes = (n_rows, vocab, dim)
+    args = (e, c, targets, cbar, max_part, sum_part, target_part, smooth_part, avg, tmax)
+    args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
     strides = (e.stride(0), e.stride(1), c.stride(0), c.stride(1), targets.stride(0))
-    cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
-    # A multiple of every BLOCK_V in use, so no tile straddles two splits.
-    grain = SPLIT_GRAIN if cfg is None else max(SPLIT_GRAIN, cfg.block_v)
-    split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
     if cfg is None:
-        _tuned()[grid](*args, *sizes, split_size, *strides)
+        flags = (smoothing, softcap is not None, avg is not None, tmax is not None)
+        _tuned(flags, avg is not None, tmax is not None)[grid](*args, *strides)
     else:
-        _forward[grid](*args, *sizes, split_size, *strides, **cfg.launch("forward"))
+        _forward[grid](*args, *strides, **cfg.launch("forward"))
 
-    lse = lse_part[0] if splits == 1 else torch.logsumexp(lse_part, dim=0)
+    row_max, log_sum, rel_sum = _combine(
+        max_part, sum_part, smooth_part, softcap, vocab, split_size
+    )
     target_logit = target_part[0] if splits == 1 else target_part.sum(0)
-    smooth = None
+    return ForwardResult(row_max, log_sum, target_logit, rel_sum, avg, tmax, tile_width)
+
+
+def _combine(
+    max_part: torch.Tensor,
+    sum_part: torch.Tensor,
+    smooth_part: torch.Tensor | None,
+    softcap: float | None,
+    vocab: int,
+    split_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-split (max, sum-exp, smoothing sums) to the row max, log-sum and Σ(z − max)."""
+    row_max = max_part.amax(0)
+    safe = torch.where(torch.isfinite(row_max), row_max, 0.0)
+    if max_part.shape[0] == 1:
+        log_sum = sum_part[0].log()
+    else:
+        log_sum = (sum_part * (max_part - safe).exp()).sum(0).log()
+    rel_sum = None
     if smooth_part is not None:
-        smooth = smooth_part[0] if splits == 1 else smooth_part.sum(0)
-    return ForwardResult(lse, target_logit, smooth, avg)
+        if softcap is None:
+            # E_n·c̄ is the absolute Σ_v z, computed once (split 0).
+            rel_sum = smooth_part[0] - vocab * safe
+        else:
+            first = torch.arange(max_part.shape[0], device=max_part.device) * split_size
+            count = (vocab - first).clamp(0, split_size).to(torch.float32)[:, None]
+            moved = torch.where(count > 0, max_part - safe, 0.0)
+            rel_sum = (smooth_part + count * moved).sum(0)
+    return row_max, log_sum, rel_sum

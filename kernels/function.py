@@ -1,7 +1,8 @@
 """Autograd Functions: split (forward kernel, later backward kernel) and fused.
 
-Both save only O(N + V + D) beyond their inputs: the LSE, c̄, the vocab
-averages. The fused Function runs the LSE pass and then the gradient pass inside
+Both save O(N + V + D) beyond their inputs (the row max and log-sum, c̄, the
+vocab averages) plus, when the tile list is on, the forward's per-tile maxima
+(N·⌈V/BLOCK_V⌉ bf16). The fused Function runs the LSE pass and then the gradient pass inside
 its forward (two launches, no grid-wide barrier) and keeps dE/dC for backward,
 which only scales them by the upstream scalar.
 """
@@ -13,10 +14,12 @@ from typing import Any
 
 import torch
 
-from .backward import lce_backward
+from .backward import GROUP_N, lce_backward
+from .configs import pinned_config
 from .forward import lse_forward
 from .reductions import column_sum
 from .sorting import vocab_order
+from .tiles import TileList, build_tile_list, row_thresholds
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,23 @@ class Params:
     filter_eps: float | None
     sort_vocab: bool
     accum_fp32: bool
+    tile_list: bool = True
+    # torch.is_grad_enabled() at the call (inside Function.forward it is always False).
+    grad_mode: bool = True
     num_splits: int | None = None
+
+
+@dataclass
+class Saved:
+    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
+
+    row_max: torch.Tensor
+    log_sum: torch.Tensor
+    target_logit: torch.Tensor
+    cbar: torch.Tensor | None
+    logit_avg: torch.Tensor | None
+    tile_lse: torch.Tensor | None
+    tile_width: int
 
 
 def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
@@ -39,12 +58,14 @@ def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
 
 def _forward(
     e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, p: Params, needs_grad: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Per-row losses (0 at ignored rows), the LSE, validity, c̄ and vocab averages."""
+) -> tuple[torch.Tensor, torch.Tensor, Saved]:
+    """Per-row losses (0 at ignored rows), validity and what the backward reuses."""
     smoothing = p.beta > 0
     # c̄ serves the forward (no softcap) and the backward's rank-one part.
     cbar = column_sum(c) if smoothing and (p.softcap is None or needs_grad) else None
-    sort = needs_grad and p.sort_vocab and p.filter_eps is not None
+    filtering = needs_grad and p.filter_eps is not None
+    # The tile list replaces sorting: its bound is per tile in vocab order.
+    use_list = filtering and p.tile_list
     out = lse_forward(
         e,
         c,
@@ -52,15 +73,27 @@ def _forward(
         cbar=cbar,
         smoothing=smoothing,
         softcap=p.softcap,
-        logit_avg=sort,
+        logit_avg=filtering and p.sort_vocab and not use_list,
+        tile_lse=use_list,
         num_splits=p.num_splits,
     )
-    rows = out.lse - (1.0 - p.beta) * out.target_logit
-    if out.smooth_sum is not None:
-        rows = rows - (p.beta / c.shape[0]) * out.smooth_sum
+    # loss = LSE − (1−β)·z_y − (β/V)·Σz, written around the row max so a common
+    # logit offset cancels: log-sum + (1−β)(max − z_y) − (β/V)·Σ(z − max).
+    rows = out.log_sum + (1.0 - p.beta) * (out.row_max - out.target_logit)
+    if out.rel_sum is not None:
+        rows = rows - (p.beta / c.shape[0]) * out.rel_sum
     valid = _valid(targets, p)
     rows = torch.where(valid, rows, 0.0)
-    return rows, out.lse, valid, cbar, out.logit_avg
+    saved = Saved(
+        out.row_max,
+        out.log_sum,
+        out.target_logit,
+        cbar,
+        out.logit_avg,
+        out.tile_lse,
+        out.tile_width,
+    )
+    return rows, valid, saved
 
 
 def _reduce(rows: torch.Tensor, valid: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -83,31 +116,82 @@ def _row_grads(valid: torch.Tensor, reduction: str, grad_out: torch.Tensor | Non
     return weights
 
 
+def _target_weights(target_logit: torch.Tensor, p: Params) -> torch.Tensor:
+    """(1−β)·∂z_y/∂l_y per row: (1−β)(1 − tanh²) with softcap (z_y = s·tanh), else (1−β)."""
+    if p.softcap is None:
+        return torch.full_like(target_logit, 1.0 - p.beta)
+    t = target_logit / p.softcap
+    return (1.0 - p.beta) * (1.0 - t * t)
+
+
+# The last backward's tile list (benchmarks read its launched fraction).
+LAST_TILES: list[TileList | None] = [None]
+
+
 def _grads(
-    ctx: Any,
     e: torch.Tensor,
     c: torch.Tensor,
     targets: torch.Tensor,
-    lse: torch.Tensor,
     g: torch.Tensor,
-    cbar: torch.Tensor | None,
-    logit_avg: torch.Tensor | None,
+    s: Saved,
     p: Params,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    order = vocab_order(logit_avg) if logit_avg is not None else None
+    order = vocab_order(s.logit_avg) if s.logit_avg is not None else None
+    tiles = row_eps = None
+    if s.tile_lse is not None and p.filter_eps is not None:
+        # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.
+        cfg = pinned_config("backward", e.dtype, e.device, (e.shape[0], c.shape[0], e.shape[1]))
+        extra = cfg.block_v * p.beta / c.shape[0] if p.softcap is not None else 0.0
+        tau = row_thresholds(
+            s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
+        )
+        tiles = build_tile_list(
+            s.tile_lse,
+            s.tile_width,
+            s.row_max,
+            s.log_sum,
+            g,
+            targets,
+            tau,
+            vocab=c.shape[0],
+            block_n=cfg.block_n,
+            block_v=cfg.block_v,
+            group=GROUP_N,
+            extra=extra,
+        )
+    elif p.filter_eps is not None:
+        # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
+        row_eps = torch.full_like(g, p.filter_eps)
+    LAST_TILES[0] = tiles
     return lce_backward(
         e,
         c,
         targets,
-        lse,
+        s.row_max,
+        s.log_sum,
         g,
-        cbar=cbar,
+        _target_weights(s.target_logit, p),
+        cbar=s.cbar,
         beta=p.beta,
         softcap=p.softcap,
-        filter_eps=p.filter_eps,
+        row_eps=row_eps,
         order=order,
+        tiles=tiles,
         accum_fp32=p.accum_fp32,
     )
+
+
+def _save(ctx: Any, s: Saved, *tensors: torch.Tensor) -> None:
+    ctx.save_for_backward(
+        *tensors, s.row_max, s.log_sum, s.target_logit, s.cbar, s.logit_avg, s.tile_lse
+    )
+    ctx.tile_width = s.tile_width
+
+
+def _load(ctx: Any) -> tuple[list[torch.Tensor], Saved]:
+    *tensors, row_max, log_sum, target_logit, cbar, logit_avg, tile_lse = ctx.saved_tensors
+    saved = Saved(row_max, log_sum, target_logit, cbar, logit_avg, tile_lse, ctx.tile_width)
+    return tensors, saved
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
@@ -117,18 +201,18 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     def forward(
         ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, p: Params
     ) -> torch.Tensor:
-        needs_grad = any(ctx.needs_input_grad[:2])
-        rows, lse, valid, cbar, logit_avg = _forward(e, c, targets, p, needs_grad)
+        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
+        rows, valid, saved = _forward(e, c, targets, p, needs_grad)
         ctx.params = p
-        ctx.save_for_backward(e, c, targets, lse, cbar, logit_avg)
+        _save(ctx, saved, e, c, targets)
         return _reduce(rows, valid, p.reduction)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        e, c, targets, lse, cbar, logit_avg = ctx.saved_tensors
+        (e, c, targets), saved = _load(ctx)
         p: Params = ctx.params
         g = _row_grads(_valid(targets, p), p.reduction, grad_out)
-        de, dc = _grads(ctx, e, c, targets, lse, g, cbar, logit_avg, p)
+        de, dc = _grads(e, c, targets, g, saved, p)
         return (
             de if ctx.needs_input_grad[0] else None,
             dc if ctx.needs_input_grad[1] else None,
@@ -142,22 +226,24 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
 
     ``reduction="none"`` cannot fold a per-row upstream gradient into a
     precomputed dC, so there the gradient pass waits for backward (as split).
+    Under ``torch.no_grad()`` (evaluation) no gradient pass runs at all:
+    ``ctx.needs_input_grad`` reflects ``requires_grad``, not grad mode.
     """
 
     @staticmethod
     def forward(
         ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, p: Params
     ) -> torch.Tensor:
-        needs_grad = any(ctx.needs_input_grad[:2])
-        rows, lse, valid, cbar, logit_avg = _forward(e, c, targets, p, needs_grad)
+        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
+        rows, valid, saved = _forward(e, c, targets, p, needs_grad)
         ctx.params = p
         ctx.fused = needs_grad and p.reduction != "none"
         if ctx.fused:
             g = _row_grads(valid, p.reduction, None)
-            de, dc = _grads(ctx, e, c, targets, lse, g, cbar, logit_avg, p)
+            de, dc = _grads(e, c, targets, g, saved, p)
             ctx.save_for_backward(de, dc)
         else:
-            ctx.save_for_backward(e, c, targets, lse, cbar, logit_avg)
+            _save(ctx, saved, e, c, targets)
         return _reduce(rows, valid, p.reduction)
 
     @staticmethod

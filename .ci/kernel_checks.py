@@ -1,0 +1,237 @@
+"""GPU-only checks of the in-house kernel (run by .ci/gpu-kernel-checks; needs CUDA).
+
+  lock      mutual exclusion: many CTAs add 1 into one fp16 tile under one lock
+  grads     Gemma2-2B-shape gradients against a chunked fp32 reference, twice per
+            setting (drift between the two runs beyond bf16 rounding = a race)
+  sweep     forward/backward tile configs timed at Gemma2-2B (random + synthetic)
+  ablation  tile list / sort / filter / accum / splits, next to CCE
+
+Each prints one JSON object per line; nothing here is a pass/fail test except
+``lock`` and ``grads`` (exit 1 on failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench
+
+from perfsuite.kernels import function, linear_cross_entropy
+from perfsuite.kernels.common import locked_add
+from perfsuite.kernels.configs import KernelConfig, use_config
+
+N, V, D = 8192, 256_000, 2304
+
+
+def emit(**row) -> None:
+    print(json.dumps(row), flush=True)
+
+
+@triton.jit
+def _lock_stress(X, Lock, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    ones = tl.full((BLOCK,), 1.0, dtype=tl.float16)
+    locked_add(X + offs, ones, offs < BLOCK, Lock, False)
+
+
+def check_lock(programs: int = 2048) -> bool:
+    x = torch.zeros(64, device="cuda", dtype=torch.float16)
+    lock = torch.zeros(1, device="cuda", dtype=torch.int32)
+    _lock_stress[(programs,)](x, lock, BLOCK=64)
+    torch.cuda.synchronize()
+    ok = bool((x == programs).all())
+    emit(check="lock", programs=programs, min=x.min().item(), max=x.max().item(), ok=ok)
+    return ok
+
+
+def inputs(kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    if kind == "synthetic":
+        from perfsuite.workloads import synthetic_inputs
+
+        e, c, t, _ = synthetic_inputs(N, V, D, entropy=2.0, seed=seed, device="cuda")
+    else:
+        e = torch.randn(N, D, device="cuda")
+        c = torch.randn(V, D, device="cuda") / D**0.5
+        t = torch.randint(0, V, (N,), device="cuda")
+    return e.bfloat16(), c.bfloat16(), t
+
+
+def reference_grads(e, c, t, beta: float, chunk: int = 1024):
+    """fp32 dE, dC of mean smoothed CE, logits built chunk by chunk (never N×V at once)."""
+    de = torch.zeros(e.shape, device="cuda")
+    dc = torch.zeros(c.shape, device="cuda")
+    cf = c.float()
+    for s in range(0, e.shape[0], chunk):
+        ef = e[s : s + chunk].float()
+        z = ef @ cf.T
+        p = torch.softmax(z, dim=1)
+        p[torch.arange(z.shape[0]), t[s : s + chunk]] -= 1.0 - beta
+        p -= beta / z.shape[1]
+        p /= e.shape[0]
+        de[s : s + chunk] = p @ cf
+        dc += p.T @ ef
+        del z, p
+    return de, dc
+
+
+def ours_grads(e, c, t, **options):
+    e = e.detach().clone().requires_grad_()
+    c = c.detach().clone().requires_grad_()
+    linear_cross_entropy(e, c, t, **options).backward()
+    return e.grad.float(), c.grad.float()
+
+
+def check_grads() -> bool:
+    ok = True
+    e, c, t = inputs("synthetic")
+    for beta in (0.0, 0.1):
+        de_ref, dc_ref = reference_grads(e, c, t, beta)
+        for name, options in (
+            ("default", {}),
+            ("no-filter", {"filter_eps": None}),
+            ("element-filter+sort", {"tile_list": False}),
+            ("accum-fp32", {"accum_fp32": True}),
+        ):
+            runs = [ours_grads(e, c, t, label_smoothing=beta, **options) for _ in range(2)]
+            err = [
+                ((a - de_ref).abs().max().item(), (b - dc_ref).abs().max().item()) for a, b in runs
+            ]
+            drift = [(runs[0][i] - runs[1][i]).abs().max().item() for i in range(2)]
+            # Two runs differ only by atomic order: a few bf16 ulps at the gradient's scale.
+            scale = [de_ref.abs().max().item(), dc_ref.abs().max().item()]
+            race = any(d > 8 * 2**-8 * s for d, s in zip(drift, scale, strict=True))
+            ok &= not race
+            emit(check="grads", beta=beta, setting=name, de_err=err[0][0], dc_err=err[0][1],
+                 drift_de=drift[0], drift_dc=drift[1], de_scale=scale[0], dc_scale=scale[1],
+                 race=race)  # fmt: skip
+    return ok
+
+
+def time_case(e, c, t, options: dict, phases=("fwd", "fwd+bwd")) -> dict:
+    out = {}
+    e = e.detach().requires_grad_()
+    c = c.detach().requires_grad_()
+
+    def fwd():
+        return linear_cross_entropy(e, c, t, **options)
+
+    def fwdbwd():
+        e.grad = c.grad = None
+        fwd().backward()
+
+    if "fwd" in phases:
+        out["fwd_ms"] = do_bench(fwd, warmup=5, rep=40)
+    if "fwd+bwd" in phases:
+        out["fwdbwd_ms"] = do_bench(fwdbwd, warmup=3, rep=60)
+        tiles = function.LAST_TILES[0]
+        out["launched"] = None if tiles is None else tiles.launched_fraction()
+    return out
+
+
+FWD_CONFIGS = [
+    KernelConfig(256, 128, 32, 8, 3),
+    KernelConfig(128, 128, 32, 8, 3),
+    KernelConfig(256, 128, 64, 8, 3),
+    KernelConfig(128, 256, 32, 8, 3),
+    KernelConfig(128, 256, 64, 8, 3),
+    KernelConfig(128, 128, 64, 4, 4),
+]
+BWD_CONFIGS = [
+    KernelConfig(128, 64, 64, 8, 3, block_dd=64),
+    KernelConfig(64, 128, 64, 8, 3, block_dd=64),
+    KernelConfig(64, 64, 32, 8, 3, block_dd=32),
+    KernelConfig(128, 64, 32, 8, 4, block_dd=64),
+    KernelConfig(64, 128, 32, 8, 4, block_dd=64),
+    KernelConfig(128, 128, 32, 8, 3, block_dd=32),
+]
+
+
+def sweep(kinds: list[str], deadline: float) -> None:
+    for kind in kinds:
+        e, c, t = inputs(kind)
+        fwd_best = None
+        for cfg in FWD_CONFIGS:
+            if time.time() > deadline:
+                return
+            try:
+                with use_config(forward=cfg):
+                    ms = do_bench(
+                        lambda e=e, c=c, t=t: linear_cross_entropy(e, c, t), warmup=5, rep=40
+                    )
+                emit(sweep="forward", workload=kind, config=cfg.describe(), fwd_ms=ms)
+                if fwd_best is None or ms < fwd_best[0]:
+                    fwd_best = (ms, cfg)
+            except Exception as exc:  # noqa: BLE001 - report and go on
+                emit(sweep="forward", workload=kind, config=cfg.describe(), error=str(exc)[:200])
+        for cfg in BWD_CONFIGS:
+            if time.time() > deadline:
+                return
+            try:
+                with use_config(forward=fwd_best[1], backward=cfg):
+                    row = time_case(e, c, t, {}, phases=("fwd+bwd",))
+                emit(sweep="backward", workload=kind, config=cfg.describe(), **row)
+            except Exception as exc:  # noqa: BLE001
+                emit(sweep="backward", workload=kind, config=cfg.describe(), error=str(exc)[:200])
+
+
+def ablation(kinds: list[str], deadline: float) -> None:
+    settings = {
+        "default": {},
+        "element-filter+sort (CCE-style)": {"tile_list": False},
+        "element-filter": {"tile_list": False, "sort_vocab": False},
+        "no-filter": {"filter_eps": None},
+        "accum-fp32": {"accum_fp32": True},
+        "beta0.1": {"label_smoothing": 0.1},
+    }
+    for kind in kinds:
+        e, c, t = inputs(kind)
+        for name, options in settings.items():
+            if time.time() > deadline:
+                return
+            emit(ablation=name, workload=kind, **time_case(e, c, t, options))
+        try:
+            from cut_cross_entropy import linear_cross_entropy as cce
+
+            ee, cc = e.detach().requires_grad_(), c.detach().requires_grad_()
+
+            def step(ee=ee, cc=cc, t=t):
+                ee.grad = cc.grad = None
+                cce(ee, cc, t).backward()
+
+            emit(ablation="cce", workload=kind,
+                 fwd_ms=do_bench(lambda ee=ee, cc=cc, t=t: cce(ee, cc, t), warmup=5, rep=40),
+                 fwdbwd_ms=do_bench(step, warmup=3, rep=60))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            emit(ablation="cce", workload=kind, error=str(exc)[:200])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("steps", nargs="+", choices=["lock", "grads", "sweep", "ablation"])
+    parser.add_argument("--kinds", default="random,synthetic")
+    parser.add_argument("--budget-s", type=float, default=400)
+    args = parser.parse_args()
+    deadline = time.time() + args.budget_s
+    kinds = args.kinds.split(",")
+    ok = True
+    for step in args.steps:
+        if step == "lock":
+            ok &= check_lock()
+        elif step == "grads":
+            ok &= check_grads()
+        elif step == "sweep":
+            sweep(kinds, deadline)
+        elif step == "ablation":
+            ablation(kinds, deadline)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

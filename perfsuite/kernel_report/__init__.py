@@ -1,0 +1,266 @@
+"""Ahead-of-time build of every shipped kernel config as a launch specialises it; no GPU.
+
+For each kernel × variant × shipped config × dtype × arch, the arguments of a real
+launch at a named shape (default Gemma2-2B: N=8192, V=256000, D=2304, bf16) go
+through the kernel's heuristics and Triton's own binder, so the build has the same
+divisibility attributes and constants the JIT would use (unit strides, EVEN_D, the
+hardware-atomic choice of the arch). The PTX goes through the ptxas Triton uses for
+the target (``--gpu-name=sm_90a`` on Hopper) with ``-v``; ``cuobjdump`` reads the
+cubin's resources and SASS. Each row gives registers, spills, shared memory, CTAs
+per SM, SASS counts (HGMMA/HMMA, LDGSTS, MEMBAR, ATOMG.CAS, global adds) and how
+many tensor-core instructions sit inside a spin-lock critical section. A cost table
+follows (``costs``). With cut-cross-entropy importable its kernels are built the
+same way, side by side.
+
+The report fails (exit 1, with the reason) when one of our builds fails, ptxas
+exits non-zero or its log cannot be parsed, a config spills, holds a lock across a
+tensor-core instruction, or fits fewer CTAs per SM than its config declares.
+
+Under ``TRITON_INTERPRET=1`` the kernels are interpreter wrappers fixed at import,
+so the report is computed in a child process started without that variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from typing import Any
+
+from . import build, cce, costs, launches
+from .build import BuildError
+from .launches import HELPERS, Launch, Shape, parse_shape
+
+DEFAULT_ARCHS = ("sm_80", "sm_90a")
+KERNELS = ("forward", "backward", *HELPERS)
+
+__all__ = [
+    "BuildError",
+    "DEFAULT_ARCHS",
+    "add_arguments",
+    "build",
+    "collect",
+    "failures",
+    "kernel_report",
+    "main",
+    "run",
+]
+
+
+def _interpreted() -> bool:
+    import triton.language as tl
+
+    return os.environ.get("TRITON_INTERPRET", "0") == "1" or (
+        type(tl.cdiv).__name__ == "InterpretedFunction"
+    )
+
+
+def collect(
+    shape: Shape,
+    archs: list[str],
+    *,
+    dtypes: list[str] | None = None,
+    kernels: list[str] | None = None,
+    with_cce: bool = True,
+) -> tuple[list[Launch], str | None]:
+    """The launches to build, and why CCE's are missing (None when they are there)."""
+    dtypes = dtypes or list(launches.DTYPES)
+    todo = launches.our_launches(shape, archs, dtypes, kernels)
+    note = cce.available() if with_cce else "not asked for"
+    if note is None:
+        todo += [
+            la
+            for la in cce.launches(shape, archs, dtypes)
+            if kernels is None or la.kernel in kernels
+        ]
+    return todo, note
+
+
+def _row(launch: Launch) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "kernel": launch.kernel,
+        "variant": launch.variant,
+        "config": launch.config,
+        "dtype": launch.dtype,
+        "arch": launch.arch,
+        "ours": launch.ours,
+        "declared_ctas_per_sm": launch.declared_ctas,
+        "ok": False,
+        "error": None,
+    }
+    try:
+        row.update(build.build(launch))
+        row["ok"] = True
+    except Exception as exc:  # reported per row (and failing the report), never swallowed
+        row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
+    return row
+
+
+_POOL_LAUNCHES: list[Launch] = []
+
+
+def _row_at(index: int) -> dict[str, Any]:
+    return _row(_POOL_LAUNCHES[index])
+
+
+def build_rows(todo: list[Launch], jobs: int = 1) -> list[dict[str, Any]]:
+    """Build every launch, ``jobs`` at a time (forked workers; 1: in this process)."""
+    if jobs <= 1 or len(todo) <= 1:
+        return [_row(la) for la in todo]
+    _POOL_LAUNCHES[:] = todo
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            return pool.map(_row_at, range(len(todo)), chunksize=1)
+    finally:
+        _POOL_LAUNCHES.clear()
+
+
+def kernel_report(
+    archs: list[str],
+    shape: Shape | str = "gemma2-2b",
+    *,
+    dtypes: list[str] | None = None,
+    kernels: list[str] | None = None,
+    with_cce: bool = True,
+    jobs: int = 1,
+) -> dict[str, Any]:
+    """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes."""
+    shape = parse_shape(shape) if isinstance(shape, str) else shape
+    for arch in archs:
+        build.capability(arch)
+    if _interpreted():
+        return _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
+    todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
+    rows = build_rows(todo, jobs)
+    measured = {
+        (r["kernel"], launches.cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
+        for r in rows
+        if r["ok"] and r["variant"] in ("plain", "train")
+    }
+    notes = [] if cce_note is None else [f"CCE side by side skipped: {cce_note}"]
+    return {
+        "shape": vars(shape),
+        "rows": rows,
+        "costs": costs.cost_rows(shape, measured),
+        "notes": notes,
+    }
+
+
+def _report_in_child(
+    archs: list[str],
+    shape: Shape,
+    dtypes: list[str] | None,
+    kernels: list[str] | None,
+    with_cce: bool,
+    jobs: int,
+) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", ",".join(archs)]
+    cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}", "--json"]
+    cmd += ["--jobs", str(jobs)]
+    if dtypes:
+        cmd += ["--dtype", ",".join(dtypes)]
+    if kernels:
+        cmd += ["--kernel", ",".join(kernels)]
+    if not with_cce:
+        cmd += ["--no-cce"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    try:
+        report = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"kernel report child failed: {out.stderr[-2000:]}") from None
+    report["shape"] = vars(shape)
+    return report
+
+
+def failures(rows: list[dict[str, Any]]) -> list[str]:
+    """Why the report fails: any of our rows that did not build, spills, holds a lock
+    across a tensor-core instruction or fits fewer CTAs per SM than declared.
+
+    Baseline (CCE) rows only fail when they do not build: that is a broken report.
+    """
+    out = []
+    for r in rows:
+        where = f"{r['kernel']}[{r['variant']}] {r['config']} {r['dtype']} {r['arch']}"
+        if not r["ok"]:
+            out.append(f"{where}: {r['error']}")
+            continue
+        if not r.get("ours", True):
+            continue
+        if r["spill_store_bytes"] or r["spill_load_bytes"]:
+            out.append(
+                f"{where}: spills {r['spill_store_bytes']}B st / {r['spill_load_bytes']}B ld"
+            )
+        if r["critical_tensor_ops"]:
+            out.append(f"{where}: {r['critical_tensor_ops']} tensor-core ops inside a spin lock")
+        declared = r.get("declared_ctas_per_sm")
+        if r["ctas_per_sm"] == 0 or (declared and r["ctas_per_sm"] < declared):
+            out.append(
+                f"{where}: fits {r['ctas_per_sm']} CTAs per SM, config declares {declared or 1}"
+            )
+    return out
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--arch",
+        default=",".join(DEFAULT_ARCHS),
+        help="comma-separated targets (default: sm_80,sm_90a)",
+    )
+    parser.add_argument(
+        "--shape",
+        default="gemma2-2b",
+        help=f"launch shape: {', '.join(launches.SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
+    )
+    parser.add_argument("--dtype", default=None, help="comma-separated dtypes (default: all)")
+    parser.add_argument(
+        "--kernel",
+        default=None,
+        help=f"comma-separated kernels (default: all: {', '.join(KERNELS)}, cce_*)",
+    )
+    parser.add_argument("--no-cce", action="store_true", help="skip CCE's kernels")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="parallel builds (default: CPUs)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def run(args: argparse.Namespace) -> int:
+    archs = _csv(args.arch)
+    try:
+        shape = parse_shape(getattr(args, "shape", "gemma2-2b"))
+        for arch in archs:
+            build.capability(arch)
+    except ValueError as exc:
+        raise SystemExit(f"kernel-report: {exc}") from None
+    dtypes = _csv(args.dtype) if getattr(args, "dtype", None) else None
+    kernels = _csv(args.kernel) if getattr(args, "kernel", None) else None
+    report = kernel_report(
+        archs,
+        shape,
+        dtypes=dtypes,
+        kernels=kernels,
+        with_cce=not getattr(args, "no_cce", False),
+        jobs=getattr(args, "jobs", 1),
+    )
+    problems = failures(report["rows"])
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from .render import render
+
+        render(report, problems)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="perfsuite kernel-report", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

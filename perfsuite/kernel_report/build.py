@@ -1,0 +1,240 @@
+"""Build one launch as the JIT would, run Triton's ptxas on it and read the result.
+
+``specialise`` evaluates the kernel's heuristics on the launch's arguments and hands
+them to Triton's own binder, so the signature, ``tt.divisibility`` attributes and
+constants (unit strides, ``None`` pointers) are exactly what a launch on a GPU
+compiles. The PTX then goes through the ptxas Triton resolves for the target, with
+the flags its ``make_cubin`` uses; a non-zero exit or a log that cannot be parsed
+raises ``BuildError``. SASS comes from ``cuobjdump`` on that cubin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+from triton.runtime.jit import JITFunction
+
+from . import sass
+from .launches import Launch
+
+
+class BuildError(RuntimeError):
+    """ptxas or cuobjdump failed, or their output could not be read."""
+
+
+def capability(arch: str) -> int:
+    m = re.fullmatch(r"sm_(\d+)a?", arch)
+    if not m:
+        raise ValueError(f"bad arch {arch!r}: use e.g. sm_80 or sm_90a")
+    return int(m.group(1))
+
+
+def target(arch: str) -> Any:
+    from triton.backends.compiler import GPUTarget
+
+    return GPUTarget("cuda", capability(arch), 32)
+
+
+def gpu_name(arch: str) -> str:
+    """The ``--gpu-name`` Triton passes ptxas (``sm_90a`` for capability 90)."""
+    from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+    return sm_arch_from_capability(capability(arch))
+
+
+def ptxas_path(arch: str) -> str:
+    """The ptxas Triton compiles with for ``arch`` (honours ``TRITON_PTXAS_PATH``)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    return get_ptxas(capability(arch)).path
+
+
+def tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def ptxas_command(arch: str, ptx: str, out: str) -> list[str]:
+    """Triton's ``make_cubin`` command line (line info, ``-v``, its register-allocator flag)."""
+    return [
+        ptxas_path(arch), "-lineinfo", "-v", "--regAllocOptLevel=2",
+        f"--gpu-name={gpu_name(arch)}", ptx, "-o", out,
+    ]  # fmt: skip
+
+
+def unwrap(obj: Any) -> tuple[JITFunction, list[dict[str, Any]]]:
+    """The ``JITFunction`` under heuristics / autotuners, and the heuristics outermost first."""
+    layers = []
+    while not isinstance(obj, JITFunction):
+        if not hasattr(obj, "fn"):
+            raise TypeError(f"{obj!r} is not a Triton JIT function (run without TRITON_INTERPRET)")
+        if hasattr(obj, "values") and isinstance(obj.values, dict):
+            layers.append(obj.values)
+        obj = obj.fn
+    return obj, layers
+
+
+@dataclass
+class Spec:
+    """What ``triton.compile`` gets: the JIT's own specialisation of one launch."""
+
+    jit: JITFunction
+    signature: dict[str, str]
+    constexprs: dict[tuple[int, ...], Any]
+    attrs: dict[tuple[int, ...], Any]
+    options: dict[str, Any]
+
+    def divisible(self) -> list[str]:
+        """Argument names that carry ``tt.divisibility`` 16."""
+        names = self.jit.arg_names
+        return [names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
+
+    def constants(self) -> dict[str, Any]:
+        names = self.jit.arg_names
+        return {names[k[0]]: v for k, v in self.constexprs.items() if len(k) == 1}
+
+
+def specialise(launch: Launch, *, hints: bool = True) -> Spec:
+    """Signature, constants, attributes and options of ``launch`` as the JIT builds them.
+
+    ``hints=False`` drops the divisibility attributes (tests: they must change the build).
+    """
+    from triton import knobs
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    jit, layers = unwrap(launch.obj)
+    kwargs: dict[str, Any] = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+    named = dict(launch.args)
+    for values in layers:  # outermost first, as Heuristics.run nests
+        for name, heur in values.items():
+            if name in launch.overrides:
+                kwargs[name] = launch.overrides[name]
+            else:
+                try:
+                    kwargs[name] = heur({**named, **kwargs})
+                except Exception as exc:
+                    raise BuildError(f"heuristic {name} failed on the launch: {exc!r}") from exc
+    kwargs.update(launch.overrides)
+    named.update({k: v for k, v in kwargs.items() if k in jit.arg_names})
+    missing = [a for a in jit.arg_names if a not in named]
+    if missing:
+        raise BuildError(f"{jit.__name__} takes {missing}, which the launch table does not set")
+    options = {k: v for k, v in kwargs.items() if k not in jit.arg_names}
+    options.update(debug=False, instrumentation_mode=knobs.compilation.instrumentation_mode)
+    backend = make_backend(target(launch.arch))
+    binder = create_function_from_signature(jit.signature, jit.params, backend)
+    bound, specialization, opts = binder(**{a: named[a] for a in jit.arg_names}, **options)
+    parsed, signature, constexprs, attrs = jit._pack_args(
+        backend, options, bound, specialization, opts
+    )
+    if not hints:
+        attrs = {k: [] for k in attrs}
+    return Spec(jit, signature, constexprs, attrs, dict(parsed.__dict__))
+
+
+def compile_spec(spec: Spec, arch: str) -> Any:
+    from triton.compiler import ASTSource
+
+    src = ASTSource(spec.jit, spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
+    return triton.compile(src, target=target(arch), options=spec.options)
+
+
+def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    except OSError as exc:
+        raise BuildError(f"{what} could not run ({cmd[0]}): {exc}") from exc
+    if out.returncode != 0:
+        log = (out.stderr + out.stdout).strip()[-1500:]
+        raise BuildError(f"{what} failed (exit {out.returncode}, {cmd[0]}): {log or 'no output'}")
+    return out
+
+
+_PTXAS_STACK = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+
+
+def parse_ptxas(log: str, name: str) -> dict[str, int]:
+    """Registers, spills and stack of entry ``name`` from ``ptxas -v``; BuildError if absent."""
+    start = log.find(f"Function properties for {name}")
+    if f"Compiling entry function '{name}'" not in log or start < 0:
+        raise BuildError(f"ptxas -v log names no entry {name!r}: {log.strip()[-800:]!r}")
+    tail = log[start:]
+    stack = _PTXAS_STACK.search(tail)
+    regs = re.search(r"Used (\d+) registers", tail)
+    if not stack or not regs:
+        raise BuildError(f"unparseable ptxas -v log for {name}: {tail.strip()[:800]!r}")
+    return {
+        "registers": int(regs.group(1)),
+        "stack_bytes": int(stack.group(1)),
+        "spill_store_bytes": int(stack.group(2)),
+        "spill_load_bytes": int(stack.group(3)),
+    }
+
+
+def parse_res_usage(text: str) -> dict[str, int]:
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    if not m:
+        raise BuildError(f"unparseable cuobjdump -res-usage output: {text.strip()[-500:]!r}")
+    reg, stack, shared, local = (int(g) for g in m.groups())
+    return {"res_registers": reg, "res_stack": stack, "static_shared": shared, "local": local}
+
+
+# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max).
+LIMITS = {
+    "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912),
+    "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448),
+}
+_RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
+
+
+def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int) -> int:
+    """Resident CTAs per SM from registers, threads and shared memory (0: cannot launch)."""
+    lim = LIMITS["sm_90" if capability(arch) >= 90 else "sm_80"]
+    if shared > lim["smem_cta"] or registers > 255:
+        return 0
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]
+    by_threads = lim["threads"] // (32 * num_warps)
+    by_smem = lim["smem"] // (shared + _RESERVED_SMEM)
+    return min(by_regs, by_threads, by_smem, lim["ctas"])
+
+
+def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
+    """Compile ``launch``, run ptxas and cuobjdump; the numbers of one report row."""
+    spec = specialise(launch, hints=hints)
+    compiled = compile_spec(spec, launch.arch)
+    name = compiled.metadata.name
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(ptx, "w") as fh:
+            fh.write(compiled.asm["ptx"])
+        out = _run(ptxas_command(launch.arch, ptx, cubin), "ptxas")
+        usage = parse_ptxas(out.stdout + out.stderr, name)
+        res = parse_res_usage(_run([tool("cuobjdump"), "-res-usage", cubin], "cuobjdump").stdout)
+        text = _run([tool("cuobjdump"), "-sass", cubin], "cuobjdump -sass").stdout
+    if res["res_registers"] != usage["registers"]:
+        raise BuildError(
+            f"ptxas -v says {usage['registers']} registers, the cubin {res['res_registers']}"
+        )
+    instructions = sass.instructions(text)
+    if not instructions:
+        raise BuildError("cuobjdump -sass listed no instructions")
+    shared = int(compiled.metadata.shared) + res["static_shared"]
+    return {
+        **usage,
+        "local_bytes": res["local"],
+        "shared_bytes": shared,
+        "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps),
+        **sass.counts(instructions),
+        "critical_tensor_ops": len(sass.critical_tensor_ops(instructions)),
+        "divisible_args": len(spec.divisible()),
+        "sass_hash": sass.digest(instructions),
+    }

@@ -1,0 +1,135 @@
+"""Cut-cross-entropy's kernels launched as its training path does, to build side by side.
+
+CCE (``cut_cross_entropy``) ships one config per kernel (``tl_autotune``'s
+``_cce_forward_best_config`` / ``_cce_backward_best_config``) unless ``CCE_AUTOTUNE``
+is set; those configs are used here either way. Its training launch returns the
+average logit (``LA``), sorts the vocabulary for the backward and filters gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import triton
+
+from .launches import GPUS, Launch, Shape, T, cfg_arch
+
+DTYPES = ("bf16", "fp16")  # CCE's backward takes 16-bit embeddings only
+
+
+def available() -> str | None:
+    """None when CCE's kernels import, else why not."""
+    try:
+        import cut_cross_entropy.cce_backward  # noqa: F401
+        import cut_cross_entropy.cce_lse_forward  # noqa: F401
+    except Exception as exc:  # ImportError, or a CUDA-only import path
+        return f"cut_cross_entropy not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _config(fn_name: str) -> tuple[dict[str, Any], int, int]:
+    from cut_cross_entropy import tl_autotune
+
+    cfg = getattr(tl_autotune, fn_name)()
+    return dict(cfg.kwargs), cfg.num_warps, cfg.num_stages
+
+
+def _describe(meta: dict[str, Any], warps: int, stages: int) -> str:
+    return f"B{meta['BLOCK_B']}-V{meta['BLOCK_V']}-D{meta['BLOCK_D']}-w{warps}-s{stages}"
+
+
+def forward_config() -> tuple[dict[str, Any], int, int]:
+    return _config("_cce_forward_best_config")
+
+
+def backward_config() -> tuple[dict[str, Any], int, int]:
+    return _config("_cce_backward_best_config")
+
+
+def launches(shape: Shape, archs: list[str], dtypes: list[str]) -> Iterator[Launch]:
+    from cut_cross_entropy import cce_backward, cce_lse_forward
+    from cut_cross_entropy.tl_utils import b_bin_fn
+
+    n, v, d = shape.n, shape.v, shape.d
+    fmeta, fwarps, fstages = forward_config()
+    bmeta, bwarps, bstages = backward_config()
+    nd_locks = triton.cdiv(d, 64)
+    strides = {"stride_eb": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_vb": 1}
+    for arch in archs:
+        for dtype in [dt for dt in dtypes if dt in DTYPES]:
+            for variant, cap in (("train", None), ("softcap", shape.softcap)):
+                fwd = {
+                    "E": T(dtype),
+                    "C": T(dtype),
+                    "LSE": T(torch.float32),
+                    "LA": T(torch.float32),
+                    "Locks": T(torch.uint32),
+                    "Valids": None,
+                    "softcap": cap,
+                    "B": n,
+                    "V": v,
+                    "D": d,
+                    **strides,
+                    "stride_lse_b": 1,
+                    "num_locks": triton.cdiv(n, 128),
+                    "B_BIN": b_bin_fn(n),
+                    **fmeta,
+                }
+                kernel = cce_lse_forward._cce_lse_forward_kernel
+                yield Launch(
+                    "cce_lse_forward", variant, dtype, arch, kernel,
+                    fwd, fwarps, fstages, config=_describe(fmeta, fwarps, fstages), ours=False,
+                )  # fmt: skip
+                bwd = {
+                    "E": T(dtype),
+                    "C": T(dtype),
+                    "LSE": T(torch.float32),
+                    "dOut": T(torch.float32, numel=1),  # mean reduction: a scalar
+                    "grad_scale": 1.0,
+                    "Valids": None,
+                    "VocabOrdering": T(torch.int64),
+                    "softcap": cap,
+                    "Targets": T(torch.int64),
+                    "dE": T(dtype),
+                    "dELocks": T(torch.int32),
+                    "dC": T(dtype),
+                    "dCLocks": T(torch.int32),
+                    "B": n,
+                    "D": d,
+                    "V": v,
+                    "n_de_locks_0": triton.cdiv(n, nd_locks),
+                    "n_de_locks_1": nd_locks,
+                    "n_dc_locks_0": triton.cdiv(v, nd_locks),
+                    "n_dc_locks_1": nd_locks,
+                    **strides,
+                    "filter_eps": 2.0**-12,
+                    "B_BIN": b_bin_fn(n),
+                    "SHIFT": False,
+                    "REQUIRES_GRAD": True,
+                    **bmeta,
+                }
+                yield Launch(
+                    "cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
+                    bwd, bwarps, bstages, config=_describe(bmeta, bwarps, bstages), ours=False,
+                )  # fmt: skip
+
+
+def grid_sizes(shape: Shape) -> dict[str, Any]:
+    """CCE's forward grid and backward tile sizes at ``shape`` (for the cost table)."""
+    fmeta, fwarps, fstages = forward_config()
+    bmeta, bwarps, bstages = backward_config()
+    return {
+        "fwd_ctas": triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"]),
+        "fwd_config": _describe(fmeta, fwarps, fstages),
+        "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
+        "bwd_config": _describe(bmeta, bwarps, bstages),
+        "block_n": bmeta["BLOCK_B"],
+        "block_v": bmeta["BLOCK_V"],
+        # _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE and for dC.
+        "block_dd": 2 * bmeta["BLOCK_D"],
+    }
+
+
+__all__ = ["GPUS", "available", "cfg_arch", "grid_sizes", "launches"]

@@ -1,0 +1,113 @@
+"""Static costs of the shipped configs at one shape, per representative GPU.
+
+Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair):
+
+* **recompute L2→SM GB**: the backward rebuilds each logit tile, reading a BLOCK_N×D
+  slice of E and a BLOCK_V×D slice of C per pair (the forward's reads, again);
+* **locked RMW L2→SM GB**: tiles read back under a lock (16-bit buffers without
+  hardware atomics) before the locked store;
+* **lock round trips / 1000 logits**: each locked (tile, D-chunk) update costs at
+  least two serialised global atomics (CAS acquire, EXCH release), uncontended;
+  the forward's too (CCE merges each program's LSE under a lock);
+* **forward waves / last-wave efficiency**: the forward grid (row blocks × vocab
+  splits, as ``choose_splits`` picks them) over SMs × the config's CTAs per SM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+
+from . import cce
+from .launches import DTYPES, GPUS, Shape, native_atomics
+
+
+def _waves(ctas: int, slots: int) -> tuple[int, float]:
+    waves = triton.cdiv(ctas, slots)
+    return waves, ctas / (waves * slots)
+
+
+def _backward_costs(
+    shape: Shape, block_n: int, block_v: int, block_dd: int, locked: int, elem: int
+) -> dict[str, Any]:
+    """``locked``: how many of dE/dC go through a lock (0, 1 or 2)."""
+    n, v, d = shape.n, shape.v, shape.d
+    pairs = triton.cdiv(n, block_n) * triton.cdiv(v, block_v)
+    acquisitions = locked * triton.cdiv(d, block_dd)  # per pair
+    rmw_rows = {0: 0, 1: block_v, 2: block_v + block_n}[locked]
+    return {
+        "bwd_pairs": pairs,
+        "recompute_gb": pairs * (block_n + block_v) * d * elem / 1e9,
+        "locked_rmw_gb": pairs * rmw_rows * d * elem / 1e9,
+        "locks_per_pair": acquisitions,
+        "lock_trips_per_1k_logits": 2 * acquisitions * 1000 / (block_n * block_v),
+    }
+
+
+def cost_rows(
+    shape: Shape, measured_ctas: dict[tuple[str, str, str], int] | None = None
+) -> list[dict[str, Any]]:
+    """One row per implementation × GPU (ours; CCE when importable) at ``shape``.
+
+    ``measured_ctas`` maps (kernel, arch key, dtype) to the CTAs per SM the build
+    measured, shown next to the declared occupancy the launcher sizes its grid by.
+    """
+    from perfsuite.kernels import forward
+    from perfsuite.kernels.configs import PINNED
+
+    measured = measured_ctas or {}
+    elem = DTYPES[shape.dtype].itemsize
+    rows = []
+    for arch, (gpu, sms) in GPUS.items():
+        fwd = PINNED["forward", arch, shape.dtype]
+        bwd = PINNED["backward", arch, shape.dtype]
+        slots = sms * fwd.ctas_per_sm
+        splits = forward.splits_for(shape.n, shape.v, fwd.block_n, slots)
+        ctas = triton.cdiv(shape.n, fwd.block_n) * splits
+        waves, eff = _waves(ctas, slots)
+        # dE is an fp32 buffer (hardware atomics everywhere); dC is in the input dtype.
+        locked = int(not native_atomics(shape.dtype, arch))
+        rows.append(
+            {
+                "impl": "ours",
+                "gpu": gpu,
+                "sms": sms,
+                "arch": arch,
+                "fwd_config": fwd.describe(),
+                "bwd_config": bwd.describe(),
+                "fwd_ctas": ctas,
+                "fwd_splits": splits,
+                "ctas_per_sm": fwd.ctas_per_sm,
+                "measured_ctas_per_sm": measured.get(("forward", arch, shape.dtype)),
+                "fwd_waves": waves,
+                "last_wave_eff": eff,
+                "fwd_lock_trips_per_1k_logits": 0.0,
+                **_backward_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem),
+            }
+        )
+        if cce.available() is None and shape.dtype in cce.DTYPES:
+            g = cce.grid_sizes(shape)
+            occ = measured.get(("cce_lse_forward", arch, shape.dtype)) or 1
+            waves, eff = _waves(g["fwd_ctas"], sms * occ)
+            rows.append(
+                {
+                    "impl": "cce",
+                    "gpu": gpu,
+                    "sms": sms,
+                    "arch": arch,
+                    "fwd_config": g["fwd_config"],
+                    "bwd_config": g["bwd_config"],
+                    "fwd_ctas": g["fwd_ctas"],
+                    "fwd_splits": None,
+                    "ctas_per_sm": occ,
+                    "measured_ctas_per_sm": measured.get(("cce_lse_forward", arch, shape.dtype)),
+                    "fwd_waves": waves,
+                    "last_wave_eff": eff,
+                    # One LSE lock per (row block, vocab tile) program.
+                    "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
+                    # CCE locks both dE and dC, in the input dtype.
+                    **_backward_costs(shape, g["block_n"], g["block_v"], g["block_dd"], 2, elem),
+                }
+            )
+    return rows

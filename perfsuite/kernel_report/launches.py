@@ -1,0 +1,323 @@
+"""What each kernel is launched with at a named shape: fake tensors, sizes, launch options.
+
+Each ``Launch`` lists the arguments a real launch passes, by name, as the launcher
+computes them (``lse_forward``, ``lce_backward``, ``column_sum``, the tile list, CCE's
+wrappers). Tensors are ``FakeTensor``s: a dtype, a device and a data pointer whose
+offset mirrors slices of one allocation. Triton's own binder turns these into the
+signature, divisibility attributes and specialised constants (``build.specialise``),
+so a kernel that gains or loses an argument only needs a name added here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import triton
+
+# Representative GPU per arch: (name, SM count).
+GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132)}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_BASE = 1 << 24  # caching-allocator blocks are at least 512-byte aligned
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A problem size: N rows, V vocab, D hidden, in one dtype; smoothing / softcap values."""
+
+    name: str
+    n: int
+    v: int
+    d: int
+    dtype: str = "bf16"
+    beta: float = 0.1
+    softcap: float = 30.0
+
+
+SHAPES = {
+    "gemma2-2b": Shape("gemma2-2b", 8192, 256000, 2304),
+    "llama3-8b": Shape("llama3-8b", 8192, 128256, 4096),
+}
+
+
+def parse_shape(text: str) -> Shape:
+    """A preset name (``gemma2-2b``) or ``N,V,D[,dtype]``."""
+    if text in SHAPES:
+        return SHAPES[text]
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        n, v, d = (int(p) for p in parts[:3])
+    except ValueError:
+        raise ValueError(f"bad shape {text!r}: use {sorted(SHAPES)} or N,V,D[,dtype]") from None
+    dtype = parts[3] if len(parts) > 3 else "bf16"
+    if dtype not in DTYPES or len(parts) > 4:
+        raise ValueError(f"bad shape {text!r}: dtype must be one of {sorted(DTYPES)}")
+    return Shape(f"N{n}-V{v}-D{d}", n, v, d, dtype)
+
+
+class FakeTensor:
+    """Enough of a tensor for Triton's binder and the kernels' heuristics."""
+
+    def __init__(self, dtype: torch.dtype, numel: int = 2, offset: int = 0) -> None:
+        self.dtype = dtype
+        self.device = torch.device("cuda", 0)
+        self._numel = numel
+        self._ptr = _BASE + offset
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def numel(self) -> int:
+        return self._numel
+
+    def __repr__(self) -> str:
+        return f"FakeTensor({self.dtype}, numel={self._numel})"
+
+
+def T(dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> FakeTensor:
+    return FakeTensor(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype, numel, offset)
+
+
+@dataclass
+class Launch:
+    """One kernel launch to build: arguments by name plus explicit constexpr overrides.
+
+    ``overrides`` replace heuristics that depend on the device (hardware atomics);
+    ``ours`` is False for baselines (reported side by side, never failing the report).
+    """
+
+    kernel: str
+    variant: str
+    dtype: str
+    arch: str
+    obj: Any
+    args: dict[str, Any]
+    num_warps: int
+    num_stages: int = 3
+    overrides: dict[str, Any] = field(default_factory=dict)
+    config: str = ""
+    declared_ctas: int | None = None
+    ours: bool = True
+
+    def key(self) -> str:
+        return f"{self.kernel}[{self.variant}] {self.config} {self.dtype} {self.arch}"
+
+
+def cfg_arch(arch: str) -> str:
+    """``sm_90a`` -> ``sm_90`` (the key of PINNED)."""
+    return "sm_90" if int(arch[3:].rstrip("a")) >= 90 else "sm_80"
+
+
+def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    from perfsuite.kernels import forward
+    from perfsuite.kernels.configs import PINNED, SOFTCAP_SMOOTH
+
+    n, v, d = shape.n, shape.v, shape.d
+    # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path)
+    variants = {
+        "plain": (False, False, False, True),
+        "smooth+softcap": (True, True, False, True),
+        "sorted": (False, False, True, False),
+    }
+    for name, (smooth, cap, avg, tiles) in variants.items():
+        # The launcher's choice (configs.pinned_config): softcap+smoothing has its own.
+        key = (cfg_arch(arch), dtype)
+        cfg = (smooth and cap and PINNED.get((SOFTCAP_SMOOTH, *key))) or PINNED[("forward", *key)]
+        slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
+        splits = forward.splits_for(n, v, cfg.block_n, slots)
+        grain = max(forward.SPLIT_GRAIN, cfg.block_v)
+        split_size = triton.cdiv(triton.cdiv(v, splits), grain) * grain
+        num_tiles = triton.cdiv(v, cfg.block_v) if tiles else 0
+        part = splits * n * 4  # bytes per slice of the (4|5, splits, N) fp32 buffer
+        args = {
+            "E": T(dtype),
+            "C": T(dtype),
+            "Targets": T(torch.int64),
+            # c̄ is computed with smoothing whenever a gradient follows (function.py).
+            "CBar": T(torch.float32) if smooth else None,
+            "MaxPart": T(torch.float32, offset=0),
+            "SumPart": T(torch.float32, offset=part),
+            "TargetPart": T(torch.float32, offset=2 * part),
+            "SmoothPart": T(torch.float32, offset=3 * part) if smooth else None,
+            "LogitAvg": T(torch.float32) if avg else None,
+            "TileLSE": T(torch.bfloat16) if tiles else None,
+            "softcap": shape.softcap if cap else None,
+            "inv_n": 1.0 / n,
+            "N": n,
+            "V": v,
+            "D": d,
+            "split_size": split_size,
+            "num_tiles": num_tiles,
+            **_strides(d),
+            **cfg.meta("forward"),
+        }
+        yield Launch(
+            "forward", name, dtype, arch, forward._forward, args, cfg.num_warps,
+            cfg.num_stages, config=cfg.describe(), declared_ctas=cfg.ctas_per_sm,
+        )  # fmt: skip
+
+
+def _strides(d: int) -> dict[str, int]:
+    return {"stride_en": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_t": 1}
+
+
+def native_atomics(dtype: str, arch: str) -> bool:
+    """``backward.native_atomics`` for a buffer of ``dtype`` on ``arch`` (no device needed)."""
+    return dtype == "fp32" or cfg_arch(arch) == "sm_90"
+
+
+def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    from perfsuite.kernels import backward
+    from perfsuite.kernels.configs import PINNED
+
+    cfg = PINNED["backward", cfg_arch(arch), dtype]
+    n, v, d = shape.n, shape.v, shape.d
+    min_block = getattr(backward, "_MIN_BLOCK", 16)
+    de_locks_bytes = triton.cdiv(n, min_block) * triton.cdiv(d, min_block) * 4
+    pairs = triton.cdiv(n, cfg.block_n) * triton.cdiv(v, cfg.block_v)
+    # (flags) smoothing, softcap, tile list, element filter + sorting, fp32 dC
+    variants = {
+        "list": (False, False, True, False, False),
+        "filter+sorted": (False, False, False, True, False),
+        "smooth+softcap": (True, True, True, False, False),
+    }
+    if dtype != "fp32":
+        variants["fp32-accum"] = (True, True, True, False, True)
+    for name, (smooth, cap, use_list, filt, accum) in variants.items():
+        dc_dtype = "fp32" if accum else dtype
+        args = {
+            "E": T(dtype),
+            "C": T(dtype),
+            "RowMax": T(torch.float32),
+            "LogSum": T(torch.float32),
+            "Targets": T(torch.int64),
+            "G": T(torch.float32),
+            "Order": T(torch.int32) if filt else None,
+            "TileList": T(torch.int32, pairs + 1) if use_list else None,
+            "TileCount": T(torch.int32, 1) if use_list else None,
+            "dE": T(torch.float32),
+            "dC": T(dc_dtype),
+            "dELocks": T(torch.int32),
+            "dCLocks": T(torch.int32, offset=de_locks_bytes),
+            "softcap": shape.softcap if cap else None,
+            "TargetW": T(torch.float32),
+            "smooth_w": shape.beta / v if smooth else 0.0,
+            "RowEps": T(torch.float32) if filt else None,
+            "N": n,
+            "V": v,
+            "D": d,
+            **_strides(d),
+            **cfg.meta("backward"),
+        }
+        overrides = {
+            "DE_ATOMIC": native_atomics("fp32", arch),  # dE is always an fp32 buffer
+            "DC_ATOMIC": native_atomics(dc_dtype, arch),
+        }
+        yield Launch(
+            "backward", name, dtype, arch, backward._backward, args, cfg.num_warps,
+            cfg.num_stages, overrides, cfg.describe(), cfg.ctas_per_sm,
+        )  # fmt: skip
+
+
+def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    """The small kernels around the main two: column sums, tile thresholds, tile keep."""
+    from perfsuite.kernels import reductions, tiles
+    from perfsuite.kernels.configs import PINNED
+
+    n, v, d = shape.n, shape.v, shape.d
+    sms = GPUS[cfg_arch(arch)][1]
+    d_blocks = triton.cdiv(d, reductions.BLOCK_D)
+    for name, rows, weights in (("sum", v, False), ("weighted", n, True)):
+        splits = max(1, min(triton.cdiv(rows, reductions.BLOCK_R), triton.cdiv(4 * sms, d_blocks)))
+        per = triton.cdiv(triton.cdiv(rows, splits), reductions.BLOCK_R) * reductions.BLOCK_R
+        args = {
+            "X": T(dtype),
+            "W": T(torch.float32) if weights else None,
+            "Out": T(torch.float32),
+            "R": rows,
+            "D": d,
+            "rows_per_split": per,
+            "stride_xr": d,
+            "stride_xd": 1,
+            "BLOCK_R": reductions.BLOCK_R,
+            "BLOCK_D": reductions.BLOCK_D,
+        }
+        yield Launch(
+            "column_sum", name, dtype, arch, reductions._column_sum_kernel, args,
+            reductions.NUM_WARPS,
+            config=f"R{reductions.BLOCK_R}-D{reductions.BLOCK_D}-w{reductions.NUM_WARPS}",
+        )  # fmt: skip
+    fwd = PINNED["forward", cfg_arch(arch), dtype]
+    bwd = PINNED["backward", cfg_arch(arch), dtype]
+    num_f = triton.cdiv(v, fwd.block_v)
+    common = {
+        "TileLSE": T(torch.bfloat16),
+        "RowMax": T(torch.float32),
+        "LogSum": T(torch.float32),
+        "N": n,
+        "num_f": num_f,
+        "extra": 0.0,
+        "BLOCK_T": tiles.BLOCK_T,
+    }
+    block_n = 32
+    threshold = {
+        **common,
+        "Tau": T(torch.float32),
+        "filter_eps": 1e-3,
+        "budget": 1e-3,
+        "LEVELS": tiles.LEVELS,
+        "BLOCK_N": block_n,
+    }
+    yield Launch(
+        "tile_threshold", "-", dtype, arch, tiles._threshold_kernel, threshold, 4,
+        config=f"N{block_n}-T{tiles.BLOCK_T}-w4",
+    )  # fmt: skip
+    keep = {
+        **common,
+        "G": T(torch.float32),
+        "Targets": T(torch.int64),
+        "Tau": T(torch.float32),
+        "Keep": T(torch.int8),
+        "num_v": triton.cdiv(v, bwd.block_v),
+        "stride_t": 1,
+        "BLOCK_N": bwd.block_n,
+        "BLOCK_V": bwd.block_v,
+        "TILE_W": fwd.block_v,
+    }
+    yield Launch(
+        "tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
+        config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4",
+    )  # fmt: skip
+
+
+OURS = {"forward": _forward, "backward": _backward, "helpers": _helpers}
+HELPERS = ("column_sum", "tile_threshold", "tile_keep")
+
+
+def our_launches(
+    shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
+) -> list[Launch]:
+    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels."""
+    from perfsuite.kernels.configs import shipped_configs
+
+    shipped = {(k, a, dt) for k, a, dt, _ in shipped_configs()}
+    out = []
+    for arch in archs:
+        for dtype in dtypes:
+            for group, make in OURS.items():
+                if group != "helpers" and (group, cfg_arch(arch), dtype) not in shipped:
+                    continue
+                out += [
+                    launch
+                    for launch in make(shape, dtype, arch)
+                    if kernels is None or launch.kernel in kernels
+                ]
+    return out
+
+
+def with_args(launch: Launch, **changes: Any) -> Launch:
+    """A copy of ``launch`` with some arguments replaced (tests)."""
+    return dataclasses.replace(launch, args={**launch.args, **changes})

@@ -1,0 +1,90 @@
+"""Rich tables for ``perfsuite kernel-report``: per-build rows, then the cost table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (header, row key); variant names like "[plain]" would read as rich markup inside
+# the kernel name, so they get a column of their own and every cell is escaped.
+BUILD_COLUMNS = (
+    ("kernel", "kernel"),
+    ("variant", "variant"),
+    ("config", "config"),
+    ("dtype", "dtype"),
+    ("arch", "arch"),
+    ("ok", "ok"),
+    ("regs", "registers"),
+    ("spill st", "spill_store_bytes"),
+    ("spill ld", "spill_load_bytes"),
+    ("smem", "shared_bytes"),
+    ("CTA/SM", "ctas_per_sm"),
+    ("HGMMA", "hgmma"),
+    ("HMMA", "hmma"),
+    ("LDGSTS", "ldgsts"),
+    ("MEMBAR", "membar"),
+    ("CAS", "cas"),
+    ("adds", "atomic_adds"),
+    ("TC in lock", "critical_tensor_ops"),
+)
+_TEXT = {"kernel", "variant", "config", "dtype", "arch", "ok"}
+
+COST_COLUMNS = (
+    ("impl", "impl", "{}"),
+    ("GPU", "gpu", "{}"),
+    ("fwd config", "fwd_config", "{}"),
+    ("fwd CTAs", "fwd_ctas", "{}"),
+    ("splits", "fwd_splits", "{}"),
+    ("CTA/SM", "ctas_per_sm", "{}"),
+    ("waves", "fwd_waves", "{}"),
+    ("last wave", "last_wave_eff", "{:.1%}"),
+    ("fwd locks/1k", "fwd_lock_trips_per_1k_logits", "{:.2f}"),
+    ("bwd config", "bwd_config", "{}"),
+    ("bwd pairs", "bwd_pairs", "{:,}"),
+    ("recompute GB", "recompute_gb", "{:,.1f}"),
+    ("locked RMW GB", "locked_rmw_gb", "{:,.1f}"),
+    ("bwd locks/1k", "lock_trips_per_1k_logits", "{:.2f}"),
+)
+
+
+def _cell(value: Any, fmt: str = "{}") -> str:
+    from rich.markup import escape
+
+    if value is None:
+        return "-"
+    return escape(fmt.format(value))
+
+
+def render(report: dict[str, Any], problems: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # a CI log or a file: rows whole, not squeezed to 80
+        console = Console(width=200)
+    shape = report["shape"]
+    where = f"{shape['name']} (N={shape['n']}, V={shape['v']}, D={shape['d']})"
+    table = Table(
+        title=f"Triton kernels built as launched at {where} "
+        "(smem: bytes per CTA; spills: bytes per thread; TC in lock: tensor-core "
+        "instructions between a CAS acquire and its EXCH release)"
+    )
+    for header, key in BUILD_COLUMNS:
+        table.add_column(header, justify="left" if key in _TEXT else "right")
+    for r in report["rows"]:
+        cells = {**r, "kernel": r["kernel"] + ("" if r.get("ours", True) else " (CCE)")}
+        table.add_row(*(_cell(cells.get(k)) for _, k in BUILD_COLUMNS))
+    console.print(table)
+
+    costs = Table(
+        title=f"Static costs at {where}, {shape['dtype']}: every backward pair "
+        "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits"
+    )
+    for header, key, _ in COST_COLUMNS:
+        costs.add_column(header, justify="left" if key in ("impl", "gpu") else "right")
+    for r in report["costs"]:
+        costs.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in COST_COLUMNS))
+    console.print(costs)
+    for note in report.get("notes", []):
+        console.print(f"note: {_cell(note)}")
+    for p in problems:
+        console.print(f"[red]FAIL[/red] {_cell(p)}")

@@ -1,0 +1,91 @@
+"""Read ``cuobjdump -sass`` listings: instruction counts and spin-lock critical sections.
+
+A critical section is the code between a global compare-and-swap (``ATOMG.*CAS``,
+the spin lock's acquire) and the next global exchange (``ATOMG.*EXCH``, its
+release), in listing order. A tensor-core instruction there keeps the lock held
+for a matrix multiply: every other CTA waiting on it spins for that long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+TENSOR_OPS = ("HGMMA", "HMMA", "IMMA", "IGMMA", "QGMMA", "DMMA", "BMMA", "OMMA", "UTCHMMA")
+# "/*0a80*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], RZ, !UPT ;"
+_LINE = re.compile(
+    r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_x]+)*)"
+)
+
+
+@dataclass(frozen=True)
+class Instr:
+    addr: int
+    opcode: str  # with modifiers: ATOMG.E.CAS.STRONG.GPU
+
+    @property
+    def base(self) -> str:
+        return self.opcode.split(".")[0]
+
+    @property
+    def mods(self) -> set[str]:
+        return set(self.opcode.split(".")[1:])
+
+
+def instructions(text: str) -> list[Instr]:
+    return [Instr(int(m.group(1), 16), m.group(2)) for m in _LINE.finditer(text)]
+
+
+def is_tensor(i: Instr) -> bool:
+    return i.base in TENSOR_OPS
+
+
+def is_cas(i: Instr) -> bool:
+    return i.base == "ATOMG" and "CAS" in i.mods
+
+
+def is_exch(i: Instr) -> bool:
+    return i.base == "ATOMG" and "EXCH" in i.mods
+
+
+def is_add(i: Instr) -> bool:
+    """A global reduction/atomic add (``RED.E.ADD.F32``, ``REDG.E.ADD``, ``ATOMG.E.ADD``)."""
+    return i.base in ("RED", "REDG", "ATOMG") and bool(
+        {"ADD", "FADD"} & i.mods or any(m.startswith("ADD") for m in i.mods)
+    )
+
+
+def counts(instrs: list[Instr]) -> dict[str, int]:
+    return {
+        "hgmma": sum(i.base == "HGMMA" for i in instrs),
+        "hmma": sum(i.base == "HMMA" for i in instrs),
+        "ldgsts": sum(i.base == "LDGSTS" for i in instrs),
+        "membar": sum(i.base == "MEMBAR" for i in instrs),
+        "cas": sum(is_cas(i) for i in instrs),
+        "exch": sum(is_exch(i) for i in instrs),
+        "atomic_adds": sum(is_add(i) for i in instrs),
+        "instructions": len(instrs),
+    }
+
+
+def critical_tensor_ops(instrs: list[Instr]) -> list[tuple[int, Instr]]:
+    """(address of the acquiring CAS, tensor instruction) for each one inside a lock.
+
+    A CAS with no EXCH after it counts as open to the end of the listing.
+    """
+    found = []
+    held: int | None = None
+    for i in instrs:
+        if is_cas(i):
+            held = i.addr if held is None else held
+        elif is_exch(i):
+            held = None
+        elif held is not None and is_tensor(i):
+            found.append((held, i))
+    return found
+
+
+def digest(instrs: list[Instr]) -> str:
+    """A short hash of the opcode sequence (two builds differ iff their code does)."""
+    return hashlib.sha1("\n".join(i.opcode for i in instrs).encode()).hexdigest()[:12]

@@ -1,0 +1,87 @@
+"""The backward's tile list: fewer tiles, each row losing at most its mass budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import make_inputs
+
+from perfsuite.kernels import function, linear_cross_entropy
+from perfsuite.kernels.configs import KernelConfig, use_config
+from perfsuite.kernels.tiles import mass_budget
+
+SMALL = dict(
+    forward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1),
+    backward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1, block_dd=16),
+)
+# Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
+WIDE = dict(SMALL, backward=KernelConfig(16, 64, 16, num_warps=4, num_stages=1, block_dd=16))
+NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1, block_dd=16))
+
+
+def _grads(e, c, t, **options):
+    e = e.detach().clone().requires_grad_()
+    c = c.detach().clone().requires_grad_()
+    linear_cross_entropy(e, c, t, sort_vocab=False, **options).backward()
+    return e.grad, c.grad, function.LAST_TILES[0]
+
+
+def peaked_inputs(n: int, v: int, d: int, device: str, ignore: str = "some"):
+    """Rows that point at their target (as a trained model's do): most tiles hold only
+    probabilities far below the filter threshold."""
+    e, c, t = make_inputs(n, v, d, torch.float32, device, ignore=ignore)
+    c = c / c.norm(dim=1, keepdim=True)
+    e = e + 30 * c[t.clamp(min=0)]
+    return e.to(torch.bfloat16), c.to(torch.bfloat16), t
+
+
+@pytest.mark.parametrize(
+    ("configs", "beta", "softcap"),
+    [(SMALL, 0.0, None), (WIDE, 0.1, None), (NARROW, 0.0, 40.0)],
+    ids=["same", "wide-smooth", "narrow-softcap"],
+)
+def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap):
+    """Skipped tiles lose at most the per-row mass budget against an unfiltered run."""
+    e, c, t = peaked_inputs(48, 600, 64, device)
+    options = dict(label_smoothing=beta, softcap=softcap)
+    with use_config(**configs):
+        de_list, dc_list, tiles = _grads(e, c, t, tile_list=True, **options)
+        de_full, dc_full, none = _grads(e, c, t, filter_eps=None, **options)
+    assert none is None and tiles is not None
+    fraction = tiles.launched_fraction()
+    assert 0 < fraction < 0.8, fraction
+    # |ΔdE_n| ≤ g·(dropped mass)·max|C|, plus one rounding of dE into bf16.
+    g = 1 / (t != -100).sum().item()
+    bound = g * mass_budget(torch.bfloat16) * c.float().abs().max().item()
+    ulp = 2**-8 * de_full.float().abs().max().item()
+    assert (de_list.float() - de_full.float()).abs().max().item() <= bound + ulp
+    # dC_v gathers the dropped terms of every row: ≤ Σ_n g·budget·max|E| = budget·max|E|.
+    dc_bound = mass_budget(torch.bfloat16) * e.float().abs().max().item()
+    dc_ulp = 2**-8 * dc_full.float().abs().max().item()
+    assert (dc_list.float() - dc_full.float()).abs().max().item() <= dc_bound + dc_ulp
+
+
+def test_targets_and_ignored_rows(device):
+    """Target tiles are always listed; blocks with only ignored rows never are."""
+    e, c, t = peaked_inputs(64, 900, 64, device, ignore="prefix")
+    with use_config(**SMALL):
+        de_list, dc_list, tiles = _grads(e, c, t, tile_list=True)
+        de_full, dc_full, _ = _grads(e, c, t, filter_eps=None)
+    torch.testing.assert_close(de_list, de_full, rtol=2**-7, atol=1e-6)
+    torch.testing.assert_close(dc_list, dc_full, rtol=2**-7, atol=1e-6)
+    count = int(tiles.count.item())
+    listed = tiles.entries[:count].long()
+    num_v = -(-900 // 32)
+    live_blocks = set(range((2 * 64) // 3 // 16, 4))
+    assert {int(x) for x in listed // num_v} <= live_blocks
+    for row in range((2 * 64) // 3, 64):
+        assert (row // 16) * num_v + int(t[row]) // 32 in set(listed.tolist())
+
+
+def test_no_list_when_it_cannot_drop_anything(device):
+    """No filter: no list; softcap smoothing β/V above filter_eps: every tile listed."""
+    e, c, t = make_inputs(16, 100, 16, torch.float32, device)
+    _grads(e, c, t, filter_eps=None)
+    assert function.LAST_TILES[0] is None
+    _grads(e, c, t, label_smoothing=1.0, softcap=20.0, filter_eps=1e-3)
+    assert function.LAST_TILES[0].launched_fraction() == 1.0

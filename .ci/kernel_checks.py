@@ -53,7 +53,7 @@ def check_lock(programs: int = 2048) -> bool:
 def inputs(kind: str, seed: int = 0):
     torch.manual_seed(seed)
     if kind == "synthetic":
-        from perfsuite.workloads import synthetic_inputs
+        from perfsuite.plan.workloads import synthetic_inputs
 
         e, c, t, _ = synthetic_inputs(N, V, D, entropy=2.0, seed=seed, device="cuda")
     else:

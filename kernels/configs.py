@@ -18,9 +18,7 @@ import torch
 import triton
 
 KERNELS = ("forward", "backward")
-# The forward's softcap-with-smoothing variant, where it needs its own tiles (PINNED
-# falls back to "forward" elsewhere; use_config(forward=...) overrides both).
-SOFTCAP_SMOOTH = "forward:softcap+smooth"
+
 ARCHS = ("sm_80", "sm_90")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -70,8 +68,6 @@ _HALF_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
 # Measured on an H100 at Gemma2-2B (reports/nvidia-h100-80gb-hbm3): forward 256×128×32
 # 20.2 ms vs 128×128×32 32.9 ms; backward 128×64×64 ≈ 64×128×64 < 64×64×32.
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
-# Softcap with smoothing keeps two more row accumulators live: 256×128 spills there.
-_HOPPER_FWD_SOFTCAP_SMOOTH = KernelConfig(128, 128, 64, num_warps=8, num_stages=3)
 _HOPPER_BWD = KernelConfig(128, 64, 64, num_warps=8, num_stages=3, block_dd=64)
 _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
@@ -85,8 +81,6 @@ for _arch in ARCHS:
         PINNED["backward", _arch, _dt] = _HOPPER_BWD if _arch == "sm_90" else _HALF_BWD
     PINNED["forward", _arch, "fp32"] = _FP32_FWD
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
-for _dt in ("bf16", "fp16"):
-    PINNED[SOFTCAP_SMOOTH, "sm_90", _dt] = _HOPPER_FWD_SOFTCAP_SMOOTH
 
 # Under the interpreter every program and every jit-helper call costs Python time,
 # so tiles are as large as numpy handles well, then shrunk to the problem
@@ -138,22 +132,14 @@ def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:
 
 
 def pinned_config(
-    kernel: str,
-    dtype: torch.dtype,
-    device: torch.device,
-    shape: tuple[int, int, int],
-    variant: str | None = None,
+    kernel: str, dtype: torch.dtype, device: torch.device, shape: tuple[int, int, int]
 ) -> KernelConfig:
-    """The config a non-autotuned launch uses for an (N, V, D) problem.
-
-    ``variant`` (e.g. ``SOFTCAP_SMOOTH``) picks a variant's own entry where PINNED has one.
-    """
+    """The config a non-autotuned launch uses for an (N, V, D) problem."""
     if kernel in _override:
         return _override[kernel]
     if interpreting() or device.type != "cuda":
         return fit_to(INTERPRETER[kernel], *shape)
-    key = (arch_of(device), DTYPE_NAMES[dtype])
-    return PINNED.get((variant, *key)) or PINNED[(kernel, *key)]
+    return PINNED[kernel, arch_of(device), DTYPE_NAMES[dtype]]
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import argparse
 import re
 from typing import Any
 
-from perfsuite.results import PHASES
+from perfsuite.results.results import PHASES
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 

@@ -16,10 +16,10 @@ from rich.table import Table
 
 from perfsuite import __version__
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_int
-from perfsuite.plan import PlanError, build_plan
-from perfsuite.registry import all_methods
-from perfsuite.results import write_results
-from perfsuite.shapes import PRESETS, get_shape
+from perfsuite.plan.plan import PlanError, build_plan
+from perfsuite.plan.registry import all_methods
+from perfsuite.plan.shapes import PRESETS, get_shape
+from perfsuite.results.results import write_results
 
 DEFAULT_OUT_DIR = Path("reports") / "runs"
 
@@ -61,7 +61,7 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from perfsuite.workloads import file_shape, parse_workload
+    from perfsuite.plan.workloads import file_shape, parse_workload
 
     workload = parse_workload(args.workload, args.entropy, args.zipf)
     if workload is not None and workload["kind"] == "file":
@@ -83,8 +83,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         softcap=softcap,
         **measurement_options(args),
     )
-    from perfsuite.runner import run_plan
-    from perfsuite.table import print_tables
+    from perfsuite.render.table import print_tables
+    from perfsuite.run.runner import run_plan
 
     out = args.out
     if out is None:
@@ -163,21 +163,29 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
 MODULE_COMMANDS = (
     (
         "sweep",
-        "perfsuite.sweep",
+        "perfsuite.run.sweep",
         "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
     ),
     (
         "merge",
-        "perfsuite.merge",
+        "perfsuite.results.merge",
         "join results files (e.g. shards), checking their environments agree",
     ),
-    ("report", "perfsuite.report", "render the paper table as md, latex, csv or html"),
-    ("plot", "perfsuite.plot", "PNG plots of memory and time against V and N"),
-    ("compare", "perfsuite.compare", "compare two results cell by cell; exit 1 on regression"),
-    ("baseline", "perfsuite.baseline_store", "store or list this device's baseline results"),
+    ("report", "perfsuite.render.report", "render the paper table as md, latex, csv or html"),
+    ("plot", "perfsuite.render.plot", "PNG plots of memory and time against V and N"),
+    (
+        "compare",
+        "perfsuite.regress.compare",
+        "compare two results cell by cell; exit 1 on regression",
+    ),
+    (
+        "baseline",
+        "perfsuite.regress.baseline_store",
+        "store or list this device's baseline results",
+    ),
     (
         "sensitivity",
-        "perfsuite.sensitivity",
+        "perfsuite.regress.sensitivity",
         "measure the regression detector's false-alarm and detection rates here",
     ),
     (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from perfsuite.results import PHASES, Row, new_document
+from perfsuite.results.results import PHASES, Row, new_document
 
 H100_ENV = {
     "created": "2026-01-01T00:00:00Z",

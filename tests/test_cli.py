@@ -9,9 +9,9 @@ import pytest
 
 from perfsuite.args import parse_size
 from perfsuite.cli import main
-from perfsuite.memory_model import floor_bytes
-from perfsuite.results import load_dataframe
-from perfsuite.shapes import get_shape
+from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.shapes import get_shape
+from perfsuite.results.results import load_dataframe
 
 
 def test_run_prints_table_and_writes_results(tmp_path, capsys):

@@ -155,7 +155,8 @@ def probe() -> dict:
 def test_launch_specialised_as_the_jit_would(probe):
     fwd = probe["forward sm_90a"]
     assert fwd["constants"]["EVEN_D"] is True  # D = 2304 is a multiple of BLOCK_D
-    for unit in ("stride_ed", "stride_cd", "stride_t"):
+    assert fwd["constants"]["EVEN_V"] is True  # V = 256000 is a multiple of BLOCK_V
+    for unit in ("stride_ed", "stride_cd"):
         assert fwd["constants"][unit] == 1
     assert fwd["constants"]["HAS_TILE_LSE"] is True and fwd["constants"]["softcap"] is None
     assert {"E", "C", "N", "V", "D", "stride_en", "stride_cv"} <= set(fwd["divisible"])

@@ -113,7 +113,7 @@ def cfg_arch(arch: str) -> str:
 
 def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels import forward
-    from perfsuite.kernels.configs import PINNED, SOFTCAP_SMOOTH
+    from perfsuite.kernels.configs import PINNED
 
     n, v, d = shape.n, shape.v, shape.d
     # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path)
@@ -123,25 +123,21 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         "sorted": (False, False, True, False),
     }
     for name, (smooth, cap, avg, tiles) in variants.items():
-        # The launcher's choice (configs.pinned_config): softcap+smoothing has its own.
-        key = (cfg_arch(arch), dtype)
-        cfg = (smooth and cap and PINNED.get((SOFTCAP_SMOOTH, *key))) or PINNED[("forward", *key)]
+        cfg = PINNED["forward", cfg_arch(arch), dtype]
         slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
         splits = forward.splits_for(n, v, cfg.block_n, slots)
         grain = max(forward.SPLIT_GRAIN, cfg.block_v)
         split_size = triton.cdiv(triton.cdiv(v, splits), grain) * grain
         num_tiles = triton.cdiv(v, cfg.block_v) if tiles else 0
-        part = splits * n * 4  # bytes per slice of the (4|5, splits, N) fp32 buffer
+        part = splits * n * 4  # bytes per slice of the (2|3, splits, N) fp32 buffer
         args = {
             "E": T(dtype),
             "C": T(dtype),
-            "Targets": T(torch.int64),
             # c̄ is computed with smoothing whenever a gradient follows (function.py).
             "CBar": T(torch.float32) if smooth else None,
             "MaxPart": T(torch.float32, offset=0),
             "SumPart": T(torch.float32, offset=part),
-            "TargetPart": T(torch.float32, offset=2 * part),
-            "SmoothPart": T(torch.float32, offset=3 * part) if smooth else None,
+            "SmoothPart": T(torch.float32, offset=2 * part) if smooth else None,
             "LogitAvg": T(torch.float32) if avg else None,
             "TileLSE": T(torch.bfloat16) if tiles else None,
             "softcap": shape.softcap if cap else None,
@@ -151,7 +147,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "D": d,
             "split_size": split_size,
             "num_tiles": num_tiles,
-            **_strides(d),
+            **{k: v for k, v in _strides(d).items() if k != "stride_t"},
             **cfg.meta("forward"),
         }
         yield Launch(
@@ -293,8 +289,36 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     )  # fmt: skip
 
 
-OURS = {"forward": _forward, "backward": _backward, "helpers": _helpers}
-HELPERS = ("column_sum", "tile_threshold", "tile_keep")
+def _targets(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    from perfsuite.kernels import targets
+
+    for name, cap in (("plain", None), ("softcap", shape.softcap or 30.0)):
+        args = {
+            "E": T(dtype),
+            "C": T(dtype),
+            "Targets": T(torch.int64),
+            "Out": T(torch.float32),
+            "softcap": cap,
+            "N": shape.n,
+            "V": shape.v,
+            "D": shape.d,
+            **_strides(shape.d),
+            "BLOCK_N": targets.BLOCK_N,
+            "BLOCK_D": targets.BLOCK_D,
+        }
+        yield Launch(
+            "target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
+            config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4",
+        )  # fmt: skip
+
+
+def _all_helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    yield from _helpers(shape, dtype, arch)
+    yield from _targets(shape, dtype, arch)
+
+
+OURS = {"forward": _forward, "backward": _backward, "helpers": _all_helpers}
+HELPERS = ("column_sum", "tile_threshold", "tile_keep", "target_logit")
 
 
 def our_launches(

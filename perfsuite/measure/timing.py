@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from perfsuite.stats import quantile
+from perfsuite.measure.stats import quantile
 
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3

@@ -19,8 +19,8 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 from perfsuite.baselines.torch_methods import eager_loss, reference_loss  # noqa: E402
-from perfsuite.inputs import Inputs, make_inputs  # noqa: E402
 from perfsuite.method import Case, LossFn, Method  # noqa: E402
+from perfsuite.run.inputs import Inputs, make_inputs  # noqa: E402
 
 SMALL = dict(tokens=64, vocab=500, hidden=64)
 # Relative slack (times the reference's largest magnitude) on top of torch's
@@ -67,7 +67,7 @@ def compare(method: Method, case: Case, factor: float = 2.0) -> Report:
     the same dtype (eager logits in that dtype; TF32 matmuls for fp32 on CUDA),
     ``factor`` times over, plus a small slack relative to the reference's
     largest magnitude. The default 2 is the suite's own gate
-    (perfsuite.correctness): every token-chunked method sums grad_c over its
+    (perfsuite.run.correctness): every token-chunked method sums grad_c over its
     chunks in the input dtype (torchtune's autograd across the 8 projections,
     Liger's accumulator, CCE's lock-add), one bf16 rounding per chunk, which
     lands between 1x and 2x torch's own bf16 error at the tests' shapes.

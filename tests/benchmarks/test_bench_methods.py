@@ -24,13 +24,13 @@ import time
 import pytest
 import torch
 
-from perfsuite.inputs import make_inputs
 from perfsuite.measure.timing import DEFAULT_SAMPLES, DEFAULT_WARMUP, CacheFlusher
 from perfsuite.method import Case
-from perfsuite.registry import all_methods
-from perfsuite.results import PHASES
-from perfsuite.shapes import get_shape
-from perfsuite.worker import Phase
+from perfsuite.plan.registry import all_methods
+from perfsuite.plan.shapes import get_shape
+from perfsuite.results.results import PHASES
+from perfsuite.run.inputs import make_inputs
+from perfsuite.run.worker import Phase
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SHAPE = get_shape(os.environ.get("PERFSUITE_BENCH_SHAPE", "smoke"))

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
+from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import CacheFlusher, time_samples
-from perfsuite.stats import quantile
 
 CPU = torch.device("cpu")
 

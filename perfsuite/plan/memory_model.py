@@ -1,0 +1,115 @@
+"""Analytic memory figures from math.md: the floor every method must pay, and
+what materialising the logits costs (used to refuse shapes that cannot fit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def floor_bytes(phase: str, tokens: int, vocab: int, hidden: int, dtype: str) -> int:
+    """Lower bound on a phase's peak above its inputs (math.md, "Memory lower bound").
+
+    The forward must return N per-token losses (fp32); any phase that ends with
+    gradients must hold dE (N x D) and dC (V x D) in the input dtype.
+    """
+    if phase == "fwd":
+        return tokens * 4
+    return (tokens + vocab) * hidden * DTYPE_BYTES[dtype]
+
+
+def reference_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16") -> int:
+    """Peak of the correctness gate's reference fwd+bwd: logits, log-softmax and their
+    gradient, plus copies of the inputs and their gradients. Every cell computes it
+    in fp32, and for fp32 cases also in fp64 (torch's own fp32 error, see
+    ``perfsuite.run.correctness``), which sets the peak there."""
+    size = 8 if dtype == "fp32" else 4
+    return 3 * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of this machine in bytes, if the kernel reports it."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+# Copies of the N x V logits (in the input dtype) a method that materialises
+# them holds at its peak, (without, with) softcap. Read off the paper's
+# Gemma2-2B table (softcap 30; N·V·2 bytes = 4 GiB there): eager 28 GB
+# fwd+bwd ≈ 7 copies, torch.compile 16 GB ≈ 4, torchtune's chunked fp32 CE
+# 13 GB ≈ 3.3; without softcap fewer (logits, log-softmax, their gradient).
+LOGIT_COPIES = {"eager": (4.0, 7.0), "torch-compile": (2.0, 4.0), "torchtune-chunked": (4.0, 4.0)}
+DEFAULT_LOGIT_COPIES = (4.0, 7.0)
+# Share of a GPU's memory a cell may plan to use (context, allocator slack).
+CUDA_MEMORY_SHARE = 0.92
+
+
+def predicted_peak(
+    method: str,
+    materializes_logits: bool,
+    tokens: int,
+    vocab: int,
+    hidden: int,
+    dtype: str,
+    softcap: bool = False,
+) -> tuple[int, str]:
+    """Rough peak bytes of one cell in its worker, and what drives it, for deciding
+    whether to attempt the cell (``perfsuite.run.sweep``).
+
+    Every cell's worker holds e, c and their gradients and, before timing, runs
+    the correctness gate: the fp32 reference (``reference_bytes``) and eager in
+    the input dtype, so no cell needs less than that. A method that
+    materialises the logits holds ``LOGIT_COPIES`` of them; the others (ours,
+    CCE, Liger, torch's chunked path) stay near the floor.
+    """
+    size = DTYPE_BYTES[dtype]
+    logits = tokens * vocab * size
+    tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
+    eager = tensors + DEFAULT_LOGIT_COPIES[softcap] * logits
+    gate = max(reference_bytes(tokens, vocab, hidden, dtype) + tensors, eager)
+    if materializes_logits:
+        copies = LOGIT_COPIES.get(method, DEFAULT_LOGIT_COPIES)[softcap]
+        mine = tensors + copies * logits
+        what = f"~{copies:g} copies of its N x V logits"
+    else:
+        mine = tensors + floor_bytes("fwd+bwd", tokens, vocab, hidden, dtype)
+        what = "its gradients"
+    if gate >= mine:
+        what = "the correctness gate: fp32 reference and eager N x V logits"
+    return int(max(gate, mine)), what
+
+
+def device_capacity(device: str, memory_limit: int | None = None) -> int | None:
+    """Bytes a cell may plan to use on ``device`` here (None: unknown, attempt all).
+
+    CPU: ``CPU_MEMORY_SHARE`` of available RAM (and at most ``memory_limit``);
+    CUDA: ``CUDA_MEMORY_SHARE`` of GPU 0's total, from nvidia-smi so that the
+    parent process never creates a CUDA context.
+    """
+    if device == "cpu":
+        from perfsuite.plan.plan import CPU_MEMORY_SHARE
+
+        available = available_memory()
+        budget = None if available is None else int(CPU_MEMORY_SHARE * available)
+        if memory_limit is not None:
+            budget = memory_limit if budget is None else min(budget, memory_limit)
+        return budget
+    from perfsuite.results.provenance import gpu_state
+
+    total = (gpu_state() or {}).get("memory.total")
+    try:
+        return int(CUDA_MEMORY_SHARE * float(total) * 2**20)
+    except (TypeError, ValueError):
+        pass
+    try:
+        import torch
+
+        return int(CUDA_MEMORY_SHARE * torch.cuda.get_device_properties(0).total_memory)
+    except Exception:  # noqa: BLE001 - no way to know: attempt every cell
+        return None

@@ -1,0 +1,382 @@
+"""What the kernel is fed: random inputs, a synthetic trained-LM-like workload, or a real dump.
+
+Random inputs give a nearly flat softmax (mean token entropy ≈ log V): gradient
+filtering then skips nothing and vocab sorting has nothing to sort. A trained
+LM's softmax is peaked (a few nats of entropy) and its predictions follow the
+Zipf-like unigram distribution of text. Cut Cross-Entropy benchmarks on real
+Gemma2 hidden states for this reason. Three kinds of workload, as a dict that
+travels in each case of a worker spec (``case["workload"]``):
+
+- ``{"kind": "random"}``: ``perfsuite.run.inputs``' unit-scale Gaussian inputs.
+- ``{"kind": "synthetic", "entropy": H, "zipf": s}``: logits
+  ``l = a·(peak + noise) + γ·log π`` where ``π`` is a Zipf(s) unigram prior over
+  a random permutation of the vocabulary (carried by one hidden dimension),
+  ``peak`` puts each token's mass on a token drawn from ``π`` and ``noise`` is
+  Gaussian. The sharpness ``a`` (or, above the prior's own entropy, the prior
+  weight ``γ``) is calibrated by bisection so the mean token entropy of
+  ``softmax(softcap(l))`` is ``H`` nats; targets are sampled from that softmax,
+  as text is from a well-fitted model.
+- ``{"kind": "file", "path": P}``: tensors ``e`` (N×D), ``c`` (V×D) and
+  ``targets`` (N) from a ``.safetensors`` or ``.pt`` dump (optionally a
+  ``softcap``, as a scalar tensor or safetensors metadata), validated with a
+  clear error. A case with fewer tokens than the file takes its first rows.
+
+Every row records the workload's label and the measured mean entropy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORKLOAD_KINDS = ("random", "synthetic")
+FILE_SUFFIXES = (".safetensors", ".pt", ".pth")
+DEFAULT_ENTROPY = 2.0  # nats: the order of a trained LM's mean next-token entropy on text
+DEFAULT_ZIPF = 1.0  # Zipf's law exponent of word/token frequencies
+CALIBRATION_ROWS = 256
+REQUIRED = ("e", "c", "targets")
+# Rows per chunk when a pass over the N x V logits must not hold all of them.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be used, named precisely."""
+
+
+# ---------------------------------------------------------------------------
+# Specs and labels
+
+
+def parse_workload(
+    text: str | None, entropy: float | None = None, zipf: float | None = None
+) -> dict[str, Any] | None:
+    """``--workload`` / ``--entropy`` / ``--zipf`` to a spec; ``None`` is plain random inputs."""
+    if text is None and entropy is None and zipf is None:
+        return None
+    if text is None or text == "synthetic":
+        if entropy is not None and entropy < 0:
+            raise WorkloadError(f"--entropy must be >= 0 nats, got {entropy:g}")
+        if zipf is not None and zipf < 0:
+            raise WorkloadError(f"--zipf must be >= 0, got {zipf:g}")
+        return {
+            "kind": "synthetic",
+            "entropy": DEFAULT_ENTROPY if entropy is None else float(entropy),
+            "zipf": DEFAULT_ZIPF if zipf is None else float(zipf),
+        }
+    if text == "random":
+        if entropy is not None or zipf is not None:
+            raise WorkloadError("--entropy/--zipf shape a synthetic workload, not random inputs")
+        return None
+    path = Path(text)
+    if path.suffix in FILE_SUFFIXES or path.exists():
+        if entropy is not None or zipf is not None:
+            raise WorkloadError("--entropy/--zipf apply to the synthetic workload, not a file")
+        if not path.is_file():
+            raise WorkloadError(f"--workload {text}: no such file")
+        if path.suffix not in FILE_SUFFIXES:
+            raise WorkloadError(f"--workload {text}: expected a {' or '.join(FILE_SUFFIXES)} file")
+        spec = {"kind": "file", "path": str(path.resolve())}
+        file_info(spec)  # validate now, before any worker starts
+        return spec
+    raise WorkloadError(
+        f"--workload {text!r}: not random, synthetic, or a {'/'.join(FILE_SUFFIXES)} file"
+    )
+
+
+def workload_label(spec: dict[str, Any] | None) -> str:
+    """The short name rows carry: ``random``, ``synthetic(H=2,zipf=1)``, ``file:NAME``."""
+    if not spec or spec.get("kind", "random") == "random":
+        return "random"
+    if spec["kind"] == "synthetic":
+        return f"synthetic(H={spec['entropy']:g},zipf={spec['zipf']:g})"
+    if spec["kind"] == "file":
+        return f"file:{Path(spec['path']).name}"
+    raise WorkloadError(f"unknown workload kind {spec['kind']!r}")
+
+
+# ---------------------------------------------------------------------------
+# Entropy
+
+
+def _softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    return logits if softcap is None else softcap * torch.tanh(logits / softcap)
+
+
+def row_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of ``softmax(logits)`` along the last dimension, in fp32."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def _chunk_rows(vocab: int) -> int:
+    return max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+
+
+@torch.no_grad()
+def mean_entropy(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    softcap: float | None = None,
+    targets: torch.Tensor | None = None,
+    ignore_index: int = -100,
+) -> float:
+    """Mean over (non-ignored) tokens of the entropy of ``softmax(softcap(e @ cᵀ))``,
+    computed in fp32 a block of rows at a time (never the whole N x V)."""
+    total, count = 0.0, 0
+    cf = c.detach().float()
+    step = _chunk_rows(c.shape[0])
+    for start in range(0, e.shape[0], step):
+        h = row_entropy(_softcapped(e[start : start + step].detach().float() @ cf.T, softcap))
+        if targets is not None:
+            h = h[targets[start : start + step] != ignore_index]
+        total += float(h.double().sum())
+        count += h.numel()
+    return total / count if count else float("nan")
+
+
+# ---------------------------------------------------------------------------
+# Synthetic workload
+
+
+def zipf_log_prior(vocab: int, exponent: float, generator: torch.Generator) -> torch.Tensor:
+    """log π over the vocabulary: π(v) ∝ 1/rank(v)^s, ranks a seeded random permutation
+    (token ids carry no frequency order, so vocab sorting has real work to do)."""
+    ranks = torch.randperm(vocab, generator=generator) + 1
+    logits = -exponent * ranks.double().log()
+    return torch.log_softmax(logits, 0).float()
+
+
+def _bisect(fn: Any, lo: float, hi: float, target: float, decreasing: bool, steps: int = 60):
+    """x in [lo, hi] with fn(x) ≈ target (to 1e-4 nats) for a monotone fn."""
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        value = fn(mid)
+        if abs(value - target) < 1e-4:
+            return mid
+        if (value > target) == decreasing:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def synthetic_inputs(
+    tokens: int,
+    vocab: int,
+    hidden: int,
+    *,
+    entropy: float = DEFAULT_ENTROPY,
+    zipf: float = DEFAULT_ZIPF,
+    softcap: float | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """fp32 ``(e, c, targets, info)`` whose softmax has mean entropy ≈ ``entropy`` nats.
+
+    Hidden dimension 0 carries the unigram prior (``e[:, 0] = γ``, ``c[:, 0] =
+    log π``); the others carry ``a·(ĉ_k + noise)`` for a per-token "predicted"
+    token ``k`` drawn from π, so logits are linear in ``a`` and calibration is a
+    bisection on a sample of rows. ``info`` says what was reached.
+    """
+    if hidden < 2:
+        raise WorkloadError("the synthetic workload needs hidden >= 2 (one dimension is the prior)")
+    if not 0 <= entropy <= math.log(vocab):
+        raise WorkloadError(
+            f"--entropy {entropy:g} is outside [0, log V = {math.log(vocab):.2f}] nats"
+        )
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(seed)
+    log_prior = zipf_log_prior(vocab, zipf, gen)
+    body = torch.randn(vocab, hidden - 1, generator=gen) / (hidden - 1) ** 0.5
+    predicted = torch.multinomial(log_prior.exp(), tokens, replacement=True, generator=gen)
+    direction = body[predicted] / body[predicted].norm(dim=1, keepdim=True).clamp_min(1e-6)
+    noise = torch.randn(tokens, hidden - 1, generator=gen) / (hidden - 1) ** 0.5
+    structure = direction + noise  # e[:, 1:] = a * structure
+
+    # Calibrate on a sample of rows: logits(a, γ) = a·(structure @ bodyᵀ) + γ·log π.
+    sample = torch.randperm(tokens, generator=gen)[: min(tokens, CALIBRATION_ROWS)]
+    body_dev, prior_dev = body.to(device), log_prior.to(device)
+    part = structure[sample].to(device) @ body_dev.T
+
+    def h(a: float, gamma: float) -> float:
+        logits = _softcapped(a * part + gamma * prior_dev, softcap)
+        return float(row_entropy(logits).mean())
+
+    prior_entropy = h(0.0, 1.0)
+    if entropy <= prior_entropy:
+        gamma = 1.0
+        hi = 1.0
+        while h(hi, gamma) > entropy and hi < 1e4:
+            hi *= 2
+        a = _bisect(lambda x: h(x, gamma), 0.0, hi, entropy, decreasing=True)
+    else:  # flatter than the prior: weaken it (γ = 0 is uniform, log V)
+        a = 0.0
+        gamma = _bisect(lambda g: h(0.0, g), 0.0, 1.0, entropy, decreasing=True)
+
+    e = torch.empty(tokens, hidden)
+    e[:, 0] = gamma
+    e[:, 1:] = a * structure
+    c = torch.empty(vocab, hidden)
+    c[:, 0] = log_prior
+    c[:, 1:] = body
+    e, c = e.to(device), c.to(device)
+    targets = torch.empty(tokens, dtype=torch.long, device=device)
+    sampler = torch.Generator(device=device).manual_seed(seed + 1)
+    step = _chunk_rows(vocab)
+    with torch.no_grad():
+        for start in range(0, tokens, step):
+            probs = torch.softmax(_softcapped(e[start : start + step] @ c.T, softcap), -1)
+            targets[start : start + step] = torch.multinomial(probs, 1, generator=sampler).squeeze(
+                1
+            )
+    info = {
+        "target_entropy": entropy,
+        "zipf": zipf,
+        "sharpness": a,
+        "prior_weight": gamma,
+        "prior_entropy": prior_entropy,
+        "log_prior": log_prior,
+    }
+    return e, c, targets, info
+
+
+# ---------------------------------------------------------------------------
+# Dumps of real hidden states
+
+
+def _softcap_value(value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise WorkloadError(
+                    f"{path}: 'softcap' must be a scalar, has shape {tuple(value.shape)}"
+                )
+            value = value.item()
+        out = float(value)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{path}: 'softcap' is not a number: {value!r}") from None
+    if not out > 0:
+        raise WorkloadError(f"{path}: 'softcap' must be positive, got {out:g}")
+    return out
+
+
+def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"e", "c", "targets", "softcap"}`` from a dump, validated (``WorkloadError``)."""
+    path = str(path)
+    if not Path(path).is_file():
+        raise WorkloadError(f"{path}: no such file")
+    softcap: Any = None
+    if path.endswith(".safetensors"):
+        from safetensors import safe_open
+
+        try:
+            with safe_open(path, framework="pt") as f:
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+                softcap = (f.metadata() or {}).get("softcap")
+        except Exception as err:  # noqa: BLE001 - SafetensorError's home moved across versions
+            raise WorkloadError(f"{path}: not a readable safetensors file ({err})") from None
+    else:
+        try:
+            tensors = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+            raise WorkloadError(f"{path}: not a readable torch file ({err})") from None
+        if not isinstance(tensors, dict):
+            raise WorkloadError(
+                f"{path}: expected a dict of tensors, found {type(tensors).__name__}"
+            )
+    if "softcap" in tensors:
+        softcap = tensors.pop("softcap")
+    missing = [k for k in REQUIRED if k not in tensors]
+    if missing:
+        raise WorkloadError(
+            f"{path}: missing tensor(s) {', '.join(missing)}; a workload file holds e (N x D), "
+            f"c (V x D), targets (N) and optionally softcap; "
+            f"found {', '.join(sorted(tensors)) or 'none'}"
+        )
+    e, c, targets = (tensors[k] for k in REQUIRED)
+    for name, t in (("e", e), ("c", c), ("targets", targets)):
+        if not isinstance(t, torch.Tensor):
+            raise WorkloadError(f"{path}: {name!r} is a {type(t).__name__}, not a tensor")
+    if e.dim() != 2 or c.dim() != 2:
+        raise WorkloadError(
+            f"{path}: e and c must be 2-D (N x D, V x D), "
+            f"got e {tuple(e.shape)}, c {tuple(c.shape)}"
+        )
+    if e.shape[1] != c.shape[1]:
+        raise WorkloadError(
+            f"{path}: hidden sizes disagree: e is {tuple(e.shape)} (D={e.shape[1]}) but c is "
+            f"{tuple(c.shape)} (D={c.shape[1]})"
+        )
+    if targets.dim() != 1 or targets.shape[0] != e.shape[0]:
+        raise WorkloadError(
+            f"{path}: targets must be 1-D with one id per row of e (N={e.shape[0]}), "
+            f"got shape {tuple(targets.shape)}"
+        )
+    if targets.dtype.is_floating_point or targets.dtype == torch.bool:
+        raise WorkloadError(f"{path}: targets must be integer token ids, got {targets.dtype}")
+    if not e.dtype.is_floating_point or not c.dtype.is_floating_point:
+        raise WorkloadError(f"{path}: e and c must be floating point, got {e.dtype}, {c.dtype}")
+    vocab = c.shape[0]
+    valid = targets[targets != -100]
+    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= vocab):
+        raise WorkloadError(
+            f"{path}: target ids must lie in [0, V={vocab}) or be -100 (ignored); "
+            f"found {int(valid.min())}..{int(valid.max())}"
+        )
+    return {"e": e, "c": c, "targets": targets.long(), "softcap": _softcap_value(softcap, path)}
+
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def file_info(spec: dict[str, Any]) -> dict[str, Any]:
+    """N, V, D, dtype and softcap of a file workload (validates the whole file)."""
+    dump = read_dump(spec["path"])
+    e, c = dump["e"], dump["c"]
+    return {
+        "name": Path(spec["path"]).stem,
+        "tokens": e.shape[0],
+        "vocab": c.shape[0],
+        "hidden": e.shape[1],
+        "dtype": _DTYPE_NAMES.get(e.dtype, "fp32"),
+        "softcap": dump["softcap"],
+    }
+
+
+def file_inputs(case: Any, spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A dump's tensors for ``case``: its first ``case.tokens`` rows, on the case's device."""
+    dump = read_dump(spec["path"])
+    e, c, targets = dump["e"], dump["c"], dump["targets"]
+    n, d = e.shape
+    v = c.shape[0]
+    if (case.vocab, case.hidden) != (v, d) or case.tokens > n:
+        raise WorkloadError(
+            f"{spec['path']}: holds N={n} V={v} D={d}; the case asks N={case.tokens} "
+            f"V={case.vocab} D={case.hidden} (V and D must match, N at most the file's)"
+        )
+    device = torch.device(case.device)
+    return e[: case.tokens].to(device), c.to(device), targets[: case.tokens].to(device)
+
+
+def file_shape(spec: dict[str, Any], tokens: int | None = None) -> Any:
+    """The ``Shape`` a file workload fixes (its first ``tokens`` rows if given), named
+    after the file, with the dump's dtype and softcap."""
+    from perfsuite.plan.shapes import Shape
+
+    info = file_info(spec)
+    if tokens is not None and not 0 < tokens <= info["tokens"]:
+        raise WorkloadError(f"--tokens {tokens}: {spec['path']} holds N={info['tokens']} rows")
+    return Shape(
+        info["name"] if tokens is None else f"{info['name']}*",
+        tokens or info["tokens"],
+        info["vocab"],
+        info["hidden"],
+        dtype=info["dtype"],
+        softcap=info["softcap"],
+    )

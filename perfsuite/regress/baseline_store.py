@@ -1,0 +1,159 @@
+"""Stored baselines: ``reports/baselines/<device-slug>/<shape>.json``.
+
+One results document per device and shape preset, in the results schema
+(``perfsuite.results.results``), raw samples included so that ``perfsuite compare`` can
+test against them. They change only through ``perfsuite baseline update
+RESULTS``, which replaces the files of the shapes RESULTS measured (a file
+holds exactly what one run measured for that shape, with its provenance);
+nothing else writes there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsuite.results.provenance import device_slug
+from perfsuite.results.results import ResultsError, load_results, new_document, write_results
+
+DEFAULT_ROOT = Path("reports") / "baselines"
+
+
+def shape_stem(row: dict[str, Any]) -> str:
+    """File name (without .json) for a row's shape: the preset name, or its
+    dimensions for a shape with overrides (``smoke*`` -> ``smoke-n64-v512-d32``)."""
+    name = str(row.get("shape") or "custom")
+    if name.endswith("*") or name == "custom":
+        name = f"{name.rstrip('*')}-n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name)
+    return safe.strip(".-") or "custom"
+
+
+def device_dir(root: Path, env: dict[str, Any]) -> Path:
+    return Path(root) / device_slug(env)
+
+
+def split_by_shape(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """stem -> a document holding that shape's rows with the run's env."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in document["rows"]:
+        groups.setdefault(shape_stem(row), []).append(row)
+    return {stem: new_document(document["env"], rows) for stem, rows in groups.items()}
+
+
+def stored_baseline(
+    root: Path, current: dict[str, Any]
+) -> tuple[dict[str, Any], list[Path], list[str]]:
+    """The stored baseline matching ``current``'s device and shapes, merged into
+    one document: (document, files used, shapes without a stored file).
+
+    Raises ``ResultsError`` when nothing is stored for that device or shapes, or
+    when the stored files of two shapes disagree on the environment.
+    """
+    folder = device_dir(root, current["env"])
+    stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
+    if not folder.is_dir():
+        have = sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if root.is_dir() else []
+        raise ResultsError(
+            f"no stored baseline for device {current['env'].get('device', {}).get('name')!r} "
+            f"(expected {folder}/; stored devices: {', '.join(have) or 'none'}). "
+            "Create it with `perfsuite baseline update RESULTS`."
+        )
+    paths = [folder / f"{stem}.json" for stem in stems if (folder / f"{stem}.json").exists()]
+    missing = [stem for stem in stems if not (folder / f"{stem}.json").exists()]
+    if not paths:
+        raise ResultsError(
+            f"{folder}/ holds no baseline for shape(s) {', '.join(stems)}. "
+            "Create it with `perfsuite baseline update RESULTS`."
+        )
+    docs = [load_results(p) for p in paths]
+    from perfsuite.regress.compare import env_differences
+
+    for path, doc in zip(paths[1:], docs[1:], strict=True):
+        problems, _ = env_differences(docs[0]["env"], doc["env"])
+        if problems:
+            raise ResultsError(
+                f"stored baselines {paths[0]} and {path} disagree on the environment "
+                f"({'; '.join(problems)}): update them from one run"
+            )
+    rows = [row for doc in docs for row in doc["rows"]]
+    return new_document(docs[0]["env"], rows), paths, missing
+
+
+def update(results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False) -> list[str]:
+    """Write the stored baseline(s) from ``results``; returns what was done, line by line."""
+    document = load_results(results)
+    if not document["rows"]:
+        raise ResultsError(f"{results}: no rows; nothing to store")
+    folder = device_dir(root, document["env"])
+    lines = []
+    git = document["env"].get("git") or {}
+    if git.get("dirty"):
+        lines.append(f"warning: {results} was measured from a checkout with uncommitted changes")
+    for stem, doc in split_by_shape(document).items():
+        path = folder / f"{stem}.json"
+        ok = sum(r["status"] == "ok" for r in doc["rows"])
+        what = f"{len(doc['rows'])} cells ({ok} ok)"
+        if path.exists():
+            try:
+                old = load_results(path)
+                what += f", replacing {len(old['rows'])} cells from {old['env'].get('created')}"
+            except ResultsError:
+                what += ", replacing an unreadable file"
+        if not dry_run:
+            write_results(path, doc)
+        lines.append(f"{'would write' if dry_run else 'wrote'} {path}: {what}")
+    return lines
+
+
+def list_stored(root: Path = DEFAULT_ROOT) -> list[str]:
+    lines = []
+    for path in sorted(Path(root).glob("*/*.json")):
+        try:
+            doc = load_results(path)
+        except ResultsError as err:
+            lines.append(f"{path}: unreadable: {err}")
+            continue
+        env = doc["env"]
+        sha = str((env.get("git") or {}).get("sha") or "?")[:10]
+        lines.append(
+            f"{path}: {len(doc['rows'])} cells, {env.get('created', '?')}, git {sha}, "
+            f"torch {(env.get('versions') or {}).get('torch')}"
+        )
+    return lines or [f"no stored baselines under {root}/"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``perfsuite baseline {update,list}``."""
+    sub = parser.add_subparsers(dest="baseline_command", required=True)
+    up = sub.add_parser(
+        "update",
+        help="store RESULTS as the baseline of its device (one file per shape)",
+        description=__doc__,
+    )
+    up.add_argument("results", type=Path, help="results file from `perfsuite run`")
+    up.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
+    up.add_argument("--dry-run", action="store_true", help="say what would be written")
+    ls = sub.add_parser("list", help="list the stored baselines")
+    ls.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.baseline_command == "update":
+            lines = update(args.results, args.root, dry_run=args.dry_run)
+        else:
+            lines = list_stored(args.root)
+    except (ResultsError, OSError) as err:
+        print(f"perfsuite baseline: error: {err}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    return 0
+
+
+# Names the CLI may import, matching the brief's convention.
+add_baseline_arguments = add_arguments
+run_baseline = run

@@ -1,0 +1,265 @@
+"""Rendering of a ``perfsuite.regress.compare.Comparison``: a rich console table and
+markdown fit for ``$GITHUB_STEP_SUMMARY``."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from perfsuite.measure.stats import summarize
+from perfsuite.regress.compare import VERDICTS, CellComparison, Comparison
+
+STYLE = {
+    "regression": "bold red",
+    "status-changed": "bold red",
+    "missing": "yellow",
+    "improvement": "green",
+    "new": "cyan",
+    "same": "dim",
+}
+ICON = {
+    "regression": "🔴",
+    "status-changed": "🔴",
+    "missing": "🟡",
+    "improvement": "🟢",
+    "new": "🆕",
+    "same": "⚪",
+}
+REFRESH_HINT = "refresh the stored baseline: `perfsuite baseline update RESULTS`"
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.4g}"
+
+
+def fmt_mib(value: int | None) -> str:
+    if value is None:
+        return "-"
+    mib = value / 2**20
+    return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.3f}×"
+
+
+def fmt_p(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2g}"
+
+
+def cell_label(row: dict[str, Any]) -> list[str]:
+    shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
+    softcap = row.get("softcap")
+    beta = f"{row['beta']:g}" + ("" if softcap is None else f" cap {softcap:g}")
+    return [row["method"], shape, row["dtype"], beta, row["phase"]]
+
+
+def _status(cell: CellComparison) -> str:
+    b = cell.baseline["status"] if cell.baseline else "-"
+    c = cell.current["status"] if cell.current else "-"
+    return b if b == c else f"{b} → {c}"
+
+
+def _time(row: dict[str, Any] | None, metric: str) -> float | None:
+    if not row or row.get("status") != "ok":
+        return None
+    samples = row.get("samples_ms") or []
+    return summarize(samples, metric) if samples else row.get("median_ms")
+
+
+def _values(cell: CellComparison, metric: str) -> list[str]:
+    b = cell.baseline or {}
+    c = cell.current or {}
+    return [
+        _status(cell),
+        fmt_ms(_time(cell.baseline, metric)),
+        fmt_ms(_time(cell.current, metric)),
+        fmt_ratio(cell.time.ratio),
+        fmt_p(cell.time.p_slower),
+        fmt_mib(b.get("peak_bytes")),
+        fmt_mib(c.get("peak_bytes")),
+        fmt_ratio(cell.memory.ratio),
+    ]
+
+
+HEADERS = [
+    "method",
+    "shape",
+    "dtype",
+    "β",
+    "phase",
+    "status",
+    "base ms",
+    "cur ms",
+    "time ×",
+    "p(slower)",
+    "base MiB",
+    "cur MiB",
+    "mem ×",
+    "verdict",
+    "note",
+]
+
+
+def summary_line(comparison: Comparison) -> str:
+    counts = [f"{comparison.count(v)} {v}" for v in VERDICTS if comparison.count(v)]
+    return ", ".join(counts) if counts else "no cells"
+
+
+def settings_line(comparison: Comparison) -> str:
+    s = comparison.settings
+    if s.time_threshold is not None:
+        threshold = f"{s.time_threshold:.3g}"
+    else:
+        devices = sorted({c.row.get("device", "cpu") for c in comparison.cells} or {"cuda"})
+        threshold = ", ".join(f"{s.threshold_for(d):.3g} ({d})" for d in devices)
+    return (
+        f"time: {s.metric} ratio ≥ 1 + {threshold} and one-sided Mann-Whitney "
+        f"p < {s.alpha:g}; memory: peak growth > {s.memory_threshold:.1%}"
+    )
+
+
+def _group(row: dict[str, Any]) -> str:
+    method, shape, dtype, beta, _ = cell_label(row)
+    return f"{shape} {dtype} β={beta}"
+
+
+def _arrow(before: str, after: str) -> str:
+    return before if before == after else f"{before} → {after}"
+
+
+def _footnote(footnotes: list[str], notes: list[str]) -> str:
+    """Notes go under the table, numbered, so that narrow terminals keep the columns."""
+    if not notes:
+        return ""
+    footnotes.append("; ".join(notes))
+    return f"[{len(footnotes)}]"
+
+
+def print_table(comparison: Comparison, console: Console | None = None) -> None:
+    """One table per (shape, dtype, β): method and phase rows, compact columns."""
+    if console is None:
+        # Logs and pipes: wide enough for every column (rich would assume 80).
+        piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+        console = Console(width=140) if piped else Console()
+    metric = comparison.settings.metric
+    console.print(
+        f"[bold]{comparison.baseline_label}[/bold] → [bold]{comparison.current_label}[/bold]"
+    )
+    groups: dict[str, list[CellComparison]] = {}
+    for cell in comparison.cells:
+        groups.setdefault(_group(cell.row), []).append(cell)
+    for title, cells in groups.items():
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for header, right in (
+            ("method", False),
+            ("phase", False),
+            ("status", False),
+            (f"{metric} ms", True),
+            ("time ×", True),
+            ("p", True),
+            ("peak MiB", True),
+            ("mem ×", True),
+            ("verdict", False),
+            ("", False),
+        ):
+            table.add_column(header, justify="right" if right else "left", no_wrap=True)
+        footnotes: list[str] = []
+        for cell in cells:
+            style = STYLE[cell.verdict]
+            verdict = cell.verdict + (" ✗" if cell.failing else "")
+            b, c = cell.baseline or {}, cell.current or {}
+            table.add_row(
+                cell.row["method"],
+                cell.row["phase"],
+                _status(cell),
+                _arrow(fmt_ms(_time(cell.baseline, metric)), fmt_ms(_time(cell.current, metric))),
+                fmt_ratio(cell.time.ratio),
+                fmt_p(cell.time.p_slower),
+                _arrow(fmt_mib(b.get("peak_bytes")), fmt_mib(c.get("peak_bytes"))),
+                fmt_ratio(cell.memory.ratio),
+                f"[{style}]{verdict}[/{style}]",
+                _footnote(footnotes, cell.notes),
+            )
+        console.print(table)
+        for i, note in enumerate(footnotes, 1):
+            console.print(f"  [{i}] {note}", highlight=False)
+    for line in comparison.env_problems:
+        console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")
+    for line in [*comparison.env_warnings, *comparison.notes]:
+        console.print(f"[dim]note:[/dim] {line}")
+    console.print(settings_line(comparison), style="dim")
+    failures = len(comparison.failures)
+    if failures:
+        console.print(
+            f"[bold red]FAIL[/bold red]: {failures} failing cell(s); {summary_line(comparison)}"
+        )
+    else:
+        console.print(f"[green]OK[/green]: {summary_line(comparison)}")
+    if comparison.count("improvement"):
+        console.print(f"[green]improvements[/green]: {REFRESH_HINT}")
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(_md_escape(c) for c in cells) + " |"
+
+
+def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
+    lines = [_md_row(HEADERS), "|" + "|".join("---" for _ in HEADERS) + "|"]
+    for cell in cells:
+        verdict = f"{ICON[cell.verdict]} {cell.verdict}" + (" **(fails)**" if cell.failing else "")
+        lines.append(
+            _md_row([*cell_label(cell.row), *_values(cell, metric), verdict, "; ".join(cell.notes)])
+        )
+    return lines
+
+
+def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
+    failures = comparison.failures
+    head = "❌ regression" if failures else "✅ no regression"
+    lines = [
+        f"### perfsuite compare: {head}",
+        "",
+        f"`{comparison.baseline_label}` → `{comparison.current_label}`: "
+        f"{summary_line(comparison)}.",
+        "",
+        f"_{settings_line(comparison)}._",
+        "",
+    ]
+    if comparison.count("improvement"):
+        lines += [f"> **{comparison.count('improvement')} improvement(s)**: {REFRESH_HINT}", ""]
+    for line in comparison.env_problems:
+        lines.append(f"> ⚠️ environment differs (allowed): {_md_escape(line)}")
+    for line in [*comparison.env_warnings, *comparison.notes]:
+        lines.append(f"> note: {_md_escape(line)}")
+    if comparison.env_problems or comparison.env_warnings or comparison.notes:
+        lines.append("")
+    shown = [c for c in comparison.cells if show_all or c.verdict != "same"]
+    rest = [c for c in comparison.cells if c not in shown]
+    if shown:
+        lines += _md_table(shown, comparison.settings.metric)
+        lines.append("")
+    if rest:
+        lines += [
+            f"<details><summary>{len(rest)} unchanged cell(s)</summary>",
+            "",
+            *_md_table(rest, comparison.settings.metric),
+            "",
+            "</details>",
+            "",
+        ]
+    return "\n".join(lines)

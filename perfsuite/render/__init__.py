@@ -1,0 +1,2 @@
+"""Render: results documents as tables, reports, plots and the paper's ratios;
+reads results, never measures."""

@@ -1,0 +1,114 @@
+"""A results file next to the paper's table, as ratios measured within each run.
+
+Absolute times move with clocks, drivers and library versions; the paper's claims
+are relative (ours against CCE and torch.compile, memory against the floor). So
+for each paper row this puts the paper's ratios beside the same ratios from one
+of our runs: fwd+bwd time over CCE's (β = 0, CCE has no smoothing) and over
+torch.compile's at the same β, and fwd+bwd peak over the memory floor. A cell
+that failed our correctness gate is marked ✗ (timed, but not a fair number).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from perfsuite.plan.memory_model import floor_bytes
+
+# The paper's method names → ours (perfsuite methods).
+PAPER_METHODS = {
+    "ours": "ours",
+    "ours_no_vocab_sorting": "ours-no-sort",
+    "ours_no_grad_filter": "ours-no-filter",
+    "ours_fused": "ours-fused",
+    "ours_fused_no_grad_filter": "ours-fused-no-filter",
+    "cce": "cce",
+    "cce_no_vocab_sorting": "cce-no-sort",
+    "cce_no_grad_filter": "cce-no-filter",
+    "liger": "liger",
+    "torch_compile": "torch-compile",
+    "torch_eager": "eager",
+    "torchtune_chunked_8": "torchtune-chunked",
+}
+
+
+def read_paper(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _num(text: str | None) -> float | None:
+    return float(text) if text not in (None, "") else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict | None:
+    """Our fwd+bwd cell for ``method`` at β = 0 or the run's β > 0."""
+    for r in rows:
+        if r["method"] == method and r["phase"] == "fwd+bwd" and (r["beta"] > 0) == positive_beta:
+            return r
+    return None
+
+
+def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
+    """Markdown: per paper row, the paper's ratios and ours from ``document``."""
+    rows = [r for r in document["rows"] if r.get("median_ms") is not None or r["status"] != "ok"]
+    first = document["rows"][0]
+    floor = floor_bytes("fwd+bwd", first["tokens"], first["vocab"], first["hidden"], first["dtype"])
+    floor_mb = floor / 2**20
+    # The paper's own lower-bound row, when it has one, for its peak/floor ratios.
+    paper_floor = next(
+        (_num(p["fwdbwd_mem_mb"]) for p in paper if p["method"] == "lower_bound"), floor_mb
+    )
+    paper_cce = next(
+        _num(p["fwdbwd_ms"]) for p in paper if p["method"] == "cce" and p["beta"] == "0"
+    )
+    ours_cce = _ours(rows, "cce", False)
+
+    def paper_compile(beta: str) -> float | None:
+        rows = [p for p in paper if p["method"] == "torch_compile"]
+        exact = [p for p in rows if p["beta"] == beta]
+        return _num((exact or rows or [{}])[0].get("fwdbwd_ms"))
+
+    def fmt(x: float | None, digits: int = 2) -> str:
+        return "–" if x is None else f"{x:.{digits}f}"
+
+    lines = [
+        "| paper method | β | ours as | paper ×CCE | ours ×CCE | paper ×compile | "
+        "ours ×compile | paper peak/floor | ours peak/floor | our status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in paper:
+        method = PAPER_METHODS.get(p["method"])
+        if method is None:
+            continue
+        positive = p["beta"] != "0"
+        mine = _ours(rows, method, positive)
+        compile_mine = _ours(rows, "torch-compile", positive)
+        ms = mine.get("median_ms") if mine else None
+        peak = mine.get("peak_bytes") if mine else None
+        status = mine["status"] if mine else "not run"
+        mark = " ✗" if status == "wrong" else ""
+        cce_ms = ours_cce.get("median_ms") if ours_cce else None
+        lines.append(
+            f"| {p['method']} | {p['beta']} | {method} "
+            f"| {fmt(_ratio(_num(p['fwdbwd_ms']), paper_cce))} "
+            f"| {fmt(_ratio(ms, cce_ms))}{mark} "
+            f"| {fmt(_ratio(_num(p['fwdbwd_ms']), paper_compile(p['beta'])))} "
+            f"| {fmt(_ratio(ms, compile_mine and compile_mine.get('median_ms')))}{mark} "
+            f"| {fmt(_ratio(_num(p['fwdbwd_mem_mb']), paper_floor))} "
+            f"| {fmt(_ratio(peak, floor))} | {status} |"
+        )
+    cce_status = ours_cce["status"] if ours_cce else "not run"
+    lines.append("")
+    lines.append(
+        f"×CCE: fwd+bwd time over CCE's at β = 0 in the same run (ours: CCE {cce_status}"
+        + (", ✗ = failed our correctness gate, timed anyway" if cce_status == "wrong" else "")
+        + "); ×compile: over torch.compile's at the same β; peak/floor: fwd+bwd peak over "
+        f"the floor of {floor_mb:,.0f} MiB (dE + dC in the input dtype)."
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,183 @@
+"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N.
+
+One figure per (quantity, x axis, the other dimensions held fixed, phase):
+log-log axes, one line per method, one panel per β, the memory floor (and on a
+known GPU the roofline time) as a dashed black line. Only measured (``ok``)
+cells are drawn; a method with none in a panel has no line there. Triton
+methods interpreted on CPU are dotted and marked †: their time says nothing
+about a GPU. Files are named ``{memory,time}-vs-{V,N}-…-{phase}.png``.
+
+Figures are built with matplotlib's object API (``matplotlib.figure.Figure``,
+no pyplot state, no display needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.render.roofline import gpu_for_env, roofline_ms
+from perfsuite.render.table import INTERPRETED_MARK
+from perfsuite.results.results import PHASES, ResultsError, load_results
+
+AXES = {"vocab": ("V", "vocabulary size V"), "tokens": ("N", "tokens N")}
+QUANTITIES = {"memory": "peak memory (MiB)", "time": "median time (ms)"}
+
+
+def _value(row: dict[str, Any], quantity: str) -> float | None:
+    if quantity == "memory":
+        peak = row.get("peak_bytes")
+        return None if peak is None else peak / 2**20
+    return row.get("median_ms")
+
+
+def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
+    """Title text and file-name part for the dimensions held fixed."""
+    other, hidden, dtype, softcap, workload = key
+    other_name = "V" if x == "tokens" else "N"
+    title = f"{other_name}={other}, D={hidden}, {dtype}"
+    slug = f"{other_name}{other}-D{hidden}-{dtype}"
+    if softcap is not None:
+        title += f", softcap {softcap:g}"
+        slug += f"-cap{softcap:g}"
+    if workload and workload != "random":
+        title += f", {workload}"
+        slug += "-" + "".join(ch if ch.isalnum() else "_" for ch in workload).strip("_")
+    return title, slug
+
+
+def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[tuple[str, Any]]:
+    """``(file name, matplotlib Figure)`` for every plot the results support."""
+    from matplotlib.figure import Figure
+
+    rows, env = document["rows"], document["env"]
+    gpu = gpu_for_env(env)
+    device = (env.get("device") or {}).get("name") or "?"
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    present = [p for p in PHASES if any(r["phase"] == p for r in rows)]
+    phases = phases or (["fwd+bwd"] if "fwd+bwd" in present else present)  # the headline
+    out = []
+    for phase in phases:
+        mine = [r for r in rows if r["phase"] == phase]
+        for quantity, ylabel in QUANTITIES.items():
+            for x, (x_short, xlabel) in AXES.items():
+                other = "vocab" if x == "tokens" else "tokens"
+                groups: dict[tuple, list[dict[str, Any]]] = {}
+                for r in mine:
+                    key = (r[other], r["hidden"], r["dtype"], r["softcap"], r.get("workload"))
+                    groups.setdefault(key, []).append(r)
+                for key, members in groups.items():
+                    xs_all = sorted({r[x] for r in members})
+                    if len(xs_all) < 2:
+                        continue
+                    betas = sorted({r["beta"] for r in members})
+                    fig = Figure(figsize=(3.6 * len(betas) + 1.8, 3.4), layout="constrained")
+                    axes = fig.subplots(1, len(betas), squeeze=False, sharey=True)[0]
+                    for ax, beta in zip(axes, betas, strict=True):
+                        panel = [r for r in members if r["beta"] == beta]
+                        _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu)
+                        ax.set_xscale("log")
+                        ax.set_yscale("log")
+                        ax.set_title(f"β = {beta:g}")
+                        ax.set_xlabel(xlabel)
+                        ax.grid(True, which="both", alpha=0.3)
+                    axes[0].set_ylabel(ylabel)
+                    handles, labels = {}, []
+                    for ax in axes:
+                        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                            if label not in handles:
+                                handles[label] = h
+                                labels.append(label)
+                    if handles:
+                        fig.legend(
+                            [handles[lb] for lb in labels], labels, loc="outside right center"
+                        )
+                    title, slug = _fixed_label(key, x)
+                    fig.suptitle(f"{phase} {quantity} vs {x_short} ({title}) on {device}")
+                    name = f"{quantity}-vs-{x_short}-{slug}-{phase.replace('+', '')}.png"
+                    out.append((name, fig))
+    return out
+
+
+def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> None:
+    for index, method in enumerate(methods):
+        points = sorted(
+            (r[x], _value(r, quantity), r.get("interpreted"))
+            for r in panel
+            if r["method"] == method and r["status"] == "ok" and _value(r, quantity)
+        )
+        if not points:
+            continue
+        interpreted = quantity == "time" and any(p[2] for p in points)
+        label = f"{method} {INTERPRETED_MARK}" if interpreted else method
+        ax.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            marker="o",
+            color=f"C{index % 10}",  # one colour per method across panels and figures
+            linestyle=":" if interpreted else "-",
+            label=label,
+        )
+    other_value, hidden, dtype = key[0], key[1], key[2]
+
+    def dims(xv: int) -> tuple[int, int, int]:
+        return (xv, other_value, hidden) if x == "tokens" else (other_value, xv, hidden)
+
+    if quantity == "memory":
+        ys = [floor_bytes(phase, *dims(xv), dtype) / 2**20 for xv in xs_all]
+        ax.plot(xs_all, ys, "k--", linewidth=1, label="lower bound")
+    elif gpu is not None:
+        ys = [roofline_ms(phase, *dims(xv), dtype, gpu) for xv in xs_all]
+        ax.plot(xs_all, ys, "k--", linewidth=1, label=f"roofline ({gpu.name})")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", type=Path, help="a results file (run, sweep or merge)")
+    p.add_argument("-o", "--out", type=Path, required=True, help="folder for the PNGs")
+    p.add_argument(
+        "--phase",
+        default="fwd+bwd",
+        help="phase(s) to plot, comma-separated, or all (default fwd+bwd, the headline)",
+    )
+    p.add_argument("--dpi", type=int, default=150)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    phases = list(PHASES) if args.phase == "all" else args.phase.split(",")
+    bad = [p for p in phases if p not in PHASES]
+    if bad:
+        console.print(f"[red]error:[/red] --phase: unknown {', '.join(bad)}")
+        return 2
+    try:
+        document = load_results(args.results)
+    except ResultsError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    made = figures(document, phases)
+    if not made:
+        console.print(
+            "[yellow]nothing to plot:[/yellow] no slice of the results varies V or N over "
+            "two or more values (sweep a grid first)"
+        )
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, fig in made:
+        fig.savefig(args.out / name, dpi=args.dpi)
+    console.print(f"{len(made)} plots → {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="perfsuite plot", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

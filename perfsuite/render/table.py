@@ -1,0 +1,235 @@
+"""The console table, laid out as the paper's: method rows, fwd / bwd / fwd+bwd
+column groups of memory and time, one table per (shape, dtype, beta), with the
+memory lower bound as the first row and N/A where a method does not apply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.registry import all_methods
+from perfsuite.results.results import PHASES
+
+GRADS_IN_FWD_MARK = "‡"
+INTERPRETED_MARK = "†"
+WRONG_MARK = "✗"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    mib = n / 2**20
+    return f"{mib:,.0f} MiB" if mib >= 100 else f"{mib:.2f} MiB"
+
+
+def fmt_ms(row: dict[str, Any]) -> str:
+    if row.get("median_ms") is None:
+        return "-"
+    ms = row["median_ms"]
+    return f"{ms:,.0f} ms" if ms >= 1000 else f"{ms:.3g} ms"
+
+
+# Shared by the console table and perfsuite.render.report: how rows group into tables,
+# what a non-ok cell says, and which marks a measured cell carries.
+
+
+def shape_key(row: dict[str, Any]) -> tuple:
+    """(N, V, D, dtype, softcap, workload): one paper table, β as its sections."""
+    return (
+        row["tokens"],
+        row["vocab"],
+        row["hidden"],
+        row["dtype"],
+        row["softcap"],
+        row.get("workload") or "random",
+    )
+
+
+def _group_key(row: dict[str, Any]) -> tuple:
+    return (*shape_key(row), row["beta"])
+
+
+def group_rows(rows: Iterable[dict[str, Any]], key: Any = _group_key) -> dict[Any, list]:
+    """Rows grouped by ``key(row)``, groups and members in first-seen order."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(key(row), []).append(row)
+    return groups
+
+
+def shape_title(members: list[dict[str, Any]]) -> str:
+    first = members[0]
+    shape = first.get("shape") or "custom"
+    softcap, workload = first["softcap"], first.get("workload") or "random"
+    cap = "" if softcap is None else f", softcap {softcap:g}"
+    load = "" if workload == "random" else f", {workload} inputs"
+    return (
+        f"{shape}: N={first['tokens']} V={first['vocab']} D={first['hidden']} "
+        f"{first['dtype']}{cap}{load}"
+    )
+
+
+def present_phases(members: list[dict[str, Any]]) -> list[str]:
+    return [p for p in PHASES if any(r["phase"] == p for r in members)]
+
+
+def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """method -> phase -> row."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in members:
+        out.setdefault(row["method"], {})[row["phase"]] = row
+    return out
+
+
+def status_label(row: dict[str, Any]) -> str:
+    """What a cell without a measurement shows: N/A where the method does not apply."""
+    return "N/A" if row["status"] == "unsupported" else row["status"]
+
+
+def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float = 0.0) -> bool:
+    """Whether ``name``'s forward computes the gradients at this β (‡ in the tables)."""
+    method = (all_methods() if known is None else known).get(name)
+    return method is not None and method.caps.grads_in_forward_at(beta)
+
+
+def measured(row: dict[str, Any]) -> bool:
+    """Whether a cell has numbers to show: ``ok``, or ``wrong`` and timed anyway."""
+    return row["status"] == "ok" or (row["status"] == "wrong" and row.get("median_ms") is not None)
+
+
+def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
+    """‡ where fwd/bwd are not comparable, † where Triton was interpreted, ✗ where
+    the method failed the correctness gate (timed, never best)."""
+    mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
+    mark += INTERPRETED_MARK if row.get("interpreted") else ""
+    return mark + (WRONG_MARK if row["status"] == "wrong" else "")
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    if row["status"] == "unsupported":
+        return "[dim]N/A[/dim]"
+    color = {
+        "wrong": "red",
+        "oom": "magenta",
+        "error": "red",
+        "unavailable": "dim",
+        "skipped": "yellow",
+    }[row["status"]]
+    return f"[{color}]{status_label(row)}[/{color}]"
+
+
+def _number(value: float | None, unit_scale: float) -> str:
+    """A cell's number without its unit (the unit is in the column header)."""
+    if value is None:
+        return "-"
+    x = value / unit_scale
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
+
+
+def build_tables(rows: Iterable[dict[str, Any]]) -> list[tuple[Table, list[str]]]:
+    """One table per (shape, dtype, β), each with its numbered notes.
+
+    Units live in the headers and reasons in notes under the table, so that the
+    table stays readable in an 80-column CI log."""
+    groups = group_rows(rows)
+    known = all_methods()
+    out = []
+    for key, members in groups.items():
+        tokens, vocab, hidden, dtype, softcap, _, beta = key
+        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
+        table = Table(title=title, title_justify="left")
+        table.add_column("method", no_wrap=True)
+        phases = present_phases(members)
+        for phase in phases:
+            table.add_column(f"{phase} MiB", justify="right")
+            table.add_column(f"{phase} ms", justify="right")
+        table.add_column("note")
+        table.add_row(
+            "[italic]lower bound[/italic]",
+            *[
+                cell
+                for p in phases
+                for cell in (_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20), "")
+            ],
+            "",
+            end_section=True,
+        )
+        notes: dict[str, list[str]] = {}  # reason -> methods, numbered in first-seen order
+        for name, by_phase in by_method(members).items():
+            grads_in_fwd = grads_in_forward(name, known, beta)
+            cells, refs = [], []
+            for phase in phases:
+                row = by_phase.get(phase)
+                if row is None:
+                    cells += ["", ""]
+                    continue
+                if row["status"] != "ok":
+                    reason = f"{row['status']}: {row['reason']}"
+                    methods = notes.setdefault(reason, [])
+                    if name not in methods:
+                        methods.append(name)
+                    ref = f"({list(notes).index(reason) + 1})"
+                    if ref not in refs:
+                        refs.append(ref)
+                    if not measured(row):
+                        cells += [_status_cell(row), ""]
+                        continue
+                mark = cell_marks(row, phase, grads_in_fwd)
+                style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
+                style = "red" if row["status"] == "wrong" else style
+                mem = _number(row["peak_bytes"], 2**20)
+                ms = _number(row.get("median_ms"), 1) + mark
+                cells += [
+                    f"[{style}]{mem}[/{style}]" if style else mem,
+                    f"[{style}]{ms}[/{style}]" if style else ms,
+                ]
+            table.add_row(name, *cells, " ".join(refs))
+        numbered = [
+            f"({i}) {', '.join(methods)}: {reason}"
+            for i, (reason, methods) in enumerate(notes.items(), 1)
+        ]
+        out.append((table, numbered))
+    return out
+
+
+def footnotes(rows: list[dict[str, Any]]) -> list[str]:
+    notes = [
+        "MiB: peak memory of the phase above what was allocated when it started; "
+        "ms: median time; lower bound: math.md's floor (N fp32 losses; dE + dC)."
+    ]
+    known = all_methods()
+    if any(grads_in_forward(r["method"], known, r["beta"]) for r in rows):
+        notes.append(
+            f"{GRADS_IN_FWD_MARK} computes gradients inside forward: its fwd/bwd split is not "
+            "comparable, fwd+bwd is the fair column."
+        )
+    if any(r.get("interpreted") for r in rows):
+        notes.append(
+            f"{INTERPRETED_MARK} Triton interpreter on CPU: timing says nothing about GPU speed; "
+            "memory and correctness do count."
+        )
+    if any(r["status"] == "wrong" and measured(r) for r in rows):
+        notes.append(
+            f"{WRONG_MARK} failed the correctness gate (see its note): timed, never counted best."
+        )
+    device = next((r.get("device") for r in rows), None)
+    if device == "cpu":
+        notes.append(
+            "CPU run: memory is what torch tensors hold at the peak (CPU allocator events), "
+            "the CPU counterpart of CUDA's max_memory_allocated; process RSS is in the results."
+        )
+    return notes
+
+
+def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    console = console or Console()
+    for table, notes in build_tables(rows):
+        console.print(table)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
+    for note in footnotes(rows):
+        console.print(note, style="dim")

@@ -1,0 +1,134 @@
+"""``perfsuite merge A.json B.json … -o all.json``: join results files (e.g. the shards
+of a sweep) after checking that they were measured under the same environment.
+
+Environments must agree on the device, the code (git SHA), every library
+version both record, and the timing method (samples, warm-up, seed, phases);
+``--allow-mismatch`` joins them anyway and records the differences. A cell
+(``sweep.cell_key``) measured in two files is an error unless ``--duplicates
+first|last`` says which to keep; a ``skipped`` row always yields to a measured one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsuite.results.results import ResultsError, load_results, new_document, write_results
+from perfsuite.run.sweep import canonical_order, cell_key, env_differences
+
+
+class MergeError(ValueError):
+    """Files that cannot be merged, and why."""
+
+
+def merge_documents(
+    documents: list[tuple[str, dict[str, Any]]],
+    *,
+    allow_mismatch: bool = False,
+    duplicates: str = "error",
+) -> dict[str, Any]:
+    """One document from ``(name, document)`` pairs; ``MergeError`` if they disagree."""
+    if not documents:
+        raise MergeError("nothing to merge")
+    if duplicates not in ("error", "first", "last"):
+        raise MergeError(f"--duplicates must be error, first or last, not {duplicates!r}")
+    first_name, first = documents[0]
+    mismatches = []
+    for name, doc in documents[1:]:
+        for diff in env_differences(first["env"], doc["env"]):
+            mismatches.append(f"{first_name} vs {name}: {diff}")
+    if mismatches and not allow_mismatch:
+        raise MergeError(
+            "environments disagree, so their numbers are not comparable:\n  "
+            + "\n  ".join(mismatches)
+            + "\n(--allow-mismatch merges anyway and records this)"
+        )
+    kept: dict[tuple, tuple[str, dict[str, Any]]] = {}
+    for name, doc in documents:
+        for row in doc["rows"]:
+            key = cell_key(row)
+            if key not in kept:
+                kept[key] = (name, row)
+                continue
+            other_name, other = kept[key]
+            if row["status"] == "skipped":
+                continue
+            if other["status"] == "skipped" or duplicates == "last":
+                kept[key] = (name, row)
+            elif duplicates == "error":
+                method, *_, phase, workload = key
+                raise MergeError(
+                    f"cell {method} N={row['tokens']} V={row['vocab']} D={row['hidden']} "
+                    f"{row['dtype']} β={row['beta']:g} {phase} is in both {other_name} and "
+                    f"{name} (--duplicates first|last picks one)"
+                )
+    env = copy.deepcopy(first["env"])
+    env["merged_from"] = [
+        {
+            "file": name,
+            "created": doc["env"].get("created"),
+            "shard": (doc["env"].get("sweep") or {}).get("shard"),
+            "git": doc["env"].get("git"),
+            "rows": len(doc["rows"]),
+        }
+        for name, doc in documents
+    ]
+    if mismatches:
+        env["merge_mismatches"] = mismatches
+    if isinstance(env.get("sweep"), dict):
+        env["sweep"]["shard"] = None
+    plan = env.get("plan") or {}
+    return new_document(env, canonical_order([row for _, row in kept.values()], plan))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", type=Path, help="results files to join")
+    p.add_argument("-o", "--out", type=Path, required=True, help="merged results file")
+    p.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="merge even if devices, code or versions differ (recorded in env)",
+    )
+    p.add_argument(
+        "--duplicates",
+        choices=["error", "first", "last"],
+        default="error",
+        help="a cell measured in several files: refuse (default), keep the first or last",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        documents = [(str(path), load_results(path)) for path in args.inputs]
+        merged = merge_documents(
+            documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates
+        )
+    except (ResultsError, MergeError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    write_results(args.out, merged)
+    console.print(
+        f"merged {len(documents)} files, {len(merged['rows'])} rows → {args.out}"
+        + (
+            " [yellow](environments differ: see env.merge_mismatches)[/yellow]"
+            if merged["env"].get("merge_mismatches")
+            else ""
+        )
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="perfsuite merge", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The results file: one JSON document with provenance and one row per cell.
+
+Written atomically (temp file + rename) so an interrupted run never leaves a
+truncated file behind; loaded into pandas with one call (``load_dataframe``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
+    import pandas as pd
+
+SCHEMA_VERSION = 1
+
+# ``skipped``: a sweep predicted the cell cannot fit the device and did not attempt it.
+STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skipped")
+PHASES = ("fwd", "bwd", "fwd+bwd")
+
+# The columns that identify a cell: two rows with equal keys measure the same thing.
+CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "phase")
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read: missing, corrupt, truncated or of another schema."""
+
+
+@dataclass
+class Row:
+    """One cell: method x shape x dtype x beta x phase."""
+
+    method: str
+    tokens: int
+    vocab: int
+    hidden: int
+    dtype: str
+    beta: float
+    phase: str
+    status: str
+    reason: str = ""
+    softcap: float | None = None
+    shape: str = ""  # preset name, or "custom"
+    device: str = "cpu"
+    # Timing (milliseconds); None when not timed.
+    median_ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    samples_ms: list[float] = field(default_factory=list)
+    # Triton kernels run by the interpreter on CPU: timings meaningless for GPUs.
+    interpreted: bool = False
+    # First call (compilation, autotuning, caches) of the fwd+bwd step.
+    compile_ms: float | None = None
+    # Peak tensor memory of the phase above what was allocated when it started
+    # (the paper's figure; CUDA allocator, or torch's CPU allocation events), and
+    # the absolute peak (allocator on CUDA, process RSS on CPU).
+    peak_bytes: int | None = None
+    peak_abs_bytes: int | None = None
+    # CPU only: growth of the process RSS at its peak (interpreter temporaries included).
+    rss_peak_bytes: int | None = None
+    # Errors against the fp32 reference: loss, dE, dC (max absolute), and the
+    # tolerance the correctness gate applied to each.
+    max_abs_err: float | None = None
+    loss_err: float | None = None
+    grad_e_err: float | None = None
+    grad_c_err: float | None = None
+    tolerance: dict[str, float] | None = None
+    # What the inputs were (perfsuite.plan.workloads): "random", "synthetic(...)" or
+    # "file:NAME", and the measured mean token entropy (nats) of their softmax.
+    workload: str = "random"
+    entropy: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} not one of {STATUSES}")
+        if self.phase not in PHASES:
+            raise ValueError(f"phase {self.phase!r} not one of {PHASES}")
+
+
+def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "env": env,
+        "rows": [asdict(r) if isinstance(r, Row) else dict(r) for r in rows],
+    }
+
+
+def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Path:
+    """Write ``document`` to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(document, f, indent=1, allow_nan=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a results file; ``ResultsError`` says what is wrong with it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such results file") from None
+    except OSError as err:
+        raise ResultsError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        hint = " (truncated?)" if err.pos >= len(text.rstrip()) - 1 else ""
+        raise ResultsError(
+            f"{path}: not valid JSON{hint}: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+    if not isinstance(document, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
+    version = document.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{path}: schema_version {version!r}, this perfsuite reads {SCHEMA_VERSION}"
+        )
+    for key, kind in (("env", dict), ("rows", list)):
+        if not isinstance(document.get(key), kind):
+            raise ResultsError(f"{path}: missing or malformed {key!r}")
+    for i, row in enumerate(document["rows"]):
+        missing = [k for k in (*CELL_KEY, "status") if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ResultsError(f"{path}: row {i} lacks {', '.join(missing)}")
+    return document
+
+
+def to_dataframe(document: dict[str, Any]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(document["rows"], columns=list(Row.__dataclass_fields__))
+
+
+def load_dataframe(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """One call from a results file to a DataFrame, one row per cell."""
+    return to_dataframe(load_results(path))

@@ -1,0 +1,118 @@
+"""The correctness gate: a method's loss and gradients against the fp32 reference.
+
+Tolerances follow Cut Cross-Entropy's tests: a method may be as far from the
+fp32 reference as torch itself is in the same dtype, twice over, plus a small
+relative slack. Torch's own error is measured, not assumed: in bf16/fp16 it is
+eager's (logits in that dtype) distance from the fp32 reference; in fp32 it is
+the fp32 reference's distance from the same computation in fp64, which is far
+from zero when softmax is peaked (a logit of 30 carries an absolute error near
+1e-6, and so does every probability computed from it). That is strict where
+torch is exact and fair where finite precision is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from perfsuite.baselines.torch_methods import eager_loss, reference_loss, softcapped
+from perfsuite.method import Case, LossFn
+from perfsuite.run.inputs import Inputs
+
+# Relative slack (times the reference's largest magnitude) per dtype.
+SLACK = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-4}
+QUANTITIES = ("loss", "grad_e", "grad_c")
+
+
+@dataclass
+class Outcome:
+    """Loss and gradients of one fwd+bwd, as fp32 on the case's device."""
+
+    loss: torch.Tensor
+    grad_e: torch.Tensor
+    grad_c: torch.Tensor
+
+    def get(self, name: str) -> torch.Tensor:
+        return getattr(self, name)
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    errors: dict[str, float]
+    bounds: dict[str, float]
+
+    @property
+    def max_abs_err(self) -> float:
+        return max(self.errors.values())
+
+    def explain(self) -> str:
+        bad = [
+            f"{q} error {self.errors[q]:.3g} > tolerance {self.bounds[q]:.3g}"
+            for q in QUANTITIES
+            if not self.errors[q] <= self.bounds[q]
+        ]
+        return "; ".join(bad)
+
+
+def run_once(loss_fn: LossFn, inputs: Inputs) -> Outcome:
+    """One forward and backward; returns fp32 copies of loss and gradients."""
+    inputs.clear_grads()
+    loss = loss_fn(inputs.e, inputs.c, inputs.targets)
+    if loss.dim() != 0:
+        raise ValueError(f"loss must be a scalar, got shape {tuple(loss.shape)}")
+    loss.backward()
+    if inputs.e.grad is None or inputs.c.grad is None:
+        raise ValueError("the method produced no gradient for e or c")
+    out = Outcome(loss.detach().float(), inputs.e.grad.float(), inputs.c.grad.float())
+    del loss
+    inputs.clear_grads()
+    return out
+
+
+def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
+    def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return reference_loss(e, c, t, case.beta, case.softcap, case.ignore_index)
+
+    return run_once(fn, inputs)
+
+
+def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
+    """What torch computes one precision step away: eager in the case's dtype for
+    bf16/fp16, the reference computed in fp64 for fp32."""
+    if case.dtype != "fp32":
+
+        def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return eager_loss(e, c, t, case.beta, case.softcap, case.ignore_index)
+
+    else:
+
+        def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            logits = softcapped(e.double() @ c.double().T, case.softcap)
+            return F.cross_entropy(
+                logits, t, label_smoothing=case.beta, ignore_index=case.ignore_index
+            )
+
+    return run_once(fn, inputs)
+
+
+def tolerances(case: Case, reference: Outcome, torch_version: Outcome) -> dict[str, float]:
+    bounds = {}
+    for q in QUANTITIES:
+        ref = reference.get(q)
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        torch_err = float((torch_version.get(q) - ref).abs().max())
+        bounds[q] = 2.0 * torch_err + SLACK[case.dtype] * max(scale, 1e-6)
+    return bounds
+
+
+def judge(result: Outcome, reference: Outcome, bounds: dict[str, float]) -> Verdict:
+    errors = {}
+    for q in QUANTITIES:
+        diff = (result.get(q) - reference.get(q)).abs()
+        # NaN anywhere fails the gate (comparisons with NaN are False).
+        errors[q] = float("nan") if diff.isnan().any() else float(diff.max())
+    passed = all(errors[q] <= bounds[q] for q in QUANTITIES)
+    return Verdict(passed=passed, errors=errors, bounds=bounds)

@@ -1,0 +1,75 @@
+"""Benchmark inputs: hidden states ``e``, classifier ``c`` and targets, seeded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfsuite.method import Case
+
+
+@dataclass
+class Inputs:
+    e: torch.Tensor  # (N, D), requires grad
+    c: torch.Tensor  # (V, D), requires grad
+    targets: torch.Tensor  # (N,) int64
+    # perfsuite.plan.workloads: the label rows carry, and the measured mean token
+    # entropy (nats) of softmax(softcap(e @ c.T)).
+    workload: str = "random"
+    entropy: float | None = None
+
+    def clear_grads(self) -> None:
+        self.e.grad = None
+        self.c.grad = None
+
+
+def make_inputs(case: Case, seed: int = 0, workload: dict[str, Any] | None = None) -> Inputs:
+    """Random inputs with logits of unit scale, generated on the case's device.
+
+    ``c`` is scaled by ``1/sqrt(D)`` so a logit has standard deviation about 1
+    whatever the hidden size, like a trained model's head before training.
+    ``workload`` (see ``perfsuite.plan.workloads``) asks for synthetic or recorded
+    inputs instead; either way the result carries its measured mean entropy.
+    """
+    from perfsuite.plan import workloads
+
+    kind = (workload or {}).get("kind", "random")
+    if kind != "random":
+        if kind == "synthetic":
+            e, c, targets, _ = workloads.synthetic_inputs(
+                case.tokens,
+                case.vocab,
+                case.hidden,
+                entropy=workload["entropy"],
+                zipf=workload["zipf"],
+                softcap=case.softcap,
+                seed=seed,
+                device=case.device,
+            )
+        else:
+            e, c, targets = workloads.file_inputs(case, workload)
+        e = e.to(case.torch_dtype).requires_grad_(True)
+        c = c.to(case.torch_dtype).requires_grad_(True)
+        return Inputs(
+            e=e,
+            c=c,
+            targets=targets,
+            workload=workloads.workload_label(workload),
+            entropy=workloads.mean_entropy(e, c, case.softcap, targets, case.ignore_index),
+        )
+    device = torch.device(case.device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = case.torch_dtype
+    e = torch.randn(case.tokens, case.hidden, generator=gen, device=device, dtype=torch.float32)
+    c = torch.randn(case.vocab, case.hidden, generator=gen, device=device, dtype=torch.float32)
+    c /= case.hidden**0.5
+    targets = torch.randint(0, case.vocab, (case.tokens,), generator=gen, device=device)
+    inputs = Inputs(
+        e=e.to(dtype).requires_grad_(True),
+        c=c.to(dtype).requires_grad_(True),
+        targets=targets,
+    )
+    inputs.entropy = workloads.mean_entropy(inputs.e, inputs.c, case.softcap)
+    return inputs

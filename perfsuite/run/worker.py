@@ -1,0 +1,255 @@
+"""One method's cells, measured inside a fresh process.
+
+The runner starts ``python -m perfsuite.run.worker SPEC.json``; this module runs
+each case of the spec in order (availability, capability check, correctness
+gate, then per phase a memory pass and a timing pass) and appends one JSON line
+per finished row to the spec's ``out`` file, so that a crash loses only the
+case in flight. Lines ``{"start": i}`` mark where case ``i`` began.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perfsuite.measure.memory import measure_peak
+from perfsuite.measure.timing import CacheFlusher, time_samples
+from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
+from perfsuite.plan.registry import get_method
+from perfsuite.plan.workloads import workload_label
+from perfsuite.results.results import PHASES, Row
+from perfsuite.run.correctness import (
+    judge,
+    reference_outcome,
+    run_once,
+    tolerances,
+    torch_error_outcome,
+)
+from perfsuite.run.inputs import Inputs, make_inputs
+
+
+@dataclass
+class WorkerSpec:
+    method: str
+    cases: list[dict[str, Any]]  # Case fields plus "shape"
+    out: str
+    phases: list[str] = field(default_factory=lambda: list(PHASES))
+    samples: int = 20
+    warmup: int = 3
+    seed: int = 0
+    # Extra bytes of data memory the process may take (CPU only); provokes `oom`.
+    memory_limit: int | None = None
+
+
+# Said next to a bf16 failure under the interpreter, whose casts differ from a GPU's.
+INTERPRETER_BF16_NOTE = (
+    "under the Triton interpreter, whose fp32->bf16 casts truncate where GPUs round to "
+    "nearest: may pass on a GPU"
+)
+
+
+def is_oom(err: BaseException) -> bool:
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text.lower()
+    )
+
+
+def describe(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:500]
+
+
+class Phase:
+    """The untimed set-up and the timed body of one phase."""
+
+    def __init__(self, name: str, loss_fn: LossFn, inputs: Inputs) -> None:
+        self.name, self.loss_fn, self.inputs = name, loss_fn, inputs
+        self.loss: torch.Tensor | None = None
+
+    def _forward(self) -> None:
+        self.loss = self.loss_fn(self.inputs.e, self.inputs.c, self.inputs.targets)
+
+    def _backward(self) -> None:
+        assert self.loss is not None
+        self.loss.backward()
+        self.loss = None
+
+    def _fwd_bwd(self) -> None:
+        self.loss_fn(self.inputs.e, self.inputs.c, self.inputs.targets).backward()
+
+    def reset(self) -> None:
+        """Drop the pending graph and the gradients (``zero_grad(set_to_none=True)``)."""
+        self.loss = None
+        self.inputs.clear_grads()
+
+    def setup(self) -> None:
+        """Fresh gradients, and for ``bwd`` the untimed forward."""
+        self.reset()
+        if self.name == "bwd":
+            self._forward()
+
+    @property
+    def body(self) -> Callable[[], None]:
+        return {"fwd": self._forward, "bwd": self._backward, "fwd+bwd": self._fwd_bwd}[self.name]
+
+
+def _rows(case: dict[str, Any], spec: WorkerSpec, method: Method, **fields: Any) -> list[Row]:
+    interpreted = method.caps.triton and case["device"] == "cpu"
+    base = {k: case[k] for k in ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")}
+    base["workload"] = workload_label(case.get("workload"))
+    return [
+        Row(
+            method=spec.method,
+            shape=case["shape"],
+            phase=p,
+            interpreted=interpreted,
+            **base,
+            **fields,
+        )
+        for p in spec.phases
+    ]
+
+
+def run_case(
+    spec: WorkerSpec, method: Method, raw: dict[str, Any], emit: Callable[[Row], None]
+) -> None:
+    """Measure every phase of one case; each row goes to ``emit`` as soon as it is known."""
+    case = Case(**{k: v for k, v in raw.items() if k not in ("shape", "workload")})
+    device = torch.device(case.device)
+
+    def all_phases(status: str, reason: str, **extra: Any) -> None:
+        for row in _rows(raw, spec, method, status=status, reason=reason, **extra):
+            emit(row)
+
+    reason = method.availability(case.device)
+    if reason is not None:
+        return all_phases("unavailable", reason)
+    reason = method.unsupported_reason(case)
+    if reason is not None:
+        return all_phases("unsupported", reason)
+    done: set[str] = set()
+    try:
+        inputs = make_inputs(case, spec.seed, raw.get("workload"))
+        reference = reference_outcome(case, inputs)
+        bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
+        loss_fn = method.prepare(case, inputs.c)
+        start = time.perf_counter()
+        outcome = run_once(loss_fn, inputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        compile_ms = (time.perf_counter() - start) * 1e3
+        verdict = judge(outcome, reference, bounds)
+        del reference, outcome
+        gate = dict(
+            max_abs_err=verdict.max_abs_err,
+            loss_err=verdict.errors["loss"],
+            grad_e_err=verdict.errors["grad_e"],
+            grad_c_err=verdict.errors["grad_c"],
+            tolerance=verdict.bounds,
+            compile_ms=compile_ms,
+            entropy=inputs.entropy,
+        )
+        interpreted = method.caps.triton and device.type == "cpu"
+        # A method that fails the gate is still timed (its rows stay ``wrong``, never
+        # ``ok``): how fast an inexact kernel runs is half of the finding.
+        status, reason = "ok", ""
+        if not verdict.passed:
+            status, reason = "wrong", verdict.explain()
+            if interpreted and case.dtype == "bf16":
+                reason += f" ({INTERPRETER_BF16_NOTE})"
+        flush = CacheFlusher(device)
+        for row in _rows(raw, spec, method, status=status, reason=reason, **gate):
+            phase = Phase(row.phase, loss_fn, inputs)
+            phase.setup()
+            peak = measure_peak(phase.body, device)
+            timing = time_samples(
+                phase.body,
+                device,
+                samples=min(spec.samples, 3) if interpreted else spec.samples,
+                # The interpreter compiles nothing; the gate's call already warmed it.
+                warmup=0 if interpreted else spec.warmup,
+                setup=phase.setup,
+                flush=flush,
+            )
+            phase.reset()
+            row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
+            row.rss_peak_bytes = peak.rss_delta
+            row.samples_ms = timing.samples_ms
+            row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
+            if interpreted and status == "ok":
+                row.reason = "Triton interpreter on CPU: timings say nothing about GPU speed"
+            emit(row)
+            done.add(row.phase)
+    except Unsupported as err:
+        _emit_rest(raw, spec, method, done, emit, "unsupported", str(err))
+    except Unavailable as err:
+        _emit_rest(raw, spec, method, done, emit, "unavailable", str(err))
+    except Exception as err:  # noqa: BLE001 - every failure must reach the results
+        status = "oom" if is_oom(err) else "error"
+        _emit_rest(raw, spec, method, done, emit, status, describe(err))
+    finally:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _emit_rest(
+    raw: dict[str, Any],
+    spec: WorkerSpec,
+    method: Method,
+    done: set[str],
+    emit: Callable[[Row], None],
+    status: str,
+    reason: str,
+) -> None:
+    for row in _rows(raw, spec, method, status=status, reason=reason):
+        if row.phase not in done:
+            emit(row)
+
+
+def limit_memory(extra_bytes: int) -> None:
+    """Cap the data segment at what the process holds now plus ``extra_bytes``."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmData:"):
+            current = int(line.split()[1]) * 1024
+            resource.setrlimit(
+                resource.RLIMIT_DATA, (current + extra_bytes, resource.RLIM_INFINITY)
+            )
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
+    method = get_method(spec.method)
+    if spec.memory_limit is not None:
+        limit_memory(spec.memory_limit)
+    with open(spec.out, "a", buffering=1) as out:
+
+        def emit(row: Row) -> None:
+            out.write(json.dumps(asdict(row)) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+        for i, raw in enumerate(spec.cases):
+            out.write(json.dumps({"start": i}) + "\n")
+            out.flush()
+            run_case(spec, method, raw, emit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

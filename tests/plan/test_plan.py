@@ -1,0 +1,65 @@
+"""Plans: validated arguments and up-front refusal of shapes a CPU cannot hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfsuite.plan.plan import PlanError, build_plan
+from perfsuite.plan.shapes import PRESETS, get_shape
+
+
+def _plan(**kw):
+    kw.setdefault("shapes", [get_shape("smoke")])
+    kw.setdefault("device", "cpu")
+    return build_plan(**kw)
+
+
+def test_defaults_cover_timed_methods_both_betas_all_phases():
+    plan = _plan()
+    assert "reference" not in plan.methods and "eager" in plan.methods
+    assert plan.betas == [0.0, 0.1] and plan.phases == ["fwd", "bwd", "fwd+bwd"]
+    assert plan.dtypes == ["fp32"]
+    assert len(plan.cases()) == 2
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"betas": "0,1.5"}, "outside \\[0, 1\\]"),
+        ({"betas": "x"}, "not a number"),
+        ({"methods": "eager,nope"}, "unknown method\\(s\\) nope"),
+        ({"phases": "fwd,sideways"}, "unknown sideways"),
+        ({"dtype": "fp8"}, "unknown fp8"),
+        ({"samples": 0}, "samples"),
+        ({"softcap": -1.0}, "softcap"),
+        ({"device": "tpu"}, "auto, cuda or cpu"),
+    ],
+)
+def test_bad_arguments_are_named(kw, message):
+    with pytest.raises(PlanError, match=message):
+        _plan(**kw)
+
+
+def test_cpu_refuses_a_shape_whose_logits_cannot_fit():
+    with pytest.raises(PlanError) as err:
+        _plan(shapes=[get_shape("gemma2-9b")])
+    text = str(err.value)
+    assert "N x V logits" in text and "--shape smoke" in text and "--device cuda" in text
+
+
+def test_overrides_make_a_big_preset_fit():
+    shape = get_shape("gemma2-2b").with_overrides(tokens=16, vocab=1000, hidden=32)
+    plan = _plan(shapes=[shape])
+    assert plan.cases()[0]["tokens"] == 16 and plan.cases()[0]["shape"] == "gemma2-2b*"
+
+
+def test_presets_match_the_issue():
+    assert (
+        PRESETS["gemma2-2b"].tokens,
+        PRESETS["gemma2-2b"].vocab,
+        PRESETS["gemma2-2b"].hidden,
+    ) == (8192, 256000, 2304)
+    assert PRESETS["gemma2-2b"].softcap == 30.0 and PRESETS["gemma2-2b"].dtype == "bf16"
+    assert (PRESETS["qwen2.5-7b"].vocab, PRESETS["qwen2.5-7b"].hidden) == (152064, 3584)
+    with pytest.raises(ValueError, match="unknown shape"):
+        get_shape("gpt5")

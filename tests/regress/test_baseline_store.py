@@ -1,0 +1,139 @@
+"""Stored baselines: written only by `perfsuite baseline update`, one file per
+device and shape, and found again by `perfsuite compare` given the folder."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from perfsuite.cli import main as perfsuite_main
+from perfsuite.regress import baseline_store
+from perfsuite.results.results import ResultsError, Row, load_results, new_document, write_results
+
+ENV = {
+    "created": "2026-01-01T00:00:00Z",
+    "git": {"sha": "abc", "dirty": False},
+    "versions": {"torch": "2.13.0", "triton": "3.7.1"},
+    "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "cuda": "12.8"},
+}
+SLUG = "nvidia-h100-80gb-hbm3"
+
+
+def rows_for(shape: str, tokens: int, factor: float = 1.0) -> list[Row]:
+    return [
+        Row(
+            method=method,
+            shape=shape,
+            tokens=tokens,
+            vocab=1024,
+            hidden=64,
+            dtype="bf16",
+            beta=0.0,
+            phase="fwd+bwd",
+            status="ok",
+            device="cuda",
+            samples_ms=[factor * (10 + 0.01 * i) for i in range(20)],
+            median_ms=factor * 10.1,
+            peak_bytes=1 << 20,
+        )
+        for method in ("eager", "ours")
+    ]
+
+
+def document(factor: float = 1.0, env: dict = ENV) -> dict:
+    rows = rows_for("gemma2-2b", 8192, factor) + rows_for("smoke*", 64, factor)
+    return new_document(copy.deepcopy(env), rows)
+
+
+def baseline_cli(*argv) -> int:
+    return perfsuite_main(["baseline", *map(str, argv)])
+
+
+def compare_cli(*argv) -> int:
+    return perfsuite_main(["compare", *map(str, argv)])
+
+
+def test_update_writes_one_file_per_shape_under_the_device(tmp_path, capsys):
+    results = write_results(tmp_path / "run.json", document())
+    root = tmp_path / "baselines"
+    assert baseline_cli("update", results, "--root", root) == 0
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.json"))
+    assert files == [f"{SLUG}/gemma2-2b.json", f"{SLUG}/smoke-n64-v1024-d64.json"]
+    stored = load_results(root / SLUG / "gemma2-2b.json")
+    assert stored["env"] == ENV and {r["shape"] for r in stored["rows"]} == {"gemma2-2b"}
+    assert stored["rows"][0]["samples_ms"]  # raw samples kept for the U test
+    assert "wrote" in capsys.readouterr().out
+    assert baseline_cli("list", "--root", root) == 0
+    assert "2 cells" in capsys.readouterr().out
+
+
+def test_dry_run_writes_nothing(tmp_path, capsys):
+    results = write_results(tmp_path / "run.json", document())
+    assert baseline_cli("update", results, "--root", tmp_path / "b", "--dry-run") == 0
+    assert not (tmp_path / "b").exists() and "would write" in capsys.readouterr().out
+
+
+def test_update_refuses_an_unreadable_file(tmp_path, capsys):
+    bad = tmp_path / "run.json"
+    bad.write_text('{"schema_version": 1, "env": {}, "rows": [')
+    assert baseline_cli("update", bad, "--root", tmp_path / "b") == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_compare_against_the_stored_folder(tmp_path, capsys):
+    root = tmp_path / "baselines"
+    baseline_cli("update", write_results(tmp_path / "base.json", document()), "--root", root)
+    same = write_results(tmp_path / "same.json", document())
+    assert compare_cli(root, same) == 0
+    slow = write_results(tmp_path / "slow.json", document(factor=1.2))
+    assert compare_cli(root, slow) == 1
+    out = capsys.readouterr().out
+    assert f"{SLUG}/gemma2-2b.json" in out and f"{SLUG}/smoke-n64-v1024-d64.json" in out
+
+
+def test_compare_only_reads_the_shapes_measured(tmp_path):
+    root = tmp_path / "baselines"
+    baseline_cli("update", write_results(tmp_path / "base.json", document()), "--root", root)
+    only_gemma = document()
+    only_gemma["rows"] = [r for r in only_gemma["rows"] if r["shape"] == "gemma2-2b"]
+    doc, paths, missing = baseline_store.stored_baseline(root, only_gemma)
+    assert [p.name for p in paths] == ["gemma2-2b.json"] and not missing
+    assert len(doc["rows"]) == 2
+
+
+def test_no_stored_baseline_for_this_device(tmp_path, capsys):
+    root = tmp_path / "baselines"
+    baseline_cli("update", write_results(tmp_path / "base.json", document()), "--root", root)
+    other = copy.deepcopy(ENV)
+    other["device"]["name"] = "NVIDIA A100-SXM4-80GB"
+    cur = write_results(tmp_path / "cur.json", document(env=other))
+    assert compare_cli(root, cur) == 2
+    err = capsys.readouterr().err
+    assert "no stored baseline for device 'NVIDIA A100-SXM4-80GB'" in err and SLUG in err
+
+
+def test_stored_files_from_different_environments_are_refused(tmp_path):
+    root = tmp_path / "baselines"
+    baseline_cli("update", write_results(tmp_path / "a.json", document()), "--root", root)
+    newer = copy.deepcopy(ENV)
+    newer["versions"]["torch"] = "2.14.0"
+    doc = new_document(newer, rows_for("smoke*", 64))
+    baseline_cli("update", write_results(tmp_path / "b.json", doc), "--root", root)
+    with pytest.raises(ResultsError, match="disagree on the environment"):
+        baseline_store.stored_baseline(root, document())
+
+
+@pytest.mark.parametrize(
+    "row, stem",
+    [
+        ({"shape": "gemma2-2b", "tokens": 1, "vocab": 2, "hidden": 3}, "gemma2-2b"),
+        ({"shape": "llama3.2-1b", "tokens": 1, "vocab": 2, "hidden": 3}, "llama3.2-1b"),
+        ({"shape": "smoke*", "tokens": 1, "vocab": 2, "hidden": 3}, "smoke-n1-v2-d3"),
+        ({"shape": "", "tokens": 1, "vocab": 2, "hidden": 3}, "custom-n1-v2-d3"),
+        ({"shape": "../etc", "tokens": 1, "vocab": 2, "hidden": 3}, "etc"),
+    ],
+)
+def test_shape_stem(row, stem):
+    assert baseline_store.shape_stem(row) == stem

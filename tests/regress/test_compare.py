@@ -1,0 +1,346 @@
+"""`perfsuite compare`: verdicts per cell, the statistics behind them, exit codes,
+environment checks and clear errors on unusable files."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+from dataclasses import asdict
+
+import pytest
+
+from perfsuite.cli import main as perfsuite_main
+from perfsuite.measure.stats import summarize
+from perfsuite.regress import compare
+from perfsuite.regress.compare import (
+    CompareError,
+    EnvMismatch,
+    Settings,
+    compare_documents,
+    parse_fraction,
+)
+from perfsuite.regress.compare_report import render_markdown
+from perfsuite.results.results import Row, new_document, write_results
+
+ENV = {
+    "created": "2026-01-01T00:00:00Z",
+    "git": {"sha": "abc", "dirty": False},
+    "python": "3.11.7",
+    "versions": {"perfsuite": "0.1.0", "torch": "2.13.0", "triton": "3.7.1", "rich": "15"},
+    "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "cuda": "12.8", "driver": "570"},
+}
+METHODS = ("eager", "ours")
+PHASES = ("fwd", "bwd", "fwd+bwd")
+
+
+def samples(median: float, seed: int, n: int = 20, noise: float = 0.01) -> list[float]:
+    """Timing-like samples: multiplicative noise with an occasional slow outlier."""
+    rng = random.Random(seed)
+    out = [median * rng.lognormvariate(0, noise) for _ in range(n)]
+    out[rng.randrange(n)] *= 1.3
+    return out
+
+
+def make_row(method: str, phase: str, seed: int, **fields) -> Row:
+    ms = {"eager": 40.0, "ours": 25.0}[method] * (1 + PHASES.index(phase))
+    data = dict(
+        method=method,
+        shape="gemma2-2b",
+        tokens=8192,
+        vocab=256000,
+        hidden=2304,
+        dtype="bf16",
+        beta=0.1,
+        phase=phase,
+        status="ok",
+        device="cuda",
+        samples_ms=samples(ms, seed),
+        peak_bytes=(1 << 30) if method == "eager" else (200 << 20),
+    )
+    data.update(fields)
+    row = Row(**data)
+    if row.status == "ok" and row.samples_ms:
+        row.median_ms = summarize(row.samples_ms, "median")
+    else:
+        row.samples_ms, row.peak_bytes = [], None
+    return row
+
+
+def make_doc(seed: int = 0, env: dict | None = None, **per_method) -> dict:
+    rows = []
+    for i, method in enumerate(METHODS):
+        for j, phase in enumerate(PHASES):
+            rows.append(
+                make_row(method, phase, seed * 100 + i * 10 + j, **per_method.get(method, {}))
+            )
+    return new_document(copy.deepcopy(env or ENV), rows)
+
+
+def slower(doc: dict, method: str, factor: float) -> dict:
+    doc = copy.deepcopy(doc)
+    for row in doc["rows"]:
+        if row["method"] == method:
+            row["samples_ms"] = [x * factor for x in row["samples_ms"]]
+            row["median_ms"] *= factor
+    return doc
+
+
+def verdicts(comparison) -> dict:
+    return {(c.row["method"], c.row["phase"]): c.verdict for c in comparison.cells}
+
+
+def cli(*argv: str) -> int:
+    """``perfsuite compare ...`` through the console script's entry point."""
+    try:
+        return perfsuite_main(["compare", *map(str, argv)])
+    except SystemExit as exc:  # argparse usage errors
+        return int(exc.code)
+
+
+# -- the acceptance cases, through the command -------------------------------
+
+
+@pytest.fixture
+def files(tmp_path):
+    def write(name: str, doc: dict):
+        return write_results(tmp_path / name, doc)
+
+    return write
+
+
+def test_unchanged_results_pass(files, capsys):
+    base = files("base.json", make_doc(seed=0))
+    cur = files("cur.json", make_doc(seed=1))  # a fresh run: same code, new noise
+    assert cli(base, cur) == 0
+    out = capsys.readouterr().out
+    assert "OK: 6 same" in out and "FAIL" not in out
+
+
+def test_ten_percent_slower_ours_fails(files, capsys):
+    base = make_doc(seed=0)
+    cur = slower(make_doc(seed=1), "ours", 1.10)
+    assert cli(files("b.json", base), files("c.json", cur)) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "regression" in out
+    result = verdicts(compare_documents(base, cur))
+    assert all(v == "regression" for (m, _), v in result.items() if m == "ours")
+    assert all(v == "same" for (m, _), v in result.items() if m == "eager")
+
+
+def test_ok_to_oom_fails(files):
+    base = make_doc()
+    cur = make_doc(seed=1, ours={"status": "oom", "reason": "CUDA out of memory"})
+    result = compare_documents(base, cur)
+    changed = [c for c in result.cells if c.verdict == "status-changed"]
+    assert len(changed) == 3 and all(c.failing for c in changed)
+    assert "CUDA out of memory" in changed[0].notes[0]
+    assert cli(files("b.json", base), files("c.json", cur)) == 1
+
+
+def test_device_mismatch_is_refused(files, capsys):
+    other = copy.deepcopy(ENV)
+    other["device"]["name"] = "NVIDIA A100-SXM4-80GB"
+    base, cur = files("b.json", make_doc()), files("c.json", make_doc(seed=1, env=other))
+    assert cli(base, cur) == 2
+    err = capsys.readouterr().err
+    assert "different environments" in err and "A100" in err and "--allow-env-mismatch" in err
+    assert cli(base, cur, "--allow-env-mismatch") == 0
+    assert "environment differs" in capsys.readouterr().out
+
+
+def test_library_version_mismatch_is_refused_but_own_version_is_not():
+    newer_torch = copy.deepcopy(ENV)
+    newer_torch["versions"]["torch"] = "2.14.0"
+    with pytest.raises(EnvMismatch, match="torch version: 2.13.0"):
+        compare_documents(make_doc(), make_doc(seed=1, env=newer_torch))
+    newer_suite = copy.deepcopy(ENV)
+    newer_suite["versions"]["perfsuite"] = "0.2.0"
+    newer_suite["device"]["driver"] = "575"
+    result = compare_documents(make_doc(), make_doc(seed=1, env=newer_suite))
+    assert result.exit_code == 0 and any("driver" in w for w in result.env_warnings)
+
+
+@pytest.mark.parametrize(
+    "mangle, message",
+    [
+        (lambda text: text[: len(text) // 2], "not valid JSON (truncated?)"),
+        (lambda text: "{not json", "not valid JSON"),
+        (lambda text: "[]", "expected a JSON object"),
+        (lambda text: text.replace('"schema_version": 1', '"schema_version": 99'), "99"),
+        (lambda text: json.dumps({"schema_version": 1, "env": {}, "rows": [{}]}), "lacks"),
+    ],
+)
+def test_corrupt_file_is_explained_without_traceback(files, tmp_path, capsys, mangle, message):
+    base = files("b.json", make_doc())
+    bad = tmp_path / "bad.json"
+    bad.write_text(mangle(base.read_text()))
+    assert cli(base, bad) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and str(bad) in err
+
+
+def test_missing_file_exits_2(files, tmp_path, capsys):
+    assert cli(files("b.json", make_doc()), tmp_path / "nope.json") == 2
+    assert "no such results file" in capsys.readouterr().err
+
+
+def test_bad_threshold_is_a_usage_error(files):
+    base = files("b.json", make_doc())
+    assert cli(base, base, "--time-threshold", "five") == 2
+
+
+# -- verdicts ------------------------------------------------------------------
+
+
+def test_improvement_is_flagged_for_a_baseline_refresh():
+    cur = slower(make_doc(seed=1), "ours", 0.8)
+    result = compare_documents(make_doc(), cur)
+    assert set(verdicts(result).values()) == {"same", "improvement"}
+    assert result.exit_code == 0
+    md = render_markdown(result)
+    assert "3 improvement(s)" in md and "perfsuite baseline update" in md
+
+
+def test_new_and_missing_cells():
+    base = make_doc()
+    cur = copy.deepcopy(base)
+    cur["rows"] = [r for r in cur["rows"] if r["phase"] != "bwd"]
+    cur["rows"].append(asdict(make_row("ours", "fwd", 5, beta=0.0)))
+    result = compare_documents(base, cur)
+    assert result.count("missing") == 2 and result.count("new") == 1
+    assert result.exit_code == 0
+    strict = compare_documents(base, cur, Settings(fail_on_missing=True))
+    assert strict.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "before, after, fails",
+    [
+        ("ok", "wrong", True),
+        ("ok", "unsupported", True),
+        ("oom", "ok", False),
+        ("unavailable", "error", True),
+        ("error", "unavailable", False),
+    ],
+)
+def test_status_changes(before, after, fails):
+    base = make_doc(ours={"status": before})
+    cur = make_doc(seed=1, ours={"status": after})
+    result = compare_documents(base, cur)
+    ours = [c for c in result.cells if c.row["method"] == "ours"]
+    assert {c.verdict for c in ours} == {"status-changed"}
+    assert all(c.failing == fails for c in ours)
+    assert result.exit_code == int(fails)
+
+
+def test_same_non_ok_status_is_same():
+    result = compare_documents(
+        make_doc(ours={"status": "unsupported"}), make_doc(seed=1, ours={"status": "unsupported"})
+    )
+    assert result.exit_code == 0 and result.count("status-changed") == 0
+
+
+def test_memory_tight_threshold():
+    base = make_doc()
+    grown = copy.deepcopy(base)
+    for row in grown["rows"]:
+        row["peak_bytes"] = int(row["peak_bytes"] * 1.02)
+    result = compare_documents(base, grown)
+    assert set(verdicts(result).values()) == {"regression"}
+    assert all(c.time.verdict == "same" and c.memory.verdict == "regression" for c in result.cells)
+    nudged = copy.deepcopy(base)
+    for row in nudged["rows"]:
+        row["peak_bytes"] = int(row["peak_bytes"] * 1.005)
+    assert compare_documents(base, nudged).exit_code == 0
+
+
+def test_cpu_memory_has_rss_slack():
+    base = make_doc(ours={"device": "cpu", "peak_bytes": 4 << 20})
+    cur = copy.deepcopy(base)
+    for row in cur["rows"]:
+        row["peak_bytes"] += 512 << 10  # +12.5 %, but below the RSS resolution slack
+    result = compare_documents(base, cur)
+    assert all(c.memory.verdict == "same" for c in result.cells if c.row["method"] == "ours")
+
+
+def test_slowdown_below_threshold_is_not_a_regression():
+    base = make_doc()
+    cur = slower(make_doc(seed=1), "ours", 1.015)
+    result = compare_documents(base, cur, Settings(time_threshold=0.05))
+    assert result.exit_code == 0
+
+
+def test_large_but_noisy_slowdown_needs_significance():
+    """A 10 % shift of the median on samples spread over ±50 % is not evidence."""
+    rng = random.Random(3)
+    base = make_doc()
+    cur = copy.deepcopy(base)
+    for doc in (base, cur):
+        for row in doc["rows"]:
+            row["samples_ms"] = [row["median_ms"] * rng.uniform(0.5, 1.5) for _ in range(6)]
+    for row in cur["rows"]:
+        row["samples_ms"] = [x * 1.10 for x in row["samples_ms"]]
+    result = compare_documents(base, cur)
+    assert result.exit_code == 0
+    assert any("not significant" in " ".join(c.notes) for c in result.cells)
+
+
+def test_interpreted_and_few_samples_are_not_time_compared():
+    base = make_doc(ours={"interpreted": True})
+    cur = slower(make_doc(seed=1, ours={"interpreted": True}), "ours", 2.0)
+    result = compare_documents(base, cur)
+    assert result.exit_code == 0
+    assert all("interpreted" in c.notes[0] for c in result.cells if c.row["method"] == "ours")
+    few = make_doc()
+    for row in few["rows"]:
+        row["samples_ms"] = row["samples_ms"][:3]
+    result = compare_documents(few, slower(few, "eager", 2.0))
+    assert result.exit_code == 0 and "too few samples" in result.cells[0].notes[0]
+
+
+@pytest.mark.parametrize("metric", ["median", "mean", "min", "p20", "p80"])
+def test_metrics(metric):
+    base = make_doc()
+    cur = slower(make_doc(seed=1), "ours", 1.2)
+    result = compare_documents(base, cur, Settings(metric=metric))
+    assert result.count("regression") == 3
+
+
+def test_duplicate_cells_are_refused():
+    doc = make_doc()
+    doc["rows"].append(doc["rows"][0])
+    with pytest.raises(CompareError, match="appears twice"):
+        compare_documents(doc, make_doc())
+
+
+def test_markdown_for_step_summary(files, capsys):
+    base = files("b.json", make_doc())
+    cur = files("c.json", slower(make_doc(seed=1), "ours", 1.10))
+    assert cli(base, cur, "--format", "markdown") == 1
+    md = capsys.readouterr().out
+    assert md.startswith("### perfsuite compare: ❌ regression")
+    assert "| method | shape |" in md and "🔴 regression **(fails)**" in md
+    assert "<details><summary>3 unchanged cell(s)</summary>" in md
+
+
+# -- statistics ----------------------------------------------------------------
+
+
+def test_parse_fraction():
+    assert parse_fraction("5%") == pytest.approx(0.05)
+    assert parse_fraction("0.05") == pytest.approx(0.05)
+    for bad in ("7", "-1%", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_fraction(bad)
+
+
+def test_false_alarm_rate_on_synthetic_noise_is_at_most_alpha():
+    """Same distribution both sides: flagged in well under 1 % of 400 trials."""
+    settings = Settings(time_threshold=0.0)  # the test alone
+    flagged = 0
+    for seed in range(400):
+        d = compare.compare_time(samples(10, seed), samples(10, seed + 10_000), settings)
+        flagged += d.verdict == "regression"
+    assert flagged <= 6

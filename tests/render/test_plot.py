@@ -1,0 +1,70 @@
+"""perfsuite plot: figures checked through matplotlib's objects, not pixels."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from fake_results import H100_ENV, grid_document
+
+pytest.importorskip("matplotlib")
+
+from perfsuite.render import plot  # noqa: E402
+
+
+def _lines(ax) -> list[str]:
+    return [line.get_label() for line in ax.get_lines()]
+
+
+def test_one_panel_per_beta_one_line_per_measured_method():
+    made = dict(plot.figures(grid_document()))
+    # {memory, time} x {vs V, vs N} x the two values of the dimension held fixed.
+    assert len(made) == 8
+    assert "memory-vs-V-N16-D16-fp32-fwdbwd.png" in made
+    assert "time-vs-N-V300-D16-fp32-fwdbwd.png" in made
+    for name, fig in made.items():
+        axes = fig.get_axes()
+        assert [ax.get_title() for ax in axes] == ["β = 0", "β = 0.1"]
+        for ax in axes:
+            assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+            labels = _lines(ax)
+            # 'broken' only ever OOMed: no line. The memory floor is drawn; no roofline on CPU.
+            if name.startswith("memory"):
+                assert labels == ["eager", "ours", "lower bound"]
+            else:
+                assert labels == ["eager", "ours †"]  # interpreted Triton, marked
+            for line in ax.get_lines():
+                assert len(line.get_xdata()) == 2  # two points along the swept axis
+        assert len(fig.legends) == 1
+        colours = {(line.get_label(), line.get_color()) for ax in axes for line in ax.get_lines()}
+        assert len(colours) == len({label for label, _ in colours})  # same colour in every panel
+
+
+def test_time_plots_on_a_known_gpu_show_the_roofline():
+    doc = grid_document({**H100_ENV})
+    made = dict(plot.figures(doc, ["fwd"]))
+    assert len(made) == 8 and all(name.endswith("-fwd.png") for name in made)
+    ax = made["time-vs-V-N32-D16-fp32-fwd.png"].get_axes()[0]
+    assert _lines(ax)[-1] == "roofline (H100 SXM)"
+
+
+def test_command_writes_pngs(tmp_path):
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(grid_document()))
+    parser = argparse.ArgumentParser()
+    plot.add_arguments(parser)
+    out = tmp_path / "plots"
+    assert plot.run(parser.parse_args([str(results), "-o", str(out), "--dpi", "50"])) == 0
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 8
+    for png in pngs:
+        data = png.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+    assert plot.run(parser.parse_args([str(results), "-o", str(out), "--phase", "nope"])) == 2
+
+
+def test_nothing_to_plot_without_a_swept_axis(tmp_path):
+    doc = grid_document()
+    doc["rows"] = [r for r in doc["rows"] if r["tokens"] == 16 and r["vocab"] == 200]
+    assert plot.figures(doc) == []

@@ -1,0 +1,157 @@
+"""perfsuite report: the paper's table in md, LaTeX, CSV and HTML, with analytic columns."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+from html.parser import HTMLParser
+
+import pytest
+from fake_results import CPU_ENV, paper_document
+
+from perfsuite.render import report
+from perfsuite.render.roofline import GPUS, identify_gpu, phase_flops, roofline_ms
+
+N, V, D = 8192, 256000, 2304
+
+
+def test_roofline_follows_math_md():
+    assert phase_flops("fwd", N, V, D) == pytest.approx(9.66e12, rel=1e-3)  # "≈ 9.7 TFLOP"
+    h100 = GPUS["H100 SXM"]
+    assert roofline_ms("fwd", N, V, D, "bf16", h100) == pytest.approx(9.77, abs=0.01)
+    assert roofline_ms("fwd+bwd", N, V, D, "bf16", h100) == pytest.approx(39.06, abs=0.01)
+    # Tiny hidden size: bandwidth-bound instead.
+    assert roofline_ms("bwd", 8, 10**6, 1, "fp32", h100) == pytest.approx(
+        2 * (8 + 10**6) * 4 / 3.35e12 * 1e3
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+    ],
+)
+def test_identifies_known_gpus(name, expected):
+    assert identify_gpu(name).name == expected
+    assert identify_gpu("NVIDIA GeForce RTX 4090") is None
+
+
+def _md_rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """(β section, method) -> cells of the markdown table."""
+    out, beta = {}, None
+    for line in text.splitlines():
+        if not line.startswith("| ") or line.startswith("| β"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        beta = cells[0] or beta
+        out[(beta, cells[1].strip("*"))] = cells[2:]
+    return out
+
+
+def test_markdown_paper_layout_with_roofline():
+    text = report.render(paper_document(), "md")
+    assert text.count("### gemma2-2b") == 1  # one table, β as sections
+    header = next(line for line in text.splitlines() if line.startswith("| β"))
+    assert "fwd mem | fwd time | fwd % roofline" in header
+    rows = _md_rows(text)
+    assert list(rows)[0] == ("0.1", "lower bound")  # β > 0 first, as in the paper
+    bound = rows[("0", "lower bound")]
+    # Memory floor (math.md), roofline time on the H100 datasheet, FLOPs per phase.
+    assert bound[:3] == ["0.03 MiB", "9.77 ms", "9.66 TFLOP"]
+    assert bound[6:9] == ["1,161 MiB", "39.1 ms", "38.7 TFLOP"]
+    ours = rows[("0", "ours")]
+    assert ours[6:9] == ["**1,164 MiB**", "**72.9 ms**", "**54%**"]  # best, and 39.1 / 72.9
+    assert ours[1] == "**24.2 ms**"  # liger's fwd is faster but does the backward too (‡)
+    assert rows[("0", "liger")][1] == "150 ms‡"
+    # Its fwd/bwd do other work than the phase's FLOPs count: no roofline share there.
+    assert rows[("0", "liger")][2] == "" and rows[("0", "liger")][5] == ""
+    assert rows[("0", "liger")][8].endswith("%")  # fwd+bwd is comparable
+    assert rows[("0", "eager")][6] == "28,000 MiB"  # with units
+    assert rows[("0.1", "cce")][0] == "N/A"
+    assert rows[("0", "cce")][6] == "**1,164 MiB**"  # ties are all marked
+    assert "mean token entropy β=0.1: 2.00 nats" in text
+    assert "roofline on H100 SXM" in text
+
+
+def test_latex_is_booktabs_with_bold_best_and_escaped_marks():
+    text = report.render(paper_document(), "latex")
+    assert text.count("\\begin{tabular}") == 1 and "\\toprule" in text and "\\bottomrule" in text
+    assert "\\multicolumn{3}{c}{fwd+bwd}" in text
+    assert "\\textbf{72.9 ms}" in text and "150 ms$^\\ddagger$" in text
+    assert "\\emph{lower bound}" in text and " N/A " in text
+    assert "\\% roofline" in text and "54\\%" in text
+    assert "‡" not in text.split("% roofline on")[0].replace("$^\\ddagger$", "")
+
+
+class _Cells(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables, self.strong, self._in_strong = 0, [], False
+
+    def handle_starttag(self, tag, attrs):
+        self.tables += tag == "table"
+        self._in_strong = self._in_strong or tag == "strong"
+
+    def handle_endtag(self, tag):
+        self._in_strong = self._in_strong and tag != "strong"
+
+    def handle_data(self, data):
+        if self._in_strong:
+            self.strong.append(data)
+
+
+def test_html_page():
+    text = report.render(paper_document(), "html")
+    parser = _Cells()
+    parser.feed(text)
+    assert parser.tables == 1
+    assert "72.9 ms" in parser.strong and "1.10 MiB" in parser.strong
+    assert "N/A" in text and 'colspan="3">fwd+bwd<' in text and "lower bound" in text
+
+
+def test_csv_spells_out_every_number():
+    rows = list(csv.DictReader(io.StringIO(report.render(paper_document(), "csv"))))
+    assert len(rows) == 2 * 5  # two β sections x (lower bound + 4 methods)
+    by = {(r["beta"], r["method"]): r for r in rows}
+    bound = by[("0.0", "lower_bound")]
+    assert float(bound["fwd_floor_mib"]) == pytest.approx(8192 * 4 / 2**20)
+    assert float(bound["fwdbwd_roofline_ms"]) == pytest.approx(39.06, abs=0.01)
+    ours = by[("0.0", "ours")]
+    assert float(ours["fwdbwd_ms"]) == 72.9 and float(ours["fwdbwd_mem_mib"]) == 1164
+    assert float(ours["fwdbwd_roofline_frac"]) == pytest.approx(39.06 / 72.9, abs=1e-3)
+    assert float(ours["fwdbwd_gflop"]) == pytest.approx(8 * N * V * D / 1e9)
+    assert "fwdbwd_time" in ours["best"].split(";")
+    assert by[("0.1", "cce")]["fwd_status"] == "N/A" and by[("0.1", "cce")]["fwd_ms"] == ""
+    assert by[("0.0", "liger")]["fwd_marks"] == "‡"
+    assert ours["gpu"] == "H100 SXM" and ours["entropy_nats"] == "2.0000"
+
+
+def test_cpu_results_get_flop_rates_not_roofline():
+    doc = paper_document(CPU_ENV)
+    text = report.render(doc, "md")
+    assert "fwd FLOP/s" in text and "% roofline" not in text
+    ours = _md_rows(text)[("0", "ours")]
+    assert ours[8] == "**530 TFLOP/s**"  # 8 N V D / 72.9 ms
+    rows = list(csv.DictReader(io.StringIO(report.render(doc, "csv"))))
+    assert all(r["fwd_roofline_ms"] == "" for r in rows)
+
+
+def test_command_infers_format_from_suffix(tmp_path, capsys):
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(paper_document()))
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    assert report.run(parser.parse_args([str(results), "-o", str(tmp_path / "t.tex")])) == 0
+    assert (tmp_path / "t.tex").read_text().startswith("% perfsuite report")
+    assert report.run(parser.parse_args([str(results), "--format", "csv"])) == 0
+    assert capsys.readouterr().out.startswith("shape,tokens")
+    assert report.run(parser.parse_args([str(tmp_path / "missing.json")])) == 2

@@ -1,0 +1,122 @@
+"""The console table: paper layout, lower bound, N/A, status words, footnotes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rich.console import Console
+
+from perfsuite.render.table import build_tables, footnotes, print_tables
+from perfsuite.results.results import Row
+
+
+def _rows():
+    shape = dict(tokens=8, vocab=16, hidden=4, dtype="fp32", softcap=None, shape="t", device="cpu")
+    rows = []
+    for beta in (0.0, 0.1):
+        for phase in ("fwd", "bwd", "fwd+bwd"):
+            rows.append(
+                Row(
+                    method="eager",
+                    beta=beta,
+                    phase=phase,
+                    status="ok",
+                    median_ms=2.0,
+                    peak_bytes=3 << 20,
+                    **shape,
+                )
+            )
+            rows.append(
+                Row(
+                    method="torch-native",
+                    beta=beta,
+                    phase=phase,
+                    status="ok",
+                    median_ms=1.0,
+                    peak_bytes=1 << 20,
+                    **shape,
+                )
+            )
+            rows.append(
+                Row(
+                    method="fake",
+                    beta=beta,
+                    phase=phase,
+                    status="unsupported" if beta else "oom",
+                    reason="because",
+                    **shape,
+                )
+            )
+    return [asdict(r) for r in rows]
+
+
+def _render(rows) -> str:
+    console = Console(width=250, record=True)
+    print_tables(rows, console)
+    return console.export_text()
+
+
+def test_one_table_per_beta_with_lower_bound_first():
+    tables = build_tables(_rows())
+    assert len(tables) == 2
+    headers = [c.header for c in tables[0][0].columns]
+    assert headers[:7] == [
+        "method",
+        "fwd MiB",
+        "fwd ms",
+        "bwd MiB",
+        "bwd ms",
+        "fwd+bwd MiB",
+        "fwd+bwd ms",
+    ]
+    text = _render(_rows())
+    assert text.index("lower bound") < text.index("eager")
+    assert "β=0 " in text and "β=0.1 " in text
+
+
+def test_statuses_and_markers():
+    text = _render(_rows())
+    assert "N/A" in text and "oom" in text and "because" in text
+    assert " 2 " in text and " 3.00 " in text  # units are in the headers
+    assert "‡" in text  # torch-native computes grads in forward
+    assert any("fair column" in n for n in footnotes(_rows()))
+
+
+def test_reasons_are_numbered_notes_under_the_table():
+    tables = build_tables(_rows())
+    assert tables[0][1] == ["(1) fake: oom: because"]
+    assert tables[1][1] == ["(1) fake: unsupported: because"]
+    text = _render(_rows())
+    fake_line = next(line for line in text.splitlines() if line.startswith("│ fake"))
+    assert "(1)" in fake_line and "because" not in fake_line
+
+
+def test_fits_an_80_column_log_without_wrapping_numbers():
+    console = Console(width=80, record=True)
+    print_tables(_rows(), console)
+    lines = console.export_text().splitlines()
+    eager = [line for line in lines if line.startswith("│ eager")]
+    assert len(eager) == 2 and all("3.00" in line and "2 " in line for line in eager)
+
+
+def test_fallback_path_at_smoothing_is_not_marked_grads_in_forward():
+    """torch's chunked path computes gradients in forward only at β = 0; at β > 0 it
+    falls back to plain autograd on full logits, whose fwd/bwd split is comparable."""
+    console = Console(width=120, record=True)
+    print_tables(_rows(), console)
+    native = [line for line in console.export_text().splitlines() if "torch-native" in line]
+    assert len(native) == 2  # β = 0 table first, then β = 0.1
+    assert "‡" in native[0] and "‡" not in native[1]
+    only_smoothed = [r for r in _rows() if r["beta"] > 0]
+    assert not any("fair column" in n for n in footnotes(only_smoothed))
+
+
+def test_wrong_cells_are_timed_marked_and_never_best():
+    rows = _rows()
+    for r in rows:
+        if r["method"] == "torch-native":
+            r["status"], r["reason"] = "wrong", "grad_e error 3e-07 > tolerance 1e-07"
+    text = _render(rows)
+    native = next(line for line in text.splitlines() if line.startswith("│ torch-native"))
+    assert native.rstrip().endswith("1✗ │ (1)  │")  # fwd+bwd still timed, with the mark
+    assert any("failed the correctness gate" in n for n in footnotes(rows))

@@ -1,0 +1,123 @@
+"""The results file: schema, atomic writes, one-call DataFrame, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfsuite.results.results import (
+    ResultsError,
+    Row,
+    load_dataframe,
+    load_results,
+    new_document,
+    write_results,
+)
+
+
+def _doc():
+    rows = [
+        Row(
+            method="eager",
+            tokens=8,
+            vocab=16,
+            hidden=4,
+            dtype="fp32",
+            beta=0.0,
+            phase=p,
+            status="ok",
+            median_ms=1.0,
+            p20_ms=0.9,
+            p80_ms=1.1,
+            samples_ms=[0.9, 1.0, 1.1],
+            peak_bytes=10,
+            peak_abs_bytes=20,
+            max_abs_err=0.0,
+        )
+        for p in ("fwd", "bwd", "fwd+bwd")
+    ]
+    return new_document({"device": {"name": "cpu"}}, rows)
+
+
+def test_roundtrip_and_dataframe(tmp_path):
+    path = write_results(tmp_path / "sub" / "r.json", _doc())
+    doc = load_results(path)
+    assert doc["schema_version"] == 1 and len(doc["rows"]) == 3
+    df = load_dataframe(path)
+    assert list(df["phase"]) == ["fwd", "bwd", "fwd+bwd"]
+    for column in (
+        "method",
+        "tokens",
+        "vocab",
+        "hidden",
+        "dtype",
+        "beta",
+        "phase",
+        "status",
+        "reason",
+        "median_ms",
+        "p20_ms",
+        "p80_ms",
+        "samples_ms",
+        "peak_bytes",
+        "peak_abs_bytes",
+        "max_abs_err",
+    ):
+        assert column in df.columns
+    assert not list(tmp_path.joinpath("sub").glob("*.tmp"))  # no temp file left behind
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    path = write_results(tmp_path / "r.json", _doc())
+    bad = _doc()
+    bad["env"]["unserialisable"] = object()
+    with pytest.raises(TypeError):
+        write_results(path, bad)
+    assert load_results(path)["rows"]  # the earlier file is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"schema_version": 1, "env": {}, "rows": [', "not valid JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"schema_version": 99, "env": {}, "rows": []}', "schema_version 99"),
+        ('{"schema_version": 1, "rows": []}', "'env'"),
+        ('{"schema_version": 1, "env": {}, "rows": [{"method": "x"}]}', "row 0 lacks"),
+    ],
+)
+def test_bad_files_get_clear_errors(tmp_path, text, message):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError, match=message):
+        load_results(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ResultsError, match="no such results file"):
+        load_results(tmp_path / "nope.json")
+
+
+def test_row_rejects_unknown_status_and_phase():
+    with pytest.raises(ValueError, match="status"):
+        Row(
+            method="m",
+            tokens=1,
+            vocab=1,
+            hidden=1,
+            dtype="fp32",
+            beta=0,
+            phase="fwd",
+            status="fine",
+        )
+    with pytest.raises(ValueError, match="phase"):
+        Row(
+            method="m", tokens=1, vocab=1, hidden=1, dtype="fp32", beta=0, phase="both", status="ok"
+        )
+
+
+def test_written_file_is_plain_json(tmp_path):
+    path = write_results(tmp_path / "r.json", _doc())
+    assert json.loads(path.read_text())["rows"][0]["samples_ms"] == [0.9, 1.0, 1.1]

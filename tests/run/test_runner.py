@@ -1,0 +1,196 @@
+"""Every status the suite reports, each provoked by a real worker process."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import types
+
+import pytest
+
+from perfsuite.plan.plan import PlanError, build_plan
+from perfsuite.plan.shapes import Shape
+from perfsuite.run import runner
+from perfsuite.run.runner import run_plan, schedule
+
+TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
+
+
+def _run(methods: str, betas: str = "0", shape: Shape = TINY, **kw):
+    plan = build_plan(
+        shapes=[shape], methods=methods, betas=betas, device="cpu", samples=3, warmup=1, **kw
+    )
+    return run_plan(plan)["rows"]
+
+
+def _status(rows, method, beta=0.0):
+    found = {r["status"] for r in rows if r["method"] == method and r["beta"] == beta}
+    assert len(found) == 1, found
+    return found.pop()
+
+
+def test_ok_rows_carry_timing_memory_and_errors():
+    rows = _run("eager", betas="0,0.1")
+    assert len(rows) == 6
+    for row in rows:
+        assert row["status"] == "ok", row["reason"]
+        assert len(row["samples_ms"]) == 3
+        assert row["p20_ms"] <= row["median_ms"] <= row["p80_ms"]
+        assert row["peak_bytes"] > 0 and row["peak_abs_bytes"] > row["peak_bytes"]
+        assert row["max_abs_err"] <= max(row["tolerance"].values())
+        assert not row["interpreted"]
+
+
+def test_wrong_unsupported_unavailable_error(fake_plugins):
+    rows = _run("fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises", betas="0,0.1")
+    assert _status(rows, "fake-wrong") == "wrong"
+    wrong = next(r for r in rows if r["method"] == "fake-wrong")
+    # Timed all the same (never counted ok): how fast an inexact method is, is news too.
+    assert "loss error" in wrong["reason"] and wrong["median_ms"] > 0
+    assert _status(rows, "fake-no-smoothing", 0.0) == "ok"
+    assert _status(rows, "fake-no-smoothing", 0.1) == "unsupported"
+    unsupported = next(r for r in rows if r["method"] == "fake-no-smoothing" and r["beta"] == 0.1)
+    assert "no label smoothing" in unsupported["reason"] and unsupported["median_ms"] is None
+    assert _status(rows, "fake-missing-package") == "unavailable"
+    missing = next(r for r in rows if r["method"] == "fake-missing-package")
+    assert missing["reason"] == "perfsuite_no_such_package not installed"
+    assert _status(rows, "fake-raises") == "error"
+    assert "deliberate failure" in next(r for r in rows if r["method"] == "fake-raises")["reason"]
+
+
+def test_crash_loses_only_its_case(fake_plugins):
+    rows = _run("fake-crash,eager", betas="0,0.1,1")
+    assert _status(rows, "fake-crash", 0.0) == "ok"
+    assert _status(rows, "fake-crash", 0.1) == "error"
+    assert (
+        "SIGSEGV"
+        in next(r for r in rows if r["method"] == "fake-crash" and r["beta"] == 0.1)["reason"]
+    )
+    # The worker restarted after the crash, so the next case was still measured.
+    assert _status(rows, "fake-crash", 1.0) == "error"
+    assert _status(rows, "eager", 1.0) == "ok"
+
+
+def test_out_of_memory_is_reported_as_oom():
+    big = Shape("big", 2048, 8192, 32, dtype="fp32")  # 64 MiB of logits per copy
+    rows = _run("eager", shape=big, memory_limit=16 << 20)
+    assert _status(rows, "eager") == "oom"
+    assert "allocate" in rows[0]["reason"]
+
+
+@pytest.mark.parametrize("phase", ["fwd", "bwd", "fwd+bwd"])
+def test_phase_subset(phase):
+    rows = _run("eager", phases=phase)
+    assert [r["phase"] for r in rows] == [phase]
+
+
+def test_worker_side_unavailable_and_unsupported(fake_plugins):
+    """What only the worker can find out (a broken import, a library refusing an
+    argument) gets the same statuses as what the parent decides up front."""
+    rows = _run("fake-broken-import,fake-refuses", betas="0,0.1")
+    assert _status(rows, "fake-broken-import") == "unavailable"
+    assert "failed to import" in rows[0]["reason"]
+    assert _status(rows, "fake-refuses", 0.0) == "ok"
+    assert _status(rows, "fake-refuses", 0.1) == "unsupported"
+
+
+def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a worker was started for a case the parent could decide")
+
+    fake = types.SimpleNamespace(Popen=no_worker, TimeoutExpired=subprocess.TimeoutExpired)
+    monkeypatch.setattr(runner, "subprocess", fake)  # provenance may still run git
+    rows = _run("fake-missing-package,fake-no-smoothing", betas="0.1", phases="fwd,fwd+bwd")
+    assert [(r["method"], r["phase"], r["status"]) for r in rows] == [
+        ("fake-missing-package", "fwd", "unavailable"),
+        ("fake-missing-package", "fwd+bwd", "unavailable"),
+        ("fake-no-smoothing", "fwd", "unsupported"),
+        ("fake-no-smoothing", "fwd+bwd", "unsupported"),
+    ]
+
+
+def test_rows_keep_case_order_when_some_are_decided_up_front(fake_plugins):
+    rows = _run("fake-no-smoothing", betas="0.1,0", phases="fwd")
+    assert [(r["beta"], r["status"]) for r in rows] == [(0.1, "unsupported"), (0.0, "ok")]
+
+
+def test_schedule_runs_native_alone_then_interpreted_in_parallel():
+    plan = build_plan(shapes=[TINY], methods="eager,ours,liger,ours-fused", device="cpu", jobs=2)
+    spans: dict[str, tuple[float, float]] = {}
+    lock = threading.Lock()
+
+    def work(method: str) -> None:
+        start = time.monotonic()
+        time.sleep(0.3)
+        with lock:
+            spans[method] = (start, time.monotonic())
+
+    schedule(plan, plan.methods, lambda m: m, work)
+    assert set(spans) == {"eager", "ours", "liger", "ours-fused"}
+    # The natively timed method ran before any interpreted one started.
+    assert all(spans["eager"][1] <= spans[m][0] for m in ("ours", "liger", "ours-fused"))
+    # Two interpreted workers at a time, the costliest (liger) among the first two.
+    first_two = sorted(("ours", "liger", "ours-fused"), key=lambda m: spans[m][0])[:2]
+    assert "liger" in first_two
+    a, b = (spans[m] for m in first_two)
+    assert a[0] < b[1] and b[0] < a[1]  # overlapped
+
+
+def test_schedule_with_one_job_is_sequential():
+    plan = build_plan(shapes=[TINY], methods="ours,liger", device="cpu", jobs=1)
+    active, most = [0], [0]
+
+    def work(method: str) -> None:
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        time.sleep(0.05)
+        active[0] -= 1
+
+    schedule(plan, plan.methods, lambda m: m, work)
+    assert most[0] == 1
+
+
+def test_interpreted_workers_share_the_cores(monkeypatch):
+    for var in ("TRITON_INTERPRET", *runner.THREAD_VARS):
+        monkeypatch.delenv(var, raising=False)
+    plan = build_plan(shapes=[TINY], methods="ours", device="cpu", jobs=2)
+    env = runner.worker_env(plan, triton=True)
+    assert env["TRITON_INTERPRET"] == "1"
+    assert all(var in env for var in runner.THREAD_VARS)
+    native = runner.worker_env(plan, triton=False)  # timed alone: keeps every core
+    assert not any(var in native for var in ("TRITON_INTERPRET", *runner.THREAD_VARS))
+
+
+def test_jobs_must_be_positive():
+    with pytest.raises(PlanError, match="--jobs"):
+        build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)
+
+
+def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
+    """Ctrl-C (here: a failure) in one thread of a parallel run kills every worker at
+    once instead of letting the other threads finish their methods."""
+    plan = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
+
+    def work(item: str) -> None:
+        if item == "interrupt":
+            time.sleep(2)  # the other thread's worker is running by then
+            raise KeyboardInterrupt
+        runner.run_method(plan, "fake-sleeps", plan.cases())
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_parallel(["sleeper", "interrupt"], work, jobs=2)
+    assert time.monotonic() - start < 15  # not the worker's 60 s
+    assert not runner.CANCEL.is_set()  # the next run is not cancelled before it starts
+
+
+def test_checkpoint_gets_each_finished_case_as_a_partial_document():
+    plan = build_plan(
+        shapes=[TINY], methods="eager", betas="0,0.1", device="cpu", samples=3, warmup=1
+    )
+    seen = []
+    final = run_plan(plan, checkpoint=lambda doc: seen.append(doc))
+    assert [len(d["rows"]) for d in seen] == [3, 6]  # three phases per finished case
+    assert all(d["env"]["partial"] for d in seen)
+    assert "partial" not in final["env"] and len(final["rows"]) == 6

@@ -1,0 +1,190 @@
+"""perfsuite sweep: a tiny CPU grid killed midway, resumed, sharded and merged."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfsuite.plan.plan import PlanError
+from perfsuite.results.merge import merge_documents
+from perfsuite.results.results import load_results
+from perfsuite.run import sweep
+from perfsuite.run.sweep import Sweep, cell_key, grid_units, parse_shard, skip_reason
+
+TESTS = Path(__file__).resolve().parents[1]
+GRID = [
+    "--tokens", "16,32", "--vocab", "200,300", "--hidden", "16", "--beta", "0,0.1",
+    "--dtype", "fp32", "--methods", "eager,fake-no-smoothing", "--device", "cpu",
+    "--samples", "2", "--warmup", "1",
+]  # fmt: skip
+CELLS = 2 * 2 * 1 * 2 * 2  # N x V x D x beta x methods
+PHASES = 3
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    """The fake-method plugin, here and in every process the sweep starts."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods")
+        path = os.environ.get("PYTHONPATH", "")
+        mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
+        mp.syspath_prepend(str(TESTS))
+        yield
+
+
+def _args(*extra: str):
+    parser = __import__("argparse").ArgumentParser()
+    sweep.add_arguments(parser)
+    return parser.parse_args([*GRID, *extra])
+
+
+def _rows_now(path: Path) -> list[dict]:
+    try:
+        return json.loads(path.read_text())["rows"]
+    except (OSError, ValueError):
+        return []
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(plugins, tmp_path_factory):
+    """Start a sweep, SIGKILL its process group once the first cells land, resume it."""
+    out = tmp_path_factory.mktemp("sweep") / "full.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfsuite.run.sweep", *GRID, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its workers die with it, as under Ctrl-C or scancel
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while len(_rows_now(out)) < PHASES:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no cell landed within 60 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = load_results(out)
+    assert 0 < len(before["rows"]) < CELLS * PHASES, "killed too late to test resuming"
+    assert sweep.run(_args("--out", str(out), "--resume")) == 0
+    return before, load_results(out), out
+
+
+def test_resume_finishes_without_redoing_cells(killed_and_resumed):
+    before, after, _ = killed_and_resumed
+    rows = after["rows"]
+    assert len(rows) == CELLS * PHASES
+    assert len({cell_key(r) for r in rows}) == len(rows)  # no cell twice
+    # The cells measured before the kill are kept as they were, samples and all.
+    kept = {cell_key(r): r for r in rows}
+    for row in before["rows"]:
+        assert kept[cell_key(row)] == row
+    resumed = after["env"]["sweep"]["resumed"]
+    assert len(resumed) == 1 and resumed[0]["kept_rows"] == len(before["rows"])
+    assert after["env"]["sweep"]["units_kept"] == len(before["rows"]) // PHASES
+    statuses = {(r["method"], r["beta"]): r["status"] for r in rows}
+    assert statuses[("eager", 0.1)] == "ok"
+    assert statuses[("fake-no-smoothing", 0.0)] == "ok"
+    assert statuses[("fake-no-smoothing", 0.1)] == "unsupported"
+    assert all(r["entropy"] > 0 and r["workload"] == "random" for r in rows if r["status"] == "ok")
+
+
+def test_resuming_a_finished_sweep_runs_nothing(killed_and_resumed, monkeypatch):
+    _, after, out = killed_and_resumed
+    copy = out.with_name("again.json")
+    copy.write_text(out.read_text())
+    monkeypatch.setattr(
+        "perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("ran a cell")
+    )
+    assert sweep.run(_args("--out", str(copy), "--resume")) == 0
+    again = load_results(copy)
+    assert again["rows"] == after["rows"]
+
+
+def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monkeypatch):
+    _, full, _ = killed_and_resumed
+    # Shards must share a git SHA to merge; pin it against a commit landing mid-test.
+    monkeypatch.setattr(
+        "perfsuite.results.provenance.git_state", lambda: {"sha": "x", "dirty": True}
+    )
+    assert sweep.run(_args("--out", str(tmp_path / "s0.json"), "--shard", "0/2")) == 0
+    # Shard 1 through two worker slots at once (what --gpus does with CUDA_VISIBLE_DEVICES).
+    plan, grid = sweep.plan_from_args(_args())
+    slots = [{"PERFSUITE_SLOT": "0"}, {"PERFSUITE_SLOT": "1"}]
+    Sweep(plan, tmp_path / "s1.json", shard=(1, 2), slots=slots, grid=grid).run()
+    shards = [(str(p), load_results(p)) for p in (tmp_path / "s0.json", tmp_path / "s1.json")]
+    assert all(0 < len(doc["rows"]) < CELLS * PHASES for _, doc in shards)
+    merged = merge_documents(shards)
+
+    def layout(doc):
+        return [(cell_key(r), r["status"]) for r in doc["rows"]]
+
+    assert layout(merged) == layout(full)
+
+
+def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monkeypatch):
+    monkeypatch.setattr("perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("attempted"))
+    out = tmp_path / "skip.json"
+    args = _args("--out", str(out), "--methods", "eager", "--memory-limit", "64K")
+    assert sweep.run(args) == 0
+    rows = load_results(out)["rows"]
+    assert len(rows) == 8 * PHASES
+    assert {r["status"] for r in rows} == {"skipped"}
+    assert "predicted peak" in rows[0]["reason"] and "--force" in rows[0]["reason"]
+    from rich.console import Console
+
+    from perfsuite.render.table import print_tables
+
+    print_tables(rows, Console(file=open(os.devnull, "w")))  # noqa: SIM115
+
+
+def test_skip_prediction_follows_the_memory_model():
+    from perfsuite.plan.memory_model import predicted_peak
+    from perfsuite.plan.registry import all_methods
+
+    big = ("--tokens", "8192", "--vocab", "256000", "--hidden", "2048", "--dtype", "bf16")
+    plan, _ = sweep.plan_from_args(_args("--methods", "eager,ours,torch-compile", *big))
+    known = all_methods()
+    units = {u.method: u for u in grid_units(plan) if u.case["beta"] == 0}
+    gib = 2**30
+    # Every worker runs the correctness gate (fp32 reference: 3 N V 4 bytes, ~23 GiB).
+    need, what = predicted_peak("ours", False, 8192, 256000, 2048, "bf16")
+    assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
+    assert skip_reason(units["ours"], 40 * gib, known) is None
+    reason = skip_reason(units["ours"], 20 * gib, known)
+    assert "reference" in reason and "--force" in reason
+    assert "reference" in skip_reason(units["eager"], 20 * gib, known)
+    assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt all
+    # A method holding more logit copies than the gate is named for them.
+    need, what = predicted_peak("eager", True, 8192, 256000, 2048, "bf16", softcap=True)
+    assert "N x V logits" in what and need > 7 * 8192 * 256000 * 2
+
+
+def test_shards_partition_the_grid():
+    plan, _ = sweep.plan_from_args(_args())
+    everything = [u.index for u in grid_units(plan)]
+    parts = [[u.index for u in grid_units(plan, (i, 3))] for i in range(3)]
+    assert sorted(sum(parts, [])) == everything == list(range(CELLS))
+    assert parse_shard("1/3") == (1, 3)
+    for bad in ("3/3", "x", "1/0", "-1/2"):
+        with pytest.raises(PlanError):
+            parse_shard(bad)
+
+
+def test_refuses_to_overwrite_or_resume_elsewhere(plugins, tmp_path):
+    out = tmp_path / "r.json"
+    assert sweep.run(_args("--out", str(out), "--methods", "eager", "--memory-limit", "1K")) == 0
+    assert sweep.run(_args("--out", str(out), "--methods", "eager")) == 2  # exists, no --resume
+    doc = json.loads(out.read_text())
+    doc["env"]["device"]["name"] = "some other CPU"
+    out.write_text(json.dumps(doc))
+    assert sweep.run(_args("--out", str(out), "--resume", "--memory-limit", "1K")) == 2
+    assert sweep.run(_args("--resume")) == 2  # --resume without --out
+    assert sweep.run(_args("--gpus", "all")) == 2  # --gpus on a CPU sweep

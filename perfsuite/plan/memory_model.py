@@ -46,6 +46,8 @@ def available_memory() -> int | None:
 # 13 GB ≈ 3.3; without softcap fewer (logits, log-softmax, their gradient).
 LOGIT_COPIES = {"eager": (4.0, 7.0), "torch-compile": (2.0, 4.0), "torchtune-chunked": (4.0, 4.0)}
 DEFAULT_LOGIT_COPIES = (4.0, 7.0)
+# Share of available RAM a CPU run may plan to use.
+CPU_MEMORY_SHARE = 0.8
 # Share of a GPU's memory a cell may plan to use (context, allocator slack).
 CUDA_MEMORY_SHARE = 0.92
 
@@ -93,8 +95,6 @@ def device_capacity(device: str, memory_limit: int | None = None) -> int | None:
     parent process never creates a CUDA context.
     """
     if device == "cpu":
-        from perfsuite.plan.plan import CPU_MEMORY_SHARE
-
         available = available_memory()
         budget = None if available is None else int(CPU_MEMORY_SHARE * available)
         if memory_limit is not None:

@@ -9,13 +9,10 @@ from typing import Any
 import torch
 
 from perfsuite.method import DTYPES
-from perfsuite.plan.memory_model import available_memory, reference_bytes
+from perfsuite.plan.memory_model import CPU_MEMORY_SHARE, available_memory, reference_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.shapes import Shape
 from perfsuite.results.results import PHASES
-
-# Share of available RAM a CPU run may plan to use.
-CPU_MEMORY_SHARE = 0.8
 
 
 class PlanError(ValueError):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.regress.environment import env_differences
 from perfsuite.results.provenance import device_slug
 from perfsuite.results.results import ResultsError, load_results, new_document, write_results
 
@@ -69,8 +70,6 @@ def stored_baseline(
             "Create it with `perfsuite baseline update RESULTS`."
         )
     docs = [load_results(p) for p in paths]
-    from perfsuite.regress.compare import env_differences
-
     for path, doc in zip(paths[1:], docs[1:], strict=True):
         problems, _ = env_differences(docs[0]["env"], doc["env"])
         if problems:

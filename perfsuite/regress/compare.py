@@ -1,40 +1,9 @@
 """``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts.
 
-Two results documents are matched cell by cell (``results.CELL_KEY``: method x
-shape x dtype x beta x softcap x phase) and each cell gets one verdict:
-
-``regression``      time or memory got worse beyond the thresholds (a failure)
-``improvement``     time or memory got better beyond them (refresh the baseline)
-``same``            neither
-``new``             only in CURRENT
-``missing``         only in BASELINE (a failure with ``--fail-on-missing``)
-``status-changed``  the status differs; a failure when the baseline was ``ok``
-                    (ok -> oom, ok -> wrong, ...) or the new status is
-                    ``wrong``, ``oom`` or ``error``
-
-**Time.** A cell regresses only if both hold:
-
-1. practical: ``metric(current) / metric(baseline) >= 1 + time_threshold``
-   (metric: the median of the raw samples unless ``--metric`` says otherwise);
-2. statistical: a one-sided Mann-Whitney U test on the raw samples says that
-   the current samples are larger, ``p < alpha`` (exact distribution for small
-   samples without ties, else the normal approximation with tie and continuity
-   corrections).
-
-Improvements are the mirror image. The U test needs no distribution
-assumption (timing samples are skewed, with outliers), uses every sample, and
-its false-alarm rate on unchanged code is ``alpha`` per cell when the two runs
-see the same noise; the practical threshold absorbs what a test on one run
-cannot see (drift between runs, another process, another boot). Rows with too
-few samples for the test to ever reach ``alpha`` (Triton under the CPU
-interpreter keeps 3) and interpreted rows are not time-compared.
-
-**Memory** (``peak_bytes``) is deterministic for most methods: a regression
-is any growth beyond ``memory_threshold`` (1 %) plus, on CPU, a slack of the
-RSS measurement's resolution.
-
-This module is pure functions over loaded documents; rendering is in
-``perfsuite.regress.compare_report``, the stored baselines in ``perfsuite.regress.baseline_store``.
+The command: loads the two documents (BASELINE may be a stored-baselines
+folder), asks ``perfsuite.regress.verdicts`` for a verdict per cell and prints
+them (``perfsuite.regress.compare_report``); exit 1 on a regression. The
+decision rule is documented in ``verdicts``.
 """
 
 from __future__ import annotations
@@ -42,327 +11,22 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfsuite.measure.stats import mann_whitney_greater, min_p_value, summarize
-from perfsuite.results.results import CELL_KEY, ResultsError, load_results
-
-# Defaults. The time threshold is per device kind and follows from the measured
-# sensitivity of the detector there (`perfsuite sensitivity`, README "Regression
-# detection"): on CPU the smallest threshold that kept false alarms <= 1 % on
-# the development machine; on CUDA (clocks locked) the issue's 5 %, to be
-# confirmed with `perfsuite sensitivity --device cuda` on the nightly runner.
-# cuda: `perfsuite sensitivity --device cuda` on an H100 recommended 2 % (no false
-# alarm in 36 comparisons, every injected 4.8 % slowdown caught; reports/
-# nvidia-h100-80gb-hbm3/sensitivity-cuda.json). cpu: reports/sensitivity.
-DEFAULT_TIME_THRESHOLDS = {"cpu": 0.20, "cuda": 0.02}
-DEFAULT_TIME_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cuda"]
-DEFAULT_MEMORY_THRESHOLD = 0.01
-DEFAULT_ALPHA = 0.01
-# /proc RSS high-water marks move in pages and malloc arenas: about 256 KiB.
-CPU_MEMORY_SLACK_BYTES = 1 << 20
-METRICS = ("median", "mean", "min", "p20", "p80")
-
-# Versions that do not change what is measured: the suite itself (the code
-# under test lives in the rows' methods) and its table/dataframe libraries.
-IGNORED_VERSIONS = frozenset({"perfsuite", "pandas", "rich"})
-
-VERDICTS = ("regression", "status-changed", "missing", "improvement", "new", "same")
-BAD_NEW_STATUSES = frozenset({"wrong", "oom", "error"})
-
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
-
-
-class CompareError(ValueError):
-    """Two documents that cannot be compared (exit code 2)."""
-
-
-class EnvMismatch(CompareError):
-    """Measured on another device or with other library versions."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(
-            "the two results were measured in different environments:\n  "
-            + "\n  ".join(problems)
-            + "\ncompare results of the same device and versions, or pass --allow-env-mismatch"
-        )
-
-
-@dataclass(frozen=True)
-class Settings:
-    # None: DEFAULT_TIME_THRESHOLDS for the row's device.
-    time_threshold: float | None = None
-    memory_threshold: float = DEFAULT_MEMORY_THRESHOLD
-    metric: str = "median"
-    alpha: float = DEFAULT_ALPHA
-    fail_on_missing: bool = False
-    allow_env_mismatch: bool = False
-    # None: CPU_MEMORY_SLACK_BYTES for CPU rows, 0 for CUDA rows.
-    memory_slack_bytes: int | None = None
-
-    def threshold_for(self, device: str) -> float:
-        if self.time_threshold is not None:
-            return self.time_threshold
-        return DEFAULT_TIME_THRESHOLDS.get(device, DEFAULT_TIME_THRESHOLD)
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise CompareError(f"metric {self.metric!r}: choose from {', '.join(METRICS)}")
-        if not 0 < self.alpha < 1:
-            raise CompareError(f"alpha must be in (0, 1), got {self.alpha:g}")
-        for name in ("time_threshold", "memory_threshold"):
-            if (getattr(self, name) or 0) < 0:
-                raise CompareError(f"{name} must be >= 0")
-
-
-# --------------------------------------------------------------------------
-# Verdicts
-
-
-@dataclass
-class TimeDecision:
-    verdict: str | None  # regression / improvement / same; None: not compared
-    ratio: float | None = None
-    p_slower: float | None = None
-    p_faster: float | None = None
-    note: str = ""
-
-
-def classify_time(
-    ratio: float, p_slower: float, p_faster: float, threshold: float, alpha: float
-) -> str:
-    """The decision rule itself: practical threshold AND statistical test."""
-    if ratio >= 1 + threshold and p_slower < alpha:
-        return "regression"
-    if ratio <= 1 / (1 + threshold) and p_faster < alpha:
-        return "improvement"
-    return "same"
-
-
-def compare_time(
-    base_samples: Sequence[float],
-    cur_samples: Sequence[float],
-    settings: Settings,
-    *,
-    base_value: float | None = None,
-    cur_value: float | None = None,
-    device: str = "cuda",
-) -> TimeDecision:
-    """Time verdict for two sample sets (``*_value``: fallbacks without samples)."""
-    b = summarize(base_samples, settings.metric) if base_samples else base_value
-    c = summarize(cur_samples, settings.metric) if cur_samples else cur_value
-    if b is None or c is None or not (b > 0 and math.isfinite(c)):
-        return TimeDecision(None, note="no time to compare")
-    ratio = c / b
-    n1, n2 = len(cur_samples), len(base_samples)
-    if min_p_value(n1, n2) >= settings.alpha:
-        return TimeDecision(
-            "same",
-            ratio,
-            note=f"too few samples ({n2} vs {n1}) for a test at alpha={settings.alpha:g}",
-        )
-    p_slower = mann_whitney_greater(cur_samples, base_samples)
-    p_faster = mann_whitney_greater(base_samples, cur_samples)
-    threshold = settings.threshold_for(device)
-    verdict = classify_time(ratio, p_slower, p_faster, threshold, settings.alpha)
-    note = ""
-    if verdict == "same" and ratio >= 1 + threshold:
-        note = f"slower but not significant (p={p_slower:.2g})"
-    elif verdict == "same" and p_slower < settings.alpha and ratio > 1:
-        note = "significantly slower, below the threshold"
-    return TimeDecision(verdict, ratio, p_slower, p_faster, note)
-
-
-@dataclass
-class MemoryDecision:
-    verdict: str | None
-    ratio: float | None = None
-
-
-def compare_memory(
-    base: int | None, cur: int | None, device: str, settings: Settings
-) -> MemoryDecision:
-    if base is None or cur is None:
-        return MemoryDecision(None)
-    slack = settings.memory_slack_bytes
-    if slack is None:
-        slack = CPU_MEMORY_SLACK_BYTES if device == "cpu" else 0
-    ratio = cur / base if base > 0 else (1.0 if cur == base else math.inf)
-    margin = settings.memory_threshold * max(base, 0) + slack
-    if cur > base + margin:
-        return MemoryDecision("regression", ratio)
-    if cur < base - margin:
-        return MemoryDecision("improvement", ratio)
-    return MemoryDecision("same", ratio)
-
-
-@dataclass
-class CellComparison:
-    key: tuple
-    baseline: dict[str, Any] | None
-    current: dict[str, Any] | None
-    verdict: str
-    failing: bool
-    time: TimeDecision = field(default_factory=lambda: TimeDecision(None))
-    memory: MemoryDecision = field(default_factory=lambda: MemoryDecision(None))
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def row(self) -> dict[str, Any]:
-        return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
-
-
-def status_change_fails(base_status: str, cur_status: str) -> bool:
-    return base_status == "ok" or cur_status in BAD_NEW_STATUSES
-
-
-def compare_cell(
-    key: tuple, base: dict[str, Any] | None, cur: dict[str, Any] | None, settings: Settings
-) -> CellComparison:
-    if base is None:
-        assert cur is not None
-        return CellComparison(key, None, cur, "new", False)
-    if cur is None:
-        return CellComparison(key, base, None, "missing", settings.fail_on_missing)
-    if base["status"] != cur["status"]:
-        fails = status_change_fails(base["status"], cur["status"])
-        notes = [cur.get("reason") or ""] if cur["status"] != "ok" else []
-        return CellComparison(
-            key, base, cur, "status-changed", fails, notes=[n for n in notes if n]
-        )
-    if cur["status"] != "ok":
-        return CellComparison(key, base, cur, "same", False)
-    notes = []
-    if base.get("interpreted") or cur.get("interpreted"):
-        time = TimeDecision(None, note="interpreted: time not compared")
-    else:
-        time = compare_time(
-            base.get("samples_ms") or [],
-            cur.get("samples_ms") or [],
-            settings,
-            base_value=base.get("median_ms"),
-            cur_value=cur.get("median_ms"),
-            device=cur.get("device", "cpu"),
-        )
-    if time.note:
-        notes.append(time.note)
-    memory = compare_memory(
-        base.get("peak_bytes"), cur.get("peak_bytes"), cur.get("device", "cpu"), settings
-    )
-    verdicts = {time.verdict, memory.verdict}
-    if "regression" in verdicts:
-        verdict = "regression"
-    elif "improvement" in verdicts:
-        verdict = "improvement"
-    else:
-        verdict = "same"
-    if time.verdict == "regression" and memory.verdict == "improvement":
-        notes.append("memory improved")
-    if memory.verdict == "regression" and time.verdict == "improvement":
-        notes.append("time improved")
-    return CellComparison(
-        key, base, cur, verdict, verdict == "regression", time=time, memory=memory, notes=notes
-    )
-
-
-# --------------------------------------------------------------------------
-# Documents
-
-
-def cell_key(row: dict[str, Any]) -> tuple:
-    return tuple(row.get(k) for k in CELL_KEY)
-
-
-def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[str, Any]]:
-    cells: dict[tuple, dict[str, Any]] = {}
-    for row in rows:
-        key = cell_key(row)
-        if key in cells:
-            desc = ", ".join(f"{k}={v}" for k, v in zip(CELL_KEY, key, strict=True))
-            raise CompareError(f"{label}: the cell ({desc}) appears twice")
-        cells[key] = row
-    return cells
-
-
-def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[list, list]:
-    """(blocking problems, warnings) between two environments."""
-    problems: list[str] = []
-    warnings: list[str] = []
-    bdev, cdev = base_env.get("device") or {}, cur_env.get("device") or {}
-    for key in ("kind", "name", "cuda"):
-        if bdev.get(key) != cdev.get(key) and (key != "cuda" or bdev.get("kind") == "cuda"):
-            problems.append(f"device {key}: {bdev.get(key)!r} (baseline) vs {cdev.get(key)!r}")
-    bver, cver = base_env.get("versions") or {}, cur_env.get("versions") or {}
-    for name in sorted((set(bver) & set(cver)) - IGNORED_VERSIONS):
-        if bver[name] != cver[name]:
-            problems.append(f"{name} version: {bver[name]} (baseline) vs {cver[name]}")
-    for name in sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS):
-        warnings.append(f"{name}: recorded in only one of the two results")
-    for key, label in (("driver", "GPU driver"),):
-        if bdev.get(key) != cdev.get(key):
-            warnings.append(f"{label}: {bdev.get(key)!r} (baseline) vs {cdev.get(key)!r}")
-    if base_env.get("python") != cur_env.get("python"):
-        warnings.append(f"python: {base_env.get('python')} (baseline) vs {cur_env.get('python')}")
-    if (cur_env.get("git") or {}).get("dirty"):
-        warnings.append("current results come from a checkout with uncommitted changes")
-    return problems, warnings
-
-
-@dataclass
-class Comparison:
-    cells: list[CellComparison]
-    settings: Settings
-    env_problems: list[str] = field(default_factory=list)
-    env_warnings: list[str] = field(default_factory=list)
-    baseline_label: str = "baseline"
-    current_label: str = "current"
-    notes: list[str] = field(default_factory=list)
-
-    def count(self, verdict: str) -> int:
-        return sum(c.verdict == verdict for c in self.cells)
-
-    @property
-    def failures(self) -> list[CellComparison]:
-        return [c for c in self.cells if c.failing]
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.failures else EXIT_OK
-
-
-def compare_documents(
-    baseline: dict[str, Any],
-    current: dict[str, Any],
-    settings: Settings | None = None,
-    *,
-    baseline_label: str = "baseline",
-    current_label: str = "current",
-) -> Comparison:
-    """Verdict per cell; raises ``EnvMismatch`` unless the settings allow one."""
-    settings = settings or Settings()
-    problems, warnings = env_differences(baseline.get("env") or {}, current.get("env") or {})
-    if problems and not settings.allow_env_mismatch:
-        raise EnvMismatch(problems)
-    base_cells = index_rows(baseline["rows"], baseline_label)
-    cur_cells = index_rows(current["rows"], current_label)
-    keys = list(base_cells) + [k for k in cur_cells if k not in base_cells]
-    cells = [compare_cell(k, base_cells.get(k), cur_cells.get(k), settings) for k in keys]
-    return Comparison(
-        cells,
-        settings,
-        env_problems=problems,
-        env_warnings=warnings,
-        baseline_label=baseline_label,
-        current_label=current_label,
-    )
-
-
-# --------------------------------------------------------------------------
-# Command line
+from perfsuite.regress.baseline_store import stored_baseline
+from perfsuite.regress.compare_report import print_table, render_markdown
+from perfsuite.regress.verdicts import (
+    DEFAULT_ALPHA,
+    DEFAULT_MEMORY_THRESHOLD,
+    DEFAULT_TIME_THRESHOLDS,
+    EXIT_USAGE,
+    METRICS,
+    CompareError,
+    Settings,
+    compare_documents,
+)
+from perfsuite.results.results import ResultsError, load_results
 
 
 def parse_fraction(text: str) -> float:
@@ -433,8 +97,6 @@ def load_pair(
     """(baseline document, current document, baseline label, notes)."""
     current_doc = load_results(current)
     if baseline.is_dir():
-        from perfsuite.regress.baseline_store import stored_baseline
-
         doc, paths, missing = stored_baseline(baseline, current_doc)
         notes = [f"no stored baseline for shape {s}: its cells show as new" for s in missing]
         return doc, current_doc, ", ".join(str(p) for p in paths), notes
@@ -443,8 +105,6 @@ def load_pair(
 
 def run(args: argparse.Namespace) -> int:
     """``perfsuite compare``: 0 no regression, 1 regression(s), 2 unusable input."""
-    from perfsuite.regress.compare_report import print_table, render_markdown
-
     try:
         settings = Settings(
             time_threshold=args.time_threshold,

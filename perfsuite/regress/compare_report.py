@@ -1,4 +1,4 @@
-"""Rendering of a ``perfsuite.regress.compare.Comparison``: a rich console table and
+"""Rendering of a ``perfsuite.regress.verdicts.Comparison``: a rich console table and
 markdown fit for ``$GITHUB_STEP_SUMMARY``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from perfsuite.measure.stats import summarize
-from perfsuite.regress.compare import VERDICTS, CellComparison, Comparison
+from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 
 STYLE = {
     "regression": "bold red",

@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.measure.stats import mann_whitney_greater, quantile, summarize
-from perfsuite.regress.compare import (
+from perfsuite.regress.compare import parse_fraction
+from perfsuite.regress.verdicts import (
     DEFAULT_ALPHA,
     DEFAULT_TIME_THRESHOLDS,
     Settings,
     classify_time,
     compare_documents,
-    parse_fraction,
 )
 from perfsuite.results.results import Row, new_document
 

@@ -13,15 +13,15 @@ import pytest
 
 from perfsuite.cli import main as perfsuite_main
 from perfsuite.measure.stats import summarize
-from perfsuite.regress import compare
-from perfsuite.regress.compare import (
+from perfsuite.regress.compare import parse_fraction
+from perfsuite.regress.compare_report import render_markdown
+from perfsuite.regress.verdicts import (
     CompareError,
     EnvMismatch,
     Settings,
     compare_documents,
-    parse_fraction,
+    compare_time,
 )
-from perfsuite.regress.compare_report import render_markdown
 from perfsuite.results.results import Row, new_document, write_results
 
 ENV = {
@@ -341,6 +341,6 @@ def test_false_alarm_rate_on_synthetic_noise_is_at_most_alpha():
     settings = Settings(time_threshold=0.0)  # the test alone
     flagged = 0
     for seed in range(400):
-        d = compare.compare_time(samples(10, seed), samples(10, seed + 10_000), settings)
+        d = compare_time(samples(10, seed), samples(10, seed + 10_000), settings)
         flagged += d.verdict == "regression"
     assert flagged <= 6

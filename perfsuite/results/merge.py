@@ -4,7 +4,7 @@ of a sweep) after checking that they were measured under the same environment.
 Environments must agree on the device, the code (git SHA), every library
 version both record, and the timing method (samples, warm-up, seed, phases);
 ``--allow-mismatch`` joins them anyway and records the differences. A cell
-(``sweep.cell_key``) measured in two files is an error unless ``--duplicates
+(``cells.cell_key``) measured in two files is an error unless ``--duplicates
 first|last`` says which to keep; a ``skipped`` row always yields to a measured one.
 """
 
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.results import ResultsError, load_results, new_document, write_results
-from perfsuite.run.sweep import canonical_order, cell_key, env_differences
 
 
 class MergeError(ValueError):

@@ -1,6 +1,7 @@
 """``perfsuite sweep``: a grid over (tokens, vocab, hidden, β), resumable and shardable.
 
-The grid is a ``Plan`` (one shape per (N, V, D)); its cells run through
+The grid is a ``Plan`` (one shape per (N, V, D)), cut into units by
+``perfsuite.run.grid``; its cells run through
 ``runner.run_method``, so isolation and statuses are exactly ``run``'s. On top:
 
 - **predicted fit**: a (method, case) whose predicted peak
@@ -25,24 +26,27 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from perfsuite.args import add_measurement_arguments, measurement_options
-from perfsuite.method import Case
-from perfsuite.plan.memory_model import device_capacity, predicted_peak
+from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError, build_plan
 from perfsuite.plan.registry import all_methods
-from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload, workload_label
-from perfsuite.results.results import (
-    CELL_KEY,
-    PHASES,
-    Row,
-    load_results,
-    new_document,
-    write_results,
+from perfsuite.results.cells import canonical_order, cell_key, env_differences
+from perfsuite.results.results import load_results, new_document, write_results
+from perfsuite.run.grid import (
+    Unit,
+    grid_shapes,
+    grid_units,
+    parse_gpus,
+    parse_ints,
+    parse_shard,
+    skip_reason,
+    skipped_rows,
+    unit_cost,
+    unit_keys,
 )
 
 DEFAULT_TOKENS = "1024,4096,8192"
@@ -52,214 +56,6 @@ DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 # (method, case dict, rows of that case) after every finished or skipped case.
 CellFn = Callable[["Unit", list[dict[str, Any]]], None]
-
-
-@dataclass
-class Unit:
-    """One (method, case) of the grid: a worker measures all its phases together."""
-
-    index: int  # position in the whole grid (shards are index % n)
-    method: str
-    case: dict[str, Any]
-
-
-def cell_key(row: dict[str, Any]) -> tuple:
-    """``CELL_KEY`` plus the workload: what makes two rows the same measurement."""
-    return (*(row.get(k) for k in CELL_KEY), row.get("workload") or "random")
-
-
-def unit_keys(unit: Unit, phases: list[str]) -> list[tuple]:
-    label = workload_label(unit.case.get("workload"))
-    return [
-        cell_key({**unit.case, "method": unit.method, "phase": p, "workload": label})
-        for p in phases
-    ]
-
-
-def parse_ints(text: str, what: str) -> list[int]:
-    values = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        try:
-            value = int(item)
-        except ValueError:
-            raise PlanError(f"--{what}: {item!r} is not an integer") from None
-        if value <= 0:
-            raise PlanError(f"--{what}: must be positive, got {value}")
-        values.append(value)
-    if not values:
-        raise PlanError(f"--{what} is empty")
-    return sorted(set(values))
-
-
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """``"i/n"`` with 0 <= i < n, or None."""
-    if text is None:
-        return None
-    try:
-        i, n = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise PlanError(f"--shard: expected i/n (e.g. 0/4), got {text!r}") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise PlanError(f"--shard {text}: need 0 <= i < n")
-    return i, n
-
-
-def parse_gpus(text: str | None, device: str) -> list[str]:
-    """``--gpus all|N,M``: the GPU indices to run one worker on each."""
-    if text is None:
-        return []
-    if device != "cuda":
-        raise PlanError("--gpus needs --device cuda (or auto on a machine with GPUs)")
-    if text == "all":
-        import torch
-
-        count = torch.cuda.device_count()
-        if count == 0:
-            raise PlanError("--gpus all: torch sees no GPU")
-        return [str(i) for i in range(count)]
-    gpus = [g.strip() for g in text.split(",") if g.strip()]
-    if not gpus or not all(g.isdigit() for g in gpus):
-        raise PlanError(f"--gpus: expected all or indices like 0,1, got {text!r}")
-    return list(dict.fromkeys(gpus))
-
-
-def grid_shapes(tokens: list[int], vocab: list[int], hidden: list[int], dtype: str) -> list[Shape]:
-    return [
-        Shape(f"n{n}-v{v}-d{d}", n, v, d, dtype=dtype)
-        for n in tokens
-        for v in vocab
-        for d in hidden
-    ]
-
-
-def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
-    """Every (method, case) in a fixed order, or shard i of n: every n-th of them.
-
-    Round-robin (not contiguous blocks) so each shard gets a fair share of the
-    large shapes and of every method.
-    """
-    units = [
-        Unit(i, method, case)
-        for i, (method, case) in enumerate((m, c) for m in plan.methods for c in plan.cases())
-    ]
-    if shard is None:
-        return units
-    i, n = shard
-    return [u for u in units if u.index % n == i]
-
-
-def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows in the order an unsharded, uninterrupted sweep writes them (method, then
-    N, V, D, dtype, β as the plan lists them, then phase), so a merged or resumed
-    file renders the same table."""
-
-    def rank(values: list[Any], value: Any) -> tuple[int, Any]:
-        return (values.index(value), "") if value in values else (len(values), str(value))
-
-    methods, dtypes, betas = plan.get("methods", []), plan.get("dtypes", []), plan.get("betas", [])
-    return sorted(
-        rows,
-        key=lambda r: (
-            rank(methods, r["method"]),
-            r["tokens"],
-            r["vocab"],
-            r["hidden"],
-            rank(dtypes, r["dtype"]),
-            rank(betas, r["beta"]),
-            str(r.get("workload")),
-            str(r.get("softcap")),
-            PHASES.index(r["phase"]),
-        ),
-    )
-
-
-def unit_cost(unit: Unit, plan: Plan, interpreted: bool) -> float:
-    """Relative cost of a unit for the progress bar's time estimate: matmul FLOPs of
-    the correctness gate and of every sample, plus a fixed cost per case."""
-    c = unit.case
-    nvd = c["tokens"] * c["vocab"] * c["hidden"]
-    per_phase = {"fwd": 2, "bwd": 6, "fwd+bwd": 8}
-    samples = (min(plan.samples, 3) + 1) if interpreted else (plan.samples + plan.warmup + 1)
-    flops = nvd * (24 + sum(per_phase[p] for p in plan.phases) * samples)
-    return (flops * (50 if interpreted else 1)) + 1e10
-
-
-def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str | None:
-    """Why the unit is predicted not to fit, or None (attempt it)."""
-    if capacity is None:
-        return None
-    method = known[unit.method]
-    c = unit.case
-    case = Case(**{k: v for k, v in c.items() if k not in ("shape", "workload")})
-    if method.availability(case.device) is not None or method.unsupported_reason(case):
-        return None  # the worker says why, cheaply and more usefully
-    need, what = predicted_peak(
-        unit.method,
-        method.caps.materializes_logits,
-        c["tokens"],
-        c["vocab"],
-        c["hidden"],
-        c["dtype"],
-        softcap=c.get("softcap") is not None,
-    )
-    if need <= capacity:
-        return None
-    return (
-        f"predicted peak ~{need / 2**30:.1f} GiB ({what}) exceeds the "
-        f"{capacity / 2**30:.1f} GiB this {c['device']} can give a cell (memory model, "
-        "math.md); --force attempts it"
-    )
-
-
-def skipped_rows(unit: Unit, plan: Plan, reason: str) -> list[dict[str, Any]]:
-    c = unit.case
-    fields = {
-        k: c[k]
-        for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
-    }
-    return [
-        asdict(
-            Row(
-                method=unit.method,
-                phase=p,
-                status="skipped",
-                reason=reason,
-                workload=workload_label(c.get("workload")),
-                **fields,
-            )
-        )
-        for p in plan.phases
-    ]
-
-
-ENV_MUST_AGREE = (
-    ("device", "kind"),
-    ("device", "name"),
-    ("git", "sha"),
-    ("plan", "samples"),
-    ("plan", "warmup"),
-    ("plan", "seed"),
-    ("plan", "phases"),
-)
-
-
-def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """What makes two results' measurements incomparable: device, code, versions, method."""
-    out = []
-    for path in ENV_MUST_AGREE:
-        va, vb = a, b
-        for part in path:
-            va = va.get(part) if isinstance(va, dict) else None
-            vb = vb.get(part) if isinstance(vb, dict) else None
-        if va is not None and vb is not None and va != vb:
-            out.append(f"{'.'.join(path)}: {va!r} vs {vb!r}")
-    versions_a, versions_b = a.get("versions") or {}, b.get("versions") or {}
-    for name in sorted(set(versions_a) & set(versions_b)):
-        if versions_a[name] != versions_b[name]:
-            out.append(f"{name} version: {versions_a[name]} vs {versions_b[name]}")
-    return out
 
 
 def _collect_env(plan: Plan) -> dict[str, Any]:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from dataclasses import asdict
 
 import pytest
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.regress import sensitivity
-from perfsuite.regress.sensitivity import analyse, rate_bounds, recommend_threshold, slowed
+from perfsuite.regress.sensitivity_analyse import analyse, rate_bounds, recommend_threshold
+from perfsuite.regress.sensitivity_collect import HarnessConfig, slowed
 
 
 def synthetic(noise: float, slowdowns=(0.05, 0.10), processes=4, runs=10, seed=0) -> dict:
@@ -28,7 +30,7 @@ def synthetic(noise: float, slowdowns=(0.05, 0.10), processes=4, runs=10, seed=0
                 for _ in range(runs)
             ]
         procs.append(runs_by_cond)
-    cfg = sensitivity.asdict(sensitivity.HarnessConfig(slowdowns=tuple(slowdowns)))
+    cfg = asdict(HarnessConfig(slowdowns=tuple(slowdowns)))
     cfg.update(processes=processes, runs=runs)
     return {"config": cfg, "env": {"device": {"kind": "cpu", "name": "x"}}, "processes": procs}
 

@@ -12,6 +12,7 @@ import pytest
 from fake_results import CPU_ENV, paper_document
 
 from perfsuite.render import report
+from perfsuite.render.report_formats import render
 from perfsuite.render.roofline import GPUS, identify_gpu, phase_flops, roofline_ms
 
 N, V, D = 8192, 256000, 2304
@@ -58,7 +59,7 @@ def _md_rows(text: str) -> dict[tuple[str, str], list[str]]:
 
 
 def test_markdown_paper_layout_with_roofline():
-    text = report.render(paper_document(), "md")
+    text = render(paper_document(), "md")
     assert text.count("### gemma2-2b") == 1  # one table, β as sections
     header = next(line for line in text.splitlines() if line.startswith("| β"))
     assert "fwd mem | fwd time | fwd % roofline" in header
@@ -83,7 +84,7 @@ def test_markdown_paper_layout_with_roofline():
 
 
 def test_latex_is_booktabs_with_bold_best_and_escaped_marks():
-    text = report.render(paper_document(), "latex")
+    text = render(paper_document(), "latex")
     assert text.count("\\begin{tabular}") == 1 and "\\toprule" in text and "\\bottomrule" in text
     assert "\\multicolumn{3}{c}{fwd+bwd}" in text
     assert "\\textbf{72.9 ms}" in text and "150 ms$^\\ddagger$" in text
@@ -110,7 +111,7 @@ class _Cells(HTMLParser):
 
 
 def test_html_page():
-    text = report.render(paper_document(), "html")
+    text = render(paper_document(), "html")
     parser = _Cells()
     parser.feed(text)
     assert parser.tables == 1
@@ -119,7 +120,7 @@ def test_html_page():
 
 
 def test_csv_spells_out_every_number():
-    rows = list(csv.DictReader(io.StringIO(report.render(paper_document(), "csv"))))
+    rows = list(csv.DictReader(io.StringIO(render(paper_document(), "csv"))))
     assert len(rows) == 2 * 5  # two β sections x (lower bound + 4 methods)
     by = {(r["beta"], r["method"]): r for r in rows}
     bound = by[("0.0", "lower_bound")]
@@ -137,11 +138,11 @@ def test_csv_spells_out_every_number():
 
 def test_cpu_results_get_flop_rates_not_roofline():
     doc = paper_document(CPU_ENV)
-    text = report.render(doc, "md")
+    text = render(doc, "md")
     assert "fwd FLOP/s" in text and "% roofline" not in text
     ours = _md_rows(text)[("0", "ours")]
     assert ours[8] == "**530 TFLOP/s**"  # 8 N V D / 72.9 ms
-    rows = list(csv.DictReader(io.StringIO(report.render(doc, "csv"))))
+    rows = list(csv.DictReader(io.StringIO(render(doc, "csv"))))
     assert all(r["fwd_roofline_ms"] == "" for r in rows)
 
 

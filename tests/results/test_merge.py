@@ -10,9 +10,9 @@ import pytest
 from fake_results import H100_ENV, grid_document
 
 from perfsuite.results import merge
+from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import MergeError, merge_documents
 from perfsuite.results.results import load_results
-from perfsuite.run.sweep import cell_key
 
 
 def _split(doc):

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from perfsuite.plan.plan import PlanError
+from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import merge_documents
 from perfsuite.results.results import load_results
 from perfsuite.run import sweep
-from perfsuite.run.sweep import Sweep, cell_key, grid_units, parse_shard, skip_reason
+from perfsuite.run.grid import grid_units, parse_shard, skip_reason
+from perfsuite.run.sweep import Sweep
 
 TESTS = Path(__file__).resolve().parents[1]
 GRID = [

@@ -1,0 +1,233 @@
+"""The measuring half of ``perfsuite sensitivity``: the cell and its injected
+slowdowns (``HarnessConfig``), what each fresh worker process does (calibrate,
+measure), and the parent collecting their raw samples. Analysis is
+``sensitivity_analyse``; the command ``sensitivity``."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from perfsuite.measure.stats import quantile, summarize
+
+UNCHANGED = 0.0
+
+
+@dataclass
+class HarnessConfig:
+    """The cell measured and how much of it (defaults: the README's numbers)."""
+
+    method: str = "eager"
+    tokens: int = 256
+    vocab: int = 4096
+    hidden: int = 256
+    dtype: str = "fp32"
+    beta: float = 0.0
+    phase: str = "fwd+bwd"
+    slowdowns: tuple[float, ...] = (0.05, 0.10)
+    processes: int = 5
+    runs: int = 16  # rounds per process; each round times every condition once
+    samples: int = 20
+    warmup: int = 3
+    calibration_rounds: int = 6
+    seed: int = 0
+    flush: bool = True  # the suite's cache flush between samples
+    threads: int | None = None  # torch intra-op threads; None: torch's default, as the suite
+    device: str = "cpu"
+
+    @property
+    def conditions(self) -> list[float]:
+        return [UNCHANGED, *self.slowdowns]
+
+
+QUICK = HarnessConfig(
+    tokens=64,
+    vocab=1024,
+    hidden=64,
+    processes=2,
+    runs=3,
+    samples=10,
+    warmup=1,
+    calibration_rounds=2,
+    flush=False,
+)
+
+
+# --------------------------------------------------------------------------
+# Worker side (a fresh process per call, like the suite's workers)
+
+
+def slowed(loss_fn: Callable, extra_tokens: int) -> Callable:
+    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens:
+    the same kernels, forward and backward (through ``e``; ``c`` is detached so
+    that the extra work has no fixed V x D gradient term), on a slice of the
+    work proportional to ``extra_tokens``."""
+    if extra_tokens <= 0:
+        return loss_fn
+
+    def loss(e: Any, c: Any, targets: Any) -> Any:
+        k = extra_tokens
+        return loss_fn(e, c, targets) + 0.0 * loss_fn(e[:k], c.detach(), targets[:k])
+
+    return loss
+
+
+class _Cell:
+    def __init__(self, cfg: HarnessConfig) -> None:
+        import torch
+
+        from perfsuite.measure.timing import CacheFlusher
+        from perfsuite.method import Case
+        from perfsuite.plan.registry import get_method
+        from perfsuite.run.inputs import make_inputs
+
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        case = Case(cfg.tokens, cfg.vocab, cfg.hidden, cfg.dtype, cfg.beta, None, cfg.device)
+        self.inputs = make_inputs(case, cfg.seed)
+        self.loss_fn = get_method(cfg.method).prepare(case, self.inputs.c)
+        self.flush = CacheFlusher(self.device) if cfg.flush else (lambda: None)
+
+    def time(self, extra_tokens: int, samples: int, warmup: int) -> list[float]:
+        from perfsuite.measure.timing import time_samples
+        from perfsuite.run.worker import Phase
+
+        phase = Phase(self.cfg.phase, slowed(self.loss_fn, extra_tokens), self.inputs)
+        timing = time_samples(
+            phase.body,
+            self.device,
+            samples=samples,
+            warmup=warmup,
+            setup=phase.setup,
+            flush=self.flush,  # type: ignore[arg-type]
+        )
+        phase.reset()
+        return timing.samples_ms
+
+
+def _ratio(cell: _Cell, k: int, rounds: int, samples: int) -> float:
+    """Measured slowdown of ``k`` extra tokens: median over interleaved rounds."""
+    ratios = []
+    for _ in range(rounds):
+        base = summarize(cell.time(0, samples, 1), "median")
+        slow = summarize(cell.time(k, samples, 1), "median")
+        ratios.append(slow / base - 1)
+    return quantile(ratios, 0.5)
+
+
+def calibrate(cfg: HarnessConfig) -> dict[str, Any]:
+    """Extra tokens per slowdown: a proportional guess, then two secant steps."""
+    cell = _Cell(cfg)
+    cell.time(0, 3, cfg.warmup)
+    samples = max(5, cfg.samples // 2)
+    out: dict[str, Any] = {}
+    for target in cfg.slowdowns:
+        points: list[tuple[int, float]] = []
+        k = max(1, round(target * cfg.tokens))
+        for _ in range(3):
+            r = _ratio(cell, k, cfg.calibration_rounds, samples)
+            points.append((k, r))
+            if len(points) == 1:
+                new_k = k * target / r if r > 0 else 2 * k
+            else:
+                (k0, r0), (k1, r1) = points[-2], points[-1]
+                slope = (r1 - r0) / (k1 - k0) if k1 != k0 and r1 != r0 else r1 / k1
+                new_k = k1 + (target - r1) / slope if slope > 0 else k1
+            k = int(min(max(1, round(new_k)), cfg.tokens))
+        out[f"{target:g}"] = {"extra_tokens": k, "steps": points}
+    return out
+
+
+def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, list[list[float]]]:
+    """``runs`` rounds, each timing every condition once in a shuffled order."""
+    cell = _Cell(cfg)
+    cell.time(0, 3, cfg.warmup)
+    rng = random.Random(cfg.seed * 1000 + proc)
+    runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in cfg.conditions}
+    for _ in range(cfg.runs):
+        order = list(cfg.conditions)
+        rng.shuffle(order)
+        for cond in order:
+            k = extra.get(f"{cond:g}", 0)
+            runs[f"{cond:g}"].append(cell.time(k, cfg.samples, cfg.warmup))
+    return runs
+
+
+def _config_from(data: dict[str, Any]) -> HarnessConfig:
+    data = dict(data)
+    data["slowdowns"] = tuple(data["slowdowns"])
+    return HarnessConfig(**data)
+
+
+def worker_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    cfg = _config_from(spec["config"])
+    if spec["mode"] == "calibrate":
+        result: Any = calibrate(cfg)
+    else:
+        result = measure(cfg, spec["extra"], spec["proc"])
+    Path(spec["out"]).write_text(json.dumps(result))
+    return 0
+
+
+# --------------------------------------------------------------------------
+# Parent side: collect
+
+
+def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
+    from perfsuite.measure.memory import CPU_MALLOC_ENV
+
+    spec = {**spec, "out": str(tmp / f"{name}.out.json")}
+    path = tmp / f"{name}.spec.json"
+    path.write_text(json.dumps(spec))
+    cpu = spec["config"].get("device", "cpu") == "cpu"
+    env = {**os.environ, **(CPU_MALLOC_ENV if cpu else {}), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfsuite.regress.sensitivity", "--worker", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"sensitivity worker {name} failed ({proc.returncode}): {tail}")
+    return json.loads(Path(spec["out"]).read_text())
+
+
+def collect(cfg: HarnessConfig, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Calibrate, then measure in ``cfg.processes`` fresh processes, one after the other."""
+    from perfsuite.plan.registry import get_method
+    from perfsuite.results.provenance import collect_env
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    env = collect_env(cfg.device, get_method(cfg.method).distributions)
+    with tempfile.TemporaryDirectory(prefix="perfsuite-sens-") as tmp:
+        log("calibrating the injected slowdowns")
+        calibration = _spawn({"mode": "calibrate", "config": asdict(cfg)}, Path(tmp), "cal")
+        extra = {name: c["extra_tokens"] for name, c in calibration.items()}
+        processes = []
+        for proc in range(cfg.processes):
+            log(f"process {proc + 1}/{cfg.processes}: {cfg.runs} rounds")
+            spec = {"mode": "measure", "config": asdict(cfg), "extra": extra, "proc": proc}
+            processes.append(_spawn(spec, Path(tmp), f"p{proc}"))
+    return {
+        "config": asdict(cfg),
+        "env": env,
+        "calibration": calibration,
+        "extra_tokens": extra,
+        "processes": processes,  # [proc][condition] -> [run] -> samples_ms
+        "collect_s": time.perf_counter() - started,
+        "load": {"before": load_before, "after": os.getloadavg()[0], "cores": os.cpu_count()},
+    }

@@ -1,0 +1,240 @@
+"""The paper's table as data, independent of format: per (N, V, D, dtype,
+softcap, workload) a table of β sections, a lower-bound row, then one line per
+method of memory, time and an analytic column per phase (roofline fraction on a
+known GPU, else FLOP rate), the best of each column marked. The formats that
+print it are ``report_formats``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.registry import all_methods
+from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
+from perfsuite.render.table import (
+    by_method,
+    cell_marks,
+    fmt_bytes,
+    fmt_ms,
+    footnotes,
+    grads_in_forward,
+    group_rows,
+    measured,
+    present_phases,
+    shape_key,
+    shape_title,
+    status_label,
+)
+
+LOWER_BOUND = "lower bound"
+
+
+def fmt_flops(flops: float) -> str:
+    units = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+    for scale, unit in units:
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.3g} FLOP"
+
+
+def fmt_rate(flops_per_s: float) -> str:
+    return fmt_flops(flops_per_s) + "/s"
+
+
+@dataclass
+class Cell:
+    text: str = ""
+    value: float | None = None  # what "best" compares (lower is better)
+    best: bool = False
+    comparable: bool = True  # ‡ fwd/bwd split or † interpreted time: never "best"
+
+
+@dataclass
+class Line:
+    method: str  # or LOWER_BOUND
+    cells: list[Cell]  # per phase: memory, time, analytic
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> row
+
+
+@dataclass
+class Section:
+    beta: float
+    lines: list[Line]
+    entropy: float | None = None
+
+
+@dataclass
+class PaperTable:
+    title: str
+    key: tuple  # (N, V, D, dtype, softcap, workload)
+    phases: list[str]
+    analytic: str  # header of each phase's third column
+    sections: list[Section]
+    notes: list[str]
+    gpu: GPU | None
+    shape: str = ""
+    device: str = ""
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v == v]
+    return sum(values) / len(values) if values else None
+
+
+def _method_line(
+    name: str,
+    by_phase: dict[str, dict[str, Any]],
+    phases: list[str],
+    key: tuple,
+    gpu: GPU | None,
+    known: dict[str, Any],
+    beta: float,
+) -> Line:
+    tokens, vocab, hidden, dtype = key[:4]
+    in_fwd = grads_in_forward(name, known, beta)
+    cells: list[Cell] = []
+    for phase in phases:
+        row = by_phase.get(phase)
+        if row is None:
+            cells += [Cell(), Cell(), Cell()]
+            continue
+        if not measured(row):
+            cells += [Cell(status_label(row)), Cell(), Cell()]
+            continue
+        marks = cell_marks(row, phase, in_fwd)
+        fair = not marks  # ‡: fwd/bwd split not comparable; †: interpreted; ✗: wrong
+        split_ok = not (in_fwd and phase != "fwd+bwd") and row["status"] == "ok"
+        ms = row.get("median_ms")
+        analytic = Cell()
+        # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
+        if ms and split_ok:
+            flops = phase_flops(phase, tokens, vocab, hidden)
+            if gpu is not None:
+                frac = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) / ms
+                analytic = Cell(f"{100 * frac:.0f}%{marks}", -frac, comparable=fair)
+            else:
+                rate = flops / (ms / 1e3)
+                analytic = Cell(fmt_rate(rate) + marks, -rate, comparable=fair)
+        peak = row.get("peak_bytes")
+        cells += [
+            Cell(fmt_bytes(peak), peak, comparable=split_ok),
+            Cell(fmt_ms(row) + marks, ms, comparable=fair),
+            analytic,
+        ]
+    return Line(name, cells, dict(by_phase))
+
+
+def _bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
+    tokens, vocab, hidden, dtype = key[:4]
+    cells = []
+    for phase in phases:
+        roof = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) if gpu else None
+        cells += [
+            Cell(fmt_bytes(floor_bytes(phase, tokens, vocab, hidden, dtype))),
+            Cell("" if roof is None else f"{roof:.3g} ms"),
+            Cell(fmt_flops(phase_flops(phase, tokens, vocab, hidden))),
+        ]
+    return Line(LOWER_BOUND, cells)
+
+
+def _mark_best(lines: list[Line]) -> None:
+    """Bold the lowest value of each column among comparable measured cells."""
+    methods = [line for line in lines if line.method != LOWER_BOUND]
+    if not methods:
+        return
+    for col in range(len(methods[0].cells)):
+        candidates = [
+            line.cells[col]
+            for line in methods
+            if line.cells[col].value is not None and line.cells[col].comparable
+        ]
+        if not candidates:
+            continue
+        low = min(c.value for c in candidates)
+        for c in candidates:
+            c.best = c.value == low
+
+
+def build_report(document: dict[str, Any]) -> list[PaperTable]:
+    """The paper tables of a results document, format-independent."""
+    rows, env = document["rows"], document["env"]
+    gpu = gpu_for_env(env)
+    known = all_methods()
+    tables = []
+    for key, members in group_rows(rows, key=shape_key).items():
+        phases = present_phases(members)
+        sections = []
+        betas = group_rows(members, key=lambda r: r["beta"])
+        for beta in sorted(betas, reverse=True):
+            lines = [_bound_line(phases, key, gpu)]
+            for name, by_phase in by_method(betas[beta]).items():
+                lines.append(_method_line(name, by_phase, phases, key, gpu, known, beta))
+            _mark_best(lines)
+            entropy = _mean([r.get("entropy") for r in betas[beta]])
+            sections.append(Section(beta, lines, entropy))
+        reasons: dict[tuple, list[str]] = {}
+        for r in members:
+            if r["status"] != "ok" and r.get("reason"):
+                what = (r["method"], r["beta"], status_label(r), r["reason"])
+                reasons.setdefault(what, []).append(r["phase"])
+        notes = [
+            f"{method} β={beta:g} ({', '.join(phases)}): {label}: {reason}"
+            for (method, beta, label, reason), phases in reasons.items()
+        ]
+        analytic = "% roofline" if gpu else "FLOP/s"
+        device = members[0].get("device", "?")
+        where = gpu.name if gpu else (env.get("device") or {}).get("name") or device
+        tables.append(
+            PaperTable(
+                title=f"{shape_title(members)} on {where}",
+                key=key,
+                phases=phases,
+                analytic=analytic,
+                sections=sections,
+                notes=notes,
+                gpu=gpu,
+                shape=members[0].get("shape") or "custom",
+                device=device,
+            )
+        )
+    return tables
+
+
+def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[str]:
+    notes = footnotes(document["rows"])
+    gpu = tables[0].gpu if tables else None
+    notes.append(
+        "lower bound: math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
+        "dtype with a backward) and the FLOPs of each phase (2NVD fwd, 6NVD bwd without "
+        "stored logits, 8NVD fwd+bwd)."
+    )
+    if gpu is not None:
+        peaks = ", ".join(f"{d} {t:g}" for d, t in gpu.tflops.items())
+        notes.append(
+            f"roofline on {gpu.name} (datasheet, dense): max(FLOPs / peak, bytes / "
+            f"{gpu.hbm_tb_s:g} TB/s) with peaks {peaks} TFLOP/s; % roofline = roofline time / "
+            "measured median (filtering can beat 100%)."
+        )
+    else:
+        notes.append(
+            "FLOP/s: the phase's FLOPs over the measured median (no roofline: not a known GPU)."
+        )
+    notes.append(
+        "Bold: the best of its column; times and rates leave ‡ and † cells out, memory "
+        "leaves out ‡ fwd/bwd cells. Times are medians."
+    )
+    return notes
+
+
+def section_label(section: Section) -> str:
+    return f"{section.beta:g}"
+
+
+def entropy_note(table: PaperTable) -> str:
+    parts = [f"β={s.beta:g}: {s.entropy:.2f} nats" for s in table.sections if s.entropy is not None]
+    return "inputs' mean token entropy " + ", ".join(parts) if parts else ""
+
+
+def column_headers(table: PaperTable) -> list[str]:
+    return [f"{phase} {what}" for phase in table.phases for what in ("mem", "time", table.analytic)]

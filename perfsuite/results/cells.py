@@ -1,0 +1,67 @@
+"""What makes two rows the same measurement, the order a sweep writes rows in,
+and when two results' environments measured comparably: shared by sweep
+(resume), merge (shards) and anything else that joins results documents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfsuite.results.results import CELL_KEY, PHASES
+
+
+def cell_key(row: dict[str, Any]) -> tuple:
+    """``CELL_KEY`` plus the workload: what makes two rows the same measurement."""
+    return (*(row.get(k) for k in CELL_KEY), row.get("workload") or "random")
+
+
+def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows in the order an unsharded, uninterrupted sweep writes them (method, then
+    N, V, D, dtype, β as the plan lists them, then phase), so a merged or resumed
+    file renders the same table."""
+
+    def rank(values: list[Any], value: Any) -> tuple[int, Any]:
+        return (values.index(value), "") if value in values else (len(values), str(value))
+
+    methods, dtypes, betas = plan.get("methods", []), plan.get("dtypes", []), plan.get("betas", [])
+    return sorted(
+        rows,
+        key=lambda r: (
+            rank(methods, r["method"]),
+            r["tokens"],
+            r["vocab"],
+            r["hidden"],
+            rank(dtypes, r["dtype"]),
+            rank(betas, r["beta"]),
+            str(r.get("workload")),
+            str(r.get("softcap")),
+            PHASES.index(r["phase"]),
+        ),
+    )
+
+
+ENV_MUST_AGREE = (
+    ("device", "kind"),
+    ("device", "name"),
+    ("git", "sha"),
+    ("plan", "samples"),
+    ("plan", "warmup"),
+    ("plan", "seed"),
+    ("plan", "phases"),
+)
+
+
+def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What makes two results' measurements incomparable: device, code, versions, method."""
+    out = []
+    for path in ENV_MUST_AGREE:
+        va, vb = a, b
+        for part in path:
+            va = va.get(part) if isinstance(va, dict) else None
+            vb = vb.get(part) if isinstance(vb, dict) else None
+        if va is not None and vb is not None and va != vb:
+            out.append(f"{'.'.join(path)}: {va!r} vs {vb!r}")
+    versions_a, versions_b = a.get("versions") or {}, b.get("versions") or {}
+    for name in sorted(set(versions_a) & set(versions_b)):
+        if versions_a[name] != versions_b[name]:
+            out.append(f"{name} version: {versions_a[name]} vs {versions_b[name]}")
+    return out

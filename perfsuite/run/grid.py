@@ -1,0 +1,167 @@
+"""The grid of a sweep: its (method, case) units in a fixed order, shards of
+them, and which units are predicted not to fit the device (recorded ``skipped``
+instead of attempted). The sweep itself (state, resume, execution) is
+``perfsuite.run.sweep``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from perfsuite.method import Case
+from perfsuite.plan.memory_model import predicted_peak
+from perfsuite.plan.plan import Plan, PlanError
+from perfsuite.plan.shapes import Shape
+from perfsuite.plan.workloads import workload_label
+from perfsuite.results.cells import cell_key
+from perfsuite.results.results import Row
+
+
+@dataclass
+class Unit:
+    """One (method, case) of the grid: a worker measures all its phases together."""
+
+    index: int  # position in the whole grid (shards are index % n)
+    method: str
+    case: dict[str, Any]
+
+
+def unit_keys(unit: Unit, phases: list[str]) -> list[tuple]:
+    label = workload_label(unit.case.get("workload"))
+    return [
+        cell_key({**unit.case, "method": unit.method, "phase": p, "workload": label})
+        for p in phases
+    ]
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    values = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            value = int(item)
+        except ValueError:
+            raise PlanError(f"--{what}: {item!r} is not an integer") from None
+        if value <= 0:
+            raise PlanError(f"--{what}: must be positive, got {value}")
+        values.append(value)
+    if not values:
+        raise PlanError(f"--{what} is empty")
+    return sorted(set(values))
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/n"`` with 0 <= i < n, or None."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise PlanError(f"--shard: expected i/n (e.g. 0/4), got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise PlanError(f"--shard {text}: need 0 <= i < n")
+    return i, n
+
+
+def parse_gpus(text: str | None, device: str) -> list[str]:
+    """``--gpus all|N,M``: the GPU indices to run one worker on each."""
+    if text is None:
+        return []
+    if device != "cuda":
+        raise PlanError("--gpus needs --device cuda (or auto on a machine with GPUs)")
+    if text == "all":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise PlanError("--gpus all: torch sees no GPU")
+        return [str(i) for i in range(count)]
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    if not gpus or not all(g.isdigit() for g in gpus):
+        raise PlanError(f"--gpus: expected all or indices like 0,1, got {text!r}")
+    return list(dict.fromkeys(gpus))
+
+
+def grid_shapes(tokens: list[int], vocab: list[int], hidden: list[int], dtype: str) -> list[Shape]:
+    return [
+        Shape(f"n{n}-v{v}-d{d}", n, v, d, dtype=dtype)
+        for n in tokens
+        for v in vocab
+        for d in hidden
+    ]
+
+
+def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
+    """Every (method, case) in a fixed order, or shard i of n: every n-th of them.
+
+    Round-robin (not contiguous blocks) so each shard gets a fair share of the
+    large shapes and of every method.
+    """
+    units = [
+        Unit(i, method, case)
+        for i, (method, case) in enumerate((m, c) for m in plan.methods for c in plan.cases())
+    ]
+    if shard is None:
+        return units
+    i, n = shard
+    return [u for u in units if u.index % n == i]
+
+
+def unit_cost(unit: Unit, plan: Plan, interpreted: bool) -> float:
+    """Relative cost of a unit for the progress bar's time estimate: matmul FLOPs of
+    the correctness gate and of every sample, plus a fixed cost per case."""
+    c = unit.case
+    nvd = c["tokens"] * c["vocab"] * c["hidden"]
+    per_phase = {"fwd": 2, "bwd": 6, "fwd+bwd": 8}
+    samples = (min(plan.samples, 3) + 1) if interpreted else (plan.samples + plan.warmup + 1)
+    flops = nvd * (24 + sum(per_phase[p] for p in plan.phases) * samples)
+    return (flops * (50 if interpreted else 1)) + 1e10
+
+
+def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str | None:
+    """Why the unit is predicted not to fit, or None (attempt it)."""
+    if capacity is None:
+        return None
+    method = known[unit.method]
+    c = unit.case
+    case = Case(**{k: v for k, v in c.items() if k not in ("shape", "workload")})
+    if method.availability(case.device) is not None or method.unsupported_reason(case):
+        return None  # the worker says why, cheaply and more usefully
+    need, what = predicted_peak(
+        unit.method,
+        method.caps.materializes_logits,
+        c["tokens"],
+        c["vocab"],
+        c["hidden"],
+        c["dtype"],
+        softcap=c.get("softcap") is not None,
+    )
+    if need <= capacity:
+        return None
+    return (
+        f"predicted peak ~{need / 2**30:.1f} GiB ({what}) exceeds the "
+        f"{capacity / 2**30:.1f} GiB this {c['device']} can give a cell (memory model, "
+        "math.md); --force attempts it"
+    )
+
+
+def skipped_rows(unit: Unit, plan: Plan, reason: str) -> list[dict[str, Any]]:
+    c = unit.case
+    fields = {
+        k: c[k]
+        for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
+    }
+    return [
+        asdict(
+            Row(
+                method=unit.method,
+                phase=p,
+                status="skipped",
+                reason=reason,
+                workload=workload_label(c.get("workload")),
+                **fields,
+            )
+        )
+        for p in plan.phases
+    ]

@@ -1,0 +1,126 @@
+"""The package's shape (issue 11): folders by stage, imports one way, small modules.
+
+Import cycles are found from the source (every ``import``, lazy ones inside
+functions included), so a cycle hidden behind a function-level import counts.
+``perfsuite/kernels`` and ``perfsuite/baselines`` are links to the top-level
+folders, with their own rules; they are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "perfsuite"
+LINKED = ("kernels", "baselines")
+MAX_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name -> file for every perfsuite module outside the linked folders."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent)
+        if rel.parts[1] in LINKED:
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The perfsuite modules ``name`` imports (a ``from X import Y`` of a submodule
+    counts as importing X.Y)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:
+                    out.add(sub)
+                elif base in known:
+                    out.add(base)
+    out.discard(name)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def stage(module: str) -> str:
+    """``perfsuite.run.sweep`` -> ``run``; a top-level module is its own stage
+    (``perfsuite.cli`` -> ``cli``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "perfsuite"
+
+
+def test_no_import_cycles_between_modules():
+    assert cycles(graph()) == []
+
+
+def test_stages_import_each_other_one_way():
+    edges: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        for target in targets:
+            if stage(module) != stage(target):
+                edges.setdefault(stage(module), set()).add(stage(target))
+    assert cycles(edges) == []
+
+
+def test_no_module_over_the_line_limit():
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"split these along a seam (limit {MAX_LINES} lines): {long}"
+
+
+def test_the_checks_see_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

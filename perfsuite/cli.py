@@ -189,6 +189,11 @@ MODULE_COMMANDS = (
         "measure the regression detector's false-alarm and detection rates here",
     ),
     (
+        "history",
+        "perfsuite.history.cli",
+        "keep every run in a SQLite history; find change points and regressions across commits",
+    ),
+    (
         "kernel-report",
         "perfsuite.kernel_report",
         "compile the kernels ahead of time; registers, spills",

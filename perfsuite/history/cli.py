@@ -1,0 +1,251 @@
+"""``history add|import|list|check|ack|sensitivity``: the benchmark history on the command line.
+
+Exit codes: 0 fine; 1 ``check`` found an open regression; 2 bad input (a
+corrupt or missing results file, an unreadable database, an unknown regression
+id), always with a one-line reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from perfsuite.history import changepoints, ingest, rules, sensitivity, store
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+
+
+def _db_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db",
+        default=None,
+        metavar="PATH",
+        help=f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The subcommands, on ``parser`` (``perfsuite history`` or ``python -m perfsuite.history``)."""
+    sub = parser.add_subparsers(dest="history_command", metavar="COMMAND", required=True)
+    p = sub.add_parser("add", help="store results files (idempotent; corrupt ones refused)")
+    _db_option(p)
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON files")
+    p = sub.add_parser("import", help="store every results JSON found below a folder")
+    _db_option(p)
+    p.add_argument("folder", metavar="DIR")
+    p = sub.add_parser("list", help="stored runs, one line each, in time order")
+    _db_option(p)
+    p = sub.add_parser("check", help="regressions (exit 1 if one is neither recovered nor acked)")
+    _db_option(p)
+    p.add_argument("--device", default=None, help="only this device name")
+    p.add_argument("--metric", choices=store.METRICS, action="append", help="default: both")
+    p.add_argument("-v", "--verbose", action="store_true", help="also the changes that are not")
+    p = sub.add_parser("ack", help="acknowledge a regression: CELL/RUN as `check` prints it")
+    _db_option(p)
+    p.add_argument("regression", metavar="CELL/RUN")
+    p.add_argument("--reason", required=True)
+    p.add_argument("--metric", choices=store.METRICS, default=None, help="default: both")
+    p = sub.add_parser("sensitivity", help="detection and false-alarm rates on synthetic series")
+    _db_option(p)
+    p.add_argument("--trials", type=int, default=30, help="series per scenario and cell")
+    p.add_argument("--cells", type=int, default=4, help="cells (sample sets) per device kind")
+    p.add_argument("--runs", type=int, default=20, help="runs per series")
+    p.add_argument("--run-noise", type=float, default=None, help="default: estimated from the db")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _cmd_add(conn: sqlite3.Connection, paths: Sequence[str]) -> int:
+    rc = EXIT_OK
+    for path in paths:
+        try:
+            added = ingest.add_file(conn, path)
+        except ingest.IngestError as err:
+            rc = _fail(str(err).splitlines()[0])
+            continue
+        what = "already stored" if added.duplicate else f"added {added.n_cells} cells"
+        print(f"{path}: {what} (run {added.content_hash[:12]})")
+    return rc
+
+
+def _cmd_import(conn: sqlite3.Connection, folder: str) -> int:
+    from pathlib import Path
+
+    if not Path(folder).is_dir():
+        return _fail(f"{folder}: not a folder")
+    rc, counts = EXIT_OK, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
+    for path in ingest.results_files(folder):
+        if not ingest.looks_like_results(path):
+            print(f"{path}: skipped (not a results file)")
+            counts["skipped"] += 1
+            continue
+        try:
+            added = ingest.add_file(conn, path)
+        except ingest.IngestError as err:
+            rc = _fail(str(err).splitlines()[0])
+            counts["refused"] += 1
+            continue
+        what = "already stored" if added.duplicate else "added"
+        counts[what] += 1
+        print(f"{path}: {what} (run {added.content_hash[:12]}, {added.n_cells} cells)")
+    print(", ".join(f"{v} {k}" for k, v in counts.items()))
+    return rc
+
+
+def _cmd_list(conn: sqlite3.Connection) -> int:
+    runs = store.list_runs(conn)
+    for r in runs:
+        dirty = "+dirty" if r.dirty else ""
+        print(
+            f"{r.short}  {r.created}  {r.sha[:10]}{dirty:<6}  {r.device_name}  "
+            f"env {r.env_hash}  {r.n_cells:>3} cells  {r.source}"
+        )
+    print(f"{len(runs)} runs")
+    return EXIT_OK
+
+
+def _describe(change: rules.Change) -> str:
+    before, after = change.before_point, change.after_point
+    unit = "ms" if change.series.metric == "time" else "MiB"
+    scale = 1.0 if unit == "ms" else 1 / 2**20
+    text = (
+        f"{change.ident}  {change.series.metric:<6} {change.size:+.1%}  "
+        f"({change.before * scale:.4g} -> {change.after * scale:.4g} {unit}, "
+        f"noise {change.noise_bound:.1%}, {change.persistence} runs after)  "
+        f"{change.series.label}  commit {before.sha[:10]} ({before.created}) -> "
+        f"{after.sha[:10]} ({after.created})"
+    )
+    if change.env_changed:
+        text += "  [environment changed]"
+    return text
+
+
+def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
+    metrics = args.metric or list(store.METRICS)
+    series = rules.load_series(conn, metrics, args.device)
+    failing, settled = rules.check(series, store.acks(conn))
+    acked = store.acks(conn)
+    for change in failing:
+        print(f"REGRESSION {_describe(change)}")
+    for change in settled:
+        key = (change.series.cell_id, change.after_point.run_hash)
+        reason = acked.get((*key, change.series.metric)) or acked.get((*key, "*"))
+        note = f"acknowledged: {reason}" if reason else "recovered later"
+        print(f"settled    {_describe(change)}  [{note}]")
+    if args.verbose:
+        for s in series:
+            for change in rules.judge(s):
+                if not change.regression:
+                    why = "; ".join(change.why_not)
+                    print(f"change     {_describe(change)}  [not a regression: {why}]")
+    print(
+        f"{len(series)} series checked: {len(failing)} open regressions, "
+        f"{len(settled)} recovered or acknowledged"
+    )
+    return EXIT_REGRESSION if failing else EXIT_OK
+
+
+def _cmd_ack(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
+    cell, sep, run_prefix = args.regression.partition("/")
+    if not sep or not cell or not run_prefix:
+        return _fail(f"{args.regression!r}: expected CELL/RUN as `history check` prints it")
+    if not store.has_cell(conn, cell):
+        return _fail(f"{cell}: no such cell in the history")
+    run = store.find_run(conn, run_prefix)
+    if run is None:
+        return _fail(f"{run_prefix}: no run (or more than one) has a hash starting so")
+    if not args.reason.strip():
+        return _fail("--reason must say why the regression is accepted")
+    store.add_ack(conn, cell, run.content_hash, args.metric or "*", args.reason.strip())
+    print(f"acknowledged {cell}/{run.short} ({args.metric or 'time and memory'}): {args.reason}")
+    return EXIT_OK
+
+
+def _sample_sets(conn: sqlite3.Connection, per_kind: int) -> dict[str, list[list[float]]]:
+    """Per device kind, up to ``per_kind`` cells' samples, spread from quiet to noisy."""
+    by_kind: dict[str, dict[str, list[float]]] = {}
+    for row in store.cell_rows(conn):
+        samples = json.loads(row["samples_json"])
+        if row["status"] == "ok" and not row["interpreted"] and len(samples) >= 10:
+            by_kind.setdefault(row["device_kind"], {})[row["cell_id"]] = samples  # latest wins
+    out = {}
+    for kind, cells in sorted(by_kind.items()):
+        ordered = sorted(cells.values(), key=lambda s: float(np.std(s) / np.median(s)))
+        picks = np.unique(np.linspace(0, len(ordered) - 1, min(per_kind, len(ordered))).round())
+        out[kind] = [ordered[int(i)] for i in picks]
+    return out
+
+
+def _run_noise(conn: sqlite3.Connection, kind: str) -> float:
+    """Median run-to-run scatter of the kind's time series with 4 runs or more."""
+    sigmas = []
+    for s in rules.load_series(conn, ["time"]):
+        if s.device_kind == kind and len(s.points) >= 4:
+            values = np.array([p.value for p in s.points])
+            sigmas.append(changepoints.robust_sigma(values / np.median(values)))
+    return float(np.median(sigmas)) if sigmas else 0.0
+
+
+def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
+    sets = _sample_sets(conn, args.cells)
+    if not sets:
+        return _fail("no stored cell has 10 samples or more: `history import` results first")
+    if args.runs < 8 or args.trials < 1:
+        return _fail("--runs must be >= 8 and --trials >= 1")
+    rates = []
+    for kind, samples in sets.items():
+        noise = args.run_noise if args.run_noise is not None else _run_noise(conn, kind)
+        print(f"{kind}: {len(samples)} cells' samples, run-to-run noise {noise:.2%}")
+        rates += sensitivity.measure(
+            samples,
+            kind,
+            trials=args.trials,
+            n_runs=args.runs,
+            change_at=args.runs * 3 // 5,
+            run_noise=noise,
+            seed=args.seed,
+        )
+    print(sensitivity.format_table(rates))
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed subcommand; returns the exit code."""
+    command = args.history_command
+    try:
+        conn = store.connect(args.db, create=command in ("add", "import"))
+    except store.StoreError as err:
+        return _fail(str(err).splitlines()[0])
+    try:
+        if command == "add":
+            return _cmd_add(conn, args.results)
+        if command == "import":
+            return _cmd_import(conn, args.folder)
+        if command == "list":
+            return _cmd_list(conn)
+        if command == "check":
+            return _cmd_check(conn, args)
+        if command == "ack":
+            return _cmd_ack(conn, args)
+        return _cmd_sensitivity(conn, args)
+    except (sqlite3.DatabaseError, store.StoreError) as err:
+        return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
+    finally:
+        conn.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="perfsuite history", description="Benchmark history and its regressions."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

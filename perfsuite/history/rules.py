@@ -1,0 +1,309 @@
+"""Which change points are regressions, and the verdicts of ``history check``.
+
+Each cell's series (one per metric: median time, peak memory; ``ok`` rows only,
+interpreted rows not timed) is cut by ``changepoints.detect``. Consecutive
+changes in the same direction are merged into one (a slow drift is found as a
+staircase of small steps: their sum is what matters). A merged change is a
+**regression** when all hold:
+
+1. direction: slower, or more memory;
+2. size: ``after / before - 1`` (segment medians) reaches the minimum of
+   ``perfsuite compare`` for the device kind (time: 2 % on cuda, 20 % on cpu;
+   memory: 1 %, plus 1 MiB of RSS resolution on cpu);
+3. noise: the size is at least ``NOISE_SIGMAS`` (4) standard errors of the
+   difference of the two segment medians, with the cell's noise taken from
+   its run-to-run scatter and, as a floor, each run's p20-p80 spread; and
+   the pooled raw samples after the change are larger than those before
+   (one-sided Mann-Whitney U, ``p < ALPHA`` = 0.001: a series whose run
+   medians jump between the modes of a bimodal timing distribution does not
+   pass, its samples do not move);
+4. persistence: at least ``MIN_PERSISTENCE`` runs after the change.
+
+A regression is **recovered** when a later segment comes back within the
+threshold of the level before it; ``check`` fails only on regressions that are
+neither recovered nor acknowledged (``history ack``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+
+import numpy as np
+
+from perfsuite.history import changepoints, store
+
+# The same minimums as `perfsuite compare`.
+from perfsuite.regress.verdicts import (
+    CPU_MEMORY_SLACK_BYTES,
+    DEFAULT_MEMORY_THRESHOLD,
+    DEFAULT_TIME_THRESHOLDS,
+)
+
+NOISE_SIGMAS = 4.0
+MIN_PERSISTENCE = 2
+# One-sided Mann-Whitney U on the pooled raw samples of the runs before and after.
+ALPHA = 0.001
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run's value of one cell."""
+
+    run_hash: str
+    created: str
+    sha: str
+    dirty: bool
+    env_hash: str
+    value: float
+    noise: float = 0.0  # relative standard error of this value (0: unknown or exact)
+    samples: tuple[float, ...] = ()  # the run's raw samples (time only)
+
+
+@dataclass(frozen=True)
+class Series:
+    cell_id: str
+    label: str
+    metric: str  # "time" or "memory"
+    device_kind: str
+    points: list[Point]
+
+
+@dataclass
+class Change:
+    """One (merged) change point of a series and the rule's judgement of it."""
+
+    series: Series
+    start: int  # index of the first run after the change (its largest step)
+    before: float
+    after: float
+    size: float  # after / before - 1
+    persistence: int  # runs in the segment after the (last) step
+    noise_bound: float  # the size the noise alone could produce
+    threshold: float
+    regression: bool
+    recovered: bool = False
+    why_not: list[str] = field(default_factory=list)
+
+    @property
+    def before_point(self) -> Point:
+        return self.series.points[self.start - 1]
+
+    @property
+    def after_point(self) -> Point:
+        return self.series.points[self.start]
+
+    @property
+    def ident(self) -> str:
+        """``CELL/RUN``: what ``history ack`` takes."""
+        return f"{self.series.cell_id}/{self.after_point.run_hash[:12]}"
+
+    @property
+    def env_changed(self) -> bool:
+        return self.before_point.env_hash != self.after_point.env_hash
+
+
+def threshold_for(metric: str, device_kind: str) -> float:
+    """The minimum relative change that counts, as ``perfsuite compare`` uses it."""
+    if metric == "memory":
+        return DEFAULT_MEMORY_THRESHOLD
+    return DEFAULT_TIME_THRESHOLDS.get(device_kind, DEFAULT_TIME_THRESHOLDS["cuda"])
+
+
+def series_noise(series: Series) -> float:
+    """Relative noise of one value: run-to-run scatter, floored by the per-run error."""
+    values = np.array([p.value for p in series.points], dtype=float)
+    level = float(np.median(values)) or 1.0
+    scatter = changepoints.robust_sigma(values / level)
+    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
+    return max(scatter, per_run, changepoints.SIGMA_FLOOR)
+
+
+def judge(series: Series, threshold: float | None = None) -> list[Change]:
+    """The merged change points of a series, each judged by the rule above."""
+    values = [p.value for p in series.points]
+    sigma = series_noise(series)
+    starts = changepoints.detect(values, sigma)
+    if not starts:
+        return []
+    bounds = [0, *starts, len(values)]
+    levels = [float(np.median(values[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
+    sigma = max(sigma, _residual_sigma(values, bounds, levels))
+    sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
+    limit = threshold if threshold is not None else threshold_for(series.metric, series.device_kind)
+    changes = []
+    # Chains of consecutive steps in one direction: j indexes segments after a step.
+    steps = list(range(1, len(levels)))
+    for _, chain_iter in groupby(steps, key=lambda j: sizes[j - 1] > 0):
+        chain = list(chain_iter)
+        first, last = chain[0], chain[-1]
+        before, after = levels[first - 1], levels[last]
+        size = after / before - 1 if before else 0.0
+        n_before = bounds[first] - bounds[first - 1]
+        n_after = bounds[last + 1] - bounds[last]
+        noise_bound = (
+            NOISE_SIGMAS
+            * changepoints.MEDIAN_SE_FACTOR
+            * sigma
+            * math.sqrt(1 / n_before + 1 / n_after)
+        )
+        why_not = []
+        if size <= 0:
+            why_not.append("faster" if series.metric == "time" else "less memory")
+        if abs(size) < limit:
+            why_not.append(f"{size:+.1%} under the {limit:.0%} minimum")
+        if abs(size) < noise_bound:
+            why_not.append(f"{size:+.1%} within noise ({noise_bound:.1%})")
+        p_value = _u_test(series.points, bounds, first, last, size)
+        if p_value is not None and p_value >= ALPHA:
+            why_not.append(f"samples not significantly apart (U test p={p_value:.2g})")
+        if n_after < MIN_PERSISTENCE:
+            why_not.append(f"{n_after} run after the change")
+        if (
+            series.metric == "memory"
+            and series.device_kind == "cpu"
+            and after - before < CPU_MEMORY_SLACK_BYTES
+        ):
+            why_not.append("under the CPU RSS resolution")
+        # The culprit: the chain's largest single step (a noise step merged before
+        # a real one must not move the blame onto an older commit).
+        culprit = max(chain, key=lambda j: abs(sizes[j - 1]))
+        change = Change(
+            series=series,
+            start=bounds[culprit],
+            before=before,
+            after=after,
+            size=size,
+            persistence=n_after,
+            noise_bound=noise_bound,
+            threshold=limit,
+            regression=not why_not,
+            why_not=why_not,
+        )
+        if change.regression:
+            later = levels[last + 1 :]
+            change.recovered = any(level <= before * (1 + limit) for level in later)
+        changes.append(change)
+    return changes
+
+
+def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[float]) -> float:
+    """Relative scatter of the runs around their segment's level (the run-to-run spread)."""
+    resid = []
+    for (a, b), level in zip(zip(bounds, bounds[1:], strict=False), levels, strict=True):
+        resid += [v / level - 1 for v in values[a:b] if level]
+    dof = len(resid) - len(levels)
+    return float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0
+
+
+def _u_test(
+    points: list[Point], bounds: list[int], first: int, last: int, size: float
+) -> float | None:
+    """One-sided U test of the samples after the change against those before; None: no samples.
+
+    It tells a real shift from a series whose run medians jump between the modes
+    of a bimodal timing distribution: the pooled samples then do not move.
+    """
+    before = [s for p in points[bounds[first - 1] : bounds[first]] for s in p.samples]
+    after = [s for p in points[bounds[last] : bounds[last + 1]] for s in p.samples]
+    if len(before) < 3 or len(after) < 3 or size == 0:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    side = "greater" if size > 0 else "less"
+    return float(mannwhitneyu(after, before, alternative=side, method="asymptotic").pvalue)
+
+
+def _label(row: sqlite3.Row) -> str:
+    text = (
+        f"{row['device_name']} {row['method']} {row['phase']} "
+        f"{row['tokens']}x{row['vocab']}x{row['hidden']} {row['dtype']} beta={row['beta']:g}"
+    )
+    if row["softcap"] is not None:
+        text += f" softcap={row['softcap']:g}"
+    if row["workload"] != "random":
+        text += f" {row['workload']}"
+    return text
+
+
+def _point(row: sqlite3.Row, metric: str) -> Point | None:
+    if row["status"] != "ok":
+        return None
+    noise, samples = 0.0, ()
+    if metric == "time":
+        if row["interpreted"] or row["median_ms"] is None or row["median_ms"] <= 0:
+            return None
+        value = float(row["median_ms"])
+        samples = tuple(json.loads(row["samples_json"]))
+        noise = changepoints.median_se(row["p20_ms"], row["p80_ms"], value, len(samples))
+    else:
+        if row["peak_bytes"] is None or row["peak_bytes"] <= 0:
+            return None
+        value = float(row["peak_bytes"])
+    return Point(
+        run_hash=row["content_hash"],
+        created=row["created"],
+        sha=row["sha"],
+        dirty=bool(row["dirty"]),
+        env_hash=row["env_hash"],
+        value=value,
+        noise=noise,
+        samples=samples if metric == "time" else (),
+    )
+
+
+def _unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
+    """One row per measurement: a merged results file repeats rows of the runs it merges.
+
+    Two rows with the same raw samples are one measurement (kept once, at its
+    first time); rows without samples are told apart by time and values.
+    """
+    seen, out = set(), []
+    for row in rows:
+        if row["samples_json"] != "[]":
+            key: tuple = (row["samples_json"],)
+        else:
+            key = (row["created"], row["status"], row["median_ms"], row["peak_bytes"])
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
+
+
+def load_series(
+    conn: sqlite3.Connection, metrics: Sequence[str] = store.METRICS, device: str | None = None
+) -> list[Series]:
+    """Every cell's series of each metric, in run-time order, from the database."""
+    out = []
+    rows = store.cell_rows(conn, device)
+    for cell, group_iter in groupby(rows, key=lambda r: r["cell_id"]):
+        group = list(group_iter)
+        group = _unique_measurements(group)
+        for metric in metrics:
+            points = [p for p in (_point(r, metric) for r in group) if p is not None]
+            if points:
+                out.append(Series(cell, _label(group[0]), metric, group[0]["device_kind"], points))
+    return out
+
+
+def check(
+    series: Iterable[Series], acknowledged: dict[tuple[str, str, str], str]
+) -> tuple[list[Change], list[Change]]:
+    """(open regressions, other regressions: recovered or acknowledged), over all series."""
+    failing, settled = [], []
+    for s in series:
+        for change in judge(s):
+            if not change.regression:
+                continue
+            key = (s.cell_id, change.after_point.run_hash)
+            if (*key, s.metric) in acknowledged or (*key, "*") in acknowledged:
+                settled.append(change)
+            elif change.recovered:
+                settled.append(change)
+            else:
+                failing.append(change)
+    return failing, settled

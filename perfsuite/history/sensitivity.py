@@ -1,0 +1,165 @@
+"""How well the history detector finds regressions: synthetic series, real noise.
+
+``perfsuite sensitivity`` measures ``compare`` by re-running methods (minutes);
+this measures ``rules.judge`` in seconds. A series of ``n_runs`` runs is built
+from one cell's stored samples: each run's value is the median of a bootstrap
+resample of the samples (the within-run noise as measured), times a run-level
+factor ``1 + N(0, run_noise)`` (the run-to-run drift no single run shows), times
+the injected change:
+
+``none``        nothing: every regression found is a false alarm
+``step +X%``    from run ``change_at`` on, X % slower
+``drift``       +``drift_per_run`` per run over ``drift_runs`` runs, then flat
+                (it starts early enough to leave ``MIN_FLAT`` flat runs at the end)
+
+Detection: a regression whose start lies within ``WINDOW`` runs of the injected
+change (within the drift's span for a drift). False alarm: any other one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfsuite.history import changepoints, rules
+
+WINDOW = 2
+MIN_FLAT = 3
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    step: float = 0.0
+    drift_per_run: float = 0.0
+    drift_runs: int = 0
+
+    def factors(self, n_runs: int, change_at: int) -> np.ndarray:
+        """The injected multiplier of each run."""
+        i = np.arange(n_runs)
+        if self.drift_runs:
+            ramp = np.clip(i - change_at + 1, 0, self.drift_runs)
+            return 1.0 + self.drift_per_run * ramp
+        return np.where(i >= change_at, 1.0 + self.step, 1.0)
+
+    def window(self, change_at: int) -> tuple[int, int] | None:
+        """Where a detection must start; None: there is nothing to find."""
+        if self.drift_runs:
+            return change_at - WINDOW, change_at + self.drift_runs
+        if self.step:
+            return change_at - WINDOW, change_at + WINDOW
+        return None
+
+
+SCENARIOS = (
+    Scenario("none"),
+    Scenario("step +3%", step=0.03),
+    Scenario("step +5%", step=0.05),
+    Scenario("step +10%", step=0.10),
+    Scenario("drift +1%/run x10", drift_per_run=0.01, drift_runs=10),
+)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Detection and false-alarm rates of one scenario on one device kind."""
+
+    device_kind: str
+    scenario: str
+    threshold: float
+    trials: int
+    detected: int  # trials with a regression in the window
+    false_alarms: int  # trials with a regression outside it
+
+    @property
+    def detection_rate(self) -> float:
+        return self.detected / self.trials if self.trials else math.nan
+
+    @property
+    def false_alarm_rate(self) -> float:
+        return self.false_alarms / self.trials if self.trials else math.nan
+
+
+def synthetic_series(
+    samples: Sequence[float],
+    scenario: Scenario,
+    rng: np.random.Generator,
+    device_kind: str = "cuda",
+    n_runs: int = 20,
+    change_at: int = 12,
+    run_noise: float = 0.0,
+) -> rules.Series:
+    """One synthetic history of a cell whose samples are ``samples``."""
+    base = np.asarray(samples, dtype=float)
+    factors = scenario.factors(n_runs, change_at)
+    points = []
+    for i in range(n_runs):
+        draw = rng.choice(base, size=len(base), replace=True)
+        scale = factors[i] * (1.0 + rng.normal(0.0, run_noise) if run_noise else 1.0)
+        p20, median, p80 = np.percentile(draw, [20, 50, 80])
+        noise = changepoints.median_se(p20, p80, median, len(draw))
+        points.append(
+            rules.Point(
+                run_hash=f"{i:012d}",
+                created=f"run-{i:04d}",
+                sha=f"sha{i}",
+                dirty=False,
+                env_hash="synthetic",
+                value=float(median * scale),
+                noise=noise,
+                samples=tuple(float(x) for x in draw * scale),
+            )
+        )
+    return rules.Series("synthetic", scenario.name, "time", device_kind, points)
+
+
+def measure(
+    samples_by_cell: Sequence[Sequence[float]],
+    device_kind: str,
+    trials: int = 30,
+    scenarios: Sequence[Scenario] = SCENARIOS,
+    n_runs: int = 20,
+    change_at: int = 12,
+    run_noise: float = 0.0,
+    seed: int = 0,
+) -> list[Rate]:
+    """Detection and false-alarm rates of each scenario over every cell's samples."""
+    rng = np.random.default_rng(seed)
+    threshold = rules.threshold_for("time", device_kind)
+    rates = []
+    for scenario in scenarios:
+        start = change_at
+        if scenario.drift_runs:
+            start = max(2, min(change_at, n_runs - scenario.drift_runs - MIN_FLAT))
+        window = scenario.window(start)
+        detected = false_alarms = total = 0
+        for samples in samples_by_cell:
+            for _ in range(trials):
+                series = synthetic_series(
+                    samples, scenario, rng, device_kind, n_runs, start, run_noise
+                )
+                found = [c.start for c in rules.judge(series) if c.regression]
+                hit = window is not None and any(window[0] <= s <= window[1] for s in found)
+                detected += hit
+                false_alarms += any(
+                    window is None or not window[0] <= s <= window[1] for s in found
+                )
+                total += 1
+        rates.append(Rate(device_kind, scenario.name, threshold, total, detected, false_alarms))
+    return rates
+
+
+def format_table(rates: Sequence[Rate]) -> str:
+    """A plain-text table: one line per device kind and scenario."""
+    head = ("device", "scenario", "min", "trials", "detected", "false alarms")
+    lines = ["{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format(*head)]
+    for r in rates:
+        detected = "-" if r.scenario == "none" else f"{r.detection_rate:.0%}"
+        lines.append(
+            f"{r.device_kind:<6} {r.scenario:<20} {r.threshold:>5.0%} {r.trials:>6} "
+            f"{detected:>9} {r.false_alarm_rate:>13.0%}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Results documents with a chosen history, for the history tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfsuite.history import store
+
+
+def make_document(
+    i: int, factor: float = 1.0, mem: int = 1 << 30, device: str = "cuda", seed: int = 0
+) -> dict[str, Any]:
+    """Run ``i`` of a one-cell history: 20 samples around 10 ms x ``factor`` (0.3 % noise)."""
+    rng = np.random.default_rng(seed * 1000 + i)
+    samples = (10.0 * factor * (1 + rng.normal(0, 0.003, 20))).tolist()
+    p20, median, p80 = np.percentile(samples, [20, 50, 80])
+    row = {
+        "method": "ours", "tokens": 8192, "vocab": 256000, "hidden": 2304, "dtype": "bf16",
+        "beta": 0.0, "phase": "fwd", "status": "ok", "softcap": None, "shape": "gemma2-2b",
+        "device": device, "median_ms": float(median), "p20_ms": float(p20),
+        "p80_ms": float(p80), "samples_ms": samples, "peak_bytes": mem, "workload": "random",
+    }  # fmt: skip
+    env = {
+        "created": f"2026-01-01T00:{i:02d}:00Z",
+        "git": {"sha": f"{i:02d}" + "ab" * 19, "dirty": False},
+        "versions": {"torch": "2.13.0"},
+        "device": {"kind": device, "name": f"Test {device.upper()}"},
+    }
+    return {"schema_version": 1, "env": env, "rows": [row]}
+
+
+def write_history(folder: Path, factors: list[float], mems: list[int] | None = None) -> list[Path]:
+    """One results file per run."""
+    paths = []
+    for i, factor in enumerate(factors):
+        mem = mems[i] if mems else 1 << 30
+        path = folder / f"run-{i:02d}.json"
+        path.write_text(json.dumps(make_document(i, factor, mem)))
+        paths.append(path)
+    return paths
+
+
+def count(db_path: Path, table: str) -> int:
+    conn = store.connect(db_path)
+    try:
+        return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    finally:
+        conn.close()

@@ -1,0 +1,107 @@
+"""Change points, the regression rule, `check` and `ack`, and the detector's rates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfsuite.history import changepoints, rules, sensitivity
+from perfsuite.history.cli import main
+from tests.history.histories import count, write_history
+
+
+def series(values: list[float], metric: str = "time", kind: str = "cuda", noise: float = 0.003):
+    """A series of run values; each run gets 20 samples around its value."""
+    rng = np.random.default_rng(0)
+    points = []
+    for i, v in enumerate(values):
+        samples = tuple(v * (1 + rng.normal(0, noise, 20))) if metric == "time" else ()
+        points.append(
+            rules.Point(f"{i:012d}", f"t{i:02d}", f"sha{i}", False, "env", v, 0.0, samples)
+        )
+    return rules.Series("cell", "label", metric, kind, points)
+
+
+def quiet(n: int, seed: int = 1, noise: float = 0.003) -> np.ndarray:
+    return 10 * (1 + np.random.default_rng(seed).normal(0, noise, n))
+
+
+def test_step_found_where_injected() -> None:
+    values = quiet(16) * np.r_[np.ones(10), np.full(6, 1.10)]
+    assert changepoints.detect(values) == [10]
+    assert changepoints.detect(quiet(16)) == []
+
+
+def test_rule_size_persistence_direction() -> None:
+    base = quiet(14)
+    (up,) = rules.judge(series(list(base * np.r_[np.ones(10), np.full(4, 1.10)])))
+    assert up.regression and up.start == 10 and up.size == pytest.approx(0.10, abs=0.01)
+    (down,) = rules.judge(series(list(base * np.r_[np.ones(10), np.full(4, 0.90)])))
+    assert not down.regression and "faster" in down.why_not
+    # Under the 2 % CUDA minimum; under the 20 % CPU minimum.
+    small = rules.judge(series(list(base * np.r_[np.ones(10), np.full(4, 1.015)])))
+    assert not any(c.regression for c in small)
+    (cpu,) = rules.judge(series(list(base * np.r_[np.ones(10), np.full(4, 1.10)]), kind="cpu"))
+    assert not cpu.regression and any("minimum" in w for w in cpu.why_not)
+    # One run after the change is not a regression yet (never even a change point).
+    assert not any(
+        c.regression for c in rules.judge(series(list(base[:11] * np.r_[np.ones(10), 1.1])))
+    )
+    # Within the cell's noise: a 3 % step on a series with 3 % run-to-run scatter.
+    noisy = quiet(14, noise=0.03) * np.r_[np.ones(10), np.full(4, 1.03)]
+    assert not any(c.regression for c in rules.judge(series(list(noisy), noise=0.03)))
+
+
+def test_recovered_and_memory() -> None:
+    values = quiet(15) * np.r_[np.ones(6), np.full(4, 1.2), np.ones(5)]
+    (up, _down) = rules.judge(series(list(values)))
+    assert up.regression and up.recovered
+    mem = [2.0**30] * 6 + [2.0**30 * 1.05] * 3
+    (change,) = rules.judge(series(mem, metric="memory"))
+    assert change.regression and change.start == 6
+
+
+def test_check_exit_codes_and_ack(
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    write_history(folder, [1.0] * 8)
+    assert main(["import", "--db", str(db), str(folder)]) == 0
+    assert main(["check", "--db", str(db)]) == 0
+    write_history(folder, [1.0] * 8 + [1.10] * 3)
+    assert main(["import", "--db", str(db), str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["check", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("REGRESSION")]
+    assert "time" in line and "+10." in line and "07abababab" in line and "08abababab" in line
+    ident = line.split()[1]
+    assert main(["ack", "--db", str(db), ident, "--reason", "accepted: exactness first"]) == 0
+    assert count(db, "acks") == 1
+    assert main(["check", "--db", str(db)]) == 0
+    assert "acknowledged: accepted" in capsys.readouterr().out
+    assert main(["ack", "--db", str(db), "nosuchcell/abc", "--reason", "x"]) == 2
+    assert main(["ack", "--db", str(db), "no-slash", "--reason", "x"]) == 2
+
+
+def test_sensitivity_step_found_and_no_false_alarm() -> None:
+    rng = np.random.default_rng(3)
+    samples = [list(10 * (1 + rng.normal(0, 0.01, 20))) for _ in range(2)]
+    none, step = sensitivity.measure(
+        samples, "cuda", trials=10, scenarios=[sensitivity.SCENARIOS[0], sensitivity.SCENARIOS[3]]
+    )
+    assert none.false_alarms == 0
+    assert step.detection_rate == 1.0 and step.false_alarms == 0
+    assert "step +10%" in sensitivity.format_table([none, step])
+
+
+def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_history(tmp_path, [1.0] * 4)
+    assert main(["import", "--db", str(db), str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "drift +1%/run x10" in out and out.count("cuda ") >= 5

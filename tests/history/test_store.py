@@ -1,0 +1,121 @@
+"""Adding results to the history: idempotent, all or nothing, corrupt files refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfsuite.history import ingest, store
+from perfsuite.history.cli import main
+from tests.history.histories import count, make_document, write_history
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_add_is_idempotent(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (path,) = write_history(tmp_path, [1.0])
+    assert main(["add", "--db", str(db), str(path)]) == 0
+    assert main(["add", "--db", str(db), str(path)]) == 0
+    # The same document re-indented under another name is the same run.
+    copy = tmp_path / "copy.json"
+    copy.write_text(json.dumps(json.loads(path.read_text()), indent=4))
+    assert main(["add", "--db", str(db), str(copy)]) == 0
+    assert count(db, "runs") == 1 and count(db, "cells") == 1
+    assert capsys.readouterr().out.count("already stored") == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"schema_version": 1, "env": {}, "rows": [', "[1, 2]", '{"schema_version": 7}', ""],
+)
+def test_corrupt_file_refused_and_nothing_stored(
+    tmp_path: Path, db: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    assert main(["add", "--db", str(db), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "bad.json" in err
+    assert count(db, "runs") == 0
+
+
+def test_bad_row_refuses_whole_file(tmp_path: Path, db: Path) -> None:
+    document = make_document(0)
+    document["rows"].append({**document["rows"][0], "median_ms": "fast"})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    assert main(["add", "--db", str(db), str(bad)]) == 2
+    assert count(db, "runs") == 0 and count(db, "cells") == 0
+
+
+def test_failure_mid_insert_leaves_nothing(
+    tmp_path: Path, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = make_document(0)
+    document["rows"] = [dict(document["rows"][0], method=f"m{k}") for k in range(5)]
+    inserted = []
+    real = store.insert_cell
+
+    def crash_on_third(conn, run_id, values):  # type: ignore[no-untyped-def]
+        if len(inserted) == 2:
+            raise RuntimeError("power cut")
+        real(conn, run_id, values)
+        inserted.append(values)
+
+    monkeypatch.setattr(store, "insert_cell", crash_on_third)
+    conn = store.connect(db)
+    with pytest.raises(RuntimeError):
+        ingest.add_document(conn, document, "crash.json")
+    conn.close()
+    assert len(inserted) == 2
+    assert count(db, "runs") == 0 and count(db, "cells") == 0
+    monkeypatch.undo()
+    conn = store.connect(db)
+    assert not ingest.add_document(conn, document, "again.json").duplicate
+    conn.close()
+    assert count(db, "runs") == 1 and count(db, "cells") == 5
+
+
+def test_import_repo_reports(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = REPO / "reports"
+    files = ingest.results_files(reports)
+    results = [p for p in files if "rows" in json.loads(p.read_text())]
+    assert len(results) >= 5
+    assert main(["import", "--db", str(db), str(reports)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped (not a results file)" in out  # the sensitivity reports
+    distinct = {store.content_hash(json.loads(p.read_text())) for p in results}
+    assert count(db, "runs") == len(distinct)
+    assert main(["list", "--db", str(db)]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[-1] == f"{len(distinct)} runs" and len(listing) == len(distinct) + 1
+    assert main(["import", "--db", str(db), str(reports)]) == 0
+    assert count(db, "runs") == len(distinct)
+
+
+def test_import_skips_other_json(
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_history(tmp_path, [1.0, 1.0])
+    (tmp_path / "notes.json").write_text('{"report": "text"}')
+    assert main(["import", "--db", str(db), str(tmp_path)]) == 0
+    assert "notes.json: skipped" in capsys.readouterr().out
+    assert count(db, "runs") == 2
+
+
+def test_bad_input_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_a_db = tmp_path / "history.sqlite"
+    not_a_db.write_text("this is not sqlite " * 100)
+    cases = [
+        ["list", "--db", str(not_a_db)],
+        ["check", "--db", str(tmp_path / "missing.sqlite")],
+        ["add", "--db", str(tmp_path), str(tmp_path / "x.json")],  # a folder as the db
+        ["add", "--db", str(tmp_path / "ok.sqlite"), str(tmp_path / "missing.json")],
+        ["import", "--db", str(tmp_path / "ok.sqlite"), str(tmp_path / "nowhere")],
+    ]
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, (argv, err)

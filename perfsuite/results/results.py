@@ -7,6 +7,7 @@ truncated file behind; loaded into pandas with one call (``load_dataframe``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -137,7 +138,41 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         missing = [k for k in (*CELL_KEY, "status") if not isinstance(row, dict) or k not in row]
         if missing:
             raise ResultsError(f"{path}: row {i} lacks {', '.join(missing)}")
+        problem = _bad_measurement(row)
+        if problem:
+            raise ResultsError(f"{path}: row {i} ({row['method']}, {row['phase']}): {problem}")
     return document
+
+
+# Measured quantities: a NaN, an infinity, a negative or a string here is a corrupt file
+# (json.loads accepts NaN and Infinity), never a number to compare or bold as best.
+MEASURED_FIELDS = (
+    "median_ms", "p20_ms", "p80_ms", "compile_ms", "peak_bytes", "peak_abs_bytes",
+    "rss_peak_bytes",
+)  # fmt: skip
+
+
+def _usable(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _bad_measurement(row: dict[str, Any]) -> str | None:
+    """Why a row's measured values cannot be trusted, or None."""
+    for key in MEASURED_FIELDS:
+        value = row.get(key)
+        if value is not None and not _usable(value):
+            return f"{key} is {value!r}, not a finite number >= 0"
+    samples = row.get("samples_ms")
+    if samples is not None and (
+        not isinstance(samples, list) or not all(_usable(x) for x in samples)
+    ):
+        return "samples_ms holds a value that is not a finite number >= 0"
+    return None
 
 
 def to_dataframe(document: dict[str, Any]) -> pd.DataFrame:

@@ -344,3 +344,19 @@ def test_false_alarm_rate_on_synthetic_noise_is_at_most_alpha():
         d = compare_time(samples(10, seed), samples(10, seed + 10_000), settings)
         flagged += d.verdict == "regression"
     assert flagged <= 6
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("median_ms", float("nan")), ("median_ms", float("inf")), ("median_ms", "fast"),
+     ("peak_bytes", -1), ("samples_ms", [1.0, float("nan")])],
+)  # fmt: skip
+def test_non_finite_or_negative_measurements_are_corrupt_not_same(files, capsys, field, value):
+    """A broken run must not pass the regression gate as "same"."""
+    base = files("b.json", make_doc())
+    doc = make_doc(seed=1)
+    doc["rows"][0][field] = value
+    cur = files("c.json", doc)
+    assert cli(base, cur) == 2
+    err = capsys.readouterr().err
+    assert field in err and "not a finite number" in err and "Traceback" not in err

@@ -81,8 +81,14 @@ def stored_baseline(
     return new_document(docs[0]["env"], rows), paths, missing
 
 
-def update(results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False) -> list[str]:
-    """Write the stored baseline(s) from ``results``; returns what was done, line by line."""
+def update(
+    results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False, force: bool = False
+) -> list[str]:
+    """Write the stored baseline(s) from ``results``; returns what was done, line by line.
+
+    A shape whose new file has fewer ``ok`` cells than the stored one is refused unless
+    ``force``: a run whose cells errored must not replace a good baseline.
+    """
     document = load_results(results)
     if not document["rows"]:
         raise ResultsError(f"{results}: no rows; nothing to store")
@@ -91,6 +97,7 @@ def update(results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False) -
     git = document["env"].get("git") or {}
     if git.get("dirty"):
         lines.append(f"warning: {results} was measured from a checkout with uncommitted changes")
+    planned = []
     for stem, doc in split_by_shape(document).items():
         path = folder / f"{stem}.json"
         ok = sum(r["status"] == "ok" for r in doc["rows"])
@@ -98,9 +105,19 @@ def update(results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False) -
         if path.exists():
             try:
                 old = load_results(path)
-                what += f", replacing {len(old['rows'])} cells from {old['env'].get('created')}"
             except ResultsError:
                 what += ", replacing an unreadable file"
+            else:
+                old_ok = sum(r["status"] == "ok" for r in old["rows"])
+                if ok < old_ok and not force:
+                    raise ResultsError(
+                        f"{path}: the stored baseline has {old_ok} ok cells, {results} only "
+                        f"{ok}; refusing to replace it (--force to do it anyway)"
+                    )
+                what += f", replacing {len(old['rows'])} cells from {old['env'].get('created')}"
+        planned.append((path, doc, what))
+    # Written only once every shape passed the check: all or nothing.
+    for path, doc, what in planned:
         if not dry_run:
             write_results(path, doc)
         lines.append(f"{'would write' if dry_run else 'wrote'} {path}: {what}")
@@ -135,6 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("results", type=Path, help="results file from `perfsuite run`")
     up.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
     up.add_argument("--dry-run", action="store_true", help="say what would be written")
+    up.add_argument(
+        "--force", action="store_true", help="replace a baseline that has more ok cells"
+    )
     ls = sub.add_parser("list", help="list the stored baselines")
     ls.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
 
@@ -142,7 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.baseline_command == "update":
-            lines = update(args.results, args.root, dry_run=args.dry_run)
+            lines = update(args.results, args.root, dry_run=args.dry_run, force=args.force)
         else:
             lines = list_stored(args.root)
     except (ResultsError, OSError) as err:

@@ -137,3 +137,18 @@ def test_stored_files_from_different_environments_are_refused(tmp_path):
 )
 def test_shape_stem(row, stem):
     assert baseline_store.shape_stem(row) == stem
+
+
+def test_a_run_with_fewer_ok_cells_does_not_replace_the_baseline(tmp_path, capsys):
+    root = tmp_path / "baselines"
+    good = write_results(tmp_path / "good.json", document())
+    assert baseline_cli("update", good, "--root", root) == 0
+    broken = document()
+    for row in broken["rows"]:
+        row.update(status="error", reason="worker crashed")
+    bad = write_results(tmp_path / "bad.json", broken)
+    before = (root / SLUG / "gemma2-2b.json").read_text()
+    assert baseline_cli("update", bad, "--root", root) == 2
+    assert "refusing to replace" in capsys.readouterr().err
+    assert (root / SLUG / "gemma2-2b.json").read_text() == before  # nothing written
+    assert baseline_cli("update", bad, "--root", root, "--force") == 0

@@ -19,7 +19,7 @@ from perfsuite.args import add_measurement_arguments, measurement_options, posit
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.shapes import PRESETS, get_shape
-from perfsuite.results.results import write_results
+from perfsuite.results.results import check_writable, write_results
 
 DEFAULT_OUT_DIR = Path("reports") / "runs"
 
@@ -44,6 +44,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-<shape>-<device>.json)",
     )
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -70,11 +71,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         shapes = [file_shape(workload, args.tokens)]
         softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
     else:
-        shapes = [
-            get_shape(name).with_overrides(args.tokens, args.vocab, args.hidden)
-            for name in args.shape.split(",")
-            if name.strip()
-        ]
+        names = list(dict.fromkeys(n.strip() for n in args.shape.split(",") if n.strip()))
+        if not names:
+            raise PlanError(f"--shape {args.shape!r}: no preset named (see `perfsuite shapes`)")
+        shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
         softcap = _softcap(args, shapes)
     plan = build_plan(
         workload=workload,
@@ -90,6 +90,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
+    check_writable(out, overwrite=args.force)  # before anything is measured
 
     total = len(plan.methods) * len(plan.cases())
     columns = (
@@ -112,6 +113,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     write_results(out, document)
     print_tables(document["rows"], console)
     console.print(f"results: {out}")
+    if document["rows"] and all(r["status"] == "error" for r in document["rows"]):
+        console.print("[red]error:[/red] every cell failed (see the notes above)")
+        return 1
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ from perfsuite.args import parse_size
 from perfsuite.cli import main
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.shapes import get_shape
-from perfsuite.results.results import load_dataframe
+from perfsuite.results.results import load_dataframe, load_results
 
 
 def test_run_prints_table_and_writes_results(tmp_path, capsys):
@@ -136,3 +137,43 @@ def test_smoke_ours_at_smoothing_stays_within_ten_percent_of_floor(tmp_path):
     assert df.loc["ours", "status"] == "ok" and bool(df.loc["ours", "interpreted"])
     assert floor <= df.loc["ours", "peak_bytes"] <= 1.10 * floor
     assert df.loc["eager", "peak_bytes"] >= 2 * s.tokens * s.vocab * 4
+
+
+CHEAP = ["run", "--shape", "smoke", "--methods", "eager", "--phases", "fwd", "--samples", "2"]
+
+
+@pytest.mark.parametrize("kind", ["existing", "directory", "file-as-parent"])
+def test_unusable_out_is_refused_before_measuring(tmp_path, capsys, kind):
+    out = {
+        "existing": tmp_path / "old.json",
+        "directory": tmp_path,
+        "file-as-parent": tmp_path / "plain.txt" / "r.json",
+    }[kind]
+    if kind == "existing":
+        out.write_text("keep me")
+    if kind == "file-as-parent":
+        out.parent.write_text("not a folder")
+    assert main([*CHEAP, "--out", str(out)]) == 2
+    text = capsys.readouterr().out
+    assert "--out" in text and "eager" not in text  # refused up front: nothing ran
+    if kind == "existing":
+        assert out.read_text() == "keep me"
+
+
+def test_force_overwrites_and_the_file_follows_the_umask(tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("old")
+    old = os.umask(0o022)
+    try:
+        assert main([*CHEAP, "--out", str(out), "--force"]) == 0
+    finally:
+        os.umask(old)
+    assert load_results(out)["rows"] and (out.stat().st_mode & 0o777) == 0o644
+
+
+def test_repeated_shapes_run_once(tmp_path):
+    out = tmp_path / "r.json"
+    assert main([*CHEAP, "--shape", "smoke, smoke", "--out", str(out)]) == 0
+    rows = load_results(out)["rows"]
+    assert len(rows) == 2  # eager × β ∈ {0, 0.1} × fwd, not doubled
+    assert main([*CHEAP, "--shape", ",", "--out", str(tmp_path / "x.json")]) == 2

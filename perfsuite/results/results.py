@@ -90,8 +90,33 @@ def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) ->
     }
 
 
+def check_writable(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything is
+    measured: a directory, an existing file (unless ``overwrite``), or a folder that cannot be
+    created or written."""
+    path = Path(path)
+    if path.is_dir():
+        raise ResultsError(f"--out {path}: is a directory")
+    if path.exists() and not overwrite:
+        raise ResultsError(f"--out {path}: exists; pass --force to overwrite it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ResultsError(f"--out {path}: cannot write there ({err.strerror})") from None
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Path:
-    """Write ``document`` to ``path`` atomically."""
+    """Write ``document`` to ``path`` atomically, with the user's umask (not mkstemp's 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -101,6 +126,7 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -4,6 +4,7 @@ what is measured and how, as opposed to which shapes (each command's own)."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any
 
@@ -29,6 +30,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (a softcap: NaN or infinity would only produce error rows)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
 
 

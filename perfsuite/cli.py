@@ -15,7 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from perfsuite import __version__
-from perfsuite.args import add_measurement_arguments, measurement_options, positive_int
+from perfsuite.args import (
+    add_measurement_arguments,
+    measurement_options,
+    positive_float,
+    positive_int,
+)
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.shapes import PRESETS, get_shape
@@ -56,9 +61,9 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
             raise PlanError("--softcap without a value needs presets that define one softcap")
         return caps.pop()
     try:
-        return float(args.softcap)
-    except ValueError:
-        raise PlanError(f"--softcap: {args.softcap!r} is not a number") from None
+        return positive_float(args.softcap)
+    except argparse.ArgumentTypeError as err:
+        raise PlanError(f"--softcap: {err}") from None
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:

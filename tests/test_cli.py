@@ -177,3 +177,9 @@ def test_repeated_shapes_run_once(tmp_path):
     rows = load_results(out)["rows"]
     assert len(rows) == 2  # eager × β ∈ {0, 0.1} × fwd, not doubled
     assert main([*CHEAP, "--shape", ",", "--out", str(tmp_path / "x.json")]) == 2
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_non_finite_softcap_is_a_one_line_error(capsys, value):
+    assert main([*CHEAP, "--softcap", value]) == 2
+    assert "--softcap" in capsys.readouterr().out

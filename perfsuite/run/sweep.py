@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfsuite.args import add_measurement_arguments, measurement_options
+from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError, build_plan
 from perfsuite.plan.registry import all_methods
@@ -216,7 +216,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab", default=None, help=f"V values (default {DEFAULT_VOCAB})")
     p.add_argument("--hidden", default=None, help=f"D values (default {DEFAULT_HIDDEN})")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--softcap", type=float, help="apply this logit softcap to every cell")
+    p.add_argument("--softcap", type=positive_float, help="apply this logit softcap to every cell")
     add_measurement_arguments(p)
     p.add_argument("--out", type=Path, help=f"results file (default: {DEFAULT_OUT_DIR}/…)")
     p.add_argument("--resume", action="store_true", help="finish the sweep in --out")

@@ -183,3 +183,18 @@ def test_repeated_shapes_run_once(tmp_path):
 def test_non_finite_softcap_is_a_one_line_error(capsys, value):
     assert main([*CHEAP, "--softcap", value]) == 2
     assert "--softcap" in capsys.readouterr().out
+
+
+def _subcommands() -> list[str]:
+    from perfsuite.cli import MODULE_COMMANDS
+
+    return ["run", "shapes", "methods", *(name for name, _, _ in MODULE_COMMANDS)]
+
+
+@pytest.mark.parametrize("command", _subcommands())
+def test_every_subcommand_help_works(capsys, command):
+    """argparse expands '%' in help strings: a bare one is a traceback on --help."""
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert f"perfsuite {command}" in capsys.readouterr().out

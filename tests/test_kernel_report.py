@@ -294,3 +294,12 @@ def test_table_names_every_variant(monkeypatch, capsys):
     assert "N64-V64-D32x32-w8-s3" in text  # not squeezed to 80 columns in a log
     assert "H100" in text and "A100" in text and "100.0%" in text
     assert "CCE side by side skipped" in text
+
+
+@pytest.mark.parametrize("arch", ["sm_800", "sm_70", "sm_99x"])
+def test_unsupported_arch_is_a_one_line_error(capsys, arch):
+    from perfsuite.cli import main
+
+    assert main(["kernel-report", "--arch", arch, "--no-cce"]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported arch" in err and arch in err and len(err.strip().splitlines()) == 1

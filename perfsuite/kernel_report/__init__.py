@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
         for arch in archs:
             build.capability(arch)
     except ValueError as exc:
-        raise SystemExit(f"kernel-report: {exc}") from None
+        print(f"perfsuite kernel-report: error: {exc}", file=sys.stderr)
+        return 2
     dtypes = _csv(args.dtype) if getattr(args, "dtype", None) else None
     kernels = _csv(args.kernel) if getattr(args, "kernel", None) else None
     report = kernel_report(

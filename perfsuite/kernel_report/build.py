@@ -28,11 +28,14 @@ class BuildError(RuntimeError):
     """ptxas or cuobjdump failed, or their output could not be read."""
 
 
+# Archs with shipped configs (configs.ARCHS: Ampere-class tiles, Hopper tiles).
+SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
+
+
 def capability(arch: str) -> int:
-    m = re.fullmatch(r"sm_(\d+)a?", arch)
-    if not m:
-        raise ValueError(f"bad arch {arch!r}: use e.g. sm_80 or sm_90a")
-    return int(m.group(1))
+    if arch not in SUPPORTED:
+        raise ValueError(f"unsupported arch {arch!r}: use one of {', '.join(SUPPORTED)}")
+    return int(re.fullmatch(r"sm_(\d+)a?", arch).group(1))
 
 
 def target(arch: str) -> Any:

@@ -228,7 +228,7 @@ COMMANDS = {"run": cmd_run, "shapes": cmd_shapes, "methods": cmd_methods}
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(log_path=False)  # progress lines: no "cli.py:101" source column
     try:
         if args.command in COMMANDS:
             return COMMANDS[args.command](args, console)

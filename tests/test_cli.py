@@ -198,3 +198,8 @@ def test_every_subcommand_help_works(capsys, command):
         main([command, "--help"])
     assert exc.value.code == 0
     assert f"perfsuite {command}" in capsys.readouterr().out
+
+
+def test_progress_lines_carry_no_source_path(tmp_path, capsys):
+    assert main([*CHEAP, "--out", str(tmp_path / "r.json")]) == 0
+    assert "cli.py:" not in capsys.readouterr().out

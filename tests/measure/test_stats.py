@@ -4,45 +4,33 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
-from perfsuite.measure.stats import (
-    EXACT_LIMIT,
-    mann_whitney_greater,
-    min_p_value,
-    quantile,
-    summarize,
-)
+from perfsuite.measure.stats import mann_whitney_greater, min_p_value, quantile, summarize
 
 
-def test_quantile_and_summaries_match_numpy():
-    np = pytest.importorskip("numpy")
+def test_quantile_and_summaries():
     rng = random.Random(1)
     values = [rng.lognormvariate(0, 0.3) for _ in range(37)]
-    for q in (0.0, 0.2, 0.5, 0.8, 1.0):
-        assert quantile(values, q) == pytest.approx(float(np.quantile(values, q)))
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([0.0, 10.0], 0.2) == pytest.approx(2.0)  # linear interpolation
     assert summarize(values, "mean") == pytest.approx(float(np.mean(values)))
     assert summarize(values, "min") == min(values)
     assert summarize([], "median") != summarize([], "median")  # NaN
 
 
 def test_mann_whitney_exact_small_cases():
+    # 3 vs 3 fully separated: 1 ordering of C(6, 3) = 20.
     assert mann_whitney_greater([4, 5, 6], [1, 2, 3]) == pytest.approx(1 / 20)
     assert mann_whitney_greater([1, 2, 3], [4, 5, 6]) == pytest.approx(1.0)
     assert min_p_value(3, 3) == pytest.approx(1 / 20)
-    # n=20 each, fully separated: about 1e-11.
-    assert mann_whitney_greater(list(range(20, 40)), list(range(20))) < 1e-10
+    # 20 vs 20 separated, no ties: exact, 1 / C(40, 20).
+    p = mann_whitney_greater(list(range(20, 40)), list(range(20)))
+    assert p == pytest.approx(min_p_value(20, 20), rel=1e-9)
 
 
-def test_mann_whitney_matches_scipy():
-    scipy_stats = pytest.importorskip("scipy.stats")
-    rng = random.Random(0)
-    for trial in range(60):
-        n1, n2 = rng.randint(1, 25), rng.randint(1, 25)
-        digits = 2 if trial % 2 else 9  # half with ties
-        x = [round(rng.gauss(1.02, 0.05), digits) for _ in range(n1)]
-        y = [round(rng.gauss(1.0, 0.05), digits) for _ in range(n2)]
-        ties = len(set(x + y)) < n1 + n2
-        method = "asymptotic" if ties or n1 * n2 > EXACT_LIMIT else "exact"
-        expected = scipy_stats.mannwhitneyu(x, y, alternative="greater", method=method).pvalue
-        assert mann_whitney_greater(x, y) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+def test_ties_take_the_normal_approximation():
+    x, y = [1.0, 2.0, 2.0, 3.0], [2.0, 1.0, 0.0, 0.0]
+    p = mann_whitney_greater(x, y)
+    assert 0 < p < 0.5 and mann_whitney_greater([], y) != mann_whitney_greater([], y)

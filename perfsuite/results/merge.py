@@ -36,6 +36,14 @@ def merge_documents(
     if duplicates not in ("error", "first", "last"):
         raise MergeError(f"--duplicates must be error, first or last, not {duplicates!r}")
     first_name, first = documents[0]
+    # The merged env names one device: cells measured on another would carry its name.
+    devices = {(d["env"].get("device") or {}).get("name") for _, d in documents}
+    if len(devices) > 1:
+        raise MergeError(
+            f"files from different devices ({', '.join(sorted(map(str, devices)))}): a merged "
+            "file names one device for every cell, so these cannot be merged even with "
+            "--allow-mismatch"
+        )
     mismatches = []
     for name, doc in documents[1:]:
         for diff in env_differences(first["env"], doc["env"]):
@@ -90,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allow-mismatch",
         action="store_true",
-        help="merge even if devices, code or versions differ (recorded in env)",
+        help="merge even if code or library versions differ (recorded in env); never devices",
     )
     p.add_argument(
         "--duplicates",

@@ -41,7 +41,6 @@ def test_shards_merge_back_in_canonical_order():
     ("path", "value", "named"),
     [
         (("versions", "torch"), "2.12.0", "torch version: '2.13.0'"),
-        (("device", "name"), "NVIDIA A100-SXM4-80GB", "device.name"),
         (("git", "sha"), "def", "git.sha"),
         (("plan", "samples"), 5, "plan.samples"),
     ],
@@ -54,6 +53,15 @@ def test_environments_must_agree(path, value, named):
     assert named.split(":")[0] in str(err.value)
     merged = merge_documents([("a.json", a), ("b.json", b)], allow_mismatch=True)
     assert len(merged["env"]["merge_mismatches"]) == 1
+
+
+def test_different_devices_are_never_merged():
+    """The merged env names one device: a CPU cell must not be labelled an H100's."""
+    a, b = _split(grid_document(H100_ENV))
+    b["env"]["device"]["name"] = "Some CPU"
+    for flag in (False, True):
+        with pytest.raises(MergeError, match="different devices"):
+            merge_documents([("a.json", a), ("b.json", b)], allow_mismatch=flag)
 
 
 def test_duplicate_cells():

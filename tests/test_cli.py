@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +140,7 @@ def test_smoke_ours_at_smoothing_stays_within_ten_percent_of_floor(tmp_path):
     assert df.loc["eager", "peak_bytes"] >= 2 * s.tokens * s.vocab * 4
 
 
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
 CHEAP = ["run", "--shape", "smoke", "--methods", "eager", "--phases", "fwd", "--samples", "2"]
 
 
@@ -203,3 +205,47 @@ def test_every_subcommand_help_works(capsys, command):
 def test_progress_lines_carry_no_source_path(tmp_path, capsys):
     assert main([*CHEAP, "--out", str(tmp_path / "r.json")]) == 0
     assert "cli.py:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sensitivity", "--slowdowns", "abc"], "--slowdowns"),
+        (["sensitivity", "--method", "ours"], "interpreter"),
+        (["sensitivity", "--method", "nope"], "no such method"),
+        (
+            ["sensitivity", "--reanalyse", str(REPORTS / "cpu-smoke/results.json")],
+            "not a file written",
+        ),
+        (["sensitivity", "--quick", "--out", str(REPORTS)], "is a directory"),
+    ],
+)
+def test_sensitivity_bad_input_is_one_line(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_sensitivity_cuda_without_a_gpu(capsys):
+    assert main(["sensitivity", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_unknown_plugin_and_absurd_dpi(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("PERFSUITE_PLUGINS", "no_such_plugin_module")
+    assert main(["methods"]) == 2
+    assert "no_such_plugin_module" in capsys.readouterr().out
+    monkeypatch.delenv("PERFSUITE_PLUGINS")
+    with pytest.raises(SystemExit) as exc:
+        main(
+            [
+                "plot",
+                str(REPORTS / "cpu-sweep-small/results.json"),
+                "-o",
+                str(tmp_path),
+                "--dpi",
+                "1e5",
+            ]
+        )
+    assert exc.value.code == 2

@@ -32,7 +32,17 @@ def all_methods() -> dict[str, Method]:
     """Name -> method, in table order."""
     methods: dict[str, Method] = {}
     for module_name in _modules():
-        for method in importlib.import_module(module_name).METHODS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if module_name in ADAPTER_MODULES:
+                raise
+            raise ValueError(
+                f"PERFSUITE_PLUGINS: cannot import {module_name!r} ({err.msg})"
+            ) from None
+        if not hasattr(module, "METHODS"):
+            raise ValueError(f"PERFSUITE_PLUGINS: {module_name!r} has no METHODS list")
+        for method in module.METHODS:
             if method.name in methods:
                 raise ValueError(f"method {method.name!r} registered twice ({module_name})")
             methods[method.name] = method

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -150,17 +151,50 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         if getattr(args, k) is not None
     }
     if args.slowdowns:
-        changes["slowdowns"] = tuple(parse_fraction(x) for x in args.slowdowns.split(","))
+        try:
+            changes["slowdowns"] = tuple(parse_fraction(x) for x in args.slowdowns.split(","))
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"--slowdowns: {err}") from None
     cfg = replace(cfg, **changes)
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device here (torch sees none)")
+    elif _is_triton(cfg.method):
+        raise ValueError(
+            f"--method {cfg.method} runs Triton kernels, which run on CPU only under the "
+            "interpreter (its times say nothing about a GPU): use --device cuda, or eager"
+        )
     if cfg.processes < 1 or cfg.runs < 2 or cfg.samples < 2:
         raise ValueError("need --processes >= 1, --runs >= 2 and --samples >= 2")
     return cfg
 
 
+def _is_triton(method: str) -> bool:
+    from perfsuite.plan.registry import all_methods
+
+    found = all_methods().get(method)
+    if found is None:
+        raise ValueError(f"--method {method}: no such method (see `perfsuite methods`)")
+    return bool(found.caps.triton)
+
+
+def _read_collected(path: Path) -> dict[str, Any]:
+    document = json.loads(Path(path).read_text())
+    if not isinstance(document, dict) or not isinstance(document.get("data"), dict):
+        raise ValueError(f"{path}: not a file written by `perfsuite sensitivity --out`")
+    return document["data"]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.out:
+            from perfsuite.results.results import check_writable
+
+            check_writable(args.out, overwrite=True)  # before minutes of measuring
         if args.reanalyse:
-            data = json.loads(Path(args.reanalyse).read_text())["data"]
+            data = _read_collected(args.reanalyse)
         else:
             cfg = config_from_args(args)
             data = collect(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
@@ -171,7 +205,15 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from perfsuite.results.results import write_results
 
-        write_results(args.out, {"report": report.as_dict(), "data": data})
+        try:
+            write_results(args.out, {"report": report.as_dict(), "data": data})
+        except OSError as err:  # never lose a measurement: save it where we can, and say so
+            import tempfile
+
+            fallback = Path(tempfile.gettempdir()) / f"perfsuite-sensitivity-{os.getpid()}.json"
+            write_results(fallback, {"report": report.as_dict(), "data": data})
+            print(f"perfsuite sensitivity: cannot write {args.out} ({err.strerror}); "
+                  f"saved to {fallback}", file=sys.stderr)  # fmt: skip
     text = render_markdown(report)
     if args.format == "markdown":
         sys.stdout.write(text)

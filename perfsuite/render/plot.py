@@ -134,6 +134,17 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> Non
         ax.plot(xs_all, ys, "k--", linewidth=1, label=f"roofline ({gpu.name})")
 
 
+def _dpi(text: str) -> int:
+    """A resolution matplotlib can render: 100000 dpi is a std::bad_alloc, not a plot."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 20 <= value <= 600:
+        raise argparse.ArgumentTypeError(f"must be between 20 and 600, got {value}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, help="a results file (run, sweep or merge)")
     p.add_argument("-o", "--out", type=Path, required=True, help="folder for the PNGs")
@@ -142,7 +153,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="fwd+bwd",
         help="phase(s) to plot, comma-separated, or all (default fwd+bwd, the headline)",
     )
-    p.add_argument("--dpi", type=int, default=150)
+    p.add_argument("--dpi", type=_dpi, default=150, help="resolution, 20 to 600 (default 150)")
 
 
 def run(args: argparse.Namespace) -> int:

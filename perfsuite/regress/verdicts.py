@@ -232,6 +232,15 @@ def compare_cell(
     if cur["status"] != "ok":
         return CellComparison(key, base, cur, "same", False)
     notes = []
+
+    def timed(row: dict[str, Any]) -> bool:
+        return bool(row.get("samples_ms")) or row.get("median_ms") is not None
+
+    if timed(base) and not timed(cur) and not cur.get("interpreted"):
+        # An ok cell that lost its time is a broken run, never "same".
+        return CellComparison(
+            key, base, cur, "regression", True, notes=["ok but no time was recorded"]
+        )
     if base.get("interpreted") or cur.get("interpreted"):
         time = TimeDecision(None, note="interpreted: time not compared")
     else:

@@ -360,3 +360,10 @@ def test_non_finite_or_negative_measurements_are_corrupt_not_same(files, capsys,
     assert cli(base, cur) == 2
     err = capsys.readouterr().err
     assert field in err and "not a finite number" in err and "Traceback" not in err
+
+
+def test_an_ok_cell_without_a_time_fails(files, capsys):
+    doc = make_doc(seed=1)
+    doc["rows"][0].update(median_ms=None, p20_ms=None, p80_ms=None, samples_ms=[])
+    assert cli(files("b.json", make_doc()), files("c.json", doc)) == 1
+    assert "no time was recorded" in capsys.readouterr().out

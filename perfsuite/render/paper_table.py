@@ -166,7 +166,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
         phases = present_phases(members)
         sections = []
         betas = group_rows(members, key=lambda r: r["beta"])
-        for beta in sorted(betas, reverse=True):
+        for beta in sorted(betas):  # β = 0 first, as the console table and the plan
             lines = [_bound_line(phases, key, gpu)]
             for name, by_phase in by_method(betas[beta]).items():
                 lines.append(_method_line(name, by_phase, phases, key, gpu, known, beta))

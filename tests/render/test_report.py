@@ -79,7 +79,7 @@ def test_markdown_paper_layout_with_roofline():
     assert rows[("0", "eager")][6] == "28,000 MiB"  # with units
     assert rows[("0.1", "cce")][0] == "N/A"
     assert rows[("0", "cce")][6] == "**1,164 MiB**"  # ties are all marked
-    assert "mean token entropy β=0.1: 2.00 nats" in text
+    assert "mean token entropy β=0: 2.00 nats, β=0.1: 2.00 nats" in text
     assert "roofline on H100 SXM" in text
 
 

@@ -198,6 +198,11 @@ MODULE_COMMANDS = (
         "measure the regression detector's false-alarm and detection rates here",
     ),
     (
+        "converge",
+        "perfsuite.converge.cli",
+        "train a tiny LM once per method and beta: parity with eager, calibration",
+    ),
+    (
         "history",
         "perfsuite.history.cli",
         "keep every run in a SQLite history; find change points and regressions across commits",

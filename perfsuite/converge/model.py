@@ -1,0 +1,101 @@
+"""The tiny causal LM: a real ``transformers`` Llama, randomly initialised, no download.
+
+The loss hook is what Liger's ``apply_liger_kernel_to_llama`` and CCE's patches
+do to ``LlamaForCausalLM.forward``: run the decoder, then hand the last hidden
+states and ``lm_head.weight`` to a fused loss instead of materialising logits
+through ``lm_head``. Every method, eager included, goes through the same hook,
+so the runs differ only in the loss.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from perfsuite.converge.presets import Preset
+
+LossFn = Any  # perfsuite.method.LossFn: (e, c, targets) -> scalar
+
+
+def set_deterministic(seed: int) -> dict[str, Any]:
+    """Seed everything and ask torch for deterministic kernels; returns what was set.
+
+    CUDA's cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` before its first handle, so it
+    is set here (the converge entry runs this before touching the device).
+    Triton kernels (ours, liger) are outside torch's switch: their atomics, if
+    any, are what they are.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return {
+        "seed": seed,
+        "torch.use_deterministic_algorithms": True,
+        "tf32": False,
+        "CUBLAS_WORKSPACE_CONFIG": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+    }
+
+
+def llama_config(preset: Preset) -> Any:
+    """A Llama config scaled down to the preset (eager attention: no SDPA backend choice)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=preset.vocab,
+        hidden_size=preset.hidden,
+        intermediate_size=preset.intermediate,
+        num_hidden_layers=preset.layers,
+        num_attention_heads=preset.heads,
+        num_key_value_heads=preset.heads,
+        max_position_embeddings=max(preset.seq, 64),
+        tie_word_embeddings=False,
+        attention_dropout=0.0,
+        attn_implementation="eager",
+    )
+
+
+def build_model(preset: Preset, dtype: torch.dtype, device: str) -> torch.nn.Module:
+    """``LlamaForCausalLM`` initialised from ``preset.seed``: the same weights every call."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(preset.seed)
+    model = LlamaForCausalLM(llama_config(preset))
+    return model.to(device=device, dtype=dtype).train()
+
+
+def config_summary(model: torch.nn.Module) -> dict[str, Any]:
+    cfg = model.config
+    return {
+        "class": type(model).__name__,
+        "vocab": cfg.vocab_size,
+        "hidden": cfg.hidden_size,
+        "intermediate": cfg.intermediate_size,
+        "layers": cfg.num_hidden_layers,
+        "heads": cfg.num_attention_heads,
+        "tied_embeddings": bool(cfg.tie_word_embeddings),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def hidden_states(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states ``(batch, seq, hidden)`` (after the final norm)."""
+    return model.model(input_ids=inputs).last_hidden_state
+
+
+def hooked_loss(
+    model: torch.nn.Module, loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """The patched forward: ``loss_fn(hidden, lm_head.weight, targets)`` over all tokens."""
+    hidden = hidden_states(model, inputs)
+    e = hidden.reshape(-1, hidden.shape[-1])
+    return loss_fn(e, model.lm_head.weight, targets.reshape(-1))
+
+
+def flat_parameters(model: torch.nn.Module) -> torch.Tensor:
+    """Every parameter, fp32, on CPU, in one vector (for distances between runs)."""
+    return torch.cat([p.detach().float().reshape(-1).cpu() for p in model.parameters()])

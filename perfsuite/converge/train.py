@@ -1,0 +1,204 @@
+"""One training run: a method, a beta, a dtype; per-step records and the held-out score.
+
+Each run rebuilds the model from the preset's seed and replays the dataset's
+fixed batches, so two runs differ only in their loss method. Every failure
+(unavailable package, unsupported case, exception, non-finite loss) ends in a
+``RunResult`` with a status and a one-line reason: a caller never loses the
+other runs to one method.
+
+Peak memory per step: CUDA's allocator counters; on CPU the process RSS high-water
+mark from ``perfsuite.measure.memory`` (reset before each step, so it is that
+step's growth; under the Triton interpreter it includes numpy's emulation buffers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perfsuite.converge.data import Dataset
+from perfsuite.converge.evaluate import evaluate
+from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
+from perfsuite.converge.presets import Preset
+from perfsuite.method import DTYPES, Case, Method, Unavailable, Unsupported
+
+ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
+
+
+@dataclass
+class RunResult:
+    """What one run produced; ``params`` (final weights, flat fp32) stays out of the JSON."""
+
+    method: str
+    beta: float
+    dtype: str
+    status: str = "ok"
+    reason: str | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    heldout: dict[str, Any] | None = None
+    wall_s: float = 0.0
+    parity: dict[str, Any] | None = None
+    params: torch.Tensor | None = None
+
+    @property
+    def losses(self) -> list[float]:
+        return [s["loss"] for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "beta": self.beta,
+            "dtype": self.dtype,
+            "status": self.status,
+            "reason": self.reason,
+            "wall_s": round(self.wall_s, 4),
+            "steps": self.steps,
+            "heldout": self.heldout,
+            "parity": self.parity,
+        }
+
+
+def _kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _rss_step_peak(fn: Callable[[], Any]) -> int:
+    """``perfsuite.measure.memory.measure_rss_peak`` without its gc.collect/malloc_trim,
+    which cost ~170 ms a step once transformers is loaded (more than a smoke step)."""
+    Path("/proc/self/clear_refs").write_text("5")
+    start = _kib("VmRSS")
+    fn()
+    return max(_kib("VmHWM") - start, 0) * 1024
+
+
+def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
+    """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes."""
+    if device == "cuda":
+
+        def cuda_peak(fn: Callable[[], Any]) -> int:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            return int(torch.cuda.max_memory_allocated())
+
+        return "cuda max_memory_allocated (absolute, bytes)", cuda_peak
+    from perfsuite.measure.memory import cpu_meter_supported
+
+    if cpu_meter_supported() is None:
+        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (
+            _rss_step_peak
+        )
+
+    def no_meter(fn: Callable[[], Any]) -> None:
+        fn()
+        return None
+
+    return "none (no /proc/self/clear_refs here)", no_meter
+
+
+def grad_norm(model: torch.nn.Module) -> float:
+    """L2 norm of every parameter's gradient together, in fp32."""
+    norms = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: message`` on one line, with the innermost frame, for the results file."""
+    text = " ".join(str(err).split())[:300]
+    frames = traceback.extract_tb(err.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {text}{where}"
+
+
+def train_run(
+    method: Method,
+    preset: Preset,
+    data: Dataset,
+    beta: float,
+    dtype: str,
+    device: str,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    """Train from scratch with ``method``'s loss; never raises for a method's failure."""
+    result = RunResult(method=method.name, beta=beta, dtype=dtype)
+    start = time.perf_counter()
+    case = Case(
+        tokens=preset.tokens_per_step,
+        vocab=preset.vocab,
+        hidden=preset.hidden,
+        dtype=dtype,
+        beta=beta,
+        device=device,
+    )
+    reason = method.availability(device)
+    if reason is not None:
+        result.status, result.reason = "unavailable", reason
+        return result
+    reason = method.unsupported_reason(case)
+    if reason is not None:
+        result.status, result.reason = "unsupported", reason
+        return result
+    try:
+        _train(method, case, preset, data, result, on_step)
+    except Unavailable as err:
+        result.status, result.reason = "unavailable", str(err)
+    except Unsupported as err:
+        result.status, result.reason = "unsupported", str(err)
+    except Exception as err:  # a method's crash is its row's, not the sweep's
+        result.status, result.reason = "error", one_line(err)
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _train(
+    method: Method,
+    case: Case,
+    preset: Preset,
+    data: Dataset,
+    result: RunResult,
+    on_step: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    device = case.device
+    model = build_model(preset, DTYPES[case.dtype], device)
+    loss_fn = method.prepare(case, model.lm_head.weight)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, foreach=False, **ADAM)
+    _, measure = memory_meter(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    for step, batch in enumerate(data.train):
+        batch = batch.to(device)
+        record: dict[str, Any] = {"step": step}
+
+        def one_step(batch: torch.Tensor = batch, record: dict[str, Any] = record) -> None:
+            sync()
+            t0 = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = hooked_loss(model, loss_fn, batch[:, :-1], batch[:, 1:])
+            loss.backward()
+            record["grad_norm"] = grad_norm(model)
+            optimizer.step()
+            sync()
+            record["time_s"] = time.perf_counter() - t0
+            record["loss"] = float(loss.detach())
+
+        record["peak_bytes"] = measure(one_step)
+        result.steps.append(record)
+        if on_step is not None:
+            on_step(record)
+        if not math.isfinite(record["loss"]):
+            result.status = "diverged"
+            result.reason = f"non-finite loss {record['loss']} at step {step}"
+            return
+    result.params = flat_parameters(model)
+    result.heldout = evaluate(model, data.heldout, data.source, device)

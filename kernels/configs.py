@@ -108,13 +108,6 @@ def arch_of(device: torch.device) -> str:
     return "sm_90" if major >= 9 else "sm_80"
 
 
-def device_slots(device: torch.device, cfg: KernelConfig) -> int:
-    """Concurrent CTAs of ``cfg`` on ``device`` (SMs × occupancy; 1 off-GPU)."""
-    if device.type != "cuda" or interpreting():
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count * cfg.ctas_per_sm
-
-
 def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:
     """Shrink tiles to the next power of two of each dimension (at least 16)."""
 

@@ -144,12 +144,14 @@ FWD_CONFIGS = [
     KernelConfig(128, 128, 64, 4, 4),
 ]
 BWD_CONFIGS = [
+    KernelConfig(128, 256, 64, 8, 3, block_dd=64),
+    KernelConfig(128, 128, 64, 8, 3, block_dd=64),
     KernelConfig(128, 64, 64, 8, 3, block_dd=64),
     KernelConfig(64, 128, 64, 8, 3, block_dd=64),
     KernelConfig(64, 64, 32, 8, 3, block_dd=32),
     KernelConfig(128, 64, 32, 8, 4, block_dd=64),
     KernelConfig(64, 128, 32, 8, 4, block_dd=64),
-    KernelConfig(128, 128, 32, 8, 3, block_dd=32),
+    KernelConfig(128, 128, 32, 8, 3, block_dd=64),
 ]
 
 

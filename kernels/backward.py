@@ -1,12 +1,14 @@
-"""Backward stage: recompute logit tiles, add the softmax and target parts to dE/dC.
+"""Backward stage: recompute logit tiles, add their softmax part to dE/dC.
 
 Each program handles (row block, vocab tile) pairs: it rebuilds the logits, forms
-``d = p − (1−β)[v = y]`` (times ``1 − t²`` with softcap, plus the ``(β/V)·t²``
-piece), and multiplies by the per-row upstream gradient ``g``. Gradient filtering
-skips a tile only when every ``|d| < filter_eps`` *and* it holds no target: the
-dropped terms are then softmax probabilities alone, and the target part stays
-exact. The constant smoothing part ``−(β/V)·g`` is rank one and never enters the
-tiles: the launcher writes it into dE and dC before the kernel adds to them.
+the softmax part of ``d = p − (1−β)[v = y]`` (``p·(1 − t²)`` with softcap, plus
+the ``(β/V)·t²`` piece), multiplies by the per-row upstream gradient ``g`` and adds
+``d·C`` to dE and ``dᵀ·E`` to dC. The rest is exact and outside the tiles, in the
+launcher: the target part ``−(1−β)(1 − t_y²)·g`` (one gathered row per token for
+dE, one fp32 sum per distinct target for dC) and the rank-one smoothing part
+``−(β/V)·g``. So a tile holds softmax terms only, and skipping it (gradient
+filtering) drops softmax mass and nothing else; with no target work the tile
+also keeps fewer registers live.
 
 Which pairs run: every pair (grouped grid), or with a tile list only those the
 per-row mass budget keeps (tiles.py; programs past the list's count exit at
@@ -82,7 +84,6 @@ def _backward_tile(
     C,
     RowMax,
     LogSum,
-    Targets,
     G,
     Order,
     dE,
@@ -90,7 +91,6 @@ def _backward_tile(
     dELocks,
     dCLocks,
     softcap,
-    TargetW,
     smooth_w,
     RowEps,
     N,
@@ -100,7 +100,6 @@ def _backward_tile(
     stride_ed,
     stride_cv,
     stride_cd,
-    stride_t,
     BLOCK_N: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -139,13 +138,11 @@ def _backward_tile(
             acc = softcap * t
         row_max = tl.load(RowMax + offs_n % N)
         log_sum = tl.load(LogSum + offs_n % N)
-        targets = tl.load(Targets + wide_offsets(offs_n % N, stride_t)).to(tl.int32)
         live = n_mask & (g != 0)
-        is_target = (offs_v[None, :] == targets[:, None]) & v_mask[None, :] & live[:, None]
         # (z − max) − log-sum: exact cancellation of a common logit offset.
         prob = tl.exp((acc - row_max[:, None]) - log_sum[:, None])
-        # The softmax part only: the target part −(1−β)(1−t_y²) goes to dE exactly in
-        # fp32 outside the tiles (launcher) and joins dC's tile below.
+        # The softmax part only: the target part −(1−β)(1−t_y²) is added to dE and dC
+        # exactly, in fp32, outside the tiles (launcher).
         grad = prob
         if HAS_SOFTCAP:
             grad = grad * (1.0 - t * t)
@@ -155,18 +152,13 @@ def _backward_tile(
 
         keep = True
         if FILTER:
-            # Per-row thresholds (tiles.row_filter_eps) bound each row's dropped mass.
+            # Per-row thresholds (tiles.row_filter_eps): skip a tile whose every term is small.
             row_eps = tl.load(RowEps + offs_n % N)
-            big = (
+            keep = (
                 tl.max(tl.max((tl.abs(grad) >= row_eps[:, None]).to(tl.int32), axis=1), axis=0) > 0
             )
-            has_target = tl.max(tl.max(is_target.to(tl.int32), axis=1), axis=0) > 0
-            keep = big | has_target
         if keep:
             grad_t = cast(grad * g[:, None], E.dtype.element_ty, UPCAST_DOT)
-            target_w = tl.load(TargetW + offs_n % N)
-            with_target = grad - tl.where(is_target, target_w[:, None], 0.0)
-            grad_tt = tl.trans(cast(with_target * g[:, None], E.dtype.element_ty, UPCAST_DOT))
             n_dd = tl.cdiv(D, BLOCK_DD)
             for dd in range(0, n_dd):
                 offs_dd = dd * BLOCK_DD + tl.arange(0, BLOCK_DD)
@@ -181,6 +173,7 @@ def _backward_tile(
                 de_mask = n_mask[:, None] & dd_mask[None, :]
                 lock = dELocks + pid_n * n_dd + dd
                 _update(de_ptrs, de, de_mask, lock, DE_ATOMIC, UPCAST_DOT)
+            grad_tt = tl.trans(grad_t)
             for dd in range(0, n_dd):
                 offs_dd = dd * BLOCK_DD + tl.arange(0, BLOCK_DD)
                 dd_mask = offs_dd < D
@@ -202,7 +195,6 @@ def _backward_kernel(
     C,
     RowMax,
     LogSum,
-    Targets,
     G,
     Order,
     TileList,
@@ -212,7 +204,6 @@ def _backward_kernel(
     dELocks,
     dCLocks,
     softcap,
-    TargetW,
     smooth_w,
     RowEps,
     N,
@@ -222,7 +213,6 @@ def _backward_kernel(
     stride_ed,
     stride_cv,
     stride_cd,
-    stride_t,
     BLOCK_N: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -248,9 +238,9 @@ def _backward_kernel(
             entry = tl.load(TileList + pid)
             _backward_tile(
                 entry // num_v, entry % num_v,
-                E, C, RowMax, LogSum, Targets, G, Order, dE, dC, dELocks, dCLocks,
-                softcap, TargetW, smooth_w, RowEps, N, V, D,
-                stride_en, stride_ed, stride_cv, stride_cd, stride_t,
+                E, C, RowMax, LogSum, G, Order, dE, dC, dELocks, dCLocks,
+                softcap, smooth_w, RowEps, N, V, D,
+                stride_en, stride_ed, stride_cv, stride_cd,
                 BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
                 FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT,
             )  # fmt: skip
@@ -264,9 +254,9 @@ def _backward_kernel(
         pid_v = (pid % per_group) // group_size
         _backward_tile(
             pid_n, pid_v,
-            E, C, RowMax, LogSum, Targets, G, Order, dE, dC, dELocks, dCLocks,
-            softcap, TargetW, smooth_w, RowEps, N, V, D,
-            stride_en, stride_ed, stride_cv, stride_cd, stride_t,
+            E, C, RowMax, LogSum, G, Order, dE, dC, dELocks, dCLocks,
+            softcap, smooth_w, RowEps, N, V, D,
+            stride_en, stride_ed, stride_cv, stride_cd,
             BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
             FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
@@ -335,13 +325,10 @@ def lce_backward(
     else:
         de.zero_()
         dc.zero_()
-    # dE's target part, exact: −g_n·w_n·C[y_n], accumulated in fp32 in place; gathered
-    # in row chunks so the temporary stays ≤ 1/16 of dE's size.
+    # dE's target part, exact: −g_n·w_n·C[y_n], accumulated in fp32 in place.
     rows = targets.clamp(0, vocab - 1)
     weights = (g * target_w)[:, None]
-    chunk = max(64, triton.cdiv(n_rows, 16))
-    for start in range(0, n_rows, chunk):
-        part = slice(start, start + chunk)
+    for part in _row_chunks(n_rows):
         de[part].addcmul_(weights[part], c.index_select(0, rows[part]), value=-1.0)
 
     sizes = (n_rows, vocab, dim)
@@ -360,16 +347,50 @@ def lce_backward(
         return (pairs,)
 
     args = (
-        e, c, row_max, log_sum, targets, g, order,
+        e, c, row_max, log_sum, g, order,
         None if tiles is None else tiles.entries,
         None if tiles is None else tiles.count,
         de, dc, de_locks, dc_locks,
-        softcap, target_w, smooth_w, row_eps, *sizes,
-        e.stride(0), e.stride(1), c.stride(0), c.stride(1), targets.stride(0),
+        softcap, smooth_w, row_eps, *sizes,
+        e.stride(0), e.stride(1), c.stride(0), c.stride(1),
     )  # fmt: skip
     if cfg is None:
         flags = (beta > 0, softcap is not None, row_eps is not None, order is not None)
         _tuned((*flags, tiles is not None, de.dtype == dc.dtype))[grid](*args)
     else:
         _backward[grid](*args, **cfg.launch("backward"))
-    return de.to(e.dtype), dc.to(e.dtype)
+    de_out = de.to(e.dtype)
+    del de  # its block holds the per-target fp32 sums below
+    _add_target_part(dc, e, rows, weights)
+    return de_out, dc.to(e.dtype)
+
+
+def _row_chunks(n_rows: int) -> list[slice]:
+    """Row slices whose gathered temporaries stay ≤ 1/16 of an N×D buffer."""
+    chunk = max(64, triton.cdiv(n_rows, 16))
+    return [slice(start, start + chunk) for start in range(0, n_rows, chunk)]
+
+
+def _add_target_part(
+    dc: torch.Tensor, e: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor
+) -> None:
+    """dC's target part, exact: ``dC[y_n] −= g_n·w_n·E_n``, outside the tiles.
+
+    A 16-bit dC gets each target's rows summed in fp32 first (rows sorted by
+    target, one segment per distinct target, no host sync) and rounded into dC
+    once; an fp32 dC takes the rows directly.
+    """
+    if dc.dtype == torch.float32:
+        for part in _row_chunks(e.shape[0]):
+            dc.index_add_(0, rows[part], e[part].float() * weights[part], alpha=-1.0)
+        return
+    sorted_rows, perm = rows.sort()
+    seg = torch.zeros_like(sorted_rows)
+    seg[1:] = (sorted_rows[1:] != sorted_rows[:-1]).cumsum(0)
+    sums = torch.zeros(e.shape, device=e.device, dtype=torch.float32)
+    for part in _row_chunks(e.shape[0]):
+        idx = perm[part]
+        sums.index_add_(0, seg[part], e.index_select(0, idx).float() * weights[idx])
+    # Unused segments hold zeros and point at row 0: adding 0 changes nothing.
+    seg_rows = torch.zeros_like(sorted_rows).scatter_(0, seg, sorted_rows)
+    dc.index_add_(0, seg_rows, sums.neg_().to(dc.dtype))

@@ -58,17 +58,20 @@ class KernelConfig:
         )
 
 
-# Chosen by `perfsuite kernel-report`: the largest tiles that compile without spills
-# for every variant (smoothing, softcap, filtering, sorting, fp32 accumulation) on
-# sm_80 and sm_90a. The backward holds several N×V tiles plus 64-bit pointer tiles
-# for its read-modify-write updates, hence its smaller tiles.
+# Chosen by `perfsuite kernel-report`: tiles that compile without spills for every
+# variant (smoothing, softcap, filtering, sorting, fp32 accumulation) on sm_80 and
+# sm_90a under Triton 3.7 and 3.9. The backward's tiles are as wide as that allows:
+# it is bound by L2 traffic (every pair re-reads its E and C slices twice and adds
+# a BLOCK_N×D slice into the fp32 dE and a BLOCK_V×D slice into dC), which falls
+# with tile area; see kernel_report.costs.
 _HALF_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
-_HALF_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
+_HALF_BWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, block_dd=64)
 # Hopper: wgmma wants larger tiles; 16-bit atomics free the backward of locks.
 # Measured on an H100 at Gemma2-2B (reports/nvidia-h100-80gb-hbm3): forward 256×128×32
-# 20.2 ms vs 128×128×32 32.9 ms; backward 128×64×64 ≈ 64×128×64 < 64×64×32.
+# 20.2 ms vs 128×128×32 32.9 ms. Backward 128×256×64 (dE's fp32 adds halved against
+# 128×128) is the widest tile without spills; not yet timed on a GPU.
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
-_HOPPER_BWD = KernelConfig(128, 64, 64, num_warps=8, num_stages=3, block_dd=64)
+_HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=64)
 _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
 

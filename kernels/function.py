@@ -151,7 +151,6 @@ def _grads(
             s.row_max,
             s.log_sum,
             g,
-            targets,
             tau,
             vocab=c.shape[0],
             block_n=cfg.block_n,

@@ -3,14 +3,14 @@
 The forward keeps, per row n and vocab tile f, ``tile_lse[n, f] = log Σ_{v∈f} exp z``
 (bf16, N·⌈V/BLOCK_V⌉·2 bytes), so a tile's softmax mass is ``m = exp(tile_lse − lse)``.
 Skipping the pair (row block, tile) drops exactly that mass from each of its rows'
-softmax gradient (the target part is exact elsewhere; with softcap the in-tile
+softmax gradient (the target part is exact outside the tiles; with softcap the in-tile
 ``(β/V)·t²`` piece is bounded by ``BLOCK_V·β/V`` and added to m).
 
 Per row, ``row_threshold`` picks the largest τ in {filter_eps·4^-k} whose dropped mass
 ``Σ_f m·[m < τ]`` stays within half of ``δ = finfo(dtype).eps / 4`` (so at most a
 quarter ulp of the row's gradient scale is lost, however many tiles fall under
 it); a flat softmax over a large vocabulary gets τ = 0 and loses nothing. A pair
-is launched if some live row of its block has ``m ≥ τ`` or a target in it. The
+is launched if some live row of its block has ``m ≥ τ``. The
 list is built on the device (no host sync; the count stays there) in the
 backward's grouped order; backward programs past the count exit at once.
 CCE's filter instead drops every tile whose elements are all below ``filter_eps``,
@@ -102,13 +102,11 @@ def _keep_kernel(
     RowMax,
     LogSum,
     G,
-    Targets,
     Tau,
     Keep,
     N,
     num_f,
     num_v,
-    stride_t,
     extra,
     BLOCK_N: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -133,11 +131,8 @@ def _keep_kernel(
     for j in range(SPAN):
         f = (offs_t * BLOCK_V) // TILE_W + j
         mass += _tile_mass(TileLSE, offs_n, n_mask, f, num_f, lse, extra)
-    near = (mass >= tau[:, None]) & live[:, None]
-    tgt = tl.load(Targets + wide_offsets(offs_n % N, stride_t)).to(tl.int32)
-    has_target = (tgt[:, None] // BLOCK_V == offs_t[None, :]) & (tgt >= 0)[:, None]
-    hit = (near | (has_target & live[:, None])).to(tl.int32)
-    keep = tl.max(hit, axis=0)
+    near = ((mass >= tau[:, None]) & live[:, None]).to(tl.int32)
+    keep = tl.max(near, axis=0)
     tl.store(Keep + pid_n * num_v + offs_t, keep.to(tl.int8), mask=offs_t < num_v)
 
 
@@ -195,7 +190,6 @@ def build_tile_list(
     row_max: torch.Tensor,
     log_sum: torch.Tensor,
     g: torch.Tensor,
-    targets: torch.Tensor,
     tau: torch.Tensor,
     *,
     vocab: int,
@@ -213,13 +207,11 @@ def build_tile_list(
         row_max,
         log_sum,
         g,
-        targets,
         tau,
         keep,
         n_rows,
         tile_lse.shape[1],
         num_v,
-        targets.stride(0),
         extra,
         BLOCK_N=block_n,
         BLOCK_V=block_v,

@@ -8,7 +8,7 @@ from helpers import make_inputs
 
 from perfsuite.kernels import function, linear_cross_entropy
 from perfsuite.kernels.configs import KernelConfig, use_config
-from perfsuite.kernels.tiles import mass_budget
+from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
 SMALL = dict(
     forward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1),
@@ -62,7 +62,8 @@ def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap):
 
 
 def test_targets_and_ignored_rows(device):
-    """Target tiles are always listed; blocks with only ignored rows never are."""
+    """Rows peak at their targets, so target tiles are listed (by their mass: the target
+    part itself is exact outside the tiles); blocks with only ignored rows never are."""
     e, c, t = peaked_inputs(64, 900, 64, device, ignore="prefix")
     with use_config(**SMALL):
         de_list, dc_list, tiles = _grads(e, c, t, tile_list=True)
@@ -85,3 +86,58 @@ def test_no_list_when_it_cannot_drop_anything(device):
     assert function.LAST_TILES[0] is None
     _grads(e, c, t, label_smoothing=1.0, softcap=20.0, filter_eps=1e-3)
     assert function.LAST_TILES[0].launched_fraction() == 1.0
+
+
+@pytest.mark.parametrize(
+    ("beta", "softcap"), [(0.0, None), (0.1, 20.0)], ids=["plain", "smooth-cap"]
+)
+def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
+    """Conservative: with the list's own per-row thresholds τ, every (row block, vocab
+    tile) holding one in-tile term |d| ≥ τ of a live row (what the in-kernel element
+    filter keeps) is listed. Terms from fp32 reference logits."""
+    e, c, t = peaked_inputs(48, 600, 64, device)
+    p = function.Params(
+        beta=beta, softcap=softcap, ignore_index=-100, reduction="mean",
+        filter_eps=torch.finfo(torch.bfloat16).eps / 32, sort_vocab=False, accum_fp32=False,
+    )  # fmt: skip
+    with use_config(**WIDE):
+        _, valid, saved = function._forward(e, c, t, p, needs_grad=True)
+        g = function._row_grads(valid, "mean", None)
+        extra = 64 * beta / 600 if softcap else 0.0
+        tau = row_thresholds(
+            saved.tile_lse, saved.row_max, saved.log_sum,
+            filter_eps=p.filter_eps, extra=extra, dtype=torch.bfloat16,
+        )  # fmt: skip
+        tiles = build_tile_list(
+            saved.tile_lse, saved.tile_width, saved.row_max, saved.log_sum, g, tau,
+            vocab=600, block_n=16, block_v=64, group=function.GROUP_N, extra=extra,
+        )  # fmt: skip
+    z = e.float() @ c.float().T
+    if softcap:
+        th = torch.tanh(z / softcap)
+        z = softcap * th
+    terms = torch.softmax(z, dim=1)
+    if softcap:
+        terms = terms * (1 - th * th) + beta / 600 * th * th
+    big = (terms >= tau[:, None]) & (g != 0)[:, None]
+    num_v = -(-600 // 64)
+    padded = torch.zeros(48, num_v * 64, dtype=torch.bool, device=big.device)
+    padded[:, :600] = big
+    needed = padded.view(48 // 16, 16, num_v, 64).any(dim=3).any(dim=1)
+    listed = torch.zeros(48 // 16 * num_v, dtype=torch.bool, device=big.device)
+    listed[tiles.entries[: int(tiles.count.item())].long()] = True
+    assert needed.any() and not needed.all()
+    missing = needed.view(-1) & ~listed
+    assert not missing.any(), f"{int(missing.sum())} pairs with kept terms are not listed"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_full_list_gives_identical_gradients(device, dtype):
+    """Flat softmax: τ = 0, the list holds every pair, and its gradients are the
+    unfiltered launch's, bit for bit (same tiles, same order)."""
+    e, c, t = make_inputs(48, 600, 64, dtype, device)
+    with use_config(**SMALL):
+        de_list, dc_list, tiles = _grads(e, c, t, tile_list=True)
+        de_full, dc_full, _ = _grads(e, c, t, filter_eps=None)
+    assert tiles.launched_fraction() == 1.0
+    assert torch.equal(de_list, de_full) and torch.equal(dc_list, dc_full)

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from typing import Any
 
-from . import build, cce, costs, launches
+from . import build, cce, costs, launched, launches
 from .build import BuildError
 from .launches import HELPERS, Launch, Shape, parse_shape
 
@@ -126,13 +126,52 @@ def kernel_report(
     kernels: list[str] | None = None,
     with_cce: bool = True,
     jobs: int = 1,
+    workloads: list[str] | None = None,
+    sample_rows: int = launched.DEFAULT_ROWS,
 ) -> dict[str, Any]:
-    """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes."""
+    """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes;
+    with ``workloads``, the tile list's launched fraction on a sample of each."""
     shape = parse_shape(shape) if isinstance(shape, str) else shape
     for arch in archs:
         build.capability(arch)
     if _interpreted():
-        return _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
+        report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
+    else:
+        report = _report(archs, shape, dtypes, kernels, with_cce, jobs)
+    report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
+    return report
+
+
+def _launched(
+    shape: Shape, archs: list[str], cost_rows: list[dict], workloads: list[str], rows: int
+) -> list[dict[str, Any]]:
+    """Launched fraction per arch × workload, with the backward's costs scaled by it."""
+    keys = sorted({launches.cfg_arch(a) for a in archs})
+    full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
+    out = []
+    for workload in workloads:
+        for row in launched.measure_in_child(shape, keys, workload, min(rows, shape.n)):
+            cost = full[row["arch"]]
+            frac = row["launched_fraction"]
+            out.append(
+                {
+                    **row,
+                    "bwd_config": cost["bwd_config"],
+                    "recompute_gb": frac * cost["recompute_gb"],
+                    "bwd_l2_gb": frac * cost["bwd_l2_gb"],
+                }
+            )
+    return out
+
+
+def _report(
+    archs: list[str],
+    shape: Shape,
+    dtypes: list[str] | None,
+    kernels: list[str] | None,
+    with_cce: bool,
+    jobs: int,
+) -> dict[str, Any]:
     todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
     rows = build_rows(todo, jobs)
     measured = {
@@ -230,6 +269,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--jobs", type=int, default=os.cpu_count() or 1, help="parallel builds (default: CPUs)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--launched",
+        default=None,
+        metavar="WORKLOADS",
+        help="also measure the backward tile list's launched fraction on a sample of rows "
+        f"of these workloads ({', '.join(launched.WORKLOADS)}; minutes at a real vocabulary)",
+    )
+    parser.add_argument(
+        "--sample-rows",
+        type=int,
+        default=launched.DEFAULT_ROWS,
+        help=f"rows sampled for --launched (default {launched.DEFAULT_ROWS})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -243,6 +295,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     dtypes = _csv(args.dtype) if getattr(args, "dtype", None) else None
     kernels = _csv(args.kernel) if getattr(args, "kernel", None) else None
+    workloads = _csv(args.launched) if getattr(args, "launched", None) else []
+    rows = getattr(args, "sample_rows", launched.DEFAULT_ROWS)
+    bad = [w for w in workloads if w not in launched.WORKLOADS]
+    if bad or rows < 1:
+        what = f"--launched {bad[0]!r}: use {', '.join(launched.WORKLOADS)}" if bad else ""
+        print(
+            f"perfsuite kernel-report: error: {what or f'--sample-rows {rows} must be >= 1'}",
+            file=sys.stderr,
+        )
+        return 2
     report = kernel_report(
         archs,
         shape,
@@ -250,6 +312,8 @@ def run(args: argparse.Namespace) -> int:
         kernels=kernels,
         with_cce=not getattr(args, "no_cce", False),
         jobs=getattr(args, "jobs", 1),
+        workloads=workloads,
+        sample_rows=rows,
     )
     problems = failures(report["rows"])
     if args.json:

@@ -128,6 +128,9 @@ def specialise(launch: Launch, *, hints: bool = True) -> Spec:
     missing = [a for a in jit.arg_names if a not in named]
     if missing:
         raise BuildError(f"{jit.__name__} takes {missing}, which the launch table does not set")
+    unknown = [a for a in launch.args if a not in jit.arg_names]
+    if unknown:
+        raise BuildError(f"the launch table passes {unknown}, which {jit.__name__} does not take")
     options = {k: v for k, v in kwargs.items() if k not in jit.arg_names}
     options.update(debug=False, instrumentation_mode=knobs.compilation.instrumentation_mode)
     backend = make_backend(target(launch.arch))

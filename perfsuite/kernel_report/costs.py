@@ -4,11 +4,19 @@ Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair)
 
 * **recompute L2→SM GB**: the backward rebuilds each logit tile, reading a BLOCK_N×D
   slice of E and a BLOCK_V×D slice of C per pair (the forward's reads, again);
+* **update GB**: what the backward's dE/dC updates add into the gradient buffers,
+  in each buffer's dtype: every pair adds a BLOCK_N×D slice of dE and a BLOCK_V×D
+  slice of dC (hardware atomic adds resolved in L2, or locked stores); ours keeps
+  dE in fp32, so wider vocab tiles halve its share;
 * **locked RMW L2→SM GB**: tiles read back under a lock (16-bit buffers without
   hardware atomics) before the locked store;
 * **lock round trips / 1000 logits**: each locked (tile, D-chunk) update costs at
   least two serialised global atomics (CAS acquire, EXCH release), uncontended;
   the forward's too (CCE merges each program's LSE under a lock);
+* **bwd L2 GB**: all of the backward's L2 traffic per pair: the recompute, the
+  update loops' second read of the same E and C slices, the updates and the locked
+  reads. The measured H100 backward (reports/nvidia-h100-80gb-hbm3) ran at about
+  6 TB/s of this, so it is bound by it, not by the tensor cores;
 * **forward waves / last-wave efficiency**: the forward grid (row blocks × vocab
   splits, as ``choose_splits`` picks them) over SMs × the config's CTAs per SM.
 """
@@ -29,9 +37,17 @@ def _waves(ctas: int, slots: int) -> tuple[int, float]:
 
 
 def _backward_costs(
-    shape: Shape, block_n: int, block_v: int, block_dd: int, locked: int, elem: int
+    shape: Shape,
+    block_n: int,
+    block_v: int,
+    block_dd: int,
+    locked: int,
+    elem: int,
+    de_elem: int,
+    dc_elem: int,
 ) -> dict[str, Any]:
-    """``locked``: how many of dE/dC go through a lock (0, 1 or 2)."""
+    """``locked``: how many of dE/dC go through a lock (0, 1 or 2); ``*_elem``: bytes
+    per element of the dE and dC buffers the updates add into."""
     n, v, d = shape.n, shape.v, shape.d
     pairs = triton.cdiv(n, block_n) * triton.cdiv(v, block_v)
     acquisitions = locked * triton.cdiv(d, block_dd)  # per pair
@@ -39,7 +55,13 @@ def _backward_costs(
     return {
         "bwd_pairs": pairs,
         "recompute_gb": pairs * (block_n + block_v) * d * elem / 1e9,
+        "update_gb": pairs * (block_n * de_elem + block_v * dc_elem) * d / 1e9,
         "locked_rmw_gb": pairs * rmw_rows * d * elem / 1e9,
+        # The update loops re-read the pair's C slice (for dE) and E slice (for dC).
+        "bwd_l2_gb": pairs
+        * ((2 * (block_n + block_v) + rmw_rows) * elem + block_n * de_elem + block_v * dc_elem)
+        * d
+        / 1e9,
         "locks_per_pair": acquisitions,
         "lock_trips_per_1k_logits": 2 * acquisitions * 1000 / (block_n * block_v),
     }
@@ -83,7 +105,9 @@ def cost_rows(
                 "fwd_waves": waves,
                 "last_wave_eff": eff,
                 "fwd_lock_trips_per_1k_logits": 0.0,
-                **_backward_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem),
+                **_backward_costs(
+                    shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem
+                ),
             }
         )
         if cce.available() is None and shape.dtype in cce.DTYPES:
@@ -107,7 +131,9 @@ def cost_rows(
                     # One LSE lock per (row block, vocab tile) program.
                     "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
                     # CCE locks both dE and dC, in the input dtype.
-                    **_backward_costs(shape, g["block_n"], g["block_v"], g["block_dd"], 2, elem),
+                    **_backward_costs(
+                        shape, g["block_n"], g["block_v"], g["block_dd"], 2, elem, elem, elem
+                    ),
                 }
             )
     return rows

@@ -27,6 +27,7 @@ BUILD_COLUMNS = (
     ("TC in lock", "critical_tensor_ops"),
 )
 _TEXT = {"kernel", "variant", "config", "dtype", "arch", "ok"}
+_TEXT_COSTS = {"impl", "gpu", "workload", "fwd_config", "bwd_config"}
 
 COST_COLUMNS = (
     ("impl", "impl", "{}"),
@@ -41,8 +42,23 @@ COST_COLUMNS = (
     ("bwd config", "bwd_config", "{}"),
     ("bwd pairs", "bwd_pairs", "{:,}"),
     ("recompute GB", "recompute_gb", "{:,.1f}"),
+    ("update GB", "update_gb", "{:,.1f}"),
     ("locked RMW GB", "locked_rmw_gb", "{:,.1f}"),
+    ("bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
     ("bwd locks/1k", "lock_trips_per_1k_logits", "{:.2f}"),
+)
+
+
+LAUNCHED_COLUMNS = (
+    ("GPU", "gpu", "{}"),
+    ("workload", "workload", "{}"),
+    ("rows", "rows", "{:,}"),
+    ("bwd config", "bwd_config", "{}"),
+    ("pairs", "pairs", "{:,}"),
+    ("launched", "launched", "{:,}"),
+    ("fraction", "launched_fraction", "{:.1%}"),
+    ("modelled recompute GB", "recompute_gb", "{:,.1f}"),
+    ("modelled bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
 )
 
 
@@ -60,7 +76,7 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
 
     console = Console()
     if not console.is_terminal:  # a CI log or a file: rows whole, not squeezed to 80
-        console = Console(width=200)
+        console = Console(width=240)
     shape = report["shape"]
     where = f"{shape['name']} (N={shape['n']}, V={shape['v']}, D={shape['d']})"
     table = Table(
@@ -69,7 +85,7 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
         "instructions between a CAS acquire and its EXCH release)"
     )
     for header, key in BUILD_COLUMNS:
-        table.add_column(header, justify="left" if key in _TEXT else "right")
+        table.add_column(header, justify="left" if key in _TEXT else "right", overflow="fold")
     for r in report["rows"]:
         cells = {**r, "kernel": r["kernel"] + ("" if r.get("ours", True) else " (CCE)")}
         table.add_row(*(_cell(cells.get(k)) for _, k in BUILD_COLUMNS))
@@ -80,10 +96,21 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
         "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits"
     )
     for header, key, _ in COST_COLUMNS:
-        costs.add_column(header, justify="left" if key in ("impl", "gpu") else "right")
+        costs.add_column(header, justify="left" if key in _TEXT_COSTS else "right")
     for r in report["costs"]:
         costs.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in COST_COLUMNS))
     console.print(costs)
+    if report.get("launched"):
+        listed = Table(
+            title=f"Backward tile list on the first rows of each workload at {where}: "
+            "launched pairs of the sample (per-row mass budget, kernels/tiles.py); "
+            "modelled = the cost table's full figures × fraction"
+        )
+        for header, key, _ in LAUNCHED_COLUMNS:
+            listed.add_column(header, justify="left" if key in _TEXT_COSTS else "right")
+        for r in report["launched"]:
+            listed.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in LAUNCHED_COLUMNS))
+        console.print(listed)
     for note in report.get("notes", []):
         console.print(f"note: {_cell(note)}")
     for p in problems:

@@ -1,0 +1,126 @@
+"""How much of the backward the tile list launches, on a sample of a workload's rows.
+
+The cost table counts every (row block, vocab tile) pair. The default backward
+launches only the pairs its per-row mass budget keeps (``kernels/tiles.py``), and
+how many that is depends on the inputs: a flat softmax keeps them all. Here the
+first ``rows`` rows of a workload at the shape's real V and D go through the
+tile-list kernels themselves (under the Triton interpreter, in a child process
+when the caller is not interpreted), with each arch's shipped tiles. The row max,
+log-sum and per-tile log-sum-exp they read are computed in torch from fp32 logits,
+exactly as the forward defines and stores them (bf16 per tile), since the forward
+kernel itself is too slow to interpret at a real vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+from .launches import DTYPES, GPUS, Shape
+
+WORKLOADS = ("random", "synthetic")
+DEFAULT_ROWS = 256
+
+
+def _inputs(shape: Shape, workload: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``e`` (rows, D), ``c`` (V, D) in the shape's dtype, as ``perfsuite run`` makes them."""
+    from perfsuite.plan import workloads
+
+    dtype = DTYPES[shape.dtype]
+    if workload == "synthetic":
+        e, c, _, _ = workloads.synthetic_inputs(
+            rows, shape.v, shape.d, softcap=shape.softcap or None, seed=0
+        )
+        return e.to(dtype), c.to(dtype)
+    gen = torch.Generator().manual_seed(0)
+    e = torch.randn(rows, shape.d, generator=gen)
+    c = torch.randn(shape.v, shape.d, generator=gen) / shape.d**0.5
+    return e.to(dtype), c.to(dtype)
+
+
+@torch.no_grad()
+def _row_stats(
+    e: torch.Tensor, c: torch.Tensor, softcap: float | None, tile_width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row max, log-sum, bf16 per-tile log-sum-exp) of ``softcap(e @ cᵀ)`` in fp32."""
+    z = e.float() @ c.float().T
+    if softcap:
+        z = softcap * torch.tanh(z / softcap)
+    row_max = z.max(dim=1).values
+    log_sum = torch.log(torch.exp(z - row_max[:, None]).sum(dim=1))
+    pad = -z.shape[1] % tile_width
+    tiles = torch.nn.functional.pad(z, (0, pad), value=float("-inf"))
+    tile_lse = torch.logsumexp(tiles.view(z.shape[0], -1, tile_width), dim=2)
+    return row_max, log_sum, tile_lse.to(torch.bfloat16)
+
+
+def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[dict[str, Any]]:
+    """Per arch: launched pairs / all pairs of the sample (must run interpreted on a CPU)."""
+    from perfsuite.kernels import tiles
+    from perfsuite.kernels.backward import GROUP_N, default_filter_eps
+    from perfsuite.kernels.configs import PINNED
+
+    dtype = DTYPES[shape.dtype]
+    e, c = _inputs(shape, workload, rows)
+    g = torch.full((rows,), 1.0 / rows)
+    eps = default_filter_eps(dtype)
+    out = []
+    for arch in archs:
+        fwd, bwd = PINNED["forward", arch, shape.dtype], PINNED["backward", arch, shape.dtype]
+        row_max, log_sum, tile_lse = _row_stats(e, c, shape.softcap or None, fwd.block_v)
+        extra = bwd.block_v * shape.beta / shape.v if shape.softcap else 0.0
+        tau = tiles.row_thresholds(
+            tile_lse, row_max, log_sum, filter_eps=eps, extra=extra, dtype=dtype
+        )
+        listed = tiles.build_tile_list(
+            tile_lse, fwd.block_v, row_max, log_sum, g, tau,
+            vocab=shape.v, block_n=bwd.block_n, block_v=bwd.block_v, group=GROUP_N, extra=extra,
+        )  # fmt: skip
+        out.append(
+            {
+                "arch": arch,
+                "gpu": GPUS[arch][0],
+                "workload": workload,
+                "rows": rows,
+                "pairs": listed.total,
+                "launched": int(listed.count.item()),
+                "launched_fraction": listed.launched_fraction(),
+                "rows_with_tau0": int((tau == 0).sum()),
+            }
+        )
+    return out
+
+
+def measure_in_child(
+    shape: Shape, archs: list[str], workload: str, rows: int
+) -> list[dict[str, Any]]:
+    """``measure`` in a child process under ``TRITON_INTERPRET=1``."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "perfsuite.kernel_report.launched", json.dumps(vars(shape))]
+    cmd += [",".join(archs), workload, str(rows)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"launched-fraction child failed: {out.stderr.strip()[-1500:]}")
+    return json.loads(out.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfsuite.kernel_report.launched")
+    parser.add_argument("shape", help="the Shape as JSON")
+    parser.add_argument("archs", help="config arch keys: sm_80,sm_90")
+    parser.add_argument("workload", choices=WORKLOADS)
+    parser.add_argument("rows", type=int)
+    args = parser.parse_args(argv)
+    shape = Shape(**json.loads(args.shape))
+    print(json.dumps(measure(shape, args.archs.split(","), args.workload, args.rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

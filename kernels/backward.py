@@ -360,8 +360,8 @@ def lce_backward(
     else:
         _backward[grid](*args, **cfg.launch("backward"))
     de_out = de.to(e.dtype)
-    del de  # its block holds the per-target fp32 sums below
-    _add_target_part(dc, e, rows, weights)
+    # A 16-bit dE is a copy: the fp32 buffer is free to hold dC's per-target sums.
+    _add_target_part(dc, e, rows, weights, scratch=de if de_out is not de else None)
     return de_out, dc.to(e.dtype)
 
 
@@ -372,25 +372,32 @@ def _row_chunks(n_rows: int) -> list[slice]:
 
 
 def _add_target_part(
-    dc: torch.Tensor, e: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor
+    dc: torch.Tensor,
+    e: torch.Tensor,
+    rows: torch.Tensor,
+    weights: torch.Tensor,
+    scratch: torch.Tensor | None,
 ) -> None:
     """dC's target part, exact: ``dC[y_n] −= g_n·w_n·E_n``, outside the tiles.
 
     A 16-bit dC gets each target's rows summed in fp32 first (rows sorted by
-    target, one segment per distinct target, no host sync) and rounded into dC
-    once; an fp32 dC takes the rows directly.
+    target, one segment per distinct target, no host sync; in ``scratch``, an
+    N×D fp32 buffer free to overwrite) and added to dC once, after the tiles'
+    adds; an fp32 dC takes the rows directly.
     """
-    if dc.dtype == torch.float32:
+    if dc.dtype == torch.float32 or scratch is None:
         for part in _row_chunks(e.shape[0]):
-            dc.index_add_(0, rows[part], e[part].float() * weights[part], alpha=-1.0)
+            update = (e[part].float() * weights[part]).to(dc.dtype)
+            dc.index_add_(0, rows[part], update, alpha=-1.0)
         return
     sorted_rows, perm = rows.sort()
     seg = torch.zeros_like(sorted_rows)
     seg[1:] = (sorted_rows[1:] != sorted_rows[:-1]).cumsum(0)
-    sums = torch.zeros(e.shape, device=e.device, dtype=torch.float32)
+    sums = scratch.zero_()
     for part in _row_chunks(e.shape[0]):
         idx = perm[part]
         sums.index_add_(0, seg[part], e.index_select(0, idx).float() * weights[idx])
     # Unused segments hold zeros and point at row 0: adding 0 changes nothing.
     seg_rows = torch.zeros_like(sorted_rows).scatter_(0, seg, sorted_rows)
-    dc.index_add_(0, seg_rows, sums.neg_().to(dc.dtype))
+    for part in _row_chunks(e.shape[0]):
+        dc.index_add_(0, seg_rows[part], sums[part].neg().to(dc.dtype))

@@ -208,6 +208,11 @@ MODULE_COMMANDS = (
         "keep every run in a SQLite history; find change points and regressions across commits",
     ),
     (
+        "dashboard",
+        "perfsuite.render.dashboard",
+        "write the history as a static site: plots across commits, change points marked",
+    ),
+    (
         "kernel-report",
         "perfsuite.kernel_report",
         "compile the kernels ahead of time; registers, spills",

@@ -193,6 +193,11 @@ MODULE_COMMANDS = (
         "store or list this device's baseline results",
     ),
     (
+        "bisect",
+        "perfsuite.regress.bisect",
+        "find the commit that made a cell slower (git bisect run in a temporary worktree)",
+    ),
+    (
         "sensitivity",
         "perfsuite.regress.sensitivity",
         "measure the regression detector's false-alarm and detection rates here",

@@ -125,8 +125,9 @@ def _marks_table(marks: Sequence[Mark], commit_url: Callable[[str], str]) -> str
 
 
 def _figure_json(figure: Any) -> str:
-    # "</" would end the <script> block early; "<\\/" is the same JSON string.
-    return figure.to_json().replace("</", "<\\/")
+    # No "<" may reach the <script> block ("</script>" or "<!--" in a name would end or
+    # bend it): plotly's JSON writes it as "\u003c" already; made sure of here.
+    return figure.to_json().replace("<", "\\u003c")
 
 
 def shape_page(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import re
 import shutil
 import threading
@@ -157,3 +158,26 @@ def test_the_check_sees_errors_and_missing_plots(
     (broken / "plotly.min.js").unlink()
     report = browser.load((broken / "shape-demo.html").as_uri(), probe=PLOTS)
     assert report.errors and not any(p["plotly"] for p in report.probe)
+
+
+def test_names_from_the_data_cannot_break_the_page(browser: Browser, tmp_path: Path) -> None:
+    """A method and shape named like markup are shown as text, not run."""
+    from perfsuite.history.cli import main as history
+    from perfsuite.render.dashboard import main as dashboard
+    from tests.history.histories import make_document
+
+    hostile = "</script><script>console.error('injected')</script><!--"
+    for i in range(3):
+        document = make_document(i)
+        document["rows"][0] |= {"method": hostile, "shape": f"<b>{hostile}"}
+        (tmp_path / f"run-{i}.json").write_text(json.dumps(document))
+    db, out = tmp_path / "h.sqlite", tmp_path / "site"
+    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
+    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
+    (page,) = out.glob("shape-*.html")
+    legend = "Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent)"
+    probe = f"[{PLOTS}, {legend}, document.title]"
+    report = browser.load(page.as_uri(), probe=probe, ready=ALL_DRAWN)
+    plots, names, title = report.probe
+    assert report.errors == [] and len(plots) == 1 and plots[0]["traces"] >= 1
+    assert hostile in names and title.startswith(f"<b>{hostile}")

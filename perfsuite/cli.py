@@ -193,6 +193,11 @@ MODULE_COMMANDS = (
         "store or list this device's baseline results",
     ),
     (
+        "bisect",
+        "perfsuite.regress.bisect",
+        "find the commit that made a cell slower (git bisect run in a temporary worktree)",
+    ),
+    (
         "sensitivity",
         "perfsuite.regress.sensitivity",
         "measure the regression detector's false-alarm and detection rates here",
@@ -206,6 +211,11 @@ MODULE_COMMANDS = (
         "history",
         "perfsuite.history.cli",
         "keep every run in a SQLite history; find change points and regressions across commits",
+    ),
+    (
+        "dashboard",
+        "perfsuite.render.dashboard",
+        "write the history as a static site: plots across commits, change points marked",
     ),
     (
         "kernel-report",

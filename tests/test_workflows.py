@@ -102,6 +102,11 @@ def test_nightly_only_runs_on_schedule_or_dispatch():
     job = nightly["jobs"]["benchmark"]
     assert "self-hosted" in job["runs-on"] and "gpu" in job["runs-on"]
     assert "pull_request" not in job["if"]
+    # Only the benchmark touches the self-hosted runner; the jobs holding write
+    # tokens (history branch, Pages) run on GitHub's throwaway machines.
+    for name, other in nightly["jobs"].items():
+        if name != "benchmark":
+            assert str(other["runs-on"]).startswith("ubuntu-"), name
 
 
 def test_ci_never_uses_the_self_hosted_runner():
@@ -111,12 +116,25 @@ def test_ci_never_uses_the_self_hosted_runner():
         assert "self-hosted" not in str(job["runs-on"])
 
 
+# Each job's permissions, exactly: read-only unless a job must write, and then
+# only what it writes.
+PERMISSIONS = {
+    "ci.yml": {"cpu": {"contents": "read"}},
+    "nightly-gpu.yml": {
+        "benchmark": {"contents": "read"},
+        "history": {"contents": "write"},  # pushes the perfsuite-history branch
+        "pages": {"pages": "write", "id-token": "write"},  # deploy-pages
+    },
+}
+
+
 @pytest.mark.parametrize("name", ["ci.yml", "nightly-gpu.yml"])
 def test_actions_pinned_and_least_privilege(name):
     workflow = load(name)
     assert workflow["permissions"] == {}
-    for job in workflow["jobs"].values():
-        assert job["permissions"] == {"contents": "read"}
+    assert {job: spec["permissions"] for job, spec in workflow["jobs"].items()} == (
+        PERMISSIONS[name]
+    )
     for step in steps(workflow):
         if "uses" in step:
             assert PINNED.match(step["uses"]), step["uses"]
@@ -143,6 +161,38 @@ def test_nightly_locks_clocks_and_always_restores_them():
     assert upload["if"] == "always()"
 
 
+def test_nightly_keeps_the_history_and_publishes_the_dashboard():
+    nightly = load("nightly-gpu.yml")
+    job = nightly["jobs"]["history"]
+    assert job["needs"] == "benchmark" and "!cancelled()" in job["if"]
+    by_name = {s.get("name", s.get("uses", "")): s for s in job["steps"]}
+    names = list(by_name)
+    order = [
+        "Get the stored history",
+        "Add the night's runs",
+        "Check the history",
+        "Build the dashboard",
+        "Store the history",
+        "Fail on an open regression or a refused results file",
+    ]
+    assert [n for n in names if n in order] == order
+    assert "perfsuite history import --db history/history.sqlite" in by_name[order[1]]["run"]
+    assert "perfsuite history check --db history/history.sqlite" in by_name[order[2]]["run"]
+    assert "perfsuite dashboard --db history/history.sqlite -o site" in by_name[order[3]]["run"]
+    assert (
+        "push --quiet" in by_name[order[4]]["run"] and "HISTORY_BRANCH" in by_name[order[4]]["run"]
+    )
+    assert 'exit "$CHECKED"' in by_name[order[5]]["run"]
+    # The night's results come from this run's benchmark artifacts, nowhere else.
+    download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
+    upload_name = nightly["jobs"]["benchmark"]["steps"][-1]["with"]["name"]
+    assert upload_name == "perfsuite-${{ matrix.shape }}-${{ github.run_id }}"
+    assert download["with"]["pattern"] == "perfsuite-*-${{ github.run_id }}"
+    pages = nightly["jobs"]["pages"]
+    assert pages["needs"] == "history" and "needs.history.outputs.pages" in pages["if"]
+    assert by_name["Hand the dashboard to GitHub Pages"]["if"] == "vars.PERFSUITE_PAGES == 'true'"
+
+
 def test_ci_runs_the_readme_commands():
     ci = load("ci.yml")
     runs = "\n".join(s.get("run", "") for s in steps(ci))
@@ -151,3 +201,80 @@ def test_ci_runs_the_readme_commands():
     assert "pip install -c constraints-cpu.txt -e '.[test]'" in ci_script
     for command in ("python -m pytest", "ruff check .", "actionlint", "zizmor"):
         assert command in runs
+
+
+@pytest.mark.slow
+def test_nightly_history_steps_run_against_a_local_remote(tmp_path):
+    """The history job's shell steps, run in order for two nights with a bare local
+    repository as the remote: night 1 starts the branch, night 2 clones it, adds,
+    finds the planted step (the last step exits 1) and pushes a second commit."""
+    import json
+    import os
+    import sys
+
+    job = load("nightly-gpu.yml")["jobs"]["history"]
+    remote = tmp_path / "server" / "owner" / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "perfsuite").write_text(f'#!/bin/sh\nexec {sys.executable} -m perfsuite "$@"\n')
+    (bin_dir / "perfsuite").chmod(0o755)
+    demo = tmp_path / "demo"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    subprocess.run(
+        [sys.executable, "-m", "perfsuite.history", "demo", "-o", str(demo), "--runs", "8",
+         "--step-at", "5"], check=True, env=env, capture_output=True,
+    )  # fmt: skip
+    env |= {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "GITHUB_SERVER_URL": str(tmp_path / "server"),
+        "GITHUB_REPOSITORY": "owner/repo",
+        "GITHUB_SHA": "0" * 40,
+        "GH_TOKEN": "not-a-token",
+        **job["env"],
+    }
+    last = {}
+    for night, runs in ((1, range(0, 4)), (2, range(4, 8))):
+        work = tmp_path / f"night{night}"
+        (work / "results").mkdir(parents=True)
+        for i in runs:
+            name = f"demo-{i:03d}.json"
+            (work / "results" / name).write_text((demo / name).read_text())
+        outputs: dict[str, dict[str, str]] = {}
+        for step in job["steps"]:
+            if "run" not in step or step["name"] == "Install":
+                continue
+            out = work / "output"
+            out.write_text("")
+            step_env = {**env, "GITHUB_RUN_ID": str(night), "GITHUB_OUTPUT": str(out)}
+            step_env["GITHUB_STEP_SUMMARY"] = str(work / "summary.md")
+            for key, value in (step.get("env") or {}).items():
+                source = re.search(r"steps\.(\w+)\.outputs\.status", value)
+                step_env[key] = outputs[source.group(1)]["status"] if source else "x"
+            proc = subprocess.run(
+                ["bash", "-e", "-c", step["run"]], cwd=work, env=step_env,
+                capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            outputs[step.get("id", "")] = dict(
+                line.split("=", 1) for line in out.read_text().split()
+            )
+            last[(night, step["name"])] = proc.returncode
+        assert (work / "site" / "index.html").exists() and (
+            work / "site" / "history.sqlite"
+        ).exists()
+    fail = "Fail on an open regression or a refused results file"
+    assert [rc for (night, name), rc in last.items() if name != fail] == [0] * (len(last) - 2)
+    assert (last[(1, fail)], last[(2, fail)]) == (0, 1)
+    log = subprocess.run(
+        ["git", f"--git-dir={remote}", "log", "--format=%s", "perfsuite-history"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    assert log[:2] == [
+        f"history: nightly run 2 of {'0' * 40}",
+        f"history: nightly run 1 of {'0' * 40}",
+    ]
+    assert "6 open regressions" in (tmp_path / "night2" / "check.txt").read_text()
+    assert (
+        json.loads((demo / "demo-005.json").read_text())["env"]["git"]["sha"][:10]
+        in (tmp_path / "night2" / "check.txt").read_text()
+    )

@@ -11,7 +11,9 @@ the series of each cell over many runs. Stages, one module each:
                    direction) and the ``check`` verdicts
 ``sensitivity``    the detector's detection and false-alarm rates on synthetic
                    series built from stored samples
-``cli``            ``python -m perfsuite.history add|import|list|check|ack|sensitivity``
+``timelines``      each shape's plots for the dashboard: runs, lines, marked change points
+``demo``           a synthetic history with a known step (``history demo``)
+``cli``            ``python -m perfsuite.history add|import|list|check|ack|sensitivity|demo``
 
 The database lives at ``.perfsuite/history.sqlite`` (relative to the working
 directory) unless ``--db PATH`` or ``$PERFSUITE_HISTORY_DB`` says otherwise.

@@ -1,4 +1,4 @@
-"""``history add|import|list|check|ack|sensitivity``: the benchmark history on the command line.
+"""``history add|import|list|check|ack|sensitivity|demo``: the history on the command line.
 
 Exit codes: 0 fine; 1 ``check`` found an open regression; 2 bad input (a
 corrupt or missing results file, an unreadable database, an unknown regression
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from perfsuite.history import changepoints, ingest, rules, sensitivity, store
+from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -56,6 +56,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--cells", type=int, default=4, help="cells (sample sets) per device kind")
     p.add_argument("--runs", type=int, default=20, help="runs per series")
     p.add_argument("--run-noise", type=float, default=None, help="default: estimated from the db")
+    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser(
+        "demo", help="write a synthetic history with a known step (to try the tools)"
+    )
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
+    p.add_argument("--runs", type=int, default=60)
+    p.add_argument("--step", type=float, default=0.05, help="relative step (0.05: +5%%; 0: none)")
+    p.add_argument("--step-at", type=int, default=40, help="first run of the step (from 0)")
+    p.add_argument("--method", default="ours", choices=demo.METHODS, help="the method it slows")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -218,9 +227,25 @@ def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.runs < 4 or not 0 < args.step_at < args.runs:
+        return _fail("--runs must be >= 4 and --step-at between 1 and --runs - 1")
+    if not -1 < args.step < 10:
+        return _fail(f"--step {args.step:g}: must be a relative change in (-1, 10)")
+    try:
+        paths = demo.write(args.out, args.runs, args.step, args.step_at, args.method, args.seed)
+    except OSError as err:
+        return _fail(f"{args.out}: cannot write there ({err.strerror or err})")
+    step = f"{args.step:+.0%} on {args.method} from run {args.step_at}" if args.step else "no step"
+    print(f"{len(paths)} synthetic runs ({step}) in {args.out}: `history import {args.out}`")
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the parsed subcommand; returns the exit code."""
     command = args.history_command
+    if command == "demo":
+        return _cmd_demo(args)
     try:
         conn = store.connect(args.db, create=command in ("add", "import"))
     except store.StoreError as err:

@@ -256,7 +256,7 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
     )
 
 
-def _unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
+def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
     """One row per measurement: a merged results file repeats rows of the runs it merges.
 
     Two rows with the same raw samples are one measurement (kept once, at its
@@ -280,14 +280,32 @@ def load_series(
     """Every cell's series of each metric, in run-time order, from the database."""
     out = []
     rows = store.cell_rows(conn, device)
-    for cell, group_iter in groupby(rows, key=lambda r: r["cell_id"]):
-        group = list(group_iter)
-        group = _unique_measurements(group)
-        for metric in metrics:
-            points = [p for p in (_point(r, metric) for r in group) if p is not None]
-            if points:
-                out.append(Series(cell, _label(group[0]), metric, group[0]["device_kind"], points))
+    for _, group in groupby(rows, key=lambda r: r["cell_id"]):
+        out += cell_series(unique_measurements(list(group)), metrics)
     return out
+
+
+def cell_series(rows: list[sqlite3.Row], metrics: Sequence[str] = store.METRICS) -> list[Series]:
+    """The series of one cell (``rows``: its de-duplicated rows in time order), per metric."""
+    out = []
+    for metric in metrics:
+        points = [p for p in (_point(r, metric) for r in rows) if p is not None]
+        if points:
+            first = rows[0]
+            out.append(
+                Series(first["cell_id"], _label(first), metric, first["device_kind"], points)
+            )
+    return out
+
+
+def verdict(change: Change, acknowledged: dict[tuple[str, str, str], str]) -> str:
+    """``open``, ``acknowledged`` or ``recovered`` for a regression; ``change`` otherwise."""
+    if not change.regression:
+        return "change"
+    key = (change.series.cell_id, change.after_point.run_hash)
+    if (*key, change.series.metric) in acknowledged or (*key, "*") in acknowledged:
+        return "acknowledged"
+    return "recovered" if change.recovered else "open"
 
 
 def check(
@@ -297,13 +315,9 @@ def check(
     failing, settled = [], []
     for s in series:
         for change in judge(s):
-            if not change.regression:
-                continue
-            key = (s.cell_id, change.after_point.run_hash)
-            if (*key, s.metric) in acknowledged or (*key, "*") in acknowledged:
-                settled.append(change)
-            elif change.recovered:
-                settled.append(change)
-            else:
+            state = verdict(change, acknowledged)
+            if state == "open":
                 failing.append(change)
+            elif state != "change":
+                settled.append(change)
     return failing, settled

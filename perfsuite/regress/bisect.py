@@ -1,0 +1,228 @@
+"""``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower.
+
+It measures the good commit, then the bad one (and stops if the bad one is
+not slower by ``compare``'s rule: nothing to bisect), then lets ``git bisect
+run`` pick the commits between, each measured and judged against the good
+commit's samples by ``bisect_step``. What is measured: one ``perfsuite run``
+cell (``--shape``, ``--method``, ``--phase``, ``--beta``), or the wall time of
+any shell command (``--command``), run in the commit's checkout.
+
+Everything happens in a temporary ``git worktree`` (detached, removed at the
+end): the user's checkout, its HEAD, index, uncommitted changes, branches and
+any bisection of its own are never touched (bisect state is per worktree).
+
+Exit codes: 0 the first slow commit found; 1 nothing to bisect or no
+answer (the bad commit is not slower; only unmeasurable commits left);
+2 bad input (not a repository, an unknown revision, ...), in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from perfsuite.args import positive_int
+from perfsuite.measure.stats import summarize
+from perfsuite.plan.shapes import get_shape
+from perfsuite.regress.bisect_step import Judgement, MeasureError, Spec, judge, launcher, measure
+from perfsuite.regress.bisect_step import read_log as read_steps
+from perfsuite.regress.compare import parse_fraction
+from perfsuite.regress.verdicts import DEFAULT_ALPHA, DEFAULT_TIME_THRESHOLDS
+from perfsuite.results.results import PHASES
+
+EXIT_FOUND, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+# --command: wall time of a whole process, as noisy as a CPU cell.
+COMMAND_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cpu"]
+
+
+class BisectError(ValueError):
+    """Bad input or a git failure (one line, exit code 2)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--good", required=True, metavar="REV", help="a commit that was fast")
+    p.add_argument("--bad", required=True, metavar="REV", help="a later commit that is slow")
+    p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: .)")
+    what = p.add_argument_group("what to measure: one perfsuite cell, or a command")
+    what.add_argument("--shape", help="shape preset of the cell")
+    what.add_argument("--method", help="method of the cell")
+    what.add_argument("--phase", default="fwd+bwd", choices=PHASES)
+    what.add_argument("--beta", type=float, default=0.0, help="label smoothing (default 0)")
+    what.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    what.add_argument(
+        "--command", metavar="CMD", help="time this shell command instead (wall time, per run)"
+    )
+    p.add_argument("--samples", type=positive_int, help="per commit (default 20; --command 10)")
+    p.add_argument("--warmup", type=int, help="untimed runs first (default 3; --command 1)")
+    p.add_argument(
+        "--threshold",
+        type=parse_fraction,
+        help="smallest slowdown that counts (default compare's: 2%% CUDA, 20%% CPU and --command)",
+    )
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="U test level (0.01)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per measurement")
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise BisectError("git is not installed") from None
+    if check and proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BisectError(f"git {args[0]}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return proc
+
+
+def repository(path: str) -> Path:
+    """The top of the work tree holding ``path``."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise BisectError(f"--repo {path}: not a folder")
+    proc = git(folder, "rev-parse", "--show-toplevel", check=False)
+    if proc.returncode != 0:
+        raise BisectError(f"--repo {path}: not inside a git repository")
+    return Path(proc.stdout.strip())
+
+
+def commit(top: Path, rev: str, option: str) -> str:
+    proc = git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    if proc.returncode != 0 or not rev.strip():
+        raise BisectError(f"{option} {rev}: not a commit in {top}")
+    return proc.stdout.strip()
+
+
+def spec_from(args: argparse.Namespace) -> Spec:
+    """The measurement the arguments ask for; ``BisectError`` if they ask for none or two."""
+    cell = args.shape is not None or args.method is not None
+    if cell and args.command is not None:
+        raise BisectError("give --shape and --method (a perfsuite cell) or --command, not both")
+    if args.command is not None:
+        if not args.command.strip():
+            raise BisectError("--command is empty")
+        return Spec(
+            samples=args.samples or 10,
+            warmup=1 if args.warmup is None else args.warmup,
+            threshold=COMMAND_THRESHOLD if args.threshold is None else args.threshold,
+            alpha=args.alpha,
+            scratch="",
+            command=args.command,
+            timeout=args.timeout,
+        )
+    if args.shape is None or args.method is None:
+        raise BisectError("nothing to measure: give --shape and --method, or --command")
+    get_shape(args.shape)  # an unknown preset is a one-line ValueError
+    return Spec(
+        samples=args.samples or 20,
+        warmup=3 if args.warmup is None else args.warmup,
+        threshold=args.threshold,
+        alpha=args.alpha,
+        scratch="",
+        shape=args.shape,
+        method=args.method,
+        phase=args.phase,
+        beta=args.beta,
+        device=args.device,
+        timeout=args.timeout,
+    )
+
+
+def _describe(j: Judgement) -> str:
+    if j.verdict == "skip":
+        return f"skipped: {j.note}"
+    p = "" if j.p_slower is None else f", p={j.p_slower:.2g}"
+    note = f"; {j.note}" if j.note else ""
+    return f"median {j.median:.4g} ms, {j.ratio:.3f}x the good commit{p}: {j.verdict}{note}"
+
+
+def _subject(top: Path, sha: str) -> str:
+    return git(top, "log", "-1", "--format=%s", sha).stdout.strip()
+
+
+def bisect(spec: Spec, top: Path, good: str, bad: str, scratch: Path) -> int:
+    """Measure, check that bad is slower, run ``git bisect run``; the exit code."""
+    spec.scratch = str(scratch)
+    tree = scratch / "worktree"
+    git(top, "worktree", "add", "--detach", "--quiet", str(tree), good)
+    try:
+        return _run(spec, top, tree, good, bad, scratch)
+    finally:
+        git(tree, "bisect", "reset", "--quiet", check=False)
+        git(top, "worktree", "remove", "--force", str(tree), check=False)
+        git(top, "worktree", "prune", check=False)
+
+
+def _run(spec: Spec, top: Path, tree: Path, good: str, bad: str, scratch: Path) -> int:
+    try:
+        samples, kind = measure(spec, tree, "good")
+    except MeasureError as err:
+        raise BisectError(f"good commit {good[:10]} cannot be measured: {err}") from None
+    spec.good_samples, spec.device_kind = tuple(samples), kind
+    git(tree, "checkout", "--detach", "--quiet", bad)
+    try:
+        bad_samples, _ = measure(spec, tree, "bad")
+    except MeasureError as err:
+        raise BisectError(f"bad commit {bad[:10]} cannot be measured: {err}") from None
+    verdict = judge(spec, bad_samples, kind, bad)
+    median = summarize(samples, "median")
+    print(f"good {good[:10]}: median {median:.4g} ms ({len(samples)} samples)")
+    print(f"bad  {bad[:10]}: {_describe(verdict)}")
+    if verdict.verdict != "regression":
+        print("the bad commit is not slower by compare's rule: nothing to bisect")
+        return EXIT_NOT_FOUND
+    spec_path, script = scratch / "spec.json", scratch / "step.py"
+    spec.save(spec_path)
+    script.write_text(launcher(spec_path))
+    git(tree, "bisect", "start", bad, good)
+    proc = git(tree, "bisect", "run", sys.executable, str(script), check=False)
+    for step in read_steps(scratch):
+        print(f"     {step.sha[:10]}: {_describe(step)}  ({_subject(top, step.sha)})")
+    if proc.returncode == 0 and "is the first bad commit" in proc.stdout:
+        culprit = git(tree, "rev-parse", "refs/bisect/bad").stdout.strip()
+        print(f"first slow commit: {culprit} {_subject(top, culprit)}")
+        return EXIT_FOUND
+    if "only 'skip'ped commits left" in proc.stdout:
+        print("no answer: the commits left could not be measured (see the skips above)")
+        return EXIT_NOT_FOUND
+    lines = (proc.stderr + proc.stdout).strip().splitlines()
+    raise BisectError(f"git bisect run failed: {lines[-1] if lines else proc.returncode}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``perfsuite bisect``; returns the exit code."""
+    try:
+        top = repository(args.repo)
+        good, bad = commit(top, args.good, "--good"), commit(top, args.bad, "--bad")
+        if good == bad:
+            raise BisectError("--good and --bad are the same commit")
+        if git(top, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
+            raise BisectError(f"--good {args.good} is not an ancestor of --bad {args.bad}")
+        if not 0 < args.alpha < 1:
+            raise BisectError(f"--alpha {args.alpha:g}: must be in (0, 1)")
+        if (args.warmup or 0) < 0 or not args.timeout > 0:
+            raise BisectError("--warmup must be >= 0 and --timeout > 0")
+        spec = spec_from(args)
+        if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+            print(f"note: uncommitted changes in {top} are left alone and not measured")
+        scratch = Path(tempfile.mkdtemp(prefix="perfsuite-bisect-"))
+        try:
+            return bisect(spec, top, good, bad, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    except (BisectError, ValueError) as err:
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="perfsuite bisect", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

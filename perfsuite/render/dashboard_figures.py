@@ -1,0 +1,188 @@
+"""The dashboard's plots: one plotly figure per group of cells (``history.timelines``).
+
+Two panels share the run axis: time (each method's median as a line, its
+p20-p80 band shaded) and peak memory, each on a log axis when its methods
+span more than a factor of ``LOG_SPREAD``. Every change point is a vertical line at
+the first run after it: red for an open regression, orange for an acknowledged
+or recovered one (each with a label that opens its commit), dotted grey for a
+change that is not a regression. The hover of a point names its run and commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from perfsuite.history.timelines import Group, Line, Mark
+
+MIB = 2**20
+MARK_STYLE = {
+    "open": {"color": "#d62728", "dash": "solid", "width": 2},
+    "acknowledged": {"color": "#ff7f0e", "dash": "dash", "width": 2},
+    "recovered": {"color": "#ff7f0e", "dash": "dash", "width": 2},
+    "change": {"color": "#999999", "dash": "dot", "width": 1},
+}
+# Runs up to which every run gets a tick labelled with its commit.
+LABELLED_RUNS = 12
+# A panel whose methods span more than this factor gets a log axis.
+LOG_SPREAD = 20
+
+
+def palette(methods: Sequence[str]) -> dict[str, str]:
+    """One colour per method, the same in every plot of a page."""
+    from plotly.colors import qualitative
+
+    colours = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
+    return {m: colours[i % len(colours)] for i, m in enumerate(sorted(set(methods)))}
+
+
+def _rgba(colour: str, alpha: float) -> str:
+    colour = colour.lstrip("#")
+    r, g, b = (int(colour[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _hover(group: Group, line: Line) -> list[list[Any]]:
+    runs = group.runs
+    return [
+        [runs[x].commit, runs[x].created, runs[x].run_hash[:12], lo, hi]
+        for x, lo, hi in zip(line.positions, line.low, line.high, strict=True)
+    ]
+
+
+def _time_traces(group: Group, line: Line, colour: str) -> list[Any]:
+    import plotly.graph_objects as go
+
+    traces = []
+    band = [
+        (x, lo, hi)
+        for x, lo, hi in zip(line.positions, line.low, line.high, strict=True)
+        if lo is not None and hi is not None
+    ]
+    if band:
+        xs = [b[0] for b in band]
+        traces.append(
+            go.Scatter(
+                x=xs + xs[::-1],
+                y=[b[2] for b in band] + [b[1] for b in band][::-1],
+                fill="toself",
+                fillcolor=_rgba(colour, 0.18),
+                line={"width": 0},
+                hoverinfo="skip",
+                legendgroup=line.method,
+                showlegend=False,
+                name=f"{line.method} p20–p80",
+            )
+        )
+    traces.append(
+        go.Scatter(
+            x=line.positions,
+            y=line.values,
+            mode="lines+markers",
+            name=line.method,
+            legendgroup=line.method,
+            line={"color": colour, "width": 1.5},
+            marker={"size": 4},
+            customdata=_hover(group, line),
+            hovertemplate=(
+                "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
+                "%{customdata[1]}<br>median %{y:.4g} ms "
+                "(p20 %{customdata[3]:.4g}, p80 %{customdata[4]:.4g})<extra></extra>"
+            ),
+        )
+    )
+    return traces
+
+
+def _memory_trace(group: Group, line: Line, colour: str, legend: bool) -> Any:
+    import plotly.graph_objects as go
+
+    return go.Scatter(
+        x=line.positions,
+        y=[v / MIB for v in line.values],
+        mode="lines+markers",
+        name=line.method,
+        legendgroup=line.method,
+        showlegend=legend,
+        line={"color": colour, "width": 1.5},
+        marker={"size": 4},
+        customdata=_hover(group, line),
+        hovertemplate=(
+            "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
+            "%{customdata[1]}<br>peak %{y:.5g} MiB<extra></extra>"
+        ),
+    )
+
+
+def _mark(fig: Any, mark: Mark, row: int, commit_url: Callable[[str], str]) -> None:
+    style = MARK_STYLE[mark.state]
+    fig.add_vline(x=mark.after.position, row=row, col=1, line=style)
+    if mark.state == "change":
+        return
+    axis = "y" if row == 1 else "y2"
+    # plotly drops an <a href> that is not http(s) (the site's own pages seen from
+    # file://), so the page's script opens ``name`` on a click instead.
+    fig.add_annotation(
+        x=mark.after.position,
+        y=1,
+        xref="x",
+        yref=f"{axis} domain",
+        text=f"<u>{mark.size:+.1%} {mark.method} @ {mark.after.sha[:7]}</u>",
+        name=commit_url(mark.after.sha),
+        captureevents=True,
+        showarrow=False,
+        xanchor="left",
+        yanchor="top",
+        font={"color": style["color"], "size": 11},
+        bgcolor="rgba(255,255,255,0.8)",
+        hovertext=(
+            f"{mark.state} regression: {mark.metric} {mark.size:+.1%}, commit "
+            f"{mark.before.commit} → {mark.after.commit} (click: the commit)"
+        ),
+    )
+
+
+def figure(group: Group, colours: dict[str, str], commit_url: Callable[[str], str]) -> Any:
+    """The plotly figure of one group."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.09,
+        subplot_titles=("time (ms): median, p20–p80 band", "peak memory (MiB)"),
+    )
+    timed = {line.method for line in group.lines if line.metric == "time"}
+    for line in group.lines:
+        colour = colours[line.method]
+        if line.metric == "time":
+            for trace in _time_traces(group, line, colour):
+                fig.add_trace(trace, row=1, col=1)
+        else:
+            fig.add_trace(
+                _memory_trace(group, line, colour, line.method not in timed), row=2, col=1
+            )
+    for mark in group.marks:
+        _mark(fig, mark, 1 if mark.metric == "time" else 2, commit_url)
+    axis: dict[str, Any] = {"range": [-0.5, max(len(group.runs) - 0.5, 0.5)], "zeroline": False}
+    if len(group.runs) <= LABELLED_RUNS:
+        axis |= {
+            "tickmode": "array",
+            "tickvals": [r.position for r in group.runs],
+            "ticktext": [f"{r.position}<br>{r.sha[:7]}" for r in group.runs],
+        }
+    fig.update_xaxes(**axis)
+    for row, metric in ((1, "time"), (2, "memory")):
+        values = [v for line in group.lines if line.metric == metric for v in line.values]
+        if values and max(values) > LOG_SPREAD * min(values):
+            fig.update_yaxes(type="log", row=row, col=1)
+    fig.update_xaxes(title_text="run (oldest first; hover a point for its commit)", row=2, col=1)
+    fig.update_layout(
+        height=560,
+        margin={"l": 60, "r": 20, "t": 40, "b": 60},
+        hovermode="closest",
+        legend={"orientation": "v"},
+        template="plotly_white",
+    )
+    return fig

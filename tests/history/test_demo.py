@@ -1,0 +1,75 @@
+"""`history demo` and the issue's check: the committed reports plus a synthetic 60-run
+history with a +5 % step at run 40 fail `history check`; without the step they pass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfsuite.history.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def history(tmp_path: Path, step: float) -> tuple[Path, Path]:
+    db, demo = tmp_path / "history.sqlite", tmp_path / "demo"
+    assert main(["import", "--db", str(db), str(REPO / "reports")]) == 0
+    argv = ["demo", "-o", str(demo), "--runs", "60", "--step", str(step), "--step-at", "40"]
+    assert main(argv) == 0
+    assert main(["import", "--db", str(db), str(demo)]) == 0
+    return db, demo
+
+
+def test_check_fails_on_the_step_at_its_commit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, demo = history(tmp_path, 0.05)
+    capsys.readouterr()
+    assert main(["check", "--db", str(db)]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("REGRESSION")]
+    sha = json.loads((demo / "demo-040.json").read_text())["env"]["git"]["sha"]
+    before = json.loads((demo / "demo-039.json").read_text())["env"]["git"]["sha"]
+    # Every cell of the slowed method (2 betas x 3 phases), none of the others'.
+    assert len(lines) == 6
+    for line in lines:
+        assert " ours " in line and "synthetic demo GPU" in line and " time " in line
+        assert f"{before[:10]} " in line and f"-> {sha[:10]} " in line
+        size = float(line.split()[3].rstrip("%"))
+        assert 4.4 <= size <= 5.6
+
+
+def test_check_passes_without_the_step(tmp_path: Path) -> None:
+    db, _ = history(tmp_path, 0.0)
+    assert main(["check", "--db", str(db)]) == 0
+
+
+def test_demo_files_are_results_marked_synthetic(tmp_path: Path) -> None:
+    assert main(["demo", "-o", str(tmp_path), "--runs", "5", "--step-at", "3"]) == 0
+    files = sorted(tmp_path.glob("demo-*.json"))
+    assert len(files) == 5
+    first, last = (json.loads(p.read_text()) for p in (files[0], files[-1]))
+    assert first["env"]["device"]["synthetic"] is True and "step +5.0%" in first["env"]["synthetic"]
+    ours = [r["median_ms"] for r in last["rows"] if r["method"] == "ours" and r["phase"] == "fwd"]
+    base = [r["median_ms"] for r in first["rows"] if r["method"] == "ours" and r["phase"] == "fwd"]
+    assert all(1.02 < a / b < 1.08 for a, b in zip(ours, base, strict=True))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--runs", "3"], ["--step-at", "60"], ["--step-at", "0"], ["--step", "-1"]],
+)
+def test_demo_bad_arguments_one_line_exit_2(
+    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "-o", str(tmp_path / "d"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "d").exists()
+
+
+def test_demo_unwritable_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["demo", "-o", str(tmp_path / "file"), "--runs", "5", "--step-at", "2"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

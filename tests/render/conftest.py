@@ -1,0 +1,42 @@
+"""The dashboard tests' history: the committed reports plus the issue's synthetic
+60-run history with a +5 % step at run 40, and the site written from it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STEP_AT = 40
+
+
+@dataclass(frozen=True)
+class Site:
+    db: Path
+    out: Path
+    demo: Path  # the synthetic runs' results files, demo-000.json ...
+
+    def demo_sha(self, run: int) -> str:
+        return json.loads((self.demo / f"demo-{run:03d}.json").read_text())["env"]["git"]["sha"]
+
+    def pages(self) -> list[Path]:
+        return sorted(self.out.glob("*.html"))
+
+
+@pytest.fixture(scope="session")
+def history_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    pytest.importorskip("plotly")
+    from perfsuite.history.cli import main as history
+    from perfsuite.render.dashboard import main as dashboard
+
+    root = tmp_path_factory.mktemp("dashboard")
+    db, demo, out = root / "history.sqlite", root / "demo", root / "site"
+    assert history(["import", "--db", str(db), str(REPO / "reports")]) == 0
+    argv = ["demo", "-o", str(demo), "--runs", "60", "--step", "0.05", "--step-at", str(STEP_AT)]
+    assert history(argv) == 0
+    assert history(["import", "--db", str(db), str(demo)]) == 0
+    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
+    return Site(db, out, demo)

@@ -1,0 +1,128 @@
+"""`perfsuite dashboard`: the site's files, its plots against the history, its links,
+offline use, and one-line errors. (The browser tests are in test_dashboard_browser.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.render.conftest import STEP_AT, Site
+
+plotly = pytest.importorskip("plotly")
+
+from perfsuite.render.dashboard import main  # noqa: E402
+
+
+def figures(page: Path) -> list[dict]:
+    blocks = re.findall(r'<script type="application/json" class="figure"[^>]*>(.*?)</script>',
+                        page.read_text(), flags=re.S)  # fmt: skip
+    return [json.loads(b) for b in blocks]
+
+
+def test_one_plot_per_drawable_configuration(history_site: Site) -> None:
+    conn = sqlite3.connect(history_site.db)
+    (expected,) = conn.execute(
+        """SELECT COUNT(*) FROM (SELECT DISTINCT r.device_name, c.tokens, c.vocab, c.hidden,
+               c.dtype, c.beta, c.phase, c.softcap, c.workload
+           FROM cells c JOIN runs r ON r.id = c.run_id
+           WHERE c.status = 'ok'
+             AND ((c.median_ms > 0 AND NOT c.interpreted) OR c.peak_bytes > 0))"""
+    ).fetchone()
+    shapes = {s or "" for (s,) in conn.execute("SELECT DISTINCT shape FROM cells")}
+    conn.close()
+    pages = [p for p in history_site.pages() if p.name != "index.html"]
+    assert sum(len(figures(p)) for p in pages) == expected > 20
+    titles = {re.search(r"<h1>(.*?)</h1>", p.read_text()).group(1) for p in pages}
+    assert titles <= shapes and {"demo", "gemma2-2b", "smoke"} <= titles
+    index = (history_site.out / "index.html").read_text()
+    for page in pages:
+        assert f'href="{page.name}"' in index
+
+
+def test_the_demo_step_is_marked_at_its_run(history_site: Site) -> None:
+    page = (history_site.out / "shape-demo.html").read_text()
+    marks = re.findall(r'<tr class="mark (\w+)" data-position="(\d+)" data-metric="(\w+)" '
+                       r'data-method="([\w-]+)"', page)  # fmt: skip
+    opened = [(int(pos), metric, method) for state, pos, metric, method in marks if state == "open"]
+    # ours is slowed in each of its 6 cells (2 betas x 3 phases); nothing else moves.
+    assert len(opened) == 6
+    assert all(abs(pos - STEP_AT) <= 1 and m == "time" and who == "ours" for pos, m, who in opened)
+    for fig in figures(history_site.out / "shape-demo.html"):
+        lines = [s for s in fig["layout"]["shapes"] if s["line"]["color"] == "#d62728"]
+        assert len(lines) == 1 and abs(lines[0]["x0"] - STEP_AT) <= 1
+        (label,) = fig["layout"]["annotations"][2:]  # after the two panel titles
+        size = float(re.search(r"([+-][\d.]+)% ours", label["text"]).group(1))
+        commit = re.fullmatch(r"index.html#commit-(\w+)", label["name"]).group(1)
+        assert abs(size - 5) < 0.6 and commit in {
+            history_site.demo_sha(STEP_AT + d) for d in (-1, 0, 1)
+        }
+    index = (history_site.out / "index.html").read_text()
+    assert index.count('class="open-regression"') == 6
+
+
+def test_offline_plotly_next_to_the_pages(history_site: Site) -> None:
+    from plotly.offline import get_plotlyjs
+
+    bundle = history_site.out / "plotly.min.js"
+    assert bundle.read_text() == get_plotlyjs()
+    for page in history_site.pages():
+        text = page.read_text()
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), page.name
+        if page.name != "index.html":
+            assert '<script src="plotly.min.js"></script>' in text
+
+
+def test_each_point_names_its_commit(history_site: Site) -> None:
+    (fig, *_) = figures(history_site.out / "shape-demo.html")
+    line = next(t for t in fig["data"] if t.get("mode") == "lines+markers")
+    commits = [c[0] for c in line["customdata"]]
+    assert (
+        len(commits) == 60 == len(set(commits))
+        and "commit %{customdata[0]}" in (line["hovertemplate"])
+    )
+
+
+def test_commit_url_template_and_github_default(
+    history_site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "site"
+    template = "https://git.example/repo/-/commit/{sha}"
+    assert main(["--db", str(history_site.db), "-o", str(out), "--commit-url", template]) == 0
+    assert 'href="https://git.example/repo/-/commit/' in (out / "shape-demo.html").read_text()
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "owner/perfsuite")
+    assert main(["--db", str(history_site.db), "-o", str(out)]) == 0
+    assert 'href="https://github.com/owner/perfsuite/commit/' in (out / "index.html").read_text()
+
+
+def test_stale_pages_removed_others_kept(history_site: Site, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "shape-gone.html").write_text("old")
+    (out / "notes.txt").write_text("mine")
+    assert main(["--db", str(history_site.db), "-o", str(out)]) == 0
+    assert not (out / "shape-gone.html").exists() and (out / "notes.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--db", "{tmp}/missing.sqlite", "-o", "{tmp}/site"],
+        ["--db", "{db}", "-o", "{tmp}/file.txt"],
+        ["--db", "{db}", "-o", "{tmp}/site", "--commit-url", "https://x/commit"],
+        ["--db", "{db}", "-o", "{tmp}/site", "--commit-url", "https://x/{repo}/{sha}"],
+    ],
+)
+def test_bad_input_one_line_exit_2(
+    history_site: Site, tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file.txt").write_text("not a folder")
+    argv = [a.format(tmp=tmp_path, db=history_site.db) if "{sha}" not in a else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "site" / "index.html").exists()

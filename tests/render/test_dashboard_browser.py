@@ -1,0 +1,183 @@
+"""The dashboard in a real browser (headless Chromium): every page loads without an
+error, every plot renders, the demo's +5 % step is drawn at run 40, filters work.
+
+Pages are served from a loopback HTTP server (as GitHub Pages serves them; it
+also lets Chromium cache the compiled plotly bundle between pages) and the demo
+page once more from file:// (the site opened from disk). Skipped, with the
+reason, where no Chromium-like browser is installed (``.ci/run`` installs one).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.render.browser import Browser, find_browser
+from tests.render.conftest import STEP_AT, Site
+
+EXECUTABLE = find_browser()
+pytestmark = pytest.mark.skipif(
+    EXECUTABLE is None,
+    reason="no Chromium-like browser on PATH (apt-get install chromium; .ci/run installs it)",
+)
+
+PLOTS = """(() => {
+  const plots = Array.from(document.querySelectorAll('div.plot'));
+  return plots.map(p => ({
+    plotly: p.classList.contains('js-plotly-plot'),
+    svgs: p.querySelectorAll('svg.main-svg').length,
+    traces: p.querySelectorAll('.scatterlayer .trace').length,
+    shapes: p.querySelectorAll('.shapelayer path').length,
+    redLines: ((p.layout && p.layout.shapes) || [])
+      .filter(s => s.line.color === '#d62728').map(s => s.x0),
+  }));
+})()"""
+# Click every label of every plot; the URLs the page's openCommit was asked to open.
+CLICKS = """(() => Array.from(document.querySelectorAll('div.plot')).map(p =>
+  Array.from(p.querySelectorAll('text.annotation-text')).map(text => {
+    window.__opened = null;
+    text.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+    return window.__opened;
+  }).filter(url => url !== null)))()"""
+ALL_DRAWN = (
+    "Array.from(document.querySelectorAll('div.plot'))"
+    ".every(p => p.querySelector('svg.main-svg .scatterlayer'))"
+)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    assert EXECUTABLE is not None
+    with Browser(EXECUTABLE, tmp_path_factory.mktemp("chromium") / "profile") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def served(history_site: Site) -> Iterator[str]:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(history_site.out))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    thread.join()
+
+
+def test_every_page_renders_every_plot_without_errors(
+    history_site: Site, browser: Browser, served: str
+) -> None:
+    pages = history_site.pages()
+    assert len(pages) >= 4
+    for page in pages:
+        expected = page.read_text().count('class="figure"')
+        report = browser.load(served + page.name, probe=PLOTS, ready=ALL_DRAWN)
+        assert report.errors == [], (page.name, report.errors)
+        plots = report.probe
+        assert len(plots) == expected, page.name
+        for i, plot in enumerate(plots):
+            assert plot["plotly"] and plot["svgs"] >= 1 and plot["traces"] >= 1, (page.name, i)
+    index = browser.load(
+        served + "index.html",
+        probe="Array.from(document.querySelectorAll('a.shape')).map(a => a.getAttribute('href'))",
+    )
+    assert sorted(index.probe) == sorted(p.name for p in pages if p.name != "index.html")
+
+
+def test_demo_step_drawn_at_its_run_from_disk(history_site: Site, browser: Browser) -> None:
+    page = history_site.out / "shape-demo.html"
+    # Clicking a change point's label opens its commit (caught here, not followed).
+    catch = "window.openCommit = url => { window.__opened = url; }"
+    report = browser.load(page.as_uri(), probe=PLOTS, ready=ALL_DRAWN)
+    clicked = browser.load(page.as_uri(), probe=CLICKS, ready=ALL_DRAWN, actions=catch)
+    assert report.errors == [] and clicked.errors == []
+    assert len(report.probe) == 6  # 2 betas x 3 phases, both methods in each
+    near = {history_site.demo_sha(STEP_AT + d) for d in (-1, 0, 1)}
+    for plot, opened in zip(report.probe, clicked.probe, strict=True):
+        (x,) = plot["redLines"]
+        assert abs(x - STEP_AT) <= 1 and plot["shapes"] >= 1
+        (link,) = opened
+        assert re.fullmatch(r"index\.html#commit-\w+", link) and link.split("-")[-1] in near
+
+
+def test_filters_hide_and_show_plots(history_site: Site, browser: Browser, served: str) -> None:
+    choose = """(() => {{
+      const s = document.querySelector('select[data-field="{field}"]');
+      s.value = '{value}';
+      s.dispatchEvent(new Event('change'));
+    }})()"""
+    visible = """({
+      shown: Number(document.getElementById('shown').textContent),
+      betas: Array.from(document.querySelectorAll('section.group'))
+        .filter(s => s.style.display !== 'none').map(s => s.dataset.beta),
+      widths: Array.from(document.querySelectorAll('section.group'))
+        .filter(s => s.style.display !== 'none')
+        .map(s => s.querySelector('svg.main-svg').getAttribute('width')),
+    })"""
+    url = served + "shape-demo.html"
+    beta = browser.load(url, visible, ALL_DRAWN, choose.format(field="beta", value="0.1"))
+    assert beta.errors == [] and beta.probe["shown"] == 3 and beta.probe["betas"] == ["0.1"] * 3
+    both = browser.load(
+        url,
+        visible,
+        ALL_DRAWN,
+        choose.format(field="phase", value="fwd") + ";" + choose.format(field="phase", value="*"),
+    )
+    assert both.errors == [] and both.probe["shown"] == 6
+    assert all(float(w) > 100 for w in both.probe["widths"])
+
+
+def test_the_check_sees_errors_and_missing_plots(
+    history_site: Site, browser: Browser, tmp_path: Path
+) -> None:
+    """The checks above can fail: a broken page reports its errors, and a site without
+    its plotly bundle draws no plot."""
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        '<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head><body>'
+        '<script src="missing.js"></script>'
+        "<script>console.error('deliberate'); throw new Error('boom');</script></body></html>"
+    )
+    report = browser.load(bad.as_uri())
+    text = "\n".join(report.errors)
+    assert len(report.errors) == 3 and "deliberate" in text and "boom" in text, text
+    assert "missing.js" in text
+    broken = tmp_path / "site"
+    shutil.copytree(history_site.out, broken)
+    (broken / "plotly.min.js").unlink()
+    report = browser.load((broken / "shape-demo.html").as_uri(), probe=PLOTS)
+    assert report.errors and not any(p["plotly"] for p in report.probe)
+
+
+def test_names_from_the_data_cannot_break_the_page(browser: Browser, tmp_path: Path) -> None:
+    """A method and shape named like markup are shown as text, not run."""
+    from perfsuite.history.cli import main as history
+    from perfsuite.render.dashboard import main as dashboard
+    from tests.history.histories import make_document
+
+    hostile = "</script><script>console.error('injected')</script><!--"
+    for i in range(3):
+        document = make_document(i)
+        document["rows"][0] |= {"method": hostile, "shape": f"<b>{hostile}"}
+        (tmp_path / f"run-{i}.json").write_text(json.dumps(document))
+    db, out = tmp_path / "h.sqlite", tmp_path / "site"
+    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
+    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
+    (page,) = out.glob("shape-*.html")
+    legend = "Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent)"
+    probe = f"[{PLOTS}, {legend}, document.title]"
+    report = browser.load(page.as_uri(), probe=probe, ready=ALL_DRAWN)
+    plots, names, title = report.probe
+    assert report.errors == [] and len(plots) == 1 and plots[0]["traces"] >= 1
+    assert hostile in names and title.startswith(f"<b>{hostile}")

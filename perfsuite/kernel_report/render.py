@@ -70,6 +70,18 @@ def _cell(value: Any, fmt: str = "{}") -> str:
     return escape(fmt.format(value))
 
 
+def _table(title: str, columns: tuple, rows: list[dict[str, Any]]) -> Any:
+    """A rich table of ``rows`` with (header, key, format) ``columns``."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, key, _ in columns:
+        table.add_column(header, justify="left" if key in _TEXT_COSTS else "right")
+    for r in rows:
+        table.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in columns))
+    return table
+
+
 def render(report: dict[str, Any], problems: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -91,26 +103,24 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
         table.add_row(*(_cell(cells.get(k)) for _, k in BUILD_COLUMNS))
     console.print(table)
 
-    costs = Table(
-        title=f"Static costs at {where}, {shape['dtype']}: every backward pair "
-        "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits"
-    )
-    for header, key, _ in COST_COLUMNS:
-        costs.add_column(header, justify="left" if key in _TEXT_COSTS else "right")
-    for r in report["costs"]:
-        costs.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in COST_COLUMNS))
-    console.print(costs)
-    if report.get("launched"):
-        listed = Table(
-            title=f"Backward tile list on the first rows of each workload at {where}: "
-            "launched pairs of the sample (per-row mass budget, kernels/tiles.py); "
-            "modelled = the cost table's full figures × fraction"
+    console.print(
+        _table(
+            f"Static costs at {where}, {shape['dtype']}: every backward pair "
+            "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
+            COST_COLUMNS,
+            report["costs"],
         )
-        for header, key, _ in LAUNCHED_COLUMNS:
-            listed.add_column(header, justify="left" if key in _TEXT_COSTS else "right")
-        for r in report["launched"]:
-            listed.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in LAUNCHED_COLUMNS))
-        console.print(listed)
+    )
+    if report.get("launched"):
+        console.print(
+            _table(
+                f"Backward tile list on the first rows of each workload at {where}: "
+                "launched pairs of the sample (per-row mass budget, kernels/tiles.py); "
+                "modelled = the cost table's full figures × fraction",
+                LAUNCHED_COLUMNS,
+                report["launched"],
+            )
+        )
     for note in report.get("notes", []):
         console.print(f"note: {_cell(note)}")
     for p in problems:

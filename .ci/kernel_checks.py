@@ -37,7 +37,7 @@ def emit(**row) -> None:
 def _lock_stress(X, Lock, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     ones = tl.full((BLOCK,), 1.0, dtype=tl.float16)
-    locked_add(X + offs, ones, offs < BLOCK, Lock, False)
+    locked_add(X + offs, ones, offs < BLOCK, Lock, False, True)
 
 
 def check_lock(programs: int = 2048) -> bool:

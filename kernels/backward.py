@@ -59,11 +59,15 @@ _HEURISTICS = {
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
     # Interpreter-only bf16 fixes (exact dot, round-to-nearest casts); False on GPUs.
     "UPCAST_DOT": lambda a: interpreting() and a["E"].dtype == torch.bfloat16,
+    # Lock backoff sleeps with inline PTX, which the interpreter cannot run.
+    "BACKOFF": lambda a: not interpreting(),
 }
 
 
 @triton.jit
-def _update(ptrs, values, mask, lock, ATOMIC: tl.constexpr, FIX_BF16: tl.constexpr):
+def _update(
+    ptrs, values, mask, lock, ATOMIC: tl.constexpr, FIX_BF16: tl.constexpr, BACKOFF: tl.constexpr
+):
     """``*ptrs += values``: a relaxed hardware atomic, or a locked read-modify-write.
 
     The update is formed and rounded to the buffer's dtype *before* any lock is
@@ -73,7 +77,7 @@ def _update(ptrs, values, mask, lock, ATOMIC: tl.constexpr, FIX_BF16: tl.constex
     if ATOMIC:
         tl.atomic_add(ptrs, update, mask=mask, sem="relaxed")
     else:
-        locked_add(ptrs, update, mask, lock, FIX_BF16)
+        locked_add(ptrs, update, mask, lock, FIX_BF16, BACKOFF)
 
 
 @triton.jit
@@ -113,6 +117,7 @@ def _backward_tile(
     DC_ATOMIC: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    BACKOFF: tl.constexpr,
 ):
     """Recompute one (row block, vocab tile) of logits and add its dE/dC parts."""
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -172,7 +177,7 @@ def _backward_tile(
                 de_ptrs = dE + wide_offsets(offs_n, D)[:, None] + offs_dd[None, :]
                 de_mask = n_mask[:, None] & dd_mask[None, :]
                 lock = dELocks + pid_n * n_dd + dd
-                _update(de_ptrs, de, de_mask, lock, DE_ATOMIC, UPCAST_DOT)
+                _update(de_ptrs, de, de_mask, lock, DE_ATOMIC, UPCAST_DOT, BACKOFF)
             grad_tt = tl.trans(grad_t)
             for dd in range(0, n_dd):
                 offs_dd = dd * BLOCK_DD + tl.arange(0, BLOCK_DD)
@@ -186,7 +191,7 @@ def _backward_tile(
                 dc_ptrs = dC + wide_offsets(offs_v, D)[:, None] + offs_dd[None, :]
                 dc_mask = v_mask[:, None] & dd_mask[None, :]
                 lock = dCLocks + pid_v * n_dd + dd
-                _update(dc_ptrs, dc, dc_mask, lock, DC_ATOMIC, UPCAST_DOT)
+                _update(dc_ptrs, dc, dc_mask, lock, DC_ATOMIC, UPCAST_DOT, BACKOFF)
 
 
 @triton.jit
@@ -228,6 +233,7 @@ def _backward_kernel(
     DC_ATOMIC: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    BACKOFF: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_v = tl.cdiv(V, BLOCK_V)
@@ -242,7 +248,7 @@ def _backward_kernel(
                 softcap, smooth_w, RowEps, N, V, D,
                 stride_en, stride_ed, stride_cv, stride_cd,
                 BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
-                FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT,
+                FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT, BACKOFF,
             )  # fmt: skip
     else:
         # Grouped ordering: GROUP_N row blocks sweep the vocab together (L2 reuse of C).
@@ -258,7 +264,7 @@ def _backward_kernel(
             softcap, smooth_w, RowEps, N, V, D,
             stride_en, stride_ed, stride_cv, stride_cd,
             BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
-            FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT,
+            FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT, BACKOFF,
         )  # fmt: skip
 
 

@@ -41,15 +41,28 @@ def cast(x, dtype: tl.constexpr, FIX_BF16: tl.constexpr):
 
 
 @triton.jit
-def locked_add(ptrs, values, mask, lock, FIX_BF16: tl.constexpr):
+def _nanosleep(ns):
+    """PTX ``nanosleep`` (sm_70+): a waiting CTA leaves the issue slots and the lock's
+    L2 line to the holder instead of hammering it with compare-and-swaps."""
+    return tl.inline_asm_elementwise(
+        "nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r", [ns], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def locked_add(ptrs, values, mask, lock, FIX_BF16: tl.constexpr, BACKOFF: tl.constexpr):
     """Read-modify-write ``*ptrs += values`` under a spin lock (for bf16/fp16 buffers).
 
     Triton has no portable 16-bit float atomics on sm_80, so low-precision gradient
     buffers are updated tile-wise under one lock per (tile, D-chunk). The sum is
-    formed in fp32 and rounded once per update.
+    formed in fp32 and rounded once per update. With ``BACKOFF`` (a GPU; the
+    interpreter has no inline PTX) a failed acquire sleeps 32 ns, doubling up to 2 µs.
     """
+    delay = 32
     while tl.atomic_cas(lock, 0, 1) == 1:
-        pass
+        if BACKOFF:
+            _nanosleep(delay)
+            delay = tl.minimum(delay * 2, 2048)
     current = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
     total = current.to(tl.float32) + values
     tl.store(ptrs, cast(total, current.dtype, FIX_BF16), mask=mask)

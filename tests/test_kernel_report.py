@@ -186,6 +186,7 @@ def test_backward_locks_hold_no_tensor_core_work(probe):
     ampere, hopper = probe["build backward sm_80"], probe["build backward sm_90a"]
     assert ampere["cas"] >= 1 and ampere["hmma"] > 0  # the detector had a lock to look in
     assert ampere["critical_tensor_ops"] == 0
+    assert ampere["nanosleep"] >= 1  # a failed acquire backs off instead of hammering
     assert hopper["cas"] == 0 and hopper["hgmma"] > 0 and hopper["critical_tensor_ops"] == 0
     for row in (ampere, hopper):
         assert row["spill_store_bytes"] == row["spill_load_bytes"] == 0
@@ -296,6 +297,7 @@ def _row(kernel: str, variant: str, **over) -> dict:
         "ok": True, "error": None, "registers": 128, "spill_store_bytes": 0,
         "spill_load_bytes": 0, "shared_bytes": 32768, "ctas_per_sm": 2, "hgmma": 0,
         "hmma": 24, "ldgsts": 9, "membar": 2, "cas": 1, "exch": 1, "atomic_adds": 8,
+        "nanosleep": 1,
         "critical_tensor_ops": 0,
     }  # fmt: skip
     return {**row, **over}

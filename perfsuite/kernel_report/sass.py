@@ -65,6 +65,7 @@ def counts(instrs: list[Instr]) -> dict[str, int]:
         "cas": sum(is_cas(i) for i in instrs),
         "exch": sum(is_exch(i) for i in instrs),
         "atomic_adds": sum(is_add(i) for i in instrs),
+        "nanosleep": sum(i.base == "NANOSLEEP" for i in instrs),
         "instructions": len(instrs),
     }
 

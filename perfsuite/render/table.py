@@ -173,7 +173,13 @@ def _method_cells(
 def _table(title: str, phases: list[str], lines: list[tuple[str, list[str], str]]) -> Table:
     """Numbers never wrap or get cut: headers go on two lines, method names fold, and
     the note column is there only when a line has a note."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     table.add_column("method", overflow="fold", min_width=6)
     for phase in phases:
         table.add_column(f"{phase}\nMiB", justify="right", no_wrap=True)

@@ -31,7 +31,8 @@ DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--shape", default="smoke", help="preset name(s), comma-separated (see `perfsuite shapes`)"
+        "--shape",
+        help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)",
     )
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
     p.add_argument("--tokens", type=positive_int, help="override N")
@@ -73,12 +74,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if workload is not None and workload["kind"] == "file":
         if args.vocab or args.hidden:
             raise PlanError("a file workload fixes V and D; only --tokens (up to its N) applies")
+        if args.shape is not None:
+            raise PlanError(
+                f"--shape {args.shape} with --workload {args.workload}: the file fixes the "
+                "shape (N, V, D); drop --shape (--tokens may take fewer of its rows)"
+            )
         shapes = [file_shape(workload, args.tokens)]
         softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
     else:
-        names = list(dict.fromkeys(n.strip() for n in args.shape.split(",") if n.strip()))
+        text = "smoke" if args.shape is None else args.shape
+        names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
         if not names:
-            raise PlanError(f"--shape {args.shape!r}: no preset named (see `perfsuite shapes`)")
+            raise PlanError(f"--shape {text!r}: no preset named (see `perfsuite shapes`)")
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
         softcap = _softcap(args, shapes)
     plan = build_plan(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,8 +70,22 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
+# C++ log lines (torch profiler/kineto: "USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52]
+# profiler_start", glog's "W0101 10:00:00.000 1 file.cc:12] ..."): ours, not the user's.
+_NATIVE_LOG = re.compile(r"\S+\.(?:cpp|cc|cxx|c|h|hpp):\d+\]")
+
+
+def _user_lines(stderr: str) -> list[str]:
+    """The worker's stderr without native libraries' log lines, blank lines dropped."""
+    return [
+        line
+        for line in stderr.strip().splitlines()
+        if line.strip() and not _NATIVE_LOG.search(line)
+    ]
+
+
 def _death_reason(returncode: int | None, timed_out: bool, stderr: str) -> tuple[str, str]:
-    tail = " | ".join(stderr.strip().splitlines()[-3:])[-400:]
+    tail = " | ".join(_user_lines(stderr)[-3:])[-400:]
     if timed_out:
         return "error", f"worker timed out; {tail}".strip("; ")
     if returncode is not None and returncode < 0:

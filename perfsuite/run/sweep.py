@@ -285,6 +285,10 @@ def run(args: argparse.Namespace) -> int:
             part = "" if shard is None else f"-shard{shard[0]}of{shard[1]}"
             out = DEFAULT_OUT_DIR / f"{stamp}-sweep-{plan.device}{part}.json"
         redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
+        if redo and not args.resume:
+            raise PlanError(
+                f"--redo {args.redo} retries cells of a sweep being resumed: add --resume"
+            )
         sweep = Sweep(
             plan,
             out,

@@ -190,3 +190,30 @@ def test_refuses_to_overwrite_or_resume_elsewhere(plugins, tmp_path):
     assert sweep.run(_args("--out", str(out), "--resume", "--memory-limit", "1K")) == 2
     assert sweep.run(_args("--resume")) == 2  # --resume without --out
     assert sweep.run(_args("--gpus", "all")) == 2  # --gpus on a CPU sweep
+
+
+def test_redo_without_resume_is_refused(plugins, tmp_path, capsys):
+    assert sweep.run(_args("--out", str(tmp_path / "s.json"), "--redo", "error")) == 2
+    assert "add --resume" in capsys.readouterr().err
+
+
+def _git(monkeypatch, dirty: bool, diff: str | None = None) -> None:
+    state = {"sha": "abc", "dirty": dirty, **({"diff": diff} if dirty else {})}
+    monkeypatch.setattr("perfsuite.results.provenance.git_state", lambda: dict(state))
+
+
+def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
+    """The README says resume refuses a file from other code; a dirty tree was let through."""
+    from perfsuite.plan.plan import build_plan
+    from perfsuite.plan.shapes import Shape
+
+    plan = build_plan(shapes=[Shape("t", 8, 16, 4, "fp32")], methods="eager", device="cpu")
+    out = tmp_path / "s.json"
+    _git(monkeypatch, dirty=True, diff="aaaa")
+    Sweep(plan, out).save()
+    Sweep(plan, out, resume=True)  # the same uncommitted changes: fine
+    for dirty, diff in ((False, None), (True, "bbbb")):
+        _git(monkeypatch, dirty=dirty, diff=diff)
+        with pytest.raises(PlanError, match="git.dirty|git.diff"):
+            Sweep(plan, out, resume=True)
+        Sweep(plan, out, resume=True, force=True)  # --force takes the user's word

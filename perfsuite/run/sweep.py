@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         TimeRemainingColumn,
     )
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     try:
         plan, grid = plan_from_args(args)
         shard = parse_shard(args.shard)

@@ -131,11 +131,12 @@ def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monke
     assert layout(merged) == layout(full)
 
 
-def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monkeypatch):
+def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("attempted"))
     out = tmp_path / "skip.json"
     args = _args("--out", str(out), "--methods", "eager", "--memory-limit", "64K")
     assert sweep.run(args) == 0
+    assert "sweep.py:" not in capsys.readouterr().err  # progress lines: no source path
     rows = load_results(out)["rows"]
     assert len(rows) == 8 * PHASES
     assert {r["status"] for r in rows} == {"skipped"}

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -111,17 +113,31 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"{plan.methods[0]}", total=total)
+    kept: list[int] = [0]
 
-        def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-            statuses = ",".join(sorted({r["status"] for r in rows}))
-            bar.console.log(
-                f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
-            )
-            bar.update(task, advance=1, description=method)
+    def checkpoint(doc: dict[str, Any]) -> None:
+        write_results(out, doc)
+        kept[0] = len(doc["rows"])
 
-        document = run_plan(plan, progress, checkpoint=lambda doc: write_results(out, doc))
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(f"{plan.methods[0]}", total=total)
+
+            def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+                statuses = ",".join(sorted({r["status"] for r in rows}))
+                bar.console.log(
+                    f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
+                )
+                bar.update(task, advance=1, description=method)
+
+            document = run_plan(plan, progress, checkpoint=checkpoint)
+    except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
+        where = f"kept in {out}" if kept[0] else f"nothing written to {out}"
+        console.print(
+            f"[red]interrupted[/red]: {kept[0]} finished cell row(s) {where} "
+            "(a partial results file: `perfsuite report` reads it)"
+        )
+        raise
     write_results(out, document)
     print_tables(document["rows"], console)
     console.print(f"results: {out}")
@@ -237,10 +253,18 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"run": cmd_run, "shapes": cmd_shapes, "methods": cmd_methods}
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (kill, scancel, a CI timeout) takes Ctrl-C's way out: workers stopped,
+    temporary folders removed, the cursor shown again, finished cells kept."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console(log_path=False)  # progress lines: no "cli.py:101" source column
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
         if args.command in COMMANDS:
             return COMMANDS[args.command](args, console)
@@ -253,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (sweep --resume picks it up)" if args.command == "sweep" else ""
         console.print(f"[red]interrupted[/red]: perfsuite {args.command} stopped{hint}")
         return 130
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

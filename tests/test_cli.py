@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -340,3 +341,38 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
     words = reason.split("; --force")[0]
     assert words in ran and "predicted peak ~41.1 GiB" in words
     assert "exceeds the 16.0 GiB this cpu can give a cell" in words and "available" not in ran
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
+    """Ctrl-C used to discard every finished cell; SIGTERM also left the worker's
+    temporary folder behind and the terminal's cursor hidden."""
+    import json
+    import signal
+    import time
+
+    out, tmp = tmp_path / "r.json", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "FORCE_COLOR": "1", "COLUMNS": "100"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfsuite", *CHEAP[:3], "--methods", "eager,torch-compile",
+         "--phases", "fwd", "--samples", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not (out.exists() and json.loads(out.read_text() or "{}").get("rows")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.1)
+    if how == "ctrl-c":  # the terminal signals the whole foreground group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:  # kill / scancel: the parent alone
+        proc.send_signal(signal.SIGTERM)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, text
+    kept = load_results(out)
+    assert kept["rows"] and kept["env"].get("partial") is True
+    plain = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).split())
+    assert f"{len(kept['rows'])} finished cell row(s) kept in {out}" in plain
+    assert list(tmp.glob("perfsuite-*")) == []  # the worker's folder is gone with it
+    assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l") >= 0  # cursor shown again

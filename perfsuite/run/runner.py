@@ -145,20 +145,26 @@ def run_method(
             deadline = time.monotonic() + plan.timeout_s
             timed_out = False
             stderr_chunks: list[str] = []
-            while True:
-                try:
-                    _, err = proc.communicate(timeout=0.5)
-                    stderr_chunks.append(err or "")
-                    break
-                except subprocess.TimeoutExpired:
-                    if CANCEL.is_set():  # the run was interrupted in another thread
-                        proc.kill()
-                        proc.wait()
-                        raise Cancelled(method) from None
-                    if time.monotonic() > deadline:
-                        timed_out = True
-                        proc.kill()
-                reported = _report(out, remaining, reported, plan, method, progress)
+            try:
+                while True:
+                    try:
+                        _, err = proc.communicate(timeout=0.5)
+                        stderr_chunks.append(err or "")
+                        break
+                    except subprocess.TimeoutExpired:
+                        if CANCEL.is_set():  # the run was interrupted in another thread
+                            raise Cancelled(method) from None
+                        if time.monotonic() > deadline:
+                            timed_out = True
+                            proc.kill()
+                    reported = _report(out, remaining, reported, plan, method, progress)
+            except BaseException:
+                # Ctrl-C, SIGTERM (perfsuite.cli turns it into KeyboardInterrupt), a
+                # cancel: the worker goes too, before its temporary folder is removed.
+                proc.kill()
+                proc.wait()
+                _report(out, remaining, reported, plan, method, progress)  # its finished cases
+                raise
             reported = _report(out, remaining, reported, plan, method, progress)
             lines = _read_lines(out)
             case_rows = [line for line in lines if "start" not in line]

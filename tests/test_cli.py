@@ -316,7 +316,7 @@ def test_workload_files_that_define_no_loss_are_refused(tmp_path, capsys):
     half[:4] = -100
     some = _dump(tmp_path / "half.safetensors", targets=half)
     assert main(["run", "--workload", str(some), "--tokens", "4"]) == 2
-    assert "first 4 rows" in _said(capsys)
+    assert "every target in those rows is -100" in _said(capsys)
 
 
 def test_workload_file_and_shape_together_are_refused(tmp_path, capsys):

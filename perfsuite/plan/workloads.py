@@ -330,16 +330,13 @@ def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise WorkloadError(f"{path}: targets must be integer token ids, got {targets.dtype}")
     if not e.dtype.is_floating_point or not c.dtype.is_floating_point:
         raise WorkloadError(f"{path}: e and c must be floating point, got {e.dtype}, {c.dtype}")
-    for name, t in (("e", e), ("c", c)):
-        if not bool(torch.isfinite(t).all()):
-            bad = int((~torch.isfinite(t)).sum())
+    for name, bad in (("e", (~e.isfinite()).sum()), ("c", (~c.isfinite()).sum())):
+        if bad:
             raise WorkloadError(f"{path}: {name} holds {bad} NaN/inf value(s); no loss is defined")
     vocab = c.shape[0]
     valid = targets[targets != -100]
     if not valid.numel():
-        raise WorkloadError(
-            f"{path}: every target is -100 (ignored): the mean loss over no tokens is undefined"
-        )
+        raise WorkloadError(f"{path}: every target is -100 (ignored): no tokens, no mean loss")
     if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= vocab):
         raise WorkloadError(
             f"{path}: target ids must lie in [0, V={vocab}) or be -100 (ignored); "
@@ -388,11 +385,8 @@ def file_shape(spec: dict[str, Any], tokens: int | None = None) -> Any:
     info = file_info(spec)
     if tokens is not None and not 0 < tokens <= info["tokens"]:
         raise WorkloadError(f"--tokens {tokens}: {spec['path']} holds N={info['tokens']} rows")
-    if tokens is not None and not bool((read_dump(spec["path"])["targets"][:tokens] != -100).any()):
-        raise WorkloadError(
-            f"--tokens {tokens}: every target in the first {tokens} rows of {spec['path']} "
-            "is -100 (ignored); take more rows"
-        )
+    if tokens is not None and (read_dump(spec["path"])["targets"][:tokens] == -100).all():
+        raise WorkloadError(f"--tokens {tokens}: every target in those rows is -100 (ignored)")
     return Shape(
         info["name"] if tokens is None else f"{info['name']}*",
         tokens or info["tokens"],

@@ -35,6 +35,7 @@ from perfsuite.plan.plan import Plan, PlanError, build_plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload, workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
+from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import load_results, new_document, write_results
 from perfsuite.run.grid import (
     Unit,
@@ -86,6 +87,21 @@ class Sweep:
         self.plan, self.out, self.shard, self.force = plan, Path(out), shard, force
         self.slots = slots or [{}]
         self.lock = threading.Lock()
+        try:  # before the file is read: two resumes of it would keep one's rows only
+            self.writer = WriterLock(self.out)
+        except FileLocked as err:
+            raise PlanError(str(err)) from None
+        except OSError as err:
+            raise PlanError(f"--out {self.out}: cannot lock it ({err.strerror})") from None
+        try:
+            self._start(resume, redo, grid)
+        except BaseException:
+            self.writer.release()  # a refused sweep leaves the file free
+            raise
+
+    def _start(self, resume: bool, redo: tuple[str, ...], grid: dict[str, Any] | None) -> None:
+        """Read back the file to resume (refusing other code), then list what is left."""
+        plan, shard, force = self.plan, self.shard, self.force
         env = _collect_env(plan)
         rows: list[dict[str, Any]] = []
         resumed: list[dict[str, Any]] = []
@@ -339,7 +355,10 @@ def run(args: argparse.Namespace) -> int:
                 cells=f"{done}/{len(sweep.todo)} cells",
             )
 
-        document = sweep.run(on_cell)
+        try:
+            document = sweep.run(on_cell)
+        finally:
+            sweep.writer.release()
     counts: dict[str, int] = {}
     for row in document["rows"]:
         counts[row["status"]] = counts.get(row["status"], 0) + 1

@@ -211,10 +211,32 @@ def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
     plan = build_plan(shapes=[Shape("t", 8, 16, 4, "fp32")], methods="eager", device="cpu")
     out = tmp_path / "s.json"
     _git(monkeypatch, dirty=True, diff="aaaa")
-    Sweep(plan, out).save()
-    Sweep(plan, out, resume=True)  # the same uncommitted changes: fine
+    first = Sweep(plan, out)
+    first.save()
+    first.writer.release()
+    Sweep(plan, out, resume=True).writer.release()  # the same uncommitted changes: fine
     for dirty, diff in ((False, None), (True, "bbbb")):
         _git(monkeypatch, dirty=dirty, diff=diff)
         with pytest.raises(PlanError, match="git.dirty|git.diff"):
             Sweep(plan, out, resume=True)
-        Sweep(plan, out, resume=True, force=True)  # --force takes the user's word
+        # --force takes the user's word (and the refused sweep left the file free)
+        Sweep(plan, out, resume=True, force=True).writer.release()
+
+
+def test_a_second_writer_of_the_same_file_is_refused(plugins, tmp_path, capsys):
+    """Two `sweep --resume` of one file used to run side by side and keep only the last
+    writer's rows; the second is now refused while the first holds the file."""
+    from perfsuite.results.lock import FileLocked, WriterLock, lock_path
+
+    out = tmp_path / "s.json"
+    held = WriterLock(out)  # as a sweep in flight holds it
+    assert sweep.run(_args("--out", str(out), "--methods", "eager")) == 2
+    assert "being written by another perfsuite process" in capsys.readouterr().err
+    with pytest.raises(FileLocked):
+        WriterLock(out)
+    held.release()
+    assert not lock_path(out).exists()
+    WriterLock(out).release()  # free again once the first is done
+    script = f"from perfsuite.results.lock import WriterLock; WriterLock({str(out)!r})"
+    subprocess.run([sys.executable, "-c", script + "; import os; os._exit(9)"], check=False)
+    WriterLock(out).release()  # a killed holder leaves no lock behind

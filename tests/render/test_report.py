@@ -180,3 +180,16 @@ def test_command_infers_format_from_suffix(tmp_path, capsys):
     assert report.run(parser.parse_args([str(results), "--format", "csv"])) == 0
     assert capsys.readouterr().out.startswith("shape,tokens")
     assert report.run(parser.parse_args([str(tmp_path / "missing.json")])) == 2
+
+
+def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
+    """`report` used to bold a negative peak_bytes as the column's best."""
+    doc = paper_document()
+    doc["rows"][0]["peak_bytes"] = -(5 << 20)
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(doc))
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    assert report.run(parser.parse_args([str(results)])) == 2
+    captured = capsys.readouterr()
+    assert "peak_bytes is -5242880" in " ".join(captured.err.split()) and captured.out == ""

@@ -376,3 +376,25 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
     assert f"{len(kept['rows'])} finished cell row(s) kept in {out}" in plain
     assert list(tmp.glob("perfsuite-*")) == []  # the worker's folder is gone with it
     assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l") >= 0  # cursor shown again
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "{R}", "-o", "{F}/t.md"],
+        ["report", "{R}", "-o", "{D}"],
+        ["merge", "{R}", "-o", "{F}/m.json"],
+        ["merge", "{R}", "-o", "{D}"],
+        ["plot", "{R}", "-o", "{F}/plots"],
+    ],
+)
+def test_unwritable_outputs_are_one_line_errors(tmp_path, capsys, argv):
+    """report/merge/plot used to print a traceback for a file as a folder or a directory."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a folder")
+    results = REPORTS / "cpu-sweep-small/results.json"
+    filled = [a.format(R=results, F=plain, D=tmp_path) for a in argv]
+    assert main(filled) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+    assert plain.read_text() == "not a folder"

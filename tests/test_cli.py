@@ -386,10 +386,13 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
         ["merge", "{R}", "-o", "{F}/m.json"],
         ["merge", "{R}", "-o", "{D}"],
         ["plot", "{R}", "-o", "{F}/plots"],
+        ["sweep", "--tokens", "8", "--vocab", "16", "--hidden", "8", "--out", "{D}"],
+        ["sweep", "--tokens", "8", "--vocab", "16", "--hidden", "8", "--out", "{F}/s.json"],
     ],
 )
 def test_unwritable_outputs_are_one_line_errors(tmp_path, capsys, argv):
-    """report/merge/plot used to print a traceback for a file as a folder or a directory."""
+    """report/merge/plot used to print a traceback for a file as a folder or a directory;
+    sweep called a directory an existing sweep to --resume."""
     plain = tmp_path / "plain.txt"
     plain.write_text("not a folder")
     results = REPORTS / "cpu-sweep-small/results.json"

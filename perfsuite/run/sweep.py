@@ -36,7 +36,13 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload, workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.lock import FileLocked, WriterLock
-from perfsuite.results.results import load_results, new_document, write_results
+from perfsuite.results.results import (
+    ResultsError,
+    check_writable,
+    load_results,
+    new_document,
+    write_results,
+)
 from perfsuite.run.grid import (
     Unit,
     grid_shapes,
@@ -87,6 +93,10 @@ class Sweep:
         self.plan, self.out, self.shard, self.force = plan, Path(out), shard, force
         self.slots = slots or [{}]
         self.lock = threading.Lock()
+        try:  # a directory, a file as its folder: said now, not after the first cell
+            check_writable(self.out, overwrite=True)
+        except ResultsError as err:
+            raise PlanError(str(err)) from None
         try:  # before the file is read: two resumes of it would keep one's rows only
             self.writer = WriterLock(self.out)
         except FileLocked as err:

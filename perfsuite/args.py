@@ -33,6 +33,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """A count that may be 0 (``--warmup``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+SEED_MAX = 2**32 - 1
+
+
+def seed_int(text: str) -> int:
+    """A seed torch's and numpy's generators both take (0 to 2**32 - 1)."""
+    value = non_negative_int(text)
+    if value > SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {SEED_MAX} (2**32 - 1), got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """A finite number > 0 (a softcap: NaN or infinity would only produce error rows)."""
     try:
@@ -65,14 +87,18 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         help="synthetic workload: Zipf exponent of the unigram prior (default 1)",
     )
     p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
-    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up calls per phase")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--warmup", type=non_negative_int, default=3, help="untimed warm-up calls per phase"
+    )
+    p.add_argument("--seed", type=seed_int, default=0, help="inputs' seed, 0 to 2**32 - 1")
     p.add_argument(
         "--memory-limit",
         type=parse_size,
         help="CPU only: cap each worker's extra data memory (e.g. 2G)",
     )
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per method's worker")
+    p.add_argument(
+        "--timeout", type=positive_float, default=3600.0, help="seconds per method's worker"
+    )
     p.add_argument(
         "--jobs",
         type=positive_int,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,8 @@ DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--shape", default="smoke", help="preset name(s), comma-separated (see `perfsuite shapes`)"
+        "--shape",
+        help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)",
     )
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
     p.add_argument("--tokens", type=positive_int, help="override N")
@@ -73,12 +76,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if workload is not None and workload["kind"] == "file":
         if args.vocab or args.hidden:
             raise PlanError("a file workload fixes V and D; only --tokens (up to its N) applies")
+        if args.shape is not None:
+            raise PlanError(
+                f"--shape {args.shape} with --workload {args.workload}: the file fixes the "
+                "shape (N, V, D); drop --shape (--tokens may take fewer of its rows)"
+            )
         shapes = [file_shape(workload, args.tokens)]
         softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
     else:
-        names = list(dict.fromkeys(n.strip() for n in args.shape.split(",") if n.strip()))
+        text = "smoke" if args.shape is None else args.shape
+        names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
         if not names:
-            raise PlanError(f"--shape {args.shape!r}: no preset named (see `perfsuite shapes`)")
+            raise PlanError(f"--shape {text!r}: no preset named (see `perfsuite shapes`)")
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
         softcap = _softcap(args, shapes)
     plan = build_plan(
@@ -104,17 +113,31 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"{plan.methods[0]}", total=total)
+    kept: list[int] = [0]
 
-        def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-            statuses = ",".join(sorted({r["status"] for r in rows}))
-            bar.console.log(
-                f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
-            )
-            bar.update(task, advance=1, description=method)
+    def checkpoint(doc: dict[str, Any]) -> None:
+        write_results(out, doc)
+        kept[0] = len(doc["rows"])
 
-        document = run_plan(plan, progress, checkpoint=lambda doc: write_results(out, doc))
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(f"{plan.methods[0]}", total=total)
+
+            def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+                statuses = ",".join(sorted({r["status"] for r in rows}))
+                bar.console.log(
+                    f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
+                )
+                bar.update(task, advance=1, description=method)
+
+            document = run_plan(plan, progress, checkpoint=checkpoint)
+    except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
+        where = f"kept in {out}" if kept[0] else f"nothing written to {out}"
+        console.print(
+            f"[red]interrupted[/red]: {kept[0]} finished cell row(s) {where} "
+            "(a partial results file: `perfsuite report` reads it)"
+        )
+        raise
     write_results(out, document)
     print_tables(document["rows"], console)
     console.print(f"results: {out}")
@@ -240,10 +263,18 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"run": cmd_run, "shapes": cmd_shapes, "methods": cmd_methods}
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (kill, scancel, a CI timeout) takes Ctrl-C's way out: workers stopped,
+    temporary folders removed, the cursor shown again, finished cells kept."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console(log_path=False)  # progress lines: no "cli.py:101" source column
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
         if args.command in COMMANDS:
             return COMMANDS[args.command](args, console)
@@ -256,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (sweep --resume picks it up)" if args.command == "sweep" else ""
         console.print(f"[red]interrupted[/red]: perfsuite {args.command} stopped{hint}")
         return 130
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,154 @@ def test_unknown_plugin_and_absurd_dpi(monkeypatch, capsys, tmp_path):
             ]
         )
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--timeout", "0", "finite number > 0"),
+        ("--timeout", "nan", "finite number > 0"),
+        ("--warmup", "-1", "0 or more"),
+        ("--seed", "12345678901234567890", "2**32 - 1"),
+        ("--seed", "-1", "0 or more"),
+    ],
+)
+def test_measurement_protocol_values_are_checked(capsys, flag, value, message):
+    with pytest.raises(SystemExit) as exc:
+        main([*CHEAP, flag, value])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--vocab", "256", "--entropy", "100"], "outside [0, log V = 5.55] nats for V=256"),
+        (["--zipf", "nan"], "--zipf must be a finite number"),
+        (["--entropy", "inf"], "--entropy must be a finite number"),
+    ],
+)
+def test_impossible_synthetic_workloads_are_refused_before_any_worker(
+    capsys, monkeypatch, extra, message
+):
+    """These used to reach the workers and come back as error rows."""
+    monkeypatch.setattr("perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("ran"))
+    assert main([*CHEAP, *extra]) == 2
+    assert message in _said(capsys)
+
+
+def _said(capsys) -> str:
+    """What the command printed, with rich's line wrapping undone."""
+    return " ".join(capsys.readouterr().out.split())
+
+
+def _dump(path, targets=None, nan=False):
+    import torch
+    from safetensors.torch import save_file
+
+    e = torch.randn(16, 8)
+    if nan:
+        e[3, 2] = float("nan")
+    if targets is None:
+        targets = torch.randint(0, 32, (16,))
+    save_file({"e": e, "c": torch.randn(32, 8), "targets": targets}, str(path))
+    return path
+
+
+def test_workload_files_that_define_no_loss_are_refused(tmp_path, capsys):
+    """An all-ignored or NaN dump used to give "loss error nan > tolerance nan"."""
+    import torch
+
+    ignored = _dump(tmp_path / "ignored.safetensors", targets=torch.full((16,), -100))
+    assert main(["run", "--workload", str(ignored)]) == 2
+    assert "every target is -100" in _said(capsys)
+    assert main(["run", "--workload", str(_dump(tmp_path / "nan.safetensors", nan=True))]) == 2
+    assert "e holds 1 NaN/inf value" in _said(capsys)
+    half = torch.randint(0, 32, (16,))
+    half[:4] = -100
+    some = _dump(tmp_path / "half.safetensors", targets=half)
+    assert main(["run", "--workload", str(some), "--tokens", "4"]) == 2
+    assert "every target in those rows is -100" in _said(capsys)
+
+
+def test_workload_file_and_shape_together_are_refused(tmp_path, capsys):
+    """The file fixes the shape: --shape used to be ignored without a word."""
+    dump = _dump(tmp_path / "d.safetensors")
+    assert main(["run", "--shape", "smoke", "--workload", str(dump)]) == 2
+    assert "--shape smoke with --workload" in _said(capsys)
+
+
+def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path):
+    """One memory model and one message: `run` said "needs ~20.1 GiB … has 22.6 GiB
+    available" (a contradiction to read) and disagreed with `sweep`'s 41.1 GiB."""
+    from perfsuite.run import sweep
+
+    monkeypatch.setattr("perfsuite.plan.memory_model.available_memory", lambda: 20 * 2**30)
+    assert main(["run", "--shape", "gemma2-9b", "--device", "cpu"]) == 2
+    ran = " ".join(capsys.readouterr().out.split())
+    out = tmp_path / "s.json"
+    argv = ["--tokens", "8192", "--vocab", "256000", "--hidden", "3584", "--methods", "eager"]
+    assert sweep.main([*argv, "--device", "cpu", "--out", str(out)]) == 0
+    reason = load_results(out)["rows"][0]["reason"]
+    words = reason.split("; --force")[0]
+    assert words in ran and "predicted peak ~41.1 GiB" in words
+    assert "exceeds the 16.0 GiB this cpu can give a cell" in words and "available" not in ran
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
+    """Ctrl-C used to discard every finished cell; SIGTERM also left the worker's
+    temporary folder behind and the terminal's cursor hidden."""
+    import json
+    import signal
+    import time
+
+    out, tmp = tmp_path / "r.json", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "FORCE_COLOR": "1", "COLUMNS": "100"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfsuite", *CHEAP[:3], "--methods", "eager,torch-compile",
+         "--phases", "fwd", "--samples", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not (out.exists() and json.loads(out.read_text() or "{}").get("rows")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.1)
+    if how == "ctrl-c":  # the terminal signals the whole foreground group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:  # kill / scancel: the parent alone
+        proc.send_signal(signal.SIGTERM)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, text
+    kept = load_results(out)
+    assert kept["rows"] and kept["env"].get("partial") is True
+    plain = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).split())
+    assert f"{len(kept['rows'])} finished cell row(s) kept in {out}" in plain
+    assert list(tmp.glob("perfsuite-*")) == []  # the worker's folder is gone with it
+    assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l") >= 0  # cursor shown again
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "{R}", "-o", "{F}/t.md"],
+        ["report", "{R}", "-o", "{D}"],
+        ["merge", "{R}", "-o", "{F}/m.json"],
+        ["merge", "{R}", "-o", "{D}"],
+        ["plot", "{R}", "-o", "{F}/plots"],
+        ["sweep", "--tokens", "8", "--vocab", "16", "--hidden", "8", "--out", "{D}"],
+        ["sweep", "--tokens", "8", "--vocab", "16", "--hidden", "8", "--out", "{F}/s.json"],
+    ],
+)
+def test_unwritable_outputs_are_one_line_errors(tmp_path, capsys, argv):
+    """report/merge/plot used to print a traceback for a file as a folder or a directory;
+    sweep called a directory an existing sweep to --resume."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a folder")
+    results = REPORTS / "cpu-sweep-small/results.json"
+    filled = [a.format(R=results, F=plain, D=tmp_path) for a in argv]
+    assert main(filled) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+    assert plain.read_text() == "not a folder"

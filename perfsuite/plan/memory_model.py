@@ -52,6 +52,25 @@ CPU_MEMORY_SHARE = 0.8
 CUDA_MEMORY_SHARE = 0.92
 
 
+def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
+    """What every cell's worker needs at least: e, c and their gradients, then the
+    correctness gate (the fp32 reference, ``reference_bytes``, and eager in the
+    input dtype), whichever method it times."""
+    size = DTYPE_BYTES[dtype]
+    tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
+    eager = tensors + DEFAULT_LOGIT_COPIES[softcap] * tokens * vocab * size
+    return int(max(reference_bytes(tokens, vocab, hidden, dtype) + tensors, eager))
+
+
+def exceeds(need: int, what: str, capacity: int, device: str) -> str:
+    """The one wording of "this cell will not fit" (``run`` refuses the shape with it,
+    ``sweep`` records it as a skipped cell's reason)."""
+    return (
+        f"predicted peak ~{need / 2**30:.1f} GiB ({what}) exceeds the "
+        f"{capacity / 2**30:.1f} GiB this {device} can give a cell (memory model, math.md)"
+    )
+
+
 def predicted_peak(
     method: str,
     materializes_logits: bool,
@@ -73,8 +92,7 @@ def predicted_peak(
     size = DTYPE_BYTES[dtype]
     logits = tokens * vocab * size
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
-    eager = tensors + DEFAULT_LOGIT_COPIES[softcap] * logits
-    gate = max(reference_bytes(tokens, vocab, hidden, dtype) + tensors, eager)
+    gate = gate_bytes(tokens, vocab, hidden, dtype, softcap)
     if materializes_logits:
         copies = LOGIT_COPIES.get(method, DEFAULT_LOGIT_COPIES)[softcap]
         mine = tensors + copies * logits

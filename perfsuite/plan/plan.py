@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -9,9 +10,10 @@ from typing import Any
 import torch
 
 from perfsuite.method import DTYPES
-from perfsuite.plan.memory_model import CPU_MEMORY_SHARE, available_memory, reference_bytes
+from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.shapes import Shape
+from perfsuite.plan.workloads import WorkloadError, check_synthetic
 from perfsuite.results.results import PHASES
 
 
@@ -38,6 +40,12 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     # perfsuite.plan.workloads spec; None is random inputs.
     workload: dict[str, Any] | None = None
+    # --dtype: every shape in it; None runs each shape in its own default dtype.
+    dtype: str | None = None
+
+    def dtypes_for(self, shape: Shape) -> list[str]:
+        """The dtypes ``shape`` runs in (``dtypes`` is their union, for the record)."""
+        return [self.dtype] if self.dtype else [shape.dtype]
 
     def cases(self) -> list[dict[str, Any]]:
         """Every (shape, dtype, beta) as worker-ready dicts (Case fields plus ``shape``)."""
@@ -54,7 +62,7 @@ class Plan:
                 **({"workload": self.workload} if self.workload else {}),
             }
             for shape in self.shapes
-            for dtype in self.dtypes
+            for dtype in self.dtypes_for(shape)
             for beta in self.betas
         ]
 
@@ -106,20 +114,24 @@ def resolve_methods(text: str | None) -> list[str]:
 
 
 def check_fits(plan: Plan) -> None:
-    """Refuse CPU shapes whose fp32 reference logits cannot fit, before starting."""
+    """Refuse CPU shapes whose correctness gate alone cannot fit, before starting: the
+    same memory model and words as ``sweep``'s skipped cells."""
     if plan.device != "cpu":
         return
-    available = available_memory()
-    if available is None:
+    # Not --memory-limit: a worker over it is an ``oom`` row, which is what it is for.
+    capacity = device_capacity("cpu")
+    if capacity is None:
         return
-    budget = CPU_MEMORY_SHARE * available
+    softcap = plan.softcap is not None
     for shape in plan.shapes:
-        need = max(reference_bytes(shape.tokens, shape.vocab, shape.hidden, d) for d in plan.dtypes)
-        if need > budget:
+        for dtype in plan.dtypes_for(shape):
+            need = gate_bytes(shape.tokens, shape.vocab, shape.hidden, dtype, softcap)
+            if need <= capacity:
+                continue
+            what = "the correctness gate: fp32 reference and eager N x V logits"
             raise PlanError(
-                f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}) needs "
-                f"~{need / 2**30:.1f} GiB on CPU for the N x V logits of the fp32 reference and "
-                f"eager, but this machine has {available / 2**30:.1f} GiB available. Run it on a "
+                f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}, "
+                f"{dtype}) does not fit: {exceeds(need, what, capacity, 'cpu')}. Run it on a "
                 f"GPU (--device cuda), or run --shape smoke, or shrink it, e.g. "
                 f"--shape {shape.name.rstrip('*')} --tokens 256"
             )
@@ -161,6 +173,18 @@ def build_plan(
         raise PlanError(f"--samples must be >= 1, got {samples}")
     if softcap is not None and softcap <= 0:
         raise PlanError(f"--softcap must be positive, got {softcap:g}")
+    if warmup < 0:
+        raise PlanError(f"--warmup must be >= 0, got {warmup}")
+    if not 0 <= seed < 2**32:
+        raise PlanError(f"--seed must be in [0, 2**32 - 1], got {seed}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise PlanError(f"--timeout must be a finite number of seconds > 0, got {timeout_s:g}")
+    if workload is not None and workload.get("kind") == "synthetic":
+        for shape in shapes:
+            try:
+                check_synthetic(workload["entropy"], shape.vocab, shape.hidden)
+            except WorkloadError as err:
+                raise PlanError(f"{shape.name}: {err}") from None
     if jobs is not None and jobs < 1:
         raise PlanError(f"--jobs must be >= 1, got {jobs}")
     plan = Plan(
@@ -178,6 +202,7 @@ def build_plan(
         timeout_s=timeout_s,
         jobs=default_jobs() if jobs is None else jobs,
         workload=workload,
+        dtype=dtype,
     )
     if check_memory:  # a sweep predicts fit per cell instead (perfsuite.run.sweep)
         check_fits(plan)

@@ -20,6 +20,7 @@ ADAPTER_MODULES = (
     "perfsuite.baselines.liger",
     "perfsuite.baselines.cce",
     "perfsuite.baselines.torchtune",
+    "perfsuite.baselines.quack",
 )
 
 

@@ -58,10 +58,11 @@ def parse_workload(
     if text is None and entropy is None and zipf is None:
         return None
     if text is None or text == "synthetic":
-        if entropy is not None and entropy < 0:
-            raise WorkloadError(f"--entropy must be >= 0 nats, got {entropy:g}")
-        if zipf is not None and zipf < 0:
-            raise WorkloadError(f"--zipf must be >= 0, got {zipf:g}")
+        # ``not x >= 0`` also refuses NaN; infinity would only give error rows.
+        if entropy is not None and not (entropy >= 0 and math.isfinite(entropy)):
+            raise WorkloadError(f"--entropy must be a finite number >= 0 nats, got {entropy:g}")
+        if zipf is not None and not (zipf >= 0 and math.isfinite(zipf)):
+            raise WorkloadError(f"--zipf must be a finite number >= 0, got {zipf:g}")
         return {
             "kind": "synthetic",
             "entropy": DEFAULT_ENTROPY if entropy is None else float(entropy),
@@ -164,6 +165,18 @@ def _bisect(fn: Any, lo: float, hi: float, target: float, decreasing: bool, step
     return 0.5 * (lo + hi)
 
 
+def check_synthetic(entropy: float, vocab: int, hidden: int) -> None:
+    """Refuse a synthetic workload the shape cannot carry (checked when planning, so that
+    the message comes before any worker starts, not as error rows)."""
+    if hidden < 2:
+        raise WorkloadError("the synthetic workload needs hidden >= 2 (one dimension is the prior)")
+    if not 0 <= entropy <= math.log(vocab):
+        raise WorkloadError(
+            f"--entropy {entropy:g} is outside [0, log V = {math.log(vocab):.2f}] nats "
+            f"for V={vocab}"
+        )
+
+
 def synthetic_inputs(
     tokens: int,
     vocab: int,
@@ -182,12 +195,7 @@ def synthetic_inputs(
     token ``k`` drawn from π, so logits are linear in ``a`` and calibration is a
     bisection on a sample of rows. ``info`` says what was reached.
     """
-    if hidden < 2:
-        raise WorkloadError("the synthetic workload needs hidden >= 2 (one dimension is the prior)")
-    if not 0 <= entropy <= math.log(vocab):
-        raise WorkloadError(
-            f"--entropy {entropy:g} is outside [0, log V = {math.log(vocab):.2f}] nats"
-        )
+    check_synthetic(entropy, vocab, hidden)
     device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
     log_prior = zipf_log_prior(vocab, zipf, gen)
@@ -322,8 +330,13 @@ def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise WorkloadError(f"{path}: targets must be integer token ids, got {targets.dtype}")
     if not e.dtype.is_floating_point or not c.dtype.is_floating_point:
         raise WorkloadError(f"{path}: e and c must be floating point, got {e.dtype}, {c.dtype}")
+    for name, bad in (("e", (~e.isfinite()).sum()), ("c", (~c.isfinite()).sum())):
+        if bad:
+            raise WorkloadError(f"{path}: {name} holds {bad} NaN/inf value(s); no loss is defined")
     vocab = c.shape[0]
     valid = targets[targets != -100]
+    if not valid.numel():
+        raise WorkloadError(f"{path}: every target is -100 (ignored): no tokens, no mean loss")
     if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= vocab):
         raise WorkloadError(
             f"{path}: target ids must lie in [0, V={vocab}) or be -100 (ignored); "
@@ -372,6 +385,8 @@ def file_shape(spec: dict[str, Any], tokens: int | None = None) -> Any:
     info = file_info(spec)
     if tokens is not None and not 0 < tokens <= info["tokens"]:
         raise WorkloadError(f"--tokens {tokens}: {spec['path']} holds N={info['tokens']} rows")
+    if tokens is not None and (read_dump(spec["path"])["targets"][:tokens] == -100).all():
+        raise WorkloadError(f"--tokens {tokens}: every target in those rows is -100 (ignored)")
     return Shape(
         info["name"] if tokens is None else f"{info['name']}*",
         tokens or info["tokens"],

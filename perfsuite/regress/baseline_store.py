@@ -57,10 +57,12 @@ def stored_baseline(
     stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
     if not folder.is_dir():
         have = sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if root.is_dir() else []
+        where = "" if Path(root) == DEFAULT_ROOT else f" --root {root}"
         raise ResultsError(
-            f"no stored baseline for device {current['env'].get('device', {}).get('name')!r} "
-            f"(expected {folder}/; stored devices: {', '.join(have) or 'none'}). "
-            "Create it with `perfsuite baseline update RESULTS`."
+            f"no baseline is stored for device "
+            f"{current['env'].get('device', {}).get('name')!r} (expected {folder}/; stored "
+            f"devices: {', '.join(have) or 'none'}). Make one from a run on this device: "
+            f"`perfsuite baseline update RESULTS{where}`."
         )
     paths = [folder / f"{stem}.json" for stem in stems if (folder / f"{stem}.json").exists()]
     missing = [stem for stem in stems if not (folder / f"{stem}.json").exists()]

@@ -96,7 +96,9 @@ def load_pair(
 ) -> tuple[dict[str, Any], dict[str, Any], str, list[str]]:
     """(baseline document, current document, baseline label, notes)."""
     current_doc = load_results(current)
-    if baseline.is_dir():
+    # A missing path without a file suffix is a baseline store not made yet (a fresh
+    # clone's reports/baselines on a new device), not a missing results file.
+    if baseline.is_dir() or (not baseline.exists() and not baseline.suffix):
         doc, paths, missing = stored_baseline(baseline, current_doc)
         notes = [f"no stored baseline for shape {s}: its cells show as new" for s in missing]
         return doc, current_doc, ", ".join(str(p) for p in paths), notes

@@ -14,7 +14,22 @@ import csv
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from perfsuite.plan.memory_model import floor_bytes
+
+COLUMNS = [
+    "paper method",
+    "β",
+    "ours as",
+    "paper ×CCE",
+    "ours ×CCE",
+    "paper ×compile",
+    "ours ×compile",
+    "paper peak/floor",
+    "ours peak/floor",
+    "our status",
+]
 
 # The paper's method names → ours (perfsuite methods).
 PAPER_METHODS = {
@@ -55,7 +70,8 @@ def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict 
 
 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
-    """Markdown: per paper row, the paper's ratios and ours from ``document``."""
+    """Markdown (``DataFrame.to_markdown``): per paper row, the paper's ratios and ours
+    from ``document``."""
     rows = [r for r in document["rows"] if r.get("median_ms") is not None or r["status"] != "ok"]
     first = document["rows"][0]
     floor = floor_bytes("fwd+bwd", first["tokens"], first["vocab"], first["hidden"], first["dtype"])
@@ -77,11 +93,7 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
     def fmt(x: float | None, digits: int = 2) -> str:
         return "–" if x is None else f"{x:.{digits}f}"
 
-    lines = [
-        "| paper method | β | ours as | paper ×CCE | ours ×CCE | paper ×compile | "
-        "ours ×compile | paper peak/floor | ours peak/floor | our status |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    records = []
     for p in paper:
         method = PAPER_METHODS.get(p["method"])
         if method is None:
@@ -94,15 +106,24 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
         status = mine["status"] if mine else "not run"
         mark = " ✗" if status == "wrong" else ""
         cce_ms = ours_cce.get("median_ms") if ours_cce else None
-        lines.append(
-            f"| {p['method']} | {p['beta']} | {method} "
-            f"| {fmt(_ratio(_num(p['fwdbwd_ms']), paper_cce))} "
-            f"| {fmt(_ratio(ms, cce_ms))}{mark} "
-            f"| {fmt(_ratio(_num(p['fwdbwd_ms']), paper_compile(p['beta'])))} "
-            f"| {fmt(_ratio(ms, compile_mine and compile_mine.get('median_ms')))}{mark} "
-            f"| {fmt(_ratio(_num(p['fwdbwd_mem_mb']), paper_floor))} "
-            f"| {fmt(_ratio(peak, floor))} | {status} |"
+        records.append(
+            {
+                "paper method": p["method"],
+                "β": p["beta"],
+                "ours as": method,
+                "paper ×CCE": fmt(_ratio(_num(p["fwdbwd_ms"]), paper_cce)),
+                "ours ×CCE": fmt(_ratio(ms, cce_ms)) + mark,
+                "paper ×compile": fmt(_ratio(_num(p["fwdbwd_ms"]), paper_compile(p["beta"]))),
+                "ours ×compile": fmt(_ratio(ms, compile_mine and compile_mine.get("median_ms")))
+                + mark,
+                "paper peak/floor": fmt(_ratio(_num(p["fwdbwd_mem_mb"]), paper_floor)),
+                "ours peak/floor": fmt(_ratio(peak, floor)),
+                "our status": status,
+            }
         )
+    table = pd.DataFrame.from_records(records, columns=COLUMNS)
+    align = ("left",) * 3 + ("right",) * 6 + ("left",)
+    lines = [table.to_markdown(index=False, colalign=align, disable_numparse=True)]
     cce_status = ours_cce["status"] if ours_cce else "not run"
     lines.append("")
     lines.append(

@@ -177,9 +177,13 @@ def run(args: argparse.Namespace) -> int:
             "two or more values (sweep a grid first)"
         )
         return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, fig in made:
-        fig.savefig(args.out / name, dpi=args.dpi)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, fig in made:
+            fig.savefig(args.out / name, dpi=args.dpi)
+    except OSError as err:
+        console.print(f"[red]error:[/red] -o {args.out}: cannot write plots there ({err.strerror})")
+        return 2
     console.print(f"{len(made)} plots → {args.out}")
     return 0
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from perfsuite.render.report_formats import FORMATS, render
-from perfsuite.results.results import ResultsError, load_results
+from perfsuite.results.results import ResultsError, check_writable, load_results
 
 _SUFFIX_FORMAT = {".md": "md", ".tex": "latex", ".csv": "csv", ".html": "html", ".htm": "html"}
 
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     try:
+        if args.out is not None:
+            check_writable(args.out, overwrite=True)  # a one-line error, not a traceback
         document = load_results(args.results)
         if args.paper is not None:
             from perfsuite.render.paper_compare import read_paper, side_by_side
@@ -63,8 +65,12 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        try:
+            args.out.write_text(text)
+        except OSError as err:  # it went away since the check: the report still shows
+            sys.stdout.write(text)
+            console.print(f"[red]error:[/red] -o {args.out}: {err.strerror}; printed above")
+            return 1
         console.print(f"{fmt} report → {args.out}")
     return 0
 

@@ -4,9 +4,11 @@ memory lower bound as the first row and N/A where a method does not apply."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -109,17 +111,22 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
     return mark + (WRONG_MARK if row["status"] == "wrong" else "")
 
 
+# Console words for cells without numbers: no longer than a number, so that the
+# number columns stay narrow (the notes under the table say the rest).
+_SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
+_STATUS_COLOR = {
+    "wrong": "red",
+    "oom": "magenta",
+    "error": "red",
+    "unavailable": "dim",
+    "skipped": "yellow",
+    "unsupported": "dim",
+}
+
+
 def _status_cell(row: dict[str, Any]) -> str:
-    if row["status"] == "unsupported":
-        return "[dim]N/A[/dim]"
-    color = {
-        "wrong": "red",
-        "oom": "magenta",
-        "error": "red",
-        "unavailable": "dim",
-        "skipped": "yellow",
-    }[row["status"]]
-    return f"[{color}]{status_label(row)}[/{color}]"
+    color = _STATUS_COLOR[row["status"]]
+    return f"[{color}]{_SHORT_STATUS.get(row['status'], row['status'])}[/{color}]"
 
 
 def _number(value: float | None, unit_scale: float) -> str:
@@ -130,69 +137,109 @@ def _number(value: float | None, unit_scale: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
 
 
-def build_tables(rows: Iterable[dict[str, Any]]) -> list[tuple[Table, list[str]]]:
+def _method_cells(
+    by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: dict
+) -> tuple[list[str], list[str]]:
+    """(MiB, ms) cells per phase of one method, and its note references."""
+    cells, refs = [], []
+    for phase in phases:
+        row = by_phase.get(phase)
+        if row is None:
+            cells += ["", ""]
+            continue
+        if row["status"] != "ok":
+            reason = f"{row['status']}: {row['reason']}"
+            methods = notes.setdefault(reason, [])
+            if row["method"] not in methods:
+                methods.append(row["method"])
+            ref = f"({list(notes).index(reason) + 1})"
+            if ref not in refs:
+                refs.append(ref)
+            if not measured(row):
+                cells += [_status_cell(row), ""]
+                continue
+        mark = cell_marks(row, phase, grads_in_fwd)
+        style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
+        style = "red" if row["status"] == "wrong" else style
+        mem = _number(row["peak_bytes"], 2**20)
+        ms = _number(row.get("median_ms"), 1) + mark
+        cells += [
+            f"[{style}]{mem}[/{style}]" if style else mem,
+            f"[{style}]{ms}[/{style}]" if style else ms,
+        ]
+    return cells, refs
+
+
+def _table(title: str, phases: list[str], lines: list[tuple[str, list[str], str]]) -> Table:
+    """Numbers never wrap or get cut: headers go on two lines, method names fold, and
+    the note column is there only when a line has a note."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("method", overflow="fold", min_width=6)
+    for phase in phases:
+        table.add_column(f"{phase}\nMiB", justify="right", no_wrap=True)
+        table.add_column(f"{phase}\nms", justify="right", no_wrap=True)
+    with_note = any(refs for _, _, refs in lines)
+    if with_note:
+        table.add_column("note", no_wrap=True)
+    for i, (name, cells, refs) in enumerate(lines):
+        table.add_row(name, *cells, *([refs] if with_note else []), end_section=i == 0)
+    return table
+
+
+def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> list:
+    tokens, vocab, hidden, dtype, _, _, beta = _group_key(members[0])
+    floor = [_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
+    lines = [("[italic]lower bound[/italic]", [c for f in floor for c in (f, "")], "")]
+    known = all_methods()
+    for name, by_phase in by_method(members).items():
+        grads_in_fwd = grads_in_forward(name, known, beta)
+        cells, refs = _method_cells(by_phase, phases, grads_in_fwd, notes)
+        lines.append((name, cells, " ".join(refs)))
+    return lines
+
+
+def _fits(table: Table, width: int) -> bool:
+    """Whether ``table`` prints at ``width`` without rich cutting a cell short (…) or
+    running past the edge (no_wrap columns that cannot shrink)."""
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(table, crop=False)
+    text = console.file.getvalue()
+    return "…" not in text and max(map(len, text.splitlines())) <= width
+
+
+def build_tables(
+    rows: Iterable[dict[str, Any]], width: int | None = None
+) -> list[tuple[Table, list[str]]]:
     """One table per (shape, dtype, β), each with its numbered notes.
 
     Units live in the headers and reasons in notes under the table, so that the
-    table stays readable in an 80-column CI log."""
-    groups = group_rows(rows)
-    known = all_methods()
+    table stays readable in an 80-column CI log; a table still wider than
+    ``width`` is printed one phase at a time rather than cut."""
     out = []
-    for key, members in groups.items():
-        tokens, vocab, hidden, dtype, softcap, _, beta = key
+    for members in group_rows(rows).values():
+        beta = members[0]["beta"]
         title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
-        table = Table(title=title, title_justify="left")
-        table.add_column("method", no_wrap=True)
         phases = present_phases(members)
-        for phase in phases:
-            table.add_column(f"{phase} MiB", justify="right")
-            table.add_column(f"{phase} ms", justify="right")
-        table.add_column("note")
-        table.add_row(
-            "[italic]lower bound[/italic]",
-            *[
-                cell
-                for p in phases
-                for cell in (_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20), "")
-            ],
-            "",
-            end_section=True,
-        )
         notes: dict[str, list[str]] = {}  # reason -> methods, numbered in first-seen order
-        for name, by_phase in by_method(members).items():
-            grads_in_fwd = grads_in_forward(name, known, beta)
-            cells, refs = [], []
-            for phase in phases:
-                row = by_phase.get(phase)
-                if row is None:
-                    cells += ["", ""]
-                    continue
-                if row["status"] != "ok":
-                    reason = f"{row['status']}: {row['reason']}"
-                    methods = notes.setdefault(reason, [])
-                    if name not in methods:
-                        methods.append(name)
-                    ref = f"({list(notes).index(reason) + 1})"
-                    if ref not in refs:
-                        refs.append(ref)
-                    if not measured(row):
-                        cells += [_status_cell(row), ""]
-                        continue
-                mark = cell_marks(row, phase, grads_in_fwd)
-                style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
-                style = "red" if row["status"] == "wrong" else style
-                mem = _number(row["peak_bytes"], 2**20)
-                ms = _number(row.get("median_ms"), 1) + mark
-                cells += [
-                    f"[{style}]{mem}[/{style}]" if style else mem,
-                    f"[{style}]{ms}[/{style}]" if style else ms,
-                ]
-            table.add_row(name, *cells, " ".join(refs))
+        lines = _lines(members, phases, notes)
         numbered = [
             f"({i}) {', '.join(methods)}: {reason}"
             for i, (reason, methods) in enumerate(notes.items(), 1)
         ]
-        out.append((table, numbered))
+        table = _table(title, phases, lines)
+        if width is None or _fits(table, width) or len(phases) == 1:
+            out.append((table, numbered))
+            continue
+        for i, phase in enumerate(phases):
+            one = [(name, cells[2 * i : 2 * i + 2], refs) for name, cells, refs in lines]
+            last = i == len(phases) - 1
+            out.append((_table(f"{title}, {phase}", [phase], one), numbered if last else []))
     return out
 
 
@@ -227,7 +274,7 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
 
 def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
     console = console or Console()
-    for table, notes in build_tables(rows):
+    for table, notes in build_tables(rows, console.width):
         console.print(table)
         for note in notes:
             console.print(note, markup=False, highlight=False)

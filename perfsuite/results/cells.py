@@ -43,6 +43,10 @@ ENV_MUST_AGREE = (
     ("device", "kind"),
     ("device", "name"),
     ("git", "sha"),
+    # Uncommitted changes are other code: a dirty tree never agrees with a clean one,
+    # and two dirty ones only with the same changes (``diff``, when both recorded it).
+    ("git", "dirty"),
+    ("git", "diff"),
     ("plan", "samples"),
     ("plan", "warmup"),
     ("plan", "seed"),

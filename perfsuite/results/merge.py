@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
-from perfsuite.results.results import ResultsError, load_results, new_document, write_results
+from perfsuite.results.results import (
+    ResultsError,
+    check_writable,
+    load_results,
+    new_document,
+    write_results,
+)
 
 
 class MergeError(ValueError):
@@ -113,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     try:
+        check_writable(args.out, overwrite=True)  # before reading: a one-line error
         documents = [(str(path), load_results(path)) for path in args.inputs]
         merged = merge_documents(
             documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates
@@ -120,7 +127,11 @@ def run(args: argparse.Namespace) -> int:
     except (ResultsError, MergeError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
-    write_results(args.out, merged)
+    try:
+        write_results(args.out, merged)
+    except OSError as err:
+        console.print(f"[red]error:[/red] -o {args.out}: {err.strerror}; nothing written")
+        return 1
     console.print(
         f"merged {len(documents)} files, {len(merged['rows'])} rows → {args.out}"
         + (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -36,13 +37,19 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def git_state() -> dict[str, Any]:
-    """SHA and dirty flag of the checkout perfsuite runs from (None outside git)."""
+    """SHA and dirty flag of the checkout perfsuite runs from (None outside git); when
+    dirty, ``diff`` fingerprints the uncommitted changes (sha256 of ``git diff HEAD``), so
+    that two results from the same dirty tree can be told apart from two that are not."""
     here = Path(__file__).resolve().parent
     sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
     if sha is None:
         return {"sha": None, "dirty": None}
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here)
-    return {"sha": sha, "dirty": bool(status)}
+    if not status:
+        return {"sha": sha, "dirty": False}
+    diff = _run(["git", "diff", "HEAD", "--binary"], cwd=here)
+    fingerprint = None if diff is None else hashlib.sha256(diff.encode()).hexdigest()[:16]
+    return {"sha": sha, "dirty": True, "diff": fingerprint}
 
 
 def cpu_model() -> str:

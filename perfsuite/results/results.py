@@ -138,9 +138,14 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a results file; ``ResultsError`` says what is wrong with it."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such results file") from None
+    except UnicodeDecodeError as err:
+        raise ResultsError(
+            f"{path}: not a results file (not UTF-8 text: byte {err.object[err.start]:#04x} "
+            f"at offset {err.start})"
+        ) from None
     except OSError as err:
         raise ResultsError(f"{path}: cannot read ({err.strerror})") from None
     try:

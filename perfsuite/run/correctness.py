@@ -79,6 +79,31 @@ def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
     return run_once(fn, inputs)
 
 
+class UnusableInputs(ValueError):
+    """The fp32 reference is not finite: no method can be judged on these inputs."""
+
+
+def check_reference(reference: Outcome, inputs: Inputs, ignore_index: int = -100) -> None:
+    """Refuse inputs on which the reference itself is NaN or infinite (every target
+    ignored: a mean over no tokens; NaN or inf in e or c), which would otherwise read
+    as "loss error nan > tolerance nan" for every method."""
+    bad = [q for q in QUANTITIES if not bool(torch.isfinite(reference.get(q)).all())]
+    if not bad:
+        return
+    why = []
+    if not bool((inputs.targets != ignore_index).any()):
+        why.append(f"every target is ignore_index={ignore_index}")
+    for name in ("e", "c"):
+        t = getattr(inputs, name)
+        if not bool(torch.isfinite(t).all()):
+            why.append(f"{name} holds {int((~torch.isfinite(t)).sum())} NaN/inf values")
+    raise UnusableInputs(
+        f"the fp32 reference's {', '.join(bad)} is not finite"
+        + (f" ({'; '.join(why)})" if why else "")
+        + ": no method can be judged on these inputs"
+    )
+
+
 def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
     """What torch computes one precision step away: eager in the case's dtype for
     bf16/fp16, the reference computed in fp64 for fp32."""

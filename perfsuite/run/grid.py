@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfsuite.method import Case
-from perfsuite.plan.memory_model import predicted_peak
+from perfsuite.plan.memory_model import exceeds, predicted_peak
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
@@ -139,11 +139,7 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
     )
     if need <= capacity:
         return None
-    return (
-        f"predicted peak ~{need / 2**30:.1f} GiB ({what}) exceeds the "
-        f"{capacity / 2**30:.1f} GiB this {c['device']} can give a cell (memory model, "
-        "math.md); --force attempts it"
-    )
+    return exceeds(need, what, capacity, c["device"]) + "; --force attempts it"
 
 
 def skipped_rows(unit: Unit, plan: Plan, reason: str) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,8 +70,22 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return lines
 
 
+# C++ log lines (torch profiler/kineto: "USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52]
+# profiler_start", glog's "W0101 10:00:00.000 1 file.cc:12] ..."): ours, not the user's.
+_NATIVE_LOG = re.compile(r"\S+\.(?:cpp|cc|cxx|c|h|hpp):\d+\]")
+
+
+def _user_lines(stderr: str) -> list[str]:
+    """The worker's stderr without native libraries' log lines, blank lines dropped."""
+    return [
+        line
+        for line in stderr.strip().splitlines()
+        if line.strip() and not _NATIVE_LOG.search(line)
+    ]
+
+
 def _death_reason(returncode: int | None, timed_out: bool, stderr: str) -> tuple[str, str]:
-    tail = " | ".join(stderr.strip().splitlines()[-3:])[-400:]
+    tail = " | ".join(_user_lines(stderr)[-3:])[-400:]
     if timed_out:
         return "error", f"worker timed out; {tail}".strip("; ")
     if returncode is not None and returncode < 0:
@@ -130,20 +145,26 @@ def run_method(
             deadline = time.monotonic() + plan.timeout_s
             timed_out = False
             stderr_chunks: list[str] = []
-            while True:
-                try:
-                    _, err = proc.communicate(timeout=0.5)
-                    stderr_chunks.append(err or "")
-                    break
-                except subprocess.TimeoutExpired:
-                    if CANCEL.is_set():  # the run was interrupted in another thread
-                        proc.kill()
-                        proc.wait()
-                        raise Cancelled(method) from None
-                    if time.monotonic() > deadline:
-                        timed_out = True
-                        proc.kill()
-                reported = _report(out, remaining, reported, plan, method, progress)
+            try:
+                while True:
+                    try:
+                        _, err = proc.communicate(timeout=0.5)
+                        stderr_chunks.append(err or "")
+                        break
+                    except subprocess.TimeoutExpired:
+                        if CANCEL.is_set():  # the run was interrupted in another thread
+                            raise Cancelled(method) from None
+                        if time.monotonic() > deadline:
+                            timed_out = True
+                            proc.kill()
+                    reported = _report(out, remaining, reported, plan, method, progress)
+            except BaseException:
+                # Ctrl-C, SIGTERM (perfsuite.cli turns it into KeyboardInterrupt), a
+                # cancel: the worker goes too, before its temporary folder is removed.
+                proc.kill()
+                proc.wait()
+                _report(out, remaining, reported, plan, method, progress)  # its finished cases
+                raise
             reported = _report(out, remaining, reported, plan, method, progress)
             lines = _read_lines(out)
             case_rows = [line for line in lines if "start" not in line]

@@ -35,7 +35,14 @@ from perfsuite.plan.plan import Plan, PlanError, build_plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload, workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
-from perfsuite.results.results import load_results, new_document, write_results
+from perfsuite.results.lock import FileLocked, WriterLock
+from perfsuite.results.results import (
+    ResultsError,
+    check_writable,
+    load_results,
+    new_document,
+    write_results,
+)
 from perfsuite.run.grid import (
     Unit,
     grid_shapes,
@@ -86,6 +93,25 @@ class Sweep:
         self.plan, self.out, self.shard, self.force = plan, Path(out), shard, force
         self.slots = slots or [{}]
         self.lock = threading.Lock()
+        try:  # a directory, a file as its folder: said now, not after the first cell
+            check_writable(self.out, overwrite=True)
+        except ResultsError as err:
+            raise PlanError(str(err)) from None
+        try:  # before the file is read: two resumes of it would keep one's rows only
+            self.writer = WriterLock(self.out)
+        except FileLocked as err:
+            raise PlanError(str(err)) from None
+        except OSError as err:
+            raise PlanError(f"--out {self.out}: cannot lock it ({err.strerror})") from None
+        try:
+            self._start(resume, redo, grid)
+        except BaseException:
+            self.writer.release()  # a refused sweep leaves the file free
+            raise
+
+    def _start(self, resume: bool, redo: tuple[str, ...], grid: dict[str, Any] | None) -> None:
+        """Read back the file to resume (refusing other code), then list what is left."""
+        plan, shard, force = self.plan, self.shard, self.force
         env = _collect_env(plan)
         rows: list[dict[str, Any]] = []
         resumed: list[dict[str, Any]] = []
@@ -272,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
         TimeRemainingColumn,
     )
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     try:
         plan, grid = plan_from_args(args)
         shard = parse_shard(args.shard)
@@ -285,6 +311,10 @@ def run(args: argparse.Namespace) -> int:
             part = "" if shard is None else f"-shard{shard[0]}of{shard[1]}"
             out = DEFAULT_OUT_DIR / f"{stamp}-sweep-{plan.device}{part}.json"
         redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
+        if redo and not args.resume:
+            raise PlanError(
+                f"--redo {args.redo} retries cells of a sweep being resumed: add --resume"
+            )
         sweep = Sweep(
             plan,
             out,
@@ -335,7 +365,10 @@ def run(args: argparse.Namespace) -> int:
                 cells=f"{done}/{len(sweep.todo)} cells",
             )
 
-        document = sweep.run(on_cell)
+        try:
+            document = sweep.run(on_cell)
+        finally:
+            sweep.writer.release()
     counts: dict[str, int] = {}
     for row in document["rows"]:
         counts[row["status"]] = counts.get(row["status"], 0) + 1

@@ -29,6 +29,7 @@ from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
 from perfsuite.run.correctness import (
+    check_reference,
     judge,
     reference_outcome,
     run_once,
@@ -144,6 +145,7 @@ def run_case(
     try:
         inputs = make_inputs(case, spec.seed, raw.get("workload"))
         reference = reference_outcome(case, inputs)
+        check_reference(reference, inputs, case.ignore_index)
         bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
         loss_fn = method.prepare(case, inputs.c)
         start = time.perf_counter()

@@ -63,3 +63,32 @@ def test_presets_match_the_issue():
     assert (PRESETS["qwen2.5-7b"].vocab, PRESETS["qwen2.5-7b"].hidden) == (152064, 3584)
     with pytest.raises(ValueError, match="unknown shape"):
         get_shape("gpt5")
+
+
+def test_each_preset_runs_in_its_own_dtype_unless_dtype_says():
+    """`run --shape smoke,llama3-8b` ran each preset in both presets' dtypes."""
+    shapes = [get_shape("smoke"), get_shape("llama3-8b").with_overrides(tokens=16, vocab=64)]
+    plan = _plan(shapes=shapes)
+    assert {(c["shape"], c["dtype"]) for c in plan.cases()} == {
+        ("smoke", "fp32"),
+        ("llama3-8b*", "bf16"),
+    }
+    assert len(plan.cases()) == 2 * 2  # two presets x two β, not x two dtypes
+    assert sorted(plan.dtypes) == ["bf16", "fp32"]  # the record keeps their union
+    forced = _plan(shapes=shapes, dtype="fp16")
+    assert {c["dtype"] for c in forced.cases()} == {"fp16"} and len(forced.cases()) == 4
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"warmup": -1}, "--warmup"),
+        ({"seed": 2**64}, "--seed"),
+        ({"timeout_s": 0.0}, "--timeout"),
+        ({"timeout_s": float("inf")}, "--timeout"),
+        ({"workload": {"kind": "synthetic", "entropy": 100.0, "zipf": 1.0}}, "log V"),
+    ],
+)
+def test_protocol_checked_for_every_caller(kw, message):
+    with pytest.raises(PlanError, match=message):
+        _plan(**kw)

@@ -111,7 +111,18 @@ def test_no_stored_baseline_for_this_device(tmp_path, capsys):
     cur = write_results(tmp_path / "cur.json", document(env=other))
     assert compare_cli(root, cur) == 2
     err = capsys.readouterr().err
-    assert "no stored baseline for device 'NVIDIA A100-SXM4-80GB'" in err and SLUG in err
+    assert "no baseline is stored for device 'NVIDIA A100-SXM4-80GB'" in err and SLUG in err
+    assert "perfsuite baseline update RESULTS --root" in err
+
+
+def test_a_store_not_made_yet_says_how_to_make_one(tmp_path, capsys):
+    """A fresh clone on a new device: `compare reports/baselines CURRENT` used to say
+    "no such results file" about the folder."""
+    cur = write_results(tmp_path / "cur.json", document())
+    assert compare_cli(tmp_path / "baselines", cur) == 2
+    err = capsys.readouterr().err
+    assert "no baseline is stored for device" in err and "no such results file" not in err
+    assert "perfsuite baseline update RESULTS" in err
 
 
 def test_stored_files_from_different_environments_are_refused(tmp_path):

@@ -46,13 +46,17 @@ def test_identifies_known_gpus(name, expected):
     assert identify_gpu("NVIDIA GeForce RTX 4090") is None
 
 
+def _md_cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split(" | ")]
+
+
 def _md_rows(text: str) -> dict[tuple[str, str], list[str]]:
     """(β section, method) -> cells of the markdown table."""
     out, beta = {}, None
     for line in text.splitlines():
         if not line.startswith("| ") or line.startswith("| β"):
             continue
-        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        cells = _md_cells(line)
         beta = cells[0] or beta
         out[(beta, cells[1].strip("*"))] = cells[2:]
     return out
@@ -61,8 +65,14 @@ def _md_rows(text: str) -> dict[tuple[str, str], list[str]]:
 def test_markdown_paper_layout_with_roofline():
     text = render(paper_document(), "md")
     assert text.count("### gemma2-2b") == 1  # one table, β as sections
-    header = next(line for line in text.splitlines() if line.startswith("| β"))
-    assert "fwd mem | fwd time | fwd % roofline" in header
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("| β"))
+    header = _md_cells(lines[at])
+    assert header[:5] == ["β", "method", "fwd mem", "fwd time", "fwd % roofline"]
+    assert len(header) == 2 + 3 * 3
+    # A pipe table (DataFrame.to_markdown): names left, numbers right-aligned.
+    align = _md_cells(lines[at + 1])
+    assert align[0].startswith(":") and all(a.endswith(":") for a in align[2:])
     rows = _md_rows(text)
     assert list(rows)[0] == ("0", "lower bound")  # β = 0 first, as the console table
     bound = rows[("0", "lower bound")]
@@ -88,26 +98,35 @@ def test_latex_is_booktabs_with_bold_best_and_escaped_marks():
     assert text.count("\\begin{tabular}") == 1 and "\\toprule" in text and "\\bottomrule" in text
     assert "\\multicolumn{3}{c}{fwd+bwd}" in text
     assert "\\textbf{72.9 ms}" in text and "150 ms$^\\ddagger$" in text
-    assert "\\emph{lower bound}" in text and " N/A " in text
+    assert "\\textit{lower bound}" in text and " N/A " in text
+    # β sections: one label each, a booktabs \midrule between them (no \cline).
+    assert "$\\beta = 0$ & \\textit{lower bound}" in text and "$\\beta = 0.1$ &" in text
+    assert "\\cline" not in text
+    body = text.split("\\begin{tabular}")[1].split("\\bottomrule")[0]
+    assert body.count("\\midrule") == 2  # under the header, between the two sections
     assert "\\% roofline" in text and "54\\%" in text
     assert "‡" not in text.split("% roofline on")[0].replace("$^\\ddagger$", "")
 
 
 class _Cells(HTMLParser):
+    """Tables, and the text of the data cells by class."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.tables, self.strong, self._in_strong = 0, [], False
+        self.tables, self.by_class, self._classes = 0, {}, None
 
     def handle_starttag(self, tag, attrs):
         self.tables += tag == "table"
-        self._in_strong = self._in_strong or tag == "strong"
+        if tag == "td":
+            self._classes = (dict(attrs).get("class") or "").split()
 
     def handle_endtag(self, tag):
-        self._in_strong = self._in_strong and tag != "strong"
+        if tag == "td":
+            self._classes = None
 
     def handle_data(self, data):
-        if self._in_strong:
-            self.strong.append(data)
+        for cls in self._classes or ():
+            self.by_class.setdefault(cls, []).append(data)
 
 
 def test_html_page():
@@ -115,8 +134,13 @@ def test_html_page():
     parser = _Cells()
     parser.feed(text)
     assert parser.tables == 1
-    assert "72.9 ms" in parser.strong and "1.10 MiB" in parser.strong
+    # Best cells carry the "best" class, which the page's style sheet makes bold.
+    assert "72.9 ms" in parser.by_class["best"] and "1.10 MiB" in parser.by_class["best"]
+    assert "150 ms‡" not in parser.by_class["best"]
+    assert "td.best { font-weight: bold; }" in text
+    assert "1,161 MiB" in parser.by_class["bound"]  # the lower-bound row
     assert "N/A" in text and 'colspan="3">fwd+bwd<' in text and "lower bound" in text
+    assert 'rowspan="5">β = 0<' in text  # one β label per section
 
 
 def test_csv_spells_out_every_number():
@@ -156,3 +180,16 @@ def test_command_infers_format_from_suffix(tmp_path, capsys):
     assert report.run(parser.parse_args([str(results), "--format", "csv"])) == 0
     assert capsys.readouterr().out.startswith("shape,tokens")
     assert report.run(parser.parse_args([str(tmp_path / "missing.json")])) == 2
+
+
+def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
+    """`report` used to bold a negative peak_bytes as the column's best."""
+    doc = paper_document()
+    doc["rows"][0]["peak_bytes"] = -(5 << 20)
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(doc))
+    parser = argparse.ArgumentParser()
+    report.add_arguments(parser)
+    assert report.run(parser.parse_args([str(results)])) == 2
+    captured = capsys.readouterr()
+    assert "peak_bytes is -5242880" in " ".join(captured.err.split()) and captured.out == ""

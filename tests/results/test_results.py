@@ -121,3 +121,10 @@ def test_row_rejects_unknown_status_and_phase():
 def test_written_file_is_plain_json(tmp_path):
     path = write_results(tmp_path / "r.json", _doc())
     assert json.loads(path.read_text())["rows"][0]["samples_ms"] == [0.9, 1.0, 1.1]
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'\xff\xfe{"schema_version": 1}')
+    with pytest.raises(ResultsError, match="latin1.json: not a results file .*0xff"):
+        load_results(path)

@@ -194,3 +194,18 @@ def test_checkpoint_gets_each_finished_case_as_a_partial_document():
     assert [len(d["rows"]) for d in seen] == [3, 6]  # three phases per finished case
     assert all(d["env"]["partial"] for d in seen)
     assert "partial" not in final["env"] and len(final["rows"]) == 6
+
+
+def test_a_killed_workers_reason_leaves_native_log_lines_out():
+    """The oom reason used to end in the torch profiler's "USDT:… profiler_stop" lines."""
+    stderr = "\n".join(
+        [
+            "Loading the method",
+            "USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start",
+            "W1123 00:10:42.123 21571 CUPTIActivityProfiler.cpp:123] some kineto warning",
+            "USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop",
+        ]
+    )
+    status, reason = runner._death_reason(-9, False, stderr)
+    assert status == "oom" and "OOM killer" in reason
+    assert reason.endswith("; Loading the method") and "profiler" not in reason

@@ -131,11 +131,12 @@ def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monke
     assert layout(merged) == layout(full)
 
 
-def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monkeypatch):
+def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("attempted"))
     out = tmp_path / "skip.json"
     args = _args("--out", str(out), "--methods", "eager", "--memory-limit", "64K")
     assert sweep.run(args) == 0
+    assert "sweep.py:" not in capsys.readouterr().err  # progress lines: no source path
     rows = load_results(out)["rows"]
     assert len(rows) == 8 * PHASES
     assert {r["status"] for r in rows} == {"skipped"}
@@ -190,3 +191,52 @@ def test_refuses_to_overwrite_or_resume_elsewhere(plugins, tmp_path):
     assert sweep.run(_args("--out", str(out), "--resume", "--memory-limit", "1K")) == 2
     assert sweep.run(_args("--resume")) == 2  # --resume without --out
     assert sweep.run(_args("--gpus", "all")) == 2  # --gpus on a CPU sweep
+
+
+def test_redo_without_resume_is_refused(plugins, tmp_path, capsys):
+    assert sweep.run(_args("--out", str(tmp_path / "s.json"), "--redo", "error")) == 2
+    assert "add --resume" in capsys.readouterr().err
+
+
+def _git(monkeypatch, dirty: bool, diff: str | None = None) -> None:
+    state = {"sha": "abc", "dirty": dirty, **({"diff": diff} if dirty else {})}
+    monkeypatch.setattr("perfsuite.results.provenance.git_state", lambda: dict(state))
+
+
+def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
+    """The README says resume refuses a file from other code; a dirty tree was let through."""
+    from perfsuite.plan.plan import build_plan
+    from perfsuite.plan.shapes import Shape
+
+    plan = build_plan(shapes=[Shape("t", 8, 16, 4, "fp32")], methods="eager", device="cpu")
+    out = tmp_path / "s.json"
+    _git(monkeypatch, dirty=True, diff="aaaa")
+    first = Sweep(plan, out)
+    first.save()
+    first.writer.release()
+    Sweep(plan, out, resume=True).writer.release()  # the same uncommitted changes: fine
+    for dirty, diff in ((False, None), (True, "bbbb")):
+        _git(monkeypatch, dirty=dirty, diff=diff)
+        with pytest.raises(PlanError, match="git.dirty|git.diff"):
+            Sweep(plan, out, resume=True)
+        # --force takes the user's word (and the refused sweep left the file free)
+        Sweep(plan, out, resume=True, force=True).writer.release()
+
+
+def test_a_second_writer_of_the_same_file_is_refused(plugins, tmp_path, capsys):
+    """Two `sweep --resume` of one file used to run side by side and keep only the last
+    writer's rows; the second is now refused while the first holds the file."""
+    from perfsuite.results.lock import FileLocked, WriterLock, lock_path
+
+    out = tmp_path / "s.json"
+    held = WriterLock(out)  # as a sweep in flight holds it
+    assert sweep.run(_args("--out", str(out), "--methods", "eager")) == 2
+    assert "being written by another perfsuite process" in capsys.readouterr().err
+    with pytest.raises(FileLocked):
+        WriterLock(out)
+    held.release()
+    assert not lock_path(out).exists()
+    WriterLock(out).release()  # free again once the first is done
+    script = f"from perfsuite.results.lock import WriterLock; WriterLock({str(out)!r})"
+    subprocess.run([sys.executable, "-c", script + "; import os; os._exit(9)"], check=False)
+    WriterLock(out).release()  # a killed holder leaves no lock behind

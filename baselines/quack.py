@@ -1,0 +1,130 @@
+"""QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``.
+
+``quack.linear_cross_entropy.chunked_linear_cross_entropy(x, weight, target,
+chunk_size=4096, ignore_index=-100, reduction="mean")``, read from the 0.6.5
+wheel's source: ``x`` is (N, D), ``weight`` (V, D), in that order. Its forward
+walks the tokens a chunk at a time, writes the chunk's logits, turns them into
+their gradient in place (a CuTe-DSL cross-entropy kernel), and folds that into
+``dx`` and an fp32 ``dW`` accumulator right away (CuTe-DSL GEMMs); the backward
+only scales them. So the gradients are computed in the forward (‡ in the tables)
+and fwd+bwd is its fair column. On an sm_90 GPU in bf16 with V a multiple of 128
+it picks its fused "scaled-exp" pipeline by itself; the suite keeps the
+package's defaults.
+
+What it does not do, and so the statuses here: no label smoothing (β > 0 is
+``unsupported``), no softcap (``unsupported``); CUDA only, and only Hopper or
+Blackwell GPUs (sm_90 and newer) with a recent CUDA and Python (``unavailable``
+with the reason on CPU, on older GPUs, and when the package is missing or fails
+to import). Its TMA GEMMs need 16-byte aligned rows and it asserts N % 8 == 0:
+N, V and D must be multiples of 8 in 16-bit dtypes. fp32 is left out: its
+GEMMs are built for 16-bit tensor-core inputs and it is not measured in fp32
+here.
+
+quack is imported in ``build`` only, so a missing package never breaks the registry.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfsuite import method as _method
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable
+
+CPU_REASON = (
+    "needs CUDA: quack's CuTe-DSL kernels run on Hopper or Blackwell GPUs only "
+    "(no CPU or interpreter path)"
+)
+MISSING_REASON = (
+    "quack-kernels not installed (pip install quack-kernels: a Hopper or Blackwell GPU, "
+    "a recent CUDA and Python)"
+)
+MIN_CAPABILITY = (9, 0)
+ALIGN = 8  # elements: 16 bytes of a 16-bit dtype (TMA), and quack's N % 8 assert
+
+
+@dataclass
+class QuackMethod(SimpleMethod):
+    """``SimpleMethod`` with quack's reasons: why not on CPU, and its alignment."""
+
+    def availability(self, device: str) -> str | None:
+        if _method.missing_packages(*self.requires):
+            return MISSING_REASON
+        if device == "cpu":
+            return CPU_REASON
+        return super().availability(device)
+
+    def unsupported_reason(self, case: Case) -> str | None:
+        reason = super().unsupported_reason(case)
+        if reason is not None:
+            return reason
+        odd = [
+            f"{name}={value}"
+            for name, value in (("N", case.tokens), ("V", case.vocab), ("D", case.hidden))
+            if value % ALIGN
+        ]
+        if odd:
+            return f"quack's TMA GEMMs need N, V and D multiples of {ALIGN} ({', '.join(odd)})"
+        return None
+
+
+def _check_device(device: torch.device) -> None:
+    """Hopper or newer, asked in the worker (where the CUDA context lives)."""
+    if device.type != "cuda":
+        raise Unavailable(CPU_REASON)
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < MIN_CAPABILITY:
+        raise Unavailable(
+            f"quack-kernels targets Hopper and Blackwell (sm_90 and newer); "
+            f"this GPU is sm_{major}{minor}"
+        )
+
+
+def _import_loss() -> Any:
+    try:
+        from quack.linear_cross_entropy import chunked_linear_cross_entropy
+    except Exception as err:  # noqa: BLE001 - CuTe DSL / CUDA mismatches fail at import
+        raise Unavailable(f"quack failed to import: {type(err).__name__}: {err}") from err
+    expected = ("x", "weight", "target", "chunk_size", "ignore_index", "reduction")
+    have = tuple(inspect.signature(chunked_linear_cross_entropy).parameters)
+    if have[: len(expected)] != expected:
+        raise Unavailable(
+            f"quack's chunked_linear_cross_entropy{have} differs from the 0.6.5 signature "
+            "this adapter was written against"
+        )
+    return chunked_linear_cross_entropy
+
+
+def _build(case: Case, c: torch.Tensor) -> LossFn:
+    _check_device(c.device)
+    loss_fn_quack = _import_loss()
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return loss_fn_quack(e, c, targets, ignore_index=case.ignore_index, reduction="mean")
+
+    return loss_fn
+
+
+CAPS = Capabilities(
+    label_smoothing=False,
+    softcap=False,
+    devices=frozenset({"cuda"}),
+    dtypes=frozenset({"bf16", "fp16"}),
+    grads_in_forward=True,
+    materializes_logits=False,
+)
+
+METHODS = [
+    QuackMethod(
+        name="quack",
+        description="QuACK chunked_linear_cross_entropy (CuTe-DSL: token chunks, CE kernel, "
+        "grads computed in forward, fp32 dW; no label smoothing, no softcap; sm_90+)",
+        build=_build,
+        caps=CAPS,
+        requires=("quack",),
+        distributions=("quack-kernels", "nvidia-cutlass-dsl"),
+    ),
+]

@@ -1,0 +1,65 @@
+"""One writer per results file: ``fcntl.flock`` on a hidden lock file beside it.
+
+A results file is rewritten whole (``write_results``: temporary file, then rename),
+so two processes that both read it, add rows and write it back keep only the last
+writer's rows. ``sweep`` takes this lock before it reads the file it will write
+and holds it to the end; a second writer gets a one-line refusal instead of
+silently losing the first one's measurements. The lock goes with the process
+(closed file, killed process), so a crash never leaves the file locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+
+class FileLocked(RuntimeError):
+    """Another process is writing the same results file."""
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+class WriterLock:
+    """Held from construction until ``release`` (or until the object is collected)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = lock_path(Path(path))
+        self._file: IO[bytes] | None = None
+        while True:
+            handle = open(self.path, "ab")  # noqa: SIM115 - held open as the lock
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                raise FileLocked(
+                    f"{path} is being written by another perfsuite process (lock {self.path}); "
+                    "wait for it to finish, or write to another --out"
+                ) from None
+            # The holder before us may have removed the file between our open and our
+            # lock: then we locked a name nobody else sees; try again on the new one.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._file = handle
+                return
+            handle.close()
+
+    def release(self) -> None:
+        """Remove the lock file, then let go (in that order: see the retry above)."""
+        if self._file is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            self._file.close()
+            self._file = None
+
+    def __del__(self) -> None:
+        self.release()

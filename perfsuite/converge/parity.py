@@ -132,7 +132,9 @@ def attach_verdicts(runs: list[RunResult]) -> None:
     yards = {(r.beta, r.dtype): r for r in runs if r.method == YARDSTICK}
     for run in runs:
         ref = refs.get((run.beta, run.dtype))
-        if ref is None:
+        if run.status != "ok" and run.method != REFERENCE:
+            run.parity = {"verdict": "—"}
+        elif ref is None:
             run.parity = (
                 {"verdict": "reference"}
                 if run.method == REFERENCE

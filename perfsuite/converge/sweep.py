@@ -1,0 +1,170 @@
+"""The converge sweep: which runs, in which order, and what is written after each.
+
+Every method x beta x dtype is one run; in 16 bit the fp32-logit ``reference``
+joins as the yardstick of eager's own rounding noise (see ``parity``). Runs go
+to per-method worker processes (``runner``); each finished run is judged against
+eager, printed, and the results JSON is rewritten (``complete: false`` until the
+last), so an interrupted or crashed sweep keeps every run that finished. At the
+end the markdown table and the figures are written next to the JSON.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from perfsuite.converge.datasets import build_dataset
+from perfsuite.converge.model import describe_model, set_deterministic
+from perfsuite.converge.parity import YARDSTICK, attach_verdicts, tolerances_doc
+from perfsuite.converge.plots import artifact_paths, write_figures
+from perfsuite.converge.presets import Preset
+from perfsuite.converge.report import environment, markdown, new_document, print_report, save
+from perfsuite.converge.runner import Cell, Job, decided, interpreted, run_cells, workdir
+from perfsuite.converge.train import ADAM, RunResult, memory_meter
+from perfsuite.method import Method
+
+
+@dataclass
+class Config:
+    """The checked arguments of one converge sweep (``cli.resolve`` makes them)."""
+
+    preset: Preset
+    methods: list[str]
+    betas: list[float]
+    dtypes: list[str]
+    device: str
+    out: Path
+    data: str = "bigram"
+    jobs: int = 1
+    timeout_s: float = 1800.0
+
+
+def plan_cells(config: Config, known: dict[str, Method]) -> list[Cell]:
+    """Every run, in table order: dtype, then beta, then method (eager first)."""
+    cells = []
+    for dtype in config.dtypes:
+        names = list(config.methods)
+        if dtype != "fp32" and YARDSTICK not in names and YARDSTICK in known:
+            names.insert(1, YARDSTICK)  # eager's own 16-bit noise (see parity)
+        cells += [Cell(name, beta, dtype) for beta in config.betas for name in names]
+    return cells
+
+
+def _header(config: Config, known: dict[str, Method], data_info: dict[str, Any]) -> dict:
+    p = config.preset
+    distributions = sorted({d for m in config.methods for d in known[m].distributions})
+    return new_document(
+        argv=sys.argv[1:],
+        preset=p.to_dict(),
+        methods=config.methods,
+        betas=config.betas,
+        dtypes=config.dtypes,
+        model=None,  # filled in by the first worker (the parent does not import transformers)
+        optimizer={"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
+        loss_hook="loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
+        data=data_info,
+        isolation="one worker process per method (perfsuite.converge.worker)",
+        triton_interpreted=[m for m in config.methods if interpreted(known[m], config.device)],
+        determinism=set_deterministic(p.seed),
+        memory_meter=memory_meter(config.device)[0],
+        tolerances=tolerances_doc(),
+        environment=environment(config.device, distributions),
+    )
+
+
+def sweep(
+    config: Config, known: dict[str, Method], console: Console
+) -> tuple[list[RunResult], dict[str, Any]]:
+    """Train every cell in workers; rewrites ``config.out`` after each finished run."""
+    cells = plan_cells(config, known)
+    document = _header(config, known, build_dataset(config.preset, config.data).describe())
+    results: dict[Cell, RunResult] = {}
+    lock = threading.Lock()
+
+    def ordered() -> list[RunResult]:
+        return [results[c] for c in cells if c in results]
+
+    def on_result(run: RunResult) -> None:
+        with lock:
+            results[Cell(run.method, run.beta, run.dtype)] = run
+            runs = ordered()
+            attach_verdicts(runs)  # eager runs first, so a printed verdict is final
+            save(config.out, document, runs, complete=False)
+            verdict = (run.parity or {}).get("verdict", "—")
+            note = f" ({run.reason})" if run.reason else ""
+            console.print(
+                f"{run.method} β={run.beta:g} {run.dtype}: {run.status}{note}, parity "
+                f"{verdict}, {run.wall_s:.1f} s",
+                highlight=False,
+            )
+
+    with workdir() as tmp:
+        job = Job(
+            preset=config.preset,
+            data=config.data,
+            device=config.device,
+            jobs=config.jobs,
+            timeout_s=config.timeout_s,
+            workdir=Path(tmp),
+            on_model=lambda model: document.__setitem__("model", document["model"] or model),
+        )
+        run_cells(known, cells, job, on_result)
+    runs = ordered()
+    attach_verdicts(runs)
+    save(config.out, document, runs, complete=True)
+    return runs, document
+
+
+def report(
+    config: Config,
+    known: dict[str, Method],
+    runs: list[RunResult],
+    document: dict[str, Any],
+    console: Console,
+    elapsed_s: float,
+) -> None:
+    """Print both tables; write the markdown table and the figures next to the JSON."""
+    p = config.preset
+    title = f"converge {p.name} on {config.device} ({elapsed_s:.1f} s, {p.steps} steps)"
+    print_report(console, runs, title)
+    paths = artifact_paths(config.out)
+    paths["table"].write_text(markdown(document, runs, title))
+    triton = {
+        m
+        for m in config.methods
+        if interpreted(known[m], config.device) and known[m].availability(config.device) is None
+    }
+    figures = write_figures(document, config.out, triton)
+    console.print(f"results: {config.out}", highlight=False)
+    console.print(f"table:   {paths['table']}", highlight=False)
+    for path in figures:
+        console.print(f"plot:    {path}", highlight=False)
+
+
+def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:
+    """Build the data and the model (meta device), print every cell's fate; train nothing."""
+    p = config.preset
+    data = build_dataset(p, config.data)
+    model = describe_model(p)
+    logits_gib = p.tokens_per_step * p.vocab * 4 / 2**30
+    console.print(
+        f"converge {p.name} (for {p.target}) on {config.device}: {model['class']} with "
+        f"{model['parameters'] / 1e6:.1f} M parameters (V={p.vocab}, D={p.hidden}, "
+        f"{p.layers} layers); {p.steps} steps of {p.batch}x{p.seq} tokens; eager's fp32 "
+        f"logits {logits_gib:.2f} GiB a step",
+        highlight=False,
+    )
+    console.print(f"data: {data.describe()}", highlight=False)
+    for cell in plan_cells(config, known):
+        fate = decided(known[cell.method], cell, p, config.device)
+        what = f"{fate.status} ({fate.reason})" if fate else "train"
+        if fate is None and interpreted(known[cell.method], config.device):
+            what += " under the Triton interpreter"
+        console.print(f"  {cell.method} β={cell.beta:g} {cell.dtype}: {what}", highlight=False)
+    console.print(f"dry run: nothing trained, nothing written (--out would be {config.out})")
+    return 0

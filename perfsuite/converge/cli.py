@@ -44,12 +44,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--methods",
         help="comma-separated method names; eager (the reference) is always added "
-        "(default: " + "; ".join(f"{d}: {','.join(m)}" for d, m in DEFAULT_METHODS.items()) + ")",
+        "(default: the preset's, else "
+        + "; ".join(f"{d}: {','.join(m)}" for d, m in DEFAULT_METHODS.items())
+        + ")",
     )
     parser.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
-    parser.add_argument("--dtype", default="fp32", help=f"comma-separated, of {','.join(DTYPES)}")
+    parser.add_argument(
+        "--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)"
+    )
     parser.add_argument("--steps", help="training steps (default: the preset's)")
     parser.add_argument("--seed", help="model, data and order seed (default: the preset's, 0)")
+    parser.add_argument(
+        "--train-batches",
+        help="distinct training batches, cycled (0: a fresh batch every step; default: the "
+        "preset's). Repeated data makes a model overconfident, as fine-tuning does",
+    )
     parser.add_argument(
         "--data",
         default="bigram",
@@ -106,9 +115,11 @@ def _betas(text: str) -> list[float]:
     return list(dict.fromkeys(betas))
 
 
-def _methods(text: str | None, device: str, known: dict[str, Method]) -> list[str]:
+def _methods(
+    text: str | None, device: str, known: dict[str, Method], preset_methods: tuple | None
+) -> list[str]:
     if text is None:
-        methods = [m for m in DEFAULT_METHODS[device] if m in known]
+        methods = [m for m in preset_methods or DEFAULT_METHODS[device] if m in known]
     else:
         methods = _split(text)
         unknown = [m for m in methods if m not in known]
@@ -139,9 +150,10 @@ def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
         raise UsageError("--device cuda: no CUDA device here")
     preset = PRESETS[args.preset].with_steps(_number(args.steps, "--steps", 1))
     preset = preset.with_seed(_number(args.seed, "--seed", 0))
+    preset = preset.with_train_batches(_number(args.train_batches, "--train-batches", 0))
     if args.data == "text" and preset.vocab < 256:
         raise UsageError(f"--data text needs a vocabulary >= 256; {preset.name} has {preset.vocab}")
-    dtypes = _split(args.dtype)
+    dtypes = list(preset.dtypes) if args.dtype is None else _split(args.dtype)
     bad = [d for d in dtypes if d not in DTYPES]
     if bad or not dtypes:
         raise UsageError(
@@ -151,7 +163,7 @@ def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
     timeout = _number(args.timeout, "--timeout", 1, float)
     return Config(
         preset=preset,
-        methods=_methods(args.methods, device, known),
+        methods=_methods(args.methods, device, known, preset.methods),
         betas=_betas(args.beta),
         dtypes=list(dict.fromkeys(dtypes)),
         device=device,

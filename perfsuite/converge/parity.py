@@ -106,10 +106,13 @@ def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> di
         param_ok = param_ok or float(pdiff.max()) <= NOISE_FACTOR * noise[1]
     if run.method == YARDSTICK and noise is not None:
         return {"verdict": "yardstick", **extra}
+    rel = diff / ref_losses.abs().clamp_min(1e-30)
     return {
         "verdict": "same" if loss_ok and param_ok else "differs",
         "loss_max_abs_diff": float(diff.max()),
-        "loss_max_rel_diff": float((diff / ref_losses.abs().clamp_min(1e-30)).max()),
+        "loss_max_rel_diff": float(rel.max()),
+        "loss_rel_diff_per_step": rel.tolist(),
+        "grad_norm_max_rel_diff": _grad_norm_diff(run, ref),
         "loss_final_abs_diff": float(diff[-1]),
         "loss_first_step_over_tol": _first_over(diff, ref_losses, tol),
         "param_max_abs_diff": float(pdiff.max()),
@@ -119,6 +122,18 @@ def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> di
         "tolerance": asdict(tol),
         **extra,
     }
+
+
+def _grad_norm_diff(run: RunResult, ref: RunResult) -> float | None:
+    """Largest relative difference of the per-step gradient norms (not judged: a
+    diagnostic that points at the backward when the losses drift apart)."""
+    norms = [s.get("grad_norm") for s in run.steps]
+    ref_norms = [s.get("grad_norm") for s in ref.steps]
+    if None in norms or None in ref_norms or not norms:
+        return None
+    a = torch.tensor(norms, dtype=torch.float64)
+    b = torch.tensor(ref_norms, dtype=torch.float64)
+    return float(((a - b).abs() / b.abs().clamp_min(1e-30)).max())
 
 
 def _first_over(diff: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> int | None:

@@ -160,6 +160,12 @@ def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:
         highlight=False,
     )
     console.print(f"data: {data.describe()}", highlight=False)
+    if p.target != config.device:
+        console.print(
+            f"[yellow]note:[/yellow] {p.name} is sized for {p.target}; on {config.device} its "
+            "Triton methods would run under the interpreter, one program at a time in numpy",
+            highlight=False,
+        )
     for cell in plan_cells(config, known):
         fate = decided(known[cell.method], cell, p, config.device)
         what = f"{fate.status} ({fate.reason})" if fate else "train"

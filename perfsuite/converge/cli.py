@@ -198,12 +198,13 @@ def exit_status(runs: list[Any]) -> int:
 def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
     from perfsuite.converge.sweep import dry_run, report, sweep
+    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import all_methods
     from perfsuite.results.results import ResultsError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
-        known = all_methods()
+        known = {**all_methods(), **YARDSTICKS}
         config = resolve(args, known)
         if args.dry_run:
             return dry_run(config, known, console)

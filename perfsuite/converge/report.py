@@ -179,6 +179,8 @@ def markdown(document: dict[str, Any], runs: list[RunResult], title: str) -> str
     lines += ["", f"### {HELDOUT_TITLE[0].upper()}{HELDOUT_TITLE[1:]}", ""]
     lines += _md_table(HELDOUT_COLUMNS, heldout_rows(runs))
     lines += ["", "Tolerances (" + tol.get("source", "") + "):"]
+    if tol.get("noise rule"):
+        lines.append(f"- {tol['noise rule']}")
     for dtype in ("fp32", "bf16", "fp16"):
         if dtype in tol:
             t = tol[dtype]
@@ -186,7 +188,9 @@ def markdown(document: dict[str, Any], runs: list[RunResult], title: str) -> str
                 f"- {dtype}: per-step loss atol {t['loss_atol']:g}, rtol {t['loss_rtol']:g}; "
                 f"final parameters atol {t['param_atol']:g}, rtol {t['param_rtol']:g}"
             )
-    for run in runs:
-        if run.reason:
-            lines.append(f"- {run.method} β={run.beta:g} {run.dtype}: {run.status}: {run.reason}")
+    unfinished = [run for run in runs if run.reason]
+    if unfinished:
+        lines += ["", "Not run or not finished:"]
+    for run in unfinished:
+        lines.append(f"- {run.method} β={run.beta:g} {run.dtype}: {run.status}: {run.reason}")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """The converge sweep: which runs, in which order, and what is written after each.
 
-Every method x beta x dtype is one run; in 16 bit the fp32-logit ``reference``
-joins as the yardstick of eager's own rounding noise (see ``parity``). Runs go
+Every method x beta x dtype is one run; a yardstick of eager's own rounding noise
+joins after eager (``eager-reordered`` in fp32, the fp32-logit ``reference`` in 16
+bit; see ``yardstick`` and ``parity``). Runs go
 to per-method worker processes (``runner``); each finished run is judged against
 eager, printed, and the results JSON is rewritten (``complete: false`` until the
 last), so an interrupted or crashed sweep keeps every run that finished. At the
@@ -20,12 +21,13 @@ from rich.console import Console
 
 from perfsuite.converge.datasets import build_dataset
 from perfsuite.converge.model import describe_model, set_deterministic
-from perfsuite.converge.parity import YARDSTICK, attach_verdicts, tolerances_doc
+from perfsuite.converge.parity import attach_verdicts, tolerances_doc
 from perfsuite.converge.plots import artifact_paths, write_figures
 from perfsuite.converge.presets import Preset
 from perfsuite.converge.report import environment, markdown, new_document, print_report, save
 from perfsuite.converge.runner import Cell, Job, decided, interpreted, run_cells, workdir
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
+from perfsuite.converge.yardstick import yardstick_for
 from perfsuite.method import Method
 
 
@@ -49,8 +51,9 @@ def plan_cells(config: Config, known: dict[str, Method]) -> list[Cell]:
     cells = []
     for dtype in config.dtypes:
         names = list(config.methods)
-        if dtype != "fp32" and YARDSTICK not in names and YARDSTICK in known:
-            names.insert(1, YARDSTICK)  # eager's own 16-bit noise (see parity)
+        yard = yardstick_for(dtype)
+        if yard not in names and yard in known:
+            names.insert(1, yard)  # eager's own rounding noise (see parity)
         cells += [Cell(name, beta, dtype) for beta in config.betas for name in names]
     return cells
 

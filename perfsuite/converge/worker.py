@@ -61,12 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     from perfsuite.converge.model import describe_model, set_deterministic
     from perfsuite.converge.presets import Preset
     from perfsuite.converge.train import train_run
+    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import get_method
 
     preset = Preset(**spec.preset)
     set_deterministic(preset.seed)
     data = build_dataset(preset, spec.data)
-    method = get_method(spec.method)
+    method = YARDSTICKS.get(spec.method) or get_method(spec.method)
     with open(spec.out, "a", buffering=1) as out:
 
         def emit(line: dict[str, Any]) -> None:

@@ -43,7 +43,14 @@ def test_ours_trains_like_eager_and_failures_are_recorded(
     argv = ["--methods", methods, "--beta", "0", "--steps", "5", "--out", str(out)]
     assert main(argv) == 1  # fake-raises crashed
     runs = _runs(out)
-    assert [m for m, _ in runs] == ["eager", "fake-raises", "ours", "fake-missing-package"]
+    assert [m for m, _ in runs] == [
+        "eager",
+        "eager-reordered",
+        "fake-raises",
+        "ours",
+        "fake-missing-package",
+    ]
+    assert runs["eager-reordered", 0.0]["parity"]["verdict"] == "yardstick"
     ours = runs["ours", 0.0]
     assert ours["status"] == "ok"
     assert ours["parity"]["verdict"] == "same", ours["parity"]

@@ -107,14 +107,15 @@ def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> di
         extra = {"eager_noise": {"loss_max_abs": noise[0], "param_max_abs": noise[1]}}
         loss_ok = loss_ok or float(diff.max()) <= NOISE_FACTOR * noise[0]
         param_ok = param_ok or float(pdiff.max()) <= NOISE_FACTOR * noise[1]
-    if yard is not None and run.method == yard.method:
-        # Where eager's own rounding leaves the fixed tolerance: past it, per-step parity
-        # is judged against this run's distance.
-        horizon = _first_over(diff, ref_losses, tol)
-        return {"verdict": "yardstick", "loss_first_step_over_tol": horizon, **extra}
     rel = diff / ref_losses.abs().clamp_min(1e-30)
+    if yard is not None and run.method == yard.method:
+        # Its first step past the fixed tolerance is eager's own horizon: past it,
+        # per-step parity is read against this run's distance.
+        verdict = "yardstick"
+    else:
+        verdict = "same" if loss_ok and param_ok else "differs"
     return {
-        "verdict": "same" if loss_ok and param_ok else "differs",
+        "verdict": verdict,
         "loss_max_abs_diff": float(diff.max()),
         "loss_max_rel_diff": float(rel.max()),
         "loss_rel_diff_per_step": rel.tolist(),

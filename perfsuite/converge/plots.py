@@ -3,7 +3,7 @@
 * ``STEM-loss.png``: training loss per step, one line per method, one panel per
   beta (top row); below, each method's per-step relative distance from eager on a
   log axis with the dtype's loss tolerance dashed: the curves coincide above, the
-  bottom row shows by how much.
+  bottom row shows by how much, next to the yardstick of eager's own rounding.
 * ``STEM-reliability.png``: reliability diagrams, one row per beta, one column per
   method: held-out accuracy per confidence bin against the diagonal, the gap to it
   shaded, the share of positions per bin as a grey histogram, and the ECE.
@@ -34,6 +34,12 @@ def artifact_paths(out: Path) -> dict[str, Path]:
         "reliability": stem.with_name(stem.name + "-reliability.png"),
         "calibration": stem.with_name(stem.name + "-calibration.png"),
     }
+
+
+def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of methods, without the yardstick of eager's noise (its calibration is
+    eager's; it belongs in the loss figure only)."""
+    return [r for r in runs if (r.get("parity") or {}).get("verdict") != "yardstick"]
 
 
 def _methods(runs: list[dict[str, Any]]) -> list[str]:
@@ -132,7 +138,7 @@ def reliability_figure(document: dict[str, Any], triton: set[str] = frozenset())
     coincide, as the loss curves do), then eager at every beta in one panel."""
     from matplotlib.figure import Figure
 
-    runs = [r for r in document["runs"] if (r.get("heldout") or {}).get("reliability")]
+    runs = [r for r in _under_test(document["runs"]) if (r.get("heldout") or {}).get("reliability")]
     if not runs:
         return None
     methods, betas = _methods(runs), _betas(runs)
@@ -239,7 +245,7 @@ def calibration_figure(document: dict[str, Any], triton: set[str] = frozenset())
     """ECE, RMS-CE, SCE, ACE: one panel each, bars grouped by method, one colour per beta."""
     from matplotlib.figure import Figure
 
-    runs = document["runs"]
+    runs = _under_test(document["runs"])
     methods, betas = _methods(runs), _betas(runs)
     fig = Figure(figsize=(max(2.0 + 0.55 * len(methods), 4.0) * 2, 6.4), layout="constrained")
     axes = list(fig.subplots(2, 2, squeeze=False, sharex=True).flat)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "plots (-loss, -reliability, -calibration .png) are written next to it",
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument(
+        "--render",
+        metavar="RESULTS",
+        help="rewrite the table and plots next to a finished results JSON; train nothing",
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -197,13 +201,15 @@ def exit_status(runs: list[Any]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
-    from perfsuite.converge.sweep import dry_run, report, sweep
+    from perfsuite.converge.sweep import dry_run, render, report, sweep
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import all_methods
     from perfsuite.results.results import ResultsError
 
     console = Console(width=None if sys.stdout.isatty() else 130)
     try:
+        if args.render is not None:
+            return render(Path(args.render), console)
         known = {**all_methods(), **YARDSTICKS}
         config = resolve(args, known)
         if args.dry_run:
@@ -219,9 +225,8 @@ def run(args: argparse.Namespace) -> int:
         f"-> {config.out}",
         highlight=False,
     )
-    start = time.perf_counter()
     runs, document = sweep(config, known, console)
-    report(config, known, runs, document, console, time.perf_counter() - start)
+    report(config.out, runs, document, console)
     return exit_status(runs)
 
 

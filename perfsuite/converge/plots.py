@@ -50,6 +50,12 @@ def _betas(runs: list[dict[str, Any]]) -> list[float]:
     return sorted({r["beta"] for r in runs})
 
 
+def _interpreted(document: dict[str, Any]) -> set[str]:
+    """Methods that trained under the Triton interpreter (marked †)."""
+    ran = {r["method"] for r in document["runs"] if r["status"] == "ok"}
+    return set(document.get("triton_interpreted") or ()) & ran
+
+
 def _subtitle(document: dict[str, Any]) -> str:
     preset = document.get("preset", {})
     env = document.get("environment", {})
@@ -58,17 +64,16 @@ def _subtitle(document: dict[str, Any]) -> str:
     data = "bigram source" if (document.get("data") or {}).get("truth_known") else "text"
     text = f"{preset.get('name', '?')} preset, {preset.get('steps', '?')} steps, {dtypes}, "
     text += f"{data}, V={preset.get('vocab', '?')}, on {device}"
-    if device == "cpu":
-        text += f" ({INTERPRETED_MARK} Triton methods under the interpreter)"
+    if _interpreted(document):
+        text += f" ({INTERPRETED_MARK}: Triton, under the interpreter)"
     return text
 
 
-def _label(method: str, document: dict[str, Any], triton: set[str]) -> str:
-    cpu = (document.get("environment", {}).get("device") or {}).get("kind") == "cpu"
-    return f"{method} {INTERPRETED_MARK}" if cpu and method in triton else method
+def _label(method: str, document: dict[str, Any]) -> str:
+    return f"{method} {INTERPRETED_MARK}" if method in _interpreted(document) else method
 
 
-def loss_figure(document: dict[str, Any], triton: set[str] = frozenset()) -> Any:
+def loss_figure(document: dict[str, Any]) -> Any:
     """Loss curves (top) and relative distance from eager (bottom), beta as panels."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -88,7 +93,7 @@ def loss_figure(document: dict[str, Any], triton: set[str] = frozenset()) -> Any
                 continue
             steps = [s["step"] for s in run["steps"]]
             losses = [s["loss"] for s in run["steps"]]
-            style = {"color": f"C{index % 10}", "label": _label(method, document, triton)}
+            style = {"color": f"C{index % 10}", "label": _label(method, document)}
             # Coinciding curves: each later one thinner, so every one stays visible.
             width = max(3.2 - 0.45 * index, 0.8)
             top.plot(steps, losses, linewidth=width, alpha=0.9, **style)
@@ -133,7 +138,7 @@ def _legend(fig: Any, axes: Any) -> None:
         fig.legend(list(handles.values()), list(handles), loc="outside right center")
 
 
-def reliability_figure(document: dict[str, Any], triton: set[str] = frozenset()) -> Any:
+def reliability_figure(document: dict[str, Any]) -> Any:
     """Reliability curves: one panel per beta with every method overlaid (they should
     coincide, as the loss curves do), then eager at every beta in one panel."""
     from matplotlib.figure import Figure
@@ -148,27 +153,30 @@ def reliability_figure(document: dict[str, Any], triton: set[str] = frozenset())
     axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]
     top = _populated_limit(runs)
     for ax, beta in zip(axes, betas, strict=False):
+        here = [r for r in runs if r["beta"] == beta]
         for index, method in enumerate(methods):
-            run = next((r for r in runs if r["beta"] == beta and r["method"] == method), None)
+            run = next((r for r in here if r["method"] == method), None)
             if run is not None:
-                label = f"{_label(method, document, triton)}  (ECE {run['heldout']['ece']:.3f})"
-                _curve(ax, run["heldout"], index, label, len(methods))
+                label = f"{_label(method, document)}  (ECE {run['heldout']['ece']:.3f})"
+                _curve(ax, run["heldout"], index, label)
+        _histogram(ax, here[0]["heldout"], top, "0.85", _peak(here[:1]), filled=True)
         ax.set_title(f"β = {beta:g}: every method")
         _small_legend(ax)
     if panels > len(betas):
         ax = axes[-1]
         for k, run in enumerate(eager):
             label = f"β = {run['beta']:g}  (ECE {run['heldout']['ece']:.3f})"
-            _curve(ax, run["heldout"], k, label, 1, cmap="tab10", shift=0)
+            _curve(ax, run["heldout"], k, label)
+            _histogram(ax, run["heldout"], top, f"C{k % 10}", _peak(eager), filled=False)
         ax.set_title("eager: β compared")
         _small_legend(ax)
     for ax in axes:
-        _frame(ax, runs[0]["heldout"], top)
+        _frame(ax, top, len(runs[0]["heldout"]["reliability"]["count"]))
     axes[0].set_ylabel("accuracy (held-out, top-1)")
     fig.suptitle(
         "Reliability: accuracy per confidence bin (15 equal-width bins; marker area ∝ "
-        "positions in the bin; grey bars: share of positions, 100% = a third of the height)\n"
-        + _subtitle(document),
+        "positions in the bin; bars at the bottom: positions per bin, the fullest bin at a "
+        "third of the height)\n" + _subtitle(document),
         fontsize=10,
     )
     return fig
@@ -185,7 +193,7 @@ def _small_legend(ax: Any) -> None:
             handle.set_sizes([30])
 
 
-def _curve(ax: Any, held: dict[str, Any], index: int, label: str, count: int, **kw: Any) -> None:
+def _curve(ax: Any, held: dict[str, Any], index: int, label: str) -> None:
     rel = held["reliability"]
     total = sum(rel["count"]) or 1
     keep = [b for b, c in enumerate(rel["count"]) if c > 0]
@@ -217,23 +225,37 @@ def _populated_limit(runs: list[dict[str, Any]]) -> float:
     return min(1.0, top * 1.05)
 
 
-def _frame(ax: Any, held: dict[str, Any], top: float) -> None:
-    """Diagonal, bin edges, the positions histogram of ``held`` and the zoomed limits."""
+def _peak(runs: list[dict[str, Any]]) -> float:
+    """The largest share of positions any one bin of ``runs`` holds."""
+    shares = [
+        c / (sum(r["heldout"]["reliability"]["count"]) or 1)
+        for r in runs
+        for c in r["heldout"]["reliability"]["count"]
+    ]
+    return max(shares, default=1.0) or 1.0
+
+
+def _histogram(
+    ax: Any, held: dict[str, Any], top: float, color: str, peak: float, filled: bool
+) -> None:
+    """The share of positions per bin, the fullest bin (``peak``) a third of the panel's
+    height: grey bars, or a coloured outline where several are compared."""
     rel = held["reliability"]
     n = len(rel["count"])
     total = sum(rel["count"]) or 1
+    heights = [c / total / peak * top / 3 for c in rel["count"]]
     edges = [b / n for b in range(n + 1)]
-    ax.bar(  # the share of positions, drawn up to a third of the panel's height
-        edges[:-1],
-        [c / total * top / 3 for c in rel["count"]],
-        width=1 / n,
-        align="edge",
-        color="0.9",
-        zorder=0,
-    )
+    if filled:
+        ax.bar(edges[:-1], heights, width=1 / n, align="edge", color=color, zorder=0)
+    else:
+        ax.stairs(heights, edges, color=color, linewidth=1.2, zorder=1)
+
+
+def _frame(ax: Any, top: float, n_bins: int) -> None:
+    """Diagonal, bin edges and the zoomed limits."""
     ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
-    for edge in edges:
-        ax.axvline(edge, color="0.8", linewidth=0.4, zorder=0)
+    for b in range(n_bins + 1):
+        ax.axvline(b / n_bins, color="0.8", linewidth=0.4, zorder=0)
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
     ax.set_xlabel("confidence (top-1)")
@@ -241,7 +263,7 @@ def _frame(ax: Any, held: dict[str, Any], top: float) -> None:
         ax.text(0.98, 0.02, "zoomed", transform=ax.transAxes, ha="right", fontsize=7, color="0.4")
 
 
-def calibration_figure(document: dict[str, Any], triton: set[str] = frozenset()) -> Any:
+def calibration_figure(document: dict[str, Any]) -> Any:
     """ECE, RMS-CE, SCE, ACE: one panel each, bars grouped by method, one colour per beta."""
     from matplotlib.figure import Figure
 
@@ -277,7 +299,7 @@ def calibration_figure(document: dict[str, Any], triton: set[str] = frozenset())
                 )
         ax.set_title(name)
         ax.set_xticks(range(len(methods)))
-        ax.set_xticklabels([_label(m, document, triton) for m in methods], rotation=30, ha="right")
+        ax.set_xticklabels([_label(m, document) for m in methods], rotation=30, ha="right")
         ax.grid(True, axis="y", alpha=0.3)
     _legend(fig, axes)
     fig.suptitle(
@@ -287,9 +309,7 @@ def calibration_figure(document: dict[str, Any], triton: set[str] = frozenset())
     return fig
 
 
-def write_figures(
-    document: dict[str, Any], out: Path, triton: set[str] = frozenset(), dpi: int = 150
-) -> list[Path]:
+def write_figures(document: dict[str, Any], out: Path, dpi: int = 150) -> list[Path]:
     """Every figure the document supports, saved next to ``out``; returns the paths."""
     paths = artifact_paths(out)
     made = []
@@ -298,7 +318,7 @@ def write_figures(
         ("reliability", reliability_figure),
         ("calibration", calibration_figure),
     ):
-        fig = build(document, triton)
+        fig = build(document)
         if fig is not None:
             fig.savefig(paths[key], dpi=dpi)
             made.append(paths[key])

@@ -11,8 +11,10 @@ end the markdown table and the figures are written next to the JSON.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,14 @@ from perfsuite.converge.model import describe_model, set_deterministic
 from perfsuite.converge.parity import attach_verdicts, tolerances_doc
 from perfsuite.converge.plots import artifact_paths, write_figures
 from perfsuite.converge.presets import Preset
-from perfsuite.converge.report import environment, markdown, new_document, print_report, save
+from perfsuite.converge.report import (
+    SCHEMA,
+    environment,
+    markdown,
+    new_document,
+    print_report,
+    save,
+)
 from perfsuite.converge.runner import Cell, Job, decided, interpreted, run_cells, workdir
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
 from perfsuite.converge.yardstick import yardstick_for
@@ -84,6 +93,7 @@ def sweep(
     config: Config, known: dict[str, Method], console: Console
 ) -> tuple[list[RunResult], dict[str, Any]]:
     """Train every cell in workers; rewrites ``config.out`` after each finished run."""
+    start = time.perf_counter()
     cells = plan_cells(config, known)
     document = _header(config, known, build_dataset(config.preset, config.data).describe())
     results: dict[Cell, RunResult] = {}
@@ -119,34 +129,49 @@ def sweep(
         run_cells(known, cells, job, on_result)
     runs = ordered()
     attach_verdicts(runs)
+    document["wall_s"] = round(time.perf_counter() - start, 1)
     save(config.out, document, runs, complete=True)
     return runs, document
 
 
-def report(
-    config: Config,
-    known: dict[str, Method],
-    runs: list[RunResult],
-    document: dict[str, Any],
-    console: Console,
-    elapsed_s: float,
-) -> None:
+def _title(document: dict[str, Any]) -> str:
+    preset = document.get("preset", {})
+    device = (document.get("environment", {}).get("device") or {}).get("kind", "?")
+    wall = f"{document['wall_s']:.1f} s, " if document.get("wall_s") is not None else ""
+    return f"converge {preset.get('name')} on {device} ({wall}{preset.get('steps')} steps)"
+
+
+def report(out: Path, runs: list[RunResult], document: dict[str, Any], console: Console) -> None:
     """Print both tables; write the markdown table and the figures next to the JSON."""
-    p = config.preset
-    title = f"converge {p.name} on {config.device} ({elapsed_s:.1f} s, {p.steps} steps)"
+    title = _title(document)
     print_report(console, runs, title)
-    paths = artifact_paths(config.out)
+    paths = artifact_paths(out)
     paths["table"].write_text(markdown(document, runs, title))
-    triton = {
-        m
-        for m in config.methods
-        if interpreted(known[m], config.device) and known[m].availability(config.device) is None
-    }
-    figures = write_figures(document, config.out, triton)
-    console.print(f"results: {config.out}", highlight=False)
+    figures = write_figures(document, out)
+    console.print(f"results: {out}", highlight=False)
     console.print(f"table:   {paths['table']}", highlight=False)
     for path in figures:
         console.print(f"plot:    {path}", highlight=False)
+
+
+def render(path: Path, console: Console) -> int:
+    """``--render``: the table and figures of a finished results file, rewritten from it
+    alone (after a GPU session, or with newer plotting code); trains nothing."""
+    from perfsuite.results.results import ResultsError
+
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultsError(f"--render {path}: not a readable JSON file ({err})") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise ResultsError(f"--render {path}: not a converge results file (schema {SCHEMA})")
+    runs = []
+    for data in document.get("runs", []):
+        run = RunResult.from_dict(data)
+        run.parity = data.get("parity")
+        runs.append(run)
+    report(path, runs, document, console)
+    return 0
 
 
 def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:

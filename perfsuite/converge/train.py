@@ -69,9 +69,12 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any], params: torch.Tensor | None = None) -> RunResult:
         """The inverse of ``to_dict`` (a worker's line), with the weights it saved."""
-        fields = {k: data[k] for k in ("method", "beta", "dtype", "status", "reason")}
         return cls(
-            **fields,
+            data["method"],
+            data["beta"],
+            data["dtype"],
+            status=data.get("status", "ok"),
+            reason=data.get("reason"),
             steps=list(data.get("steps") or []),
             heldout=data.get("heldout"),
             wall_s=float(data.get("wall_s") or 0.0),

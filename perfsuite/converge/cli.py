@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", help="seconds one run may take (default: the preset's)")
     parser.add_argument(
         "--out",
-        help="results JSON (default: converge-PRESET-DEVICE.json); the table (.md) and the "
-        "plots (-loss, -reliability, -calibration .png) are written next to it",
+        help="results JSON (default: reports/runs/TIME-converge-PRESET-DEVICE.json); the "
+        "table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
     parser.add_argument(
@@ -135,6 +136,13 @@ def _methods(
     return [REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]]
 
 
+def _default_out(preset: str, device: str) -> Path:
+    """``reports/runs/<time>-converge-<preset>-<device>.json``, as ``run`` names its files
+    (git ignores reports/runs/: a result is committed only on purpose)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("reports/runs") / f"{stamp}-converge-{preset}-{device}.json"
+
+
 def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
     """Check every argument against the registry ``known``; raise ``UsageError``."""
     import torch
@@ -171,7 +179,7 @@ def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
         betas=_betas(args.beta),
         dtypes=list(dict.fromkeys(dtypes)),
         device=device,
-        out=Path(args.out or f"converge-{preset.name}-{device}.json"),
+        out=Path(args.out) if args.out else _default_out(preset.name, device),
         data=args.data,
         jobs=default_jobs() if jobs is None else jobs,
         timeout_s=preset.timeout_s if timeout is None else timeout,

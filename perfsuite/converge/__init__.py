@@ -11,7 +11,10 @@ and calibration (ECE, RMS-CE, MCE, SCE, ACE, plus the distance to the known true
 next-token distribution), and a parity verdict against eager in the same dtype.
 
 Modules, one job each: ``presets`` (sizes), ``data`` (synthetic bigram source),
-``model`` (tiny Llama + loss hook), ``train`` (the loop), ``calibration``
-(metrics), ``evaluate`` (held-out pass), ``parity`` (verdicts), ``report``
-(JSON document + table), ``cli`` (arguments and the run).
+``text`` (bundled real text), ``datasets`` (which of the two), ``model`` (tiny
+Llama + loss hook), ``train`` (the loop), ``calibration`` (metrics), ``evaluate``
+(held-out pass), ``yardstick`` (eager's own rounding noise), ``parity``
+(verdicts), ``worker`` (one method's runs in a fresh process), ``runner`` (the
+workers, crashes and scheduling), ``report`` (JSON document + tables), ``plots``
+(figures), ``sweep`` (the cells, what is written when), ``cli`` (arguments).
 """

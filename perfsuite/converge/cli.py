@@ -1,25 +1,26 @@
-"""``perfsuite converge`` / ``python -m perfsuite.converge``: arguments and the sweep.
+"""``perfsuite converge`` / ``python -m perfsuite.converge``: arguments and the command.
 
 Bad input (unknown method, --steps 0, an unwritable --out, ...) is refused before
 anything trains, with one ``error:`` line and exit status 2. Exit 1 means a run
-crashed, diverged or trained differently from eager; 0 that every run that could
-run matched eager (unavailable methods are recorded, not failures).
+crashed, ran out of memory, diverged or trained differently from eager; 0 that
+every run that could run matched eager (unavailable and unsupported cells are
+recorded, not failures).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from perfsuite.converge.presets import DEFAULT_METHODS, PRESETS, Preset
+from perfsuite.converge.datasets import DATA_KINDS
+from perfsuite.converge.presets import DEFAULT_METHODS, PRESETS
+from perfsuite.converge.sweep import Config
 from perfsuite.method import DTYPES, Method
 
 REFERENCE = "eager"
@@ -29,49 +30,78 @@ class UsageError(ValueError):
     """Bad command-line input: reported on one line, exit status 2."""
 
 
-@dataclass
-class Config:
-    """The checked arguments of one converge sweep."""
-
-    preset: Preset
-    methods: list[str]
-    betas: list[float]
-    dtypes: list[str]
-    device: str
-    out: Path
-    force: bool = False
+def _preset_help() -> str:
+    return "; ".join(
+        f"{p.name}: V={p.vocab}, D={p.hidden}, {p.layers} layers, {p.steps} steps of "
+        f"{p.batch}x{p.seq} tokens, for {p.target.upper()}"
+        for p in PRESETS.values()
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``perfsuite converge`` (also ``python -m perfsuite.converge``)."""
-    parser.add_argument("--preset", default="smoke", help=f"one of {', '.join(PRESETS)}")
+    parser.add_argument("--preset", default="smoke", help=f"one of: {_preset_help()}")
     parser.add_argument(
         "--methods",
         help="comma-separated method names; eager (the reference) is always added "
-        "(default: " + "; ".join(f"{d}: {','.join(m)}" for d, m in DEFAULT_METHODS.items()) + ")",
+        "(default: the preset's, else "
+        + "; ".join(f"{d}: {','.join(m)}" for d, m in DEFAULT_METHODS.items())
+        + ")",
     )
     parser.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
-    parser.add_argument("--dtype", default="fp32", help=f"comma-separated, of {','.join(DTYPES)}")
+    parser.add_argument(
+        "--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)"
+    )
     parser.add_argument("--steps", help="training steps (default: the preset's)")
     parser.add_argument("--seed", help="model, data and order seed (default: the preset's, 0)")
+    parser.add_argument(
+        "--train-batches",
+        help="distinct training batches, cycled (0: a fresh batch every step; default: the "
+        "preset's). Repeated data makes a model overconfident, as fine-tuning does",
+    )
+    parser.add_argument(
+        "--data",
+        default="bigram",
+        help="bigram (synthetic, true distribution known; default) or text (Python's "
+        "bundled help pages, BPE-tokenised here; no truth)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    parser.add_argument("--out", help="results JSON (default: converge-PRESET-DEVICE.json)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    parser.add_argument(
+        "--jobs", help="Triton methods interpreted on CPU at a time (default: 2 on 2+ cores)"
+    )
+    parser.add_argument("--timeout", help="seconds one run may take (default: the preset's)")
+    parser.add_argument(
+        "--out",
+        help="results JSON (default: reports/runs/TIME-converge-PRESET-DEVICE.json); the "
+        "table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument(
+        "--render",
+        metavar="RESULTS",
+        help="rewrite the table and plots next to a finished results JSON; train nothing",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="build the data and the model (on the meta device), print the plan, train nothing",
+    )
 
 
 def _split(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
-def _int(text: str | None, flag: str, minimum: int) -> int | None:
+def _number(text: str | None, flag: str, minimum: float, kind: type = int) -> Any:
     if text is None:
         return None
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise UsageError(f"{flag}: not an integer: {text!r}") from None
-    if value < minimum:
-        raise UsageError(f"{flag} must be >= {minimum}, got {value}")
+        noun = "an integer" if kind is int else "a number"
+        raise UsageError(f"{flag}: not {noun}: {text!r}") from None
+    if not math.isfinite(value) or value < minimum:
+        raise UsageError(f"{flag} must be >= {minimum:g}, got {text}")
     return value
 
 
@@ -90,106 +120,88 @@ def _betas(text: str) -> list[float]:
     return list(dict.fromkeys(betas))
 
 
-def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
-    """Check every argument against the registry ``known``; raise ``UsageError``."""
-    import torch
-
-    if args.preset not in PRESETS:
-        raise UsageError(f"--preset: unknown {args.preset!r}; known: {', '.join(PRESETS)}")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device: unknown {args.device!r}; known: auto, cpu, cuda")
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device here")
-    preset = PRESETS[args.preset].with_steps(_int(args.steps, "--steps", 1))
-    preset = preset.with_seed(_int(args.seed, "--seed", 0))
-    dtypes = _split(args.dtype)
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad or not dtypes:
-        raise UsageError(
-            f"--dtype: unknown {', '.join(bad) or '(none)'}; known: {', '.join(DTYPES)}"
-        )
-    if args.methods is None:
-        methods = [m for m in DEFAULT_METHODS[device] if m in known]
+def _methods(
+    text: str | None, device: str, known: dict[str, Method], preset_methods: tuple | None
+) -> list[str]:
+    if text is None:
+        methods = [m for m in preset_methods or DEFAULT_METHODS[device] if m in known]
     else:
-        methods = _split(args.methods)
+        methods = _split(text)
         unknown = [m for m in methods if m not in known]
         if unknown or not methods:
             raise UsageError(
                 f"--methods: unknown {', '.join(map(repr, unknown)) or '(none)'}; "
                 f"known: {', '.join(known)}"
             )
-    methods = [REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]]
-    out = Path(args.out or f"converge-{preset.name}-{device}.json")
-    return Config(preset, methods, _betas(args.beta), list(dict.fromkeys(dtypes)), device, out)
+    return [REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]]
 
 
-def _interpret_triton(config: Config, known: dict[str, Method]) -> None:
-    """On CPU Triton kernels run only under the interpreter, which ``@triton.jit`` reads
-    when a kernel is defined: set it before any of them is imported (as the runner does)."""
-    if config.device == "cpu" and any(known[m].caps.triton for m in config.methods):
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+def _default_out(preset: str, device: str) -> Path:
+    """``reports/runs/<time>-converge-<preset>-<device>.json``, as ``run`` names its files
+    (git ignores reports/runs/: a result is committed only on purpose)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("reports/runs") / f"{stamp}-converge-{preset}-{device}.json"
 
 
-def sweep(
-    config: Config, known: dict[str, Method], console: Console | None = None
-) -> tuple[list[Any], dict[str, Any]]:
-    """Train every method x beta x dtype; writes ``config.out`` after each run."""
-    from perfsuite.converge.data import make_dataset, make_source
-    from perfsuite.converge.model import build_model, config_summary, set_deterministic
-    from perfsuite.converge.parity import YARDSTICK, attach_verdicts, tolerances_doc
-    from perfsuite.converge.report import environment, new_document, save
-    from perfsuite.converge.train import ADAM, memory_meter, train_run
+def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
+    """Check every argument against the registry ``known``; raise ``UsageError``."""
+    import torch
 
-    console = console or Console(stderr=True)
-    p = config.preset
-    determinism = set_deterministic(p.seed)
-    source = make_source(p.vocab, p.support, p.zipf, p.seed)
-    data = make_dataset(source, p.steps, p.batch, p.seq, p.eval_batches)
-    document = new_document(
-        argv=sys.argv[1:],
-        preset=p.to_dict(),
-        methods=config.methods,
-        betas=config.betas,
-        dtypes=config.dtypes,
-        model=config_summary(build_model(p, DTYPES["fp32"], "cpu")),
-        optimizer={"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
-        loss_hook="loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
-        data=data.describe(),
-        determinism=determinism,
-        memory_meter=memory_meter(config.device)[0],
-        tolerances=tolerances_doc(),
-        environment=environment(config.device),
+    from perfsuite.plan.plan import default_jobs
+
+    if args.preset not in PRESETS:
+        raise UsageError(f"--preset: unknown {args.preset!r}; known: {', '.join(PRESETS)}")
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device: unknown {args.device!r}; known: auto, cpu, cuda")
+    if args.data not in DATA_KINDS:
+        raise UsageError(f"--data: unknown {args.data!r}; known: {', '.join(DATA_KINDS)}")
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here")
+    preset = PRESETS[args.preset].with_steps(_number(args.steps, "--steps", 1))
+    preset = preset.with_seed(_number(args.seed, "--seed", 0))
+    preset = preset.with_train_batches(_number(args.train_batches, "--train-batches", 0))
+    if args.data == "text" and preset.vocab < 256:
+        raise UsageError(f"--data text needs a vocabulary >= 256; {preset.name} has {preset.vocab}")
+    dtypes = list(preset.dtypes) if args.dtype is None else _split(args.dtype)
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes:
+        raise UsageError(
+            f"--dtype: unknown {', '.join(bad) or '(none)'}; known: {', '.join(DTYPES)}"
+        )
+    jobs = _number(args.jobs, "--jobs", 1)
+    timeout = _number(args.timeout, "--timeout", 1, float)
+    return Config(
+        preset=preset,
+        methods=_methods(args.methods, device, known, preset.methods),
+        betas=_betas(args.beta),
+        dtypes=list(dict.fromkeys(dtypes)),
+        device=device,
+        out=Path(args.out) if args.out else _default_out(preset.name, device),
+        data=args.data,
+        jobs=default_jobs() if jobs is None else jobs,
+        timeout_s=preset.timeout_s if timeout is None else timeout,
     )
-    runs: list[Any] = []
-    save(config.out, document, runs, complete=False)
-    for dtype in config.dtypes:
-        names = list(config.methods)
-        if dtype != "fp32" and YARDSTICK not in names and YARDSTICK in known:
-            names.insert(1, YARDSTICK)  # eager's own 16-bit noise (see parity)
-        for beta in config.betas:
-            for name in names:
-                start = time.perf_counter()
-                run = train_run(known[name], p, data, beta, dtype, config.device)
-                runs.append(run)
-                attach_verdicts(runs)  # eager runs first, so each verdict is final
-                save(config.out, document, runs, complete=False)
-                verdict = (run.parity or {}).get("verdict", "—")
-                note = f" ({run.reason})" if run.reason else ""
-                console.print(
-                    f"{name} β={beta:g} {dtype}: {run.status}{note}, parity {verdict}, "
-                    f"{time.perf_counter() - start:.1f} s"
-                )
-    save(config.out, document, runs, complete=True)
-    return runs, document
+
+
+def check_outputs(config: Config, force: bool) -> None:
+    """Refuse now, before training, outputs that cannot be written or would be clobbered."""
+    from perfsuite.converge.plots import artifact_paths
+    from perfsuite.results.results import ResultsError, check_writable
+
+    check_writable(config.out, overwrite=force)
+    if not force:
+        for path in artifact_paths(config.out).values():
+            if path.exists():
+                raise ResultsError(f"--out {config.out}: {path} exists; pass --force to overwrite")
 
 
 def exit_status(runs: list[Any]) -> int:
-    """1 if a run crashed, diverged or differs from eager; else 0."""
+    """1 if a run crashed, ran out of memory, diverged or differs from eager; else 0."""
     bad = any(
-        r.status in ("error", "diverged") or (r.parity or {}).get("verdict") == "differs"
+        r.status in ("error", "oom", "diverged") or (r.parity or {}).get("verdict") == "differs"
         for r in runs
     )
     return 1 if bad else 0
@@ -197,30 +209,32 @@ def exit_status(runs: list[Any]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
+    from perfsuite.converge.sweep import dry_run, render, report, sweep
+    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import all_methods
-    from perfsuite.results.results import ResultsError, check_writable
+    from perfsuite.results.results import ResultsError
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 130)
     try:
-        known = all_methods()
+        if args.render is not None:
+            return render(Path(args.render), console)
+        known = {**all_methods(), **YARDSTICKS}
         config = resolve(args, known)
-        check_writable(config.out, overwrite=args.force)
+        if args.dry_run:
+            return dry_run(config, known, console)
+        check_outputs(config, args.force)
     except (UsageError, ResultsError, ValueError) as err:
         print(f"perfsuite converge: error: {err}", file=sys.stderr)
         return 2
-    _interpret_triton(config, known)
     p = config.preset
     console.print(
         f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
-        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens -> {config.out}"
+        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data "
+        f"-> {config.out}",
+        highlight=False,
     )
-    start = time.perf_counter()
-    runs, _ = sweep(config, known, console)
-    from perfsuite.converge.report import print_report
-
-    title = f"converge {p.name} on {config.device} ({time.perf_counter() - start:.1f} s)"
-    print_report(console, runs, title)
-    console.print(f"results: {config.out}")
+    runs, document = sweep(config, known, console)
+    report(config.out, runs, document, console)
     return exit_status(runs)
 
 

@@ -68,6 +68,14 @@ def build_model(preset: Preset, dtype: torch.dtype, device: str) -> torch.nn.Mod
     return model.to(device=device, dtype=dtype).train()
 
 
+def describe_model(preset: Preset) -> dict[str, Any]:
+    """The model's config and parameter count, built on the meta device (no memory)."""
+    from transformers import LlamaForCausalLM
+
+    with torch.device("meta"):
+        return config_summary(LlamaForCausalLM(llama_config(preset)))
+
+
 def config_summary(model: torch.nn.Module) -> dict[str, Any]:
     cfg = model.config
     return {

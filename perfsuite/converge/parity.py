@@ -14,19 +14,21 @@ test_mini_models.py, mini_llama3, 32 steps of AdamW), checked elementwise as
   mantissa while fused kernels accumulate in fp32, so they are expected to differ
   by about bf16's 2^-8 relative step; 1e-2 allows that, not a wrong loss.
 
-In 16-bit the fixed tolerance is not enough on its own: eager rounds the logits
+The fixed tolerance is not enough on its own. In 16-bit, eager rounds the logits
 and their gradient to bf16, Adam's first steps are nearly ``lr * sign(grad)``, and
-every sign that rounding flips moves a weight by ``2 lr``. So for 16-bit dtypes the
-sweep also trains ``reference`` (fp32 logits, ``F.cross_entropy``, same bf16 model)
-as a yardstick, and a method also passes if it is no farther from eager than
-twice eager's own distance from that yardstick (max over steps / parameters) --
-the suite's correctness rule (tests/baselines: a method may be as far from the
-reference as torch in the same dtype, 2x over). Measured at the smoke preset in
-bf16: reference and ours both sit ~1.4% (loss) from eager, and ~1e-2 apart.
+every sign that rounding flips moves a weight by ``2 lr``. In fp32, training
+amplifies last-bit differences once the model memorises (see ``yardstick``). So
+every sweep also trains a yardstick of eager's own rounding noise (``reference``,
+fp32 logits, in 16 bit; ``eager-reordered`` in fp32), and a method also passes if
+it is no farther from eager than twice eager's own distance from that yardstick
+(max over steps / parameters) -- the suite's correctness rule (tests/baselines: a
+method may be as far from the reference as torch in the same dtype, 2x over).
+Measured at the smoke preset in bf16: reference and ours both sit ~1.4% (loss)
+from eager, and ~1e-2 apart.
 
 Verdicts: ``same`` (both within tolerance), ``differs`` (either not),
-``reference`` (eager itself), ``yardstick`` (the fp32-logit run in 16 bit),
-``no reference`` (eager did not finish), ``—`` (the method did not finish).
+``reference`` (eager itself), ``yardstick`` (the noise run), ``no reference``
+(eager did not finish), ``—`` (the method did not finish).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from typing import Any
 import torch
 
 from perfsuite.converge.train import RunResult
+from perfsuite.converge.yardstick import yardstick_for
 
 REFERENCE = "eager"
-YARDSTICK = "reference"  # fp32 logits through F.cross_entropy (perfsuite.baselines)
 NOISE_FACTOR = 2.0
 
 
@@ -62,8 +64,9 @@ def tolerances_doc() -> dict[str, Any]:
     return {
         "source": "Liger-Kernel convergence tests (mini_llama3), elementwise "
         "|x - eager| <= atol + rtol |eager|",
-        "16-bit": f"or max |x - eager| <= {NOISE_FACTOR:g} x max |reference - eager| "
-        "(reference: fp32 logits, same model dtype)",
+        "noise rule": f"or max |x - eager| <= {NOISE_FACTOR:g} x max |yardstick - eager|, "
+        "yardstick: eager-reordered (fp32: the loss summed in two halves) or reference "
+        "(16-bit: fp32 logits, same model dtype)",
         **{dtype: asdict(tol) for dtype, tol in TOLERANCES.items()},
     }
 
@@ -74,7 +77,7 @@ def _excess(x: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> flo
 
 
 def _noise(ref: RunResult, yard: RunResult | None) -> tuple[float, float] | None:
-    """Eager's own distance (loss, params) from the fp32-logit yardstick, if both finished."""
+    """Eager's own distance (loss, params) from the yardstick run, if both finished."""
     if yard is None or yard.status != "ok" or ref.params is None or yard.params is None:
         return None
     losses = torch.tensor(yard.losses, dtype=torch.float64)
@@ -98,18 +101,25 @@ def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> di
     loss_excess = _excess(losses, ref_losses, tol.loss_atol, tol.loss_rtol)
     param_excess = _excess(run.params, ref.params, tol.param_atol, tol.param_rtol)
     loss_ok, param_ok = loss_excess <= 1.0, param_excess <= 1.0
-    noise = _noise(ref, yard) if run.dtype != "fp32" else None
+    noise = _noise(ref, yard)
     extra: dict[str, Any] = {}
     if noise is not None:
-        extra = {"eager_vs_fp32_logits": {"loss_max_abs": noise[0], "param_max_abs": noise[1]}}
+        extra = {"eager_noise": {"loss_max_abs": noise[0], "param_max_abs": noise[1]}}
         loss_ok = loss_ok or float(diff.max()) <= NOISE_FACTOR * noise[0]
         param_ok = param_ok or float(pdiff.max()) <= NOISE_FACTOR * noise[1]
-    if run.method == YARDSTICK and noise is not None:
-        return {"verdict": "yardstick", **extra}
+    rel = diff / ref_losses.abs().clamp_min(1e-30)
+    if yard is not None and run.method == yard.method:
+        # Its first step past the fixed tolerance is eager's own horizon: past it,
+        # per-step parity is read against this run's distance.
+        verdict = "yardstick"
+    else:
+        verdict = "same" if loss_ok and param_ok else "differs"
     return {
-        "verdict": "same" if loss_ok and param_ok else "differs",
+        "verdict": verdict,
         "loss_max_abs_diff": float(diff.max()),
-        "loss_max_rel_diff": float((diff / ref_losses.abs().clamp_min(1e-30)).max()),
+        "loss_max_rel_diff": float(rel.max()),
+        "loss_rel_diff_per_step": rel.tolist(),
+        "grad_norm_max_rel_diff": _grad_norm_diff(run, ref),
         "loss_final_abs_diff": float(diff[-1]),
         "loss_first_step_over_tol": _first_over(diff, ref_losses, tol),
         "param_max_abs_diff": float(pdiff.max()),
@@ -121,6 +131,18 @@ def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> di
     }
 
 
+def _grad_norm_diff(run: RunResult, ref: RunResult) -> float | None:
+    """Largest relative difference of the per-step gradient norms (not judged: a
+    diagnostic that points at the backward when the losses drift apart)."""
+    norms = [s.get("grad_norm") for s in run.steps]
+    ref_norms = [s.get("grad_norm") for s in ref.steps]
+    if None in norms or None in ref_norms or not norms:
+        return None
+    a = torch.tensor(norms, dtype=torch.float64)
+    b = torch.tensor(ref_norms, dtype=torch.float64)
+    return float(((a - b).abs() / b.abs().clamp_min(1e-30)).max())
+
+
 def _first_over(diff: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> int | None:
     over = (diff > tol.loss_atol + tol.loss_rtol * ref.abs()).nonzero()
     return int(over[0]) if over.numel() else None
@@ -129,10 +151,12 @@ def _first_over(diff: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> int | 
 def attach_verdicts(runs: list[RunResult]) -> None:
     """Set ``parity`` on every run against the eager run of the same beta and dtype."""
     refs = {(r.beta, r.dtype): r for r in runs if r.method == REFERENCE}
-    yards = {(r.beta, r.dtype): r for r in runs if r.method == YARDSTICK}
+    yards = {(r.beta, r.dtype): r for r in runs if r.method == yardstick_for(r.dtype)}
     for run in runs:
         ref = refs.get((run.beta, run.dtype))
-        if ref is None:
+        if run.status != "ok" and run.method != REFERENCE:
+            run.parity = {"verdict": "—"}
+        elif ref is None:
             run.parity = (
                 {"verdict": "reference"}
                 if run.method == REFERENCE

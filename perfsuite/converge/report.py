@@ -8,9 +8,7 @@ sweep keeps every run that finished.
 from __future__ import annotations
 
 import datetime
-import platform
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +17,18 @@ from rich.console import Console
 from rich.table import Table
 
 from perfsuite.converge.train import RunResult
-from perfsuite.method import package_version
+from perfsuite.results.provenance import collect_env
 from perfsuite.results.results import write_results
 
 SCHEMA = "perfsuite.converge/1"
-DISTRIBUTIONS = ("torch", "transformers", "torchmetrics", "triton", "liger-kernel", "numpy")
+DISTRIBUTIONS = ("transformers", "torchmetrics", "tokenizers", "numpy", "matplotlib")
 
 
-def environment(device: str) -> dict[str, Any]:
-    """Versions and the device: what a reader needs to reproduce the numbers."""
-    env: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "device": device,
-        "versions": {d: package_version(d) for d in DISTRIBUTIONS},
-        "torch_threads": torch.get_num_threads(),
-    }
-    if device == "cuda":
-        env["gpu"] = torch.cuda.get_device_name()
+def environment(device: str, distributions: list[str]) -> dict[str, Any]:
+    """``perfsuite run``'s provenance (git SHA and dirtiness, versions, device), plus
+    torch's thread count: what a reader needs to reproduce the numbers."""
+    env = collect_env(device, [*DISTRIBUTIONS, *distributions])
+    env["torch_threads"] = torch.get_num_threads()
     return env
 
 
@@ -80,67 +72,125 @@ def summary(run: RunResult) -> dict[str, Any]:
 
 
 VERDICT_STYLE = {"same": "green", "differs": "bold red", "reference": "dim", "yardstick": "dim"}
+KEY_COLUMNS = ("method", "β", "dtype")
+TRAINING_COLUMNS = (
+    "parity",
+    "Δloss max rel",
+    "Δparams rel L2",
+    "final loss",
+    "ms/step",
+    "peak MiB",
+)
+HELDOUT_COLUMNS = ("loss", "ppl", "acc", "KL→truth", "ECE", "RMS-CE", "SCE", "ACE", "MCE")
 
 
-def _key_cells(run: RunResult) -> list[str]:
-    status = run.status if run.status == "ok" else f"[yellow]{run.status}[/yellow]"
-    return [run.method, f"{run.beta:g}", run.dtype, status]
+def verdict_text(run: RunResult) -> str:
+    """The parity verdict, or the status of a run that did not finish."""
+    return run.status if run.status != "ok" else (run.parity or {}).get("verdict", "—")
 
 
-def _table(title: str, numeric: tuple[str, ...]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("method", "β", "dtype", "status"):
-        t.add_column(col, justify="right" if col == "β" else "left")
-    for col in numeric:
-        t.add_column(col, justify="left" if col == "parity" else "right")
-    return t
+def _key(run: RunResult) -> list[str]:
+    return [run.method, f"{run.beta:g}", run.dtype]
 
 
-def training_table(runs: list[RunResult], title: str) -> Table:
-    """Per run: last training loss, median step time, peak memory, parity with eager."""
-    t = _table(title, ("loss", "ms/step", "peak MiB", "parity", "Δloss rel", "Δparam rel"))
+def training_rows(runs: list[RunResult]) -> list[list[str]]:
+    """Per run: parity with eager, its distances, last training loss, step time, memory."""
+    rows = []
     for run in runs:
         s = summary(run)
-        style = VERDICT_STYLE.get(s["verdict"], "")
-        verdict = f"[{style}]{s['verdict']}[/{style}]" if style else s["verdict"]
-        t.add_row(
-            *_key_cells(run),
-            _fmt(s["train_loss"], ".4f"),
-            _fmt(s["step_ms"], ".1f"),
-            _fmt(s["peak_mib"], ".1f"),
-            verdict,
-            _fmt(s["loss_diff"], ".1e"),
-            _fmt(s["param_diff"], ".1e"),
+        rows.append(
+            [
+                *_key(run),
+                verdict_text(run),
+                _fmt(s["loss_diff"], ".1e"),
+                _fmt(s["param_diff"], ".1e"),
+                _fmt(s["train_loss"], ".4f"),
+                _fmt(s["step_ms"], ".1f"),
+                _fmt(s["peak_mib"], ".1f"),
+            ]
         )
-    return t
+    return rows
 
 
-def heldout_table(runs: list[RunResult], title: str) -> Table:
+def heldout_rows(runs: list[RunResult]) -> list[list[str]]:
     """Per run: held-out loss, perplexity, accuracy, KL to the truth, calibration."""
-    cols = ("loss", "ppl", "acc", "KL→truth", "ECE", "RMS", "SCE", "ACE")
-    t = _table(title, cols)
+    rows = []
     for run in runs:
-        s = summary(run)
-        t.add_row(
-            *_key_cells(run),
-            _fmt(s["loss"], ".4f"),
-            _fmt(s["perplexity"], ".2f"),
-            _fmt(s["accuracy"], ".3f"),
-            _fmt(s["kl_to_truth"], ".4f"),
-            _fmt(s["ece"], ".4f"),
-            _fmt(s["rms_ce"], ".4f"),
-            _fmt(s["sce"], ".5f"),
-            _fmt(s["ace"], ".5f"),
+        s, held = summary(run), run.heldout or {}
+        rows.append(
+            [
+                *_key(run),
+                _fmt(s["loss"], ".4f"),
+                _fmt(s["perplexity"], ".2f"),
+                _fmt(s["accuracy"], ".3f"),
+                _fmt(s["kl_to_truth"], ".4f"),
+                _fmt(s["ece"], ".4f"),
+                _fmt(s["rms_ce"], ".4f"),
+                _fmt(s["sce"], ".2e"),
+                _fmt(s["ace"], ".2e"),
+                _fmt(held.get("mce"), ".3f"),
+            ]
         )
+    return rows
+
+
+def _rich(title: str, columns: tuple[str, ...], rows: list[list[str]], verdicts: bool) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in (*KEY_COLUMNS, *columns):
+        left = col in ("method", "dtype", "parity")
+        t.add_column(col, justify="left" if left else "right", no_wrap=col == "method")
+    for row in rows:
+        if verdicts:  # colour the verdict; anything but a verdict is a status: yellow
+            style = VERDICT_STYLE.get(row[3], "yellow")
+            row = [*row[:3], f"[{style}]{row[3]}[/{style}]", *row[4:]]
+        t.add_row(*row)
     return t
+
+
+HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for ECE/RMS-CE/MCE)"
 
 
 def print_report(console: Console, runs: list[RunResult], title: str) -> None:
-    """Both tables, then each failed run's reason on a line of its own."""
-    console.print(training_table(runs, f"{title}: training, parity with eager"))
-    console.print(heldout_table(runs, "held-out (plain CE, fp32 logits; 15-bin calibration)"))
+    """Both tables, then each unfinished run's reason on a line of its own."""
+    console.print(_rich(f"{title}: parity with eager", TRAINING_COLUMNS, training_rows(runs), True))
+    console.print(_rich(HELDOUT_TITLE, HELDOUT_COLUMNS, heldout_rows(runs), False))
     for run in runs:
         if run.reason:
             console.print(
-                f"  [yellow]{run.method}[/yellow] β={run.beta:g} {run.dtype}: {run.reason}"
+                f"  [yellow]{run.method}[/yellow] β={run.beta:g} {run.dtype}: {run.reason}",
+                highlight=False,
             )
+
+
+def _md_table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    headers = [*KEY_COLUMNS, *columns]
+    out = ["| " + " | ".join(headers) + " |"]
+    aligns = [":--" if h in ("method", "dtype", "parity") else "--:" for h in headers]
+    out.append("|" + "|".join(aligns) + "|")
+    out.extend("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows)
+    return out
+
+
+def markdown(document: dict[str, Any], runs: list[RunResult], title: str) -> str:
+    """Both tables as markdown, with the tolerances and every unfinished run's reason."""
+    tol = document.get("tolerances", {})
+    lines = [f"## {title}", "", "### Parity with eager", ""]
+    lines += _md_table(TRAINING_COLUMNS, training_rows(runs))
+    lines += ["", f"### {HELDOUT_TITLE[0].upper()}{HELDOUT_TITLE[1:]}", ""]
+    lines += _md_table(HELDOUT_COLUMNS, heldout_rows(runs))
+    lines += ["", "Tolerances (" + tol.get("source", "") + "):"]
+    if tol.get("noise rule"):
+        lines.append(f"- {tol['noise rule']}")
+    for dtype in ("fp32", "bf16", "fp16"):
+        if dtype in tol:
+            t = tol[dtype]
+            lines.append(
+                f"- {dtype}: per-step loss atol {t['loss_atol']:g}, rtol {t['loss_rtol']:g}; "
+                f"final parameters atol {t['param_atol']:g}, rtol {t['param_rtol']:g}"
+            )
+    unfinished = [run for run in runs if run.reason]
+    if unfinished:
+        lines += ["", "Not run or not finished:"]
+    for run in unfinished:
+        lines.append(f"- {run.method} β={run.beta:g} {run.dtype}: {run.status}: {run.reason}")
+    return "\n".join(lines) + "\n"

@@ -2,9 +2,10 @@
 
 Each run rebuilds the model from the preset's seed and replays the dataset's
 fixed batches, so two runs differ only in their loss method. Every failure
-(unavailable package, unsupported case, exception, non-finite loss) ends in a
-``RunResult`` with a status and a one-line reason: a caller never loses the
-other runs to one method.
+(unavailable package, unsupported case, exception, out of memory, non-finite
+loss) ends in a ``RunResult`` with a status and a one-line reason; what kills
+the process outright (a segfault, the OOM killer) is the worker's parent's to
+record (``perfsuite.converge.runner``).
 
 Peak memory per step: CUDA's allocator counters; on CPU the process RSS high-water
 mark from ``perfsuite.measure.memory`` (reset before each step, so it is that
@@ -28,6 +29,7 @@ from perfsuite.converge.evaluate import evaluate
 from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
 from perfsuite.converge.presets import Preset
 from perfsuite.method import DTYPES, Case, Method, Unavailable, Unsupported
+from perfsuite.run.worker import is_oom
 
 ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
 
@@ -63,6 +65,21 @@ class RunResult:
             "heldout": self.heldout,
             "parity": self.parity,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], params: torch.Tensor | None = None) -> RunResult:
+        """The inverse of ``to_dict`` (a worker's line), with the weights it saved."""
+        return cls(
+            data["method"],
+            data["beta"],
+            data["dtype"],
+            status=data.get("status", "ok"),
+            reason=data.get("reason"),
+            steps=list(data.get("steps") or []),
+            heldout=data.get("heldout"),
+            wall_s=float(data.get("wall_s") or 0.0),
+            params=params,
+        )
 
 
 def _kib(field: str) -> int:
@@ -156,7 +173,7 @@ def train_run(
     except Unsupported as err:
         result.status, result.reason = "unsupported", str(err)
     except Exception as err:  # a method's crash is its row's, not the sweep's
-        result.status, result.reason = "error", one_line(err)
+        result.status, result.reason = "oom" if is_oom(err) else "error", one_line(err)
     result.wall_s = time.perf_counter() - start
     return result
 
@@ -176,7 +193,7 @@ def _train(
     _, measure = memory_meter(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
-    for step, batch in enumerate(data.train):
+    for step, batch in enumerate(data.batches()):
         batch = batch.to(device)
         record: dict[str, Any] = {"step": step}
 

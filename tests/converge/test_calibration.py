@@ -30,10 +30,13 @@ import math
 import pytest
 import torch
 
+from perfsuite.converge import calibration
 from perfsuite.converge.calibration import (
     adaptive_calibration_error,
     calibration_metrics,
+    reliability,
     static_calibration_error,
+    top1,
     top1_calibration,
 )
 
@@ -46,7 +49,7 @@ LABELS = torch.tensor([0, 1, 1, 0])
 
 def test_top1_metrics_by_hand():
     # torchmetrics bins in fp32 whatever the input's dtype: agreement to fp32's precision.
-    got = top1_calibration(PROBS, LABELS)
+    got = top1_calibration(*top1(PROBS, LABELS))
     assert got["ece"] == pytest.approx(0.2825, abs=1e-6)
     assert got["mce"] == pytest.approx(0.62, abs=1e-6)
     rms = math.sqrt(0.25 * 0.10**2 + 0.25 * 0.62**2 + 0.5 * 0.205**2)
@@ -80,3 +83,40 @@ def test_perfectly_calibrated_source_scores_near_zero():
     # Confidently wrong predictions score far worse.
     wrong = calibration_metrics(probs, (probs.argmax(dim=1) + 1) % 5)
     assert wrong["ece"] > 0.3 and wrong["sce"] > 5 * got["sce"] and wrong["ace"] > 5 * got["ace"]
+
+
+def test_reliability_bins_by_hand():
+    bins = reliability(*top1(PROBS, LABELS))
+    assert [i for i, c in enumerate(bins["count"]) if c] == [9, 10, 13]
+    assert bins["count"][10] == 2 and bins["accuracy"][10] == 0.5
+    assert bins["confidence"][10] == pytest.approx(0.705, abs=1e-12)
+    # The count-weighted gap over the bins is the ECE.
+    ece = sum(
+        c / 4 * abs(a - f)
+        for c, a, f in zip(bins["count"], bins["accuracy"], bins["confidence"], strict=True)
+    )
+    assert ece == pytest.approx(0.2825, abs=1e-12)
+
+
+def test_top1_route_equals_torchmetrics_multiclass():
+    """ECE/RMS/MCE from (top-1 confidence, hit) through binary_calibration_error are
+    torchmetrics' multiclass_calibration_error on the full distribution."""
+    from torchmetrics.functional.classification import multiclass_calibration_error
+
+    gen = torch.Generator().manual_seed(1)
+    probs = (torch.randn(3000, 7, generator=gen) * 2).softmax(dim=1)
+    labels = torch.randint(0, 7, (3000,), generator=gen)
+    got = top1_calibration(*top1(probs, labels))
+    for name, norm in (("ece", "l1"), ("rms_ce", "l2"), ("mce", "max")):
+        ref = multiclass_calibration_error(probs, labels, num_classes=7, n_bins=15, norm=norm)
+        assert got[name] == pytest.approx(float(ref), abs=1e-6), name
+
+
+def test_class_chunks_do_not_change_sce_or_ace(monkeypatch: pytest.MonkeyPatch):
+    gen = torch.Generator().manual_seed(2)
+    probs = (torch.randn(500, 37, generator=gen) * 3).softmax(dim=1)
+    labels = torch.randint(0, 37, (500,), generator=gen)
+    whole = (static_calibration_error(probs, labels), adaptive_calibration_error(probs, labels))
+    monkeypatch.setattr(calibration, "CLASS_CHUNK", 5)  # 8 chunks, the last one short
+    chunked = (static_calibration_error(probs, labels), adaptive_calibration_error(probs, labels))
+    assert chunked == pytest.approx(whole, abs=1e-12)

@@ -1,4 +1,5 @@
-"""The converge command end to end: parity of ours with eager, failures kept, bad input."""
+"""The converge command end to end: parity of ours with eager, per-method isolation
+(a crash, an OOM or a kill loses only its own run), outputs, bad input."""
 
 from __future__ import annotations
 
@@ -15,47 +16,110 @@ from perfsuite.converge.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _runs(path: Path) -> dict[str, dict]:
+@pytest.fixture
+def converge_fakes(fake_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both fake-method plugins, here and in every worker started."""
+    monkeypatch.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.converge_fakes")
+
+
+def _document(path: Path) -> dict:
     document = json.loads(path.read_text())
     assert document["complete"] is True
-    return {run["method"]: run for run in document["runs"]}
+    return document
+
+
+def _runs(path: Path) -> dict[tuple[str, float], dict]:
+    return {(run["method"], run["beta"]): run for run in _document(path)["runs"]}
 
 
 def test_ours_trains_like_eager_and_failures_are_recorded(
-    fake_plugins: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    converge_fakes: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    """The smoke preset (fp32, beta 0): ours gets a `same` verdict, while a method that
-    raises and one whose package is missing are recorded without losing the others."""
+    """ours (interpreted, in its own worker) gets a `same` verdict, while a method that
+    raises and one whose package is missing are recorded without losing the others; the
+    table and the three figures land next to the JSON and are printed."""
     out = tmp_path / "converge.json"
     methods = "fake-raises,ours,fake-missing-package"
-    rc = main(["--preset", "smoke", "--methods", methods, "--beta", "0", "--out", str(out)])
-    assert rc == 1  # fake-raises crashed
+    argv = ["--methods", methods, "--beta", "0", "--steps", "5", "--out", str(out)]
+    assert main(argv) == 1  # fake-raises crashed
     runs = _runs(out)
-    assert list(runs) == ["eager", "fake-raises", "ours", "fake-missing-package"]
-    ours = runs["ours"]
+    assert [m for m, _ in runs] == [
+        "eager",
+        "eager-reordered",
+        "fake-raises",
+        "ours",
+        "fake-missing-package",
+    ]
+    assert runs["eager-reordered", 0.0]["parity"]["verdict"] == "yardstick"
+    ours = runs["ours", 0.0]
     assert ours["status"] == "ok"
     assert ours["parity"]["verdict"] == "same", ours["parity"]
-    assert len(ours["steps"]) == 20 and ours["heldout"]["positions"] == 4 * 8 * 32
-    assert runs["eager"]["parity"]["verdict"] == "reference"
-    raised = runs["fake-raises"]
+    assert len(ours["steps"]) == 5 and ours["heldout"]["positions"] == 16 * 4 * 32
+    for metric in ("ece", "rms_ce", "sce", "ace", "mce"):
+        assert 0 <= ours["heldout"][metric] <= 1
+    assert runs["eager", 0.0]["parity"]["verdict"] == "reference"
+    raised = runs["fake-raises", 0.0]
     assert raised["status"] == "error"
     assert "deliberate failure inside the loss" in raised["reason"]
     assert "\n" not in raised["reason"]
-    assert runs["fake-missing-package"]["status"] == "unavailable"
-    assert "perfsuite_no_such_package" in runs["fake-missing-package"]["reason"]
-    document = json.loads(out.read_text())
+    assert runs["fake-missing-package", 0.0]["status"] == "unavailable"
+    assert "perfsuite_no_such_package" in runs["fake-missing-package", 0.0]["reason"]
+    document = _document(out)
     assert document["data"]["kind"].startswith("synthetic sparse bigram")
     assert document["tolerances"]["fp32"]["loss_rtol"] == 2e-5
-    assert "same" in capsys.readouterr().out
+    assert document["triton_interpreted"] == ["ours"]
+    assert set(document["environment"]["git"]) == {"sha", "dirty"}
+    printed = capsys.readouterr().out
+    assert "same" in printed
+    for name in ("converge.md", "converge-loss.png", "converge-reliability.png"):
+        assert (tmp_path / name).stat().st_size > 1000, name
+        assert str(tmp_path / name) in printed
+    assert "| ours | 0 | fp32 | same |" in (tmp_path / "converge.md").read_text()
 
 
-def test_a_wrong_loss_gets_a_differs_verdict(fake_plugins: None, tmp_path: Path):
-    out = tmp_path / "wrong.json"
-    argv = ["--methods", "fake-wrong", "--beta", "0.1", "--steps", "3", "--out", str(out)]
+def test_a_dying_worker_loses_only_its_run(converge_fakes: None, tmp_path: Path):
+    """fake-crash segfaults at beta > 0 and fake-killed is SIGKILLed (as by the OOM
+    killer). beta 0.1 goes first, so after each death a new worker must still train the
+    method's beta = 0 run. In the same sweep a method that cannot smooth is `unsupported`
+    at beta 0.1 (never trained at 0 instead)."""
+    out = tmp_path / "crash.json"
+    methods = "fake-crash,fake-killed,fake-no-smoothing"
+    argv = ["--methods", methods, "--beta", "0.1,0", "--steps", "2", "--out", str(out)]
     assert main(argv) == 1
-    wrong = _runs(out)["fake-wrong"]
-    assert wrong["status"] == "ok" and wrong["parity"]["verdict"] == "differs"
-    assert wrong["parity"]["loss_first_step_over_tol"] == 0
+    runs = _runs(out)
+    crashed = runs["fake-crash", 0.1]
+    assert crashed["status"] == "error" and "SIGSEGV" in crashed["reason"], crashed
+    assert runs["fake-crash", 0.0]["status"] == "ok"
+    assert runs["fake-crash", 0.0]["parity"]["verdict"] == "same"
+    for beta in (0.1, 0.0):
+        killed = runs["fake-killed", beta]
+        assert killed["status"] == "oom" and "SIGKILL" in killed["reason"], killed
+        assert runs["eager", beta]["status"] == "ok"
+    assert runs["fake-no-smoothing", 0.0]["status"] == "ok"
+    unsupported = runs["fake-no-smoothing", 0.1]
+    assert unsupported["status"] == "unsupported" and unsupported["steps"] == []
+    assert "no label smoothing" in unsupported["reason"]
+
+
+def test_real_text_trains_and_records_no_truth(tmp_path: Path):
+    out = tmp_path / "text.json"
+    argv = ["--methods", "eager", "--data", "text", "--beta", "0", "--steps", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    document = _document(out)
+    assert document["data"]["truth_known"] is False
+    held = document["runs"][0]["heldout"]
+    assert held["loss"] > 0 and 0 <= held["ece"] <= 1 and "kl_to_truth" not in held
+
+
+def test_the_gpu_preset_plans_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """``small`` (vocab 32k, hundreds of steps) is for a GPU; here it only plans."""
+    argv = ["--preset", "small", "--device", "cpu", "--dry-run", "--out", str(tmp_path / "s.json")]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "V=32768" in printed and "dry run: nothing trained" in printed
+    assert "ours β=0.1 fp32: train under the Triton interpreter" in printed
+    assert "torchtune-chunked β=0.1 fp32: unsupported" in printed
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -63,9 +127,13 @@ def test_a_wrong_loss_gets_a_differs_verdict(fake_plugins: None, tmp_path: Path)
     [
         (["--methods", "eager,nope"], "unknown 'nope'"),
         (["--steps", "0"], "--steps must be >= 1"),
+        (["--steps", "x"], "--steps: not an integer"),
         (["--beta", "1.5"], "--beta values must be in [0, 1)"),
         (["--dtype", "fp8"], "--dtype: unknown fp8"),
         (["--preset", "huge"], "--preset: unknown 'huge'"),
+        (["--data", "wiki"], "--data: unknown 'wiki'"),
+        (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--timeout", "nan"], "--timeout must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -74,12 +142,10 @@ def test_bad_input_is_one_line_and_exit_2(
     assert main([*argv, "--out", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
-    assert not (tmp_path / "r.json").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_unwritable_out_is_refused_before_training(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-):
+def test_outputs_are_checked_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert main(["--out", str(blocker / "r.json")]) == 2
@@ -90,6 +156,11 @@ def test_unwritable_out_is_refused_before_training(
     assert main(["--out", str(existing)]) == 2
     assert "--force" in capsys.readouterr().err
     assert existing.read_text() == "{}"
+    # A plot from an earlier run next to a new --out is not overwritten silently either.
+    (tmp_path / "new-loss.png").write_text("old plot")
+    assert main(["--out", str(tmp_path / "new.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "new-loss.png exists" in err, err
 
 
 def test_python_dash_m_entry_point(tmp_path: Path):

@@ -1,11 +1,17 @@
-"""Parity verdicts on hand-made runs: fixed tolerances, the 16-bit yardstick, failures."""
+"""Parity verdicts on hand-made runs: fixed tolerances, the yardsticks of eager's own
+rounding (16-bit and fp32), failures."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.train import RunResult
+from perfsuite.converge.yardstick import METHODS as YARDSTICKS
+from perfsuite.converge.yardstick import REORDERED
+from perfsuite.method import Case
 
 
 def _run(method: str, losses: list[float], params: list[float], dtype: str = "fp32", **kw):
@@ -41,3 +47,34 @@ def test_failed_runs_get_no_verdict():
     attach_verdicts([eager, ours, crashed])
     assert ours.parity["verdict"] == "no reference"
     assert crashed.parity == {"verdict": "—"}
+
+
+def test_fp32_long_runs_are_read_against_eagers_own_rounding():
+    """Past Liger's fixed tolerance, a method passes if it is no farther from eager than
+    twice eager-reordered (eager's math, another rounding) is."""
+    eager = _run("eager", [6.0, 5.0, 4.0], [0.1, -0.2])
+    yard = _run("eager-reordered", [6.0, 5.0, 4.001], [0.1, -0.2])  # rounding, amplified
+    drifted = _run("ours", [6.0, 5.0, 4.0015], [0.1, -0.2])  # 1.5e-3 <= 2 x 1e-3
+    far = _run("bad", [6.0, 5.0, 4.003], [0.1, -0.2])  # 3e-3 > 2 x 1e-3
+    attach_verdicts([eager, yard, drifted, far])
+    assert yard.parity["verdict"] == "yardstick"
+    assert yard.parity["loss_first_step_over_tol"] == 2
+    assert drifted.parity["verdict"] == "same"
+    assert drifted.parity["eager_noise"]["loss_max_abs"] == pytest.approx(1e-3)
+    assert far.parity["verdict"] == "differs"
+
+
+def test_eager_reordered_is_eagers_loss_and_gradient_with_another_rounding():
+    gen = torch.Generator().manual_seed(0)
+    e = torch.randn(64, 16, generator=gen, requires_grad=True)
+    c = torch.randn(50, 16, generator=gen, requires_grad=True)
+    t = torch.randint(0, 50, (64,), generator=gen)
+    t[3] = -100  # ignored, as in eager
+    case = Case(tokens=64, vocab=50, hidden=16, dtype="fp32", beta=0.1)
+    reordered = YARDSTICKS[REORDERED].prepare(case, c)(e, c, t)
+    (ge, gc) = torch.autograd.grad(reordered, (e, c))
+    eager = eager_loss(e, c, t, 0.1, None)
+    (ee, ec) = torch.autograd.grad(eager, (e, c))
+    torch.testing.assert_close(reordered, eager, rtol=1e-6, atol=0)
+    torch.testing.assert_close(ge, ee, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(gc, ec, rtol=1e-5, atol=1e-7)

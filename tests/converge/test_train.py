@@ -9,6 +9,7 @@ from perfsuite.converge.model import set_deterministic
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.presets import PRESETS
 from perfsuite.converge.train import train_run
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 
 PRESET = PRESETS["smoke"].with_steps(5)
@@ -47,3 +48,16 @@ def test_smoothing_changes_the_training():
     smooth = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert plain.losses[0] != smooth.losses[0]
     assert not torch.equal(plain.params, smooth.params)
+
+
+def test_out_of_memory_in_the_loss_is_recorded_as_oom():
+    def build(case: Case, c: torch.Tensor) -> LossFn:
+        def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            raise torch.OutOfMemoryError("deliberate: tried to allocate 9.00 GiB")
+
+        return loss_fn
+
+    method = SimpleMethod("oom", "runs out of memory", build, Capabilities(label_smoothing=True))
+    run = train_run(method, PRESET, _data(), 0.1, "fp32", "cpu")
+    assert run.status == "oom" and "9.00 GiB" in run.reason and "\n" not in run.reason
+    assert run.steps == [] and run.params is None

@@ -1,0 +1,89 @@
+"""Real text without a download: the English help pages that ship with Python.
+
+``pydoc_data.topics`` (part of the standard library, ~465k characters of the
+language reference) is tokenised by a byte-level BPE trained on it with Hugging
+Face ``tokenizers`` (a dependency of transformers) up to the preset's vocabulary.
+The last tenth of the text is held out. Training sequences start at seeded random
+offsets in the first nine tenths, so every method sees the same ones in the same
+order. The true next-token distribution is unknown here: the truth-based metrics
+are left out and the results say so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from perfsuite.converge.data import Dataset
+
+HELDOUT_FRACTION = 0.1
+
+
+def corpus() -> str:
+    """The text, in a fixed order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def tokenize(text: str, vocab: int) -> tuple[torch.Tensor, int]:
+    """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    if vocab < 256:
+        raise ValueError(f"text data needs a vocabulary of at least 256 (bytes), got {vocab}")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator([text], trainer=trainer)
+    ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.long)
+    return ids, tokenizer.get_vocab_size()
+
+
+def _windows(ids: torch.Tensor, count: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    if ids.numel() <= length:
+        raise ValueError(f"the text has {ids.numel()} tokens, fewer than a sequence ({length})")
+    starts = torch.randint(0, ids.numel() - length, (count,), generator=gen)
+    return ids[starts.unsqueeze(1) + torch.arange(length)]
+
+
+def make_text_dataset(
+    vocab: int,
+    steps: int,
+    batch: int,
+    seq: int,
+    eval_batches: int,
+    seed: int,
+    train_batches: int | None = None,
+) -> Dataset:
+    """Batches of ``seq + 1`` tokens from the text, held-out ones from its last tenth."""
+    text = corpus()
+    ids, used = tokenize(text, vocab)
+    cut = int(ids.numel() * (1 - HELDOUT_FRACTION))
+    distinct = steps if train_batches is None else min(train_batches, steps)
+    train_gen = torch.Generator().manual_seed(seed + 1)
+    heldout_gen = torch.Generator().manual_seed(seed + 2)
+    train = _windows(ids[:cut], distinct * batch, seq + 1, train_gen)
+    heldout = _windows(ids[cut:], eval_batches * batch, seq + 1, heldout_gen)
+    info: dict[str, Any] = {
+        "kind": "real text: Python's bundled help topics (pydoc_data.topics), no download",
+        "truth_known": False,
+        "characters": len(text),
+        "tokenizer": f"byte-level BPE trained on the text (tokenizers), {used} of {vocab} ids used",
+        "tokens": int(ids.numel()),
+        "heldout": f"the last {HELDOUT_FRACTION:.0%} of the tokens",
+        "train_seed": seed + 1,
+        "heldout_seed": seed + 2,
+    }
+    return Dataset(
+        source=None,
+        train=train.view(distinct, batch, seq + 1),
+        heldout=heldout.view(eval_batches, batch, seq + 1),
+        steps=steps,
+        info=info,
+    )

@@ -1,0 +1,99 @@
+"""One method's converge runs, inside a fresh process.
+
+``perfsuite.converge.runner`` starts ``python -m perfsuite.converge.worker SPEC.json``
+once per method (as ``perfsuite run`` does per method); this module trains each
+(beta, dtype) of the spec in order and appends JSON lines to the spec's ``out``
+file as it goes: ``{"model": ...}`` first (the model's config and size, so that
+the parent never imports transformers), ``{"start": i}`` when run ``i`` begins,
+``{"run": i, "step": ...}`` after each training step, and ``{"run": i, "result":
+..., "params": PATH}`` when it ends, the final weights saved to ``PATH`` for the
+parity check. A crash, an OOM kill or a timeout therefore costs only the run in
+flight, and not even its steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class WorkerSpec:
+    method: str
+    runs: list[dict[str, Any]]  # {"beta": float, "dtype": str}
+    preset: dict[str, Any]
+    data: str
+    device: str
+    out: str
+    params_dir: str
+
+
+def params_name(method: str, beta: float, dtype: str) -> str:
+    return f"{method}-beta{beta:g}-{dtype}.pt"
+
+
+def hide_checkout_kernels() -> None:
+    """Take this checkout's root off ``sys.path`` (perfsuite is imported by now).
+
+    Importing transformers probes for Hugging Face's ``kernels`` package, and with no
+    metadata for it, imports whatever ``kernels`` is on the path: from a checkout
+    (``python -m`` puts the working directory first) that is this repository's
+    top-level ``kernels/``, the Triton sources, a second copy under another name
+    (3 s a worker)."""
+    import perfsuite
+
+    root = Path(perfsuite.__file__).resolve().parent.parent
+    sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != root]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
+    hide_checkout_kernels()
+    # Imported after the parent set TRITON_INTERPRET in this process's environment.
+    import torch
+
+    from perfsuite.converge.datasets import build_dataset
+    from perfsuite.converge.model import describe_model, set_deterministic
+    from perfsuite.converge.presets import Preset
+    from perfsuite.converge.train import train_run
+    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
+    from perfsuite.plan.registry import get_method
+
+    preset = Preset(**spec.preset)
+    set_deterministic(preset.seed)
+    data = build_dataset(preset, spec.data)
+    method = YARDSTICKS.get(spec.method) or get_method(spec.method)
+    with open(spec.out, "a", buffering=1) as out:
+
+        def emit(line: dict[str, Any]) -> None:
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+        emit({"model": describe_model(preset)})
+        for i, cell in enumerate(spec.runs):
+            emit({"start": i})
+            result = train_run(
+                method,
+                preset,
+                data,
+                cell["beta"],
+                cell["dtype"],
+                spec.device,
+                on_step=lambda record, i=i: emit({"run": i, "step": record}),
+            )
+            path = None
+            if result.params is not None:
+                path = str(Path(spec.params_dir) / params_name(spec.method, **cell))
+                torch.save(result.params, path)
+            emit({"run": i, "result": result.to_dict(), "params": path})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

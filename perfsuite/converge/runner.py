@@ -33,7 +33,7 @@ from perfsuite.converge.train import RunResult
 from perfsuite.converge.worker import WorkerSpec
 from perfsuite.measure.memory import CPU_MALLOC_ENV
 from perfsuite.method import Case, Method
-from perfsuite.run.runner import CANCEL, Cancelled, run_parallel
+from perfsuite.run.runner import CANCEL, Cancelled, read_json_lines, run_parallel
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 POLL_S = 0.5
@@ -100,18 +100,6 @@ def worker_env(method: Method, job: Job) -> dict[str, str]:
     return env
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for text in path.read_text().splitlines():
-        try:
-            out.append(json.loads(text))
-        except json.JSONDecodeError:
-            break  # a line cut by a crash: everything before it stands
-    return out
-
-
 def death_reason(returncode: int | None, timed_out: float | None, stderr: str) -> tuple[str, str]:
     """``(status, one-line reason)`` for a worker that ended without finishing its run."""
     tail = " | ".join(stderr.strip().splitlines()[-3:])[-400:]
@@ -170,7 +158,7 @@ def run_method(
         if reported >= len(remaining):
             return
         # The run in flight died with the worker: record why and its steps, go on.
-        lines = _lines(out)
+        lines = read_json_lines(out)
         status, reason = death_reason(proc.returncode, timed_out, stderr_path.read_text())
         lost = remaining[reported]
         steps = [ln["step"] for ln in lines if ln.get("run") == reported and "step" in ln]
@@ -196,7 +184,7 @@ def _watch(
             done = True
         except subprocess.TimeoutExpired:
             done = False
-        lines = _lines(out)
+        lines = read_json_lines(out)
         if job.on_model is not None and lines and "model" in lines[0]:
             job.on_model(lines[0]["model"])
         for result in _finished(lines, reported):

@@ -58,7 +58,8 @@ def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
     return env
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """A worker's JSON-lines output, up to the first line a crash cut short."""
     if not path.exists():
         return []
     lines = []
@@ -166,7 +167,7 @@ def run_method(
                 _report(out, remaining, reported, plan, method, progress)  # its finished cases
                 raise
             reported = _report(out, remaining, reported, plan, method, progress)
-            lines = _read_lines(out)
+            lines = read_json_lines(out)
             case_rows = [line for line in lines if "start" not in line]
             rows.extend(case_rows)
             finished = reported
@@ -312,7 +313,7 @@ def _report(
     progress: ProgressFn | None,
 ) -> int:
     """Count cases whose every phase has a row; tell ``progress`` about new ones."""
-    rows = [line for line in _read_lines(out) if "start" not in line]
+    rows = [line for line in read_json_lines(out) if "start" not in line]
     while reported < len(cases):
         case = cases[reported]
         mine = [r for r in rows if _same_case(r, case)]

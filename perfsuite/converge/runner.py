@@ -15,8 +15,6 @@ mean nothing, ``jobs`` workers at a time, each with a share of the cores.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,11 +29,16 @@ import torch
 from perfsuite.converge.presets import Preset
 from perfsuite.converge.train import RunResult
 from perfsuite.converge.worker import WorkerSpec
-from perfsuite.measure.memory import CPU_MALLOC_ENV
 from perfsuite.method import Case, Method
-from perfsuite.run.runner import CANCEL, Cancelled, read_json_lines, run_parallel
+from perfsuite.run.runner import (
+    CANCEL,
+    Cancelled,
+    child_env,
+    death_reason,
+    read_json_lines,
+    run_parallel,
+)
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 POLL_S = 0.5
 
 
@@ -85,34 +88,6 @@ def interpreted(method: Method, device: str) -> bool:
     return device == "cpu" and method.caps.triton
 
 
-def worker_env(method: Method, job: Job) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    if job.device == "cpu":
-        env.update(CPU_MALLOC_ENV)
-        if method.caps.triton:
-            # Before the worker imports anything: @triton.jit reads it at definition.
-            env["TRITON_INTERPRET"] = "1"
-            if job.jobs > 1:
-                threads = str(max(1, len(os.sched_getaffinity(0)) // job.jobs))
-                for var in THREAD_VARS:
-                    env.setdefault(var, threads)
-    return env
-
-
-def death_reason(returncode: int | None, timed_out: float | None, stderr: str) -> tuple[str, str]:
-    """``(status, one-line reason)`` for a worker that ended without finishing its run."""
-    tail = " | ".join(stderr.strip().splitlines()[-3:])[-400:]
-    if timed_out is not None:
-        return "error", f"worker timed out after {timed_out:g} s; {tail}".strip("; ")
-    if returncode is not None and returncode < 0:
-        sig = signal.Signals(-returncode).name
-        if sig == "SIGKILL":
-            return "oom", f"worker killed by SIGKILL (likely the kernel's OOM killer); {tail}"
-        return "error", f"worker died of {sig}; {tail}"
-    return "error", f"worker exited with code {returncode}; {tail}"
-
-
 def _finished(lines: list[dict[str, Any]], skip: int) -> list[RunResult]:
     """The runs a worker reported as done after the first ``skip``, with their weights
     (loaded, then deleted: the parent holds them from here on)."""
@@ -150,7 +125,7 @@ def run_method(
         with open(stderr_path, "w") as stderr:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "perfsuite.converge.worker", str(spec_path)],
-                env=worker_env(method, job),
+                env=child_env(job.device, job.jobs, method.caps.triton),
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
             )

@@ -44,18 +44,25 @@ T = TypeVar("T")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
+def child_env(device: str, jobs: int, triton: bool) -> dict[str, str]:
+    """A worker process's environment: unbuffered; on CPU the measured allocator
+    settings, and for Triton methods the interpreter (set before the worker imports
+    anything: ``@triton.jit`` reads it at definition) with the cores shared out."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    if plan.device == "cpu":
+    if device == "cpu":
         env.update(CPU_MALLOC_ENV)
         if triton:
             env["TRITON_INTERPRET"] = "1"
-            if plan.jobs > 1:  # share the cores instead of oversubscribing them
-                threads = str(max(1, len(os.sched_getaffinity(0)) // plan.jobs))
+            if jobs > 1:  # share the cores instead of oversubscribing them
+                threads = str(max(1, len(os.sched_getaffinity(0)) // jobs))
                 for var in THREAD_VARS:  # torch's pool, and numpy's BLAS under tl.dot
                     env.setdefault(var, threads)
     return env
+
+
+def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
+    return child_env(plan.device, plan.jobs, triton)
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
@@ -85,10 +92,14 @@ def _user_lines(stderr: str) -> list[str]:
     ]
 
 
-def _death_reason(returncode: int | None, timed_out: bool, stderr: str) -> tuple[str, str]:
+def death_reason(
+    returncode: int | None, timed_out_after: float | None, stderr: str
+) -> tuple[str, str]:
+    """``(status, one-line reason)`` for a worker that ended without finishing its work;
+    ``timed_out_after``: the limit (s) it was killed at, None if it was not."""
     tail = " | ".join(_user_lines(stderr)[-3:])[-400:]
-    if timed_out:
-        return "error", f"worker timed out; {tail}".strip("; ")
+    if timed_out_after is not None:
+        return "error", f"worker timed out after {timed_out_after:g} s; {tail}".strip("; ")
     if returncode is not None and returncode < 0:
         sig = signal.Signals(-returncode).name
         if sig == "SIGKILL":
@@ -174,7 +185,8 @@ def run_method(
             if finished >= len(remaining):
                 break
             # The case in flight died with the worker: record why, go on after it.
-            status, reason = _death_reason(proc.returncode, timed_out, "".join(stderr_chunks))
+            limit = plan.timeout_s if timed_out else None
+            status, reason = death_reason(proc.returncode, limit, "".join(stderr_chunks))
             lost = remaining[finished]
             have = {r["phase"] for r in case_rows if _same_case(r, lost)}
             phases = [p for p in plan.phases if p not in have]

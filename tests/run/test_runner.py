@@ -206,6 +206,6 @@ def test_a_killed_workers_reason_leaves_native_log_lines_out():
             "USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop",
         ]
     )
-    status, reason = runner._death_reason(-9, False, stderr)
+    status, reason = runner.death_reason(-9, None, stderr)
     assert status == "oom" and "OOM killer" in reason
     assert reason.endswith("; Loading the method") and "profiler" not in reason

@@ -366,8 +366,8 @@ def lce_backward(
     else:
         _backward[grid](*args, **cfg.launch("backward"))
     de_out = de.to(e.dtype)
-    # A 16-bit dE is a copy: the fp32 buffer is free to hold dC's per-target sums.
-    _add_target_part(dc, e, rows, weights, scratch=de if de_out is not de else None)
+    # A 16-bit dC means 16-bit inputs, so dE's fp32 buffer is free once rounded.
+    _add_target_part(dc, e, rows, weights, scratch=de)
     return de_out, dc.to(e.dtype)
 
 
@@ -382,19 +382,18 @@ def _add_target_part(
     e: torch.Tensor,
     rows: torch.Tensor,
     weights: torch.Tensor,
-    scratch: torch.Tensor | None,
+    scratch: torch.Tensor,
 ) -> None:
     """dC's target part, exact: ``dC[y_n] −= g_n·w_n·E_n``, outside the tiles.
 
     A 16-bit dC gets each target's rows summed in fp32 first (rows sorted by
     target, one segment per distinct target, no host sync; in ``scratch``, an
-    N×D fp32 buffer free to overwrite) and added to dC once, after the tiles'
-    adds; an fp32 dC takes the rows directly.
+    N×D fp32 buffer free to overwrite when dC is 16-bit) and added to dC once, after
+    the tiles' adds; an fp32 dC takes the rows directly.
     """
-    if dc.dtype == torch.float32 or scratch is None:
+    if dc.dtype == torch.float32:
         for part in _row_chunks(e.shape[0]):
-            update = (e[part].float() * weights[part]).to(dc.dtype)
-            dc.index_add_(0, rows[part], update, alpha=-1.0)
+            dc.index_add_(0, rows[part], e[part].float() * weights[part], alpha=-1.0)
         return
     sorted_rows, perm = rows.sort()
     seg = torch.zeros_like(sorted_rows)

@@ -28,20 +28,19 @@ WORKLOADS = ("random", "synthetic")
 DEFAULT_ROWS = 256
 
 
-def _inputs(shape: Shape, workload: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``e`` (rows, D), ``c`` (V, D) in the shape's dtype, as ``perfsuite run`` makes them."""
-    from perfsuite.plan import workloads
+def _inputs(shape: Shape, workload: str, rows: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``e`` (rows, D), ``c`` (V, D) and their mean entropy, made as ``perfsuite run``
+    makes them (``run.inputs.make_inputs``, seed 0)."""
+    from perfsuite.method import Case
+    from perfsuite.plan.workloads import DEFAULT_ENTROPY, DEFAULT_ZIPF
+    from perfsuite.run.inputs import make_inputs
 
-    dtype = DTYPES[shape.dtype]
+    case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
+    spec = None
     if workload == "synthetic":
-        e, c, _, _ = workloads.synthetic_inputs(
-            rows, shape.v, shape.d, softcap=shape.softcap or None, seed=0
-        )
-        return e.to(dtype), c.to(dtype)
-    gen = torch.Generator().manual_seed(0)
-    e = torch.randn(rows, shape.d, generator=gen)
-    c = torch.randn(shape.v, shape.d, generator=gen) / shape.d**0.5
-    return e.to(dtype), c.to(dtype)
+        spec = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
+    made = make_inputs(case, workload=spec)
+    return made.e.detach(), made.c.detach(), made.entropy
 
 
 @torch.no_grad()
@@ -67,7 +66,7 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
     from perfsuite.kernels.configs import PINNED
 
     dtype = DTYPES[shape.dtype]
-    e, c = _inputs(shape, workload, rows)
+    e, c, entropy = _inputs(shape, workload, rows)
     g = torch.full((rows,), 1.0 / rows)
     eps = default_filter_eps(dtype)
     out = []
@@ -87,6 +86,7 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
                 "arch": arch,
                 "gpu": GPUS[arch][0],
                 "workload": workload,
+                "entropy": entropy,
                 "rows": rows,
                 "pairs": listed.total,
                 "launched": int(listed.count.item()),

@@ -52,6 +52,7 @@ COST_COLUMNS = (
 LAUNCHED_COLUMNS = (
     ("GPU", "gpu", "{}"),
     ("workload", "workload", "{}"),
+    ("entropy", "entropy", "{:.2f}"),
     ("rows", "rows", "{:,}"),
     ("bwd config", "bwd_config", "{}"),
     ("pairs", "pairs", "{:,}"),

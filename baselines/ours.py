@@ -30,36 +30,43 @@ def _builder(**options: Any):
     return build
 
 
-def _caps(fused: bool) -> Capabilities:
+def _caps(fused: bool, triton_only: bool) -> Capabilities:
     return Capabilities(
         label_smoothing=True,
         softcap=True,
-        triton=True,
+        # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
+        triton=triton_only,
         materializes_logits=False,
         grads_in_forward=fused,
     )
 
 
+_TILES = {"backward": "tiles"}
+_FILTER = {**_TILES, "filter_eps": "auto"}
+# (name, description, options, grads in forward, Triton only)
 _VARIANTS = (
-    ("ours", "split forward/backward, gradient filtering over the tile list", {}, False),
+    ("ours", "exact slice backward: fused gradient slices, plain GEMMs", {}, False, False),
+    ("ours-fused", "slice backward run inside the forward call", {"impl": "fused"}, True, False),
+    ("ours-tiles", "ablation: atomic-tile backward, no filtering (exact)", _TILES, False, True),
     (
-        "ours-sort",
-        "split, filtering with CCE-style vocab sorting, no tile list",
-        {"tile_list": False},
+        "ours-tiles-list",
+        "ablation: atomic tiles, filtered over the mass-budget tile list",
+        _FILTER,
         False,
+        True,
     ),
     (
-        "ours-no-sort",
-        "split, filtering without tile list or sorting",
-        {"tile_list": False, "sort_vocab": False},
+        "ours-tiles-sort",
+        "ablation: atomic tiles, CCE-style element filter, vocab sorting",
+        {**_FILTER, "tile_list": False},
         False,
+        True,
     ),
-    ("ours-no-filter", "split, no gradient filtering (exact)", {"filter_eps": None}, False),
-    ("ours-fused", "gradients computed in the forward call, filtered", {"impl": "fused"}, True),
     (
-        "ours-fused-no-filter",
-        "gradients computed in the forward call, no filtering",
-        {"impl": "fused", "filter_eps": None},
+        "ours-tiles-no-sort",
+        "ablation: atomic tiles, element filter without sorting",
+        {**_FILTER, "tile_list": False, "sort_vocab": False},
+        False,
         True,
     ),
 )
@@ -69,9 +76,9 @@ METHODS = [
         name=name,
         description=description,
         build=_builder(**options),
-        caps=_caps(fused),
+        caps=_caps(fused, triton_only),
         requires=("triton",),
         distributions=("triton", "torch"),
     )
-    for name, description, options, fused in _VARIANTS
+    for name, description, options, fused, triton_only in _VARIANTS
 ]

@@ -8,11 +8,15 @@ import os
 import torch
 
 from .backward import default_filter_eps
+from .configs import interpreting
 from .forward import compiled_for_interpreter
 from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
+from .slices import DEFAULT_BUDGET
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLS = ("split", "fused")
+BACKWARDS = ("auto", "slices", "tiles")
+ENGINES = ("auto", "triton", "torch")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -49,6 +53,7 @@ def _validate(
     filter_eps: float | str | None,
     impl: str,
 ) -> None:
+    """Raises ``TypeError``/``ValueError`` naming the first bad argument."""
     if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
         raise TypeError("e and c must be tensors")
     if not isinstance(targets, torch.Tensor):
@@ -72,11 +77,6 @@ def _validate(
         raise ValueError(
             f"e, c, targets on different devices: {e.device}, {c.device}, {targets.device}"
         )
-    if e.device.type != "cuda" and not compiled_for_interpreter():
-        raise ValueError(
-            f"tensors on {e.device.type} need Triton's interpreter: set TRITON_INTERPRET=1 "
-            "before importing perfsuite.kernels (or use CUDA tensors)"
-        )
     beta = label_smoothing
     if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not 0.0 <= beta <= 1.0:
         raise ValueError(f"label_smoothing must be a float in [0, 1], got {beta!r}")
@@ -96,6 +96,35 @@ def _validate(
         raise ValueError(f"filter_eps must be 'auto', None or a float >= 0, got {filter_eps!r}")
 
 
+def _resolve(
+    device: torch.device, backward: str, engine: str, filter_eps: object, budget: object
+) -> tuple[str, str, int]:
+    """(backward, engine, budget) after "auto", or ``ValueError`` naming the conflict."""
+    if backward not in BACKWARDS:
+        raise ValueError(f"unknown backward {backward!r}; use one of {BACKWARDS}")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of {ENGINES}")
+    if budget is None:
+        budget = DEFAULT_BUDGET
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {budget!r}")
+    if backward == "auto":
+        backward = "tiles" if filter_eps is not None else "slices"
+    elif backward == "slices" and filter_eps is not None:
+        raise ValueError("filter_eps needs backward='tiles' (the slice backward is exact)")
+    if engine == "auto":
+        on_triton = device.type == "cuda" or interpreting() or backward == "tiles"
+        engine = "triton" if on_triton else "torch"
+    if engine == "torch" and backward == "tiles":
+        raise ValueError("backward='tiles' is a Triton kernel: use engine='triton' or 'auto'")
+    if engine == "triton" and device.type != "cuda" and not compiled_for_interpreter():
+        raise ValueError(
+            f"Triton on {device.type} needs its interpreter: set TRITON_INTERPRET=1 "
+            "before importing perfsuite.kernels, use engine='torch', or CUDA tensors"
+        )
+    return backward, engine, budget
+
+
 def linear_cross_entropy(
     e: torch.Tensor,
     c: torch.Tensor,
@@ -105,7 +134,10 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     reduction: str = "mean",
     softcap: float | None = None,
-    filter_eps: float | str | None = "auto",
+    backward: str = "auto",
+    memory_budget: int | None = None,
+    engine: str = "auto",
+    filter_eps: float | str | None = None,
     sort_vocab: bool = True,
     impl: str = "split",
     accum_fp32: bool = False,
@@ -130,26 +162,38 @@ def linear_cross_entropy(
         label_smoothing: β in [0, 1]. β = 0 and β > 0 compile separate kernels;
             distinct β > 0 values reuse one.
         softcap: Gemma2's ``s·tanh(l/s)``.
-        filter_eps: gradient filtering ("auto": ``finfo(dtype).eps / 32``, CCE's
-            value; ``None`` disables it). With ``tile_list`` it is the largest per-row
-            threshold on a vocab tile's softmax mass; rows get smaller ones so that
-            what they drop stays within ``finfo(dtype).eps / 8`` of probability
-            (kernels/tiles.py). Without, CCE's element filter: a tile is skipped when
+        backward: "slices" (the default; exact and bit-deterministic: per vocab slice
+            the exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E``
+            as plain GEMMs, kernels/slices.py) or "tiles" (recomputed logit tiles with
+            atomic dE/dC updates, kernels/backward.py: the ablation, and the only one
+            that filters). "auto": "tiles" when ``filter_eps`` is set, else "slices".
+        memory_budget: bytes of slice workspace (default 64 MiB) beyond the fp32 dE
+            accumulator (N·D·4); the slice width is the most columns it holds (at
+            least 256). Larger budgets mean fewer, larger GEMMs.
+        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``) or "torch" (the
+            same slice algorithm in torch ops: the native CPU path, no interpreter;
+            slice backward only). "auto": torch on a CPU without the interpreter.
+        filter_eps: gradient filtering, tile backward only (default ``None``: exact;
+            "auto": ``finfo(dtype).eps / 32``, CCE's value). With ``tile_list`` it is
+            the largest per-row threshold on a vocab tile's softmax mass; rows get
+            smaller ones so that what they drop stays within ``finfo(dtype).eps / 8``
+            of probability (kernels/tiles.py). Without, CCE's element filter: a tile is skipped when
             all its terms fall below it (fast, lossy on flat or heavy-tailed rows).
             Targets and smoothing are exact either way.
-        sort_vocab: with ``tile_list=False``, visit vocab tiles by decreasing average
+        sort_vocab: tiles only: with ``tile_list=False``, visit vocab tiles by decreasing average
             logit so filtered tiles cluster (CCE's sorting).
         impl: "split" (forward, then a recomputing backward) or "fused" (gradients
             computed inside the forward call; backward scales them). Fused with
             ``reduction="none"`` defers the gradient pass to backward; under
             ``torch.no_grad()`` no gradient pass runs.
-        accum_fp32: also accumulate dC in fp32 for bf16/fp16 inputs (dE always is:
+        accum_fp32: tiles only: also accumulate dC in fp32 for bf16/fp16 inputs (dE always is:
             N·D·4 bytes; dC costs V·D·4 more).
-        tile_list: with filtering, launch the backward only over the (row block, vocab
+        tile_list: tiles only: with filtering, launch the backward only over the (row block, vocab
             tile) pairs the per-row mass budget keeps, from per-tile log-sum-exps the
             forward stores (N·⌈V/BLOCK_V⌉·2 bytes).
     """
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
+    backward, engine, budget = _resolve(e.device, backward, engine, filter_eps, memory_budget)
     vocab, dim = c.shape
     _check_targets_in_range(targets, vocab, ignore_index)
     eps = default_filter_eps(e.dtype) if filter_eps == "auto" else filter_eps
@@ -163,6 +207,9 @@ def linear_cross_entropy(
         accum_fp32=bool(accum_fp32) and e.dtype != torch.float32,
         tile_list=bool(tile_list),
         grad_mode=torch.is_grad_enabled(),
+        backward=backward,
+        engine=engine,
+        budget=budget,
     )
     batch_shape = targets.shape
     e2 = e.reshape(-1, dim)  # a view whenever the strides allow it
@@ -185,7 +232,10 @@ class LinearCrossEntropy(torch.nn.Module):
         ignore_index: int = -100,
         reduction: str = "mean",
         softcap: float | None = None,
-        filter_eps: float | str | None = "auto",
+        backward: str = "auto",
+        memory_budget: int | None = None,
+        engine: str = "auto",
+        filter_eps: float | str | None = None,
         sort_vocab: bool = True,
         impl: str = "split",
         accum_fp32: bool = False,
@@ -197,6 +247,9 @@ class LinearCrossEntropy(torch.nn.Module):
             ignore_index=ignore_index,
             reduction=reduction,
             softcap=softcap,
+            backward=backward,
+            memory_budget=memory_budget,
+            engine=engine,
             filter_eps=filter_eps,
             sort_vocab=sort_vocab,
             impl=impl,

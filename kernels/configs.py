@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
-KERNELS = ("forward", "backward")
+KERNELS = ("forward", "backward", "slices")
 
 ARCHS = ("sm_80", "sm_90")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -73,6 +73,11 @@ _HALF_BWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, block_dd=64)
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
 _HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=64)
 _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
+# The slice backward's gradient pass is the forward's GEMM with an elementwise epilogue
+# and a store of the G tile instead of row reductions: the forward's tiles.
+_HOPPER_SLICES = _HOPPER_FWD
+_HALF_SLICES = _HALF_FWD
+_FP32_SLICES = _FP32_FWD
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
 
 # (kernel, arch, dtype) -> config. Half precision shares tiles; fp32 runs ieee dots
@@ -82,8 +87,10 @@ for _arch in ARCHS:
     for _dt in ("bf16", "fp16"):
         PINNED["forward", _arch, _dt] = _HOPPER_FWD if _arch == "sm_90" else _HALF_FWD
         PINNED["backward", _arch, _dt] = _HOPPER_BWD if _arch == "sm_90" else _HALF_BWD
+        PINNED["slices", _arch, _dt] = _HOPPER_SLICES if _arch == "sm_90" else _HALF_SLICES
     PINNED["forward", _arch, "fp32"] = _FP32_FWD
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
+    PINNED["slices", _arch, "fp32"] = _FP32_SLICES
 
 # Under the interpreter every program and every jit-helper call costs Python time,
 # so tiles are as large as numpy handles well, then shrunk to the problem
@@ -91,6 +98,7 @@ for _arch in ARCHS:
 INTERPRETER = {
     "forward": KernelConfig(512, 2048, 256, num_warps=4, num_stages=1),
     "backward": KernelConfig(512, 1024, 256, num_warps=4, num_stages=1, block_dd=256),
+    "slices": KernelConfig(512, 1024, 256, num_warps=4, num_stages=1),
 }
 
 _override: dict[str, KernelConfig] = {}
@@ -168,7 +176,7 @@ def autotune_space(kernel: str) -> list[triton.Config]:
     ]
     seen: dict[str, KernelConfig] = {}
     for cfg in [*base, *extra]:
-        cfg = replace(cfg, block_dd=0 if kernel == "forward" else cfg.block_dd or 64)
+        cfg = replace(cfg, block_dd=(cfg.block_dd or 64) if kernel == "backward" else 0)
         seen.setdefault(cfg.describe(), cfg)
     return [
         triton.Config(c.meta(kernel), num_warps=c.num_warps, num_stages=c.num_stages)

@@ -16,8 +16,10 @@ import torch
 
 from .backward import GROUP_N, lce_backward
 from .configs import pinned_config
-from .forward import lse_forward
+from .forward import ForwardResult, lse_forward
+from .native import torch_forward
 from .reductions import column_sum
+from .slices import DEFAULT_BUDGET, slices_backward
 from .sorting import vocab_order
 from .tiles import TileList, build_tile_list, row_thresholds
 
@@ -37,6 +39,12 @@ class Params:
     # torch.is_grad_enabled() at the call (inside Function.forward it is always False).
     grad_mode: bool = True
     num_splits: int | None = None
+    # "slices" (exact GEMM backward, slices.py) or "tiles" (atomic tile backward, backward.py).
+    backward: str = "slices"
+    # "triton" (GPU, or CPU under the interpreter) or "torch" (torch ops over vocab slices).
+    engine: str = "triton"
+    # Bytes of slice workspace beyond the fp32 dE accumulator (slices.slice_width).
+    budget: int = DEFAULT_BUDGET
 
 
 @dataclass
@@ -61,8 +69,12 @@ def _forward(
 ) -> tuple[torch.Tensor, torch.Tensor, Saved]:
     """Per-row losses (0 at ignored rows), validity and what the backward reuses."""
     smoothing = p.beta > 0
-    # c̄ serves the forward (no softcap) and the backward's rank-one part.
-    cbar = column_sum(c) if smoothing and (p.softcap is None or needs_grad) else None
+    if p.engine == "torch":
+        out = torch_forward(e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget)
+        return _finish(out, targets, p, None, c.shape[0])
+    # c̄ serves the forward (no softcap) and the tile backward's rank-one part.
+    tiles = p.backward == "tiles"
+    cbar = column_sum(c) if smoothing and (p.softcap is None or needs_grad and tiles) else None
     filtering = needs_grad and p.filter_eps is not None
     # The tile list replaces sorting: its bound is per tile in vocab order.
     use_list = filtering and p.tile_list
@@ -77,11 +89,18 @@ def _forward(
         tile_lse=use_list,
         num_splits=p.num_splits,
     )
+    return _finish(out, targets, p, cbar, c.shape[0])
+
+
+def _finish(
+    out: ForwardResult, targets: torch.Tensor, p: Params, cbar: torch.Tensor | None, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor, Saved]:
+    """Per-row losses and what the backward keeps, from either engine's forward."""
     # loss = LSE − (1−β)·z_y − (β/V)·Σz, written around the row max so a common
     # logit offset cancels: log-sum + (1−β)(max − z_y) − (β/V)·Σ(z − max).
     rows = out.log_sum + (1.0 - p.beta) * (out.row_max - out.target_logit)
     if out.rel_sum is not None:
-        rows = rows - (p.beta / c.shape[0]) * out.rel_sum
+        rows = rows - (p.beta / vocab) * out.rel_sum
     valid = _valid(targets, p)
     rows = torch.where(valid, rows, 0.0)
     saved = Saved(
@@ -136,6 +155,8 @@ def _grads(
     s: Saved,
     p: Params,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if p.backward == "slices":
+        return slices_backward(e, c, targets, s.row_max, s.log_sum, g, p=p)
     order = vocab_order(s.logit_avg) if s.logit_avg is not None else None
     tiles = row_eps = None
     if s.tile_lse is not None and p.filter_eps is not None:

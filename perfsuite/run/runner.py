@@ -52,6 +52,8 @@ def child_env(device: str, jobs: int, triton: bool) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     if device == "cpu":
         env.update(CPU_MALLOC_ENV)
+        if not triton:  # a native method is timed natively, whatever this process runs
+            env.pop("TRITON_INTERPRET", None)
         if triton:
             env["TRITON_INTERPRET"] = "1"
             if jobs > 1:  # share the cores instead of oversubscribing them

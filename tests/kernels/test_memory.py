@@ -1,9 +1,10 @@
 """The kernel's peak memory is the design's formula, read by the CPU tensor meter.
 
 fwd+bwd above the inputs: the floor (dE + dC in the input dtype) + N·D·4 (dE
-accumulates in fp32; dC's target-part sums reuse that block once dE is rounded)
-+ N·⌈V/BLOCK_V⌉·2 (the forward's per-tile LSEs for the tile list) + O(N + V + D)
-and the launcher's 1/16-of-dE chunk temporaries.
+accumulates in fp32) + the slice workspace, which the memory budget bounds
+(kernels/slices.py: ``bytes_per_column`` × the slice width) + O(N + V + D) and the
+1/16-of-E row-chunk temporaries. The tile backward (the ablation) adds the
+forward's per-tile LSEs for its tile list instead of slices.
 """
 
 from __future__ import annotations
@@ -15,27 +16,51 @@ from helpers import make_inputs
 
 from perfsuite.kernels import linear_cross_entropy
 from perfsuite.kernels.configs import pinned_config
+from perfsuite.kernels.slices import WIDTH_GRAIN, bytes_per_column
 from perfsuite.measure.memory import measure_tensor_peak
 from perfsuite.plan.memory_model import floor_bytes
 
+N, V, D = 512, 4096, 256
 
-@pytest.mark.parametrize("beta", [0.0, 0.1])
-def test_fwd_bwd_peak_is_the_formula(device, beta):
-    if device != "cpu":
-        pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
-    n, v, d = 512, 4096, 256
-    e, c, t = make_inputs(n, v, d, torch.bfloat16, device)
+
+def _peak(device: str, beta: float, softcap: float | None, **options) -> int:
+    e, c, t = make_inputs(N, V, D, torch.bfloat16, device)
     e.requires_grad_()
     c.requires_grad_()
 
     def step():
-        linear_cross_entropy(e, c, t, label_smoothing=beta).backward()
+        linear_cross_entropy(e, c, t, label_smoothing=beta, softcap=softcap, **options).backward()
 
     step()  # compile-time and first-call allocations out of the way
     e.grad = c.grad = None
-    peak = measure_tensor_peak(step)
-    floor = floor_bytes("fwd+bwd", n, v, d, "bf16")
-    block_v = pinned_config("forward", e.dtype, e.device, (n, v, d)).block_v
-    designed = floor + n * d * 4 + n * triton.cdiv(v, block_v) * 2
-    small = (n + v + d) * 64 + n * d * 10 // 16
-    assert floor + n * d * 4 <= peak <= designed + small, (peak, designed)
+    return measure_tensor_peak(step)
+
+
+def _small() -> int:
+    return (N + V + D) * 64 + N * D * 10 // 16
+
+
+@pytest.mark.parametrize("engine", ["triton", "torch"])
+@pytest.mark.parametrize(("beta", "softcap"), [(0.0, None), (0.1, 30.0)])
+def test_slices_peak_is_floor_plus_de_plus_budget(device, engine, beta, softcap):
+    if device != "cpu":
+        pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
+    floor = floor_bytes("fwd+bwd", N, V, D, "bf16")
+    per = bytes_per_column(N, D, torch.bfloat16, torch.device(device), engine, softcap is not None)
+    budget = 4 * WIDTH_GRAIN * per  # four slices of the vocabulary
+    peak = _peak(device, beta, softcap, engine=engine, memory_budget=budget)
+    assert floor + N * D * 4 <= peak <= floor + N * D * 4 + budget + _small(), (peak, floor)
+    # A budget holding the whole vocabulary costs more: the budget is what bounds it.
+    whole = _peak(device, beta, softcap, engine=engine, memory_budget=V * per)
+    assert whole > peak + budget // 2, (whole, peak)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_tiles_peak_is_the_formula(device, beta):
+    if device != "cpu":
+        pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
+    peak = _peak(device, beta, None, backward="tiles", filter_eps="auto")
+    floor = floor_bytes("fwd+bwd", N, V, D, "bf16")
+    block_v = pinned_config("forward", torch.bfloat16, torch.device(device), (N, V, D)).block_v
+    designed = floor + N * D * 4 + N * triton.cdiv(V, block_v) * 2
+    assert floor + N * D * 4 <= peak <= designed + _small(), (peak, designed)

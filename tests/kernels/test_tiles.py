@@ -20,6 +20,8 @@ NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1
 
 
 def _grads(e, c, t, **options):
+    """The tile backward (filtered over its list unless ``filter_eps`` says otherwise)."""
+    options = {"backward": "tiles", "filter_eps": "auto", **options}
     e = e.detach().clone().requires_grad_()
     c = c.detach().clone().requires_grad_()
     linear_cross_entropy(e, c, t, sort_vocab=False, **options).backward()

@@ -1,0 +1,66 @@
+"""The forward with torch ops over vocab slices: CPU without Triton's interpreter.
+
+The same quantities as ``forward.lse_forward`` (row max, log-sum, Σ(z − max), target
+logit), from one fp32 logit slice at a time: ``engine="torch"`` runs at the speed of
+the machine's GEMM instead of under the interpreter. Workspace: the slice and its
+exponentials (``slices.bytes_per_column`` sizes the width from the same budget).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .forward import ForwardResult
+from .slices import bytes_per_column, logit_slice, row_chunks, slice_width
+
+
+def _target_logits(
+    e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, softcap: float | None
+) -> torch.Tensor:
+    """fp32 ``z[n, y_n]`` as one gathered dot per row (0 at ignored rows), by row chunks."""
+    vocab = c.shape[0]
+    valid = (targets >= 0) & (targets < vocab)
+    ids = targets.clamp(0, vocab - 1)
+    out = torch.empty(e.shape[0], device=e.device, dtype=torch.float32)
+    for part in row_chunks(e.shape[0]):
+        rows = c.index_select(0, ids[part]).float()
+        out[part] = torch.einsum("nd,nd->n", e[part].float(), rows)
+    if softcap is not None:
+        out = softcap * torch.tanh(out / softcap)
+    return torch.where(valid, out, 0.0)
+
+
+def torch_forward(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    smoothing: bool,
+    softcap: float | None,
+    budget: int,
+) -> ForwardResult:
+    """Online (max, sum-exp) and smoothing sums over vocab slices of fp32 logits."""
+    n_rows, dim = e.shape
+    vocab = c.shape[0]
+    per = bytes_per_column(n_rows, dim, e.dtype, e.device, "torch", True)
+    width = slice_width(vocab, per, budget)
+    buf = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
+    spare = torch.empty_like(buf)
+    row_max = torch.full((n_rows,), float("-inf"), device=e.device)
+    row_sum = torch.zeros(n_rows, device=e.device)
+    rel_sum = torch.zeros(n_rows, device=e.device) if smoothing else None
+    for v0 in range(0, vocab, width):
+        cols = min(width, vocab - v0)
+        z = logit_slice(buf[:, :cols], e, c[v0 : v0 + cols])
+        if softcap is not None:
+            z.div_(softcap).tanh_().mul_(softcap)
+        new_max = torch.maximum(row_max, z.amax(1))
+        # Σ (z − max) relative to the running max: a common logit offset cancels.
+        shifted = torch.sub(z, new_max[:, None], out=spare[:, :cols])
+        if rel_sum is not None:
+            moved = torch.where(torch.isinf(row_max), 0.0, row_max - new_max)
+            rel_sum += v0 * moved + shifted.sum(1)
+        row_sum = row_sum * (row_max - new_max).exp() + shifted.exp_().sum(1)
+        row_max = new_max
+    target_logit = _target_logits(e, c, targets, softcap)
+    return ForwardResult(row_max, row_sum.log(), target_logit, rel_sum, None)

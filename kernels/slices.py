@@ -1,0 +1,309 @@
+"""Default backward: exact gradient slices and plain GEMMs, no atomics, no locks.
+
+For each vocab slice ``s`` of ``width`` columns, in a fixed order:
+
+1. one fused pass rebuilds the logit slice and forms the exact gradient slice
+   ``G = g_n·(p − (1−β)·[v = y_n] − β/V)·(1 − t²)/σ`` (``(1 − t²)`` only with softcap)
+   in the inputs' dtype: a Triton GEMM whose epilogue does the softmax, or torch ops
+   on an fp32 buffer (``engine="torch"``, CPU without the interpreter);
+2. ``dE += G·C_s`` accumulated in an fp32 N×D buffer (cuBLAS with an fp32 output);
+3. ``dC_s = Gᵀ·E`` written once, in place, into its rows of dC.
+
+Every element of dE and dC is produced by one GEMM call sequence in one fixed
+order, so the result is bit-identical run to run whatever the scheduling.
+``σ`` is a power of two near max|g|, so G keeps its full precision in 16-bit
+types even when g is 1/N (fp16 would flush p·g to zero), and dividing it back
+out is exact. Workspace: the slice buffer(s), sized from the memory budget
+(``slice_width``), plus the fp32 dE accumulator.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import cast, logit_tile, tanh, wide_offsets
+from .configs import interpreting, pinned_config
+from .forward import dot_precision
+
+GROUP_N = 8
+DEFAULT_BUDGET = 64 * 2**20
+# Slice widths are multiples of this (every pinned BLOCK_V divides it).
+WIDTH_GRAIN = 256
+
+_HEURISTICS = {
+    "EVEN_D": lambda a: a["D"] % a["BLOCK_D"] == 0,
+    "HAS_SMOOTHING": lambda a: a["smooth_w"] > 0,
+    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+    "GROUP_N": lambda a: GROUP_N,
+    "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
+    "UPCAST_DOT": lambda a: interpreting() and a["E"].dtype == torch.bfloat16,
+}
+
+
+@triton.jit
+def _grad_slice_kernel(
+    E,
+    C,
+    RowMax,
+    LogSum,
+    G,
+    Targets,
+    InvScale,
+    Out,
+    softcap,
+    smooth_w,
+    target_w,
+    N,
+    D,
+    v0,
+    width,
+    stride_en,
+    stride_ed,
+    stride_cv,
+    stride_cd,
+    stride_on,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    HAS_SMOOTHING: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """One (row block, slice tile) of G; ignored row blocks store zeros without a GEMM."""
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    num_v = tl.cdiv(width, BLOCK_V)
+    # Grouped ordering: GROUP_N row blocks sweep the slice together (L2 reuse of C_s).
+    per_group = GROUP_N * num_v
+    first_n = (pid // per_group) * GROUP_N
+    group_size = tl.minimum(num_n - first_n, GROUP_N)
+    pid_n = first_n + (pid % per_group) % group_size
+    pid_v = (pid % per_group) // group_size
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_j = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    n_mask = offs_n < N
+    j_mask = offs_j < width
+    out_ptrs = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
+    out_mask = n_mask[:, None] & j_mask[None, :]
+    g = tl.load(G + offs_n, mask=n_mask, other=0.0)
+    if tl.max(tl.abs(g), axis=0) > 0:
+        e_rows = wide_offsets(offs_n % N, stride_en)
+        c_rows = wide_offsets(v0 + offs_j % width, stride_cv)
+        acc = logit_tile(
+            E, C, e_rows, c_rows, stride_ed, stride_cd, D,
+            BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
+        )  # fmt: skip
+        if HAS_SOFTCAP:
+            t = tanh(acc / softcap)
+            acc = softcap * t
+        row_max = tl.load(RowMax + offs_n % N)
+        log_sum = tl.load(LogSum + offs_n % N)
+        y = tl.load(Targets + offs_n % N)
+        # (z − max) − log-sum: a common logit offset cancels exactly.
+        grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None])
+        grad -= tl.where((v0 + offs_j)[None, :] == y[:, None], target_w, 0.0)
+        if HAS_SMOOTHING:
+            grad -= smooth_w
+        if HAS_SOFTCAP:
+            grad = grad * (1.0 - t * t)
+        grad = grad * (g * tl.load(InvScale))[:, None]
+        tl.store(out_ptrs, cast(grad, Out.dtype.element_ty, UPCAST_DOT), mask=out_mask)
+    else:
+        zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+        tl.store(out_ptrs, zeros.to(Out.dtype.element_ty), mask=out_mask)
+
+
+_grad_slice = triton.heuristics(_HEURISTICS)(_grad_slice_kernel)
+
+
+def _triton_grad_slice(
+    out: torch.Tensor, e, c, targets, row_max, log_sum, g, inv_scale, v0: int, *, p
+) -> None:
+    """Fill ``out`` (N, width) with the gradient slice of columns [v0, v0 + width)."""
+    n_rows, dim = e.shape
+    width = out.shape[1]
+    cfg = pinned_config("slices", e.dtype, e.device, (n_rows, width, dim))
+
+    def grid(meta: dict) -> tuple[int]:
+        return (triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(width, meta["BLOCK_V"]),)
+
+    _grad_slice[grid](
+        e, c, row_max, log_sum, g, targets.contiguous(), inv_scale, out,
+        p.softcap, p.beta / c.shape[0], 1.0 - p.beta, n_rows, dim, v0, width,
+        e.stride(0), e.stride(1), c.stride(0), c.stride(1), out.stride(0),
+        **cfg.launch("slices"),
+    )  # fmt: skip
+
+
+def row_chunks(n_rows: int) -> list[slice]:
+    """Row slices whose fp32 copies of E stay ≤ 1/16 of an N×D fp32 buffer."""
+    chunk = max(64, triton.cdiv(n_rows, 16))
+    return [slice(start, start + chunk) for start in range(0, n_rows, chunk)]
+
+
+def logit_slice(out: torch.Tensor, e: torch.Tensor, c_s: torch.Tensor) -> torch.Tensor:
+    """fp32 ``e @ c_s.T`` into ``out`` (torch ops; 16-bit inputs upcast by row chunks)."""
+    if e.dtype == torch.float32:
+        return torch.mm(e, c_s.T, out=out)
+    c32 = c_s.float()
+    for part in row_chunks(e.shape[0]):
+        torch.mm(e[part].float(), c32.T, out=out[part])
+    return out
+
+
+def _torch_grad_slice(
+    buf: torch.Tensor, spare: torch.Tensor | None, e, c, targets, row_max, log_sum, g,
+    inv_scale, v0: int, *, p,
+) -> torch.Tensor:  # fmt: skip
+    """The same slice with torch ops, in place on the fp32 ``buf`` (N, width); returns it."""
+    width = buf.shape[1]
+    logit_slice(buf, e, c[v0 : v0 + width])
+    if p.softcap is not None:
+        t = buf.div_(p.softcap).tanh_()
+        grad = torch.mul(t, p.softcap, out=spare)
+    else:
+        t, grad = None, buf
+    grad.sub_(row_max[:, None]).sub_(log_sum[:, None]).exp_()
+    if p.beta > 0:
+        grad.sub_(p.beta / c.shape[0])
+    hit = (targets >= v0) & (targets < v0 + width)
+    cols = (targets - v0).clamp(0, width - 1)[:, None]
+    grad.scatter_add_(1, cols, (hit.to(grad.dtype) * -(1.0 - p.beta))[:, None])
+    if t is not None:
+        grad.mul_(t.square_().neg_().add_(1.0))
+    return grad.mul_((g * inv_scale)[:, None])
+
+
+@functools.cache
+def _fp32_out_mm(device: torch.device) -> bool:
+    """Whether ``torch.addmm(..., out_dtype=float32)`` adds 16-bit products into fp32 here.
+
+    cuBLAS does (torch ≥ 2.8 on CUDA); CPU torch has no such kernel. Probed once per
+    device against an fp32 GEMM, in place as the backward uses it.
+    """
+    if device.type != "cuda":
+        return False
+    try:
+        a = torch.randn(64, 32, device=device).bfloat16()
+        b = torch.randn(32, 48, device=device).bfloat16()
+        acc = torch.ones(64, 48, device=device)
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
+    want = 1.0 + a.float() @ b.float()
+    return acc.dtype == torch.float32 and bool(torch.allclose(acc, want, rtol=1e-5, atol=1e-5))
+
+
+def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``acc += a @ b`` with ``acc`` fp32 and fp32 accumulation whatever the inputs' dtype."""
+    if a.dtype == torch.float32:
+        acc.addmm_(a, b if b.dtype == torch.float32 else b.float())
+    elif _fp32_out_mm(acc.device):
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    else:
+        # Row chunks keep the upcast copies of ``a`` within 1/16 of its size.
+        b32 = b.float()
+        for part in row_chunks(a.shape[0]):
+            acc[part].addmm_(a[part].float(), b32)
+
+
+def bytes_per_column(
+    n_rows: int, dim: int, dtype: torch.dtype, device: torch.device, engine: str, softcap: bool
+) -> int:
+    """Workspace one vocab column of a slice costs: the ``slice_width`` accounting.
+
+    triton: G in the dtype (N·2 or N·4); 16-bit G where no fp32-output GEMM exists (CPU)
+    adds its fp32 upcast for dE (N·4 + D·4). torch: the fp32 logit/gradient buffer
+    (N·4), a second one with softcap, and for 16-bit inputs G rounded to the dtype
+    (N·2) and C_s in fp32 (D·4). fp16 adds C_s-sized fp32 rescaling (D·4).
+    """
+    size = torch.finfo(dtype).bits // 8
+    half = size < 4
+    if engine == "triton":
+        per = n_rows * size
+        if half and not _fp32_out_mm(device):
+            per += n_rows * 4 + dim * 4
+    else:
+        per = n_rows * 4 * (2 if softcap else 1)
+        if half:
+            per += n_rows * size + dim * 4
+    return per + (dim * 4 if dtype == torch.float16 else 0)
+
+
+def slice_width(vocab: int, per_column: int, budget: int) -> int:
+    """Columns per slice: the most the budget holds, a multiple of ``WIDTH_GRAIN``.
+
+    Never below one grain (a budget smaller than that is exceeded, not refused), never
+    wider than the vocabulary needs.
+    """
+    columns = max(WIDTH_GRAIN, budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN)
+    return min(columns, triton.cdiv(vocab, WIDTH_GRAIN) * WIDTH_GRAIN)
+
+
+def _gradient_scale(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """σ: 2^⌊log2 max|g|⌋ for fp16 (device-side, no sync), else 1.
+
+    fp16 flushes p·g below 6e-8 to zero (g = 1/N for a mean); G/σ is O(1) instead, and
+    σ is divided back out exactly. bf16 and fp32 have fp32's range: σ = 1.
+    """
+    if dtype != torch.float16:
+        return torch.ones((), device=g.device)
+    gmax = g.abs().amax().clamp_min(2.0**-120)
+    return torch.exp2(torch.floor(torch.log2(gmax)))
+
+
+def slices_backward(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    row_max: torch.Tensor,
+    log_sum: torch.Tensor,
+    g: torch.Tensor,
+    *,
+    p,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dE (N, D) and dC (V, D) in the inputs' dtype; ``g`` fp32 (N,), 0 at ignored rows.
+
+    ``p`` (function.Params) supplies β, softcap, the engine and the memory budget.
+    """
+    n_rows, dim = e.shape
+    vocab = c.shape[0]
+    triton_engine = p.engine == "triton"
+    half = e.dtype != torch.float32
+    per = bytes_per_column(n_rows, dim, e.dtype, e.device, p.engine, p.softcap is not None)
+    width = slice_width(vocab, per, p.budget)
+    scale = _gradient_scale(g, e.dtype)
+    inv_scale = (1.0 / scale).reshape(1)
+    de = torch.zeros((n_rows, dim), device=e.device, dtype=torch.float32)
+    dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
+    buf = torch.empty(
+        (n_rows, width), device=e.device, dtype=e.dtype if triton_engine else torch.float32
+    )
+    spare = torch.empty_like(buf) if not triton_engine and p.softcap is not None else None
+    rounded = torch.empty_like(buf, dtype=e.dtype) if not triton_engine and half else None
+    args = (e, c, targets, row_max, log_sum, g, inv_scale)
+    for v0 in range(0, vocab, width):
+        cols = min(width, vocab - v0)
+        c_s = c[v0 : v0 + cols]
+        if triton_engine:
+            grad = buf[:, :cols]
+            _triton_grad_slice(grad, *args, v0, p=p)
+        else:
+            extra = None if spare is None else spare[:, :cols]
+            grad = _torch_grad_slice(buf[:, :cols], extra, *args, v0, p=p)
+        # dE from G as it stands (the torch engine's fp32 G is the more exact one).
+        accumulate_mm(de, grad, c_s)
+        if rounded is not None:
+            grad = rounded[:, :cols].copy_(grad)
+        dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
+        if e.dtype == torch.float16:
+            dc_s.copy_(dc_s.float().mul_(scale))
+    return de.mul_(scale).to(e.dtype), dc

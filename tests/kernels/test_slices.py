@@ -1,0 +1,122 @@
+"""The default slice backward: engines agree, results are bit-deterministic, the budget
+sets the slice width and nothing else, fp16 keeps small gradients."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from helpers import check, make_inputs
+
+from perfsuite.kernels import linear_cross_entropy, slices
+from perfsuite.kernels.configs import KernelConfig, use_config
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Several row blocks and slice tiles per slice on tiny problems.
+SMALL = dict(
+    forward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1),
+    slices=KernelConfig(16, 32, 16, num_warps=4, num_stages=1),
+)
+
+
+def _budget(n: int, d: int, dtype: torch.dtype, engine: str, softcap, device: str) -> int:
+    """A budget of exactly one slice grain: V > 256 then takes several slices."""
+    per = slices.bytes_per_column(n, d, dtype, torch.device(device), engine, softcap is not None)
+    return slices.WIDTH_GRAIN * per
+
+
+def _grads(e, c, t, **options):
+    e = e.detach().clone().requires_grad_()
+    c = c.detach().clone().requires_grad_()
+    loss = linear_cross_entropy(e, c, t, **options)
+    loss.backward()
+    return loss.detach(), e.grad, c.grad
+
+
+@pytest.mark.parametrize("softcap", [None, 20.0])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_engines_match_reference_over_several_slices(device, dtype, beta, softcap):
+    e, c, t = make_inputs(37, 700, 45, DTYPES[dtype], device)
+    for engine in ("triton", "torch") if device == "cpu" else ("triton",):
+        budget = _budget(37, 45, e.dtype, engine, softcap, device)
+        with use_config(**SMALL):
+            check(e, c, t, beta=beta, softcap=softcap, engine=engine, memory_budget=budget)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_engines_agree(device, dtype):
+    """The torch engine is the same algorithm: equal to the Triton path up to rounding."""
+    if device != "cpu":
+        pytest.skip("the torch engine is the CPU path")
+    e, c, t = make_inputs(40, 600, 48, DTYPES[dtype], device)
+    options = dict(label_smoothing=0.1, softcap=20.0, memory_budget=1)
+    with use_config(**SMALL):
+        tri = _grads(e, c, t, engine="triton", **options)
+        nat = _grads(e, c, t, engine="torch", **options)
+    for name, a, b in zip(("loss", "dE", "dC"), tri, nat, strict=True):
+        scale = b.float().abs().max().item()
+        # fp32: reassociation only; 16-bit: one rounding of G and of the output.
+        tol = 1e-5 if dtype == "fp32" else 2 * 2**-8
+        assert (a.float() - b.float()).abs().max().item() <= tol * scale, name
+
+
+@pytest.mark.parametrize("engine", ["triton", "torch"])
+def test_bit_identical_run_to_run(device, engine):
+    if engine == "torch" and device != "cpu":
+        pytest.skip("the torch engine is the CPU path")
+    e, c, t = make_inputs(64, 900, 40, torch.bfloat16, device)
+    options = dict(label_smoothing=0.1, softcap=30.0, engine=engine, memory_budget=1)
+    with use_config(**SMALL):
+        first = _grads(e, c, t, **options)
+        second = _grads(e, c, t, **options)
+    for name, a, b in zip(("loss", "dE", "dC"), first, second, strict=True):
+        assert torch.equal(
+            a.view(torch.int16 if a.dtype == torch.bfloat16 else a.dtype),
+            b.view(torch.int16 if b.dtype == torch.bfloat16 else b.dtype),
+        ), name
+
+
+def test_slice_width_arithmetic():
+    assert slices.slice_width(256_000, 8192 * 2, 64 * 2**20) == 4096
+    assert slices.slice_width(256_000, 10**9, 1) == slices.WIDTH_GRAIN  # never below a grain
+    assert slices.slice_width(300, 4, 2**30) == 512  # never past the vocabulary's grains
+    assert slices.slice_width(10**6, 1000, 700_000) % slices.WIDTH_GRAIN == 0
+
+
+def test_budget_changes_width_not_result(device):
+    """One slice or many: the same gradients up to the order of dE's fp32 sums."""
+    e, c, t = make_inputs(33, 1000, 40, torch.float32, device)
+    one = _grads(e, c, t, label_smoothing=0.1, memory_budget=2**30)
+    many = _grads(e, c, t, label_smoothing=0.1, memory_budget=1)
+    for a, b in zip(one, many, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_fp16_keeps_gradients_below_its_subnormals(device, monkeypatch):
+    """mean over many rows: p·g < 6e-8 flushes to zero in fp16 unless G is rescaled."""
+    e, c, t = make_inputs(2048, 4096, 32, torch.float32, device, ignore="none")
+    ref = _grads(e, c, t)
+    half = [x.half() for x in (e, c)]
+    scaled = _grads(*half, t)
+    monkeypatch.setattr(slices, "_gradient_scale", lambda g, dtype: torch.ones((), device=g.device))
+    flushed = _grads(*half, t)
+
+    def err(x):
+        pairs = zip(x[1:], ref[1:], strict=True)
+        return [(a.float() - b).norm().item() / b.norm().item() for a, b in pairs]
+
+    good, bad = err(scaled), err(flushed)
+    assert all(g_ < 0.25 * b_ for g_, b_ in zip(good, bad, strict=True)), (good, bad)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "beta", "softcap", "reduction"),
+    list(itertools.product(DTYPES, [0.0, 0.1, 1.0], [None, 20.0], ["mean", "sum", "none"])),
+)
+def test_torch_engine_grid(device, dtype, beta, softcap, reduction):
+    if device != "cpu":
+        pytest.skip("the torch engine is the CPU path")
+    e, c, t = make_inputs(33, 550, 40, DTYPES[dtype], device, ignore="prefix")
+    check(e, c, t, beta=beta, softcap=softcap, reduction=reduction, engine="torch", memory_budget=1)

@@ -14,6 +14,12 @@ def _builder(**options: Any):
         # Imported here: the registry must load without triton installed.
         from perfsuite.kernels import linear_cross_entropy
 
+        chosen = dict(options)
+        if chosen.get("backward") != "tiles" and "engine" not in chosen:
+            # The slice backward runs natively on CPU (torch engine), whatever the
+            # process's TRITON_INTERPRET says; on a GPU it is the Triton kernel.
+            chosen["engine"] = "torch" if case.device == "cpu" else "triton"
+
         def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return linear_cross_entropy(
                 e,
@@ -22,7 +28,7 @@ def _builder(**options: Any):
                 label_smoothing=case.beta,
                 softcap=case.softcap,
                 ignore_index=case.ignore_index,
-                **options,
+                **chosen,
             )
 
         return loss_fn
@@ -30,8 +36,9 @@ def _builder(**options: Any):
     return build
 
 
-def _caps(fused: bool, triton_only: bool) -> Capabilities:
+def _caps(fused: bool, triton_only: bool, devices: frozenset[str]) -> Capabilities:
     return Capabilities(
+        devices=devices,
         label_smoothing=True,
         softcap=True,
         # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
@@ -43,10 +50,19 @@ def _caps(fused: bool, triton_only: bool) -> Capabilities:
 
 _TILES = {"backward": "tiles"}
 _FILTER = {**_TILES, "filter_eps": "auto"}
-# (name, description, options, grads in forward, Triton only)
+_ANY = frozenset({"cpu", "cuda"})
+# (name, description, options, grads in forward, Triton only[, devices])
 _VARIANTS = (
     ("ours", "exact slice backward: fused gradient slices, plain GEMMs", {}, False, False),
     ("ours-fused", "slice backward run inside the forward call", {"impl": "fused"}, True, False),
+    (
+        "ours-cublas",
+        "design probe: the slice algorithm in torch ops (cuBLAS fp32-output logits)",
+        {"engine": "torch"},
+        False,
+        False,
+        frozenset({"cuda"}),  # on a CPU it is ours itself
+    ),
     ("ours-tiles", "ablation: atomic-tile backward, no filtering (exact)", _TILES, False, True),
     (
         "ours-tiles-list",
@@ -76,9 +92,10 @@ METHODS = [
         name=name,
         description=description,
         build=_builder(**options),
-        caps=_caps(fused, triton_only),
+        caps=_caps(fused, triton_only, devices),
         requires=("triton",),
         distributions=("triton", "torch"),
     )
-    for name, description, options, fused, triton_only in _VARIANTS
+    for name, description, options, fused, triton_only, *more in _VARIANTS
+    for devices in [more[0] if more else _ANY]
 ]

@@ -11,7 +11,6 @@ from .backward import default_filter_eps
 from .configs import interpreting
 from .forward import compiled_for_interpreter
 from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
-from .slices import DEFAULT_BUDGET
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLS = ("split", "fused")
@@ -98,15 +97,15 @@ def _validate(
 
 def _resolve(
     device: torch.device, backward: str, engine: str, filter_eps: object, budget: object
-) -> tuple[str, str, int]:
+) -> tuple[str, str, int | None]:
     """(backward, engine, budget) after "auto", or ``ValueError`` naming the conflict."""
     if backward not in BACKWARDS:
         raise ValueError(f"unknown backward {backward!r}; use one of {BACKWARDS}")
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use one of {ENGINES}")
-    if budget is None:
-        budget = DEFAULT_BUDGET
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+    if budget is not None and (
+        not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0
+    ):
         raise ValueError(f"memory_budget must be a positive number of bytes, got {budget!r}")
     if backward == "auto":
         backward = "tiles" if filter_eps is not None else "slices"
@@ -167,9 +166,11 @@ def linear_cross_entropy(
             as plain GEMMs, kernels/slices.py) or "tiles" (recomputed logit tiles with
             atomic dE/dC updates, kernels/backward.py: the ablation, and the only one
             that filters). "auto": "tiles" when ``filter_eps`` is set, else "slices".
-        memory_budget: bytes of slice workspace (default 64 MiB) beyond the fp32 dE
-            accumulator (N·D·4); the slice width is the most columns it holds (at
-            least 256). Larger budgets mean fewer, larger GEMMs.
+        memory_budget: bytes of slice workspace beyond the fp32 dE accumulator
+            (N·D·4); the slice width is the most columns it holds (whole 256-column
+            grains when it holds one; never below 32). Default: 64 MiB, or the workspace
+            of a sixteenth of the vocabulary when that is less. Larger budgets mean
+            fewer, larger GEMMs.
         engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``) or "torch" (the
             same slice algorithm in torch ops: the native CPU path, no interpreter;
             slice backward only). "auto": torch on a CPU without the interpreter.

@@ -19,7 +19,7 @@ from .configs import pinned_config
 from .forward import ForwardResult, lse_forward
 from .native import torch_forward
 from .reductions import column_sum
-from .slices import DEFAULT_BUDGET, slices_backward
+from .slices import slices_backward
 from .sorting import vocab_order
 from .tiles import TileList, build_tile_list, row_thresholds
 
@@ -43,8 +43,8 @@ class Params:
     backward: str = "slices"
     # "triton" (GPU, or CPU under the interpreter) or "torch" (torch ops over vocab slices).
     engine: str = "triton"
-    # Bytes of slice workspace beyond the fp32 dE accumulator (slices.slice_width).
-    budget: int = DEFAULT_BUDGET
+    # Bytes of slice workspace beyond the fp32 dE accumulator; None: slices.slice_width's default.
+    budget: int | None = None
 
 
 @dataclass

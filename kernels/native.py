@@ -37,7 +37,7 @@ def torch_forward(
     *,
     smoothing: bool,
     softcap: float | None,
-    budget: int,
+    budget: int | None,
 ) -> ForwardResult:
     """Online (max, sum-exp) and smoothing sums over vocab slices of fp32 logits."""
     n_rows, dim = e.shape

@@ -150,9 +150,12 @@ def row_chunks(n_rows: int) -> list[slice]:
 
 
 def logit_slice(out: torch.Tensor, e: torch.Tensor, c_s: torch.Tensor) -> torch.Tensor:
-    """fp32 ``e @ c_s.T`` into ``out`` (torch ops; 16-bit inputs upcast by row chunks)."""
+    """fp32 ``e @ c_s.T`` into ``out`` (torch ops; 16-bit inputs upcast by row chunks
+    unless the GEMM can write fp32 itself, as cuBLAS does)."""
     if e.dtype == torch.float32:
         return torch.mm(e, c_s.T, out=out)
+    if _fp32_out_mm(e.device):
+        return torch.mm(e, c_s.T, out_dtype=torch.float32, out=out)
     c32 = c_s.float()
     for part in row_chunks(e.shape[0]):
         torch.mm(e[part].float(), c32.T, out=out[part])
@@ -196,10 +199,13 @@ def _fp32_out_mm(device: torch.device) -> bool:
         b = torch.randn(32, 48, device=device).bfloat16()
         acc = torch.ones(64, 48, device=device)
         torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+        fresh = torch.empty(64, 48, device=device)
+        torch.mm(a, b, out_dtype=torch.float32, out=fresh)
     except (TypeError, RuntimeError, NotImplementedError):
         return False
-    want = 1.0 + a.float() @ b.float()
-    return acc.dtype == torch.float32 and bool(torch.allclose(acc, want, rtol=1e-5, atol=1e-5))
+    want = a.float() @ b.float()
+    close = torch.allclose(acc, want + 1.0, rtol=1e-5, atol=1e-5)
+    return close and bool(torch.allclose(fresh, want, rtol=1e-5, atol=1e-5))
 
 
 def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -238,14 +244,20 @@ def bytes_per_column(
     return per + (dim * 4 if dtype == torch.float16 else 0)
 
 
-def slice_width(vocab: int, per_column: int, budget: int) -> int:
-    """Columns per slice: the most the budget holds, a multiple of ``WIDTH_GRAIN``.
+def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
+    """Columns per slice: the most the budget holds, in whole grains.
 
-    Never below one grain (a budget smaller than that is exceeded, not refused), never
-    wider than the vocabulary needs.
+    A multiple of ``WIDTH_GRAIN`` (whole GPU tiles) when the budget holds one, else of 32,
+    and at least 32: a budget smaller than that is exceeded, not refused. ``None`` (the
+    default) is ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary, whichever is less, so
+    that no default slice is the whole logit matrix of a small problem.
     """
-    columns = max(WIDTH_GRAIN, budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN)
-    return min(columns, triton.cdiv(vocab, WIDTH_GRAIN) * WIDTH_GRAIN)
+    if budget is None:
+        budget = min(DEFAULT_BUDGET, per_column * triton.cdiv(vocab, 16))
+    columns = budget // max(per_column, 1)
+    grain = WIDTH_GRAIN if columns >= WIDTH_GRAIN else 32
+    columns = max(32, columns // grain * grain)
+    return min(columns, triton.cdiv(vocab, grain) * grain)
 
 
 def _gradient_scale(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -289,6 +301,7 @@ def slices_backward(
     )
     spare = torch.empty_like(buf) if not triton_engine and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not triton_engine and half else None
+    fast_half = half and _fp32_out_mm(e.device)
     args = (e, c, targets, row_max, log_sum, g, inv_scale)
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
@@ -299,9 +312,11 @@ def slices_backward(
         else:
             extra = None if spare is None else spare[:, :cols]
             grad = _torch_grad_slice(buf[:, :cols], extra, *args, v0, p=p)
-        # dE from G as it stands (the torch engine's fp32 G is the more exact one).
+        if rounded is not None and fast_half:
+            grad = rounded[:, :cols].copy_(grad)  # 16-bit GEMMs with fp32 output (cuBLAS)
+        # dE from G as it stands (on CPU the torch engine's fp32 G, the more exact one).
         accumulate_mm(de, grad, c_s)
-        if rounded is not None:
+        if rounded is not None and not fast_half:
             grad = rounded[:, :cols].copy_(grad)
         dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
         if e.dtype == torch.float16:

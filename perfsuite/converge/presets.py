@@ -105,8 +105,9 @@ PRESETS: dict[str, Preset] = {
         support=16,
         train_batches=15,
         timeout_s=3600.0,
-        # The natively computed methods: the interpreted ones would take hours at this size.
-        methods=("eager", "torch-native", "torchtune-chunked"),
+        # The natively computed methods (ours runs its torch engine on CPU): the
+        # interpreted ones would take hours at this size.
+        methods=("eager", "torch-native", "torchtune-chunked", "ours"),
     ),
     "small": replace(
         SMOKE,

@@ -34,8 +34,8 @@ COLUMNS = [
 # The paper's method names → ours (perfsuite methods).
 PAPER_METHODS = {
     "ours": "ours",
-    "ours_no_vocab_sorting": "ours-no-sort",
-    "ours_no_grad_filter": "ours-no-filter",
+    "ours_no_vocab_sorting": "ours-tiles-no-sort",
+    "ours_no_grad_filter": "ours-tiles",
     "ours_fused": "ours-fused",
     "ours_fused_no_grad_filter": "ours-fused-no-filter",
     "cce": "cce",

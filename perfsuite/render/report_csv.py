@@ -40,6 +40,7 @@ LEADING = (
     "gpu",
     "beta",
     "method",
+    "deterministic",
 )
 
 
@@ -77,6 +78,11 @@ def _phase_fields(table: PaperTable, phase: str, row: dict[str, Any] | None, mar
     return out
 
 
+def _determinism(rows: Any) -> str:
+    seen = {r.get("deterministic") for r in rows} - {None}
+    return "" if not seen else ("yes" if seen == {True} else "no")
+
+
 def _records(table: PaperTable, section: Section, known: dict[str, Any]) -> list[dict]:
     tokens, vocab, hidden, dtype, softcap, workload = table.key
     records = []
@@ -94,6 +100,8 @@ def _records(table: PaperTable, section: Section, known: dict[str, Any]) -> list
             "gpu": table.gpu.name if table.gpu else "",
             "beta": section.beta,
             "method": "lower_bound" if line.method == LOWER_BOUND else line.method,
+            # Measured by the worker (two calls, every bit); blank where not measured.
+            "deterministic": _determinism(line.rows.values()),
         }
         in_fwd = grads_in_forward(line.method, known, section.beta)
         best = []

@@ -19,6 +19,8 @@ from perfsuite.results.results import PHASES
 GRADS_IN_FWD_MARK = "‡"
 INTERPRETED_MARK = "†"
 WRONG_MARK = "✗"
+# Two fwd+bwd calls on the same inputs gave different bits (atomics, locks, split-K).
+NONDETERMINISTIC_MARK = "≈"
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -104,10 +106,12 @@ def measured(row: dict[str, Any]) -> bool:
 
 
 def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
-    """‡ where fwd/bwd are not comparable, † where Triton was interpreted, ✗ where
-    the method failed the correctness gate (timed, never best)."""
+    """‡ where fwd/bwd are not comparable, † where Triton was interpreted, ≈ where two
+    identical calls differed in a bit, ✗ where the method failed the correctness gate
+    (timed, never best)."""
     mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
     mark += INTERPRETED_MARK if row.get("interpreted") else ""
+    mark += NONDETERMINISTIC_MARK if row.get("deterministic") is False else ""
     return mark + (WRONG_MARK if row["status"] == "wrong" else "")
 
 
@@ -258,6 +262,11 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         notes.append(
             f"{INTERPRETED_MARK} Triton interpreter on CPU: timing says nothing about GPU speed; "
             "memory and correctness do count."
+        )
+    if any(r.get("deterministic") is False for r in rows):
+        notes.append(
+            f"{NONDETERMINISTIC_MARK} not bit-deterministic: two fwd+bwd calls on the same "
+            "inputs gave different loss or gradient bits."
         )
     if any(r["status"] == "wrong" and measured(r) for r in rows):
         notes.append(

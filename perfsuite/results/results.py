@@ -74,6 +74,9 @@ class Row:
     # "file:NAME", and the measured mean token entropy (nats) of their softmax.
     workload: str = "random"
     entropy: float | None = None
+    # Two fwd+bwd calls on the same inputs gave the same loss, dE and dC bits; None
+    # when not measured (the Triton interpreter: its sequential numpy says nothing).
+    deterministic: bool | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -72,6 +72,13 @@ def run_once(loss_fn: LossFn, inputs: Inputs) -> Outcome:
     return out
 
 
+def bit_identical(a: Outcome, b: Outcome) -> bool:
+    """Same bits in loss, dE and dC (NaN included: compared as integers)."""
+    return all(
+        torch.equal(a.get(q).view(torch.int32), b.get(q).view(torch.int32)) for q in QUANTITIES
+    )
+
+
 def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
     def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return reference_loss(e, c, t, case.beta, case.softcap, case.ignore_index)

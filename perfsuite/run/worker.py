@@ -29,6 +29,7 @@ from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
 from perfsuite.run.correctness import (
+    bit_identical,
     check_reference,
     judge,
     reference_outcome,
@@ -154,7 +155,11 @@ def run_case(
             torch.cuda.synchronize(device)
         compile_ms = (time.perf_counter() - start) * 1e3
         verdict = judge(outcome, reference, bounds)
-        del reference, outcome
+        del reference
+        interpreted = method.caps.triton and device.type == "cpu"
+        # Run to run, same inputs: every bit of loss, dE and dC (not under the interpreter).
+        deterministic = None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
+        del outcome
         gate = dict(
             max_abs_err=verdict.max_abs_err,
             loss_err=verdict.errors["loss"],
@@ -163,8 +168,8 @@ def run_case(
             tolerance=verdict.bounds,
             compile_ms=compile_ms,
             entropy=inputs.entropy,
+            deterministic=deterministic,
         )
-        interpreted = method.caps.triton and device.type == "cpu"
         # A method that fails the gate is still timed (its rows stay ``wrong``, never
         # ``ok``): how fast an inexact kernel runs is half of the finding.
         status, reason = "ok", ""

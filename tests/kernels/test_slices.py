@@ -80,7 +80,9 @@ def test_bit_identical_run_to_run(device, engine):
 
 def test_slice_width_arithmetic():
     assert slices.slice_width(256_000, 8192 * 2, 64 * 2**20) == 4096
-    assert slices.slice_width(256_000, 10**9, 1) == slices.WIDTH_GRAIN  # never below a grain
+    assert slices.slice_width(256_000, 10**9, 1) == 32  # never below 32 columns
+    assert slices.slice_width(256_000, 8192 * 2, None) == 4096  # Gemma2-2B's default
+    assert slices.slice_width(2048, 256 * 4, None) == 128  # small: a sixteenth of V
     assert slices.slice_width(300, 4, 2**30) == 512  # never past the vocabulary's grains
     assert slices.slice_width(10**6, 1000, 700_000) % slices.WIDTH_GRAIN == 0
 

@@ -116,7 +116,9 @@ def test_rows_keep_case_order_when_some_are_decided_up_front(fake_plugins):
 
 
 def test_schedule_runs_native_alone_then_interpreted_in_parallel():
-    plan = build_plan(shapes=[TINY], methods="eager,ours,liger,ours-fused", device="cpu", jobs=2)
+    plan = build_plan(
+        shapes=[TINY], methods="eager,ours-tiles,liger,ours-tiles-list", device="cpu", jobs=2
+    )
     spans: dict[str, tuple[float, float]] = {}
     lock = threading.Lock()
 
@@ -127,11 +129,12 @@ def test_schedule_runs_native_alone_then_interpreted_in_parallel():
             spans[method] = (start, time.monotonic())
 
     schedule(plan, plan.methods, lambda m: m, work)
-    assert set(spans) == {"eager", "ours", "liger", "ours-fused"}
+    interpreted = ("ours-tiles", "liger", "ours-tiles-list")
+    assert set(spans) == {"eager", *interpreted}
     # The natively timed method ran before any interpreted one started.
-    assert all(spans["eager"][1] <= spans[m][0] for m in ("ours", "liger", "ours-fused"))
+    assert all(spans["eager"][1] <= spans[m][0] for m in interpreted)
     # Two interpreted workers at a time, the costliest (liger) among the first two.
-    first_two = sorted(("ours", "liger", "ours-fused"), key=lambda m: spans[m][0])[:2]
+    first_two = sorted(interpreted, key=lambda m: spans[m][0])[:2]
     assert "liger" in first_two
     a, b = (spans[m] for m in first_two)
     assert a[0] < b[1] and b[0] < a[1]  # overlapped
@@ -160,6 +163,14 @@ def test_interpreted_workers_share_the_cores(monkeypatch):
     assert all(var in env for var in runner.THREAD_VARS)
     native = runner.worker_env(plan, triton=False)  # timed alone: keeps every core
     assert not any(var in native for var in ("TRITON_INTERPRET", *runner.THREAD_VARS))
+
+
+def test_native_workers_never_inherit_the_interpreter(monkeypatch):
+    """A parent under TRITON_INTERPRET=1 (a test process) still times ours natively."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    plan = build_plan(shapes=[TINY], methods="ours", device="cpu", jobs=1)
+    assert "TRITON_INTERPRET" not in runner.worker_env(plan, triton=False)
+    assert runner.worker_env(plan, triton=True)["TRITON_INTERPRET"] == "1"
 
 
 def test_jobs_must_be_positive():

@@ -236,6 +236,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    f"(default {DEFAULT_LIMIT_S:.0f})")  # fmt: skip
     p.add_argument("--estimate", action="append", default=[], metavar="ID=SECONDS",
                    help="override a step's estimate (tests; a re-plan after a call)")  # fmt: skip
+    p.add_argument("--step-limit", action="append", default=[], metavar="ID=SECONDS",
+                   help="override a step's own limit")  # fmt: skip
     p.add_argument("--out", type=Path, default=os.environ.get("OUT"), help="default $OUT")
     p.add_argument("--work", type=Path, help="work folder (default /tmp/gpu-run-<call>)")
     p.add_argument("--trained", type=Path, default=os.environ.get("GPU_RUN_TRAINED"),
@@ -255,11 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     tag = args.call or "items"
     steps = build_steps(args.device, sys.executable, ROOT, args.trained)
     steps = select(steps, CALLS[args.call] if args.call else args.items.split(","))
-    for text in args.estimate:
-        sid, _, seconds = text.partition("=")
-        for s in steps:
-            if s.id == sid:
-                s.estimate_s = float(seconds)
+    for attr, texts in (("estimate_s", args.estimate), ("limit_s", args.step_limit)):
+        for text in texts:
+            sid, _, seconds = text.partition("=")
+            for s in steps:
+                if s.id == sid:
+                    setattr(s, attr, float(seconds))
     if args.dry_run:
         total = 0.0
         for s in steps:

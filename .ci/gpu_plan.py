@@ -126,6 +126,8 @@ NIGHTLY_SOURCE = (
     "CPU-side, on small JSON files: 10-16 s each on this project's loaded 2-core CPU, nearly "
     "all of it perfsuite's import; taken as 5 s (dashboard 8 s) on the device's 16 cores"
 )
+for _sid, _gpu_s in (("7a", 5), ("7b", 5), ("7c", 5), ("7d", 5), ("7e", 8)):
+    ESTIMATES[_sid] = (_gpu_s, 90, 20, 90, NIGHTLY_SOURCE)
 
 
 def build_steps(device: str, py: str, root: Path, trained: Path | None = None) -> list[Step]:
@@ -138,6 +140,16 @@ def build_steps(device: str, py: str, root: Path, trained: Path | None = None) -
         if not gpu:
             est, limit = cpu_est, cpu_limit
         return Step(sid, sid[0], name, what, est, limit, source, argv, device=device, **kw)
+
+    steps = _steps(step, device, py, root, trained)
+    steps += _nightly(step, ps, root, gpu)
+    return steps
+
+
+def _steps(step: Callable[..., Step], device: str, py: str, root: Path, trained) -> list[Step]:
+    """Items 0-6 (item 7, the nightly path: ``_nightly``)."""
+    gpu = device == "cuda"
+    ps = [py, "-m", "perfsuite"]
 
     # The rehearsal: a tiny shape, fwd+bwd, three samples (each worker costs seconds there).
     if gpu:
@@ -198,7 +210,6 @@ def build_steps(device: str, py: str, root: Path, trained: Path | None = None) -
              [*ps, "sensitivity", "--out", "{W}/sensitivity.json",
               *(sens if gpu else ["--quick"])]),
     ]  # fmt: skip
-    steps += _nightly(ps, root, gpu, device)
     return steps
 
 
@@ -260,7 +271,7 @@ def _tests(py: str, gpu: bool) -> Callable[[Path], list[str]]:
     return argv
 
 
-def _nightly(ps: list[str], root: Path, gpu: bool, device: str) -> list[Step]:
+def _nightly(step: Callable[..., Step], ps: list[str], root: Path, gpu: bool) -> list[Step]:
     """Item 7: what .github/workflows/nightly-gpu.yml does, on item 1's results."""
     res = "{W}/gemma2-2b.json"
     db = "{W}/history.sqlite"
@@ -268,21 +279,18 @@ def _nightly(ps: list[str], root: Path, gpu: bool, device: str) -> list[Step]:
     base = str(root / "reports" / "baselines") if gpu else res
     stored = sorted(str(p) for p in (root / "reports" / "baselines").glob("*/gemma2-2b.json"))
     history = (stored if gpu else []) + [res]
-    needs = ("gemma2-2b.json",)
-    src = NIGHTLY_SOURCE
+    res_needed = {"needs": ("gemma2-2b.json",)}
+    db_needed = {"needs": ("history.sqlite",)}
     return [
-        Step("7a", "7", "compare", "perfsuite compare against the stored baseline (table)",
-             5, 60, src, [*ps, "compare", base, res], needs=needs, device=device),
-        Step("7b", "7", "compare-md", "the same as markdown (the nightly job's summary)",
-             5, 60, src, [*ps, "compare", base, res, "--format", "markdown"], needs=needs,
-             stdout="compare.md", device=device),
-        Step("7c", "7", "history-add", "history add: the stored baseline and this run",
-             5, 60, src, [*ps, "history", "add", "--db", db, *history], needs=needs,
-             device=device),
-        Step("7d", "7", "history-check", "history check -v", 5, 60, src,
-             [*ps, "history", "check", "--db", db, "-v"], needs=("history.sqlite",),
-             device=device),
-        Step("7e", "7", "dashboard", "the static dashboard of that history", 8, 90, src,
-             [*ps, "dashboard", "--db", db, "-o", "{W}/dashboard"], needs=("history.sqlite",),
-             device=device),
+        step("7a", "compare", "perfsuite compare against the stored baseline (table)",
+             [*ps, "compare", base, res], **res_needed),
+        step("7b", "compare-md", "the same as markdown (the nightly job's summary)",
+             [*ps, "compare", base, res, "--format", "markdown"], stdout="compare.md",
+             **res_needed),
+        step("7c", "history-add", "history add: the stored baseline and this run",
+             [*ps, "history", "add", "--db", db, *history], **res_needed),
+        step("7d", "history-check", "history check -v",
+             [*ps, "history", "check", "--db", db, "-v"], **db_needed),
+        step("7e", "dashboard", "the static dashboard of that history",
+             [*ps, "dashboard", "--db", db, "-o", "{W}/dashboard"], **db_needed),
     ]  # fmt: skip

@@ -169,9 +169,11 @@ def run_step(call: Call, step: Step, record: Record, env: dict[str, str]) -> Non
     with log_path.open("ab") as log:
         stdout = (call.work / step.stdout).open("wb") if step.stdout else log
         try:
+            # Its own process group (to stop it whole), not its own session: the device
+            # tool ends a command's session with it, so nothing outlives a killed call.
             proc = subprocess.Popen(
                 argv, cwd=ROOT, env={**env, **step.env}, stdout=stdout, stderr=log,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, process_group=0,
             )  # fmt: skip
             try:
                 record.rc = proc.wait(timeout=timeout)
@@ -181,6 +183,10 @@ def run_step(call: Call, step: Step, record: Record, env: dict[str, str]) -> Non
                 record.rc = proc.returncode
                 record.status = "timed out"
                 record.reason = f"stopped at its limit of {timeout:.0f} s"
+            except BaseException:  # SIGTERM or Ctrl-C of the runner: the step goes too
+                _stop_group(proc)
+                record.status, record.reason = "timed out", "the runner was stopped"
+                raise
         except OSError as err:
             record.status, record.reason = "done", f"could not start: {err}"
             record.rc = 127
@@ -252,6 +258,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # run_step stops the step; run_call's finally saves
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tag = args.call or "items"
@@ -286,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     if wheels and Path(wheels).exists():
         shutil.copy(wheels, work / "wheels.log")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    return run_call(call, steps, env)
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return run_call(call, steps, env)
+    except KeyboardInterrupt:
+        return 130
 
 
 def _git_head() -> str | None:

@@ -245,7 +245,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--step-limit", action="append", default=[], metavar="ID=SECONDS",
                    help="override a step's own limit")  # fmt: skip
     p.add_argument("--out", type=Path, default=os.environ.get("OUT"), help="default $OUT")
-    p.add_argument("--work", type=Path, help="work folder (default /tmp/gpu-run-<call>)")
+    p.add_argument("--work", type=Path, help="work folder (default /tmp/gpu-run-<call>-<time>)")
     p.add_argument("--trained", type=Path, default=os.environ.get("GPU_RUN_TRAINED"),
                    help="a trained-activation dump for item 3b (default $GPU_RUN_TRAINED, "
                    "else the first reports/workloads/*.safetensors)")  # fmt: skip
@@ -284,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no --out and no $OUT: nowhere to put the results", file=sys.stderr)
         return 2
     t0 = float(os.environ.get("GPU_RUN_T0") or time.time())
-    work = args.work or Path(f"/tmp/gpu-run-{tag}")
+    # A fresh folder per call: a warm machine may still hold an earlier call's files.
+    work = args.work or Path(f"/tmp/gpu-run-{tag}-{int(t0)}")
     call = Call(tag, work, args.out, args.limit, t0)
     call.meta = {
         "call": tag, "device": args.device, "limit_s": args.limit, "python": sys.executable,

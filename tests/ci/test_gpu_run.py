@@ -92,12 +92,12 @@ def test_packs_while_a_step_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """A call killed mid-step (the tool's own limit) still returns what was written."""
     monkeypatch.setattr(gpu_run, "PACK_EVERY_S", 0.5)
     out = tmp_path / "out"
-    step = _step("a", ["bash", "-c", "echo first > {W}/first.txt; sleep 4"])
+    step = _step("a", ["bash", "-c", "echo first > {W}/first.txt; sleep 6"])
     call = gpu_run.Call("k", tmp_path / "work", out, limit_s=60, t0=time.time())
     worker = threading.Thread(target=gpu_run.run_call, args=(call, [step], dict(os.environ)))
     worker.start()
     try:
-        deadline = time.time() + 3.5
+        deadline = time.time() + 5.5
         seen: set[str] = set()
         while time.time() < deadline and "first.txt" not in seen:
             time.sleep(0.3)
@@ -146,7 +146,7 @@ def test_rehearsal_on_cpu(tmp_path: Path) -> None:
 def test_both_calls_rehearsed_on_cpu(tmp_path: Path) -> None:
     """Every step of both calls on CPU: CUDA-only and dump-less steps skipped, the rest done."""
     out, work = tmp_path / "out", tmp_path / "work"
-    proc = _wrapper(out, work, "all", "--limit", "1500", timeout=1600)
+    proc = _wrapper(out, work, "all", "--limit", "2400", timeout=2500)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     status = {s["id"]: s for s in manifest(out, "all")["steps"]}
     assert status.pop("2c")["status"] == "skipped"  # needs CUDA

@@ -2,9 +2,10 @@
 
   lock      mutual exclusion: many CTAs add 1 into one fp16 tile under one lock
   grads     Gemma2-2B-shape gradients against a chunked fp32 reference, twice per
-            setting (drift between the two runs beyond bf16 rounding = a race)
+            setting: the slice backward (``ours``, must be bit-identical) and the kept
+            atomic-tile ablation (``ours-tiles*``: drift beyond bf16 rounding = a race)
   sweep     forward/backward tile configs timed at Gemma2-2B (random + synthetic)
-  ablation  tile list / sort / filter / accum / splits, next to CCE
+  ablation  slices vs tiles: tile list / sort / filter / accum, next to CCE
 
 Each prints one JSON object per line; nothing here is a pass/fail test except
 ``lock`` and ``grads`` (exit 1 on failure).
@@ -88,29 +89,44 @@ def ours_grads(e, c, t, **options):
     return e.grad.float(), c.grad.float()
 
 
+_TILES = {"backward": "tiles"}
+# The methods of baselines/ours.py, by their options, plus the tiles' fp32 dC accumulation.
+GRAD_SETTINGS = {
+    "ours (slices)": {},
+    "ours-tiles (no filter)": _TILES,
+    "ours-tiles-list (mass budget)": {**_TILES, "filter_eps": "auto"},
+    "ours-tiles-sort (CCE-style element filter)": {
+        **_TILES,
+        "filter_eps": "auto",
+        "tile_list": False,
+    },
+    "tiles accum-fp32": {**_TILES, "accum_fp32": True},
+}
+
+
 def check_grads() -> bool:
     ok = True
     e, c, t = inputs("synthetic")
     for beta in (0.0, 0.1):
         de_ref, dc_ref = reference_grads(e, c, t, beta)
-        for name, options in (
-            ("default", {}),
-            ("no-filter", {"filter_eps": None}),
-            ("element-filter+sort", {"tile_list": False}),
-            ("accum-fp32", {"accum_fp32": True}),
-        ):
+        for name, options in GRAD_SETTINGS.items():
             runs = [ours_grads(e, c, t, label_smoothing=beta, **options) for _ in range(2)]
             err = [
                 ((a - de_ref).abs().max().item(), (b - dc_ref).abs().max().item()) for a, b in runs
             ]
             drift = [(runs[0][i] - runs[1][i]).abs().max().item() for i in range(2)]
-            # Two runs differ only by atomic order: a few bf16 ulps at the gradient's scale.
+            bitwise = all(torch.equal(runs[0][i], runs[1][i]) for i in range(2))
+            # Tiles: two runs differ only by atomic order, a few bf16 ulps at the gradient's
+            # scale. Slices: no atomics, so any difference at all is a bug.
             scale = [de_ref.abs().max().item(), dc_ref.abs().max().item()]
-            race = any(d > 8 * 2**-8 * s for d, s in zip(drift, scale, strict=True))
+            if options.get("backward") == "tiles":
+                race = any(d > 8 * 2**-8 * s for d, s in zip(drift, scale, strict=True))
+            else:
+                race = not bitwise
             ok &= not race
             emit(check="grads", beta=beta, setting=name, de_err=err[0][0], dc_err=err[0][1],
-                 drift_de=drift[0], drift_dc=drift[1], de_scale=scale[0], dc_scale=scale[1],
-                 race=race)  # fmt: skip
+                 drift_de=drift[0], drift_dc=drift[1], bitwise=bitwise, de_scale=scale[0],
+                 dc_scale=scale[1], race=race)  # fmt: skip
     return ok
 
 
@@ -185,13 +201,12 @@ def sweep(kinds: list[str], deadline: float) -> None:
 
 def ablation(kinds: list[str], deadline: float) -> None:
     settings = {
-        "default": {},
-        "element-filter+sort (CCE-style)": {"tile_list": False},
-        "element-filter": {"tile_list": False, "sort_vocab": False},
-        "no-filter": {"filter_eps": None},
-        "accum-fp32": {"accum_fp32": True},
-        "beta0.1": {"label_smoothing": 0.1},
-    }
+        **GRAD_SETTINGS,
+        "ours-tiles-no-sort (element filter)": {
+            **_TILES, "filter_eps": "auto", "tile_list": False, "sort_vocab": False,
+        },
+        "ours beta0.1": {"label_smoothing": 0.1},
+    }  # fmt: skip
     for kind in kinds:
         e, c, t = inputs(kind)
         for name, options in settings.items():

@@ -20,7 +20,7 @@ def main() -> None:
     e = torch.randn(N, D, device="cuda").bfloat16().requires_grad_()
     c = (torch.randn(V, D, device="cuda") / D**0.5).bfloat16().requires_grad_()
     t = torch.randint(0, V, (N,), device="cuda")
-    for options in ({}, {"filter_eps": None}, {"tile_list": False}):
+    for options in ({}, {"backward": "tiles"}, {"backward": "tiles", "filter_eps": "auto"}):
         for _ in range(2):
             step(e, c, t, **options)
         torch.cuda.synchronize()

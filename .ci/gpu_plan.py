@@ -1,0 +1,298 @@
+"""What ``.ci/gpu-run`` runs: issue 18's GPU checklist as steps, each with a time estimate,
+where that estimate comes from, and a hard limit; and how the steps split into two calls.
+
+Estimates are in seconds on an H100 and come from the first light's logs
+(``reports/nvidia-h100-80gb-hbm3/raw/*/``: the time stamps of ``run.log`` and
+``rest.log`` between one method's last cell and the next, the pytest summaries, the
+sensitivity file's ``collect_s``); steps never run on a GPU before say so and how they
+were guessed. ``--device cpu`` builds the rehearsal: the same steps at tiny sizes,
+CUDA-only ones skipped, estimates for a busy 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Call 1: item 1 (every method at Gemma2-2B), ours' determinism and memory/time curve (item 2,
+# issue 19 item 2) and the nightly path on item 1's results (item 7; CPU-side commands, cheap,
+# and they need only item 1). Call 2: the tile ablation's lock/race checks (item 2), item 3,
+# the CUDA tests, converge, sensitivity; the trained-activation workload last (only if a dump
+# exists, so that its presence does not push out the unconditional items).
+CALLS = {
+    "1": ["0a", "0b", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
+    "2": ["0a", "2c", "3a", "4", "5", "6", "3b"],
+}
+CALLS["all"] = list(dict.fromkeys(CALLS["1"] + CALLS["2"]))
+
+# Issue 18 item 1's methods (issue 18 and `perfsuite methods`), in three groups.
+GEMMA_GROUPS = {
+    "1a": ("gemma-ours", "ours,ours-fused,ours-tiles,ours-tiles-list"),
+    "1b": ("gemma-peers", "cce,cce-no-filter,torch-compile,liger,eager"),
+    "1c": ("gemma-rest", "ours-tiles-sort,ours-tiles-no-sort,torchtune-chunked,torch-native,quack"),
+}
+# Item 3's rows: ours, the tile ablation (ours-tiles-no-sort left out: it differs from
+# ours-tiles-sort only in speed, and item 1 times it), the peers that filter or not.
+ABLATION = "ours,ours-tiles,ours-tiles-list,ours-tiles-sort,cce,cce-no-filter,liger"
+# Sensitivity: with 0 false alarms in n trials the Wilson 95 % upper bound
+# (sensitivity_analyse.rate_bounds) is z²/(n + z²): < 2 % needs n >= 189; with one false
+# alarm it needs n >= 280. A trial pairs two different processes in one round:
+# P·(P-1)·R trials, so 5 processes x 14 rounds = 280 (the first light had 3 x 6 = 36, < 9.6 %).
+SENS_PROCESSES, SENS_ROUNDS = 5, 14
+
+
+class Skip(Exception):
+    """A step that cannot run here (no CUDA, an input missing); the message says why."""
+
+
+@dataclass
+class Step:
+    id: str
+    item: str  # issue 18's item (0: setup)
+    name: str
+    what: str
+    estimate_s: float
+    limit_s: float
+    source: str
+    argv: list[str] | Callable[[Path], list[str]]
+    cuda_only: bool = False
+    device: str = "cuda"
+    needs: tuple[str, ...] = ()  # files in the work folder an earlier step writes
+    stdout: str | None = None  # the command's stdout to this file, not the log
+    env: dict[str, str] = field(default_factory=dict)
+
+    def command(self, work: Path) -> list[str]:
+        """The command line, ``{W}`` replaced by the work folder; ``Skip`` if it cannot run."""
+        if self.cuda_only and self.device != "cuda":
+            raise Skip("needs CUDA (rehearsal on cpu)")
+        missing = [n for n in self.needs if not (work / n).exists()]
+        if missing:
+            raise Skip(f"needs {', '.join(missing)} (an earlier step's), not there")
+        argv = self.argv(work) if callable(self.argv) else self.argv
+        return [a.replace("{W}", str(work)) for a in argv]
+
+
+def select(steps: list[Step], wanted: list[str]) -> list[Step]:
+    """Steps by id (``3b``) or item number (``3``), in the order given."""
+    out: list[Step] = []
+    for w in (w.strip() for w in wanted if w.strip()):
+        found = [s for s in steps if w in (s.id, s.item)]
+        if not found:
+            raise SystemExit(f"no step {w!r}: ids are {', '.join(s.id for s in steps)}")
+        out += [s for s in found if s not in out]
+    return out
+
+
+def _trained(root: Path, given: Path | None) -> Path | None:
+    if given is not None:
+        return given if given.exists() else None
+    found = sorted((root / "reports" / "workloads").glob("*.safetensors"))
+    return found[0] if found else None
+
+
+# id: (estimate on an H100, its limit, estimate in the CPU rehearsal, its limit, where the
+# H100 estimate comes from). The rehearsal's: as measured on this project's shared 2-core CPU,
+# with limits that leave room for its load (a step took 2.5x longer there on a busy hour).
+ESTIMATES = {
+    "0a": (8, 60, 10, 60, "nvidia-smi and a torch import"),
+    "0b": (10, 60, 15, 90, "first light methods.txt: seconds"),
+    "1a": (130, 240, 30, 240, "raw/6 run.log: ours-tiles-list (then 'ours') 29 s, ours-tiles "
+           "('ours-no-filter') 26 s, ours-fused (its tile version) 37 s, both β and three "
+           "phases; the slice backward ('ours' now) never ran on a GPU: taken as 30 s; +8 s"),
+    "1b": (190, 300, 40, 240, "raw/6 run.log: cce 28 s, torch-compile 32 s, liger 49 s, eager "
+           "30 s; raw/7 rest.log: cce-no-filter <= 45 s; +6 s parent"),
+    "1c": (75, 150, 35, 240, "raw/6 run.log: ours-tiles-sort ('ours-sort') 18 s, "
+           "ours-tiles-no-sort 19 s; raw/7 rest.log: torchtune-chunked 23 s; torch-native "
+           "unavailable on torch 2.11, quack unsupported with a softcap: no worker"),
+    "1d": (10, 60, 20, 120, "two perfsuite imports"),
+    "2a": (45, 120, 25, 120, "new: 12 fwd+bwd of <= 0.2 s (first light's slowest ours) + "
+           "Triton compiles + the process's start"),
+    "2b": (30, 120, 25, 120, "new: 4 budgets x 13 fwd+bwd of <= 0.2 s + compiles + start"),
+    "2c": (80, 180, 0, 0, "not timed at the first light: 2 β x 5 settings x 2 runs of <= 0.2 s, "
+           "2 chunked fp32 references, ~10 s of Triton compile per setting"),
+    "3a": (150, 280, 45, 240, "raw/7 rerun.log (fwd+bwd only): ours-tiles-list 29 s, ours-tiles "
+           "17 s, cce 20 s, liger 38 s; ours, ours-tiles-sort, cce-no-filter ~20 s; --samples 10 "
+           "trims each; +6 s parent"),
+    "3b": (80, 150, 30, 240, "as 3a, at the dump's (smaller) size"),
+    "4": (90, 200, 30, 180, "raw/1, 2, 4-6 tests.log: 40-73 s with -n 8"),
+    "5": (110, 240, 150, 480, "never run on a GPU: 4 runs of 400 steps of 4,096 tokens "
+          "(V=32768, 4 layers) at ~25 s each with the worker's start"),
+    "6": (100, 200, 60, 300, "first light sensitivity-cuda.json: 3 processes x 6 rounds "
+          "collected in 38 s (~7 s a process's start, ~0.7 s a round): 5 x (7 + 14 x 0.7) + "
+          "calibration"),
+}  # fmt: skip
+NIGHTLY_SOURCE = (
+    "CPU-side, on small JSON files: 10-16 s each on this project's loaded 2-core CPU, nearly "
+    "all of it perfsuite's import; taken as 5 s (dashboard 8 s) on the device's 16 cores"
+)
+for _sid, _gpu_s in (("7a", 5), ("7b", 5), ("7c", 5), ("7d", 5), ("7e", 8)):
+    ESTIMATES[_sid] = (_gpu_s, 90, 20, 120, NIGHTLY_SOURCE)
+
+
+def build_steps(device: str, py: str, root: Path, trained: Path | None = None) -> list[Step]:
+    """Every step for ``device`` ("cuda": the GPU session; "cpu": the rehearsal)."""
+    gpu = device == "cuda"
+    ps = [py, "-m", "perfsuite"]
+
+    def step(sid: str, name: str, what: str, argv, **kw) -> Step:
+        est, limit, cpu_est, cpu_limit, source = ESTIMATES[sid]
+        if not gpu:
+            est, limit = cpu_est, cpu_limit
+        return Step(sid, sid[0], name, what, est, limit, source, argv, device=device, **kw)
+
+    steps = _steps(step, device, py, root, trained)
+    steps += _nightly(step, ps, root, gpu)
+    return steps
+
+
+def _steps(step: Callable[..., Step], device: str, py: str, root: Path, trained) -> list[Step]:
+    """Items 0-6 (item 7, the nightly path: ``_nightly``)."""
+    gpu = device == "cuda"
+    ps = [py, "-m", "perfsuite"]
+
+    # The rehearsal: a tiny shape, fwd+bwd, three samples (each worker costs seconds there).
+    if gpu:
+        run = [*ps, "run", "--device", device, "--shape", "gemma2-2b", "--beta", "0,0.1"]
+        run += ["--timeout", "150"]
+        methods = {k: v[1] for k, v in GEMMA_GROUPS.items()}
+        methods |= {"3a": ABLATION}
+    else:
+        run = [*ps, "run", "--device", device, "--shape", "smoke", "--beta", "0"]
+        run += ["--phases", "fwd+bwd", "--samples", "3", "--warmup", "1"]
+        methods = {"1a": "ours", "1b": "eager,cce", "1c": "torch-native,quack", "3a": "ours"}
+    ours = [py, ".ci/ours_checks.py"]
+    ours_det = ["determinism", "--device", device, "--budgets", "64,16,1024" if gpu else "1,0.25"]
+    ours_curve = ["curve", "--device", device]
+    # β does not change the workspace: the curve is at β = 0.
+    ours_curve += ["--budgets", "16,64,256,1024" if gpu else "0.25", "--beta", "0"]
+    ours_curve += [] if gpu else ["--samples", "2", "--warmup", "1"]
+    trials = SENS_PROCESSES * (SENS_PROCESSES - 1) * SENS_ROUNDS
+    sens = ["--device", "cuda", "--processes", str(SENS_PROCESSES), "--runs", str(SENS_ROUNDS)]
+    sens += ["--tokens", "2048", "--vocab", "32768", "--hidden", "1024"]
+    converge = ["--preset", "small", "--dtype", "bf16"]
+    if not gpu:
+        converge = ["--preset", "smoke", "--steps", "3", "--beta", "0"]
+    steps = [
+        step("0a", "env", "GPU, driver, clocks, Python/torch/Triton, peers' versions",
+             ["bash", "-c", _ENV_SCRIPT.format(py=shlex.quote(py))]),
+        step("0b", "methods", "perfsuite methods: availability here", [*ps, "methods"]),
+    ]  # fmt: skip
+    for sid, (name, _) in GEMMA_GROUPS.items():
+        out = f"{{W}}/gemma2-2b-{name.removeprefix('gemma-')}.json"
+        what = f"perfsuite run, Gemma2-2B (β 0, 0.1; 3 phases): {methods[sid]}"
+        steps.append(step(sid, name, what, [*run, "--methods", methods[sid], "--out", out]))
+    steps += [
+        step("1d", "gemma-merge", "perfsuite merge of 1a-1c into gemma2-2b.json; its report",
+             _merge(py)),
+        step("2a", "ours-determinism",
+             "ours twice per budget and β, every gradient byte compared; across budgets too",
+             [*ours, *ours_det, "--out", "{W}/ours-determinism.jsonl"]),
+        step("2b", "ours-curve", "ours fwd+bwd time and peak memory over memory budgets",
+             [*ours, *ours_curve, "--out", "{W}/ours-curve.jsonl"]),
+        step("2c", "kernel-checks", "lock stress; tile-ablation gradients vs fp32, twice (races)",
+             [py, ".ci/kernel_checks.py", "lock", "grads"], cuda_only=True,
+             stdout="kernel-checks.jsonl"),
+        step("3a", "synthetic", f"perfsuite run --workload synthetic --entropy 2, fwd+bwd: "
+             f"{methods['3a']}",
+             [*run, "--workload", "synthetic", "--entropy", "2", "--phases", "fwd+bwd",
+              "--samples", "10" if gpu else "3", "--methods", methods["3a"],
+              "--out", "{W}/gemma2-2b-synthetic.json"]),
+        step("3b", "trained", "the same rows on the trained-activation dump (if one exists)",
+             _trained_run(ps, device, _trained(root, trained))),
+        step("4", "cuda-tests", "pytest tests/kernels tests/baselines tests/measure",
+             _tests(py, gpu)),
+        step("5", "converge", "perfsuite converge: ours vs eager, bf16, β 0 and 0.1",
+             [*ps, "converge", "--device", device, "--methods", "ours", *converge,
+              "--out", "{W}/converge.json"]),
+        step("6", "sensitivity", f"perfsuite sensitivity: {SENS_PROCESSES} processes x "
+             f"{SENS_ROUNDS} rounds = {trials} trials (bound < 2 % with <= 1 false alarm)",
+             [*ps, "sensitivity", "--out", "{W}/sensitivity.json",
+              *(sens if gpu else ["--quick"])]),
+    ]  # fmt: skip
+    return steps
+
+
+_ENV_SCRIPT = """
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,\
+temperature.gpu,power.limit --format=csv || echo "no nvidia-smi"
+{py} - <<'EOF'
+import importlib.metadata as md, platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+for name in ("triton", "liger-kernel", "cut-cross-entropy", "torchtune", "torchao",
+             "quack-kernels", "nvidia-cutlass-dsl"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
+EOF
+"""
+
+
+def _merge(py: str) -> Callable[[Path], list[str]]:
+    def argv(work: Path) -> list[str]:
+        parts = [work / f"gemma2-2b-{n[6:]}.json" for n, _ in GEMMA_GROUPS.values()]
+        found = [str(p) for p in parts if p.exists()]
+        if not found:
+            raise Skip("no results from 1a-1c")
+        out = str(work / "gemma2-2b.json")
+        ps = f"{shlex.quote(py)} -m perfsuite"
+        merge = f"{ps} merge -o {out} {' '.join(map(shlex.quote, found))}"
+        report = f"{ps} report {out} -o {work / 'gemma2-2b.md'}"
+        return ["bash", "-c", f"{merge} && {report}"]
+
+    return argv
+
+
+def _trained_run(ps: list[str], device: str, path: Path | None) -> Callable[[Path], list[str]]:
+    def argv(work: Path) -> list[str]:
+        if path is None:
+            raise Skip(
+                "no trained-activation dump (--trained, $GPU_RUN_TRAINED or "
+                "reports/workloads/*.safetensors)"
+            )
+        methods = ABLATION if device == "cuda" else "ours"
+        return [*ps, "run", "--workload", str(path), "--device", device, "--phases", "fwd+bwd",
+                "--samples", "10", "--methods", methods,
+                "--out", str(work / "trained.json")]  # fmt: skip
+
+    return argv
+
+
+def _tests(py: str, gpu: bool) -> Callable[[Path], list[str]]:
+    def argv(work: Path) -> list[str]:
+        base = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        paths = ["tests/kernels", "tests/baselines", "tests/measure"]
+        if not gpu:  # the rehearsal checks the command and the paths: collecting is enough
+            return [*base, "--collect-only", *paths]
+        xdist = importlib.util.find_spec("xdist") is not None
+        return [*base, *(["-n", "8"] if xdist else []), *paths]
+
+    return argv
+
+
+def _nightly(step: Callable[..., Step], ps: list[str], root: Path, gpu: bool) -> list[Step]:
+    """Item 7: what .github/workflows/nightly-gpu.yml does, on item 1's results."""
+    res = "{W}/gemma2-2b.json"
+    db = "{W}/history.sqlite"
+    # On CPU there is no stored baseline of the smoke shape: compare the run with itself.
+    base = str(root / "reports" / "baselines") if gpu else res
+    stored = sorted(str(p) for p in (root / "reports" / "baselines").glob("*/gemma2-2b.json"))
+    history = (stored if gpu else []) + [res]
+    res_needed = {"needs": ("gemma2-2b.json",)}
+    db_needed = {"needs": ("history.sqlite",)}
+    return [
+        step("7a", "compare", "perfsuite compare against the stored baseline (table)",
+             [*ps, "compare", base, res], **res_needed),
+        step("7b", "compare-md", "the same as markdown (the nightly job's summary)",
+             [*ps, "compare", base, res, "--format", "markdown"], stdout="compare.md",
+             **res_needed),
+        step("7c", "history-add", "history add: the stored baseline and this run",
+             [*ps, "history", "add", "--db", db, *history], **res_needed),
+        step("7d", "history-check", "history check -v",
+             [*ps, "history", "check", "--db", db, "-v"], **db_needed),
+        step("7e", "dashboard", "the static dashboard of that history",
+             [*ps, "dashboard", "--db", db, "-o", "{W}/dashboard"], **db_needed),
+    ]  # fmt: skip

@@ -30,7 +30,7 @@ CALLS["all"] = list(dict.fromkeys(CALLS["1"] + CALLS["2"]))
 
 # Issue 18 item 1's methods (issue 18 and `perfsuite methods`), in three groups.
 GEMMA_GROUPS = {
-    "1a": ("gemma-ours", "ours,ours-fused,ours-tiles,ours-tiles-list"),
+    "1a": ("gemma-ours", "ours,ours-fused,ours-tiles,ours-tiles-list,ours-cublas"),
     "1b": ("gemma-peers", "cce,cce-no-filter,torch-compile,liger,eager"),
     "1c": ("gemma-rest", "ours-tiles-sort,ours-tiles-no-sort,torchtune-chunked,torch-native,quack"),
 }

@@ -46,9 +46,11 @@ class Emitter:
             self.file.flush()
 
 
-def case_for(shape: str, beta: float, device: str) -> Case:
-    s = get_shape(shape)
-    return Case(s.tokens, s.vocab, s.hidden, s.dtype, beta, s.softcap, device)
+def case_for(args, beta: float) -> Case:
+    """The preset's case, with any of --tokens/--vocab/--hidden/--dtype overriding it."""
+    s = get_shape(args.shape)
+    sizes = [getattr(args, k) or getattr(s, k) for k in ("tokens", "vocab", "hidden", "dtype")]
+    return Case(*sizes, beta, s.softcap, args.device)
 
 
 def fwd_bwd(inputs, case: Case, budget_mib: float) -> torch.Tensor:
@@ -88,7 +90,7 @@ def diff(a: torch.Tensor, b: torch.Tensor) -> dict:
 def determinism(args, emit: Emitter) -> bool:
     ok = True
     for beta in args.betas:
-        case = case_for(args.shape, beta, args.device)
+        case = case_for(args, beta)
         inputs = make_inputs(case, seed=args.seed)
         first: dict[float, tuple] = {}
         for budget in args.budgets:
@@ -142,7 +144,7 @@ def curve_cell(args, case: Case, inputs, budget: float, emit: Emitter) -> None:
 
 def curve(args, emit: Emitter) -> bool:
     for beta in args.betas:
-        case = case_for(args.shape, beta, args.device)
+        case = case_for(args, beta)
         inputs = make_inputs(case, seed=args.seed)
         for budget in args.budgets:
             curve_cell(args, case, inputs, budget, emit)
@@ -155,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("check", choices=("determinism", "curve"))
     p.add_argument("--device", default="cuda")
     p.add_argument("--shape", help="perfsuite shape preset (default gemma2-2b on cuda, else smoke)")
+    for size in ("tokens", "vocab", "hidden"):
+        p.add_argument(f"--{size}", type=int, help=f"override the preset's {size}")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="override the preset's")
     p.add_argument("--budgets", default="64,16,1024", help="MiB, comma-separated")
     p.add_argument("--beta", default="0,0.1")
     p.add_argument("--samples", type=int, default=10)

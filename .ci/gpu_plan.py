@@ -108,7 +108,8 @@ ESTIMATES = {
     "1b": (190, 300, 40, 240, "raw/6 run.log: cce 28 s, torch-compile 32 s, liger 49 s, eager "
            "30 s; raw/7 rest.log: cce-no-filter <= 45 s; +6 s parent"),
     "1c": (90, 180, 35, 240, "raw/6 run.log: ours-tiles-sort ('ours-sort') 18 s, "
-           "ours-tiles-no-sort 19 s; ours-cublas never ran: taken as 15 s (its ops are cuBLAS and torch); raw/7 rest.log: "
+           "ours-tiles-no-sort 19 s; ours-cublas never ran: taken as 15 s (cuBLAS and torch "
+           "ops); raw/7 rest.log: "
            "torchtune-chunked 23 s; torch-native "
            "unavailable on torch 2.11, quack unsupported with a softcap: no worker"),
     "1d": (10, 60, 20, 120, "two perfsuite imports"),

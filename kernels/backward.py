@@ -57,8 +57,8 @@ _HEURISTICS = {
     "DC_ATOMIC": lambda a: native_atomics(a["dC"]),
     "GROUP_N": lambda a: GROUP_N,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
-    # Interpreter-only bf16 fixes (exact dot, round-to-nearest casts); False on GPUs.
-    "UPCAST_DOT": lambda a: interpreting() and a["E"].dtype == torch.bfloat16,
+    # Interpreter-only fixes (fp64 dots, round-to-nearest bf16 casts); False on GPUs.
+    "UPCAST_DOT": lambda a: interpreting(),
     # Lock backoff sleeps with inline PTX, which the interpreter cannot run.
     "BACKOFF": lambda a: not interpreting(),
 }

@@ -31,9 +31,9 @@ def cast(x, dtype: tl.constexpr, FIX_BF16: tl.constexpr):
     """``x.to(dtype)``, rounding to nearest even also under the interpreter.
 
     The CPU interpreter truncates fp32 -> bf16 (GPUs round to nearest even); with
-    ``FIX_BF16`` the rounding is done on the bits first so the cast is exact.
+    ``FIX_BF16`` (the interpreter) a cast to bf16 rounds on the bits first.
     """
-    if FIX_BF16:
+    if FIX_BF16 and dtype == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         x = bits.to(tl.float32, bitcast=True)
@@ -71,14 +71,18 @@ def locked_add(ptrs, values, mask, lock, FIX_BF16: tl.constexpr, BACKOFF: tl.con
 
 @triton.jit
 def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """``acc + a @ b``; ``UPCAST`` works around the interpreter's bf16 dot.
+    """``acc + a @ b``; ``UPCAST`` (the interpreter, every dtype) computes it in fp64.
 
-    triton's CPU interpreter stores bf16 as uint16 and multiplies the raw bits.
-    Upcasting first is exact (bf16 products fit in fp32), so CPU results match
-    what the tensor cores compute. Always False on a GPU.
+    triton's CPU interpreter stores bf16 as uint16 and multiplies the raw bits, and
+    its numpy matmul rounds differently for different block shapes, so two kernels
+    tiling the same logits differently would disagree in the last bit (at a logit of
+    8192 that is 1e-3 of probability). In fp64 the products are exact and the sum
+    rounds to the same fp32 whatever the shape, as a GPU's fixed k-order does. Always
+    False on a GPU.
     """
     if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        part = tl.dot(a.to(tl.float64), b.to(tl.float64), input_precision="ieee")
+        return part.to(tl.float32) if acc is None else acc + part.to(tl.float32)
     return tl.dot(a, b, acc, input_precision=PRECISION)
 
 

@@ -37,7 +37,7 @@ _HEURISTICS = {
     "HAS_LOGIT_AVG": lambda a: a["LogitAvg"] is not None,
     "HAS_TILE_LSE": lambda a: a["TileLSE"] is not None,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
-    "UPCAST_DOT": lambda a: interpreting() and a["E"].dtype == torch.bfloat16,
+    "UPCAST_DOT": lambda a: interpreting(),
     # The interpreter stores fp32 into bf16 as raw bits: cast explicitly there.
     "INTERPRETING": lambda a: interpreting(),
 }

@@ -40,7 +40,7 @@ _HEURISTICS = {
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "GROUP_N": lambda a: GROUP_N,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
-    "UPCAST_DOT": lambda a: interpreting() and a["E"].dtype == torch.bfloat16,
+    "UPCAST_DOT": lambda a: interpreting(),
 }
 
 

@@ -36,7 +36,7 @@ def _waves(ctas: int, slots: int) -> tuple[int, float]:
     return waves, ctas / (waves * slots)
 
 
-def _backward_costs(
+def pair_costs(
     shape: Shape,
     block_n: int,
     block_v: int,
@@ -105,9 +105,7 @@ def cost_rows(
                 "fwd_waves": waves,
                 "last_wave_eff": eff,
                 "fwd_lock_trips_per_1k_logits": 0.0,
-                **_backward_costs(
-                    shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem
-                ),
+                **pair_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem),
             }
         )
         if cce.available() is None and shape.dtype in cce.DTYPES:
@@ -131,7 +129,7 @@ def cost_rows(
                     # One LSE lock per (row block, vocab tile) program.
                     "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
                     # CCE locks both dE and dC, in the input dtype.
-                    **_backward_costs(
+                    **pair_costs(
                         shape, g["block_n"], g["block_v"], g["block_dd"], 2, elem, elem, elem
                     ),
                 }

@@ -166,6 +166,12 @@ def _strides(d: int) -> dict[str, int]:
     return {"stride_en": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_t": 1}
 
 
+def backward_inputs(dtype: str) -> dict[str, FakeTensor]:
+    """E, C and the per-row statistics both backward kernels read (fp32 max, log-sum, g)."""
+    stats = {name: T(torch.float32) for name in ("RowMax", "LogSum", "G")}
+    return {"E": T(dtype), "C": T(dtype), **stats}
+
+
 def native_atomics(dtype: str, arch: str) -> bool:
     """``backward.native_atomics`` for a buffer of ``dtype`` on ``arch`` (no device needed)."""
     return dtype == "fp32" or cfg_arch(arch) == "sm_90"
@@ -197,11 +203,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     for name, (smooth, cap, use_list, filt, accum) in variants.items():
         dc_dtype = "fp32" if accum else dtype
         args = {
-            "E": T(dtype),
-            "C": T(dtype),
-            "RowMax": T(torch.float32),
-            "LogSum": T(torch.float32),
-            "G": T(torch.float32),
+            **backward_inputs(dtype),
             "Order": T(torch.int32) if filt else None,
             "TileList": T(torch.int32, pairs + 1) if use_list else None,
             "TileCount": T(torch.int32, 1) if use_list else None,

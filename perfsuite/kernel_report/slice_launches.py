@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 import triton
 
-from .launches import Launch, Shape, T, cfg_arch
+from .launches import Launch, Shape, T, backward_inputs, cfg_arch
 
 # (smoothing, softcap) of the four variants a real launch can get.
 VARIANTS = {
@@ -73,11 +73,7 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         beta = shape.beta if smooth else 0.0
         for suffix, v0, cols in slice_starts(shape, width):
             args = {
-                "E": T(dtype),
-                "C": T(dtype),
-                "RowMax": T(torch.float32),
-                "LogSum": T(torch.float32),
-                "G": T(torch.float32),
+                **backward_inputs(dtype),
                 "Targets": T(torch.int64),  # targets.contiguous(): the caller's int64
                 "InvScale": T(torch.float32, 1),
                 # buf[:, :cols] of an (N, width) buffer: row stride width.

@@ -1,6 +1,8 @@
 """Static costs of the shipped configs at one shape, per representative GPU.
 
-Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair):
+Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair). The
+backward columns are the atomic-tile design's (``backward="tiles"``, an ablation) and
+CCE's; every design, the default slice one included, is modelled in ``designs``:
 
 * **recompute L2→SM GB**: the backward rebuilds each logit tile, reading a BLOCK_N×D
   slice of E and a BLOCK_V×D slice of C per pair (the forward's reads, again);
@@ -13,7 +15,7 @@ Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair)
 * **lock round trips / 1000 logits**: each locked (tile, D-chunk) update costs at
   least two serialised global atomics (CAS acquire, EXCH release), uncontended;
   the forward's too (CCE merges each program's LSE under a lock);
-* **bwd L2 GB**: all of the backward's L2 traffic per pair: the recompute, the
+* **total bwd L2 GB**: all of the backward's L2 traffic per pair: the recompute, the
   update loops' second read of the same E and C slices, the updates and the locked
   reads. The measured H100 backward (reports/nvidia-h100-80gb-hbm3) ran at about
   6 TB/s of this, so it is bound by it, not by the tensor cores;

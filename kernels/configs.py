@@ -69,13 +69,20 @@ _HALF_BWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, block_dd=64)
 # Hopper: wgmma wants larger tiles; 16-bit atomics free the backward of locks.
 # Measured on an H100 at Gemma2-2B (reports/nvidia-h100-80gb-hbm3): forward 256×128×32
 # 20.2 ms vs 128×128×32 32.9 ms. Backward 128×256×64 (dE's fp32 adds halved against
-# 128×128) is the widest tile without spills; not yet timed on a GPU.
+# 128×128) is the widest tile without spills; not yet timed on a GPU. Its D chunk is 32:
+# with 64, β = 0 with softcap spilled 8 B under Triton 3.9.0 (sm_90a bf16, 255 registers;
+# 2 stages instead spill 12 B). A 32-wide chunk halves the update loops' accumulators
+# and leaves the tile, so the L2 traffic, unchanged (no locks on Hopper to multiply).
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
-_HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=64)
+_HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=32)
 _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
 # The slice backward's gradient pass is the forward's GEMM with an elementwise epilogue
-# and a store of the G tile instead of row reductions: the forward's tiles.
-_HOPPER_SLICES = _HOPPER_FWD
+# and a store of the G tile instead of row reductions. On Hopper the forward's 256×128
+# spills in every variant (kernel-report, Triton 3.7.1, sm_90a bf16: 24 B at β = 0, 324 B
+# with smoothing + softcap): the epilogue holds the fp32 tile, tanh's t and the gradient
+# at once, 128 registers per thread each at 256×128 with 8 warps; 128×256 spills too.
+# 128×128 fits (≤ 240 registers); BLOCK_D 64 halves its K steps at no register cost.
+_HOPPER_SLICES = KernelConfig(128, 128, 64, num_warps=8, num_stages=3)
 _HALF_SLICES = _HALF_FWD
 _FP32_SLICES = _FP32_FWD
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)

@@ -15,9 +15,10 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from perfsuite import kernel_report
-from perfsuite.kernel_report import build, cce, costs, launches, sass
+from perfsuite.kernel_report import build, cce, costs, designs, launches, sass, slice_launches
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
@@ -132,6 +133,36 @@ def test_cost_table_at_gemma2_2b():
         assert a100["recompute_gb"] <= rows["cce", "A100"]["recompute_gb"]
 
 
+def test_design_cost_table():
+    """Per GPU: the slice design, the tile design and CCE's, modelled (not measured)."""
+    rows = designs.design_rows(GEMMA)
+    want = {
+        "gpu", "design", "config", "gemm_tflop", "hbm_bytes", "g_trip_bytes", "de_rw_bytes",
+        "l2_bytes", "atomic_bytes", "locked_bytes", "gemm_ms", "hbm_ms", "l2_ms",
+        "modelled_ms", "bound",
+    }  # fmt: skip
+    by = {(r["gpu"], r["design"]): r for r in rows}
+    n, v, d = GEMMA.n, GEMMA.v, GEMMA.d
+    for gpu in ("H100", "A100"):
+        sl, tl_ = by[gpu, "slices"], by[gpu, "tiles"]
+        assert all(want <= set(r) for r in (sl, tl_))
+        assert sl["atomic_bytes"] == sl["locked_bytes"] == 0 < tl_["atomic_bytes"]
+        # G: N·V·2 bytes written once, read by both GEMMs; fp32 dE read + written per slice.
+        assert sl["g_trip_bytes"] * 1e9 == pytest.approx(3 * n * v * 2)
+        assert sl["de_rw_bytes"] * 1e9 == pytest.approx(63 * 2 * n * d * 4)
+        assert sl["gemm_tflop"] == pytest.approx(6 * n * v * d / 1e12)
+        terms = [t for t in (sl["gemm_ms"], sl["hbm_ms"], sl["l2_ms"]) if t is not None]
+        assert sl["modelled_ms"] == pytest.approx(max(terms))
+        if cce.available() is None:
+            assert sl["l2_bytes"] <= by[gpu, "cce"]["l2_bytes"]
+            assert by[gpu, "cce"]["locked_bytes"] > 0 == by[gpu, "cce"]["atomic_bytes"]
+    # With the same 128×128 logit tile as the tile backward (A100), the slice design moves
+    # less through L2: plain GEMM loads replace the update loops' re-reads and atomics.
+    assert by["A100", "slices"]["l2_bytes"] <= by["A100", "tiles"]["l2_bytes"]
+    assert by["H100", "slices"]["l2_ms"] is not None and by["A100", "slices"]["l2_ms"] is None
+    assert any("650 TFLOP/s" in line for line in designs.rate_notes())
+
+
 # --- builds (child processes) -----------------------------------------------------
 
 
@@ -143,16 +174,24 @@ def probe() -> dict:
         from perfsuite.kernel_report import build, launches
         shape = launches.SHAPES["gemma2-2b"]
         res = {}
+        first = {"forward": "plain", "backward": "list", "slices": "smooth+softcap"}
         for arch in ("sm_80", "sm_90a"):
-            for kernel in ("forward", "backward"):
-                la = launches.our_launches(shape, [arch], ["bf16"], [kernel])[0]
-                spec = build.specialise(la)
-                res[f"{kernel} {arch}"] = {
-                    "constants": {k: v for k, v in spec.constants().items()},
-                    "divisible": spec.divisible(),
-                }
-            bwd = launches.our_launches(shape, [arch], ["bf16"], ["backward"])[0]
+            for kernel in ("forward", "backward", "slices"):
+                for la in launches.our_launches(shape, [arch], ["bf16"], [kernel]):
+                    spec = build.specialise(la)
+                    name = "" if la.variant == first[kernel] else f"[{la.variant}]"
+                    res[f"{kernel}{name} {arch}"] = {
+                        "constants": {k: v for k, v in spec.constants().items()},
+                        "divisible": spec.divisible(),
+                    }
+            bwd = [
+                la for la in launches.our_launches(shape, [arch], ["bf16"], ["backward"])
+                if la.variant == "list"
+            ][0]
             res[f"build backward {arch}"] = build.build(bwd)
+        # The default backward's slice GEMM, its heaviest variant, on Hopper.
+        grad = launches.our_launches(shape, ["sm_90a"], ["bf16"], ["slices"])[-1]
+        res["build slices sm_90a"] = {"variant": grad.variant, **build.build(grad)}
         colsum = launches.our_launches(shape, ["sm_80"], ["bf16"], ["column_sum"])[0]
         res["hints"] = build.build(colsum)["sass_hash"]
         res["no hints"] = build.build(colsum, hints=False)["sass_hash"]
@@ -168,7 +207,8 @@ def test_launch_specialised_as_the_jit_would(probe):
     assert fwd["constants"]["EVEN_V"] is True  # V = 256000 is a multiple of BLOCK_V
     for unit in ("stride_ed", "stride_cd"):
         assert fwd["constants"][unit] == 1
-    assert fwd["constants"]["HAS_TILE_LSE"] is True and fwd["constants"]["softcap"] is None
+    assert fwd["constants"]["HAS_TILE_LSE"] is False and fwd["constants"]["softcap"] is None
+    assert probe["forward[list+smooth+softcap] sm_90a"]["constants"]["HAS_TILE_LSE"] is True
     assert {"E", "C", "N", "V", "D", "stride_en", "stride_cv"} <= set(fwd["divisible"])
     assert {"E", "C", "dE", "dC", "N", "V", "D"} <= set(probe["backward sm_90a"]["divisible"])
     # dE is fp32 (hardware adds everywhere); bf16 dC: atomics on sm_90a, the lock on sm_80.
@@ -176,6 +216,78 @@ def test_launch_specialised_as_the_jit_would(probe):
     assert probe["backward sm_80"]["constants"]["DC_ATOMIC"] is False
     assert probe["backward sm_80"]["constants"]["DE_ATOMIC"] is True
     assert probe["backward sm_90a"]["constants"]["USE_LIST"] is True
+
+
+def test_slice_kernel_specialised_and_built_without_spills(probe):
+    """The default backward's Triton GEMM: every variant's flags, the slice's ints
+    divisible by 16 (v0 = 0 and width 4096 at Gemma2-2B bf16), no spill on sm_90a."""
+    for arch in ("sm_80", "sm_90a"):
+        for variant, (smooth, cap) in slice_launches.VARIANTS.items():
+            key = "slices" if variant == "smooth+softcap" else f"slices[{variant}]"
+            spec = probe[f"{key} {arch}"]
+            assert spec["constants"]["HAS_SMOOTHING"] is smooth
+            assert spec["constants"]["HAS_SOFTCAP"] is cap
+            assert spec["constants"]["EVEN_D"] is True
+            assert {"E", "C", "Out", "v0", "width", "stride_on", "D"} <= set(spec["divisible"])
+    built = probe["build slices sm_90a"]
+    assert built["variant"] == "smooth+softcap"
+    assert built["spill_store_bytes"] == built["spill_load_bytes"] == 0
+    assert built["hgmma"] > 0 and built["atomic_adds"] == built["cas"] == 0
+    assert 0 < built["registers"] <= 255 and built["ctas_per_sm"] >= 1
+
+
+def test_missing_default_variants_specialised(probe):
+    """β = 0 with softcap and β > 0 without it: the flags a real launch gets."""
+    for arch in ("sm_80", "sm_90a"):
+        for kernel in ("forward", "backward"):
+            cap = probe[f"{kernel}[softcap] {arch}"]["constants"]
+            smooth = probe[f"{kernel}[smooth] {arch}"]["constants"]
+            assert cap["HAS_SOFTCAP"] is True and cap["HAS_SMOOTHING"] is False
+            assert smooth["HAS_SOFTCAP"] is False and smooth["HAS_SMOOTHING"] is True
+    # The default forward (slice backward, no filter) writes no tile LSEs.
+    assert probe["forward sm_90a"]["constants"]["HAS_TILE_LSE"] is False
+
+
+def test_every_variant_listed_for_every_dtype_and_arch():
+    """Rows the report builds: the slice kernel's four variants and the two default
+    variants the report used to skip, for every dtype and arch, at the slice width."""
+    for arch in ("sm_80", "sm_90a"):
+        for dtype in ("bf16", "fp16", "fp32"):
+            todo = launches.our_launches(GEMMA, [arch], [dtype], ["forward", "backward", "slices"])
+            by_kernel: dict[str, set[str]] = {}
+            for la in todo:
+                by_kernel.setdefault(la.kernel, set()).add(la.variant)
+            assert by_kernel["slices"] == set(slice_launches.VARIANTS)
+            for kernel in ("forward", "backward"):
+                assert {"plain", "softcap", "smooth", "smooth+softcap"} <= by_kernel[kernel]
+            width = slice_launches.slice_width(GEMMA, dtype)
+            for la in todo:
+                if la.kernel == "slices":
+                    assert la.args["v0"] == 0 and la.args["width"] == width
+                    assert la.args["stride_on"] == width and la.config.endswith(f"-W{width}")
+    # 64 MiB of bf16 G over N = 8192 rows: 4096 columns, 63 slices (the default's).
+    assert slice_launches.slice_count(GEMMA, "bf16") == (4096, 63)
+
+
+def test_slice_specialisations_split_off_an_odd_last_slice():
+    odd = launches.Shape("odd", 8192, 256008, 2304)
+    starts = slice_launches.slice_starts(odd, 4096)
+    assert [(s, v0) for s, v0, _ in starts] == [("", 0), ("+last", 62 * 4096)]
+    assert starts[-1][2] == 256008 - 62 * 4096
+    assert len(slice_launches.slice_starts(GEMMA, 4096)) == 1
+
+
+@pytest.mark.skipif(cce.available() is not None, reason="cut-cross-entropy not importable")
+def test_cce_backward_gets_the_int32_vocab_order_cce_passes():
+    import inspect
+
+    from cut_cross_entropy import cce as cce_module
+
+    assert "torch.int32" in inspect.getsource(cce_module.sort_logit_avg)
+    for la in cce.launches(GEMMA, ["sm_90a"], ["bf16"]):
+        if la.kernel == "cce_backward":
+            assert la.args["VocabOrdering"].dtype == torch.int32
+            assert la.args["grad_scale"] == 1.0 / GEMMA.n
 
 
 def test_divisibility_hints_change_the_build(probe):
@@ -325,6 +437,7 @@ def test_table_names_every_variant(monkeypatch, capsys):
         "shape": vars(GEMMA),
         "rows": [_row("forward", "plain"), _row("cce_backward", "train", ours=False)],
         "costs": costs.cost_rows(GEMMA),
+        "designs": designs.design_rows(GEMMA),
         "notes": ["CCE side by side skipped: test"],
     }
     monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: report)
@@ -336,6 +449,8 @@ def test_table_names_every_variant(monkeypatch, capsys):
     assert "N64-V64-D32x32-w8-s3" in text  # not squeezed to 80 columns in a log
     assert "H100" in text and "A100" in text and "100.0%" in text
     assert "CCE side by side skipped" in text
+    assert "a MODEL, not a measurement" in text and "total bwd L2 GB" in text
+    assert " slices " in text and "modelled ms" in text
 
 
 @pytest.mark.parametrize("arch", ["sm_800", "sm_70", "sm_99x"])

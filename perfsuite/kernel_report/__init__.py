@@ -8,9 +8,13 @@ hardware-atomic choice of the arch). The PTX goes through the ptxas Triton uses 
 the target (``--gpu-name=sm_90a`` on Hopper) with ``-v``; ``cuobjdump`` reads the
 cubin's resources and SASS. Each row gives registers, spills, shared memory, CTAs
 per SM, SASS counts (HGMMA/HMMA, LDGSTS, MEMBAR, ATOMG.CAS, global adds) and how
-many tensor-core instructions sit inside a spin-lock critical section. A cost table
-follows (``costs``). With cut-cross-entropy importable its kernels are built the
-same way, side by side.
+many tensor-core instructions sit inside a spin-lock critical section. The kernels:
+the forward, the default slice backward's gradient-slice GEMM (``slices``, every
+β = 0 / β > 0 × softcap variant at the slice width the default budget picks), the
+atomic-tile backward (the ``tiles`` ablation) and the helpers. A cost table follows
+(``costs``: forward waves, the tile backward's traffic), then a modelled cost per
+backward design (``designs``: slices, tiles, CCE). With cut-cross-entropy importable
+its kernels are built the same way, side by side.
 
 The report fails (exit 1, with the reason) when one of our builds fails, ptxas
 exits non-zero or its log cannot be parsed, a config spills, holds a lock across a
@@ -30,12 +34,12 @@ import subprocess
 import sys
 from typing import Any
 
-from . import build, cce, costs, launched, launches
+from . import build, cce, costs, designs, launched, launches
 from .build import BuildError
 from .launches import HELPERS, Launch, Shape, parse_shape
 
 DEFAULT_ARCHS = ("sm_80", "sm_90a")
-KERNELS = ("forward", "backward", *HELPERS)
+KERNELS = ("forward", "slices", "backward", *HELPERS)
 
 __all__ = [
     "BuildError",
@@ -184,7 +188,8 @@ def _report(
         "shape": vars(shape),
         "rows": rows,
         "costs": costs.cost_rows(shape, measured),
-        "notes": notes,
+        "designs": designs.design_rows(shape),
+        "notes": notes + designs.rate_notes(),
     }
 
 

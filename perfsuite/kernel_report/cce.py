@@ -87,9 +87,10 @@ def launches(shape: Shape, archs: list[str], dtypes: list[str]) -> Iterator[Laun
                     "C": T(dtype),
                     "LSE": T(torch.float32),
                     "dOut": T(torch.float32, numel=1),  # mean reduction: a scalar
-                    "grad_scale": 1.0,
+                    "grad_scale": 1.0 / n,  # cce.py: 1 / lse.numel() for a mean
                     "Valids": None,
-                    "VocabOrdering": T(torch.int64),
+                    # cce.py's sort_logit_avg: torch.argsort(logit_avg).to(torch.int32)
+                    "VocabOrdering": T(torch.int32),
                     "softcap": cap,
                     "Targets": T(torch.int64),
                     "dE": T(dtype),

@@ -1,6 +1,8 @@
 """Static costs of the shipped configs at one shape, per representative GPU.
 
-Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair):
+Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair). The
+backward columns are the atomic-tile design's (``backward="tiles"``, an ablation) and
+CCE's; every design, the default slice one included, is modelled in ``designs``:
 
 * **recompute L2→SM GB**: the backward rebuilds each logit tile, reading a BLOCK_N×D
   slice of E and a BLOCK_V×D slice of C per pair (the forward's reads, again);
@@ -13,7 +15,7 @@ Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair)
 * **lock round trips / 1000 logits**: each locked (tile, D-chunk) update costs at
   least two serialised global atomics (CAS acquire, EXCH release), uncontended;
   the forward's too (CCE merges each program's LSE under a lock);
-* **bwd L2 GB**: all of the backward's L2 traffic per pair: the recompute, the
+* **total bwd L2 GB**: all of the backward's L2 traffic per pair: the recompute, the
   update loops' second read of the same E and C slices, the updates and the locked
   reads. The measured H100 backward (reports/nvidia-h100-80gb-hbm3) ran at about
   6 TB/s of this, so it is bound by it, not by the tensor cores;
@@ -36,7 +38,7 @@ def _waves(ctas: int, slots: int) -> tuple[int, float]:
     return waves, ctas / (waves * slots)
 
 
-def _backward_costs(
+def pair_costs(
     shape: Shape,
     block_n: int,
     block_v: int,
@@ -105,9 +107,7 @@ def cost_rows(
                 "fwd_waves": waves,
                 "last_wave_eff": eff,
                 "fwd_lock_trips_per_1k_logits": 0.0,
-                **_backward_costs(
-                    shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem
-                ),
+                **pair_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem),
             }
         )
         if cce.available() is None and shape.dtype in cce.DTYPES:
@@ -131,7 +131,7 @@ def cost_rows(
                     # One LSE lock per (row block, vocab tile) program.
                     "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
                     # CCE locks both dE and dC, in the input dtype.
-                    **_backward_costs(
+                    **pair_costs(
                         shape, g["block_n"], g["block_v"], g["block_dd"], 2, elem, elem, elem
                     ),
                 }

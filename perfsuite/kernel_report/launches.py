@@ -116,10 +116,15 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels.configs import PINNED
 
     n, v, d = shape.n, shape.v, shape.d
-    # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path)
+    # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path).
+    # The default (slice backward, no filter) passes neither: β = 0 / β > 0 × softcap
+    # off / on. The filtered tile-backward ablations add the tile LSEs or the logit sums.
     variants = {
-        "plain": (False, False, False, True),
-        "smooth+softcap": (True, True, False, True),
+        "plain": (False, False, False, False),
+        "softcap": (False, True, False, False),
+        "smooth": (True, False, False, False),
+        "smooth+softcap": (True, True, False, False),
+        "list+smooth+softcap": (True, True, False, True),
         "sorted": (False, False, True, False),
     }
     for name, (smooth, cap, avg, tiles) in variants.items():
@@ -133,8 +138,9 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         args = {
             "E": T(dtype),
             "C": T(dtype),
-            # c̄ is computed with smoothing whenever a gradient follows (function.py).
-            "CBar": T(torch.float32) if smooth else None,
+            # c̄: smoothing without softcap (the forward's Σz), or any smoothing on the
+            # tile backward's path (its rank-one part; function.py).
+            "CBar": T(torch.float32) if smooth and (not cap or tiles) else None,
             "MaxPart": T(torch.float32, offset=0),
             "SumPart": T(torch.float32, offset=part),
             "SmoothPart": T(torch.float32, offset=2 * part) if smooth else None,
@@ -160,6 +166,12 @@ def _strides(d: int) -> dict[str, int]:
     return {"stride_en": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_t": 1}
 
 
+def backward_inputs(dtype: str) -> dict[str, FakeTensor]:
+    """E, C and the per-row statistics both backward kernels read (fp32 max, log-sum, g)."""
+    stats = {name: T(torch.float32) for name in ("RowMax", "LogSum", "G")}
+    return {"E": T(dtype), "C": T(dtype), **stats}
+
+
 def native_atomics(dtype: str, arch: str) -> bool:
     """``backward.native_atomics`` for a buffer of ``dtype`` on ``arch`` (no device needed)."""
     return dtype == "fp32" or cfg_arch(arch) == "sm_90"
@@ -174,22 +186,24 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     min_block = getattr(backward, "_MIN_BLOCK", 16)
     de_locks_bytes = triton.cdiv(n, min_block) * triton.cdiv(d, min_block) * 4
     pairs = triton.cdiv(n, cfg.block_n) * triton.cdiv(v, cfg.block_v)
-    # (flags) smoothing, softcap, tile list, element filter + sorting, fp32 dC
+    # (flags) smoothing, softcap, tile list, element filter + sorting, fp32 dC.
+    # backward="tiles" (an ablation since the slice backward): β = 0 / β > 0 × softcap
+    # off / on without filtering (ours-tiles), the tile list and CCE's element filter.
     variants = {
+        "plain": (False, False, False, False, False),
+        "softcap": (False, True, False, False, False),
+        "smooth": (True, False, False, False, False),
+        "smooth+softcap": (True, True, False, False, False),
         "list": (False, False, True, False, False),
+        "list+smooth+softcap": (True, True, True, False, False),
         "filter+sorted": (False, False, False, True, False),
-        "smooth+softcap": (True, True, True, False, False),
     }
     if dtype != "fp32":
         variants["fp32-accum"] = (True, True, True, False, True)
     for name, (smooth, cap, use_list, filt, accum) in variants.items():
         dc_dtype = "fp32" if accum else dtype
         args = {
-            "E": T(dtype),
-            "C": T(dtype),
-            "RowMax": T(torch.float32),
-            "LogSum": T(torch.float32),
-            "G": T(torch.float32),
+            **backward_inputs(dtype),
             "Order": T(torch.int32) if filt else None,
             "TileList": T(torch.int32, pairs + 1) if use_list else None,
             "TileCount": T(torch.int32, 1) if use_list else None,
@@ -313,7 +327,18 @@ def _all_helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     yield from _targets(shape, dtype, arch)
 
 
-OURS = {"forward": _forward, "backward": _backward, "helpers": _all_helpers}
+def _slices(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    from .slice_launches import launches
+
+    yield from launches(shape, dtype, arch)
+
+
+OURS = {
+    "forward": _forward,
+    "slices": _slices,
+    "backward": _backward,
+    "helpers": _all_helpers,
+}
 HELPERS = ("column_sum", "tile_threshold", "tile_keep", "target_logit")
 
 

@@ -27,7 +27,7 @@ BUILD_COLUMNS = (
     ("TC in lock", "critical_tensor_ops"),
 )
 _TEXT = {"kernel", "variant", "config", "dtype", "arch", "ok"}
-_TEXT_COSTS = {"impl", "gpu", "workload", "fwd_config", "bwd_config"}
+_TEXT_COSTS = {"impl", "gpu", "workload", "fwd_config", "bwd_config", "design", "config", "bound"}
 
 COST_COLUMNS = (
     ("impl", "impl", "{}"),
@@ -44,7 +44,7 @@ COST_COLUMNS = (
     ("recompute GB", "recompute_gb", "{:,.1f}"),
     ("update GB", "update_gb", "{:,.1f}"),
     ("locked RMW GB", "locked_rmw_gb", "{:,.1f}"),
-    ("bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
+    ("total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
     ("bwd locks/1k", "lock_trips_per_1k_logits", "{:.2f}"),
 )
 
@@ -59,7 +59,27 @@ LAUNCHED_COLUMNS = (
     ("launched", "launched", "{:,}"),
     ("fraction", "launched_fraction", "{:.1%}"),
     ("modelled recompute GB", "recompute_gb", "{:,.1f}"),
-    ("modelled bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
+    ("modelled total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
+)
+
+DESIGN_COLUMNS = (
+    ("GPU", "gpu", "{}"),
+    ("design", "design", "{}"),
+    ("config", "config", "{}"),
+    ("slices", "slices", "{}"),
+    ("width", "width", "{}"),
+    ("TFLOP", "gemm_tflop", "{:,.1f}"),
+    ("HBM GB≥", "hbm_bytes", "{:,.1f}"),
+    ("G trip GB", "g_trip_bytes", "{:,.1f}"),
+    ("dE r+w GB", "de_rw_bytes", "{:,.1f}"),
+    ("total bwd L2 GB", "l2_bytes", "{:,.1f}"),
+    ("atomic GB", "atomic_bytes", "{:,.1f}"),
+    ("locked GB", "locked_bytes", "{:,.1f}"),
+    ("GEMM ms", "gemm_ms", "{:,.1f}"),
+    ("HBM ms", "hbm_ms", "{:,.1f}"),
+    ("L2 ms", "l2_ms", "{:,.1f}"),
+    ("modelled ms", "modelled_ms", "{:,.1f}"),
+    ("bound", "bound", "{}"),
 )
 
 
@@ -106,12 +126,26 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
 
     console.print(
         _table(
-            f"Static costs at {where}, {shape['dtype']}: every backward pair "
+            f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
+            "atomic-tile backward (backward='tiles', an ablation) and CCE's, every pair "
             "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
             COST_COLUMNS,
             report["costs"],
         )
     )
+    if report.get("designs"):
+        console.print(
+            _table(
+                f"Backward designs at {where}, {shape['dtype']}: a MODEL, not a measurement "
+                "(kernel_report/designs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
+                "L2 / L2 rate) at the rates in the notes below; HBM GB≥: each launch's "
+                "operands read and outputs written once (a lower bound); G trip: the slice "
+                "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
+                "updates and reads under a spin lock",
+                DESIGN_COLUMNS,
+                report["designs"],
+            )
+        )
     if report.get("launched"):
         console.print(
             _table(

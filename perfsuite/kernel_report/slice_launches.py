@@ -1,0 +1,105 @@
+"""The default backward's Triton kernel (``slices._grad_slice_kernel``) as launched.
+
+``slices_backward`` launches it once per vocab slice of ``width`` columns, with the
+slice's first column ``v0`` and its column count as plain ints; Triton specialises
+each int by divisibility by 16 (and 1 as a constant), so the slices of one shape
+compile to at most two binaries: the full slices and a narrower last one. Each
+distinct specialisation is built, under the variant name (``last`` added when the
+last slice compiles differently). The width is the one ``slices.slice_width`` picks
+from the default memory budget on a GPU, where cuBLAS adds 16-bit products into
+fp32 (``slices._fp32_out_mm`` is True on CUDA with torch ≥ 2.8): the workspace is
+G alone, N·(2|4) bytes per column, plus C_s's fp32 rescaling for fp16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from unittest import mock
+
+import torch
+import triton
+
+from .launches import Launch, Shape, T, backward_inputs, cfg_arch
+
+# (smoothing, softcap) of the four variants a real launch can get.
+VARIANTS = {
+    "plain": (False, False),
+    "softcap": (False, True),
+    "smooth": (True, False),
+    "smooth+softcap": (True, True),
+}
+
+
+def slice_width(shape: Shape, dtype: str) -> int:
+    """Columns per slice on a GPU at ``shape`` under the default budget (slices.py)."""
+    from perfsuite.kernels import slices
+
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    cuda = torch.device("cuda", 0)
+    # The probe needs a GPU; on one it finds cuBLAS's fp32-output GEMM (torch ≥ 2.8).
+    with mock.patch.object(slices, "_fp32_out_mm", lambda device: True):
+        per = slices.bytes_per_column(shape.n, shape.d, torch_dtype, cuda, "triton", False)
+    return slices.slice_width(shape.v, per, slices.DEFAULT_BUDGET)
+
+
+def _int_key(x: int) -> tuple[bool, bool]:
+    """How Triton specialises an int argument: == 1 (a constant), divisible by 16."""
+    return x == 1, x % 16 == 0
+
+
+def slice_starts(shape: Shape, width: int) -> list[tuple[str, int, int]]:
+    """(suffix, v0, columns) of each distinct specialisation among the shape's slices."""
+    starts = list(range(0, shape.v, width))
+    out: list[tuple[str, int, int]] = []
+    seen = set()
+    for i, v0 in enumerate(starts):
+        cols = min(width, shape.v - v0)
+        key = (_int_key(v0), _int_key(cols))
+        if key not in seen:
+            seen.add(key)
+            out.append(("" if i == 0 else "+last" if i == len(starts) - 1 else f"+{i}", v0, cols))
+    return out
+
+
+def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    """Every variant × distinct slice specialisation of ``_grad_slice_kernel``."""
+    from perfsuite.kernels import slices
+    from perfsuite.kernels.configs import PINNED
+
+    cfg = PINNED["slices", cfg_arch(arch), dtype]
+    n, v, d = shape.n, shape.v, shape.d
+    width = slice_width(shape, dtype)
+    for name, (smooth, cap) in VARIANTS.items():
+        beta = shape.beta if smooth else 0.0
+        for suffix, v0, cols in slice_starts(shape, width):
+            args = {
+                **backward_inputs(dtype),
+                "Targets": T(torch.int64),  # targets.contiguous(): the caller's int64
+                "InvScale": T(torch.float32, 1),
+                # buf[:, :cols] of an (N, width) buffer: row stride width.
+                "Out": T(dtype, n * width),
+                "softcap": shape.softcap if cap else None,
+                "smooth_w": beta / v,
+                "target_w": 1.0 - beta,
+                "N": n,
+                "D": d,
+                "v0": v0,
+                "width": cols,
+                "stride_en": d,
+                "stride_ed": 1,
+                "stride_cv": d,
+                "stride_cd": 1,
+                "stride_on": width,
+                **cfg.meta("slices"),
+            }
+            yield Launch(
+                "slices", name + suffix, dtype, arch, slices._grad_slice, args,
+                cfg.num_warps, cfg.num_stages, config=f"{cfg.describe()}-W{width}",
+                declared_ctas=cfg.ctas_per_sm,
+            )  # fmt: skip
+
+
+def slice_count(shape: Shape, dtype: str) -> tuple[int, int]:
+    """(width, number of slices) at ``shape``: the design cost table's S."""
+    width = slice_width(shape, dtype)
+    return width, triton.cdiv(shape.v, width)

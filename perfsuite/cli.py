@@ -241,6 +241,16 @@ MODULE_COMMANDS = (
         "write the history as a static site: plots across commits, change points marked",
     ),
     (
+        "workload",
+        "perfsuite.activations.cli",
+        "dump a transformers model's hidden states as a --workload file; train one; inspect one",
+    ),
+    (
+        "filtering",
+        "perfsuite.filtering.cli",
+        "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
+    ),
+    (
         "kernel-report",
         "perfsuite.kernel_report",
         "compile the kernels ahead of time; registers, spills",

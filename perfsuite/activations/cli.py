@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -101,7 +100,7 @@ def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
 def run(args: argparse.Namespace) -> int:
     from perfsuite.activations.dump import dump_workload
 
-    command = "perfsuite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)
     if args.workload_command == "inspect":
         summary = summarize(args.file)
         print(json.dumps(summary, indent=1)) if args.json else _print(summary)

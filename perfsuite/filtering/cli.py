@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_study(case, inputs, args.thresholds, args.filters, args.orders)
     document = {
         "schema": "perfsuite-filtering/1",
-        "command": "perfsuite " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "command": "perfsuite " + " ".join(shlex.quote(a) for a in args.argv),
         "workload": {
             **workload,
             "label": label,

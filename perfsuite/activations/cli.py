@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--preset", default="cpu-filtering", help="a converge preset")
     train.add_argument("--steps", type=positive_int, help="default: the preset's")
     train.add_argument("--tokens", type=positive_int, default=2048, help="rows to dump (N)")
+    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     train.add_argument("--out", required=True, type=Path, help="the .safetensors file")
     train.add_argument("--force", action="store_true", help="overwrite --out")
     inspect = sub.add_parser("inspect", help="entropy, entries >= 2^-12, frequency geometry")
@@ -125,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
             steps=args.steps,
             command=command,
             on_step=step,
+            device=args.device,
         )
-    print(f"wrote {args.out} ({info['bytes'] / 2**20:.1f} MiB) in {time.perf_counter() - start:.0f} s")
+    print(
+        f"wrote {args.out} ({info['bytes'] / 2**20:.1f} MiB) in {time.perf_counter() - start:.0f} s"
+    )
     _print(summarize(args.out))
     return 0

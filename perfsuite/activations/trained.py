@@ -30,8 +30,9 @@ def train_model(
     *,
     steps: int | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    device: str = "cpu",
 ) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
-    """``(model, dataset, record)``: the preset trained by converge's loop (CPU, fp32)."""
+    """``(model, dataset, record)``: the preset trained by converge's loop (fp32)."""
     from torch.nn.utils import vector_to_parameters
 
     from perfsuite.converge.model import build_model, set_deterministic
@@ -49,17 +50,18 @@ def train_model(
         p.vocab, p.steps, p.batch, p.seq, p.eval_batches, p.seed, p.train_batches, split_words=False
     )
     start = time.perf_counter()
-    result = train_run(get_method("eager"), preset, data, 0.0, "fp32", "cpu", on_step=on_step)
+    result = train_run(get_method("eager"), preset, data, 0.0, "fp32", device, on_step=on_step)
     wall = time.perf_counter() - start
     if result.status != "ok" or result.params is None:
         raise WorkloadError(f"training {preset_name} failed: {result.status}: {result.reason}")
-    model = build_model(preset, torch.float32, "cpu")
-    vector_to_parameters(result.params, model.parameters())
+    model = build_model(preset, torch.float32, device)
+    vector_to_parameters(result.params.to(device), model.parameters())
     losses = result.losses
     record = {
         "preset": preset.to_dict(),
         "data": data.describe(),
         "train_wall_s": round(wall, 1),
+        "device": device,
         "train_loss_first": losses[0],
         "train_loss_last_10_mean": sum(losses[-10:]) / len(losses[-10:]),
         "heldout": {k: v for k, v in (result.heldout or {}).items() if isinstance(v, float)},
@@ -75,9 +77,10 @@ def train_and_dump(
     steps: int | None = None,
     command: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Train, then dump ``tokens`` rows (whole training sequences) to ``out``; the record."""
-    model, data, record = train_model(preset_name, steps=steps, on_step=on_step)
+    model, data, record = train_model(preset_name, steps=steps, on_step=on_step, device=device)
     seq = data.train.shape[-1] - 1
     sequences = data.train.reshape(-1, seq + 1)
     wanted = math.ceil(tokens / seq)
@@ -87,5 +90,6 @@ def train_and_dump(
         )
     record["dumped"] = f"the first {wanted} training sequences of {seq + 1} tokens"
     record["command"] = command
-    info = dump_workload(model, sequences[:wanted], out, metadata=record)
+    ids = sequences[:wanted].to(next(model.parameters()).device)
+    info = dump_workload(model, ids, out, metadata=record)
     return {**record, **info}

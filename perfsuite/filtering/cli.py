@@ -66,6 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zipf", type=float, help="synthetic: Zipf exponent of the prior (default 1)")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument(
         "--thresholds",
         type=threshold_list,
@@ -90,10 +91,18 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
             raise WorkloadError("a file workload fixes V and D (only --tokens applies)")
         spec = parse_workload(kind)
         shape = file_shape(spec, args.tokens)
-        case = Case(shape.tokens, shape.vocab, shape.hidden, args.dtype, softcap=shape.softcap)
+        case = Case(
+            shape.tokens,
+            shape.vocab,
+            shape.hidden,
+            args.dtype,
+            softcap=shape.softcap,
+            device=args.device,
+        )
         return case, make_inputs(case, args.seed, spec), {"kind": "file", "path": kind}
-    n, v, d = (x or y for x, y in zip((args.tokens, args.vocab, args.hidden), DEFAULT_SHAPE))
-    case = Case(n, v, d, args.dtype)
+    given = (args.tokens, args.vocab, args.hidden)
+    n, v, d = (x or y for x, y in zip(given, DEFAULT_SHAPE, strict=True))
+    case = Case(n, v, d, args.dtype, device=args.device)
     if kind == "random":
         if args.entropy is not None or args.zipf is not None:
             raise WorkloadError("--entropy/--zipf shape a synthetic workload, not random inputs")
@@ -102,7 +111,14 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     if kind == "synthetic":
         return case, make_inputs(case, args.seed, spec), {**spec, "geometry": "trained"}
     e, c, targets, info = synthetic_inputs(
-        n, v, d, entropy=spec["entropy"], zipf=spec["zipf"], seed=args.seed, geometry="axis"
+        n,
+        v,
+        d,
+        entropy=spec["entropy"],
+        zipf=spec["zipf"],
+        seed=args.seed,
+        geometry="axis",
+        device=args.device,
     )
     inputs = Inputs(
         e=e.to(case.torch_dtype).requires_grad_(True),
@@ -119,14 +135,16 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.results.provenance import collect_env
 
     stem = args.out.with_suffix("") if args.out.suffix in (".json", ".md") else args.out
-    existing = [p for p in (stem.with_suffix(s) for s in (".json", ".md", ".csv", ".png"))
-                if p.exists()]
+    existing = [
+        p for p in (stem.with_suffix(s) for s in (".json", ".md", ".csv", ".png")) if p.exists()
+    ]
     if existing and not args.force:
         raise WorkloadError(f"{existing[0]} exists (--force overwrites)")
     case, inputs, workload = build_inputs(args)
     label = {"random": "random", "file": f"file:{Path(workload.get('path', '')).name}"}.get(
-        workload["kind"], f"synthetic(H={workload.get('entropy', 0):g},"
-        f"zipf={workload.get('zipf', 0):g},{workload.get('geometry')})"
+        workload["kind"],
+        f"synthetic(H={workload.get('entropy', 0):g},"
+        f"zipf={workload.get('zipf', 0):g},{workload.get('geometry')})",
     )
     result = run_study(case, inputs, args.thresholds, args.filters, args.orders)
     document = {
@@ -143,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
         },
         "filters": {name: vars(f) for name, f in emulate.FILTERS.items()},
-        "env": collect_env("cpu"),
+        "env": collect_env(args.device),
         **result,
     }
     for path in write_all(stem, document):

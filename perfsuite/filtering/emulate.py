@@ -64,7 +64,7 @@ def vocab_order(kind: str, logits: torch.Tensor, live: torch.Tensor, seed: int =
         return torch.argsort(logits[live].mean(0), descending=True)
     if kind == "random":
         gen = torch.Generator().manual_seed(seed)
-        return torch.randperm(logits.shape[1], generator=gen)
+        return torch.randperm(logits.shape[1], generator=gen).to(logits.device)
     raise ValueError(f"unknown vocabulary order {kind!r}; known: {', '.join(ORDERS)}")
 
 
@@ -87,9 +87,7 @@ def expand(keep: torch.Tensor, n: int, v: int, tn: int, tv: int) -> torch.Tensor
     return keep.repeat_interleave(tn, 0).repeat_interleave(tv, 1)[:n, :v]
 
 
-def element_tiles(
-    terms: torch.Tensor, live: torch.Tensor, eps: float, flt: Filter
-) -> torch.Tensor:
+def element_tiles(terms: torch.Tensor, live: torch.Tensor, eps: float, flt: Filter) -> torch.Tensor:
     """Tiles holding some |term| ≥ eps in a live row (terms: p, or p − onehot for CCE)."""
     return tiles_any((terms.abs() >= eps) & live[:, None], flt.tile_n, flt.tile_v)
 
@@ -110,7 +108,8 @@ def tile_mass(tile_lse: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 def row_thresholds(mass: torch.Tensor, filter_eps: float, dtype: torch.dtype) -> torch.Tensor:
     """τ per row: the largest filter_eps·4^-k whose dropped mass fits the budget, else 0."""
     budget = torch.finfo(dtype).eps / 8
-    levels = filter_eps * torch.exp2(-2.0 * torch.arange(LEVELS, dtype=torch.float32))
+    k = torch.arange(LEVELS, dtype=torch.float32, device=mass.device)
+    levels = filter_eps * torch.exp2(-2.0 * k)
     dropped = torch.stack([(mass * (mass < lv)).sum(1) for lv in levels.tolist()], 1)
     fits = dropped <= budget
     return torch.where(fits, levels[None, :], torch.zeros(())).amax(1)

@@ -55,8 +55,9 @@ def markdown(document: dict[str, Any]) -> str:
         f"# Filtering study: {w['label']} (N={w['tokens']}, V={w['vocab']}, D={w['hidden']}, "
         f"{w['dtype']})",
         "",
-        f"Mean entropy {s['mean_entropy']:.3g} nats; {100 * s['fraction_at_or_above_threshold']:.3g}"
-        f" % of softmax entries ≥ 2^-12; mean top-1 probability {s['mean_top1']:.3g}. "
+        f"Mean entropy {s['mean_entropy']:.3g} nats; "
+        f"{100 * s['fraction_at_or_above_threshold']:.3g} % of softmax entries ≥ 2^-12; "
+        f"mean top-1 probability {s['mean_top1']:.3g}. "
         f"Frequency direction's share of E {s['share_e']:.3g}, of C {s['share_c']:.3g} "
         f"(random: {s['random_share']:.3g}). Torch {w['dtype']} vs the fp32 reference: dE "
         f"{s['torch_grad_e_max_abs']:.3g}, dC {s['torch_grad_c_max_abs']:.3g} max-abs "
@@ -92,21 +93,30 @@ def plot(path: Path, document: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     styles = {"natural": "-", "sorted": "--", "random": ":"}
     colors = {"cce": "tab:red", "element": "tab:orange", "tile-list": "tab:blue"}
-    for (name, order) in dict.fromkeys((r["filter"], r["order"]) for r in rows):
-        sel = sorted((r for r in rows if (r["filter"], r["order"]) == (name, order)),
-                     key=lambda r: r["threshold"])
+    for name, order in dict.fromkeys((r["filter"], r["order"]) for r in rows):
+        sel = sorted(
+            (r for r in rows if (r["filter"], r["order"]) == (name, order)),
+            key=lambda r: r["threshold"],
+        )
         x = [r["threshold"] for r in sel]
-        kw = {"color": colors.get(name), "linestyle": styles.get(order), "marker": "o",
-              "label": f"{name}, {order}"}
+        kw = {
+            "color": colors.get(name),
+            "linestyle": styles.get(order),
+            "marker": "o",
+            "label": f"{name}, {order}",
+        }
         axes[0].plot(x, [r["tiles_kept"] for r in sel], **kw)
         axes[1].plot(x, [max(r["dropped_mass_mean"], 1e-12) for r in sel], **kw)
         axes[2].plot(x, [max(r["grad_e_vs_torch"], 1e-4) for r in sel], **kw)
     none = next(r for r in document["rows"] if r["filter"] == "none")
     axes[2].axhline(none["grad_e_vs_torch"], color="grey", lw=1, label="nothing dropped")
     axes[2].axhline(2.0, color="black", lw=1, ls="--", label="2 × torch (gate, less slack)")
-    titles = ("tiles kept", "dropped probability mass per row (mean)",
-              "dE max-abs error / torch same-dtype's")
-    for ax, title in zip(axes, titles):
+    titles = (
+        "tiles kept",
+        "dropped probability mass per row (mean)",
+        "dE max-abs error / torch same-dtype's",
+    )
+    for ax, title in zip(axes, titles, strict=True):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("threshold (filter_eps)")
         ax.set_title(title, fontsize=10)
@@ -115,8 +125,11 @@ def plot(path: Path, document: dict[str, Any]) -> None:
     axes[0].set_ylim(0, 1.05)
     axes[2].legend(fontsize=7)
     w = document["workload"]
-    fig.suptitle(f"{w['label']}: N={w['tokens']} V={w['vocab']} D={w['hidden']} {w['dtype']}, "
-                 f"entropy {document['summary']['mean_entropy']:.2f} nats", fontsize=11)
+    fig.suptitle(
+        f"{w['label']}: N={w['tokens']} V={w['vocab']} D={w['hidden']} {w['dtype']}, "
+        f"entropy {document['summary']['mean_entropy']:.2f} nats",
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -35,7 +35,8 @@ from perfsuite.run.correctness import reference_outcome, tolerances, torch_error
 from perfsuite.run.inputs import Inputs
 
 DEFAULT_THRESHOLDS = (2.0**-8, 2.0**-10, 2.0**-12, 2.0**-14, 2.0**-16)
-MAX_ELEMENTS = 1 << 26  # N·V: fp32 logits, softmax and two masks of 256 MiB each
+# N·V: fp32 logits, softmax and masks of 256 MiB each on CPU, 1 GiB on a GPU.
+MAX_ELEMENTS = {"cpu": 1 << 26, "cuda": 1 << 28}
 
 
 def _errors(prefix: str, got: torch.Tensor, ref: torch.Tensor, torch_err: float, tol: float):
@@ -60,10 +61,11 @@ class Study:
     """The fixed part of one workload's study: inputs, softmax, reference, torch's error."""
 
     def __init__(self, case: Case, inputs: Inputs) -> None:
-        if case.tokens * case.vocab > MAX_ELEMENTS:
+        limit = MAX_ELEMENTS["cuda" if case.device == "cuda" else "cpu"]
+        if case.tokens * case.vocab > limit:
             raise ValueError(
                 f"N·V = {case.tokens * case.vocab:,} logits is past the study's "
-                f"{MAX_ELEMENTS:,} (it materialises them): use fewer --tokens"
+                f"{limit:,} on {case.device} (it materialises them): use fewer --tokens"
             )
         self.case, self.inputs = case, inputs
         self.dtype = case.torch_dtype
@@ -92,9 +94,7 @@ class Study:
     def summary(self) -> dict[str, Any]:
         """Entropy, entries ≥ 2⁻¹², geometry and torch's own gradient errors."""
         return {
-            **softmax_stats(
-                self.e32, self.c32, self.targets, self.case.softcap, ignore_index=-100
-            ),
+            **softmax_stats(self.e32, self.c32, self.targets, self.case.softcap, ignore_index=-100),
             **frequency_shares(self.e32, self.c32),
             "torch_grad_e_max_abs": self.torch_err["grad_e"],
             "torch_grad_c_max_abs": self.torch_err["grad_c"],
@@ -128,9 +128,7 @@ class Study:
                 dropped_mass_max=float(lost.max()),
             )
         for q, got in (("grad_e", grad_e), ("grad_c", grad_c)):
-            row.update(
-                _errors(q, got, self.reference.get(q), self.torch_err[q], self.bounds[q])
-            )
+            row.update(_errors(q, got, self.reference.get(q), self.torch_err[q], self.bounds[q]))
         ref_nonzero = self.reference.grad_c.abs().amax(1) > 0
         zero = (grad_c.abs().amax(1) == 0) & ref_nonzero
         row["zero_dc_rows"] = float(zero.float().mean())
@@ -153,9 +151,9 @@ class Study:
             if flt.target_in_tile:
                 terms = probs.clone()
                 rows = torch.nonzero(self.live).squeeze(1)
-                where = self.targets[rows] if perm is None else torch.argsort(perm)[
-                    self.targets[rows]
-                ]
+                where = (
+                    self.targets[rows] if perm is None else torch.argsort(perm)[self.targets[rows]]
+                )
                 terms[rows, where] -= 1.0
             tiles = emulate.element_tiles(terms, self.live, threshold, flt)
         n, v = logits.shape

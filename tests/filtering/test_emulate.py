@@ -33,8 +33,17 @@ def test_tile_list_matches_the_kernels_thresholds_and_launch_list(filter_eps):
     assert torch.equal(tau, tau_kernel)
     block_n, block_v = 16, 256
     launched = tiles.build_tile_list(
-        tile_lse, emulate.FORWARD_TILE, row_max, lse - row_max, torch.full((n,), 1.0 / n),
-        tau_kernel, vocab=v, block_n=block_n, block_v=block_v, group=8, extra=0.0,
+        tile_lse,
+        emulate.FORWARD_TILE,
+        row_max,
+        lse - row_max,
+        torch.full((n,), 1.0 / n),
+        tau_kernel,
+        vocab=v,
+        block_n=block_n,
+        block_v=block_v,
+        group=8,
+        extra=0.0,
     )
     count = int(launched.count.item())
     kernel_keep = torch.zeros(n // block_n, v // block_v, dtype=torch.bool)
@@ -58,8 +67,12 @@ def test_a_flat_softmax_keeps_every_tile_and_a_heavy_tail_lowers_the_threshold()
     wide = torch.zeros(2, 1 << 20)
     wide[:, 0] = 8.0
     keep, tau = emulate.tile_list_tiles(
-        wide, torch.logsumexp(wide, -1), torch.ones(2, dtype=torch.bool), 2.0**-12,
-        torch.bfloat16, flt,
+        wide,
+        torch.logsumexp(wide, -1),
+        torch.ones(2, dtype=torch.bool),
+        2.0**-12,
+        torch.bfloat16,
+        flt,
     )
     assert bool((tau == 2.0**-14).all()) and bool(keep.all())
 

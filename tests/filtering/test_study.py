@@ -15,8 +15,11 @@ from perfsuite.run.inputs import Inputs, make_inputs
 
 
 def _row(result, name, order, threshold):
-    return next(r for r in result["rows"]
-                if (r["filter"], r["order"], r["threshold"]) == (name, order, threshold))
+    return next(
+        r
+        for r in result["rows"]
+        if (r["filter"], r["order"], r["threshold"]) == (name, order, threshold)
+    )
 
 
 def test_a_flat_softmax_keeps_every_tile_and_loses_nothing():
@@ -36,8 +39,7 @@ def _one_peak_rows(n=256, v=1024, peak=9.0):
     e = torch.zeros(n, v)
     e[torch.arange(n), picks] = peak
     c = torch.eye(v)
-    return Inputs(e=e.bfloat16().requires_grad_(), c=c.bfloat16().requires_grad_(),
-                  targets=picks)
+    return Inputs(e=e.bfloat16().requires_grad_(), c=c.bfloat16().requires_grad_(), targets=picks)
 
 
 def test_a_peaked_softmax_drops_tiles_mass_and_dc_rows_and_says_so():
@@ -65,17 +67,35 @@ def test_stats_count_entries_and_measure_the_frequency_direction():
     shares = frequency_shares(e, c)
     assert shares["share_e"] == pytest.approx((27 / 59) ** 0.5)
     assert shares["share_c"] == pytest.approx(0.5**0.5)
-    stats = softmax_stats(torch.tensor([[0.0, 0.0], [20.0, 0.0]]), torch.eye(2),
-                          torch.tensor([0, -100]), threshold=0.4)
+    stats = softmax_stats(
+        torch.tensor([[0.0, 0.0], [20.0, 0.0]]),
+        torch.eye(2),
+        torch.tensor([0, -100]),
+        threshold=0.4,
+    )
     assert stats["rows"] == 1 and stats["fraction_at_or_above_threshold"] == 1.0
     assert stats["mean_entropy"] == pytest.approx(0.6931, abs=1e-4)
 
 
 def test_the_filtering_command_writes_tables_plot_and_provenance(tmp_path, capsys):
     out = tmp_path / "syn"
-    argv = ["filtering", "--workload", "synthetic-axis", "--tokens", "128", "--vocab", "1024",
-            "--hidden", "32", "--thresholds", "2^-12,2^-8", "--orders", "natural,sorted",
-            "--out", str(out)]
+    argv = [
+        "filtering",
+        "--workload",
+        "synthetic-axis",
+        "--tokens",
+        "128",
+        "--vocab",
+        "1024",
+        "--hidden",
+        "32",
+        "--thresholds",
+        "2^-12,2^-8",
+        "--orders",
+        "natural,sorted",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     doc = json.loads((tmp_path / "syn.json").read_text())
     assert doc["workload"]["geometry"] == "axis" and doc["env"]["git"]["sha"]
@@ -84,7 +104,9 @@ def test_the_filtering_command_writes_tables_plot_and_provenance(tmp_path, capsy
     table = (tmp_path / "syn.md").read_text()
     assert "| tile-list | sorted | 2^-8 |" in table and "perfsuite filtering" in table
     assert main(argv) == 2 and "exists" in " ".join(capsys.readouterr().out.split())
-    assert main([*argv[:-2], "--out", str(tmp_path / "r"), "--workload", "random",
-                 "--entropy", "2"]) == 2
+    assert (
+        main([*argv[:-2], "--out", str(tmp_path / "r"), "--workload", "random", "--entropy", "2"])
+        == 2
+    )
     with pytest.raises(SystemExit):
         main([*argv, "--thresholds", "2"])

@@ -28,7 +28,7 @@ import torch
 
 GEOMETRIES = ("trained", "axis")
 # share_c of reports/filtering/trained-v16k.safetensors (tests/plan/test_geometry.py).
-TRAINED_SHARE_C = 0.5
+TRAINED_SHARE_C = 0.381
 
 
 def _complement(hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,6 +50,7 @@ def embed(
     geometry: str = "trained",
     share_c: float = TRAINED_SHARE_C,
     seed: int = 0,
+    centre: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """``(e, c, info)`` with ``e @ c.T = a·structure @ body.T + γ·log π`` up to a constant
     per row (which no softmax sees). ``structure`` (N, D-1), ``body`` (V, D-1)."""
@@ -70,8 +71,11 @@ def embed(
     part = a * structure
     mean = part.mean(0)
     # Centred rows keep E's mean on u; the mean's logit term joins the prior (per vocab).
+    # Without a softcap the prior's constant part (a shift of every logit of a row, which
+    # no softmax sees) is dropped too; with one, logits stay exactly the axis geometry's.
     q = gamma * log_prior + body @ mean
-    q = q - q.mean()
+    if centre:
+        q = q - q.mean()
     body_norm, q_norm = float(body.norm()), float(q.norm())
     odds = share_c**2 / (1 - share_c**2)
     g = q_norm / (body_norm * math.sqrt(odds)) if q_norm > 0 and body_norm > 0 else 1.0

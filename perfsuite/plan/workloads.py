@@ -229,7 +229,9 @@ def synthetic_inputs(
         a = 0.0
         gamma = _bisect(lambda g: h(0.0, g), 0.0, 1.0, entropy, decreasing=True)
 
-    e, c, placed = embed(structure, body, log_prior, a, gamma, geometry=geometry, seed=seed)
+    e, c, placed = embed(
+        structure, body, log_prior, a, gamma, geometry=geometry, seed=seed, centre=softcap is None
+    )
     e, c = e.to(device), c.to(device)
     targets = torch.empty(tokens, dtype=torch.long, device=device)
     sampler = torch.Generator(device=device).manual_seed(seed + 1)

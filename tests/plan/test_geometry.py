@@ -61,6 +61,8 @@ def test_the_committed_dump_is_small_and_runs_through_perfsuite_run(tmp_path):
         "64",
         "--methods",
         "eager",
+        "--beta",
+        "0",
         "--phases",
         "fwd+bwd",
         "--samples",

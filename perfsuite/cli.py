@@ -241,6 +241,16 @@ MODULE_COMMANDS = (
         "write the history as a static site: plots across commits, change points marked",
     ),
     (
+        "workload",
+        "perfsuite.activations.cli",
+        "dump a transformers model's hidden states as a --workload file; train one; inspect one",
+    ),
+    (
+        "filtering",
+        "perfsuite.filtering.cli",
+        "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
+    ),
+    (
         "kernel-report",
         "perfsuite.kernel_report",
         "compile the kernels ahead of time; registers, spills",
@@ -272,6 +282,7 @@ def _terminated(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was typed, for records
     console = Console(log_path=False)  # progress lines: no "cli.py:101" source column
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None

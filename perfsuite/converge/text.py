@@ -27,20 +27,27 @@ def corpus() -> str:
     return "\n\n".join(topics[key] for key in sorted(topics))
 
 
-def tokenize(text: str, vocab: int) -> tuple[torch.Tensor, int]:
-    """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size."""
+def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Tensor, int]:
+    """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size.
+
+    ``split_words=False`` lets merges cross word boundaries (trained line by line, which
+    keeps it fast): the help pages hold only ~9.2k distinct word pieces, so a split BPE
+    stops there, while a cross-word one reaches 16k ids and more (a larger softmax).
+    """
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     if vocab < 256:
         raise ValueError(f"text data needs a vocabulary of at least 256 (bytes), got {vocab}")
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False, use_regex=split_words
+    )
     trainer = trainers.BpeTrainer(
         vocab_size=vocab,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([text], trainer=trainer)
+    tokenizer.train_from_iterator([text] if split_words else text.split("\n"), trainer=trainer)
     ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.long)
     return ids, tokenizer.get_vocab_size()
 
@@ -60,10 +67,11 @@ def make_text_dataset(
     eval_batches: int,
     seed: int,
     train_batches: int | None = None,
+    split_words: bool = True,
 ) -> Dataset:
     """Batches of ``seq + 1`` tokens from the text, held-out ones from its last tenth."""
     text = corpus()
-    ids, used = tokenize(text, vocab)
+    ids, used = tokenize(text, vocab, split_words)
     cut = int(ids.numel() * (1 - HELDOUT_FRACTION))
     distinct = steps if train_batches is None else min(train_batches, steps)
     train_gen = torch.Generator().manual_seed(seed + 1)
@@ -74,7 +82,8 @@ def make_text_dataset(
         "kind": "real text: Python's bundled help topics (pydoc_data.topics), no download",
         "truth_known": False,
         "characters": len(text),
-        "tokenizer": f"byte-level BPE trained on the text (tokenizers), {used} of {vocab} ids used",
+        "tokenizer": f"byte-level BPE trained on the text (tokenizers), {used} of {vocab} ids used"
+        + ("" if split_words else ", merges across words"),
         "tokens": int(ids.numel()),
         "heldout": f"the last {HELDOUT_FRACTION:.0%} of the tokens",
         "train_seed": seed + 1,

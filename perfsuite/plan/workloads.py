@@ -10,7 +10,7 @@ travels in each case of a worker spec (``case["workload"]``):
 - ``{"kind": "random"}``: ``perfsuite.run.inputs``' unit-scale Gaussian inputs.
 - ``{"kind": "synthetic", "entropy": H, "zipf": s}``: logits
   ``l = a·(peak + noise) + γ·log π`` where ``π`` is a Zipf(s) unigram prior over
-  a random permutation of the vocabulary (carried by one hidden dimension),
+  a random permutation of the vocabulary (along one oblique direction: geometry.py),
   ``peak`` puts each token's mass on a token drawn from ``π`` and ``noise`` is
   Gaussian. The sharpness ``a`` (or, above the prior's own entropy, the prior
   weight ``γ``) is calibrated by bisection so the mean token entropy of
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from perfsuite.plan.geometry import embed
 
 WORKLOAD_KINDS = ("random", "synthetic")
 FILE_SUFFIXES = (".safetensors", ".pt", ".pth")
@@ -169,7 +171,7 @@ def check_synthetic(entropy: float, vocab: int, hidden: int) -> None:
     """Refuse a synthetic workload the shape cannot carry (checked when planning, so that
     the message comes before any worker starts, not as error rows)."""
     if hidden < 2:
-        raise WorkloadError("the synthetic workload needs hidden >= 2 (one dimension is the prior)")
+        raise WorkloadError("the synthetic workload needs hidden >= 2 (one direction is the prior)")
     if not 0 <= entropy <= math.log(vocab):
         raise WorkloadError(
             f"--entropy {entropy:g} is outside [0, log V = {math.log(vocab):.2f}] nats "
@@ -187,11 +189,13 @@ def synthetic_inputs(
     softcap: float | None = None,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    geometry: str = "trained",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """fp32 ``(e, c, targets, info)`` whose softmax has mean entropy ≈ ``entropy`` nats.
 
-    Hidden dimension 0 carries the unigram prior (``e[:, 0] = γ``, ``c[:, 0] =
-    log π``); the others carry ``a·(ĉ_k + noise)`` for a per-token "predicted"
+    One direction carries the unigram prior (``perfsuite.plan.geometry``: an oblique
+    one with a trained model's share of C, or ``geometry="axis"``, the old hidden
+    dimension 0); the others carry ``a·(ĉ_k + noise)`` for a per-token "predicted"
     token ``k`` drawn from π, so logits are linear in ``a`` and calibration is a
     bisection on a sample of rows. ``info`` says what was reached.
     """
@@ -225,12 +229,9 @@ def synthetic_inputs(
         a = 0.0
         gamma = _bisect(lambda g: h(0.0, g), 0.0, 1.0, entropy, decreasing=True)
 
-    e = torch.empty(tokens, hidden)
-    e[:, 0] = gamma
-    e[:, 1:] = a * structure
-    c = torch.empty(vocab, hidden)
-    c[:, 0] = log_prior
-    c[:, 1:] = body
+    e, c, placed = embed(
+        structure, body, log_prior, a, gamma, geometry=geometry, seed=seed, centre=softcap is None
+    )
     e, c = e.to(device), c.to(device)
     targets = torch.empty(tokens, dtype=torch.long, device=device)
     sampler = torch.Generator(device=device).manual_seed(seed + 1)
@@ -248,6 +249,7 @@ def synthetic_inputs(
         "prior_weight": gamma,
         "prior_entropy": prior_entropy,
         "log_prior": log_prior,
+        **placed,
     }
     return e, c, targets, info
 

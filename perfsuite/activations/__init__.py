@@ -1,0 +1,1 @@
+"""Trained activations as a workload: dumps from ``transformers`` causal LMs."""

@@ -1,0 +1,135 @@
+"""``perfsuite workload``: make and inspect ``--workload FILE`` dumps.
+
+- ``workload dump --model DIR --text FILE --out F``: a saved ``transformers``
+  causal LM (``save_pretrained`` folder with its tokenizer) on a text file;
+- ``workload train --out F``: train converge's ``cpu-filtering`` preset here and
+  dump a batch of the text it was trained on (the committed dump's recipe);
+- ``workload inspect F``: N, V, D, mean entropy, fraction of softmax entries
+  ≥ 2⁻¹², the frequency direction's share of E and C.
+
+Bad input (a missing model, a dump with NaNs, all targets ignored, a target past
+V) is one ``error:`` line and exit 2 (``perfsuite.cli`` turns the ValueError).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from perfsuite.args import positive_int
+from perfsuite.plan.workloads import WorkloadError, read_dump
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="workload_command", required=True)
+    dump = sub.add_parser("dump", help="dump hidden states of a saved transformers causal LM")
+    dump.add_argument("--model", required=True, type=Path, help="a save_pretrained folder")
+    dump.add_argument("--text", required=True, type=Path, help="UTF-8 text to run it on")
+    dump.add_argument("--tokens", type=positive_int, default=2048, help="rows to dump (N)")
+    dump.add_argument("--seq", type=positive_int, default=512, help="tokens per sequence")
+    dump.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: the model's")
+    dump.add_argument("--out", required=True, type=Path, help="the .safetensors file")
+    dump.add_argument("--force", action="store_true", help="overwrite --out")
+    train = sub.add_parser("train", help="train converge's cpu-filtering preset, dump a batch")
+    train.add_argument("--preset", default="cpu-filtering", help="a converge preset")
+    train.add_argument("--steps", type=positive_int, help="default: the preset's")
+    train.add_argument("--tokens", type=positive_int, default=2048, help="rows to dump (N)")
+    train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    train.add_argument("--out", required=True, type=Path, help="the .safetensors file")
+    train.add_argument("--force", action="store_true", help="overwrite --out")
+    inspect = sub.add_parser("inspect", help="entropy, entries >= 2^-12, frequency geometry")
+    inspect.add_argument("file", type=Path, help="a dump")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if out.suffix != ".safetensors":
+        raise WorkloadError(f"--out {out}: must end in .safetensors")
+    if out.exists() and not force:
+        raise WorkloadError(f"--out {out} exists (--force overwrites it)")
+    if out.is_dir():
+        raise WorkloadError(f"--out {out} is a directory")
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """What ``inspect`` prints: the file's shape and ``workload_summary``."""
+    from perfsuite.filtering.stats import workload_summary
+
+    dump = read_dump(path)
+    return {
+        "file": str(path),
+        "bytes": path.stat().st_size,
+        "dtype": str(dump["e"].dtype).removeprefix("torch."),
+        **workload_summary(dump["e"], dump["c"], dump["targets"], dump["softcap"]),
+    }
+
+
+def _print(summary: dict[str, Any]) -> None:
+    for key, value in summary.items():
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        print(f"{key:>32}  {text}")
+
+
+def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
+    import torch
+
+    if not args.model.is_dir():
+        raise WorkloadError(f"--model {args.model}: not a folder (save_pretrained's output)")
+    if not args.text.is_file():
+        raise WorkloadError(f"--text {args.text}: no such file")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    except (OSError, ValueError) as err:
+        raise WorkloadError(f"--model {args.model}: {' '.join(str(err).split())[:200]}") from None
+    ids = tokenizer(args.text.read_text(encoding="utf-8"))["input_ids"]
+    per = args.seq + 1
+    count = -(-args.tokens // args.seq)
+    if len(ids) < count * per:
+        raise WorkloadError(
+            f"--text {args.text}: {len(ids)} tokens, fewer than {count} sequences of {per}"
+        )
+    return model, torch.tensor(ids[: count * per]).view(count, per)
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfsuite.activations.dump import dump_workload
+
+    command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)
+    if args.workload_command == "inspect":
+        summary = summarize(args.file)
+        print(json.dumps(summary, indent=1)) if args.json else _print(summary)
+        return 0
+    _check_out(args.out, args.force)
+    start = time.perf_counter()
+    if args.workload_command == "dump":
+        model, ids = _model_and_ids(args)
+        meta = {"model": str(args.model), "text": str(args.text), "command": command}
+        info = dump_workload(model, ids, args.out, dtype=args.dtype, metadata=meta)
+    else:
+        from perfsuite.activations.trained import train_and_dump
+
+        def step(record: dict[str, Any]) -> None:
+            if record["step"] % 25 == 0:
+                print(f"step {record['step']:>4}  loss {record['loss']:.3f}", flush=True)
+
+        info = train_and_dump(
+            args.out,
+            preset_name=args.preset,
+            tokens=args.tokens,
+            steps=args.steps,
+            command=command,
+            on_step=step,
+            device=args.device,
+        )
+    print(
+        f"wrote {args.out} ({info['bytes'] / 2**20:.1f} MiB) in {time.perf_counter() - start:.0f} s"
+    )
+    _print(summarize(args.out))
+    return 0

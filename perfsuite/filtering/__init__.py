@@ -1,0 +1,1 @@
+"""The measured truth about gradient filtering: what each filter keeps and what it costs."""

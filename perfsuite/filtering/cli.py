@@ -1,0 +1,169 @@
+"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py).
+
+    perfsuite filtering --workload synthetic --tokens 1024 --vocab 32768 --hidden 512 \\
+        --out reports/filtering/synthetic
+    perfsuite filtering --workload reports/filtering/trained-v16k.safetensors \\
+        --out reports/filtering/trained
+
+writes ``OUT.json`` (rows, summary, workload, provenance), ``OUT.md``, ``OUT.csv``
+and ``OUT.png``. ``--workload synthetic-axis`` is the first synthetic generator
+(the prior in hidden dimension 0), kept to show what that geometry did. Bad input
+is one ``error:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from perfsuite.args import positive_int
+from perfsuite.filtering import emulate
+from perfsuite.filtering.study import DEFAULT_THRESHOLDS
+from perfsuite.plan.workloads import WorkloadError
+
+DEFAULT_SHAPE = (1024, 32768, 512)  # the issue's synthetic measurement
+
+
+def threshold_list(text: str) -> tuple[float, ...]:
+    """``2^-12,1e-4`` -> floats; each in (0, 1)."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            value = 2.0 ** float(part[2:]) if part.startswith("2^") else float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a threshold: {part!r}") from None
+        if not 0 < value < 1:
+            raise argparse.ArgumentTypeError(f"a threshold must lie in (0, 1), got {part}")
+        out.append(value)
+    if not out:
+        raise argparse.ArgumentTypeError("no threshold given")
+    return tuple(out)
+
+
+def _names(known: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        bad = [n for n in names if n not in known]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(known)}")
+        return names
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workload",
+        default="synthetic",
+        help="random, synthetic (trained geometry), synthetic-axis (the old one) or a dump",
+    )
+    p.add_argument("--tokens", type=positive_int, help=f"N (default {DEFAULT_SHAPE[0]}; a file's)")
+    p.add_argument("--vocab", type=positive_int, help=f"V (default {DEFAULT_SHAPE[1]})")
+    p.add_argument("--hidden", type=positive_int, help=f"D (default {DEFAULT_SHAPE[2]})")
+    p.add_argument("--entropy", type=float, help="synthetic: mean entropy in nats (default 2)")
+    p.add_argument("--zipf", type=float, help="synthetic: Zipf exponent of the prior (default 1)")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--thresholds",
+        type=threshold_list,
+        default=DEFAULT_THRESHOLDS,
+        help="filter_eps values, e.g. 2^-8,2^-12 (default 2^-8 … 2^-16)",
+    )
+    p.add_argument("--filters", type=_names(tuple(emulate.FILTERS)), default=tuple(emulate.FILTERS))
+    p.add_argument("--orders", type=_names(emulate.ORDERS), default=emulate.ORDERS)
+    p.add_argument("--out", required=True, type=Path, help="path stem: OUT.json/.md/.csv/.png")
+    p.add_argument("--force", action="store_true", help="overwrite existing outputs")
+
+
+def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+    """``(case, inputs, workload description)`` for the arguments."""
+    from perfsuite.method import Case
+    from perfsuite.plan.workloads import file_shape, parse_workload, synthetic_inputs
+    from perfsuite.run.inputs import Inputs, make_inputs
+
+    kind = args.workload
+    if kind not in ("random", "synthetic", "synthetic-axis"):
+        if args.vocab or args.hidden or args.entropy is not None or args.zipf is not None:
+            raise WorkloadError("a file workload fixes V and D (only --tokens applies)")
+        spec = parse_workload(kind)
+        shape = file_shape(spec, args.tokens)
+        case = Case(
+            shape.tokens,
+            shape.vocab,
+            shape.hidden,
+            args.dtype,
+            softcap=shape.softcap,
+            device=args.device,
+        )
+        return case, make_inputs(case, args.seed, spec), {"kind": "file", "path": kind}
+    given = (args.tokens, args.vocab, args.hidden)
+    n, v, d = (x or y for x, y in zip(given, DEFAULT_SHAPE, strict=True))
+    case = Case(n, v, d, args.dtype, device=args.device)
+    if kind == "random":
+        if args.entropy is not None or args.zipf is not None:
+            raise WorkloadError("--entropy/--zipf shape a synthetic workload, not random inputs")
+        return case, make_inputs(case, args.seed, None), {"kind": "random"}
+    spec = parse_workload("synthetic", args.entropy, args.zipf)
+    if kind == "synthetic":
+        return case, make_inputs(case, args.seed, spec), {**spec, "geometry": "trained"}
+    e, c, targets, info = synthetic_inputs(
+        n,
+        v,
+        d,
+        entropy=spec["entropy"],
+        zipf=spec["zipf"],
+        seed=args.seed,
+        geometry="axis",
+        device=args.device,
+    )
+    inputs = Inputs(
+        e=e.to(case.torch_dtype).requires_grad_(True),
+        c=c.to(case.torch_dtype).requires_grad_(True),
+        targets=targets,
+        workload="synthetic-axis",
+    )
+    return case, inputs, {**spec, "geometry": "axis"}
+
+
+def run(args: argparse.Namespace) -> int:
+    from perfsuite.filtering.report import write_all
+    from perfsuite.filtering.study import run_study
+    from perfsuite.results.provenance import collect_env
+
+    stem = args.out.with_suffix("") if args.out.suffix in (".json", ".md") else args.out
+    existing = [
+        p for p in (stem.with_suffix(s) for s in (".json", ".md", ".csv", ".png")) if p.exists()
+    ]
+    if existing and not args.force:
+        raise WorkloadError(f"{existing[0]} exists (--force overwrites)")
+    case, inputs, workload = build_inputs(args)
+    label = {"random": "random", "file": f"file:{Path(workload.get('path', '')).name}"}.get(
+        workload["kind"],
+        f"synthetic(H={workload.get('entropy', 0):g},"
+        f"zipf={workload.get('zipf', 0):g},{workload.get('geometry')})",
+    )
+    result = run_study(case, inputs, args.thresholds, args.filters, args.orders)
+    document = {
+        "schema": "perfsuite-filtering/1",
+        "command": "perfsuite " + " ".join(shlex.quote(a) for a in args.argv),
+        "workload": {
+            **workload,
+            "label": label,
+            "tokens": case.tokens,
+            "vocab": case.vocab,
+            "hidden": case.hidden,
+            "dtype": case.dtype,
+            "softcap": case.softcap,
+            "seed": args.seed,
+        },
+        "filters": {name: vars(f) for name, f in emulate.FILTERS.items()},
+        "env": collect_env(args.device),
+        **result,
+    }
+    for path in write_all(stem, document):
+        print(f"wrote {path}")
+    return 0

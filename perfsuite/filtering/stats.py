@@ -1,0 +1,98 @@
+"""Summary numbers of a workload: entropy, entries above a threshold, frequency geometry.
+
+These are the numbers that decide whether gradient filtering can pay off (a flat
+softmax leaves nothing to skip) and whether a synthetic workload looks like a
+trained one. The *frequency direction* is the unit mean hidden state
+``û = ē / |ē|``: ``ē · C_v`` is each vocabulary entry's average logit, the key CCE
+sorts the vocabulary by, and in a trained LM it tracks how frequent ``v`` is.
+Its *share* of a matrix is ``‖M û‖_F / ‖M‖_F``: 1 when every row lies along û,
+about ``1/√D`` for random rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CCE_THRESHOLD = 2.0**-12  # CCE's default filter_eps for bf16: eps(bf16) / 32
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _rows(vocab: int) -> int:
+    return max(1, _CHUNK_ELEMENTS // max(vocab, 1))
+
+
+def _softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    return logits if softcap is None else softcap * torch.tanh(logits / softcap)
+
+
+@torch.no_grad()
+def softmax_stats(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    softcap: float | None = None,
+    threshold: float = CCE_THRESHOLD,
+    ignore_index: int = -100,
+) -> dict[str, float]:
+    """Mean entropy (nats), the fraction of softmax entries ≥ ``threshold`` and the mean
+    top-1 probability over the non-ignored rows, from fp32 logits a chunk at a time."""
+    cf = c.float()
+    live = targets != ignore_index
+    entropy = above = top = 0.0
+    rows = 0
+    for start in range(0, e.shape[0], _rows(c.shape[0])):
+        stop = start + _rows(c.shape[0])
+        keep = live[start:stop]
+        logp = torch.log_softmax(_softcapped(e[start:stop][keep].float() @ cf.T, softcap), -1)
+        p = logp.exp()
+        entropy += float(-(p * logp).sum(-1).double().sum())
+        above += float((p >= threshold).sum())
+        top += float(p.max(-1).values.double().sum())
+        rows += int(keep.sum())
+    if not rows:
+        raise ValueError("every target is ignored: no rows to measure")
+    return {
+        "mean_entropy": entropy / rows,
+        "fraction_at_or_above_threshold": above / (rows * c.shape[0]),
+        "threshold": threshold,
+        "mean_top1": top / rows,
+        "rows": rows,
+    }
+
+
+def frequency_direction(e: torch.Tensor) -> torch.Tensor:
+    """û: the unit mean hidden state (fp32), the direction of the average logit."""
+    mean = e.float().mean(0)
+    norm = mean.norm()
+    if not norm > 0:
+        raise ValueError("the hidden states average to zero: no frequency direction")
+    return mean / norm
+
+
+def frequency_shares(e: torch.Tensor, c: torch.Tensor) -> dict[str, float]:
+    """The frequency direction's share of E's and of C's Frobenius norm (module doc)."""
+    u = frequency_direction(e)
+    ef, cf = e.float(), c.float()
+    return {
+        "share_e": float((ef @ u).norm() / ef.norm()),
+        "share_c": float((cf @ u).norm() / cf.norm()),
+        "mean_row_norm_e": float(ef.norm(dim=1).mean()),
+        "mean_row_norm_c": float(cf.norm(dim=1).mean()),
+        "random_share": float(e.shape[1] ** -0.5),
+    }
+
+
+def workload_summary(
+    e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, softcap: float | None = None
+) -> dict[str, Any]:
+    """Shape, softmax statistics at CCE's bf16 threshold and the frequency geometry."""
+    return {
+        "tokens": e.shape[0],
+        "vocab": c.shape[0],
+        "hidden": c.shape[1],
+        "softcap": softcap,
+        **softmax_stats(e, c, targets, softcap),
+        **frequency_shares(e, c),
+    }

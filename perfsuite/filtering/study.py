@@ -1,0 +1,188 @@
+"""The filtering study: per filter, threshold and vocabulary order, what is kept and lost.
+
+For one workload (random, synthetic or a dump) in one dtype, rows of:
+
+- ``tiles_kept``: fraction of (row block, vocab tile) pairs the backward computes;
+- ``entries_kept``: fraction of the N·V gradient terms inside those pairs;
+- ``entries_above``: fraction of terms ≥ the threshold (order-free; CCE's paper
+  counts this one);
+- ``dropped_mass_mean`` / ``_max``: softmax probability a live row loses;
+- ``grad_e_*`` / ``grad_c_*``: the filtered gradient (exact fp32 sums over what is
+  kept, rounded once to the dtype) against the fp32 reference (the suite's gate
+  reference): max-abs error, that over max |reference|, Frobenius relative error,
+  the max-abs error over torch-in-the-same-dtype's (eager bf16 against the same
+  reference), whether the gate's tolerance (2 × torch's + slack) holds, and the
+  share of dE's squared error in its worst hidden dimension;
+- ``zero_dc_rows``: fraction of C's rows whose dC is exactly zero while the
+  reference's is not.
+
+The ``none`` row is the same rounding with nothing dropped: the floor any filter
+starts from. Everything is torch on CPU (or the given device); N·V fp32 logits
+are materialised, so the study refuses shapes past ``MAX_ELEMENTS``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from perfsuite.filtering import emulate
+from perfsuite.filtering.stats import frequency_shares, softmax_stats
+from perfsuite.method import Case
+from perfsuite.run.correctness import reference_outcome, tolerances, torch_error_outcome
+from perfsuite.run.inputs import Inputs
+
+DEFAULT_THRESHOLDS = (2.0**-8, 2.0**-10, 2.0**-12, 2.0**-14, 2.0**-16)
+# N·V: fp32 logits, softmax and masks of 256 MiB each on CPU, 1 GiB on a GPU.
+MAX_ELEMENTS = {"cpu": 1 << 26, "cuda": 1 << 28}
+
+
+def _errors(prefix: str, got: torch.Tensor, ref: torch.Tensor, torch_err: float, tol: float):
+    diff = (got - ref).abs()
+    err = float(diff.max())
+    scale = float(ref.abs().max())
+    out = {
+        f"{prefix}_max_abs": err,
+        f"{prefix}_rel_max": err / scale if scale else float("nan"),
+        f"{prefix}_rel_fro": float(diff.norm() / ref.norm()) if ref.norm() else float("nan"),
+        f"{prefix}_vs_torch": err / torch_err if torch_err else float("inf"),
+        f"{prefix}_within_gate": bool(err <= tol),
+    }
+    if prefix == "grad_e":
+        per_dim = diff.double().pow(2).sum(0)
+        total = float(per_dim.sum())
+        out["grad_e_worst_dim_share"] = float(per_dim.max()) / total if total else 0.0
+    return out
+
+
+class Study:
+    """The fixed part of one workload's study: inputs, softmax, reference, torch's error."""
+
+    def __init__(self, case: Case, inputs: Inputs) -> None:
+        limit = MAX_ELEMENTS["cuda" if case.device == "cuda" else "cpu"]
+        if case.tokens * case.vocab > limit:
+            raise ValueError(
+                f"N·V = {case.tokens * case.vocab:,} logits is past the study's "
+                f"{limit:,} on {case.device} (it materialises them): use fewer --tokens"
+            )
+        self.case, self.inputs = case, inputs
+        self.dtype = case.torch_dtype
+        e, c = inputs.e.detach(), inputs.c.detach()
+        self.e32, self.c32 = e.float(), c.float()
+        self.targets = inputs.targets
+        self.live = self.targets != case.ignore_index
+        if not bool(self.live.any()):
+            raise ValueError("every target is ignored: nothing to measure")
+        raw = self.e32 @ self.c32.T
+        if case.softcap is None:
+            self.logits, self.scale = raw, None
+        else:
+            t = torch.tanh(raw / case.softcap)
+            self.logits, self.scale = case.softcap * t, 1 - t * t
+        self.lse = torch.logsumexp(self.logits, -1)
+        self.probs = torch.exp(self.logits - self.lse[:, None])
+        self.reference = reference_outcome(case, inputs)
+        self.torch_version = torch_error_outcome(case, inputs)
+        self.bounds = tolerances(case, self.reference, self.torch_version)
+        self.torch_err = {
+            q: float((self.torch_version.get(q) - self.reference.get(q)).abs().max())
+            for q in ("grad_e", "grad_c")
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """Entropy, entries ≥ 2⁻¹², geometry and torch's own gradient errors."""
+        return {
+            **softmax_stats(self.e32, self.c32, self.targets, self.case.softcap, ignore_index=-100),
+            **frequency_shares(self.e32, self.c32),
+            "torch_grad_e_max_abs": self.torch_err["grad_e"],
+            "torch_grad_c_max_abs": self.torch_err["grad_c"],
+            "grad_e_ref_max": float(self.reference.grad_e.abs().max()),
+            "grad_c_ref_max": float(self.reference.grad_c.abs().max()),
+        }
+
+    def _gradients(self, mask: torch.Tensor | None, target_in_tile: bool):
+        d = emulate.softmax_part(
+            self.probs, self.targets, self.live, self.scale, mask, target_in_tile
+        )
+        grad_e = (d @ self.c32).to(self.dtype).float()
+        grad_c = (d.T @ self.e32).to(self.dtype).float()
+        return grad_e, grad_c
+
+    def measure(
+        self, name: str, order: str, threshold: float | None, mask: torch.Tensor | None
+    ) -> dict[str, Any]:
+        """One row: ``mask`` (N, V) in natural column order, or None (nothing dropped)."""
+        flt = emulate.FILTERS.get(name)
+        grad_e, grad_c = self._gradients(mask, flt.target_in_tile if flt else False)
+        row: dict[str, Any] = {"filter": name, "order": order, "threshold": threshold}
+        if mask is None:
+            row.update(tiles_kept=1.0, entries_kept=1.0, dropped_mass_mean=0.0)
+            row["dropped_mass_max"] = 0.0
+        else:
+            lost = (self.probs * ~mask)[self.live].sum(1)
+            row.update(
+                entries_kept=float(mask.float().mean()),
+                dropped_mass_mean=float(lost.mean()),
+                dropped_mass_max=float(lost.max()),
+            )
+        for q, got in (("grad_e", grad_e), ("grad_c", grad_c)):
+            row.update(_errors(q, got, self.reference.get(q), self.torch_err[q], self.bounds[q]))
+        ref_nonzero = self.reference.grad_c.abs().amax(1) > 0
+        zero = (grad_c.abs().amax(1) == 0) & ref_nonzero
+        row["zero_dc_rows"] = float(zero.float().mean())
+        return row
+
+    def keep(self, name: str, order: str, threshold: float) -> tuple[torch.Tensor, dict]:
+        """Entry mask (natural order) of filter ``name`` in ``order``, and its counts."""
+        flt = emulate.FILTERS[name]
+        perm = emulate.vocab_order(order, self.logits, self.live)
+        logits = self.logits if perm is None else self.logits[:, perm]
+        probs = self.probs if perm is None else self.probs[:, perm]
+        extra: dict[str, Any] = {}
+        if name == "tile-list":
+            tiles, tau = emulate.tile_list_tiles(
+                logits, self.lse, self.live, threshold, self.dtype, flt
+            )
+            extra["rows_tau_zero"] = float((tau[self.live] == 0).float().mean())
+        else:
+            terms = probs
+            if flt.target_in_tile:
+                terms = probs.clone()
+                rows = torch.nonzero(self.live).squeeze(1)
+                where = (
+                    self.targets[rows] if perm is None else torch.argsort(perm)[self.targets[rows]]
+                )
+                terms[rows, where] -= 1.0
+            tiles = emulate.element_tiles(terms, self.live, threshold, flt)
+        n, v = logits.shape
+        mask = emulate.expand(tiles, n, v, flt.tile_n, flt.tile_v)
+        if perm is not None:
+            mask = mask[:, torch.argsort(perm)]
+        extra["tiles_kept"] = float(tiles.float().mean())
+        return mask, extra
+
+
+def run_study(
+    case: Case,
+    inputs: Inputs,
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS,
+    filters: tuple[str, ...] = tuple(emulate.FILTERS),
+    orders: tuple[str, ...] = emulate.ORDERS,
+) -> dict[str, Any]:
+    """``{"summary": ..., "rows": [...]}`` for one workload (module doc)."""
+    start = time.perf_counter()
+    study = Study(case, inputs)
+    rows = [study.measure("none", "-", None, None)]
+    for threshold in thresholds:
+        above = float((study.probs[study.live] >= threshold).float().mean())
+        for name in filters:
+            for order in orders:
+                mask, extra = study.keep(name, order, threshold)
+                row = study.measure(name, order, threshold, None if bool(mask.all()) else mask)
+                row.update(extra, entries_above=above)
+                rows.append(row)
+    summary = study.summary()
+    summary["wall_s"] = round(time.perf_counter() - start, 1)
+    return {"summary": summary, "rows": rows}

@@ -1,0 +1,86 @@
+"""Where the synthetic workload puts its unigram prior in hidden space.
+
+The synthetic logits are ``l = a·(structure · body) + γ·log π`` (workloads.py). The
+first generator stored ``log π`` in hidden dimension 0 of C (mean |c[:, 0]| ≈ 12
+against a norm of 1 for the rest of each row) and ``γ`` in dimension 0 of E: a
+frequency direction twelve times the norm of everything else, axis-aligned, so a
+filter's dropped mass landed almost entirely in dE[:, 0] (issue 21). Trained
+unembeddings have a frequency direction, but a smaller and oblique one.
+
+``geometry="trained"`` (the default) embeds the same logits along a seeded random
+unit vector ``u`` instead, with the structure in u's orthogonal complement, and
+centres E's structure part so that E's mean lies along u (u is then exactly the
+direction ``perfsuite.filtering.stats.frequency_direction`` measures). The
+remaining scale is free (``E_u·g``, ``C_u/g`` leave every logit unchanged); it is
+set so the frequency direction's share of C's norm is ``TRAINED_SHARE_C``, measured
+on the committed trained dump (``perfsuite workload inspect
+reports/filtering/trained-v16k.safetensors``; a test holds the two together).
+E's share then follows from the logits (the product of the two shares' odds is
+fixed by them) and is reported in ``info``. ``geometry="axis"`` is the old one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+GEOMETRIES = ("trained", "axis")
+# share_c of reports/filtering/trained-v16k.safetensors (tests/plan/test_geometry.py).
+TRAINED_SHARE_C = 0.381
+
+
+def _complement(hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded unit vector u (D,) and an orthonormal basis of its complement (D, D-1)."""
+    gen = torch.Generator().manual_seed(seed)
+    basis = torch.randn(hidden, hidden, generator=gen, dtype=torch.float64)
+    q, r = torch.linalg.qr(basis)
+    q = q * torch.sign(torch.diagonal(r))[None, :]  # a unique, seeded basis
+    return q[:, 0].float(), q[:, 1:].float()
+
+
+def embed(
+    structure: torch.Tensor,
+    body: torch.Tensor,
+    log_prior: torch.Tensor,
+    a: float,
+    gamma: float,
+    *,
+    geometry: str = "trained",
+    share_c: float = TRAINED_SHARE_C,
+    seed: int = 0,
+    centre: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """``(e, c, info)`` with ``e @ c.T = a·structure @ body.T + γ·log π`` up to a constant
+    per row (which no softmax sees). ``structure`` (N, D-1), ``body`` (V, D-1)."""
+    tokens, vocab, hidden = structure.shape[0], body.shape[0], body.shape[1] + 1
+    if geometry == "axis":
+        e = torch.empty(tokens, hidden)
+        e[:, 0] = gamma
+        e[:, 1:] = a * structure
+        c = torch.empty(vocab, hidden)
+        c[:, 0] = log_prior
+        c[:, 1:] = body
+        return e, c, {"geometry": "axis"}
+    if geometry != "trained":
+        raise ValueError(f"unknown geometry {geometry!r}; known: {', '.join(GEOMETRIES)}")
+    if not 0 < share_c < 1:
+        raise ValueError(f"share_c must lie in (0, 1), got {share_c:g}")
+    u, rest = _complement(hidden, seed)
+    part = a * structure
+    mean = part.mean(0)
+    # Centred rows keep E's mean on u; the mean's logit term joins the prior (per vocab).
+    # Without a softcap the prior's constant part (a shift of every logit of a row, which
+    # no softmax sees) is dropped too; with one, logits stay exactly the axis geometry's.
+    q = gamma * log_prior + body @ mean
+    if centre:
+        q = q - q.mean()
+    body_norm, q_norm = float(body.norm()), float(q.norm())
+    odds = share_c**2 / (1 - share_c**2)
+    g = q_norm / (body_norm * math.sqrt(odds)) if q_norm > 0 and body_norm > 0 else 1.0
+    e = g * u[None, :] + (part - mean) @ rest.T
+    c = (q / g)[:, None] * u[None, :] + body @ rest.T
+    ef = e.norm()
+    share_e = float(math.sqrt(tokens) * g / ef) if ef > 0 else 0.0
+    return e, c, {"geometry": "trained", "share_c": share_c, "share_e": share_e}

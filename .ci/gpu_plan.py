@@ -92,7 +92,9 @@ def select(steps: list[Step], wanted: list[str]) -> list[Step]:
 def _trained(root: Path, given: Path | None) -> Path | None:
     if given is not None:
         return given if given.exists() else None
-    found = sorted((root / "reports" / "workloads").glob("*.safetensors"))
+    # The committed dump (issue 21: perfsuite workload train), else any under workloads/.
+    found = sorted((root / "reports" / "filtering").glob("trained-*.safetensors"))
+    found += sorted((root / "reports" / "workloads").glob("*.safetensors"))
     return found[0] if found else None
 
 
@@ -256,7 +258,7 @@ def _trained_run(ps: list[str], device: str, path: Path | None) -> Callable[[Pat
         if path is None:
             raise Skip(
                 "no trained-activation dump (--trained, $GPU_RUN_TRAINED or "
-                "reports/workloads/*.safetensors)"
+                "reports/filtering/trained-*.safetensors)"
             )
         methods = ABLATION if device == "cuda" else "ours"
         return [*ps, "run", "--workload", str(path), "--device", device, "--phases", "fwd+bwd",

@@ -248,7 +248,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, help="work folder (default /tmp/gpu-run-<call>-<time>)")
     p.add_argument("--trained", type=Path, default=os.environ.get("GPU_RUN_TRAINED"),
                    help="a trained-activation dump for item 3b (default $GPU_RUN_TRAINED, "
-                   "else the first reports/workloads/*.safetensors)")  # fmt: skip
+                   "else reports/filtering/trained-*.safetensors)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = p.parse_args(argv)
     if not args.call and not args.items:

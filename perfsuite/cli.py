@@ -251,7 +251,8 @@ MODULE_COMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__)
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # dest: a name no subcommand option takes (bisect --command wrote `command`)
+    sub = parser.add_subparsers(dest="subcommand", required=True)
     add_run_arguments(sub.add_parser("run", help="measure methods on a shape preset"))
     sub.add_parser("shapes", help="list shape presets")
     sub.add_parser("methods", help="list methods with availability and capabilities here")
@@ -276,16 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
-        if args.command in COMMANDS:
-            return COMMANDS[args.command](args, console)
-        module = next(m for name, m, _ in MODULE_COMMANDS if name == args.command)
+        if args.subcommand in COMMANDS:
+            return COMMANDS[args.subcommand](args, console)
+        module = next(m for name, m, _ in MODULE_COMMANDS if name == args.subcommand)
         return int(importlib.import_module(module).run(args))
     except (PlanError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
     except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)
-        hint = " (sweep --resume picks it up)" if args.command == "sweep" else ""
-        console.print(f"[red]interrupted[/red]: perfsuite {args.command} stopped{hint}")
+        hint = " (sweep --resume picks it up)" if args.subcommand == "sweep" else ""
+        console.print(f"[red]interrupted[/red]: perfsuite {args.subcommand} stopped{hint}")
         return 130
     finally:
         if on_main_thread:

@@ -161,11 +161,14 @@ def report(out: Path, runs: list[RunResult], document: dict[str, Any], console: 
 def render(path: Path, console: Console) -> int:
     """``--render``: the table and figures of a finished results file, rewritten from it
     alone (after a GPU session, or with newer plotting code); trains nothing."""
-    from perfsuite.results.results import ResultsError
+    from perfsuite.results.results import ResultsError, json_error
 
     try:
-        document = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ResultsError(f"--render {path}: {json_error(text, err)}") from None
+    except (OSError, UnicodeDecodeError) as err:
         raise ResultsError(f"--render {path}: not a readable JSON file ({err})") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise ResultsError(f"--render {path}: not a converge results file (schema {SCHEMA})")

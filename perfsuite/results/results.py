@@ -27,6 +27,24 @@ PHASES = ("fwd", "bwd", "fwd+bwd")
 CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "phase")
 
 
+# Statuses of a cell that was measured (``wrong``: timed, though it failed the gate).
+MEASURED = ("ok", "wrong")
+
+
+def nothing_measured(rows: list[dict[str, Any]]) -> bool:
+    """True when rows exist and none was measured: a run that failed everywhere, whatever
+    the cause (error, oom, unsupported, ...), must not exit 0 and read as a success."""
+    return bool(rows) and not any(r["status"] in MEASURED for r in rows)
+
+
+def status_counts(rows: list[dict[str, Any]]) -> str:
+    """``"3 error, 2 oom"``: how many rows of each status, for a one-line summary."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
 class ResultsError(ValueError):
     """A results file that cannot be read: missing, corrupt, truncated or of another schema."""
 
@@ -134,6 +152,21 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
     return path
 
 
+def json_error(text: str, err: json.JSONDecodeError) -> str:
+    """One line for a JSON parse error: where, and whether the file looks cut short.
+
+    json's own message ends in "at" where it names a position ("Unterminated string
+    starting at"), so "at line" would double it. A file cut short fails at its end, or
+    inside a string that runs to its end: both get "(truncated?)"; an empty file says so.
+    """
+    if not text.strip():
+        return "not valid JSON: the file is empty"
+    cut = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
+    where = f"line {err.lineno} column {err.colno}"
+    msg = err.msg[: -len(" at")] if err.msg.endswith(" at") else err.msg
+    return f"not valid JSON{' (truncated?)' if cut else ''}: {msg} at {where}"
+
+
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a results file; ``ResultsError`` says what is wrong with it."""
     path = Path(path)
@@ -151,10 +184,7 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as err:
-        hint = " (truncated?)" if err.pos >= len(text.rstrip()) - 1 else ""
-        raise ResultsError(
-            f"{path}: not valid JSON{hint}: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
+        raise ResultsError(f"{path}: {json_error(text, err)}") from None
     if not isinstance(document, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
     version = document.get("schema_version")

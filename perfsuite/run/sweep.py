@@ -41,6 +41,8 @@ from perfsuite.results.results import (
     check_writable,
     load_results,
     new_document,
+    nothing_measured,
+    status_counts,
     write_results,
 )
 from perfsuite.run.grid import (
@@ -369,11 +371,10 @@ def run(args: argparse.Namespace) -> int:
             document = sweep.run(on_cell)
         finally:
             sweep.writer.release()
-    counts: dict[str, int] = {}
-    for row in document["rows"]:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    console.print(f"results: {out} ({summary} rows)")
+    console.print(f"results: {out} ({status_counts(document['rows'])} rows)")
+    if nothing_measured(document["rows"]):
+        console.print("[red]error:[/red] no cell was measured")
+        return 1
     return 0
 
 

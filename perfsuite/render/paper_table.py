@@ -205,7 +205,7 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
     notes = footnotes(document["rows"])
     gpu = tables[0].gpu if tables else None
     notes.append(
-        "lower bound: math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
+        "lower bound: docs/math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
         "dtype with a backward) and the FLOPs of each phase (2NVD fwd, 6NVD bwd without "
         "stored logits, 8NVD fwd+bwd)."
     )

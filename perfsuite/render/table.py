@@ -246,7 +246,7 @@ def build_tables(
 def footnotes(rows: list[dict[str, Any]]) -> list[str]:
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
-        "ms: median time; lower bound: math.md's floor (N fp32 losses; dE + dC)."
+        "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
     ]
     known = all_methods()
     if any(grads_in_forward(r["method"], known, r["beta"]) for r in rows):

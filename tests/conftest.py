@@ -7,6 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.checkout import drop_checkout_root
+
+# `python -m pytest` puts the checkout's root on sys.path, where our kernels/ would be
+# taken for Hugging Face's `kernels` by transformers (issue 20). The tests import
+# their helpers from tests/ (pytest's rootdir entry), never through the root.
+drop_checkout_root()
+
 TESTS = Path(__file__).resolve().parent
 
 

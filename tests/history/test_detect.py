@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from history.histories import count, write_history
 from perfsuite.history import changepoints, rules, sensitivity
 from perfsuite.history.cli import main
-from tests.history.histories import count, write_history
 
 
 def series(values: list[float], metric: str = "time", kind: str = "cuda", noise: float = 0.003):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from history.histories import count, make_document, write_history
 from perfsuite.history import ingest, store
 from perfsuite.history.cli import main
-from tests.history.histories import count, make_document, write_history
 
 REPO = Path(__file__).resolve().parents[2]
 

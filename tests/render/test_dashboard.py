@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.render.conftest import STEP_AT, Site
+from render.conftest import STEP_AT, Site
 
 plotly = pytest.importorskip("plotly")
 

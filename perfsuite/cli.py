@@ -133,6 +133,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                 bar.console.log(
                     f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
                 )
+                busy = next((r["busy"] for r in rows if r.get("busy")), "")
+                if busy:
+                    bar.console.log(f"[yellow]warning: busy machine[/yellow] ({busy})")
                 bar.update(task, advance=1, description=method)
 
             document = run_plan(plan, progress, checkpoint=checkpoint)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
+from perfsuite.measure.machine import document_busy
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -45,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="only this device name")
     p.add_argument("--metric", choices=store.METRICS, action="append", help="default: both")
     p.add_argument("-v", "--verbose", action="store_true", help="also the changes that are not")
+    p.add_argument(
+        "--accept-busy",
+        action="store_true",
+        help="keep the times of runs measured on a busy machine (left out by default)",
+    )
     p = sub.add_parser("ack", help="acknowledge a regression: CELL/RUN as `check` prints it")
     _db_option(p)
     p.add_argument("regression", metavar="CELL/RUN")
@@ -138,9 +144,23 @@ def _describe(change: rules.Change) -> str:
     return text
 
 
+def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
+    """Runs measured on a busy machine: content hash -> why. Their times would call a
+    change between machine states a regression (or an improvement)."""
+    out = {}
+    for row in conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id"):
+        why = document_busy({"env": json.loads(row["env_json"]), "rows": []})
+        if why:
+            out[row["content_hash"]] = why
+    return out
+
+
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     metrics = args.metric or list(store.METRICS)
-    series = rules.load_series(conn, metrics, args.device)
+    busy = {} if args.accept_busy else busy_runs(conn)
+    for run_hash, why in busy.items():
+        print(f"busy       run {run_hash[:12]}: its times are left out ({why}; --accept-busy)")
+    series = rules.load_series(conn, metrics, args.device, untimed=set(busy))
     failing, settled = rules.check(series, store.acks(conn))
     acked = store.acks(conn)
     for change in failing:

@@ -19,6 +19,7 @@ from perfsuite.results.results import PHASES
 GRADS_IN_FWD_MARK = "‡"
 INTERPRETED_MARK = "†"
 WRONG_MARK = "✗"
+BUSY_MARK = "!"
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -108,6 +109,7 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
     the method failed the correctness gate (timed, never best)."""
     mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
     mark += INTERPRETED_MARK if row.get("interpreted") else ""
+    mark += BUSY_MARK if row.get("busy") else ""
     return mark + (WRONG_MARK if row["status"] == "wrong" else "")
 
 
@@ -258,6 +260,11 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         notes.append(
             f"{INTERPRETED_MARK} Triton interpreter on CPU: timing says nothing about GPU speed; "
             "memory and correctness do count."
+        )
+    if any(r.get("busy") for r in rows):
+        notes.append(
+            f"{BUSY_MARK} measured on a busy machine (other processes on the cores, or a "
+            "throttled or shared GPU): its time is not trustworthy; compare will not judge it."
         )
     if any(r["status"] == "wrong" and measured(r) for r in rows):
         notes.append(

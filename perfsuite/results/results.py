@@ -92,6 +92,9 @@ class Row:
     # "file:NAME", and the measured mean token entropy (nats) of their softmax.
     workload: str = "random"
     entropy: float | None = None
+    # Why the machine was busy while this cell was measured ("" when quiet):
+    # other processes on the cores, a throttled or shared GPU (perfsuite.measure.machine).
+    busy: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -218,7 +218,9 @@ class Sweep:
                 if on_cell is not None:
                     on_cell(by_case[id(case)], rows)
 
-            run_method(self.plan, method, [u.case for u in units], progress, env=slot)
+            groups = self.document["env"].setdefault("machine", {"groups": []})["groups"]
+            cases = [u.case for u in units]
+            run_method(self.plan, method, cases, progress, env=slot, machine=groups)
 
         def on_free_slot(item: tuple[str, list[Unit]]) -> None:
             slot = free.get()
@@ -360,6 +362,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{unit.method:<20} N={c['tokens']} V={c['vocab']} D={c['hidden']} "
                 f"β={c['beta']:g}: {statuses}"
             )
+            busy = next((r["busy"] for r in rows if r.get("busy")), "")
+            if busy:
+                bar.console.log(f"[yellow]warning: busy machine[/yellow] ({busy})")
             bar.update(
                 task,
                 advance=costs.get(unit.index, 0.0),

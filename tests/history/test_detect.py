@@ -105,3 +105,27 @@ def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
     assert main(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
     out = capsys.readouterr().out
     assert "drift +1%/run x10" in out and out.count("cuda ") >= 5
+
+
+def test_check_leaves_out_the_times_of_busy_runs(
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 20: a +10 % step measured while the machine was busy is the other load,
+    not the code; `check` calls it only with --accept-busy."""
+    import json
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    paths = write_history(folder, [1.0] * 8 + [1.10] * 3)
+    for path in paths[8:]:
+        doc = json.loads(path.read_text())
+        busy = ["other processes used 1.0 of 2 cores (python3 100%)"]
+        doc["env"]["machine"] = {"groups": [{"group": "ours", "busy": busy}]}
+        path.write_text(json.dumps(doc))
+    assert main(["import", "--db", str(db), str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["check", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("its times are left out") == 3 and "REGRESSION" not in out
+    assert main(["check", "--db", str(db), "--accept-busy"]) == 1
+    assert "REGRESSION" in capsys.readouterr().out

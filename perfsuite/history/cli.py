@@ -267,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
     if command == "demo":
         return _cmd_demo(args)
     try:
-        conn = store.connect(args.db, create=command in ("add", "import"))
+        writes = command in ("add", "import", "ack")
+        conn = store.connect(args.db, create=command in ("add", "import"), write=writes)
     except store.StoreError as err:
         return _fail(str(err).splitlines()[0])
     try:

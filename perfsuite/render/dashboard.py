@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("the dashboard needs plotly: pip install 'perfsuite[dashboard]'")
     try:
         commit_url = commit_linker(args.commit_url)
-        conn = store.connect(args.db, create=False)
+        conn = store.connect(args.db, create=False, write=False)
     except (DashboardError, store.StoreError) as err:
         return _fail(str(err))
     source = str(args.db or store.default_db_path())

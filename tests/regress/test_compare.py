@@ -374,7 +374,8 @@ def test_an_ok_cell_without_a_time_fails(files, capsys):
 
 def busy_env(reason: str = "other processes used 1.0 of 2 cores (python3 100%)") -> dict:
     env = copy.deepcopy(ENV)
-    env["machine"] = {"groups": [{"group": "ours", "busy": [reason]}, {"group": "eager", "busy": []}]}
+    groups = [{"group": "ours", "busy": [reason]}, {"group": "eager", "busy": []}]
+    env["machine"] = {"groups": groups}
     return env
 
 

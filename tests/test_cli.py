@@ -218,7 +218,7 @@ def test_progress_lines_carry_no_source_path(tmp_path, capsys):
             ["sensitivity", "--reanalyse", str(REPORTS / "cpu-smoke/results.json")],
             "not a file written",
         ),
-        (["sensitivity", "--quick", "--out", str(REPORTS)], "is a directory"),
+        (["sensitivity", "--quick", "--out", str(REPORTS)], "is a folder; give a file name"),
     ],
 )
 def test_sensitivity_bad_input_is_one_line(capsys, argv, message):
@@ -472,3 +472,35 @@ def test_shapes_says_a_softcap_applies_only_when_asked(capsys):
     assert main(["shapes"]) == 0
     text = capsys.readouterr().out
     assert "--softcap" in text.splitlines()[2] and "applied only with --softcap" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*CHEAP, "--out", "{F}/r.json"],
+        ["sweep", "--tokens", "8", "--vocab", "16", "--hidden", "8", "--out", "{F}/s.json"],
+        ["report", "{R}", "-o", "{F}/t.md"],
+        ["merge", "{R}", "-o", "{F}/m.json"],
+        ["plot", "{R}", "-o", "{F}/plots"],
+        ["converge", "--out", "{F}/c.json"],
+        ["history", "demo", "-o", "{F}/demo"],
+        ["dashboard", "--db", "{DB}", "-o", "{F}/site"],
+        ["sensitivity", "--quick", "--out", "{F}/s.json"],
+    ],
+)
+def test_a_file_as_the_outputs_folder_reads_alike_everywhere(tmp_path, capsys, argv):
+    """Issue 20: "File exists" from run, sweep, report, converge, history demo;
+    "Not a directory" from dashboard. One check, one wording."""
+    plain = tmp_path / "afile"
+    plain.write_text("not a folder")
+    db = tmp_path / "h.sqlite"
+    assert main(["history", "add", "--db", str(db), str(REPORTS / "cpu-smoke/results.json")]) == 0
+    capsys.readouterr()
+    results = REPORTS / "cpu-sweep-small/results.json"
+    filled = [a.format(R=results, F=plain, DB=db) for a in argv]
+    assert main(filled) == 2
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert f"{plain} is a file, not a folder" in text, text
+    assert "Traceback" not in text and "File exists" not in text and "Not a directory" not in text
+    assert plain.read_text() == "not a folder"

@@ -17,6 +17,7 @@ import numpy as np
 
 from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
 from perfsuite.measure.machine import document_busy
+from perfsuite.results.outpath import OutputPathError, check_output_dir
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -253,7 +254,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not -1 < args.step < 10:
         return _fail(f"--step {args.step:g}: must be a relative change in (-1, 10)")
     try:
+        check_output_dir(args.out, "-o")
         paths = demo.write(args.out, args.runs, args.step, args.step_at, args.method, args.seed)
+    except OutputPathError as err:
+        return _fail(str(err))
     except OSError as err:
         return _fail(f"{args.out}: cannot write there ({err.strerror or err})")
     step = f"{args.step:+.0%} on {args.method} from run {args.step_at}" if args.step else "no step"

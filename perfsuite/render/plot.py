@@ -21,6 +21,7 @@ from typing import Any
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
 from perfsuite.render.table import INTERPRETED_MARK
+from perfsuite.results.outpath import OutputPathError, check_output_dir
 from perfsuite.results.results import PHASES, ResultsError, load_results
 
 AXES = {"vocab": ("V", "vocabulary size V"), "tokens": ("N", "tokens N")}
@@ -166,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] --phase: unknown {', '.join(bad)}")
         return 2
     try:
+        check_output_dir(args.out, "-o")  # before anything is drawn
         document = load_results(args.results)
-    except ResultsError as err:
+    except (ResultsError, OutputPathError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
     made = figures(document, phases)

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     try:
         if args.out is not None:
-            check_writable(args.out, overwrite=True)  # a one-line error, not a traceback
+            check_writable(args.out, overwrite=True, flag="-o")  # a one-line error, not a traceback
         document = load_results(args.results)
         if args.paper is not None:
             from perfsuite.render.paper_compare import read_paper, side_by_side

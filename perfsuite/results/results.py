@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.results.outpath import OutputPathError, check_output_file
+
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
     import pandas as pd
 
@@ -111,23 +113,15 @@ def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) ->
     }
 
 
-def check_writable(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything is
-    measured: a directory, an existing file (unless ``overwrite``), or a folder that cannot be
-    created or written."""
-    path = Path(path)
-    if path.is_dir():
-        raise ResultsError(f"--out {path}: is a directory")
-    if path.exists() and not overwrite:
-        raise ResultsError(f"--out {path}: exists; pass --force to overwrite it")
+def check_writable(
+    path: str | os.PathLike[str], *, overwrite: bool = False, flag: str = "--out"
+) -> Path:
+    """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything
+    is measured (``perfsuite.results.outpath``'s check and words)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ResultsError(f"--out {path}: cannot write there ({err.strerror})") from None
-    return path
+        return check_output_file(path, flag, overwrite=overwrite)
+    except OutputPathError as err:
+        raise ResultsError(str(err)) from None
 
 
 def _umask() -> int:

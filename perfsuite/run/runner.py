@@ -20,7 +20,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +37,7 @@ from perfsuite.plan.workloads import workload_label
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import PHASES, Row, new_document
 from perfsuite.run.busy import watched
+from perfsuite.run.scratch import scratch
 from perfsuite.run.worker import WorkerSpec
 
 # Called after each finished case: (method, case dict, rows of that case).
@@ -148,7 +148,7 @@ def _run_method(
         rows.extend(decided)
         if progress is not None:
             progress(method, case, decided)
-    with tempfile.TemporaryDirectory(prefix="perfsuite-") as tmp:
+    with scratch() as tmp:
         attempt = 0
         while remaining:
             attempt += 1

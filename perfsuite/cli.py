@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -180,13 +181,12 @@ def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
 def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     import torch
 
+    from perfsuite.render.fit import Column, print_fitted
+
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    table = Table(title="methods on this machine")
-    table.add_column("method", no_wrap=True)
-    for device in devices:
-        table.add_column(f"on {device}")
-    table.add_column("capabilities")
-    table.add_column("what it runs", overflow="fold")
+    columns = [Column("method"), *(Column(f"on {d}") for d in devices)]
+    columns += [Column("capabilities"), Column("what it runs")]
+    rows = []
     for name, method in all_methods().items():
         cells = []
         for device in devices:
@@ -195,10 +195,11 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
                 interp = " (interpreted)" if device == "cpu" and method.caps.triton else ""
                 cells.append(f"[green]available{interp}[/green]")
             else:
-                cells.append(f"[yellow]unavailable[/yellow]: {reason}")
+                cells.append(f"[yellow]unavailable: {reason}[/yellow]")
         label = name if method.timed_by_default else f"{name} (on request)"
-        table.add_row(label, *cells, method.caps.describe(), method.description)
-    console.print(table)
+        rows.append([label, *cells, method.caps.describe(), method.description])
+    options = dict(box=box.SIMPLE_HEAD, pad_edge=False)
+    print_fitted(console, columns, rows, "methods on this machine", **options)
     return 0
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from history.histories import count, write_history
+from history.histories import blocks, count, write_history
 from perfsuite.history import changepoints, rules, sensitivity
 from perfsuite.history.cli import main
 
@@ -64,8 +64,9 @@ def test_recovered_and_memory() -> None:
 
 
 def test_check_exit_codes_and_ack(
-    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # issue 20: check's lines ran to ~220 columns
     folder = tmp_path / "runs"
     folder.mkdir()
     write_history(folder, [1.0] * 8)
@@ -76,7 +77,8 @@ def test_check_exit_codes_and_ack(
     capsys.readouterr()
     assert main(["check", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    (line,) = [x for x in out.splitlines() if x.startswith("REGRESSION")]
+    (line,) = blocks(out, "REGRESSION")
+    assert max(map(len, out.splitlines())) <= 80  # COLUMNS=80: blocks fold to fit
     assert "time" in line and "+10." in line and "07abababab" in line and "08abababab" in line
     ident = line.split()[1]
     assert main(["ack", "--db", str(db), ident, "--reason", "accepted: exactness first"]) == 0

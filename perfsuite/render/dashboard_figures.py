@@ -111,32 +111,15 @@ def relative(line: Line, marks: Sequence[Mark]) -> list[float]:
     return [v / level for v in line.values]
 
 
-def _relative_trace(group: Group, line: Line, colour: str) -> Any:
+def _line_trace(
+    group: Group, line: Line, colour: str, y: list[float], legend: bool, shown: str
+) -> Any:
+    """A method's line of the relative or the memory panel; ``shown``: the hover's value."""
     import plotly.graph_objects as go
 
     return go.Scatter(
         x=line.positions,
-        y=relative(line, group.marks),
-        mode="lines+markers",
-        name=line.method,
-        legendgroup=line.method,
-        showlegend=False,
-        line={"color": colour, "width": 1.5},
-        marker={"size": 4},
-        customdata=_hover(group, line),
-        hovertemplate=(
-            "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
-            "%{customdata[1]}<br>%{y:.3f}× its first segment's median<extra></extra>"
-        ),
-    )
-
-
-def _memory_trace(group: Group, line: Line, colour: str, legend: bool) -> Any:
-    import plotly.graph_objects as go
-
-    return go.Scatter(
-        x=line.positions,
-        y=[v / MIB for v in line.values],
+        y=y,
         mode="lines+markers",
         name=line.method,
         legendgroup=line.method,
@@ -146,7 +129,7 @@ def _memory_trace(group: Group, line: Line, colour: str, legend: bool) -> Any:
         customdata=_hover(group, line),
         hovertemplate=(
             "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
-            "%{customdata[1]}<br>peak %{y:.5g} MiB<extra></extra>"
+            f"%{{customdata[1]}}<br>{shown}<extra></extra>"
         ),
     )
 
@@ -202,11 +185,14 @@ def figure(group: Group, colours: dict[str, str], commit_url: Callable[[str], st
         if line.metric == "time":
             for trace in _time_traces(group, line, colour):
                 fig.add_trace(trace, row=1, col=1)
-            fig.add_trace(_relative_trace(group, line, colour), row=2, col=1)
+            ratios = relative(line, group.marks)
+            shown = "%{y:.3f}× its first segment's median"
+            fig.add_trace(_line_trace(group, line, colour, ratios, False, shown), row=2, col=1)
         else:
-            fig.add_trace(
-                _memory_trace(group, line, colour, line.method not in timed), row=3, col=1
-            )
+            mib = [v / MIB for v in line.values]
+            legend = line.method not in timed
+            trace = _line_trace(group, line, colour, mib, legend, "peak %{y:.5g} MiB")
+            fig.add_trace(trace, row=3, col=1)
     if timed:
         fig.add_hline(y=1.0, row=2, col=1, line={"color": "#bbbbbb", "width": 1})
     for mark in group.marks:

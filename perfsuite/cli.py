@@ -151,7 +151,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         raise
     write_results(out, document)
     print_tables(document["rows"], console)
-    console.print(f"results: {out}")
+    console.print(f"results: {out}", soft_wrap=True)  # a path stays whole
     if nothing_measured(document["rows"]):
         console.print(f"[red]error:[/red] no cell was measured ({status_counts(document['rows'])})")
         return 1

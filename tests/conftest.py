@@ -26,6 +26,9 @@ SESSION_TMP: Path | None = None
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global SESSION_TMP
+    # pytest's own tmp_path folders stay where they were (short paths in the messages
+    # the tests read): fix its base before TMPDIR moves.
+    session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     SESSION_TMP = Path(tempfile.mkdtemp(prefix="pst-session-"))
     os.environ["TMPDIR"] = str(SESSION_TMP)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again

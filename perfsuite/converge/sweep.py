@@ -147,15 +147,16 @@ def report(out: Path, runs: list[RunResult], document: dict[str, Any], console: 
     print_report(console, runs, title)
     paths = artifact_paths(out)
     paths["table"].write_text(markdown(document, runs, title))
-    console.print(f"results: {out}", highlight=False)
-    console.print(f"table:   {paths['table']}", highlight=False)
+    # paths whole on one line, however long (soft wrap: the terminal's, not rich's fold)
+    console.print(f"results: {out}", highlight=False, soft_wrap=True)
+    console.print(f"table:   {paths['table']}", highlight=False, soft_wrap=True)
     try:
         figures = write_figures(document, out)
     except ImportError as err:  # the results are written; the figures can follow (--render)
         console.print(f"[yellow]no plots:[/yellow] {err} (pip install 'perfsuite[converge]')")
         return
     for path in figures:
-        console.print(f"plot:    {path}", highlight=False)
+        console.print(f"plot:    {path}", highlight=False, soft_wrap=True)
 
 
 def render(path: Path, console: Console) -> int:

@@ -3,3 +3,7 @@
 peers (``perfsuite.baselines``)."""
 
 __version__ = "0.1.0"
+
+from perfsuite.checkout import drop_checkout_root
+
+drop_checkout_root()  # its kernels/ would shadow Hugging Face's `kernels` (see checkout.py)

@@ -69,9 +69,20 @@ def positive_float(text: str) -> float:
 def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     """Methods, β, phases, device, workload and the measurement protocol."""
     p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
-    p.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
-    p.add_argument("--phases", default=",".join(PHASES), help="fwd,bwd,fwd+bwd")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument(
+        "--beta", default="0,0.1", help="label smoothing values β, comma-separated (default 0,0.1)"
+    )
+    p.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help="phases timed, comma-separated (default fwd,bwd,fwd+bwd)",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cuda", "cpu"],
+        help="default auto: cuda when there is one",
+    )
     p.add_argument(
         "--workload",
         help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
@@ -86,9 +97,17 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help="synthetic workload: Zipf exponent of the unigram prior (default 1)",
     )
-    p.add_argument("--samples", type=positive_int, default=20, help="timed samples per phase")
     p.add_argument(
-        "--warmup", type=non_negative_int, default=3, help="untimed warm-up calls per phase"
+        "--samples",
+        type=positive_int,
+        default=20,
+        help="timed samples per phase (default 20, at most 10,000)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=3,
+        help="untimed warm-up calls per phase (default 3)",
     )
     p.add_argument("--seed", type=seed_int, default=0, help="inputs' seed, 0 to 2**32 - 1")
     p.add_argument(
@@ -97,7 +116,10 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         help="CPU only: cap each worker's extra data memory (e.g. 2G)",
     )
     p.add_argument(
-        "--timeout", type=positive_float, default=3600.0, help="seconds per method's worker"
+        "--timeout",
+        type=positive_float,
+        default=3600.0,
+        help="seconds per method's worker (default 3600)",
     )
     p.add_argument(
         "--jobs",

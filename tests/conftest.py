@@ -3,11 +3,51 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from perfsuite.checkout import drop_checkout_root
+
+# `python -m pytest` puts the checkout's root on sys.path, where our kernels/ would be
+# taken for Hugging Face's `kernels` by transformers (issue 20). The tests import
+# their helpers from tests/ (pytest's rootdir entry), never through the root.
+drop_checkout_root()
+
 TESTS = Path(__file__).resolve().parent
+# This session's temporary folder (TMPDIR for it and every process it starts): what a
+# test leaves there is seen, and the whole folder goes at the end (issue 20: a test
+# run left /tmp/perfsuite-* folders behind).
+SESSION_TMP: Path | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global SESSION_TMP
+    # pytest's own tmp_path folders stay where they were (short paths in the messages
+    # the tests read): fix its base before TMPDIR moves.
+    session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    SESSION_TMP = Path(tempfile.mkdtemp(prefix="pst-session-"))
+    os.environ["TMPDIR"] = str(SESSION_TMP)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if SESSION_TMP is not None:
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_temporary_folders() -> Iterator[None]:
+    """A test (or the perfsuite code it runs) removes every perfsuite-* folder it made."""
+    before = set(Path(tempfile.gettempdir()).glob("perfsuite-*"))
+    yield
+    left = set(Path(tempfile.gettempdir()).glob("perfsuite-*")) - before
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"temporary folders left behind: {sorted(p.name for p in left)}"
 
 
 @pytest.fixture

@@ -221,7 +221,7 @@ def test_progress_lines_carry_no_source_path(tmp_path, capsys):
             ["sensitivity", "--reanalyse", str(REPORTS / "cpu-smoke/results.json")],
             "not a file written",
         ),
-        (["sensitivity", "--quick", "--out", str(REPORTS)], "is a directory"),
+        (["sensitivity", "--quick", "--out", str(REPORTS)], "is a folder; give a file name"),
     ],
 )
 def test_sensitivity_bad_input_is_one_line(capsys, argv, message):
@@ -339,7 +339,8 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
     ran = " ".join(capsys.readouterr().out.split())
     out = tmp_path / "s.json"
     argv = ["--tokens", "8192", "--vocab", "256000", "--hidden", "3584", "--methods", "eager"]
-    assert sweep.main([*argv, "--device", "cpu", "--out", str(out)]) == 0
+    # every cell skipped: nothing measured, so not a success (issue 20)
+    assert sweep.main([*argv, "--device", "cpu", "--out", str(out)]) == 1
     reason = load_results(out)["rows"][0]["reason"]
     words = reason.split("; --force")[0]
     assert words in ran and "predicted peak ~41.1 GiB" in words
@@ -403,4 +404,106 @@ def test_unwritable_outputs_are_one_line_errors(tmp_path, capsys, argv):
     assert main(filled) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
+    assert plain.read_text() == "not a folder"
+
+
+def test_memory_limit_zero_is_refused_up_front(tmp_path, capsys):
+    """--memory-limit 0 used to run, every cell oom with the allocator's words, exit 0."""
+    out = tmp_path / "r.json"
+    assert main([*CHEAP, "--memory-limit", "0", "--out", str(out)]) == 2
+    text = capsys.readouterr().out
+    assert "--memory-limit must be a size > 0" in text and "Traceback" not in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--samples", "100000000000"), ("--warmup", "5000000")]
+)
+def test_absurd_sample_counts_are_bounded(tmp_path, capsys, flag, value):
+    out = tmp_path / "r.json"
+    assert main([*CHEAP, flag, value, "--out", str(out)]) == 2
+    assert f"{flag} must be in [" in capsys.readouterr().out and not out.exists()
+
+
+def test_a_run_where_every_cell_failed_exits_nonzero(tmp_path, capsys):
+    """Not only all-`error`: all-oom (here a 1 KiB --memory-limit) exited 0."""
+    out = tmp_path / "r.json"
+    argv = [*CHEAP, "--beta", "0", "--memory-limit", "1K", "--device", "cpu"]
+    assert main([*argv, "--out", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "no cell was measured" in text and "oom" in text
+    assert {r["status"] for r in load_results(out)["rows"]} == {"oom"}
+
+
+def test_ctrl_c_before_any_cell_says_nothing_was_written(tmp_path, capsys, monkeypatch):
+    import perfsuite.run.runner as runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_plan", interrupted)
+    out = tmp_path / "r.json"
+    assert main([*CHEAP, "--out", str(out)]) == 130
+    text = " ".join(capsys.readouterr().out.split())
+    assert "before any cell finished: nothing written" in text
+    assert "partial results file" not in text and not out.exists()
+
+
+def test_help_shows_defaults_and_speaks_to_users(capsys):
+    """Issue 20: no defaults for --beta, --phases, --samples, --warmup, --timeout; the
+    top-level description was a developer docstring with reST markup."""
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, default in [
+        ("--beta", "0,0.1"),
+        ("--phases", "fwd,bwd,fwd+bwd"),
+        ("--samples", "20"),
+        ("--warmup", "3"),
+        ("--timeout", "3600"),
+    ]:
+        assert re.search(
+            rf"{re.escape(flag)} [A-Z]+ [^[]{{0,80}}?\(default {re.escape(default)}\b", text
+        ), flag
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and "perfsuite run --shape smoke" in text and "exit codes" in text
+
+
+def test_shapes_says_a_softcap_applies_only_when_asked(capsys):
+    assert main(["shapes"]) == 0
+    text = capsys.readouterr().out
+    assert "--softcap" in text.splitlines()[2] and "applied only with --softcap" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*CHEAP, "--out", "{F}/r.json"],
+        ["sweep", "--tokens", "8", "--vocab", "16", "--hidden", "8", "--out", "{F}/s.json"],
+        ["report", "{R}", "-o", "{F}/t.md"],
+        ["merge", "{R}", "-o", "{F}/m.json"],
+        ["plot", "{R}", "-o", "{F}/plots"],
+        ["converge", "--out", "{F}/c.json"],
+        ["history", "demo", "-o", "{F}/demo"],
+        ["dashboard", "--db", "{DB}", "-o", "{F}/site"],
+        ["sensitivity", "--quick", "--out", "{F}/s.json"],
+    ],
+)
+def test_a_file_as_the_outputs_folder_reads_alike_everywhere(tmp_path, capsys, argv):
+    """Issue 20: "File exists" from run, sweep, report, converge, history demo;
+    "Not a directory" from dashboard. One check, one wording."""
+    plain = tmp_path / "afile"
+    plain.write_text("not a folder")
+    db = tmp_path / "h.sqlite"
+    assert main(["history", "add", "--db", str(db), str(REPORTS / "cpu-smoke/results.json")]) == 0
+    capsys.readouterr()
+    results = REPORTS / "cpu-sweep-small/results.json"
+    filled = [a.format(R=results, F=plain, DB=db) for a in argv]
+    assert main(filled) == 2
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert f"{plain} is a file, not a folder" in text, text
+    assert "Traceback" not in text and "File exists" not in text and "Not a directory" not in text
     assert plain.read_text() == "not a folder"

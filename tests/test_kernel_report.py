@@ -444,9 +444,12 @@ def test_table_names_every_variant(monkeypatch, capsys):
     parser = argparse.ArgumentParser()
     kernel_report.add_arguments(parser)
     assert kernel_report.run(parser.parse_args([])) == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    assert kernel_report.run(parser.parse_args([])) == 0
     text = capsys.readouterr().out
-    assert " plain " in text and " train " in text and "(CCE)" in text
-    assert "N64-V64-D32x32-w8-s3" in text  # not squeezed to 80 columns in a log
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text  # issue 20: hundreds
+    assert " plain" in text and " train" in text and "(CCE)" in text
+    assert "N64-V64-D32x32-w8-s3" in text  # a config folds nowhere: whole at 80 columns
     assert "H100" in text and "A100" in text and "100.0%" in text
     assert "CCE side by side skipped" in text
     assert "a MODEL, not a measurement" in text and "total bwd L2 GB" in text

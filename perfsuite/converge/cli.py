@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.plan.registry import all_methods
     from perfsuite.results.results import ResultsError
 
-    console = Console(width=None if sys.stdout.isatty() else 130)
+    console = Console()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
     try:
         if args.render is not None:
             return render(Path(args.render), console)

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
 from perfsuite.converge.train import RunResult
 from perfsuite.results.provenance import collect_env
@@ -134,17 +133,23 @@ def heldout_rows(runs: list[RunResult]) -> list[list[str]]:
     return rows
 
 
-def _rich(title: str, columns: tuple[str, ...], rows: list[list[str]], verdicts: bool) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in (*KEY_COLUMNS, *columns):
-        left = col in ("method", "dtype", "parity")
-        t.add_column(col, justify="left" if left else "right", no_wrap=col == "method")
+def _rich(
+    console: Console, title: str, columns: tuple[str, ...], rows: list[list[str]], verdicts: bool
+) -> None:
+    """Fitted to the console (``perfsuite.render.fit``): numbers never fold or get cut."""
+    from perfsuite.render.fit import Column, print_fitted
+
+    cols = [
+        Column(c, "left", True) if c in ("method", "dtype", "parity") else Column(c, "right", False)
+        for c in (*KEY_COLUMNS, *columns)
+    ]
+    styled = []
     for row in rows:
         if verdicts:  # colour the verdict; anything but a verdict is a status: yellow
             style = VERDICT_STYLE.get(row[3], "yellow")
             row = [*row[:3], f"[{style}]{row[3]}[/{style}]", *row[4:]]
-        t.add_row(*row)
-    return t
+        styled.append(row)
+    print_fitted(console, cols, styled, title, title_justify="left")
 
 
 HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for ECE/RMS-CE/MCE)"
@@ -152,8 +157,8 @@ HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for 
 
 def print_report(console: Console, runs: list[RunResult], title: str) -> None:
     """Both tables, then each unfinished run's reason on a line of its own."""
-    console.print(_rich(f"{title}: parity with eager", TRAINING_COLUMNS, training_rows(runs), True))
-    console.print(_rich(HELDOUT_TITLE, HELDOUT_COLUMNS, heldout_rows(runs), False))
+    _rich(console, f"{title}: parity with eager", TRAINING_COLUMNS, training_rows(runs), True)
+    _rich(console, HELDOUT_TITLE, HELDOUT_COLUMNS, heldout_rows(runs), False)
     for run in runs:
         if run.reason:
             console.print(

@@ -147,25 +147,29 @@ def report(out: Path, runs: list[RunResult], document: dict[str, Any], console: 
     print_report(console, runs, title)
     paths = artifact_paths(out)
     paths["table"].write_text(markdown(document, runs, title))
-    console.print(f"results: {out}", highlight=False)
-    console.print(f"table:   {paths['table']}", highlight=False)
+    # paths whole on one line, however long (soft wrap: the terminal's, not rich's fold)
+    console.print(f"results: {out}", highlight=False, soft_wrap=True)
+    console.print(f"table:   {paths['table']}", highlight=False, soft_wrap=True)
     try:
         figures = write_figures(document, out)
     except ImportError as err:  # the results are written; the figures can follow (--render)
         console.print(f"[yellow]no plots:[/yellow] {err} (pip install 'perfsuite[converge]')")
         return
     for path in figures:
-        console.print(f"plot:    {path}", highlight=False)
+        console.print(f"plot:    {path}", highlight=False, soft_wrap=True)
 
 
 def render(path: Path, console: Console) -> int:
     """``--render``: the table and figures of a finished results file, rewritten from it
     alone (after a GPU session, or with newer plotting code); trains nothing."""
-    from perfsuite.results.results import ResultsError
+    from perfsuite.results.results import ResultsError, json_error
 
     try:
-        document = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ResultsError(f"--render {path}: {json_error(text, err)}") from None
+    except (OSError, UnicodeDecodeError) as err:
         raise ResultsError(f"--render {path}: not a readable JSON file ({err})") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise ResultsError(f"--render {path}: not a converge results file (schema {SCHEMA})")

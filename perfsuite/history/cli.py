@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sqlite3
 import sys
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
 
 from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
+from perfsuite.measure.machine import document_busy
+from perfsuite.results.outpath import OutputPathError, check_output_dir
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -45,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="only this device name")
     p.add_argument("--metric", choices=store.METRICS, action="append", help="default: both")
     p.add_argument("-v", "--verbose", action="store_true", help="also the changes that are not")
+    p.add_argument(
+        "--accept-busy",
+        action="store_true",
+        help="keep the times of runs measured on a busy machine (left out by default)",
+    )
     p = sub.add_parser("ack", help="acknowledge a regression: CELL/RUN as `check` prints it")
     _db_option(p)
     p.add_argument("regression", metavar="CELL/RUN")
@@ -122,40 +131,60 @@ def _cmd_list(conn: sqlite3.Connection) -> int:
     return EXIT_OK
 
 
-def _describe(change: rules.Change) -> str:
+def _describe(change: rules.Change, head: str, tail: str = "") -> str:
+    """A change as a block that fits the terminal: ``head`` and the CELL/RUN on the first
+    line, then what changed, the cell and the commits, folded at spaces (indented)."""
     before, after = change.before_point, change.after_point
     unit = "ms" if change.series.metric == "time" else "MiB"
     scale = 1.0 if unit == "ms" else 1 / 2**20
-    text = (
-        f"{change.ident}  {change.series.metric:<6} {change.size:+.1%}  "
-        f"({change.before * scale:.4g} -> {change.after * scale:.4g} {unit}, "
-        f"noise {change.noise_bound:.1%}, {change.persistence} runs after)  "
-        f"{change.series.label}  commit {before.sha[:10]} ({before.created}) -> "
-        f"{after.sha[:10]} ({after.created})"
-    )
-    if change.env_changed:
-        text += "  [environment changed]"
-    return text
+    width = max(40, shutil.get_terminal_size().columns)
+    lines = [
+        f"{change.series.metric} {change.size:+.1%} ({change.before * scale:.4g} -> "
+        f"{change.after * scale:.4g} {unit}, noise {change.noise_bound:.1%}, "
+        f"{change.persistence} runs after)",
+        change.series.label,
+        f"commit {before.sha[:10]} ({before.created}) -> {after.sha[:10]} ({after.created})"
+        + ("  [environment changed]" if change.env_changed else ""),
+    ]
+    lines += [tail] if tail else []
+    fill = textwrap.TextWrapper(width, initial_indent="    ", subsequent_indent="      ").fill
+    body = [fill(x) for x in lines]
+    return "\n".join([f"{head} {change.ident}", *body])
+
+
+def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
+    """Runs measured on a busy machine: content hash -> why. Their times would call a
+    change between machine states a regression (or an improvement)."""
+    out = {}
+    for row in conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id"):
+        why = document_busy({"env": json.loads(row["env_json"]), "rows": []})
+        if why:
+            out[row["content_hash"]] = why
+    return out
 
 
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     metrics = args.metric or list(store.METRICS)
-    series = rules.load_series(conn, metrics, args.device)
+    busy = {} if args.accept_busy else busy_runs(conn)
+    for run_hash, why in busy.items():
+        note = f"busy run {run_hash[:12]}: its times are left out ({why}; --accept-busy)"
+        print(textwrap.fill(note, max(40, shutil.get_terminal_size().columns)))
+    series = rules.load_series(conn, metrics, args.device, untimed=set(busy))
     failing, settled = rules.check(series, store.acks(conn))
     acked = store.acks(conn)
     for change in failing:
-        print(f"REGRESSION {_describe(change)}")
+        print(_describe(change, "REGRESSION"))
     for change in settled:
         key = (change.series.cell_id, change.after_point.run_hash)
         reason = acked.get((*key, change.series.metric)) or acked.get((*key, "*"))
         note = f"acknowledged: {reason}" if reason else "recovered later"
-        print(f"settled    {_describe(change)}  [{note}]")
+        print(_describe(change, "settled", note))
     if args.verbose:
         for s in series:
             for change in rules.judge(s):
                 if not change.regression:
                     why = "; ".join(change.why_not)
-                    print(f"change     {_describe(change)}  [not a regression: {why}]")
+                    print(_describe(change, "change", f"not a regression: {why}"))
     print(
         f"{len(series)} series checked: {len(failing)} open regressions, "
         f"{len(settled)} recovered or acknowledged"
@@ -233,7 +262,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not -1 < args.step < 10:
         return _fail(f"--step {args.step:g}: must be a relative change in (-1, 10)")
     try:
+        check_output_dir(args.out, "-o")
         paths = demo.write(args.out, args.runs, args.step, args.step_at, args.method, args.seed)
+    except OutputPathError as err:
+        return _fail(str(err))
     except OSError as err:
         return _fail(f"{args.out}: cannot write there ({err.strerror or err})")
     step = f"{args.step:+.0%} on {args.method} from run {args.step_at}" if args.step else "no step"
@@ -247,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
     if command == "demo":
         return _cmd_demo(args)
     try:
-        conn = store.connect(args.db, create=command in ("add", "import"))
+        writes = command in ("add", "import", "ack")
+        conn = store.connect(args.db, create=command in ("add", "import"), write=writes)
     except store.StoreError as err:
         return _fail(str(err).splitlines()[0])
     try:

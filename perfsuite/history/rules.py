@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
@@ -275,21 +275,28 @@ def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
 
 
 def load_series(
-    conn: sqlite3.Connection, metrics: Sequence[str] = store.METRICS, device: str | None = None
+    conn: sqlite3.Connection,
+    metrics: Sequence[str] = store.METRICS,
+    device: str | None = None,
+    untimed: Collection[str] = (),
 ) -> list[Series]:
-    """Every cell's series of each metric, in run-time order, from the database."""
+    """Every cell's series of each metric, in run-time order, from the database; the
+    runs in ``untimed`` (content hashes: measured on a busy machine) give no time point."""
     out = []
     rows = store.cell_rows(conn, device)
     for _, group in groupby(rows, key=lambda r: r["cell_id"]):
-        out += cell_series(unique_measurements(list(group)), metrics)
+        out += cell_series(unique_measurements(list(group)), metrics, untimed)
     return out
 
 
-def cell_series(rows: list[sqlite3.Row], metrics: Sequence[str] = store.METRICS) -> list[Series]:
+def cell_series(
+    rows: list[sqlite3.Row], metrics: Sequence[str] = store.METRICS, untimed: Collection[str] = ()
+) -> list[Series]:
     """The series of one cell (``rows``: its de-duplicated rows in time order), per metric."""
     out = []
     for metric in metrics:
-        points = [p for p in (_point(r, metric) for r in rows) if p is not None]
+        kept = [r for r in rows if metric != "time" or r["content_hash"] not in untimed]
+        points = [p for p in (_point(r, metric) for r in kept) if p is not None]
         if points:
             first = rows[0]
             out.append(

@@ -123,32 +123,71 @@ def default_db_path() -> Path:
     return Path(os.environ.get(DB_ENV_VAR) or DEFAULT_DB)
 
 
-def connect(path: str | os.PathLike[str] | None = None, create: bool = True) -> sqlite3.Connection:
-    """Open (and with ``create``, initialise) the database; ``StoreError`` in one line if not."""
+def connect(
+    path: str | os.PathLike[str] | None = None, create: bool = True, write: bool = True
+) -> sqlite3.Connection:
+    """Open the database; ``StoreError`` in one line if not.
+
+    With ``create`` (``add``, ``import``) a missing database is made and initialised.
+    Without it the file must already be a history database, and nothing is written
+    to set one up: an empty or foreign file stays as it was (issue 20: ``list`` turned
+    an empty file into a 40 KB database). ``write=False`` opens it read-only."""
     path = Path(path) if path is not None else default_db_path()
-    if not create and not path.exists():
-        raise StoreError(f"{path}: no history database (run `history add` or `history import`)")
-    if create and not path.parent.exists():
+    if not create:
+        if not path.is_file():
+            raise StoreError(f"{path}: no history database (run `history add` or `history import`)")
+        return _open_existing(path, write)
+    if not path.parent.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise StoreError(f"{path}: cannot create its folder ({err.strerror})") from None
+    filled = path.is_file() and path.stat().st_size > 0
     try:
         conn = sqlite3.connect(path, isolation_level=None)  # transactions opened by hand
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
+        if filled and not _tables(conn):
+            raise StoreError(f"{path}: not a history database (an SQLite file without its tables)")
         conn.executescript(SCHEMA)
         stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if stored is None:
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
-        elif int(stored["value"]) != SCHEMA_VERSION:
-            raise StoreError(
-                f"{path}: history schema {stored['value']}, this perfsuite reads {SCHEMA_VERSION}"
-            )
+        else:
+            _check_version(path, stored["value"])
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path}: cannot open as a history database ({err})") from None
+    return conn
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {row[0] for row in rows}
+
+
+def _check_version(path: Path, stored: str) -> None:
+    if int(stored) != SCHEMA_VERSION:
+        raise StoreError(f"{path}: history schema {stored}, this perfsuite reads {SCHEMA_VERSION}")
+
+
+def _open_existing(path: Path, write: bool) -> sqlite3.Connection:
+    """An existing history database, opened without creating or initialising anything."""
+    mode = "rw" if write else "ro"
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
+        conn.isolation_level = None
+        conn.row_factory = sqlite3.Row
+        if not {"meta", "runs", "cells", "acks"} <= _tables(conn):
+            conn.close()
+            raise StoreError(f"{path}: not a history database (run `history add` or `import`)")
+        if write:
+            conn.execute("PRAGMA foreign_keys = ON")
+        stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        _check_version(path, stored["value"] if stored else "0")
+    except sqlite3.DatabaseError as err:
+        raise StoreError(f"{path}: not a history database ({err})") from None
     return conn
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfsuite.render.fit import Column, print_fitted
+
 # (header, row key); variant names like "[plain]" would read as rich markup inside
 # the kernel name, so they get a column of their own and every cell is escaped.
 BUILD_COLUMNS = (
@@ -91,70 +93,67 @@ def _cell(value: Any, fmt: str = "{}") -> str:
     return escape(fmt.format(value))
 
 
-def _table(title: str, columns: tuple, rows: list[dict[str, Any]]) -> Any:
-    """A rich table of ``rows`` with (header, key, format) ``columns``."""
-    from rich.table import Table
+def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
+    """Fitted to the console (``perfsuite.render.fit``): a table, or one block per row."""
+    print_fitted(console, columns, rows, title, title_justify="left")
 
-    table = Table(title=title)
-    for header, key, _ in columns:
-        table.add_column(header, justify="left" if key in _TEXT_COSTS else "right")
-    for r in rows:
-        table.add_row(*(_cell(r.get(k), fmt) for _, k, fmt in columns))
-    return table
+
+def _costs(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
+    """(header, key, format) ``columns`` of ``rows`` as fitted columns and cells."""
+    cols = [
+        Column(h, "left", True) if k in _TEXT_COSTS else Column(h, "right", False)
+        for h, k, _ in columns
+    ]
+    return cols, [[_cell(r.get(k), fmt) for _, k, fmt in columns] for r in rows]
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # a CI log or a file: rows whole, not squeezed to 80
-        console = Console(width=240)
+    console = Console()  # the terminal's width, $COLUMNS, else 80: tables fit or list
     shape = report["shape"]
     where = f"{shape['name']} (N={shape['n']}, V={shape['v']}, D={shape['d']})"
-    table = Table(
-        title=f"Triton kernels built as launched at {where} "
-        "(smem: bytes per CTA; spills: bytes per thread; TC in lock: tensor-core "
-        "instructions between a CAS acquire and its EXCH release)"
-    )
-    for header, key in BUILD_COLUMNS:
-        table.add_column(header, justify="left" if key in _TEXT else "right", overflow="fold")
+    columns = [
+        Column(h, "left", True) if k in _TEXT else Column(h, "right", False)
+        for h, k in BUILD_COLUMNS
+    ]
+    rows = []
     for r in report["rows"]:
         cells = {**r, "kernel": r["kernel"] + ("" if r.get("ours", True) else " (CCE)")}
-        table.add_row(*(_cell(cells.get(k)) for _, k in BUILD_COLUMNS))
-    console.print(table)
-
-    console.print(
-        _table(
-            f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
-            "atomic-tile backward (backward='tiles', an ablation) and CCE's, every pair "
-            "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
-            COST_COLUMNS,
-            report["costs"],
-        )
+        rows.append([_cell(cells.get(k)) for _, k in BUILD_COLUMNS])
+    _print(
+        console,
+        f"Triton kernels built as launched at {where} (smem: bytes per CTA; spills: bytes "
+        "per thread; TC in lock: tensor-core instructions between a CAS acquire and its "
+        "EXCH release)",
+        columns,
+        rows,
+    )
+    _print(
+        console,
+        f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
+        "atomic-tile backward (backward='tiles', an ablation) and CCE's, every pair "
+        "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
+        *_costs(COST_COLUMNS, report["costs"]),
     )
     if report.get("designs"):
-        console.print(
-            _table(
-                f"Backward designs at {where}, {shape['dtype']}: a MODEL, not a measurement "
-                "(kernel_report/designs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
-                "L2 / L2 rate) at the rates in the notes below; HBM GB≥: each launch's "
-                "operands read and outputs written once (a lower bound); G trip: the slice "
-                "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
-                "updates and reads under a spin lock",
-                DESIGN_COLUMNS,
-                report["designs"],
-            )
+        _print(
+            console,
+            f"Backward designs at {where}, {shape['dtype']}: a MODEL, not a measurement "
+            "(kernel_report/designs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
+            "L2 / L2 rate) at the rates in the notes below; HBM GB≥: each launch's "
+            "operands read and outputs written once (a lower bound); G trip: the slice "
+            "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
+            "updates and reads under a spin lock",
+            *_costs(DESIGN_COLUMNS, report["designs"]),
         )
     if report.get("launched"):
-        console.print(
-            _table(
-                f"Backward tile list on the first rows of each workload at {where}: "
-                "launched pairs of the sample (per-row mass budget, kernels/tiles.py); "
-                "modelled = the cost table's full figures × fraction",
-                LAUNCHED_COLUMNS,
-                report["launched"],
-            )
+        _print(
+            console,
+            f"Backward tile list on the first rows of each workload at {where}: launched "
+            "pairs of the sample (per-row mass budget, kernels/tiles.py); modelled = the "
+            "cost table's full figures × fraction",
+            *_costs(LAUNCHED_COLUMNS, report["launched"]),
         )
     for note in report.get("notes", []):
         console.print(f"note: {_cell(note)}")

@@ -67,7 +67,7 @@ def exceeds(need: int, what: str, capacity: int, device: str) -> str:
     ``sweep`` records it as a skipped cell's reason)."""
     return (
         f"predicted peak ~{need / 2**30:.1f} GiB ({what}) exceeds the "
-        f"{capacity / 2**30:.1f} GiB this {device} can give a cell (memory model, math.md)"
+        f"{capacity / 2**30:.1f} GiB this {device} can give a cell (memory model, docs/math.md)"
     )
 
 

@@ -137,6 +137,12 @@ def check_fits(plan: Plan) -> None:
             )
 
 
+# Bounds that keep a typo from planning a run of days: 10,000 samples of the smoke
+# shape's slowest interpreted cell already take hours on a 2-core CPU.
+SAMPLES_MAX = 10_000
+WARMUP_MAX = 1_000
+
+
 def default_jobs() -> int:
     """Two interpreter workers where there are two cores: the interpreter is one Python
     thread, so a second worker roughly halves a CPU run of the Triton methods."""
@@ -169,12 +175,14 @@ def build_plan(
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
-    if samples < 1:
-        raise PlanError(f"--samples must be >= 1, got {samples}")
+    if not 1 <= samples <= SAMPLES_MAX:
+        raise PlanError(f"--samples must be in [1, {SAMPLES_MAX:,}], got {samples:,}")
+    if memory_limit is not None and memory_limit <= 0:
+        raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {memory_limit}")
     if softcap is not None and softcap <= 0:
         raise PlanError(f"--softcap must be positive, got {softcap:g}")
-    if warmup < 0:
-        raise PlanError(f"--warmup must be >= 0, got {warmup}")
+    if not 0 <= warmup <= WARMUP_MAX:
+        raise PlanError(f"--warmup must be in [0, {WARMUP_MAX:,}], got {warmup:,}")
     if not 0 <= seed < 2**32:
         raise PlanError(f"--seed must be in [0, 2**32 - 1], got {seed}")
     if not (math.isfinite(timeout_s) and timeout_s > 0):

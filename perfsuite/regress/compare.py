@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.measure.machine import refuse_busy
 from perfsuite.regress.baseline_store import stored_baseline
 from perfsuite.regress.compare_report import print_table, render_markdown
 from perfsuite.regress.verdicts import (
@@ -85,6 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="compare even if device or library versions differ",
     )
+    parser.add_argument(
+        "--accept-busy",
+        action="store_true",
+        help="judge time even if either run was measured on a busy machine",
+    )
     parser.add_argument("--format", choices=["table", "markdown"], default="table")
     parser.add_argument(
         "--all", action="store_true", help="markdown: list unchanged cells in the main table too"
@@ -117,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
             allow_env_mismatch=args.allow_env_mismatch,
         )
         base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
+        refusal = refuse_busy(base_doc, cur_doc, (base_label, str(args.current)))
+        if refusal and not args.accept_busy:
+            raise CompareError(refusal)
+        if refusal:
+            notes.append(f"--accept-busy: {refusal.split(': a time difference')[0]}")
         comparison = compare_documents(
             base_doc,
             cur_doc,

@@ -4,16 +4,14 @@ markdown fit for ``$GITHUB_STEP_SUMMARY``."""
 from __future__ import annotations
 
 import math
-import os
-import sys
 from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
+from perfsuite.render.fit import Column, fit_table
 
 STYLE = {
     "regression": "bold red",
@@ -142,16 +140,26 @@ def _footnote(footnotes: list[str], notes: list[str]) -> str:
     """Notes go under the table, numbered, so that narrow terminals keep the columns."""
     if not notes:
         return ""
-    footnotes.append("; ".join(notes))
-    return f"[{len(footnotes)}]"
+    text = "; ".join(notes)
+    if text not in footnotes:  # one note per kind, not one per row
+        footnotes.append(text)
+    return f"[{footnotes.index(text) + 1}]"
+
+
+def _print_records(
+    console: Console, title: str, columns: list[Column], rows: list[list[str]]
+) -> None:
+    """A table too wide for the terminal even folded: each row as its own lines."""
+    console.print(title, style="bold", highlight=False)
+    for row in rows:
+        fields = [f"{c.header or 'note'} {v}" for c, v in zip(columns, row, strict=True) if v]
+        console.print("  " + ", ".join(fields), highlight=False)
 
 
 def print_table(comparison: Comparison, console: Console | None = None) -> None:
     """One table per (shape, dtype, β): method and phase rows, compact columns."""
-    if console is None:
-        # Logs and pipes: wide enough for every column (rich would assume 80).
-        piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-        console = Console(width=140) if piped else Console()
+    if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
+        console = Console()
     metric = comparison.settings.metric
     console.print(
         f"[bold]{comparison.baseline_label}[/bold] → [bold]{comparison.current_label}[/bold]"
@@ -160,38 +168,46 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
     for cell in comparison.cells:
         groups.setdefault(_group(cell.row), []).append(cell)
     for title, cells in groups.items():
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for header, right in (
-            ("method", False),
-            ("phase", False),
-            ("status", False),
-            (f"{metric} ms", True),
-            ("time ×", True),
-            ("p", True),
-            ("peak MiB", True),
-            ("mem ×", True),
-            ("verdict", False),
-            ("", False),
-        ):
-            table.add_column(header, justify="right" if right else "left", no_wrap=True)
+        columns = [
+            Column("method"),
+            Column("phase"),
+            Column("status"),
+            Column(f"{metric} ms", "right"),
+            Column("time ×", "right", fold=False),
+            Column("p", "right", fold=False),
+            Column("peak MiB", "right"),
+            Column("mem ×", "right", fold=False),
+            Column("verdict"),
+            Column("", fold=False),
+        ]
         footnotes: list[str] = []
+        rows = []
         for cell in cells:
             style = STYLE[cell.verdict]
             verdict = cell.verdict + (" ✗" if cell.failing else "")
             b, c = cell.baseline or {}, cell.current or {}
-            table.add_row(
-                cell.row["method"],
-                cell.row["phase"],
-                _status(cell),
-                _arrow(fmt_ms(_time(cell.baseline, metric)), fmt_ms(_time(cell.current, metric))),
-                fmt_ratio(cell.time.ratio),
-                fmt_p(cell.time.p_slower),
-                _arrow(fmt_mib(b.get("peak_bytes")), fmt_mib(c.get("peak_bytes"))),
-                fmt_ratio(cell.memory.ratio),
-                f"[{style}]{verdict}[/{style}]",
-                _footnote(footnotes, cell.notes),
+            rows.append(
+                [
+                    cell.row["method"],
+                    cell.row["phase"],
+                    _status(cell),
+                    _arrow(
+                        fmt_ms(_time(cell.baseline, metric)), fmt_ms(_time(cell.current, metric))
+                    ),
+                    fmt_ratio(cell.time.ratio),
+                    fmt_p(cell.time.p_slower),
+                    _arrow(fmt_mib(b.get("peak_bytes")), fmt_mib(c.get("peak_bytes"))),
+                    fmt_ratio(cell.memory.ratio),
+                    f"[{style}]{verdict}[/{style}]",
+                    _footnote(footnotes, cell.notes),
+                ]
             )
-        console.print(table)
+        options = dict(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        table = fit_table(columns, rows, console.width, collapse_padding=True, **options)
+        if table is None:  # too narrow even folded: one cell per block, nothing cut
+            _print_records(console, title, columns, rows)
+        else:
+            console.print(table)
         for i, note in enumerate(footnotes, 1):
             console.print(f"  [{i}] {note}", highlight=False)
     for line in comparison.env_problems:

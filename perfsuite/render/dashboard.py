@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perfsuite.history import store, timelines
+from perfsuite.results.outpath import OutputPathError, check_output_dir
 
 EXIT_OK, EXIT_USAGE = 0, 2
 PAGE_GLOB = "shape-*.html"
@@ -84,16 +85,10 @@ def page_name(shape: str, taken: set[str]) -> str:
 
 def check_out_dir(out: Path) -> Path:
     """Create ``out`` and make sure files can be written there, before any work."""
-    if out.exists() and not out.is_dir():
-        raise DashboardError(f"-o {out}: exists and is not a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise DashboardError(f"-o {out}: cannot write there ({err.strerror})") from None
-    return out
+        return check_output_dir(out, "-o")
+    except OutputPathError as err:
+        raise DashboardError(str(err)) from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -151,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("the dashboard needs plotly: pip install 'perfsuite[dashboard]'")
     try:
         commit_url = commit_linker(args.commit_url)
-        conn = store.connect(args.db, create=False)
+        conn = store.connect(args.db, create=False, write=False)
     except (DashboardError, store.StoreError) as err:
         return _fail(str(err))
     source = str(args.db or store.default_db_path())

@@ -1,8 +1,11 @@
 """The dashboard's plots: one plotly figure per group of cells (``history.timelines``).
 
-Two panels share the run axis: time (each method's median as a line, its
-p20-p80 band shaded) and peak memory, each on a log axis when its methods
-span more than a factor of ``LOG_SPREAD``. Every change point is a vertical line at
+Three panels share the run axis: time (each method's median as a line, its
+p20-p80 band shaded), the same time relative to each method's own first segment
+(its median before its first change point: a +5 % step of a 20 ms method beside
+a 60 ms one moves a few pixels on the first panel and 5 % of this one), and
+peak memory; time and memory on a log axis when their methods span more than a
+factor of ``LOG_SPREAD``. Every change point is a vertical line at
 the first run after it: red for an open regression, orange for an acknowledged
 or recovered one (each with a label that opens its commit), dotted grey for a
 change that is not a regression. The hover of a point names its run and commit.
@@ -10,6 +13,7 @@ change that is not a regression. The hover of a point names its run and commit.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -94,12 +98,28 @@ def _time_traces(group: Group, line: Line, colour: str) -> list[Any]:
     return traces
 
 
-def _memory_trace(group: Group, line: Line, colour: str, legend: bool) -> Any:
+def relative(line: Line, marks: Sequence[Mark]) -> list[float]:
+    """``line``'s values over the median of its first segment: the runs before its
+    first change point (all of them when it has none)."""
+    first = min(
+        (m.after.position for m in marks if (m.method, m.metric) == (line.method, line.metric)),
+        default=None,
+    )
+    pairs = zip(line.positions, line.values, strict=True)
+    base = [v for x, v in pairs if first is None or x < first] or line.values
+    level = statistics.median(base)
+    return [v / level for v in line.values]
+
+
+def _line_trace(
+    group: Group, line: Line, colour: str, y: list[float], legend: bool, shown: str
+) -> Any:
+    """A method's line of the relative or the memory panel; ``shown``: the hover's value."""
     import plotly.graph_objects as go
 
     return go.Scatter(
         x=line.positions,
-        y=[v / MIB for v in line.values],
+        y=y,
         mode="lines+markers",
         name=line.method,
         legendgroup=line.method,
@@ -109,7 +129,7 @@ def _memory_trace(group: Group, line: Line, colour: str, legend: bool) -> Any:
         customdata=_hover(group, line),
         hovertemplate=(
             "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
-            "%{customdata[1]}<br>peak %{y:.5g} MiB<extra></extra>"
+            f"%{{customdata[1]}}<br>{shown}<extra></extra>"
         ),
     )
 
@@ -117,9 +137,11 @@ def _memory_trace(group: Group, line: Line, colour: str, legend: bool) -> Any:
 def _mark(fig: Any, mark: Mark, row: int, commit_url: Callable[[str], str]) -> None:
     style = MARK_STYLE[mark.state]
     fig.add_vline(x=mark.after.position, row=row, col=1, line=style)
+    if row == 1:  # the relative panel shows the time marks too, unlabelled
+        fig.add_vline(x=mark.after.position, row=2, col=1, line=style)
     if mark.state == "change":
         return
-    axis = "y" if row == 1 else "y2"
+    axis = "y" if row == 1 else f"y{row}"
     # plotly drops an <a href> that is not http(s) (the site's own pages seen from
     # file://), so the page's script opens ``name`` on a click instead.
     fig.add_annotation(
@@ -147,11 +169,15 @@ def figure(group: Group, colours: dict[str, str], commit_url: Callable[[str], st
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
-        rows=2,
+        rows=3,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.09,
-        subplot_titles=("time (ms): median, p20–p80 band", "peak memory (MiB)"),
+        vertical_spacing=0.07,
+        subplot_titles=(
+            "time (ms): median, p20–p80 band",
+            "time relative to each method's first segment (median before its first change)",
+            "peak memory (MiB)",
+        ),
     )
     timed = {line.method for line in group.lines if line.metric == "time"}
     for line in group.lines:
@@ -159,12 +185,18 @@ def figure(group: Group, colours: dict[str, str], commit_url: Callable[[str], st
         if line.metric == "time":
             for trace in _time_traces(group, line, colour):
                 fig.add_trace(trace, row=1, col=1)
+            ratios = relative(line, group.marks)
+            shown = "%{y:.3f}× its first segment's median"
+            fig.add_trace(_line_trace(group, line, colour, ratios, False, shown), row=2, col=1)
         else:
-            fig.add_trace(
-                _memory_trace(group, line, colour, line.method not in timed), row=2, col=1
-            )
+            mib = [v / MIB for v in line.values]
+            legend = line.method not in timed
+            trace = _line_trace(group, line, colour, mib, legend, "peak %{y:.5g} MiB")
+            fig.add_trace(trace, row=3, col=1)
+    if timed:
+        fig.add_hline(y=1.0, row=2, col=1, line={"color": "#bbbbbb", "width": 1})
     for mark in group.marks:
-        _mark(fig, mark, 1 if mark.metric == "time" else 2, commit_url)
+        _mark(fig, mark, 1 if mark.metric == "time" else 3, commit_url)
     axis: dict[str, Any] = {"range": [-0.5, max(len(group.runs) - 0.5, 0.5)], "zeroline": False}
     if len(group.runs) <= LABELLED_RUNS:
         axis |= {
@@ -173,13 +205,14 @@ def figure(group: Group, colours: dict[str, str], commit_url: Callable[[str], st
             "ticktext": [f"{r.position}<br>{r.sha[:7]}" for r in group.runs],
         }
     fig.update_xaxes(**axis)
-    for row, metric in ((1, "time"), (2, "memory")):
+    fig.update_yaxes(title_text="× first segment", row=2, col=1)
+    for row, metric in ((1, "time"), (3, "memory")):
         values = [v for line in group.lines if line.metric == metric for v in line.values]
         if values and max(values) > LOG_SPREAD * min(values):
             fig.update_yaxes(type="log", row=row, col=1)
-    fig.update_xaxes(title_text="run (oldest first; hover a point for its commit)", row=2, col=1)
+    fig.update_xaxes(title_text="run (oldest first; hover a point for its commit)", row=3, col=1)
     fig.update_layout(
-        height=560,
+        height=760,
         margin={"l": 60, "r": 20, "t": 40, "b": 60},
         hovermode="closest",
         legend={"orientation": "v"},

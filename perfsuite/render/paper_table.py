@@ -151,9 +151,11 @@ def _mark_best(lines: list[Line]) -> None:
         ]
         if not candidates:
             continue
-        low = min(c.value for c in candidates)
+        # Best is what the reader sees: every cell that prints as the lowest does (five
+        # rows that all print 1.17 MiB are all best, not the one a few bytes lower).
+        shown = min(candidates, key=lambda c: c.value).text
         for c in candidates:
-            c.best = c.value == low
+            c.best = c.text == shown
 
 
 def build_report(document: dict[str, Any]) -> list[PaperTable]:
@@ -205,7 +207,7 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
     notes = footnotes(document["rows"])
     gpu = tables[0].gpu if tables else None
     notes.append(
-        "lower bound: math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
+        "lower bound: docs/math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
         "dtype with a backward) and the FLOPs of each phase (2NVD fwd, 6NVD bwd without "
         "stored logits, 8NVD fwd+bwd)."
     )
@@ -221,7 +223,8 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
             "FLOP/s: the phase's FLOPs over the measured median (no roofline: not a known GPU)."
         )
     notes.append(
-        "Bold: the best of its column; times and rates leave ‡ and † cells out, memory "
+        "Bold: the best of its column as printed (ties all bold); times and rates leave ‡ and "
+        "† cells out, memory "
         "leaves out ‡ fwd/bwd cells. Times are medians."
     )
     return notes

@@ -21,6 +21,7 @@ from typing import Any
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
 from perfsuite.render.table import INTERPRETED_MARK
+from perfsuite.results.outpath import OutputPathError, check_output_dir
 from perfsuite.results.results import PHASES, ResultsError, load_results
 
 AXES = {"vocab": ("V", "vocabulary size V"), "tokens": ("N", "tokens N")}
@@ -76,9 +77,12 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
                     betas = sorted({r["beta"] for r in members})
                     fig = Figure(figsize=(3.6 * len(betas) + 1.8, 3.4), layout="constrained")
                     axes = fig.subplots(1, len(betas), squeeze=False, sharey=True)[0]
+                    drawn: set[str] = set()
                     for ax, beta in zip(axes, betas, strict=True):
                         panel = [r for r in members if r["beta"] == beta]
-                        _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu)
+                        drawn |= _draw_panel(
+                            ax, panel, methods, quantity, x, xs_all, key, phase, gpu
+                        )
                         ax.set_xscale("log")
                         ax.set_yscale("log")
                         ax.set_title(f"β = {beta:g}")
@@ -95,6 +99,11 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
                         fig.legend(
                             [handles[lb] for lb in labels], labels, loc="outside right center"
                         )
+                    notes = _notes(members, drawn, quantity)
+                    if notes:  # under the axes: what is not drawn, and what † means
+                        fig.set_figheight(3.4 + 0.18 * len(notes))
+                        fig.text(0.01, 0.005, "\n".join(notes), fontsize=7, va="bottom")
+                        fig.get_layout_engine().set(rect=(0, 0.05 * len(notes), 1, 1))
                     title, slug = _fixed_label(key, x)
                     fig.suptitle(f"{phase} {quantity} vs {x_short} ({title}) on {device}")
                     name = f"{quantity}-vs-{x_short}-{slug}-{phase.replace('+', '')}.png"
@@ -102,7 +111,36 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
     return out
 
 
-def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> None:
+def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> list[str]:
+    """The figure's own footnotes: methods with rows here but nothing drawn (and why),
+    and † when an interpreted time is drawn."""
+    missing: dict[str, set[str]] = {}
+    for r in members:
+        if r["method"] not in drawn:
+            missing.setdefault(r["method"], set()).add(r["status"])
+    words = {"wrong": "failed the correctness gate", "unsupported": "N/A"}
+    notes = (
+        [
+            "not drawn: "
+            + "; ".join(
+                f"{m} ({', '.join(words.get(s, s) for s in sorted(st))})"
+                for m, st in missing.items()
+            )
+        ]
+        if missing
+        else []
+    )
+    if quantity == "time" and any(r.get("interpreted") for r in members if r["method"] in drawn):
+        notes.append(
+            f"{INTERPRETED_MARK} dotted: Triton under the CPU interpreter; "
+            "its time says nothing about a GPU"
+        )
+    return notes
+
+
+def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> set[str]:
+    """Draws the panel; returns the methods it drew."""
+    drawn = set()
     for index, method in enumerate(methods):
         points = sorted(
             (r[x], _value(r, quantity), r.get("interpreted"))
@@ -121,6 +159,7 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> Non
             linestyle=":" if interpreted else "-",
             label=label,
         )
+        drawn.add(method)
     other_value, hidden, dtype = key[0], key[1], key[2]
 
     def dims(xv: int) -> tuple[int, int, int]:
@@ -132,6 +171,7 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> Non
     elif gpu is not None:
         ys = [roofline_ms(phase, *dims(xv), dtype, gpu) for xv in xs_all]
         ax.plot(xs_all, ys, "k--", linewidth=1, label=f"roofline ({gpu.name})")
+    return drawn
 
 
 def _dpi(text: str) -> int:
@@ -166,8 +206,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] --phase: unknown {', '.join(bad)}")
         return 2
     try:
+        check_output_dir(args.out, "-o")  # before anything is drawn
         document = load_results(args.results)
-    except ResultsError as err:
+    except (ResultsError, OutputPathError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
     made = figures(document, phases)

@@ -27,6 +27,10 @@ from perfsuite.results.results import ResultsError, check_writable, load_results
 _SUFFIX_FORMAT = {".md": "md", ".tex": "latex", ".csv": "csv", ".html": "html", ".htm": "html"}
 
 
+# The paper's Gemma2-2B H100 table, committed with the results it is set beside.
+PAPER_TABLE = Path(__file__).resolve().parents[2] / "reports" / "paper" / "gemma2-2b-h100.csv"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", type=Path, help="a results file (run, sweep or merge)")
     p.add_argument(
@@ -38,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--paper",
         type=Path,
-        help="the paper's table as CSV: print it beside this run as ratios (markdown)",
+        nargs="?",
+        const=PAPER_TABLE,
+        metavar="CSV",
+        help="print the paper's table beside this run as ratios (markdown); "
+        "default CSV: reports/paper/gemma2-2b-h100.csv",
     )
 
 
@@ -49,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     try:
         if args.out is not None:
-            check_writable(args.out, overwrite=True)  # a one-line error, not a traceback
+            check_writable(args.out, overwrite=True, flag="-o")  # a one-line error, not a traceback
         document = load_results(args.results)
         if args.paper is not None:
             from perfsuite.render.paper_compare import read_paper, side_by_side

@@ -4,7 +4,6 @@ memory lower bound as the first row and N/A where a method does not apply."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,6 +13,7 @@ from rich.table import Table
 
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
+from perfsuite.render.fit import Column, fit_table
 from perfsuite.results.results import PHASES
 
 GRADS_IN_FWD_MARK = "‡"
@@ -21,6 +21,7 @@ INTERPRETED_MARK = "†"
 WRONG_MARK = "✗"
 # Two fwd+bwd calls on the same inputs gave different bits (atomics, locks, split-K).
 NONDETERMINISTIC_MARK = "≈"
+BUSY_MARK = "!"
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -112,6 +113,7 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
     mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
     mark += INTERPRETED_MARK if row.get("interpreted") else ""
     mark += NONDETERMINISTIC_MARK if row.get("deterministic") is False else ""
+    mark += BUSY_MARK if row.get("busy") else ""
     return mark + (WRONG_MARK if row["status"] == "wrong" else "")
 
 
@@ -174,26 +176,20 @@ def _method_cells(
     return cells, refs
 
 
-def _table(title: str, phases: list[str], lines: list[tuple[str, list[str], str]]) -> Table:
-    """Numbers never wrap or get cut: headers go on two lines, method names fold, and
-    the note column is there only when a line has a note."""
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    table.add_column("method", overflow="fold", min_width=6)
+def _table(
+    title: str, phases: list[str], lines: list[tuple[str, list[str], str]], width: int | None
+) -> Table | None:
+    """Numbers never wrap or get cut: headers go on two lines, method names fold at
+    hyphens (``perfsuite.render.fit``), and the note column is there only when a line
+    has a note. None when it cannot fit ``width``."""
+    columns = [Column("method")]
     for phase in phases:
-        table.add_column(f"{phase}\nMiB", justify="right", no_wrap=True)
-        table.add_column(f"{phase}\nms", justify="right", no_wrap=True)
+        columns += [Column(f"{phase}\nMiB", "right", False), Column(f"{phase}\nms", "right", False)]
     with_note = any(refs for _, _, refs in lines)
-    if with_note:
-        table.add_column("note", no_wrap=True)
-    for i, (name, cells, refs) in enumerate(lines):
-        table.add_row(name, *cells, *([refs] if with_note else []), end_section=i == 0)
-    return table
+    columns += [Column("note", fold=False)] if with_note else []
+    rows = [[name, *cells, *([refs] if with_note else [])] for name, cells, refs in lines]
+    options = dict(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    return fit_table(columns, rows, width or 10_000, sections=[0], collapse_padding=True, **options)
 
 
 def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> list:
@@ -206,15 +202,6 @@ def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> lis
         cells, refs = _method_cells(by_phase, phases, grads_in_fwd, notes)
         lines.append((name, cells, " ".join(refs)))
     return lines
-
-
-def _fits(table: Table, width: int) -> bool:
-    """Whether ``table`` prints at ``width`` without rich cutting a cell short (…) or
-    running past the edge (no_wrap columns that cannot shrink)."""
-    console = Console(width=width, file=io.StringIO(), color_system=None)
-    console.print(table, crop=False)
-    text = console.file.getvalue()
-    return "…" not in text and max(map(len, text.splitlines())) <= width
 
 
 def build_tables(
@@ -236,21 +223,23 @@ def build_tables(
             f"({i}) {', '.join(methods)}: {reason}"
             for i, (reason, methods) in enumerate(notes.items(), 1)
         ]
-        table = _table(title, phases, lines)
-        if width is None or _fits(table, width) or len(phases) == 1:
-            out.append((table, numbered))
+        table = _table(title, phases, lines, width)
+        if table is not None or len(phases) == 1:
+            out.append((table or _table(title, phases, lines, None), numbered))
             continue
-        for i, phase in enumerate(phases):
+        for i, phase in enumerate(phases):  # too wide: one phase at a time
             one = [(name, cells[2 * i : 2 * i + 2], refs) for name, cells, refs in lines]
             last = i == len(phases) - 1
-            out.append((_table(f"{title}, {phase}", [phase], one), numbered if last else []))
+            part = _table(f"{title}, {phase}", [phase], one, width)
+            part = part or _table(f"{title}, {phase}", [phase], one, None)
+            out.append((part, numbered if last else []))
     return out
 
 
 def footnotes(rows: list[dict[str, Any]]) -> list[str]:
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
-        "ms: median time; lower bound: math.md's floor (N fp32 losses; dE + dC)."
+        "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
     ]
     known = all_methods()
     if any(grads_in_forward(r["method"], known, r["beta"]) for r in rows):
@@ -267,6 +256,11 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         notes.append(
             f"{NONDETERMINISTIC_MARK} not bit-deterministic: two fwd+bwd calls on the same "
             "inputs gave different loss or gradient bits."
+        )
+    if any(r.get("busy") for r in rows):
+        notes.append(
+            f"{BUSY_MARK} measured on a busy machine (other processes on the cores, or a "
+            "throttled or shared GPU): its time is not trustworthy; compare will not judge it."
         )
     if any(r["status"] == "wrong" and measured(r) for r in rows):
         notes.append(

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     try:
-        check_writable(args.out, overwrite=True)  # before reading: a one-line error
+        check_writable(args.out, overwrite=True, flag="-o")  # before reading: a one-line error
         documents = [(str(path), load_results(path)) for path in args.inputs]
         merged = merge_documents(
             documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates

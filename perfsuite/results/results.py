@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.results.outpath import OutputPathError, check_output_file
+
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
     import pandas as pd
 
@@ -25,6 +27,24 @@ PHASES = ("fwd", "bwd", "fwd+bwd")
 
 # The columns that identify a cell: two rows with equal keys measure the same thing.
 CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "phase")
+
+
+# Statuses of a cell that was measured (``wrong``: timed, though it failed the gate).
+MEASURED = ("ok", "wrong")
+
+
+def nothing_measured(rows: list[dict[str, Any]]) -> bool:
+    """True when rows exist and none was measured: a run that failed everywhere, whatever
+    the cause (error, oom, unsupported, ...), must not exit 0 and read as a success."""
+    return bool(rows) and not any(r["status"] in MEASURED for r in rows)
+
+
+def status_counts(rows: list[dict[str, Any]]) -> str:
+    """``"3 error, 2 oom"``: how many rows of each status, for a one-line summary."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
 class ResultsError(ValueError):
@@ -77,6 +97,9 @@ class Row:
     # Two fwd+bwd calls on the same inputs gave the same loss, dE and dC bits; None
     # when not measured (the Triton interpreter: its sequential numpy says nothing).
     deterministic: bool | None = None
+    # Why the machine was busy while this cell was measured ("" when quiet):
+    # other processes on the cores, a throttled or shared GPU (perfsuite.measure.machine).
+    busy: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -93,23 +116,15 @@ def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) ->
     }
 
 
-def check_writable(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything is
-    measured: a directory, an existing file (unless ``overwrite``), or a folder that cannot be
-    created or written."""
-    path = Path(path)
-    if path.is_dir():
-        raise ResultsError(f"--out {path}: is a directory")
-    if path.exists() and not overwrite:
-        raise ResultsError(f"--out {path}: exists; pass --force to overwrite it")
+def check_writable(
+    path: str | os.PathLike[str], *, overwrite: bool = False, flag: str = "--out"
+) -> Path:
+    """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything
+    is measured (``perfsuite.results.outpath``'s check and words)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ResultsError(f"--out {path}: cannot write there ({err.strerror})") from None
-    return path
+        return check_output_file(path, flag, overwrite=overwrite)
+    except OutputPathError as err:
+        raise ResultsError(str(err)) from None
 
 
 def _umask() -> int:
@@ -137,6 +152,21 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
     return path
 
 
+def json_error(text: str, err: json.JSONDecodeError) -> str:
+    """One line for a JSON parse error: where, and whether the file looks cut short.
+
+    json's own message ends in "at" where it names a position ("Unterminated string
+    starting at"), so "at line" would double it. A file cut short fails at its end, or
+    inside a string that runs to its end: both get "(truncated?)"; an empty file says so.
+    """
+    if not text.strip():
+        return "not valid JSON: the file is empty"
+    cut = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
+    where = f"line {err.lineno} column {err.colno}"
+    msg = err.msg[: -len(" at")] if err.msg.endswith(" at") else err.msg
+    return f"not valid JSON{' (truncated?)' if cut else ''}: {msg} at {where}"
+
+
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a results file; ``ResultsError`` says what is wrong with it."""
     path = Path(path)
@@ -154,10 +184,7 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as err:
-        hint = " (truncated?)" if err.pos >= len(text.rstrip()) - 1 else ""
-        raise ResultsError(
-            f"{path}: not valid JSON{hint}: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
+        raise ResultsError(f"{path}: {json_error(text, err)}") from None
     if not isinstance(document, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
     version = document.get("schema_version")

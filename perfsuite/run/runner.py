@@ -20,7 +20,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
+from perfsuite.measure.machine import RUN_ID_VAR
 from perfsuite.measure.memory import CPU_MALLOC_ENV
 from perfsuite.method import Case, Method
 from perfsuite.plan.plan import Plan
@@ -36,6 +36,8 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import PHASES, Row, new_document
+from perfsuite.run.busy import watched
+from perfsuite.run.scratch import scratch
 from perfsuite.run.worker import WorkerSpec
 
 # Called after each finished case: (method, case dict, rows of that case).
@@ -50,6 +52,7 @@ def child_env(device: str, jobs: int, triton: bool) -> dict[str, str]:
     anything: ``@triton.jit`` reads it at definition) with the cores shared out."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    env[RUN_ID_VAR] = str(os.getpid())  # ours, to the busy-machine check
     if device == "cpu":
         env.update(CPU_MALLOC_ENV)
         if not triton:  # a native method is timed natively, whatever this process runs
@@ -116,9 +119,25 @@ def run_method(
     cases: list[dict[str, Any]],
     progress: ProgressFn | None = None,
     env: dict[str, str] | None = None,
+    machine: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """All cases of one method, restarting the worker after a crash; ``env`` is added
-    to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU)."""
+    to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU). Each
+    case's machine state goes to ``machine``, and its rows say whether it was busy."""
+    progress, busy = watched(plan.device, progress, machine, CASE_KEYS)
+    rows = _run_method(plan, method, cases, progress, env)
+    for row in rows:
+        row["busy"] = busy.get(tuple(row[k] for k in CASE_KEYS), "")
+    return rows
+
+
+def _run_method(
+    plan: Plan,
+    method: str,
+    cases: list[dict[str, Any]],
+    progress: ProgressFn,
+    env: dict[str, str] | None,
+) -> list[dict[str, Any]]:
     method_obj = all_methods()[method]
     triton = method_obj.caps.triton
     rows: list[dict[str, Any]] = []
@@ -131,7 +150,7 @@ def run_method(
         rows.extend(decided)
         if progress is not None:
             progress(method, case, decided)
-    with tempfile.TemporaryDirectory(prefix="perfsuite-") as tmp:
+    with scratch() as tmp:
         attempt = 0
         while remaining:
             attempt += 1
@@ -365,8 +384,11 @@ def run_plan(
                 finished.extend(rows)
                 checkpoint(new_document({**env, "partial": True}, list(finished)))
 
+    groups: list[dict[str, Any]] = []
+    env["machine"] = {"groups": groups}
+
     def work(method: str) -> None:
-        by_method[method] = run_method(plan, method, cases, report)
+        by_method[method] = run_method(plan, method, cases, report, machine=groups)
 
     schedule(plan, plan.methods, lambda m: m, work)
     rows = [row for method in plan.methods for row in by_method[method]]

@@ -41,6 +41,8 @@ from perfsuite.results.results import (
     check_writable,
     load_results,
     new_document,
+    nothing_measured,
+    status_counts,
     write_results,
 )
 from perfsuite.run.grid import (
@@ -216,7 +218,9 @@ class Sweep:
                 if on_cell is not None:
                     on_cell(by_case[id(case)], rows)
 
-            run_method(self.plan, method, [u.case for u in units], progress, env=slot)
+            groups = self.document["env"].setdefault("machine", {"groups": []})["groups"]
+            cases = [u.case for u in units]
+            run_method(self.plan, method, cases, progress, env=slot, machine=groups)
 
         def on_free_slot(item: tuple[str, list[Unit]]) -> None:
             slot = free.get()
@@ -358,6 +362,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{unit.method:<20} N={c['tokens']} V={c['vocab']} D={c['hidden']} "
                 f"β={c['beta']:g}: {statuses}"
             )
+            busy = next((r["busy"] for r in rows if r.get("busy")), "")
+            if busy:
+                bar.console.log(f"[yellow]warning: busy machine[/yellow] ({busy})")
             bar.update(
                 task,
                 advance=costs.get(unit.index, 0.0),
@@ -369,11 +376,10 @@ def run(args: argparse.Namespace) -> int:
             document = sweep.run(on_cell)
         finally:
             sweep.writer.release()
-    counts: dict[str, int] = {}
-    for row in document["rows"]:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    console.print(f"results: {out} ({summary} rows)")
+    console.print(f"results: {out} ({status_counts(document['rows'])} rows)")
+    if nothing_measured(document["rows"]):
+        console.print("[red]error:[/red] no cell was measured")
+        return 1
     return 0
 
 

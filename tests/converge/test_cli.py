@@ -152,7 +152,7 @@ def test_outputs_are_checked_before_training(tmp_path: Path, capsys: pytest.Capt
     blocker.write_text("")
     assert main(["--out", str(blocker / "r.json")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cannot write there" in err, err
+    assert err.count("\n") == 1 and "a-file is a file, not a folder" in err, err
     existing = tmp_path / "old.json"
     existing.write_text("{}")
     assert main(["--out", str(existing)]) == 2

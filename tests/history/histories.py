@@ -50,3 +50,15 @@ def count(db_path: Path, table: str) -> int:
         return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
     finally:
         conn.close()
+
+
+def blocks(out: str, head: str) -> list[str]:
+    """The blocks of `history check` output that start with ``head``, each on one line
+    (a block: its first line and the indented lines under it)."""
+    found: list[list[str]] = []
+    for line in out.splitlines():
+        if line.startswith(" ") and found:
+            found[-1].append(line.strip())
+        else:
+            found.append([line])
+    return [" ".join(b) for b in found if b[0].startswith(head)]

@@ -4,10 +4,12 @@ history with a +5 % step at run 40 fail `history check`; without the step they p
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from history.histories import blocks
 from perfsuite.history.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +30,7 @@ def test_check_fails_on_the_step_at_its_commit(
     db, demo = history(tmp_path, 0.05)
     capsys.readouterr()
     assert main(["check", "--db", str(db)]) == 1
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("REGRESSION")]
+    lines = blocks(capsys.readouterr().out, "REGRESSION")
     sha = json.loads((demo / "demo-040.json").read_text())["env"]["git"]["sha"]
     before = json.loads((demo / "demo-039.json").read_text())["env"]["git"]["sha"]
     # Every cell of the slowed method (2 betas x 3 phases), none of the others'.
@@ -36,7 +38,7 @@ def test_check_fails_on_the_step_at_its_commit(
     for line in lines:
         assert " ours " in line and "synthetic demo GPU" in line and " time " in line
         assert f"{before[:10]} " in line and f"-> {sha[:10]} " in line
-        size = float(line.split()[3].rstrip("%"))
+        size = float(re.search(r" time ([+-][\d.]+)%", line).group(1))
         assert 4.4 <= size <= 5.6
 
 

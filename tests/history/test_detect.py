@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from history.histories import blocks, count, write_history
 from perfsuite.history import changepoints, rules, sensitivity
 from perfsuite.history.cli import main
-from tests.history.histories import count, write_history
 
 
 def series(values: list[float], metric: str = "time", kind: str = "cuda", noise: float = 0.003):
@@ -64,8 +64,9 @@ def test_recovered_and_memory() -> None:
 
 
 def test_check_exit_codes_and_ack(
-    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # issue 20: check's lines ran to ~220 columns
     folder = tmp_path / "runs"
     folder.mkdir()
     write_history(folder, [1.0] * 8)
@@ -76,7 +77,8 @@ def test_check_exit_codes_and_ack(
     capsys.readouterr()
     assert main(["check", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    (line,) = [x for x in out.splitlines() if x.startswith("REGRESSION")]
+    (line,) = blocks(out, "REGRESSION")
+    assert max(map(len, out.splitlines())) <= 80  # COLUMNS=80: blocks fold to fit
     assert "time" in line and "+10." in line and "07abababab" in line and "08abababab" in line
     ident = line.split()[1]
     assert main(["ack", "--db", str(db), ident, "--reason", "accepted: exactness first"]) == 0
@@ -105,3 +107,27 @@ def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
     assert main(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
     out = capsys.readouterr().out
     assert "drift +1%/run x10" in out and out.count("cuda ") >= 5
+
+
+def test_check_leaves_out_the_times_of_busy_runs(
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 20: a +10 % step measured while the machine was busy is the other load,
+    not the code; `check` calls it only with --accept-busy."""
+    import json
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    paths = write_history(folder, [1.0] * 8 + [1.10] * 3)
+    for path in paths[8:]:
+        doc = json.loads(path.read_text())
+        busy = ["other processes used 1.0 of 2 cores (python3 100%)"]
+        doc["env"]["machine"] = {"groups": [{"group": "ours", "busy": busy}]}
+        path.write_text(json.dumps(doc))
+    assert main(["import", "--db", str(db), str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["check", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("its times are left out") == 3 and "REGRESSION" not in out
+    assert main(["check", "--db", str(db), "--accept-busy"]) == 1
+    assert "REGRESSION" in capsys.readouterr().out

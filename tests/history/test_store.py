@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from history.histories import count, make_document, write_history
 from perfsuite.history import ingest, store
 from perfsuite.history.cli import main
-from tests.history.histories import count, make_document, write_history
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,3 +119,26 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a database at all\n", b"SQLite format 3\x00"])
+@pytest.mark.parametrize(
+    "argv", [["history", "list"], ["history", "check"], ["dashboard", "-o", "{site}"]]
+)
+def test_read_only_commands_never_make_or_change_a_database(tmp_path, capsys, content, argv):
+    """Issue 20: `history list --db empty-file` turned the file into a 40 KB database."""
+    from perfsuite.cli import main as perfsuite
+
+    pytest.importorskip("plotly")
+    path = tmp_path / "mine.db"
+    path.write_bytes(content)
+    before = path.stat().st_mtime_ns
+    filled = [a.format(site=tmp_path / "site") for a in argv]
+    assert perfsuite([*filled, "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not a history database" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert path.read_bytes() == content and path.stat().st_mtime_ns == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.db"]  # no journal, no site
+    missing = tmp_path / "none.db"
+    assert perfsuite([*filled, "--db", str(missing)]) == 2 and not missing.exists()

@@ -367,3 +367,40 @@ def test_an_ok_cell_without_a_time_fails(files, capsys):
     doc["rows"][0].update(median_ms=None, p20_ms=None, p80_ms=None, samples_ms=[])
     assert cli(files("b.json", make_doc()), files("c.json", doc)) == 1
     assert "no time was recorded" in capsys.readouterr().out
+
+
+# -- machine states (issue 20: a busy machine made identical code read 21 improvements) --
+
+
+def busy_env(reason: str = "other processes used 1.0 of 2 cores (python3 100%)") -> dict:
+    env = copy.deepcopy(ENV)
+    groups = [{"group": "ours", "busy": [reason]}, {"group": "eager", "busy": []}]
+    env["machine"] = {"groups": groups}
+    return env
+
+
+def quiet_env() -> dict:
+    env = copy.deepcopy(ENV)
+    env["machine"] = {"groups": [{"group": "ours", "busy": []}]}
+    return env
+
+
+def test_compare_refuses_to_judge_time_across_machine_states(files, capsys):
+    base = files("quiet.json", make_doc(seed=0, env=quiet_env()))
+    # identical code measured busy reads 30 % slower: without the check, regressions
+    cur = files("busy.json", slower(make_doc(seed=1, env=busy_env()), "ours", 1.3))
+    assert cli(base, cur) == 2
+    err = capsys.readouterr().err
+    assert "machine states differ" in err and "--accept-busy" in err and "busy.json" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert cli(cur, base) == 2  # a busy baseline is refused too
+    capsys.readouterr()
+    assert cli(base, cur, "--accept-busy") == 1  # told to: the regression is called
+    out = capsys.readouterr().out
+    assert "regression" in out and "--accept-busy" in out
+
+
+def test_compare_of_two_quiet_runs_is_not_refused(files, capsys):
+    base = files("a.json", make_doc(seed=0, env=quiet_env()))
+    cur = files("b.json", make_doc(seed=1, env=quiet_env()))
+    assert cli(base, cur) == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.render.conftest import STEP_AT, Site
+from render.conftest import STEP_AT, Site
 
 plotly = pytest.importorskip("plotly")
 
@@ -53,8 +53,9 @@ def test_the_demo_step_is_marked_at_its_run(history_site: Site) -> None:
     assert all(abs(pos - STEP_AT) <= 1 and m == "time" and who == "ours" for pos, m, who in opened)
     for fig in figures(history_site.out / "shape-demo.html"):
         lines = [s for s in fig["layout"]["shapes"] if s["line"]["color"] == "#d62728"]
-        assert len(lines) == 1 and abs(lines[0]["x0"] - STEP_AT) <= 1
-        (label,) = fig["layout"]["annotations"][2:]  # after the two panel titles
+        # on the time panel and again on the relative one
+        assert len(lines) == 2 and all(abs(line["x0"] - STEP_AT) <= 1 for line in lines)
+        (label,) = fig["layout"]["annotations"][3:]  # after the three panel titles
         size = float(re.search(r"([+-][\d.]+)% ours", label["text"]).group(1))
         commit = re.fullmatch(r"index.html#commit-(\w+)", label["name"]).group(1)
         assert abs(size - 5) < 0.6 and commit in {
@@ -126,3 +127,18 @@ def test_bad_input_one_line_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "site" / "index.html").exists()
+
+
+def test_the_relative_panel_shows_the_step_at_a_glance(history_site: Site) -> None:
+    """Issue 20: a +5 % step on ours (~20 ms) beside eager (~60 ms) moved a few pixels
+    on one linear time axis; the relative panel puts each method over its own first
+    segment, so the step is 5 % of that panel and eager stays flat at 1."""
+    for fig in figures(history_site.out / "shape-demo.html"):
+        relative = {t["name"]: t for t in fig["data"] if t.get("yaxis") == "y2"}
+        assert set(relative) == {"ours", "eager"}
+        ours = dict(zip(relative["ours"]["x"], relative["ours"]["y"], strict=True))
+        before = [v for x, v in ours.items() if x < STEP_AT - 1]
+        after = [v for x, v in ours.items() if x > STEP_AT + 1]
+        assert abs(sum(before) / len(before) - 1) < 0.01
+        assert 0.04 < sum(after) / len(after) - 1 < 0.06
+        assert all(abs(v - 1) < 0.03 for v in relative["eager"]["y"])

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.render.browser import Browser, find_browser
-from tests.render.conftest import STEP_AT, Site
+from render.browser import Browser, find_browser
+from render.conftest import STEP_AT, Site
 
 EXECUTABLE = find_browser()
 pytestmark = pytest.mark.skipif(

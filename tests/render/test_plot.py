@@ -68,3 +68,23 @@ def test_nothing_to_plot_without_a_swept_axis(tmp_path):
     doc = grid_document()
     doc["rows"] = [r for r in doc["rows"] if r["tokens"] == 16 and r["vocab"] == 200]
     assert plot.figures(doc) == []
+
+
+def test_a_figure_says_what_it_does_not_draw_and_what_the_dagger_means(tmp_path, capsys):
+    """Issue 20: methods that failed the gate vanished from the plots without a word."""
+    from perfsuite.cli import main
+
+    doc = grid_document()
+    for r in doc["rows"]:
+        if r["method"] == "eager" and r["tokens"] == 32:
+            r["status"] = "wrong"  # failed the correctness gate
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(doc))
+    assert main(["plot", str(results), "-o", str(tmp_path / "plots"), "--dpi", "20"]) == 0
+    made = dict(plot.figures(doc))
+    texts = {name: " ".join(t.get_text() for t in fig.texts) for name, fig in made.items()}
+    time_vs_v = next(t for n, t in texts.items() if n.startswith("time-vs-V-N32"))
+    assert "not drawn: eager (failed the correctness gate); broken (oom)" in time_vs_v
+    assert "† dotted: Triton under the CPU interpreter" in time_vs_v
+    memory = next(t for n, t in texts.items() if n.startswith("memory-vs-V-N16"))
+    assert "broken (oom)" in memory and "†" not in memory  # memory: † does not apply

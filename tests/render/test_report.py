@@ -193,3 +193,21 @@ def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
     assert report.run(parser.parse_args([str(results)])) == 2
     captured = capsys.readouterr()
     assert "peak_bytes is -5242880" in " ".join(captured.err.split()) and captured.out == ""
+
+
+def test_every_row_that_prints_the_best_is_bold(tmp_path, capsys):
+    """Issue 20: bold went by exact bytes, so one of five rows printing 1.17 MiB was bold."""
+    from fake_results import row
+
+    from perfsuite.cli import main
+    from perfsuite.results.results import new_document, write_results
+
+    rows = []
+    for i, method in enumerate(["eager", "ours", "ours-no-sort", "cce", "torch-compile"]):
+        peak_mib = 1.17 + i * 1e-4  # differs in bytes, prints alike
+        rows.append(row(method, "fwd", ms=10.0 + i, mib=peak_mib, beta=0.0))
+    path = write_results(tmp_path / "r.json", new_document(CPU_ENV, rows))
+    assert main(["report", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("**1.17 MiB**") == 5 and "ties all bold" in text
+    assert text.count("**10 ms**") == 1 and "**11 ms**" not in text  # one best stays one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,26 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes(b'\xff\xfe{"schema_version": 1}')
     with pytest.raises(ResultsError, match="latin1.json: not a results file .*0xff"):
         load_results(path)
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (lambda text: text[: text.index('"method"') + 4], "(truncated?): Unterminated string"),
+        (lambda text: text[: text.rindex("]")], "(truncated?)"),
+        (lambda text: "", "the file is empty"),
+        (lambda text: "{x" + text, "not valid JSON: Expecting property name"),
+    ],
+)
+def test_json_errors_read_as_one_plain_line(tmp_path, capsys, cut, message):
+    """Issue 20: "Unterminated string starting at at line 239" (doubled "at"), and the
+    "(truncated?)" hint on an empty file but not on a truncated one."""
+    from perfsuite.cli import main
+
+    good = Path(__file__).resolve().parents[2] / "reports" / "cpu-smoke" / "results.json"
+    bad = tmp_path / "bad.json"
+    bad.write_text(cut(good.read_text()))
+    assert main(["report", str(bad)]) == 2
+    captured = capsys.readouterr()
+    err = " ".join((captured.out + captured.err).split())
+    assert message in err and " at at " not in err and "Traceback" not in err

@@ -1,0 +1,244 @@
+"""Is the machine busy? Its state at the start and end of each cell group.
+
+A timing taken while another job shares the cores (or a GPU runs throttled, or
+another process holds it) is wrong, and nothing in the samples says so: on a
+2-core CPU one other job made eager's forward read 24.2 ms against 2.86 ms
+quiet (issue 20). pyperf warns on unstable runs and tritonbench locks clocks;
+here each group of cells (one method's worker over one case) is bracketed by two
+snapshots, and the CPU time used in between on this process's cores by anything
+but this run (the kernel's /proc/stat less our processes' times, so processes in
+other containers count too) says whether the group shared the machine. On CUDA
+the snapshot adds the SM clock against its maximum, the temperature, the
+throttle reasons and the other processes on the GPU (NVML through ``pynvml``
+when installed, else nvidia-smi; nothing when neither answers).
+
+This run's processes are the main one and every process started with
+``RUN_ID_VAR`` set to its pid (the workers, and what they start: compile workers).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any
+
+import psutil
+
+RUN_ID_VAR = "PERFSUITE_RUN_PID"
+# Other processes using this much of one core or more, over a group, make it busy.
+BUSY_CORES = 0.5
+# A process listed as "other busy" uses at least this share of one core.
+LISTED_SHARE = 0.1
+# NVML throttle reasons that slow a kernel (not idle, not a clock set by hand).
+_SLOWING_REASONS = {
+    0x2: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake",
+}
+
+
+def _cpu_seconds() -> dict[int, tuple[str, float]]:
+    """pid -> (name, user + system CPU seconds) of every process we may see."""
+    out = {}
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        times = proc.info.get("cpu_times")
+        if times is not None:
+            out[proc.pid] = (proc.info.get("name") or "?", times.user + times.system)
+    return out
+
+
+def _ours(pid: int) -> bool:
+    """This process, or one started by this run (the worker env carries our pid)."""
+    if pid == os.getpid():
+        return True
+    try:
+        return psutil.Process(pid).environ().get(RUN_ID_VAR) == str(os.getpid())
+    except (psutil.Error, OSError):
+        return False
+
+
+def _busy_seconds(cpus: set[int]) -> float:
+    """CPU seconds the kernel spent not idle on ``cpus``, whoever ran: /proc/stat also
+    counts processes this one cannot see (other containers, the hypervisor's steal)."""
+    per_cpu = psutil.cpu_times(percpu=True)
+    total = 0.0
+    for i in cpus:
+        if i < len(per_cpu):
+            t = per_cpu[i]
+            total += sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0)
+            total -= getattr(t, "guest_nice", 0.0)  # already counted in user / nice
+    return total
+
+
+class Snapshot:
+    """CPU times at one moment (the machine's, ours, each visible process's), to
+    difference with a later one."""
+
+    def __init__(self) -> None:
+        self.wall = time.monotonic()
+        self.cpus = os.sched_getaffinity(0)
+        self.machine = _busy_seconds(self.cpus)
+        self.cpu = _cpu_seconds()
+        me = psutil.Process().cpu_times()
+        # This process, its finished children (workers), and its running workers.
+        self.ours = me.user + me.system + me.children_user + me.children_system
+        self.ours += sum(s for pid, (_, s) in self.cpu.items() if pid != os.getpid() and _ours(pid))
+
+
+def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
+    """Load average, cores, and the CPU that others used between two snapshots:
+    the machine's busy time on our cores less this run's own processes'."""
+    # CPU times tick at 10 ms: over a short case that alone would read as a share.
+    elapsed = max(end.wall - start.wall, 0.5)
+    others = []
+    for pid, (name, seconds) in end.cpu.items():
+        if pid not in start.cpu:
+            continue
+        share = (seconds - start.cpu[pid][1]) / elapsed
+        if share >= LISTED_SHARE and not _ours(pid):
+            others.append({"pid": pid, "name": name, "cores": round(share, 2)})
+    others.sort(key=lambda p: -p["cores"])
+    other_cores = max(0.0, (end.machine - start.machine) - (end.ours - start.ours)) / elapsed
+    return {
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cores": len(end.cpus),
+        "seconds": round(end.wall - start.wall, 2),
+        "other_cores": round(other_cores, 2),
+        "other_processes": others[:5],
+    }
+
+
+def _nvml_state() -> dict[str, Any] | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(_gpu_index())
+        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        return {
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "sm_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "throttle": [text for bit, text in _SLOWING_REASONS.items() if reasons & bit],
+            "gpu_processes": [p.pid for p in procs if not _ours(p.pid)],
+        }
+    except Exception as err:  # noqa: BLE001 - NVML's own errors; recorded, never fatal
+        return {"error": f"nvml: {err}"}
+
+
+def _gpu_index() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(visible) if visible.isdigit() else 0
+
+
+def _smi_state() -> dict[str, Any] | None:
+    query = "clocks.sm,clocks.max.sm,temperature.gpu,clocks_throttle_reasons.active"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"]
+            + ["-i", str(_gpu_index())],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        apps = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]
+            + ["-i", str(_gpu_index())],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    try:
+        clock, top, temp, mask = (v.strip() for v in out.splitlines()[0].split(","))
+        bits = int(mask, 16)
+    except (IndexError, ValueError):
+        return None
+    pids = [int(p) for p in apps.split() if p.strip().isdigit()]
+    return {
+        "sm_clock_mhz": int(clock),
+        "sm_clock_max_mhz": int(top),
+        "temperature_c": int(temp),
+        "throttle": [text for bit, text in _SLOWING_REASONS.items() if bits & bit],
+        "gpu_processes": [p for p in pids if not _ours(p)],
+    }
+
+
+def gpu_state() -> dict[str, Any] | None:
+    """The GPU's clocks, temperature, throttling and other processes; None if unknown."""
+    return _nvml_state() or _smi_state()
+
+
+def busy_reasons(state: dict[str, Any]) -> list[str]:
+    """Why a state is busy, in words ([] when quiet)."""
+    reasons = []
+    cpu = state.get("cpu") or {}
+    if cpu.get("other_cores", 0.0) >= BUSY_CORES:
+        seen = ", ".join(f"{p['name']} {p['cores']:.0%}" for p in cpu["other_processes"][:3])
+        reasons.append(
+            f"other processes used {cpu['other_cores']:.1f} of {cpu['cores']} cores"
+            + (f" ({seen})" if seen else "")
+        )
+    gpu = state.get("gpu") or {}
+    if gpu.get("throttle"):
+        reasons.append(f"GPU throttled ({', '.join(gpu['throttle'])})")
+    if gpu.get("gpu_processes"):
+        reasons.append(f"other processes on the GPU: {gpu['gpu_processes']}")
+    return reasons
+
+
+class Watch:
+    """Brackets cell groups: ``start()`` before, ``end(label)`` after, which returns
+    the group's state (``busy``: the reasons, empty when quiet)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.snapshot = Snapshot()
+        self.gpu_before = gpu_state() if device == "cuda" else None
+
+    def end(self, label: str) -> dict[str, Any]:
+        now = Snapshot()
+        state: dict[str, Any] = {
+            "group": label,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "cpu": cpu_state(self.snapshot, now),
+        }
+        if self.device == "cuda":
+            state["gpu_start"], state["gpu"] = self.gpu_before, gpu_state()
+        state["busy"] = busy_reasons(state) + [
+            f"at start: {r}" for r in busy_reasons({"gpu": state.get("gpu_start")})
+        ]
+        self.snapshot, self.gpu_before = now, state.get("gpu")
+        return state
+
+
+def document_busy(document: dict[str, Any]) -> str:
+    """Why a results document was measured on a busy machine: how many of its groups
+    were, and the first reason ("" when quiet, or not recorded, as in files written
+    before this check existed)."""
+    groups = (document["env"].get("machine") or {}).get("groups", [])
+    busy = [g for g in groups if g.get("busy")]
+    if not busy:
+        rows = [r for r in document["rows"] if r.get("busy")]
+        return f"{len(rows)} row(s) busy: {rows[0]['busy']}" if rows else ""
+    return f"{len(busy)} of {len(groups)} cell groups busy, e.g. {busy[0]['busy'][0]}"
+
+
+def refuse_busy(base: dict[str, Any], current: dict[str, Any], labels: tuple[str, str]) -> str:
+    """The refusal to judge time between two runs when either was measured busy
+    (their machine states differ from a quiet pair's): "" when both were quiet."""
+    pairs = zip(labels, (base, current), strict=True)
+    busy = [f"{label}: {why}" for label, doc in pairs if (why := document_busy(doc))]
+    if not busy:
+        return ""
+    return (
+        "machine states differ (" + "; ".join(busy) + "): a time difference would be the "
+        "other load, not the code; measure again on a quiet machine, or pass --accept-busy"
+    )

@@ -1,0 +1,65 @@
+"""One check, and one wording, for every output path a command is given.
+
+Each command checks its output before any work, so a bad path costs nothing: a
+directory where a file goes, an existing file where a folder goes (also as an
+ancestor: ``--out afile/r.json`` used to say "File exists" or "Not a directory",
+in each command's own words), a folder that cannot be created or written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be used (one line, exit code 2)."""
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` when it is not a folder."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _probe(folder: Path, flag: str, path: Path) -> None:
+    """Create ``folder`` and write a file there, or say why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise OutputPathError(f"{flag} {path}: cannot write there ({err.strerror})") from None
+
+
+def check_output_file(
+    path: str | os.PathLike[str], flag: str = "--out", *, overwrite: bool = True
+) -> Path:
+    """``path`` can take a file: not a folder, not an existing file unless ``overwrite``,
+    in a folder that can be made and written. Makes the folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputPathError(f"{flag} {path}: is a folder; give a file name")
+    blocker = _file_in_the_way(path)
+    if blocker is not None:
+        raise OutputPathError(f"{flag} {path}: {blocker} is a file, not a folder")
+    if path.exists() and not overwrite:
+        raise OutputPathError(f"{flag} {path}: exists; pass --force to overwrite it")
+    _probe(path.parent, flag, path)
+    return path
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str = "-o") -> Path:
+    """``path`` can take files: a folder (made if missing) that can be written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{flag} {path}: is a file, not a folder")
+    blocker = _file_in_the_way(path)
+    if blocker is not None:
+        raise OutputPathError(f"{flag} {path}: {blocker} is a file, not a folder")
+    _probe(path, flag, path)
+    return path

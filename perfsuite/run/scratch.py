@@ -1,0 +1,42 @@
+"""Temporary folders for worker specs and rows, removed even after a kill.
+
+A ``with TemporaryDirectory()`` is removed on every exit Python sees (an error,
+Ctrl-C, SIGTERM), but not when the process is SIGKILLed (the OOM killer, a CI
+timeout, ``kill -9`` of a sweep): issue 20 found ``/tmp/perfsuite-*`` folders
+left behind. So each folder's name carries the pid that made it, and the next run
+removes the folders of pids that no longer exist.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import psutil
+
+PREFIX = "perfsuite-run-"
+
+
+def _stale(folder: Path) -> bool:
+    pid = folder.name[len(PREFIX) :].split("-")[0]
+    try:
+        mine = folder.stat().st_uid == os.getuid()
+    except OSError:
+        return False
+    return pid.isdigit() and mine and not psutil.pid_exists(int(pid))
+
+
+def remove_stale() -> list[Path]:
+    """Remove the folders of runs whose process is gone; returns them."""
+    gone = [d for d in Path(tempfile.gettempdir()).glob(f"{PREFIX}*") if d.is_dir() and _stale(d)]
+    for folder in gone:
+        shutil.rmtree(folder, ignore_errors=True)
+    return gone
+
+
+def scratch() -> tempfile.TemporaryDirectory:
+    """A folder for one method's workers, named after this process."""
+    remove_stale()
+    return tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-")

@@ -1,0 +1,105 @@
+"""Every subcommand driven through ``perfsuite.cli.main`` as a user types it, past
+argparse into the command itself: a command whose own tests call its module's
+``main`` could crash at the real entry point unseen (issue 20: bisect did)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfsuite.cli import MODULE_COMMANDS, main
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
+SMOKE = str(REPORTS / "cpu-smoke" / "results.json")
+GRID = str(REPORTS / "cpu-sweep-small" / "results.json")
+TINY = ["--tokens", "16", "--vocab", "64", "--hidden", "8", "--methods", "eager"]
+QUICK = ["--phases", "fwd", "--samples", "2", "--warmup", "0", "--device", "cpu"]
+
+
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+def tiny_repo(path: Path) -> Path:
+    """Three commits of a shell benchmark, the last one slow."""
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "test@example.com")
+    git(path, "config", "user.name", "test")
+    for i, body in enumerate(["sleep 0.05", "sleep 0.05 # tidy", "sleep 0.05; sleep 0.1"]):
+        (path / "bench.sh").write_text(body + "\n")
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "-m", f"step {i}")
+    return path
+
+
+def argvs(tmp: Path) -> dict[str, tuple[list[str], int]]:
+    """Per subcommand: a real invocation and the exit code it must give."""
+    db = tmp / "history.sqlite"
+    return {
+        "run": (["run", "--shape", "smoke", *TINY, *QUICK, "--out", str(tmp / "r.json")], 0),
+        "shapes": (["shapes"], 0),
+        "methods": (["methods"], 0),
+        "sweep": (
+            ["sweep", *TINY, "--beta", "0", "--dtype", "fp32", *QUICK]
+            + ["--out", str(tmp / "s.json")],
+            0,
+        ),
+        "merge": (["merge", SMOKE, "-o", str(tmp / "m.json")], 0),
+        "report": (["report", SMOKE], 0),
+        "plot": (["plot", GRID, "-o", str(tmp / "plots"), "--dpi", "20"], 0),
+        "compare": (["compare", SMOKE, SMOKE], 0),
+        "baseline": (["baseline", "list", "--root", str(REPORTS / "baselines")], 0),
+        "bisect": (
+            ["bisect", "--repo", str(tiny_repo(tmp / "repo")), "--good", "HEAD~2", "--bad", "HEAD"]
+            + ["--command", "sh bench.sh", "--samples", "5"],
+            0,
+        ),
+        "sensitivity": (
+            ["sensitivity", "--reanalyse", str(REPORTS / "sensitivity" / "cpu-eager-smoke.json")],
+            0,
+        ),
+        "converge": (["converge", "--dry-run"], 0),
+        "history": (["history", "list", "--db", str(db)], 0),
+        "dashboard": (["dashboard", "--db", str(db), "-o", str(tmp / "site")], 0),
+        "kernel-report": (["kernel-report", "--arch", "sm_1"], 2),
+    }
+
+
+def test_the_table_names_every_subcommand(tmp_path):
+    names = {"run", "shapes", "methods", *(name for name, _, _ in MODULE_COMMANDS)}
+    assert set(argvs(tmp_path)) == names
+
+
+@pytest.mark.parametrize(
+    "command", ["run", "shapes", "methods", *(name for name, _, _ in MODULE_COMMANDS)]
+)
+def test_every_subcommand_runs_from_the_entry_point(command, tmp_path, capsys):
+    if command in ("history", "dashboard"):  # a database to read
+        demo = tmp_path / "demo"
+        assert main(["history", "demo", "-o", str(demo), "--runs", "8", "--step-at", "4"]) == 0
+        assert main(["history", "import", str(demo), "--db", str(tmp_path / "history.sqlite")]) == 0
+        capsys.readouterr()
+    argv, code = argvs(tmp_path)[command]
+    assert main(argv) == code
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "Traceback" not in text and text.strip()
+
+
+def test_bisect_with_a_cell_reaches_the_command(tmp_path, capsys):
+    """The --shape/--method form crashed at the entry point too (StopIteration)."""
+    repo = tiny_repo(tmp_path / "repo")
+    argv = ["bisect", "--repo", str(repo), "--good", "HEAD", "--bad", "HEAD"]
+    assert main([*argv, "--shape", "smoke", "--method", "eager"]) == 2
+    assert "same commit" in capsys.readouterr().err
+
+
+def test_bisect_with_a_command_names_the_slow_commit(tmp_path, capsys):
+    repo = tiny_repo(tmp_path / "repo")
+    argv = ["bisect", "--repo", str(repo), "--good", "HEAD~2", "--bad", "HEAD"]
+    assert main([*argv, "--command", "sh bench.sh", "--samples", "5"]) == 0
+    assert "first slow commit: " + git(repo, "rev-parse", "HEAD") in capsys.readouterr().out

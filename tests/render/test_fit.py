@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.render.fit import Column, fit_table, fold, pieces
+from perfsuite.fit import Column, fit_table, fold, pieces
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 SMOKE = REPORTS / "cpu-smoke" / "results.json"

@@ -181,7 +181,7 @@ def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
 def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     import torch
 
-    from perfsuite.render.fit import Column, print_fitted
+    from perfsuite.fit import Column, print_fitted
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     columns = [Column("method"), *(Column(f"on {d}") for d in devices)]

@@ -136,8 +136,8 @@ def heldout_rows(runs: list[RunResult]) -> list[list[str]]:
 def _rich(
     console: Console, title: str, columns: tuple[str, ...], rows: list[list[str]], verdicts: bool
 ) -> None:
-    """Fitted to the console (``perfsuite.render.fit``): numbers never fold or get cut."""
-    from perfsuite.render.fit import Column, print_fitted
+    """Fitted to the console (``perfsuite.fit``): numbers never fold or get cut."""
+    from perfsuite.fit import Column, print_fitted
 
     cols = [
         Column(c, "left", True) if c in ("method", "dtype", "parity") else Column(c, "right", False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.render.fit import Column, print_fitted
+from perfsuite.fit import Column, print_fitted
 
 # (header, row key); variant names like "[plain]" would read as rich markup inside
 # the kernel name, so they get a column of their own and every cell is escaped.
@@ -94,7 +94,7 @@ def _cell(value: Any, fmt: str = "{}") -> str:
 
 
 def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
-    """Fitted to the console (``perfsuite.render.fit``): a table, or one block per row."""
+    """Fitted to the console (``perfsuite.fit``): a table, or one block per row."""
     print_fitted(console, columns, rows, title, title_justify="left")
 
 

@@ -9,9 +9,9 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
+from perfsuite.fit import Column, fit_table
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
-from perfsuite.render.fit import Column, fit_table
 
 STYLE = {
     "regression": "bold red",

@@ -11,9 +11,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from perfsuite.fit import Column, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
-from perfsuite.render.fit import Column, fit_table
 from perfsuite.results.results import PHASES
 
 GRADS_IN_FWD_MARK = "‡"
@@ -180,7 +180,7 @@ def _table(
     title: str, phases: list[str], lines: list[tuple[str, list[str], str]], width: int | None
 ) -> Table | None:
     """Numbers never wrap or get cut: headers go on two lines, method names fold at
-    hyphens (``perfsuite.render.fit``), and the note column is there only when a line
+    hyphens (``perfsuite.fit``), and the note column is there only when a line
     has a note. None when it cannot fit ``width``."""
     columns = [Column("method")]
     for phase in phases:

@@ -70,7 +70,7 @@ def _render(rows) -> str:
 def test_one_table_per_beta_with_lower_bound_first():
     tables = build_tables(_rows())
     assert len(tables) == 2
-    headers = [c.header.replace("\n", " ") for c in tables[0][0].columns]
+    headers = [str(c.header).replace("\n", " ") for c in tables[0][0].columns]
     assert headers[:7] == [
         "method",
         "fwd MiB",

@@ -99,7 +99,8 @@ def fit_table(
             n, f = _width(row[i])
             natural, floor = max(natural, n), max(floor, f)
         # a number column never folds its cells; its header folds to the cells' width
-        limits.append(natural if col.fold else -max(cells, shortest(col.header)))
+        words = max((len(w) for w in col.header.split()), default=0)  # "fwd+bwd" stays whole
+        limits.append(natural if col.fold else -max(cells, words))
         floors.append(floor)
     # Folded as far as it goes and still too wide: one space between columns.
     tight = {**table_options, "padding": (0, 0), "collapse_padding": False}

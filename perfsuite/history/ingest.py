@@ -154,7 +154,12 @@ def looks_like_results(path: Path) -> bool:
         document = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return True
-    return isinstance(document, dict) and ("schema_version" in document or "rows" in document)
+    if not isinstance(document, dict):
+        return False
+    if "schema_version" in document:
+        return True
+    # Another command's document names its own schema (filtering studies, converge).
+    return "rows" in document and "schema" not in document
 
 
 def results_files(root: str | os.PathLike[str]) -> list[Path]:

@@ -81,7 +81,7 @@ def test_failure_mid_insert_leaves_nothing(
 def test_import_repo_reports(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     reports = REPO / "reports"
     files = ingest.results_files(reports)
-    results = [p for p in files if "rows" in json.loads(p.read_text())]
+    results = [p for p in files if ingest.looks_like_results(p)]
     assert len(results) >= 5
     assert main(["import", "--db", str(db), str(reports)]) == 0
     out = capsys.readouterr().out
@@ -100,8 +100,11 @@ def test_import_skips_other_json(
 ) -> None:
     write_history(tmp_path, [1.0, 1.0])
     (tmp_path / "notes.json").write_text('{"report": "text"}')
+    # Another command's document with rows of its own (perfsuite filtering's study).
+    (tmp_path / "study.json").write_text('{"schema": "perfsuite-filtering/1", "rows": [{}]}')
     assert main(["import", "--db", str(db), str(tmp_path)]) == 0
-    assert "notes.json: skipped" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "notes.json: skipped" in printed and "study.json: skipped" in printed
     assert count(db, "runs") == 2
 
 

@@ -184,7 +184,8 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.fit import Column, print_fitted
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    columns = [Column("method"), *(Column(f"on {d}") for d in devices)]
+    # Method names are identifiers a user types: never folded.
+    columns = [Column("method", fold=False), *(Column(f"on {d}") for d in devices)]
     columns += [Column("capabilities"), Column("what it runs")]
     rows = []
     for name, method in all_methods().items():
@@ -196,8 +197,10 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
                 cells.append(f"[green]available{interp}[/green]")
             else:
                 cells.append(f"[yellow]unavailable: {reason}[/yellow]")
-        label = name if method.timed_by_default else f"{name} (on request)"
-        rows.append([label, *cells, method.caps.describe(), method.description])
+        what = (
+            method.description if method.timed_by_default else f"(on request) {method.description}"
+        )
+        rows.append([name, *cells, method.caps.describe(), what])
     options = dict(box=box.SIMPLE_HEAD, pad_edge=False)
     print_fitted(console, columns, rows, "methods on this machine", **options)
     return 0

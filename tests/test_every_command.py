@@ -66,6 +66,14 @@ def argvs(tmp: Path) -> dict[str, tuple[list[str], int]]:
         "history": (["history", "list", "--db", str(db)], 0),
         "dashboard": (["dashboard", "--db", str(db), "-o", str(tmp / "site")], 0),
         "kernel-report": (["kernel-report", "--arch", "sm_1"], 2),
+        "workload": (
+            ["workload", "inspect", str(REPORTS / "filtering" / "trained-v16k.safetensors")],
+            0,
+        ),
+        "filtering": (
+            ["filtering", "--workload", str(tmp / "missing.safetensors"), "--out", str(tmp / "f")],
+            2,
+        ),
     }
 
 

@@ -18,7 +18,16 @@ import pytest
 import torch
 
 from perfsuite import kernel_report
-from perfsuite.kernel_report import build, cce, costs, designs, launches, sass, slice_launches
+from perfsuite.kernel_report import (
+    build,
+    catalog,
+    cce,
+    costs,
+    designs,
+    launches,
+    sass,
+    slice_launches,
+)
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
@@ -171,13 +180,13 @@ def probe() -> dict:
     """Specialisations of the bf16 Gemma2-2B launches and a few real builds."""
     out = _python("""
         import json
-        from perfsuite.kernel_report import build, launches
+        from perfsuite.kernel_report import build, catalog, launches
         shape = launches.SHAPES["gemma2-2b"]
         res = {}
         first = {"forward": "plain", "backward": "list", "slices": "smooth+softcap"}
         for arch in ("sm_80", "sm_90a"):
             for kernel in ("forward", "backward", "slices"):
-                for la in launches.our_launches(shape, [arch], ["bf16"], [kernel]):
+                for la in catalog.our_launches(shape, [arch], ["bf16"], [kernel]):
                     spec = build.specialise(la)
                     name = "" if la.variant == first[kernel] else f"[{la.variant}]"
                     res[f"{kernel}{name} {arch}"] = {
@@ -185,14 +194,14 @@ def probe() -> dict:
                         "divisible": spec.divisible(),
                     }
             bwd = [
-                la for la in launches.our_launches(shape, [arch], ["bf16"], ["backward"])
+                la for la in catalog.our_launches(shape, [arch], ["bf16"], ["backward"])
                 if la.variant == "list"
             ][0]
             res[f"build backward {arch}"] = build.build(bwd)
         # The default backward's slice GEMM, its heaviest variant, on Hopper.
-        grad = launches.our_launches(shape, ["sm_90a"], ["bf16"], ["slices"])[-1]
+        grad = catalog.our_launches(shape, ["sm_90a"], ["bf16"], ["slices"])[-1]
         res["build slices sm_90a"] = {"variant": grad.variant, **build.build(grad)}
-        colsum = launches.our_launches(shape, ["sm_80"], ["bf16"], ["column_sum"])[0]
+        colsum = catalog.our_launches(shape, ["sm_80"], ["bf16"], ["column_sum"])[0]
         res["hints"] = build.build(colsum)["sass_hash"]
         res["no hints"] = build.build(colsum, hints=False)["sass_hash"]
         print(json.dumps(res))
@@ -253,7 +262,7 @@ def test_every_variant_listed_for_every_dtype_and_arch():
     variants the report used to skip, for every dtype and arch, at the slice width."""
     for arch in ("sm_80", "sm_90a"):
         for dtype in ("bf16", "fp16", "fp32"):
-            todo = launches.our_launches(GEMMA, [arch], [dtype], ["forward", "backward", "slices"])
+            todo = catalog.our_launches(GEMMA, [arch], [dtype], ["forward", "backward", "slices"])
             by_kernel: dict[str, set[str]] = {}
             for la in todo:
                 by_kernel.setdefault(la.kernel, set()).add(la.variant)
@@ -362,8 +371,8 @@ def test_launched_fraction_on_a_sample():
 def test_launch_table_args_must_exist():
     """A launch that passes an argument the kernel does not take is a broken table."""
     out = _python("""
-        from perfsuite.kernel_report import build, launches
-        la = launches.our_launches(launches.SHAPES["gemma2-2b"], ["sm_90a"], ["bf16"],
+        from perfsuite.kernel_report import build, catalog, launches
+        la = catalog.our_launches(launches.SHAPES["gemma2-2b"], ["sm_90a"], ["bf16"],
                                    ["backward"])[0]
         try:
             build.specialise(launches.with_args(la, Targets=None))

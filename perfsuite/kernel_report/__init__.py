@@ -34,7 +34,7 @@ import subprocess
 import sys
 from typing import Any
 
-from . import build, cce, costs, designs, launched, launches
+from . import build, catalog, cce, costs, designs, launched, launches
 from .build import BuildError
 from .launches import HELPERS, Launch, Shape, parse_shape
 
@@ -72,7 +72,7 @@ def collect(
 ) -> tuple[list[Launch], str | None]:
     """The launches to build, and why CCE's are missing (None when they are there)."""
     dtypes = dtypes or list(launches.DTYPES)
-    todo = launches.our_launches(shape, archs, dtypes, kernels)
+    todo = catalog.our_launches(shape, archs, dtypes, kernels)
     note = cce.available() if with_cce else "not asked for"
     if note is None:
         todo += [

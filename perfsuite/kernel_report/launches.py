@@ -327,40 +327,7 @@ def _all_helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     yield from _targets(shape, dtype, arch)
 
 
-def _slices(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
-    from .slice_launches import launches
-
-    yield from launches(shape, dtype, arch)
-
-
-OURS = {
-    "forward": _forward,
-    "slices": _slices,
-    "backward": _backward,
-    "helpers": _all_helpers,
-}
 HELPERS = ("column_sum", "tile_threshold", "tile_keep", "target_logit")
-
-
-def our_launches(
-    shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
-) -> list[Launch]:
-    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels."""
-    from perfsuite.kernels.configs import shipped_configs
-
-    shipped = {(k, a, dt) for k, a, dt, _ in shipped_configs()}
-    out = []
-    for arch in archs:
-        for dtype in dtypes:
-            for group, make in OURS.items():
-                if group != "helpers" and (group, cfg_arch(arch), dtype) not in shipped:
-                    continue
-                out += [
-                    launch
-                    for launch in make(shape, dtype, arch)
-                    if kernels is None or launch.kernel in kernels
-                ]
-    return out
 
 
 def with_args(launch: Launch, **changes: Any) -> Launch:

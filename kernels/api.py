@@ -95,6 +95,35 @@ def _validate(
         raise ValueError(f"filter_eps must be 'auto', None or a float >= 0, got {filter_eps!r}")
 
 
+def _validate_terms(
+    c: torch.Tensor, weight: object, z_loss: object, return_lse: object, impl: str
+) -> None:
+    """The training options: class weights, z-loss, the returned LSE."""
+    if not isinstance(z_loss, (int, float)) or isinstance(z_loss, bool):
+        raise TypeError(f"z_loss must be a float >= 0, got {z_loss!r}")
+    if not (z_loss >= 0 and math.isfinite(z_loss)):
+        raise ValueError(f"z_loss must be a finite float >= 0, got {z_loss!r}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    if return_lse and impl != "split":
+        raise ValueError("return_lse needs impl='split' (fused computes gradients before it)")
+    if weight is None:
+        return
+    if not isinstance(weight, torch.Tensor) or not weight.dtype.is_floating_point:
+        raise TypeError(f"weight must be a float tensor of class weights, got {weight!r:.60}")
+    if weight.shape != (c.shape[0],):
+        raise ValueError(
+            f"weight must have shape ({c.shape[0]},) (one per row of c), got {tuple(weight.shape)}"
+        )
+    if weight.device != c.device:
+        raise ValueError(f"weight is on {weight.device}, c on {c.device}")
+    if weight.requires_grad:
+        raise ValueError("weight must not require grad (class weights are constants here)")
+    if weight.device.type != "cuda" or _debug():
+        if not bool(torch.isfinite(weight).all()) or bool((weight < 0).any()):
+            raise ValueError("weight must be finite and >= 0 (a negative class weight)")
+
+
 def _resolve(
     device: torch.device, backward: str, engine: str, filter_eps: object, budget: object
 ) -> tuple[str, str, int | None]:
@@ -133,6 +162,9 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     reduction: str = "mean",
     softcap: float | None = None,
+    weight: torch.Tensor | None = None,
+    z_loss: float = 0.0,
+    return_lse: bool = False,
     backward: str = "auto",
     memory_budget: int | None = None,
     engine: str = "auto",
@@ -141,14 +173,16 @@ def linear_cross_entropy(
     impl: str = "split",
     accum_fp32: bool = False,
     tile_list: bool = True,
-) -> torch.Tensor:
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Smoothed cross-entropy of ``softcap(e @ c.T)`` without materialising the logits.
 
     Equal in value and in the gradients of ``e`` and ``c`` to
     ``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=β,
-    ignore_index=..., reduction=...)``, gradients returned in the inputs' dtype —
-    except that ``reduction="mean"`` with every row ignored gives 0 and zero
-    gradients (torch gives NaN). The loss is fp32.
+    ignore_index=..., reduction=..., weight=...)`` plus ``z_loss·lse²`` per valid row,
+    gradients returned in the inputs' dtype — except that ``reduction="mean"`` with every
+    row ignored (or every target's weight 0) gives 0 and zero gradients (torch gives NaN).
+    The loss is fp32. Per-token weights need no option: ``reduction="none"`` and a
+    weighted sum of the rows (kernels/terms.py has the formulas).
 
     Args:
         e: (..., D) embeddings, fp32/bf16/fp16, any strides (viewed as (N, D) when
@@ -161,6 +195,13 @@ def linear_cross_entropy(
         label_smoothing: β in [0, 1]. β = 0 and β > 0 compile separate kernels;
             distinct β > 0 values reuse one.
         softcap: Gemma2's ``s·tanh(l/s)``.
+        weight: class weights, a float (V,) tensor ≥ 0 with ``F.cross_entropy``'s
+            semantics: the target term scaled by w[y], the smoothing term by w[v], and
+            ``mean`` divided by Σ w[y] over valid rows. Slice backward only.
+        z_loss: coefficient of PaLM's auxiliary ``lse²`` per valid row (0: off);
+            ``mean`` averages it over the valid rows, unweighted. Slice backward only.
+        return_lse: also return the fp32 per-row log-sum-exp of the (softcapped)
+            logits, shaped like ``targets`` and differentiable (split only).
         backward: "slices" (the default; exact and bit-deterministic: per vocab slice
             the exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E``
             as plain GEMMs, kernels/slices.py) or "tiles" (recomputed logit tiles with
@@ -194,7 +235,13 @@ def linear_cross_entropy(
             forward stores (N·⌈V/BLOCK_V⌉·2 bytes).
     """
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
+    _validate_terms(c, weight, z_loss, return_lse, impl)
     backward, engine, budget = _resolve(e.device, backward, engine, filter_eps, memory_budget)
+    if backward == "tiles" and (weight is not None or z_loss or return_lse):
+        raise ValueError(
+            "weight, z_loss and return_lse need the slice backward (backward='slices', "
+            "filter_eps=None)"
+        )
     vocab, dim = c.shape
     _check_targets_in_range(targets, vocab, ignore_index)
     eps = default_filter_eps(e.dtype) if filter_eps == "auto" else filter_eps
@@ -211,16 +258,23 @@ def linear_cross_entropy(
         backward=backward,
         engine=engine,
         budget=budget,
+        z_loss=float(z_loss),
+        return_lse=return_lse,
     )
     batch_shape = targets.shape
     e2 = e.reshape(-1, dim)  # a view whenever the strides allow it
     flat_targets = targets.reshape(-1)
+    w = None if weight is None else weight.detach().float().contiguous()
     if e2.shape[0] == 0:
         zero = (e.sum() + c.sum()).float() * 0.0
-        return zero.expand(batch_shape) if reduction == "none" else zero
+        loss = zero.expand(batch_shape) if reduction == "none" else zero
+        return (loss, zero.expand(batch_shape)) if return_lse else loss
     fn = LinearCrossEntropyFunction if impl == "split" else FusedLinearCrossEntropyFunction
-    loss = fn.apply(e2, c, flat_targets, params)
-    return loss.reshape(batch_shape) if reduction == "none" else loss
+    out = fn.apply(e2, c, flat_targets, w, params)
+    loss, lse = out if return_lse else (out, None)
+    if reduction == "none":
+        loss = loss.reshape(batch_shape)
+    return (loss, lse.reshape(batch_shape)) if lse is not None else loss
 
 
 class LinearCrossEntropy(torch.nn.Module):
@@ -233,6 +287,9 @@ class LinearCrossEntropy(torch.nn.Module):
         ignore_index: int = -100,
         reduction: str = "mean",
         softcap: float | None = None,
+        weight: torch.Tensor | None = None,
+        z_loss: float = 0.0,
+        return_lse: bool = False,
         backward: str = "auto",
         memory_budget: int | None = None,
         engine: str = "auto",
@@ -243,11 +300,15 @@ class LinearCrossEntropy(torch.nn.Module):
         tile_list: bool = True,
     ) -> None:
         super().__init__()
+        # A buffer: class weights move with .to(device) and live in the state dict.
+        self.register_buffer("weight", weight)
         self.options = dict(
             label_smoothing=label_smoothing,
             ignore_index=ignore_index,
             reduction=reduction,
             softcap=softcap,
+            z_loss=z_loss,
+            return_lse=return_lse,
             backward=backward,
             memory_budget=memory_budget,
             engine=engine,
@@ -259,7 +320,7 @@ class LinearCrossEntropy(torch.nn.Module):
         )
 
     def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return linear_cross_entropy(e, c, targets, **self.options)
+        return linear_cross_entropy(e, c, targets, weight=self.weight, **self.options)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -34,6 +34,7 @@ _HEURISTICS = {
     "EVEN_V": lambda a: a["V"] % a["BLOCK_V"] == 0,
     "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
     "HAS_LOGIT_AVG": lambda a: a["LogitAvg"] is not None,
     "HAS_TILE_LSE": lambda a: a["TileLSE"] is not None,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
@@ -53,6 +54,7 @@ def _forward_kernel(
     SmoothPart,
     LogitAvg,
     TileLSE,
+    Weight,
     softcap,
     inv_n,
     N,
@@ -71,6 +73,7 @@ def _forward_kernel(
     EVEN_V: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
     HAS_LOGIT_AVG: tl.constexpr,
     HAS_TILE_LSE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -124,12 +127,18 @@ def _forward_kernel(
             tl.store(TileLSE + wide_offsets(offs_n, num_tiles) + tile_id, tile_lse, mask=n_mask)
         if HAS_SMOOTHING and HAS_SOFTCAP:
             moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
-            if EVEN_V:
-                inside = tl.sum(acc - shift[:, None], axis=1)
+            if HAS_WEIGHT:  # Σ_v w_v (z − max); `seen` is the weight seen so far
+                w = tl.load(Weight + offs_v, mask=v_mask, other=0.0)
+                inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0) * w, axis=1)
+                smooth = smooth + seen * moved + inside
+                seen += tl.sum(w, axis=0)
             else:
-                inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0), axis=1)
-            smooth = smooth + seen * moved + inside
-            seen += tl.minimum(BLOCK_V, V - v_start - t * BLOCK_V).to(tl.float32)
+                if EVEN_V:
+                    inside = tl.sum(acc - shift[:, None], axis=1)
+                else:
+                    inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0), axis=1)
+                smooth = smooth + seen * moved + inside
+                seen += tl.minimum(BLOCK_V, V - v_start - t * BLOCK_V).to(tl.float32)
         row_max = new_max
 
     if HAS_SMOOTHING and not HAS_SOFTCAP:
@@ -243,8 +252,13 @@ def lse_forward(
     logit_avg: bool,
     tile_lse: bool = False,
     num_splits: int | None = None,
+    weight: torch.Tensor | None = None,
 ) -> ForwardResult:
-    """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,)."""
+    """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,).
+
+    With class weights ``weight`` (fp32 (V,)) the smoothing sum is Σ_v w_v (z − max)
+    (``cbar`` then is the weighted column sum Σ_v w_v C_v).
+    """
     n_rows, dim = e.shape
     vocab = c.shape[0]
     if smoothing and softcap is None and cbar is None:
@@ -276,17 +290,18 @@ def lse_forward(
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(n_rows, meta["BLOCK_N"]), splits)
 
-    args = (e, c, cbar, max_part, sum_part, smooth_part, avg, tmax)
+    args = (e, c, cbar, max_part, sum_part, smooth_part, avg, tmax, weight)
     args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
     strides = (e.stride(0), e.stride(1), c.stride(0), c.stride(1))
     if cfg is None:
         flags = (smoothing, softcap is not None, avg is not None, tmax is not None)
+        flags += (weight is not None,)
         _tuned(flags, avg is not None, tmax is not None)[grid](*args, *strides)
     else:
         _forward[grid](*args, *strides, **cfg.launch("forward"))
 
     row_max, log_sum, rel_sum = _combine(
-        max_part, sum_part, smooth_part, softcap, vocab, split_size
+        max_part, sum_part, smooth_part, softcap, vocab, split_size, weight
     )
     # The target logit from a gathered dot (targets.py), not the vocab loop: selecting it
     # per tile held ~50 more registers live there (spills at 256×128 on Triton 3.9).
@@ -301,8 +316,9 @@ def _combine(
     softcap: float | None,
     vocab: int,
     split_size: int,
+    weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-split (max, sum-exp, smoothing sums) to the row max, log-sum and Σ(z − max)."""
+    """Per-split (max, sum-exp, smoothing sums) to the row max, log-sum and Σ w(z − max)."""
     row_max = max_part.amax(0)
     safe = torch.where(torch.isfinite(row_max), row_max, 0.0)
     if max_part.shape[0] == 1:
@@ -311,12 +327,22 @@ def _combine(
         log_sum = (sum_part * (max_part - safe).exp()).sum(0).log()
     rel_sum = None
     if smooth_part is not None:
-        if softcap is None:
-            # E_n·c̄ is the absolute Σ_v z, computed once (split 0).
-            rel_sum = smooth_part[0] - vocab * safe
+        splits = max_part.shape[0]
+        if weight is None:
+            total = torch.tensor(float(vocab), device=max_part.device)
         else:
-            first = torch.arange(max_part.shape[0], device=max_part.device) * split_size
-            count = (vocab - first).clamp(0, split_size).to(torch.float32)[:, None]
-            moved = torch.where(count > 0, max_part - safe, 0.0)
-            rel_sum = (smooth_part + count * moved).sum(0)
+            total = weight.sum()
+        if softcap is None:
+            # E_n·c̄ is the absolute Σ_v w_v z, computed once (split 0).
+            rel_sum = smooth_part[0] - total * safe
+        else:
+            if weight is None:
+                first = torch.arange(splits, device=max_part.device) * split_size
+                count = (vocab - first).clamp(0, split_size).to(torch.float32)
+            else:  # each split's weight
+                padded = torch.zeros(splits * split_size, device=weight.device)
+                padded[:vocab] = weight
+                count = padded.view(splits, split_size).sum(1)
+            moved = torch.where(max_part > float("-inf"), max_part - safe, 0.0)
+            rel_sum = (smooth_part + count[:, None] * moved).sum(0)
     return row_max, log_sum, rel_sum

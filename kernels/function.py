@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from . import terms
 from .backward import GROUP_N, lce_backward
 from .configs import pinned_config
 from .forward import ForwardResult, lse_forward
@@ -45,6 +46,10 @@ class Params:
     engine: str = "triton"
     # Bytes of slice workspace beyond the fp32 dE accumulator; None: slices.slice_width's default.
     budget: int | None = None
+    # z_loss·lse² per valid row (terms.py); slice backward only, as class weights are.
+    z_loss: float = 0.0
+    # Also return the per-row LSE (differentiable; split only).
+    return_lse: bool = False
 
 
 @dataclass
@@ -65,16 +70,25 @@ def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
 
 
 def _forward(
-    e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, p: Params, needs_grad: bool
-) -> tuple[torch.Tensor, torch.Tensor, Saved]:
-    """Per-row losses (0 at ignored rows), validity and what the backward reuses."""
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor | None,
+    p: Params,
+    needs_grad: bool,
+) -> tuple[ForwardResult, torch.Tensor | None]:
+    """Either engine's forward, and c̄ (the weighted column sum with class weights) when
+    the forward or the tile backward uses it."""
     smoothing = p.beta > 0
     if p.engine == "torch":
-        out = torch_forward(e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget)
-        return _finish(out, targets, p, None, c.shape[0])
+        out = torch_forward(
+            e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget, weight=weight
+        )
+        return out, None
     # c̄ serves the forward (no softcap) and the tile backward's rank-one part.
     tiles = p.backward == "tiles"
-    cbar = column_sum(c) if smoothing and (p.softcap is None or needs_grad and tiles) else None
+    use_cbar = smoothing and (p.softcap is None or needs_grad and tiles)
+    cbar = column_sum(c, weight) if use_cbar else None
     filtering = needs_grad and p.filter_eps is not None
     # The tile list replaces sorting: its bound is per tile in vocab order.
     use_list = filtering and p.tile_list
@@ -88,51 +102,52 @@ def _forward(
         logit_avg=filtering and p.sort_vocab and not use_list,
         tile_lse=use_list,
         num_splits=p.num_splits,
+        weight=weight,
     )
-    return _finish(out, targets, p, cbar, c.shape[0])
+    return out, cbar
 
 
-def _finish(
-    out: ForwardResult, targets: torch.Tensor, p: Params, cbar: torch.Tensor | None, vocab: int
-) -> tuple[torch.Tensor, torch.Tensor, Saved]:
-    """Per-row losses and what the backward keeps, from either engine's forward."""
-    # loss = LSE − (1−β)·z_y − (β/V)·Σz, written around the row max so a common
-    # logit offset cancels: log-sum + (1−β)(max − z_y) − (β/V)·Σ(z − max).
-    rows = out.log_sum + (1.0 - p.beta) * (out.row_max - out.target_logit)
-    if out.rel_sum is not None:
-        rows = rows - (p.beta / vocab) * out.rel_sum
+def _losses(
+    out: ForwardResult,
+    targets: torch.Tensor,
+    weight: torch.Tensor | None,
+    p: Params,
+    vocab: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reduced loss and the validity mask, from either engine's forward."""
     valid = _valid(targets, p)
-    rows = torch.where(valid, rows, 0.0)
-    saved = Saved(
-        out.row_max,
-        out.log_sum,
-        out.target_logit,
-        cbar,
-        out.logit_avg,
-        out.tile_lse,
-        out.tile_width,
+    wy = terms.target_weights(targets, valid, weight, vocab)
+    wsum = None if weight is None else weight.sum()
+    ce = terms.ce_rows(
+        out.row_max, out.log_sum, out.target_logit, out.rel_sum, valid,
+        beta=p.beta, vocab=vocab, wy=wy, wsum=wsum,
+    )  # fmt: skip
+    zl = terms.z_rows(out.lse, valid, p.z_loss)
+    return terms.reduce(ce, zl, valid, p.reduction, wy), valid
+
+
+def _coefficients(
+    targets: torch.Tensor,
+    weight: torch.Tensor | None,
+    s: Saved,
+    p: Params,
+    vocab: int,
+    grad_out: torch.Tensor | None,
+    grad_lse: torch.Tensor | None = None,
+) -> terms.Coefficients:
+    valid = _valid(targets, p)
+    return terms.coefficients(
+        valid,
+        s.row_max + s.log_sum,
+        beta=p.beta,
+        vocab=vocab,
+        reduction=p.reduction,
+        z_loss=p.z_loss,
+        wy=terms.target_weights(targets, valid, weight, vocab),
+        wsum=None if weight is None else weight.sum(),
+        grad_out=grad_out,
+        grad_lse=grad_lse,
     )
-    return rows, valid, saved
-
-
-def _reduce(rows: torch.Tensor, valid: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "none":
-        return rows
-    total = rows.sum()
-    if reduction == "sum":
-        return total
-    # All rows ignored: 0 (torch gives NaN), without a host sync.
-    return total / valid.sum().clamp(min=1)
-
-
-def _row_grads(valid: torch.Tensor, reduction: str, grad_out: torch.Tensor | None) -> torch.Tensor:
-    """fp32 per-row upstream gradient g_n (0 at ignored rows)."""
-    weights = valid.to(torch.float32)
-    if reduction == "mean":
-        weights = weights / valid.sum().clamp(min=1)
-    if grad_out is not None:
-        weights = weights * grad_out.reshape(-1 if reduction == "none" else ()).float()
-    return weights
 
 
 def _target_weights(target_logit: torch.Tensor, p: Params) -> torch.Tensor:
@@ -151,12 +166,15 @@ def _grads(
     e: torch.Tensor,
     c: torch.Tensor,
     targets: torch.Tensor,
-    g: torch.Tensor,
+    weight: torch.Tensor | None,
+    k: terms.Coefficients,
     s: Saved,
     p: Params,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if p.backward == "slices":
-        return slices_backward(e, c, targets, s.row_max, s.log_sum, g, p=p)
+        return slices_backward(e, c, targets, s.row_max, s.log_sum, k, p=p, weight=weight)
+    # The tile backward: plain cross-entropy only (api refuses weights and z-loss there).
+    g = k.prob
     order = vocab_order(s.logit_avg) if s.logit_avg is not None else None
     tiles = row_eps = None
     if s.tile_lse is not None and p.filter_eps is not None:
@@ -201,7 +219,7 @@ def _grads(
     )
 
 
-def _save(ctx: Any, s: Saved, *tensors: torch.Tensor) -> None:
+def _save(ctx: Any, s: Saved, *tensors: torch.Tensor | None) -> None:
     ctx.save_for_backward(
         *tensors, s.row_max, s.log_sum, s.target_logit, s.cbar, s.logit_avg, s.tile_lse
     )
@@ -214,28 +232,48 @@ def _load(ctx: Any) -> tuple[list[torch.Tensor], Saved]:
     return tensors, saved
 
 
+def _saved(out: ForwardResult, cbar: torch.Tensor | None) -> Saved:
+    return Saved(
+        out.row_max, out.log_sum, out.target_logit, cbar, out.logit_avg, out.tile_lse,
+        out.tile_width,
+    )  # fmt: skip
+
+
+def _outputs(loss: torch.Tensor, out: ForwardResult, p: Params) -> Any:
+    return (loss, out.lse) if p.return_lse else loss
+
+
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """Split version: LSE/target/smoothing forward, recomputing backward."""
 
     @staticmethod
     def forward(
-        ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, p: Params
-    ) -> torch.Tensor:
+        ctx: Any,
+        e: torch.Tensor,
+        c: torch.Tensor,
+        targets: torch.Tensor,
+        weight: torch.Tensor | None,
+        p: Params,
+    ) -> Any:
         needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-        rows, valid, saved = _forward(e, c, targets, p, needs_grad)
+        out, cbar = _forward(e, c, targets, weight, p, needs_grad)
+        loss, _ = _losses(out, targets, weight, p, c.shape[0])
         ctx.params = p
-        _save(ctx, saved, e, c, targets)
-        return _reduce(rows, valid, p.reduction)
+        _save(ctx, _saved(out, cbar), e, c, targets, weight)
+        return _outputs(loss, out, p)
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (e, c, targets), saved = _load(ctx)
+    def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
+        (e, c, targets, weight), saved = _load(ctx)
         p: Params = ctx.params
-        g = _row_grads(_valid(targets, p), p.reduction, grad_out)
-        de, dc = _grads(e, c, targets, g, saved, p)
+        k = _coefficients(
+            targets, weight, saved, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
+        )
+        de, dc = _grads(e, c, targets, weight, k, saved, p)
         return (
             de if ctx.needs_input_grad[0] else None,
             dc if ctx.needs_input_grad[1] else None,
+            None,
             None,
             None,
         )
@@ -252,19 +290,26 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, p: Params
+        ctx: Any,
+        e: torch.Tensor,
+        c: torch.Tensor,
+        targets: torch.Tensor,
+        weight: torch.Tensor | None,
+        p: Params,
     ) -> torch.Tensor:
         needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-        rows, valid, saved = _forward(e, c, targets, p, needs_grad)
+        out, cbar = _forward(e, c, targets, weight, p, needs_grad)
+        loss, _ = _losses(out, targets, weight, p, c.shape[0])
+        saved = _saved(out, cbar)
         ctx.params = p
         ctx.fused = needs_grad and p.reduction != "none"
         if ctx.fused:
-            g = _row_grads(valid, p.reduction, None)
-            de, dc = _grads(e, c, targets, g, saved, p)
+            k = _coefficients(targets, weight, saved, p, c.shape[0], None)
+            de, dc = _grads(e, c, targets, weight, k, saved, p)
             ctx.save_for_backward(de, dc)
         else:
-            _save(ctx, saved, e, c, targets)
-        return _reduce(rows, valid, p.reduction)
+            _save(ctx, saved, e, c, targets, weight)
+        return loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -275,6 +320,7 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         return (
             de.mul_(grad_out) if ctx.needs_input_grad[0] else None,
             dc.mul_(grad_out) if ctx.needs_input_grad[1] else None,
+            None,
             None,
             None,
         )

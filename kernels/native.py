@@ -38,8 +38,10 @@ def torch_forward(
     smoothing: bool,
     softcap: float | None,
     budget: int | None,
+    weight: torch.Tensor | None = None,
 ) -> ForwardResult:
-    """Online (max, sum-exp) and smoothing sums over vocab slices of fp32 logits."""
+    """Online (max, sum-exp) and smoothing sums (Σ_v w_v (z − max) with class weights
+    ``weight``, fp32 (V,)) over vocab slices of fp32 logits."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
     per = bytes_per_column(n_rows, dim, e.dtype, e.device, "torch", True)
@@ -59,7 +61,11 @@ def torch_forward(
         shifted = torch.sub(z, new_max[:, None], out=spare[:, :cols])
         if rel_sum is not None:
             moved = torch.where(torch.isinf(row_max), 0.0, row_max - new_max)
-            rel_sum += v0 * moved + shifted.sum(1)
+            if weight is None:
+                rel_sum += v0 * moved + shifted.sum(1)
+            else:
+                seen = weight[:v0].sum()
+                rel_sum += seen * moved + shifted @ weight[v0 : v0 + cols]
         row_sum = row_sum * (row_max - new_max).exp() + shifted.exp_().sum(1)
         row_max = new_max
     target_logit = _target_logits(e, c, targets, softcap)

@@ -3,7 +3,9 @@
 For each vocab slice ``s`` of ``width`` columns, in a fixed order:
 
 1. one fused pass rebuilds the logit slice and forms the exact gradient slice
-   ``G = g_n·(p − (1−β)·[v = y_n] − β/V)·(1 − t²)/σ`` (``(1 − t²)`` only with softcap)
+   ``G = (A_n·p − B_n·[v = y_n] − S_n·w_v)·(1 − t²)/σ`` (``(1 − t²)`` only with softcap;
+   A, B, S are the per-row coefficients of terms.py: upstream gradient, target,
+   smoothing, class weights, z-loss and the returned LSE's gradient folded in)
    in the inputs' dtype: a Triton GEMM whose epilogue does the softmax, or torch ops
    on an fp32 buffer (``engine="torch"``, CPU without the interpreter);
 2. ``dE += G·C_s`` accumulated in an fp32 N×D buffer (cuBLAS with an fp32 output);
@@ -28,6 +30,7 @@ import triton.language as tl
 from .common import cast, logit_tile, tanh, wide_offsets
 from .configs import interpreting, pinned_config
 from .forward import dot_precision
+from .terms import Coefficients
 
 GROUP_N = 8
 DEFAULT_BUDGET = 64 * 2**20
@@ -36,7 +39,8 @@ WIDTH_GRAIN = 256
 
 _HEURISTICS = {
     "EVEN_D": lambda a: a["D"] % a["BLOCK_D"] == 0,
-    "HAS_SMOOTHING": lambda a: a["smooth_w"] > 0,
+    "HAS_SMOOTHING": lambda a: a["S"] is not None,
+    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "GROUP_N": lambda a: GROUP_N,
     "DOT_PRECISION": lambda a: dot_precision(a["E"].dtype),
@@ -50,13 +54,14 @@ def _grad_slice_kernel(
     C,
     RowMax,
     LogSum,
-    G,
+    A,
+    B,
+    S,
+    Weight,
     Targets,
     InvScale,
     Out,
     softcap,
-    smooth_w,
-    target_w,
     N,
     D,
     v0,
@@ -72,11 +77,13 @@ def _grad_slice_kernel(
     GROUP_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    """One (row block, slice tile) of G; ignored row blocks store zeros without a GEMM."""
+    """One (row block, slice tile) of G; row blocks with zero coefficients (all rows
+    ignored) store zeros without a GEMM."""
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     num_v = tl.cdiv(width, BLOCK_V)
@@ -93,8 +100,9 @@ def _grad_slice_kernel(
     j_mask = offs_j < width
     out_ptrs = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
     out_mask = n_mask[:, None] & j_mask[None, :]
-    g = tl.load(G + offs_n, mask=n_mask, other=0.0)
-    if tl.max(tl.abs(g), axis=0) > 0:
+    a = tl.load(A + offs_n, mask=n_mask, other=0.0)
+    b = tl.load(B + offs_n, mask=n_mask, other=0.0)
+    if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
         e_rows = wide_offsets(offs_n % N, stride_en)
         c_rows = wide_offsets(v0 + offs_j % width, stride_cv)
         acc = logit_tile(
@@ -107,14 +115,19 @@ def _grad_slice_kernel(
         row_max = tl.load(RowMax + offs_n % N)
         log_sum = tl.load(LogSum + offs_n % N)
         y = tl.load(Targets + offs_n % N)
+        inv = tl.load(InvScale)
         # (z − max) − log-sum: a common logit offset cancels exactly.
-        grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None])
-        grad -= tl.where((v0 + offs_j)[None, :] == y[:, None], target_w, 0.0)
+        grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * (a * inv)[:, None]
+        grad -= tl.where((v0 + offs_j)[None, :] == y[:, None], (b * inv)[:, None], 0.0)
         if HAS_SMOOTHING:
-            grad -= smooth_w
+            smooth = tl.load(S + offs_n % N) * inv
+            if HAS_WEIGHT:
+                w = tl.load(Weight + v0 + offs_j, mask=j_mask, other=0.0)
+                grad -= smooth[:, None] * w[None, :]
+            else:
+                grad -= smooth[:, None]
         if HAS_SOFTCAP:
             grad = grad * (1.0 - t * t)
-        grad = grad * (g * tl.load(InvScale))[:, None]
         tl.store(out_ptrs, cast(grad, Out.dtype.element_ty, UPCAST_DOT), mask=out_mask)
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
@@ -125,7 +138,7 @@ _grad_slice = triton.heuristics(_HEURISTICS)(_grad_slice_kernel)
 
 
 def _triton_grad_slice(
-    out: torch.Tensor, e, c, targets, row_max, log_sum, g, inv_scale, v0: int, *, p
+    out: torch.Tensor, e, c, targets, row_max, log_sum, k, weight, inv_scale, v0: int, *, p
 ) -> None:
     """Fill ``out`` (N, width) with the gradient slice of columns [v0, v0 + width)."""
     n_rows, dim = e.shape
@@ -136,8 +149,8 @@ def _triton_grad_slice(
         return (triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(width, meta["BLOCK_V"]),)
 
     _grad_slice[grid](
-        e, c, row_max, log_sum, g, targets.contiguous(), inv_scale, out,
-        p.softcap, p.beta / c.shape[0], 1.0 - p.beta, n_rows, dim, v0, width,
+        e, c, row_max, log_sum, k.prob, k.target, k.smooth, weight, targets.contiguous(),
+        inv_scale, out, p.softcap, n_rows, dim, v0, width,
         e.stride(0), e.stride(1), c.stride(0), c.stride(1), out.stride(0),
         **cfg.launch("slices"),
     )  # fmt: skip
@@ -163,8 +176,8 @@ def logit_slice(out: torch.Tensor, e: torch.Tensor, c_s: torch.Tensor) -> torch.
 
 
 def _torch_grad_slice(
-    buf: torch.Tensor, spare: torch.Tensor | None, e, c, targets, row_max, log_sum, g,
-    inv_scale, v0: int, *, p,
+    buf: torch.Tensor, spare: torch.Tensor | None, e, c, targets, row_max, log_sum, k,
+    weight, inv_scale, v0: int, *, p,
 ) -> torch.Tensor:  # fmt: skip
     """The same slice with torch ops, in place on the fp32 ``buf`` (N, width); returns it."""
     width = buf.shape[1]
@@ -175,14 +188,16 @@ def _torch_grad_slice(
     else:
         t, grad = None, buf
     grad.sub_(row_max[:, None]).sub_(log_sum[:, None]).exp_()
-    if p.beta > 0:
-        grad.sub_(p.beta / c.shape[0])
+    grad.mul_((k.prob * inv_scale)[:, None])
+    if k.smooth is not None:
+        smooth = (k.smooth * inv_scale)[:, None]
+        grad.sub_(smooth if weight is None else smooth * weight[v0 : v0 + width])
     hit = (targets >= v0) & (targets < v0 + width)
     cols = (targets - v0).clamp(0, width - 1)[:, None]
-    grad.scatter_add_(1, cols, (hit.to(grad.dtype) * -(1.0 - p.beta))[:, None])
+    grad.scatter_add_(1, cols, (hit.to(grad.dtype) * -(k.target * inv_scale))[:, None])
     if t is not None:
         grad.mul_(t.square_().neg_().add_(1.0))
-    return grad.mul_((g * inv_scale)[:, None])
+    return grad
 
 
 @functools.cache
@@ -260,15 +275,21 @@ def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
     return min(columns, triton.cdiv(vocab, grain) * grain)
 
 
-def _gradient_scale(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """σ: 2^⌊log2 max|g|⌋ for fp16 (device-side, no sync), else 1.
+def _gradient_scale(
+    k: Coefficients, weight: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """σ: 2^⌊log2 max|coefficient|⌋ for fp16 (device-side, no sync), else 1.
 
     fp16 flushes p·g below 6e-8 to zero (g = 1/N for a mean); G/σ is O(1) instead, and
     σ is divided back out exactly. bf16 and fp32 have fp32's range: σ = 1.
     """
     if dtype != torch.float16:
-        return torch.ones((), device=g.device)
-    gmax = g.abs().amax().clamp_min(2.0**-120)
+        return torch.ones((), device=k.prob.device)
+    parts = [k.prob.abs().amax(), k.target.abs().amax()]
+    if k.smooth is not None:
+        wmax = 1.0 if weight is None else weight.abs().amax()
+        parts.append(k.smooth.abs().amax() * wmax)
+    gmax = torch.stack(parts).amax().clamp_min(2.0**-120)
     return torch.exp2(torch.floor(torch.log2(gmax)))
 
 
@@ -278,13 +299,17 @@ def slices_backward(
     targets: torch.Tensor,
     row_max: torch.Tensor,
     log_sum: torch.Tensor,
-    g: torch.Tensor,
+    k: Coefficients,
     *,
     p,
+    weight: torch.Tensor | None = None,
+    de_fp32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dE (N, D) and dC (V, D) in the inputs' dtype; ``g`` fp32 (N,), 0 at ignored rows.
+    """dE (N, D) and dC (V, D) in the inputs' dtype from the per-row coefficients ``k``.
 
-    ``p`` (function.Params) supplies β, softcap, the engine and the memory budget.
+    ``p`` (function.Params) supplies softcap, the engine and the memory budget;
+    ``weight`` the class weights (fp32 (V,)) when there are any. ``de_fp32`` returns dE
+    as the fp32 accumulator (the vocab-parallel path sums it across ranks first).
     """
     n_rows, dim = e.shape
     vocab = c.shape[0]
@@ -292,7 +317,7 @@ def slices_backward(
     half = e.dtype != torch.float32
     per = bytes_per_column(n_rows, dim, e.dtype, e.device, p.engine, p.softcap is not None)
     width = slice_width(vocab, per, p.budget)
-    scale = _gradient_scale(g, e.dtype)
+    scale = _gradient_scale(k, weight, e.dtype)
     inv_scale = (1.0 / scale).reshape(1)
     de = torch.zeros((n_rows, dim), device=e.device, dtype=torch.float32)
     dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
@@ -302,7 +327,7 @@ def slices_backward(
     spare = torch.empty_like(buf) if not triton_engine and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not triton_engine and half else None
     fast_half = half and _fp32_out_mm(e.device)
-    args = (e, c, targets, row_max, log_sum, g, inv_scale)
+    args = (e, c, targets, row_max, log_sum, k, weight, inv_scale)
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
         c_s = c[v0 : v0 + cols]
@@ -321,4 +346,5 @@ def slices_backward(
         dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
         if e.dtype == torch.float16:
             dc_s.copy_(dc_s.float().mul_(scale))
-    return de.mul_(scale).to(e.dtype), dc
+    de.mul_(scale)
+    return (de if de_fp32 else de.to(e.dtype)), dc

@@ -146,6 +146,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "SmoothPart": T(torch.float32, offset=2 * part) if smooth else None,
             "LogitAvg": T(torch.float32) if avg else None,
             "TileLSE": T(torch.bfloat16) if tiles else None,
+            "Weight": None,  # class weights: not in the paper's table
             "softcap": shape.softcap if cap else None,
             "inv_n": 1.0 / n,
             "N": n,

@@ -72,15 +72,20 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     for name, (smooth, cap) in VARIANTS.items():
         beta = shape.beta if smooth else 0.0
         for suffix, v0, cols in slice_starts(shape, width):
+            inputs = backward_inputs(dtype)
+            del inputs["G"]
             args = {
-                **backward_inputs(dtype),
+                **inputs,
+                # terms.Coefficients: A, B and (β > 0) S; no class weights.
+                "A": T(torch.float32),
+                "B": T(torch.float32),
+                "S": T(torch.float32) if beta > 0 else None,
+                "Weight": None,
                 "Targets": T(torch.int64),  # targets.contiguous(): the caller's int64
                 "InvScale": T(torch.float32, 1),
                 # buf[:, :cols] of an (N, width) buffer: row stride width.
                 "Out": T(dtype, n * width),
                 "softcap": shape.softcap if cap else None,
-                "smooth_w": beta / v,
-                "target_w": 1.0 - beta,
                 "N": n,
                 "D": d,
                 "v0": v0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from perfsuite.baselines.torch_methods import reference_loss, softcapped
+from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.kernels import linear_cross_entropy
 
 
@@ -29,11 +29,22 @@ def make_inputs(
     return e, c, targets
 
 
-def _same_dtype_loss(e, c, targets, beta, softcap, reduction, ignore_index=-100):
-    logits = softcapped(e @ c.T, softcap)
-    return F.cross_entropy(
-        logits, targets, label_smoothing=beta, ignore_index=ignore_index, reduction=reduction
+def full_loss(e, c, targets, beta, softcap, reduction, weight=None, z_loss=0.0, upcast=True):
+    """torch's cross_entropy on materialised logits (fp32 when ``upcast``, else in the
+    inputs' dtype), plus ``z_loss·lse²`` per valid row reduced as kernels/terms.py says."""
+    logits = e.float() @ c.float().T if upcast else e @ c.T
+    logits = softcapped(logits, softcap)
+    w = None if weight is None else weight.to(logits.dtype)
+    loss = F.cross_entropy(
+        logits, targets, weight=w, label_smoothing=beta, reduction=reduction
     )
+    if not z_loss:
+        return loss
+    valid = targets != -100
+    rows = torch.where(valid, z_loss * torch.logsumexp(logits.float(), -1).square(), 0.0)
+    if reduction == "none":
+        return loss + rows
+    return loss + (rows.sum() / valid.sum() if reduction == "mean" else rows.sum())
 
 
 def _run(fn, e, c, targets, upstream):
@@ -52,29 +63,32 @@ def check(
     beta: float = 0.0,
     softcap: float | None = None,
     reduction: str = "mean",
+    weight: torch.Tensor | None = None,
+    z_loss: float = 0.0,
     **options,
 ) -> None:
     """Loss, dE and dC of ours against the fp32 reference (see module doc)."""
     shape = targets.shape if reduction == "none" else ()
     upstream = torch.rand(shape, device=e.device) + 0.5
+    terms = {} if weight is None and not z_loss else dict(weight=weight, z_loss=z_loss)
     ours = _run(
         lambda e, c, t: linear_cross_entropy(
-            e, c, t, label_smoothing=beta, softcap=softcap, reduction=reduction, **options
+            e, c, t, label_smoothing=beta, softcap=softcap, reduction=reduction, **terms,
+            **options,
         ),
         e,
         c,
         targets,
         upstream,
-    )
-    ref = _run(
-        lambda e, c, t: reference_loss(
-            e.reshape(-1, e.shape[-1]), c, t.reshape(-1), beta, softcap, reduction=reduction
-        ).reshape(shape),
-        e,
-        c,
-        targets,
-        upstream,
-    )
+    )  # fmt: skip
+
+    def reference(upcast: bool):
+        return lambda e, c, t: full_loss(
+            e.reshape(-1, e.shape[-1]), c, t.reshape(-1), beta, softcap, reduction,
+            weight, z_loss, upcast,
+        ).reshape(shape)  # fmt: skip
+
+    ref = _run(reference(True), e, c, targets, upstream)
     all_ignored = bool((targets == -100).all())
     if all_ignored and reduction == "mean":
         assert ours[0].item() == 0.0
@@ -87,15 +101,7 @@ def check(
                 a, b, rtol=2e-4, atol=2e-6, msg=lambda m, n=name: f"{n}: {m}"
             )
         return
-    same = _run(
-        lambda e, c, t: _same_dtype_loss(
-            e.reshape(-1, e.shape[-1]), c, t.reshape(-1), beta, softcap, reduction
-        ).reshape(shape),
-        e,
-        c,
-        targets,
-        upstream,
-    )
+    same = _run(reference(False), e, c, targets, upstream)
     for name, a, b, s in zip(("loss", "dE", "dC"), ours, ref, same, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape, name
         err = (a.float() - b.float()).abs().max().item()

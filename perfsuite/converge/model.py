@@ -10,6 +10,7 @@ so the runs differ only in the loss.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import torch
@@ -29,7 +30,14 @@ def set_deterministic(seed: int) -> dict[str, Any]:
     """
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # torch.use_deterministic_algorithms is these two switches, but it imports inductor's
+    # config to set the second (2-4 s per worker process): the environment variable
+    # sets it when a compiled method first imports inductor.
+    os.environ.setdefault("TORCHINDUCTOR_DETERMINISTIC", "1")
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -103,8 +103,9 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
         filter_eps=torch.finfo(torch.bfloat16).eps / 32, sort_vocab=False, accum_fp32=False,
     )  # fmt: skip
     with use_config(**WIDE):
-        _, valid, saved = function._forward(e, c, t, p, needs_grad=True)
-        g = function._row_grads(valid, "mean", None)
+        out, _ = function._forward(e, c, t, None, p, needs_grad=True)
+        saved = function._saved(out, None)
+        g = function._coefficients(t, None, saved, p, 600, None).prob
         extra = 64 * beta / 600 if softcap else 0.0
         tau = row_thresholds(
             saved.tile_lse, saved.row_max, saved.log_sum,

@@ -2,10 +2,13 @@
 
 Stages, one file each, read top-down: ``configs`` (pinned tiles, autotune switch),
 ``common`` (jit helpers), ``reductions`` (column sums), ``forward`` (LSE / target /
-smoothing), ``sorting`` (vocab order), ``backward`` (dE/dC), ``function``
-(autograd), ``api`` (public function and module).
+smoothing), ``sorting`` (vocab order), ``backward`` (dE/dC), ``slices``
+(the default backward), ``terms`` (loss terms and backward coefficients), ``function``
+(autograd), ``parallel`` (vocab-parallel over torch.distributed), ``api`` (public
+function and module).
 """
 
 from .api import LinearCrossEntropy, linear_cross_entropy
+from .parallel import VocabParallel
 
-__all__ = ["LinearCrossEntropy", "linear_cross_entropy"]
+__all__ = ["LinearCrossEntropy", "VocabParallel", "linear_cross_entropy"]

@@ -11,6 +11,7 @@ from .backward import default_filter_eps
 from .configs import interpreting
 from .forward import compiled_for_interpreter
 from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
+from .parallel import VocabParallel, VocabParallelFunction, shard_layout
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLS = ("split", "fused")
@@ -165,6 +166,7 @@ def linear_cross_entropy(
     weight: torch.Tensor | None = None,
     z_loss: float = 0.0,
     return_lse: bool = False,
+    vocab_parallel: VocabParallel | None = None,
     backward: str = "auto",
     memory_budget: int | None = None,
     engine: str = "auto",
@@ -202,6 +204,10 @@ def linear_cross_entropy(
             ``mean`` averages it over the valid rows, unweighted. Slice backward only.
         return_lse: also return the fp32 per-row log-sum-exp of the (softcapped)
             logits, shaped like ``targets`` and differentiable (split only).
+        vocab_parallel: ``VocabParallel(start, stop, group)`` when ``c`` is this rank's
+            rows [start, stop) of a classifier sharded over a ``torch.distributed``
+            group (kernels/parallel.py); ``targets`` stay global ids, ``weight`` is the
+            shard's slice. Every rank gets the full loss and dE. Split, slices only.
         backward: "slices" (the default; exact and bit-deterministic: per vocab slice
             the exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E``
             as plain GEMMs, kernels/slices.py) or "tiles" (recomputed logit tiles with
@@ -237,12 +243,18 @@ def linear_cross_entropy(
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
     _validate_terms(c, weight, z_loss, return_lse, impl)
     backward, engine, budget = _resolve(e.device, backward, engine, filter_eps, memory_budget)
-    if backward == "tiles" and (weight is not None or z_loss or return_lse):
+    if backward == "tiles" and (weight is not None or z_loss or return_lse or vocab_parallel):
         raise ValueError(
-            "weight, z_loss and return_lse need the slice backward (backward='slices', "
-            "filter_eps=None)"
+            "weight, z_loss, return_lse and vocab_parallel need the slice backward "
+            "(backward='slices', filter_eps=None)"
         )
     vocab, dim = c.shape
+    if vocab_parallel is not None:
+        if not isinstance(vocab_parallel, VocabParallel):
+            raise TypeError(f"vocab_parallel must be a VocabParallel, got {vocab_parallel!r:.60}")
+        if impl != "split":
+            raise ValueError("vocab_parallel needs impl='split'")
+        vocab = shard_layout(vocab_parallel, c.shape[0], c.device)
     _check_targets_in_range(targets, vocab, ignore_index)
     eps = default_filter_eps(e.dtype) if filter_eps == "auto" else filter_eps
     params = Params(
@@ -269,8 +281,12 @@ def linear_cross_entropy(
         zero = (e.sum() + c.sum()).float() * 0.0
         loss = zero.expand(batch_shape) if reduction == "none" else zero
         return (loss, zero.expand(batch_shape)) if return_lse else loss
-    fn = LinearCrossEntropyFunction if impl == "split" else FusedLinearCrossEntropyFunction
-    out = fn.apply(e2, c, flat_targets, w, params)
+    if vocab_parallel is not None:
+        out = VocabParallelFunction.apply(e2, c, flat_targets, w, params, vocab_parallel, vocab)
+    elif impl == "split":
+        out = LinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
+    else:
+        out = FusedLinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
     loss, lse = out if return_lse else (out, None)
     if reduction == "none":
         loss = loss.reshape(batch_shape)
@@ -290,6 +306,7 @@ class LinearCrossEntropy(torch.nn.Module):
         weight: torch.Tensor | None = None,
         z_loss: float = 0.0,
         return_lse: bool = False,
+        vocab_parallel: VocabParallel | None = None,
         backward: str = "auto",
         memory_budget: int | None = None,
         engine: str = "auto",
@@ -309,6 +326,7 @@ class LinearCrossEntropy(torch.nn.Module):
             softcap=softcap,
             z_loss=z_loss,
             return_lse=return_lse,
+            vocab_parallel=vocab_parallel,
             backward=backward,
             memory_budget=memory_budget,
             engine=engine,

@@ -1,0 +1,187 @@
+"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group.
+
+Each rank holds rows [start, stop) of C (Megatron's vocab-parallel layout), the same E
+and the same global targets. The forward runs our kernel on the shard, then combines
+the per-row statistics with two all-reduces: the row max (MAX), then in one SUM the
+sum-exp rescaled to it, Σ w(z − max), the target logit and w[y] (each row's target
+lives on one rank), and Σ w. Every rank then holds the global LSE and computes the
+same loss. The backward forms each shard's exact gradient slice from the global LSE
+(the same per-row coefficients as one device, kernels/terms.py, with the global V and
+Σ w), writes dC for its own rows, and sums the fp32 dE across ranks before the cast
+(``reduce_e_grad=False`` leaves that to a framework that reduces E's gradient itself).
+
+No logits cross ranks: O(N) per collective, plus N·D for dE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import terms
+from .function import Params, _forward, _valid
+from .slices import slices_backward
+
+ReduceOp = dist.ReduceOp if dist.is_available() else None
+
+
+@dataclass(frozen=True)
+class VocabParallel:
+    """This rank's shard: rows [start, stop) of the full (V, D) classifier.
+
+    ``group``: the process group (None: the default one). ``vocab_size``: the full V,
+    checked against the shards when given. Class weights, when used, are this shard's
+    (stop − start,) slice. ``reduce_e_grad``: all-reduce E's gradient here (default).
+    """
+
+    start: int
+    stop: int
+    group: Any = None
+    vocab_size: int | None = None
+    reduce_e_grad: bool = True
+
+
+def _describe(ranges: list[tuple[int, int, int, int]]) -> str:
+    return ", ".join(f"rank {r} [{s}, {t})" for r, s, t, _ in ranges)
+
+
+def shard_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
+    """The full vocabulary size, after checking on every rank that the shards tile it.
+
+    Every rank gathers every rank's (start, stop, rows of c) first and decides on the
+    same data, so a bad layout raises the same one-line ``ValueError`` everywhere
+    instead of leaving some ranks waiting in a collective.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("vocab_parallel needs torch.distributed initialised (init_process_group)")
+    for name in ("start", "stop"):
+        value = getattr(shard, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"vocab_parallel.{name} must be an int, got {value!r}")
+    world = dist.get_world_size(shard.group)
+    mine = torch.tensor([shard.start, shard.stop, rows], dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=shard.group)
+    ranges = sorted(
+        ((r, *(int(x) for x in t.tolist())) for r, t in enumerate(gathered)),
+        key=lambda x: (x[1], x[2]),
+    )
+    for rank, start, stop, held in ranges:
+        if stop <= start:
+            raise ValueError(f"vocab shard of rank {rank} is empty or reversed: [{start}, {stop})")
+        if held != stop - start:
+            raise ValueError(
+                f"rank {rank}: c has {held} rows but its vocab shard [{start}, {stop}) holds "
+                f"{stop - start}"
+            )
+    end = 0
+    for rank, start, stop, _ in ranges:
+        if start != end:
+            kind = "overlap" if start < end else "gap"
+            raise ValueError(
+                f"vocab shards do not cover [0, V): {kind} at {min(start, end)} "
+                f"({_describe(ranges)})"
+            )
+        end = stop
+    if shard.vocab_size is not None and shard.vocab_size != end:
+        raise ValueError(
+            f"vocab shards cover [0, {end}) but vocab_size is {shard.vocab_size} "
+            f"({_describe(ranges)})"
+        )
+    return end
+
+
+@dataclass(frozen=True)
+class _Global:
+    """The combined per-row statistics every rank holds after the forward."""
+
+    row_max: torch.Tensor
+    log_sum: torch.Tensor
+    wy: torch.Tensor | None
+    wsum: torch.Tensor | None
+
+
+def _local_targets(targets: torch.Tensor, start: int, stop: int, p: Params) -> torch.Tensor:
+    """Shard-local ids; −1 (matches no column) for ignored rows and other shards' targets."""
+    mine = (targets >= start) & (targets < stop) & _valid(targets, p)
+    return torch.where(mine, targets - start, -1)
+
+
+def _combine(
+    out: Any, local_t: torch.Tensor, weight: torch.Tensor | None, columns: int, group: Any
+) -> tuple[_Global, torch.Tensor, torch.Tensor | None]:
+    """(global stats, target logit, Σ w(z − max)) from this shard's forward result."""
+    row_max = out.row_max.clone()
+    dist.all_reduce(row_max, op=ReduceOp.MAX, group=group)
+    safe = torch.where(torch.isfinite(row_max), row_max, 0.0)
+    moved = out.row_max - safe  # ≤ 0: this shard's max relative to the global one
+    parts = [(out.log_sum + moved).exp(), out.target_logit]
+    if out.rel_sum is not None:
+        count = float(columns) if weight is None else weight.sum()
+        parts.append(out.rel_sum + count * moved)
+    if weight is not None:
+        hit = local_t >= 0
+        parts.append(torch.where(hit, weight.index_select(0, local_t.clamp(min=0)), 0.0))
+        parts.append(weight.sum().expand_as(moved))  # Σ w rides along, one value per row
+    stacked = torch.stack(parts)
+    dist.all_reduce(stacked, op=ReduceOp.SUM, group=group)
+    rel_sum = stacked[2] if out.rel_sum is not None else None
+    wy = stacked[-2] if weight is not None else None
+    wsum = stacked[-1, 0] if weight is not None else None
+    return _Global(row_max, stacked[0].log(), wy, wsum), stacked[1], rel_sum
+
+
+class VocabParallelFunction(torch.autograd.Function):
+    """Forward on the shard + combine; backward on the shard + dE all-reduce."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        e: torch.Tensor,
+        c: torch.Tensor,
+        targets: torch.Tensor,
+        weight: torch.Tensor | None,
+        p: Params,
+        shard: VocabParallel,
+        vocab: int,
+    ) -> Any:
+        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
+        local_t = _local_targets(targets, shard.start, shard.stop, p)
+        out, _ = _forward(e, c, local_t, weight, p, needs_grad)
+        stats, target_logit, rel_sum = _combine(out, local_t, weight, c.shape[0], shard.group)
+        valid = _valid(targets, p)
+        ce = terms.ce_rows(
+            stats.row_max, stats.log_sum, target_logit, rel_sum, valid,
+            beta=p.beta, vocab=vocab, wy=stats.wy, wsum=stats.wsum,
+        )  # fmt: skip
+        lse = stats.row_max + stats.log_sum
+        loss = terms.reduce(ce, terms.z_rows(lse, valid, p.z_loss), valid, p.reduction, stats.wy)
+        ctx.params, ctx.shard, ctx.vocab = p, shard, vocab
+        ctx.has_weight_stats = stats.wy is not None
+        extra = (stats.wy, stats.wsum.reshape(1)) if stats.wy is not None else ()
+        ctx.save_for_backward(e, c, targets, local_t, weight, stats.row_max, stats.log_sum, *extra)
+        return (loss, lse) if p.return_lse else loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
+        e, c, targets, local_t, weight, row_max, log_sum, *extra = ctx.saved_tensors
+        p: Params = ctx.params
+        wy, wsum = (extra[0], extra[1][0]) if extra else (None, None)
+        k = terms.coefficients(
+            _valid(targets, p), row_max + log_sum, beta=p.beta, vocab=ctx.vocab,
+            reduction=p.reduction, z_loss=p.z_loss, wy=wy, wsum=wsum, grad_out=grad_out,
+            grad_lse=grad_lse[0] if grad_lse else None,
+        )  # fmt: skip
+        de, dc = slices_backward(
+            e, c, local_t, row_max, log_sum, k, p=p, weight=weight, de_fp32=True
+        )
+        if ctx.shard.reduce_e_grad:
+            dist.all_reduce(de, op=ReduceOp.SUM, group=ctx.shard.group)
+        return (
+            de.to(e.dtype) if ctx.needs_input_grad[0] else None,
+            dc if ctx.needs_input_grad[1] else None,
+            None, None, None, None, None,
+        )  # fmt: skip

@@ -1,0 +1,148 @@
+"""Vocab-parallel over torch.distributed (gloo on CPU) against the unsharded kernel.
+
+Each test spawns one process group (2 or 4 ranks) and runs every case inside it:
+every rank builds the same full inputs, takes its rows of C (and of the class
+weights), and checks its loss, LSE, dE and its dC rows against the fp32 reference
+on the whole classifier (the tolerance rule of helpers.check) and against one
+device running our own kernel. A failing assertion in any rank fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from helpers import full_loss, make_inputs
+
+from perfsuite.kernels import VocabParallel, linear_cross_entropy
+
+# (N, V, D, dtype, beta, softcap, reduction, weighted, z_loss, engine)
+CASES = [
+    (40, 301, 24, torch.float32, 0.1, None, "mean", True, 1e-2, "torch"),
+    (40, 301, 24, torch.float32, 0.0, 20.0, "sum", False, 0.0, "torch"),
+    (40, 301, 24, torch.float32, 0.1, 20.0, "none", True, 1e-2, "torch"),
+    (40, 301, 24, torch.bfloat16, 0.1, 20.0, "mean", True, 1e-2, "torch"),
+    (24, 130, 16, torch.float32, 0.1, 20.0, "mean", True, 1e-2, "triton"),
+]
+
+
+def _split(vocab: int, world: int) -> list[tuple[int, int]]:
+    """Uneven shards: the last rank's is the smallest (301 over 4: 100, 101, 50, 50)."""
+    if world == 2:
+        cuts = [0, vocab // 3, vocab]
+    else:
+        cuts = [0, 100, 201, 251, vocab] if vocab == 301 else [0, 40, 80, 110, vocab]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def _run(fn, e, c, t, upstream, **kwargs):
+    e = e.detach().clone().requires_grad_()
+    c = c.detach().clone().requires_grad_()
+    loss, lse = fn(e, c, t, **kwargs)
+    ((loss * upstream).sum() + 0.01 * lse.square().sum()).backward()
+    return loss.detach(), lse.detach(), e.grad, c.grad
+
+
+def _check_case(rank: int, world: int, case: tuple) -> None:
+    n, v, d, dtype, beta, softcap, reduction, weighted, z_loss, engine = case
+    torch.manual_seed(0)
+    e, c, t = make_inputs(n, v, d, dtype, "cpu")
+    weight = torch.rand(v) * 2 if weighted else None
+    if weight is not None:
+        weight[::7] = 0.0
+    upstream = torch.rand(n if reduction == "none" else ()) + 0.5
+    start, stop = _split(v, world)[rank]
+    opts = dict(label_smoothing=beta, softcap=softcap, reduction=reduction, z_loss=z_loss)
+    shard = VocabParallel(start, stop, vocab_size=v)
+    ours = _run(
+        linear_cross_entropy, e, c[start:stop], t, upstream, return_lse=True, engine=engine,
+        vocab_parallel=shard, weight=None if weight is None else weight[start:stop], **opts,
+    )  # fmt: skip
+    single = _run(
+        linear_cross_entropy, e, c, t, upstream, return_lse=True, engine=engine,
+        weight=weight, **opts,
+    )  # fmt: skip
+
+    def reference(e, c, t, upcast=True):
+        logits = softcap * torch.tanh((e.float() @ c.float().T) / softcap) if softcap else None
+        lse = torch.logsumexp(logits if logits is not None else e.float() @ c.float().T, -1)
+        loss = full_loss(e, c, t, beta, softcap, reduction, weight, z_loss, upcast)
+        return loss, lse
+
+    ref = _run(reference, e, c, t, upstream)
+    same = _run(lambda *a: reference(*a, upcast=False), e, c, t, upstream)
+    names = ("loss", "lse", "dE", "dC")
+    ours = (*ours[:3], ours[3])
+    ref = (*ref[:3], ref[3][start:stop])
+    same = (*same[:3], same[3][start:stop])
+    single = (*single[:3], single[3][start:stop])
+    for name, a, b, s, one in zip(names, ours, ref, same, single, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
+        if dtype == torch.float32:
+            torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-6, msg=lambda m, n=name: f"{n}: {m}")
+            torch.testing.assert_close(a, one, rtol=1e-4, atol=1e-6)
+        else:
+            err = (a.float() - b.float()).abs().max().item()
+            torch_err = (s.float() - b.float()).abs().max().item()
+            tol = torch.finfo(dtype).eps / 2 * b.float().abs().max().item() + 1e-6
+            assert err <= torch_err + tol, f"{name}: {err:.3g} > torch {torch_err:.3g} + {tol:.3g}"
+
+
+def _bad_layouts(rank: int, world: int) -> None:
+    e, c, t = make_inputs(8, 64, 8, torch.float32, "cpu")
+    bad = {
+        "gap": ([(0, 30), (40, 64)], None, "gap at 30"),
+        "overlap": ([(0, 40), (30, 64)], None, "overlap at 30"),
+        "not from 0": ([(10, 40), (40, 64)], None, "gap at 0"),
+        "short": ([(0, 32), (32, 64)], 100, "vocab_size is 100"),
+        "rows": ([(0, 32), (32, 60)], None, "c has 32 rows but its vocab shard [32, 60)"),
+    }
+    for name, (ranges, vocab_size, words) in bad.items():
+        start, stop = ranges[rank]
+        rows = c[rank * 32 : rank * 32 + 32] if name == "rows" else c[start:stop]
+        with pytest.raises(ValueError) as info:
+            linear_cross_entropy(
+                e, rows, t, vocab_parallel=VocabParallel(start, stop, vocab_size=vocab_size)
+            )
+        assert words in str(info.value) and "\n" not in str(info.value), (name, info.value)
+    # A target past the full vocabulary (64) is refused on every rank alike.
+    t_bad = t.clone()
+    t_bad[1] = 64
+    with pytest.raises(ValueError, match="targets out of range: 64 not in \\[0, 64\\)"):
+        linear_cross_entropy(e, c[rank * 32 : rank * 32 + 32], t_bad,
+                             vocab_parallel=VocabParallel(rank * 32, rank * 32 + 32))  # fmt: skip
+
+
+def _worker(rank: int, world: int, store: str, jobs: list[str]) -> None:
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        for job in jobs:
+            if job == "bad":
+                _bad_layouts(rank, world)
+            else:
+                _check_case(rank, world, CASES[int(job)])
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(world: int, jobs: list[str], tmp_path: Path) -> None:
+    mp.spawn(_worker, args=(world, str(tmp_path / "store"), jobs), nprocs=world, join=True)
+
+
+def test_two_ranks_every_case_and_bad_layouts(tmp_path: Path) -> None:
+    _spawn(2, [str(i) for i in range(len(CASES))] + ["bad"], tmp_path)
+
+
+def test_four_uneven_ranks(tmp_path: Path) -> None:
+    _spawn(4, ["0", "2", "4"], tmp_path)
+
+
+def test_without_a_process_group_is_one_line() -> None:
+    e, c, t = make_inputs(8, 64, 8, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="needs torch.distributed initialised"):
+        linear_cross_entropy(e, c, t, vocab_parallel=VocabParallel(0, 64))

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
+from perfsuite.method import Capabilities, Case, LossFn, LossTerms, SimpleMethod, class_weights
 
 
 def _builder(**options: Any):
@@ -20,6 +20,10 @@ def _builder(**options: Any):
             # process's TRITON_INTERPRET says; on a GPU it is the Triton kernel.
             chosen["engine"] = "torch" if case.device == "cpu" else "triton"
 
+        if case.z_loss:
+            chosen["z_loss"] = case.z_loss
+        weight = class_weights(case, c.device)
+
         def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return linear_cross_entropy(
                 e,
@@ -28,6 +32,7 @@ def _builder(**options: Any):
                 label_smoothing=case.beta,
                 softcap=case.softcap,
                 ignore_index=case.ignore_index,
+                weight=weight,
                 **chosen,
             )
 
@@ -41,6 +46,9 @@ def _caps(fused: bool, triton_only: bool, devices: frozenset[str]) -> Capabiliti
         devices=devices,
         label_smoothing=True,
         softcap=True,
+        # The slice backward's per-row coefficients carry them; the tile ablation does not.
+        z_loss=not triton_only,
+        class_weights=not triton_only,
         # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
         triton=triton_only,
         materializes_logits=False,
@@ -48,6 +56,12 @@ def _caps(fused: bool, triton_only: bool, devices: frozenset[str]) -> Capabiliti
     )
 
 
+# PaLM's coefficient, and the variants' fixed training terms (method.LossTerms).
+Z_LOSS = 1e-4
+_TERMS = {
+    "ours-zloss": LossTerms(z_loss=Z_LOSS),
+    "ours-weighted": LossTerms(class_weights=True),
+}
 _TILES = {"backward": "tiles"}
 _FILTER = {**_TILES, "filter_eps": "auto"}
 _ANY = frozenset({"cpu", "cuda"})
@@ -55,6 +69,8 @@ _ANY = frozenset({"cpu", "cuda"})
 _VARIANTS = (
     ("ours", "exact slice backward: fused gradient slices, plain GEMMs", {}, False, False),
     ("ours-fused", "slice backward run inside the forward call", {"impl": "fused"}, True, False),
+    ("ours-zloss", f"ours with z-loss {Z_LOSS:g}·lse² (its cost over plain)", {}, False, False),
+    ("ours-weighted", "ours with class weights (its cost over plain)", {}, False, False),
     (
         "ours-cublas",
         "design probe: the slice algorithm in torch ops (cuBLAS fp32-output logits)",
@@ -95,6 +111,7 @@ METHODS = [
         caps=_caps(fused, triton_only, devices),
         requires=("triton",),
         distributions=("triton", "torch"),
+        terms=_TERMS.get(name),
     )
     for name, description, options, fused, triton_only, *more in _VARIANTS
     for devices in [more[0] if more else _ANY]

@@ -5,12 +5,41 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, class_weights
+
+# Materialised logits: every training term is a line of torch.
+_FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
 
 
 def softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """Gemma2's logit softcap ``s * tanh(l / s)``; identity without one."""
     return logits if softcap is None else softcap * torch.tanh(logits / softcap)
+
+
+def cross_entropy_terms(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    beta: float = 0.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    weight: torch.Tensor | None = None,
+    z_loss: float = 0.0,
+) -> torch.Tensor:
+    """``F.cross_entropy`` on materialised logits plus ``z_loss·lse²`` per valid row
+    (mean over the valid rows for ``mean``, unweighted: kernels/terms.py's definition)."""
+    w = None if weight is None else weight.to(logits.dtype)
+    loss = F.cross_entropy(
+        logits, targets, weight=w, label_smoothing=beta, ignore_index=ignore_index,
+        reduction=reduction,
+    )  # fmt: skip
+    if not z_loss:
+        return loss
+    valid = targets != ignore_index
+    rows = torch.where(valid, z_loss * torch.logsumexp(logits, -1).float().square(), 0.0)
+    if reduction == "none":
+        return loss + rows
+    total = rows.sum()
+    return loss + (total / valid.sum() if reduction == "mean" else total)
 
 
 def reference_loss(
@@ -21,12 +50,12 @@ def reference_loss(
     softcap: float | None = None,
     ignore_index: int = -100,
     reduction: str = "mean",
+    weight: torch.Tensor | None = None,
+    z_loss: float = 0.0,
 ) -> torch.Tensor:
     """The yardstick: fp32 materialised logits through ``F.cross_entropy``."""
     logits = softcapped(e.float() @ c.float().T, softcap)
-    return F.cross_entropy(
-        logits, targets, label_smoothing=beta, ignore_index=ignore_index, reduction=reduction
-    )
+    return cross_entropy_terms(logits, targets, beta, ignore_index, reduction, weight, z_loss)
 
 
 def eager_loss(
@@ -36,32 +65,47 @@ def eager_loss(
     beta: float = 0.0,
     softcap: float | None = None,
     ignore_index: int = -100,
+    weight: torch.Tensor | None = None,
+    z_loss: float = 0.0,
 ) -> torch.Tensor:
     """The paper's "Baseline": logits in the input dtype, then ``F.cross_entropy``."""
     logits = softcapped(e @ c.T, softcap)
-    return F.cross_entropy(logits, targets, label_smoothing=beta, ignore_index=ignore_index)
+    return cross_entropy_terms(logits, targets, beta, ignore_index, "mean", weight, z_loss)
+
+
+def case_loss(
+    fn, case: Case, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """``fn`` (reference_loss or eager_loss) with every option of ``case``."""
+    return fn(
+        e, c, targets, case.beta, case.softcap, case.ignore_index,
+        weight=class_weights(case, e.device), z_loss=case.z_loss,
+    )  # fmt: skip
 
 
 def _build_reference(case: Case, c: torch.Tensor) -> LossFn:
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return reference_loss(e, c, targets, case.beta, case.softcap, case.ignore_index)
+        return case_loss(reference_loss, case, e, c, targets)
 
     return loss_fn
 
 
 def _build_eager(case: Case, c: torch.Tensor) -> LossFn:
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return eager_loss(e, c, targets, case.beta, case.softcap, case.ignore_index)
+        return case_loss(eager_loss, case, e, c, targets)
 
     return loss_fn
 
 
 def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:
-    # beta and softcap are bound as Python constants, as a training loop would.
+    # beta, softcap and z-loss are bound as Python constants, as a training loop would.
     compiled = torch.compile(eager_loss, dynamic=False)
+    weight = class_weights(case, c.device)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return compiled(e, c, targets, case.beta, case.softcap, case.ignore_index)
+        return compiled(
+            e, c, targets, case.beta, case.softcap, case.ignore_index, weight, case.z_loss
+        )
 
     return loss_fn
 
@@ -95,7 +139,7 @@ METHODS = [
         name="reference",
         description="fp32 materialised logits + F.cross_entropy (the yardstick)",
         build=_build_reference,
-        caps=Capabilities(label_smoothing=True, softcap=True),
+        caps=Capabilities(**_FULL),
         distributions=("torch",),
         timed_by_default=False,
     ),
@@ -103,14 +147,14 @@ METHODS = [
         name="eager",
         description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
         build=_build_eager,
-        caps=Capabilities(label_smoothing=True, softcap=True),
+        caps=Capabilities(**_FULL),
         distributions=("torch",),
     ),
     SimpleMethod(
         name="torch-compile",
         description="eager under torch.compile (compiled before timing)",
         build=_build_compiled,
-        caps=Capabilities(label_smoothing=True, softcap=True),
+        caps=Capabilities(**_FULL),
         distributions=("torch",),
     ),
     SimpleMethod(

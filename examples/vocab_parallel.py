@@ -56,12 +56,18 @@ def main() -> None:
     ])  # fmt: skip
     dist.all_reduce(errors, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(f"{world} ranks, V={v} in shards of {per}: loss {loss.item():.6f} "
-              f"(one device {single.item():.6f})")
-        print(f"fwd+bwd on rank 0: {took * 1e3:.1f} ms sharded, {alone * 1e3:.1f} ms for the "
-              f"whole classifier on the same {torch.get_num_threads()} thread(s)")
-        print(f"max |difference| to one device: loss {errors[0]:.2e}, dE {errors[1]:.2e}, "
-              f"dC {errors[2]:.2e}")
+        print(
+            f"{world} ranks, V={v} in shards of {per}: loss {loss.item():.6f} "
+            f"(one device {single.item():.6f})"
+        )
+        print(
+            f"fwd+bwd on rank 0: {took * 1e3:.1f} ms sharded, {alone * 1e3:.1f} ms for the "
+            f"whole classifier on the same {torch.get_num_threads()} thread(s)"
+        )
+        print(
+            f"max |difference| to one device: loss {errors[0]:.2e}, dE {errors[1]:.2e}, "
+            f"dC {errors[2]:.2e}"
+        )
     dist.destroy_process_group()
 
 

@@ -129,7 +129,7 @@ def _losses(
 def _coefficients(
     targets: torch.Tensor,
     weight: torch.Tensor | None,
-    s: Saved,
+    lse: torch.Tensor,
     p: Params,
     vocab: int,
     grad_out: torch.Tensor | None,
@@ -138,7 +138,7 @@ def _coefficients(
     valid = _valid(targets, p)
     return terms.coefficients(
         valid,
-        s.row_max + s.log_sum,
+        lse,
         beta=p.beta,
         vocab=vocab,
         reduction=p.reduction,
@@ -266,8 +266,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
         (e, c, targets, weight), saved = _load(ctx)
         p: Params = ctx.params
+        lse = saved.row_max + saved.log_sum
         k = _coefficients(
-            targets, weight, saved, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
+            targets, weight, lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
         )
         de, dc = _grads(e, c, targets, weight, k, saved, p)
         return (
@@ -304,7 +305,7 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         ctx.params = p
         ctx.fused = needs_grad and p.reduction != "none"
         if ctx.fused:
-            k = _coefficients(targets, weight, saved, p, c.shape[0], None)
+            k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
             de, dc = _grads(e, c, targets, weight, k, saved, p)
             ctx.save_for_backward(de, dc)
         else:

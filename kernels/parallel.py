@@ -78,7 +78,7 @@ def shard_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
                 f"{stop - start}"
             )
     end = 0
-    for rank, start, stop, _ in ranges:
+    for _rank, start, stop, _ in ranges:
         if start != end:
             kind = "overlap" if start < end else "gap"
             raise ValueError(

@@ -190,8 +190,11 @@ def _torch_grad_slice(
     grad.sub_(row_max[:, None]).sub_(log_sum[:, None]).exp_()
     grad.mul_((k.prob * inv_scale)[:, None])
     if k.smooth is not None:
-        smooth = (k.smooth * inv_scale)[:, None]
-        grad.sub_(smooth if weight is None else smooth * weight[v0 : v0 + width])
+        smooth = k.smooth * inv_scale
+        if weight is None:
+            grad.sub_(smooth[:, None])
+        else:  # a rank-one update in place: no N×width temporary
+            grad.addr_(smooth, weight[v0 : v0 + width], alpha=-1.0)
     hit = (targets >= v0) & (targets < v0 + width)
     cols = (targets - v0).clamp(0, width - 1)[:, None]
     grad.scatter_add_(1, cols, (hit.to(grad.dtype) * -(k.target * inv_scale))[:, None])

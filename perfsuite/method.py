@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import torch
@@ -47,10 +47,36 @@ class Case:
     softcap: float | None = None
     device: str = "cpu"
     ignore_index: int = -100
+    # Training terms (issue 22): PaLM's z_loss·lse² per valid row, and class weights
+    # (``class_weights(case)``: deterministic, F.cross_entropy(weight=...) semantics).
+    z_loss: float = 0.0
+    class_weights: bool = False
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+
+def class_weights(case: Case, device: torch.device | str) -> torch.Tensor | None:
+    """The case's class weights, fp32 (V,): uniform in [0.5, 1.5), every 10th class 0
+    (as padding or banned ids are), from a fixed seed; None when the case has none."""
+    if not case.class_weights:
+        return None
+    generator = torch.Generator().manual_seed(1234)
+    weight = torch.rand(case.vocab, generator=generator) + 0.5
+    weight[::10] = 0.0
+    return weight.to(device)
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """Terms a method variant always computes (``ours-zloss``): applied to each case."""
+
+    z_loss: float = 0.0
+    class_weights: bool = False
+
+    def apply(self, case: Case) -> Case:
+        return replace(case, z_loss=self.z_loss, class_weights=self.class_weights)
 
 
 @dataclass(frozen=True)
@@ -73,6 +99,9 @@ class Capabilities:
     # At beta > 0 a plain materialised path runs instead (torch's chunked
     # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
     smoothing_falls_back: bool = False
+    # z_loss·lse² and class weights (torch's cross_entropy semantics).
+    z_loss: bool = False
+    class_weights: bool = False
     # Relative cost of one call under the Triton interpreter; the runner starts
     # the costliest interpreted methods first so parallel workers end together.
     interpreter_cost: float = 1.0
@@ -144,6 +173,8 @@ class SimpleMethod:
     distributions: tuple[str, ...] = ()
     timed_by_default: bool = True
     extra_check: Callable[[str], str | None] | None = None
+    # A variant that always adds these terms (the worker applies them to each case).
+    terms: LossTerms | None = None
 
     def availability(self, device: str) -> str | None:
         missing = missing_packages(*self.requires)
@@ -175,4 +206,8 @@ def capability_gap(caps: Capabilities, case: Case) -> str | None:
         return f"no softcap (asked softcap={case.softcap:g})"
     if case.dtype not in caps.dtypes:
         return f"no {case.dtype} support"
+    if case.z_loss and not caps.z_loss:
+        return f"no z-loss (asked z_loss={case.z_loss:g})"
+    if case.class_weights and not caps.class_weights:
+        return "no class weights"
     return None

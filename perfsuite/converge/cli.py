@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)"
     )
     parser.add_argument("--steps", help="training steps (default: the preset's)")
+    parser.add_argument(
+        "--z-loss",
+        help="train with PaLM's z_loss·lse² added (e.g. 1e-4; default 0). Methods without "
+        "it are recorded as unsupported",
+    )
     parser.add_argument("--seed", help="model, data and order seed (default: the preset's, 0)")
     parser.add_argument(
         "--train-batches",
@@ -163,6 +168,7 @@ def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
     preset = PRESETS[args.preset].with_steps(_number(args.steps, "--steps", 1))
     preset = preset.with_seed(_number(args.seed, "--seed", 0))
     preset = preset.with_train_batches(_number(args.train_batches, "--train-batches", 0))
+    preset = preset.with_z_loss(_number(args.z_loss, "--z-loss", 0, float))
     if args.data == "text" and preset.vocab < 256:
         raise UsageError(f"--data text needs a vocabulary >= 256; {preset.name} has {preset.vocab}")
     dtypes = list(preset.dtypes) if args.dtype is None else _split(args.dtype)
@@ -229,8 +235,9 @@ def run(args: argparse.Namespace) -> int:
     p = config.preset
     console.print(
         f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
-        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data "
-        f"-> {config.out}",
+        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
+        + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
+        + f" -> {config.out}",
         highlight=False,
     )
     runs, document = sweep(config, known, console)

@@ -53,6 +53,8 @@ class Preset:
     dtypes: tuple[str, ...] = ("fp32",)
     # Methods when --methods is not given (None: DEFAULT_METHODS of the device).
     methods: tuple[str, ...] | None = None
+    # PaLM's z-loss coefficient every method trains with (0: off).
+    z_loss: float = 0.0
 
     @property
     def tokens_per_step(self) -> int:
@@ -69,6 +71,9 @@ class Preset:
         if count is None:
             return self
         return replace(self, train_batches=count or None)
+
+    def with_z_loss(self, z_loss: float | None) -> Preset:
+        return self if z_loss is None else replace(self, z_loss=z_loss)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

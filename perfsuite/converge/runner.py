@@ -77,6 +77,7 @@ def decided(method: Method, cell: Cell, preset: Preset, device: str) -> RunResul
             dtype=cell.dtype,
             beta=cell.beta,
             device=device,
+            z_loss=preset.z_loss,
         )
         status, reason = "unsupported", method.unsupported_reason(case)
     if reason is None:

@@ -157,6 +157,7 @@ def train_run(
         dtype=dtype,
         beta=beta,
         device=device,
+        z_loss=preset.z_loss,
     )
     reason = method.availability(device)
     if reason is not None:

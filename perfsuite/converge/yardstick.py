@@ -18,8 +18,8 @@ farther from eager than twice that run is (``parity``):
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from perfsuite.baselines.torch_methods import cross_entropy_terms
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
 
 REORDERED = "eager-reordered"
@@ -30,13 +30,14 @@ def _reordered(case: Case, c: torch.Tensor) -> LossFn:
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         half = e.shape[0] // 2
         total = sum(
-            F.cross_entropy(
+            cross_entropy_terms(
                 e[part] @ c.T,
                 targets[part],
-                label_smoothing=case.beta,
-                ignore_index=case.ignore_index,
-                reduction="sum",
-            )
+                case.beta,
+                case.ignore_index,
+                "sum",
+                z_loss=case.z_loss,
+            )  # fmt: skip
             for part in (slice(0, half), slice(half, None))
         )
         return total / (targets != case.ignore_index).sum()
@@ -49,7 +50,7 @@ METHODS = {
         REORDERED,
         "eager with the loss summed over two halves of the tokens (another rounding)",
         _reordered,
-        caps=Capabilities(label_smoothing=True),
+        caps=Capabilities(label_smoothing=True, z_loss=True),
         distributions=("torch",),
     )
 }

@@ -67,7 +67,7 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels.configs import PINNED
 
     cfg = PINNED["slices", cfg_arch(arch), dtype]
-    n, v, d = shape.n, shape.v, shape.d
+    n, d = shape.n, shape.d
     width = slice_width(shape, dtype)
     for name, (smooth, cap) in VARIANTS.items():
         beta = shape.beta if smooth else 0.0

@@ -15,10 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from perfsuite.baselines.torch_methods import eager_loss, reference_loss, softcapped
-from perfsuite.method import Case, LossFn
+from perfsuite.baselines.torch_methods import (
+    case_loss,
+    cross_entropy_terms,
+    eager_loss,
+    reference_loss,
+    softcapped,
+)
+from perfsuite.method import Case, LossFn, class_weights
 from perfsuite.run.inputs import Inputs
 
 # Relative slack (times the reference's largest magnitude) per dtype.
@@ -81,7 +86,7 @@ def bit_identical(a: Outcome, b: Outcome) -> bool:
 
 def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
     def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return reference_loss(e, c, t, case.beta, case.softcap, case.ignore_index)
+        return case_loss(reference_loss, case, e, c, t)
 
     return run_once(fn, inputs)
 
@@ -117,15 +122,17 @@ def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
     if case.dtype != "fp32":
 
         def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            return eager_loss(e, c, t, case.beta, case.softcap, case.ignore_index)
+            return case_loss(eager_loss, case, e, c, t)
 
     else:
 
         def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             logits = softcapped(e.double() @ c.double().T, case.softcap)
-            return F.cross_entropy(
-                logits, t, label_smoothing=case.beta, ignore_index=case.ignore_index
-            )
+            weight = class_weights(case, e.device)
+            return cross_entropy_terms(
+                logits, t, case.beta, case.ignore_index, "mean",
+                None if weight is None else weight.double(), case.z_loss,
+            )  # fmt: skip
 
     return run_once(fn, inputs)
 

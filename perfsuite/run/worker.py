@@ -130,6 +130,9 @@ def run_case(
 ) -> None:
     """Measure every phase of one case; each row goes to ``emit`` as soon as it is known."""
     case = Case(**{k: v for k, v in raw.items() if k not in ("shape", "workload")})
+    terms = getattr(method, "terms", None)
+    if terms is not None:  # a variant that always trains with them (ours-zloss)
+        case = terms.apply(case)
     device = torch.device(case.device)
 
     def all_phases(status: str, reason: str, **extra: Any) -> None:

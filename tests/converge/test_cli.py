@@ -136,6 +136,8 @@ def test_the_gpu_preset_plans_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--data", "wiki"], "--data: unknown 'wiki'"),
         (["--jobs", "0"], "--jobs must be >= 1"),
         (["--timeout", "nan"], "--timeout must be >= 1"),
+        (["--z-loss", "-1"], "--z-loss must be >= 0, got -1"),
+        (["--z-loss", "big"], "--z-loss: not a number: 'big'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

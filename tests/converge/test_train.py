@@ -61,3 +61,29 @@ def test_out_of_memory_in_the_loss_is_recorded_as_oom():
     run = train_run(method, PRESET, _data(), 0.1, "fp32", "cpu")
     assert run.status == "oom" and "9.00 GiB" in run.reason and "\n" not in run.reason
     assert run.steps == [] and run.params is None
+
+
+def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
+    """--z-loss: ours (native z_loss) stays with eager (explicit z·lse²), both differ from
+    training without it; a method without z-loss is unsupported, never trained plainly."""
+    from perfsuite.converge.parity import attach_verdicts as verdicts
+    from perfsuite.converge.runner import Cell, decided
+    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
+    from perfsuite.converge.yardstick import REORDERED
+
+    set_deterministic(PRESET.seed)
+    data = _data()
+    with_z = PRESET.with_z_loss(1e-2)
+    eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")
+    ours = train_run(get_method("ours"), with_z, data, 0.1, "fp32", "cpu")
+    yard = train_run(YARDSTICKS[REORDERED], with_z, data, 0.1, "fp32", "cpu")
+    plain = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
+    assert eager.status == ours.status == yard.status == "ok", (eager.reason, ours.reason)
+    assert eager.losses[0] > plain.losses[0]  # z·lse² > 0 is in the loss
+    verdicts([eager, yard, ours])
+    assert ours.parity["verdict"] == "same", ours.parity
+    liger = get_method("liger")
+    gap = decided(liger, Cell("liger", 0.1, "fp32"), with_z, "cpu")
+    assert gap is not None and gap.status in ("unsupported", "unavailable")
+    if gap.status == "unsupported":
+        assert "no z-loss" in gap.reason

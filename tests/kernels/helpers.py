@@ -35,9 +35,7 @@ def full_loss(e, c, targets, beta, softcap, reduction, weight=None, z_loss=0.0, 
     logits = e.float() @ c.float().T if upcast else e @ c.T
     logits = softcapped(logits, softcap)
     w = None if weight is None else weight.to(logits.dtype)
-    loss = F.cross_entropy(
-        logits, targets, weight=w, label_smoothing=beta, reduction=reduction
-    )
+    loss = F.cross_entropy(logits, targets, weight=w, label_smoothing=beta, reduction=reduction)
     if not z_loss:
         return loss
     valid = targets != -100

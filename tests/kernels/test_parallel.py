@@ -83,7 +83,9 @@ def _check_case(rank: int, world: int, case: tuple) -> None:
     for name, a, b, s, one in zip(names, ours, ref, same, single, strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
         if dtype == torch.float32:
-            torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-6, msg=lambda m, n=name: f"{n}: {m}")
+            torch.testing.assert_close(
+                a, b, rtol=2e-4, atol=2e-6, msg=lambda m, n=name: f"{n}: {m}"
+            )
             torch.testing.assert_close(a, one, rtol=1e-4, atol=1e-6)
         else:
             err = (a.float() - b.float()).abs().max().item()

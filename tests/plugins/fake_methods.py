@@ -10,7 +10,15 @@ import time
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable, Unsupported
+from perfsuite.method import (
+    Capabilities,
+    Case,
+    LossFn,
+    LossTerms,
+    SimpleMethod,
+    Unavailable,
+    Unsupported,
+)
 
 
 def _wrong(case: Case, c: torch.Tensor) -> LossFn:
@@ -64,8 +72,25 @@ def _sleeps(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
+_TERMS = Capabilities(label_smoothing=True, z_loss=True, class_weights=True)
+
 METHODS = [
     SimpleMethod("fake-wrong", "biased loss", _wrong, caps=Capabilities(label_smoothing=True)),
+    # Claims z-loss and class weights, computes plain eager: the gate must see it.
+    SimpleMethod(
+        "fake-zloss-ignored",
+        "z-loss variant without z-loss",
+        _eager,
+        caps=_TERMS,
+        terms=LossTerms(z_loss=0.05),
+    ),
+    SimpleMethod(
+        "fake-weights-ignored",
+        "weighted variant without weights",
+        _eager,
+        caps=_TERMS,
+        terms=LossTerms(class_weights=True),
+    ),
     SimpleMethod(
         "fake-no-smoothing", "eager without smoothing support", _eager, caps=Capabilities()
     ),

@@ -59,6 +59,22 @@ def test_wrong_unsupported_unavailable_error(fake_plugins):
     assert "deliberate failure" in next(r for r in rows if r["method"] == "fake-raises")["reason"]
 
 
+def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
+    """ours-zloss / ours-weighted pass against the reference with the same terms; a
+    variant that claims the terms but drops them fails the gate (issue 22)."""
+    methods = "ours,ours-zloss,ours-weighted,fake-zloss-ignored,fake-weights-ignored"
+    rows = _run(methods, betas="0.1", phases="fwd+bwd")
+    for method in ("ours", "ours-zloss", "ours-weighted"):
+        assert _status(rows, method, 0.1) == "ok", method
+    for method in ("fake-zloss-ignored", "fake-weights-ignored"):
+        assert _status(rows, method, 0.1) == "wrong", method
+    # torch's own class-weighted loss differs from ours-weighted's by far more than the gate.
+    plain = next(r for r in rows if r["method"] == "ours")
+    weighted = next(r for r in rows if r["method"] == "fake-weights-ignored")
+    assert weighted["loss_err"] > 10 * weighted["tolerance"]["loss"] > 0, weighted
+    assert plain["loss_err"] <= plain["tolerance"]["loss"]
+
+
 def test_crash_loses_only_its_case(fake_plugins):
     rows = _run("fake-crash,eager", betas="0,0.1,1")
     assert _status(rows, "fake-crash", 0.0) == "ok"

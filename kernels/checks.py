@@ -1,0 +1,47 @@
+"""Input checks that read tensor values: host syncs on CPU, device asserts on CUDA.
+
+Kept apart from api.py's shape and type checks because they touch data: the custom op
+(op.py) runs them inside its implementation, where the compiler does not trace them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def _debug() -> bool:
+    return os.environ.get("PERFSUITE_DEBUG", "0") == "1"
+
+
+def check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
+    """Range check without a host sync on GPU, unless ``PERFSUITE_DEBUG=1``.
+
+    CPU tensors are checked eagerly (no device to wait for). On CUDA a
+    device-side assert (``torch._assert_async``) fires on the next sync; with
+    ``PERFSUITE_DEBUG=1`` the check syncs and raises ``ValueError`` at once.
+    """
+    bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
+    if targets.device.type != "cuda" or _debug():
+        if bool(bad.any()):
+            first = targets[bad][0].item()
+            raise ValueError(
+                f"targets out of range: {first} not in [0, {vocab}) and not ignore_index="
+                f"{ignore_index}"
+            )
+    else:
+        torch._assert_async(~bad.any())
+
+
+def check_weight_values(weight: torch.Tensor | None) -> None:
+    """Class weights finite and ≥ 0: eagerly on CPU (or PERFSUITE_DEBUG=1), else a device
+    assert."""
+    if weight is None:
+        return
+    bad = ~torch.isfinite(weight) | (weight < 0)
+    if weight.device.type != "cuda" or _debug():
+        if bool(bad.any()):
+            raise ValueError("weight must be finite and >= 0 (a negative class weight)")
+    else:
+        torch._assert_async(~bad.any())

@@ -1,0 +1,125 @@
+"""The default path as two ``torch.library`` custom ops: one node each for the compiler.
+
+``perfsuite::linear_cross_entropy`` (forward: loss, per-row LSE, row max, log-sum) and
+``perfsuite::linear_cross_entropy_backward`` (dE, dC), each with a fake implementation
+that gives the compiler shapes and dtypes without running a kernel, and joined by
+``register_autograd``. ``torch.compile`` sees two opaque nodes, never the Triton
+launches, the slice loop or the value checks inside them, so a compiled training step
+has no graph break and no host sync on its path (tests/kernels/test_op.py). The ops
+take the options as plain scalars (what a custom op's schema can hold) and rebuild
+``function.Params`` inside; the math is function.py's and slices.py's, unchanged.
+"""
+
+from typing import Any
+
+import torch
+
+from .checks import check_targets_in_range, check_weight_values
+from .function import Params, _coefficients, _forward, _losses
+from .slices import slices_backward
+
+Tensor = torch.Tensor
+
+
+def _params(
+    beta: float, softcap: float | None, ignore_index: int, reduction: str, z_loss: float,
+    engine: str, budget: int | None,
+) -> Params:  # fmt: skip
+    return Params(
+        beta=beta, softcap=softcap, ignore_index=ignore_index, reduction=reduction,
+        filter_eps=None, sort_vocab=False, accum_fp32=False, grad_mode=True,
+        backward="slices", engine=engine, budget=budget, z_loss=z_loss,
+    )  # fmt: skip
+
+
+@torch.library.custom_op("perfsuite::linear_cross_entropy", mutates_args=())
+def lce_forward(
+    e: Tensor,
+    c: Tensor,
+    targets: Tensor,
+    weight: Tensor | None,
+    beta: float,
+    softcap: float | None,
+    ignore_index: int,
+    reduction: str,
+    z_loss: float,
+    engine: str,
+    budget: int | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(loss, lse, row max, log-sum) of 2-D ``e``; the checks that read values run here."""
+    check_targets_in_range(targets, c.shape[0], ignore_index)
+    check_weight_values(weight)
+    p = _params(beta, softcap, ignore_index, reduction, z_loss, engine, budget)
+    out, _ = _forward(e, c, targets, weight, p, needs_grad=True)
+    loss, _ = _losses(out, targets, weight, p, c.shape[0])
+    return loss, out.lse, out.row_max.clone(), out.log_sum.clone()
+
+
+@lce_forward.register_fake
+def _lce_forward_fake(
+    e, c, targets, weight, beta, softcap, ignore_index, reduction, z_loss, engine, budget
+):  # fmt: skip
+    rows = e.shape[0]
+    loss = e.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
+    return loss, *(e.new_empty((rows,), dtype=torch.float32) for _ in range(3))
+
+
+@torch.library.custom_op("perfsuite::linear_cross_entropy_backward", mutates_args=())
+def lce_backward(
+    e: Tensor,
+    c: Tensor,
+    targets: Tensor,
+    weight: Tensor | None,
+    row_max: Tensor,
+    log_sum: Tensor,
+    grad_loss: Tensor,
+    grad_lse: Tensor | None,
+    beta: float,
+    softcap: float | None,
+    ignore_index: int,
+    reduction: str,
+    z_loss: float,
+    engine: str,
+    budget: int | None,
+) -> tuple[Tensor, Tensor]:
+    """(dE, dC) in the inputs' dtypes: the slice backward of slices.py."""
+    p = _params(beta, softcap, ignore_index, reduction, z_loss, engine, budget)
+    k = _coefficients(targets, weight, row_max + log_sum, p, c.shape[0], grad_loss, grad_lse)
+    return slices_backward(e, c, targets, row_max, log_sum, k, p=p, weight=weight)
+
+
+@lce_backward.register_fake
+def _lce_backward_fake(e, c, *args):  # fmt: skip
+    return torch.empty_like(e), torch.empty_like(c)
+
+
+_OPTIONS = ("beta", "softcap", "ignore_index", "reduction", "z_loss", "engine", "budget")
+
+
+def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+    e, c, targets, weight, *options = inputs
+    _, _, row_max, log_sum = output
+    ctx.save_for_backward(e, c, targets, weight, row_max, log_sum)
+    ctx.options = options
+
+
+def _backward(ctx: Any, grad_loss: Tensor, grad_lse: Tensor | None, *_: Any) -> tuple:
+    e, c, targets, weight, row_max, log_sum = ctx.saved_tensors
+    de, dc = lce_backward(
+        e, c, targets, weight, row_max, log_sum, grad_loss, grad_lse, *ctx.options
+    )
+    return (de, dc) + (None,) * (2 + len(_OPTIONS))
+
+
+lce_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def linear_cross_entropy_op(
+    e: Tensor, c: Tensor, targets: Tensor, weight: Tensor | None, p: Params
+) -> tuple[Tensor, Tensor]:
+    """(loss, lse) through the custom op, from api's validated ``Params``."""
+    loss, lse, _, _ = lce_forward(
+        e, c, targets, weight, p.beta, p.softcap, p.ignore_index, p.reduction, p.z_loss,
+        p.engine, p.budget,
+    )  # fmt: skip
+    return loss, lse

@@ -47,6 +47,14 @@ def _grads(fn, e, c, t, reduction):
     ),
 )  # fmt: skip
 def test_cce_backward_grid(device, shape, softcap, invalids, reduction, shift, beta):
+    # On CPU the grid runs the native engine (the interpreter takes ~1 s a case); the
+    # Triton kernels meet this recipe in test_cce_cases_at_gpu_sized_tiles below and in
+    # test_values_and_grads' full grid, and on CUDA here.
+    engine = "torch" if device == "cpu" else "auto"
+    _cce_case(device, shape, softcap, invalids, reduction, shift, beta, engine)
+
+
+def _cce_case(device, shape, softcap, invalids, reduction, shift, beta, engine="auto"):
     n, v, d = shape
     gen = torch.Generator(device="cpu").manual_seed(0)
     e = (torch.randn(n, d, generator=gen) / d**0.5).to(device, torch.bfloat16)
@@ -61,7 +69,7 @@ def test_cce_backward_grid(device, shape, softcap, invalids, reduction, shift, b
 
     def ours(e, c, t):
         return linear_cross_entropy(
-            e, c, t, softcap=softcap, reduction=reduction, label_smoothing=beta
+            e, c, t, softcap=softcap, reduction=reduction, label_smoothing=beta, engine=engine
         )
 
     def torch_in(dtype):
@@ -123,4 +131,4 @@ def test_cce_cases_at_gpu_sized_tiles(device, softcap, beta):
         backward=KernelConfig(64, 64, 64, num_warps=4, num_stages=1, block_dd=64),
     )
     with use_config(**tiles):
-        test_cce_backward_grid(device, (252, 507, 123), softcap, True, "mean", True, beta)
+        _cce_case(device, (252, 507, 123), softcap, True, "mean", True, beta)

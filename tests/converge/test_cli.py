@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -16,10 +18,13 @@ from perfsuite.converge.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def converge_fakes(fake_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both fake-method plugins, here and in every worker started."""
-    monkeypatch.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.converge_fakes")
+TESTS = ROOT / "tests"
+# One sweep for the isolation tests below (each worker costs ~7 s: transformers' Llama).
+METHODS = [
+    "fake-raises", "ours", "fake-missing-package", "fake-crash", "fake-killed",
+    "fake-no-smoothing",
+]  # fmt: skip
+STEPS = 3
 
 
 def _document(path: Path) -> dict:
@@ -32,38 +37,50 @@ def _runs(path: Path) -> dict[tuple[str, float], dict]:
     return {(run["method"], run["beta"]): run for run in _document(path)["runs"]}
 
 
-def test_ours_trains_like_eager_and_failures_are_recorded(
-    converge_fakes: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-):
-    """ours (interpreted, in its own worker) gets a `same` verdict, while a method that
-    raises and one whose package is missing are recorded without losing the others; the
-    table and the three figures land next to the JSON and are printed."""
-    out = tmp_path / "converge.json"
-    methods = "fake-raises,ours,fake-missing-package"
-    argv = ["--methods", methods, "--beta", "0", "--steps", "5", "--out", str(out)]
-    assert main(argv) == 1  # fake-raises crashed
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
+    """(results path, what was printed, exit code) of one converge sweep over both
+    fake-method plugins, ours and eager at β 0.1 then 0: fake-crash segfaults and
+    fake-killed is SIGKILLed (as by the OOM killer) at β > 0, so after each death a new
+    worker must still train the method's β = 0 run."""
+    out = tmp_path_factory.mktemp("converge") / "converge.json"
+    argv = ["--methods", ",".join(METHODS), "--beta", "0.1,0", "--steps", str(STEPS)]
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.converge_fakes")
+        path = os.environ.get("PYTHONPATH", "")
+        mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
+        mp.syspath_prepend(str(TESTS))
+        mp.setenv("COLUMNS", "120")
+        with contextlib.redirect_stdout(printed):
+            code = main([*argv, "--out", str(out)])
+    return out, printed.getvalue(), code
+
+
+def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str, int]):
+    """ours (its torch engine, in its own worker) gets a `same` verdict, while a method
+    that raises and one whose package is missing are recorded without losing the others;
+    the table and the three figures land next to the JSON and are printed."""
+    out, printed, code = swept
+    assert code == 1  # fake-raises crashed
     runs = _runs(out)
-    assert [m for m, _ in runs] == [
-        "eager",
-        "eager-reordered",
-        "fake-raises",
-        "ours",
-        "fake-missing-package",
-    ]
-    assert runs["eager-reordered", 0.0]["parity"]["verdict"] == "yardstick"
-    ours = runs["ours", 0.0]
-    assert ours["status"] == "ok"
-    assert ours["parity"]["verdict"] == "same", ours["parity"]
-    assert len(ours["steps"]) == 5 and ours["heldout"]["positions"] == 16 * 4 * 32
-    for metric in ("ece", "rms_ce", "sce", "ace", "mce"):
-        assert 0 <= ours["heldout"][metric] <= 1
-    assert runs["eager", 0.0]["parity"]["verdict"] == "reference"
-    raised = runs["fake-raises", 0.0]
-    assert raised["status"] == "error"
-    assert "deliberate failure inside the loss" in raised["reason"]
-    assert "\n" not in raised["reason"]
-    assert runs["fake-missing-package", 0.0]["status"] == "unavailable"
-    assert "perfsuite_no_such_package" in runs["fake-missing-package", 0.0]["reason"]
+    order = list(dict.fromkeys(m for m, _ in runs))
+    assert order == ["eager", "eager-reordered", *METHODS], order
+    for beta in (0.1, 0.0):
+        assert runs["eager-reordered", beta]["parity"]["verdict"] == "yardstick"
+        ours = runs["ours", beta]
+        assert ours["status"] == "ok"
+        assert ours["parity"]["verdict"] == "same", ours["parity"]
+        assert len(ours["steps"]) == STEPS and ours["heldout"]["positions"] == 16 * 4 * 32
+        for metric in ("ece", "rms_ce", "sce", "ace", "mce"):
+            assert 0 <= ours["heldout"][metric] <= 1
+        assert runs["eager", beta]["parity"]["verdict"] == "reference"
+        raised = runs["fake-raises", beta]
+        assert raised["status"] == "error"
+        assert "deliberate failure inside the loss" in raised["reason"]
+        assert "\n" not in raised["reason"]
+        assert runs["fake-missing-package", beta]["status"] == "unavailable"
+        assert "perfsuite_no_such_package" in runs["fake-missing-package", beta]["reason"]
     document = _document(out)
     assert document["data"]["kind"].startswith("synthetic sparse bigram")
     assert document["tolerances"]["fp32"]["loss_rtol"] == 2e-5
@@ -71,24 +88,17 @@ def test_ours_trains_like_eager_and_failures_are_recorded(
     assert document["triton_interpreted"] == []
     # a dirty tree adds a fingerprint of its changes ("diff")
     assert {"sha", "dirty"} <= set(document["environment"]["git"]) <= {"sha", "dirty", "diff"}
-    printed = capsys.readouterr().out
     assert "same" in printed
     for name in ("converge.md", "converge-loss.png", "converge-reliability.png"):
-        assert (tmp_path / name).stat().st_size > 1000, name
-        assert str(tmp_path / name) in printed
-    assert "| ours | 0 | fp32 | same |" in (tmp_path / "converge.md").read_text()
+        assert (out.parent / name).stat().st_size > 1000, name
+        assert str(out.parent / name) in printed.replace("\n", "")
+    assert "| ours | 0 | fp32 | same |" in (out.parent / "converge.md").read_text()
 
 
-def test_a_dying_worker_loses_only_its_run(converge_fakes: None, tmp_path: Path):
-    """fake-crash segfaults at beta > 0 and fake-killed is SIGKILLed (as by the OOM
-    killer). beta 0.1 goes first, so after each death a new worker must still train the
-    method's beta = 0 run. In the same sweep a method that cannot smooth is `unsupported`
-    at beta 0.1 (never trained at 0 instead)."""
-    out = tmp_path / "crash.json"
-    methods = "fake-crash,fake-killed,fake-no-smoothing"
-    argv = ["--methods", methods, "--beta", "0.1,0", "--steps", "2", "--out", str(out)]
-    assert main(argv) == 1
-    runs = _runs(out)
+def test_a_dying_worker_loses_only_its_run(swept: tuple[Path, str, int]):
+    """A segfault and a SIGKILL each cost their own run; a new worker trains the rest.
+    A method that cannot smooth is `unsupported` at β 0.1 (never trained at 0 instead)."""
+    runs = _runs(swept[0])
     crashed = runs["fake-crash", 0.1]
     assert crashed["status"] == "error" and "SIGSEGV" in crashed["reason"], crashed
     assert runs["fake-crash", 0.0]["status"] == "ok"

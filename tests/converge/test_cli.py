@@ -40,11 +40,11 @@ def _runs(path: Path) -> dict[tuple[str, float], dict]:
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     """(results path, what was printed, exit code) of one converge sweep over both
-    fake-method plugins, ours and eager at β 0.1 then 0: fake-crash segfaults and
-    fake-killed is SIGKILLed (as by the OOM killer) at β > 0, so after each death a new
-    worker must still train the method's β = 0 run."""
+    fake-method plugins, ours and eager at β 0 then 0.1: fake-crash segfaults at β > 0
+    and fake-killed is SIGKILLed (as by the OOM killer) at every β, so after its first
+    death a new worker must still train its β = 0.1 run."""
     out = tmp_path_factory.mktemp("converge") / "converge.json"
-    argv = ["--methods", ",".join(METHODS), "--beta", "0.1,0", "--steps", str(STEPS)]
+    argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.converge_fakes")

@@ -138,7 +138,7 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monk
     assert sweep.run(args) == 1  # nothing measured: not a success
     assert "sweep.py:" not in capsys.readouterr().err  # progress lines: no source path
     rows = load_results(out)["rows"]
-    assert len(rows) == 8 * PHASES
+    assert len(rows) == CELLS // 2 * PHASES  # eager alone
     assert {r["status"] for r in rows} == {"skipped"}
     assert "predicted peak" in rows[0]["reason"] and "--force" in rows[0]["reason"]
     from rich.console import Console

@@ -68,16 +68,21 @@ def main() -> None:
         step = model
         if name == "compiled":
             explained = torch._dynamo.explain(model)(*batches[0])
-            print(f"dynamo: {explained.graph_count} graph(s), "
-                  f"{explained.graph_break_count} graph break(s)")
+            print(
+                f"dynamo: {explained.graph_count} graph(s), "
+                f"{explained.graph_break_count} graph break(s)"
+            )
             torch._dynamo.reset()
             step = torch.compile(model, backend=args.backend, fullgraph=True)
         results[name] = train(step, model, batches, optimizer)
-    diff = max(abs(a - b) for a, b in zip(results["eager"][0], results["compiled"][0]))
-    print(f"{device}, V={vocab}, D={dim}, {batch}x{seq} tokens, {args.steps} AdamW steps: "
-          f"eager {results['eager'][1]:.1f} ms/step, torch.compile({args.backend}, "
-          f"fullgraph=True) {results['compiled'][1]:.1f} ms/step; "
-          f"max |loss difference| {diff:.2e}")
+    pairs = zip(results["eager"][0], results["compiled"][0], strict=True)
+    diff = max(abs(a - b) for a, b in pairs)
+    print(
+        f"{device}, V={vocab}, D={dim}, {batch}x{seq} tokens, {args.steps} AdamW steps: "
+        f"eager {results['eager'][1]:.1f} ms/step, torch.compile({args.backend}, "
+        f"fullgraph=True) {results['compiled'][1]:.1f} ms/step; "
+        f"max |loss difference| {diff:.2e}"
+    )
 
 
 if __name__ == "__main__":

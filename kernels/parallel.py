@@ -48,15 +48,29 @@ def _describe(ranges: list[tuple[int, int, int, int]]) -> str:
     return ", ".join(f"rank {r} [{s}, {t})" for r, s, t, _ in ranges)
 
 
+# Layouts already checked: (group, start, stop, rows, vocab_size) -> V. A training loop
+# calls with one layout every step; checking it again would cost a collective and a host
+# sync (on a GPU, a stall before the loss) per step.
+_CHECKED: dict[tuple, int] = {}
+
+
 def shard_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
     """The full vocabulary size, after checking on every rank that the shards tile it.
 
     Every rank gathers every rank's (start, stop, rows of c) first and decides on the
     same data, so a bad layout raises the same one-line ``ValueError`` everywhere
-    instead of leaving some ranks waiting in a collective.
+    instead of leaving some ranks waiting in a collective. Checked once per layout.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("vocab_parallel needs torch.distributed initialised (init_process_group)")
+    key = (shard.group, shard.start, shard.stop, rows, shard.vocab_size)
+    if key in _CHECKED:
+        return _CHECKED[key]
+    _CHECKED[key] = vocab = _check_layout(shard, rows, device)
+    return vocab
+
+
+def _check_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
     for name in ("start", "stop"):
         value = getattr(shard, name)
         if not isinstance(value, int) or isinstance(value, bool):

@@ -120,6 +120,23 @@ def _bad_layouts(rank: int, world: int) -> None:
                              vocab_parallel=VocabParallel(rank * 32, rank * 32 + 32))  # fmt: skip
 
 
+def _checked_once(rank: int, world: int) -> None:
+    """A layout is checked once: the next calls run no layout collective (no host sync)."""
+    from perfsuite.kernels import parallel
+
+    e, c, t = make_inputs(8, 64, 8, torch.float32, "cpu")
+    shard = VocabParallel(rank * 32, rank * 32 + 32)
+    first = linear_cross_entropy(e, c[rank * 32 : rank * 32 + 32], t, vocab_parallel=shard)
+    calls = []
+    real = parallel.dist.all_gather
+    parallel.dist.all_gather = lambda *a, **k: calls.append(a)
+    try:
+        again = linear_cross_entropy(e, c[rank * 32 : rank * 32 + 32], t, vocab_parallel=shard)
+    finally:
+        parallel.dist.all_gather = real
+    assert calls == [] and torch.equal(first, again)
+
+
 def _worker(rank: int, world: int, store: str, jobs: list[str]) -> None:
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
@@ -127,6 +144,8 @@ def _worker(rank: int, world: int, store: str, jobs: list[str]) -> None:
         for job in jobs:
             if job == "bad":
                 _bad_layouts(rank, world)
+            elif job == "cached":
+                _checked_once(rank, world)
             else:
                 _check_case(rank, world, CASES[int(job)])
     finally:
@@ -143,7 +162,7 @@ def _cases(*wanted: int) -> list[str]:
 
 
 def test_two_ranks_every_case_and_bad_layouts(tmp_path: Path) -> None:
-    _spawn(2, _cases(*range(len(CASES))) + ["bad"], tmp_path)
+    _spawn(2, _cases(*range(len(CASES))) + ["bad", "cached"], tmp_path)
 
 
 def test_four_uneven_ranks(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ markdown fit for ``$GITHUB_STEP_SUMMARY``."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -59,6 +60,9 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
     beta = f"{row['beta']:g}" + ("" if softcap is None else f" cap {softcap:g}")
+    workload = row.get("workload") or "random"
+    if workload != "random":
+        shape = f"{shape} {Path(workload).name}"
     return [row["method"], shape, row["dtype"], beta, row["phase"]]
 
 

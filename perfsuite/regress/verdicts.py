@@ -1,7 +1,7 @@
 """``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts.
 
-Two results documents are matched cell by cell (``results.CELL_KEY``: method x
-shape x dtype x beta x softcap x phase) and each cell gets one verdict:
+Two results documents are matched cell by cell (``cells.cell_key``: method x
+shape x dtype x beta x softcap x phase x workload) and each cell gets one verdict:
 
 ``regression``      time or memory got worse beyond the thresholds (a failure)
 ``improvement``     time or memory got better beyond them (refresh the baseline)
@@ -47,6 +47,7 @@ from typing import Any
 
 from perfsuite.measure.stats import mann_whitney_greater, min_p_value, summarize
 from perfsuite.regress.environment import env_differences
+from perfsuite.results.cells import cell_key
 from perfsuite.results.results import CELL_KEY
 
 # Defaults. The time threshold is per device kind and follows from the measured
@@ -277,19 +278,37 @@ def compare_cell(
 # Documents
 
 
-def cell_key(row: dict[str, Any]) -> tuple:
-    return tuple(row.get(k) for k in CELL_KEY)
-
-
 def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[str, Any]]:
     cells: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = cell_key(row)
         if key in cells:
-            desc = ", ".join(f"{k}={v}" for k, v in zip(CELL_KEY, key, strict=True))
+            desc = ", ".join(f"{k}={v}" for k, v in zip(KEY_FIELDS, key, strict=True))
             raise CompareError(f"{label}: the cell ({desc}) appears twice")
         cells[key] = row
     return cells
+
+
+KEY_FIELDS = (*CELL_KEY, "workload")
+
+
+def _values(values: set[Any]) -> str:
+    return ",".join(sorted("-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+                           for v in values))  # fmt: skip
+
+
+def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple[str, str]) -> str:
+    """Why two non-empty documents have no cell in common, field by field."""
+    differ = []
+    for i, name in enumerate(KEY_FIELDS):
+        if name == "phase":
+            continue
+        b = {k[i] for k in base}
+        c = {k[i] for k in cur}
+        if not b & c:
+            differ.append(f"{name} {_values(b)} in {labels[0]} but {_values(c)} in {labels[1]}")
+    why = "; ".join(differ) or "no method, shape, β and phase measured in both"
+    return f"nothing to compare: no cell is in both files ({why})"
 
 
 @dataclass
@@ -329,6 +348,8 @@ def compare_documents(
         raise EnvMismatch(problems)
     base_cells = index_rows(baseline["rows"], baseline_label)
     cur_cells = index_rows(current["rows"], current_label)
+    if base_cells and cur_cells and not base_cells.keys() & cur_cells.keys():
+        raise CompareError(_nothing_shared(base_cells, cur_cells, (baseline_label, current_label)))
     keys = list(base_cells) + [k for k in cur_cells if k not in base_cells]
     cells = [compare_cell(k, base_cells.get(k), cur_cells.get(k), settings) for k in keys]
     return Comparison(

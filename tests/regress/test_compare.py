@@ -308,6 +308,28 @@ def test_metrics(metric):
     assert result.count("regression") == 3
 
 
+def test_runs_with_no_cell_in_common_are_refused_with_the_difference(files, capsys):
+    """A softcapped run against an uncapped baseline matched nothing and said "OK"."""
+    capped = make_doc(seed=1, eager={"softcap": 30.0}, ours={"softcap": 30.0})
+    assert cli(files("b.json", make_doc()), files("c.json", capped)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing to compare" in err
+    assert "softcap - in" in err and "but 30 in" in err
+
+
+def test_the_workload_is_part_of_a_cell():
+    """A synthetic-workload run is not the same measurement as a random-input one."""
+    synthetic = make_doc(seed=1, eager={"workload": "synthetic"}, ours={"workload": "synthetic"})
+    with pytest.raises(CompareError, match="workload random in baseline but synthetic"):
+        compare_documents(make_doc(), synthetic)
+    both = make_doc()
+    both["rows"] += synthetic["rows"]  # one file may hold both: no "appears twice"
+    result = compare_documents(both, slower(synthetic, "ours", 1.5))
+    assert result.count("missing") == 6 and result.count("regression") == 3
+    assert all(c.row["workload"] == "synthetic" for c in result.cells if c.verdict != "missing")
+    assert "gemma2-2b synthetic" in render_markdown(result)  # the label says which
+
+
 def test_duplicate_cells_are_refused():
     doc = make_doc()
     doc["rows"].append(doc["rows"][0])

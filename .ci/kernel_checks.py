@@ -1,10 +1,13 @@
-"""GPU-only checks of the in-house kernel (run by .ci/gpu-kernel-checks; needs CUDA).
+"""GPU-only checks of the in-house kernel (run by .ci/gpu-run; needs CUDA).
 
   lock      mutual exclusion: many CTAs add 1 into one fp16 tile under one lock
   grads     Gemma2-2B-shape gradients against a chunked fp32 reference, twice per
             setting: the slice backward (``ours``, must be bit-identical) and the kept
             atomic-tile ablation (``ours-tiles*``: drift beyond bf16 rounding = a race)
   sweep     forward/backward tile configs timed at Gemma2-2B (random + synthetic)
+  slices    the default (slice) backward's tile configs at Gemma2-2B, β = 0.1, softcap 30,
+            fwd+bwd: plain and with class weights (whose sm_90a build spills 84 B at the
+            pinned 128×128; docs/kernel.md), so the pinned tile is chosen by measurement
   ablation  slices vs tiles: tile list / sort / filter / accum, next to CCE
 
 Each prints one JSON object per line; nothing here is a pass/fail test except
@@ -199,6 +202,43 @@ def sweep(kinds: list[str], deadline: float) -> None:
                 emit(sweep="backward", workload=kind, config=cfg.describe(), error=str(exc)[:200])
 
 
+SLICE_CONFIGS = [
+    KernelConfig(128, 128, 64, 8, 3),  # pinned on sm_90 (configs._HOPPER_SLICES)
+    KernelConfig(128, 128, 32, 8, 3),
+    KernelConfig(128, 128, 64, 8, 4),
+    KernelConfig(128, 128, 64, 4, 3),
+    KernelConfig(128, 64, 64, 8, 3),
+    KernelConfig(64, 128, 64, 4, 4),
+    KernelConfig(128, 256, 64, 8, 3),  # spills (kernel-report): measured to see the cost
+    KernelConfig(256, 128, 64, 8, 3),  # spills too
+]
+# The weighted variant: the pinned tile against narrower ones that may not spill.
+WEIGHTED_CONFIGS = SLICE_CONFIGS[:1] + [SLICE_CONFIGS[4], SLICE_CONFIGS[5]]
+
+
+def slices(kinds: list[str], deadline: float) -> None:
+    """fwd+bwd of the default backward per slice config (the forward's pinned config)."""
+    for kind in kinds:
+        e, c, t = inputs(kind)
+        weight = torch.rand(V, device="cuda") + 0.5
+        base = {"label_smoothing": 0.1, "softcap": 30.0}
+        for variant, configs, options in (
+            ("plain", SLICE_CONFIGS, base),
+            ("weighted", WEIGHTED_CONFIGS, {**base, "weight": weight}),
+        ):
+            for cfg in configs:
+                if time.time() > deadline:
+                    return
+                try:
+                    with use_config(slices=cfg):
+                        row = time_case(e, c, t, options, phases=("fwd+bwd",))
+                    emit(sweep="slices", variant=variant, workload=kind,
+                         config=cfg.describe(), **row)  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - report and go on
+                    emit(sweep="slices", variant=variant, workload=kind,
+                         config=cfg.describe(), error=str(exc)[:200])  # fmt: skip
+
+
 def ablation(kinds: list[str], deadline: float) -> None:
     settings = {
         **GRAD_SETTINGS,
@@ -231,7 +271,8 @@ def ablation(kinds: list[str], deadline: float) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("steps", nargs="+", choices=["lock", "grads", "sweep", "ablation"])
+    steps = ["lock", "grads", "sweep", "slices", "ablation"]
+    parser.add_argument("steps", nargs="+", choices=steps)
     parser.add_argument("--kinds", default="random,synthetic")
     parser.add_argument("--budget-s", type=float, default=400)
     args = parser.parse_args()
@@ -245,6 +286,8 @@ def main() -> int:
             ok &= check_grads()
         elif step == "sweep":
             sweep(kinds, deadline)
+        elif step == "slices":
+            slices(kinds, deadline)
         elif step == "ablation":
             ablation(kinds, deadline)
     return 0 if ok else 1

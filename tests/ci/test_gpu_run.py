@@ -35,13 +35,18 @@ def packed(out: Path, tag: str) -> set[str]:
 
 def test_each_call_fits_its_limit_with_every_item_placed() -> None:
     steps = {s.id: s for s in gpu_plan.build_steps("cuda", "python3", ROOT)}
-    for call in ("1", "2"):
+    for call in ("1", "2", "3"):
         ids = [i for i in gpu_plan.CALLS[call] if i != "3b"]  # 3b: only with a dump, last
         total = sum(steps[i].estimate_s for i in ids)
         assert total + WHEELS_S + gpu_run.RESERVE_S + gpu_run.GRACE_S <= gpu_run.DEFAULT_LIMIT_S
         assert gpu_run.DEFAULT_LIMIT_S <= 570  # 9.5 min: the tool stops a command at 10
     placed = {steps[i].item for i in gpu_plan.CALLS["1"] + gpu_plan.CALLS["2"]}
     assert placed == {str(n) for n in range(8)}  # setup and issue 18's items 1-7
+    # Item 1 is Gemma2's real configuration, softcap 30 (the targets are stated there).
+    for sid in ("1a", "1b", "1c", "3a", "8a"):
+        assert "--softcap" in steps[sid].command(ROOT), sid
+    # Call 3 fits a session's device time after two full calls (30 min, a cold start).
+    assert sum(steps[i].estimate_s for i in gpu_plan.CALLS["3"]) <= 450
     for s in steps.values():
         assert s.source and s.limit_s >= s.estimate_s > 0 or s.cuda_only
     cpu = {s.id for s in gpu_plan.build_steps("cpu", "python3", ROOT)}
@@ -142,6 +147,21 @@ def test_rehearsal_on_cpu(tmp_path: Path) -> None:
     assert (out / "gpu-run-items.log").read_text().count(": refused: estimate 999 s") == 1
 
 
+def test_a_step_that_needs_an_earlier_steps_file(tmp_path: Path) -> None:
+    """Call 3's filtering study runs on the dump its train step wrote, and skips without it."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    proc = _wrapper(out, work, "--items", "8e,8c,8e", "--limit", "200", timeout=220)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = manifest(out, "items")["steps"]
+    assert [(s["id"], s["status"]) for s in steps] == [("8e", "skipped"), ("8c", "done")]
+    assert "trained-small.safetensors" in steps[0]["reason"]
+    proc = _wrapper(out, work, "--items", "8e", "--limit", "200", timeout=220)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert manifest(out, "items")["steps"][0]["status"] == "done"
+    study = json.loads((work / "filtering-trained-small.json").read_text())
+    assert len(study["rows"]) == 1 + 3  # no filter, then 3 filters at one threshold and order
+
+
 @pytest.mark.slow
 def test_both_calls_rehearsed_on_cpu(tmp_path: Path) -> None:
     """Every step of both calls on CPU: CUDA-only and dump-less steps skipped, the rest done."""
@@ -150,6 +170,7 @@ def test_both_calls_rehearsed_on_cpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     status = {s["id"]: s for s in manifest(out, "all")["steps"]}
     assert status.pop("2c")["status"] == "skipped"  # needs CUDA
+    assert status.pop("8b")["status"] == "skipped"  # needs CUDA
     # 3b runs on a committed trained-activation dump (issue 21 added one), else skips.
     dumps = sorted((ROOT / "reports" / "filtering").glob("trained-*.safetensors"))
     assert status.pop("3b")["status"] == ("done" if dumps else "skipped")
@@ -159,5 +180,6 @@ def test_both_calls_rehearsed_on_cpu(tmp_path: Path) -> None:
     files = packed(out, "all")
     for name in ("gemma2-2b.json", "gemma2-2b.md", "ours-curve.jsonl", "gemma2-2b-synthetic.json",
                  "converge.json", "sensitivity.json", "compare.md", "dashboard/index.html",
-                 "history.sqlite", "0a-env.log", "0b-methods.log"):  # fmt: skip
+                 "history.sqlite", "0a-env.log", "0b-methods.log", "gemma2-2b-terms.json",
+                 "filtering-gemma2-2b-synthetic.json", "filtering-trained-small.json"):  # fmt: skip
         assert name in files, name

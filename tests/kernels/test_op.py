@@ -98,3 +98,33 @@ def test_bad_targets_still_raise_inside_the_op() -> None:
         linear_cross_entropy(
             e, c, torch.zeros(6, dtype=torch.long), weight=-torch.ones(10), engine="torch"
         )
+
+
+def test_the_fused_ablation_compiles_with_one_break_at_its_target_check() -> None:
+    """impl="fused" is an autograd.Function, not an op: compiled it equals eager, breaking
+    only where it reads the targets on the host, which keeps a bad target an error. The
+    torch engine: dynamo cannot trace the Triton interpreter's Python."""
+    torch.manual_seed(0)
+    e, c = torch.randn(32, 16), torch.randn(64, 16) / 4
+    t = torch.randint(0, 64, (32,))
+
+    def step(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return linear_cross_entropy(
+            e, c, t, label_smoothing=0.1, softcap=20.0, impl="fused", engine="torch"
+        )
+
+    results = []
+    for fn in (step, torch.compile(step, backend="aot_eager")):
+        ee, cc = e.clone().requires_grad_(), c.clone().requires_grad_()
+        loss = fn(ee, cc, t)
+        loss.backward()
+        results.append((loss.detach(), ee.grad, cc.grad))
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(step)(e, c, t)
+    assert explained.graph_break_count == 1, explained.break_reasons
+    bad = t.clone()
+    bad[5] = 64
+    with pytest.raises(ValueError, match="targets out of range: 64"):
+        torch.compile(step, backend="aot_eager")(e, c, bad)

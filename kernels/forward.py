@@ -128,8 +128,10 @@ def _forward_kernel(
         if HAS_SMOOTHING and HAS_SOFTCAP:
             moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
             if HAS_WEIGHT:  # Σ_v w_v (z − max); `seen` is the weight seen so far
+                # Padded columns get w = 0, and acc is finite there (softcapped, rows of C
+                # wrapped mod V): no masked copy of the tile.
                 w = tl.load(Weight + offs_v, mask=v_mask, other=0.0)
-                inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0) * w, axis=1)
+                inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
                 smooth = smooth + seen * moved + inside
                 seen += tl.sum(w, axis=0)
             else:

@@ -102,7 +102,7 @@ def _forward(
         logit_avg=filtering and p.sort_vocab and not use_list,
         tile_lse=use_list,
         num_splits=p.num_splits,
-        weight=weight,
+        weight=weight if smoothing else None,  # only the smoothing sum reads it
     )
     return out, cbar
 

@@ -118,7 +118,6 @@ def _grad_slice_kernel(
         inv = tl.load(InvScale)
         # (z − max) − log-sum: a common logit offset cancels exactly.
         grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * (a * inv)[:, None]
-        grad -= tl.where((v0 + offs_j)[None, :] == y[:, None], (b * inv)[:, None], 0.0)
         if HAS_SMOOTHING:
             smooth = tl.load(S + offs_n % N) * inv
             if HAS_WEIGHT:
@@ -126,8 +125,15 @@ def _grad_slice_kernel(
                 grad -= smooth[:, None] * w[None, :]
             else:
                 grad -= smooth[:, None]
+        hit = (v0 + offs_j)[None, :] == y[:, None]
         if HAS_SOFTCAP:
-            grad = grad * (1.0 - t * t)
+            # The target term after the softcap factor, (1 − t²) taken at its column: the
+            # same sum in an order that keeps fewer registers live (sm_90a bf16 at
+            # Gemma2-2B: 207 → 186; with class weights 255 and an 84 B spill → 217).
+            slope = 1.0 - t * t
+            grad = grad * slope - tl.where(hit, slope * (b * inv)[:, None], 0.0)
+        else:
+            grad -= tl.where(hit, (b * inv)[:, None], 0.0)
         tl.store(out_ptrs, cast(grad, Out.dtype.element_ty, UPCAST_DOT), mask=out_mask)
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
@@ -149,7 +155,9 @@ def _triton_grad_slice(
         return (triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(width, meta["BLOCK_V"]),)
 
     _grad_slice[grid](
-        e, c, row_max, log_sum, k.prob, k.target, k.smooth, weight, targets.contiguous(),
+        e, c, row_max, log_sum, k.prob, k.target, k.smooth,
+        weight if k.smooth is not None else None,  # only the smoothing term reads it
+        targets.contiguous(),
         inv_scale, out, p.softcap, n_rows, dim, v0, width,
         e.stride(0), e.stride(1), c.stride(0), c.stride(1), out.stride(0),
         **cfg.launch("slices"),

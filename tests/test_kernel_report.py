@@ -231,15 +231,16 @@ def test_slice_kernel_specialised_and_built_without_spills(probe):
     """The default backward's Triton GEMM: every variant's flags, the slice's ints
     divisible by 16 (v0 = 0 and width 4096 at Gemma2-2B bf16), no spill on sm_90a."""
     for arch in ("sm_80", "sm_90a"):
-        for variant, (smooth, cap) in slice_launches.VARIANTS.items():
+        for variant, (smooth, cap, weighted) in slice_launches.VARIANTS.items():
             key = "slices" if variant == "smooth+softcap" else f"slices[{variant}]"
             spec = probe[f"{key} {arch}"]
             assert spec["constants"]["HAS_SMOOTHING"] is smooth
             assert spec["constants"]["HAS_SOFTCAP"] is cap
+            assert spec["constants"]["HAS_WEIGHT"] is weighted
             assert spec["constants"]["EVEN_D"] is True
             assert {"E", "C", "Out", "v0", "width", "stride_on", "D"} <= set(spec["divisible"])
-    built = probe["build slices sm_90a"]
-    assert built["variant"] == "smooth+softcap"
+    built = probe["build slices sm_90a"]  # the heaviest: class weights spilled 84 B once
+    assert built["variant"] == "smooth+softcap+weight"
     assert built["spill_store_bytes"] == built["spill_load_bytes"] == 0
     assert built["hgmma"] > 0 and built["atomic_adds"] == built["cas"] == 0
     assert 0 < built["registers"] <= 255 and built["ctas_per_sm"] >= 1
@@ -258,7 +259,7 @@ def test_missing_default_variants_specialised(probe):
 
 
 def test_every_variant_listed_for_every_dtype_and_arch():
-    """Rows the report builds: the slice kernel's four variants and the two default
+    """Rows the report builds: the slice kernel's six variants and the two default
     variants the report used to skip, for every dtype and arch, at the slice width."""
     for arch in ("sm_80", "sm_90a"):
         for dtype in ("bf16", "fp16", "fp32"):

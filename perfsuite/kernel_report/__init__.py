@@ -30,6 +30,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -110,13 +111,19 @@ def _row_at(index: int) -> dict[str, Any]:
     return _row(_POOL_LAUNCHES[index])
 
 
+def _default_sigterm() -> None:
+    """Forked workers inherit the CLI's SIGTERM handler (raise KeyboardInterrupt); the
+    pool ends them with SIGTERM when done, which then printed a worker's traceback."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def build_rows(todo: list[Launch], jobs: int = 1) -> list[dict[str, Any]]:
     """Build every launch, ``jobs`` at a time (forked workers; 1: in this process)."""
     if jobs <= 1 or len(todo) <= 1:
         return [_row(la) for la in todo]
     _POOL_LAUNCHES[:] = todo
     try:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with multiprocessing.get_context("fork").Pool(jobs, initializer=_default_sigterm) as pool:
             return pool.map(_row_at, range(len(todo)), chunksize=1)
     finally:
         _POOL_LAUNCHES.clear()

@@ -116,18 +116,22 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels.configs import PINNED
 
     n, v, d = shape.n, shape.v, shape.d
-    # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path).
-    # The default (slice backward, no filter) passes neither: β = 0 / β > 0 × softcap
-    # off / on. The filtered tile-backward ablations add the tile LSEs or the logit sums.
+    # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path),
+    # class weights. The default (slice backward, no filter) passes neither of the middle
+    # two: β = 0 / β > 0 × softcap off / on; class weights reach the kernel only with
+    # smoothing (its weighted sum). The filtered tile-backward ablations add the tile
+    # LSEs or the logit sums.
     variants = {
-        "plain": (False, False, False, False),
-        "softcap": (False, True, False, False),
-        "smooth": (True, False, False, False),
-        "smooth+softcap": (True, True, False, False),
-        "list+smooth+softcap": (True, True, False, True),
-        "sorted": (False, False, True, False),
+        "plain": (False, False, False, False, False),
+        "softcap": (False, True, False, False, False),
+        "smooth": (True, False, False, False, False),
+        "smooth+softcap": (True, True, False, False, False),
+        "smooth+weight": (True, False, False, False, True),
+        "smooth+softcap+weight": (True, True, False, False, True),
+        "list+smooth+softcap": (True, True, False, True, False),
+        "sorted": (False, False, True, False, False),
     }
-    for name, (smooth, cap, avg, tiles) in variants.items():
+    for name, (smooth, cap, avg, tiles, weighted) in variants.items():
         cfg = PINNED["forward", cfg_arch(arch), dtype]
         slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
         splits = forward.splits_for(n, v, cfg.block_n, slots)
@@ -146,7 +150,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "SmoothPart": T(torch.float32, offset=2 * part) if smooth else None,
             "LogitAvg": T(torch.float32) if avg else None,
             "TileLSE": T(torch.bfloat16) if tiles else None,
-            "Weight": None,  # class weights: not in the paper's table
+            "Weight": T(torch.float32) if weighted else None,  # fp32 (V,)
             "softcap": shape.softcap if cap else None,
             "inv_n": 1.0 / n,
             "N": n,

@@ -21,12 +21,16 @@ import triton
 
 from .launches import Launch, Shape, T, backward_inputs, cfg_arch
 
-# (smoothing, softcap) of the four variants a real launch can get.
+# (smoothing, softcap, class weights) of the variants a real launch can get. Class
+# weights reach the kernel only through the smoothing term (S·w_v); without smoothing
+# they are folded into the per-row coefficients A and B, and the build is the plain one.
 VARIANTS = {
-    "plain": (False, False),
-    "softcap": (False, True),
-    "smooth": (True, False),
-    "smooth+softcap": (True, True),
+    "plain": (False, False, False),
+    "softcap": (False, True, False),
+    "smooth": (True, False, False),
+    "smooth+softcap": (True, True, False),
+    "smooth+weight": (True, False, True),
+    "smooth+softcap+weight": (True, True, True),
 }
 
 
@@ -69,18 +73,18 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     cfg = PINNED["slices", cfg_arch(arch), dtype]
     n, d = shape.n, shape.d
     width = slice_width(shape, dtype)
-    for name, (smooth, cap) in VARIANTS.items():
+    for name, (smooth, cap, weighted) in VARIANTS.items():
         beta = shape.beta if smooth else 0.0
         for suffix, v0, cols in slice_starts(shape, width):
             inputs = backward_inputs(dtype)
             del inputs["G"]
             args = {
                 **inputs,
-                # terms.Coefficients: A, B and (β > 0) S; no class weights.
+                # terms.Coefficients: A, B and (β > 0) S; the class weights, fp32 (V,).
                 "A": T(torch.float32),
                 "B": T(torch.float32),
                 "S": T(torch.float32) if beta > 0 else None,
-                "Weight": None,
+                "Weight": T(torch.float32) if weighted else None,
                 "Targets": T(torch.int64),  # targets.contiguous(): the caller's int64
                 "InvScale": T(torch.float32, 1),
                 # buf[:, :cols] of an (N, width) buffer: row stride width.

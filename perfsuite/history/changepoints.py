@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
-import ruptures
 
 MIN_SIZE = 2
 PENALTY_FACTOR = 3.0
@@ -28,6 +28,20 @@ SIGMA_FLOOR = 1e-4
 P20_P80_SIGMAS = 1.6832
 # The standard error of a median is this factor times the mean's (normal data).
 MEDIAN_SE_FACTOR = 1.2533
+
+
+class RupturesMissing(RuntimeError):
+    """``ruptures`` is not importable (an environment run from a checkout, e.g. a lent GPU)."""
+
+
+def _ruptures() -> ModuleType:
+    """``ruptures``, imported when a series is long enough to search: every other command
+    (``perfsuite run`` above all) works without it."""
+    try:
+        import ruptures
+    except ImportError:
+        raise RupturesMissing("change points need ruptures: pip install ruptures") from None
+    return ruptures
 
 
 def robust_sigma(values: Sequence[float]) -> float:
@@ -70,6 +84,6 @@ def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
         sigma = robust_sigma(y)
     sigma = max(sigma, SIGMA_FLOOR)
     penalty = PENALTY_FACTOR * sigma**2 * math.log(n)
-    algo = ruptures.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y.reshape(-1, 1))
+    algo = _ruptures().Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y.reshape(-1, 1))
     ends = algo.predict(pen=penalty)
     return [int(e) for e in ends[:-1]]

@@ -295,6 +295,8 @@ def run(args: argparse.Namespace) -> int:
         if command == "ack":
             return _cmd_ack(conn, args)
         return _cmd_sensitivity(conn, args)
+    except changepoints.RupturesMissing as err:
+        return _fail(str(err))
     except (sqlite3.DatabaseError, store.StoreError) as err:
         return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
     finally:

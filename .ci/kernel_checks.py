@@ -11,7 +11,10 @@
   ablation  slices vs tiles: tile list / sort / filter / accum, next to CCE
 
 Each prints one JSON object per line; nothing here is a pass/fail test except
-``lock`` and ``grads`` (exit 1 on failure).
+``lock`` and ``grads`` (exit 1 on failure). ``--device cpu --shape N,V,D`` rehearses them
+under Triton's interpreter (TRITON_INTERPRET=1 set before this starts; ``.ci/gpu-run
+--device cpu`` does): semantics only, one timed call per cell, and no lock stress (the
+interpreter runs one program at a time).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from triton.testing import do_bench
 
 from perfsuite.kernels import function, linear_cross_entropy
 from perfsuite.kernels.common import locked_add
-from perfsuite.kernels.configs import KernelConfig, use_config
+from perfsuite.kernels.configs import KernelConfig, interpreting, use_config
 
-N, V, D = 8192, 256_000, 2304
+N, V, D = 8192, 256_000, 2304  # Gemma2-2B; --shape changes them
+DEVICE = "cuda"
 
 
 def emit(**row) -> None:
@@ -45,6 +49,9 @@ def _lock_stress(X, Lock, BLOCK: tl.constexpr):
 
 
 def check_lock(programs: int = 2048) -> bool:
+    if DEVICE != "cuda":
+        emit(check="lock", skipped="the interpreter runs one program at a time")
+        return True
     x = torch.zeros(64, device="cuda", dtype=torch.float16)
     lock = torch.zeros(1, device="cuda", dtype=torch.int32)
     _lock_stress[(programs,)](x, lock, BLOCK=64)
@@ -59,18 +66,18 @@ def inputs(kind: str, seed: int = 0):
     if kind == "synthetic":
         from perfsuite.plan.workloads import synthetic_inputs
 
-        e, c, t, _ = synthetic_inputs(N, V, D, entropy=2.0, seed=seed, device="cuda")
+        e, c, t, _ = synthetic_inputs(N, V, D, entropy=2.0, seed=seed, device=DEVICE)
     else:
-        e = torch.randn(N, D, device="cuda")
-        c = torch.randn(V, D, device="cuda") / D**0.5
-        t = torch.randint(0, V, (N,), device="cuda")
+        e = torch.randn(N, D, device=DEVICE)
+        c = torch.randn(V, D, device=DEVICE) / D**0.5
+        t = torch.randint(0, V, (N,), device=DEVICE)
     return e.bfloat16(), c.bfloat16(), t
 
 
 def reference_grads(e, c, t, beta: float, chunk: int = 1024):
     """fp32 dE, dC of mean smoothed CE, logits built chunk by chunk (never N×V at once)."""
-    de = torch.zeros(e.shape, device="cuda")
-    dc = torch.zeros(c.shape, device="cuda")
+    de = torch.zeros(e.shape, device=DEVICE)
+    dc = torch.zeros(c.shape, device=DEVICE)
     cf = c.float()
     for s in range(0, e.shape[0], chunk):
         ef = e[s : s + chunk].float()
@@ -133,6 +140,16 @@ def check_grads() -> bool:
     return ok
 
 
+def bench(fn, warmup: int, rep: int) -> float:
+    """ms: triton's do_bench on the GPU; in the CPU rehearsal one call after one warm-up."""
+    if DEVICE == "cuda":
+        return do_bench(fn, warmup=warmup, rep=rep)
+    fn()
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
 def time_case(e, c, t, options: dict, phases=("fwd", "fwd+bwd")) -> dict:
     out = {}
     e = e.detach().requires_grad_()
@@ -146,9 +163,10 @@ def time_case(e, c, t, options: dict, phases=("fwd", "fwd+bwd")) -> dict:
         fwd().backward()
 
     if "fwd" in phases:
-        out["fwd_ms"] = do_bench(fwd, warmup=5, rep=40)
+        out["fwd_ms"] = bench(fwd, warmup=5, rep=40)
     if "fwd+bwd" in phases:
-        out["fwdbwd_ms"] = do_bench(fwdbwd, warmup=3, rep=60)
+        function.LAST_TILES[0] = None  # the slice backward sets none: no stale tile list
+        out["fwdbwd_ms"] = bench(fwdbwd, warmup=3, rep=60)
         tiles = function.LAST_TILES[0]
         out["launched"] = None if tiles is None else tiles.launched_fraction()
     return out
@@ -183,7 +201,7 @@ def sweep(kinds: list[str], deadline: float) -> None:
                 return
             try:
                 with use_config(forward=cfg):
-                    ms = do_bench(
+                    ms = bench(
                         lambda e=e, c=c, t=t: linear_cross_entropy(e, c, t), warmup=5, rep=40
                     )
                 emit(sweep="forward", workload=kind, config=cfg.describe(), fwd_ms=ms)
@@ -220,7 +238,7 @@ def slices(kinds: list[str], deadline: float) -> None:
     """fwd+bwd of the default backward per slice config (the forward's pinned config)."""
     for kind in kinds:
         e, c, t = inputs(kind)
-        weight = torch.rand(V, device="cuda") + 0.5
+        weight = torch.rand(V, device=DEVICE) + 0.5
         base = {"label_smoothing": 0.1, "softcap": 30.0}
         for variant, configs, options in (
             ("plain", SLICE_CONFIGS, base),
@@ -263,19 +281,26 @@ def ablation(kinds: list[str], deadline: float) -> None:
                 cce(ee, cc, t).backward()
 
             emit(ablation="cce", workload=kind,
-                 fwd_ms=do_bench(lambda ee=ee, cc=cc, t=t: cce(ee, cc, t), warmup=5, rep=40),
-                 fwdbwd_ms=do_bench(step, warmup=3, rep=60))  # fmt: skip
+                 fwd_ms=bench(lambda ee=ee, cc=cc, t=t: cce(ee, cc, t), warmup=5, rep=40),
+                 fwdbwd_ms=bench(step, warmup=3, rep=60))  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             emit(ablation="cce", workload=kind, error=str(exc)[:200])
 
 
 def main() -> int:
+    global N, V, D, DEVICE
     parser = argparse.ArgumentParser()
     steps = ["lock", "grads", "sweep", "slices", "ablation"]
     parser.add_argument("steps", nargs="+", choices=steps)
     parser.add_argument("--kinds", default="random,synthetic")
     parser.add_argument("--budget-s", type=float, default=400)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--shape", default=f"{N},{V},{D}", help="N,V,D (default Gemma2-2B)")
     args = parser.parse_args()
+    N, V, D = (int(x) for x in args.shape.split(","))
+    DEVICE = args.device
+    if DEVICE == "cpu" and not interpreting():
+        parser.error("--device cpu runs the kernels interpreted: set TRITON_INTERPRET=1")
     deadline = time.time() + args.budget_s
     kinds = args.kinds.split(",")
     ok = True

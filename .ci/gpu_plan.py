@@ -154,9 +154,9 @@ for _sid, _gpu_s in (("7a", 5), ("7b", 5), ("7c", 5), ("7d", 5), ("7e", 8)):
     ESTIMATES[_sid] = (_gpu_s, 90, 20, 120, NIGHTLY_SOURCE)
 
 
-def _checks_on(device: str, cpu_shape: str) -> list[str]:
+def _checks_on(device: str) -> list[str]:
     """kernel_checks.py's device arguments: Gemma2-2B on the GPU, a tiny shape on CPU."""
-    return [] if device == "cuda" else ["--device", "cpu", "--shape", cpu_shape]
+    return [] if device == "cuda" else ["--device", "cpu", "--shape", "128,384,64"]
 
 
 def _interpreted(device: str) -> dict[str, str]:
@@ -231,7 +231,7 @@ def _steps(step: Callable[..., Step], device: str, py: str, root: Path, trained)
         step("2b", "ours-curve", "ours fwd+bwd time and peak memory over memory budgets",
              [*ours, *ours_curve, "--out", "{W}/ours-curve.jsonl"]),
         step("2c", "kernel-checks", "lock stress; tile-ablation gradients vs fp32, twice (races)",
-             [py, ".ci/kernel_checks.py", *_checks_on(device, "256,640,128"), "lock", "grads"],
+             [py, ".ci/kernel_checks.py", *_checks_on(device), "lock", "grads"],
              stdout="kernel-checks.jsonl", env=_interpreted(device)),
         step("3a", "synthetic", f"perfsuite run --workload synthetic --entropy 2, fwd+bwd: "
              f"{methods['3a']}",
@@ -275,7 +275,7 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
              [*terms, "--phases", "fwd+bwd", "--out", "{W}/gemma2-2b-terms.json"]),
         step("8b", "slice-tiles", "the slice backward's tile configs, plain and weighted "
              "(fwd+bwd, β 0.1, softcap 30)",
-             [py, ".ci/kernel_checks.py", *_checks_on(device, "128,384,64"), "slices",
+             [py, ".ci/kernel_checks.py", *_checks_on(device), "slices",
               "--kinds", "random", "--budget-s", "140"],
              stdout="slice-tiles.jsonl", env=_interpreted(device)),
         step("8c", "train-dump", "perfsuite workload train: converge's preset, trained on the "

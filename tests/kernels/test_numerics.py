@@ -41,6 +41,23 @@ def _losses_and_grads(fn, e, c, t):
     return [loss.detach().double(), e.grad.double(), c.grad.double()]
 
 
+def _ours_torch_fp64(e, c, t, beta, softcap, engine="auto"):
+    """(loss, dE, dC) of ours, of torch's cross_entropy in the inputs' dtype (fp32 as torch
+    users run it) and of the same in fp64: the ground truth both are judged against."""
+
+    def torch_loss(e, c, t):
+        return F.cross_entropy(softcapped(e @ c.T, softcap), t, label_smoothing=beta)
+
+    def ours_loss(e, c, t):
+        return linear_cross_entropy(e, c, t, label_smoothing=beta, softcap=softcap, engine=engine)
+
+    return (
+        _losses_and_grads(ours_loss, e, c, t),
+        _losses_and_grads(torch_loss, e, c, t),
+        _losses_and_grads(torch_loss, e.double(), c.double(), t),
+    )
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 @pytest.mark.parametrize("softcap", [None, 30.0])
 def test_fp32_large_common_offset(device, beta, softcap):
@@ -52,16 +69,7 @@ def test_fp32_large_common_offset(device, beta, softcap):
     e, c, t = make_inputs(24, 300, 33, torch.float32, device)
     e[:, -1] = 64.0
     c[:, -1] = 128.0 if softcap is None else 0.3  # softcap saturates: offset ≈ softcap
-
-    def torch_loss(e, c, t):  # in the inputs' dtype: fp32 as torch users run it, or fp64
-        return F.cross_entropy(softcapped(e @ c.T, softcap), t, label_smoothing=beta)
-
-    ours = _losses_and_grads(
-        lambda e, c, t: linear_cross_entropy(e, c, t, label_smoothing=beta, softcap=softcap),
-        e, c, t,
-    )  # fmt: skip
-    fp32 = _losses_and_grads(torch_loss, e, c, t)
-    exact = _losses_and_grads(torch_loss, e.double(), c.double(), t)
+    ours, fp32, exact = _ours_torch_fp64(e, c, t, beta, softcap)
     for name, a, b, x in zip(("loss", "dE", "dC"), ours, fp32, exact, strict=True):
         err, torch_err = (a - x).abs().max().item(), (b - x).abs().max().item()
         assert err <= torch_err + 1e-6, f"{name}: {err:.3g} > torch fp32 {torch_err:.3g} + 1e-6"
@@ -78,18 +86,7 @@ def test_smoothed_gradients_at_least_as_exact_as_torch_fp32(device, softcap, eng
     e = torch.randn(128, 64, device=device) * 4
     c = torch.randn(1000, 64, device=device) / 8
     t = torch.randint(0, 1000, (128,), device=device)
-
-    def torch_loss(e, c, t):
-        return F.cross_entropy(softcapped(e @ c.T, softcap), t, label_smoothing=0.1)
-
-    ours = _losses_and_grads(
-        lambda e, c, t: linear_cross_entropy(
-            e, c, t, label_smoothing=0.1, softcap=softcap, engine=engine
-        ),
-        e, c, t,
-    )  # fmt: skip
-    fp32 = _losses_and_grads(torch_loss, e, c, t)
-    exact = _losses_and_grads(torch_loss, e.double(), c.double(), t)
+    ours, fp32, exact = _ours_torch_fp64(e, c, t, 0.1, softcap, engine)
     for name, a, b, x in zip(("dE", "dC"), ours[1:], fp32[1:], exact[1:], strict=True):
         err, torch_err = ((a - x).norm() / x.norm()).item(), ((b - x).norm() / x.norm()).item()
         assert err <= torch_err, f"{name}: {err:.3g} > torch fp32 {torch_err:.3g}"

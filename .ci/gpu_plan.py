@@ -25,11 +25,14 @@ from pathlib import Path
 # Call 3, when device time is left after two (~5 min): what the checklist does not name but
 # the kernel's open questions need: the training terms at Gemma2-2B (issue 22), the slice
 # backward's tile sweep (its Hopper tile and the weighted variant's spill), and the
-# filtering study at Gemma2-2B's vocabulary (issue 21's GPU-only numbers).
+# filtering study at Gemma2-2B's vocabulary (issue 21's GPU-only numbers); and the multi-rank
+# path on one GPU (issue 28: NCCL initialised, collectives of one rank), which took 8e's
+# place (the filtering study on 8c's dump: 8d already gives the GPU's filtering numbers;
+# 8e stays selectable with --items 8e).
 CALLS = {
     "1": ["0a", "0b", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
     "2": ["0a", "2c", "3a", "4", "5", "6", "3b"],
-    "3": ["0a", "8a", "8b", "8c", "8d", "8e"],
+    "3": ["0a", "8a", "8b", "8c", "8d", "9a"],
 }
 CALLS["all"] = list(dict.fromkeys(CALLS["1"] + CALLS["2"] + CALLS["3"]))
 
@@ -42,6 +45,8 @@ GEMMA_GROUPS = {
         "ours-tiles-sort,ours-tiles-no-sort,ours-cublas,torchtune-chunked,torch-native,quack",
     ),
 }
+# Issue 28's multi-rank path on one GPU (call 3): ours and the two frameworks' own losses.
+TP1 = "ours,megatron,torch-parallel"
 # Issue 22's training terms beside plain ours (call 3).
 TERMS = "ours,ours-zloss,ours-weighted"
 # Item 3's rows: ours, the tile ablation (ours-tiles-no-sort left out: it differs from
@@ -145,6 +150,9 @@ ESTIMATES = {
            "took 1,091 s (wall_s) on this 2-core CPU; written only at the end"),
     "8e": (40, 150, 40, 240, "never run on a GPU: as 8d on a 4,096 x 32,768 dump (N·V half "
            "of 8d's)"),
+    "9a": (40, 150, 45, 240, "never run on a GPU: 3 launches of 1 rank (~8 s of imports and "
+           "NCCL set-up each, rehearsal: ~5 s) and a Gemma2-2B bf16 reference; fwd+bwd, "
+           "5 samples of <= 0.2 s"),
 }  # fmt: skip
 NIGHTLY_SOURCE = (
     "CPU-side, on small JSON files: 10-16 s each on this project's loaded 2-core CPU, nearly "
@@ -269,6 +277,8 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
         train = ["--preset", "smoke", "--steps", "3", "--tokens", "64"]
         study = ["--tokens", "64", "--vocab", "512", "--hidden", "32"]
         grid = ["--thresholds", "2^-12", "--orders", "natural"]
+    shape = ["--shape", "gemma2-2b", "--softcap"] if gpu else ["--shape", "smoke", "--softcap"]
+    tp1 = [*ps, "run", "--device", device, *shape, "--beta", "0.1", "--tp", "1", "--timeout", "150"]
     dump = "{W}/trained-small.safetensors"
     return [
         step("8a", "gemma-terms", f"perfsuite run, Gemma2-2B softcap 30, fwd+bwd: {TERMS}",
@@ -287,6 +297,9 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
         step("8e", "filtering-trained", "perfsuite filtering on 8c's dump",
              [*ps, "filtering", "--device", device, "--workload", dump, *grid,
               "--out", "{W}/filtering-trained-small"], needs=("trained-small.safetensors",)),
+        step("9a", "tp1", f"perfsuite run --tp 1 (the multi-rank harness, one rank): {TP1}",
+             [*tp1, "--phases", "fwd+bwd", "--samples", "5", "--methods", TP1,
+              "--out", "{W}/tp1.json"]),
     ]  # fmt: skip
 
 

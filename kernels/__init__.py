@@ -5,10 +5,11 @@ Stages, one file each, read top-down: ``configs`` (pinned tiles, autotune switch
 smoothing), ``sorting`` (vocab order), ``backward`` (dE/dC), ``slices``
 (the default backward), ``terms`` (loss terms and backward coefficients), ``function``
 (autograd), ``parallel`` (vocab-parallel over torch.distributed), ``api`` (public
-function and module).
+function and module), ``patch`` (one-line adoption by a transformers causal LM).
 """
 
 from .api import LinearCrossEntropy, linear_cross_entropy
 from .parallel import VocabParallel
+from .patch import patch, unpatch
 
-__all__ = ["LinearCrossEntropy", "VocabParallel", "linear_cross_entropy"]
+__all__ = ["LinearCrossEntropy", "VocabParallel", "linear_cross_entropy", "patch", "unpatch"]

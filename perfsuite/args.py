@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from typing import Any
 
 from perfsuite.results.results import PHASES
@@ -127,6 +128,23 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         help="CPU: Triton methods (interpreted, timings flagged) run this many workers at a "
         "time, after the natively timed methods have each run alone (default: 2 with 2+ cores)",
     )
+    add_tp_arguments(p)
+
+
+def add_tp_arguments(p: argparse.ArgumentParser) -> None:
+    """``--tp``: the cells measured across ranks, and how long a collective may wait."""
+    p.add_argument(
+        "--tp",
+        help="tensor-parallel sizes, comma-separated (e.g. 1,2,4): the classifier sharded "
+        "over V across that many ranks (gloo on CPU, NCCL with one GPU a rank), with the "
+        "TP methods (`perfsuite methods --tp`); docs/scale-out.md",
+    )
+    p.add_argument(
+        "--collective-timeout",
+        type=positive_float,
+        default=300.0,
+        help="with --tp: seconds any collective may wait before its cell fails (default 300)",
+    )
 
 
 def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -142,4 +160,29 @@ def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
         memory_limit=args.memory_limit,
         timeout_s=args.timeout,
         jobs=args.jobs,
+        tps=args.tp,
+        collective_timeout_s=args.collective_timeout,
+    )
+
+
+class _DeprecatedForce(argparse.Action):
+    """``sweep --force``: still ``--attempt-all``, with a line saying so."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        print("warning: sweep --force is deprecated: it is --attempt-all", file=sys.stderr)
+        setattr(namespace, self.dest, True)
+
+
+def add_attempt_all(p: argparse.ArgumentParser) -> None:
+    """``sweep --attempt-all`` (``args.force``): its own name, as ``--force`` means
+    "overwrite --out" to ``run``; ``--force`` stays as a deprecated alias."""
+    p.add_argument(
+        "--attempt-all",
+        dest="force",
+        action="store_true",
+        help="attempt cells predicted not to fit (and, with --resume, skipped ones and a "
+        "file measured under another environment)",
+    )
+    p.add_argument(
+        "--force", dest="force", nargs=0, action=_DeprecatedForce, help="deprecated: --attempt-all"
     )

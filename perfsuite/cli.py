@@ -24,8 +24,10 @@ from perfsuite.args import (
     positive_float,
     positive_int,
 )
+from perfsuite.fit import TrimmedConsole
+from perfsuite.parser import Parser
 from perfsuite.plan.plan import PlanError, build_plan
-from perfsuite.plan.registry import all_methods
+from perfsuite.plan.registry import methods_for
 from perfsuite.plan.shapes import PRESETS, get_shape
 from perfsuite.results.results import (
     check_writable,
@@ -131,15 +133,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
             def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
                 statuses = ",".join(sorted({r["status"] for r in rows}))
+                tp = f" TP={case['tp']}" if case.get("tp") else ""
                 bar.console.log(
-                    f"{method:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}"
+                    f"{method + tp:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: "
+                    f"{statuses}"
                 )
                 busy = next((r["busy"] for r in rows if r.get("busy")), "")
                 if busy:
                     bar.console.log(f"[yellow]warning: busy machine[/yellow] ({busy})")
                 bar.update(task, advance=1, description=method)
 
-            document = run_plan(plan, progress, checkpoint=checkpoint)
+            # A line per worker and cell start, and while a long cell runs.
+            document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
     except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
         if kept[0]:
             console.print(
@@ -150,7 +155,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             console.print("[red]interrupted[/red] before any cell finished: nothing written")
         raise
     write_results(out, document)
-    print_tables(document["rows"], console)
+    if plan.tps:
+        from perfsuite.render.tp_table import print_tp_tables
+
+        print_tp_tables(console, document)
+    else:
+        print_tables(document["rows"], console)
     console.print(f"results: {out}", soft_wrap=True)  # a path stays whole
     if nothing_measured(document["rows"]):
         console.print(f"[red]error:[/red] no cell was measured ({status_counts(document['rows'])})")
@@ -188,7 +198,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     columns = [Column("method", fold=False), *(Column(f"on {d}") for d in devices)]
     columns += [Column("capabilities"), Column("what it runs")]
     rows = []
-    for name, method in all_methods().items():
+    for name, method in methods_for(args.tp).items():
         cells = []
         for device in devices:
             reason = method.availability(device)
@@ -202,7 +212,8 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
         )
         rows.append([name, *cells, method.caps.describe(), what])
     options = dict(box=box.SIMPLE_HEAD, pad_edge=False)
-    print_fitted(console, columns, rows, "methods on this machine", **options)
+    title = "methods across ranks (--tp)" if args.tp else "methods on this machine"
+    print_fitted(console, columns, rows, title, **options)
     return 0
 
 
@@ -212,7 +223,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
 MODULE_COMMANDS = (
     (
         "sweep",
-        "perfsuite.run.sweep",
+        "perfsuite.run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
         "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
     ),
     (
@@ -246,6 +257,11 @@ MODULE_COMMANDS = (
         "converge",
         "perfsuite.converge.cli",
         "train a tiny LM once per method and beta: parity with eager, calibration",
+    ),
+    (
+        "step",
+        "perfsuite.step.cli",
+        "one full training step of a transformers model per loss method: fwd, bwd, AdamW",
     ),
     (
         "history",
@@ -284,13 +300,18 @@ DESCRIPTION = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfsuite", description=DESCRIPTION)
+    parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
     # dest: a name no subcommand option takes (bisect --command wrote `command`)
     sub = parser.add_subparsers(dest="subcommand", required=True)
     add_run_arguments(sub.add_parser("run", help="measure methods on a shape preset"))
     sub.add_parser("shapes", help="list shape presets")
-    sub.add_parser("methods", help="list methods with availability and capabilities here")
+    methods_p = sub.add_parser(
+        "methods", help="list methods with availability and capabilities here"
+    )
+    methods_p.add_argument(
+        "--tp", action="store_true", help="the methods measured across ranks (run --tp)"
+    )
     for name, module, help_text in MODULE_COMMANDS:
         importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
     return parser
@@ -309,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was typed, for records
-    console = Console(log_path=False)  # progress lines: no "cli.py:101" source column
+    # progress lines: no "cli.py:101" source column; no trailing spaces in a file
+    console = TrimmedConsole(log_path=False)
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:

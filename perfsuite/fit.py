@@ -7,23 +7,30 @@ each column is either *text*, which may fold only after a space, a hyphen or a p
 between letters (``ours-fused-`` / ``no-filter``, ``fwd+`` / ``bwd``, ``24.18 →`` /
 ``31.22``), or *fixed*, which never folds. The widest text column gives up one
 character at a time until the table fits; a table that cannot fit returns None,
-and the caller lays its rows out another way.
+and the caller lays its rows out another way. ``fold(..., path=True)`` also folds
+after a slash (``reports/`` / ``runs.json``).
+
+``TrimmedConsole``: a console whose lines, written to a file or a pipe, end without
+the spaces rich pads tables and titles with to the full width.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderHook
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 # Break opportunities: after whitespace, or after "-" / "+" between two letters.
 _PIECE = re.compile(r"\S+?(?:(?<=[A-Za-z][-+])(?=[A-Za-z])|(?=\s)|$)\s*")
+# ... and, in a path, after a slash.
+_PATH_PIECE = re.compile(r"\S+?(?:(?<=[A-Za-z][-+])(?=[A-Za-z])|(?<=/)(?=[^/\s])|(?=\s)|$)\s*")
 
 
 @dataclass(frozen=True)
@@ -33,9 +40,9 @@ class Column:
     fold: bool = True  # text: folds at boundaries; False: never folds (numbers)
 
 
-def pieces(text: str) -> list[str]:
+def pieces(text: str, path: bool = False) -> list[str]:
     """``text`` cut at its break opportunities (each piece keeps its trailing space)."""
-    return _PIECE.findall(text) or [text]
+    return (_PATH_PIECE if path else _PIECE).findall(text) or [text]
 
 
 def shortest(text: str) -> int:
@@ -43,13 +50,13 @@ def shortest(text: str) -> int:
     return max((len(p.rstrip()) for line in text.split("\n") for p in pieces(line)), default=0)
 
 
-def fold(text: str, width: int) -> str:
+def fold(text: str, width: int, path: bool = False) -> str:
     """``text`` folded to lines of at most ``width`` at break opportunities only (a
     piece longer than ``width`` stays whole on its own line)."""
     out = []
     for line in text.split("\n"):
         current = ""
-        for piece in pieces(line):
+        for piece in pieces(line, path):
             if current and len((current + piece).rstrip()) > width:
                 out.append(current.rstrip())
                 current = ""
@@ -144,7 +151,7 @@ def print_fitted(
     **table_options: Any,
 ) -> None:
     """The table when it fits ``console``; else each row as a block of ``header: value``
-    lines (wrapped at spaces by the console), so nothing is cut at any width."""
+    lines (folded at break opportunities, indented), so nothing is cut at any width."""
     table = fit_table(columns, rows, console.width, title=title or None, **table_options)
     if table is not None:
         console.print(table)
@@ -155,5 +162,73 @@ def print_fitted(
         first, *rest = row
         console.print(first, style="bold", highlight=False)
         for column, cell in zip(columns[1:], rest, strict=True):
-            label = " ".join(column.header.split())
-            console.print(f"  {label}: ", cell, sep="", highlight=False)
+            head = f"  {' '.join(column.header.split())}: "
+            console.print(_hanging(head, cell, console.width), soft_wrap=True)
+
+
+def _hanging(head: str, cell: str | Text, width: int) -> Text:
+    """``head`` then ``cell`` folded at its break opportunities, further lines indented
+    under the label (rich's own wrap began them at column 0, after a dangling space)."""
+    text = cell if isinstance(cell, Text) else Text.from_markup(cell)
+    style = text.spans[0].style if text.spans else text.style
+    indent = " " * (len(head) - len(head.lstrip()) + 2)
+    lines, current = [], head
+    for piece in (p for line in text.plain.split("\n") for p in pieces(line)):
+        if current.strip() and len((current + piece).rstrip()) > width:
+            lines.append(current.rstrip())
+            current = indent
+        current += piece
+    lines.append(current.rstrip())
+    out = Text(lines[0][: len(head)])
+    out.append("\n".join([lines[0][len(head) :], *lines[1:]]), style=style)
+    return out
+
+
+class _Trimmed:
+    """``renderable`` with the trailing spaces of its lines dropped (files and pipes)."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        segments = console.render(self.renderable, options)
+        if console.is_terminal:  # a live display redraws its lines: leave them as they are
+            yield from segments
+            return
+        line: list[Segment] = []
+        for segment in segments:
+            if segment.control:
+                yield from line
+                line = []
+                yield segment
+                continue
+            first, *more = segment.text.split("\n")
+            line.append(Segment(first, segment.style))
+            for part in more:
+                yield from _rstrip(line)
+                yield Segment.line()
+                line = [Segment(part, segment.style)]
+        yield from line
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    while line and not line[-1].text.rstrip(" "):
+        line = line[:-1]
+    if line:
+        last = line[-1]
+        line = [*line[:-1], Segment(last.text.rstrip(" "), last.style)]
+    return line
+
+
+class _TrimHook(RenderHook):
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Trimmed(r) for r in renderables]
+
+
+class TrimmedConsole(Console):
+    """rich's console, but a line written to a file ends at its last character: rich pads
+    tables, titles and log lines to the full width (80 columns of spaces in a pipe)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.push_render_hook(_TrimHook())

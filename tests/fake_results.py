@@ -68,3 +68,31 @@ def grid_document(env: dict[str, Any] = CPU_ENV) -> dict[str, Any]:
                                     **shape))  # fmt: skip
                     rows.append(row("broken", phase, "oom", **shape))
     return new_document(env, rows)
+
+
+def tp_row(method: str, tp: int | None, ms: float | None, gib: float | None,
+           status: str = "ok", phase: str = "fwd+bwd", coll_share: float | None = 0.12,
+           **fields: Any) -> dict[str, Any]:  # fmt: skip
+    """A cell measured across ``tp`` ranks (None: one device), Gemma2-2B on the H100 unless
+    ``fields`` say otherwise: ``ms`` the slowest rank's median, ``gib`` the largest peak,
+    four collectives per call moving 3 MiB a rank, ``coll_share`` of the step."""
+    mib = None if gib is None else gib * 1024
+    out = row(method, phase, status, ms=ms, mib=mib, tp=tp, **fields)
+    if status == "ok" and tp is not None:
+        out["collectives"], out["collective_bytes"] = 4, 3 * 2**20 * tp
+        out["collective_ms"] = None if coll_share is None else ms * coll_share
+    return out
+
+
+def tp_document(env: dict[str, Any] = H100_ENV, sizes: tuple[int, ...] = (1, 2, 4),
+                methods: tuple[str, ...] = ("torch-native", "ours"),
+                **fields: Any) -> dict[str, Any]:  # fmt: skip
+    """``methods`` at each TP size: time falling as K^-0.8 from 12345.6 ms (torch-native)
+    or 72.9 ms, peak as K^-0.7 from 17.25 GiB."""
+    base = {"torch-native": 12345.6, "ours": 72.9, "megatron": 140.2}
+    rows = [
+        tp_row(m, k, base.get(m, 100.0) / k**0.8, 17.25 / k**0.7, **fields)
+        for m in methods
+        for k in sizes
+    ]
+    return new_document(env, rows)

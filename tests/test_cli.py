@@ -342,7 +342,7 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
     # every cell skipped: nothing measured, so not a success (issue 20)
     assert sweep.main([*argv, "--device", "cpu", "--out", str(out)]) == 1
     reason = load_results(out)["rows"][0]["reason"]
-    words = reason.split("; --force")[0]
+    words = reason.split("; --attempt-all")[0]
     assert words in ran and "predicted peak ~41.1 GiB" in words
     assert "exceeds the 16.0 GiB this cpu can give a cell" in words and "available" not in ran
 
@@ -507,3 +507,26 @@ def test_a_file_as_the_outputs_folder_reads_alike_everywhere(tmp_path, capsys, a
     assert f"{plain} is a file, not a folder" in text, text
     assert "Traceback" not in text and "File exists" not in text and "Not a directory" not in text
     assert plain.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize(
+    ("flag", "warned"), [("--attempt-all", False), ("--force", True), (None, False)]
+)
+def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path, flag, warned):
+    """Issue 30: `--force` meant "overwrite" to run and "attempt cells predicted not to
+    fit" to sweep; sweep's is `--attempt-all`, and its `--force` a deprecated alias."""
+    from perfsuite.plan.plan import PlanError
+
+    seen = {}
+
+    def stop(*args, **kwargs):
+        seen.update(kwargs)
+        raise PlanError("stopped before measuring")
+
+    monkeypatch.setattr("perfsuite.run.sweep.Sweep", stop)
+    argv = ["sweep", "--tokens", "16", "--vocab", "64", "--hidden", "8", "--methods", "eager"]
+    argv += ["--device", "cpu", "--out", str(tmp_path / "s.json")]
+    assert main(argv + ([flag] if flag else [])) == 2
+    err = capsys.readouterr().err
+    assert seen["force"] is (flag is not None) and "stopped before measuring" in err
+    assert ("warning: sweep --force is deprecated: it is --attempt-all" in err) is warned

@@ -474,3 +474,22 @@ def test_unsupported_arch_is_a_one_line_error(capsys, arch):
     assert main(["kernel-report", "--arch", arch, "--no-cce"]) == 2
     err = capsys.readouterr().err
     assert "unsupported arch" in err and arch in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--kernel", "nope"], ["forward", "slices", "backward", "cce_lse_forward"]),
+        (["--kernel", "forward,fwd"], ["'fwd'", "tile_keep"]),
+        (["--dtype", "fp8"], ["bf16", "fp16", "fp32"]),
+    ],
+)
+def test_an_unknown_kernel_or_dtype_is_a_one_line_error(capsys, argv, named):
+    """Issue 30: `--kernel nope` built nothing, printed the cost tables and exited 0, so a
+    CI gate on it passed vacuously."""
+    from perfsuite.cli import main
+
+    assert main(["kernel-report", *argv, "--no-cce"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "unknown; known: " in err and all(name in err for name in named), err

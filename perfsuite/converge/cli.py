@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from perfsuite.converge.datasets import DATA_KINDS
 from perfsuite.converge.presets import DEFAULT_METHODS, PRESETS
 from perfsuite.converge.sweep import Config
+from perfsuite.fit import TrimmedConsole
 from perfsuite.method import DTYPES, Method
 
 REFERENCE = "eager"
@@ -220,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.plan.registry import all_methods
     from perfsuite.results.results import ResultsError
 
-    console = Console()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
+    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
     try:
         if args.render is not None:
             return render(Path(args.render), console)
@@ -230,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
             return dry_run(config, known, console)
         check_outputs(config, args.force)
     except (UsageError, ResultsError, ValueError) as err:
-        print(f"perfsuite converge: error: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     p = config.preset
     console.print(
@@ -246,7 +245,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from perfsuite.parser import Parser
+
+    parser = Parser(
         prog="python -m perfsuite.converge",
         description="Train a tiny Llama once per loss method x beta and compare with eager.",
     )

@@ -9,8 +9,11 @@ so the runs differ only in the loss.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -74,6 +77,26 @@ def build_model(preset: Preset, dtype: torch.dtype, device: str) -> torch.nn.Mod
     torch.manual_seed(preset.seed)
     model = LlamaForCausalLM(llama_config(preset))
     return model.to(device=device, dtype=dtype).train()
+
+
+# Logged while transformers imports torchao: the CUDA kernels it cannot load here
+# ("Failed to load ..._C_mxfp8...so") and torch's pytree warning about its enums.
+NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+@contextlib.contextmanager
+def quiet_imports() -> Iterator[None]:
+    """Those loggers held to errors: noise in a dry run's plan, which imports transformers
+    in the command's own process (a run's workers do it where their stderr is not shown)."""
+    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def describe_model(preset: Preset) -> dict[str, Any]:

@@ -134,10 +134,18 @@ def heldout_rows(runs: list[RunResult]) -> list[list[str]]:
 
 
 def _rich(
-    console: Console, title: str, columns: tuple[str, ...], rows: list[list[str]], verdicts: bool
+    console: Console,
+    title: str,
+    columns: tuple[str, ...],
+    rows: list[list[str]],
+    verdicts: bool,
+    halves: tuple[str, str] | None = None,
 ) -> None:
-    """Fitted to the console (``perfsuite.fit``): numbers never fold or get cut."""
-    from perfsuite.fit import Column, print_fitted
+    """Fitted to the console (``perfsuite.fit``): numbers never fold or get cut. With
+    ``halves`` (two titles), a table too wide for the console is printed as two tables
+    of the same rows, split after ``HELDOUT_SPLIT`` columns: a block of lines per row
+    (11 at 80 columns) was hard to compare."""
+    from perfsuite.fit import Column, fit_table, print_fitted
 
     cols = [
         Column(c, "left", True) if c in ("method", "dtype", "parity") else Column(c, "right", False)
@@ -149,16 +157,27 @@ def _rich(
             style = VERDICT_STYLE.get(row[3], "yellow")
             row = [*row[:3], f"[{style}]{row[3]}[/{style}]", *row[4:]]
         styled.append(row)
+    if halves and fit_table(cols, styled, console.width, title=title) is None:
+        key, cut = len(KEY_COLUMNS), len(KEY_COLUMNS) + HELDOUT_SPLIT
+        for half, (start, end) in zip(halves, ((key, cut), (cut, len(cols))), strict=True):
+            picked = [r[:key] + r[start:end] for r in styled]
+            print_fitted(console, cols[:key] + cols[start:end], picked, half, title_justify="left")
+        return
     print_fitted(console, cols, styled, title, title_justify="left")
 
 
 HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for ECE/RMS-CE/MCE)"
+HELDOUT_SPLIT = 4  # loss, ppl, acc, KL→truth | the calibration errors
+HELDOUT_HALVES = (
+    "held-out (plain CE, fp32 logits)",
+    "held-out calibration (15 bins, top-1 for ECE/RMS-CE/MCE)",
+)
 
 
 def print_report(console: Console, runs: list[RunResult], title: str) -> None:
     """Both tables, then each unfinished run's reason on a line of its own."""
     _rich(console, f"{title}: parity with eager", TRAINING_COLUMNS, training_rows(runs), True)
-    _rich(console, HELDOUT_TITLE, HELDOUT_COLUMNS, heldout_rows(runs), False)
+    _rich(console, HELDOUT_TITLE, HELDOUT_COLUMNS, heldout_rows(runs), False, HELDOUT_HALVES)
     for run in runs:
         if run.reason:
             console.print(

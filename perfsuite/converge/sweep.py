@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from perfsuite.converge.datasets import build_dataset
-from perfsuite.converge.model import describe_model, set_deterministic
+from perfsuite.converge.model import describe_model, quiet_imports, set_deterministic
 from perfsuite.converge.parity import attach_verdicts, tolerances_doc
 from perfsuite.converge.plots import artifact_paths, write_figures
 from perfsuite.converge.presets import Preset
@@ -186,7 +186,8 @@ def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:
     """Build the data and the model (meta device), print every cell's fate; train nothing."""
     p = config.preset
     data = build_dataset(p, config.data)
-    model = describe_model(p)
+    with quiet_imports():
+        model = describe_model(p)
     logits_gib = p.tokens_per_step * p.vocab * 4 / 2**30
     console.print(
         f"converge {p.name} (for {p.target}) on {config.device}: {model['class']} with "

@@ -14,9 +14,13 @@ import sqlite3
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+from rich import box
 
+from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
 from perfsuite.measure.machine import document_busy
 from perfsuite.results.outpath import OutputPathError, check_output_dir
@@ -24,10 +28,12 @@ from perfsuite.results.outpath import OutputPathError, check_output_dir
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
 
-def _db_option(p: argparse.ArgumentParser) -> None:
+def _db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
+    """``--db``, before the subcommand (``history --db X import``) and after it; after it,
+    SUPPRESS: an absent one leaves the value given before alone."""
     p.add_argument(
         "--db",
-        default=None,
+        default=default,
         metavar="PATH",
         help=f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})",
     )
@@ -35,6 +41,7 @@ def _db_option(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The subcommands, on ``parser`` (``perfsuite history`` or ``python -m perfsuite.history``)."""
+    _db_option(parser, None)
     sub = parser.add_subparsers(dest="history_command", metavar="COMMAND", required=True)
     p = sub.add_parser("add", help="store results files (idempotent; corrupt ones refused)")
     _db_option(p)
@@ -82,11 +89,30 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
-def _cmd_add(conn: sqlite3.Connection, paths: Sequence[str]) -> int:
+class _LazyDb:
+    """The database ``add`` and ``import`` write, made on the first file worth storing:
+    bad input left an empty database behind, which ``list`` then read as ``0 runs``."""
+
+    def __init__(self, db: str | None) -> None:
+        self.db, self.conn = db, None
+
+    def add(self, path: str | Path) -> ingest.Added:
+        document = ingest.read_document(path)
+        if self.conn is None:
+            ingest.prepare(document, str(path))  # every row checked before a database exists
+            self.conn = store.connect(self.db, create=True, write=True)
+        return ingest.add_document(self.conn, document, str(path))
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _cmd_add(db: _LazyDb, paths: Sequence[str]) -> int:
     rc = EXIT_OK
     for path in paths:
         try:
-            added = ingest.add_file(conn, path)
+            added = db.add(path)
         except ingest.IngestError as err:
             rc = _fail(str(err).splitlines()[0])
             continue
@@ -95,9 +121,7 @@ def _cmd_add(conn: sqlite3.Connection, paths: Sequence[str]) -> int:
     return rc
 
 
-def _cmd_import(conn: sqlite3.Connection, folder: str) -> int:
-    from pathlib import Path
-
+def _cmd_import(db: _LazyDb, folder: str) -> int:
     if not Path(folder).is_dir():
         return _fail(f"{folder}: not a folder")
     rc, counts = EXIT_OK, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
@@ -107,7 +131,7 @@ def _cmd_import(conn: sqlite3.Connection, folder: str) -> int:
             counts["skipped"] += 1
             continue
         try:
-            added = ingest.add_file(conn, path)
+            added = db.add(path)
         except ingest.IngestError as err:
             rc = _fail(str(err).splitlines()[0])
             counts["refused"] += 1
@@ -119,14 +143,36 @@ def _cmd_import(conn: sqlite3.Connection, folder: str) -> int:
     return rc
 
 
+def _shown(source: str) -> str:
+    """A stored path as short as it reads: relative when it is below the working folder."""
+    path = Path(source)
+    if path.is_absolute() and path.is_relative_to(Path.cwd()):
+        return str(path.relative_to(Path.cwd()))
+    return source
+
+
 def _cmd_list(conn: sqlite3.Connection) -> int:
+    """One line per run when that fits the terminal; else two, the second (environment,
+    device, source) folded at spaces and slashes: a line was 100-121 characters at 80."""
     runs = store.list_runs(conn)
+    sizes = store.tp_sizes(conn)
+    console = TrimmedConsole(highlight=False)
+    rows = []
     for r in runs:
-        dirty = "+dirty" if r.dirty else ""
-        print(
-            f"{r.short}  {r.created}  {r.sha[:10]}{dirty:<6}  {r.device_name}  "
-            f"env {r.env_hash}  {r.n_cells:>3} cells  {r.source}"
-        )
+        tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""
+        commit = r.sha[:10] + ("+dirty" if r.dirty else "")
+        rows.append([r.short, r.created, commit, f"{r.n_cells} cells{tp}", r.env_hash])
+        rows[-1] += [r.device_name, _shown(r.source)]
+    headers = ("run", "created", "commit", "cells", "env", "device", "source")
+    columns = [Column(h, fold=False) for h in headers]  # a row that folds reads badly
+    options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table = fit_table(columns, rows, console.width, **options) if rows else None
+    if table is not None:
+        console.print(table)
+    for run, created, commit, cells, env, device, source in rows if table is None else []:
+        console.print(f"{run}  {created}  {commit}  {cells}")
+        second = fold(f"env {env}  {device}  {source}", console.width - 4, path=True)
+        console.print("  " + second.replace("\n", "\n    "), soft_wrap=True)
     print(f"{len(runs)} runs")
     return EXIT_OK
 
@@ -278,16 +324,21 @@ def run(args: argparse.Namespace) -> int:
     command = args.history_command
     if command == "demo":
         return _cmd_demo(args)
+    if command in ("add", "import"):
+        db = _LazyDb(args.db)
+        try:
+            return _cmd_add(db, args.results) if command == "add" else _cmd_import(db, args.folder)
+        except store.StoreError as err:
+            return _fail(str(err).splitlines()[0])
+        except sqlite3.DatabaseError as err:
+            return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
+        finally:
+            db.close()
     try:
-        writes = command in ("add", "import", "ack")
-        conn = store.connect(args.db, create=command in ("add", "import"), write=writes)
+        conn = store.connect(args.db, create=False, write=command == "ack")
     except store.StoreError as err:
         return _fail(str(err).splitlines()[0])
     try:
-        if command == "add":
-            return _cmd_add(conn, args.results)
-        if command == "import":
-            return _cmd_import(conn, args.folder)
         if command == "list":
             return _cmd_list(conn)
         if command == "check":
@@ -304,8 +355,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="perfsuite history", description="Benchmark history and its regressions."
-    )
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite history", description="Benchmark history and its regressions.")
     add_arguments(parser)
     return run(parser.parse_args(argv))

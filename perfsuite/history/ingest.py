@@ -55,6 +55,9 @@ def _cell_values(row: dict[str, Any], i: int, path: str, device_name: str) -> di
             raise IngestError(f"{path}: row {i} lacks a numeric {key}")
     if _number(row, "beta", float, i, path) is None:
         raise IngestError(f"{path}: row {i} lacks a numeric beta")
+    tp = row.get("tp")  # None: one device (every file before ``run --tp``)
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+        raise IngestError(f"{path}: row {i} tp is {tp!r}, not a TP size (an integer >= 1)")
     samples = row.get("samples_ms") or []
     if not isinstance(samples, list) or not all(
         isinstance(s, int | float) and not isinstance(s, bool) for s in samples
@@ -70,6 +73,7 @@ def _cell_values(row: dict[str, Any], i: int, path: str, device_name: str) -> di
         "phase": str(row["phase"]),
         "softcap": _number(row, "softcap", float, i, path),
         "workload": str(row.get("workload") or "random"),
+        "tp": tp,
     }
     return {
         "cell_id": store.cell_id(device_name, key),

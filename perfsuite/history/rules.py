@@ -218,9 +218,14 @@ def _u_test(
     return float(mannwhitneyu(after, before, alternative=side, method="asymptotic").pvalue)
 
 
+def series_name(method: str, tp: int | None) -> str:
+    """``ours``, or ``ours TP=2`` for a cell measured across 2 ranks (tp None: one device)."""
+    return method if tp is None else f"{method} TP={tp}"
+
+
 def _label(row: sqlite3.Row) -> str:
     text = (
-        f"{row['device_name']} {row['method']} {row['phase']} "
+        f"{row['device_name']} {series_name(row['method'], row['tp'])} {row['phase']} "
         f"{row['tokens']}x{row['vocab']}x{row['hidden']} {row['dtype']} beta={row['beta']:g}"
     )
     if row["softcap"] is not None:

@@ -11,13 +11,19 @@ Tables
            device (kind, name) and an environment hash (library versions, Python,
            driver), plus the whole ``env`` as JSON.
 ``cells``  one row of a run: the cell key (method x tokens x vocab x hidden x
-           dtype x beta x phase x softcap x workload), status, median/p20/p80 ms,
+           dtype x beta x phase x softcap x workload x tp), status, median/p20/p80 ms,
            the raw samples (JSON text) and the peak bytes. ``cell_id`` names the
-           cell across runs (a hash of the device name and the key).
+           cell across runs (a hash of the device name and the key). ``tp`` NULL is
+           one device (every run before ``run --tp``); K is K ranks.
 ``acks``   acknowledged regressions: (cell_id, run hash, metric) and a reason.
 
 Why SQLite: one file, no server, transactions (a crash mid-write never leaves
 half a run), and the stdlib reads it.
+
+Schema 1 (before ``tp``) is migrated to 2 by the first command that writes
+(``add``, ``import``, ``ack``): its cells get ``tp`` NULL, one device, and keep their
+``cell_id``, so acknowledgements still apply. Read-only commands (``list``,
+``check``, ``dashboard``) read a schema-1 file as it is, without writing to it.
 """
 
 from __future__ import annotations
@@ -34,9 +40,12 @@ from typing import Any
 
 DEFAULT_DB = Path(".perfsuite") / "history.sqlite"
 DB_ENV_VAR = "PERFSUITE_HISTORY_DB"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this perfsuite reads; an older one is migrated when opened for writing.
+READABLE_VERSIONS = (1, 2)
 
-# The columns that identify a cell across runs (results.CELL_KEY plus the workload).
+# The columns that identify a cell across runs (results.CELL_KEY; the workload and
+# the TP size, ``tp``, are added by ``cell_id``).
 CELL_COLUMNS = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap")
 METRICS = ("time", "memory")
 
@@ -69,6 +78,7 @@ CREATE TABLE IF NOT EXISTS cells (
     phase TEXT NOT NULL,
     softcap REAL,
     workload TEXT NOT NULL,
+    tp INTEGER,
     shape TEXT NOT NULL,
     device TEXT NOT NULL,
     status TEXT NOT NULL,
@@ -157,6 +167,7 @@ def connect(
             )
         else:
             _check_version(path, stored["value"])
+            _migrate(conn, int(stored["value"]))
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path}: cannot open as a history database ({err})") from None
     return conn
@@ -168,8 +179,26 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 
 def _check_version(path: Path, stored: str) -> None:
-    if int(stored) != SCHEMA_VERSION:
+    if int(stored) not in READABLE_VERSIONS:
         raise StoreError(f"{path}: history schema {stored}, this perfsuite reads {SCHEMA_VERSION}")
+
+
+def has_tp(conn: sqlite3.Connection) -> bool:
+    """Whether ``cells`` has the ``tp`` column (schema 2; a schema-1 file read as it is
+    has not)."""
+    return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Schema 1 -> 2 in one transaction: ``cells.tp``, NULL (one device) for old rows."""
+    if version >= SCHEMA_VERSION:
+        return
+    with transaction(conn):
+        if not has_tp(conn):
+            conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+        )
 
 
 def _open_existing(path: Path, write: bool) -> sqlite3.Connection:
@@ -186,6 +215,8 @@ def _open_existing(path: Path, write: bool) -> sqlite3.Connection:
             conn.execute("PRAGMA foreign_keys = ON")
         stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         _check_version(path, stored["value"] if stored else "0")
+        if write:
+            _migrate(conn, int(stored["value"]))
     except sqlite3.DatabaseError as err:
         raise StoreError(f"{path}: not a history database ({err})") from None
     return conn
@@ -227,8 +258,13 @@ def env_hash(env: dict[str, Any]) -> str:
 
 
 def cell_id(device_name: str, key: dict[str, Any]) -> str:
-    """A cell's stable name across runs and databases: a hash of the device and the cell key."""
+    """A cell's stable name across runs and databases: a hash of the device and the cell key.
+
+    The TP size joins the hash only when there is one: a one-device cell keeps the name
+    it had before ``tp`` existed (acknowledgements name cells by it)."""
     ident = [device_name, *(key[c] for c in CELL_COLUMNS), key.get("workload", "random")]
+    if key.get("tp") is not None:
+        ident.append(["tp", key["tp"]])
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
 
 
@@ -275,6 +311,17 @@ def list_runs(conn: sqlite3.Connection) -> list[Run]:
     return [_run(r) for r in rows]
 
 
+def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
+    """Run id -> the TP sizes of its cells measured across ranks (runs without: absent)."""
+    if not has_tp(conn):
+        return {}
+    out: dict[int, list[int]] = {}
+    query = "SELECT DISTINCT run_id, tp FROM cells WHERE tp IS NOT NULL ORDER BY run_id, tp"
+    for row in conn.execute(query):
+        out.setdefault(row["run_id"], []).append(row["tp"])
+    return out
+
+
 def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
     """The run whose content hash starts with ``prefix`` (None if none or ambiguous)."""
     rows = conn.execute(
@@ -285,9 +332,11 @@ def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
 
 def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[sqlite3.Row]:
     """Every cell of every run with its run's time, commit and device, in time order."""
-    query = """
-        SELECT c.*, r.content_hash, r.created, r.sha, r.dirty, r.device_kind, r.device_name,
-               r.env_hash, r.id AS run_key
+    # A schema-1 file opened read-only has no tp column: its cells are one device.
+    tp = "" if has_tp(conn) else " NULL AS tp,"
+    query = f"""
+        SELECT c.*,{tp} r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
+               r.device_name, r.env_hash, r.id AS run_key
         FROM cells c JOIN runs r ON r.id = c.run_id
     """
     args: tuple[Any, ...] = ()

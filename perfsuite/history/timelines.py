@@ -1,12 +1,14 @@
 """What the dashboard draws, read from the history: per shape, groups of cells over runs.
 
 A **group** is everything one plot shows: the cells that differ only by method
-(same device, tokens x vocab x hidden, dtype, beta, phase, softcap, workload).
-Each method has a **line** per metric (median time with its p20-p80 band; peak
-memory), placed on the group's run axis: the runs that measured any cell of
-the group, oldest first, numbered from 0. Each change point that ``rules.judge``
-finds is a **mark** with its verdict (``open``, ``acknowledged``, ``recovered``
-regression, or a ``change`` that is not a regression) and the commits around it.
+and TP size (same device, tokens x vocab x hidden, dtype, beta, phase, softcap,
+workload). Each series, a method at one TP size (``ours``: one device; ``ours
+TP=2``: across 2 ranks, never joined to the other), has a **line** per metric
+(median time with its p20-p80 band; peak memory), placed on the group's run
+axis: the runs that measured any cell of the group, oldest first, numbered from
+0. Each change point that ``rules.judge`` finds is a **mark** with its verdict
+(``open``, ``acknowledged``, ``recovered`` regression, or a ``change`` that is
+not a regression) and the commits around it.
 
 This module only reads and arranges; ``perfsuite.render.dashboard`` draws.
 """
@@ -43,9 +45,9 @@ class RunRef:
 
 @dataclass
 class Line:
-    """One method's values of one metric (time: median ms, p20/p80; memory: peak bytes)."""
+    """One series' values of one metric (time: median ms, p20/p80; memory: peak bytes)."""
 
-    method: str
+    method: str  # the series' name: the method, with " TP=K" when measured across K ranks
     metric: str
     cell_id: str
     positions: list[int] = field(default_factory=list)
@@ -58,7 +60,7 @@ class Line:
 class Mark:
     """One (merged) change point of one line, as ``rules.judge`` found and judged it."""
 
-    method: str
+    method: str  # the series' name, as ``Line.method``
     metric: str
     ident: str  # CELL/RUN, what `history ack` takes
     before: RunRef
@@ -78,7 +80,7 @@ class Group:
     runs: list[RunRef]
     lines: list[Line]
     marks: list[Mark]
-    no_data: dict[str, str]  # method -> its statuses, for methods with nothing to draw
+    no_data: dict[str, str]  # series -> its statuses, for series with nothing to draw
 
     @property
     def title(self) -> str:
@@ -141,8 +143,8 @@ def _build(
     by_hash = {r.run_hash: r for r in runs}
     lines, marks, no_data = [], [], {}
     latest = max((rows[-1] for rows in cells), key=lambda r: (r["created"], r["run_key"]))
-    for rows in sorted(cells, key=lambda rows: rows[0]["method"]):
-        method = rows[0]["method"]
+    for rows in sorted(cells, key=lambda rows: (rows[0]["method"], rows[0]["tp"] or 0)):
+        method = rules.series_name(rows[0]["method"], rows[0]["tp"])
         spread = {r["content_hash"]: (r["p20_ms"], r["p80_ms"]) for r in rows}
         drawn = False
         for series in rules.cell_series(rows):

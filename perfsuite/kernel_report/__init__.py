@@ -5,10 +5,12 @@ launch at a named shape (default Gemma2-2B: N=8192, V=256000, D=2304, bf16) go
 through the kernel's heuristics and Triton's own binder, so the build has the same
 divisibility attributes and constants the JIT would use (unit strides, EVEN_D, the
 hardware-atomic choice of the arch). The PTX goes through the ptxas Triton uses for
-the target (``--gpu-name=sm_90a`` on Hopper) with ``-v``; ``cuobjdump`` reads the
-cubin's resources and SASS. Each row gives registers, spills, shared memory, CTAs
-per SM, SASS counts (HGMMA/HMMA, LDGSTS, MEMBAR, ATOMG.CAS, global adds) and how
-many tensor-core instructions sit inside a spin-lock critical section. The kernels:
+the target (``--gpu-name=sm_90a`` on Hopper; ``sm_100a``, Blackwell, builds with
+Hopper's configs, as ``configs.arch_of`` picks them) with ``-v``; ``cuobjdump`` reads
+the cubin's resources and SASS. Each row gives registers, spills, shared and tensor
+memory, CTAs per SM, SASS counts (HGMMA/HMMA/UTCMMA, LDGSTS, MEMBAR, ATOMG.CAS, global
+adds) and how many tensor-core instructions sit inside a spin-lock critical section. The
+kernels:
 the forward, the default slice backward's gradient-slice GEMM (``slices``, every
 β = 0 / β > 0 × softcap variant at the slice width the default budget picks), the
 atomic-tile backward (the ``tiles`` ablation) and the helpers. A cost table follows
@@ -41,6 +43,7 @@ from .launches import HELPERS, Launch, Shape, parse_shape
 
 DEFAULT_ARCHS = ("sm_80", "sm_90a")
 KERNELS = ("forward", "slices", "backward", *HELPERS)
+CCE_KERNELS = ("cce_lse_forward", "cce_backward")
 
 __all__ = [
     "BuildError",
@@ -259,11 +262,17 @@ def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+def _unknown(option: str, names: list[str] | None, known: tuple[str, ...]) -> str:
+    """The error for the first of ``names`` not in ``known`` ("" when all are known)."""
+    bad = [n for n in names or () if n not in known]
+    return f"{option} {bad[0]!r}: unknown; known: {', '.join(known)}" if bad else ""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arch",
         default=",".join(DEFAULT_ARCHS),
-        help="comma-separated targets (default: sm_80,sm_90a)",
+        help=f"comma-separated targets (default: sm_80,sm_90a; of {', '.join(build.SUPPORTED)})",
     )
     parser.add_argument(
         "--shape",
@@ -303,19 +312,18 @@ def run(args: argparse.Namespace) -> int:
         for arch in archs:
             build.capability(arch)
     except ValueError as exc:
-        print(f"perfsuite kernel-report: error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     dtypes = _csv(args.dtype) if getattr(args, "dtype", None) else None
     kernels = _csv(args.kernel) if getattr(args, "kernel", None) else None
     workloads = _csv(args.launched) if getattr(args, "launched", None) else []
     rows = getattr(args, "sample_rows", launched.DEFAULT_ROWS)
-    bad = [w for w in workloads if w not in launched.WORKLOADS]
-    if bad or rows < 1:
-        what = f"--launched {bad[0]!r}: use {', '.join(launched.WORKLOADS)}" if bad else ""
-        print(
-            f"perfsuite kernel-report: error: {what or f'--sample-rows {rows} must be >= 1'}",
-            file=sys.stderr,
-        )
+    # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
+    what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
+    what = what or _unknown("--dtype", dtypes, tuple(launches.DTYPES))
+    what = what or _unknown("--launched", workloads, tuple(launched.WORKLOADS))
+    if what or rows < 1:
+        print(f"error: {what or f'--sample-rows {rows} must be >= 1'}", file=sys.stderr)
         return 2
     report = kernel_report(
         archs,
@@ -338,6 +346,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite kernel-report", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite kernel-report", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))

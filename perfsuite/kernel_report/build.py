@@ -28,8 +28,11 @@ class BuildError(RuntimeError):
     """ptxas or cuobjdump failed, or their output could not be read."""
 
 
-# Archs with shipped configs (configs.ARCHS: Ampere-class tiles, Hopper tiles).
-SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
+# Archs a launch picks shipped configs for (configs.arch_of: Ampere-class tiles below
+# capability 9, Hopper tiles from 9 on, so Blackwell sm_100a launches with Hopper's).
+# Consumer Blackwell (sm_120, 99 KiB of shared memory per CTA) is left out: Hopper's
+# tiles do not fit it.
+SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a")
 
 
 def capability(arch: str) -> int:
@@ -62,11 +65,12 @@ def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def ptxas_command(arch: str, ptx: str, out: str) -> list[str]:
-    """Triton's ``make_cubin`` command line (line info, ``-v``, its register-allocator flag)."""
+def ptxas_command(arch: str, ptx: str, out: str, fp_fusion: bool = True) -> list[str]:
+    """Triton's ``make_cubin`` command line (line info, ``-v``, its register-allocator flag;
+    ``--fmad=false`` when FP fusion is off, Triton 3.10's announced default)."""
     return [
-        ptxas_path(arch), "-lineinfo", "-v", "--regAllocOptLevel=2",
-        f"--gpu-name={gpu_name(arch)}", ptx, "-o", out,
+        ptxas_path(arch), "-lineinfo", *([] if fp_fusion else ["--fmad=false"]), "-v",
+        "--regAllocOptLevel=2", f"--gpu-name={gpu_name(arch)}", ptx, "-o", out,
     ]  # fmt: skip
 
 
@@ -193,24 +197,29 @@ def parse_res_usage(text: str) -> dict[str, int]:
     return {"res_registers": reg, "res_stack": stack, "static_shared": shared, "local": local}
 
 
-# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max).
+# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max);
+# Blackwell's tensor memory: 512 columns per SM, which tcgen05 accumulators take.
 LIMITS = {
     "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912),
     "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448),
+    "sm_100": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=512),
 }
 _RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
 
 
-def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int) -> int:
-    """Resident CTAs per SM from registers, threads and shared memory (0: cannot launch)."""
-    lim = LIMITS["sm_90" if capability(arch) >= 90 else "sm_80"]
-    if shared > lim["smem_cta"] or registers > 255:
+def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: int = 0) -> int:
+    """Resident CTAs per SM from registers, threads, shared and tensor memory (0: cannot
+    launch); ``tmem``: the tensor-memory columns a CTA allocates (sm_100)."""
+    cap = capability(arch)
+    lim = LIMITS["sm_100" if cap >= 100 else "sm_90" if cap >= 90 else "sm_80"]
+    if shared > lim["smem_cta"] or registers > 255 or tmem > lim.get("tmem", 0):
         return 0
     per_warp = -(-registers * 32 // 256) * 256
     by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]
     by_threads = lim["threads"] // (32 * num_warps)
     by_smem = lim["smem"] // (shared + _RESERVED_SMEM)
-    return min(by_regs, by_threads, by_smem, lim["ctas"])
+    by_tmem = lim["tmem"] // tmem if tmem else lim["ctas"]
+    return min(by_regs, by_threads, by_smem, by_tmem, lim["ctas"])
 
 
 def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
@@ -222,7 +231,8 @@ def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(ptx, "w") as fh:
             fh.write(compiled.asm["ptx"])
-        out = _run(ptxas_command(launch.arch, ptx, cubin), "ptxas")
+        fusion = bool(spec.options.get("enable_fp_fusion", True))
+        out = _run(ptxas_command(launch.arch, ptx, cubin, fusion), "ptxas")
         usage = parse_ptxas(out.stdout + out.stderr, name)
         res = parse_res_usage(_run([tool("cuobjdump"), "-res-usage", cubin], "cuobjdump").stdout)
         text = _run([tool("cuobjdump"), "-sass", cubin], "cuobjdump -sass").stdout
@@ -234,11 +244,13 @@ def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
     if not instructions:
         raise BuildError("cuobjdump -sass listed no instructions")
     shared = int(compiled.metadata.shared) + res["static_shared"]
+    tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)  # tcgen05 (sm_100) only
     return {
         **usage,
         "local_bytes": res["local"],
         "shared_bytes": shared,
-        "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps),
+        "tmem_cols": tmem,
+        "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps, tmem),
         **sass.counts(instructions),
         "critical_tensor_ops": len(sass.critical_tensor_ops(instructions)),
         "divisible_args": len(spec.divisible()),

@@ -22,6 +22,8 @@ BUILD_COLUMNS = (
     ("CTA/SM", "ctas_per_sm"),
     ("HGMMA", "hgmma"),
     ("HMMA", "hmma"),
+    ("UTCMMA", "utcmma"),  # Blackwell's tcgen05.mma
+    ("TMEM", "tmem_cols"),  # tensor-memory columns per CTA (of 512 per SM)
     ("LDGSTS", "ldgsts"),
     ("MEMBAR", "membar"),
     ("CAS", "cas"),
@@ -108,7 +110,7 @@ def _costs(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], li
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
-    from rich.console import Console
+    from perfsuite.fit import TrimmedConsole as Console
 
     console = Console()  # the terminal's width, $COLUMNS, else 80: tables fit or list
     shape = report["shape"]
@@ -124,8 +126,8 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
     _print(
         console,
         f"Triton kernels built as launched at {where} (smem: bytes per CTA; spills: bytes "
-        "per thread; TC in lock: tensor-core instructions between a CAS acquire and its "
-        "EXCH release)",
+        "per thread; TMEM: tensor-memory columns per CTA; TC in lock: tensor-core "
+        "instructions between a CAS acquire and its EXCH release)",
         columns,
         rows,
     )

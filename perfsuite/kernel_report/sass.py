@@ -4,6 +4,9 @@ A critical section is the code between a global compare-and-swap (``ATOMG.*CAS``
 the spin lock's acquire) and the next global exchange (``ATOMG.*EXCH``, its
 release), in listing order. A tensor-core instruction there keeps the lock held
 for a matrix multiply: every other CTA waiting on it spins for that long.
+Blackwell's tensor cores are ``tcgen05``: ``UTC*MMA`` issue (``UTCHMMA`` for 16-bit
+and tf32 inputs), accumulate in tensor memory, and ``LDTM`` brings the tile back to
+registers for the epilogue.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 TENSOR_OPS = ("HGMMA", "HMMA", "IMMA", "IGMMA", "QGMMA", "DMMA", "BMMA", "OMMA", "UTCHMMA")
+_UTC_MMA = re.compile(r"UTC[A-Z]*MMA")  # tcgen05.mma: UTCHMMA, UTCQMMA, UTCIMMA, UTCOMMA
 # "/*0a80*/   @!P0 HGMMA.64x128x16.F32.BF16 gdesc[UR4], RZ, !UPT ;"
 _LINE = re.compile(
     r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_x]+)*)"
@@ -38,7 +42,12 @@ def instructions(text: str) -> list[Instr]:
 
 
 def is_tensor(i: Instr) -> bool:
-    return i.base in TENSOR_OPS
+    return i.base in TENSOR_OPS or is_utc_mma(i)
+
+
+def is_utc_mma(i: Instr) -> bool:
+    """A Blackwell ``tcgen05.mma`` (any input kind)."""
+    return _UTC_MMA.fullmatch(i.base) is not None
 
 
 def is_cas(i: Instr) -> bool:
@@ -60,6 +69,8 @@ def counts(instrs: list[Instr]) -> dict[str, int]:
     return {
         "hgmma": sum(i.base == "HGMMA" for i in instrs),
         "hmma": sum(i.base == "HMMA" for i in instrs),
+        "utcmma": sum(is_utc_mma(i) for i in instrs),
+        "ldtm": sum(i.base == "LDTM" for i in instrs),
         "ldgsts": sum(i.base == "LDGSTS" for i in instrs),
         "membar": sum(i.base == "MEMBAR" for i in instrs),
         "cas": sum(is_cas(i) for i in instrs),

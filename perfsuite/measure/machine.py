@@ -238,7 +238,13 @@ def refuse_busy(base: dict[str, Any], current: dict[str, Any], labels: tuple[str
     busy = [f"{label}: {why}" for label, doc in pairs if (why := document_busy(doc))]
     if not busy:
         return ""
+    advice = "measure again on a quiet machine, or pass --accept-busy to judge time anyway"
+    if len(busy) == 2:  # "states differ" was untrue of one busy file against itself
+        return (
+            "both runs were measured on a busy machine (" + "; ".join(busy) + "): a time "
+            f"difference could be the load, not the code; {advice}"
+        )
     return (
         "machine states differ (" + "; ".join(busy) + "): a time difference would be the "
-        "other load, not the code; measure again on a quiet machine, or pass --accept-busy"
+        f"other load, not the code; {advice}"
     )

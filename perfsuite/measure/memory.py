@@ -95,15 +95,19 @@ def tensor_peak_from_events(events: list[tuple[int, int]]) -> int:
 
 
 def measure_tensor_peak(fn: Callable[[], object]) -> int:
-    """Peak bytes of CPU tensors allocated while ``fn`` runs, above those live at its start."""
-    from torch.profiler import ProfilerActivity, profile
+    """Peak bytes of CPU tensors allocated while ``fn`` runs, above those live at its start.
+
+    The autograd profiler (Kineto, CPU activity, as ``torch.profiler.profile`` runs it):
+    the latter's first start imports ``torch._inductor`` and dynamo, seconds per worker
+    (issue 30) and ~150 MB that are no phase's."""
+    from torch.autograd.profiler import profile
 
     gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(use_kineto=True, profile_memory=True) as prof:
         fn()
     events = [
         (ev.start_ns(), ev.nbytes())
-        for ev in prof.profiler.kineto_results.events()
+        for ev in prof.kineto_results.events()
         if ev.name() == "[memory]" and ev.device_type() == torch.autograd.DeviceType.CPU
     ]
     return tensor_peak_from_events(events)
@@ -115,7 +119,7 @@ _profiler_ready = False
 def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
     """Both CPU meters over the same call: tensors (``delta``) and process RSS."""
     global _profiler_ready
-    if not _profiler_ready:  # the profiler's first start maps ~150 MB: not the phase's
+    if not _profiler_ready:  # the profiler's first start sets up Kineto: not the phase's
         measure_tensor_peak(lambda: None)
         _profiler_ready = True
     tensors: list[int] = []

@@ -19,6 +19,10 @@ from perfsuite.measure.stats import quantile
 
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3
+# Timed samples of a phase run under the Triton interpreter (a CPU without a GPU): its
+# timings say nothing about the kernel (the row's reason says so), so one sample keeps
+# the row whole and the time goes to what counts there, the gate and memory per phase.
+INTERPRETED_SAMPLES = 1
 CPU_FLUSH_CAP = 64 << 20
 
 
@@ -70,6 +74,15 @@ class CacheFlusher:
 
     def __call__(self) -> None:
         self.buffer.zero_()
+
+
+def protocol(samples: int, warmup: int, interpreted: bool) -> tuple[int, int]:
+    """(samples, warm-up calls) of a phase's timing pass: the plan's, or under the
+    interpreter ``INTERPRETED_SAMPLES`` and no warm-up (it compiles nothing, and the
+    gate's call already filled its caches)."""
+    if interpreted:
+        return min(samples, INTERPRETED_SAMPLES), 0
+    return samples, warmup
 
 
 def time_samples(

@@ -11,7 +11,7 @@ import torch
 
 from perfsuite.method import DTYPES
 from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes
-from perfsuite.plan.registry import all_methods
+from perfsuite.plan.registry import all_methods, tp_methods
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import WorkloadError, check_synthetic
 from perfsuite.results.results import PHASES
@@ -42,6 +42,11 @@ class Plan:
     workload: dict[str, Any] | None = None
     # --dtype: every shape in it; None runs each shape in its own default dtype.
     dtype: str | None = None
+    # --tp: tensor-parallel sizes; each case runs across that many ranks with the TP
+    # methods (perfsuite.tp_method). None: one device, the single-device methods.
+    tps: list[int] | None = None
+    # Seconds any one collective of a multi-rank cell may wait before the cell fails.
+    collective_timeout_s: float = 300.0
 
     def dtypes_for(self, shape: Shape) -> list[str]:
         """The dtypes ``shape`` runs in (``dtypes`` is their union, for the record)."""
@@ -60,7 +65,10 @@ class Plan:
                 "softcap": self.softcap,
                 "device": self.device,
                 **({"workload": self.workload} if self.workload else {}),
+                **({"tp": tp} if tp is not None else {}),
             }
+            # TP outermost: a worker starts K ranks once for all cases of one size.
+            for tp in self.tps or [None]
             for shape in self.shapes
             for dtype in self.dtypes_for(shape)
             for beta in self.betas
@@ -92,6 +100,33 @@ def parse_betas(text: str) -> list[float]:
     return list(dict.fromkeys(betas))
 
 
+# Ranks one machine starts for a cell: beyond this a typo (--tp 1000) would fork a
+# thousand processes; a CPU run of more ranks than cores only measures contention.
+TP_MAX = 64
+
+
+def parse_tps(text: str, device: str) -> list[int]:
+    """``--tp 1,2,4``: positive, at most ``TP_MAX``; on CUDA, at most the GPUs here
+    (NCCL runs one GPU per rank)."""
+    sizes = []
+    for item in parse_list(text, "tp"):
+        try:
+            size = int(item)
+        except ValueError:
+            raise PlanError(f"--tp: {item!r} is not an integer") from None
+        if not 1 <= size <= TP_MAX:
+            raise PlanError(f"--tp: {size} is outside [1, {TP_MAX}]")
+        sizes.append(size)
+    if resolve_device(device) == "cuda":
+        gpus = torch.cuda.device_count()
+        over = [k for k in sizes if k > gpus]
+        if over:
+            raise PlanError(
+                f"--tp {over[0]}: NCCL runs one GPU per rank and this machine has {gpus}"
+            )
+    return sorted(dict.fromkeys(sizes))
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -102,14 +137,16 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_methods(text: str | None) -> list[str]:
-    known = all_methods()
+def resolve_methods(text: str | None, tp: bool = False) -> list[str]:
+    """Method names, checked against the registry (the TP one with ``--tp``)."""
+    known: dict[str, Any] = tp_methods() if tp else all_methods()
     if text is None:
         return [name for name, m in known.items() if m.timed_by_default]
     names = parse_list(text, "methods")
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise PlanError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        kind = "TP method(s)" if tp else "method(s)"
+        raise PlanError(f"unknown {kind} {', '.join(unknown)}; known: {', '.join(known)}")
     return list(dict.fromkeys(names))
 
 
@@ -166,6 +203,8 @@ def build_plan(
     jobs: int | None = None,
     workload: dict[str, Any] | None = None,
     check_memory: bool = True,
+    tps: str | None = None,
+    collective_timeout_s: float = 300.0,
 ) -> Plan:
     phase_list = parse_list(phases, "phases")
     bad = [p for p in phase_list if p not in PHASES]
@@ -195,8 +234,11 @@ def build_plan(
                 raise PlanError(f"{shape.name}: {err}") from None
     if jobs is not None and jobs < 1:
         raise PlanError(f"--jobs must be >= 1, got {jobs}")
+    tp_sizes = parse_tps(tps, device) if tps is not None else None
+    if not (math.isfinite(collective_timeout_s) and collective_timeout_s > 0):
+        raise PlanError(f"--collective-timeout must be > 0 seconds, got {collective_timeout_s:g}")
     plan = Plan(
-        methods=resolve_methods(methods),
+        methods=resolve_methods(methods, tp=tp_sizes is not None),
         shapes=shapes,
         dtypes=dtypes,
         betas=parse_betas(betas),
@@ -211,6 +253,8 @@ def build_plan(
         jobs=default_jobs() if jobs is None else jobs,
         workload=workload,
         dtype=dtype,
+        tps=tp_sizes,
+        collective_timeout_s=collective_timeout_s,
     )
     if check_memory:  # a sweep predicts fit per cell instead (perfsuite.run.sweep)
         check_fits(plan)

@@ -13,6 +13,7 @@ import importlib
 import os
 
 from perfsuite.method import Method
+from perfsuite.tp_method import ParallelMethod
 
 ADAPTER_MODULES = (
     "perfsuite.baselines.torch_methods",
@@ -48,6 +49,35 @@ def all_methods() -> dict[str, Method]:
                 raise ValueError(f"method {method.name!r} registered twice ({module_name})")
             methods[method.name] = method
     return methods
+
+
+# Methods across ranks (perfsuite.tp_method): each module exposes ``TP_METHODS``; a
+# plugin module may add its own ``TP_METHODS`` beside ``METHODS``.
+TP_ADAPTER_MODULES = (
+    "perfsuite.baselines.tp_torch",
+    "perfsuite.baselines.tp_ours",
+    "perfsuite.baselines.tp_megatron",
+    "perfsuite.baselines.tp_liger",
+    "perfsuite.baselines.tp_cce",
+)
+
+
+def tp_methods() -> dict[str, ParallelMethod]:
+    """Name -> method measured across ranks (``run --tp``), in table order."""
+    methods: dict[str, ParallelMethod] = {}
+    plugins = [m for m in _modules() if m not in ADAPTER_MODULES]
+    for module_name in (*TP_ADAPTER_MODULES, *plugins):
+        module = importlib.import_module(module_name)
+        for method in getattr(module, "TP_METHODS", ()):
+            if method.name in methods:
+                raise ValueError(f"TP method {method.name!r} registered twice ({module_name})")
+            methods[method.name] = method
+    return methods
+
+
+def methods_for(tp: bool) -> dict[str, Method]:
+    """The registry a plan draws from: the TP one for ``--tp`` runs."""
+    return tp_methods() if tp else all_methods()  # type: ignore[return-value]
 
 
 def get_method(name: str) -> Method:

@@ -1,6 +1,7 @@
 """Stored baselines: ``reports/baselines/<device-slug>/<shape>.json``.
 
-One results document per device and shape preset, in the results schema
+One results document per device and shape preset (and TP size: ``<shape>-tp2.json``
+holds the cells ``run --tp`` measured across 2 ranks), in the results schema
 (``perfsuite.results.results``), raw samples included so that ``perfsuite compare`` can
 test against them. They change only through ``perfsuite baseline update
 RESULTS``, which replaces the files of the shapes RESULTS measured (a file
@@ -15,6 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich import box
+
+from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
+from perfsuite.measure.machine import document_busy
 from perfsuite.regress.environment import env_differences
 from perfsuite.results.provenance import device_slug
 from perfsuite.results.results import ResultsError, load_results, new_document, write_results
@@ -24,10 +29,14 @@ DEFAULT_ROOT = Path("reports") / "baselines"
 
 def shape_stem(row: dict[str, Any]) -> str:
     """File name (without .json) for a row's shape: the preset name, or its
-    dimensions for a shape with overrides (``smoke*`` -> ``smoke-n64-v512-d32``)."""
+    dimensions for a shape with overrides (``smoke*`` -> ``smoke-n64-v512-d32``);
+    ``-tpK`` for cells measured across K ranks, so that a ``run --tp`` never replaces
+    the one-device baseline of its shape (nor one TP size another's)."""
     name = str(row.get("shape") or "custom")
     if name.endswith("*") or name == "custom":
         name = f"{name.rstrip('*')}-n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
+    if row.get("tp") is not None:
+        name += f"-tp{row['tp']}"
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in name)
     return safe.strip(".-") or "custom"
 
@@ -99,6 +108,12 @@ def update(
     git = document["env"].get("git") or {}
     if git.get("dirty"):
         lines.append(f"warning: {results} was measured from a checkout with uncommitted changes")
+    busy = document_busy(document)
+    if busy:  # stored without a word, it made every later compare refuse to judge time
+        lines.append(
+            f"warning: {results} was measured on a busy machine ({busy}): `compare` judges "
+            "time against it only with --accept-busy; update from a quiet run instead"
+        )
     planned = []
     for stem, doc in split_by_shape(document).items():
         path = folder / f"{stem}.json"
@@ -126,8 +141,9 @@ def update(
     return lines
 
 
-def list_stored(root: Path = DEFAULT_ROOT) -> list[str]:
-    lines = []
+def list_stored(root: Path = DEFAULT_ROOT) -> tuple[list[list[str]], list[str]]:
+    """(a row per stored file: file, cells, created, git, torch; lines for the rest)."""
+    rows, lines = [], []
     for path in sorted(Path(root).glob("*/*.json")):
         try:
             doc = load_results(path)
@@ -136,11 +152,25 @@ def list_stored(root: Path = DEFAULT_ROOT) -> list[str]:
             continue
         env = doc["env"]
         sha = str((env.get("git") or {}).get("sha") or "?")[:10]
-        lines.append(
-            f"{path}: {len(doc['rows'])} cells, {env.get('created', '?')}, git {sha}, "
-            f"torch {(env.get('versions') or {}).get('torch')}"
-        )
-    return lines or [f"no stored baselines under {root}/"]
+        torch = str((env.get("versions") or {}).get("torch"))
+        rows.append([str(path), f"{len(doc['rows'])} cells", env.get("created", "?"), sha, torch])
+    return rows, lines if rows or lines else [f"no stored baselines under {root}/"]
+
+
+def _print_list(rows: list[list[str]]) -> None:
+    """A table when a file fits on one line; else two lines a file, the path folded at its
+    slashes (a line was 103 characters at 80 columns)."""
+    console = TrimmedConsole(highlight=False)
+    columns = [Column(h, fold=False) for h in ("file", "cells", "created", "git", "torch")]
+    options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table = fit_table(columns, rows, console.width, **options)
+    if table is not None:
+        console.print(table)
+        return
+    for path, cells, created, sha, torch in rows:
+        folded = fold(path, console.width - 4, path=True)  # a longer piece stays whole
+        console.print(folded.replace("\n", "\n    "), soft_wrap=True)
+        console.print(f"  {cells}, {created}, git {sha}, torch {torch}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,7 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up = sub.add_parser(
         "update",
         help="store RESULTS as the baseline of its device (one file per shape)",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),  # help is plain text, not RST
     )
     up.add_argument("results", type=Path, help="results file from `perfsuite run`")
     up.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
@@ -166,9 +196,11 @@ def run(args: argparse.Namespace) -> int:
         if args.baseline_command == "update":
             lines = update(args.results, args.root, dry_run=args.dry_run, force=args.force)
         else:
-            lines = list_stored(args.root)
+            rows, lines = list_stored(args.root)
+            if rows:
+                _print_list(rows)
     except (ResultsError, OSError) as err:
-        print(f"perfsuite baseline: error: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     for line in lines:
         print(line)

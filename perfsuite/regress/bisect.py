@@ -27,6 +27,7 @@ from pathlib import Path
 
 from perfsuite.args import positive_int
 from perfsuite.measure.stats import summarize
+from perfsuite.plan.registry import all_methods
 from perfsuite.plan.shapes import get_shape
 from perfsuite.regress.bisect_step import Judgement, MeasureError, Spec, judge, launcher, measure
 from perfsuite.regress.bisect_step import read_log as read_steps
@@ -116,6 +117,9 @@ def spec_from(args: argparse.Namespace) -> Spec:
     if args.shape is None or args.method is None:
         raise BisectError("nothing to measure: give --shape and --method, or --command")
     get_shape(args.shape)  # an unknown preset is a one-line ValueError
+    known = all_methods()  # here, not after two inner runs that fail with a cut message
+    if args.method not in known:
+        raise BisectError(f"--method {args.method}: unknown method; known: {', '.join(known)}")
     return Spec(
         samples=args.samples or 20,
         warmup=3 if args.warmup is None else args.warmup,
@@ -219,7 +223,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite bisect", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite bisect", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

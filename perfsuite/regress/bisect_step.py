@@ -105,6 +105,7 @@ def run_cell(spec: Spec, cwd: Path, out: Path) -> tuple[list[float], str]:
         if r.get("method") == spec.method
         and r.get("phase") == spec.phase
         and abs(float(r.get("beta", -1)) - spec.beta) < 1e-12
+        and r.get("tp") is None  # run without --tp: one device, never a TP cell
     ]
     if not rows:
         raise MeasureError(f"perfsuite run measured no {spec.method} {spec.phase} cell")

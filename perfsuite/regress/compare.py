@@ -103,8 +103,14 @@ def load_pair(
     """(baseline document, current document, baseline label, notes)."""
     current_doc = load_results(current)
     # A missing path without a file suffix is a baseline store not made yet (a fresh
-    # clone's reports/baselines on a new device), not a missing results file.
-    if baseline.is_dir() or (not baseline.exists() and not baseline.suffix):
+    # clone's reports/baselines on a new device), not a missing results file; unless it
+    # is not named like a store (`compare r1 r2.json` said no baseline was stored).
+    missing_store = not baseline.exists() and not baseline.suffix
+    if missing_store and "baseline" not in baseline.name.lower():
+        raise ResultsError(
+            f"{baseline} does not exist (neither a results file nor a stored-baselines folder)"
+        )
+    if baseline.is_dir() or missing_store:
         doc, paths, missing = stored_baseline(baseline, current_doc)
         notes = [f"no stored baseline for shape {s}: its cells show as new" for s in missing]
         return doc, current_doc, ", ".join(str(p) for p in paths), notes
@@ -136,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             current_label=str(args.current),
         )
     except (ResultsError, CompareError) as err:
-        print(f"perfsuite compare: error: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     comparison.notes.extend(notes)
     if args.format == "markdown":

@@ -10,7 +10,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
-from perfsuite.fit import Column, fit_table
+from perfsuite.fit import Column, TrimmedConsole, fit_table
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 
@@ -56,6 +56,12 @@ def fmt_p(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.2g}"
 
 
+def method_label(row: dict[str, Any]) -> str:
+    """``ours``, or ``ours TP=2`` for a cell measured across ranks (tp None: one device)."""
+    tp = row.get("tp")
+    return row["method"] if tp is None else f"{row['method']} TP={tp}"
+
+
 def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
@@ -63,7 +69,7 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     workload = row.get("workload") or "random"
     if workload != "random":
         shape = f"{shape} {Path(workload).name}"
-    return [row["method"], shape, row["dtype"], beta, row["phase"]]
+    return [method_label(row), shape, row["dtype"], beta, row["phase"]]
 
 
 def _status(cell: CellComparison) -> str:
@@ -132,8 +138,10 @@ def settings_line(comparison: Comparison) -> str:
 
 
 def _group(row: dict[str, Any]) -> str:
+    """A console table's title: one per shape, dtype, β and TP size."""
     method, shape, dtype, beta, _ = cell_label(row)
-    return f"{shape} {dtype} β={beta}"
+    tp = row.get("tp")
+    return f"{shape} {dtype} β={beta}" + ("" if tp is None else f", TP={tp} (across {tp} ranks)")
 
 
 def _arrow(before: str, after: str) -> str:
@@ -161,9 +169,9 @@ def _print_records(
 
 
 def print_table(comparison: Comparison, console: Console | None = None) -> None:
-    """One table per (shape, dtype, β): method and phase rows, compact columns."""
+    """One table per (shape, dtype, β, TP size): method and phase rows, compact columns."""
     if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
-        console = Console()
+        console = TrimmedConsole()
     metric = comparison.settings.metric
     console.print(
         f"[bold]{comparison.baseline_label}[/bold] → [bold]{comparison.current_label}[/bold]"
@@ -192,7 +200,7 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
             b, c = cell.baseline or {}, cell.current or {}
             rows.append(
                 [
-                    cell.row["method"],
+                    cell.row["method"],  # the TP size is in the title
                     cell.row["phase"],
                     _status(cell),
                     _arrow(

@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             data = collect(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
         report = analyse(data, threshold=args.time_threshold, alpha=args.alpha)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print(f"perfsuite sensitivity: error: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     if args.out:
         from perfsuite.results.results import write_results
@@ -218,8 +218,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "markdown":
         sys.stdout.write(text)
     else:
-        from rich.console import Console
         from rich.markdown import Markdown
+
+        from perfsuite.fit import TrimmedConsole as Console
 
         Console().print(Markdown(text))
     return 0
@@ -229,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 2 and argv[0] == "--worker":
         return worker_main(argv[1])
-    parser = argparse.ArgumentParser(prog="perfsuite sensitivity", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite sensitivity", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

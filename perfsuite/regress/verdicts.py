@@ -1,7 +1,8 @@
 """``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts.
 
 Two results documents are matched cell by cell (``cells.cell_key``: method x
-shape x dtype x beta x softcap x phase x workload) and each cell gets one verdict:
+shape x dtype x beta x softcap x phase x workload x TP size) and each cell gets one
+verdict (a TP = 2 cell never matches a TP = 1 one, nor a one-device one, tp None):
 
 ``regression``      time or memory got worse beyond the thresholds (a failure)
 ``improvement``     time or memory got better beyond them (refresh the baseline)
@@ -283,13 +284,15 @@ def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[s
     for row in rows:
         key = cell_key(row)
         if key in cells:
-            desc = ", ".join(f"{k}={v}" for k, v in zip(KEY_FIELDS, key, strict=True))
+            pairs = zip(KEY_FIELDS, key, strict=True)
+            desc = ", ".join(f"{k}={v}" for k, v in pairs if not (k == "tp" and v is None))
             raise CompareError(f"{label}: the cell ({desc}) appears twice")
         cells[key] = row
     return cells
 
 
-KEY_FIELDS = (*CELL_KEY, "workload")
+# ``cells.cell_key``'s order: CELL_KEY, then the workload and the TP size.
+KEY_FIELDS = (*CELL_KEY, "workload", "tp")
 
 
 def _values(values: set[Any]) -> str:
@@ -297,16 +300,33 @@ def _values(values: set[Any]) -> str:
                            for v in values))  # fmt: skip
 
 
+def tp_sizes(values: set[Any]) -> str:
+    """``1,2`` or ``one device`` (tp None: no process group), for messages."""
+    sizes = sorted(v for v in values if v is not None)
+    words = [*(["one device"] if None in values else []), *(f"TP={k}" for k in sizes)]
+    return ", ".join(words)
+
+
 def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple[str, str]) -> str:
-    """Why two non-empty documents have no cell in common, field by field."""
+    """Why two non-empty documents have no cell in common, field by field; the TP sizes
+    of both sides whenever either holds multi-rank cells (a TP = 1 file against a TP = 2
+    one differs in nothing else)."""
     differ = []
+    tp = KEY_FIELDS.index("tp")
     for i, name in enumerate(KEY_FIELDS):
-        if name == "phase":
+        if name in ("phase", "tp"):
             continue
         b = {k[i] for k in base}
         c = {k[i] for k in cur}
         if not b & c:
             differ.append(f"{name} {_values(b)} in {labels[0]} but {_values(c)} in {labels[1]}")
+    b_tp, c_tp = {k[tp] for k in base}, {k[tp] for k in cur}
+    if b_tp != {None} or c_tp != {None}:
+        joint = "but" if not b_tp & c_tp else "and"
+        differ.append(
+            f"TP size {tp_sizes(b_tp)} in {labels[0]} {joint} {tp_sizes(c_tp)} in {labels[1]}"
+            + (": cells of different TP sizes are never compared" if joint == "but" else "")
+        )
     why = "; ".join(differ) or "no method, shape, β and phase measured in both"
     return f"nothing to compare: no cell is in both files ({why})"
 

@@ -171,7 +171,9 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite dashboard", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite dashboard", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -6,6 +6,7 @@ for each paper row this puts the paper's ratios beside the same ratios from one
 of our runs: fwd+bwd time over CCE's (β = 0, CCE has no smoothing) and over
 torch.compile's at the same β, and fwd+bwd peak over the memory floor. A cell
 that failed our correctness gate is marked ✗ (timed, but not a fair number).
+The paper measured one device: cells measured across ranks (``tp`` set) are left out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.results.results import ResultsError
 
 COLUMNS = [
     "paper method",
@@ -72,8 +74,11 @@ def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
     """Markdown (``DataFrame.to_markdown``): per paper row, the paper's ratios and ours
     from ``document``."""
-    rows = [r for r in document["rows"] if r.get("median_ms") is not None or r["status"] != "ok"]
-    first = document["rows"][0]
+    mine = [r for r in document["rows"] if r.get("tp") is None]
+    if not mine:
+        raise ResultsError("no one-device cell to set beside the paper (only cells across ranks)")
+    rows = [r for r in mine if r.get("median_ms") is not None or r["status"] != "ok"]
+    first = mine[0]
     floor = floor_bytes("fwd+bwd", first["tokens"], first["vocab"], first["hidden"], first["dtype"])
     floor_mb = floor / 2**20
     # The paper's own lower-bound row, when it has one, for its peak/floor ratios.

@@ -2,7 +2,8 @@
 softcap, workload) a table of β sections, a lower-bound row, then one line per
 method of memory, time and an analytic column per phase (roofline fraction on a
 known GPU, else FLOP rate), the best of each column marked. The formats that
-print it are ``report_formats``."""
+print it are ``report_formats``. One-device cells only: a cell measured across
+ranks (``tp`` set) is another measurement of its method, in ``tp_table``'s tables."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from perfsuite.render.table import (
     grads_in_forward,
     group_rows,
     measured,
+    one_device,
     present_phases,
     shape_key,
     shape_title,
@@ -164,7 +166,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
     gpu = gpu_for_env(env)
     known = all_methods()
     tables = []
-    for key, members in group_rows(rows, key=shape_key).items():
+    for key, members in group_rows(one_device(rows), key=shape_key).items():
         phases = present_phases(members)
         sections = []
         betas = group_rows(members, key=lambda r: r["beta"])

@@ -5,7 +5,12 @@ log-log axes, one line per method, one panel per β, the memory floor (and on a
 known GPU the roofline time) as a dashed black line. Only measured (``ok``)
 cells are drawn; a method with none in a panel has no line there. Triton
 methods interpreted on CPU are dotted and marked †: their time says nothing
-about a GPU. Files are named ``{memory,time}-vs-{V,N}-…-{phase}.png``.
+about a GPU; a time measured on a busy machine is marked !, as in the tables.
+Files are named ``{memory,time}-vs-{V,N}-…-{phase}.png``.
+
+Cells measured across K ranks (``run --tp``) get figures of their own, ``…-tpK-…``:
+their times are the slowest rank's and their peaks the largest rank's, so the floor
+and roofline drawn there are a rank's (⌈V/K⌉ rows of C), never a one-device cell's.
 
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``,
 no pyplot state, no display needed).
@@ -14,13 +19,14 @@ no pyplot state, no display needed).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
-from perfsuite.render.table import INTERPRETED_MARK
+from perfsuite.render.table import BUSY_MARK, INTERPRETED_MARK
 from perfsuite.results.outpath import OutputPathError, check_output_dir
 from perfsuite.results.results import PHASES, ResultsError, load_results
 
@@ -36,11 +42,14 @@ def _value(row: dict[str, Any], quantity: str) -> float | None:
 
 
 def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
-    """Title text and file-name part for the dimensions held fixed."""
-    other, hidden, dtype, softcap, workload = key
+    """Title text and file-name part for the dimensions held fixed (and the TP size)."""
+    other, hidden, dtype, softcap, workload, tp = key
     other_name = "V" if x == "tokens" else "N"
     title = f"{other_name}={other}, D={hidden}, {dtype}"
     slug = f"{other_name}{other}-D{hidden}-{dtype}"
+    if tp is not None:
+        title += f", TP={tp} per rank"
+        slug += f"-tp{tp}"
     if softcap is not None:
         title += f", softcap {softcap:g}"
         slug += f"-cap{softcap:g}"
@@ -68,7 +77,10 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
                 other = "vocab" if x == "tokens" else "tokens"
                 groups: dict[tuple, list[dict[str, Any]]] = {}
                 for r in mine:
-                    key = (r[other], r["hidden"], r["dtype"], r["softcap"], r.get("workload"))
+                    key = (
+                        *(r[other], r["hidden"], r["dtype"], r["softcap"], r.get("workload")),
+                        r.get("tp"),
+                    )
                     groups.setdefault(key, []).append(r)
                 for key, members in groups.items():
                     xs_all = sorted({r[x] for r in members})
@@ -84,6 +96,7 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
                             ax, panel, methods, quantity, x, xs_all, key, phase, gpu
                         )
                         ax.set_xscale("log")
+                        _data_ticks(ax, xs_all)
                         ax.set_yscale("log")
                         ax.set_title(f"β = {beta:g}")
                         ax.set_xlabel(xlabel)
@@ -111,6 +124,24 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
     return out
 
 
+def _data_ticks(ax: Any, xs: list[int]) -> None:
+    """x ticks at the swept values, labelled plainly, no two labels closer than a sixth
+    of the axis (log scale); no minor labels: matplotlib labels every minor tick of an
+    axis spanning under half a decade, and in a panel narrowed by a long legend they ran
+    into each other (``8×10¹9×10¹``)."""
+    from matplotlib.ticker import NullFormatter
+
+    span = math.log10(xs[-1] / xs[0])
+    labels, last = [], 0.0
+    for x in xs:
+        keep = not labels or math.log10(x / last) >= span / 6
+        labels.append(str(x) if keep else "")
+        last = x if keep else last
+    ax.set_xticks(xs, labels)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", labelsize="small")
+
+
 def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> list[str]:
     """The figure's own footnotes: methods with rows here but nothing drawn (and why),
     and † when an interpreted time is drawn."""
@@ -135,6 +166,8 @@ def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> lis
             f"{INTERPRETED_MARK} dotted: Triton under the CPU interpreter; "
             "its time says nothing about a GPU"
         )
+    if quantity == "time" and any(r.get("busy") and r["status"] == "ok" for r in members):
+        notes.append(f"{BUSY_MARK} measured on a busy machine: its time is not trustworthy")
     return notes
 
 
@@ -143,7 +176,7 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> set
     drawn = set()
     for index, method in enumerate(methods):
         points = sorted(
-            (r[x], _value(r, quantity), r.get("interpreted"))
+            (r[x], _value(r, quantity), r.get("interpreted"), bool(r.get("busy")))
             for r in panel
             if r["method"] == method and r["status"] == "ok" and _value(r, quantity)
         )
@@ -159,18 +192,25 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> set
             linestyle=":" if interpreted else "-",
             label=label,
         )
+        for px, py, _, busy in points:
+            if busy and quantity == "time":  # as the tables mark its cell; memory is unaffected
+                ax.annotate(BUSY_MARK, (px, py), xytext=(3, 3), textcoords="offset points")
         drawn.add(method)
-    other_value, hidden, dtype = key[0], key[1], key[2]
+    other_value, hidden, dtype, tp = key[0], key[1], key[2], key[5]
 
     def dims(xv: int) -> tuple[int, int, int]:
-        return (xv, other_value, hidden) if x == "tokens" else (other_value, xv, hidden)
+        """(N, V, D), V a rank's ⌈V/K⌉ rows of C in a TP figure."""
+        tokens, vocab = (xv, other_value) if x == "tokens" else (other_value, xv)
+        return tokens, vocab if tp is None else -(-vocab // tp), hidden
+
+    per_rank = "" if tp is None else " per rank"
 
     if quantity == "memory":
         ys = [floor_bytes(phase, *dims(xv), dtype) / 2**20 for xv in xs_all]
-        ax.plot(xs_all, ys, "k--", linewidth=1, label="lower bound")
+        ax.plot(xs_all, ys, "k--", linewidth=1, label="lower bound" + per_rank)
     elif gpu is not None:
         ys = [roofline_ms(phase, *dims(xv), dtype, gpu) for xv in xs_all]
-        ax.plot(xs_all, ys, "k--", linewidth=1, label=f"roofline ({gpu.name})")
+        ax.plot(xs_all, ys, "k--", linewidth=1, label=f"roofline ({gpu.name}){per_rank}")
     return drawn
 
 
@@ -197,7 +237,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from perfsuite.fit import TrimmedConsole as Console
 
     console = Console(stderr=True)
     phases = list(PHASES) if args.phase == "all" else args.phase.split(",")
@@ -230,7 +270,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite plot", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite plot", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from perfsuite.fit import TrimmedConsole as Console
 
     console = Console(stderr=True)
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite report", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite report", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -1,6 +1,8 @@
 """The paper's table as CSV for other tools: one line per (table, β, method), every
 number spelled out in its own column (status, memory, time quantiles, marks,
-floor, FLOPs, roofline), written by ``DataFrame.to_csv``."""
+floor, FLOPs, roofline), written by ``DataFrame.to_csv``. Cells measured across ranks
+follow, one line per (table, β, method, TP size) with ``tp`` set and their numbers
+per rank (``report_tp``); ``tp`` is blank on one-device lines."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pandas as pd
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.render.paper_table import LOWER_BOUND, PaperTable, Section, build_report
+from perfsuite.render.report_tp import TP_PER_PHASE, tp_records
 from perfsuite.render.roofline import phase_flops, roofline_ms
 from perfsuite.render.table import cell_marks, grads_in_forward, measured, status_label
 
@@ -40,6 +43,7 @@ LEADING = (
     "gpu",
     "beta",
     "method",
+    "tp",
     "deterministic",
 )
 
@@ -100,6 +104,7 @@ def _records(table: PaperTable, section: Section, known: dict[str, Any]) -> list
             "gpu": table.gpu.name if table.gpu else "",
             "beta": section.beta,
             "method": "lower_bound" if line.method == LOWER_BOUND else line.method,
+            "tp": "",  # one device; report_tp's lines hold the cells across ranks
             # Measured by the worker (two calls, every bit); blank where not measured.
             "deterministic": _determinism(line.rows.values()),
         }
@@ -120,15 +125,20 @@ def _records(table: PaperTable, section: Section, known: dict[str, Any]) -> list
 def report_frame(document: dict[str, Any]) -> pd.DataFrame:
     """Every line of every paper table of ``document``, one column per number."""
     tables = build_report(document)
-    phases = [p for p in ("fwd", "bwd", "fwd+bwd") if any(p in t.phases for t in tables)]
-    columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in PER_PHASE), "best"]
+    across = tp_records(document)
+    present = {r["phase"] for r in document["rows"]} if across else set()
+    phases = [
+        p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)
+    ]
+    fields = PER_PHASE + (TP_PER_PHASE if across else ())
+    columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in fields), "best"]
     known = all_methods()
     records = [
         record
         for table in tables
         for section in table.sections
         for record in _records(table, section, known)
-    ]
+    ] + across
     return pd.DataFrame.from_records(records, columns=columns).astype(object)
 
 

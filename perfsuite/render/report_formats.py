@@ -2,7 +2,9 @@
 (``DataFrame.to_markdown``, via tabulate), LaTeX (``Styler.to_latex``, booktabs),
 HTML (``Styler.to_html``) and CSV (``report_csv``). Each table goes through
 ``paper_frame``; what is left here is what pandas cannot know: bold best cells,
-the italic lower-bound row, a rule between β sections, titles and notes."""
+the italic lower-bound row, a rule between β sections, titles and notes. Markdown
+and CSV add the cells measured across ranks (``report_tp``); LaTeX and HTML leave
+them out, with a note."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from perfsuite.render.paper_table import (
     general_notes,
 )
 from perfsuite.render.report_csv import render_csv
+from perfsuite.render.report_tp import tp_markdown
 
 FORMATS = ("md", "latex", "csv", "html")
 
@@ -56,7 +59,10 @@ def render_md(document: dict[str, Any]) -> str:
         out.append("")
         out.extend(f"- {_md_escape(n)}" for n in _notes(table))
         out.append("")
-    out.extend(f"{n}  " for n in general_notes(document, tables))
+    if tables:
+        out.extend(f"{n}  " for n in general_notes(document, tables))
+    if across := tp_markdown(document):
+        out.extend(["", *across])
     return "\n".join(out).rstrip() + "\n"
 
 

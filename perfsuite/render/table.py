@@ -1,6 +1,9 @@
 """The console table, laid out as the paper's: method rows, fwd / bwd / fwd+bwd
 column groups of memory and time, one table per (shape, dtype, beta), with the
-memory lower bound as the first row and N/A where a method does not apply."""
+memory lower bound as the first row and N/A where a method does not apply.
+
+Only one-device cells (``tp`` None): cells measured across ranks (``run --tp``) are
+other measurements of the same method and are ``perfsuite.render.tp_table``'s."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.fit import Column, fit_table
+from perfsuite.fit import Column, TrimmedConsole, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.results import PHASES
@@ -40,6 +43,24 @@ def fmt_ms(row: dict[str, Any]) -> str:
 
 # Shared by the console table and perfsuite.render.report: how rows group into tables,
 # what a non-ok cell says, and which marks a measured cell carries.
+
+
+def one_device(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows measured on one device (``tp`` None): what the paper's tables hold."""
+    return [r for r in rows if r.get("tp") is None]
+
+
+def tp_note(rows: Iterable[dict[str, Any]]) -> str:
+    """What a one-device table leaves out when ``rows`` hold cells measured across ranks
+    ("" when they hold none): they must not read as missing, nor be mixed in."""
+    sizes = sorted({r["tp"] for r in rows if r.get("tp") is not None})
+    if not sizes:
+        return ""
+    n = sum(r.get("tp") is not None for r in rows)
+    return (
+        f"{n} cells measured across ranks (TP={','.join(map(str, sizes))}) are left out of "
+        "these tables: the TP tables show them (per rank, max over ranks)."
+    )
 
 
 def shape_key(row: dict[str, Any]) -> tuple:
@@ -120,7 +141,7 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
 # Console words for cells without numbers: no longer than a number, so that the
 # number columns stay narrow (the notes under the table say the rest).
 _SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
-_STATUS_COLOR = {
+STATUS_COLOR = {
     "wrong": "red",
     "oom": "magenta",
     "error": "red",
@@ -130,9 +151,15 @@ _STATUS_COLOR = {
 }
 
 
-def _status_cell(row: dict[str, Any]) -> str:
-    color = _STATUS_COLOR[row["status"]]
-    return f"[{color}]{_SHORT_STATUS.get(row['status'], row['status'])}[/{color}]"
+def short_status(row: dict[str, Any]) -> str:
+    """A cell's status in no more room than a number (``unavail``, ``N/A``, ``oom``)."""
+    return _SHORT_STATUS.get(row["status"], row["status"])
+
+
+def status_cell(row: dict[str, Any]) -> str:
+    """``short_status`` in its colour (console markup)."""
+    color = STATUS_COLOR[row["status"]]
+    return f"[{color}]{short_status(row)}[/{color}]"
 
 
 def _number(value: float | None, unit_scale: float) -> str:
@@ -162,7 +189,7 @@ def _method_cells(
             if ref not in refs:
                 refs.append(ref)
             if not measured(row):
-                cells += [_status_cell(row), ""]
+                cells += [status_cell(row), ""]
                 continue
         mark = cell_marks(row, phase, grads_in_fwd)
         style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
@@ -213,7 +240,7 @@ def build_tables(
     table stays readable in an 80-column CI log; a table still wider than
     ``width`` is printed one phase at a time rather than cut."""
     out = []
-    for members in group_rows(rows).values():
+    for members in group_rows(one_device(rows)).values():
         beta = members[0]["beta"]
         title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
         phases = present_phases(members)
@@ -237,10 +264,18 @@ def build_tables(
 
 
 def footnotes(rows: list[dict[str, Any]]) -> list[str]:
+    """The notes under the one-device tables (cells across ranks left out, and said so)."""
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
         "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
     ]
+    notes += mark_notes(one_device(rows))
+    return notes + ([tp_note(rows)] if tp_note(rows) else [])
+
+
+def mark_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured."""
+    notes = []
     known = all_methods()
     if any(grads_in_forward(r["method"], known, r["beta"]) for r in rows):
         notes.append(
@@ -276,10 +311,12 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    console = console or Console()
+    """The one-device tables and their notes (``tp_table.print_tp_tables`` prints the
+    cells measured across ranks)."""
+    console = console or TrimmedConsole()
     for table, notes in build_tables(rows, console.width):
         console.print(table)
         for note in notes:
             console.print(note, markup=False, highlight=False)
-    for note in footnotes(rows):
+    for note in footnotes(rows) if one_device(rows) else [tp_note(rows)] if rows else []:
         console.print(note, style="dim")

@@ -10,8 +10,9 @@ from perfsuite.results.results import CELL_KEY, PHASES
 
 
 def cell_key(row: dict[str, Any]) -> tuple:
-    """``CELL_KEY`` plus the workload: what makes two rows the same measurement."""
-    return (*(row.get(k) for k in CELL_KEY), row.get("workload") or "random")
+    """``CELL_KEY`` plus the workload and the TP size (None: one device, the only kind
+    before ``--tp``): what makes two rows the same measurement."""
+    return (*(row.get(k) for k in CELL_KEY), row.get("workload") or "random", row.get("tp"))
 
 
 def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -27,6 +28,7 @@ def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[di
         rows,
         key=lambda r: (
             rank(methods, r["method"]),
+            r.get("tp") or 0,
             r["tokens"],
             r["vocab"],
             r["hidden"],

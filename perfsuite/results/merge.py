@@ -73,11 +73,11 @@ def merge_documents(
             if other["status"] == "skipped" or duplicates == "last":
                 kept[key] = (name, row)
             elif duplicates == "error":
-                method, *_, phase, workload = key
+                tp = "" if row.get("tp") is None else f" TP={row['tp']}"
                 raise MergeError(
-                    f"cell {method} N={row['tokens']} V={row['vocab']} D={row['hidden']} "
-                    f"{row['dtype']} β={row['beta']:g} {phase} is in both {other_name} and "
-                    f"{name} (--duplicates first|last picks one)"
+                    f"cell {row['method']}{tp} N={row['tokens']} V={row['vocab']} "
+                    f"D={row['hidden']} {row['dtype']} β={row['beta']:g} {row['phase']} is in "
+                    f"both {other_name} and {name} (--duplicates first|last picks one)"
                 )
     env = copy.deepcopy(first["env"])
     env["merged_from"] = [
@@ -115,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from perfsuite.fit import TrimmedConsole as Console
 
     console = Console(stderr=True)
     try:
@@ -144,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite merge", description=__doc__)
+    from perfsuite.parser import Parser
+
+    parser = Parser(prog="perfsuite merge", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -24,6 +24,9 @@ SCHEMA_VERSION = 1
 # ``skipped``: a sweep predicted the cell cannot fit the device and did not attempt it.
 STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skipped")
 PHASES = ("fwd", "bwd", "fwd+bwd")
+# ``perfsuite step``: one training step (model forward, backward, AdamW) and its whole;
+# its rows carry a "step(...)" workload, so they never share a cell with the above.
+STEP_PHASES = ("fwd", "bwd", "opt", "step")
 
 # The columns that identify a cell: two rows with equal keys measure the same thing.
 CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "phase")
@@ -100,12 +103,26 @@ class Row:
     # Why the machine was busy while this cell was measured ("" when quiet):
     # other processes on the cores, a throttled or shared GPU (perfsuite.measure.machine).
     busy: str = ""
+    # Tensor-parallel size (``run --tp``): the classifier sharded over V across this many
+    # ranks, measured by the multi-rank harness (perfsuite.run.ranks). None: one device,
+    # no process group (every run before --tp, and every run without it). Part of the
+    # cell's identity: a TP = 2 cell never matches a TP = 1 one, nor a one-device one.
+    tp: int | None = None
+    # Across ranks, per call of the phase: collectives issued by one rank, the bytes they
+    # moved (input sizes), and their time on the rank where it was largest, when the
+    # profiler can tell (None: not measured).
+    collectives: int | None = None
+    collective_bytes: int | None = None
+    collective_ms: float | None = None
+    # ``step`` rows: the loss's milliseconds in the step (the step's fwd+bwd less the same
+    # model's with a trivial loss on the hidden states, medians); None elsewhere.
+    loss_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not one of {STATUSES}")
-        if self.phase not in PHASES:
-            raise ValueError(f"phase {self.phase!r} not one of {PHASES}")
+        if self.phase not in PHASES and self.phase not in STEP_PHASES:
+            raise ValueError(f"phase {self.phase!r} not one of {PHASES} or {STEP_PHASES}")
 
 
 def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) -> dict[str, Any]:
@@ -209,7 +226,7 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
 # (json.loads accepts NaN and Infinity), never a number to compare or bold as best.
 MEASURED_FIELDS = (
     "median_ms", "p20_ms", "p80_ms", "compile_ms", "peak_bytes", "peak_abs_bytes",
-    "rss_peak_bytes",
+    "rss_peak_bytes", "collectives", "collective_bytes", "collective_ms", "loss_ms",
 )  # fmt: skip
 
 

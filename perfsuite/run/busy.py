@@ -26,10 +26,11 @@ def watched(
 
     def marked(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         if any(r["status"] in MEASURED for r in rows):  # a worker measured it
-            label = f"{method} N={case['tokens']} V={case['vocab']} D={case['hidden']}"
+            tp = f" TP={case['tp']}" if case.get("tp") else ""
+            label = f"{method}{tp} N={case['tokens']} V={case['vocab']} D={case['hidden']}"
             state = watch.end(f"{label} {case['dtype']} β={case['beta']:g}")
             reasons = "; ".join(state["busy"])
-            busy[tuple(case[k] for k in keys)] = reasons
+            busy[tuple(case.get(k) for k in keys)] = reasons
             for row in rows:
                 row["busy"] = reasons
             if machine is not None:

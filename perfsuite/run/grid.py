@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from perfsuite.method import Case
+from perfsuite.measure.timing import protocol
 from perfsuite.plan.memory_model import exceeds, predicted_peak
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import cell_key
 from perfsuite.results.results import Row
+from perfsuite.tp_method import case_of, case_reason
 
 
 @dataclass
@@ -114,7 +115,8 @@ def unit_cost(unit: Unit, plan: Plan, interpreted: bool) -> float:
     c = unit.case
     nvd = c["tokens"] * c["vocab"] * c["hidden"]
     per_phase = {"fwd": 2, "bwd": 6, "fwd+bwd": 8}
-    samples = (min(plan.samples, 3) + 1) if interpreted else (plan.samples + plan.warmup + 1)
+    samples, warmup = protocol(plan.samples, plan.warmup, interpreted)
+    samples += warmup + 1  # and the memory pass
     flops = nvd * (24 + sum(per_phase[p] for p in plan.phases) * samples)
     return (flops * (50 if interpreted else 1)) + 1e10
 
@@ -125,8 +127,8 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
         return None
     method = known[unit.method]
     c = unit.case
-    case = Case(**{k: v for k, v in c.items() if k not in ("shape", "workload")})
-    if method.availability(case.device) is not None or method.unsupported_reason(case):
+    case = case_of(c)
+    if method.availability(case.device) is not None or case_reason(method, c):
         return None  # the worker says why, cheaply and more usefully
     need, what = predicted_peak(
         unit.method,
@@ -139,7 +141,7 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
     )
     if need <= capacity:
         return None
-    return exceeds(need, what, capacity, c["device"]) + "; --force attempts it"
+    return exceeds(need, what, capacity, c["device"]) + "; --attempt-all attempts it"
 
 
 def skipped_rows(unit: Unit, plan: Plan, reason: str) -> list[dict[str, Any]]:
@@ -148,6 +150,7 @@ def skipped_rows(unit: Unit, plan: Plan, reason: str) -> list[dict[str, Any]]:
         k: c[k]
         for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
     }
+    fields["tp"] = c.get("tp")
     return [
         asdict(
             Row(

@@ -14,103 +14,42 @@ and go after them ``plan.jobs`` workers at a time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from subprocess import Popen
+from typing import Any
 
-from perfsuite.measure.machine import RUN_ID_VAR
-from perfsuite.measure.memory import CPU_MALLOC_ENV
-from perfsuite.method import Case, Method
+from perfsuite.method import Method
 from perfsuite.plan.plan import Plan
-from perfsuite.plan.registry import all_methods
+from perfsuite.plan.registry import all_methods, methods_for, tp_methods
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import PHASES, Row, new_document
 from perfsuite.run.busy import watched
+from perfsuite.run.deaths import death_reason, failed_record, read_json_lines
+from perfsuite.run.environment import THREAD_VARS as THREAD_VARS
+from perfsuite.run.environment import child_env as child_env
+from perfsuite.run.environment import worker_env
+from perfsuite.run.grid import Unit, unit_cost
+from perfsuite.run.pause import start_worker, worker_ended
+from perfsuite.run.progress import NoticeFn, Tracker, row_lines
+from perfsuite.run.schedule import CANCEL, Cancelled, interpreted, schedule
+from perfsuite.run.schedule import run_parallel as run_parallel
 from perfsuite.run.scratch import scratch
 from perfsuite.run.worker import WorkerSpec
+from perfsuite.tp_method import case_reason
 
 # Called after each finished case: (method, case dict, rows of that case).
 ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
-T = TypeVar("T")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def child_env(device: str, jobs: int, triton: bool) -> dict[str, str]:
-    """A worker process's environment: unbuffered; on CPU the measured allocator
-    settings, and for Triton methods the interpreter (set before the worker imports
-    anything: ``@triton.jit`` reads it at definition) with the cores shared out."""
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env[RUN_ID_VAR] = str(os.getpid())  # ours, to the busy-machine check
-    if device == "cpu":
-        env.update(CPU_MALLOC_ENV)
-        if not triton:  # a native method is timed natively, whatever this process runs
-            env.pop("TRITON_INTERPRET", None)
-        if triton:
-            env["TRITON_INTERPRET"] = "1"
-            if jobs > 1:  # share the cores instead of oversubscribing them
-                threads = str(max(1, len(os.sched_getaffinity(0)) // jobs))
-                for var in THREAD_VARS:  # torch's pool, and numpy's BLAS under tl.dot
-                    env.setdefault(var, threads)
-    return env
-
-
-def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
-    return child_env(plan.device, plan.jobs, triton)
-
-
-def read_json_lines(path: Path) -> list[dict[str, Any]]:
-    """A worker's JSON-lines output, up to the first line a crash cut short."""
-    if not path.exists():
-        return []
-    lines = []
-    for text in path.read_text().splitlines():
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            break  # a line cut by a crash: everything before it stands
-    return lines
-
-
-# C++ log lines (torch profiler/kineto: "USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52]
-# profiler_start", glog's "W0101 10:00:00.000 1 file.cc:12] ..."): ours, not the user's.
-_NATIVE_LOG = re.compile(r"\S+\.(?:cpp|cc|cxx|c|h|hpp):\d+\]")
-
-
-def _user_lines(stderr: str) -> list[str]:
-    """The worker's stderr without native libraries' log lines, blank lines dropped."""
-    return [
-        line
-        for line in stderr.strip().splitlines()
-        if line.strip() and not _NATIVE_LOG.search(line)
-    ]
-
-
-def death_reason(
-    returncode: int | None, timed_out_after: float | None, stderr: str
-) -> tuple[str, str]:
-    """``(status, one-line reason)`` for a worker that ended without finishing its work;
-    ``timed_out_after``: the limit (s) it was killed at, None if it was not."""
-    tail = " | ".join(_user_lines(stderr)[-3:])[-400:]
-    if timed_out_after is not None:
-        return "error", f"worker timed out after {timed_out_after:g} s; {tail}".strip("; ")
-    if returncode is not None and returncode < 0:
-        sig = signal.Signals(-returncode).name
-        if sig == "SIGKILL":
-            return "oom", f"worker killed by SIGKILL (likely the kernel's OOM killer); {tail}"
-        return "error", f"worker died of {sig}; {tail}"
-    return "error", f"worker exited with code {returncode}; {tail}"
 
 
 def run_method(
@@ -120,14 +59,16 @@ def run_method(
     progress: ProgressFn | None = None,
     env: dict[str, str] | None = None,
     machine: list[dict[str, Any]] | None = None,
+    tracker: Tracker | None = None,
 ) -> list[dict[str, Any]]:
     """All cases of one method, restarting the worker after a crash; ``env`` is added
     to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU). Each
-    case's machine state goes to ``machine``, and its rows say whether it was busy."""
+    case's machine state goes to ``machine``, and its rows say whether it was busy;
+    ``tracker`` hears the workers' starts and stages (progress lines)."""
     progress, busy = watched(plan.device, progress, machine, CASE_KEYS)
-    rows = _run_method(plan, method, cases, progress, env)
+    rows = _run_method(plan, method, cases, progress, env, tracker)
     for row in rows:
-        row["busy"] = busy.get(tuple(row[k] for k in CASE_KEYS), "")
+        row["busy"] = busy.get(tuple(row.get(k) for k in CASE_KEYS), "")
     return rows
 
 
@@ -137,8 +78,9 @@ def _run_method(
     cases: list[dict[str, Any]],
     progress: ProgressFn,
     env: dict[str, str] | None,
+    tracker: Tracker | None = None,
 ) -> list[dict[str, Any]]:
-    method_obj = all_methods()[method]
+    method_obj = method_named(method, cases)
     triton = method_obj.caps.triton
     rows: list[dict[str, Any]] = []
     remaining = []
@@ -155,25 +97,40 @@ def _run_method(
         while remaining:
             attempt += 1
             out = Path(tmp) / f"rows-{attempt}.jsonl"
+            # A multi-rank worker starts K ranks for one TP size: cases of the next go
+            # to the next worker.
+            tp = remaining[0].get("tp")
+            batch = list(itertools.takewhile(lambda c, tp=tp: c.get("tp") == tp, remaining))
             spec = WorkerSpec(
                 method=method,
-                cases=remaining,
+                cases=batch,
                 out=str(out),
                 phases=plan.phases,
                 samples=plan.samples,
                 warmup=plan.warmup,
                 seed=plan.seed,
                 memory_limit=plan.memory_limit,
+                collective_timeout_s=plan.collective_timeout_s,
             )
             spec_path = Path(tmp) / f"spec-{attempt}.json"
             spec_path.write_text(json.dumps(asdict(spec)))
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "perfsuite.run.worker", str(spec_path)],
-                env={**worker_env(plan, triton), **(env or {})},
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            command = [sys.executable, "-m", worker_module(tp), str(spec_path)]
+            environ = {**worker_env(plan, triton), **(env or {})}
+
+            def popen(extra: dict[str, str], command=command, environ=environ) -> Popen:
+                return subprocess.Popen(
+                    command,
+                    env={**environ, **extra},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    # Its own process group: a kill reaches a multi-rank worker's ranks too.
+                    start_new_session=True,
+                )
+
+            proc = start_worker(popen, triton)
+            if tracker is not None:
+                tracker.worker_started(method, batch)
             reported = 0
             deadline = time.monotonic() + plan.timeout_s
             timed_out = False
@@ -189,25 +146,37 @@ def _run_method(
                             raise Cancelled(method) from None
                         if time.monotonic() > deadline:
                             timed_out = True
-                            proc.kill()
-                    reported = _report(out, remaining, reported, plan, method, progress)
+                            _kill(proc)
+                    lines = read_json_lines(out)
+                    reported = _report(lines, batch, reported, plan, method, progress)
+                    if tracker is not None:
+                        tracker.poll(method, lines)
             except BaseException:
                 # Ctrl-C, SIGTERM (perfsuite.cli turns it into KeyboardInterrupt), a
                 # cancel: the worker goes too, before its temporary folder is removed.
-                proc.kill()
+                _kill(proc)
                 proc.wait()
-                _report(out, remaining, reported, plan, method, progress)  # its finished cases
+                # its finished cases
+                _report(read_json_lines(out), batch, reported, plan, method, progress)
                 raise
-            reported = _report(out, remaining, reported, plan, method, progress)
+            finally:
+                worker_ended(proc, triton)
+                if tracker is not None:
+                    tracker.worker_ended(method)
+            _kill(proc)  # a rank its launcher left behind
             lines = read_json_lines(out)
-            case_rows = [line for line in lines if "start" not in line]
+            reported = _report(lines, batch, reported, plan, method, progress)
+            case_rows = row_lines(lines)
             rows.extend(case_rows)
             finished = reported
-            if finished >= len(remaining):
-                break
+            if finished >= len(batch):
+                remaining = remaining[len(batch) :]
+                continue
             # The case in flight died with the worker: record why, go on after it.
             limit = plan.timeout_s if timed_out else None
-            status, reason = death_reason(proc.returncode, limit, "".join(stderr_chunks))
+            status, reason = failed_record(lines) or death_reason(
+                proc.returncode, limit, "".join(stderr_chunks)
+            )
             lost = remaining[finished]
             have = {r["phase"] for r in case_rows if _same_case(r, lost)}
             phases = [p for p in plan.phases if p not in have]
@@ -219,6 +188,26 @@ def _run_method(
     return _in_case_order(rows, cases)
 
 
+def _kill(proc: Popen) -> None:
+    """SIGKILL the worker's whole process group (a launcher and its ranks)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def worker_module(tp: int | None) -> str:
+    """The module a worker runs: one process, or a launcher of ``tp`` ranks."""
+    return "perfsuite.run.worker" if tp is None else "perfsuite.run.launch"
+
+
+def method_named(name: str, cases: list[dict[str, Any]]) -> Method:
+    """The method of that name: from the TP registry for multi-rank cases."""
+    if any(case.get("tp") is not None for case in cases):
+        return tp_methods()[name]
+    return all_methods()[name]
+
+
 def _decided_rows(plan: Plan, method: Method, case: dict[str, Any]) -> list[dict[str, Any]] | None:
     """``unavailable``/``unsupported`` rows when no worker is needed to know, else None.
 
@@ -226,8 +215,7 @@ def _decided_rows(plan: Plan, method: Method, case: dict[str, Any]) -> list[dict
     (seconds of imports) to learn what the parent already knows."""
     status, reason = "unavailable", method.availability(plan.device)
     if reason is None:
-        fields = {k: v for k, v in case.items() if k not in ("shape", "workload")}
-        status, reason = "unsupported", method.unsupported_reason(Case(**fields))
+        status, reason = "unsupported", case_reason(method, case)
     if reason is None:
         return None
     return _status_rows(
@@ -260,74 +248,19 @@ def _status_rows(
     ]
 
 
-def interpreted(plan: Plan, method: str) -> bool:
-    """Whether ``method`` runs under the Triton interpreter in this plan."""
-    return plan.device == "cpu" and all_methods()[method].caps.triton
-
-
-def schedule(
-    plan: Plan, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
-) -> None:
-    """Calls ``work`` on every item: natively timed methods' items one at a time, then
-    interpreted ones ``plan.jobs`` at a time (threads, each driving its own worker)."""
-    native: list[T] = []
-    emulated: list[T] = []
-    for item in items:
-        (emulated if interpreted(plan, method_of(item)) else native).append(item)
-    methods = all_methods()
-    emulated.sort(key=lambda i: -methods[method_of(i)].caps.interpreter_cost)  # longest first
-    for item in native:
-        work(item)
-    if plan.jobs <= 1 or len(emulated) <= 1:
-        for item in emulated:
-            work(item)
-        return
-    run_parallel(emulated, work, plan.jobs)
-
-
-class Cancelled(Exception):
-    """A worker-driving thread stopped because the run was interrupted."""
-
-
-# Set when the main thread is interrupted (Ctrl-C) while threads drive workers: each
-# thread kills its worker within one polling interval instead of going on.
-CANCEL = threading.Event()
-
-
-def run_parallel(items: list[T], work: Callable[[T], None], jobs: int) -> None:
-    """``work`` on every item, ``jobs`` threads at a time; an interrupt (or a failure)
-    stops the workers of every thread, not only the main one's."""
-    CANCEL.clear()
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(work, item) for item in items]
-            try:
-                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                failed = [f.exception() for f in futures if f in done and f.exception()]
-                if failed:
-                    raise failed[0]
-            except BaseException:
-                CANCEL.set()
-                for future in futures:
-                    future.cancel()
-                raise
-    finally:
-        CANCEL.clear()  # every thread has stopped: later runs start clean
-
-
-CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
+CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp")
 
 
 def _case_fields(case: dict[str, Any]) -> dict[str, Any]:
-    return {k: case[k] for k in CASE_KEYS}
+    return {k: case.get(k) for k in CASE_KEYS}
 
 
 def _in_case_order(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows in the order of ``cases`` (decided ones came first), phases in PHASES order."""
-    position = {tuple(case[k] for k in CASE_KEYS): i for i, case in enumerate(cases)}
+    position = {tuple(case.get(k) for k in CASE_KEYS): i for i, case in enumerate(cases)}
 
     def key(row: dict[str, Any]) -> tuple[int, int]:
-        case = position.get(tuple(row[k] for k in CASE_KEYS), len(cases))
+        case = position.get(tuple(row.get(k) for k in CASE_KEYS), len(cases))
         return case, PHASES.index(row["phase"])
 
     return sorted(rows, key=key)
@@ -338,7 +271,7 @@ def _same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:
 
 
 def _report(
-    out: Path,
+    lines: list[dict[str, Any]],
     cases: list[dict[str, Any]],
     reported: int,
     plan: Plan,
@@ -346,7 +279,7 @@ def _report(
     progress: ProgressFn | None,
 ) -> int:
     """Count cases whose every phase has a row; tell ``progress`` about new ones."""
-    rows = [line for line in read_json_lines(out) if "start" not in line]
+    rows = row_lines(lines)
     while reported < len(cases):
         case = cases[reported]
         mine = [r for r in rows if _same_case(r, case)]
@@ -362,12 +295,15 @@ def run_plan(
     plan: Plan,
     progress: ProgressFn | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document.
 
     ``checkpoint`` gets the document of every case finished so far, after each one:
-    a run killed or interrupted half-way keeps what it measured."""
-    methods = all_methods()
+    a run killed or interrupted half-way keeps what it measured. ``notice`` gets a
+    line when a worker or a cell starts, and at least every ``HEARTBEAT_S`` while a
+    cell runs (perfsuite.run.progress)."""
+    methods = methods_for(bool(plan.tps))
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, distributions)
     env["plan"] = plan.as_dict()
@@ -375,8 +311,11 @@ def run_plan(
     by_method: dict[str, list[dict[str, Any]]] = {}
     finished: list[dict[str, Any]] = []
     lock = threading.Lock()
+    tracker = None if notice is None else _tracker(plan, cases, notice)
 
     def report(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        if tracker is not None and any(r["status"] in ("ok", "wrong") for r in rows):
+            tracker.finished(method, case)
         if progress is not None:
             progress(method, case, rows)
         if checkpoint is not None:
@@ -388,10 +327,32 @@ def run_plan(
     env["machine"] = {"groups": groups}
 
     def work(method: str) -> None:
-        by_method[method] = run_method(plan, method, cases, report, machine=groups)
+        by_method[method] = run_method(plan, method, cases, report, machine=groups, tracker=tracker)
 
     schedule(plan, plan.methods, lambda m: m, work)
     rows = [row for method in plan.methods for row in by_method[method]]
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)
+
+
+def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:
+    """Progress lines over the cells a worker will measure (not those decided here),
+    with ``grid.unit_cost`` as the time model."""
+    units = [
+        (name, case)
+        for name in plan.methods
+        for case in cases
+        if _decided_rows(plan, method_named(name, [case]), case) is None
+    ]
+    emulated = {name: interpreted(plan, name) for name in plan.methods}
+    methods = methods_for(bool(plan.tps))
+
+    def cost(name: str, case: dict[str, Any]) -> float:
+        return unit_cost(Unit(0, name, case), plan, emulated[name])
+
+    def materializes(name: str) -> bool:
+        caps = getattr(methods[name], "caps", None)
+        return bool(getattr(caps, "materializes_logits", True))
+
+    return Tracker(plan, units, notice, cost, materializes)

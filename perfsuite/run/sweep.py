@@ -6,7 +6,7 @@ The grid is a ``Plan`` (one shape per (N, V, D)), cut into units by
 
 - **predicted fit**: a (method, case) whose predicted peak
   (``memory_model.predicted_peak``) exceeds the device is not attempted
-  but recorded as ``skipped`` with the reason, unless ``--force``;
+  but recorded as ``skipped`` with the reason, unless ``--attempt-all``;
 - **incremental, atomic writes**: the results file is rewritten (temp file +
   rename) after every finished case, so a killed sweep loses only the cases in
   flight; ``--resume`` reads it back and runs only the cells it lacks
@@ -32,7 +32,7 @@ from typing import Any
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError, build_plan
-from perfsuite.plan.registry import all_methods
+from perfsuite.plan.registry import methods_for
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload, workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.lock import FileLocked, WriterLock
@@ -70,7 +70,7 @@ CellFn = Callable[["Unit", list[dict[str, Any]]], None]
 def _collect_env(plan: Plan) -> dict[str, Any]:
     from perfsuite.results.provenance import collect_env
 
-    methods = all_methods()
+    methods = methods_for(bool(plan.tps))
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, distributions)
     env["plan"] = plan.as_dict()
@@ -127,7 +127,7 @@ class Sweep:
             if diffs and not force:
                 raise PlanError(
                     f"{self.out} was measured under another environment ({'; '.join(diffs)}); "
-                    "resume it where it was made, use another --out, or --force"
+                    "resume it where it was made, use another --out, or --attempt-all"
                 )
             rows = [
                 r for r in previous["rows"] if r["status"] != "skipped" and r["status"] not in redo
@@ -166,7 +166,7 @@ class Sweep:
         self.save()
 
     def run(self, on_cell: CellFn | None = None) -> dict[str, Any]:
-        known = all_methods()
+        known = methods_for(bool(self.plan.tps))
         capacity = None if self.force else device_capacity(self.plan.device, self.plan.memory_limit)
         pending: list[Unit] = []
         skipped: list[dict[str, Any]] = []
@@ -253,7 +253,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redo", default="", help="with --resume: statuses to measure again, e.g. error,oom"
     )
-    p.add_argument("--force", action="store_true", help="attempt cells predicted not to fit")
+    from perfsuite.args import add_attempt_all  # (the module is at its line limit)
+
+    add_attempt_all(p)  # --force: "overwrite" to run; here a deprecated alias
     p.add_argument("--shard", help="i/n: run every n-th cell starting at i (0-based)")
     p.add_argument("--gpus", help="all, or GPU indices (0,1): one worker per GPU at a time")
 
@@ -289,6 +291,8 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
         check_memory=False,
     )
     grid.update(beta=plan.betas, dtype=args.dtype, methods=plan.methods)
+    if plan.tps:
+        grid["tp"] = plan.tps
     return plan, grid
 
 
@@ -332,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     except (PlanError, WorkloadError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
-    known = all_methods()
+    known = methods_for(bool(plan.tps))
     interpreted = {m: plan.device == "cpu" and known[m].caps.triton for m in plan.methods}
     costs = {u.index: unit_cost(u, plan, interpreted[u.method]) for u in sweep.todo}
     total_cost = sum(costs.values()) or 1.0
@@ -358,8 +362,9 @@ def run(args: argparse.Namespace) -> int:
             done += 1
             statuses = ",".join(sorted({r["status"] for r in rows}))
             c = unit.case
+            tp = f" TP={c['tp']}" if c.get("tp") else ""
             bar.console.log(
-                f"{unit.method:<20} N={c['tokens']} V={c['vocab']} D={c['hidden']} "
+                f"{unit.method + tp:<20} N={c['tokens']} V={c['vocab']} D={c['hidden']} "
                 f"β={c['beta']:g}: {statuses}"
             )
             busy = next((r["busy"] for r in rows if r.get("busy")), "")

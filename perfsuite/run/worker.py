@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from perfsuite.measure.memory import measure_peak
-from perfsuite.measure.timing import CacheFlusher, time_samples
-from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
+from perfsuite.measure.timing import CacheFlusher, protocol, time_samples
+from perfsuite.method import LossFn, Method, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
@@ -38,6 +38,8 @@ from perfsuite.run.correctness import (
     torch_error_outcome,
 )
 from perfsuite.run.inputs import Inputs, make_inputs
+from perfsuite.run.pause import paused
+from perfsuite.tp_method import case_of
 
 
 @dataclass
@@ -51,6 +53,8 @@ class WorkerSpec:
     seed: int = 0
     # Extra bytes of data memory the process may take (CPU only); provokes `oom`.
     memory_limit: int | None = None
+    # Multi-rank cells (perfsuite.run.ranks): seconds any one collective may wait.
+    collective_timeout_s: float = 300.0
 
 
 # Said next to a bf16 failure under the interpreter, whose casts differ from a GPU's.
@@ -126,10 +130,15 @@ def _rows(case: dict[str, Any], spec: WorkerSpec, method: Method, **fields: Any)
 
 
 def run_case(
-    spec: WorkerSpec, method: Method, raw: dict[str, Any], emit: Callable[[Row], None]
+    spec: WorkerSpec,
+    method: Method,
+    raw: dict[str, Any],
+    emit: Callable[[Row], None],
+    stage: Callable[[str], None] = lambda text: None,
 ) -> None:
-    """Measure every phase of one case; each row goes to ``emit`` as soon as it is known."""
-    case = Case(**{k: v for k, v in raw.items() if k not in ("shape", "workload")})
+    """Measure every phase of one case; each row goes to ``emit`` as soon as it is known,
+    and ``stage`` hears what starts (the runner's progress lines of a long cell)."""
+    case = case_of(raw)
     terms = getattr(method, "terms", None)
     if terms is not None:  # a variant that always trains with them (ours-zloss)
         case = terms.apply(case)
@@ -147,16 +156,18 @@ def run_case(
         return all_phases("unsupported", reason)
     done: set[str] = set()
     try:
+        stage("gate")
         inputs = make_inputs(case, spec.seed, raw.get("workload"))
         reference = reference_outcome(case, inputs)
         check_reference(reference, inputs, case.ignore_index)
         bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
         loss_fn = method.prepare(case, inputs.c)
-        start = time.perf_counter()
-        outcome = run_once(loss_fn, inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        compile_ms = (time.perf_counter() - start) * 1e3
+        with paused():  # a clock: the run's interpreted workers stop meanwhile
+            start = time.perf_counter()
+            outcome = run_once(loss_fn, inputs)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            compile_ms = (time.perf_counter() - start) * 1e3
         verdict = judge(outcome, reference, bounds)
         del reference
         interpreted = method.caps.triton and device.type == "cpu"
@@ -181,26 +192,28 @@ def run_case(
             if interpreted and case.dtype == "bf16":
                 reason += f" ({INTERPRETER_BF16_NOTE})"
         flush = CacheFlusher(device)
+        samples, warmup = protocol(spec.samples, spec.warmup, interpreted)
         for row in _rows(raw, spec, method, status=status, reason=reason, **gate):
             phase = Phase(row.phase, loss_fn, inputs)
             phase.setup()
+            stage(f"{row.phase} memory")
             peak = measure_peak(phase.body, device)
-            timing = time_samples(
-                phase.body,
-                device,
-                samples=min(spec.samples, 3) if interpreted else spec.samples,
-                # The interpreter compiles nothing; the gate's call already warmed it.
-                warmup=0 if interpreted else spec.warmup,
-                setup=phase.setup,
-                flush=flush,
-            )
+            stage(f"{row.phase} timing ({samples} samples)")
+            with paused():
+                timing = time_samples(
+                    phase.body, device, samples=samples, warmup=warmup, setup=phase.setup,
+                    flush=flush,
+                )  # fmt: skip
             phase.reset()
             row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
             row.rss_peak_bytes = peak.rss_delta
             row.samples_ms = timing.samples_ms
             row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
             if interpreted and status == "ok":
-                row.reason = "Triton interpreter on CPU: timings say nothing about GPU speed"
+                row.reason = (
+                    "Triton interpreter on CPU: timings say nothing about GPU speed "
+                    f"({samples} sample(s), no warm-up; memory and the gate are measured)"
+                )
             emit(row)
             done.add(row.phase)
     except Unsupported as err:
@@ -245,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     method = get_method(spec.method)
+    # What the imports made lives as long as the process: out of every later collection
+    # (each memory pass collects; torch's ~180k objects cost ~0.1 s a time).
+    gc.collect()
+    gc.freeze()
     if spec.memory_limit is not None:
         limit_memory(spec.memory_limit)
     with open(spec.out, "a", buffering=1) as out:
@@ -257,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         for i, raw in enumerate(spec.cases):
             out.write(json.dumps({"start": i}) + "\n")
             out.flush()
-            run_case(spec, method, raw, emit)
+
+            def stage(text: str, i: int = i) -> None:
+                out.write(json.dumps({"stage": text, "case": i}) + "\n")
+                out.flush()
+
+            run_case(spec, method, raw, emit, stage)
     return 0
 
 

@@ -188,6 +188,4 @@ def test_python_dash_m_entry_point(tmp_path: Path):
         timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "perfsuite converge: error: --steps must be >= 1, got 0"
-    ]
+    assert proc.stderr.strip().splitlines() == ["error: --steps must be >= 1, got 0"]

@@ -12,9 +12,15 @@ from perfsuite.history import store
 
 
 def make_document(
-    i: int, factor: float = 1.0, mem: int = 1 << 30, device: str = "cuda", seed: int = 0
+    i: int,
+    factor: float = 1.0,
+    mem: int = 1 << 30,
+    device: str = "cuda",
+    seed: int = 0,
+    tp: int | None = None,
 ) -> dict[str, Any]:
-    """Run ``i`` of a one-cell history: 20 samples around 10 ms x ``factor`` (0.3 % noise)."""
+    """Run ``i`` of a one-cell history: 20 samples around 10 ms x ``factor`` (0.3 % noise);
+    measured across ``tp`` ranks when given (no ``tp`` key otherwise, as before TP)."""
     rng = np.random.default_rng(seed * 1000 + i)
     samples = (10.0 * factor * (1 + rng.normal(0, 0.003, 20))).tolist()
     p20, median, p80 = np.percentile(samples, [20, 50, 80])
@@ -24,6 +30,8 @@ def make_document(
         "device": device, "median_ms": float(median), "p20_ms": float(p20),
         "p80_ms": float(p80), "samples_ms": samples, "peak_bytes": mem, "workload": "random",
     }  # fmt: skip
+    if tp is not None:
+        row["tp"] = tp
     env = {
         "created": f"2026-01-01T00:{i:02d}:00Z",
         "git": {"sha": f"{i:02d}" + "ab" * 19, "dirty": False},

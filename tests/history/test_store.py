@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,8 @@ def test_import_repo_reports(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
     assert count(db, "runs") == len(distinct)
     assert main(["list", "--db", str(db)]) == 0
     listing = capsys.readouterr().out.splitlines()
-    assert listing[-1] == f"{len(distinct)} runs" and len(listing) == len(distinct) + 1
+    runs = [line for line in listing if re.match(r"[0-9a-f]{12} ", line)]
+    assert listing[-1] == f"{len(distinct)} runs" and len(runs) == len(distinct)
     assert main(["import", "--db", str(db), str(reports)]) == 0
     assert count(db, "runs") == len(distinct)
 
@@ -145,3 +147,58 @@ def test_read_only_commands_never_make_or_change_a_database(tmp_path, capsys, co
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.db"]  # no journal, no site
     missing = tmp_path / "none.db"
     assert perfsuite([*filled, "--db", str(missing)]) == 2 and not missing.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["add", "--db", "{db}", "{bad}"],
+        ["add", "--db", "{db}", "{tmp}/missing.json", "{bad}"],
+        ["import", "--db", "{db}", "/nonexistent"],
+        ["import", "--db", "{db}", "{only_bad}"],
+    ],
+)
+def test_bad_input_makes_no_database(tmp_path, db, capsys, argv):
+    """Issue 30: these exited 2 but left an initialised database behind, which `history
+    list` then read as `0 runs`, exit 0."""
+    from perfsuite.cli import main as perfsuite
+
+    (tmp_path / "only_bad").mkdir()
+    bad = tmp_path / "only_bad" / "bad.json"
+    bad.write_text('{"schema_version": 1, "env": {}, "rows": [')
+    filled = [a.format(db=db, bad=bad, tmp=tmp_path, only_bad=bad.parent) for a in argv]
+    assert perfsuite(["history", *filled]) == 2
+    assert "error: " in capsys.readouterr().err
+    assert not db.exists() and not db.parent.exists()
+    assert perfsuite(["history", "list", "--db", str(db)]) == 2  # still no history
+
+
+def test_a_good_file_after_a_bad_one_is_stored(tmp_path, db, capsys):
+    (good,) = write_history(tmp_path, [1.0])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["add", "--db", str(db), str(bad), str(good)]) == 2  # the bad one is named
+    assert count(db, "runs") == 1 and "bad.json" in capsys.readouterr().err
+
+
+def test_list_fits_80_columns(tmp_path, db, monkeypatch, capsys):
+    """Issue 30: `history list` lines were 100-121 characters at 80 columns."""
+    from perfsuite.cli import main as perfsuite
+
+    folder = tmp_path / "results-from-a-long-night" / "of-sweeping"
+    folder.mkdir(parents=True)
+    paths = write_history(folder, [1.0, 1.0, 1.1])
+    assert main(["add", "--db", str(db), *map(str, paths)]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert perfsuite(["history", "list", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80 and not any(x.endswith(" ") for x in lines)
+    flat = " ".join(lines)
+    for i, path in enumerate(paths):
+        assert f"2026-01-01T00:{i:02d}:00Z  {i:02d}abababab  1 cells" in flat
+        assert "".join(lines).count(path.name) == 1
+    assert lines[-1] == "3 runs"
+    monkeypatch.setenv("COLUMNS", "300")  # wide enough: one line a run, a table
+    assert perfsuite(["history", "list", "--db", str(db)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2 + 3 + 1

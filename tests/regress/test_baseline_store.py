@@ -163,3 +163,36 @@ def test_a_run_with_fewer_ok_cells_does_not_replace_the_baseline(tmp_path, capsy
     assert "refusing to replace" in capsys.readouterr().err
     assert (root / SLUG / "gemma2-2b.json").read_text() == before  # nothing written
     assert baseline_cli("update", bad, "--root", root, "--force") == 0
+
+
+def test_a_busy_run_is_stored_with_a_warning(tmp_path, capsys):
+    """Issue 30: `baseline update` stored an all-busy run without a word; every later
+    `compare` against it then refused to judge time."""
+    env = copy.deepcopy(ENV)
+    env["machine"] = {"groups": [{"group": "ours", "busy": ["GPU throttled (thermal)"]}]}
+    results = write_results(tmp_path / "busy.json", document(env=env))
+    assert baseline_cli("update", results, "--root", tmp_path / "b") == 0
+    out = capsys.readouterr().out
+    assert "warning: " in out and "busy machine (1 of 1 cell groups busy" in out
+    assert "--accept-busy" in out
+    quiet = write_results(tmp_path / "quiet.json", document())
+    assert baseline_cli("update", quiet, "--root", tmp_path / "q") == 0
+    assert "warning" not in capsys.readouterr().out
+
+
+def test_list_fits_80_columns(tmp_path, monkeypatch, capsys):
+    """Issue 30: `baseline list` lines were 103 characters at 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    root = tmp_path / "a-rather-long-folder-name" / "baselines"
+    baseline_cli("update", write_results(tmp_path / "run.json", document()), "--root", root)
+    capsys.readouterr()
+    assert baseline_cli("list", "--root", root) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and max(map(len, lines)) <= 80 and not any(x.endswith(" ") for x in lines)
+    text = " ".join(lines)
+    assert text.count("2 cells, 2026-01-01T00:00:00Z, git abc, torch 2.13.0") == 2
+    assert "".join(x.strip() for x in lines if "cells" not in x).count(".json") == 2
+    monkeypatch.setenv("COLUMNS", "200")
+    assert baseline_cli("list", "--root", root) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert len(wide) == 4 and wide[0].split() == ["file", "cells", "created", "git", "torch"]

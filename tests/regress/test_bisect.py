@@ -221,3 +221,19 @@ def test_bisects_a_perfsuite_cell(
     argv += ["--method", "tiny", "--phase", "fwd", "--device", "cpu", "--samples", "8"]
     assert main(argv) == 0
     assert f"first slow commit: {shas[2]} slow: sleep" in capsys.readouterr().out
+
+
+def test_an_unknown_method_is_refused_up_front(
+    repo: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30: `--method nope` ran both commits first, then failed with the cut tail of
+    the inner run's error, never saying "unknown method" (an unknown shape was caught)."""
+    from perfsuite.cli import main as perfsuite
+
+    path, _ = repo
+    argv = ["bisect", "--repo", str(path), "--good", "HEAD~1", "--bad", "HEAD"]
+    assert perfsuite([*argv, "--shape", "smoke", "--method", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --method nope: unknown method; known: ") and "eager" in err
+    assert err.count("\n") == 1 and "cannot be measured" not in err
+    assert git(path, "worktree", "list").count("\n") == 0  # no worktree was made

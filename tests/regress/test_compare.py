@@ -426,3 +426,25 @@ def test_compare_of_two_quiet_runs_is_not_refused(files, capsys):
     base = files("a.json", make_doc(seed=0, env=quiet_env()))
     cur = files("b.json", make_doc(seed=1, env=quiet_env()))
     assert cli(base, cur) == 0
+
+
+def test_a_busy_run_against_itself_says_both_were_busy(files, capsys):
+    """Issue 30: `compare r1.json r1.json` of a busy run said "machine states differ"."""
+    busy = files("busy.json", make_doc(seed=0, env=busy_env()))
+    assert cli(busy, busy) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: both runs were measured on a busy machine") and "busy.json" in err
+    assert "machine states differ" not in err and "--accept-busy to judge time anyway" in err
+    assert err.count("\n") == 1
+    assert cli(busy, busy, "--accept-busy") == 0
+
+
+def test_a_missing_baseline_is_named_not_taken_for_a_store(files, tmp_path, monkeypatch, capsys):
+    """Issue 30: `compare r1 r2.json` with no r1 said no baseline was stored for the
+    device (expected r1/<device>/) instead of that r1 does not exist."""
+    monkeypatch.chdir(tmp_path)
+    cur = files("r2.json", make_doc(seed=0))
+    assert cli("r1", cur) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: r1 does not exist") and err.count("\n") == 1, err
+    assert "no baseline is stored" not in err

@@ -88,3 +88,49 @@ def test_a_figure_says_what_it_does_not_draw_and_what_the_dagger_means(tmp_path,
     assert "† dotted: Triton under the CPU interpreter" in time_vs_v
     memory = next(t for n, t in texts.items() if n.startswith("memory-vs-V-N16"))
     assert "broken (oom)" in memory and "†" not in memory  # memory: † does not apply
+
+
+def test_busy_times_are_marked_as_in_the_tables(tmp_path):
+    """Issue 30: the tables mark a cell measured on a busy machine with !, the plots did not."""
+    from perfsuite.cli import main
+
+    doc = grid_document()
+    for r in doc["rows"]:
+        if r["method"] == "eager" and r["tokens"] == 32 and r["vocab"] == 300:
+            r["busy"] = "other processes used 1.0 of 2 cores"
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(doc))
+    assert main(["plot", str(results), "-o", str(tmp_path / "plots"), "--dpi", "20"]) == 0
+    made = dict(plot.figures(doc))
+    for name, fig in made.items():
+        marks = [t for ax in fig.get_axes() for t in ax.texts if t.get_text() == "!"]
+        notes = " ".join(t.get_text() for t in fig.texts)
+        busy = name.startswith("time") and ("N32" in name or "V300" in name)
+        assert len(marks) == (2 if busy else 0), name  # one point per β panel
+        assert ("! measured on a busy machine" in notes) == busy, name
+
+
+def test_tick_labels_never_run_into_each_other():
+    """Issue 30: with a long legend narrowing the panels, an axis spanning under half a
+    decade labelled every minor tick: `8×10¹9×10¹`."""
+    import copy
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    doc = grid_document()
+    for name in ("torch-compile", "ours-tiles-no-sort", "cce-kahan-full-c", "torchtune-chunked"):
+        doc["rows"] += [{**copy.deepcopy(r), "method": name} for r in doc["rows"][:24]]
+    for r in doc["rows"]:
+        r["tokens"] = {16: 64, 32: 128}[r["tokens"]]
+    for name, fig in plot.figures(doc):
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        for ax in fig.get_axes():
+            for axis in (ax.xaxis, ax.yaxis):
+                labels = axis.get_majorticklabels() + axis.get_minorticklabels()
+                boxes = [t.get_window_extent(renderer) for t in labels if t.get_text()]
+                for i, box in enumerate(boxes):
+                    assert not any(box.overlaps(other) for other in boxes[i + 1 :]), name
+        if "-vs-N-" in name:
+            texts = [t.get_text() for t in fig.get_axes()[0].get_xticklabels()]
+            assert texts == ["64", "128"]  # the swept values, plainly

@@ -140,7 +140,7 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monk
     rows = load_results(out)["rows"]
     assert len(rows) == CELLS // 2 * PHASES  # eager alone
     assert {r["status"] for r in rows} == {"skipped"}
-    assert "predicted peak" in rows[0]["reason"] and "--force" in rows[0]["reason"]
+    assert "predicted peak" in rows[0]["reason"] and "--attempt-all" in rows[0]["reason"]
     from rich.console import Console
 
     from perfsuite.render.table import print_tables
@@ -162,7 +162,7 @@ def test_skip_prediction_follows_the_memory_model():
     assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
     assert skip_reason(units["ours"], 40 * gib, known) is None
     reason = skip_reason(units["ours"], 20 * gib, known)
-    assert "reference" in reason and "--force" in reason
+    assert "reference" in reason and "--attempt-all" in reason
     assert "reference" in skip_reason(units["eager"], 20 * gib, known)
     assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt all
     # A method holding more logit copies than the gate is named for them.

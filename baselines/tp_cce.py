@@ -1,0 +1,145 @@
+"""Cut Cross-Entropy's vocabulary parallelism: ``linear_cross_entropy(...,
+vocab_parallel_options=VocabParallelOptions(start, stop, group))``.
+
+CCE's own sharded path: the LSE and the target logit are all-reduced in the forward;
+the backward writes this shard's dC, treats other shards' targets as padding, and sums
+dE across ranks in fp32 (``reduce_e_grad=True``). Any [start, stop) per rank, so uneven
+shards are fine. ``impl="cce"`` with the library's defaults (gradient filtering at
+``filter_eps="auto"``), as the single-device ``cce`` method uses its version's defaults.
+
+* Not released: ``VocabParallelOptions`` came to apple/ml-cross-entropy's main in
+  2025-04 (#38; the loss fixed in #42), after 25.1.1, the newest on PyPI and the
+  version this project pins. With 25.1.1 the method is unavailable, saying so; a CCE
+  installed from the repository runs it.
+* No label smoothing (CCE computes plain cross-entropy). Softcap: yes. z-loss: CCE's
+  own ``utils.compute_z_loss`` on the returned differentiable LSE (``return_lse``, also
+  main only). No class weights.
+* fp32 only where its backward takes fp32 (main with triton >= 3.2; 25.1.1 asserted
+  bf16/fp16).
+* Its Triton kernels need CUDA (under the interpreter the LSE kernel's
+  ``libdevice.log1p`` fails: baselines/cce.py), so on CPU it is unavailable.
+
+cut_cross_entropy is imported in ``build_tp`` only. This path has not run on a GPU
+here: the CPU checks only see it unavailable.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfsuite import method as _method
+from perfsuite.baselines.tp_torch import TPMethod
+from perfsuite.method import Capabilities, Case, LossFn, Unavailable, Unsupported
+from perfsuite.tp_method import Shard
+
+CPU_REASON = (
+    "needs CUDA: CCE's Triton kernels do not run under the Triton interpreter "
+    "(its LSE kernel's libdevice.log1p fails there)"
+)
+NO_VP_REASON = (
+    "cut-cross-entropy {version} has no VocabParallelOptions: vocabulary parallelism is "
+    "on apple/ml-cross-entropy's main (2025-04, #38), not in any PyPI release up to 25.1.1"
+)
+
+
+def _has_vocab_parallel() -> bool | None:
+    """Whether the installed CCE ships ``cut_cross_entropy/vocab_parallel`` (read from
+    the distribution's file list, without importing it); None when unknown."""
+    try:
+        files = importlib.metadata.files("cut-cross-entropy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if files is None:
+        return None
+    return any("cut_cross_entropy/vocab_parallel" in str(f) for f in files)
+
+
+@dataclass
+class CCETPMethod(TPMethod):
+    """A ``TPMethod`` whose unavailability says why: no CUDA, or a CCE without VP."""
+
+    def availability(self, device: str) -> str | None:
+        missing = _method.missing_packages(*self.requires)
+        if missing:
+            return f"{', '.join(missing)} not installed"
+        if device == "cpu":
+            return CPU_REASON
+        if _has_vocab_parallel() is False:
+            return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
+        return super().availability(device)
+
+
+def _import_cce() -> Any:
+    try:
+        import cut_cross_entropy
+    except ImportError as err:
+        raise Unavailable(f"cut_cross_entropy failed to import: {err}") from err
+    if not hasattr(cut_cross_entropy, "VocabParallelOptions"):
+        version = getattr(cut_cross_entropy, "__version__", "?")
+        raise Unavailable(NO_VP_REASON.format(version=version))
+    return cut_cross_entropy
+
+
+def _fp32_backward() -> bool:
+    """CCE's backward takes fp32 inputs (main, with triton >= 3.2)."""
+    from cut_cross_entropy import utils
+
+    check = getattr(utils, "is_triton_greater_or_equal_3_2_0", None)
+    return bool(check is not None and check())
+
+
+def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    cce = _import_cce()
+    if case.dtype == "fp32" and not _fp32_backward():
+        raise Unsupported("this CCE's backward takes bf16/fp16 only (fp32 needs triton >= 3.2)")
+    z_loss_fn = None
+    if case.z_loss:
+        from cut_cross_entropy import utils
+
+        z_loss_fn = getattr(utils, "compute_z_loss", None)
+        if (
+            z_loss_fn is None
+            or "return_lse" not in inspect.signature(cce.linear_cross_entropy).parameters
+        ):
+            raise Unsupported("this CCE returns no differentiable LSE for z-loss")
+    options = cce.VocabParallelOptions(shard.start, shard.stop, group=shard.group)
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        kwargs = dict(ignore_index=case.ignore_index, softcap=case.softcap, impl="cce")
+        if z_loss_fn is None:
+            return cce.linear_cross_entropy(e, c, targets, vocab_parallel_options=options, **kwargs)
+        loss, lse = cce.linear_cross_entropy(
+            e, c, targets, vocab_parallel_options=options, return_lse=True, **kwargs
+        )
+        z = z_loss_fn(lse, targets, ignore_index=case.ignore_index, reduction="mean")
+        return loss + case.z_loss * z
+
+    return loss_fn
+
+
+TP_METHODS = [
+    CCETPMethod(
+        name="cce",
+        description="Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions "
+        "(LSE and target logit all-reduced; filtered backward, fp32 dE all-reduce)",
+        caps=Capabilities(
+            softcap=True,
+            z_loss=True,
+            devices=frozenset({"cuda"}),
+            triton=True,
+            materializes_logits=False,
+        ),
+        requires=("cut_cross_entropy",),
+        distributions=("cut-cross-entropy", "triton", "torch"),
+        build_tp=_build,
+        limits={
+            "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
+            "class_weights": "CCE's linear_cross_entropy takes no class weights",
+        },
+    ),
+]

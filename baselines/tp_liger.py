@@ -1,0 +1,105 @@
+"""Liger Kernel's vocab-parallel cross-entropy on the shard logits.
+
+``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` with its defaults, the
+PyTorch smoothing formula averaged over the global vocabulary ("global" mode: one
+extra all-reduce), on ``e @ c_shard.T`` shaped [S, B, V_local] (N, 1, V/K), the
+softcap applied to the shard logits first when the case has one (elementwise: exact).
+It handles ignore_index itself (zero loss and gradient) and returns per-token losses:
+the mean over the kept rows is the adapter's (NaN when none is kept, as torch).
+
+Checked with liger-kernel 0.8.5:
+
+* The all-reduces use the ``tp_group`` argument and are skipped for ``None`` (treated
+  as TP = 1), so the group is always passed explicitly (the default group's object when
+  the shard's is None).
+* Rank r's shard is taken to start at r x its own size (``vocab_start = rank *
+  v_local``; "global" smoothing divides by ``v_local * world``): uneven shards are
+  unsupported.
+* Its two Triton kernels run unchanged under ``TRITON_INTERPRET=1`` (β = 0 and > 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from perfsuite.baselines.torch_methods import softcapped
+from perfsuite.baselines.tp_torch import TPMethod, sum_grad_over
+from perfsuite.method import Capabilities, Case, LossFn, Unavailable
+from perfsuite.tp_method import Shard
+
+INTERPRET_REASON = (
+    "on CPU Liger's Triton kernels need TRITON_INTERPRET=1 (set before liger_kernel is "
+    "imported); triton has no CPU driver"
+)
+UNEVEN_REASON = (
+    "Liger's vocab-parallel CE places rank r's shard at r x its own size (vocab_start = "
+    "rank * v_local) and smooths over v_local x TP: uneven shards ({sizes}) are misread"
+)
+
+
+def _shard_check(case: Case, shard: Shard) -> str | None:
+    if not shard.even:
+        per = -(-shard.vocab // shard.world)
+        last = shard.vocab - per * (shard.world - 1)
+        sizes = f"V={shard.vocab} over TP={shard.world}: {per} a rank, the last {last}"
+        return UNEVEN_REASON.format(sizes=sizes)
+    return None
+
+
+def _import_loss() -> tuple[type, bool]:
+    try:
+        from liger_kernel.ops.vocab_parallel_cross_entropy import (
+            liger_vocab_parallel_ce_forward_kernel,
+        )
+        from liger_kernel.transformers.vocab_parallel_cross_entropy import (
+            LigerVocabParallelCrossEntropy,
+        )
+    except ImportError as err:  # too old (no vocab-parallel CE) or broken
+        raise Unavailable(f"liger_kernel has no usable vocab-parallel CE: {err}") from err
+    from triton.runtime.interpreter import InterpretedFunction
+
+    # ``@triton.jit`` reads TRITON_INTERPRET when liger is imported, not at launch.
+    interpreted = isinstance(liger_vocab_parallel_ce_forward_kernel, InterpretedFunction)
+    return LigerVocabParallelCrossEntropy, interpreted
+
+
+def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    import torch.distributed as dist
+
+    loss_cls, interpreted = _import_loss()
+    if c_shard.device.type == "cpu" and not interpreted:
+        raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
+    module = loss_cls(ignore_index=case.ignore_index, label_smoothing=case.beta)
+    group = dist.group.WORLD if shard.group is None else shard.group
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = softcapped(sum_grad_over(e, shard.group) @ c.T, case.softcap)
+        losses = module(logits.unsqueeze(1), targets.unsqueeze(1), group)
+        return losses.sum() / (targets != case.ignore_index).sum()
+
+    return loss_fn
+
+
+TP_METHODS = [
+    TPMethod(
+        name="liger",
+        description="Liger LigerVocabParallelCrossEntropy on the shard logits (Triton "
+        "kernels, fp32 exp buffer, PyTorch smoothing over the global vocabulary)",
+        caps=Capabilities(
+            label_smoothing=True,
+            softcap=True,
+            triton=True,
+            # One Triton program per token row, as its single-device CE kernel.
+            interpreter_cost=5.0,
+        ),
+        requires=("liger_kernel", "triton"),
+        distributions=("liger-kernel", "triton", "torch"),
+        build_tp=_build,
+        shard_check=_shard_check,
+        limits={
+            "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
+            "its single-device CE's only)",
+            "class_weights": "its vocab-parallel CE takes no class weights",
+        },
+    ),
+]

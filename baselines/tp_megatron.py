@@ -1,0 +1,113 @@
+"""Megatron-core's vocab-parallel cross-entropy, as a Megatron GPT head uses it.
+
+``copy_to_tensor_model_parallel_region(e) @ c_shard.T`` (ColumnParallelLinear's dE
+all-reduce in its backward), the softcap on the shard logits when the case has one
+(elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``, which
+upcasts the logits to fp32 and returns per-token losses.
+
+What Megatron does not do, and how the adapter stands in for it (checked with
+megatron-core 0.16.1):
+
+* No ignore_index: a -100 target matches no rank's vocabulary, so its "loss" is the
+  row's LSE and its gradient the softmax. Ignored rows get target 0 and are dropped
+  from the mean with ``torch.where`` (zero gradient, exactly); the mean divides by the
+  number of kept rows, as F.cross_entropy does (NaN when none is kept, as torch).
+* Rank r's shard is taken to start at r x its own size
+  (``VocabUtility.vocab_range_from_per_partition_vocab_size``): uneven shards are
+  unsupported.
+* Its label smoothing is per shard: ``vocab_size`` is the partition's and the mean
+  log-probability is over the rank's own columns, with no all-reduce, so at TP > 1
+  every rank gets a different loss and too large a uniform gradient
+  (NVIDIA/Megatron-LM#737, open). Unsupported; exact only at TP = 1, not measured here.
+
+``parallel_state.initialize_model_parallel(tensor_model_parallel_size=K)`` runs once per
+process, on the default group (Megatron builds its TP group itself).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from perfsuite.baselines.torch_methods import softcapped
+from perfsuite.baselines.tp_torch import TPMethod
+from perfsuite.method import Capabilities, Case, LossFn, Unavailable, Unsupported
+from perfsuite.tp_method import Shard
+
+UNEVEN_REASON = (
+    "Megatron's vocab_parallel_cross_entropy places rank r's shard at r x its own size "
+    "(VocabUtility.vocab_range_from_per_partition_vocab_size): uneven shards "
+    "({sizes}) would read the last rank's targets at the wrong offset"
+)
+
+
+def _shard_check(case: Case, shard: Shard) -> str | None:
+    if not shard.even:
+        per = -(-shard.vocab // shard.world)
+        last = shard.vocab - per * (shard.world - 1)
+        sizes = f"V={shard.vocab} over TP={shard.world}: {per} a rank, the last {last}"
+        return UNEVEN_REASON.format(sizes=sizes)
+    return None
+
+
+def _init_parallel_state(shard: Shard) -> None:
+    """Megatron's TP group over the default world, once per process."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    world = dist.get_world_size()
+    if dist.get_world_size(shard.group) != world:
+        raise Unsupported(
+            f"parallel_state builds its TP group over the default world ({world} ranks), "
+            f"not over a {shard.world}-rank subgroup"
+        )
+    if not parallel_state.model_parallel_is_initialized():
+        # The NCCL (or, on CPU, gloo) groups Megatron uses; no extra gloo copies.
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=world, create_gloo_process_groups=False
+        )
+    size = parallel_state.get_tensor_model_parallel_world_size()
+    if size != shard.world or parallel_state.get_tensor_model_parallel_rank() != shard.rank:
+        raise Unavailable(
+            f"megatron's parallel_state is already initialised with TP={size}, "
+            f"this cell needs TP={shard.world}"
+        )
+
+
+def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    try:
+        from megatron.core.tensor_parallel import (
+            copy_to_tensor_model_parallel_region,
+            vocab_parallel_cross_entropy,
+        )
+    except ImportError as err:  # installed but broken (e.g. an incompatible torch)
+        raise Unavailable(f"megatron.core failed to import: {err}") from err
+    _init_parallel_state(shard)
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = softcapped(copy_to_tensor_model_parallel_region(e) @ c.T, case.softcap)
+        kept = targets != case.ignore_index
+        losses = vocab_parallel_cross_entropy(logits, torch.where(kept, targets, 0), 0.0)
+        return torch.where(kept, losses, 0.0).sum() / kept.sum()
+
+    return loss_fn
+
+
+TP_METHODS = [
+    TPMethod(
+        name="megatron",
+        description="megatron-core tensor_parallel.vocab_parallel_cross_entropy on the "
+        "shard logits (fp32 upcast; ignored rows masked by the adapter)",
+        caps=Capabilities(softcap=True),
+        requires=("megatron",),
+        distributions=("megatron-core", "torch"),
+        build_tp=_build,
+        shard_check=_shard_check,
+        limits={
+            "label_smoothing": "Megatron's vocab-parallel smoothing uses the rank's "
+            "partition size and its local mean log-probability (no all-reduce): at TP > 1 "
+            "each rank gets a different, wrong loss (NVIDIA/Megatron-LM#737)",
+            "z_loss": "vocab_parallel_cross_entropy computes the cross-entropy only",
+            "class_weights": "vocab_parallel_cross_entropy takes no class weights",
+        },
+    ),
+]

@@ -1,0 +1,65 @@
+"""What one call spends on collectives, read from torch's profiler.
+
+torch records each collective a process group runs as an event named after its
+backend (``gloo:all_reduce``, ``nccl:all_gather``, ...) with its input shapes and
+dtypes, whatever issued it (``torch.distributed``, DTensor's functional collectives,
+a library's own calls). On CPU (gloo) the event spans the whole exchange, waiting for
+the peers included; on CUDA the time is the NCCL kernels' on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+BACKENDS = ("gloo:", "nccl:")
+# The profiler's dtype names (c10's scalar type names and C type names).
+_ITEMSIZE = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+    "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "Float": 4, "Double": 8,
+    "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """Per call: how many collectives one rank issued, the bytes of their inputs, and
+    their time (ms) on this rank."""
+
+    count: int
+    nbytes: int
+    ms: float
+
+
+def _nbytes(shapes: list, dtypes: list) -> int:
+    total = 0
+    for shape, dtype in zip(shapes, dtypes, strict=False):
+        if isinstance(shape, list) and shape and all(isinstance(x, int) for x in shape):
+            total += math.prod(shape) * _ITEMSIZE.get(str(dtype), 4)
+    return total
+
+
+def measure_collectives(fn: Callable[[], object], device: torch.device) -> Collectives:
+    """Run ``fn`` once under the profiler; its collectives' count, bytes and time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=True) as prof:
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    count = nbytes = 0
+    host_us = device_us = 0.0
+    for event in prof.events():
+        if event.name.startswith(BACKENDS):
+            count += 1
+            nbytes += _nbytes(event.input_shapes, event.input_dtypes)
+            host_us += event.cpu_time_total
+        elif device.type == "cuda" and "nccl" in event.name.lower():
+            device_us += event.device_time_total
+    return Collectives(count, nbytes, (device_us if device.type == "cuda" else host_us) / 1e3)

@@ -1,0 +1,322 @@
+"""The console table of cells measured across ranks (``run --tp``): what a TP user reads.
+
+One table per (shape, dtype, β), one line per method × TP size (methods in the
+document's order, then K). Its numbers come from one phase, fwd+bwd when measured (else
+the first phase that was): the step's median time (the slowest rank's, step by step),
+the FLOP rate per rank and over all ranks (``roofline.phase_flops``, a 1/K share a
+rank), the largest rank's peak beside the per-rank floor (``memory_model.floor_bytes``
+with the rank's ⌈V/K⌉ rows of C: the full dE stays, the dC shard falls as 1/K), the
+collectives' share of the step, and the scaling against TP = 1 of the same method.
+One-device cells (``tp`` None) are never the reference: another harness measured them.
+
+``tp_tables`` is the data (plain text, shared by the markdown report); this module
+also fits it to the console (``perfsuite.fit``: 80 columns, no number cut).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from perfsuite.fit import Column, fit_table, print_fitted
+from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.registry import tp_methods
+from perfsuite.render.roofline import phase_flops
+from perfsuite.render.table import (
+    STATUS_COLOR,
+    cell_marks,
+    grads_in_forward,
+    group_rows,
+    mark_notes,
+    measured,
+    present_phases,
+    shape_title,
+    short_status,
+)
+
+# (key, header): the columns of a TP table, in order; "unit" in a header is the table's.
+COLUMNS = (
+    ("method", "method"),
+    ("tp", "TP"),
+    ("ms", "p50 ms"),
+    ("rate", "rank {rate}"),
+    ("total", "all {rate}"),
+    ("peak", "rank {mem}"),
+    ("floor", "floor {mem}"),
+    ("comm", "coll %"),
+    ("colls", "colls"),
+    ("speedup", "speedup"),
+    ("memcut", "mem ÷"),
+)
+# Dropped, in this order, when the table does not fit the terminal.
+OPTIONAL = ("colls",)
+RATES = ((1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1.0, "FLOP/s"))
+
+
+@dataclass
+class TpLine:
+    method: str
+    tp: int
+    cells: dict[str, str]  # column key -> plain text
+    style: str = ""  # rich style of the time cell ("red": wrong; a status colour)
+    refs: str = ""  # "(1) (2)": the table's numbered notes that apply
+
+
+@dataclass
+class TpTable:
+    title: str
+    phase: str
+    headers: dict[str, str]  # column key -> header, units filled in
+    lines: list[TpLine]
+    notes: list[str] = field(default_factory=list)  # "(1) ours TP=2: oom: ..."
+    marks: str = ""  # the marks its cells carry, for the footnotes
+
+
+def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows measured across ranks."""
+    return [r for r in rows if r.get("tp") is not None]
+
+
+def shard_rows(vocab: int, tp: int) -> int:
+    """The largest rank's rows of C: ⌈V/K⌉ (``tp_method.shard_ranges``)."""
+    return -(-vocab // tp)
+
+
+def rank_floor(phase: str, row: dict[str, Any]) -> int:
+    """What any method must hold on its largest rank: ``floor_bytes`` with ⌈V/K⌉ rows."""
+    vocab = shard_rows(row["vocab"], row["tp"])
+    return floor_bytes(phase, row["tokens"], vocab, row["hidden"], row["dtype"])
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _mem(n: float, scale: float) -> str:
+    """Two decimals in the table's unit; ``<0.01`` for what would print as 0.00."""
+    x = n / scale
+    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}" if x >= 0.005 or x == 0 else "<0.01"
+
+
+def fmt_bytes(n: int) -> str:
+    """``768 KiB``, ``1.5 GiB``: a size with its own unit (collectives' bytes)."""
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if n >= scale:
+            return f"{_number(n / scale)} {unit}"
+    return f"{n} B"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}×" if a and b else ""
+
+
+def _phase(members: list[dict[str, Any]]) -> str:
+    phases = present_phases(members)
+    return "fwd+bwd" if "fwd+bwd" in phases else phases[0]
+
+
+def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, str]:
+    """(rate scale, unit, memory scale, unit) for one table: the largest value reads well
+    (MiB where GiB would print 0.00; GFLOP/s where TFLOP/s would)."""
+    rates, sizes = [0.0], [0]
+    for r in rows:
+        sizes.append(rank_floor(phase, r))
+        if measured(r):
+            sizes.append(r.get("peak_bytes") or 0)
+            if r.get("median_ms"):
+                flops = phase_flops(phase, r["tokens"], r["vocab"], r["hidden"])
+                rates.append(flops / r["tp"] / (r["median_ms"] / 1e3))
+    rate_scale, rate_unit = next((s, u) for s, u in RATES if max(rates) >= s or s == 1.0)
+    mem_scale, mem_unit = (2**30, "GiB") if max(sizes) >= 2**30 else (2**20, "MiB")
+    return rate_scale, rate_unit, mem_scale, mem_unit
+
+
+def _line(
+    row: dict[str, Any],
+    phase: str,
+    reference: dict[str, Any] | None,
+    units: tuple[float, str, float, str],
+    in_fwd: bool,
+) -> TpLine:
+    rate_scale, _, mem_scale, _ = units
+    k = row["tp"]
+    cells = {
+        "method": row["method"],
+        "tp": str(k),
+        "floor": _mem(rank_floor(phase, row), mem_scale),
+    }
+    line = TpLine(row["method"], k, cells)
+    if not measured(row):
+        cells["ms"], line.style = short_status(row), STATUS_COLOR[row["status"]]
+        return line
+    marks = cell_marks(row, phase, in_fwd)
+    ms, peak = row.get("median_ms"), row.get("peak_bytes")
+    line.style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
+    cells["ms"] = (_number(ms) if ms is not None else "-") + marks
+    if ms and not (in_fwd and phase != "fwd+bwd"):  # a ‡ split does other FLOPs than these
+        flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
+        cells["rate"] = _number(flops / k / (ms / 1e3) / rate_scale)
+        cells["total"] = _number(flops / (ms / 1e3) / rate_scale)
+    cells["peak"] = "-" if peak is None else _mem(peak, mem_scale)
+    comm = row.get("collective_ms")
+    if comm is not None and ms:
+        share = 100 * comm / ms
+        cells["comm"] = f"{share:.0f}%" if share >= 9.5 else f"{share:.1f}%"
+    if row.get("collectives") is not None:
+        moved = row.get("collective_bytes")
+        cells["colls"] = f"{row['collectives']}" + (
+            "" if moved is None else f", {fmt_bytes(moved)}"
+        )
+    if reference is not None and measured(reference) and reference["status"] == "ok":
+        cells["speedup"] = _ratio(reference.get("median_ms"), ms)
+        cells["memcut"] = _ratio(reference.get("peak_bytes"), peak)
+    return line
+
+
+def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
+    first = members[0]
+    phase = _phase(members)
+    beta = first["beta"]
+    title = (
+        f"{shape_title(members)}, β={beta:g} on {first.get('device', '?')}: "
+        f"{phase} across ranks (tensor-parallel)"
+    )
+    cells: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in members:
+        cells.setdefault((r["method"], r["tp"]), {})[r["phase"]] = r
+    units = _units([by[phase] for by in cells.values() if phase in by], phase)
+    _, rate_unit, _, mem_unit = units
+    headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
+    table = TpTable(title, phase, headers, [])
+    reasons: dict[str, list[str]] = {}
+    methods = list(dict.fromkeys(r["method"] for r in members))
+    for method in methods:
+        sizes = sorted(k for m, k in cells if m == method)
+        for k in sizes:
+            by_phase = cells[(method, k)]
+            row = by_phase.get(phase)
+            in_fwd = grads_in_forward(method, known, beta)
+            if row is None:
+                line = TpLine(method, k, {"method": method, "tp": str(k), "ms": "-"})
+                why = f"no {phase} row ({', '.join(by_phase)} measured)"
+            else:
+                reference = cells.get((method, 1), {}).get(phase)
+                line = _line(row, phase, reference, units, in_fwd)
+                why = "" if row["status"] == "ok" else row["status"]
+                why += f": {row['reason']}" if why and row.get("reason") else ""
+                table.marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
+            if why:
+                who = reasons.setdefault(why, [])
+                who.append(f"{method} TP={k}")
+                line.refs = f"({list(reasons).index(why) + 1})"
+            table.lines.append(line)
+    table.notes = [f"({i}) {', '.join(w)}: {why}" for i, (why, w) in enumerate(reasons.items(), 1)]
+    return table
+
+
+def tp_tables(rows: Iterable[dict[str, Any]]) -> list[TpTable]:
+    """The TP tables of ``rows`` (one-device rows ignored), format-independent."""
+    known = tp_methods()  # the methods across ranks: their own capabilities
+    return [_table(members, known) for members in group_rows(tp_rows(rows)).values()]
+
+
+def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]:
+    """What the TP tables' columns and marks mean: said once under all of them."""
+    if not tables:
+        return []
+    notes = [
+        "TP K: the classifier split over V across K ranks (run --tp). Times are the max "
+        "over ranks per step (p50 ms: the median of those); memory is the max over ranks of "
+        "each rank's peak above its inputs (E, the targets and its C shard). floor: the "
+        "least any method holds on a rank (docs/math.md's floor with ⌈V/K⌉ rows of C: N "
+        "fp32 losses in fwd; with a backward the full dE and its dC shard, the part that "
+        "falls as 1/K).",
+        "rank FLOP/s: a 1/K share of the phase's FLOPs (2NVD fwd, 6NVD bwd recomputing the "
+        "logits, 8NVD fwd+bwd) over p50; all: the sum over the K ranks.",
+        "coll %: the collectives' time per call (on the rank where it was largest) over "
+        "p50; colls: collectives one rank issues per call, and the bytes they move; blank "
+        "where not profiled.",
+        "speedup, mem ÷: TP=1's p50 and peak over this line's, same method and harness "
+        "(K is perfect scaling; memory stops short of it, dE being whole on every rank); "
+        "blank without an ok TP=1 cell.",
+    ]
+    shown = "".join(t.marks for t in tables)
+    for note in mark_notes(tp_rows(rows)):
+        if note.startswith("CPU") or note[0] in shown:
+            notes.append(note)
+    return notes
+
+
+# ---------------------------------------------------------------------------
+# Console
+
+
+def _console_rows(table: TpTable, keys: list[str]) -> list[list[str]]:
+    out = []
+    for line in table.lines:
+        row = []
+        for key in keys:
+            text = line.cells.get(key, "")
+            if key == "ms" and line.style:
+                text = f"[{line.style}]{text}[/{line.style}]"
+            row.append(text if key != "note" else line.refs)
+        out.append(row)
+    return out
+
+
+def _columns(
+    table: TpTable, drop: tuple[str, ...], fold: bool = True
+) -> tuple[list[str], list[Column]]:
+    keys = [key for key, _ in COLUMNS if key not in drop]
+    keys += ["note"] if any(line.refs for line in table.lines) else []
+    columns = []
+    for key in keys:
+        if key in ("method", "note"):
+            columns.append(Column(key, fold=fold and key == "method"))
+        else:
+            columns.append(Column(table.headers[key], "right", fold=False))
+    return keys, columns
+
+
+def console_table(table: TpTable, width: int) -> tuple[Table | None, tuple[str, ...]]:
+    """``table`` fitted to ``width``: optional columns go before a method name folds
+    (the table or None when it cannot fit at all, the columns dropped)."""
+    options = dict(title=table.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for drop, fold in (((), False), (OPTIONAL, False), (OPTIONAL, True)):
+        keys, columns = _columns(table, drop, fold)
+        fitted = fit_table(
+            columns, _console_rows(table, keys), width, collapse_padding=True, **options
+        )
+        if fitted is not None:
+            return fitted, drop
+    return None, OPTIONAL
+
+
+def print_tp_tables(console: Console, document: dict[str, Any]) -> None:
+    """The TP tables of ``document`` and their notes (nothing when it has no TP cell)."""
+    tables = tp_tables(document["rows"])
+    narrow = False
+    for table in tables:
+        fitted, dropped = console_table(table, console.width)
+        if fitted is not None:
+            console.print(fitted)
+            narrow |= any(any(line.cells.get(k) for line in table.lines) for k in dropped)
+        else:  # too narrow even folded: each line as a block of every column, nothing cut
+            keys, columns = _columns(table, ())
+            print_fitted(console, columns, _console_rows(table, keys), title=table.title)
+        for note in table.notes:
+            console.print(note, markup=False, highlight=False)
+    if narrow:
+        console.print(
+            f"colls left out at {console.width} columns (a wider terminal shows them; "
+            "`perfsuite report --format csv` has every number).",
+            style="dim",
+            highlight=False,
+        )
+    for note in tp_footnotes(tables, document["rows"]):
+        console.print(note, style="dim", highlight=False)

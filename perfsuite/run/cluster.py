@@ -1,0 +1,396 @@
+"""``perfsuite sweep --executor local|slurm``: one sweep as a submitit job array.
+
+Task i runs ``sweep --shard i/N`` in-process into ``<out>.parts/shard-i-of-N.json``
+(written after every case); when the array ends the parts are merged into ``--out``.
+The parts are the record: a failed task loses only its unfinished cells, and
+``--resume`` submits only shards with cells missing from their part and ``--out``.
+``LocalExecutor`` runs the same tasks here, to try it without a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import os
+import re
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from perfsuite.args import positive_int
+from perfsuite.plan.plan import PlanError
+from perfsuite.results.cells import canonical_order, cell_key
+from perfsuite.results.lock import FileLocked, WriterLock
+from perfsuite.results.merge import MergeError, merge_documents
+from perfsuite.results.outpath import check_output_dir
+from perfsuite.results.results import (
+    ResultsError,
+    check_writable,
+    load_results,
+    new_document,
+    nothing_measured,
+    status_counts,
+    write_results,
+)
+from perfsuite.run import sweep
+from perfsuite.run.grid import Unit, grid_units, parse_gpus, unit_keys
+
+EXECUTORS = ("local", "slurm")
+MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
+TIME_LIMIT = 120
+SLURM_ONLY = ("partition", "gpus_per_task", "cpus_per_task", "slurm_option")
+CLUSTER_ONLY = ("shards", "array_parallelism", "time_limit", *SLURM_ONLY)
+# sbatch options that the flags above (or submitit itself) set.
+RESERVED_SBATCH = {"partition", "time", "gpus-per-task", "cpus-per-task", "array", "output"}
+PART = re.compile(r"shard-(\d+)-of-(\d+)\.json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sweep.add_arguments(p)
+    g = p.add_argument_group("job array (docs/scale-out.md)").add_argument
+    g("--executor", choices=EXECUTORS, help="run the shards as a submitit job array")
+    g("--shards", type=positive_int, help=f"array tasks (default: cells, at most {MAX_SHARDS})")
+    g("--array-parallelism", type=positive_int, help="tasks at once (slurm: all; local: 1)")
+    g("--time-limit", type=positive_int, metavar="MIN", help=f"per task (default {TIME_LIMIT})")
+    g("--partition", help="slurm: the partition to submit to")
+    g("--gpus-per-task", type=positive_int, help="slurm: GPUs per task (default 1; cpu: 0)")
+    g("--cpus-per-task", type=positive_int, help="slurm: CPUs per task")
+    g("--slurm-option", action="append", default=[], metavar="KEY=VALUE",
+      help="slurm: another sbatch option, e.g. account=proj (repeatable)")  # fmt: skip
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, [])]
+
+
+def slurm_options(items: list[str]) -> dict[str, Any]:
+    """``--slurm-option account=proj`` (or a bare flag, ``exclusive``) -> sbatch's options."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-")
+        if not key or (eq and not value):
+            raise PlanError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. account=proj")
+        if key in RESERVED_SBATCH:
+            raise PlanError(f"--slurm-option {item}: perfsuite sets {key} (see sweep --help)")
+        options[key] = value if eq else True
+    return options
+
+
+def _import_submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise PlanError("--executor needs submitit: pip install submitit (or .[cluster])") from None
+    return submitit
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Everything that can be refused without the grid: before anything is made."""
+    if args.shard is not None:
+        raise PlanError(f"--shard {args.shard}: with --executor, --shards N runs every shard")
+    if args.executor == "local" and _given(args, SLURM_ONLY):
+        raise PlanError(
+            f"{', '.join(_given(args, SLURM_ONLY))}: only for --executor slurm (local tasks "
+            "run here, on this machine's CPUs and the GPUs this shell sees)"
+        )
+    if args.redo and not args.resume:
+        raise PlanError(f"--redo {args.redo} retries cells of a sweep being resumed: add --resume")
+    slurm_options(args.slurm_option)
+    _import_submitit()
+    missing = [t for t in ("sbatch", "srun") if args.executor == "slurm" and not shutil.which(t)]
+    if missing:
+        where = "submit from a Slurm login node, or try --executor local"
+        raise PlanError(f"--executor slurm: no {missing[0]} on PATH ({where})")
+
+
+def _planning_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The arguments to plan with here: a login node without a GPU still plans a
+    ``--device cuda`` grid (the cell keys do not name the device; tasks resolve it)."""
+    if args.executor == "slurm" and args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return argparse.Namespace(**{**vars(args), "device": "cpu"})
+    return args
+
+
+def _redo(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(s.strip() for s in args.redo.split(",") if s.strip())
+
+
+def part_path(parts: Path, i: int, n: int) -> Path:
+    return parts / f"shard-{i}-of-{n}.json"
+
+
+def _split_of_parts(parts: Path) -> int | None:
+    """The N of the part files already in ``parts`` (one split only), or None."""
+    names = (PART.fullmatch(p.name) for p in parts.glob("shard-*-of-*.json"))
+    found = {int(m.group(2)) for m in names if m}
+    if len(found) > 1:
+        raise PlanError(f"{parts}: parts of several splits (of {sorted(found)}); keep one")
+    return found.pop() if found else None
+
+
+def _done(doc: dict[str, Any] | None, redo: tuple[str, ...], skipped_done: bool) -> set[tuple]:
+    """Cells of ``doc`` that a re-run keeps (sweep's rule, but ``skipped`` counts as done
+    unless ``--force``: re-predicting them here is no reason to queue for a GPU)."""
+    keep = [r for r in (doc or {}).get("rows", []) if r["status"] not in redo]
+    return {cell_key(r) for r in keep if skipped_done or r["status"] != "skipped"}
+
+
+class ArraySweep:
+    """What the array must do: its split, the shards with cells missing, where parts go."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        _check_options(args)
+        self.args = args
+        self.plan, _ = sweep.plan_from_args(_planning_args(args))
+        if args.resume and args.out is None:
+            raise PlanError("--resume needs --out: the results file of the sweep to finish")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.out = Path(args.out or sweep.DEFAULT_OUT_DIR / f"{stamp}-sweep-{args.executor}.json")
+        self.parts = self.out.with_name(self.out.name + ".parts")
+        check_writable(self.out, overwrite=True)  # ResultsError: a ValueError, said in one line
+        if self.out.exists() and not args.resume:
+            raise PlanError(
+                f"{self.out} exists: pass --resume to finish that sweep, or another --out"
+            )
+        if self.parts.is_dir() and not args.resume and any(self.parts.glob("shard-*.json")):
+            raise PlanError(
+                f"{self.parts} holds the shards of an earlier sweep: pass --resume to finish "
+                "it, or remove the folder"
+            )
+        check_output_dir(self.parts, "--out")
+        self.logs = self.parts / "logs"
+        try:  # the parts are the tasks' to lock; --out is this process's
+            self.writer = WriterLock(self.out)
+        except FileLocked as err:
+            raise PlanError(str(err)) from None
+        try:
+            self._survey()
+        except BaseException:
+            self.writer.release()
+            raise
+
+    def _survey(self) -> None:
+        args, plan = self.args, self.plan
+        self.units = grid_units(plan)
+        existing = _split_of_parts(self.parts)
+        if existing is not None and args.shards not in (None, existing):
+            raise PlanError(
+                f"{self.parts} holds the shards of a sweep split in {existing}: re-run with "
+                f"--shards {existing}, or remove the folder"
+            )
+        self.n = args.shards or existing or min(len(self.units), MAX_SHARDS)
+        self.previous = load_results(self.out) if self.out.exists() else None
+        redo, skipped_done = _redo(args), not args.force
+        done_out = _done(self.previous, redo, skipped_done)
+        self.todo: list[int] = []
+        self.kept = 0
+        for i in range(self.n):
+            part = part_path(self.parts, i, self.n)
+            doc = load_results(part) if part.exists() else None
+            done = done_out | _done(doc, redo, skipped_done)
+            units = grid_units(plan, (i, self.n))
+            left = [u for u in units if not set(unit_keys(u, plan.phases)) <= done]
+            self.kept += len(units) - len(left)
+            if left:
+                self.todo.append(i)
+                if doc is None:
+                    self._seed(i, units)
+
+    def _seed(self, i: int, units: list[Unit]) -> None:
+        """A part file holding the cells ``--out`` already has for the shard, so the
+        task resumes them (and checks their environment) instead of measuring again."""
+        if self.previous is None:
+            return
+        keys = {k for u in units for k in unit_keys(u, self.plan.phases)}
+        rows = [r for r in self.previous["rows"] if cell_key(r) in keys]
+        if rows:
+            env = copy.deepcopy(self.previous["env"])
+            env.setdefault("sweep", {})["shard"] = f"{i}/{self.n}"
+            write_results(part_path(self.parts, i, self.n), new_document(env, rows))
+
+    def assemble(self, failed: dict[int, str]) -> dict[str, Any]:
+        """The parts merged, plus the rows of the previous ``--out`` no part holds."""
+        parts = [part_path(self.parts, i, self.n) for i in range(self.n)]
+        docs = [(str(p), load_results(p)) for p in parts if p.exists()]
+        # No part at all: every shard was done in --out (a plain sweep's file, resumed).
+        merged = merge_documents(docs) if docs else copy.deepcopy(self.previous)
+        have = {cell_key(r) for r in merged["rows"]}
+        if self.previous is not None:
+            merged["rows"] += [r for r in self.previous["rows"] if cell_key(r) not in have]
+        merged["rows"] = canonical_order(merged["rows"], merged["env"].get("plan") or {})
+        record = {"executor": self.args.executor, "shards": self.n, "submitted": self.todo}
+        record["failed"] = {str(i): why for i, why in failed.items()}
+        merged["env"].setdefault("sweep", {})["array"] = record
+        return merged
+
+
+def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> dict[str, Any]:
+    """One array task: ``sweep --shard i/N`` into its part file (resumed when there).
+    The plan is made here, so ``--device auto`` means the task's node."""
+    plan, grid = sweep.plan_from_args(args)
+    slots = [{"CUDA_VISIBLE_DEVICES": g} for g in parse_gpus(args.gpus, plan.device)]
+    path, redo = Path(part), _redo(args)
+    job = sweep.Sweep(plan, path, shard=shard, resume=path.exists(), force=args.force,
+                      redo=redo, slots=slots or None, grid=grid)  # fmt: skip
+    print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)
+
+    def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:
+        c = unit.case
+        statuses = ",".join(sorted({r["status"] for r in rows}))
+        print(f"{unit.method} N={c['tokens']} V={c['vocab']} D={c['hidden']} β={c['beta']:g}: "
+              f"{statuses}", flush=True)  # fmt: skip
+
+    try:
+        document = job.run(on_cell)
+    finally:
+        job.writer.release()
+    return {"rows": status_counts(document["rows"]) or "no"}
+
+
+def _executor(submitit: Any, array: ArraySweep) -> Any:
+    args = array.args
+    limit = args.time_limit or TIME_LIMIT
+    if args.executor == "local":
+        executor = submitit.LocalExecutor(folder=array.logs)
+        # LocalExecutor sets CUDA_VISIBLE_DEVICES from gpus_per_node (0: none); a task
+        # must see the GPUs this shell sees.
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        keep = f"export CUDA_VISIBLE_DEVICES={shlex.quote(cvd)}" if cvd else "true"
+        executor.update_parameters(timeout_min=limit, setup=[keep])
+        return executor
+    executor = submitit.SlurmExecutor(folder=array.logs)
+    gpus = args.gpus_per_task if args.gpus_per_task else (None if args.device == "cpu" else 1)
+    params = dict(job_name="perfsuite-sweep", time=limit, partition=args.partition,
+                  gpus_per_task=gpus, cpus_per_task=args.cpus_per_task,
+                  array_parallelism=args.array_parallelism,
+                  additional_parameters=slurm_options(args.slurm_option) or None)  # fmt: skip
+    executor.update_parameters(**{k: v for k, v in params.items() if v is not None})
+    return executor
+
+
+def _submitted(args: argparse.Namespace, submit: Any) -> Any:
+    """``submit()``, with sbatch's refusal as one line (its stderr's first)."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    chatter = io.StringIO()  # submitit echoes sbatch's stderr: said once, below
+    try:
+        with contextlib.redirect_stderr(chatter), contextlib.redirect_stdout(chatter):
+            return submit()
+    except (FailedJobError, FailedSubmissionError, OSError) as err:
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), repr(err))
+        where = f" (--partition {args.partition})" if args.partition else ""
+        raise PlanError(f"sbatch refused the job array{where}: {first}") from None
+
+
+def _failure(job: Any) -> str | None:
+    """None for a task that returned, else why not, in one line."""
+    err = job.exception()
+    if err is None:
+        return None
+    trace = str(err).split("-" * 22)
+    lines = [ln.strip() for ln in trace[1].splitlines() if ln.strip()] if len(trace) > 2 else []
+    if lines:  # the task raised: the traceback's last line names the exception
+        return re.sub(r"^(?:\w+\.)+(?=\w+: )", "", lines[-1]) + f" (log {job.paths.stderr})"
+    state = "" if job.state == "FINISHED" else f"{job.state}: "  # local: the controller's
+    return f"no result ({state}killed, out of memory or past --time-limit?); log {job.paths.stderr}"
+
+
+def _run_array(submitit: Any, array: ArraySweep, console: Any) -> dict[int, str]:
+    """Submit the shards to do and wait for them; the failures, shard -> reason."""
+    args, n = array.args, array.n
+    executor = _executor(submitit, array)
+    queue = list(array.todo)
+    running: dict[int, Any] = {}
+    failed: dict[int, str] = {}
+
+    def task(i: int) -> tuple[argparse.Namespace, tuple[int, int], str]:
+        return args, (i, n), str(part_path(array.parts, i, n).resolve())
+
+    if args.executor == "slurm":  # one sbatch: Slurm runs --array-parallelism at a time
+        columns = [list(c) for c in zip(*map(task, queue), strict=True)]
+        jobs = _submitted(args, lambda: executor.map_array(run_shard, *columns))
+        running, queue = dict(zip(queue, jobs, strict=True)), []
+        console.print(f"submitted Slurm array {jobs[0].job_id.split('_')[0]}; logs: {array.logs}")
+    parallel = args.array_parallelism or 1
+    try:
+        while queue or running:
+            while queue and len(running) < parallel:  # local: a wave at a time
+                i = queue.pop(0)
+                running[i] = executor.submit(run_shard, *task(i))
+            for i, job in list(running.items()):
+                if not job.done():
+                    continue
+                del running[i]
+                reason = _failure(job)
+                if reason is None:
+                    console.print(f"shard {i}/{n}: done ({job.result()['rows']} rows)")
+                else:
+                    failed[i] = reason
+                    console.print(f"[red]shard {i}/{n} failed:[/red] {reason}", soft_wrap=True)
+            time.sleep(0.2 if args.executor == "local" else 5)
+    except KeyboardInterrupt:  # the tasks stop too; their finished cells stay in the parts
+        for job in running.values():
+            job.cancel(check=False)
+        raise
+    return failed
+
+
+def run(args: argparse.Namespace) -> int:
+    """``perfsuite sweep``: in this process, or as a job array with ``--executor``."""
+    from rich.console import Console
+
+    console = Console(stderr=True, log_path=False)
+    if args.executor is None and _given(args, CLUSTER_ONLY):
+        console.print(f"[red]error:[/red] {', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
+        return 2
+    if args.executor is None:
+        return sweep.run(args)
+    try:
+        array = ArraySweep(args)
+    except (PlanError, ValueError) as err:
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
+        return 2
+    try:
+        console.print(
+            f"sweep: {len(array.units)} cells (method x case) in {array.n} shards, "
+            f"{array.kept} already measured; {len(array.todo)} shard(s) to submit "
+            f"({args.executor}) → {array.out}",
+            soft_wrap=True,
+        )
+        failed: dict[int, str] = {}
+        if array.todo:
+            try:
+                failed = _run_array(_import_submitit(), array, console)
+            except PlanError as err:
+                console.print(f"[red]error:[/red] {err}; nothing was submitted", soft_wrap=True)
+                return 2
+        try:
+            document = array.assemble(failed)
+        except (MergeError, ResultsError) as err:
+            why = f"{str(err).splitlines()[0]}; they are kept: see `perfsuite merge --help`"
+            console.print(f"[red]error:[/red] cannot merge {array.parts}: {why}", soft_wrap=True)
+            return 1
+        write_results(array.out, document)
+    finally:
+        array.writer.release()
+    console.print(f"results: {array.out} ({status_counts(document['rows']) or 'no'} rows)")
+    if failed:
+        console.print(
+            f"[red]error:[/red] {len(failed)} of {len(array.todo)} shard(s) failed "
+            f"({', '.join(f'{i}/{array.n}' for i in sorted(failed))}); the others' cells are "
+            "in --out: fix the cause, then the same command with --resume resubmits the rest",
+            soft_wrap=True,
+        )
+        return 1
+    if nothing_measured(document["rows"]):
+        console.print("[red]error:[/red] no cell was measured")
+        return 1
+    return 0

@@ -1,0 +1,171 @@
+"""A multi-rank worker: the launcher of K ranks for one method's cases at one TP size.
+
+The runner starts ``python -m perfsuite.run.launch SPEC.json`` as it starts a
+one-device worker. This process first computes, per case, the fp32 reference on the
+whole problem and the gate's tolerances (once, not K times, and off the ranks'
+memory), then starts the K ranks with torch's elastic launcher, the engine behind
+``torchrun`` (``torch.distributed.launcher.api.elastic_launch``: a c10d rendezvous on
+a free local port, no restarts). It spawns the ranks with ``torch.multiprocessing``'s
+spawn start method, as torchrun does for a function, and when one rank fails it stops
+the others and reports every rank's exit. That report, with the ranks' own record
+files, names the rank that failed first and why: the launcher writes it as a
+``{"failed": case, ...}`` line, and the runner records that case with it and starts
+again after it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perfsuite.plan.registry import tp_methods
+from perfsuite.run.correctness import (
+    check_reference,
+    reference_outcome,
+    tolerances,
+    torch_error_outcome,
+)
+from perfsuite.run.deaths import read_json_lines
+from perfsuite.run.inputs import make_inputs
+from perfsuite.run.ranks import peer_gone, rank_main, record_path, reference_path
+from perfsuite.run.worker import WorkerSpec, describe, is_oom, limit_memory
+from perfsuite.tp_method import case_of
+
+
+def write_references(spec: WorkerSpec) -> None:
+    """Each case's fp32 reference (loss, dE, dC) and tolerances, one file per case."""
+    terms = tp_methods()[spec.method].terms
+    for index, raw in enumerate(spec.cases):
+        case = case_of(raw)
+        if terms is not None:
+            case = terms.apply(case)
+        try:
+            inputs = make_inputs(case, spec.seed, raw.get("workload"))
+            reference = reference_outcome(case, inputs)
+            check_reference(reference, inputs, case.ignore_index)
+            bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
+            saved: dict[str, Any] = {
+                "loss": reference.loss.cpu(),
+                "grad_e": reference.grad_e.cpu(),
+                "grad_c": reference.grad_c.cpu(),
+                "bounds": bounds,
+            }
+        except Exception as err:  # noqa: BLE001 - the case's rows say it, the rest go on
+            saved = {"error": ("oom: " if is_oom(err) else "") + describe(err)}
+        torch.save(saved, reference_path(spec.out, index))
+        del saved
+        gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def root_cause(failures: dict[int, Any], out: str, world: int, timeout_s: float) -> tuple[str, str]:
+    """``(status, reason)`` of the rank that failed first, in this order: a rank's own
+    error (not a peer's disappearance); a rank killed by a signal other than the
+    launcher's SIGTERM; a collective that timed out, naming the ranks that never joined;
+    the one rank that left no word while its peers lost it; the first record or exit."""
+    records = []
+    for rank in range(world):  # a rank that failed first may not have exited yet
+        path = record_path(out, rank)
+        if path.exists():
+            records.append((rank, json.loads(path.read_text())))
+    records.sort(key=lambda item: item[1]["time"])
+    own = [(r, rec) for r, rec in records if not peer_gone(rec["reason"])]
+    if own:
+        rank, rec = own[0]
+        return rec["status"], f"rank {rank}: {rec['reason']}"
+    # gloo aborts a rank whose peer vanished mid-collective: SIGABRT is a consequence
+    # unless it is all there is.
+    killed = sorted(
+        (-f.exitcode == signal.SIGABRT, f.timestamp, rank, f.exitcode)
+        for rank, f in failures.items()
+        if f.exitcode < 0 and -f.exitcode != signal.SIGTERM
+    )
+    if killed:
+        *_, rank, code = killed[0]
+        name = signal.Signals(-code).name
+        if name == "SIGKILL":
+            return "oom", f"rank {rank} killed by SIGKILL (likely the kernel's OOM killer)"
+        return "error", f"rank {rank} died of {name}"
+    silent = [r for r in range(world) if r not in {rank for rank, _ in records}]
+    late = [(r, rec) for r, rec in records if "timed out" in rec["reason"].lower()]
+    if late:
+        rank, rec = late[0]
+        absent = f"rank {', '.join(map(str, silent))} never joined it" if silent else "a peer"
+        return "error", (
+            f"a collective waited past the {timeout_s:g} s timeout (--collective-timeout): "
+            f"{absent}; rank {rank}: {rec['reason']}"
+        )
+    if records and len(silent) == 1:  # its peers lost it: it left no error of its own
+        return "error", (
+            f"rank {silent[0]} died without a word (a signal such as the OOM killer's "
+            f"SIGKILL, or a crash); rank {records[0][0]}: {records[0][1]['reason']}"
+        )
+    if records:
+        rank, rec = records[0]
+        return rec["status"], f"rank {rank}: {rec['reason']}"
+    rank, first = min(failures.items(), key=lambda item: item[1].timestamp)
+    return "error", f"rank {rank} exited with code {first.exitcode}"
+
+
+def _case_in_flight(out: str) -> int:
+    starts = [line["start"] for line in read_json_lines(Path(out)) if "start" in line]
+    return starts[-1] if starts else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    argv = sys.argv[1:] if argv is None else argv
+    spec_path = argv[0]
+    spec = WorkerSpec(**json.loads(Path(spec_path).read_text()))
+    tp = int(spec.cases[0]["tp"])
+    write_references(spec)
+    if spec.memory_limit is not None:  # each rank inherits the cap (CPU only)
+        limit_memory(spec.memory_limit)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=tp,
+        run_id=f"perfsuite-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        # Not fork: a process that has used CUDA (the reference) cannot fork, and on CPU
+        # a forked rank inherits this process's OpenMP state: GNU OpenMP hangs in a child
+        # of a process that ran a parallel region, and with one thread here to avoid
+        # that, the rank's GEMMs ran 20x slower (measured). Spawn costs each rank its
+        # imports, seconds on 2 cores, outside every timed region.
+        start_method="spawn",
+        # Its error files under the worker's scratch folder (removed with it), not a
+        # torchelastic_* folder left in /tmp by every launch.
+        logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec.out).parent / "elastic")),
+    )
+    try:
+        elastic_launch(config, rank_main)(spec_path)
+    except ChildFailedError as err:
+        status, reason = root_cause(err.failures, spec.out, tp, spec.collective_timeout_s)
+        with open(spec.out, "a") as out:
+            out.write(json.dumps({"failed": _case_in_flight(spec.out), **_fields(status, reason)}))
+            out.write("\n")
+        return 3
+    return 0
+
+
+def _fields(status: str, reason: str) -> dict[str, str]:
+    return {"status": status, "reason": reason[:500]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

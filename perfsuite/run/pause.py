@@ -1,0 +1,144 @@
+"""Interpreted workers paused while a natively timed worker's clock runs.
+
+On a CPU, Triton methods run under the interpreter, whose timings say nothing; they
+used to wait until every native method had finished (issue 30: half of a 2½-minute
+smoke run). They now run beside the native workers, and a native worker stops them
+(SIGSTOP to each one's process group) for every timed call, its compile-time call and
+its timing passes, and continues them after (SIGCONT): its clock never shares the
+machine with them, while its imports, gate and memory passes (meters of its own
+process) overlap with interpreted work.
+
+The runner lists the interpreted workers' process groups in a file (``PAUSE_VAR``
+names it to native workers); both sides hold its ``flock`` while they change or use
+the list, so no interpreted worker starts while a native clock runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PAUSE_VAR = "PERFSUITE_PAUSE_FILE"
+# Seconds to wait for a stopped process to be seen stopped (it is within microseconds).
+STOP_WAIT_S = 2.0
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read(path: Path) -> list[int]:
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _signal(pgids: list[int], sig: signal.Signals) -> list[int]:
+    """``sig`` to each process group; the groups that still exist."""
+    alive = []
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, sig)
+            alive.append(pgid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped (``T``) or gone: either way it runs no more."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """In a native worker: the run's interpreted workers stopped for the block (no-op
+    when the runner named no pause file: nothing runs beside this worker)."""
+    name = os.environ.get(PAUSE_VAR)
+    if not name:
+        yield
+        return
+    with _locked(Path(name)):
+        pgids = _signal(_read(Path(name)), signal.SIGSTOP)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while not all(_stopped(p) for p in pgids) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        try:
+            yield
+        finally:
+            _signal(pgids, signal.SIGCONT)
+
+
+class PauseBoard:
+    """The runner's side: the file of interpreted workers' process groups."""
+
+    def __init__(self, folder: str) -> None:
+        self.path = Path(folder) / "interpreted.pgids"
+        self.path.touch()
+
+    def env(self) -> dict[str, str]:
+        """What a native worker's environment adds."""
+        return {PAUSE_VAR: str(self.path)}
+
+    def start(self, popen: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        """Start an interpreted worker (its own session: its pid is its group's) and
+        list it, while no native clock runs."""
+        with _locked(self.path):
+            proc = popen()
+            self.path.write_text(" ".join(map(str, [*_read(self.path), proc.pid])))
+        return proc
+
+    def forget(self, pid: int) -> None:
+        with _locked(self.path):
+            self.path.write_text(" ".join(str(p) for p in _read(self.path) if p != pid))
+
+    def resume_all(self) -> None:
+        """After a native worker ended: one killed inside ``paused`` left them stopped."""
+        with _locked(self.path):
+            _signal(_read(self.path), signal.SIGCONT)
+
+
+# The board of the run in progress (set by ``schedule`` while interpreted workers run
+# beside native ones), read by the runner when it starts a worker.
+BOARD: PauseBoard | None = None
+
+
+def start_worker(
+    popen: Callable[[dict[str, str]], subprocess.Popen], interpreted: bool
+) -> subprocess.Popen:
+    """``popen(extra environment)`` as the run's board wants it: an interpreted worker
+    listed (so native clocks stop it), a native one told where the list is."""
+    board = BOARD
+    if board is None:
+        return popen({})
+    if interpreted:
+        return board.start(lambda: popen({}))
+    return popen(board.env())
+
+
+def worker_ended(proc: subprocess.Popen, interpreted: bool) -> None:
+    """An interpreted worker leaves the list; after a native one, all continue."""
+    board = BOARD
+    if board is None:
+        return
+    if interpreted:
+        board.forget(proc.pid)
+    else:
+        board.resume_all()

@@ -1,0 +1,62 @@
+"""A step case (model, size, dtype, β, device) as the dict a worker receives, and the
+rows that record it: one per step phase, in ``perfsuite.results``' schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfsuite.results.results import STEP_PHASES, Row
+from perfsuite.step.methods import StepMethod
+from perfsuite.step.presets import Size, StepPreset, get_preset
+
+# What identifies a case in a row (the busy-machine marks are keyed by it).
+CASE_KEYS = ("shape", "dtype", "beta", "workload")
+
+
+def make_case(preset: StepPreset, size: Size, dtype: str, beta: float, device: str) -> dict:
+    """The worker's case; tokens/vocab/hidden ride along for the progress lines."""
+    return {
+        "shape": preset.name,
+        "layers": size.layers,
+        "seq": size.seq,
+        "batch": size.batch,
+        "dtype": dtype,
+        "beta": beta,
+        "device": device,
+        "tokens": size.tokens,
+        "vocab": preset.vocab,
+        "hidden": preset.hidden,
+        "workload": size.label(),
+    }
+
+
+def case_size(case: dict[str, Any]) -> Size:
+    return Size(layers=case["layers"], seq=case["seq"], batch=case["batch"])
+
+
+def case_rows(case: dict[str, Any], method: StepMethod, **fields: Any) -> list[Row]:
+    """One row per step phase of ``case``, with ``fields`` set (the step's N is
+    batch x seq, V and D the model's: the loss-only cell of the same last layer)."""
+    preset, size = get_preset(case["shape"]), case_size(case)
+    fields.setdefault("interpreted", method.triton and case["device"] == "cpu")
+    return [
+        Row(
+            method=method.name,
+            tokens=size.tokens,
+            vocab=preset.vocab,
+            hidden=preset.hidden,
+            dtype=case["dtype"],
+            beta=case["beta"],
+            phase=phase,
+            softcap=preset.softcap,
+            shape=preset.name,
+            device=case["device"],
+            workload=size.label(),
+            **fields,
+        )
+        for phase in STEP_PHASES
+    ]
+
+
+def same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:
+    return all(row.get(k) == case[k] for k in CASE_KEYS)

@@ -1,0 +1,144 @@
+"""The correctness gate of a step: one step's loss and every parameter's gradient
+against eager in fp32, with ``perfsuite.run.correctness``'s tolerance rule.
+
+Per quantity (the loss, and each parameter's gradient on its own) a method may be as
+far from the fp32 reference as torch itself is one precision step away, twice over,
+plus a relative slack: for fp32 cases torch's error is the fp32 reference against the
+same model and batch in fp64; for bf16 cases it is eager in bf16 against the fp32
+reference (the weights rounded to bf16 for both, so that rounding is no one's error).
+A parameter the method leaves without a gradient fails.
+
+The rows keep three errors, in ``run``'s names: ``loss_err``; ``grad_c_err``, the
+classifier's (``lm_head.weight``, the embedding when tied); ``grad_e_err``, the worst
+(by error over its bound) of every other parameter, which the loss reaches through
+dE, the hidden states' gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from perfsuite.run.correctness import SLACK
+from perfsuite.step.model import eager_loss, head_name, reference_loss
+
+Grads = dict[str, torch.Tensor]
+
+
+def one_pass(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, Grads]:
+    """One forward and backward; returns the loss and the gradients, taken off the model."""
+    model.zero_grad(set_to_none=True)
+    loss = loss_of(ids)
+    if loss.dim() != 0:
+        raise ValueError(f"the loss must be a scalar, got shape {tuple(loss.shape)}")
+    loss.backward()
+    grads: Grads = {}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            grads[name] = p.grad
+        p.grad = None
+    return loss.detach(), grads
+
+
+@dataclass
+class Reference:
+    """Eager's fp32 loss and gradients, and the bound each quantity is judged by."""
+
+    loss: torch.Tensor
+    grads: Grads
+    bounds: dict[str, float]
+    head: str
+
+
+def _bound(torch_err: float, ref: torch.Tensor, dtype: str) -> float:
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    return 2.0 * torch_err + SLACK[dtype] * max(scale, 1e-6)
+
+
+def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference, in the wider dtype (NaN anywhere: NaN)."""
+    return float(torch.sub(a, b).abs_().max())
+
+
+def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str) -> Reference:
+    """The references of a model built in fp32; leaves it in ``dtype`` without gradients."""
+
+    def ref_loss(x: torch.Tensor) -> torch.Tensor:
+        return reference_loss(model, x, beta)
+
+    if dtype == "fp32":
+        model.double()  # exact: every fp32 value is an fp64 one, and back
+        loss_64, grads_64 = one_pass(model, ids, ref_loss)
+        model.float()
+        loss, grads = one_pass(model, ids, ref_loss)
+        torch_errs = {n: _distance(grads_64.pop(n), g) for n, g in grads.items()}
+        torch_errs["loss"] = _distance(loss_64, loss)
+    else:
+        model.to(torch.bfloat16).float()  # bf16 weights, held in fp32
+        loss, grads = one_pass(model, ids, ref_loss)
+        model.to(torch.bfloat16)
+        loss_t, grads_t = one_pass(model, ids, lambda x: eager_loss(model, x, beta))
+        torch_errs = {n: _distance(grads_t.pop(n), g) for n, g in grads.items()}
+        torch_errs["loss"] = _distance(loss_t, loss)
+    bounds = {n: _bound(torch_errs[n], g, dtype) for n, g in grads.items()}
+    bounds["loss"] = _bound(torch_errs["loss"], loss, dtype)
+    return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    loss_err: float
+    grad_c_err: float
+    grad_e_err: float
+    tolerance: dict[str, float]
+    worst: str  # the decoder parameter behind grad_e_err
+    problems: list[str]
+
+    @property
+    def max_abs_err(self) -> float:
+        return max(self.loss_err, self.grad_c_err, self.grad_e_err)
+
+    def explain(self) -> str:
+        return "; ".join(self.problems)
+
+
+def judge(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
+    """Every quantity against its bound (NaN fails: comparisons with NaN are False)."""
+    problems = [f"no gradient for {name}" for name in ref.grads if name not in grads]
+    errors = {"loss": _distance(loss.float(), ref.loss)}
+    for name, want in ref.grads.items():
+        errors[name] = _distance(grads[name], want) if name in grads else float("nan")
+    for name, err in errors.items():
+        if not err <= ref.bounds[name] and (name == "loss" or name in grads):
+            problems.append(f"{name} error {err:.3g} > tolerance {ref.bounds[name]:.3g}")
+    others = [n for n in ref.grads if n != ref.head]
+    worst = max(others, key=lambda n: _ratio(errors[n], ref.bounds[n]), default=ref.head)
+    return Verdict(
+        passed=not problems,
+        loss_err=errors["loss"],
+        grad_c_err=errors[ref.head],
+        grad_e_err=errors[worst],
+        tolerance={
+            "loss": ref.bounds["loss"],
+            "grad_e": ref.bounds[worst],
+            "grad_c": ref.bounds[ref.head],
+        },
+        worst=worst,
+        problems=problems,
+    )
+
+
+def _ratio(err: float, bound: float) -> float:
+    """How much of its bound an error uses (NaN: infinitely much)."""
+    if err != err:
+        return float("inf")
+    if bound == 0:
+        return 0.0 if err == 0 else float("inf")
+    return err / bound

@@ -1,0 +1,137 @@
+"""The model a step trains: a transformers causal LM from a preset's config, its batch,
+and the losses every method is measured against (eager's, and the trivial one).
+
+Worker-side only: importing this module imports transformers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from perfsuite.step.presets import Size, StepPreset
+
+IGNORE_INDEX = -100
+CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+}
+
+
+def attention_for(preset: StepPreset) -> str:
+    """SDPA, as training uses; Gemma2's capped attention scores need the eager path
+    (transformers says so for Gemma2)."""
+    return "eager" if preset.attn_softcap is not None else "sdpa"
+
+
+def build_config(preset: StepPreset, layers: int) -> Any:
+    import transformers
+
+    config_name, _ = CLASSES[preset.family]
+    config_cls = getattr(transformers, config_name)
+    kwargs = preset.config_kwargs(layers, attention_for(preset))
+    rope = {"rope_type": "default", **(preset.rope_scaling or {}), "rope_theta": preset.rope_theta}
+    if "rope_parameters" in inspect.signature(config_cls.__init__).parameters:
+        kwargs["rope_parameters"] = rope
+    else:  # transformers 4.x
+        kwargs["rope_theta"] = preset.rope_theta
+        kwargs["rope_scaling"] = preset.rope_scaling
+    return config_cls(**kwargs)
+
+
+def build_model(preset: StepPreset, size: Size, seed: int, device: str) -> torch.nn.Module:
+    """The model initialised from ``seed`` in fp32: the same weights in every worker.
+
+    transformers 5 builds on the meta device and initialises once (``init_weights``:
+    weights, RoPE buffers, ties), half the time of a plain build, which initialises twice
+    (torch's defaults, then the model's); older versions get the plain build."""
+    import transformers
+
+    _, model_name = CLASSES[preset.family]
+    model_cls = getattr(transformers, model_name)
+    config = build_config(preset, size.layers)
+    torch.manual_seed(seed)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        with torch.device("meta"):
+            model = model_cls(config)
+        model.to_empty(device=device)
+        model.init_weights()
+    else:
+        model = model_cls(config)
+    if preset.tied and model.lm_head.weight is not model.model.embed_tokens.weight:
+        raise RuntimeError(f"{model_name}: lm_head is not tied to the embedding after init")
+    return model.to(device=device, dtype=torch.float32).train()
+
+
+def make_batch(preset: StepPreset, size: Size, seed: int, device: str) -> torch.Tensor:
+    """Token ids ``(batch, seq)``, uniform over the vocabulary; the labels are the ids
+    themselves (the model shifts them, as transformers' causal LMs do)."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, preset.vocab, (size.batch, size.seq), generator=generator)
+    return ids.to(device)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, beta: float) -> torch.Tensor:
+    """transformers' ``ForCausalLMLoss`` (labels padded and shifted, mean over the valid
+    ones, logits upcast to at least fp32) with label smoothing β, which the model's own
+    loss lacks (its kwargs never reach ``F.cross_entropy``; the Trainer smooths outside)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    targets = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        targets.reshape(-1).to(logits.device),
+        ignore_index=IGNORE_INDEX,
+        label_smoothing=beta,
+    )
+
+
+def eager_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
+    """The model's own loss on materialised logits (``forward(labels=...)``); at β > 0
+    the same logits through ``causal_lm_loss``."""
+    if beta == 0:
+        return model(input_ids=ids, labels=ids).loss
+    return causal_lm_loss(model(input_ids=ids).logits, ids, beta)
+
+
+def reference_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
+    """Eager's loss in the model's own precision (``ForCausalLMLoss`` would cast fp64
+    logits down to fp32, spoiling the fp64 pass of the correctness gate)."""
+    return causal_lm_loss(model(input_ids=ids).logits, ids, beta)
+
+
+def trivial_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """A loss that costs next to nothing on the decoder's last hidden states: the step
+    with it is the model without its loss (the loss share's subtrahend)."""
+    hidden = model.model(input_ids=ids).last_hidden_state
+    return hidden.float().square().mean()
+
+
+def head_name(model: torch.nn.Module) -> str:
+    """The parameter name of ``lm_head.weight`` (the embedding's when they are tied)."""
+    head = model.lm_head.weight
+    return next(name for name, p in model.named_parameters() if p is head)
+
+
+def describe_model(model: torch.nn.Module, preset: StepPreset, size: Size) -> dict[str, Any]:
+    """What was built, for the results' provenance."""
+    cfg = model.config
+    return {
+        "class": type(model).__name__,
+        "source": preset.source,
+        "layers": f"{size.layers} of {preset.layers}",
+        "vocab": cfg.vocab_size,
+        "hidden": cfg.hidden_size,
+        "intermediate": cfg.intermediate_size,
+        "heads": cfg.num_attention_heads,
+        "kv_heads": cfg.num_key_value_heads,
+        "tied_embeddings": bool(cfg.tie_word_embeddings),
+        "final_logit_softcapping": getattr(cfg, "final_logit_softcapping", None),
+        "attn_logit_softcapping": getattr(cfg, "attn_logit_softcapping", None),
+        "attn_implementation": attention_for(preset),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }

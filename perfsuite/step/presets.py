@@ -1,0 +1,198 @@
+"""Model presets of ``perfsuite step``: the real models' configs under ``run``'s names.
+
+Each preset is what the model's ``config.json`` on the Hub says (vocabulary, hidden
+and intermediate sizes, heads, KV heads, head_dim, tied embeddings, Gemma2's two
+softcaps), written out here so that nothing is downloaded; ``--layers``, ``--seq`` and
+``--batch`` shrink the run to fit the machine, never the vocabulary or the widths (the
+last layer's N x V x D is what the losses differ on). Parameter counts are computed
+from the sizes, so the parent estimates memory without importing transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+# Llama 3.1/3.2's long-context RoPE (``rope_scaling`` of their configs).
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 32.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+@dataclass(frozen=True)
+class StepPreset:
+    """One causal LM's architecture; ``layers`` and ``max_positions`` are the real model's."""
+
+    name: str
+    family: str  # transformers model_type: llama, mistral, qwen2, gemma2
+    vocab: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool
+    max_positions: int
+    rope_theta: float
+    rms_norm_eps: float
+    rope_scaling: dict[str, Any] | None = None
+    # Gemma2: the final logits' tanh cap (the loss's softcap) and the attention scores'.
+    softcap: float | None = None
+    attn_softcap: float | None = None
+    query_pre_attn_scalar: int | None = None
+    sliding_window: int | None = None
+    source: str = ""  # the Hub model whose config this is
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.family == "qwen2"
+
+    def parameters(self, layers: int) -> int:
+        """Parameters of the model cut to ``layers`` decoder layers (embeddings counted
+        once when tied), as transformers builds it (checked in tests/step)."""
+        d, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attention = d * q + 2 * d * kv + q * d + ((q + 2 * kv) if self.qkv_bias else 0)
+        norms = (4 if self.family == "gemma2" else 2) * d
+        layer = attention + 3 * d * self.intermediate + norms
+        heads = 1 if self.tied else 2
+        return heads * self.vocab * d + layers * layer + d
+
+    def config_kwargs(self, layers: int, attn_implementation: str) -> dict[str, Any]:
+        """Keyword arguments of the transformers config class for ``family``."""
+        kwargs: dict[str, Any] = dict(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            max_position_embeddings=self.max_positions,
+            rms_norm_eps=self.rms_norm_eps,
+            tie_word_embeddings=self.tied,
+            attention_dropout=0.0,
+            attn_implementation=attn_implementation,
+        )
+        if self.family != "qwen2":  # Qwen2 derives head_dim = hidden / heads
+            kwargs["head_dim"] = self.head_dim
+        if self.family == "gemma2":
+            kwargs.update(
+                final_logit_softcapping=self.softcap,
+                attn_logit_softcapping=self.attn_softcap,
+                query_pre_attn_scalar=self.query_pre_attn_scalar,
+                sliding_window=self.sliding_window,
+                hidden_activation="gelu_pytorch_tanh",
+            )
+        if self.family == "mistral":
+            kwargs["sliding_window"] = self.sliding_window
+        if self.family == "qwen2":
+            kwargs["use_sliding_window"] = False
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, StepPreset] = {
+    p.name: p
+    for p in (
+        StepPreset(
+            "gemma2-2b", "gemma2", 256000, 2304, 9216, 26, 8, 4, 256, True, 8192, 10000.0,
+            1e-6, softcap=30.0, attn_softcap=50.0, query_pre_attn_scalar=256,
+            sliding_window=4096, source="google/gemma-2-2b",
+        ),
+        StepPreset(
+            "gemma2-9b", "gemma2", 256000, 3584, 14336, 42, 16, 8, 256, True, 8192, 10000.0,
+            1e-6, softcap=30.0, attn_softcap=50.0, query_pre_attn_scalar=256,
+            sliding_window=4096, source="google/gemma-2-9b",
+        ),
+        StepPreset(
+            "llama3-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 128, False, 8192, 500000.0,
+            1e-5, source="meta-llama/Meta-Llama-3-8B",
+        ),
+        StepPreset(
+            "llama3.2-1b", "llama", 128256, 2048, 8192, 16, 32, 8, 64, True, 131072, 500000.0,
+            1e-5, rope_scaling=LLAMA3_ROPE, source="meta-llama/Llama-3.2-1B",
+        ),
+        StepPreset(
+            "llama3.2-3b", "llama", 128256, 3072, 8192, 28, 24, 8, 128, True, 131072, 500000.0,
+            1e-5, rope_scaling=LLAMA3_ROPE, source="meta-llama/Llama-3.2-3B",
+        ),
+        StepPreset(
+            "mistral-7b", "mistral", 32768, 4096, 14336, 32, 32, 8, 128, False, 32768, 1e6,
+            1e-5, source="mistralai/Mistral-7B-v0.3",
+        ),
+        StepPreset(
+            "qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 28, 4, 128, False, 131072, 1e6,
+            1e-6, source="Qwen/Qwen2.5-7B",
+        ),
+        # run's smoke shape (V=2048, D=128) as a two-layer Llama: every method, seconds.
+        StepPreset(
+            "smoke", "llama", 2048, 128, 256, 2, 4, 2, 32, False, 4096, 10000.0, 1e-5,
+            source="(tiny, no Hub model)",
+        ),
+    )
+}  # fmt: skip
+
+
+def get_preset(name: str) -> StepPreset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much of the model one step runs: decoder layers and the batch's shape."""
+
+    layers: int
+    seq: int
+    batch: int
+
+    @property
+    def tokens(self) -> int:
+        return self.seq * self.batch
+
+    def label(self) -> str:
+        """The rows' ``workload``: part of the cell key, so that a step cell never
+        matches a loss-only cell of the same N, V, D."""
+        return f"step(layers={self.layers},seq={self.seq},batch={self.batch})"
+
+
+# Defaults per device: a CPU step of a real vocabulary takes seconds already.
+DEFAULT_SIZE = {"cpu": Size(layers=1, seq=256, batch=1), "cuda": Size(layers=2, seq=4096, batch=2)}
+
+
+def size_for(
+    preset: StepPreset, device: str, layers: int | None, seq: int | None, batch: int | None
+) -> Size:
+    """The size a preset runs at: the given values, else the device's defaults (layers
+    capped at the model's own); ``ValueError`` for sizes the model cannot take."""
+    default = DEFAULT_SIZE[device]
+    size = Size(
+        layers=min(default.layers, preset.layers) if layers is None else layers,
+        seq=default.seq if seq is None else seq,
+        batch=default.batch if batch is None else batch,
+    )
+    for name in ("layers", "seq", "batch"):
+        if getattr(size, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(size, name)}")
+    if size.layers > preset.layers:
+        raise ValueError(f"--layers {size.layers}: {preset.name} has {preset.layers} layers")
+    if size.seq > preset.max_positions:
+        raise ValueError(
+            f"--seq {size.seq}: {preset.name} takes at most {preset.max_positions} positions"
+        )
+    if size.seq < 2:
+        raise ValueError("--seq must be >= 2: a causal LM's loss needs a next token")
+    return size
+
+
+def with_size(preset: StepPreset, **changes: Any) -> StepPreset:
+    """A copy with fields changed (tests build tiny variants of a family this way)."""
+    return replace(preset, **changes)

@@ -1,0 +1,173 @@
+"""The console table of ``perfsuite step``: one per model x dtype x β, a line per method
+with the step's milliseconds split into fwd / bwd / opt / step, tokens per second, the
+step's peak memory above the weights and optimizer state, the loss's share of the step,
+and a note column for statuses and marks. Fitted to the terminal (``perfsuite.fit``:
+80 columns, no number cut); reasons go in numbered notes under the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich import box
+from rich.console import Console
+
+from perfsuite.fit import Column, print_fitted
+from perfsuite.render.table import (
+    BUSY_MARK,
+    INTERPRETED_MARK,
+    STATUS_COLOR,
+    WRONG_MARK,
+    short_status,
+)
+
+PHASE_COLUMNS = ("fwd", "bwd", "opt", "step")
+# A first step this many times a measured one was mostly compilation: said in a note.
+COMPILE_NOTE_RATIO = 10.0
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _mib(n: int | None) -> str:
+    if n is None:
+        return "-"
+    mib = n / 2**20
+    return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
+
+
+def _rate(tokens: int, ms: float | None) -> str:
+    if not ms:
+        return "-"
+    rate = tokens / (ms / 1e3)
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
+def loss_share(step: dict[str, Any]) -> float | None:
+    """The loss's share of the step (0..1) from a ``step`` row, when measured."""
+    loss, total = step.get("loss_ms"), step.get("median_ms")
+    if loss is None or not total:
+        return None
+    return min(loss / total, 1.0)
+
+
+def marks(row: dict[str, Any]) -> str:
+    """✗ failed the gate, † Triton interpreted (CPU), ! busy machine."""
+    out = INTERPRETED_MARK if row.get("interpreted") else ""
+    out += BUSY_MARK if row.get("busy") else ""
+    return out + (WRONG_MARK if row["status"] == "wrong" else "")
+
+
+def _group(rows: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, dict[str, dict]]]:
+    """(model, workload, dtype, β, device) -> method -> phase -> row, in first-seen order."""
+    groups: dict[tuple, dict[str, dict[str, dict]]] = {}
+    for row in rows:
+        key = (row["shape"], row["workload"], row["dtype"], row["beta"], row.get("device"))
+        groups.setdefault(key, {}).setdefault(row["method"], {})[row["phase"]] = row
+    return groups
+
+
+def _note_ref(notes: dict[str, list[str]], reason: str, method: str) -> str:
+    methods = notes.setdefault(reason, [])
+    if method not in methods:
+        methods.append(method)
+    return f"({list(notes).index(reason) + 1})"
+
+
+def _line(method: str, phases: dict[str, dict], notes: dict[str, list[str]]) -> list[str]:
+    step = phases.get("step") or next(iter(phases.values()))
+    measured = step.get("median_ms") is not None and step["status"] in ("ok", "wrong")
+    refs = []
+    if step["status"] != "ok" or (step.get("reason") and not step.get("interpreted")):
+        refs.append(_note_ref(notes, f"{step['status']}: {step['reason']}", method))
+    compile_ms, median = step.get("compile_ms"), step.get("median_ms")
+    if measured and compile_ms and median and compile_ms > COMPILE_NOTE_RATIO * median:
+        first = f"first step {compile_ms / 1e3:,.1f} s (compilation, measured once: not a sample)"
+        refs.append(_note_ref(notes, first, method))
+    note = " ".join([marks(step) if measured else "", *refs]).strip()
+    if not measured:
+        color = STATUS_COLOR.get(step["status"], "")
+        status = f"[{color}]{short_status(step)}[/{color}]" if color else short_status(step)
+        return [method, status, "", "", "", "", "", "", note]
+    style = "red" if step["status"] == "wrong" else ""
+    share = loss_share(step)
+    cells = [_ms(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
+    cells += [
+        _rate(step["tokens"], median),
+        _mib(step.get("peak_bytes")),
+        "-" if share is None else f"{100 * share:.0f}",
+    ]
+    if style:
+        cells = [f"[{style}]{c}[/{style}]" for c in cells]
+    return [method, *cells, note]
+
+
+COLUMNS = [
+    Column("method"),
+    *(Column(f"{p}\nms", "right", False) for p in PHASE_COLUMNS),
+    Column("tok/s", "right", False),
+    Column("peak\nMiB", "right", False),
+    Column("loss\n%", "right", False),
+    Column("note", fold=False),
+]
+
+
+def title(key: tuple, first: dict[str, Any]) -> str:
+    shape, workload, dtype, beta, device = key
+    cap = "" if first.get("softcap") is None else f", softcap {first['softcap']:g}"
+    return (
+        f"{shape} {workload}: N={first['tokens']} V={first['vocab']} D={first['hidden']} "
+        f"{dtype}{cap}, β={beta:g} on {device}"
+    )
+
+
+def print_step_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    """Every table, its numbered notes, then what the columns and marks mean."""
+    console = console or Console()
+    for key, methods in _group(rows).items():
+        notes: dict[str, list[str]] = {}
+        lines = [_line(m, phases, notes) for m, phases in methods.items()]
+        first = next(iter(next(iter(methods.values())).values()))
+        options = dict(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        print_fitted(console, COLUMNS, lines, title(key, first), **options)
+        for i, (reason, names) in enumerate(notes.items(), 1):
+            console.print(f"({i}) {', '.join(names)}: {reason}", markup=False, highlight=False)
+    for note in footnotes(rows):
+        console.print(note, style="dim", markup=False, highlight=False)
+
+
+def footnotes(rows: list[dict[str, Any]]) -> list[str]:
+    """What the columns mean, and each mark the rows carry."""
+    if not rows:
+        return []
+    out = [
+        "ms: median per step phase (fwd: model and loss; bwd; opt: AdamW step and "
+        "zero_grad); tok/s: batch x seq per step; peak: tensor memory over the step above "
+        "the weights and AdamW state; loss %: the loss's share of the step, measured "
+        "against a trivial loss (docs/step.md)."
+    ]
+    timed = [r for r in rows if r.get("median_ms") is not None]
+    if any(r.get("interpreted") for r in timed):
+        out.append(
+            f"{INTERPRETED_MARK} Triton interpreter on CPU: the loss's time says nothing about "
+            "GPU speed; memory and correctness do count."
+        )
+    if any(r.get("busy") for r in timed):
+        out.append(
+            f"{BUSY_MARK} measured on a busy machine (other processes on the cores, or a "
+            "throttled or shared GPU): its time is not trustworthy."
+        )
+    if any(r["status"] == "wrong" for r in rows):
+        out.append(
+            f"{WRONG_MARK} failed the correctness gate against eager in fp32 (see its note)."
+        )
+    if any(r.get("device") == "cpu" for r in rows):
+        out.append(
+            "CPU run: a CPU step says how the losses compare in memory and in arithmetic "
+            "there, not what a GPU step costs; process RSS is in the results file."
+        )
+    return out

@@ -1,0 +1,120 @@
+"""What a method is across ranks: the loss with the classifier sharded over the vocabulary.
+
+At tensor-parallel size K every rank holds the same E (N, D) and the same global
+targets, and rows [start, stop) of C, cut the Megatron way: ``ceil(V / K)`` rows a rank,
+the last rank's shard the remainder (``shard_ranges``). A ``ParallelMethod`` returns a
+callable ``loss_fn(e, c_shard, targets) -> scalar`` that every rank calls together; it
+must give every rank the same global loss (``F.cross_entropy`` over all V, the same
+semantics as ``perfsuite.method``), and its backward must leave the *full* dE on every
+rank (the all-reduce a column-parallel head does in its backward is part of the loss's
+cost) and this shard's rows of dC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unsupported
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This rank's piece of a vocab-parallel problem."""
+
+    rank: int
+    world: int
+    start: int
+    stop: int
+    vocab: int
+    # The torch.distributed process group every rank of the cell is in (None: default).
+    group: Any = None
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def even(self) -> bool:
+        """Every rank's shard has the same size (Megatron's own loss assumes it)."""
+        return self.vocab % self.world == 0
+
+
+def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
+    """[start, stop) of each rank: ``ceil(V / K)`` rows each, the last rank the rest.
+
+    Refuses a split that leaves a rank without rows (V = 10 over K = 4 gives
+    3, 3, 3, 1; V = 9 over K = 4 would give 3, 3, 3, 0)."""
+    if world < 1:
+        raise ValueError(f"tensor-parallel size must be >= 1, got {world}")
+    per = -(-vocab // world)
+    ranges = [(min(r * per, vocab), min((r + 1) * per, vocab)) for r in range(world)]
+    empty = [r for r, (start, stop) in enumerate(ranges) if stop <= start]
+    if empty:
+        raise ValueError(
+            f"V={vocab} over TP={world} leaves rank {empty[0]} no vocabulary rows "
+            f"(ceil(V/TP) = {per} a rank)"
+        )
+    return ranges
+
+
+@dataclass
+class ParallelMethod(SimpleMethod):
+    """A method measured across ranks: ``build_tp(case, c_shard, shard) -> loss_fn``.
+
+    ``shard_check`` adds a reason a layout cannot be computed exactly (Megatron's
+    loss on uneven shards); ``SimpleMethod.build`` is unused here.
+    """
+
+    build_tp: Callable[[Case, torch.Tensor, Shard], LossFn] | None = None
+    shard_check: Callable[[Case, Shard], str | None] | None = None
+    build: Callable[[Case, torch.Tensor], LossFn] = field(default=lambda case, c: _no_build())
+
+    def unsupported_at(self, case: Case, shard: Shard) -> str | None:
+        """Why this method cannot compute ``case`` on this layout, or None."""
+        reason = self.unsupported_reason(case)
+        if reason is None and self.shard_check is not None:
+            reason = self.shard_check(case, shard)
+        return reason
+
+    def prepare_tp(self, case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+        """Untimed set-up on every rank; returns the rank's loss callable."""
+        reason = self.unsupported_at(case, shard)
+        if reason is not None:
+            raise Unsupported(reason)
+        assert self.build_tp is not None, f"{self.name}: no build_tp"
+        return self.build_tp(case, c_shard, shard)
+
+
+# Keys of a worker's case dict that are not ``Case`` fields.
+CASE_EXTRAS = ("shape", "workload", "tp")
+
+
+def case_of(raw: dict[str, Any]) -> Case:
+    """The ``Case`` of a worker's case dict (``Plan.cases``)."""
+    return Case(**{k: v for k, v in raw.items() if k not in CASE_EXTRAS})
+
+
+def case_reason(method: Any, raw: dict[str, Any]) -> str | None:
+    """Why ``method`` cannot compute the case dict ``raw`` exactly (None: it can): its
+    capabilities, and at a TP size the layout (rank 0's shard, as every rank's
+    checks agree on the layout)."""
+    case = case_of(raw)
+    tp = raw.get("tp")
+    if tp is None:
+        return method.unsupported_reason(case)
+    try:
+        start, stop = shard_ranges(case.vocab, tp)[0]
+    except ValueError as err:
+        return str(err)
+    return method.unsupported_at(case, Shard(0, tp, start, stop, case.vocab))
+
+
+def _no_build() -> LossFn:
+    raise TypeError("a ParallelMethod is prepared per rank with prepare_tp")
+
+
+__all__ = ["Capabilities", "ParallelMethod", "Shard", "shard_ranges"]

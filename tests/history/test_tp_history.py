@@ -1,0 +1,107 @@
+"""The TP size in the history: its own column (schema 2, migrated from 1), its own cells
+and series, and one-device cells that keep their names."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from history.histories import blocks, make_document
+from perfsuite.history import ingest, store, timelines
+from perfsuite.history.cli import main
+
+
+def write_runs(folder: Path, n: int = 10, step_at: int = 6) -> list[Path]:
+    """Each run holds ours on one device (flat) and ours at TP=2 (+30 % from ``step_at``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        doc = make_document(i)
+        doc["rows"] += make_document(i, 1.3 if i >= step_at else 1.0, seed=1, tp=2)["rows"]
+        paths.append(folder / f"run-{i:02d}.json")
+        paths[-1].write_text(json.dumps(doc))
+    return paths
+
+
+def schema1_db(path: Path, document: dict) -> str:
+    """A history file as perfsuite wrote it before ``tp``: schema 1, no column; returns
+    the cell's id as stored then."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(store.SCHEMA.replace("    tp INTEGER,\n", ""))
+    conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
+    _, run, cells = ingest.prepare(document, "old.json")
+    run_id = store.insert_run(conn, run)
+    for cell in cells:
+        del cell["tp"]
+        store.insert_cell(conn, run_id, cell)
+    conn.commit()
+    conn.close()
+    return cells[0]["cell_id"]
+
+
+def columns(path: Path) -> tuple[str, list[str]]:
+    conn = sqlite3.connect(path)
+    try:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return version[0], [r[1] for r in conn.execute("PRAGMA table_info(cells)")]
+    finally:
+        conn.close()
+
+
+def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
+    old_id = schema1_db(db, make_document(0))
+    before = db.read_bytes()
+    assert main(["list", "--db", str(db)]) == 0 and main(["check", "--db", str(db)]) == 0
+    assert db.read_bytes() == before  # read-only commands leave it as it was
+    assert "1 runs" in capsys.readouterr().out
+    (tp_run,) = write_runs(tmp_path / "runs", n=1)[:1]
+    assert main(["add", "--db", str(db), str(tp_run)]) == 0
+    assert columns(db) == ("2", columns(db)[1]) and "tp" in columns(db)[1]
+    conn = store.connect(db, create=False, write=False)
+    stored = {(r["cell_id"], r["tp"]) for r in store.cell_rows(conn)}
+    conn.close()
+    # The old cell keeps its name (acks hold it); run 0 again on one device is that cell.
+    assert (old_id, None) in stored and len({c for c, tp in stored if tp is None}) == 1
+    assert len({c for c, tp in stored if tp == 2}) == 1
+
+
+def test_a_tp_cell_is_its_own_series_in_check(tmp_path, db, capsys):
+    assert main(["import", "--db", str(db), str(tmp_path / "runs")]) == 2  # no folder yet
+    write_runs(tmp_path / "runs")
+    assert main(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
+    capsys.readouterr()
+    assert main(["check", "--db", str(db)]) == 1
+    out = capsys.readouterr().out
+    (regression,) = blocks(out, "REGRESSION")
+    assert "Test CUDA ours TP=2 fwd" in regression and "time +30" in regression
+    assert "4 series checked: 1 open regressions" in out  # {one device, TP=2} x {time, memory}
+    assert main(["list", "--db", str(db)]) == 0
+    assert capsys.readouterr().out.count("2 cells (TP=2)") == 10
+
+
+def test_timelines_draw_one_line_per_method_and_tp_size(tmp_path, db):
+    write_runs(tmp_path / "runs")
+    assert main(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
+    conn = store.connect(db, create=False, write=False)
+    (groups,) = timelines.load(conn).values()
+    conn.close()
+    (group,) = groups
+    assert {(line.method, line.metric) for line in group.lines} == {
+        (name, metric) for name in ("ours", "ours TP=2") for metric in ("time", "memory")
+    }
+    (mark,) = [m for m in group.marks if m.state == "open"]
+    assert mark.method == "ours TP=2" and mark.after.position == 6
+
+
+@pytest.mark.parametrize("tp", ["2", 0, True, 1.5])
+def test_a_malformed_tp_is_refused(tmp_path, db, capsys, tp):
+    doc = make_document(0, tp=2)
+    doc["rows"][0]["tp"] = tp
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    assert main(["add", "--db", str(db), str(path)]) == 2
+    assert "not a TP size" in capsys.readouterr().err

@@ -1,0 +1,50 @@
+"""The TP size in a results file: part of a cell for merge, absent (one device) in every
+file written before `run --tp`."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from fake_results import H100_ENV, paper_document, tp_document
+
+from perfsuite.results.cells import cell_key
+from perfsuite.results.merge import MergeError, merge_documents
+from perfsuite.results.results import load_results, new_document
+
+
+def test_a_file_without_tp_loads_as_one_device(tmp_path):
+    doc = paper_document()
+    for row in doc["rows"]:
+        del row["tp"], row["collectives"], row["collective_bytes"], row["collective_ms"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    rows = load_results(path)["rows"]
+    assert all(cell_key(r)[-1] is None for r in rows)
+    assert cell_key(rows[0]) == cell_key({**rows[0], "tp": None})
+
+
+def test_merge_keeps_every_tp_size_and_names_it_in_a_duplicate():
+    one, tp = paper_document(), tp_document(sizes=(1, 2))
+    merged = merge_documents([("one.json", one), ("tp.json", tp)])
+    assert len(merged["rows"]) == len(one["rows"]) + len(tp["rows"])
+    # The plan's order: method, then TP size (one device first).
+    ours = [r.get("tp") for r in merged["rows"] if r["method"] == "ours"]
+    assert ours == sorted(ours, key=lambda k: k or 0) and ours[-2:] == [1, 2]
+    again = copy.deepcopy(tp)
+    again["rows"] = [r for r in again["rows"] if (r["method"], r["tp"]) == ("ours", 2)]
+    with pytest.raises(MergeError, match=r"cell ours TP=2 N=8192 .* fwd\+bwd is in both"):
+        merge_documents([("a.json", tp), ("b.json", again)])
+    again["rows"][0]["tp"] = 4  # another size: another cell
+    assert len(merge_documents([("a.json", tp), ("b.json", again)])["rows"]) == 5
+
+
+@pytest.mark.parametrize("field,value", [("collective_ms", -1.0), ("collectives", "4")])
+def test_collective_measurements_are_checked_like_the_others(tmp_path, field, value):
+    doc = tp_document()
+    doc["rows"][0][field] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(new_document(H100_ENV, doc["rows"])))
+    with pytest.raises(ValueError, match=f"{field} is"):
+        load_results(path)

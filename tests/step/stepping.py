@@ -1,0 +1,46 @@
+"""Running ``perfsuite step`` as a user types it, its console output kept."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfsuite.cli import main
+from perfsuite.results.results import load_results
+
+QUICK = ["--layers", "1", "--seq", "16", "--batch", "1", "--samples", "2", "--warmup", "0"]
+METHODS = "eager,ours,liger,cce,torchtune-chunked"
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    path: Path
+    document: dict[str, Any] | None
+
+    def rows(self, **match: Any) -> list[dict[str, Any]]:
+        assert self.document is not None
+        return [r for r in self.document["rows"] if all(r.get(k) == v for k, v in match.items())]
+
+
+def step(argv: list[str], out: Path | None) -> Ran:
+    """``perfsuite step ARGV`` as typed, its console output at 80 columns."""
+    buffer = io.StringIO()
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"
+    try:
+        with contextlib.redirect_stdout(buffer):
+            code = main(["step", *argv, *(["--out", str(out)] if out else [])])
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
+    wrote = code in (0, 1) and out is not None and out.exists()  # 2: refused, nothing written
+    document = load_results(out) if wrote else None
+    return Ran(code, buffer.getvalue(), out or Path(), document)

@@ -1,0 +1,138 @@
+"""``perfsuite step`` through ``perfsuite.cli.main``: every method gated and measured on
+the smoke model, statuses where a method cannot run, oom from the estimate with nothing
+lost, a dead worker costing its case, bad input refused in one line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from perfsuite.results.results import STEP_PHASES
+from step.stepping import QUICK, step
+
+MEASURED = ("eager", "ours", "liger")
+
+
+def test_every_method_gets_every_case(smoke_run):
+    assert smoke_run.code == 0, smoke_run.out
+    rows = smoke_run.rows(shape="smoke")
+    # 5 methods x β in {0, 0.1} x 4 phases, in method, β, phase order
+    assert len(rows) == 5 * 2 * 4
+    assert [r["phase"] for r in rows[:4]] == list(STEP_PHASES)
+    for method in MEASURED:
+        for beta in (0.0, 0.1):
+            got = smoke_run.rows(shape="smoke", method=method, beta=beta)
+            assert {r["status"] for r in got} == {"ok"}, (method, beta, got[0]["reason"])
+    tune = {b: smoke_run.rows(shape="smoke", method="torchtune-chunked", beta=b) for b in (0, 0.1)}
+    assert {r["status"] for r in tune[0.0]} == {"ok"}
+    assert {r["status"] for r in tune[0.1]} == {"unsupported"}
+    assert "label smoothing" in tune[0.1][0]["reason"]
+    cce = smoke_run.rows(shape="smoke", method="cce")
+    assert {r["status"] for r in cce} == {"unavailable"} and "CUDA" in cce[0]["reason"]
+
+
+def test_rows_carry_the_model_and_the_step(smoke_run):
+    for row in smoke_run.rows(shape="smoke"):
+        assert (row["tokens"], row["vocab"], row["hidden"]) == (16, 2048, 128)
+        assert row["workload"] == "step(layers=1,seq=16,batch=1)"
+        assert row["device"] == "cpu" and row["dtype"] == "fp32"
+    for row in smoke_run.rows(shape="smoke", status="ok"):
+        assert len(row["samples_ms"]) == 2 and row["median_ms"] > 0
+        assert row["peak_bytes"] > 0 and row["compile_ms"] > 0
+        assert row["interpreted"] == (row["method"] == "liger")
+
+
+def test_phases_add_up_to_the_step(smoke_run):
+    for method in MEASURED:
+        by_phase = {r["phase"]: r for r in smoke_run.rows(shape="smoke", method=method, beta=0.0)}
+        for i, total in enumerate(by_phase["step"]["samples_ms"]):
+            parts = sum(by_phase[p]["samples_ms"][i] for p in ("fwd", "bwd", "opt"))
+            assert math.isclose(parts, total, rel_tol=1e-9), method
+        # the step's peak is above the weights and AdamW state: at least the gradients
+        assert by_phase["step"]["peak_bytes"] >= 4 * 672128 * 0.9
+        loss_ms = by_phase["step"]["loss_ms"]
+        assert loss_ms is not None and 0 <= loss_ms <= by_phase["step"]["median_ms"]
+        assert all(by_phase[p]["loss_ms"] is None for p in ("fwd", "bwd", "opt"))
+
+
+def test_every_measured_method_passes_the_gate_within_its_bounds(smoke_run):
+    for row in smoke_run.rows(shape="smoke", status="ok"):
+        bounds = row["tolerance"]
+        assert row["loss_err"] <= bounds["loss"]
+        assert row["grad_e_err"] <= bounds["grad_e"] and row["grad_c_err"] <= bounds["grad_c"]
+    eager = smoke_run.rows(shape="smoke", method="eager", beta=0.0)[0]
+    assert eager["loss_err"] == 0.0  # eager is the fp32 reference itself
+
+
+def test_a_model_over_the_memory_limit_is_oom_and_nothing_is_lost(smoke_run):
+    big = smoke_run.rows(shape="llama3.2-1b")
+    # cce is unavailable here and torchtune cannot smooth: decided before any estimate
+    measurable = [r for r in big if r["method"] in MEASURED or r["beta"] == 0]
+    assert {r["status"] for r in measurable if r["method"] != "cce"} == {"oom"}
+    reason = smoke_run.rows(shape="llama3.2-1b", method="eager")[0]["reason"]
+    assert "GiB" in reason and "AdamW" in reason and "--memory-limit" in reason
+    assert (big[0]["vocab"], big[0]["hidden"]) == (128256, 2048)  # the real vocabulary
+    assert smoke_run.rows(shape="smoke", method="eager", status="ok")
+    est = smoke_run.document["env"]["step"]["memory_estimates"]["llama3.2-1b"]["fp32"]
+    assert est["eager"]["need"] > 2 * 2**30 > est["eager"]["weights"]
+
+
+def test_the_console_table_fits_80_columns(smoke_run):
+    out = smoke_run.out
+    assert "smoke step(layers=1,seq=16,batch=1): N=16 V=2048 D=128 fp32, β=0 on cpu" in out
+    assert "tok/s" in out and "loss" in out and "unavail" in out and "N/A" in out
+    assert "†" in out and "Triton interpreter" in out
+    assert "oom" in out and "Traceback" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_all_oom_exits_1_and_keeps_the_file(tmp_path):
+    out = tmp_path / "r.json"
+    ran = step(["--model", "llama3.2-1b", "--methods", "eager", "--memory-limit", "1G"], out)
+    assert ran.code == 1 and "no case was measured" in ran.out
+    assert {r["status"] for r in ran.document["rows"]} == {"oom"}
+
+
+def test_a_worker_killed_at_the_timeout_costs_its_case(tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["--methods", "eager,cce", "--beta", "0,0.1", "--timeout", "0.2", *QUICK]
+    ran = step(argv, out)
+    eager = ran.rows(method="eager")
+    assert len(eager) == 8 and {r["status"] for r in eager} == {"error"}
+    assert all("timed out after 0.2 s" in r["reason"] for r in eager)
+    assert {r["status"] for r in ran.rows(method="cce")} == {"unavailable"}
+    assert ran.code == 1  # nothing measured
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "gpt5"], "unknown model 'gpt5'"),
+        (["--layers", "0"], "--layers: must be positive, got 0"),
+        (["--layers", "two"], "--layers: not an integer"),
+        (["--model", "llama3.2-1b", "--layers", "17"], "llama3.2-1b has 16 layers"),
+        (["--seq", "1"], "--seq must be >= 2"),
+        (["--model", "gemma2-2b", "--seq", "9000"], "at most 8192 positions"),
+        (["--dtype", "fp16"], "--dtype: unknown fp16"),
+        (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),
+        (["--methods", "eager,magic"], "unknown method(s) magic"),
+        (["--samples", "0"], "--samples: must be positive"),
+        (["--memory-limit", "lots"], "--memory-limit: not a size"),
+        (["--timeout", "nan"], "--timeout"),
+    ],
+)
+def test_bad_input_is_one_error_line_and_exit_2(tmp_path, argv, message):
+    out = tmp_path / "r.json"
+    ran = step(argv, out)
+    assert ran.code == 2
+    text = " ".join(ran.out.split())  # rich wraps at 80 columns
+    assert text.startswith("error:") and message in text and "Traceback" not in ran.out
+    assert not out.exists()
+
+
+def test_an_existing_out_file_is_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("{}")
+    ran = step(["--methods", "eager"], out)
+    assert ran.code == 2 and "--force" in ran.out and out.read_text() == "{}"

@@ -1,0 +1,87 @@
+"""A step results file is a results file: ``compare``, ``history add``/``check`` and
+``report`` take it, step cells never match loss-only cells of the same N, V, D, and
+the step phases validate while anything else is still refused."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+
+import pytest
+
+from perfsuite.cli import main
+from perfsuite.history import store
+from perfsuite.regress.verdicts import CompareError, compare_documents
+from perfsuite.results.results import (
+    PHASES,
+    STEP_PHASES,
+    ResultsError,
+    Row,
+    load_results,
+    new_document,
+    write_results,
+)
+
+
+def test_compare_reads_a_step_file_cell_by_cell(smoke_run, capsys):
+    path = str(smoke_run.path)
+    capsys.readouterr()
+    assert main(["compare", path, path, "--accept-busy"]) == 0
+    out = capsys.readouterr().out
+    assert "step(layers=1,seq=16,batch=1)" in out and " opt " in out and " step " in out
+    assert "same" in out and "Traceback" not in out
+
+
+def test_compare_fails_a_step_cell_that_went_wrong(smoke_run, tmp_path, capsys):
+    current = copy.deepcopy(smoke_run.document)
+    for row in current["rows"]:
+        if row["method"] == "ours" and row["phase"] == "step":
+            row["status"], row["reason"] = "wrong", "loss error 1 > tolerance 0.1"
+    write_results(tmp_path / "cur.json", current)
+    argv = ["compare", str(smoke_run.path), str(tmp_path / "cur.json"), "--accept-busy"]
+    assert main(argv) == 1
+    assert "status-changed" in capsys.readouterr().out
+
+
+def test_history_stores_every_step_cell(smoke_run, tmp_path, capsys):
+    db = tmp_path / "h.sqlite"
+    assert main(["history", "add", str(smoke_run.path), "--db", str(db)]) == 0
+    assert f"added {len(smoke_run.document['rows'])} cells" in capsys.readouterr().out
+    conn = store.connect(db)
+    phases = {row[0] for row in conn.execute("SELECT DISTINCT phase FROM cells")}
+    workloads = {row[0] for row in conn.execute("SELECT DISTINCT workload FROM cells")}
+    assert phases == set(STEP_PHASES)
+    assert "step(layers=1,seq=16,batch=1)" in workloads
+    assert main(["history", "check", "--db", str(db)]) == 0
+
+
+def test_report_does_not_choke_on_a_step_file(smoke_run, capsys):
+    assert main(["report", str(smoke_run.path)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def _cell(workload: str, phase: str) -> dict:
+    row = Row("eager", 16, 2048, 128, "fp32", 0.0, phase, "ok", median_ms=1.0)
+    row.workload = workload
+    return asdict(row)
+
+
+def test_a_step_cell_never_matches_a_loss_only_cell_of_the_same_shape(smoke_run):
+    env = smoke_run.document["env"]
+    loss_only = new_document(env, [_cell("random", p) for p in PHASES])
+    steps = new_document(env, [_cell("step(layers=1,seq=16,batch=1)", p) for p in STEP_PHASES])
+    with pytest.raises(CompareError, match="nothing to compare.*workload"):
+        compare_documents(loss_only, steps)
+
+
+def test_step_phases_validate_and_others_do_not(tmp_path):
+    for phase in STEP_PHASES:
+        Row("eager", 1, 2, 3, "fp32", 0.0, phase, "ok")
+    with pytest.raises(ValueError, match="phase 'optimizer'"):
+        Row("eager", 1, 2, 3, "fp32", 0.0, "optimizer", "ok")
+    assert PHASES == ("fwd", "bwd", "fwd+bwd")  # run's phases and --phases are unchanged
+    doc = new_document({}, [_cell("step(layers=1,seq=16,batch=1)", "opt")])
+    doc["rows"][0]["loss_ms"] = float("nan")
+    write_results(tmp_path / "bad.json", doc)
+    with pytest.raises(ResultsError, match="loss_ms is nan"):
+        load_results(tmp_path / "bad.json")

@@ -158,10 +158,11 @@ def _backward_tile(
         keep = True
         if FILTER:
             # Per-row thresholds (tiles.row_filter_eps): skip a tile whose every term is small.
+            # Each row's largest term against its threshold, then any row over the whole
+            # vector: a max over axis 0 of a row reduction crashed Triton 3.7.1 on sm_100a
+            # (TritonNvidiaGPUOptimizeTMemLayoutsPass).
             row_eps = tl.load(RowEps + offs_n % N)
-            keep = (
-                tl.max(tl.max((tl.abs(grad) >= row_eps[:, None]).to(tl.int32), axis=1), axis=0) > 0
-            )
+            keep = tl.max((tl.max(tl.abs(grad), axis=1) >= row_eps).to(tl.int32)) > 0
         if keep:
             grad_t = cast(grad * g[:, None], E.dtype.element_ty, UPCAST_DOT)
             n_dd = tl.cdiv(D, BLOCK_DD)

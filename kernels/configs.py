@@ -3,7 +3,7 @@
 By default one config per (kernel, arch, dtype) runs, so results are reproducible
 and the first call compiles once. ``PERFSUITE_AUTOTUNE=1`` sweeps ``autotune_space``
 instead. Under ``TRITON_INTERPRET=1`` large blocks keep the CPU emulation fast.
-Every pinned GPU config is compiled ahead of time for sm_80 and sm_90a by
+Every pinned GPU config is compiled ahead of time for sm_80, sm_90a and sm_100a by
 ``perfsuite kernel-report``, which fails on spills.
 """
 
@@ -19,7 +19,7 @@ import triton
 
 KERNELS = ("forward", "backward", "slices")
 
-ARCHS = ("sm_80", "sm_90")
+ARCHS = ("sm_80", "sm_90", "sm_100")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -59,8 +59,8 @@ class KernelConfig:
 
 
 # Chosen by `perfsuite kernel-report`: tiles that compile without spills for every
-# variant (smoothing, softcap, filtering, sorting, fp32 accumulation) on sm_80 and
-# sm_90a under Triton 3.7 and 3.9. The backward's tiles are as wide as that allows:
+# variant (smoothing, softcap, filtering, sorting, fp32 accumulation) on sm_80, sm_90a
+# and sm_100a under Triton 3.7 and 3.9. The backward's tiles are as wide as that allows:
 # it is bound by L2 traffic (every pair re-reads its E and C slices twice and adds
 # a BLOCK_N×D slice into the fp32 dE and a BLOCK_V×D slice into dC), which falls
 # with tile area; see kernel_report.costs.
@@ -83,6 +83,14 @@ _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
 # at once, 128 registers per thread each at 256×128 with 8 warps; 128×256 spills too.
 # 128×128 fits (≤ 240 registers); BLOCK_D 64 halves its K steps at no register cost.
 _HOPPER_SLICES = KernelConfig(128, 128, 64, num_warps=8, num_stages=3)
+# Blackwell (sm_100a, tcgen05: the accumulator in tensor memory, read back whole by the
+# epilogue) with Hopper's tiles, as kernel-report builds them (Triton 3.7.1 / 3.9.0): the
+# forward's 256×128 spills with vocab sorting (144 / 156 B) and, under 3.9.0, 4 B with
+# class weights; the tile backward's 128×256 spills 36 B with fp32 dC under 3.7.1. Both
+# take 128×128 here, spill-free under 3.6 to 3.9; the slice GEMM keeps Hopper's tile.
+# None timed on a Blackwell GPU yet.
+_BLACKWELL_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
+_BLACKWELL_BWD = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, block_dd=32)
 _HALF_SLICES = _HALF_FWD
 _FP32_SLICES = _FP32_FWD
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
@@ -90,11 +98,15 @@ _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
 # (kernel, arch, dtype) -> config. Half precision shares tiles; fp32 runs ieee dots
 # (torch's default "highest" matmul precision), which want smaller tiles.
 PINNED: dict[tuple[str, str, str], KernelConfig] = {}
+_HALF = {
+    "sm_80": (_HALF_FWD, _HALF_BWD, _HALF_SLICES),
+    "sm_90": (_HOPPER_FWD, _HOPPER_BWD, _HOPPER_SLICES),
+    "sm_100": (_BLACKWELL_FWD, _BLACKWELL_BWD, _HOPPER_SLICES),
+}
 for _arch in ARCHS:
     for _dt in ("bf16", "fp16"):
-        PINNED["forward", _arch, _dt] = _HOPPER_FWD if _arch == "sm_90" else _HALF_FWD
-        PINNED["backward", _arch, _dt] = _HOPPER_BWD if _arch == "sm_90" else _HALF_BWD
-        PINNED["slices", _arch, _dt] = _HOPPER_SLICES if _arch == "sm_90" else _HALF_SLICES
+        for _kernel, _cfg in zip(("forward", "backward", "slices"), _HALF[_arch], strict=True):
+            PINNED[_kernel, _arch, _dt] = _cfg
     PINNED["forward", _arch, "fp32"] = _FP32_FWD
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
     PINNED["slices", _arch, "fp32"] = _FP32_SLICES
@@ -121,9 +133,10 @@ def autotune_enabled() -> bool:
 
 
 def arch_of(device: torch.device) -> str:
-    """``sm_90`` on Hopper and newer, else ``sm_80`` (the Ampere-safe tiles)."""
+    """``sm_100`` on datacenter Blackwell (capability 10.x), ``sm_90`` on Hopper and the
+    rest from 9 on, else ``sm_80`` (the Ampere-safe tiles)."""
     major, _ = torch.cuda.get_device_capability(device)
-    return "sm_90" if major >= 9 else "sm_80"
+    return "sm_100" if major == 10 else "sm_90" if major >= 9 else "sm_80"
 
 
 def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:

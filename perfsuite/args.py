@@ -126,7 +126,8 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         "--jobs",
         type=positive_int,
         help="CPU: Triton methods (interpreted, timings flagged) run this many workers at a "
-        "time, after the natively timed methods have each run alone (default: 2 with 2+ cores)",
+        "time beside the natively timed ones, stopped while a native clock runs; 1 runs every "
+        "worker alone (default: 2 with 2+ cores)",
     )
     add_tp_arguments(p)
 

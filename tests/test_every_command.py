@@ -43,6 +43,11 @@ def argvs(tmp: Path) -> dict[str, tuple[list[str], int]]:
         "run": (["run", "--shape", "smoke", *TINY, *QUICK, "--out", str(tmp / "r.json")], 0),
         "shapes": (["shapes"], 0),
         "methods": (["methods"], 0),
+        "step": (
+            ["step", "--shape", "smoke", "--layers", "1", "--seq", "16", "--methods", "eager"]
+            + ["--beta", "0", "--samples", "1", "--warmup", "0", "--out", str(tmp / "st.json")],
+            0,
+        ),
         "sweep": (
             ["sweep", *TINY, "--beta", "0", "--dtype", "fp32", *QUICK]
             + ["--out", str(tmp / "s.json")],

@@ -81,6 +81,19 @@ def test_critical_section_detector_flags_tensor_ops_inside_a_lock():
     assert len(sass.critical_tensor_ops(sass.instructions(open_lock))) == 1
 
 
+def test_blackwell_tensor_ops_counted_and_caught_in_a_lock():
+    """sm_100a's tcgen05: UTC*MMA issue the MMA, LDTM reads the accumulator back."""
+    listing = _LOCKED_HGMMA.replace("HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", "UTCHMMA")
+    listing += "        /*0160*/                   LDTM.x64 R24, tmem[UR8] ;\n"
+    instrs = sass.instructions(listing)
+    assert [i.opcode for _, i in sass.critical_tensor_ops(instrs)] == ["UTCHMMA"]
+    c = sass.counts(instrs)
+    assert (c["utcmma"], c["ldtm"], c["hgmma"]) == (1, 1, 0)
+    assert sass.is_utc_mma(sass.Instr(0, "UTCQMMA.2CTA")) and not sass.is_utc_mma(
+        sass.Instr(0, "UTCBAR")
+    )
+
+
 # --- ptxas log, occupancy ---------------------------------------------------------
 
 _PTXAS_LOG = """ptxas info    : 0 bytes gmem
@@ -113,6 +126,11 @@ def test_ctas_per_sm():
     assert build.ctas_per_sm("sm_80", 64, 200_000, 4) == 0  # over the per-CTA smem limit
     assert build.ctas_per_sm("sm_90a", 64, 200_000, 4) == 1
     assert build.gpu_name("sm_90a") == "sm_90a" and build.gpu_name("sm_80") == "sm_80"
+    # Blackwell: Hopper's register and shared-memory limits, plus 512 TMEM columns.
+    assert build.ctas_per_sm("sm_100a", 128, 98320, 8, tmem=128) == 2
+    assert build.ctas_per_sm("sm_100a", 32, 1024, 4, tmem=256) == 2  # TMEM bound
+    assert build.ctas_per_sm("sm_100a", 32, 1024, 4, tmem=1024) == 0
+    assert build.gpu_name("sm_100a") == "sm_100a" and build.capability("sm_100") == 100
 
 
 # --- cost table -------------------------------------------------------------------
@@ -353,6 +371,51 @@ def test_cli_under_interpreter_env():
     assert report["shape"]["v"] == 256000 and len(report["costs"]) >= 2
 
 
+def test_blackwell_is_accepted_and_launched_as_on_a_b200():
+    """Issue 30: ``--arch sm_100a`` was refused. A Blackwell launch takes the configs
+    ``configs.arch_of`` gives capability 10 and hardware 16-bit atomics, sizes its grids
+    for a B200's 148 SMs and builds with the ptxas Triton ships for it; the CLI exits 0."""
+    from perfsuite.kernels import forward
+    from perfsuite.kernels.configs import PINNED
+
+    assert launches.cfg_arch("sm_100a") == "sm_100" and launches.GPUS["sm_100"][1] == 148
+    assert os.path.basename(build.ptxas_path("sm_100a")) == "ptxas-blackwell"
+    for kernel in ("forward", "backward", "slices"):
+        for la in catalog.our_launches(GEMMA, ["sm_100a"], ["bf16"], [kernel]):
+            assert la.config.startswith(PINNED[kernel, "sm_100", "bf16"].describe())
+            assert la.overrides.get("DC_ATOMIC", True) is True  # as backward.native_atomics
+    fwd = catalog.our_launches(GEMMA, ["sm_100a"], ["bf16"], ["forward"])[0]
+    splits = -(-GEMMA.v // fwd.args["split_size"])
+    assert splits == forward.splits_for(GEMMA.n, GEMMA.v, 128, 148) != 33  # H100: 33
+    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", "sm_100a"]
+    cmd += ["--kernel", "column_sum,target_logit", "--dtype", "bf16", "--no-cce", "--json"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)["rows"]
+    assert len(rows) == 4 and {r["arch"] for r in rows} == {"sm_100a"}
+    assert all(r["ok"] and r["spill_store_bytes"] == 0 and r["ctas_per_sm"] >= 1 for r in rows)
+
+
+@pytest.mark.slow
+def test_blackwell_slice_kernel_runs_on_tcgen05():
+    """The default backward's heaviest slice build on sm_100a: tcgen05 MMAs, the fp32
+    accumulator in 128 TMEM columns, no wgmma, no spill."""
+    out = _python("""
+        import json
+        from perfsuite.kernel_report import build, catalog, launches
+        la = catalog.our_launches(launches.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
+                                  ["slices"])[-1]
+        print(json.dumps({"variant": la.variant, **build.build(la)}))
+    """)
+    assert out.returncode == 0, out.stderr[-3000:]
+    built = json.loads(out.stdout)
+    assert built["variant"] == "smooth+softcap+weight"
+    assert built["utcmma"] > 0 and built["ldtm"] > 0 and built["hgmma"] == built["hmma"] == 0
+    assert built["tmem_cols"] == 128 and built["spill_store_bytes"] == 0
+    assert 0 < built["registers"] <= 255 and built["ctas_per_sm"] >= 1
+
+
 def test_launched_fraction_on_a_sample():
     """--launched runs the real tile-list kernels (interpreted) on a sample of rows:
     a flat softmax keeps every pair, and the modelled costs are the full ones."""
@@ -389,7 +452,7 @@ def test_every_shipped_config_builds_without_spills():
     out = _python("""
         import json
         from perfsuite import kernel_report
-        rep = kernel_report.kernel_report(["sm_80", "sm_90a"], jobs=2)
+        rep = kernel_report.kernel_report(["sm_80", "sm_90a", "sm_100a"], jobs=2)
         print(json.dumps(kernel_report.failures(rep["rows"])))
     """)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -467,7 +530,7 @@ def test_table_names_every_variant(monkeypatch, capsys):
     assert " slices " in flat and "modelled ms" in flat
 
 
-@pytest.mark.parametrize("arch", ["sm_800", "sm_70", "sm_99x"])
+@pytest.mark.parametrize("arch", ["sm_800", "sm_70", "sm_99x", "sm_120a", "sm100a"])
 def test_unsupported_arch_is_a_one_line_error(capsys, arch):
     from perfsuite.cli import main
 

@@ -5,8 +5,8 @@ launch at a named shape (default Gemma2-2B: N=8192, V=256000, D=2304, bf16) go
 through the kernel's heuristics and Triton's own binder, so the build has the same
 divisibility attributes and constants the JIT would use (unit strides, EVEN_D, the
 hardware-atomic choice of the arch). The PTX goes through the ptxas Triton uses for
-the target (``--gpu-name=sm_90a`` on Hopper; ``sm_100a``, Blackwell, builds with
-Hopper's configs, as ``configs.arch_of`` picks them) with ``-v``; ``cuobjdump`` reads
+the target (``--gpu-name=sm_90a`` on Hopper, ``sm_100a`` on Blackwell with the
+configs ``configs.arch_of`` picks there) with ``-v``; ``cuobjdump`` reads
 the cubin's resources and SASS. Each row gives registers, spills, shared and tensor
 memory, CTAs per SM, SASS counts (HGMMA/HMMA/UTCMMA, LDGSTS, MEMBAR, ATOMG.CAS, global
 adds) and how many tensor-core instructions sit inside a spin-lock critical section. The

@@ -28,10 +28,9 @@ class BuildError(RuntimeError):
     """ptxas or cuobjdump failed, or their output could not be read."""
 
 
-# Archs a launch picks shipped configs for (configs.arch_of: Ampere-class tiles below
-# capability 9, Hopper tiles from 9 on, so Blackwell sm_100a launches with Hopper's).
-# Consumer Blackwell (sm_120, 99 KiB of shared memory per CTA) is left out: Hopper's
-# tiles do not fit it.
+# Archs with shipped configs (configs.arch_of: Ampere-class, Hopper and datacenter
+# Blackwell tiles). Consumer Blackwell (sm_120, 99 KiB of shared memory per CTA, which
+# arch_of gives Hopper's tiles) is left out: those tiles do not fit it.
 SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a")
 
 

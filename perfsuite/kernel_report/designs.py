@@ -163,6 +163,8 @@ def design_rows(shape: Shape) -> list[dict[str, Any]]:
     flops = 3 * 2 * shape.n * shape.v * shape.d
     out = []
     for arch, (gpu, _) in GPUS.items():
+        if gpu not in RATES:  # no sourced rates (B200): not modelled, rate_notes says so
+            continue
         bwd = PINNED["backward", arch, shape.dtype]
         rows = [
             _slices(shape, arch),
@@ -183,6 +185,8 @@ def design_rows(shape: Shape) -> list[dict[str, Any]]:
 def rate_notes() -> list[str]:
     """The roofline's rates and their sources, one line per GPU."""
     lines = [f"design model rates, {gpu}: {r['source']}" for gpu, r in RATES.items()]
+    unrated = [gpu for gpu, _ in GPUS.values() if gpu not in RATES]
+    lines += [f"design model: no {gpu} rates sourced, not modelled" for gpu in unrated]
     tm, tn = CUBLAS_TILE
     # bf16 operand bytes per FLOP of a tm×tn-tiled GEMM: 2·(1/tm + 1/tn) / 2.
     implied = RATES["H100"]["tflops"] * (1 / tm + 1 / tn)

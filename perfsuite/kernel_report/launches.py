@@ -18,10 +18,9 @@ from typing import Any
 import torch
 import triton
 
-# Representative GPU per config arch (the cost and design tables): (name, SM count).
-GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132)}
-# Blackwell launches with Hopper's configs, but sizes its grids for its own SMs.
-B200 = ("B200", 148)
+# Representative GPU per config arch (configs.arch_of's keys): (name, SM count). A launch
+# sizes its grids by the SM count (forward splits, column-sum splits).
+GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132), "sm_100": ("B200", 148)}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _BASE = 1 << 24  # caching-allocator blocks are at least 512-byte aligned
 
@@ -109,15 +108,10 @@ class Launch:
 
 
 def cfg_arch(arch: str) -> str:
-    """``sm_90a`` -> ``sm_90`` (the key of PINNED); ``sm_100a`` too, as ``configs.arch_of``
-    picks Hopper's tiles for every capability from 9 on."""
-    return "sm_90" if int(arch[3:].rstrip("a")) >= 90 else "sm_80"
-
-
-def launch_gpu(arch: str) -> tuple[str, int]:
-    """The GPU whose SM count a launch on ``arch`` sizes its grid by (forward splits,
-    column-sum splits): ``torch.cuda.get_device_properties(...).multi_processor_count``."""
-    return B200 if int(arch[3:].rstrip("a")) >= 100 else GPUS[cfg_arch(arch)]
+    """``sm_90a`` -> ``sm_90``, ``sm_100a`` -> ``sm_100``: the key of PINNED that
+    ``configs.arch_of`` picks on that GPU."""
+    cap = int(arch[3:].rstrip("a"))
+    return "sm_100" if cap // 10 == 10 else "sm_90" if cap >= 90 else "sm_80"
 
 
 def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
@@ -142,7 +136,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     }
     for name, (smooth, cap, avg, tiles, weighted) in variants.items():
         cfg = PINNED["forward", cfg_arch(arch), dtype]
-        slots = launch_gpu(arch)[1] * cfg.ctas_per_sm
+        slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
         splits = forward.splits_for(n, v, cfg.block_n, slots)
         grain = max(forward.SPLIT_GRAIN, cfg.block_v)
         split_size = triton.cdiv(triton.cdiv(v, splits), grain) * grain
@@ -188,7 +182,7 @@ def backward_inputs(dtype: str) -> dict[str, FakeTensor]:
 
 def native_atomics(dtype: str, arch: str) -> bool:
     """``backward.native_atomics`` for a buffer of ``dtype`` on ``arch`` (no device needed)."""
-    return dtype == "fp32" or cfg_arch(arch) == "sm_90"
+    return dtype == "fp32" or cfg_arch(arch) != "sm_80"
 
 
 def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
@@ -250,7 +244,7 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels.configs import PINNED
 
     n, v, d = shape.n, shape.v, shape.d
-    sms = launch_gpu(arch)[1]
+    sms = GPUS[cfg_arch(arch)][1]
     d_blocks = triton.cdiv(d, reductions.BLOCK_D)
     for name, rows, weights in (("sum", v, False), ("weighted", n, True)):
         splits = max(1, min(triton.cdiv(rows, reductions.BLOCK_R), triton.cdiv(4 * sms, d_blocks)))

@@ -19,9 +19,10 @@ from perfsuite.measure.stats import quantile
 
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3
-# Timed samples of a phase run under the Triton interpreter (a CPU without a GPU): its
-# timings say nothing about the kernel (the row's reason says so), so one sample keeps
-# the row whole and the time goes to what counts there, the gate and memory per phase.
+# Samples of a phase run under the Triton interpreter (a CPU without a GPU): its timings
+# say nothing about the kernel (the row's reason says so), so it gets no timing pass; its
+# one sample is the call its memory pass makes, which keeps the row whole, and the time
+# goes to what counts there, the gate and memory per phase (issue 30).
 INTERPRETED_SAMPLES = 1
 CPU_FLUSH_CAP = 64 << 20
 
@@ -77,12 +78,9 @@ class CacheFlusher:
 
 
 def protocol(samples: int, warmup: int, interpreted: bool) -> tuple[int, int]:
-    """(samples, warm-up calls) of a phase's timing pass: the plan's, or under the
-    interpreter ``INTERPRETED_SAMPLES`` and no warm-up (it compiles nothing, and the
-    gate's call already filled its caches)."""
-    if interpreted:
-        return min(samples, INTERPRETED_SAMPLES), 0
-    return samples, warmup
+    """(samples, warm-up calls) of a phase's timing pass: the plan's, or none under the
+    interpreter (``INTERPRETED_SAMPLES`` come from the memory pass)."""
+    return (0, 0) if interpreted else (samples, warmup)
 
 
 def time_samples(

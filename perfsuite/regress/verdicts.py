@@ -28,7 +28,7 @@ its false-alarm rate on unchanged code is ``alpha`` per cell when the two runs
 see the same noise; the practical threshold absorbs what a test on one run
 cannot see (drift between runs, another process, another boot). Rows with too
 few samples for the test to ever reach ``alpha`` (Triton under the CPU
-interpreter keeps 3) and interpreted rows are not time-compared.
+interpreter keeps 1) and interpreted rows are not time-compared.
 
 **Memory** (``peak_bytes``) is deterministic for most methods: a regression
 is any growth beyond ``memory_threshold`` (1 %) plus, on CPU, a slack of the

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.results.results import CELL_KEY, PHASES
+from perfsuite.results.results import CELL_KEY, PHASES, STEP_PHASES
+
+# Phases in table order: a loss cell's, then a training step's (perfsuite step).
+ORDER = list(dict.fromkeys((*PHASES, *STEP_PHASES)))
 
 
 def cell_key(row: dict[str, Any]) -> tuple:
@@ -36,7 +39,7 @@ def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[di
             rank(betas, r["beta"]),
             str(r.get("workload")),
             str(r.get("softcap")),
-            PHASES.index(r["phase"]),
+            rank(ORDER, r["phase"]),
         ),
     )
 

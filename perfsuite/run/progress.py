@@ -16,9 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.plan.memory_model import predicted_peak
-from perfsuite.plan.plan import Plan
-
 # Seconds a running cell may go without a line.
 HEARTBEAT_S = 30.0
 # Lines of a worker's output that are not rows: a case's start, a stage, a launcher's
@@ -50,15 +47,20 @@ def cell_label(method: str, case: dict[str, Any]) -> str:
     )
 
 
-def _peak(method: str, materializes: bool, case: dict[str, Any]) -> str:
-    if case.get("tp"):
-        return ""  # the model is per device; ranks split the problem
-    need, _ = predicted_peak(
-        method, materializes, case["tokens"], case["vocab"], case["hidden"],
-        case["dtype"], case.get("softcap") is not None,
-    )  # fmt: skip
-    size = f"{need / 2**30:.1f} GiB" if need >= 2**30 else f"{need / 2**20:.0f} MiB"
-    return f"peak ~{size} predicted"
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
+
+
+@dataclass(frozen=True)
+class Model:
+    """What is predicted of a (method, case) before it runs."""
+
+    # Relative time (``grid.unit_cost``): FLOPs plus a fixed cost per case.
+    cost: Callable[[str, dict[str, Any]], float]
+    # Cells of one kind share a seconds-per-cost rate (native, interpreted).
+    kind: Callable[[str], str]
+    # Predicted peak bytes (``memory_model.predicted_peak``); None: no prediction.
+    peak: Callable[[str, dict[str, Any]], int | None]
 
 
 @dataclass
@@ -66,30 +68,40 @@ class _Worker:
     """What the tracker last said about one method's running worker."""
 
     batch: list[dict[str, Any]]
-    started: int = -1  # index in ``batch`` of the case in flight
+    started: int = -1  # index in ``batch`` of the last case started
+    in_cell: bool = False  # that case has not finished
     stage: str = "starting"
     cell_since: float = 0.0
     said_at: float = 0.0
+    # Since when the next finished cell's seconds count: the worker's start (imports are
+    # its first cell's cost), then the last finish.
+    charged_since: float = 0.0
 
 
 class Tracker:
     """Turns worker output into progress lines (``notice``); shared by the threads
-    that drive interpreted workers, hence the lock."""
+    that drive interpreted workers, hence the lock.
+
+    Time left: each kind's seconds per unit of modelled cost, from its finished cells,
+    over its cost still to go, scaled by how many cell-seconds the run has fitted in
+    each second so far (workers run side by side). A kind with no finished cell yet is
+    left out, and the line says which kinds it counts."""
 
     def __init__(
         self,
-        plan: Plan,
         units: list[tuple[str, dict[str, Any]]],
         notice: NoticeFn,
-        cost: Callable[[str, dict[str, Any]], float],
-        materializes: Callable[[str], bool],
+        model: Model,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.plan, self.notice, self.cost, self.clock = plan, notice, cost, clock
-        self.materializes = materializes
+        self.notice, self.model, self.clock = notice, model, clock
         self.total = len(units)
-        self.total_cost = sum(cost(m, c) for m, c in units) or 1.0
-        self.done_cost = 0.0
+        self.left: dict[str, float] = {}
+        for method, case in units:
+            kind = model.kind(method)
+            self.left[kind] = self.left.get(kind, 0.0) + model.cost(method, case)
+        self.spent = {kind: 0.0 for kind in self.left}  # cell-seconds of finished cells
+        self.done = {kind: 0.0 for kind in self.left}  # their modelled cost
         self.cells_started = 0
         self.t0 = clock()
         self.workers: dict[str, _Worker] = {}
@@ -99,6 +111,7 @@ class Tracker:
         with self.lock:
             now = self.clock()
             self.workers[method] = _Worker(list(batch), cell_since=now, said_at=now)
+            self.workers[method].charged_since = now
             self.notice(f"{method}: worker starting ({len(batch)} cell(s) to measure)")
 
     def poll(self, method: str, lines: list[dict[str, Any]]) -> None:
@@ -111,7 +124,8 @@ class Tracker:
             for line in lines:
                 if "start" in line and line["start"] > worker.started:
                     worker.started, worker.stage, worker.cell_since = line["start"], "gate", now
-                    if worker.started < len(worker.batch):
+                    worker.in_cell = worker.started < len(worker.batch)
+                    if worker.in_cell:
                         self._cell_started(method, worker.batch[worker.started], now)
                     worker.said_at = now
                 elif "stage" in line and line.get("case", worker.started) == worker.started:
@@ -121,27 +135,49 @@ class Tracker:
                 self.notice(self._heartbeat(method, worker, now))
 
     def _heartbeat(self, method: str, worker: _Worker, now: float) -> str:
-        if 0 <= worker.started < len(worker.batch):
+        since = duration(now - worker.cell_since)
+        if worker.in_cell:
             label = cell_label(method, worker.batch[worker.started])
-            return f"{label}: {worker.stage}… ({duration(now - worker.cell_since)} in this cell)"
-        return f"{method}: worker {worker.stage}… ({duration(now - worker.cell_since)})"
+            return f"{label}: {worker.stage}… ({since} in this cell)"
+        if worker.started < 0:
+            return f"{method}: worker starting… ({since})"
+        return f"{method}: worker between cells or ending… ({since})"
 
     def _cell_started(self, method: str, case: dict[str, Any], now: float) -> None:
         self.cells_started += 1
         parts = [f"cell {self.cells_started} of {self.total}"]
-        peak = _peak(method, self.materializes(method), case)
-        if peak:
-            parts.append(peak)
-        if self.done_cost > 0:
-            rate = (now - self.t0) / self.done_cost
-            left = max(self.total_cost - self.done_cost, 0.0) * rate
-            parts.append(f"~{duration(left)} left by the time model")
+        peak = self.model.peak(method, case)
+        if peak is not None:
+            parts.append(f"peak ~{_size(peak)} predicted")
+        left, kinds = self.time_left(now)
+        if left is not None:
+            parts.append(f"~{duration(left)} left" + (f" for {kinds} cells" if kinds else ""))
         self.notice(f"{cell_label(method, case)}: started ({'; '.join(parts)})")
+
+    def time_left(self, now: float) -> tuple[float | None, str]:
+        """Seconds the time model gives the cells not finished (None before any has),
+        and the kinds it counts when not all that remain ("" when all)."""
+        spent = sum(self.spent.values())
+        if spent <= 0:
+            return None, ""
+        known = [k for k in self.left if self.done[k] > 0]
+        work = sum(max(self.left[k], 0.0) * self.spent[k] / self.done[k] for k in known)
+        missing = [k for k in self.left if k not in known and self.left[k] > 0]
+        return (now - self.t0) * work / spent, ", ".join(known) if missing else ""
 
     def finished(self, method: str, case: dict[str, Any]) -> None:
         """A measured case of ``method`` has all its rows (the runner's progress)."""
         with self.lock:
-            self.done_cost += self.cost(method, case)
+            now = self.clock()
+            worker = self.workers.get(method)
+            since = now if worker is None else worker.charged_since
+            if worker is not None:  # between cells (or ending) until the next start line
+                worker.charged_since, worker.cell_since, worker.said_at = now, now, now
+                worker.in_cell = False
+            kind, cost = self.model.kind(method), self.model.cost(method, case)
+            self.spent[kind] = self.spent.get(kind, 0.0) + (now - since)
+            self.done[kind] = self.done.get(kind, 0.0) + cost
+            self.left[kind] = self.left.get(kind, 0.0) - cost
 
     def worker_ended(self, method: str) -> None:
         with self.lock:

@@ -9,7 +9,8 @@ Cases the parent can decide alone (the method is unavailable on the device, or
 lacks a capability the case needs) get their rows without a worker. Natively
 timed methods run one at a time, so nothing competes with their clocks; Triton
 methods on a CPU run under the interpreter, whose timings say nothing anyway,
-and go after them ``plan.jobs`` workers at a time.
+``plan.jobs`` workers at a time beside them, stopped while a native clock runs
+(``perfsuite.run.schedule``, ``perfsuite.run.pause``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from subprocess import Popen
 from typing import Any
 
 from perfsuite.method import Method
+from perfsuite.plan.memory_model import predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods, methods_for, tp_methods
 from perfsuite.plan.workloads import workload_label
@@ -41,7 +43,7 @@ from perfsuite.run.environment import child_env as child_env
 from perfsuite.run.environment import worker_env
 from perfsuite.run.grid import Unit, unit_cost
 from perfsuite.run.pause import start_worker, worker_ended
-from perfsuite.run.progress import NoticeFn, Tracker, row_lines
+from perfsuite.run.progress import Model, NoticeFn, Tracker, row_lines
 from perfsuite.run.schedule import CANCEL, Cancelled, interpreted, schedule
 from perfsuite.run.schedule import run_parallel as run_parallel
 from perfsuite.run.scratch import scratch
@@ -337,8 +339,9 @@ def run_plan(
 
 
 def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:
-    """Progress lines over the cells a worker will measure (not those decided here),
-    with ``grid.unit_cost`` as the time model."""
+    """Progress lines over the cells a worker will measure (not those decided here):
+    ``grid.unit_cost`` as the time model, ``memory_model.predicted_peak`` as the
+    memory one (per device: none for cells across ranks)."""
     units = [
         (name, case)
         for name in plan.methods
@@ -349,10 +352,18 @@ def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Track
     methods = methods_for(bool(plan.tps))
 
     def cost(name: str, case: dict[str, Any]) -> float:
-        return unit_cost(Unit(0, name, case), plan, emulated[name])
+        # Interpreted methods differ by far more than FLOPs: their declared relative cost.
+        weight = methods[name].caps.interpreter_cost if emulated[name] else 1.0
+        return weight * unit_cost(Unit(0, name, case), plan, emulated[name])
 
-    def materializes(name: str) -> bool:
-        caps = getattr(methods[name], "caps", None)
-        return bool(getattr(caps, "materializes_logits", True))
+    def peak(name: str, case: dict[str, Any]) -> int | None:
+        if case.get("tp"):
+            return None
+        materializes = getattr(methods[name].caps, "materializes_logits", True)
+        return predicted_peak(
+            name, materializes, case["tokens"], case["vocab"], case["hidden"],
+            case["dtype"], case.get("softcap") is not None,
+        )[0]  # fmt: skip
 
-    return Tracker(plan, units, notice, cost, materializes)
+    kind = {True: "interpreted", False: "native"}
+    return Tracker(units, notice, Model(cost, lambda name: kind[emulated[name]], peak))

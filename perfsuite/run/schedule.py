@@ -51,9 +51,10 @@ def schedule(
 
 def overlap(plan: Plan) -> bool:
     """Whether interpreted workers may run beside native ones: a one-device CPU run (a
-    multi-rank cell's ranks keep the machine) with memory, by the memory model, for a
-    native worker and ``plan.jobs`` interpreted ones at once."""
-    if plan.device != "cpu" or plan.tps:
+    multi-rank cell's ranks keep the machine), ``--jobs`` 2 or more (1 keeps every
+    worker alone), and memory, by the memory model, for a native worker and
+    ``plan.jobs`` interpreted ones at once."""
+    if plan.device != "cpu" or plan.tps or plan.jobs < 2:
         return False
     capacity = device_capacity("cpu")
     if capacity is None:
@@ -71,6 +72,9 @@ def _beside(native: list[T], emulated: list[T], work: Callable[[T], None], jobs:
     """Native items in this thread, interpreted ones in a pool beside it, under one
     pause board; an interrupt or a failure on either side stops both."""
     failed: list[BaseException] = []
+    # Waited on instead of Thread.join: a Ctrl-C inside join() can mark a running
+    # thread stopped (CPython 3.11), and a later join() would not wait for it.
+    side_done = threading.Event()
 
     def interpreted_side() -> None:
         try:
@@ -78,6 +82,8 @@ def _beside(native: list[T], emulated: list[T], work: Callable[[T], None], jobs:
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
             failed.append(err)
             CANCEL.set()  # the native side stops too
+        finally:
+            side_done.set()
 
     CANCEL.clear()
     with scratch() as folder:
@@ -89,15 +95,16 @@ def _beside(native: list[T], emulated: list[T], work: Callable[[T], None], jobs:
                 if CANCEL.is_set():
                     break
                 work(item)
-        except Cancelled:  # the interpreted side failed first: its error is the news
-            side.join()
-            if not any(not isinstance(err, Cancelled) for err in failed):
-                raise
-        except BaseException:
-            CANCEL.set()
+            while not side_done.wait(0.5):  # a Ctrl-C meanwhile lands in this try
+                pass
+        except BaseException as err:
+            CANCEL.set()  # every worker of both sides is killed within a poll
+            side_done.wait()
+            real = [e for e in failed if not isinstance(e, Cancelled)]
+            if isinstance(err, Cancelled) and real:  # the interpreted side failed first
+                raise real[0] from None
             raise
         finally:
-            side.join()
             pause.BOARD = None
             CANCEL.clear()
     real = [err for err in failed if not isinstance(err, Cancelled)]

@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from perfsuite.measure.memory import measure_peak
-from perfsuite.measure.timing import CacheFlusher, protocol, time_samples
+from perfsuite.measure.timing import (
+    INTERPRETED_SAMPLES,
+    CacheFlusher,
+    Timing,
+    protocol,
+    time_samples,
+)
 from perfsuite.method import LossFn, Method, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
@@ -62,6 +68,24 @@ INTERPRETER_BF16_NOTE = (
     "under the Triton interpreter, whose fp32->bf16 casts truncate where GPUs round to "
     "nearest: may pass on a GPU"
 )
+
+
+INTERPRETED_REASON = (
+    "Triton interpreter on CPU: timings say nothing about GPU speed (one sample per phase, "
+    "the call of its memory pass, profiler on: no timing pass; gate and memory as any row's)"
+)
+
+
+def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
+    """``body``, and the list its calls' milliseconds go to."""
+    times: list[float] = []
+
+    def clocked() -> None:
+        start = time.perf_counter()
+        body()
+        times.append((time.perf_counter() - start) * 1e3)
+
+    return clocked, times
 
 
 def is_oom(err: BaseException) -> bool:
@@ -191,29 +215,30 @@ def run_case(
             status, reason = "wrong", verdict.explain()
             if interpreted and case.dtype == "bf16":
                 reason += f" ({INTERPRETER_BF16_NOTE})"
-        flush = CacheFlusher(device)
         samples, warmup = protocol(spec.samples, spec.warmup, interpreted)
+        flush = CacheFlusher(device) if samples else None  # a 128 MiB buffer on CPU
         for row in _rows(raw, spec, method, status=status, reason=reason, **gate):
             phase = Phase(row.phase, loss_fn, inputs)
             phase.setup()
             stage(f"{row.phase} memory")
-            peak = measure_peak(phase.body, device)
-            stage(f"{row.phase} timing ({samples} samples)")
-            with paused():
-                timing = time_samples(
-                    phase.body, device, samples=samples, warmup=warmup, setup=phase.setup,
-                    flush=flush,
-                )  # fmt: skip
+            body, clocked = _clocked(phase.body)
+            peak = measure_peak(body, device)
+            if samples:
+                stage(f"{row.phase} timing, {samples} sample(s)")
+                with paused():
+                    timing = time_samples(
+                        phase.body, device, samples=samples, warmup=warmup, setup=phase.setup,
+                        flush=flush,
+                    )  # fmt: skip
+            else:  # interpreted: the memory pass's call is its one sample
+                timing = Timing(clocked[:INTERPRETED_SAMPLES])
             phase.reset()
             row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
             row.rss_peak_bytes = peak.rss_delta
             row.samples_ms = timing.samples_ms
             row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
             if interpreted and status == "ok":
-                row.reason = (
-                    "Triton interpreter on CPU: timings say nothing about GPU speed "
-                    f"({samples} sample(s), no warm-up; memory and the gate are measured)"
-                )
+                row.reason = INTERPRETED_REASON
             emit(row)
             done.add(row.phase)
     except Unsupported as err:

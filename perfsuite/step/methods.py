@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from perfsuite.baselines.cce import CPU_REASON as CCE_CPU_REASON
 from perfsuite.baselines.liger import SOFTCAP_CPU_REASON as LIGER_SOFTCAP_CPU_REASON
@@ -53,7 +53,6 @@ class StepMethod:
     # one fp32 at a time), "fused" (token chunks of logits, Liger), "none" (tiles).
     holds: str = "none"
     cpu_reason: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def availability(self, device: str) -> str | None:
         """None when the method can run on ``device`` here, else why not."""

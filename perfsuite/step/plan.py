@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.args import non_negative_int, parse_size, positive_float, positive_int, seed_int
@@ -34,7 +34,6 @@ class StepPlan:
     # Bytes a worker may plan on, and what bounds it (for the oom rows' reasons).
     capacity: int | None = None
     capacity_source: str = ""
-    notes: list[str] = field(default_factory=list)
 
     def cases(self) -> list[dict[str, Any]]:
         """Every (model, dtype, β) in table order."""

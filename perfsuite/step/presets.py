@@ -10,7 +10,7 @@ from the sizes, so the parent estimates memory without importing transformers.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # Llama 3.1/3.2's long-context RoPE (``rope_scaling`` of their configs).
@@ -191,8 +191,3 @@ def size_for(
     if size.seq < 2:
         raise ValueError("--seq must be >= 2: a causal LM's loss needs a next token")
     return size
-
-
-def with_size(preset: StepPreset, **changes: Any) -> StepPreset:
-    """A copy with fields changed (tests build tiny variants of a family this way)."""
-    return replace(preset, **changes)

@@ -143,8 +143,10 @@ def run_worker(
             proc.returncode, plan.timeout_s if timed_out else None, stderr_path.read_text()
         )
         lost = cases[reported]
-        on_case(lost, [asdict(r) for r in case_rows(lost, METHODS[method], status=status,
-                                                     reason=reason)])  # fmt: skip
+        kept = [ln for ln in read_json_lines(out) if "phase" in ln and same_case(ln, lost)]
+        have = {ln["phase"] for ln in kept}
+        dead = case_rows(lost, METHODS[method], status=status, reason=reason)
+        on_case(lost, kept + [asdict(r) for r in dead if r.phase not in have])
         reported += 1
     return reported
 

@@ -72,6 +72,14 @@ def _sleeps(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
+def _slow(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.4)
+        return eager_loss(e, c, t, case.beta, case.softcap)
+
+    return loss_fn
+
+
 _TERMS = Capabilities(label_smoothing=True, z_loss=True, class_weights=True)
 
 METHODS = [
@@ -117,4 +125,15 @@ METHODS = [
         caps=Capabilities(label_smoothing=True),
     ),
     SimpleMethod("fake-sleeps", "takes a minute per call", _sleeps),
+    # A cell of a few seconds: progress lines while it runs (progress.HEARTBEAT_S patched).
+    SimpleMethod("fake-slow", "0.4 s per call", _slow, timed_by_default=False),
+    # Eager, declared a Triton method: on a CPU the runner treats it as interpreted
+    # (TRITON_INTERPRET, its protocol, beside the native workers) without Triton's cost.
+    SimpleMethod(
+        "fake-interpreted",
+        "eager, scheduled and measured as an interpreted Triton method",
+        _eager,
+        caps=Capabilities(label_smoothing=True, triton=True),
+        timed_by_default=False,
+    ),
 ]

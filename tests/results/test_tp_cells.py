@@ -48,3 +48,13 @@ def test_collective_measurements_are_checked_like_the_others(tmp_path, field, va
     path.write_text(json.dumps(new_document(H100_ENV, doc["rows"])))
     with pytest.raises(ValueError, match=f"{field} is"):
         load_results(path)
+
+
+def test_canonical_order_takes_a_training_steps_phases():
+    """`merge` of a `perfsuite step` file sorted its rows with PHASES.index and failed."""
+    from perfsuite.results.cells import canonical_order
+
+    base = {"method": "ours", "tokens": 16, "vocab": 64, "hidden": 8, "dtype": "fp32"}
+    rows = [{**base, "beta": 0.0, "phase": p} for p in ("step", "opt", "bwd", "fwd")]
+    ordered = canonical_order(rows, {"methods": ["ours"], "dtypes": ["fp32"], "betas": [0.0]})
+    assert [r["phase"] for r in ordered] == ["fwd", "bwd", "opt", "step"]

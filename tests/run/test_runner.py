@@ -140,10 +140,7 @@ def test_rows_keep_case_order_when_some_are_decided_up_front(fake_plugins):
     assert [(r["beta"], r["status"]) for r in rows] == [(0.1, "unsupported"), (0.0, "ok")]
 
 
-def test_schedule_runs_native_alone_then_interpreted_in_parallel():
-    plan = build_plan(
-        shapes=[TINY], methods="eager,ours-tiles,liger,ours-tiles-list", device="cpu", jobs=2
-    )
+def _spans(plan) -> dict[str, tuple[float, float]]:
     spans: dict[str, tuple[float, float]] = {}
     lock = threading.Lock()
 
@@ -154,15 +151,45 @@ def test_schedule_runs_native_alone_then_interpreted_in_parallel():
             spans[method] = (start, time.monotonic())
 
     schedule(plan, plan.methods, lambda m: m, work)
-    interpreted = ("ours-tiles", "liger", "ours-tiles-list")
-    assert set(spans) == {"eager", *interpreted}
-    # The natively timed method ran before any interpreted one started.
-    assert all(spans["eager"][1] <= spans[m][0] for m in interpreted)
-    # Two interpreted workers at a time, the costliest (liger) among the first two.
-    first_two = sorted(interpreted, key=lambda m: spans[m][0])[:2]
+    return spans
+
+
+INTERPRETED = ("ours-tiles", "liger", "ours-tiles-list")
+
+
+def _two_at_a_time_costliest_first(spans: dict[str, tuple[float, float]]) -> None:
+    first_two = sorted(INTERPRETED, key=lambda m: spans[m][0])[:2]
     assert "liger" in first_two
     a, b = (spans[m] for m in first_two)
     assert a[0] < b[1] and b[0] < a[1]  # overlapped
+    c = spans[next(m for m in INTERPRETED if m not in first_two)]
+    assert c[0] >= min(a[1], b[1])  # never three at a time
+
+
+def test_schedule_runs_interpreted_beside_native():
+    """Issue 30: interpreted workers no longer wait for every native one (their clocks
+    stop them instead: tests/run/test_pause.py)."""
+    plan = build_plan(
+        shapes=[TINY], methods="eager,torch-native,ours-tiles,liger,ours-tiles-list",
+        device="cpu", jobs=2,
+    )  # fmt: skip
+    spans = _spans(plan)
+    assert set(spans) == {"eager", "torch-native", *INTERPRETED}
+    assert spans["eager"][1] <= spans["torch-native"][0]  # natives one at a time
+    assert any(spans[m][0] < spans["eager"][1] for m in INTERPRETED)
+    _two_at_a_time_costliest_first(spans)
+
+
+def test_schedule_without_memory_for_both_runs_native_first(monkeypatch):
+    from perfsuite.run import schedule as scheduling
+
+    monkeypatch.setattr(scheduling, "device_capacity", lambda device: 1 << 20)
+    plan = build_plan(
+        shapes=[TINY], methods="eager,ours-tiles,liger,ours-tiles-list", device="cpu", jobs=2
+    )
+    spans = _spans(plan)
+    assert all(spans["eager"][1] <= spans[m][0] for m in INTERPRETED)
+    _two_at_a_time_costliest_first(spans)
 
 
 def test_schedule_with_one_job_is_sequential():
@@ -177,6 +204,18 @@ def test_schedule_with_one_job_is_sequential():
 
     schedule(plan, plan.methods, lambda m: m, work)
     assert most[0] == 1
+
+
+def test_cpu_workers_sleep_while_they_wait(monkeypatch):
+    """Issue 30: libgomp's threads spin at barriers by default; with another process on a
+    core, ours' many small ops ran ~190x slower. Every CPU worker waits passively unless
+    the caller chose otherwise."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    for triton in (False, True):
+        assert runner.child_env("cpu", 2, triton)["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in runner.child_env("cuda", 1, False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert runner.child_env("cpu", 1, False)["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_interpreted_workers_share_the_cores(monkeypatch):

@@ -1,0 +1,117 @@
+"""Interpreted workers beside native ones: stopped while a native clock runs, and the
+interpreted protocol (one sample per phase, memory and the gate kept)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfsuite.measure.timing import INTERPRETED_SAMPLES
+from perfsuite.plan.plan import build_plan
+from perfsuite.plan.shapes import Shape
+from perfsuite.run import pause
+from perfsuite.run.runner import run_plan
+
+TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture
+def spinner(tmp_path, monkeypatch):
+    """A busy process listed on a pause board, as an interpreted worker is."""
+    board = pause.PauseBoard(str(tmp_path))
+    code = "import time\nwhile True: time.sleep(0.001)"
+    proc = board.start(
+        lambda: subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    )
+    monkeypatch.setenv(pause.PAUSE_VAR, str(board.path))
+    yield board, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_native_clock_stops_the_listed_workers_and_continues_them(spinner):
+    board, proc = spinner
+    with pause.paused():
+        assert _state(proc.pid) == "T"
+    deadline = time.monotonic() + 5
+    while _state(proc.pid) == "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _state(proc.pid) != "T"
+    board.forget(proc.pid)
+    with pause.paused():  # no longer listed: left running
+        assert _state(proc.pid) != "T"
+
+
+def test_workers_left_stopped_by_a_dead_native_worker_are_continued(spinner):
+    board, proc = spinner
+    os.killpg(proc.pid, signal.SIGSTOP)  # as if a native worker died inside ``paused``
+    time.sleep(0.05)
+    assert _state(proc.pid) == "T"
+    board.resume_all()
+    time.sleep(0.05)
+    assert _state(proc.pid) != "T"
+
+
+def test_paused_without_a_board_is_a_no_op(monkeypatch):
+    monkeypatch.delenv(pause.PAUSE_VAR, raising=False)
+    with pause.paused():
+        pass
+
+
+def test_interpreted_rows_take_one_sample_beside_natives_that_keep_theirs(fake_plugins):
+    """Issue 30: interpreted rows are gated and metered per phase as before, with no
+    timing pass (their one sample is the memory pass's call), and say so; the native
+    rows keep the plan's samples."""
+    plan = build_plan(
+        shapes=[TINY], methods="eager,fake-interpreted", betas="0", device="cpu",
+        samples=4, warmup=1, jobs=2,
+    )  # fmt: skip
+    events: list[str] = []
+    rows = run_plan(
+        plan, lambda method, case, rows: events.append(f"{method} done"), notice=events.append
+    )["rows"]
+    assert {r["status"] for r in rows} == {"ok"}
+    for row in rows:
+        assert row["peak_bytes"] > 0 and row["max_abs_err"] is not None
+        interpreted = row["method"] == "fake-interpreted"
+        assert row["interpreted"] is interpreted
+        assert len(row["samples_ms"]) == (INTERPRETED_SAMPLES if interpreted else 4)
+        if interpreted:  # the protocol is said where the row is read
+            assert "one sample per phase" in row["reason"] and "memory pass" in row["reason"]
+    # The interpreted worker started beside eager's, not after it.
+    assert events.index("fake-interpreted: worker starting (1 cell(s) to measure)") < (
+        events.index("eager done")
+    ), events
+
+
+def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
+    """The native side finished; Ctrl-C while the interpreted side's worker still runs
+    (here a worker sleeping a minute) kills it, and the run ends at once."""
+    import _thread
+    import threading
+
+    from perfsuite.run import runner, schedule
+
+    plan = build_plan(shapes=[TINY], methods="eager,ours-tiles", device="cpu", jobs=2)
+    sleeps = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
+
+    def work(method: str) -> None:
+        if method == "ours-tiles":  # stands in for an interpreted method's long worker
+            runner.run_method(sleeps, "fake-sleeps", sleeps.cases())
+
+    threading.Timer(3, _thread.interrupt_main).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        schedule.schedule(plan, plan.methods, lambda m: m, work)
+    assert time.monotonic() - start < 15  # not the worker's 60 s
+    assert not runner.CANCEL.is_set() and pause.BOARD is None

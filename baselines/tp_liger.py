@@ -25,7 +25,7 @@ import torch
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.baselines.tp_torch import TPMethod, sum_grad_over
 from perfsuite.method import Capabilities, Case, LossFn, Unavailable
-from perfsuite.tp_method import Shard
+from perfsuite.tp_method import Shard, equal_shards_only
 
 INTERPRET_REASON = (
     "on CPU Liger's Triton kernels need TRITON_INTERPRET=1 (set before liger_kernel is "
@@ -37,13 +37,7 @@ UNEVEN_REASON = (
 )
 
 
-def _shard_check(case: Case, shard: Shard) -> str | None:
-    if not shard.even:
-        per = -(-shard.vocab // shard.world)
-        last = shard.vocab - per * (shard.world - 1)
-        sizes = f"V={shard.vocab} over TP={shard.world}: {per} a rank, the last {last}"
-        return UNEVEN_REASON.format(sizes=sizes)
-    return None
+_shard_check = equal_shards_only(UNEVEN_REASON)
 
 
 def _import_loss() -> tuple[type, bool]:

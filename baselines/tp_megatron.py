@@ -31,7 +31,7 @@ import torch
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.baselines.tp_torch import TPMethod
 from perfsuite.method import Capabilities, Case, LossFn, Unavailable, Unsupported
-from perfsuite.tp_method import Shard
+from perfsuite.tp_method import Shard, equal_shards_only
 
 UNEVEN_REASON = (
     "Megatron's vocab_parallel_cross_entropy places rank r's shard at r x its own size "
@@ -40,13 +40,7 @@ UNEVEN_REASON = (
 )
 
 
-def _shard_check(case: Case, shard: Shard) -> str | None:
-    if not shard.even:
-        per = -(-shard.vocab // shard.world)
-        last = shard.vocab - per * (shard.world - 1)
-        sizes = f"V={shard.vocab} over TP={shard.world}: {per} a rank, the last {last}"
-        return UNEVEN_REASON.format(sizes=sizes)
-    return None
+_shard_check = equal_shards_only(UNEVEN_REASON)
 
 
 def _init_parallel_state(shard: Shard) -> None:

@@ -89,6 +89,22 @@ class ParallelMethod(SimpleMethod):
         return self.build_tp(case, c_shard, shard)
 
 
+def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:
+    """A ``shard_check`` for a library that places rank r's shard at r x its own size:
+    ``reason`` (with ``{sizes}``) for an uneven layout, None for an even one."""
+
+    def check(case: Case, shard: Shard) -> str | None:
+        if shard.even:
+            return None
+        per = -(-shard.vocab // shard.world)
+        last = shard.vocab - per * (shard.world - 1)
+        return reason.format(
+            sizes=f"V={shard.vocab} over TP={shard.world}: {per} a rank, the last {last}"
+        )
+
+    return check
+
+
 # Keys of a worker's case dict that are not ``Case`` fields.
 CASE_EXTRAS = ("shape", "workload", "tp")
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CELLS = ("eager/fwd", "eager/fwd+bwd", "ours/fwd", "ours/fwd+bwd")
+# OpenMP settings compared: "default" is none; else VAR=VALUE[,VAR=VALUE] (a bare value
+# is OMP_WAIT_POLICY's).
 POLICIES = ("default", "PASSIVE")
 KINDS = ("quiet", "busy")
 
@@ -78,16 +80,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--samples", type=int, default=10, help="per cell and block")
+    parser.add_argument(
+        "--policy", action="append", help="default, PASSIVE, or VAR=VALUE[,VAR=VALUE] (repeat)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.blocks, args.samples)
         return 0
     malloc = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-    for policy in POLICIES:
-        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | malloc
-        if policy != "default":
-            env["OMP_WAIT_POLICY"] = policy
+    for policy in args.policy or POLICIES:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+        env |= malloc
+        for item in policy.split(",") if policy != "default" else []:
+            var, _, value = item.rpartition("=")
+            env[var or "OMP_WAIT_POLICY"] = value
         command = [sys.executable, __file__, "--child", "--blocks", str(args.blocks)]
         out = subprocess.run(
             [*command, "--samples", str(args.samples)], env=env, check=True,

@@ -217,9 +217,16 @@ def run_case(
                 reason += f" ({INTERPRETER_BF16_NOTE})"
         samples, warmup = protocol(spec.samples, spec.warmup, interpreted)
         flush = CacheFlusher(device) if samples else None  # a 128 MiB buffer on CPU
+        # Interpreted: the fwd memory pass's loss, which is the bwd phase's set-up (its
+        # graph, no gradients) without another interpreted forward.
+        carried: torch.Tensor | None = None
         for row in _rows(raw, spec, method, status=status, reason=reason, **gate):
             phase = Phase(row.phase, loss_fn, inputs)
-            phase.setup()
+            if row.phase == "bwd" and carried is not None:
+                phase.loss = carried
+            else:
+                phase.setup()
+            carried = None
             stage(f"{row.phase} memory")
             body, clocked = _clocked(phase.body)
             peak = measure_peak(body, device)
@@ -232,6 +239,7 @@ def run_case(
                     )  # fmt: skip
             else:  # interpreted: the memory pass's call is its one sample
                 timing = Timing(clocked[:INTERPRETED_SAMPLES])
+                carried = phase.loss if row.phase == "fwd" else None
             phase.reset()
             row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
             row.rss_peak_bytes = peak.rss_delta

@@ -41,6 +41,8 @@ def spinner(tmp_path, monkeypatch):
 
 def test_a_native_clock_stops_the_listed_workers_and_continues_them(spinner):
     board, proc = spinner
+    # Listed, it also gives way to native workers' untimed work.
+    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == pause.BESIDE_NICE
     with pause.paused():
         assert _state(proc.pid) == "T"
     deadline = time.monotonic() + 5
@@ -115,3 +117,36 @@ def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
         schedule.schedule(plan, plan.methods, lambda m: m, work)
     assert time.monotonic() - start < 15  # not the worker's 60 s
     assert not runner.CANCEL.is_set() and pause.BOARD is None
+
+
+def test_an_interpreted_case_calls_the_method_three_times():
+    """The gate, then per phase its memory pass: fwd's loss is bwd's set-up, and no phase
+    has a timing pass (each call under the interpreter costs about a second)."""
+    from perfsuite.baselines.torch_methods import eager_loss
+    from perfsuite.method import Capabilities, SimpleMethod
+    from perfsuite.run.worker import WorkerSpec, run_case
+
+    calls = [0]
+
+    def build(case, c):
+        def loss_fn(e, c, t):
+            calls[0] += 1
+            return eager_loss(e, c, t, case.beta)
+
+        return loss_fn
+
+    raw = dict(
+        shape="tiny", tokens=TINY.tokens, vocab=TINY.vocab, hidden=TINY.hidden, dtype="fp32",
+        beta=0.0, softcap=None, device="cpu",
+    )  # fmt: skip
+    # Native: the gate twice (determinism), then per phase 1 + 4 samples + 1 warm-up calls.
+    for triton, want in ((True, 3), (False, 2 + 3 * (1 + 4 + 1))):
+        method = SimpleMethod("counted", "eager, counted", build, Capabilities(triton=triton))
+        spec = WorkerSpec("counted", [raw], out="", samples=4, warmup=1)
+        rows = []
+        calls[0] = 0
+        run_case(spec, method, raw, rows.append)
+        assert [r.status for r in rows] == ["ok"] * 3
+        assert calls[0] == want, (triton, calls[0])
+        assert all(len(r.samples_ms) == (1 if triton else 4) for r in rows)
+        assert all(r.peak_bytes is not None for r in rows)

@@ -397,6 +397,18 @@ def test_blackwell_is_accepted_and_launched_as_on_a_b200():
     assert all(r["ok"] and r["spill_store_bytes"] == 0 and r["ctas_per_sm"] >= 1 for r in rows)
 
 
+@pytest.mark.parametrize(
+    ("capability", "arch"), [((8, 0), "sm_80"), ((9, 0), "sm_90a"), ((10, 0), "sm_100a")]
+)
+def test_report_keys_configs_as_the_launcher_does(monkeypatch, capability, arch):
+    """``configs.arch_of`` on a GPU of ``capability`` and the report's ``cfg_arch`` for the
+    arch it builds pick the same shipped configs."""
+    from perfsuite.kernels import configs
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert configs.arch_of(torch.device("cuda", 0)) == launches.cfg_arch(arch)
+
+
 @pytest.mark.slow
 def test_blackwell_slice_kernel_runs_on_tcgen05():
     """The default backward's heaviest slice build on sm_100a: tcgen05 MMAs, the fp32

@@ -158,9 +158,7 @@ def _backward_tile(
         keep = True
         if FILTER:
             # Per-row thresholds (tiles.row_filter_eps): skip a tile whose every term is small.
-            # Each row's largest term against its threshold, then any row over the whole
-            # vector: a max over axis 0 of a row reduction crashed Triton 3.7.1 on sm_100a
-            # (TritonNvidiaGPUOptimizeTMemLayoutsPass).
+            # Row maxima, then one flat max: an axis-0 max of them crashed Triton 3.7.1 on sm_100a.
             row_eps = tl.load(RowEps + offs_n % N)
             keep = tl.max((tl.max(tl.abs(grad), axis=1) >= row_eps).to(tl.int32)) > 0
         if keep:

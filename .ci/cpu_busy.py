@@ -3,12 +3,12 @@
 
 ``python .ci/cpu_busy.py [--blocks 8] [--samples 10]`` measures eager's and ours' fwd and
 fwd+bwd at the smoke shape (N=256, V=2048, D=128, fp32, β 0) with the run's protocol (a
-cache flush before each sample), in one process per wait policy: libgomp's default
-(what workers ran under before issue 30) and ``PASSIVE`` (what perfsuite's CPU workers
-get now). Quiet and busy blocks alternate (ABBA), so both see the same background: in
-the busy ones a busy loop pinned on CPU 1 runs (``.ci/cpu_load.py``, stopped with
-SIGSTOP in the quiet ones, killed at the end or at its own time limit). Prints the
-medians (ms) and each busy/quiet ratio.
+cache flush before each sample), in one process per OpenMP setting (``--policy``; by
+default libgomp's own, then ``PASSIVE``). Quiet and busy blocks alternate (ABBA), so
+both see the same background: in the busy ones a busy loop (``.ci/cpu_load.py``, on CPU
+1 unless ``--load`` says otherwise; stopped with SIGSTOP in the quiet blocks, killed at
+the end or at its own time limit) runs. Prints the medians (ms) and busy/quiet ratios.
+``.ci/cpu_busy_runs.py`` measures the same through ``perfsuite run``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ POLICIES = ("default", "PASSIVE")
 KINDS = ("quiet", "busy")
 
 
-def child(blocks: int, samples: int) -> None:
+def child(blocks: int, samples: int, cores: str) -> None:
     """Measure in this process (its wait policy is its environment's); print JSON."""
     import torch
     import torch.nn.functional as F
@@ -49,7 +49,7 @@ def child(blocks: int, samples: int) -> None:
     }
     flush = CacheFlusher(torch.device("cpu"))
     load = subprocess.Popen(
-        [sys.executable, str(HERE / "cpu_load.py"), "--cores", "1", "--seconds", "1200"],
+        [sys.executable, str(HERE / "cpu_load.py"), "--cores", cores, "--seconds", "1200"],
         start_new_session=True,
     )
     times: dict[str, dict[str, list[float]]] = {k: {c: [] for c in CELLS} for k in KINDS}
@@ -83,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy", action="append", help="default, PASSIVE, or VAR=VALUE[,VAR=VALUE] (repeat)"
     )
+    parser.add_argument("--load", default="1", help="cpu_load.py --cores (default: 1)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.blocks, args.samples)
+        child(args.blocks, args.samples, args.load)
         return 0
     malloc = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
     for policy in args.policy or POLICIES:
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             var, _, value = item.rpartition("=")
             env[var or "OMP_WAIT_POLICY"] = value
         command = [sys.executable, __file__, "--child", "--blocks", str(args.blocks)]
+        command += ["--load", args.load]
         out = subprocess.run(
             [*command, "--samples", str(args.samples)], env=env, check=True,
             capture_output=True, text=True,

@@ -3,7 +3,8 @@
 ``python .ci/cpu_load.py --cores 1 --seconds 120`` starts one busy-loop process per
 listed core, each pinned to it, and stops them all after ``--seconds`` (or on Ctrl-C
 or SIGTERM): a bounded load that cannot outlive the measurement it disturbs.
-``--cores 1`` pins one loop on CPU 1; ``--cores 0,1`` loads both.
+``--cores 1`` pins one loop on CPU 1; ``--cores 0,1`` loads both; ``--cores any`` runs one
+loop the scheduler may move (as another job's process would be).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import sys
 import time
 
 
-def spin(core: int, until: float) -> None:
-    """Burn one core until ``until`` (monotonic), never longer."""
-    os.sched_setaffinity(0, {core})
+def spin(core: int | None, until: float) -> None:
+    """Burn one core (``None``: any) until ``until`` (monotonic), never longer."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     x = 0
     while time.monotonic() < until:
         for _ in range(100_000):
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", default="1", help="CPUs to load, comma-separated")
     parser.add_argument("--seconds", type=float, default=60.0, help="stop after (max 3600)")
     args = parser.parse_args(argv)
-    cores = [int(c) for c in args.cores.split(",") if c.strip()]
+    cores = [None if c.strip() == "any" else int(c) for c in args.cores.split(",") if c.strip()]
     until = time.monotonic() + min(max(args.seconds, 0.0), 3600.0)
     procs = [mp.Process(target=spin, args=(core, until), daemon=True) for core in cores]
     for proc in procs:

@@ -41,23 +41,35 @@ _SLOWING_REASONS = {
 
 
 def _cpu_seconds() -> dict[int, tuple[str, float]]:
-    """pid -> (name, user + system CPU seconds) of every process we may see."""
+    """pid -> (name, CPU seconds) of every process we may see: its own user + system
+    time and its reaped children's (a worker's finished compile workers: their time
+    leaves the list with them and would otherwise read as another process's)."""
     out = {}
     for proc in psutil.process_iter(["name", "cpu_times"]):
-        times = proc.info.get("cpu_times")
-        if times is not None:
-            out[proc.pid] = (proc.info.get("name") or "?", times.user + times.system)
+        t = proc.info.get("cpu_times")
+        if t is not None:
+            seconds = t.user + t.system + t.children_user + t.children_system
+            out[proc.pid] = (proc.info.get("name") or "?", seconds)
     return out
 
 
 def _ours(pid: int) -> bool:
-    """This process, or one started by this run (the worker env carries our pid)."""
+    """This process, or one started by this run (the worker env carries our pid; a
+    worker that has exited and is not yet reaped has no environment left, but it is
+    still our child)."""
     if pid == os.getpid():
         return True
     try:
-        return psutil.Process(pid).environ().get(RUN_ID_VAR) == str(os.getpid())
+        proc = psutil.Process(pid)
     except (psutil.Error, OSError):
         return False
+    try:
+        return proc.environ().get(RUN_ID_VAR) == str(os.getpid())
+    except (psutil.Error, OSError):
+        try:
+            return proc.ppid() == os.getpid()
+        except (psutil.Error, OSError):
+            return False
 
 
 def _busy_seconds(cpus: set[int]) -> float:

@@ -1,42 +1,77 @@
 """A worker process's environment: what it is timed under, set before it imports
 anything (libgomp, glibc's malloc and ``@triton.jit`` read their variables once).
 
-OpenMP's wait policy (issue 30): torch's CPU ops run on libgomp threads that, by
-default, spin for a while at every barrier. With another process on one of two cores,
-a spinning thread keeps its core from looking idle, so its partner thread waits
-behind the other process for a time slice, at every op: ours' torch engine (many
-small ops over vocab slices) ran ~190x slower there, eager (a few large ops) 1.7x.
-``PASSIVE`` threads sleep at once, the idle core takes the waiting thread, and on a
-quiet machine the wake-ups cost microseconds (reports/cpu-busy/).
+OpenMP's wait policy (issue 30, reports/cpu-busy/): torch's CPU ops run on libgomp
+threads that spin at every barrier (~300,000 pause loops) before they sleep. With
+another process on one of two cores, the spinning keeps our thread on that core
+behind the other process for a time slice at every op: ours' torch engine (~200
+small parallel ops per fwd+bwd at the smoke shape) ran 44-190x slower, eager (a few
+large ones) 1.7-11x. ``OMP_WAIT_POLICY=PASSIVE`` threads sleep at once and the idle core
+takes the thread that has work, but on a quiet VM each wake-up of an idle vCPU costs
+tens of microseconds: ours' quiet smoke forward ran 2.3x slower. So a CPU worker
+started while other processes use the cores waits passively, and one started on a
+quiet machine keeps libgomp's default (what a user's process runs, and every run
+before issue 30 measured).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 
-from perfsuite.measure.machine import RUN_ID_VAR
+from perfsuite.measure.machine import BUSY_CORES, RUN_ID_VAR, Snapshot
 from perfsuite.measure.memory import CPU_MALLOC_ENV
 from perfsuite.plan.plan import Plan
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-# Every CPU worker's, unless the caller's environment already chose one.
-CPU_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# What a CPU worker started on a busy machine adds (unless the caller set it already).
+BUSY_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# The shortest window the busy check reads the machine's CPU use over.
+PROBE_S = 0.25
 
 
-def child_env(device: str, jobs: int, triton: bool) -> dict[str, str]:
+class _Probe:
+    """Whether processes other than this run's used the cores since the last look
+    (at least ``PROBE_S`` ago: the first look waits that long)."""
+
+    def __init__(self) -> None:
+        self.last: Snapshot | None = None
+        self.busy = False
+        self.lock = threading.Lock()
+
+    def __call__(self) -> bool:
+        with self.lock:
+            if self.last is None:
+                self.last = Snapshot()
+                time.sleep(PROBE_S)
+            now = Snapshot()
+            elapsed = now.wall - self.last.wall
+            if elapsed >= PROBE_S:
+                theirs = (now.machine - self.last.machine) - (now.ours - self.last.ours)
+                self.busy = max(theirs, 0.0) / elapsed >= BUSY_CORES
+                self.last = now
+            return self.busy
+
+
+machine_busy = _Probe()
+
+
+def child_env(device: str, jobs: int, triton: bool, busy: bool | None = None) -> dict[str, str]:
     """A worker process's environment: unbuffered; on CPU the measured allocator
-    settings and OpenMP's wait policy, and for Triton methods the interpreter (set
-    before the worker imports anything: ``@triton.jit`` reads it at definition) with
-    the cores shared out."""
+    settings, OpenMP's wait policy (``busy``: the machine's state, looked at when None),
+    and for Triton methods the interpreter (set before the worker imports anything:
+    ``@triton.jit`` reads it at definition) with the cores shared out."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env[RUN_ID_VAR] = str(os.getpid())  # ours, to the busy-machine check
     if device == "cpu":
         env.update(CPU_MALLOC_ENV)
-        for var, value in CPU_THREAD_ENV.items():
-            env.setdefault(var, value)
         if not triton:  # a native method is timed natively, whatever this process runs
             env.pop("TRITON_INTERPRET", None)
+            if machine_busy() if busy is None else busy:
+                for var, value in BUSY_THREAD_ENV.items():
+                    env.setdefault(var, value)
         if triton:
             env["TRITON_INTERPRET"] = "1"
             if jobs > 1:  # share the cores instead of oversubscribing them

@@ -3,10 +3,12 @@
 On a CPU, Triton methods run under the interpreter, whose timings say nothing; they
 used to wait until every native method had finished (issue 30: half of a 2½-minute
 smoke run). They now run beside the native workers, and a native worker stops them
-(SIGSTOP to each one's process group) for every timed call, its compile-time call and
-its timing passes, and continues them after (SIGCONT): its clock never shares the
-machine with them, while its imports, gate and memory passes (meters of its own
-process) overlap with interpreted work.
+(SIGSTOP to each one's process group) for its timing passes and continues them after
+(SIGCONT): its clock never shares the machine with them, while its imports, first call
+(compilation: ``compile_ms``), gate and memory passes (meters of its own process)
+overlap with interpreted work. Native workers run one at a time: two at once made the
+smoke run slower (each one's OpenMP threads spin at barriers while the other's hold
+the cores).
 
 The runner lists the interpreted workers' process groups in a file (``PAUSE_VAR``
 names it to native workers); both sides hold its ``flock`` while they change or use

@@ -5,7 +5,8 @@ Issue 30: ``run --shape gemma2-2b --tokens 256`` printed nothing for 420 s, its 
 cell's length. Workers write ``{"stage": ...}`` lines (the gate, each phase's memory
 and timing pass) between their rows; the runner polls that file anyway and hands the
 lines here. A cell's start line carries the memory model's predicted peak, and once a
-cell has finished, the time left by ``grid.unit_cost`` calibrated on the cells done.
+cell has finished, the time left by ``grid.unit_cost`` calibrated on the cells done (per
+kind: native and interpreted cells run at very different rates).
 """
 
 from __future__ import annotations

@@ -101,6 +101,9 @@ def test_every_subcommand_runs_from_the_entry_point(command, tmp_path, capsys):
     out = capsys.readouterr()
     text = out.out + out.err
     assert "Traceback" not in text and text.strip()
+    # Issue 30: rich padded every line to the width in a file or a pipe.
+    padded = [line for line in text.splitlines() if line.endswith(" ")]
+    assert not padded, padded[:3]
 
 
 def test_bisect_with_a_cell_reaches_the_command(tmp_path, capsys):

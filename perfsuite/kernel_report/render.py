@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.fit import Column, print_fitted
+from perfsuite.fit import Column, TrimmedConsole, print_fitted
 
 # (header, row key); variant names like "[plain]" would read as rich markup inside
 # the kernel name, so they get a column of their own and every cell is escaped.
@@ -110,9 +110,7 @@ def _costs(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], li
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
-    from perfsuite.fit import TrimmedConsole as Console
-
-    console = Console()  # the terminal's width, $COLUMNS, else 80: tables fit or list
+    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fit or list
     shape = report["shape"]
     where = f"{shape['name']} (N={shape['n']}, V={shape['v']}, D={shape['d']})"
     columns = [

@@ -59,8 +59,8 @@ def render_md(document: dict[str, Any]) -> str:
         out.append("")
         out.extend(f"- {_md_escape(n)}" for n in _notes(table))
         out.append("")
-    if tables:
-        out.extend(f"{n}  " for n in general_notes(document, tables))
+    if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
+        out.extend(line for n in general_notes(document, tables) for line in (n, ""))
     if across := tp_markdown(document):
         out.extend(["", *across])
     return "\n".join(out).rstrip() + "\n"

@@ -345,9 +345,9 @@ def _run_array(submitit: Any, array: ArraySweep, console: Any) -> dict[int, str]
 
 def run(args: argparse.Namespace) -> int:
     """``perfsuite sweep``: in this process, or as a job array with ``--executor``."""
-    from rich.console import Console
+    from perfsuite.fit import TrimmedConsole
 
-    console = Console(stderr=True, log_path=False)
+    console = TrimmedConsole(stderr=True, log_path=False)
     if args.executor is None and _given(args, CLUSTER_ONLY):
         console.print(f"[red]error:[/red] {', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
         return 2

@@ -297,7 +297,6 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         Progress,
@@ -306,7 +305,9 @@ def run(args: argparse.Namespace) -> int:
         TimeRemainingColumn,
     )
 
-    console = Console(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
+    from perfsuite.fit import TrimmedConsole
+
+    console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     try:
         plan, grid = plan_from_args(args)
         shard = parse_shard(args.shard)

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
+from perfsuite.fit import TrimmedConsole
 from perfsuite.results.results import check_writable, nothing_measured, status_counts, write_results
 from perfsuite.step.methods import METHODS
 from perfsuite.step.presets import DEFAULT_SIZE, PRESETS
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.step.runner import run_step_plan
     from perfsuite.step.table import print_step_tables
 
-    console = Console(log_path=False)
+    console = TrimmedConsole(log_path=False)
     plan = build_step_plan(args)
     out = args.out
     if out is None:

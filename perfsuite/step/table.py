@@ -13,7 +13,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
-from perfsuite.fit import Column, print_fitted
+from perfsuite.fit import Column, TrimmedConsole, print_fitted
 from perfsuite.render.table import (
     BUSY_MARK,
     INTERPRETED_MARK,
@@ -127,7 +127,7 @@ def title(key: tuple, first: dict[str, Any]) -> str:
 
 def print_step_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
     """Every table, its numbered notes, then what the columns and marks mean."""
-    console = console or Console()
+    console = console or TrimmedConsole()
     for key, methods in _group(rows).items():
         notes: dict[str, list[str]] = {}
         lines = [_line(m, phases, notes) for m, phases in methods.items()]

@@ -28,13 +28,16 @@ from pathlib import Path
 # filtering study at Gemma2-2B's vocabulary (issue 21's GPU-only numbers); and the multi-rank
 # path on one GPU (issue 28: NCCL initialised, collectives of one rank), which took 8e's
 # place (the filtering study on 8c's dump: 8d already gives the GPU's filtering numbers;
-# 8e stays selectable with --items 8e).
+# 8e stays selectable with --items 8e); and `perfsuite step` on the Gemma2-2B preset (issue
+# 29: a whole training step per method, 2 of 26 layers, 2 x 4096 tokens, bf16), which took
+# the place of 8c (its dump fed only 8e) and 8d (the filtering study at Gemma2-2B's size,
+# the step furthest from this wave's questions): `--items 8c,8d,8e` still runs them.
 CALLS = {
     "1": ["0a", "0b", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
     "2": ["0a", "2c", "3a", "4", "5", "6", "3b"],
-    "3": ["0a", "8a", "8b", "8c", "8d", "9a"],
+    "3": ["0a", "8a", "8b", "9a", "9b"],
 }
-CALLS["all"] = list(dict.fromkeys(CALLS["1"] + CALLS["2"] + CALLS["3"]))
+CALLS["all"] = list(dict.fromkeys(CALLS["1"] + CALLS["2"] + CALLS["3"] + ["8c", "8d"]))
 
 # Issue 18 item 1's methods (issue 18 and `perfsuite methods`), in three groups.
 GEMMA_GROUPS = {
@@ -47,6 +50,8 @@ GEMMA_GROUPS = {
 }
 # Issue 28's multi-rank path on one GPU (call 3): ours and the two frameworks' own losses.
 TP1 = "ours,megatron,torch-parallel"
+# Issue 29's training step (call 3): the methods whose patch or loss runs on CUDA.
+STEP = "ours,eager,torch-compile,liger,cce"
 # Issue 22's training terms beside plain ours (call 3).
 TERMS = "ours,ours-zloss,ours-weighted"
 # Item 3's rows: ours, the tile ablation (ours-tiles-no-sort left out: it differs from
@@ -153,6 +158,10 @@ ESTIMATES = {
     "9a": (40, 150, 45, 240, "never run on a GPU: 3 launches of 1 rank (~8 s of imports and "
            "NCCL set-up each, rehearsal: ~5 s) and a Gemma2-2B bf16 reference; fwd+bwd, "
            "5 samples of <= 0.2 s"),
+    "9b": (150, 240, 60, 240, "never run on a GPU: 5 workers (~10 s of imports and a 2-layer "
+           "Gemma2-2B built each), a gate step against eager in fp32, 2 + 5 steps of 8,192 "
+           "tokens (~0.2 s each by FLOPs), torch.compile's compile of 2 layers ~60 s; the "
+           "rehearsal (smoke model, 2 methods) ~30 s on the 2-core CPU"),
 }  # fmt: skip
 NIGHTLY_SOURCE = (
     "CPU-side, on small JSON files: 10-16 s each on this project's loaded 2-core CPU, nearly "
@@ -278,6 +287,13 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
         study = ["--tokens", "64", "--vocab", "512", "--hidden", "32"]
         grid = ["--thresholds", "2^-12", "--orders", "natural"]
     shape = ["--shape", "gemma2-2b", "--softcap"] if gpu else ["--shape", "smoke", "--softcap"]
+    if gpu:
+        train_step = ["--model", "gemma2-2b", "--layers", "2", "--seq", "4096", "--batch", "2"]
+        train_step += ["--dtype", "bf16", "--beta", "0.1", "--methods", STEP, "--timeout", "180"]
+        train_step += ["--samples", "5", "--warmup", "2"]
+    else:
+        train_step = ["--model", "smoke", "--layers", "1", "--seq", "32", "--beta", "0"]
+        train_step += ["--methods", "ours,eager", "--samples", "2", "--warmup", "0"]
     tp1 = [*ps, "run", "--device", device, *shape, "--beta", "0.1", "--tp", "1", "--timeout", "150"]
     dump = "{W}/trained-small.safetensors"
     return [
@@ -300,6 +316,8 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
         step("9a", "tp1", f"perfsuite run --tp 1 (the multi-rank harness, one rank): {TP1}",
              [*tp1, "--phases", "fwd+bwd", "--samples", "5", "--methods", TP1,
               "--out", "{W}/tp1.json"]),
+        step("9b", "step-gemma", f"perfsuite step, Gemma2-2B (2 layers, bf16, β 0.1): {STEP}",
+             [*ps, "step", "--device", device, *train_step, "--out", "{W}/step-gemma2-2b.json"]),
     ]  # fmt: skip
 
 

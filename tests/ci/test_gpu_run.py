@@ -193,6 +193,6 @@ def test_both_calls_rehearsed_on_cpu(tmp_path: Path) -> None:
     for name in ("gemma2-2b.json", "gemma2-2b.md", "ours-curve.jsonl", "gemma2-2b-synthetic.json",
                  "converge.json", "sensitivity.json", "compare.md", "dashboard/index.html",
                  "history.sqlite", "0a-env.log", "0b-methods.log", "gemma2-2b-terms.json",
-                 "filtering-gemma2-2b-synthetic.json", "tp1.json",
+                 "filtering-gemma2-2b-synthetic.json", "tp1.json", "step-gemma2-2b.json",
                  "kernel-checks.jsonl", "slice-tiles.jsonl"):  # fmt: skip
         assert name in files, name

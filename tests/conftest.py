@@ -40,19 +40,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(autouse=True)
-def signal_handlers_restored() -> Iterator[None]:
-    """What a test (or a library it drives) does to SIGINT/SIGTERM stays in that test: in
-    a full run something left SIGINT ignored, and a later Ctrl-C test waited forever."""
-    import signal
-
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        if signal.getsignal(sig) is not handler and handler is not None:
-            signal.signal(sig, handler)
-
-
-@pytest.fixture(autouse=True)
 def no_leftover_temporary_folders() -> Iterator[None]:
     """A test (or the perfsuite code it runs) removes every perfsuite-* folder it made."""
     before = set(Path(tempfile.gettempdir()).glob("perfsuite-*"))

@@ -363,6 +363,9 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
          "--phases", "fwd", "--samples", "2", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True,  # a process group of its own, as a terminal's job
+        # Ctrl-C's default action, as in a terminal, even when the suite itself runs in
+        # the background (`pytest &` in a script: the shell ignores SIGINT, children too).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 90
     while not (out.exists() and json.loads(out.read_text() or "{}").get("rows")):

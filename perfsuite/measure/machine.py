@@ -100,6 +100,12 @@ class Snapshot:
         self.ours += sum(s for pid, (_, s) in self.cpu.items() if pid != os.getpid() and _ours(pid))
 
 
+def other_cores(start: Snapshot, end: Snapshot, elapsed: float) -> float:
+    """Cores that processes other than this run's kept busy, on average, over
+    ``elapsed`` seconds between two snapshots: the machine's busy time less ours."""
+    return max(0.0, (end.machine - start.machine) - (end.ours - start.ours)) / elapsed
+
+
 def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
     """Load average, cores, and the CPU that others used between two snapshots:
     the machine's busy time on our cores less this run's own processes'."""
@@ -113,12 +119,11 @@ def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
         if share >= LISTED_SHARE and not _ours(pid):
             others.append({"pid": pid, "name": name, "cores": round(share, 2)})
     others.sort(key=lambda p: -p["cores"])
-    other_cores = max(0.0, (end.machine - start.machine) - (end.ours - start.ours)) / elapsed
     return {
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cores": len(end.cpus),
         "seconds": round(end.wall - start.wall, 2),
-        "other_cores": round(other_cores, 2),
+        "other_cores": round(other_cores(start, end, elapsed), 2),
         "other_processes": others[:5],
     }
 

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from perfsuite.measure.machine import BUSY_CORES, RUN_ID_VAR, Snapshot
+from perfsuite.measure.machine import BUSY_CORES, RUN_ID_VAR, Snapshot, other_cores
 from perfsuite.measure.memory import CPU_MALLOC_ENV
 from perfsuite.plan.plan import Plan
 
@@ -48,8 +48,7 @@ class _Probe:
             now = Snapshot()
             elapsed = now.wall - self.last.wall
             if elapsed >= PROBE_S:
-                theirs = (now.machine - self.last.machine) - (now.ours - self.last.ours)
-                self.busy = max(theirs, 0.0) / elapsed >= BUSY_CORES
+                self.busy = other_cores(self.last, now, elapsed) >= BUSY_CORES
                 self.last = now
             return self.busy
 

@@ -142,14 +142,9 @@ def linear_cross_entropy(
     z_loss: float = 0.0,
     return_lse: bool = False,
     vocab_parallel: VocabParallel | None = None,
-    backward: str = "auto",
     memory_budget: int | None = None,
     engine: str = "auto",
-    filter_eps: float | str | None = None,
-    sort_vocab: bool = True,
     impl: str = "split",
-    accum_fp32: bool = False,
-    tile_list: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Smoothed cross-entropy of ``softcap(e @ c.T)`` without materialising the logits.
 
@@ -174,47 +169,64 @@ def linear_cross_entropy(
         softcap: Gemma2's ``s·tanh(l/s)``.
         weight: class weights, a float (V,) tensor ≥ 0 with ``F.cross_entropy``'s
             semantics: the target term scaled by w[y], the smoothing term by w[v], and
-            ``mean`` divided by Σ w[y] over valid rows. Slice backward only.
+            ``mean`` divided by Σ w[y] over valid rows.
         z_loss: coefficient of PaLM's auxiliary ``lse²`` per valid row (0: off);
-            ``mean`` averages it over the valid rows, unweighted. Slice backward only.
+            ``mean`` averages it over the valid rows, unweighted.
         return_lse: also return the fp32 per-row log-sum-exp of the (softcapped)
             logits, shaped like ``targets`` and differentiable (split only).
         vocab_parallel: ``VocabParallel(start, stop, group)`` when ``c`` is this rank's
             rows [start, stop) of a classifier sharded over a ``torch.distributed``
             group (kernels/parallel.py); ``targets`` stay global ids, ``weight`` is the
-            shard's slice. Every rank gets the full loss and dE. Split, slices only.
-        backward: "slices" (the default; exact and bit-deterministic: per vocab slice
-            the exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E``
-            as plain GEMMs, kernels/slices.py) or "tiles" (recomputed logit tiles with
-            atomic dE/dC updates, kernels/backward.py: the ablation, and the only one
-            that filters). "auto": "tiles" when ``filter_eps`` is set, else "slices".
+            shard's slice. Every rank gets the full loss and dE. Split only.
         memory_budget: bytes of slice workspace beyond the fp32 dE accumulator
             (N·D·4); the slice width is the most columns it holds (whole 256-column
             grains when it holds one; never below 32). Default: 64 MiB, or the workspace
             of a sixteenth of the vocabulary when that is less. Larger budgets mean
             fewer, larger GEMMs.
         engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``) or "torch" (the
-            same slice algorithm in torch ops: the native CPU path, no interpreter;
-            slice backward only). "auto": torch on a CPU without the interpreter.
-        filter_eps: gradient filtering, tile backward only (default ``None``: exact;
-            "auto": ``finfo(dtype).eps / 32``, CCE's value). With ``tile_list`` it is
-            the largest per-row threshold on a vocab tile's softmax mass; rows get
-            smaller ones so that what they drop stays within ``finfo(dtype).eps / 8``
-            of probability (kernels/tiles.py). Without, CCE's element filter: a tile is skipped when
-            all its terms fall below it (fast, lossy on flat or heavy-tailed rows).
-            Targets and smoothing are exact either way.
-        sort_vocab: tiles only: with ``tile_list=False``, visit vocab tiles by decreasing average
-            logit so filtered tiles cluster (CCE's sorting).
+            same slice algorithm in torch ops: the native CPU path, no interpreter).
+            "auto": torch on a CPU without the interpreter.
         impl: "split" (forward, then a recomputing backward) or "fused" (gradients
             computed inside the forward call; backward scales them). Fused with
             ``reduction="none"`` defers the gradient pass to backward; under
             ``torch.no_grad()`` no gradient pass runs.
-        accum_fp32: tiles only: also accumulate dC in fp32 for bf16/fp16 inputs (dE always is:
-            N·D·4 bytes; dC costs V·D·4 more).
-        tile_list: tiles only: with filtering, launch the backward only over the (row block, vocab
-            tile) pairs the per-row mass budget keeps, from per-tile log-sum-exps the
-            forward stores (N·⌈V/BLOCK_V⌉·2 bytes).
+
+    The backward is the exact, bit-deterministic slice backward: per vocab slice the
+    exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` as plain
+    GEMMs (kernels/slices.py). The atomic-tile backward and its gradient filters are
+    ablations: ``kernels.ablations.tiled_linear_cross_entropy``.
     """
+    return _linear_cross_entropy(
+        e, c, targets, label_smoothing=label_smoothing, ignore_index=ignore_index,
+        reduction=reduction, softcap=softcap, weight=weight, z_loss=z_loss,
+        return_lse=return_lse, vocab_parallel=vocab_parallel, memory_budget=memory_budget,
+        engine=engine, impl=impl,
+    )  # fmt: skip
+
+
+def _linear_cross_entropy(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    label_smoothing: float = 0.0,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    weight: torch.Tensor | None = None,
+    z_loss: float = 0.0,
+    return_lse: bool = False,
+    vocab_parallel: VocabParallel | None = None,
+    backward: str = "auto",
+    memory_budget: int | None = None,
+    engine: str = "auto",
+    filter_eps: float | str | None = None,
+    sort_vocab: bool = True,
+    impl: str = "split",
+    accum_fp32: bool = False,
+    tile_list: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``linear_cross_entropy`` with the ablations' knobs (kernels/ablations.py)."""
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
     _validate_terms(c, weight, z_loss, return_lse, impl)
     backward, engine, budget = _resolve(e.device, backward, engine, filter_eps, memory_budget)
@@ -289,14 +301,9 @@ class LinearCrossEntropy(torch.nn.Module):
         z_loss: float = 0.0,
         return_lse: bool = False,
         vocab_parallel: VocabParallel | None = None,
-        backward: str = "auto",
         memory_budget: int | None = None,
         engine: str = "auto",
-        filter_eps: float | str | None = None,
-        sort_vocab: bool = True,
         impl: str = "split",
-        accum_fp32: bool = False,
-        tile_list: bool = True,
     ) -> None:
         super().__init__()
         # A buffer: class weights move with .to(device) and live in the state dict.
@@ -309,14 +316,9 @@ class LinearCrossEntropy(torch.nn.Module):
             z_loss=z_loss,
             return_lse=return_lse,
             vocab_parallel=vocab_parallel,
-            backward=backward,
             memory_budget=memory_budget,
             engine=engine,
-            filter_eps=filter_eps,
-            sort_vocab=sort_vocab,
             impl=impl,
-            accum_fp32=accum_fp32,
-            tile_list=tile_list,
         )
 
     def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

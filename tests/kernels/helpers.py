@@ -12,6 +12,16 @@ import torch.nn.functional as F
 
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.kernels import linear_cross_entropy
+from perfsuite.kernels.ablations import tiled_linear_cross_entropy
+
+# The tile ablation's knobs (kernels/ablations.py): off the public signature.
+TILE_OPTIONS = {"filter_eps", "sort_vocab", "accum_fp32", "tile_list"}
+
+
+def lce(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor, **options) -> torch.Tensor:
+    """Ours: the atomic-tile ablation when ``tiles=True`` or a tile knob is given."""
+    tiles = options.pop("tiles", False) or bool(TILE_OPTIONS & options.keys())
+    return (tiled_linear_cross_entropy if tiles else linear_cross_entropy)(e, c, t, **options)
 
 
 def make_inputs(
@@ -70,7 +80,7 @@ def check(
     upstream = torch.rand(shape, device=e.device) + 0.5
     terms = {} if weight is None and not z_loss else dict(weight=weight, z_loss=z_loss)
     ours = _run(
-        lambda e, c, t: linear_cross_entropy(
+        lambda e, c, t: lce(
             e, c, t, label_smoothing=beta, softcap=softcap, reduction=reduction, **terms,
             **options,
         ),

@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 import triton
-from helpers import make_inputs
+from helpers import lce, make_inputs
 
-from perfsuite.kernels import linear_cross_entropy
 from perfsuite.kernels.configs import pinned_config
 from perfsuite.kernels.slices import WIDTH_GRAIN, bytes_per_column
 from perfsuite.measure.memory import measure_tensor_peak
@@ -29,7 +28,7 @@ def _peak(device: str, beta: float, softcap: float | None, **options) -> int:
     c.requires_grad_()
 
     def step():
-        linear_cross_entropy(e, c, t, label_smoothing=beta, softcap=softcap, **options).backward()
+        lce(e, c, t, label_smoothing=beta, softcap=softcap, **options).backward()
 
     step()  # compile-time and first-call allocations out of the way
     e.grad = c.grad = None
@@ -59,7 +58,7 @@ def test_slices_peak_is_floor_plus_de_plus_budget(device, engine, beta, softcap)
 def test_tiles_peak_is_the_formula(device, beta):
     if device != "cpu":
         pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
-    peak = _peak(device, beta, None, backward="tiles", filter_eps="auto")
+    peak = _peak(device, beta, None, tiles=True, filter_eps="auto")
     floor = floor_bytes("fwd+bwd", N, V, D, "bf16")
     block_v = pinned_config("forward", torch.bfloat16, torch.device(device), (N, V, D)).block_v
     designed = floor + N * D * 4 + N * triton.cdiv(V, block_v) * 2

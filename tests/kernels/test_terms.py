@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import check, full_loss, make_inputs
+from helpers import check, full_loss, lce, make_inputs
 
 from perfsuite.kernels import LinearCrossEntropy, linear_cross_entropy
 from perfsuite.kernels.configs import interpreting
@@ -164,13 +164,13 @@ def test_module_keeps_weights_as_a_buffer(device):
         (dict(z_loss="big"), TypeError, "z_loss"),
         (dict(return_lse=True, impl="fused"), ValueError, "return_lse needs impl='split'"),
         (dict(z_loss=1e-4, filter_eps="auto"), ValueError, "need the slice backward"),
-        (dict(weight=torch.ones(64), backward="tiles"), ValueError, "need the slice backward"),
+        (dict(weight=torch.ones(64), tiles=True), ValueError, "need the slice backward"),
     ],
 )
 def test_bad_options_get_one_line_errors(device, kwargs, error, words):
     e, c, t = make_inputs(8, 64, 8, torch.float32, device)
     kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     with pytest.raises(error) as info:
-        linear_cross_entropy(e, c, t, **kwargs)
+        lce(e, c, t, **kwargs)
     message = str(info.value)
     assert words in message and "\n" not in message

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import make_inputs
+from helpers import lce, make_inputs
 
-from perfsuite.kernels import function, linear_cross_entropy
+from perfsuite.kernels import function
 from perfsuite.kernels.configs import KernelConfig, use_config
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
@@ -21,10 +21,10 @@ NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1
 
 def _grads(e, c, t, **options):
     """The tile backward (filtered over its list unless ``filter_eps`` says otherwise)."""
-    options = {"backward": "tiles", "filter_eps": "auto", **options}
+    options = {"tiles": True, "filter_eps": "auto", **options}
     e = e.detach().clone().requires_grad_()
     c = c.detach().clone().requires_grad_()
-    linear_cross_entropy(e, c, t, sort_vocab=False, **options).backward()
+    lce(e, c, t, sort_vocab=False, **options).backward()
     return e.grad, c.grad, function.LAST_TILES[0]
 
 

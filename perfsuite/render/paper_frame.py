@@ -31,11 +31,6 @@ class PaperFrame:
             self.text.index.get_level_values(METHOD) == LOWER_BOUND, index=self.text.index
         )
 
-    def section_starts(self) -> list[int]:
-        """Positions of the rows that open a β section (after the first)."""
-        betas = list(self.text.index.get_level_values(BETA))
-        return [i for i in range(1, len(betas)) if betas[i] != betas[i - 1]]
-
 
 def paper_frame(table: PaperTable) -> PaperFrame:
     """The text and best-cell frames of ``table``."""

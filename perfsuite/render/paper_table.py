@@ -239,7 +239,3 @@ def section_label(section: Section) -> str:
 def entropy_note(table: PaperTable) -> str:
     parts = [f"β={s.beta:g}: {s.entropy:.2f} nats" for s in table.sections if s.entropy is not None]
     return "inputs' mean token entropy " + ", ".join(parts) if parts else ""
-
-
-def column_headers(table: PaperTable) -> list[str]:
-    return [f"{phase} {what}" for phase in table.phases for what in ("mem", "time", table.analytic)]

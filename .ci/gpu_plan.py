@@ -1,44 +1,69 @@
-"""What ``.ci/gpu-run`` runs: issue 18's GPU checklist as steps, each with a time estimate,
-where that estimate comes from, and a hard limit; and how the steps split into two calls.
+"""What ``.ci/gpu-run`` runs: the GPU checklist as steps, each with a time estimate, where
+that estimate comes from, and a hard limit; and which steps each device call runs.
 
-Estimates are in seconds on an H100 and come from the first light's logs
-(``reports/nvidia-h100-80gb-hbm3/raw/*/``: the time stamps of ``run.log`` and
-``rest.log`` between one method's last cell and the next, the pytest summaries, the
-sensitivity file's ``collect_s``); steps never run on a GPU before say so and how they
-were guessed. ``--device cpu`` builds the rehearsal: the same steps at tiny sizes,
-CUDA-only ones skipped, estimates for a busy 2-core CPU.
+A task lent a GPU has 15 minutes of device time in all, every start (minutes when cold),
+idle wait and transfer counted, at most 10 minutes a command. So call 1 holds what matters
+most, in at most 7 minutes of device time: the kernel's CUDA tests at Gemma2-2B, the
+Gemma2-2B cell the kernel's targets are stated at (ours, ours-fused and the peers,
+fwd+bwd), where that cell's time goes (``--timer graph``, ``--profile``), and
+``kernel-report --baseline`` under the device's Triton; the last two only where this tree's
+``perfsuite`` offers those options (checked on the device, at run time). Call 2 runs the
+rest of today's checklist in whatever time is left (its ``--limit``); calls 3 and 4 the
+older checklist's other steps, for a session with more time. ``--device cpu`` builds the
+rehearsal: the same steps at tiny sizes.
+
+Estimates are seconds on an H100. Where a step ran at the first light they come from its
+logs (``reports/nvidia-h100-80gb-hbm3/raw/*/``: the time stamps of ``run.log``,
+``rerun.log`` and ``rest.log`` between one method's last cell and the next, the pytest
+summaries, the sensitivity file's ``collect_s``); steps never run on a GPU say so and how
+they were guessed.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import shlex
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Call 1: item 1 (every method at Gemma2-2B), ours' determinism and memory/time curve (item 2,
-# issue 19 item 2) and the nightly path on item 1's results (item 7; CPU-side commands, cheap,
-# and they need only item 1). Call 2: the tile ablation's lock/race checks (item 2), item 3,
-# the CUDA tests, converge, sensitivity; the trained-activation workload last (only if a dump
-# exists, so that its presence does not push out the unconditional items).
-# Call 3, when device time is left after two (~5 min): what the checklist does not name but
-# the kernel's open questions need: the training terms at Gemma2-2B (issue 22), the slice
-# backward's tile sweep (its Hopper tile and the weighted variant's spill), and the
-# filtering study at Gemma2-2B's vocabulary (issue 21's GPU-only numbers); and the multi-rank
-# path on one GPU (issue 28: NCCL initialised, collectives of one rank), which took 8e's
-# place (the filtering study on 8c's dump: 8d already gives the GPU's filtering numbers;
-# 8e stays selectable with --items 8e); and `perfsuite step` on the Gemma2-2B preset (issue
-# 29: a whole training step per method, 2 of 26 layers, 2 x 4096 tokens, bf16), which took
-# the place of 8c (its dump fed only 8e) and 8d (the filtering study at Gemma2-2B's size,
-# the step furthest from this wave's questions): `--items 8c,8d,8e` still runs them.
+# Call 1 in the order that matters if it is cut short: is the kernel right (k), the
+# targets' cell (g), where its time goes (p), what the device's Triton builds (r).
+# Call 2, today's remaining checklist in priority order: a whole training step (9b), the
+# multi-rank harness on one rank (9a), the regression threshold's false-alarm rate (6),
+# the slice backward's tile sweep (8b). Calls 3 and 4, for a session with more time: every
+# other method at Gemma2-2B, ours' determinism across budgets and its budget curve, the
+# nightly path on those results (CPU-side: runnable here too); the synthetic and trained
+# workloads, the CUDA test folders, converge, the training terms.
 CALLS = {
-    "1": ["0a", "0b", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
-    "2": ["0a", "2c", "3a", "4", "5", "6", "3b"],
-    "3": ["0a", "8a", "8b", "9a", "9b"],
+    "1": ["0a", "k", "g", "p", "r"],
+    "2": ["0a", "9b", "9a", "6", "8b"],
+    "3": ["0a", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
+    "4": ["0a", "0b", "3a", "4", "5", "8a", "3b"],
 }
-CALLS["all"] = list(dict.fromkeys(CALLS["1"] + CALLS["2"] + CALLS["3"] + ["8c", "8d"]))
+CALLS["all"] = list(dict.fromkeys([s for c in "1234" for s in CALLS[c]] + ["8c", "8d"]))
 
+# Call 1 may take 7 minutes of device time. Its command gets that less ~20 s for sending
+# the tree (~25 MiB with .whl/) and fetching three files back: a guess, no call has timed
+# its transfers. Other calls: the tool's 10-minute cap less 30 s; call 2 gets `--limit`
+# from `status`'s budget_left_s (docs/gpu.md).
+DEVICE_BUDGET_S = {"1": 420.0}
+TRANSFERS_S = 20.0
+CALL_LIMITS_S = {call: budget - TRANSFERS_S for call, budget in DEVICE_BUDGET_S.items()}
+DEFAULT_LIMIT_S = 570.0
+# The wrapper's offline pip install of .whl/ before the first step: the rehearsal's first
+# step started 2.9 s and 5.3 s after the wrapper's start (reports/gpu-rehearsal,
+# manifest-2.json and manifest-1.json, 0a's started_s), taken twice over.
+WHEELS_S = 10.0
+
+# The cell the kernel's targets are stated at (Gemma2-2B bf16, softcap 30, β 0 and 0.1,
+# fwd+bwd): ours (the slice backward), its fused form, and the peers the targets name.
+CELL_METHODS = "ours,ours-fused,torch-compile,liger,cce"
+# Where the time goes, for ours and the target's yardstick, at the targets' β.
+PROFILED = "ours,torch-compile"
+KERNEL_BASELINE = "reports/kernel-report/baseline"
 # Issue 18 item 1's methods (issue 18 and `perfsuite methods`), in three groups.
 GEMMA_GROUPS = {
     "1a": ("gemma-ours", "ours,ours-fused,ours-tiles,ours-tiles-list"),
@@ -48,11 +73,11 @@ GEMMA_GROUPS = {
         "ours-tiles-sort,ours-tiles-no-sort,ours-cublas,torchtune-chunked,torch-native,quack",
     ),
 }
-# Issue 28's multi-rank path on one GPU (call 3): ours and the two frameworks' own losses.
+# The multi-rank harness on one GPU (call 2): ours and the two frameworks' own losses.
 TP1 = "ours,megatron,torch-parallel"
-# Issue 29's training step (call 3): the methods whose patch or loss runs on CUDA.
+# A whole training step (call 2): the methods whose patch or loss runs on CUDA.
 STEP = "ours,eager,torch-compile,liger,cce"
-# Issue 22's training terms beside plain ours (call 3).
+# The training terms beside plain ours (call 4).
 TERMS = "ours,ours-zloss,ours-weighted"
 # Item 3's rows: ours, the tile ablation (ours-tiles-no-sort left out: it differs from
 # ours-tiles-sort only in speed, and item 1 times it), the peers that filter or not.
@@ -71,7 +96,7 @@ class Skip(Exception):
 @dataclass
 class Step:
     id: str
-    item: str  # issue 18's item (0: setup)
+    item: str  # issue 18's item (0: setup); the id itself for call 1's steps
     name: str
     what: str
     estimate_s: float
@@ -115,7 +140,27 @@ def _trained(root: Path, given: Path | None) -> Path | None:
 # H100 estimate comes from). The rehearsal's: as measured on this project's shared 2-core CPU,
 # with limits that leave room for its load (a step took 2.5x longer there on a busy hour).
 ESTIMATES = {
-    "0a": (8, 60, 10, 60, "nvidia-smi and a torch import"),
+    "0a": (8, 60, 10, 60, "nvidia-smi and a torch import (rehearsal on CPU: 1.7-1.8 s)"),
+    "k": (75, 150, 30, 120, "not timed on a GPU: pytest's start with torch ~8 s (first "
+          "light's `perfsuite methods`, 0b, ~10 s with perfsuite's imports); a Triton compile "
+          "~8 s each for the slice backward's 2 variants (softcap; smoothing+softcap), the tile "
+          "ablation's 4 backwards and the lock kernel (raw/7 rerun.log: ours' first β cell "
+          "29 s with its worker's start, compiles, fp32 reference and 23 fwd+bwd calls, its "
+          "second 6 s); 4 materialised references of 8.4 GB logits ~2 s each; 12 fwd+bwd "
+          "calls of <= 0.19 s (raw/6: ours 186 ms)"),
+    "g": (165, 240, 90, 240, "raw/7 rerun.log, the same H100, fwd+bwd only, 20 samples, "
+          "β 0 and 0.1, no softcap: torch-compile 24 s, ours (then the tile list) 29 s, cce "
+          "20 s, liger 43 s; the slice backward (ours now) and ours-fused never ran on a GPU: "
+          "29 s each; the parent's start ~10 s (env 'created' 8 s before eager's first row): "
+          "155 s, +10 s for the softcap variants' compiles"),
+    "p": (75, 150, 60, 240, "never run: `perfsuite run --help` ~3 s; β 0.1 only, so each "
+          "method's first cell (its compiles, gate and samples): ours 29 s, torch-compile "
+          "24 s (as g); one profiled call and its trace per cell ~3 s; the graph's capture "
+          "after warm-up ~1 s; the parent ~10 s"),
+    "r": (40, 150, 60, 300, "never run on a GPU: `kernel-report --help` ~3 s, perfsuite's "
+          "import ~5 s; the builds: `kernel-report --arch sm_90a --jobs 2` took 129 s of CPU "
+          "time here (2-core Xeon, 2026-11-26; every kernel, dtype and CCE's), so the default "
+          "sm_80,sm_90a ~260 s over the device's 16 cores ~16 s, +8 s for the slowest build"),
     "0b": (10, 60, 15, 90, "first light methods.txt: seconds"),
     "1a": (130, 240, 30, 240, "raw/6 run.log: ours-tiles-list (then 'ours') 29 s, ours-tiles "
            "('ours-no-filter') 26 s, ours-fused (its tile version) 37 s, both β and three "
@@ -131,8 +176,6 @@ ESTIMATES = {
     "2a": (45, 120, 25, 120, "new: 12 fwd+bwd of <= 0.2 s (first light's slowest ours) + "
            "Triton compiles + the process's start"),
     "2b": (30, 120, 25, 120, "new: 4 budgets x 13 fwd+bwd of <= 0.2 s + compiles + start"),
-    "2c": (80, 180, 15, 120, "not timed at the first light: 2 β x 5 settings x 2 runs of <= 0.2 s, "
-           "2 chunked fp32 references, ~10 s of Triton compile per setting"),
     "3a": (150, 280, 45, 240, "raw/7 rerun.log (fwd+bwd only): ours-tiles-list 29 s, ours-tiles "
            "17 s, cce 20 s, liger 38 s; ours, ours-tiles-sort, cce-no-filter ~20 s; --samples 10 "
            "trims each; +6 s parent"),
@@ -192,10 +235,81 @@ def build_steps(device: str, py: str, root: Path, trained: Path | None = None) -
             est, limit = cpu_est, cpu_limit
         return Step(sid, sid[0], name, what, est, limit, source, argv, **kw)
 
-    steps = _steps(step, device, py, root, trained)
+    steps = _first_call(step, device, py, root)
+    steps += _steps(step, device, py, root, trained)
     steps += _nightly(step, ps, root, gpu)
     steps += _extras(step, py, gpu)
     return steps
+
+
+def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> list[Step]:
+    """Call 1: the kernel's CUDA tests, the targets' cell, its profile, kernel-report."""
+    gpu = device == "cuda"
+    ps = [py, "-m", "perfsuite"]
+    tests = [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "cuda"]
+    tests += ["--junitxml", "{W}/cuda-tests.xml", "tests/kernels/test_cuda_checks.py"]
+    if gpu:
+        cell = [*ps, "run", "--device", device, "--shape", "gemma2-2b", "--softcap"]
+        cell += ["--phases", "fwd+bwd", "--timeout", "120"]
+        methods, profiled, timer = CELL_METHODS, PROFILED, "graph"
+    else:  # the rehearsal: the smoke shape, a few samples (each worker costs seconds here)
+        cell = [*ps, "run", "--device", device, "--shape", "smoke", "--softcap"]
+        cell += ["--phases", "fwd+bwd", "--samples", "3", "--warmup", "1"]
+        methods, profiled = "ours,ours-fused,torch-compile,cce", "ours"
+        timer = "kernels"  # CUDA graphs need a GPU: every cell would be unsupported
+    profile = [*cell, "--beta", "0.1", "--methods", profiled, "--timer", timer]
+    profile += ["--profile", "{W}/profile", "--out", "{W}/gemma2-2b-graph.json"]
+    report = [*ps, "kernel-report", "--baseline", str(root / KERNEL_BASELINE)]
+    if not gpu:  # the rehearsal: one kernel, one dtype, one arch (minutes on 2 cores else)
+        report += ["--kernel", "slices", "--dtype", "bf16", "--arch", "sm_90a", "--jobs", "2"]
+    return [
+        step("k", "cuda-tests", "pytest -m cuda tests/kernels/test_cuda_checks.py: the lock, "
+             "the slice backward exact and bit-identical, the tile ablation race-free, at "
+             "Gemma2-2B", tests),
+        step("g", "gemma-cell", f"perfsuite run, Gemma2-2B bf16 softcap 30, β 0 and 0.1, "
+             f"fwd+bwd, the determinism record: {methods}",
+             [*cell, "--beta", "0,0.1", "--methods", methods,
+              "--out", "{W}/gemma2-2b-fwdbwd.json"]),
+        step("p", "gemma-profile", f"the same cell at β 0.1 with --timer graph and --profile: "
+             f"{profiled} (only if `perfsuite run` offers both)",
+             _if_offered(py, root, ["run"], ("--timer", "--profile"), profile)),
+        step("r", "kernel-report", f"perfsuite kernel-report --baseline {KERNEL_BASELINE} "
+             "under the device's Triton (only if kernel-report offers --baseline)",
+             _if_offered(py, root, ["kernel-report"], ("--baseline",), report)),
+    ]  # fmt: skip
+
+
+def _if_offered(
+    py: str, root: Path, sub: list[str], options: tuple[str, ...], argv: list[str]
+) -> Callable[[Path], list[str]]:
+    """``argv``, or ``Skip`` naming the options ``perfsuite SUB --help`` does not list: a
+    step for an option another change adds runs once that change is in the tree."""
+
+    def build(work: Path) -> list[str]:
+        missing = missing_options(py, root, sub, options)
+        if missing:
+            raise Skip(missing)
+        return argv
+
+    return build
+
+
+def missing_options(py: str, root: Path, sub: list[str], options: tuple[str, ...]) -> str:
+    """Why a step cannot run (``""``: it can): options absent from ``SUB --help``."""
+    command = f"perfsuite {' '.join(sub)} --help"
+    try:
+        proc = subprocess.run([py, "-m", "perfsuite", *sub, "--help"], cwd=root,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"`{command}` did not answer: {err}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"`{command}` exited {proc.returncode}: {last[:160]}"
+    absent = [o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])",
+                                                  proc.stdout)]  # fmt: skip
+    if not absent:
+        return ""
+    return f"`{command}` offers no {', '.join(absent)}: not in this tree yet"
 
 
 def _steps(step: Callable[..., Step], device: str, py: str, root: Path, trained) -> list[Step]:
@@ -247,9 +361,6 @@ def _steps(step: Callable[..., Step], device: str, py: str, root: Path, trained)
              [*ours, *ours_det, "--out", "{W}/ours-determinism.jsonl"]),
         step("2b", "ours-curve", "ours fwd+bwd time and peak memory over memory budgets",
              [*ours, *ours_curve, "--out", "{W}/ours-curve.jsonl"]),
-        step("2c", "kernel-checks", "lock stress; tile-ablation gradients vs fp32, twice (races)",
-             [py, ".ci/kernel_checks.py", *_checks_on(device), "lock", "grads"],
-             stdout="kernel-checks.jsonl", env=_interpreted(device)),
         step("3a", "synthetic", f"perfsuite run --workload synthetic --entropy 2, fwd+bwd: "
              f"{methods['3a']}",
              [*run, "--workload", "synthetic", "--entropy", "2", "--phases", "fwd+bwd",
@@ -271,7 +382,7 @@ def _steps(step: Callable[..., Step], device: str, py: str, root: Path, trained)
 
 
 def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
-    """Call 3: the training terms, the slice backward's tiles, the filtering study."""
+    """The training terms, the slice backward's tiles, the filtering study, --tp 1, step."""
     ps = [py, "-m", "perfsuite"]
     device = "cuda" if gpu else "cpu"
     if gpu:

@@ -1,5 +1,5 @@
-"""The runner behind ``.ci/gpu-run``: one device call's steps of issue 18's GPU checklist,
-in priority order, under one time limit (see ``.ci/gpu-run``'s header for how to call it).
+"""The runner behind ``.ci/gpu-run``: one device call's steps of the GPU checklist, in
+priority order, under one time limit (see ``.ci/gpu-run``'s header for how to call it).
 
 Every step is a command with a stated time estimate (``gpu_plan.py`` says where each comes
 from) and its own hard limit. Before a step starts, its estimate is checked against the time
@@ -23,19 +23,36 @@ import signal
 import subprocess
 import sys
 import tarfile
+import textwrap
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_plan import CALLS, Skip, Step, build_steps, select  # noqa: E402
+from gpu_plan import (  # noqa: E402
+    CALL_LIMITS_S,
+    CALLS,
+    DEFAULT_LIMIT_S,
+    WHEELS_S,
+    Skip,
+    Step,
+    build_steps,
+    select,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GRACE_S = 5.0  # SIGTERM, then this long before SIGKILL
 RESERVE_S = 8.0  # kept at the end of the call for the last pack and the manifest
 PACK_EVERY_S = 20.0
-DEFAULT_LIMIT_S = 570.0  # 9.5 minutes: the device tool stops a command at 10
+# A file over this is left out of the packed folder (and named in the manifest): the tool
+# returns no file over 16 MiB, so one large trace would otherwise lose every result.
+PACK_FILE_MAX = 8 * 2**20
+
+
+def call_estimate(steps: list[Step]) -> float:
+    """Seconds a call is planned to take: the wheels, its steps, the last pack."""
+    return WHEELS_S + sum(s.estimate_s for s in steps) + RESERVE_S
 
 
 @dataclass
@@ -91,7 +108,10 @@ class Call:
         counts: dict[str, int] = {}
         for r in self.records:
             counts[r.status] = counts.get(r.status, 0) + 1
-        return {**self.meta, "elapsed_s": round(self.now(), 1), "counts": counts, "steps": steps}
+        big = [f"{p.relative_to(self.work)} ({p.stat().st_size / 2**20:.1f} MiB)"
+               for p in sorted(self.work.rglob("*")) if _too_big(p)]  # fmt: skip
+        return {**self.meta, "elapsed_s": round(self.now(), 1), "counts": counts,
+                "left_out_of_pack": big, "steps": steps}  # fmt: skip
 
     def save(self) -> None:
         """Manifest and log into the work folder and ``$OUT``; then pack."""
@@ -108,11 +128,22 @@ class Call:
         tmp = self.out / f".gpu-run-{self.tag}.tgz.part"
         try:
             with tarfile.open(tmp, "w:gz") as tar:
-                tar.add(self.work, arcname=f"gpu-run-{self.tag}")
+                tar.add(self.work, arcname=f"gpu-run-{self.tag}", filter=_small)
             os.replace(tmp, self.out / f"gpu-run-{self.tag}.tgz")
         except OSError as err:  # a file changing under tar: the next pack gets it
             print(f"pack: {err}", flush=True)
             tmp.unlink(missing_ok=True)
+
+
+def _too_big(path: Path) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > PACK_FILE_MAX
+    except OSError:  # removed meanwhile
+        return False
+
+
+def _small(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if info.isfile() and info.size > PACK_FILE_MAX else info
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -210,10 +241,8 @@ def run_call(call: Call, steps: list[Step], env: dict[str, str]) -> int:
     call.records = [
         Record(s.id, s.item, s.name, s.what, s.estimate_s, s.limit_s, s.source) for s in steps
     ]
-    total = sum(s.estimate_s for s in steps)
-    call.log(
-        f"call {call.tag}: {len(steps)} steps, estimates {total:.0f} s, limit {call.limit_s:.0f} s"
-    )
+    call.log(f"call {call.tag}: {len(steps)} steps, estimate {call_estimate(steps):.0f} s "
+             f"(wheels and reserve included), limit {call.limit_s:.0f} s")  # fmt: skip
     call.save()
     stop = threading.Event()
     packer = threading.Thread(target=_packer, args=(call, stop), daemon=True)
@@ -237,9 +266,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--items", help="step ids or item numbers, comma-separated (e.g. 3b,6)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: the rehearsal (tiny shapes, CUDA-only steps skipped)")  # fmt: skip
-    p.add_argument("--limit", type=float, default=DEFAULT_LIMIT_S,
+    limits = ", ".join(f"call {c}: {s:.0f}" for c, s in CALL_LIMITS_S.items())
+    p.add_argument("--limit", type=float,
                    help="seconds for the whole call, from the wrapper's start "
-                   f"(default {DEFAULT_LIMIT_S:.0f})")  # fmt: skip
+                   f"(default {limits}; else {DEFAULT_LIMIT_S:.0f})")  # fmt: skip
     p.add_argument("--estimate", action="append", default=[], metavar="ID=SECONDS",
                    help="override a step's estimate (tests; a re-plan after a call)")  # fmt: skip
     p.add_argument("--step-limit", action="append", default=[], metavar="ID=SECONDS",
@@ -258,6 +288,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def dry_run(tag: str, steps: list[Step], limit: float) -> None:
+    """Each step's estimate and limit, where the estimate comes from, and the call's total."""
+    total = WHEELS_S
+    print(f"call {tag}: est {WHEELS_S:4.0f} s  the wheels' install (.whl/), before step 1")
+    for s in steps:
+        total += s.estimate_s
+        print(f"{s.id:>3} {s.name:<16} est {s.estimate_s:4.0f} s  limit {s.limit_s:4.0f} s"
+              f"  sum {total:4.0f} s")  # fmt: skip
+        print(textwrap.fill(s.what, 78, initial_indent="      ", subsequent_indent="      "))
+        print(textwrap.fill(f"from: {s.source}", 78, initial_indent="      ",
+                            subsequent_indent="        "))  # fmt: skip
+    total += RESERVE_S
+    print(f"    reserve          est {RESERVE_S:4.0f} s  the last pack and manifest")
+    fits = "fits" if total <= limit else "DOES NOT FIT"
+    print(f"call {tag}: {len(steps)} steps, estimate {total:.0f} s, limit {limit:.0f} s: {fits}")
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # run_step stops the step; run_call's finally saves
 
@@ -273,12 +320,10 @@ def main(argv: list[str] | None = None) -> int:
             for s in steps:
                 if s.id == sid:
                     setattr(s, attr, float(seconds))
+    if args.limit is None:
+        args.limit = CALL_LIMITS_S.get(args.call, DEFAULT_LIMIT_S)
     if args.dry_run:
-        total = 0.0
-        for s in steps:
-            total += s.estimate_s
-            print(f"{s.id:>3} {s.name:<20} est {s.estimate_s:4.0f} s  limit {s.limit_s:4.0f} s"
-                  f"  (sum {total:4.0f} s)  {s.what}\n      from: {s.source}")  # fmt: skip
+        dry_run(tag, steps, args.limit)
         return 0
     if args.out is None:
         print("no --out and no $OUT: nowhere to put the results", file=sys.stderr)

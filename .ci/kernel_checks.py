@@ -1,20 +1,15 @@
-"""GPU-only checks of the in-house kernel (run by .ci/gpu-run; needs CUDA).
+"""GPU measurements of the in-house kernel's configs (run by .ci/gpu-run; needs CUDA).
 
-  lock      mutual exclusion: many CTAs add 1 into one fp16 tile under one lock
-  grads     Gemma2-2B-shape gradients against a chunked fp32 reference, twice per
-            setting: the slice backward (``ours``, must be bit-identical) and the kept
-            atomic-tile ablation (``ours-tiles*``: drift beyond bf16 rounding = a race)
   sweep     forward/backward tile configs timed at Gemma2-2B (random + synthetic)
   slices    the default (slice) backward's tile configs at Gemma2-2B, β = 0.1, softcap 30,
             fwd+bwd: plain and with class weights (whose sm_90a build spills 84 B at the
             pinned 128×128; docs/kernel.md), so the pinned tile is chosen by measurement
   ablation  slices vs tiles: tile list / sort / filter / accum, next to CCE
 
-Each prints one JSON object per line; nothing here is a pass/fail test except
-``lock`` and ``grads`` (exit 1 on failure). ``--device cpu --shape N,V,D`` rehearses them
-under Triton's interpreter (TRITON_INTERPRET=1 set before this starts; ``.ci/gpu-run
---device cpu`` does): semantics only, one timed call per cell, and no lock stress (the
-interpreter runs one program at a time).
+Each prints one JSON object per line; none is a pass/fail test (those are
+tests/kernels/test_cuda_checks.py, `cuda`-marked). ``--device cpu --shape N,V,D``
+rehearses them under Triton's interpreter (TRITON_INTERPRET=1 set before this starts;
+``.ci/gpu-run --device cpu`` does): semantics only, one timed call per cell.
 """
 
 from __future__ import annotations
@@ -25,12 +20,10 @@ import sys
 import time
 
 import torch
-import triton
-import triton.language as tl
 from triton.testing import do_bench
 
 from perfsuite.kernels import function, linear_cross_entropy
-from perfsuite.kernels.common import locked_add
+from perfsuite.kernels.ablations import tiled_linear_cross_entropy
 from perfsuite.kernels.configs import KernelConfig, interpreting, use_config
 
 N, V, D = 8192, 256_000, 2304  # Gemma2-2B; --shape changes them
@@ -39,26 +32,6 @@ DEVICE = "cuda"
 
 def emit(**row) -> None:
     print(json.dumps(row), flush=True)
-
-
-@triton.jit
-def _lock_stress(X, Lock, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    ones = tl.full((BLOCK,), 1.0, dtype=tl.float16)
-    locked_add(X + offs, ones, offs < BLOCK, Lock, False, True)
-
-
-def check_lock(programs: int = 2048) -> bool:
-    if DEVICE != "cuda":
-        emit(check="lock", skipped="the interpreter runs one program at a time")
-        return True
-    x = torch.zeros(64, device="cuda", dtype=torch.float16)
-    lock = torch.zeros(1, device="cuda", dtype=torch.int32)
-    _lock_stress[(programs,)](x, lock, BLOCK=64)
-    torch.cuda.synchronize()
-    ok = bool((x == programs).all())
-    emit(check="lock", programs=programs, min=x.min().item(), max=x.max().item(), ok=ok)
-    return ok
 
 
 def inputs(kind: str, seed: int = 0):
@@ -74,70 +47,24 @@ def inputs(kind: str, seed: int = 0):
     return e.bfloat16(), c.bfloat16(), t
 
 
-def reference_grads(e, c, t, beta: float, chunk: int = 1024):
-    """fp32 dE, dC of mean smoothed CE, logits built chunk by chunk (never N×V at once)."""
-    de = torch.zeros(e.shape, device=DEVICE)
-    dc = torch.zeros(c.shape, device=DEVICE)
-    cf = c.float()
-    for s in range(0, e.shape[0], chunk):
-        ef = e[s : s + chunk].float()
-        z = ef @ cf.T
-        p = torch.softmax(z, dim=1)
-        p[torch.arange(z.shape[0]), t[s : s + chunk]] -= 1.0 - beta
-        p -= beta / z.shape[1]
-        p /= e.shape[0]
-        de[s : s + chunk] = p @ cf
-        dc += p.T @ ef
-        del z, p
-    return de, dc
-
-
-def ours_grads(e, c, t, **options):
-    e = e.detach().clone().requires_grad_()
-    c = c.detach().clone().requires_grad_()
-    linear_cross_entropy(e, c, t, **options).backward()
-    return e.grad.float(), c.grad.float()
-
-
-_TILES = {"backward": "tiles"}
-# The methods of baselines/ours.py, by their options, plus the tiles' fp32 dC accumulation.
-GRAD_SETTINGS = {
+# The methods of baselines/ours.py by their options (``tiles``: the atomic-tile ablation,
+# kernels/ablations.py), plus the tiles' fp32 dC accumulation.
+SETTINGS = {
     "ours (slices)": {},
-    "ours-tiles (no filter)": _TILES,
-    "ours-tiles-list (mass budget)": {**_TILES, "filter_eps": "auto"},
+    "ours-tiles (no filter)": {"tiles": True},
+    "ours-tiles-list (mass budget)": {"tiles": True, "filter_eps": "auto"},
     "ours-tiles-sort (CCE-style element filter)": {
-        **_TILES,
+        "tiles": True,
         "filter_eps": "auto",
         "tile_list": False,
     },
-    "tiles accum-fp32": {**_TILES, "accum_fp32": True},
+    "tiles accum-fp32": {"tiles": True, "accum_fp32": True},
 }
 
 
-def check_grads() -> bool:
-    ok = True
-    e, c, t = inputs("synthetic")
-    for beta in (0.0, 0.1):
-        de_ref, dc_ref = reference_grads(e, c, t, beta)
-        for name, options in GRAD_SETTINGS.items():
-            runs = [ours_grads(e, c, t, label_smoothing=beta, **options) for _ in range(2)]
-            err = [
-                ((a - de_ref).abs().max().item(), (b - dc_ref).abs().max().item()) for a, b in runs
-            ]
-            drift = [(runs[0][i] - runs[1][i]).abs().max().item() for i in range(2)]
-            bitwise = all(torch.equal(runs[0][i], runs[1][i]) for i in range(2))
-            # Tiles: two runs differ only by atomic order, a few bf16 ulps at the gradient's
-            # scale. Slices: no atomics, so any difference at all is a bug.
-            scale = [de_ref.abs().max().item(), dc_ref.abs().max().item()]
-            if options.get("backward") == "tiles":
-                race = any(d > 8 * 2**-8 * s for d, s in zip(drift, scale, strict=True))
-            else:
-                race = not bitwise
-            ok &= not race
-            emit(check="grads", beta=beta, setting=name, de_err=err[0][0], dc_err=err[0][1],
-                 drift_de=drift[0], drift_dc=drift[1], bitwise=bitwise, de_scale=scale[0],
-                 dc_scale=scale[1], race=race)  # fmt: skip
-    return ok
+def loss(e, c, t, tiles: bool = False, **options):
+    """Ours: the slice backward, or the tile ablation with ``tiles``."""
+    return (tiled_linear_cross_entropy if tiles else linear_cross_entropy)(e, c, t, **options)
 
 
 def bench(fn, warmup: int, rep: int) -> float:
@@ -156,7 +83,7 @@ def time_case(e, c, t, options: dict, phases=("fwd", "fwd+bwd")) -> dict:
     c = c.detach().requires_grad_()
 
     def fwd():
-        return linear_cross_entropy(e, c, t, **options)
+        return loss(e, c, t, **options)
 
     def fwdbwd():
         e.grad = c.grad = None
@@ -259,9 +186,9 @@ def slices(kinds: list[str], deadline: float) -> None:
 
 def ablation(kinds: list[str], deadline: float) -> None:
     settings = {
-        **GRAD_SETTINGS,
+        **SETTINGS,
         "ours-tiles-no-sort (element filter)": {
-            **_TILES, "filter_eps": "auto", "tile_list": False, "sort_vocab": False,
+            "tiles": True, "filter_eps": "auto", "tile_list": False, "sort_vocab": False,
         },
         "ours beta0.1": {"label_smoothing": 0.1},
     }  # fmt: skip
@@ -290,7 +217,7 @@ def ablation(kinds: list[str], deadline: float) -> None:
 def main() -> int:
     global N, V, D, DEVICE
     parser = argparse.ArgumentParser()
-    steps = ["lock", "grads", "sweep", "slices", "ablation"]
+    steps = ["sweep", "slices", "ablation"]
     parser.add_argument("steps", nargs="+", choices=steps)
     parser.add_argument("--kinds", default="random,synthetic")
     parser.add_argument("--budget-s", type=float, default=400)
@@ -303,19 +230,9 @@ def main() -> int:
         parser.error("--device cpu runs the kernels interpreted: set TRITON_INTERPRET=1")
     deadline = time.time() + args.budget_s
     kinds = args.kinds.split(",")
-    ok = True
     for step in args.steps:
-        if step == "lock":
-            ok &= check_lock()
-        elif step == "grads":
-            ok &= check_grads()
-        elif step == "sweep":
-            sweep(kinds, deadline)
-        elif step == "slices":
-            slices(kinds, deadline)
-        elif step == "ablation":
-            ablation(kinds, deadline)
-    return 0 if ok else 1
+        {"sweep": sweep, "slices": slices, "ablation": ablation}[step](kinds, deadline)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
                suite's tensor meter), with the slice width the budget gives.
 
 One JSON object per line to ``--out`` (and stdout), written as each cell finishes. Budgets are
-MiB. Used by ``.ci/gpu-run`` (items 2a, 2b); runs on CPU too (the rehearsal, engine torch).
+MiB. Used by ``.ci/gpu-run`` (steps 2a, 2b); runs on CPU too (the rehearsal, engine torch).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def fwd_bwd(inputs, case: Case, budget_mib: float) -> torch.Tensor:
     inputs.clear_grads()
     loss = linear_cross_entropy(
         inputs.e, inputs.c, inputs.targets, label_smoothing=case.beta, softcap=case.softcap,
-        backward="slices", memory_budget=int(budget_mib * MIB),
+        memory_budget=int(budget_mib * MIB),
     )  # fmt: skip
     loss.backward()
     return loss.detach()

@@ -1,14 +1,15 @@
 """Eager and ours on a CPU, quiet and beside a competing load, per OpenMP wait policy
 (reports/cpu-busy/).
 
-``python .ci/cpu_busy.py [--blocks 8] [--samples 10]`` measures eager's and ours' fwd and
-fwd+bwd at the smoke shape (N=256, V=2048, D=128, fp32, β 0) with the run's protocol (a
-cache flush before each sample), in one process per OpenMP setting (``--policy``; by
-default libgomp's own, then ``PASSIVE``). Quiet and busy blocks alternate (ABBA), so
-both see the same background: in the busy ones a busy loop (``.ci/cpu_load.py``, on CPU
-1 unless ``--load`` says otherwise; stopped with SIGSTOP in the quiet blocks, killed at
-the end or at its own time limit) runs. Prints the medians (ms) and busy/quiet ratios.
-``.ci/cpu_busy_runs.py`` measures the same through ``perfsuite run``.
+``python reports/cpu-busy/cpu_busy.py [--blocks 8] [--samples 10]`` measures eager's and
+ours' fwd and fwd+bwd at the smoke shape (N=256, V=2048, D=128, fp32, β 0) with the run's
+protocol (a cache flush before each sample), in one process per OpenMP setting
+(``--policy``; by default libgomp's own, then ``PASSIVE``). Quiet and busy blocks alternate
+(ABBA), so both see the same background: in the busy ones a busy loop
+(``reports/cpu-busy/cpu_load.py``, on CPU 1 unless ``--load`` says otherwise; stopped with
+SIGSTOP in the quiet blocks, killed at the end or at its own time limit) runs. Prints the
+medians (ms) and busy/quiet ratios. ``reports/cpu-busy/cpu_busy_runs.py`` measures the same
+through ``perfsuite run``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """A controlled competing CPU load for busy-machine measurements (reports/cpu-busy/).
 
-``python .ci/cpu_load.py --cores 1 --seconds 120`` starts one busy-loop process per
-listed core, each pinned to it, and stops them all after ``--seconds`` (or on Ctrl-C
-or SIGTERM): a bounded load that cannot outlive the measurement it disturbs.
-``--cores 1`` pins one loop on CPU 1; ``--cores 0,1`` loads both; ``--cores any`` runs one
-loop the scheduler may move (as another job's process would be).
+``python reports/cpu-busy/cpu_load.py --cores 1 --seconds 120`` starts one busy-loop process
+per listed core, each pinned to it, and stops them all after ``--seconds`` (or on Ctrl-C or
+SIGTERM): a bounded load that cannot outlive the measurement it disturbs. ``--cores 1`` pins
+one loop on CPU 1; ``--cores 0,1`` loads both; ``--cores any`` runs one loop the scheduler
+may move (as another job's process would be).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """``perfsuite run`` of eager and ours, quiet and beside a competing load (reports/cpu-busy/).
 
-``python .ci/cpu_busy_runs.py OUT_DIR [--rounds 3]`` runs, per round, ``perfsuite run`` of
-eager and ours at the smoke shape (β 0, fwd and fwd+bwd, 10 samples) once as the machine
-is and once beside ``.ci/cpu_load.py`` (a busy loop pinned on CPU 1, started a second
-before the run so its workers start on a busy machine, stopped after it), writes each
-results file to OUT_DIR, and prints each run's medians, what other processes used (the
-run's own record), and per cell the median over rounds and the busy/quiet ratio.
+``python reports/cpu-busy/cpu_busy_runs.py OUT_DIR [--rounds 3]`` runs, per round,
+``perfsuite run`` of eager and ours at the smoke shape (β 0, fwd and fwd+bwd, 10 samples)
+once as the machine is and once beside ``reports/cpu-busy/cpu_load.py`` (a busy loop pinned
+on CPU 1, started a second before the run so its workers start on a busy machine, stopped
+after it), writes each results file to OUT_DIR, and prints each run's medians, what other
+processes used (the run's own record), and per cell the median over rounds and the
+busy/quiet ratio.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """AdamW's step after each loss's backward, outside the suite (reports/cpu-step/).
 
-``python .ci/adamw_probe.py eager|ours|torch-compile [--profile]`` builds the 1-layer
-Gemma2-2B of ``perfsuite step`` (fp32, 256 tokens), runs four training steps in one
+``python reports/cpu-step/adamw_probe.py eager|ours|torch-compile [--profile]`` builds the
+1-layer Gemma2-2B of ``perfsuite step`` (fp32, 256 tokens), runs four training steps in one
 process and prints each one's fwd+bwd, ``optimizer.step()`` and ``zero_grad`` seconds;
 ``--profile`` adds the profiler's table of the last ``optimizer.step()`` by op and shape.
 Run it with the step worker's allocator settings (``MALLOC_MMAP_THRESHOLD_=65536``).

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from perfsuite.results.kinds import to_disk
 from perfsuite.results.results import PHASES, Row, new_document
 
 H100_ENV = {
@@ -96,3 +100,42 @@ def tp_document(env: dict[str, Any] = H100_ENV, sizes: tuple[int, ...] = (1, 2, 
         for k in sizes
     ]
     return new_document(env, rows)
+
+
+# -- malformed files: one defect each, in row 3 unless said (issue 36's table) ----------
+
+
+def _set(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda doc: doc["rows"][3].update(fields)
+
+
+def _duplicate(doc: dict[str, Any]) -> None:
+    doc["rows"][5] = copy.deepcopy(doc["rows"][3])
+
+
+# (name, a defect made to the document as written, what the one error line says after
+# the file's name); the rows are paper_document()'s, row 3 ours fwd at β = 0.1.
+MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("tokens-string", _set(tokens="abc"), "row 3: tokens is 'abc', not an integer"),
+    ("tokens-list", _set(tokens=[8192]), "row 3: tokens is [8192], not an integer"),
+    ("beta-string", _set(beta="0.1"), "row 3: beta is '0.1', not a finite number"),
+    ("status-bogus", _set(status="bogus"), "row 3: status is 'bogus', not one of 'ok', "),
+    ("phase-sideways", _set(phase="sideways"),
+     "row 3: phase is 'sideways', not one of 'fwd', 'bwd' or 'fwd+bwd'"),
+    ("dtype-fp8", _set(dtype="fp8"), "row 3: dtype is 'fp8', not one of 'fp32', 'bf16' or "),
+    ("missing-field", lambda doc: doc["rows"][3].pop("vocab"), "row 3 lacks vocab"),
+    ("duplicated-cell", _duplicate, "row 5: the same cell as row 3 (ours N=8192 "),
+    ("median-nan", _set(median_ms=float("nan")),
+     "row 3: median_ms is nan, not a finite number >= 0"),
+    ("v2-row-without-kind", lambda doc: doc["rows"][3].pop("kind"), "row 3 lacks kind"),
+]  # fmt: skip
+
+
+def malformed_text(mangle: Callable[[dict[str, Any]], None], version: int = 2) -> str:
+    """paper_document() as a version 1 or 2 file would hold it, with ``mangle``'s defect."""
+    document = to_disk(paper_document())
+    if version == 1:  # flat rows, no kind: every file written before version 2
+        document = {**paper_document(), "schema_version": 1}
+        document["rows"] = [{k: v for k, v in r.items() if k != "kind"} for r in document["rows"]]
+    mangle(document)
+    return json.dumps(document)

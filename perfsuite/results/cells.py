@@ -6,16 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.results.results import CELL_KEY, PHASES, STEP_PHASES
+from perfsuite.results.kinds import PHASES, STEP_PHASES, TRAIN_PHASES, cell_key
+
+__all__ = ["ORDER", "canonical_order", "cell_key", "env_differences"]
 
 # Phases in table order: a loss cell's, then a training step's (perfsuite step).
-ORDER = list(dict.fromkeys((*PHASES, *STEP_PHASES)))
-
-
-def cell_key(row: dict[str, Any]) -> tuple:
-    """``CELL_KEY`` plus the workload and the TP size (None: one device, the only kind
-    before ``--tp``): what makes two rows the same measurement."""
-    return (*(row.get(k) for k in CELL_KEY), row.get("workload") or "random", row.get("tp"))
+ORDER = list(dict.fromkeys((*PHASES, *STEP_PHASES, *TRAIN_PHASES)))
 
 
 def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ version both record, and the timing method (samples, warm-up, seed, phases);
 ``--allow-mismatch`` joins them anyway and records the differences. A cell
 (``cells.cell_key``) measured in two files is an error unless ``--duplicates
 first|last`` says which to keep; a ``skipped`` row always yields to a measured one.
+It joins loss cells, on one device or across ranks; a training step's file is refused.
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ from perfsuite.results.results import (
     check_writable,
     load_results,
     new_document,
+    require_kind,
     write_results,
 )
+
+# A step file's plan (model, layers, sequence) is another shape of document: its cells are
+# never shards of a loss sweep, and its env would be compared on fields it does not share.
+MERGES = frozenset({"loss", "tp"})
 
 
 class MergeError(ValueError):
@@ -41,6 +47,11 @@ def merge_documents(
         raise MergeError("nothing to merge")
     if duplicates not in ("error", "first", "last"):
         raise MergeError(f"--duplicates must be error, first or last, not {duplicates!r}")
+    for name, doc in documents:
+        try:
+            require_kind(doc, name, MERGES, "merge")
+        except ResultsError as err:
+            raise MergeError(str(err)) from None
     first_name, first = documents[0]
     # The merged env names one device: cells measured on another would carry its name.
     devices = {(d["env"].get("device") or {}).get("name") for _, d in documents}
@@ -125,12 +136,14 @@ def run(args: argparse.Namespace) -> int:
             documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates
         )
     except (ResultsError, MergeError) as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 2
     try:
         write_results(args.out, merged)
     except OSError as err:
-        console.print(f"[red]error:[/red] -o {args.out}: {err.strerror}; nothing written")
+        console.print(
+            f"[red]error:[/red] -o {args.out}: {err.strerror}; nothing written", soft_wrap=True
+        )
         return 1
     console.print(
         f"merged {len(documents)} files, {len(merged['rows'])} rows → {args.out}"

@@ -1,39 +1,40 @@
 """The results file: one JSON document with provenance and one row per cell.
 
-Written atomically (temp file + rename) so an interrupted run never leaves a
+Its layout (version 2, rows by kind) and the one schema it is read by are in
+``perfsuite.results.schema``; this module builds (``Row``, ``new_document``), writes and
+reads it. Written atomically (temp file + rename) so an interrupted run never leaves a
 truncated file behind; loaded into pandas with one call (``load_dataframe``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import them from here)
+    CELL_KEY,
+    DTYPES,
+    KINDS,
+    MEASURED,
+    PHASES,
+    READS,
+    SCHEMA_VERSION,
+    STATUSES,
+    STEP_PHASES,
+    ResultsError,
+    document_kinds,
+    require_kind,
+    row_kind,
+    to_disk,
+)
 from perfsuite.results.outpath import OutputPathError, check_output_file
 
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
     import pandas as pd
-
-SCHEMA_VERSION = 1
-
-# ``skipped``: a sweep predicted the cell cannot fit the device and did not attempt it.
-STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skipped")
-PHASES = ("fwd", "bwd", "fwd+bwd")
-# ``perfsuite step``: one training step (model forward, backward, AdamW) and its whole;
-# its rows carry a "step(...)" workload, so they never share a cell with the above.
-STEP_PHASES = ("fwd", "bwd", "opt", "step")
-
-# The columns that identify a cell: two rows with equal keys measure the same thing.
-CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "phase")
-
-
-# Statuses of a cell that was measured (``wrong``: timed, though it failed the gate).
-MEASURED = ("ok", "wrong")
 
 
 def nothing_measured(rows: list[dict[str, Any]]) -> bool:
@@ -48,10 +49,6 @@ def status_counts(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-
-
-class ResultsError(ValueError):
-    """A results file that cannot be read: missing, corrupt, truncated or of another schema."""
 
 
 @dataclass
@@ -118,19 +115,32 @@ class Row:
     # model's with a trivial loss on the hidden states, medians); None elsewhere.
     loss_ms: float | None = None
 
+    # The kind of cell (``kinds.KINDS``); None: read from the fields when the document is
+    # made (``kinds.row_kind``), since some writers set ``tp`` or ``workload`` later.
+    kind: str | None = None
+
     def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r} not one of {KINDS}")
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not one of {STATUSES}")
         if self.phase not in PHASES and self.phase not in STEP_PHASES:
             raise ValueError(f"phase {self.phase!r} not one of {PHASES} or {STEP_PHASES}")
 
 
-def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "env": env,
-        "rows": [asdict(r) if isinstance(r, Row) else dict(r) for r in rows],
-    }
+def new_document(
+    env: dict[str, Any],
+    rows: list[Row] | list[dict[str, Any]],
+    kind: str | None = None,
+) -> dict[str, Any]:
+    """A version 2 document in memory: flat rows, each with its kind (``kind``, else the
+    row's own, else read from its fields); ``write_results`` nests them as written."""
+    out = []
+    for r in rows:
+        row = asdict(r) if isinstance(r, Row) else dict(r)
+        row["kind"] = kind or row_kind(row)
+        out.append(row)
+    return {"schema_version": SCHEMA_VERSION, "env": env, "rows": out}
 
 
 def check_writable(
@@ -151,8 +161,12 @@ def _umask() -> int:
 
 
 def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Path:
-    """Write ``document`` to ``path`` atomically, with the user's umask (not mkstemp's 0600)."""
+    """Write ``document`` to ``path`` atomically, with the user's umask (not mkstemp's 0600);
+    a version 2 results document as the schema lays it out (``kinds.to_disk``), any other
+    document (converge's, a sensitivity report) as it is."""
     path = Path(path)
+    if document.get("schema_version") == SCHEMA_VERSION and isinstance(document.get("rows"), list):
+        document = to_disk(document)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -185,12 +199,18 @@ def json_error(text: str, err: json.JSONDecodeError) -> str:
 
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a results file; ``ResultsError`` says what is wrong with it."""
+    """Read a results file (version 1 or 2) and check it against the schema
+    (``perfsuite.results.schema``): flat rows, each with its kind. ``ResultsError`` says,
+    in one line, what is wrong with it: the file, the row and the field."""
+    from perfsuite.results.schema import validate  # pydantic: only where a file is read
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such results file") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: a folder, not a results file") from None
     except UnicodeDecodeError as err:
         raise ResultsError(
             f"{path}: not a results file (not UTF-8 text: byte {err.object[err.start]:#04x} "
@@ -202,55 +222,9 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         document = json.loads(text)
     except json.JSONDecodeError as err:
         raise ResultsError(f"{path}: {json_error(text, err)}") from None
-    if not isinstance(document, dict):
-        raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
-    version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path}: schema_version {version!r}, this perfsuite reads {SCHEMA_VERSION}"
-        )
-    for key, kind in (("env", dict), ("rows", list)):
-        if not isinstance(document.get(key), kind):
-            raise ResultsError(f"{path}: missing or malformed {key!r}")
-    for i, row in enumerate(document["rows"]):
-        missing = [k for k in (*CELL_KEY, "status") if not isinstance(row, dict) or k not in row]
-        if missing:
-            raise ResultsError(f"{path}: row {i} lacks {', '.join(missing)}")
-        problem = _bad_measurement(row)
-        if problem:
-            raise ResultsError(f"{path}: row {i} ({row['method']}, {row['phase']}): {problem}")
-    return document
-
-
-# Measured quantities: a NaN, an infinity, a negative or a string here is a corrupt file
-# (json.loads accepts NaN and Infinity), never a number to compare or bold as best.
-MEASURED_FIELDS = (
-    "median_ms", "p20_ms", "p80_ms", "compile_ms", "peak_bytes", "peak_abs_bytes",
-    "rss_peak_bytes", "collectives", "collective_bytes", "collective_ms", "loss_ms",
-)  # fmt: skip
-
-
-def _usable(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-
-
-def _bad_measurement(row: dict[str, Any]) -> str | None:
-    """Why a row's measured values cannot be trusted, or None."""
-    for key in MEASURED_FIELDS:
-        value = row.get(key)
-        if value is not None and not _usable(value):
-            return f"{key} is {value!r}, not a finite number >= 0"
-    samples = row.get("samples_ms")
-    if samples is not None and (
-        not isinstance(samples, list) or not all(_usable(x) for x in samples)
-    ):
-        return "samples_ms holds a value that is not a finite number >= 0"
-    return None
+    except RecursionError:
+        raise ResultsError(f"{path}: not a results file (nested too deeply)") from None
+    return validate(document, path)
 
 
 def to_dataframe(document: dict[str, Any]) -> pd.DataFrame:

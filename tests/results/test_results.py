@@ -44,7 +44,7 @@ def _doc():
 def test_roundtrip_and_dataframe(tmp_path):
     path = write_results(tmp_path / "sub" / "r.json", _doc())
     doc = load_results(path)
-    assert doc["schema_version"] == 1 and len(doc["rows"]) == 3
+    assert doc["schema_version"] == 2 and len(doc["rows"]) == 3
     df = load_dataframe(path)
     assert list(df["phase"]) == ["fwd", "bwd", "fwd+bwd"]
     for column in (

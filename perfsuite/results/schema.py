@@ -1,0 +1,319 @@
+"""The results document's one schema (pydantic), its version 2 layout on disk, and the
+reading of versions 1 and 2 into the flat rows every reader uses.
+
+On disk, version 2::
+
+    {"schema_version": 2,
+     "env": {...},                      # provenance, once: created, git, device, plan, ...
+     "rows": [{"kind": "tp",            # loss | tp | step | train
+               "method": ..., "tokens": ..., ..., "phase": ..., "status": ...,
+               "tp": 2,                 # tp rows only: the ranks, part of the cell's identity
+               "metrics": {"collectives": 4, "collective_bytes": ..., "collective_ms": ...}}]}
+
+Every kind has the cell's fields of ``Row`` (identity, status, timings, memory, errors
+against the reference, workload, busy marks); ``metrics`` holds what only that kind
+measures: ``tp`` its collectives, ``step`` the loss's share of the step (``loss_ms``),
+``train`` its steps, held-out loss, parity and wall time; a ``loss`` row has none. Phases
+are the kind's own: fwd, bwd, fwd+bwd for ``loss`` and ``tp``; fwd, bwd, opt, step for
+``step`` (whose workload is ``step(...)``); train for ``train``.
+
+Version 1 (every file before) has the same fields flat and no kind: a row's kind is
+read from its fields (``kinds.row_kind``), then it is checked by the same models. A
+version 2 row with its kind but no ``metrics`` (a document dumped as it is in memory)
+is read the same way.
+
+In memory (``load_results``, ``new_document``) a row is flat, as in version 1, with its
+``kind``: readers index ``row["loss_ms"]`` whatever the version. ``to_disk`` nests.
+
+Any defect is one ``ResultsError`` line naming the file, the row and the field.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+
+from perfsuite.results.kinds import (
+    DTYPES,
+    KINDS,
+    PHASES,
+    READS,
+    STATUSES,
+    STEP_PHASES,
+    ResultsError,
+    cell_key,
+    flat_row,
+    row_kind,
+    to_disk_row,
+)
+
+# Measured quantities (named alike in every kind's metrics).
+MEASURED_FIELDS = (
+    "median_ms", "p20_ms", "p80_ms", "samples_ms", "compile_ms", "peak_bytes", "peak_abs_bytes",
+    "rss_peak_bytes", "collectives", "collective_bytes", "collective_ms", "loss_ms", "wall_s",
+)  # fmt: skip
+# A measured quantity: a NaN, an infinity or a negative is a corrupt file, never a number
+# to compare or bold as best (json.loads accepts NaN and Infinity).
+Measured = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+Size = Annotated[int, Field(ge=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class _Cell(_Strict):
+    """What every kind of cell records (``Row``'s fields, less the kind's own)."""
+
+    method: Annotated[str, Field(min_length=1)]
+    tokens: Size
+    vocab: Size
+    hidden: Size
+    dtype: Literal[DTYPES]  # type: ignore[valid-type]
+    beta: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    status: Literal[STATUSES]  # type: ignore[valid-type]
+    reason: str = ""
+    softcap: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    shape: str = ""
+    device: str = "cpu"
+    median_ms: Measured | None = None
+    p20_ms: Measured | None = None
+    p80_ms: Measured | None = None
+    samples_ms: list[Measured] = []
+    interpreted: bool = False
+    compile_ms: Measured | None = None
+    peak_bytes: Count | None = None
+    peak_abs_bytes: Count | None = None
+    rss_peak_bytes: Count | None = None
+    # Errors against the reference: a wrong method may give inf or NaN, and says so.
+    max_abs_err: float | None = None
+    loss_err: float | None = None
+    grad_e_err: float | None = None
+    grad_c_err: float | None = None
+    tolerance: dict[str, float] | None = None
+    workload: str = "random"
+    entropy: float | None = None
+    deterministic: bool | None = None
+    busy: str = ""
+
+
+class _NoMetrics(_Strict):
+    pass
+
+
+class TpMetrics(_Strict):
+    collectives: Count | None = None
+    collective_bytes: Count | None = None
+    collective_ms: Measured | None = None
+
+
+class StepMetrics(_Strict):
+    loss_ms: Measured | None = None
+
+
+class TrainMetrics(_Strict):
+    steps: list[dict[str, Any]] = []
+    heldout: dict[str, Any] | None = None
+    parity: dict[str, Any] | None = None
+    wall_s: Measured | None = None
+
+
+class LossRow(_Cell):
+    """One device's loss and its gradients."""
+
+    kind: Literal["loss"]
+    phase: Literal[PHASES]  # type: ignore[valid-type]
+    metrics: _NoMetrics = _NoMetrics()
+
+
+class TpRow(_Cell):
+    """The loss across ``tp`` ranks, the classifier sharded over V."""
+
+    kind: Literal["tp"]
+    phase: Literal[PHASES]  # type: ignore[valid-type]
+    tp: Size
+    metrics: TpMetrics = TpMetrics()
+
+
+class StepRow(_Cell):
+    """One training step of a model (forward, backward, optimizer, and the whole)."""
+
+    kind: Literal["step"]
+    phase: Literal[STEP_PHASES]  # type: ignore[valid-type]
+    workload: Annotated[str, Field(pattern=r"^step\(")]
+    metrics: StepMetrics = StepMetrics()
+
+
+class TrainRow(_Cell):
+    """A training run (``perfsuite converge``): one method at one dtype and β."""
+
+    kind: Literal["train"]
+    phase: Literal["train"]
+    metrics: TrainMetrics = TrainMetrics()
+
+
+AnyRow = Annotated[
+    Union[  # noqa: UP007 (a tagged union reads plainer spelled out)
+        Annotated[LossRow, Tag("loss")],
+        Annotated[TpRow, Tag("tp")],
+        Annotated[StepRow, Tag("step")],
+        Annotated[TrainRow, Tag("train")],
+    ],
+    Discriminator("kind"),
+]
+
+
+class Device(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+    kind: str | None = None
+    name: str | None = None
+
+
+class Env(BaseModel):
+    """Provenance, once per document; its sections are each command's own, so only the
+    ones readers rely on are typed."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    created: str | None = None
+    device: Device | None = None
+    git: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    partial: bool | None = None
+
+
+class Document(_Strict):
+    schema_version: Literal[READS]  # type: ignore[valid-type]
+    env: Env
+    rows: list[AnyRow]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _flat_v2(row: dict[str, Any]) -> bool:
+    """A version 2 row with its kind but its metrics at the top level."""
+    return "kind" in row and "metrics" not in row
+
+
+def _field(loc: tuple[Any, ...], flat: bool = False) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if flat and parts[:1] == ["metrics"]:
+        parts = parts[1:]  # the row keeps them at the top: name the field as the file does
+    name = ".".join(parts)
+    indices = "".join(f"[{p}]" for p in loc if isinstance(p, int))
+    return name + indices
+
+
+def _expected(error: dict[str, Any], field: str) -> str:
+    """What the field should have been, for "FIELD is VALUE, not ...", as a user reads it."""
+    kind_of, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if field == "tp":
+        return "a TP size (an integer >= 1)"
+    if field.split("[")[0].rpartition(".")[2] in MEASURED_FIELDS:
+        if kind_of in ("int_type", "int_from_float") and number and value >= 0:
+            return "an integer"  # bytes and counts (a NaN fails ``value >= 0``)
+        if kind_of in _NUMBER_ERRORS:
+            return "a finite number >= 0"
+    if kind_of in ("int_type", "int_parsing", "int_from_float"):
+        return "an integer"
+    if kind_of in ("float_type", "float_parsing", "finite_number"):
+        return "a finite number"
+    if kind_of in _BOUNDS:
+        bound = next(iter(ctx.values()), "?")
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)
+        return f"{_BOUNDS[kind_of]} {bound}"
+    if kind_of == "literal_error":
+        return f"one of {ctx.get('expected', '?')}"
+    if kind_of == "string_pattern_mismatch":
+        return "a step(...) workload"
+    return _PLAIN.get(kind_of) or error["msg"][:1].lower() + error["msg"][1:]
+
+
+_BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
+           "less_than": "<"}  # fmt: skip
+_NUMBER_ERRORS = ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
+                  "finite_number", "greater_than_equal")  # fmt: skip
+_PLAIN = {
+    "string_type": "a string",
+    "string_too_short": "a name",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+def _message(error: dict[str, Any], path: str, rows: list[Any], flat: list[bool]) -> str:
+    """``PATH: row I: FIELD is VALUE, not WHAT`` (or ``PATH: row I lacks FIELD``)."""
+    loc = tuple(error["loc"])
+    if loc[:1] != ("rows",) or len(loc) < 2:
+        where = _field(loc) or "the document"
+        if error["type"] == "missing":
+            return f"{path}: lacks {where}"
+        return f"{path}: {where} is {_shown(error.get('input'))}, not {_expected(error, where)}"
+    index = loc[1]
+    row = rows[index] if isinstance(index, int) and index < len(rows) else None
+    kind = row.get("kind") if isinstance(row, dict) else None
+    rest = loc[3:] if len(loc) > 2 and loc[2] in KINDS else loc[2:]
+    if error["type"] == "union_tag_not_found":
+        return f"{path}: row {index} lacks kind (every version 2 row says its kind)"
+    if error["type"] == "union_tag_invalid":
+        return f"{path}: row {index}: kind is {_shown(kind)}, not one of {', '.join(KINDS)}"
+    if error["type"] == "model_attributes_type" and not rest:
+        return f"{path}: row {index} is {_shown(row)}, not an object"
+    field = _field(rest, flat[index])
+    if error["type"] == "missing":
+        return f"{path}: row {index} lacks {field}"
+    if error["type"] == "extra_forbidden":
+        return f"{path}: row {index}: {field} is not a field of a {kind} row"
+    value = _shown(error.get("input"))
+    return f"{path}: row {index}: {field} is {value}, not {_expected(error, field)}"
+
+
+def _describe(row: dict[str, Any]) -> str:
+    tp = "" if row.get("tp") is None else f" TP={row['tp']}"
+    workload = row.get("workload") or "random"
+    what = f"{row['method']}{tp} N={row['tokens']} V={row['vocab']} D={row['hidden']}"
+    return f"{what} {row['dtype']} β={row['beta']:g} {row['phase']} {workload}"
+
+
+def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``document`` (parsed JSON) checked against the schema and returned in memory form:
+    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong."""
+    if not isinstance(document, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
+    version = document.get("schema_version")
+    if version not in READS or isinstance(version, bool):
+        if "schema_version" not in document and isinstance(document.get("schema"), str):
+            raise ResultsError(f"{path}: not a results file (a {document['schema']} document)")
+        raise ResultsError(
+            f"{path}: schema_version {version!r}, this perfsuite reads "
+            f"{' and '.join(map(str, READS))}"
+        )
+    for key, kind in (("env", dict), ("rows", list)):
+        if not isinstance(document.get(key), kind):
+            raise ResultsError(f"{path}: missing or malformed {key!r}")
+    rows = document["rows"]
+    # Flat rows (version 1; a version 2 document dumped as it is in memory) are laid out
+    # as version 2 writes them, so that one set of models checks every file.
+    was_flat = [isinstance(r, dict) and (version == 1 or _flat_v2(r)) for r in rows]
+    checked = [to_disk_row(r) if f else r for r, f in zip(rows, was_flat, strict=True)]
+    try:
+        Document.model_validate({**document, "rows": checked})
+    except ValidationError as err:
+        raise ResultsError(_message(err.errors()[0], str(path), checked, was_flat)) from None
+    flat = [{**flat_row(r), "kind": row_kind(r)} for r in rows]
+    seen: dict[tuple, int] = {}
+    for i, row in enumerate(flat):
+        j = seen.setdefault(cell_key(row), i)
+        if j != i:
+            raise ResultsError(f"{path}: row {i}: the same cell as row {j} ({_describe(row)})")
+    return {**document, "rows": flat}

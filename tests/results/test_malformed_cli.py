@@ -1,0 +1,101 @@
+"""Every command that reads results files refuses a malformed one as a user meets it:
+one ``error:`` line on stderr naming the file, the row and the field, exit 2, and nothing
+written (no -o file, no baseline, the history database unchanged)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from fake_results import MALFORMED, malformed_text, paper_document
+
+from perfsuite.cli import main
+from perfsuite.results.results import Row, new_document, write_results
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+
+
+def report(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    return ["report", str(bad), "-o", str(tmp / "out.md")], [tmp / "out.md"]
+
+
+def compare_new(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    return ["compare", str(good), str(bad)], []
+
+
+def compare_old(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    return ["compare", str(bad), str(good)], []
+
+
+def history_add(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    db = tmp / "history.db"
+    assert main(["history", "add", "--db", str(db), str(good)]) == 0  # a database to keep
+    return ["history", "add", "--db", str(db), str(bad)], [db]
+
+
+def plot(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    return ["plot", str(bad), "-o", str(tmp / "figures")], [tmp / "figures"]
+
+
+def merge(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    return ["merge", str(good), str(bad), "-o", str(tmp / "all.json")], [tmp / "all.json"]
+
+
+def baseline_update(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[Path]]:
+    return ["baseline", "update", str(bad), "--root", str(tmp / "store")], [tmp / "store"]
+
+
+COMMANDS = [report, compare_new, compare_old, history_add, plot, merge, baseline_update]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(("name", "mangle", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_file_is_refused_in_one_line(tmp_path, capsys, command, name, mangle, message):
+    good = write_results(tmp_path / "good.json", paper_document())
+    bad = tmp_path / "bad.json"
+    bad.write_text(malformed_text(mangle))
+    argv, outputs = command(bad, good, tmp_path)
+    before = {p: digest(p) for p in outputs}
+    capsys.readouterr()
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: {message}"), captured.err
+    assert captured.out == ""
+    assert {p: digest(p) for p in outputs} == before
+
+
+def step_document() -> dict:
+    rows = [
+        Row(method="ours", tokens=16, vocab=64, hidden=8, dtype="fp32", beta=0.0, phase=p,
+            status="ok", workload="step(layers=1,seq=16,batch=1)", median_ms=1.0)
+        for p in ("fwd", "bwd", "opt", "step")
+    ]  # fmt: skip
+    return new_document(paper_document()["env"], rows)
+
+
+def test_merge_refuses_a_step_file_by_its_kind(tmp_path, capsys):
+    """It said the plans' samples differed: the file is another kind of cell."""
+    run = write_results(tmp_path / "run.json", paper_document())
+    step = write_results(tmp_path / "step.json", step_document())
+    out = tmp_path / "all.json"
+    assert main(["merge", str(run), str(step), "-o", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {step} holds step rows; merge takes loss or tp rows"
+    ]
+    assert not out.exists()
+
+
+def test_a_good_file_passes_every_reader(tmp_path, capsys):
+    """The table above fails for its defects, not because these commands refuse anything."""
+    good = write_results(tmp_path / "good.json", paper_document())
+    assert main(["report", str(good)]) == 0
+    assert main(["compare", str(good), str(good)]) == 0
+    assert main(["history", "add", "--db", str(tmp_path / "h.db"), str(good)]) == 0
+    assert main(["merge", str(good), "-o", str(tmp_path / "m.json")]) == 0
+    assert main(["baseline", "update", str(good), "--root", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["schema_version"] == 2

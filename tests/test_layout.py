@@ -122,5 +122,37 @@ def test_no_module_over_the_line_limit():
     assert long == {}, f"split these along a seam (limit {MAX_LINES} lines): {long}"
 
 
+# Only the harness starts measurement workers: a kind declares them.
+NO_PROCESSES = ("step", "converge")
+STARTERS = {"subprocess", "multiprocessing", "torch.multiprocessing"}
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module a file imports (absolute names), perfsuite's or not."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def test_only_the_harness_starts_processes():
+    starting = {
+        name: sorted(imported_names(path) & STARTERS)
+        for name, path in modules().items()
+        if stage(name) in NO_PROCESSES and imported_names(path) & STARTERS
+    }
+    assert starting == {}, f"a kind declares its worker; perfsuite.harness starts it: {starting}"
+
+
+def test_the_checks_see_a_process_starter(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from torch import multiprocessing\n")
+    assert imported_names(path) & STARTERS == {"torch.multiprocessing"}
+
+
 def test_the_checks_see_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

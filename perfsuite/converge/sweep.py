@@ -34,9 +34,10 @@ from perfsuite.converge.report import (
     print_report,
     save,
 )
-from perfsuite.converge.runner import Cell, Job, decided, interpreted, run_cells, workdir
+from perfsuite.converge.runner import Cell, TrainKind, decided, interpreted, result
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
 from perfsuite.converge.yardstick import yardstick_for
+from perfsuite.harness.kind import run_kind
 from perfsuite.method import Method
 
 
@@ -116,17 +117,16 @@ def sweep(
                 highlight=False,
             )
 
-    with workdir() as tmp:
-        job = Job(
-            preset=config.preset,
-            data=config.data,
-            device=config.device,
-            jobs=config.jobs,
-            timeout_s=config.timeout_s,
-            workdir=Path(tmp),
-            on_model=lambda model: document.__setitem__("model", document["model"] or model),
-        )
-        run_cells(known, cells, job, on_result)
+    kind = TrainKind(
+        known, config.preset, config.data, config.device, config.jobs, config.timeout_s,
+        on_model=lambda model: document.__setitem__("model", document["model"] or model),
+    )  # fmt: skip
+    cases: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        cases.setdefault(cell.method, []).append(kind.case(cell))
+    groups: list[dict[str, Any]] = []
+    document["machine"] = {"groups": groups}
+    run_kind(kind, cases, lambda method, case, rows: on_result(result(rows[0])), groups)
     runs = ordered()
     attach_verdicts(runs)
     document["wall_s"] = round(time.perf_counter() - start, 1)

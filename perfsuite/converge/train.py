@@ -5,7 +5,7 @@ fixed batches, so two runs differ only in their loss method. Every failure
 (unavailable package, unsupported case, exception, out of memory, non-finite
 loss) ends in a ``RunResult`` with a status and a one-line reason; what kills
 the process outright (a segfault, the OOM killer) is the worker's parent's to
-record (``perfsuite.converge.runner``).
+record (``perfsuite.converge.runner``, through the harness).
 
 Peak memory per step: CUDA's allocator counters; on CPU the process RSS high-water
 mark from ``perfsuite.measure.memory`` (reset before each step, so it is that
@@ -19,7 +19,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +47,7 @@ class RunResult:
     wall_s: float = 0.0
     parity: dict[str, Any] | None = None
     params: torch.Tensor | None = None
+    busy: str = ""  # why the machine was busy while it trained ("" when quiet)
 
     @property
     def losses(self) -> list[float]:
@@ -64,6 +64,7 @@ class RunResult:
             "steps": self.steps,
             "heldout": self.heldout,
             "parity": self.parity,
+            "busy": self.busy,
         }
 
     @classmethod
@@ -79,23 +80,8 @@ class RunResult:
             heldout=data.get("heldout"),
             wall_s=float(data.get("wall_s") or 0.0),
             params=params,
+            busy=data.get("busy") or "",
         )
-
-
-def _kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _rss_step_peak(fn: Callable[[], Any]) -> int:
-    """``perfsuite.measure.memory.measure_rss_peak`` without its gc.collect/malloc_trim,
-    which cost ~170 ms a step once transformers is loaded (more than a smoke step)."""
-    Path("/proc/self/clear_refs").write_text("5")
-    start = _kib("VmRSS")
-    fn()
-    return max(_kib("VmHWM") - start, 0) * 1024
 
 
 def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
@@ -110,12 +96,14 @@ def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | 
             return int(torch.cuda.max_memory_allocated())
 
         return "cuda max_memory_allocated (absolute, bytes)", cuda_peak
-    from perfsuite.measure.memory import cpu_meter_supported
+    from perfsuite.measure.memory import cpu_meter_supported, measure_rss_peak
+
+    def rss_peak(fn: Callable[[], Any]) -> int:
+        # No gc.collect/malloc_trim first: ~170 ms a step once transformers is loaded.
+        return measure_rss_peak(fn, collect=False).delta
 
     if cpu_meter_supported() is None:
-        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (
-            _rss_step_peak
-        )
+        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", rss_peak
 
     def no_meter(fn: Callable[[], Any]) -> None:
         fn()

@@ -1,10 +1,10 @@
 """One method's converge runs, inside a fresh process.
 
-``perfsuite.converge.runner`` starts ``python -m perfsuite.converge.worker SPEC.json``
-once per method (as ``perfsuite run`` does per method); this module trains each
-(beta, dtype) of the spec in order and appends JSON lines to the spec's ``out``
-file as it goes: ``{"model": ...}`` first (the model's config and size, so that
-the parent never imports transformers), ``{"start": i}`` when run ``i`` begins,
+The harness starts ``python -m perfsuite.converge.worker SPEC.json`` once per method
+(as for ``perfsuite run``); this module trains each (beta, dtype) of the spec in order
+and appends JSON lines to the spec's ``out`` file as it goes: ``{"model": ...}`` first
+(the model's config and size, so that the parent never imports transformers),
+``{"start": i}`` when run ``i`` begins,
 ``{"run": i, "step": ...}`` after each training step, and ``{"run": i, "result":
 ..., "params": PATH}`` when it ends, the final weights saved to ``PATH`` for the
 parity check. A crash, an OOM kill or a timeout therefore costs only the run in
@@ -36,24 +36,9 @@ def params_name(method: str, beta: float, dtype: str) -> str:
     return f"{method}-beta{beta:g}-{dtype}.pt"
 
 
-def hide_checkout_kernels() -> None:
-    """Take this checkout's root off ``sys.path`` (perfsuite is imported by now).
-
-    Importing transformers probes for Hugging Face's ``kernels`` package, and with no
-    metadata for it, imports whatever ``kernels`` is on the path: from a checkout
-    (``python -m`` puts the working directory first) that is this repository's
-    top-level ``kernels/``, the Triton sources, a second copy under another name
-    (3 s a worker)."""
-    import perfsuite
-
-    root = Path(perfsuite.__file__).resolve().parent.parent
-    sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != root]
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
-    hide_checkout_kernels()
     # Imported after the parent set TRITON_INTERPRET in this process's environment.
     import torch
 

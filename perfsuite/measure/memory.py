@@ -42,11 +42,15 @@ class Peak:
     """``delta``: peak above the phase's starting point; ``absolute``: total peak.
 
     ``rss_delta``: on CPU, the process RSS growth at its peak (``None`` on CUDA).
+    ``net``, ``rss_net``: what the phase left held at its end over its start (tensors,
+    RSS), so that consecutive spans add up (a training step's phases).
     """
 
     delta: int
     absolute: int
     rss_delta: int | None = None
+    net: int = 0
+    rss_net: int = 0
 
 
 def _status_kib(field: str) -> int:
@@ -73,16 +77,19 @@ def _malloc_trim() -> None:
         pass
 
 
-def measure_rss_peak(fn: Callable[[], object]) -> Peak:
-    """Peak RSS growth while ``fn`` runs (bytes), from the kernel's high-water mark."""
-    gc.collect()
-    _malloc_trim()
+def measure_rss_peak(fn: Callable[[], object], collect: bool = True) -> Peak:
+    """Peak RSS growth while ``fn`` runs (bytes), from the kernel's high-water mark.
+    ``collect``: garbage-collect and trim the heap first (~170 ms once transformers is
+    loaded: more than a smoke training step)."""
+    if collect:
+        gc.collect()
+        _malloc_trim()
     Path("/proc/self/clear_refs").write_text("5")
     start = _status_kib("VmRSS")
     fn()
-    peak = _status_kib("VmHWM")
+    peak, end = _status_kib("VmHWM"), _status_kib("VmRSS")
     delta = max(peak - start, 0) * 1024
-    return Peak(delta=delta, absolute=peak * 1024, rss_delta=delta)
+    return Peak(delta, peak * 1024, delta, rss_net=(end - start) * 1024)
 
 
 def tensor_peak_from_events(events: list[tuple[int, int]]) -> int:
@@ -95,11 +102,16 @@ def tensor_peak_from_events(events: list[tuple[int, int]]) -> int:
 
 
 def measure_tensor_peak(fn: Callable[[], object]) -> int:
-    """Peak bytes of CPU tensors allocated while ``fn`` runs, above those live at its start.
+    """Peak bytes of CPU tensors allocated while ``fn`` runs, above those live at its start."""
+    return _tensor_span(fn)[0]
+
+
+def _tensor_span(fn: Callable[[], object]) -> tuple[int, int]:
+    """The tensor peak of ``fn`` and the bytes it left held.
 
     The autograd profiler (Kineto, CPU activity, as ``torch.profiler.profile`` runs it):
     the latter's first start imports ``torch._inductor`` and dynamo, seconds per worker
-    (issue 30) and ~150 MB that are no phase's."""
+    and ~150 MB that are no phase's."""
     from torch.autograd.profiler import profile
 
     gc.collect()
@@ -110,7 +122,7 @@ def measure_tensor_peak(fn: Callable[[], object]) -> int:
         for ev in prof.kineto_results.events()
         if ev.name() == "[memory]" and ev.device_type() == torch.autograd.DeviceType.CPU
     ]
-    return tensor_peak_from_events(events)
+    return tensor_peak_from_events(events), sum(n for _, n in events)
 
 
 _profiler_ready = False
@@ -122,9 +134,10 @@ def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
     if not _profiler_ready:  # the profiler's first start sets up Kineto: not the phase's
         measure_tensor_peak(lambda: None)
         _profiler_ready = True
-    tensors: list[int] = []
-    rss = measure_rss_peak(lambda: tensors.append(measure_tensor_peak(fn)))
-    return Peak(delta=tensors[0], absolute=rss.absolute, rss_delta=rss.delta)
+    tensors: list[tuple[int, int]] = []
+    rss = measure_rss_peak(lambda: tensors.append(_tensor_span(fn)))
+    ((delta, net),) = tensors
+    return Peak(delta, rss.absolute, rss.delta, net, rss.rss_net)
 
 
 def measure_cuda_peak(fn: Callable[[], object], device: torch.device) -> Peak:
@@ -136,8 +149,8 @@ def measure_cuda_peak(fn: Callable[[], object], device: torch.device) -> Peak:
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device)
-    return Peak(delta=peak - start, absolute=peak)
+    peak, end = torch.cuda.max_memory_allocated(device), torch.cuda.memory_allocated(device)
+    return Peak(delta=peak - start, absolute=peak, net=end - start)
 
 
 def measure_peak(fn: Callable[[], object], device: torch.device) -> Peak:

@@ -10,8 +10,9 @@ before each sample (the backward phase's forward, clearing gradients).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ DEFAULT_WARMUP = 3
 # Samples of a phase run under the Triton interpreter (a CPU without a GPU): its timings
 # say nothing about the kernel (the row's reason says so), so it gets no timing pass; its
 # one sample is the call its memory pass makes, which keeps the row whole, and the time
-# goes to what counts there, the gate and memory per phase (issue 30).
+# goes to what counts there, the gate and memory per phase.
 INTERPRETED_SAMPLES = 1
 CPU_FLUSH_CAP = 64 << 20
 
@@ -92,41 +93,64 @@ def time_samples(
     setup: Callable[[], object] | None = None,
     flush: CacheFlusher | None = None,
 ) -> Timing:
-    """Run ``warmup`` untimed calls, then time ``samples`` calls of ``fn``.
+    """Run ``warmup`` untimed calls, then time ``samples`` calls of ``fn``."""
+    spans = time_spans([fn], device, samples=samples, warmup=warmup, setup=setup, flush=flush)
+    return Timing([ms for (ms,) in spans])
 
-    Warm-up calls go through the same ``setup`` as the timed ones so that
-    compilation and autotuning for every code path happen before timing.
+
+def time_spans(
+    phases: Sequence[Callable[[], object]],
+    device: torch.device,
+    *,
+    samples: int,
+    warmup: int,
+    setup: Callable[[], object] | None = None,
+    flush: CacheFlusher | None = None,
+    barrier: Callable[[], object] | None = None,
+) -> list[list[float]]:
+    """Per sample, the milliseconds of each of ``phases`` run back to back, the clock
+    read at each boundary (CUDA events, read after the last sample; ``perf_counter`` on
+    CPU), so the phases of a sample add up to its whole. Warm-up calls go through the
+    same ``setup`` as the timed ones, so compilation and autotuning for every code path
+    happen before timing; ``barrier`` (ranks of one cell) runs before each sample's clock.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     flush = flush or CacheFlusher(device)
-    is_cuda = device.type == "cuda"
+    cuda = device.type == "cuda"
     for _ in range(warmup):
         if setup is not None:
             setup()
-        fn()
-    if is_cuda:
+        for phase in phases:
+            phase()
+    if cuda:
         torch.cuda.synchronize(device)
-    timing = Timing()
-    if is_cuda:
-        events = []
-        for _ in range(samples):
-            if setup is not None:
-                setup()
-            flush()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events.append((start, end))
+    marks = []
+    for _ in range(samples):
+        if setup is not None:
+            setup()
+        flush()
+        if barrier is not None:
+            barrier()
+            if cuda:
+                torch.cuda.synchronize(device)
+        sample = [_mark(cuda)]
+        for phase in phases:
+            phase()
+            sample.append(_mark(cuda))
+        marks.append(sample)
+    if cuda:
         torch.cuda.synchronize(device)
-        timing.samples_ms = [s.elapsed_time(e) for s, e in events]
-    else:
-        for _ in range(samples):
-            if setup is not None:
-                setup()
-            flush()
-            t0 = time.perf_counter()
-            fn()
-            timing.samples_ms.append((time.perf_counter() - t0) * 1e3)
-    return timing
+    return [[_elapsed(a, b) for a, b in zip(m, m[1:], strict=False)] for m in marks]
+
+
+def _mark(cuda: bool) -> Any:
+    if cuda:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    return time.perf_counter()
+
+
+def _elapsed(a: Any, b: Any) -> float:
+    return float(a.elapsed_time(b)) if isinstance(a, torch.cuda.Event) else (b - a) * 1e3

@@ -137,21 +137,26 @@ def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
     return run_once(fn, inputs)
 
 
+def distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference, in the wider dtype; NaN anywhere is NaN (and fails
+    every comparison with a bound)."""
+    return float(torch.sub(a, b).abs_().max()) if a.numel() else 0.0
+
+
+def tolerance(torch_err: float, ref: torch.Tensor, dtype: str) -> float:
+    """The bound of one quantity: ``2·torch_err + slack·max|ref|``."""
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    return 2.0 * torch_err + SLACK[dtype] * max(scale, 1e-6)
+
+
 def tolerances(case: Case, reference: Outcome, torch_version: Outcome) -> dict[str, float]:
-    bounds = {}
-    for q in QUANTITIES:
-        ref = reference.get(q)
-        scale = float(ref.abs().max()) if ref.numel() else 0.0
-        torch_err = float((torch_version.get(q) - ref).abs().max())
-        bounds[q] = 2.0 * torch_err + SLACK[case.dtype] * max(scale, 1e-6)
-    return bounds
+    return {
+        q: tolerance(distance(torch_version.get(q), reference.get(q)), reference.get(q), case.dtype)
+        for q in QUANTITIES
+    }
 
 
 def judge(result: Outcome, reference: Outcome, bounds: dict[str, float]) -> Verdict:
-    errors = {}
-    for q in QUANTITIES:
-        diff = (result.get(q) - reference.get(q)).abs()
-        # NaN anywhere fails the gate (comparisons with NaN are False).
-        errors[q] = float("nan") if diff.isnan().any() else float(diff.max())
+    errors = {q: distance(result.get(q), reference.get(q)) for q in QUANTITIES}
     passed = all(errors[q] <= bounds[q] for q in QUANTITIES)
     return Verdict(passed=passed, errors=errors, bounds=bounds)

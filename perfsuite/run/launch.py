@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.harness.deaths import read_json_lines
 from perfsuite.plan.registry import tp_methods
 from perfsuite.run.correctness import (
     check_reference,
@@ -33,7 +34,6 @@ from perfsuite.run.correctness import (
     tolerances,
     torch_error_outcome,
 )
-from perfsuite.run.deaths import read_json_lines
 from perfsuite.run.inputs import make_inputs
 from perfsuite.run.ranks import peer_gone, rank_main, record_path, reference_path
 from perfsuite.run.worker import WorkerSpec, describe, is_oom, limit_memory

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import measure_peak
-from perfsuite.measure.timing import CacheFlusher
+from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
 from perfsuite.method import Unavailable, Unsupported
 from perfsuite.plan.registry import tp_methods
 from perfsuite.run.correctness import Outcome, bit_identical, judge, run_once
@@ -83,29 +83,11 @@ def _agree(status: tuple[str, str] | None) -> tuple[str, str] | None:
 
 def _timed(phase: Phase, samples: int, warmup: int, device: torch.device) -> list[float]:
     """Per-sample ms of the slowest rank; every sample starts after a barrier."""
-    flush = CacheFlusher(device)
-    for _ in range(warmup):
-        phase.setup()
-        phase.body()
-    times = []
-    for _ in range(samples):
-        phase.setup()
-        flush()
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            dist.barrier()
-            torch.cuda.synchronize(device)
-            start.record()
-            phase.body()
-            end.record()
-            torch.cuda.synchronize(device)
-            times.append(start.elapsed_time(end))
-        else:
-            dist.barrier()
-            t0 = time.perf_counter()
-            phase.body()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return _all_max(times, device)
+    spans = time_spans(
+        [phase.body], device, samples=samples, warmup=warmup, setup=phase.setup,
+        flush=CacheFlusher(device), barrier=dist.barrier,
+    )  # fmt: skip
+    return _all_max([ms for (ms,) in spans], device)
 
 
 def _gate(
@@ -197,8 +179,6 @@ def run_rank_case(
         samples = _timed(phase, interpreted_samples, 0 if interpreted else spec.warmup, device)
         phase.reset()
         if rank == 0:
-            from perfsuite.measure.timing import Timing
-
             timing = Timing(samples)
             row.tp = world
             row.peak_bytes, row.peak_abs_bytes = int(delta), int(absolute)

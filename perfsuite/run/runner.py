@@ -1,57 +1,122 @@
-"""Runs a plan: one fresh worker process per method, rows collected as they land.
+"""The loss cell kind: a plan's cases measured by ``perfsuite.run.worker`` processes, or
+across ranks by ``perfsuite.run.launch`` (K ranks for one TP size), through the
+harness (``perfsuite.harness``).
 
-Isolation is per method: allocator caches, compile caches and crashes stay in
-the worker. A worker that dies (segfault, OOM killer, timeout) costs the case
-it was on, recorded as ``oom`` or ``error`` with the reason; the runner starts
-a new worker for the cases after it, so the sweep's other results survive.
-
-Cases the parent can decide alone (the method is unavailable on the device, or
-lacks a capability the case needs) get their rows without a worker. Natively
-timed methods run one at a time, so nothing competes with their clocks; Triton
-methods on a CPU run under the interpreter, whose timings say nothing anyway,
-``plan.jobs`` workers at a time beside them, stopped while a native clock runs
-(``perfsuite.run.schedule``, ``perfsuite.run.pause``).
+Isolation is per method: allocator caches, compile caches and crashes stay in the
+worker, and a worker that dies costs only the case it was on. Cases the parent can
+decide alone (the method is unavailable on the device, or lacks a capability the case
+needs) get their rows without a worker. Natively timed methods run one at a time;
+Triton methods on a CPU run under the interpreter, ``plan.jobs`` workers at a time
+beside them where memory allows, stopped while a native clock runs.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
-from subprocess import Popen
-from typing import Any
+from typing import Any, TypeVar
 
+from perfsuite.harness import kind as harness
+from perfsuite.harness import schedule as lanes
+from perfsuite.harness.busy import ProgressFn
+from perfsuite.harness.progress import Model, NoticeFn, Tracker, row_lines
 from perfsuite.method import Method
-from perfsuite.plan.memory_model import predicted_peak
+from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods, methods_for, tp_methods
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import PHASES, Row, new_document
-from perfsuite.run.busy import watched
-from perfsuite.run.deaths import death_reason, failed_record, read_json_lines
-from perfsuite.run.environment import THREAD_VARS as THREAD_VARS
-from perfsuite.run.environment import child_env as child_env
-from perfsuite.run.environment import worker_env
 from perfsuite.run.grid import Unit, unit_cost
-from perfsuite.run.pause import start_worker, worker_ended
-from perfsuite.run.progress import Model, NoticeFn, Tracker, row_lines
-from perfsuite.run.schedule import CANCEL, Cancelled, interpreted, schedule
-from perfsuite.run.schedule import run_parallel as run_parallel
-from perfsuite.run.scratch import scratch
 from perfsuite.run.worker import WorkerSpec
 from perfsuite.tp_method import case_reason
 
-# Called after each finished case: (method, case dict, rows of that case).
-ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
+T = TypeVar("T")
+CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp")
+
+
+def interpreted(plan: Plan, method: str) -> bool:
+    """Whether ``method`` runs under the Triton interpreter in this plan."""
+    return plan.device == "cpu" and methods_for(bool(plan.tps))[method].caps.triton
+
+
+def overlap(plan: Plan) -> bool:
+    """Whether interpreted workers may run beside native ones: a one-device CPU run (a
+    multi-rank cell's ranks keep the machine), and memory, by the memory model, for a
+    native worker and ``plan.jobs`` interpreted ones at once."""
+    if plan.device != "cpu" or plan.tps:
+        return False
+    capacity = device_capacity("cpu")
+    if capacity is None:
+        return True
+    softcap = plan.softcap is not None
+    need = max(
+        predicted_peak("eager", True, s.tokens, s.vocab, s.hidden, dtype, softcap)[0]
+        for s in plan.shapes
+        for dtype in plan.dtypes_for(s)
+    )
+    return (1 + plan.jobs) * need <= capacity
+
+
+class LossKind(harness.Kind):
+    """A loss cell: one worker per method (a launcher of K ranks across ranks)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
+        self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
+        self.methods = methods_for(bool(plan.tps))
+
+    def decided(self, method: str, case: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """``unavailable``/``unsupported`` rows when no worker is needed to know: the
+        worker would ask the same, after seconds of imports."""
+        obj = method_named(method, [case])
+        status, reason = "unavailable", obj.availability(self.device)
+        if reason is None:
+            status, reason = "unsupported", case_reason(obj, case)
+        if reason is None:
+            return None
+        return _status_rows(method, case, self.phases, status, reason, self.interpreted(method))
+
+    def interpreted(self, method: str) -> bool:
+        return interpreted(self.plan, method)
+
+    def cost(self, method: str) -> float:
+        return self.methods[method].caps.interpreter_cost
+
+    def beside(self) -> bool:
+        return overlap(self.plan)
+
+    def batch(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A multi-rank worker starts K ranks for one TP size: the next size's cases go
+        to the next worker."""
+        tp = cases[0].get("tp")
+        return list(itertools.takewhile(lambda c: c.get("tp") == tp, cases))
+
+    def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
+        p = self.plan
+        fields = (p.phases, p.samples, p.warmup, p.seed, p.memory_limit, p.collective_timeout_s)
+        spec.write_text(json.dumps(asdict(WorkerSpec(method, cases, str(out), *fields))))
+        return [sys.executable, "-m", worker_module(cases[0].get("tp")), str(spec)]
+
+    def finished(self, lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list:
+        return harness.finished_by_phase(row_lines(lines), cases, _same_case, len(self.phases))
+
+    def lost(
+        self, method: str, case: dict[str, Any], index: int, lines: list, status: str, reason: str
+    ) -> list[dict[str, Any]]:
+        kept = [r for r in row_lines(lines) if _same_case(r, case)]
+        have = {r["phase"] for r in kept}
+        missing = [p for p in self.phases if p not in have]
+        return kept + _status_rows(method, case, missing, status, reason)
+
+
+def worker_module(tp: int | None) -> str:
+    """The module a worker runs: one process, or a launcher of ``tp`` ranks."""
+    return "perfsuite.run.worker" if tp is None else "perfsuite.run.launch"
 
 
 def run_method(
@@ -63,144 +128,20 @@ def run_method(
     machine: list[dict[str, Any]] | None = None,
     tracker: Tracker | None = None,
 ) -> list[dict[str, Any]]:
-    """All cases of one method, restarting the worker after a crash; ``env`` is added
-    to the worker's environment (e.g. ``CUDA_VISIBLE_DEVICES`` to pin a GPU). Each
-    case's machine state goes to ``machine``, and its rows say whether it was busy;
-    ``tracker`` hears the workers' starts and stages (progress lines)."""
-    progress, busy = watched(plan.device, progress, machine, CASE_KEYS)
-    rows = _run_method(plan, method, cases, progress, env, tracker)
-    for row in rows:
-        row["busy"] = busy.get(tuple(row.get(k) for k in CASE_KEYS), "")
-    return rows
-
-
-def _run_method(
-    plan: Plan,
-    method: str,
-    cases: list[dict[str, Any]],
-    progress: ProgressFn,
-    env: dict[str, str] | None,
-    tracker: Tracker | None = None,
-) -> list[dict[str, Any]]:
-    method_obj = method_named(method, cases)
-    triton = method_obj.caps.triton
-    rows: list[dict[str, Any]] = []
-    remaining = []
-    for case in cases:
-        decided = _decided_rows(plan, method_obj, case)
-        if decided is None:
-            remaining.append(case)
-            continue
-        rows.extend(decided)
-        if progress is not None:
-            progress(method, case, decided)
-    with scratch() as tmp:
-        attempt = 0
-        while remaining:
-            attempt += 1
-            out = Path(tmp) / f"rows-{attempt}.jsonl"
-            # A multi-rank worker starts K ranks for one TP size: cases of the next go
-            # to the next worker.
-            tp = remaining[0].get("tp")
-            batch = list(itertools.takewhile(lambda c, tp=tp: c.get("tp") == tp, remaining))
-            spec = WorkerSpec(
-                method=method,
-                cases=batch,
-                out=str(out),
-                phases=plan.phases,
-                samples=plan.samples,
-                warmup=plan.warmup,
-                seed=plan.seed,
-                memory_limit=plan.memory_limit,
-                collective_timeout_s=plan.collective_timeout_s,
-            )
-            spec_path = Path(tmp) / f"spec-{attempt}.json"
-            spec_path.write_text(json.dumps(asdict(spec)))
-            command = [sys.executable, "-m", worker_module(tp), str(spec_path)]
-            environ = {**worker_env(plan, triton), **(env or {})}
-
-            def popen(extra: dict[str, str], command=command, environ=environ) -> Popen:
-                return subprocess.Popen(
-                    command,
-                    env={**environ, **extra},
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    # Its own process group: a kill reaches a multi-rank worker's ranks too.
-                    start_new_session=True,
-                )
-
-            proc = start_worker(popen, triton)
-            if tracker is not None:
-                tracker.worker_started(method, batch)
-            reported = 0
-            deadline = time.monotonic() + plan.timeout_s
-            timed_out = False
-            stderr_chunks: list[str] = []
-            try:
-                while True:
-                    try:
-                        _, err = proc.communicate(timeout=0.5)
-                        stderr_chunks.append(err or "")
-                        break
-                    except subprocess.TimeoutExpired:
-                        if CANCEL.is_set():  # the run was interrupted in another thread
-                            raise Cancelled(method) from None
-                        if time.monotonic() > deadline:
-                            timed_out = True
-                            _kill(proc)
-                    lines = read_json_lines(out)
-                    reported = _report(lines, batch, reported, plan, method, progress)
-                    if tracker is not None:
-                        tracker.poll(method, lines)
-            except BaseException:
-                # Ctrl-C, SIGTERM (perfsuite.cli turns it into KeyboardInterrupt), a
-                # cancel: the worker goes too, before its temporary folder is removed.
-                _kill(proc)
-                proc.wait()
-                # its finished cases
-                _report(read_json_lines(out), batch, reported, plan, method, progress)
-                raise
-            finally:
-                worker_ended(proc, triton)
-                if tracker is not None:
-                    tracker.worker_ended(method)
-            _kill(proc)  # a rank its launcher left behind
-            lines = read_json_lines(out)
-            reported = _report(lines, batch, reported, plan, method, progress)
-            case_rows = row_lines(lines)
-            rows.extend(case_rows)
-            finished = reported
-            if finished >= len(batch):
-                remaining = remaining[len(batch) :]
-                continue
-            # The case in flight died with the worker: record why, go on after it.
-            limit = plan.timeout_s if timed_out else None
-            status, reason = failed_record(lines) or death_reason(
-                proc.returncode, limit, "".join(stderr_chunks)
-            )
-            lost = remaining[finished]
-            have = {r["phase"] for r in case_rows if _same_case(r, lost)}
-            phases = [p for p in plan.phases if p not in have]
-            dead = _status_rows(method, lost, phases, status, reason)
-            rows.extend(dead)
-            if progress is not None:
-                progress(method, lost, [r for r in case_rows if _same_case(r, lost)] + dead)
-            remaining = remaining[finished + 1 :]
+    """All cases of one method (``perfsuite.harness.kind.run_cases``), in case order."""
+    rows = harness.run_cases(LossKind(plan), method, cases, progress, machine, env, tracker)
     return _in_case_order(rows, cases)
 
 
-def _kill(proc: Popen) -> None:
-    """SIGKILL the worker's whole process group (a launcher and its ranks)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-
-
-def worker_module(tp: int | None) -> str:
-    """The module a worker runs: one process, or a launcher of ``tp`` ranks."""
-    return "perfsuite.run.worker" if tp is None else "perfsuite.run.launch"
+def schedule(
+    plan: Plan, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
+) -> None:
+    """``work`` on every item, in the harness's order for the items' methods."""
+    kind = LossKind(plan)
+    lanes.schedule(
+        items, work, interpreted=lambda i: kind.interpreted(method_of(i)),
+        cost=lambda i: kind.cost(method_of(i)), jobs=plan.jobs, beside=kind.beside(),
+    )  # fmt: skip
 
 
 def method_named(name: str, cases: list[dict[str, Any]]) -> Method:
@@ -210,51 +151,22 @@ def method_named(name: str, cases: list[dict[str, Any]]) -> Method:
     return all_methods()[name]
 
 
-def _decided_rows(plan: Plan, method: Method, case: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """``unavailable``/``unsupported`` rows when no worker is needed to know, else None.
-
-    The worker asks the same questions again: this only saves starting a process
-    (seconds of imports) to learn what the parent already knows."""
-    status, reason = "unavailable", method.availability(plan.device)
-    if reason is None:
-        status, reason = "unsupported", case_reason(method, case)
-    if reason is None:
-        return None
-    return _status_rows(
-        method.name, case, plan.phases, status, reason, interpreted(plan, method.name)
-    )
-
-
 def _status_rows(
     method: str,
     case: dict[str, Any],
-    phases: list[str],
+    phases: Iterable[str],
     status: str,
     reason: str,
     interpreted: bool = False,
 ) -> list[dict[str, Any]]:
     """Unmeasured rows of one case, one per phase, that say why."""
+    fields = {k: case.get(k) for k in CASE_KEYS}
+    workload = workload_label(case.get("workload"))
     return [
-        asdict(
-            Row(
-                method=method,
-                phase=p,
-                status=status,
-                reason=reason,
-                interpreted=interpreted,
-                workload=workload_label(case.get("workload")),
-                **_case_fields(case),
-            )
-        )
+        asdict(Row(method=method, phase=p, status=status, reason=reason, interpreted=interpreted,
+                   workload=workload, **fields))
         for p in phases
-    ]
-
-
-CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp")
-
-
-def _case_fields(case: dict[str, Any]) -> dict[str, Any]:
-    return {k: case.get(k) for k in CASE_KEYS}
+    ]  # fmt: skip
 
 
 def _in_case_order(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -269,28 +181,7 @@ def _in_case_order(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> l
 
 
 def _same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:
-    return all(row[k] == v for k, v in _case_fields(case).items())
-
-
-def _report(
-    lines: list[dict[str, Any]],
-    cases: list[dict[str, Any]],
-    reported: int,
-    plan: Plan,
-    method: str,
-    progress: ProgressFn | None,
-) -> int:
-    """Count cases whose every phase has a row; tell ``progress`` about new ones."""
-    rows = row_lines(lines)
-    while reported < len(cases):
-        case = cases[reported]
-        mine = [r for r in rows if _same_case(r, case)]
-        if len(mine) < len(plan.phases):
-            break
-        if progress is not None:
-            progress(method, case, mine)
-        reported += 1
-    return reported
+    return all(row[k] == case.get(k) for k in CASE_KEYS)
 
 
 def run_plan(
@@ -304,27 +195,22 @@ def run_plan(
     ``checkpoint`` gets the document of every case finished so far, after each one:
     a run killed or interrupted half-way keeps what it measured. ``notice`` gets a
     line when a worker or a cell starts, and at least every ``HEARTBEAT_S`` while a
-    cell runs (perfsuite.run.progress)."""
+    cell runs (perfsuite.harness.progress)."""
     methods = methods_for(bool(plan.tps))
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, distributions)
     env["plan"] = plan.as_dict()
     cases = plan.cases()
     by_method: dict[str, list[dict[str, Any]]] = {}
-    finished: list[dict[str, Any]] = []
-    lock = threading.Lock()
     tracker = None if notice is None else _tracker(plan, cases, notice)
 
-    def report(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    def finished(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         if tracker is not None and any(r["status"] in ("ok", "wrong") for r in rows):
             tracker.finished(method, case)
         if progress is not None:
             progress(method, case, rows)
-        if checkpoint is not None:
-            with lock:
-                finished.extend(rows)
-                checkpoint(new_document({**env, "partial": True}, list(finished)))
 
+    report = harness.checkpointed(env, finished, checkpoint)
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
 
@@ -342,14 +228,10 @@ def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Track
     """Progress lines over the cells a worker will measure (not those decided here):
     ``grid.unit_cost`` as the time model, ``memory_model.predicted_peak`` as the
     memory one (per device: none for cells across ranks)."""
-    units = [
-        (name, case)
-        for name in plan.methods
-        for case in cases
-        if _decided_rows(plan, method_named(name, [case]), case) is None
-    ]
+    kind = LossKind(plan)
+    units = [(m, case) for m in plan.methods for case in cases if kind.decided(m, case) is None]
     emulated = {name: interpreted(plan, name) for name in plan.methods}
-    methods = methods_for(bool(plan.tps))
+    methods = kind.methods
 
     def cost(name: str, case: dict[str, Any]) -> float:
         # Interpreted methods differ by far more than FLOPs: their declared relative cost.
@@ -365,5 +247,5 @@ def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Track
             case["dtype"], case.get("softcap") is not None,
         )[0]  # fmt: skip
 
-    kind = {True: "interpreted", False: "native"}
-    return Tracker(units, notice, Model(cost, lambda name: kind[emulated[name]], peak))
+    kinds = {True: "interpreted", False: "native"}
+    return Tracker(units, notice, Model(cost, lambda name: kinds[emulated[name]], peak))

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.harness.pause import paused
 from perfsuite.measure.memory import measure_peak
 from perfsuite.measure.timing import (
     INTERPRETED_SAMPLES,
@@ -44,7 +45,6 @@ from perfsuite.run.correctness import (
     torch_error_outcome,
 )
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.pause import paused
 from perfsuite.tp_method import case_of
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite.run.correctness import SLACK
+from perfsuite.run.correctness import distance, tolerance
 from perfsuite.step.model import eager_loss, head_name, reference_loss
 
 Grads = dict[str, torch.Tensor]
@@ -56,16 +56,6 @@ class Reference:
     head: str
 
 
-def _bound(torch_err: float, ref: torch.Tensor, dtype: str) -> float:
-    scale = float(ref.abs().max()) if ref.numel() else 0.0
-    return 2.0 * torch_err + SLACK[dtype] * max(scale, 1e-6)
-
-
-def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest absolute difference, in the wider dtype (NaN anywhere: NaN)."""
-    return float(torch.sub(a, b).abs_().max())
-
-
 def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str) -> Reference:
     """The references of a model built in fp32; leaves it in ``dtype`` without gradients."""
 
@@ -77,17 +67,17 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str
         loss_64, grads_64 = one_pass(model, ids, ref_loss)
         model.float()
         loss, grads = one_pass(model, ids, ref_loss)
-        torch_errs = {n: _distance(grads_64.pop(n), g) for n, g in grads.items()}
-        torch_errs["loss"] = _distance(loss_64, loss)
+        torch_errs = {n: distance(grads_64.pop(n), g) for n, g in grads.items()}
+        torch_errs["loss"] = distance(loss_64, loss)
     else:
         model.to(torch.bfloat16).float()  # bf16 weights, held in fp32
         loss, grads = one_pass(model, ids, ref_loss)
         model.to(torch.bfloat16)
         loss_t, grads_t = one_pass(model, ids, lambda x: eager_loss(model, x, beta))
-        torch_errs = {n: _distance(grads_t.pop(n), g) for n, g in grads.items()}
-        torch_errs["loss"] = _distance(loss_t, loss)
-    bounds = {n: _bound(torch_errs[n], g, dtype) for n, g in grads.items()}
-    bounds["loss"] = _bound(torch_errs["loss"], loss, dtype)
+        torch_errs = {n: distance(grads_t.pop(n), g) for n, g in grads.items()}
+        torch_errs["loss"] = distance(loss_t, loss)
+    bounds = {n: tolerance(torch_errs[n], g, dtype) for n, g in grads.items()}
+    bounds["loss"] = tolerance(torch_errs["loss"], loss, dtype)
     return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))
 
 
@@ -112,9 +102,9 @@ class Verdict:
 def judge(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
     """Every quantity against its bound (NaN fails: comparisons with NaN are False)."""
     problems = [f"no gradient for {name}" for name in ref.grads if name not in grads]
-    errors = {"loss": _distance(loss.float(), ref.loss)}
+    errors = {"loss": distance(loss.float(), ref.loss)}
     for name, want in ref.grads.items():
-        errors[name] = _distance(grads[name], want) if name in grads else float("nan")
+        errors[name] = distance(grads[name], want) if name in grads else float("nan")
     for name, err in errors.items():
         if not err <= ref.bounds[name] and (name == "loss" or name in grads):
             problems.append(f"{name} error {err:.3g} > tolerance {ref.bounds[name]:.3g}")

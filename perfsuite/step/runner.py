@@ -1,33 +1,25 @@
-"""Runs a step plan: one fresh worker process per method, rows collected as they land.
+"""The step cell kind: a step plan's cases measured by ``perfsuite.step.worker``
+processes, through the harness (``perfsuite.harness``), as ``perfsuite run``'s.
 
-``perfsuite run``'s pattern (``perfsuite.run.runner``): the parent decides alone what
-it can (a method unavailable here, a case it does not support, a model the memory
-estimate says cannot fit: ``oom`` with the estimate as reason, nothing started), and
-starts ``python -m perfsuite.step.worker`` for the rest, one method at a time so that
-nothing competes with its clocks. A worker that dies (segfault, OOM killer, timeout)
-costs the case it was on, recorded as ``oom`` or ``error``; a new worker takes the
-cases after it. Every finished case is checkpointed to the results file.
+The parent decides alone what it can (a method unavailable here, a case it does not
+support, a model the memory estimate says cannot fit: ``oom`` with the estimate as
+reason, nothing started); a worker measures the rest of a method's cases, and one that
+dies costs the case it was on. Every finished case is checkpointed to the results file.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from perfsuite.harness import kind as harness
+from perfsuite.harness.busy import ProgressFn
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import STEP_PHASES, new_document
-from perfsuite.run.busy import watched
-from perfsuite.run.deaths import death_reason, read_json_lines
-from perfsuite.run.runner import CANCEL, Cancelled, child_env
-from perfsuite.run.scratch import scratch
 from perfsuite.step.cases import CASE_KEYS, case_rows, case_size, same_case
 from perfsuite.step.estimate import estimate, too_big
 from perfsuite.step.methods import METHODS
@@ -35,8 +27,6 @@ from perfsuite.step.plan import StepPlan
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
 
-ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
-POLL_S = 0.5
 LOSS_SHARE = (
     "loss_ms: median over samples of the step's fwd+bwd, less the median fwd+bwd of the "
     "same model in the same worker with a trivial loss on the decoder's last hidden states "
@@ -45,145 +35,61 @@ LOSS_SHARE = (
 )
 
 
-def decided_rows(plan: StepPlan, method: str, case: dict[str, Any]) -> list[dict] | None:
-    """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
-    m = METHODS[method]
-    preset = get_preset(case["shape"])
-    status_reason = None
-    reason = m.availability(plan.device)
-    if reason is not None:
-        status_reason = ("unavailable", reason)
-    else:
-        status_reason = m.case_reason(preset, case["dtype"], case["beta"], plan.device)
-    if status_reason is None:
-        est = estimate(m.holds, preset, case_size(case), case["dtype"], plan.device)
-        reason = too_big(est, plan.capacity, plan.capacity_source)
-        if reason is not None:
-            status_reason = ("oom", reason)
-    if status_reason is None:
-        return None
-    status, reason = status_reason
-    return [asdict(r) for r in case_rows(case, m, status=status, reason=reason)]
+class StepKind(harness.Kind):
+    """A training step of a model: one worker per method, four phases per case."""
 
+    phases = STEP_PHASES
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-
-
-def _finished(lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> int:
-    """How many of ``cases`` have all their rows in the worker's ``lines``."""
-    rows = [ln for ln in lines if "phase" in ln]
-    done = 0
-    for case in cases:
-        if sum(same_case(r, case) for r in rows) < len(STEP_PHASES):
-            break
-        done += 1
-    return done
-
-
-def run_worker(
-    plan: StepPlan,
-    method: str,
-    cases: list[dict[str, Any]],
-    tmp: Path,
-    attempt: int,
-    on_case: Callable[[dict[str, Any], list[dict[str, Any]]], None],
-    on_line: Callable[[dict[str, Any]], None],
-) -> int:
-    """One worker over ``cases``; calls ``on_case`` per finished case; returns how many
-    finished. A death leaves the case in flight to the caller."""
-    out = tmp / f"{method}-{attempt}.jsonl"
-    spec = StepSpec(method, cases, str(out), plan.samples, plan.warmup, plan.seed)
-    spec.memory_limit = plan.memory_limit if plan.device == "cpu" else None
-    spec_path = tmp / f"{method}-{attempt}.json"
-    spec_path.write_text(json.dumps(asdict(spec)))
-    stderr_path = tmp / f"{method}-{attempt}.stderr"
-    reported, timed_out = 0, False
-    deadline = time.monotonic() + plan.timeout_s
-    with open(stderr_path, "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "perfsuite.step.worker", str(spec_path)],
-            env=child_env(plan.device, 1, METHODS[method].triton),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,  # a kill reaches what it started (compile workers)
+    def __init__(self, plan: StepPlan, models: dict[str, Any]) -> None:
+        self.plan, self.device, self.timeout_s, self.models = (
+            plan,
+            plan.device,
+            plan.timeout_s,
+            models,
         )
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=POLL_S)
-                    done = True
-                except subprocess.TimeoutExpired:
-                    done = False
-                lines = read_json_lines(out)
-                for line in lines:
-                    if "model" in line:
-                        on_line(line)
-                now = _finished(lines, cases)
-                for case in cases[reported:now]:
-                    on_case(case, [ln for ln in lines if "phase" in ln and same_case(ln, case)])
-                reported = now
-                if done:
-                    break
-                if CANCEL.is_set():
-                    raise Cancelled(method)
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    _kill(proc)
-        except BaseException:
-            _kill(proc)  # Ctrl-C, SIGTERM: the worker goes before its folder does
-            proc.wait()
-            raise
-    _kill(proc)
-    if reported < len(cases):
-        status, reason = death_reason(
-            proc.returncode, plan.timeout_s if timed_out else None, stderr_path.read_text()
-        )
-        lost = cases[reported]
-        kept = [ln for ln in read_json_lines(out) if "phase" in ln and same_case(ln, lost)]
-        have = {ln["phase"] for ln in kept}
-        dead = case_rows(lost, METHODS[method], status=status, reason=reason)
-        on_case(lost, kept + [asdict(r) for r in dead if r.phase not in have])
-        reported += 1
-    return reported
 
-
-def run_method(
-    plan: StepPlan,
-    method: str,
-    progress: ProgressFn,
-    machine: list[dict[str, Any]],
-    on_line: Callable[[dict[str, Any]], None],
-) -> list[dict[str, Any]]:
-    """Every case of one method: decided ones at once, then workers until all are done."""
-    marked, _ = watched(plan.device, progress, machine, CASE_KEYS)
-    rows: list[dict[str, Any]] = []
-
-    def on_case(case: dict[str, Any], case_rows_: list[dict[str, Any]]) -> None:
-        rows.extend(case_rows_)
-        marked(method, case, case_rows_)
-
-    remaining = []
-    for case in plan.cases():
-        decided = decided_rows(plan, method, case)
+    def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
+        """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
+        m, plan = METHODS[method], self.plan
+        preset = get_preset(case["shape"])
+        reason = m.availability(plan.device)
+        decided = None if reason is None else ("unavailable", reason)
         if decided is None:
-            remaining.append(case)
-        else:
-            on_case(case, decided)
-    with scratch() as tmp:
-        attempt = 0
-        while remaining:
-            attempt += 1
-            finished = run_worker(plan, method, remaining, Path(tmp), attempt, on_case, on_line)
-            remaining = remaining[finished:]
-    order = {tuple(c[k] for k in CASE_KEYS): i for i, c in enumerate(plan.cases())}
-    return sorted(
-        rows,
-        key=lambda r: (order[tuple(r[k] for k in CASE_KEYS)], STEP_PHASES.index(r["phase"])),
-    )
+            decided = m.case_reason(preset, case["dtype"], case["beta"], plan.device)
+        if decided is None:
+            est = estimate(m.holds, preset, case_size(case), case["dtype"], plan.device)
+            reason = too_big(est, plan.capacity, plan.capacity_source)
+            decided = None if reason is None else ("oom", reason)
+        if decided is None:
+            return None
+        return [asdict(r) for r in case_rows(case, m, status=decided[0], reason=decided[1])]
+
+    def interpreted(self, method: str) -> bool:
+        return METHODS[method].triton and self.device == "cpu"
+
+    def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
+        p = self.plan
+        limit = p.memory_limit if p.device == "cpu" else None
+        worker = StepSpec(method, cases, str(out), p.samples, p.warmup, p.seed, limit)
+        spec.write_text(json.dumps(asdict(worker)))
+        return [sys.executable, "-m", "perfsuite.step.worker", str(spec)]
+
+    def finished(self, lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list:
+        rows = [ln for ln in lines if "phase" in ln]
+        return harness.finished_by_phase(rows, cases, same_case, len(STEP_PHASES))
+
+    def lost(
+        self, method: str, case: dict[str, Any], index: int, lines: list, status: str, reason: str
+    ) -> list[dict[str, Any]]:
+        kept = [ln for ln in lines if "phase" in ln and same_case(ln, case)]
+        have = {ln["phase"] for ln in kept}
+        dead = case_rows(case, METHODS[method], status=status, reason=reason)
+        return kept + [asdict(r) for r in dead if r.phase not in have]
+
+    def heard(self, method: str, lines: list[dict[str, Any]]) -> None:
+        for line in lines:
+            if "model" in line:
+                self.models.setdefault(line["model"], line["info"])
 
 
 def run_step_plan(
@@ -212,21 +118,17 @@ def run_step_plan(
     }
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
-    finished: list[dict[str, Any]] = []
+    report = harness.checkpointed(env, progress, checkpoint)
+    cases = plan.cases()
+    by_method = harness.run_kind(
+        StepKind(plan, models), {m: cases for m in plan.methods}, report, groups
+    )
+    order = {tuple(c[k] for k in CASE_KEYS): i for i, c in enumerate(cases)}
 
-    def report(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        finished.extend(rows)
-        if progress is not None:
-            progress(method, case, rows)
-        if checkpoint is not None:
-            checkpoint(new_document({**env, "partial": True}, list(finished)))
+    def key(row: dict[str, Any]) -> tuple[int, int]:
+        return order[tuple(row[k] for k in CASE_KEYS)], STEP_PHASES.index(row["phase"])
 
-    def on_line(line: dict[str, Any]) -> None:
-        models.setdefault(line["model"], line["info"])
-
-    rows = []
-    for method in plan.methods:
-        rows += run_method(plan, method, report, groups, on_line)
+    rows = [row for m in plan.methods for row in sorted(by_method[m], key=key)]
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)

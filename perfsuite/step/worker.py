@@ -1,6 +1,6 @@
 """One method's training steps, measured inside a fresh process.
 
-``perfsuite.step.runner`` starts ``python -m perfsuite.step.worker SPEC.json``; per case
+The harness starts ``python -m perfsuite.step.worker SPEC.json``; per case
 (model, dtype, β) this builds the model from its seed, computes the gate's references,
 applies the method, runs the first step (gated, and timed once: compilation), one step
 for memory, then the timed steps and the trivial loss's fwd+bwd, and appends a JSON

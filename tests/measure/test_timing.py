@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from perfsuite.measure.stats import quantile
-from perfsuite.measure.timing import CacheFlusher, time_samples
+from perfsuite.measure.timing import CacheFlusher, time_samples, time_spans
 
 CPU = torch.device("cpu")
 
@@ -65,3 +65,21 @@ def test_cuda_events_time_device_work():
     timing = time_samples(lambda: a @ a, device, samples=20, warmup=3)
     assert len(timing.samples_ms) == 20 and timing.median_ms > 0
     assert CacheFlusher(device).nbytes >= 2 * torch.cuda.get_device_properties(device).L2_cache_size
+
+
+def test_spans_of_one_sample_add_up_and_follow_the_barrier():
+    """One timer for a step's phases and for ranks: a clock read at each boundary, the
+    set-up untimed before every call, a barrier before each sample's clock."""
+    calls = {"setup": 0, "barrier": 0}
+
+    def count(name: str) -> None:
+        calls[name] += 1
+
+    phases = [lambda: time.sleep(0.01), lambda: time.sleep(0.03)]
+    spans = time_spans(
+        phases, CPU, samples=3, warmup=2, setup=lambda: count("setup"),
+        barrier=lambda: count("barrier"),
+    )  # fmt: skip
+    assert len(spans) == 3 and all(len(s) == 2 for s in spans)
+    assert all(9.5 <= a < b and b >= 29.5 for a, b in spans), spans
+    assert calls == {"setup": 5, "barrier": 3}

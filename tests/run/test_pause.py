@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.harness import pause
 from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import build_plan
 from perfsuite.plan.shapes import Shape
-from perfsuite.run import pause
 from perfsuite.run.runner import run_plan
 
 TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
@@ -39,6 +39,7 @@ def spinner(tmp_path, monkeypatch):
     proc.wait()
 
 
+@pytest.mark.integration
 def test_a_native_clock_stops_the_listed_workers_and_continues_them(spinner):
     board, proc = spinner
     # Listed, it also gives way to native workers' untimed work.
@@ -54,6 +55,7 @@ def test_a_native_clock_stops_the_listed_workers_and_continues_them(spinner):
         assert _state(proc.pid) != "T"
 
 
+@pytest.mark.integration
 def test_workers_left_stopped_by_a_dead_native_worker_are_continued(spinner):
     board, proc = spinner
     os.killpg(proc.pid, signal.SIGSTOP)  # as if a native worker died inside ``paused``
@@ -70,6 +72,7 @@ def test_paused_without_a_board_is_a_no_op(monkeypatch):
         pass
 
 
+@pytest.mark.integration
 def test_interpreted_rows_take_one_sample_beside_natives_that_keep_theirs(fake_plugins):
     """Issue 30: interpreted rows are gated and metered per phase as before, with no
     timing pass (their one sample is the memory pass's call), and say so; the native
@@ -96,12 +99,14 @@ def test_interpreted_rows_take_one_sample_beside_natives_that_keep_theirs(fake_p
     ), events
 
 
+@pytest.mark.integration
 def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
     """The native side finished; Ctrl-C while the interpreted side's worker still runs
     (here a worker sleeping a minute) kills it, and the run ends at once."""
     import threading
 
-    from perfsuite.run import runner, schedule
+    from perfsuite.harness.schedule import CANCEL
+    from perfsuite.run import runner
 
     plan = build_plan(shapes=[TINY], methods="eager,ours-tiles", device="cpu", jobs=2)
     sleeps = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
@@ -118,11 +123,11 @@ def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
         threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            schedule.schedule(plan, plan.methods, lambda m: m, work)
+            runner.schedule(plan, plan.methods, lambda m: m, work)
         assert time.monotonic() - start < 15  # not the worker's 60 s
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert not runner.CANCEL.is_set() and pause.BOARD is None
+    assert not CANCEL.is_set() and pause.BOARD is None
 
 
 def test_an_interpreted_case_calls_the_method_three_times():

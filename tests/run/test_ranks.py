@@ -56,6 +56,7 @@ def exact(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     return code, printed, json.loads(out.read_text())
 
 
+@pytest.mark.integration
 def test_tp_cells_are_gated_and_measured_across_ranks(exact):
     code, printed, doc = exact
     assert code == 0, printed
@@ -73,6 +74,7 @@ def test_tp_cells_are_gated_and_measured_across_ranks(exact):
     assert doc["env"]["plan"]["tps"] == [1, 2]
 
 
+@pytest.mark.integration
 def test_tp_table_fits_80_columns(exact):
     code, printed, _ = exact
     assert code == 0
@@ -90,6 +92,7 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     return code, printed, json.loads(out.read_text())
 
 
+@pytest.mark.integration
 def test_a_failing_rank_ends_its_cell_and_no_other(failures):
     code, printed, doc = failures
     assert code == 0, printed  # a cell was measured: tp-wrong's
@@ -109,10 +112,12 @@ def test_a_failing_rank_ends_its_cell_and_no_other(failures):
     )
 
 
+@pytest.mark.integration
 def test_no_launcher_folder_is_left_in_tmp(failures):
     assert not list(Path(tempfile.gettempdir()).glob("torchelastic_*"))
 
 
+@pytest.mark.integration
 def test_sweep_has_a_tp_axis_and_resumes(tmp_path: Path):
     out = tmp_path / "sweep.json"
     argv = ["sweep", "--tokens", "32", "--vocab", "301", "--hidden", "16", "--dtype", "fp32"]

@@ -9,6 +9,10 @@ import types
 
 import pytest
 
+from perfsuite.harness import environment, lifecycle
+from perfsuite.harness.deaths import death_reason
+from perfsuite.harness.environment import THREAD_VARS, child_env
+from perfsuite.harness.schedule import CANCEL, run_parallel
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
 from perfsuite.run import runner
@@ -30,6 +34,7 @@ def _status(rows, method, beta=0.0):
     return found.pop()
 
 
+@pytest.mark.integration
 def test_ok_rows_carry_timing_memory_and_errors():
     rows = _run("eager", betas="0,0.1")
     assert len(rows) == 6
@@ -42,6 +47,7 @@ def test_ok_rows_carry_timing_memory_and_errors():
         assert not row["interpreted"]
 
 
+@pytest.mark.integration
 def test_wrong_unsupported_unavailable_error(fake_plugins):
     rows = _run("fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises", betas="0,0.1")
     assert _status(rows, "fake-wrong") == "wrong"
@@ -84,6 +90,7 @@ def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
         assert rows[name].loss_err > 10 * rows[name].tolerance["loss"] > 0, rows[name]
 
 
+@pytest.mark.integration
 def test_crash_loses_only_its_case(fake_plugins):
     rows = _run("fake-crash,eager", betas="0,0.1,1")
     assert _status(rows, "fake-crash", 0.0) == "ok"
@@ -97,6 +104,7 @@ def test_crash_loses_only_its_case(fake_plugins):
     assert _status(rows, "eager", 1.0) == "ok"
 
 
+@pytest.mark.integration
 def test_out_of_memory_is_reported_as_oom():
     big = Shape("big", 2048, 8192, 32, dtype="fp32")  # 64 MiB of logits per copy
     rows = _run("eager", shape=big, memory_limit=16 << 20)
@@ -104,12 +112,14 @@ def test_out_of_memory_is_reported_as_oom():
     assert "allocate" in rows[0]["reason"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("phase", ["fwd", "bwd", "fwd+bwd"])
 def test_phase_subset(phase):
     rows = _run("eager", phases=phase)
     assert [r["phase"] for r in rows] == [phase]
 
 
+@pytest.mark.integration
 def test_worker_side_unavailable_and_unsupported(fake_plugins):
     """What only the worker can find out (a broken import, a library refusing an
     argument) gets the same statuses as what the parent decides up front."""
@@ -125,7 +135,7 @@ def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
         raise AssertionError("a worker was started for a case the parent could decide")
 
     fake = types.SimpleNamespace(Popen=no_worker, TimeoutExpired=subprocess.TimeoutExpired)
-    monkeypatch.setattr(runner, "subprocess", fake)  # provenance may still run git
+    monkeypatch.setattr(lifecycle, "subprocess", fake)  # provenance may still run git
     rows = _run("fake-missing-package,fake-no-smoothing", betas="0.1", phases="fwd,fwd+bwd")
     assert [(r["method"], r["phase"], r["status"]) for r in rows] == [
         ("fake-missing-package", "fwd", "unavailable"),
@@ -135,6 +145,7 @@ def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
     ]
 
 
+@pytest.mark.integration
 def test_rows_keep_case_order_when_some_are_decided_up_front(fake_plugins):
     rows = _run("fake-no-smoothing", betas="0.1,0", phases="fwd")
     assert [(r["beta"], r["status"]) for r in rows] == [(0.1, "unsupported"), (0.0, "ok")]
@@ -181,9 +192,7 @@ def test_schedule_runs_interpreted_beside_native():
 
 
 def test_schedule_without_memory_for_both_runs_native_first(monkeypatch):
-    from perfsuite.run import schedule as scheduling
-
-    monkeypatch.setattr(scheduling, "device_capacity", lambda device: 1 << 20)
+    monkeypatch.setattr(runner, "device_capacity", lambda device: 1 << 20)
     plan = build_plan(
         shapes=[TINY], methods="eager,ours-tiles,liger,ours-tiles-list", device="cpu", jobs=2
     )
@@ -212,18 +221,16 @@ def test_cpu_workers_started_on_a_busy_machine_sleep_while_they_wait(monkeypatch
     the cores waits passively; on a quiet machine it keeps libgomp's default (passive
     wake-ups cost ours 2.3x there). A caller's own choice stands."""
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert runner.child_env("cpu", 2, False, busy=True)["OMP_WAIT_POLICY"] == "PASSIVE"
-    assert "OMP_WAIT_POLICY" not in runner.child_env("cpu", 2, False, busy=False)
-    assert "OMP_WAIT_POLICY" not in runner.child_env("cuda", 1, False, busy=True)
+    assert child_env("cpu", 2, False, busy=True)["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in child_env("cpu", 2, False, busy=False)
+    assert "OMP_WAIT_POLICY" not in child_env("cuda", 1, False, busy=True)
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert runner.child_env("cpu", 1, False, busy=True)["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert child_env("cpu", 1, False, busy=True)["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_the_busy_check_counts_other_processes_only(monkeypatch):
     """Cores used by this run's own workers (interpreted ones run beside native ones)
     do not make the machine busy; half a core used by anything else does."""
-    from perfsuite.run import environment
-
     readings = iter([(0.0, 0.0, 0.0), (1.0, 1.5, 1.4), (2.0, 2.5, 1.8), (2.1, 9.0, 1.8)])
 
     class Fake:
@@ -239,22 +246,20 @@ def test_the_busy_check_counts_other_processes_only(monkeypatch):
 
 
 def test_interpreted_workers_share_the_cores(monkeypatch):
-    for var in ("TRITON_INTERPRET", *runner.THREAD_VARS):
+    for var in ("TRITON_INTERPRET", *THREAD_VARS):
         monkeypatch.delenv(var, raising=False)
-    plan = build_plan(shapes=[TINY], methods="ours", device="cpu", jobs=2)
-    env = runner.worker_env(plan, triton=True)
+    env = child_env("cpu", 2, triton=True)
     assert env["TRITON_INTERPRET"] == "1"
-    assert all(var in env for var in runner.THREAD_VARS)
-    native = runner.worker_env(plan, triton=False)  # timed alone: keeps every core
-    assert not any(var in native for var in ("TRITON_INTERPRET", *runner.THREAD_VARS))
+    assert all(var in env for var in THREAD_VARS)
+    native = child_env("cpu", 2, triton=False)  # timed alone: keeps every core
+    assert not any(var in native for var in ("TRITON_INTERPRET", *THREAD_VARS))
 
 
 def test_native_workers_never_inherit_the_interpreter(monkeypatch):
     """A parent under TRITON_INTERPRET=1 (a test process) still times ours natively."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    plan = build_plan(shapes=[TINY], methods="ours", device="cpu", jobs=1)
-    assert "TRITON_INTERPRET" not in runner.worker_env(plan, triton=False)
-    assert runner.worker_env(plan, triton=True)["TRITON_INTERPRET"] == "1"
+    assert "TRITON_INTERPRET" not in child_env("cpu", 1, triton=False)
+    assert child_env("cpu", 1, triton=True)["TRITON_INTERPRET"] == "1"
 
 
 def test_jobs_must_be_positive():
@@ -262,6 +267,7 @@ def test_jobs_must_be_positive():
         build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)
 
 
+@pytest.mark.integration
 def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
     """Ctrl-C (here: a failure) in one thread of a parallel run kills every worker at
     once instead of letting the other threads finish their methods."""
@@ -275,11 +281,12 @@ def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
 
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        runner.run_parallel(["sleeper", "interrupt"], work, jobs=2)
+        run_parallel(["sleeper", "interrupt"], work, jobs=2)
     assert time.monotonic() - start < 15  # not the worker's 60 s
-    assert not runner.CANCEL.is_set()  # the next run is not cancelled before it starts
+    assert not CANCEL.is_set()  # the next run is not cancelled before it starts
 
 
+@pytest.mark.integration
 def test_checkpoint_gets_each_finished_case_as_a_partial_document():
     plan = build_plan(
         shapes=[TINY], methods="eager", betas="0,0.1", device="cpu", samples=3, warmup=1
@@ -301,6 +308,6 @@ def test_a_killed_workers_reason_leaves_native_log_lines_out():
             "USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop",
         ]
     )
-    status, reason = runner.death_reason(-9, None, stderr)
+    status, reason = death_reason(-9, None, stderr)
     assert status == "oom" and "OOM killer" in reason
     assert reason.endswith("; Loading the method") and "profiler" not in reason

@@ -19,7 +19,8 @@ METHODS = "eager,ours,liger,cce,torchtune-chunked"
 @dataclass
 class Ran:
     code: int
-    out: str
+    out: str  # stdout
+    err: str  # stderr: error lines
     path: Path
     document: dict[str, Any] | None
 
@@ -30,11 +31,11 @@ class Ran:
 
 def step(argv: list[str], out: Path | None) -> Ran:
     """``perfsuite step ARGV`` as typed, its console output at 80 columns."""
-    buffer = io.StringIO()
+    buffer, errors = io.StringIO(), io.StringIO()
     before = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "80"
     try:
-        with contextlib.redirect_stdout(buffer):
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(errors):
             code = main(["step", *argv, *(["--out", str(out)] if out else [])])
     finally:
         if before is None:
@@ -43,4 +44,4 @@ def step(argv: list[str], out: Path | None) -> Ran:
             os.environ["COLUMNS"] = before
     wrote = code in (0, 1) and out is not None and out.exists()  # 2: refused, nothing written
     document = load_results(out) if wrote else None
-    return Ran(code, buffer.getvalue(), out or Path(), document)
+    return Ran(code, buffer.getvalue(), errors.getvalue(), out or Path(), document)

@@ -23,6 +23,7 @@ from perfsuite.results.results import (
 )
 
 
+@pytest.mark.integration
 def test_compare_reads_a_step_file_cell_by_cell(smoke_run, capsys):
     path = str(smoke_run.path)
     capsys.readouterr()
@@ -32,6 +33,7 @@ def test_compare_reads_a_step_file_cell_by_cell(smoke_run, capsys):
     assert "same" in out and "Traceback" not in out
 
 
+@pytest.mark.integration
 def test_compare_fails_a_step_cell_that_went_wrong(smoke_run, tmp_path, capsys):
     current = copy.deepcopy(smoke_run.document)
     for row in current["rows"]:
@@ -43,6 +45,7 @@ def test_compare_fails_a_step_cell_that_went_wrong(smoke_run, tmp_path, capsys):
     assert "status-changed" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_history_stores_every_step_cell(smoke_run, tmp_path, capsys):
     db = tmp_path / "h.sqlite"
     assert main(["history", "add", str(smoke_run.path), "--db", str(db)]) == 0
@@ -55,6 +58,7 @@ def test_history_stores_every_step_cell(smoke_run, tmp_path, capsys):
     assert main(["history", "check", "--db", str(db)]) == 0
 
 
+@pytest.mark.integration
 def test_report_does_not_choke_on_a_step_file(smoke_run, capsys):
     assert main(["report", str(smoke_run.path)]) == 0
     assert "Traceback" not in capsys.readouterr().err
@@ -66,6 +70,7 @@ def _cell(workload: str, phase: str) -> dict:
     return asdict(row)
 
 
+@pytest.mark.integration
 def test_a_step_cell_never_matches_a_loss_only_cell_of_the_same_shape(smoke_run):
     env = smoke_run.document["env"]
     loss_only = new_document(env, [_cell("random", p) for p in PHASES])

@@ -1,7 +1,7 @@
 """Which worker runs when: natively timed methods one at a time, so nothing competes
 with their clocks; Triton methods on a CPU run under the interpreter, whose timings say
-nothing anyway, ``plan.jobs`` workers at a time beside them, stopped whenever a native
-worker's clock runs (``perfsuite.run.pause``), or after them where memory is short.
+nothing anyway, ``jobs`` workers at a time beside them, stopped whenever a native
+worker's clock runs (``perfsuite.harness.pause``), or after them where memory is short.
 """
 
 from __future__ import annotations
@@ -11,61 +11,40 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from perfsuite.plan.memory_model import device_capacity, predicted_peak
-from perfsuite.plan.plan import Plan
-from perfsuite.plan.registry import methods_for
-from perfsuite.run import pause
-from perfsuite.run.scratch import scratch
+from perfsuite.harness import pause
+from perfsuite.harness.scratch import scratch
 
 T = TypeVar("T")
 
 
-def interpreted(plan: Plan, method: str) -> bool:
-    """Whether ``method`` runs under the Triton interpreter in this plan."""
-    return plan.device == "cpu" and methods_for(bool(plan.tps))[method].caps.triton
-
-
 def schedule(
-    plan: Plan, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
+    items: Iterable[T],
+    work: Callable[[T], None],
+    *,
+    interpreted: Callable[[T], bool],
+    cost: Callable[[T], float],
+    jobs: int,
+    beside: bool,
 ) -> None:
-    """Calls ``work`` on every item: natively timed methods' items one at a time, and
-    interpreted ones ``plan.jobs`` at a time (threads, each driving its own worker),
-    beside the native ones where ``overlap`` allows, else after them."""
+    """Calls ``work`` on every item: natively timed items one at a time, and interpreted
+    ones ``jobs`` at a time, costliest first (threads, each driving its own worker),
+    beside the native ones where ``beside`` allows (the kind's memory says so), else
+    after them."""
     native: list[T] = []
     emulated: list[T] = []
     for item in items:
-        (emulated if interpreted(plan, method_of(item)) else native).append(item)
-    methods = methods_for(bool(plan.tps))
-    emulated.sort(key=lambda i: -methods[method_of(i)].caps.interpreter_cost)  # longest first
-    if native and emulated and overlap(plan):
-        _beside(native, emulated, work, plan.jobs)
+        (emulated if interpreted(item) else native).append(item)
+    emulated.sort(key=lambda i: -cost(i))  # longest first
+    if native and emulated and beside and jobs >= 2:
+        _beside(native, emulated, work, jobs)
         return
     for item in native:
         work(item)
-    if plan.jobs <= 1 or len(emulated) <= 1:
+    if jobs <= 1 or len(emulated) <= 1:
         for item in emulated:
             work(item)
         return
-    run_parallel(emulated, work, plan.jobs)
-
-
-def overlap(plan: Plan) -> bool:
-    """Whether interpreted workers may run beside native ones: a one-device CPU run (a
-    multi-rank cell's ranks keep the machine), ``--jobs`` 2 or more (1 keeps every
-    worker alone), and memory, by the memory model, for a native worker and
-    ``plan.jobs`` interpreted ones at once."""
-    if plan.device != "cpu" or plan.tps or plan.jobs < 2:
-        return False
-    capacity = device_capacity("cpu")
-    if capacity is None:
-        return True
-    softcap = plan.softcap is not None
-    need = max(
-        predicted_peak("eager", True, s.tokens, s.vocab, s.hidden, dtype, softcap)[0]
-        for s in plan.shapes
-        for dtype in plan.dtypes_for(s)
-    )
-    return (1 + plan.jobs) * need <= capacity
+    run_parallel(emulated, work, jobs)
 
 
 def _beside(native: list[T], emulated: list[T], work: Callable[[T], None], jobs: int) -> None:

@@ -1,7 +1,7 @@
 """Interpreted workers paused while a natively timed worker's clock runs.
 
 On a CPU, Triton methods run under the interpreter, whose timings say nothing; they
-used to wait until every native method had finished (issue 30: half of a 2½-minute
+used to wait until every native method had finished (half of a 2½-minute
 smoke run). They now run beside the native workers, and a native worker stops them
 (SIGSTOP to each one's process group) for its timing passes and continues them after
 (SIGCONT): its clock never shares the machine with them, while its imports, first call
@@ -88,7 +88,7 @@ def lower_priority(pid: int, nice: int = BESIDE_NICE) -> None:
 @contextmanager
 def paused() -> Iterator[None]:
     """In a native worker: the run's interpreted workers stopped for the block (no-op
-    when the runner named no pause file: nothing runs beside this worker)."""
+    when the harness named no pause file: nothing runs beside this worker)."""
     name = os.environ.get(PAUSE_VAR)
     if not name:
         yield
@@ -105,7 +105,7 @@ def paused() -> Iterator[None]:
 
 
 class PauseBoard:
-    """The runner's side: the file of interpreted workers' process groups."""
+    """The harness's side: the file of interpreted workers' process groups."""
 
     def __init__(self, folder: str) -> None:
         self.path = Path(folder) / "interpreted.pgids"
@@ -135,7 +135,7 @@ class PauseBoard:
 
 
 # The board of the run in progress (set by ``schedule`` while interpreted workers run
-# beside native ones), read by the runner when it starts a worker.
+# beside native ones), read by the harness when it starts a worker.
 BOARD: PauseBoard | None = None
 
 

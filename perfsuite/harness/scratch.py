@@ -2,7 +2,7 @@
 
 A ``with TemporaryDirectory()`` is removed on every exit Python sees (an error,
 Ctrl-C, SIGTERM), but not when the process is SIGKILLed (the OOM killer, a CI
-timeout, ``kill -9`` of a sweep): issue 20 found ``/tmp/perfsuite-*`` folders
+timeout, ``kill -9`` of a sweep): ``/tmp/perfsuite-*`` folders were
 left behind. So each folder's name carries the pid that made it, and the next run
 removes the folders of pids that no longer exist.
 """

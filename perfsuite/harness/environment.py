@@ -1,7 +1,7 @@
 """A worker process's environment: what it is timed under, set before it imports
 anything (libgomp, glibc's malloc and ``@triton.jit`` read their variables once).
 
-OpenMP's wait policy (issue 30, reports/cpu-busy/): torch's CPU ops run on libgomp
+OpenMP's wait policy (reports/cpu-busy/): torch's CPU ops run on libgomp
 threads that spin at every barrier (~300,000 pause loops) before they sleep. With
 another process on one of two cores, the spinning keeps our thread on that core
 behind the other process for a time slice at every op: ours' torch engine (~200
@@ -11,7 +11,7 @@ takes the thread that has work, but on a quiet VM each wake-up of an idle vCPU c
 tens of microseconds: ours' quiet smoke forward ran 2.3x slower. So a CPU worker
 started while other processes use the cores waits passively, and one started on a
 quiet machine keeps libgomp's default (what a user's process runs, and every run
-before issue 30 measured).
+before this check measured).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import time
 
 from perfsuite.measure.machine import BUSY_CORES, RUN_ID_VAR, Snapshot, other_cores
 from perfsuite.measure.memory import CPU_MALLOC_ENV
-from perfsuite.plan.plan import Plan
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # What a CPU worker started on a busy machine adds (unless the caller set it already).
@@ -78,7 +77,3 @@ def child_env(device: str, jobs: int, triton: bool, busy: bool | None = None) ->
                 for var in THREAD_VARS:  # torch's pool, and numpy's BLAS under tl.dot
                     env.setdefault(var, threads)
     return env
-
-
-def worker_env(plan: Plan, triton: bool) -> dict[str, str]:
-    return child_env(plan.device, plan.jobs, triton)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from perfsuite.cli import main
+from perfsuite.harness import progress
+from perfsuite.harness.progress import Model, Tracker, duration, row_lines
 from perfsuite.plan.shapes import Shape
-from perfsuite.run import progress
-from perfsuite.run.progress import Model, Tracker, duration, row_lines
 
 SHAPE = Shape("gemma2-2b*", 256, 256_000, 2304, dtype="bf16")
 

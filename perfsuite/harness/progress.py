@@ -1,9 +1,9 @@
 """Progress lines while a run measures: a method's worker starting, each cell starting,
 and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs.
 
-Issue 30: ``run --shape gemma2-2b --tokens 256`` printed nothing for 420 s, its first
+``run --shape gemma2-2b --tokens 256`` used to print nothing for 420 s, its first
 cell's length. Workers write ``{"stage": ...}`` lines (the gate, each phase's memory
-and timing pass) between their rows; the runner polls that file anyway and hands the
+and timing pass) between their rows; the harness polls that file anyway and hands the
 lines here. A cell's start line carries the memory model's predicted peak, and once a
 cell has finished, the time left by ``grid.unit_cost`` calibrated on the cells done (per
 kind: native and interpreted cells run at very different rates).
@@ -116,7 +116,7 @@ class Tracker:
             self.notice(f"{method}: worker starting ({len(batch)} cell(s) to measure)")
 
     def poll(self, method: str, lines: list[dict[str, Any]]) -> None:
-        """Called with the worker's whole output at every poll of the runner."""
+        """Called with the worker's whole output at every poll of the harness."""
         with self.lock:
             worker = self.workers.get(method)
             if worker is None:
@@ -167,7 +167,7 @@ class Tracker:
         return (now - self.t0) * work / spent, ", ".join(known) if missing else ""
 
     def finished(self, method: str, case: dict[str, Any]) -> None:
-        """A measured case of ``method`` has all its rows (the runner's progress)."""
+        """A measured case of ``method`` has all its rows (the harness's progress)."""
         with self.lock:
             now = self.clock()
             worker = self.workers.get(method)

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfsuite.run.scratch import PREFIX, remove_stale, scratch
+from perfsuite.harness.scratch import PREFIX, remove_stale, scratch
 
 
 def test_a_killed_runs_folder_is_removed_by_the_next(tmp_path, monkeypatch):

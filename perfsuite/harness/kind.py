@@ -1,0 +1,219 @@
+"""Cell kinds and the loop that measures them: what a kind declares, and how the harness
+turns its cases into workers.
+
+A kind (loss, loss across ranks, step, train) says its phases, how a case is decided
+without a worker (unavailable, unsupported, oom from a memory model), the worker's
+command and spec, when a case is finished in the worker's lines, and the rows of a
+case lost with its worker. The harness does the rest for every kind alike: decided
+cases first, then one worker after another until every case is done (a worker that
+dies costs the case it was on; the next starts after it), each case's rows marked with
+the machine's state and handed on as soon as they are known.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perfsuite.harness.busy import ProgressFn, watched
+from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
+from perfsuite.harness.environment import child_env
+from perfsuite.harness.lifecycle import run_worker
+from perfsuite.harness.progress import Tracker
+from perfsuite.harness.schedule import schedule
+from perfsuite.harness.scratch import scratch
+from perfsuite.results.results import new_document
+
+Rows = list[dict[str, Any]]
+
+
+class Kind:
+    """What a cell kind tells the harness; the defaults suit a one-process worker."""
+
+    device: str = "cpu"
+    jobs: int = 1  # interpreted workers at a time
+    timeout_s: float = 3600.0
+    per_case: bool = False  # True: the timeout restarts after each finished case
+    phases: tuple[str, ...] = ()
+
+    def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
+        """The rows of a case no worker is needed for, else None."""
+        return None
+
+    def interpreted(self, method: str) -> bool:
+        """Whether the method's worker runs under the Triton interpreter."""
+        return False
+
+    def cost(self, method: str) -> float:
+        """Relative cost of an interpreted method's worker (costliest start first)."""
+        return 1.0
+
+    def beside(self) -> bool:
+        """Whether interpreted workers may run beside native ones (memory allowing)."""
+        return False
+
+    def batch(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The cases, from the first, that one worker takes."""
+        return cases
+
+    def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
+        """Write the worker's spec to ``spec``; the command that runs it."""
+        raise NotImplementedError
+
+    def env(self, method: str) -> dict[str, str]:
+        return child_env(self.device, self.jobs, self.interpreted(method))
+
+    def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
+        """The rows of each finished case among ``lines``, from the first case on."""
+        raise NotImplementedError
+
+    def lost(
+        self, method: str, case: dict[str, Any], index: int, lines: Rows, status: str, reason: str
+    ) -> Rows:
+        """The rows of case ``index``, in flight when its worker died: ``status``, why."""
+        raise NotImplementedError
+
+    def heard(self, method: str, lines: Rows) -> None:
+        """Every line so far, at every poll (what a kind keeps besides rows)."""
+
+
+def finished_by_phase(
+    rows: Rows, cases: list[dict[str, Any]], same: Callable[..., bool], phases: int
+) -> list[Rows]:
+    """Each case's rows while every one of its ``phases`` has a row."""
+    done = []
+    for case in cases:
+        mine = [r for r in rows if same(r, case)]
+        if len(mine) < phases:
+            break
+        done.append(mine)
+    return done
+
+
+def run_cases(
+    kind: Kind,
+    method: str,
+    cases: list[dict[str, Any]],
+    progress: ProgressFn | None = None,
+    machine: list[dict[str, Any]] | None = None,
+    env: dict[str, str] | None = None,
+    tracker: Tracker | None = None,
+) -> Rows:
+    """Every case of one method, restarting the worker after a death; ``env`` is added
+    to the worker's environment (``CUDA_VISIBLE_DEVICES`` to pin a GPU). Each case's
+    machine state goes to ``machine``; ``tracker`` hears the workers (progress lines).
+    Returns the rows in the order they came."""
+    marked = watched(kind.device, progress, machine)
+    rows: Rows = []
+
+    def report(case: dict[str, Any], case_rows: Rows) -> None:
+        rows.extend(case_rows)
+        marked(method, case, case_rows)
+
+    remaining = []
+    for case in cases:
+        decided = kind.decided(method, case)
+        if decided is None:
+            remaining.append(case)
+        else:
+            report(case, decided)
+    with scratch() as tmp:
+        attempt = 0
+        while remaining:
+            attempt += 1
+            batch = kind.batch(remaining)
+            out = Path(tmp) / f"rows-{attempt}.jsonl"
+            command = kind.command(method, batch, out, Path(tmp) / f"spec-{attempt}.json")
+            done = _worker(kind, method, batch, command, out, report, env, tracker)
+            remaining = remaining[done:]
+    return rows
+
+
+def _worker(
+    kind: Kind,
+    method: str,
+    batch: list[dict[str, Any]],
+    command: list[str],
+    out: Path,
+    report: Callable[[dict[str, Any], Rows], None],
+    env: dict[str, str] | None,
+    tracker: Tracker | None,
+) -> int:
+    """One worker over ``batch``; how many of its cases are done, the lost one included."""
+    reported = 0
+
+    def on_lines(lines: Rows) -> bool:
+        nonlocal reported
+        kind.heard(method, lines)
+        done = kind.finished(lines, batch)
+        for case, case_rows in zip(batch[reported:], done[reported:], strict=False):
+            report(case, case_rows)
+        new, reported = len(done) > reported, max(reported, len(done))
+        if tracker is not None:
+            tracker.poll(method, lines)
+        return new
+
+    if tracker is not None:
+        tracker.worker_started(method, batch)
+    try:
+        environ = {**kind.env(method), **(env or {})}
+        interpreted = kind.interpreted(method)
+        ended = run_worker(
+            command, environ, out, kind.timeout_s, on_lines, interpreted, kind.per_case
+        )
+    finally:
+        if tracker is not None:
+            tracker.worker_ended(method)
+    if reported < len(batch):  # the case in flight died with the worker: say why
+        lines = read_json_lines(out)
+        status, reason = failed_record(lines) or death_reason(
+            ended.returncode, ended.timed_out_after, ended.stderr
+        )
+        report(batch[reported], kind.lost(method, batch[reported], reported, lines, status, reason))
+        reported += 1
+    return reported
+
+
+def run_kind(
+    kind: Kind,
+    cases: dict[str, list[dict[str, Any]]],
+    progress: ProgressFn | None = None,
+    machine: list[dict[str, Any]] | None = None,
+    tracker: Tracker | None = None,
+) -> dict[str, Rows]:
+    """Every method's cases (``cases`` by method), natively timed methods one at a time
+    and interpreted ones beside or after them (``perfsuite.harness.schedule``); the
+    rows by method."""
+    by_method: dict[str, Rows] = {}
+
+    def work(method: str) -> None:
+        by_method[method] = run_cases(kind, method, cases[method], progress, machine, None, tracker)
+
+    schedule(
+        list(cases), work, interpreted=kind.interpreted, cost=kind.cost, jobs=kind.jobs,
+        beside=kind.beside(),
+    )  # fmt: skip
+    return by_method
+
+
+def checkpointed(
+    env: dict[str, Any],
+    progress: ProgressFn | None,
+    checkpoint: Callable[[dict[str, Any]], None] | None,
+) -> ProgressFn:
+    """``progress``, then ``checkpoint`` with the document of every case finished so far
+    (a run killed half-way keeps what it measured)."""
+    finished: Rows = []
+    lock = threading.Lock()
+
+    def report(method: str, case: dict[str, Any], rows: Rows) -> None:
+        if progress is not None:
+            progress(method, case, rows)
+        if checkpoint is not None:
+            with lock:
+                finished.extend(rows)
+                checkpoint(new_document({**env, "partial": True}, list(finished)))
+
+    return report

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from perfsuite.cli import main
+from perfsuite.results.results import load_results
 from perfsuite.run.launch import root_cause
 from perfsuite.tp_method import shard_ranges
 
@@ -53,7 +54,7 @@ def exact(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
         "run", *SMALL, *QUICK, "--tp", "1,2", "--beta", "0,0.1",
         "--methods", "tp-gather", "--out", str(out),
     )  # fmt: skip
-    return code, printed, json.loads(out.read_text())
+    return code, printed, load_results(out)
 
 
 @pytest.mark.integration
@@ -89,7 +90,7 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
         "run", *SMALL, *QUICK, "--tp", "2", "--beta", "0", "--collective-timeout", "3",
         "--methods", "tp-raises,tp-killed,tp-hangs,tp-wrong", "--out", str(out),
     )  # fmt: skip
-    return code, printed, json.loads(out.read_text())
+    return code, printed, load_results(out)
 
 
 @pytest.mark.integration
@@ -124,7 +125,7 @@ def test_sweep_has_a_tp_axis_and_resumes(tmp_path: Path):
     argv += [*QUICK, "--tp", "1,2", "--beta", "0", "--methods", "tp-gather", "--out", str(out)]
     code, printed = cli(*argv)
     assert code == 0, printed
-    doc = json.loads(out.read_text())
+    doc = load_results(out)
     assert sorted((r["tp"], r["status"]) for r in doc["rows"]) == [(1, "ok"), (2, "ok")]
     assert doc["env"]["sweep"]["grid"]["tp"] == [1, 2]
     code, printed = cli(*argv, "--resume")
@@ -145,7 +146,7 @@ def test_bad_tp_input_is_one_line(argv: list[str], says: str | None, tmp_path: P
     out = tmp_path / "r.json"
     code, printed = cli("run", "--tokens", "8", "--hidden", "8", *argv, "--out", str(out))
     if says is None:  # V=9 over 4 ranks leaves rank 3 nothing: an unsupported cell
-        doc = json.loads(out.read_text())
+        doc = load_results(out)
         assert {r["status"] for r in doc["rows"]} == {"unsupported"}
         assert "leaves rank 3 no vocabulary rows" in doc["rows"][0]["reason"]
         return

@@ -1,0 +1,247 @@
+"""Where one call's time goes: one call under torch's profiler, as a breakdown by class.
+
+``profile_call`` runs ``fn`` once more, after its timed samples (never inside them),
+under the profiler, and sums what it saw by class (``kernel_classes.CLASSES``):
+
+* CUDA (``source = "cuda-kernels"``): every device activity (kernels, memcpy, memset)
+  by its duration; ``launches`` counts them; ``busy_ms`` is the union of their
+  intervals and ``host_ms = wall_ms - busy_ms`` the time the device waited on the host
+  (Python, launches, a ``.item()`` sync).
+* CPU (``source = "cpu-ops"``): every op's self time (its time minus its child ops'),
+  so each millisecond counts once, ``aten::mm`` as GEMM and ``aten::linear``'s thin
+  wrapper by its own name; ``launches`` counts the ops that do the work (those with no
+  child other than view and allocation ops); ``host_ms = wall_ms - device_ms``, the
+  Python and dispatch time outside any op.
+
+The profiler is ``torch.autograd.profiler.profile`` on Kineto, the engine under
+``torch.profiler.profile``: the latter's first start imports dynamo and inductor (1.7 s,
+~150 MB in every worker), which the memory meter next to it would see.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perfsuite.measure.kernel_classes import CLASSES, classify, kernel_name
+
+SOURCES = {"cuda": "cuda-kernels", "cpu": "cpu-ops"}
+NOTES = {
+    "cuda-kernels": "device kernel time; host = wall - device busy",
+    "cpu-ops": "CPU op self time (no GPU); host = wall - op self time",
+}
+TOP = 5
+DEVICE_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# CPU ops that launch no work of their own: views, allocation, no-op conversions.
+NO_WORK_OPS = frozenset(
+    "as_strided view _unsafe_view _reshape_alias reshape t transpose permute expand "
+    "squeeze unsqueeze slice select narrow detach alias resolve_conj resolve_neg empty "
+    "empty_like empty_strided to contiguous lift_fresh unflatten flatten split chunk "
+    "numpy_T type_as".split()
+)
+TRACE_SUFFIX = ".json.gz"
+
+
+@dataclass
+class Breakdown:
+    """One profiled call: milliseconds by class, launches, the top kernels, host time.
+
+    ``classes[c]``: milliseconds of class ``c`` (every class present); ``device_ms``
+    their sum; ``top``: the ``TOP`` kernels (ops on CPU) by time, ``{"name", "class",
+    "ms", "calls"}``; ``note`` says what was measured, in words.
+    """
+
+    source: str
+    wall_ms: float
+    device_ms: float
+    busy_ms: float
+    host_ms: float
+    launches: int
+    classes: dict[str, float] = field(default_factory=dict)
+    top: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe: plain floats, ints and strings, every class present."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Breakdown:
+        """From ``as_dict()``'s form; keys it does not know (a later version's) are left."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def trace_name(method: str, shape: str, dtype: str, beta: float, phase: str) -> str:
+    """A trace's file name for one cell and phase: ``eager__smoke__fp32__b0.1__fwd-bwd``
+    plus ``.json.gz``, characters other than letters, digits, ``._-`` as ``-``."""
+    parts = (method, shape, dtype, f"b{beta:g}", phase)
+    return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in parts) + TRACE_SUFFIX
+
+
+def profile_call(
+    fn: Callable[[], object],
+    device: torch.device,
+    *,
+    setup: Callable[[], object] | None = None,
+    trace: Path | None = None,
+    flush: Callable[[], object] | None = None,
+) -> Breakdown:
+    """One call of ``fn`` under the profiler (``setup`` and ``flush`` run before it, not
+    profiled); ``trace``: where its trace goes, gzip JSON that Perfetto and
+    chrome://tracing open (a path ending ``.json.gz``, in an existing folder).
+
+    Call it after the timed samples: ``fn`` is warm (compiled, autotuned) by then."""
+    if trace is not None and not str(trace).endswith(TRACE_SUFFIX):
+        raise ValueError(f"a trace is written as gzip JSON: {trace} must end {TRACE_SUFFIX}")
+    prof, wall_ms = run_profiled(fn, device, setup=setup, flush=flush)
+    if trace is not None:
+        _save_trace(prof, Path(trace))
+    return breakdown_of(prof, device, wall_ms)
+
+
+_warm: set[str] = set()
+
+
+def run_profiled(
+    fn: Callable[[], object],
+    device: torch.device,
+    *,
+    setup: Callable[[], object] | None = None,
+    flush: Callable[[], object] | None = None,
+) -> tuple[Any, float]:
+    """The profiler that saw one call of ``fn``, and the call's wall milliseconds."""
+    from torch.autograd.profiler import profile
+
+    cuda = device.type == "cuda"
+    options = {"use_kineto": True, "use_device": "cuda" if cuda else None}
+    if device.type not in _warm:  # the first start sets up Kineto (and CUPTI): not fn's
+        with profile(**options):
+            pass
+        _warm.add(device.type)
+    if setup is not None:
+        setup()
+    if flush is not None:
+        flush()
+    if cuda:
+        torch.cuda.synchronize(device)
+    with profile(**options) as prof:
+        start = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        wall_ms = (time.perf_counter() - start) * 1e3
+    return prof, wall_ms
+
+
+def breakdown_of(prof: Any, device: torch.device, wall_ms: float) -> Breakdown:
+    """The breakdown of what ``prof`` saw in a call of ``wall_ms`` milliseconds."""
+    if device.type == "cuda":
+        spans = _device_spans(prof)
+        busy = _union_ms([(start, end) for _, start, end in spans])
+        timed = [(name, (end - start) / 1e6) for name, start, end in spans]
+        return _summarise("cuda-kernels", timed, len(spans), wall_ms, busy)
+    timed, launches = _cpu_ops(prof)
+    device_ms = sum(ms for _, ms in timed)
+    return _summarise("cpu-ops", timed, launches, wall_ms, device_ms)
+
+
+def kernel_ms(prof: Any, device: torch.device) -> float:
+    """The ``kernels`` timer's sample: device kernels' summed durations (launch gaps
+    excluded), on CPU the ops' summed self time."""
+    if device.type == "cuda":
+        return sum(end - start for _, start, end in _device_spans(prof)) / 1e6
+    return sum(ms for _, ms in _cpu_ops(prof)[0])
+
+
+def _device_spans(prof: Any) -> list[tuple[str, int, int]]:
+    """(name, start ns, end ns) of each device activity: kernels, memcpy, memset."""
+    spans = []
+    for ev in prof.kineto_results.events():
+        kind = ev.activity_type() if hasattr(ev, "activity_type") else None
+        if kind is None:  # older torch: a device event that is not an annotation
+            device_side = ev.device_type() == torch.autograd.DeviceType.CUDA
+            work = device_side and not ev.is_user_annotation()
+        else:
+            work = kind in DEVICE_ACTIVITIES
+        if work:
+            spans.append((ev.name(), ev.start_ns(), ev.start_ns() + ev.duration_ns()))
+    return spans
+
+
+def _cpu_ops(prof: Any) -> tuple[list[tuple[str, float]], int]:
+    """(name, self ms) of every CPU op, and how many of them do the work."""
+    timed, launches = [], 0
+    for ev in prof.function_events:
+        if ev.is_async or ev.device_type != torch.autograd.DeviceType.CPU:
+            continue
+        timed.append((ev.name, ev.self_cpu_time_total / 1e3))
+        if not _no_work(ev.name) and all(_no_work(c.name) for c in ev.cpu_children):
+            launches += 1
+    return timed, launches
+
+
+def _no_work(name: str) -> bool:
+    return name.startswith("aten::") and name[6:] in NO_WORK_OPS
+
+
+def _union_ms(spans: list[tuple[int, int]]) -> float:
+    """Milliseconds covered by at least one of ``spans`` (ns): overlapping streams once."""
+    total, end = 0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e6
+
+
+def _summarise(
+    source: str, timed: list[tuple[str, float]], launches: int, wall_ms: float, busy_ms: float
+) -> Breakdown:
+    classes = dict.fromkeys(CLASSES, 0.0)
+    by_name: dict[tuple[str, str], list[float]] = {}
+    for name, ms in timed:
+        cls = classify(name)
+        classes[cls] += ms
+        by_name.setdefault((kernel_name(name), cls), []).append(ms)
+    top = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:TOP]
+    return Breakdown(
+        source=source,
+        wall_ms=wall_ms,
+        device_ms=sum(classes.values()),
+        busy_ms=busy_ms,
+        host_ms=wall_ms - busy_ms,
+        launches=launches,
+        classes=classes,
+        top=[{"name": n, "class": c, "ms": sum(v), "calls": len(v)} for (n, c), v in top],
+        note=NOTES[source],
+    )
+
+
+def _save_trace(prof: Any, path: Path) -> None:
+    """Kineto's JSON, gzipped into ``path`` whole or not at all (a temporary file in the
+    same folder, renamed)."""
+    with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
+        raw = Path(scratch) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        fd, tmp = tempfile.mkstemp(prefix=".trace-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out, raw.open("rb") as src, gzip.open(out, "wb") as gz:
+                shutil.copyfileobj(src, gz)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,160 @@
+"""Where a cell's time goes, as text: per cell a stacked bar per method, then the top kernels.
+
+A row's ``breakdown`` is ``perfsuite.measure.profile.Breakdown.as_dict()``. Each bar is
+one character per class (``LETTERS``, the legend under the title) and ``.`` for the
+host's share (wall time the device, or the CPU ops, were idle), scaled so the method
+with the longest wall time fills the bar; the numbers beside it are exact. The top
+kernels' table (``share %``: of the method's summed kernel, or op, time) goes through
+``perfsuite.fit``: names fold, numbers are never cut.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from typing import Any
+
+from perfsuite.fit import Column, TrimmedConsole, fold, print_fitted
+from perfsuite.measure.kernel_classes import CLASSES
+
+LETTERS = {"gemm": "G", "ours": "O", "peer": "P", "elementwise": "E", "copy": "C",
+           "collective": "N", "other": "x"}  # fmt: skip
+HOST = "."
+SOURCES = {"cuda-kernels": "CUDA kernels", "cpu-ops": "CPU ops, no GPU"}
+MIN_BAR = 10
+NAME_LIMIT = 36  # a longer kernel name shows its head and tail (the row keeps it whole)
+
+
+def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str]:
+    """Per cell (shape, dtype, β, phase) with a breakdown: title, legend, one bar per
+    method, the top kernels; no line wider than ``width``. [] when no row has one."""
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("breakdown"):
+            cells.setdefault(_cell(row), []).append(row)
+    lines: list[str] = []
+    for members in cells.values():
+        if lines:
+            lines.append("")
+        lines += _title(members, width)
+        lines += _bars(members, width)
+        lines.append("")
+        lines += _top_table(members, width)
+    return lines
+
+
+def _cell(row: dict[str, Any]) -> tuple:
+    return (row.get("shape"), row.get("tokens"), row.get("vocab"), row.get("hidden"),
+            row.get("dtype"), row.get("beta"), row.get("phase"))  # fmt: skip
+
+
+def _title(members: list[dict[str, Any]], width: int) -> list[str]:
+    row = members[0]
+    sources = sorted({m["breakdown"]["source"] for m in members})
+    measured = ", ".join(SOURCES.get(s, s) for s in sources)
+    beta = row.get("beta")
+    title = (
+        f"where the time goes: {row.get('shape')} {row.get('dtype')} "
+        f"β={beta:g} {row.get('phase')} ({measured})"
+        if isinstance(beta, (int, float))
+        else f"where the time goes: {row.get('shape')} {row.get('dtype')} {row.get('phase')}"
+    )
+    legend = "  ".join(f"{LETTERS[c]} {c}" for c in CLASSES) + f"  {HOST} host"
+    return fold(title, width).split("\n") + fold(legend, width).split("\n")
+
+
+def fmt_ms(ms: float) -> str:
+    """Milliseconds without an exponent: 3 significant figures down to 0.001."""
+    if ms >= 1000:
+        return f"{ms:,.0f}"
+    if ms >= 100:
+        return f"{ms:.1f}"
+    return f"{ms:.2f}" if ms >= 1 else f"{ms:.3f}"
+
+
+def _bars(members: list[dict[str, Any]], width: int) -> list[str]:
+    heads = ("wall ms", "host ms", "launches")
+    numbers = [
+        (fmt_ms(b["wall_ms"]), fmt_ms(max(b["host_ms"], 0.0)), str(b["launches"]))
+        for b in (m["breakdown"] for m in members)
+    ]
+    widths = [max(len(h), *(len(n[i]) for n in numbers)) for i, h in enumerate(heads)]
+    fixed = sum(widths) + len(widths)  # a space before each number
+    name_w = max(len("method"), *(len(str(m["method"])) for m in members))
+    name_w = max(min(name_w, width - fixed - 1 - MIN_BAR), 8)
+    bar_w = max(width - fixed - 1 - name_w, 1)
+    longest = max(max(m["breakdown"]["wall_ms"], 0.0) for m in members) or 1.0
+    tail = " ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))
+    out = [f"{'method'.ljust(name_w)} {''.ljust(bar_w)} {tail}".rstrip()]
+    for member, nums in zip(members, numbers, strict=True):
+        bar = stacked_bar(member["breakdown"], bar_w / longest)
+        first, *more = fold(str(member["method"]), name_w).split("\n")
+        cells = " ".join(n.rjust(w) for n, w in zip(nums, widths, strict=True))
+        out.append(f"{first.ljust(name_w)} {bar.ljust(bar_w)} {cells}")
+        out += more
+    return out
+
+
+def stacked_bar(breakdown: dict[str, Any], per_ms: float) -> str:
+    """``breakdown``'s wall time as ``per_ms`` characters a millisecond: the device's
+    busy time split by class in proportion, then the host's share."""
+    wall = max(breakdown["wall_ms"], 0.0)
+    host = min(max(breakdown["host_ms"], 0.0), wall)
+    classes = breakdown["classes"]
+    total = sum(classes.get(c, 0.0) for c in CLASSES)
+    busy = wall - host
+    parts = [(LETTERS[c], busy * classes.get(c, 0.0) / total if total else 0.0) for c in CLASSES]
+    parts.append((HOST, host if total else wall))
+    bar, done, position = "", 0.0, 0
+    for letter, ms in parts:
+        done += ms
+        end = round(done * per_ms)
+        bar += letter * max(end - position, 0)
+        position = max(end, position)
+    return bar
+
+
+def short_name(name: str, limit: int = NAME_LIMIT) -> str:
+    """``name`` itself, or its head and tail around ``...`` when longer than ``limit``."""
+    if len(name) <= limit:
+        return name
+    tail = limit // 3
+    return f"{name[: limit - tail - 3]}...{name[-tail:]}"
+
+
+def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
+    columns = [
+        Column("method"),
+        Column("top kernels" if _cuda(members) else "top ops"),
+        Column("class"),
+        Column("calls", "right", False),
+        Column("ms", "right", False),
+        Column("share %", "right", False),
+    ]
+    rows, sections = [], []
+    for member in members:
+        breakdown = member["breakdown"]
+        total = sum(breakdown["classes"].values()) or 1.0
+        for i, top in enumerate(breakdown["top"]):
+            rows.append([
+                str(member["method"]) if i == 0 else "",
+                short_name(top["name"]),
+                top["class"],
+                str(top["calls"]),
+                fmt_ms(top["ms"]),
+                f"{100 * top['ms'] / total:.1f}",
+            ])  # fmt: skip
+        if rows:
+            sections.append(len(rows) - 1)
+    if not rows:
+        return []
+    from rich import box
+
+    console = TrimmedConsole(file=io.StringIO(), width=width, color_system=None, highlight=False)
+    options = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    print_fitted(console, columns, rows, sections=sections[:-1], **options)
+    return console.file.getvalue().strip("\n").split("\n")
+
+
+def _cuda(members: list[dict[str, Any]]) -> bool:
+    return any(m["breakdown"]["source"] == "cuda-kernels" for m in members)

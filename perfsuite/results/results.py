@@ -114,6 +114,12 @@ class Row:
     # ``step`` rows: the loss's milliseconds in the step (the step's fwd+bwd less the same
     # model's with a trivial loss on the hidden states, medians); None elsewhere.
     loss_ms: float | None = None
+    # How the samples were timed (``measure.timers.TIMERS``): part of the cell's identity.
+    timer: str = "events"
+    # ``--profile``: one extra profiled call per phase, after the timed samples
+    # (``measure.profile.Breakdown.as_dict()``), and its trace's file name in the folder.
+    breakdown: dict[str, Any] | None = None
+    trace: str | None = None
 
     # The kind of cell (``kinds.KINDS``); None: read from the fields when the document is
     # made (``kinds.row_kind``), since some writers set ``tp`` or ``workload`` later.

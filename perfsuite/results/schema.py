@@ -98,6 +98,9 @@ class _Cell(_Strict):
     entropy: float | None = None
     deterministic: bool | None = None
     busy: str = ""
+    timer: Literal["events", "graph", "kernels"] = "events"
+    breakdown: dict[str, Any] | None = None
+    trace: str | None = None
 
 
 class _NoMetrics(_Strict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sqlite3
 import sys
@@ -22,7 +23,6 @@ from rich import box
 
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
-from perfsuite.measure.machine import document_busy
 from perfsuite.results.outpath import OutputPathError, check_output_dir
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "demo", help="write a synthetic history with a known step (to try the tools)"
     )
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
-    p.add_argument("--runs", type=int, default=60)
+    p.add_argument("--runs", type=int, default=60, help=f"4 to {demo.MAX_RUNS}")
     p.add_argument("--step", type=float, default=0.05, help="relative step (0.05: +5%%; 0: none)")
     p.add_argument("--step-at", type=int, default=40, help="first run of the step (from 0)")
     p.add_argument("--method", default="ours", choices=demo.METHODS, help="the method it slows")
@@ -198,20 +198,9 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
     return "\n".join([f"{head} {change.ident}", *body])
 
 
-def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
-    """Runs measured on a busy machine: content hash -> why. Their times would call a
-    change between machine states a regression (or an improvement)."""
-    out = {}
-    for row in conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id"):
-        why = document_busy({"env": json.loads(row["env_json"]), "rows": []})
-        if why:
-            out[row["content_hash"]] = why
-    return out
-
-
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     metrics = args.metric or list(store.METRICS)
-    busy = {} if args.accept_busy else busy_runs(conn)
+    busy = {} if args.accept_busy else rules.busy_runs(conn)
     for run_hash, why in busy.items():
         note = f"busy run {run_hash[:12]}: its times are left out ({why}; --accept-busy)"
         print(textwrap.fill(note, max(40, shutil.get_terminal_size().columns)))
@@ -279,12 +268,25 @@ def _run_noise(conn: sqlite3.Connection, kind: str) -> float:
     return float(np.median(sigmas)) if sigmas else 0.0
 
 
+def _sensitivity_refusal(args: argparse.Namespace) -> str:
+    """Why the options cannot make a measurement, naming the option ("": they can)."""
+    for option, value, least in (("--trials", args.trials, 1), ("--cells", args.cells, 1),
+                                 ("--runs", args.runs, 8)):  # fmt: skip
+        if value < least:
+            return f"{option} {value}: must be {least} or more"
+    noise = args.run_noise
+    if noise is not None and not (math.isfinite(noise) and noise >= 0):
+        return f"--run-noise {noise:g}: must be a fraction >= 0 (0.01: 1 %)"
+    return ""
+
+
 def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
+    refusal = _sensitivity_refusal(args)
+    if refusal:
+        return _fail(refusal)
     sets = _sample_sets(conn, args.cells)
     if not sets:
         return _fail("no stored cell has 10 samples or more: `history import` results first")
-    if args.runs < 8 or args.trials < 1:
-        return _fail("--runs must be >= 8 and --trials >= 1")
     rates = []
     for kind, samples in sets.items():
         noise = args.run_noise if args.run_noise is not None else _run_noise(conn, kind)
@@ -303,8 +305,10 @@ def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    if args.runs < 4 or not 0 < args.step_at < args.runs:
-        return _fail("--runs must be >= 4 and --step-at between 1 and --runs - 1")
+    if not 4 <= args.runs <= demo.MAX_RUNS:  # a typo's million files took minutes to stop
+        return _fail(f"--runs {args.runs}: must be between 4 and {demo.MAX_RUNS}")
+    if not 0 < args.step_at < args.runs:
+        return _fail(f"--step-at {args.step_at}: must be between 1 and --runs - 1")
     if not -1 < args.step < 10:
         return _fail(f"--step {args.step:g}: must be a relative change in (-1, 10)")
     try:

@@ -30,6 +30,8 @@ START = datetime(2026, 1, 1, 3, 17, tzinfo=timezone.utc)
 RUN_NOISE = 0.0033
 SAMPLE_NOISE = 0.005
 SAMPLES = 20
+# More runs than a year of nightlies; above it a typo (--runs 1000000) wrote files for minutes.
+MAX_RUNS = 1000
 
 
 def _base_ms(method: str, phase: str, beta: float) -> float:

@@ -19,6 +19,10 @@ staircase of small steps: their sum is what matters). A merged change is a
    pass, its samples do not move);
 4. persistence: at least ``MIN_PERSISTENCE`` runs after the change.
 
+Runs measured on a busy machine (``busy_runs``) give no time point unless asked
+(``history check --accept-busy``): their times would call a change of machine state a
+regression. ``history check`` and the dashboard judge the same series this way.
+
 A regression is **recovered** when a later segment comes back within the
 threshold of the level before it; ``check`` fails only on regressions that are
 neither recovered nor acknowledged (``history ack``).
@@ -36,6 +40,7 @@ from itertools import groupby
 import numpy as np
 
 from perfsuite.history import changepoints, store
+from perfsuite.measure.machine import document_busy
 
 # The same minimums as `perfsuite compare`.
 from perfsuite.regress.verdicts import (
@@ -333,3 +338,14 @@ def check(
             elif state != "change":
                 settled.append(change)
     return failing, settled
+
+
+def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
+    """Runs measured on a busy machine: content hash -> why. Their times would call a
+    change between machine states a regression (or an improvement)."""
+    out = {}
+    for row in conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id"):
+        why = document_busy({"env": json.loads(row["env_json"]), "rows": []})
+        if why:
+            out[row["content_hash"]] = why
+    return out

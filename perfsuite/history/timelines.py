@@ -8,7 +8,10 @@ TP=2``: across 2 ranks, never joined to the other), has a **line** per metric
 axis: the runs that measured any cell of the group, oldest first, numbered from
 0. Each change point that ``rules.judge`` finds is a **mark** with its verdict
 (``open``, ``acknowledged``, ``recovered`` regression, or a ``change`` that is
-not a regression) and the commits around it.
+not a regression) and the commits around it. Marks are judged on the series
+``history check`` judges (``rules.cell_series`` without the times of
+``rules.busy_runs``), so the site and the check give one answer; the lines
+draw every time point, a busy run's too.
 
 This module only reads and arranges; ``perfsuite.render.dashboard`` draws.
 """
@@ -16,7 +19,7 @@ This module only reads and arranges; ``perfsuite.render.dashboard`` draws.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
 
@@ -115,21 +118,26 @@ def _sort_key(key: tuple) -> tuple:
     return tuple((v is not None, v if v is not None else 0) for v in key)
 
 
-def load(conn: sqlite3.Connection) -> dict[str, list[Group]]:
-    """Shape name -> its groups (sorted by device and configuration); shapes sorted by name."""
+def load(conn: sqlite3.Connection, accept_busy: bool = False) -> dict[str, list[Group]]:
+    """Shape name -> its groups (sorted by device and configuration); shapes sorted by name.
+    ``accept_busy``: judge busy runs' times too (``history check --accept-busy``)."""
     by_group: dict[tuple, list[list[sqlite3.Row]]] = {}
     for rows in _cells(conn):
         by_group.setdefault(_group_key(rows[0]), []).append(rows)
     acknowledged = store.acks(conn)
+    untimed = set() if accept_busy else set(rules.busy_runs(conn))
     shapes: dict[str, list[Group]] = {}
     for key in sorted(by_group, key=_sort_key):
-        group = _build(key, by_group[key], acknowledged)
+        group = _build(key, by_group[key], acknowledged, untimed)
         shapes.setdefault(group.shape, []).append(group)
     return dict(sorted(shapes.items()))
 
 
 def _build(
-    key: tuple, cells: list[list[sqlite3.Row]], acknowledged: dict[tuple[str, str, str], str]
+    key: tuple,
+    cells: list[list[sqlite3.Row]],
+    acknowledged: dict[tuple[str, str, str], str],
+    untimed: Collection[str] = (),
 ) -> Group:
     runs_seen = {}
     for rows in cells:
@@ -157,6 +165,7 @@ def _build(
                 line.high.append(high)
             lines.append(line)
             drawn = True
+        for series in rules.cell_series(rows, untimed=untimed):  # what history check judges
             for change in rules.judge(series):
                 marks.append(
                     Mark(

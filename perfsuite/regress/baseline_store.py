@@ -21,6 +21,7 @@ from rich import box
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.measure.machine import document_busy
 from perfsuite.regress.environment import env_differences
+from perfsuite.results.outpath import OutputPathError, check_output_dir
 from perfsuite.results.provenance import device_slug
 from perfsuite.results.results import ResultsError, load_results, new_document, write_results
 
@@ -100,10 +101,14 @@ def update(
     A shape whose new file has fewer ``ok`` cells than the stored one is refused unless
     ``force``: a run whose cells errored must not replace a good baseline.
     """
-    document = load_results(results)
+    document = load_results(results)  # validated: a malformed file is never stored
     if not document["rows"]:
         raise ResultsError(f"{results}: no rows; nothing to store")
+    _check_root(root)
     folder = device_dir(root, document["env"])
+    if not dry_run:  # made and written to now: a bad --root costs nothing and stores nothing
+        check_output_dir(root, "--root")
+        check_output_dir(folder, "--root")
     lines = []
     git = document["env"].get("git") or {}
     if git.get("dirty"):
@@ -136,13 +141,23 @@ def update(
     # Written only once every shape passed the check: all or nothing.
     for path, doc, what in planned:
         if not dry_run:
-            write_results(path, doc)
+            try:
+                write_results(path, doc)
+            except OSError as err:
+                raise ResultsError(f"--root {root}: cannot write {path} ({err.strerror})") from None
         lines.append(f"{'would write' if dry_run else 'wrote'} {path}: {what}")
     return lines
 
 
+def _check_root(root: Path) -> None:
+    """A ``--root`` that is a file (a results file given in its place) is an error."""
+    if Path(root).exists() and not Path(root).is_dir():
+        raise ResultsError(f"--root {root}: is a file, not a folder of stored baselines")
+
+
 def list_stored(root: Path = DEFAULT_ROOT) -> tuple[list[list[str]], list[str]]:
     """(a row per stored file: file, cells, created, git, torch; lines for the rest)."""
+    _check_root(root)
     rows, lines = [], []
     for path in sorted(Path(root).glob("*/*.json")):
         try:
@@ -199,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             rows, lines = list_stored(args.root)
             if rows:
                 _print_list(rows)
-    except (ResultsError, OSError) as err:
+    except (ResultsError, OutputPathError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for line in lines:

@@ -27,7 +27,11 @@ from perfsuite.regress.verdicts import (
     Settings,
     compare_documents,
 )
-from perfsuite.results.results import ResultsError, load_results
+from perfsuite.results.results import ResultsError, document_kinds, load_results, require_kind
+
+# What compare judges: a loss cell on one device or across ranks, a training step
+# (``converge``'s training runs are judged by their own report).
+COMPARED_KINDS = frozenset({"loss", "tp", "step"})
 
 
 def parse_fraction(text: str) -> float:
@@ -79,9 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"significance level of the one-sided U test (default {DEFAULT_ALPHA:g})",
     )
     parser.add_argument(
-        "--fail-on-missing", action="store_true", help="a cell only in BASELINE is a failure"
-    )
-    parser.add_argument(
         "--allow-env-mismatch",
         action="store_true",
         help="compare even if device or library versions differ",
@@ -117,6 +118,17 @@ def load_pair(
     return load_results(baseline), current_doc, str(baseline), []
 
 
+def check_kinds(base: dict[str, Any], cur: dict[str, Any], labels: tuple[str, str]) -> None:
+    """One line, before any verdict, for files compare cannot judge against each other."""
+    for doc, label in zip((base, cur), labels, strict=True):
+        require_kind(doc, label, COMPARED_KINDS, "compare")
+    kinds = document_kinds(base), document_kinds(cur)
+    if all(kinds) and not kinds[0] & kinds[1]:
+        pairs = zip(labels, kinds, strict=True)
+        named = [f"{label} holds {' and '.join(sorted(k))} rows" for label, k in pairs]
+        raise CompareError(f"{', '.join(named)}: cells of different kinds are never compared")
+
+
 def run(args: argparse.Namespace) -> int:
     """``perfsuite compare``: 0 no regression, 1 regression(s), 2 unusable input."""
     try:
@@ -125,10 +137,10 @@ def run(args: argparse.Namespace) -> int:
             memory_threshold=args.memory_threshold,
             metric=args.metric,
             alpha=args.alpha,
-            fail_on_missing=args.fail_on_missing,
             allow_env_mismatch=args.allow_env_mismatch,
         )
         base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
+        check_kinds(base_doc, cur_doc, (base_label, str(args.current)))
         refusal = refuse_busy(base_doc, cur_doc, (base_label, str(args.current)))
         if refusal and not args.accept_busy:
             raise CompareError(refusal)

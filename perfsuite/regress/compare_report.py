@@ -9,8 +9,9 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.text import Text
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table
+from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 
@@ -43,6 +44,8 @@ def fmt_mib(value: int | None) -> str:
     if value is None:
         return "-"
     mib = value / 2**20
+    if 0 < mib < 0.01:  # a few bytes: "3.81e-06" widened every table's column
+        return "<0.01"
     return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
 
 
@@ -53,7 +56,9 @@ def fmt_ratio(value: float | None) -> str:
 
 
 def fmt_p(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.2g}"
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.0e}" if value < 1e-3 else f"{value:.2g}"  # 7e-12, not 7.3e-12
 
 
 def method_label(row: dict[str, Any]) -> str:
@@ -72,9 +77,15 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     return [method_label(row), shape, row["dtype"], beta, row["phase"]]
 
 
-def _status(cell: CellComparison) -> str:
+# The console table's words for the widest statuses (the run table's: render.table).
+_SHORT = {"unavailable": "unavail", "unsupported": "N/A"}
+
+
+def _status(cell: CellComparison, short: bool = False) -> str:
     b = cell.baseline["status"] if cell.baseline else "-"
     c = cell.current["status"] if cell.current else "-"
+    if short:
+        b, c = _SHORT.get(b, b), _SHORT.get(c, c)
     return b if b == c else f"{b} → {c}"
 
 
@@ -161,66 +172,88 @@ def _footnote(footnotes: list[str], notes: list[str]) -> str:
 def _print_records(
     console: Console, title: str, columns: list[Column], rows: list[list[str]]
 ) -> None:
-    """A table too wide for the terminal even folded: each row as its own lines."""
+    """A table too wide for the terminal even folded: each row as its own lines, broken
+    between fields only (``40 → 60`` stays on one line)."""
     console.print(title, style="bold", highlight=False)
     for row in rows:
-        fields = [f"{c.header or 'note'} {v}" for c, v in zip(columns, row, strict=True) if v]
-        console.print("  " + ", ".join(fields), highlight=False)
+        pairs = zip(columns, row, strict=True)
+        fields = [f"{c.header or 'note'} {Text.from_markup(v).plain}" for c, v in pairs if v]
+        lines = ["  " + fields[0]]
+        for item in fields[1:]:
+            if len(lines[-1]) + 2 + len(item) > console.width:
+                lines[-1] += ","
+                lines.append("    " + item)
+            else:
+                lines[-1] += ", " + item
+        console.print(Text("\n".join(lines)), soft_wrap=True)
+
+
+def _columns(metric: str) -> list[Column]:
+    """The console table's columns; ``3.725 → 5.643`` never folds (a number pair)."""
+    return [
+        Column("method"),
+        Column("phase"),
+        Column("status"),
+        Column(f"{metric} ms", "right", fold=False),
+        Column("time ×", "right", fold=False),
+        Column("p", "right", fold=False),
+        Column("peak MiB", "right", fold=False),
+        Column("mem ×", "right", fold=False),
+        Column("verdict"),  # and its note's number: a column of its own cost 4 characters
+    ]
+
+
+def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
+    style = STYLE[cell.verdict]
+    verdict = cell.verdict + (" ✗" if cell.failing else "")
+    b, c = cell.baseline or {}, cell.current or {}
+    return [
+        cell.row["method"],  # the TP size is in the title
+        cell.row["phase"],
+        _status(cell, short=True),
+        _arrow(fmt_ms(_time(cell.baseline, metric)), fmt_ms(_time(cell.current, metric))),
+        fmt_ratio(cell.time.ratio),
+        fmt_p(cell.time.p_slower),
+        _arrow(fmt_mib(b.get("peak_bytes")), fmt_mib(c.get("peak_bytes"))),
+        fmt_ratio(cell.memory.ratio),
+        f"[{style}]{verdict}[/{style}] {_footnote(footnotes, cell.notes)}".rstrip(),
+    ]
 
 
 def print_table(comparison: Comparison, console: Console | None = None) -> None:
-    """One table per (shape, dtype, β, TP size): method and phase rows, compact columns."""
+    """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
+    all laid out alike: folded as the table of every row would be, or all as records."""
     if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
         console = TrimmedConsole()
     metric = comparison.settings.metric
-    console.print(
-        f"[bold]{comparison.baseline_label}[/bold] → [bold]{comparison.current_label}[/bold]"
-    )
+    pair = f"{comparison.baseline_label} → {comparison.current_label}"
+    console.print(Text(fold(pair, console.width, path=True), style="bold"))
     groups: dict[str, list[CellComparison]] = {}
     for cell in comparison.cells:
         groups.setdefault(_group(cell.row), []).append(cell)
-    for title, cells in groups.items():
-        columns = [
-            Column("method"),
-            Column("phase"),
-            Column("status"),
-            Column(f"{metric} ms", "right"),
-            Column("time ×", "right", fold=False),
-            Column("p", "right", fold=False),
-            Column("peak MiB", "right"),
-            Column("mem ×", "right", fold=False),
-            Column("verdict"),
-            Column("", fold=False),
-        ]
-        footnotes: list[str] = []
-        rows = []
-        for cell in cells:
-            style = STYLE[cell.verdict]
-            verdict = cell.verdict + (" ✗" if cell.failing else "")
-            b, c = cell.baseline or {}, cell.current or {}
-            rows.append(
-                [
-                    cell.row["method"],  # the TP size is in the title
-                    cell.row["phase"],
-                    _status(cell),
-                    _arrow(
-                        fmt_ms(_time(cell.baseline, metric)), fmt_ms(_time(cell.current, metric))
-                    ),
-                    fmt_ratio(cell.time.ratio),
-                    fmt_p(cell.time.p_slower),
-                    _arrow(fmt_mib(b.get("peak_bytes")), fmt_mib(c.get("peak_bytes"))),
-                    fmt_ratio(cell.memory.ratio),
-                    f"[{style}]{verdict}[/{style}]",
-                    _footnote(footnotes, cell.notes),
-                ]
-            )
-        options = dict(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        table = fit_table(columns, rows, console.width, collapse_padding=True, **options)
+    columns = _columns(metric)
+    options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    notes: dict[str, list[str]] = {title: [] for title in groups}
+    rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
+    every = [row for group in rows.values() for row in group]
+    joint = fit_table(columns, every, console.width, **options)
+    # Each group's cells as the table of every row folds them: one layout for all.
+    folded = None
+    if joint is not None:
+        folded = list(zip(*(list(c.cells) for c in joint.columns), strict=True))
+    start = 0
+    for title, group in rows.items():
+        table = None
+        if folded is not None:
+            mine = [list(row) for row in folded[start : start + len(group)]]
+            table = fit_table(columns, mine, console.width, title=title, title_justify="left",
+                              **options)  # fmt: skip
+        start += len(group)
         if table is None:  # too narrow even folded: one cell per block, nothing cut
-            _print_records(console, title, columns, rows)
+            _print_records(console, title, columns, group)
         else:
             console.print(table)
-        for i, note in enumerate(footnotes, 1):
+        for i, note in enumerate(notes[title], 1):
             console.print(f"  [{i}] {note}", highlight=False)
     for line in comparison.env_problems:
         console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")

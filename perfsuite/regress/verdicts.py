@@ -8,7 +8,7 @@ verdict (a TP = 2 cell never matches a TP = 1 one, nor a one-device one, tp None
 ``improvement``     time or memory got better beyond them (refresh the baseline)
 ``same``            neither
 ``new``             only in CURRENT
-``missing``         only in BASELINE (a failure with ``--fail-on-missing``)
+``missing``         only in BASELINE: fails unless CURRENT has the method ``unavailable``
 ``status-changed``  the status differs; a failure when the baseline was ``ok``
                     (ok -> oom, ok -> wrong, ...) or the new status is
                     ``wrong``, ``oom`` or ``error``
@@ -83,9 +83,8 @@ class EnvMismatch(CompareError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__(
-            "the two results were measured in different environments:\n  "
-            + "\n  ".join(problems)
-            + "\ncompare results of the same device and versions, or pass --allow-env-mismatch"
+            f"the two results were measured in different environments ({'; '.join(problems)}): "
+            "compare results of the same device and versions, or pass --allow-env-mismatch"
         )
 
 
@@ -96,7 +95,6 @@ class Settings:
     memory_threshold: float = DEFAULT_MEMORY_THRESHOLD
     metric: str = "median"
     alpha: float = DEFAULT_ALPHA
-    fail_on_missing: bool = False
     allow_env_mismatch: bool = False
     # None: CPU_MEMORY_SLACK_BYTES for CPU rows, 0 for CUDA rows.
     memory_slack_bytes: int | None = None
@@ -218,13 +216,20 @@ def status_change_fails(base_status: str, cur_status: str) -> bool:
 
 
 def compare_cell(
-    key: tuple, base: dict[str, Any] | None, cur: dict[str, Any] | None, settings: Settings
+    key: tuple,
+    base: dict[str, Any] | None,
+    cur: dict[str, Any] | None,
+    settings: Settings,
+    *,
+    unavailable: str = "",
 ) -> CellComparison:
+    """One cell's verdict; ``unavailable``: why CURRENT cannot run the cell's method."""
     if base is None:
         assert cur is not None
         return CellComparison(key, None, cur, "new", False)
-    if cur is None:
-        return CellComparison(key, base, None, "missing", settings.fail_on_missing)
+    if cur is None:  # a run that measured less must not pass the gate
+        notes = [f"unavailable: {unavailable}"] if unavailable else ["not in the current run"]
+        return CellComparison(key, base, None, "missing", not unavailable, notes=notes)
     if base["status"] != cur["status"]:
         fails = status_change_fails(base["status"], cur["status"])
         notes = [cur.get("reason") or ""] if cur["status"] != "ok" else []
@@ -368,10 +373,23 @@ def compare_documents(
         raise EnvMismatch(problems)
     base_cells = index_rows(baseline["rows"], baseline_label)
     cur_cells = index_rows(current["rows"], current_label)
-    if base_cells and cur_cells and not base_cells.keys() & cur_cells.keys():
+    for label, rows in ((current_label, cur_cells), (baseline_label, base_cells)):
+        if not rows:  # a run that produced nothing passes no gate
+            raise CompareError(f"nothing to compare: {label} has no rows")
+    if not base_cells.keys() & cur_cells.keys():
         raise CompareError(_nothing_shared(base_cells, cur_cells, (baseline_label, current_label)))
+    unavailable = {
+        (r["method"], r.get("tp")): str(r.get("reason") or "").strip()
+        for r in cur_cells.values()
+        if r["status"] == "unavailable"
+    }
     keys = list(base_cells) + [k for k in cur_cells if k not in base_cells]
-    cells = [compare_cell(k, base_cells.get(k), cur_cells.get(k), settings) for k in keys]
+
+    def cell(k: tuple) -> CellComparison:
+        why = unavailable.get((k[0], k[-1]), "")  # (method, TP size)
+        return compare_cell(k, base_cells.get(k), cur_cells.get(k), settings, unavailable=why)
+
+    cells = [cell(k) for k in keys]
     return Comparison(
         cells,
         settings,

@@ -7,7 +7,9 @@ the runs, change points marked and linked to their commits, filters by device,
 dtype, β and phase), and one shared ``plotly.min.js`` (plotly's own bundle,
 written next to the pages). Open ``DIR/index.html`` in a browser.
 
-Change points and verdicts are ``perfsuite history check``'s (``history.rules``).
+Change points and verdicts are ``perfsuite history check``'s (``history.rules``), on the
+same series: a busy run's times are drawn but not judged, unless ``--accept-busy`` (as
+``history check --accept-busy``).
 A commit links to ``--commit-url`` (``{sha}`` is replaced), by default the
 GitHub commit page when ``$GITHUB_SERVER_URL`` and ``$GITHUB_REPOSITORY`` are
 set (as in a workflow), else to the run's row on the index page.
@@ -54,6 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "$GITHUB_REPOSITORY, else the run's row on the index page)",
     )
     parser.add_argument("--title", default="perfsuite benchmark history")
+    parser.add_argument(
+        "--accept-busy",
+        action="store_true",
+        help="judge the times of runs measured on a busy machine too (as history check's)",
+    )
 
 
 def commit_linker(template: str | None) -> Callable[[str], str]:
@@ -110,13 +117,14 @@ def build(
     commit_url: Callable[[str], str],
     title: str,
     source: str,
+    accept_busy: bool = False,
 ) -> list[Path]:
     """Write the site into ``out``; returns the pages written (index first)."""
     from plotly.offline import get_plotlyjs
 
     from perfsuite.render import dashboard_figures, dashboard_pages
 
-    shapes = timelines.load(conn)
+    shapes = timelines.load(conn, accept_busy)
     taken: set[str] = set()
     pages, written = [], []
     for shape, groups in shapes.items():
@@ -152,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
     source = str(args.db or store.default_db_path())
     out = Path(args.out)
     try:
-        pages = build(conn, check_out_dir(out), commit_url, args.title, source)
+        out_dir = check_out_dir(out)
+        pages = build(conn, out_dir, commit_url, args.title, source, args.accept_busy)
     except (DashboardError, changepoints.RupturesMissing) as err:
         return _fail(str(err))
     except (sqlite3.DatabaseError, store.StoreError) as err:

@@ -215,7 +215,9 @@ def index_page(
     body = (
         f'<h1>{esc(title)}</h1>\n<p class="muted">From <code>{esc(source)}</code>: '
         f"{len(runs)} runs. Regressions are judged by <code>perfsuite history check</code>'s "
-        "rule.</p>\n<h2>Open regressions</h2>\n" + regressions + "\n<h2>Shapes</h2>\n"
+        "rule, on the same series.</p>\n<h2>Open regressions</h2>\n"
+        + regressions
+        + "\n<h2>Shapes</h2>\n"
         '<table class="shapes"><tr><th>shape</th><th>devices</th><th>plots</th><th>runs</th>'
         f"<th>open regressions</th></tr>{''.join(shape_rows)}</table>\n<h2>Runs</h2>\n"
         '<table class="runs"><tr><th>time</th><th>commit</th><th>device</th><th>environment</th>'

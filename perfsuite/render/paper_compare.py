@@ -50,9 +50,35 @@ PAPER_METHODS = {
 }
 
 
+# The columns of reports/paper/gemma2-2b-h100.csv that side_by_side reads.
+PAPER_COLUMNS = ("method", "beta", "fwdbwd_mem_mb", "fwdbwd_ms")
+
+
 def read_paper(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    """The paper's table as CSV rows; ``ResultsError`` (one line) for another file (a
+    results JSON given as ``--paper`` raised ``KeyError: 'method'``)."""
+    usage = f"--paper {path}: not a paper table (a CSV of columns {', '.join(PAPER_COLUMNS)})"
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            columns = reader.fieldnames or []
+    except (UnicodeDecodeError, csv.Error):
+        raise ResultsError(usage) from None
+    except OSError as err:
+        raise ResultsError(f"--paper {path}: cannot read ({err.strerror})") from None
+    missing = [c for c in PAPER_COLUMNS if c not in columns]
+    if missing or not rows:
+        raise ResultsError(usage + (f"; no {missing[0]!r} column" if missing else "; no rows"))
+    for i, row in enumerate(rows, 2):  # the line in the file, after the header
+        for column in PAPER_COLUMNS[2:]:
+            try:
+                _num(row[column])
+            except (TypeError, ValueError):
+                raise ResultsError(
+                    f"--paper {path}: line {i}: {column} is {row[column]!r}, not a number"
+                ) from None
+    return rows
 
 
 def _num(text: str | None) -> float | None:

@@ -28,7 +28,7 @@ from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
 from perfsuite.render.table import BUSY_MARK, INTERPRETED_MARK
 from perfsuite.results.outpath import OutputPathError, check_output_dir
-from perfsuite.results.results import PHASES, ResultsError, load_results
+from perfsuite.results.results import PHASES, ResultsError, load_results, require_kind
 
 AXES = {"vocab": ("V", "vocabulary size V"), "tokens": ("N", "tokens N")}
 QUANTITIES = {"memory": "peak memory (MiB)", "time": "median time (ms)"}
@@ -98,6 +98,7 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
                         ax.set_xscale("log")
                         _data_ticks(ax, xs_all)
                         ax.set_yscale("log")
+                        _plain_log_labels(ax.yaxis)
                         ax.set_title(f"β = {beta:g}")
                         ax.set_xlabel(xlabel)
                         ax.grid(True, which="both", alpha=0.3)
@@ -114,14 +115,32 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
                         )
                     notes = _notes(members, drawn, quantity)
                     if notes:  # under the axes: what is not drawn, and what † means
+                        # in the layout: a rect left for them put the title on the panels'
                         fig.set_figheight(3.4 + 0.18 * len(notes))
-                        fig.text(0.01, 0.005, "\n".join(notes), fontsize=7, va="bottom")
-                        fig.get_layout_engine().set(rect=(0, 0.05 * len(notes), 1, 1))
+                        text = "\n".join(notes)
+                        fig.supxlabel(text, fontsize=7, x=0.01, ha="left", multialignment="left")
                     title, slug = _fixed_label(key, x)
                     fig.suptitle(f"{phase} {quantity} vs {x_short} ({title}) on {device}")
                     name = f"{quantity}-vs-{x_short}-{slug}-{phase.replace('+', '')}.png"
                     out.append((name, fig))
     return out
+
+
+def _plain(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1 and float(value).is_integer() else f"{value:g}"
+
+
+def _plain_log_labels(axis: Any) -> None:
+    """A log axis labelled ``6`` and ``1,000``, not ``6×10⁰`` and ``10³``: matplotlib's
+    choice of which ticks get a label, in plain numbers."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return _plain(x) if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(Plain(labelOnlyBase=False))
+    axis.set_minor_formatter(Plain(labelOnlyBase=False))
 
 
 def _data_ticks(ax: Any, xs: list[int]) -> None:
@@ -246,10 +265,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] --phase: unknown {', '.join(bad)}")
         return 2
     try:
+        document = load_results(args.results)  # a bad file makes no -o folder
+        require_kind(document, args.results, {"loss", "tp"}, "plot")
         check_output_dir(args.out, "-o")  # before anything is drawn
-        document = load_results(args.results)
     except (ResultsError, OutputPathError) as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 2
     made = figures(document, phases)
     if not made:

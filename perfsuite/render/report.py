@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from perfsuite.render.report_formats import FORMATS, render
-from perfsuite.results.results import ResultsError, check_writable, load_results
+from perfsuite.results.results import ResultsError, check_writable, load_results, require_kind
 
 _SUFFIX_FORMAT = {".md": "md", ".tex": "latex", ".csv": "csv", ".html": "html", ".htm": "html"}
 
@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="md (default), latex, csv or html; inferred from -o's suffix when omitted",
     )
     p.add_argument("-o", "--out", type=Path, help="write here instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite an existing -o file")
     p.add_argument(
         "--paper",
         type=Path,
@@ -50,6 +51,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_report_out(out: Path, inputs: list[Path | None], *, force: bool) -> None:
+    """``-o`` before any work: never one of the inputs (``--force`` or not: the report
+    would replace the file it reads), and an existing file only with ``--force``."""
+    for path in inputs:
+        if path is not None and out.exists() and path.exists() and out.samefile(path):
+            raise ResultsError(f"-o {out}: is an input; give another file name")
+    check_writable(out, overwrite=force, flag="-o")
+
+
 def run(args: argparse.Namespace) -> int:
     from perfsuite.fit import TrimmedConsole as Console
 
@@ -57,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     try:
         if args.out is not None:
-            check_writable(args.out, overwrite=True, flag="-o")  # a one-line error, not a traceback
+            check_report_out(args.out, [args.results, args.paper], force=args.force)
         document = load_results(args.results)
+        require_kind(document, args.results, {"loss", "tp"}, "report")  # step: other FLOPs
         if args.paper is not None:
             from perfsuite.render.paper_compare import read_paper, side_by_side
 
@@ -68,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             text = render(document, fmt)
     except ResultsError as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 2
     if args.out is None:
         sys.stdout.write(text)
@@ -77,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
             args.out.write_text(text)
         except OSError as err:  # it went away since the check: the report still shows
             sys.stdout.write(text)
-            console.print(f"[red]error:[/red] -o {args.out}: {err.strerror}; printed above")
+            console.print(
+                f"[red]error:[/red] -o {args.out}: {err.strerror}; printed above", soft_wrap=True
+            )
             return 1
         console.print(f"{fmt} report → {args.out}")
     return 0

@@ -314,7 +314,9 @@ def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> 
     """The one-device tables and their notes (``tp_table.print_tp_tables`` prints the
     cells measured across ranks)."""
     console = console or TrimmedConsole()
-    for table, notes in build_tables(rows, console.width):
+    for i, (table, notes) in enumerate(build_tables(rows, console.width)):
+        if i:  # the next table's title was the line after the last one's notes
+            console.print()
         console.print(table)
         for note in notes:
             console.print(note, markup=False, highlight=False)

@@ -38,6 +38,7 @@ from perfsuite.results.results import (
 )
 from perfsuite.run import sweep
 from perfsuite.run.grid import Unit, grid_units, parse_gpus, unit_keys
+from perfsuite.run.sweep_args import load_resumable, parse_redo
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -98,8 +99,7 @@ def _check_options(args: argparse.Namespace) -> None:
             f"{', '.join(_given(args, SLURM_ONLY))}: only for --executor slurm (local tasks "
             "run here, on this machine's CPUs and the GPUs this shell sees)"
         )
-    if args.redo and not args.resume:
-        raise PlanError(f"--redo {args.redo} retries cells of a sweep being resumed: add --resume")
+    parse_redo(args.redo, args.resume)
     slurm_options(args.slurm_option)
     _import_submitit()
     missing = [t for t in ("sbatch", "srun") if args.executor == "slurm" and not shutil.which(t)]
@@ -117,10 +117,6 @@ def _planning_args(args: argparse.Namespace) -> argparse.Namespace:
         if not torch.cuda.is_available():
             return argparse.Namespace(**{**vars(args), "device": "cpu"})
     return args
-
-
-def _redo(args: argparse.Namespace) -> tuple[str, ...]:
-    return tuple(s.strip() for s in args.redo.split(",") if s.strip())
 
 
 def part_path(parts: Path, i: int, n: int) -> Path:
@@ -160,11 +156,15 @@ class ArraySweep:
             raise PlanError(
                 f"{self.out} exists: pass --resume to finish that sweep, or another --out"
             )
-        if self.parts.is_dir() and not args.resume and any(self.parts.glob("shard-*.json")):
+        earlier = self.parts.is_dir() and any(self.parts.glob("shard-*.json"))
+        if earlier and not args.resume:
             raise PlanError(
                 f"{self.parts} holds the shards of an earlier sweep: pass --resume to finish "
                 "it, or remove the folder"
             )
+        if args.resume and not earlier and not self.out.exists():
+            raise PlanError(f"--resume {self.out}: no such file, nothing to resume")
+        self.previous = self._read(self.out)  # another grid's file: refused before any mkdir
         check_output_dir(self.parts, "--out")
         self.logs = self.parts / "logs"
         try:  # the parts are the tasks' to lock; --out is this process's
@@ -187,14 +187,13 @@ class ArraySweep:
                 f"--shards {existing}, or remove the folder"
             )
         self.n = args.shards or existing or min(len(self.units), MAX_SHARDS)
-        self.previous = load_results(self.out) if self.out.exists() else None
-        redo, skipped_done = _redo(args), not args.force
+        redo, skipped_done = parse_redo(args.redo, args.resume), not args.force
         done_out = _done(self.previous, redo, skipped_done)
         self.todo: list[int] = []
         self.kept = 0
         for i in range(self.n):
             part = part_path(self.parts, i, self.n)
-            doc = load_results(part) if part.exists() else None
+            doc = self._read(part)
             done = done_out | _done(doc, redo, skipped_done)
             units = grid_units(plan, (i, self.n))
             left = [u for u in units if not set(unit_keys(u, plan.phases)) <= done]
@@ -203,6 +202,10 @@ class ArraySweep:
                 self.todo.append(i)
                 if doc is None:
                     self._seed(i, units)
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        """``path``'s document (None when absent), refused if of another grid than ours."""
+        return load_resumable(path, self.plan.as_dict()) if path.exists() else None
 
     def _seed(self, i: int, units: list[Unit]) -> None:
         """A part file holding the cells ``--out`` already has for the shard, so the
@@ -237,7 +240,7 @@ def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> di
     The plan is made here, so ``--device auto`` means the task's node."""
     plan, grid = sweep.plan_from_args(args)
     slots = [{"CUDA_VISIBLE_DEVICES": g} for g in parse_gpus(args.gpus, plan.device)]
-    path, redo = Path(part), _redo(args)
+    path, redo = Path(part), parse_redo(args.redo, args.resume)
     job = sweep.Sweep(plan, path, shard=shard, resume=path.exists(), force=args.force,
                       redo=redo, slots=slots or None, grid=grid)  # fmt: skip
     print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)

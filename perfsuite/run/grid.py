@@ -131,8 +131,7 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
     if method.availability(case.device) is not None or case_reason(method, c):
         return None  # the worker says why, cheaply and more usefully
     need, what = predicted_peak(
-        unit.method,
-        method.caps.materializes_logits,
+        method.caps,
         c["tokens"],
         c["vocab"],
         c["hidden"],

@@ -29,17 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.memory_model import device_capacity
-from perfsuite.plan.plan import Plan, PlanError, build_plan
+from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.registry import methods_for
-from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload, workload_label
+from perfsuite.plan.workloads import WorkloadError, workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import (
     ResultsError,
     check_writable,
-    load_results,
     new_document,
     nothing_measured,
     status_counts,
@@ -47,21 +45,21 @@ from perfsuite.results.results import (
 )
 from perfsuite.run.grid import (
     Unit,
-    grid_shapes,
     grid_units,
     parse_gpus,
-    parse_ints,
     parse_shard,
     skip_reason,
     skipped_rows,
     unit_cost,
     unit_keys,
 )
-
-DEFAULT_TOKENS = "1024,4096,8192"
-DEFAULT_VOCAB = "32768,128256,256000"
-DEFAULT_HIDDEN = "2048,4096"
-DEFAULT_OUT_DIR = Path("reports") / "runs"
+from perfsuite.run.sweep_args import (  # the command line's half, re-exported for cluster
+    DEFAULT_OUT_DIR,
+    add_arguments,
+    load_resumable,
+    parse_redo,
+    plan_from_args,
+)
 
 # (method, case dict, rows of that case) after every finished or skipped case.
 CellFn = Callable[["Unit", list[dict[str, Any]]], None]
@@ -117,12 +115,14 @@ class Sweep:
         env = _collect_env(plan)
         rows: list[dict[str, Any]] = []
         resumed: list[dict[str, Any]] = []
+        if resume and not self.out.exists():  # a typo would start a whole new sweep
+            raise PlanError(f"--resume {self.out}: no such file, nothing to resume")
         if self.out.exists():
             if not resume:
                 raise PlanError(
                     f"{self.out} exists: pass --resume to finish that sweep, or another --out"
                 )
-            previous = load_results(self.out)
+            previous = load_resumable(self.out, env["plan"])
             diffs = env_differences(previous["env"], env)
             if diffs and not force:
                 raise PlanError(
@@ -161,8 +161,9 @@ class Sweep:
             write_results(self.out, doc)
 
     def _add(self, rows: list[dict[str, Any]]) -> None:
-        with self.lock:
-            self.document["rows"].extend(rows)
+        with self.lock:  # a case told twice (Ctrl-C while it was told) is kept once
+            have = {cell_key(r) for r in self.document["rows"]}
+            self.document["rows"].extend(r for r in rows if cell_key(r) not in have)
         self.save()
 
     def run(self, on_cell: CellFn | None = None) -> dict[str, Any]:
@@ -180,8 +181,10 @@ class Sweep:
             if on_cell is not None:
                 on_cell(unit, rows)
         self.document["rows"].extend(skipped)
+        self.document["env"]["partial"] = True  # until every cell is in: as run's checkpoints
         self.save()
         self._execute(pending, on_cell)
+        del self.document["env"]["partial"]
         if self.plan.device == "cuda":
             from perfsuite.results.provenance import gpu_state
 
@@ -203,7 +206,8 @@ class Sweep:
         ]
 
     def _execute(self, pending: list[Unit], on_cell: CellFn | None) -> None:
-        from perfsuite.run.runner import run_method, run_parallel, schedule
+        from perfsuite.harness.schedule import run_parallel
+        from perfsuite.run.runner import run_method, schedule
 
         free: queue.Queue[dict[str, str]] = queue.Queue()
         for slot in self.slots:
@@ -241,61 +245,6 @@ class Sweep:
 # Command line
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tokens", default=None, help=f"N values (default {DEFAULT_TOKENS})")
-    p.add_argument("--vocab", default=None, help=f"V values (default {DEFAULT_VOCAB})")
-    p.add_argument("--hidden", default=None, help=f"D values (default {DEFAULT_HIDDEN})")
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--softcap", type=positive_float, help="apply this logit softcap to every cell")
-    add_measurement_arguments(p)
-    p.add_argument("--out", type=Path, help=f"results file (default: {DEFAULT_OUT_DIR}/…)")
-    p.add_argument("--resume", action="store_true", help="finish the sweep in --out")
-    p.add_argument(
-        "--redo", default="", help="with --resume: statuses to measure again, e.g. error,oom"
-    )
-    from perfsuite.args import add_attempt_all  # (the module is at its line limit)
-
-    add_attempt_all(p)  # --force: "overwrite" to run; here a deprecated alias
-    p.add_argument("--shard", help="i/n: run every n-th cell starting at i (0-based)")
-    p.add_argument("--gpus", help="all, or GPU indices (0,1): one worker per GPU at a time")
-
-
-def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
-    """The sweep's Plan and the grid as asked, from parsed arguments."""
-    try:
-        workload = parse_workload(args.workload, args.entropy, args.zipf)
-    except WorkloadError as err:
-        raise PlanError(str(err)) from None
-    tokens_text, vocab_text, hidden_text = args.tokens, args.vocab, args.hidden
-    softcap = args.softcap
-    if workload and workload["kind"] == "file":
-        info = file_info(workload)
-        tokens_text = tokens_text or str(info["tokens"])
-        if vocab_text or hidden_text:
-            raise PlanError("a file workload fixes V and D; sweep only --tokens (up to its N)")
-        vocab_text, hidden_text = str(info["vocab"]), str(info["hidden"])
-        softcap = softcap if softcap is not None else info["softcap"]
-        if max(parse_ints(tokens_text, "tokens")) > info["tokens"]:
-            raise PlanError(f"--tokens: {workload['path']} holds only N={info['tokens']} rows")
-    grid = {
-        "tokens": parse_ints(tokens_text or DEFAULT_TOKENS, "tokens"),
-        "vocab": parse_ints(vocab_text or DEFAULT_VOCAB, "vocab"),
-        "hidden": parse_ints(hidden_text or DEFAULT_HIDDEN, "hidden"),
-    }
-    plan = build_plan(
-        shapes=grid_shapes(grid["tokens"], grid["vocab"], grid["hidden"], args.dtype),
-        dtype=args.dtype,
-        softcap=softcap,
-        workload=workload,
-        **measurement_options(args),
-        check_memory=False,
-    )
-    grid.update(beta=plan.betas, dtype=args.dtype, methods=plan.methods)
-    if plan.tps:
-        grid["tp"] = plan.tps
-    return plan, grid
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.progress import (
         BarColumn,
@@ -319,11 +268,7 @@ def run(args: argparse.Namespace) -> int:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             part = "" if shard is None else f"-shard{shard[0]}of{shard[1]}"
             out = DEFAULT_OUT_DIR / f"{stamp}-sweep-{plan.device}{part}.json"
-        redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
-        if redo and not args.resume:
-            raise PlanError(
-                f"--redo {args.redo} retries cells of a sweep being resumed: add --resume"
-            )
+        redo = parse_redo(args.redo, args.resume)
         sweep = Sweep(
             plan,
             out,
@@ -335,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
             grid=grid,
         )
     except (PlanError, WorkloadError, ValueError) as err:
-        console.print(f"[red]error:[/red] {err}")
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 2
     known = methods_for(bool(plan.tps))
     interpreted = {m: plan.device == "cpu" and known[m].caps.triton for m in plan.methods}
@@ -380,6 +325,10 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             document = sweep.run(on_cell)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the file holds every finished cell
+            kept = len(sweep.document["rows"])
+            console.print(f"[red]interrupted[/red]: {kept} rows kept in {out}", soft_wrap=True)
+            raise
         finally:
             sweep.writer.release()
     console.print(f"results: {out} ({status_counts(document['rows'])} rows)")

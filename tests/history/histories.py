@@ -70,3 +70,30 @@ def blocks(out: str, head: str) -> list[str]:
         else:
             found.append([line])
     return [" ".join(b) for b in found if b[0].startswith(head)]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def committed_reports(dest: Path) -> Path:
+    """A copy of the results files committed under ``reports/``, and only those: a user's
+    ``perfsuite run`` writes into the git-ignored ``reports/runs/`` of the same checkout,
+    and a test that imported the whole tree counted them (``assert 10 == 6``)."""
+    import shutil
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-z", "--", "reports"],
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
+        tracked = [Path(p) for p in listed.split("\0") if p.endswith(".json")]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (an sdist)
+        tracked = [p.relative_to(REPO) for p in (REPO / "reports").rglob("*.json")]
+        tracked = [p for p in tracked if p.parts[1] != "runs"]  # the ignored folder
+    for path in tracked:
+        if (REPO / path).is_file():  # a file deleted in the working tree is not there
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / path, dest / path)
+    return dest / "reports"

@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from history.histories import blocks
+from history.histories import blocks, committed_reports
 from perfsuite.history.cli import main
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def history(tmp_path: Path, step: float) -> tuple[Path, Path]:
     db, demo = tmp_path / "history.sqlite", tmp_path / "demo"
-    assert main(["import", "--db", str(db), str(REPO / "reports")]) == 0
+    assert main(["import", "--db", str(db), str(committed_reports(tmp_path))]) == 0
     argv = ["demo", "-o", str(demo), "--runs", "60", "--step", str(step), "--step-at", "40"]
     assert main(argv) == 0
     assert main(["import", "--db", str(db), str(demo)]) == 0
@@ -59,15 +57,21 @@ def test_demo_files_are_results_marked_synthetic(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "extra",
-    [["--runs", "3"], ["--step-at", "60"], ["--step-at", "0"], ["--step", "-1"]],
+    ("extra", "words"),
+    [
+        (["--runs", "3"], "--runs 3: must be between 4 and 1000"),
+        (["--runs", "1000000"], "--runs 1000000: must be between 4 and 1000"),
+        (["--step-at", "60"], "--step-at 60: must be between 1 and --runs - 1"),
+        (["--step-at", "0"], "--step-at 0:"),
+        (["--step", "-1"], "--step -1:"),
+    ],
 )
 def test_demo_bad_arguments_one_line_exit_2(
-    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, extra: list[str], words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["demo", "-o", str(tmp_path / "d"), *extra]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
+    assert err.startswith(f"error: {words}") and err.count("\n") == 1
     assert not (tmp_path / "d").exists()
 
 

@@ -109,6 +109,31 @@ def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
     assert "drift +1%/run x10" in out and out.count("cuda ") >= 5
 
 
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--cells", "-1"], "--cells -1: must be 1 or more"),
+        (["--cells", "0"], "--cells 0: must be 1 or more"),
+        (["--trials", "0"], "--trials 0: must be 1 or more"),
+        (["--runs", "7"], "--runs 7: must be 8 or more"),
+        (["--run-noise", "-0.1"], "--run-noise -0.1: must be a fraction >= 0"),
+        (["--run-noise", "nan"], "--run-noise nan:"),
+    ],
+)
+def test_sensitivity_bad_options_name_the_option(
+    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    """`--cells -1` printed numpy's "Number of samples, -1, must be non-negative.";
+    `--trials 0` named --runs."""
+    write_history(tmp_path, [1.0] * 4)
+    assert main(["import", "--db", str(db), str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["sensitivity", "--db", str(db), *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {words}") and captured.err.count("\n") == 1
+    assert captured.out == ""
+
+
 def test_check_leaves_out_the_times_of_busy_runs(
     tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from history.histories import count, make_document, write_history
+from history.histories import committed_reports, count, make_document, write_history
 from perfsuite.history import ingest, store
 from perfsuite.history.cli import main
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_add_is_idempotent(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,7 +78,7 @@ def test_failure_mid_insert_leaves_nothing(
 
 
 def test_import_repo_reports(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    reports = REPO / "reports"
+    reports = committed_reports(tmp_path / "copy")
     files = ingest.results_files(reports)
     results = [p for p in files if ingest.looks_like_results(p)]
     assert len(results) >= 5

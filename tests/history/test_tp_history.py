@@ -104,4 +104,5 @@ def test_a_malformed_tp_is_refused(tmp_path, db, capsys, tp):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
     assert main(["add", "--db", str(db), str(path)]) == 2
-    assert "not a TP size" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the loader's words: the file, the row, the field
+    assert err.startswith(f"error: {path}: row 0: tp is ") and err.count("\n") == 1

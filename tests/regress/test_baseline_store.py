@@ -196,3 +196,56 @@ def test_list_fits_80_columns(tmp_path, monkeypatch, capsys):
     assert baseline_cli("list", "--root", root) == 0
     wide = capsys.readouterr().out.splitlines()
     assert len(wide) == 4 and wide[0].split() == ["file", "cells", "created", "git", "torch"]
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert captured.err.startswith("error: ") and "Errno" not in captured.err
+    return captured.err
+
+
+def _unwritable_folder(tmp_path):
+    """A folder nothing can be written to: read-only for a user; root writes anywhere
+    on a normal file system, but not under /sys."""
+    import os
+
+    if os.geteuid() == 0:
+        return "/sys/perfsuite-baselines"
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("root", "words"),
+    [
+        ("/proc/perfsuite-baselines", "cannot write there (No such file or directory)"),
+        ("{tmp}/run.json", "is a file, not a folder"),
+        ("{tmp}/run.json/b", "run.json is a file, not a folder"),
+        ("{unwritable}", "cannot write there ("),
+    ],
+)
+def test_update_to_a_root_that_cannot_be_written_says_so_in_one_line(tmp_path, capsys, root, words):
+    results = write_results(tmp_path / "run.json", document())
+    before = results.read_bytes()
+    root = root.format(tmp=tmp_path, unwritable=_unwritable_folder(tmp_path))
+    assert baseline_cli("update", results, "--root", root) == 2
+    assert f"--root {root}" in (err := _one_error_line(capsys)) and words in err
+    assert results.read_bytes() == before
+
+
+def test_update_refuses_a_malformed_results_file(tmp_path, capsys):
+    doc = document()
+    doc["rows"][0]["status"] = "bogus"
+    bad = write_results(tmp_path / "run.json", doc)
+    assert baseline_cli("update", bad, "--root", tmp_path / "b") == 2
+    assert "bogus" in _one_error_line(capsys)
+    assert not (tmp_path / "b").exists()
+
+
+def test_list_of_a_file_as_root_is_an_error(tmp_path, capsys):
+    results = write_results(tmp_path / "good.json", document())
+    assert baseline_cli("list", "--root", results) == 2
+    assert f"--root {results}: is a file" in _one_error_line(capsys)

@@ -19,6 +19,7 @@ def at_tp(doc: dict, tp: int | None) -> dict:
     doc = copy.deepcopy(doc)
     for row in doc["rows"]:
         row["tp"] = tp
+        row["kind"] = "loss" if tp is None else "tp"  # a TP size makes it a multi-rank cell
     return doc
 
 
@@ -99,5 +100,5 @@ def test_baseline_update_keeps_each_tp_size_in_its_own_file(tmp_path, capsys):
     assert cli("compare", root, cur) == 1
     out = capsys.readouterr().out
     assert "gemma2-2b-tp2.json" in out and "3 regression, 3 same" in out
-    assert json.loads((folder / "gemma2-2b.json").read_text())["rows"][0]["tp"] is None
+    assert json.loads((folder / "gemma2-2b.json").read_text())["rows"][0].get("tp") is None
     assert ENV["device"]["name"] == "NVIDIA H100 80GB HBM3"

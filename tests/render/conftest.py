@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from history.histories import committed_reports
 
-REPO = Path(__file__).resolve().parents[2]
 STEP_AT = 40
 
 
@@ -34,7 +34,7 @@ def history_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
 
     root = tmp_path_factory.mktemp("dashboard")
     db, demo, out = root / "history.sqlite", root / "demo", root / "site"
-    assert history(["import", "--db", str(db), str(REPO / "reports")]) == 0
+    assert history(["import", "--db", str(db), str(committed_reports(root))]) == 0
     argv = ["demo", "-o", str(demo), "--runs", "60", "--step", "0.05", "--step-at", str(STEP_AT)]
     assert history(argv) == 0
     assert history(["import", "--db", str(db), str(demo)]) == 0

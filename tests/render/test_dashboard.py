@@ -142,3 +142,37 @@ def test_the_relative_panel_shows_the_step_at_a_glance(history_site: Site) -> No
         assert abs(sum(before) / len(before) - 1) < 0.01
         assert 0.04 < sum(after) / len(after) - 1 < 0.06
         assert all(abs(v - 1) < 0.03 for v in relative["eager"]["y"])
+
+
+def test_the_index_and_history_check_give_one_answer_on_busy_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A step measured only on a busy machine: `history check` left those times out and
+    passed, while the index listed the step as an open regression (+700 %, +7,860 %)."""
+    from history.histories import make_document
+
+    from perfsuite.history.cli import main as history
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in range(30):
+        doc = make_document(i, factor=1.5 if i >= 20 else 1.0)
+        if i >= 20:  # the slow runs are the busy ones: the load, not the code
+            doc["env"]["machine"] = {"groups": [{"group": "ours", "busy": ["2 of 2 cores"]}]}
+        (runs / f"run-{i:02d}.json").write_text(json.dumps(doc))
+    db = tmp_path / "history.sqlite"
+    assert history(["import", "--db", str(db), str(runs)]) == 0
+
+    def answers(*busy: str) -> tuple[int, int]:
+        capsys.readouterr()
+        code = history(["check", "--db", str(db), *busy])
+        opened = int(re.search(r"(\d+) open regressions", capsys.readouterr().out).group(1))
+        site = tmp_path / f"site{len(busy)}"
+        assert main(["--db", str(db), "-o", str(site), *busy]) == 0
+        listed = (site / "index.html").read_text().count('class="open-regression"')
+        assert (code == 1) == (opened > 0)
+        return opened, listed
+
+    assert answers() == (0, 0)
+    opened, listed = answers("--accept-busy")
+    assert opened == listed == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fake_results import paper_document
 
 from perfsuite.cli import main
@@ -53,3 +54,29 @@ def test_cli_report_paper(tmp_path, capsys):
     ours = next(_cells(line) for line in out if _cells(line)[1:3] == ["ours", "0"])
     assert ours[3:6] == ["ours", "0.80", "0.91"]
     assert main(["report", str(results), "--paper", str(tmp_path / "missing.csv")]) == 2
+
+
+@pytest.mark.parametrize(
+    ("paper", "words"),
+    [
+        ("results", "not a paper table (a CSV of columns method, beta,"),
+        ("method,beta\nours,0\n", "no 'fwdbwd_mem_mb' column"),
+        ("method,beta,fwdbwd_mem_mb,fwdbwd_ms\nours,0,5,fast\n", "line 2: fwdbwd_ms is 'fast'"),
+        (b"\xff\xfe\x00", "not a paper table"),
+    ],
+)
+def test_another_file_as_paper_is_one_line(tmp_path, capsys, paper, words):
+    """`report good.json --paper good.json` raised KeyError: 'method'."""
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(paper_document()))
+    other = tmp_path / "paper.csv"
+    if paper == "results":
+        other = results
+    elif isinstance(paper, bytes):
+        other.write_bytes(paper)
+    else:
+        other.write_text(paper)
+    assert main(["report", str(results), "--paper", str(other)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: --paper {other}: ") and words in captured.err

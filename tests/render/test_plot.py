@@ -134,3 +134,33 @@ def test_tick_labels_never_run_into_each_other():
         if "-vs-N-" in name:
             texts = [t.get_text() for t in fig.get_axes()[0].get_xticklabels()]
             assert texts == ["64", "128"]  # the swept values, plainly
+
+
+def test_the_title_clears_the_panel_titles_and_log_labels_are_plain(tmp_path):
+    """Issue 36: with footnotes under the axes the figure's title sat on the panels' β
+    titles, and a log axis under a decade read "6×10⁰"."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from perfsuite.cli import main
+
+    doc = grid_document()
+    for r in doc["rows"]:
+        if r.get("median_ms"):  # times within one decade: matplotlib labels minor ticks
+            r["median_ms"] = 5.5 + (r["vocab"] % 7) / 5
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps(doc))
+    assert main(["plot", str(results), "-o", str(tmp_path / "plots"), "--dpi", "20"]) == 0
+    noted = 0
+    for name, fig in plot.figures(doc):
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        title = fig._suptitle.get_window_extent(renderer)
+        for ax in fig.get_axes():
+            assert not title.overlaps(ax.title.get_window_extent(renderer)), name
+            labels = ax.yaxis.get_majorticklabels() + ax.yaxis.get_minorticklabels()
+            assert not [t.get_text() for t in labels if "×" in t.get_text()], name
+            boxes = [t.get_window_extent(renderer) for t in labels if t.get_text()]
+            for i, box in enumerate(boxes):
+                assert not any(box.overlaps(other) for other in boxes[i + 1 :]), name
+        noted += "†" in " ".join(t.get_text() for t in fig.texts)
+    assert noted  # the case of the issue: footnotes under the axes

@@ -211,3 +211,66 @@ def test_every_row_that_prints_the_best_is_bold(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.count("**1.17 MiB**") == 5 and "ties all bold" in text
     assert text.count("**10 ms**") == 1 and "**11 ms**" not in text  # one best stays one
+
+
+def _write(path, document) -> bytes:
+    path.write_text(json.dumps(document))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("out", "extra", "words"),
+    [
+        ("r.json", [], "-o {d}/r.json: is an input; give another file name"),
+        ("r.json", ["--force"], "-o {d}/r.json: is an input; give another file name"),
+        ("same/../r.json", ["--force"], "-o {d}/same/../r.json: is an input"),
+        ("old.md", [], "-o {d}/old.md: exists; pass --force to overwrite it"),
+        ("p.csv", ["--paper", "{d}/p.csv", "--force"], "-o {d}/p.csv: is an input"),
+    ],
+)
+def test_report_never_writes_over_an_input_nor_unasked_over_a_file(
+    tmp_path, capsys, out, extra, words
+):
+    from perfsuite.cli import main
+
+    results = tmp_path / "r.json"
+    before = _write(results, paper_document())
+    (tmp_path / "same").mkdir()
+    (tmp_path / "old.md").write_text("kept\n")
+    (tmp_path / "p.csv").write_text("kept\n")
+    argv = ["report", str(results), "-o", str(tmp_path / out)]
+    assert main(argv + [a.format(d=tmp_path) for a in extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + words.format(d=tmp_path)) and err.count("\n") == 1
+    assert results.read_bytes() == before
+    assert (tmp_path / "old.md").read_text() == (tmp_path / "p.csv").read_text() == "kept\n"
+
+
+def test_report_force_overwrites_another_file(tmp_path, capsys):
+    from perfsuite.cli import main
+
+    results, old = tmp_path / "r.json", tmp_path / "old.md"
+    _write(results, paper_document())
+    old.write_text("kept\n")
+    assert main(["report", str(results), "-o", str(old), "--force"]) == 0
+    assert old.read_text().startswith("|") or "gemma2-2b" in old.read_text()
+
+
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_a_step_file_is_refused_in_one_line(tmp_path, capsys, command):
+    """`report step.json` dropped the opt and step phases and divided the loss's FLOPs
+    by the model's forward time; `plot` said "nothing to plot"."""
+    from perfsuite.cli import main
+
+    doc = paper_document()
+    doc["rows"] = [
+        {**r, "kind": "step", "workload": "step(tiny)"} for r in doc["rows"] if r["phase"] == "fwd"
+    ]
+    step = tmp_path / "step.json"
+    before = _write(step, doc)
+    out = ["-o", str(tmp_path / "out")]
+    assert main([command, str(step), *out]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err == f"error: {step} holds step rows; {command} takes loss or tp rows\n"
+    assert step.read_bytes() == before and not (tmp_path / "out").exists()

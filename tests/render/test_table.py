@@ -164,3 +164,13 @@ def test_narrow_consoles_keep_every_number_whole(width):
     words = set(text.split())
     missing = [cell for cell in _cells(rows) if cell not in words]
     assert missing == [] and "12,345‡†" in words and "fwd+bwd" in words
+
+
+def test_a_blank_line_parts_a_table_from_the_last_ones_notes():
+    """Issue 36: the second table's title began on the line after the first one's notes."""
+    text = _render(_rows())
+    lines = text.splitlines()
+    second = next(i for i, line in enumerate(lines) if "β=0.1 " in line)
+    assert lines[second - 1].strip() == ""
+    assert lines[second - 2].startswith("(1) fake: oom: because")
+    assert not lines[0].strip() == "" and "β=0 " in lines[0]  # none before the first

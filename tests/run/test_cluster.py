@@ -221,3 +221,45 @@ def test_no_submitit_is_one_line(plugin, tmp_path, monkeypatch, capsys):
     assert main(["sweep", *TINY, "--executor", "local", "--out", str(tmp_path / "s.json")]) == 2
     assert "pip install submitit" in _one_error_line(capsys.readouterr().err)
     assert list(tmp_path.iterdir()) == []
+
+
+def _sweep_file(path: Path, *extra: str) -> bytes:
+    """A sweep's file as a sweep writes it before its first cell (nothing measured)."""
+    import argparse
+
+    from perfsuite.run import sweep
+
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    plan, grid = sweep.plan_from_args(parser.parse_args([*TINY, *extra]))
+    job = sweep.Sweep(plan, path, grid=grid)
+    job.save()
+    job.writer.release()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("made", "extra", "words"),
+    [
+        (None, ["--resume"], "--resume {out}: no such file, nothing to resume"),
+        (["--vocab", "512"], ["--resume"], "--resume {out}: a sweep of another grid (vocab 512"),
+        ("run", ["--resume"], "--resume {out}: not a sweep's results file"),
+        ([], ["--resume", "--redo", "bogus"], "--redo bogus: 'bogus' is not a status"),
+    ],
+)
+def test_an_array_resume_reads_back_only_its_own_sweep(
+    plugin, tmp_path, capsys, made, extra, words
+):
+    import json
+
+    out = tmp_path / "s.json"
+    if made is not None:
+        _sweep_file(out, *([] if made == "run" else made))
+        if made == "run":  # what `perfsuite run` writes: a plan, no sweep
+            doc = json.loads(out.read_text())
+            del doc["env"]["sweep"]
+            out.write_text(json.dumps(doc))
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    assert _sweep(out, *extra) == 2
+    assert words.format(out=out) in _one_error_line(capsys.readouterr().err)
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before  # no parts folder either

@@ -158,7 +158,7 @@ def test_skip_prediction_follows_the_memory_model():
     units = {u.method: u for u in grid_units(plan) if u.case["beta"] == 0}
     gib = 2**30
     # Every worker runs the correctness gate (fp32 reference: 3 N V 4 bytes, ~23 GiB).
-    need, what = predicted_peak("ours", False, 8192, 256000, 2048, "bf16")
+    need, what = predicted_peak(known["ours"].caps, 8192, 256000, 2048, "bf16")
     assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
     assert skip_reason(units["ours"], 40 * gib, known) is None
     reason = skip_reason(units["ours"], 20 * gib, known)
@@ -166,7 +166,7 @@ def test_skip_prediction_follows_the_memory_model():
     assert "reference" in skip_reason(units["eager"], 20 * gib, known)
     assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt all
     # A method holding more logit copies than the gate is named for them.
-    need, what = predicted_peak("eager", True, 8192, 256000, 2048, "bf16", softcap=True)
+    need, what = predicted_peak(known["eager"].caps, 8192, 256000, 2048, "bf16", softcap=True)
     assert "N x V logits" in what and need > 7 * 8192 * 256000 * 2
 
 
@@ -241,3 +241,110 @@ def test_a_second_writer_of_the_same_file_is_refused(plugins, tmp_path, capsys):
     script = f"from perfsuite.results.lock import WriterLock; WriterLock({str(out)!r})"
     subprocess.run([sys.executable, "-c", script + "; import os; os._exit(9)"], check=False)
     WriterLock(out).release()  # a killed holder leaves no lock behind
+
+
+# -- --resume reads back only its own sweep (issue 36) -------------------------
+
+
+def _cli(*argv: str) -> int:
+    from perfsuite.cli import main
+
+    try:
+        return main(["sweep", *argv])
+    except SystemExit as exc:  # argparse's own refusals
+        return int(exc.code)
+
+
+def _started(path: Path, *extra: str) -> bytes:
+    """A sweep's file as the sweep writes it before its first cell, nothing measured."""
+    plan, grid = sweep.plan_from_args(_args(*extra))
+    job = Sweep(plan, path, grid=grid)
+    job.save()
+    job.writer.release()
+    return path.read_bytes()
+
+
+def _refused(capsys, path: Path, before: bytes | None, *argv: str) -> str:
+    assert _cli(*GRID, "--out", str(path), *argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert (path.read_bytes() if path.exists() else None) == before  # nothing written
+    return captured.err
+
+
+def test_resume_refuses_a_run_file(plugins, tmp_path, capsys):
+    out = tmp_path / "run.json"
+    doc = json.loads(_started(out))
+    del doc["env"]["sweep"]  # what `perfsuite run` writes: a plan, no sweep
+    out.write_text(json.dumps(doc))
+    err = _refused(capsys, out, out.read_bytes(), "--resume")
+    assert f"--resume {out}: not a sweep's results file" in err
+
+
+@pytest.mark.parametrize(
+    ("other", "words"),
+    [
+        (["--vocab", "200,400"], "vocab 200,400 there, 200,300 here"),
+        (["--tokens", "32"], "tokens 32 there, 16 here"),
+        (["--methods", "eager"], "methods eager there, eager,fake-no-smoothing here"),
+        (["--beta", "0.1"], "betas 0.1 there, 0.0,0.1 here"),
+        (["--softcap", "30"], "softcap 30.0 there, none here"),
+    ],
+)
+def test_resume_refuses_a_sweep_of_another_grid(plugins, tmp_path, capsys, other, words):
+    """V=200,400 resumed as a 200,300 sweep used to measure into it and rewrite its plan."""
+    out = tmp_path / "s.json"
+    before = _started(out, *other)
+    err = _refused(capsys, out, before, "--resume")
+    assert f"--resume {out}: a sweep of another grid ({words}" in err
+    assert _refused(capsys, out, before, "--resume", "--attempt-all")  # not for grids
+
+
+def test_resume_of_a_missing_file_is_refused(plugins, tmp_path, capsys):
+    out = tmp_path / "typo.json"
+    err = _refused(capsys, out, None, "--resume")
+    assert f"--resume {out}: no such file, nothing to resume" in err
+
+
+@pytest.mark.parametrize("redo", ["bogus", "error,ok", "oom,sideways"])
+def test_redo_values_are_statuses(plugins, tmp_path, capsys, redo):
+    out = tmp_path / "s.json"
+    before = _started(out)
+    err = _refused(capsys, out, before, "--resume", "--redo", redo)
+    assert f"--redo {redo}: " in err and "is not a status to measure again" in err
+
+
+def test_sweep_force_is_gone(plugins, tmp_path, capsys):
+    """0.1.0 is unreleased: --attempt-all is the one name (--force overwrites to run)."""
+    out = tmp_path / "s.json"
+    assert _cli(*GRID, "--out", str(out), "--force") == 2
+    assert "unrecognized arguments: --force" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_sigterm_keeps_the_finished_cells_marked_partial(plugins, tmp_path):
+    """A sweep stopped by SIGTERM said nothing of its file, which did not say it was partial."""
+    out = tmp_path / "s.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfsuite", "sweep", *GRID, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while len(_rows_now(out)) < PHASES:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no cell landed within 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err.decode()
+    doc = load_results(out)
+    kept = len(doc["rows"])
+    assert doc["env"]["partial"] is True and 0 < kept < CELLS * PHASES
+    assert f"{kept} rows kept in {out}" in " ".join(err.decode().split())

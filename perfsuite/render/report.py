@@ -51,15 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def check_report_out(out: Path, inputs: list[Path | None], *, force: bool) -> None:
-    """``-o`` before any work: never one of the inputs (``--force`` or not: the report
-    would replace the file it reads), and an existing file only with ``--force``."""
-    for path in inputs:
-        if path is not None and out.exists() and path.exists() and out.samefile(path):
-            raise ResultsError(f"-o {out}: is an input; give another file name")
-    check_writable(out, overwrite=force, flag="-o")
-
-
 def run(args: argparse.Namespace) -> int:
     from perfsuite.fit import TrimmedConsole as Console
 
@@ -67,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     try:
         if args.out is not None:
-            check_report_out(args.out, [args.results, args.paper], force=args.force)
+            check_writable(
+                args.out, overwrite=args.force, flag="-o", inputs=[args.results, args.paper]
+            )
         document = load_results(args.results)
         require_kind(document, args.results, {"loss", "tp"}, "report")  # step: other FLOPs
         if args.paper is not None:

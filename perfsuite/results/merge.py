@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     try:
-        check_writable(args.out, overwrite=True, flag="-o")  # before reading: a one-line error
+        # Before reading: a one-line error; never over an input (merging b into a is `-o c`).
+        check_writable(args.out, overwrite=True, flag="-o", inputs=args.inputs)
         documents = [(str(path), load_results(path)) for path in args.inputs]
         merged = merge_documents(
             documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates

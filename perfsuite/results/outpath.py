@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -37,16 +38,25 @@ def _probe(folder: Path, flag: str, path: Path) -> None:
 
 
 def check_output_file(
-    path: str | os.PathLike[str], flag: str = "--out", *, overwrite: bool = True
+    path: str | os.PathLike[str],
+    flag: str = "--out",
+    *,
+    overwrite: bool = True,
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Path:
-    """``path`` can take a file: not a folder, not an existing file unless ``overwrite``,
-    in a folder that can be made and written. Makes the folder."""
+    """``path`` can take a file: not a folder, not one of the command's ``inputs`` (even
+    with ``overwrite``: the output would replace what it was made from), not an existing
+    file unless ``overwrite``, in a folder that can be made and written. Makes the folder."""
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{flag} {path}: is a folder; give a file name")
     blocker = _file_in_the_way(path)
     if blocker is not None:
         raise OutputPathError(f"{flag} {path}: {blocker} is a file, not a folder")
+    if path.exists() and any(
+        p is not None and Path(p).exists() and path.samefile(p) for p in inputs
+    ):
+        raise OutputPathError(f"{flag} {path}: is an input; give another file name")
     if path.exists() and not overwrite:
         raise OutputPathError(f"{flag} {path}: exists; pass --force to overwrite it")
     _probe(path.parent, flag, path)

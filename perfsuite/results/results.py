@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,12 +151,16 @@ def new_document(
 
 
 def check_writable(
-    path: str | os.PathLike[str], *, overwrite: bool = False, flag: str = "--out"
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    flag: str = "--out",
+    inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Path:
     """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything
     is measured (``perfsuite.results.outpath``'s check and words)."""
     try:
-        return check_output_file(path, flag, overwrite=overwrite)
+        return check_output_file(path, flag, overwrite=overwrite, inputs=inputs)
     except OutputPathError as err:
         raise ResultsError(str(err)) from None
 

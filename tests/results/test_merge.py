@@ -100,3 +100,25 @@ def test_command(tmp_path):
     assert len(load_results(out)["rows"]) == len(a["rows"]) + len(b["rows"])
     assert merge.run(parser.parse_args([str(paths[0]), str(paths[0]), "-o", str(out)])) == 2
     assert merge.run(parser.parse_args([str(tmp_path / "nope.json"), "-o", str(out)])) == 2
+
+
+def test_merge_never_writes_over_an_input(tmp_path, capsys):
+    from perfsuite.cli import main
+
+    a, b = _split(grid_document(H100_ENV))
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    before = (tmp_path / "a.json").read_bytes()
+    code = main(
+        [
+            "merge",
+            str(tmp_path / "a.json"),
+            str(tmp_path / "b.json"),
+            "-o",
+            str(tmp_path / "a.json"),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"error: -o {tmp_path / 'a.json'}: is an input; give another file name"]
+    assert (tmp_path / "a.json").read_bytes() == before

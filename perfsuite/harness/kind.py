@@ -148,9 +148,12 @@ def _worker(
         nonlocal reported
         kind.heard(method, lines)
         done = kind.finished(lines, batch)
-        for case, case_rows in zip(batch[reported:], done[reported:], strict=False):
-            report(case, case_rows)
-        new, reported = len(done) > reported, max(reported, len(done))
+        new = len(done) > reported
+        while reported < len(done):
+            # Counted before it is reported: a Ctrl-C inside ``report`` (a checkpoint
+            # being written) comes back here for the last lines and must not repeat it.
+            reported += 1
+            report(batch[reported - 1], done[reported - 1])
         if tracker is not None:
             tracker.poll(method, lines)
         return new

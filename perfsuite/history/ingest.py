@@ -76,7 +76,7 @@ def _cell_values(row: dict[str, Any], i: int, path: str, device_name: str) -> di
         "tp": tp,
     }
     return {
-        "cell_id": store.cell_id(device_name, key),
+        "cell_id": store.cell_id(device_name, {**key, "timer": row.get("timer") or "events"}),
         **key,
         "shape": str(row.get("shape") or ""),
         "device": str(row.get("device") or ""),

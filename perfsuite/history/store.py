@@ -265,6 +265,8 @@ def cell_id(device_name: str, key: dict[str, Any]) -> str:
     ident = [device_name, *(key[c] for c in CELL_COLUMNS), key.get("workload", "random")]
     if key.get("tp") is not None:
         ident.append(["tp", key["tp"]])
+    if key.get("timer", "events") != "events":  # events: every cell before --timer
+        ident.append(["timer", key["timer"]])
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
 
 

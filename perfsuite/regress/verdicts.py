@@ -296,8 +296,8 @@ def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[s
     return cells
 
 
-# ``cells.cell_key``'s order: CELL_KEY, then the workload and the TP size.
-KEY_FIELDS = (*CELL_KEY, "workload", "tp")
+# ``cells.cell_key``'s order: CELL_KEY, then the workload, the TP size and the timer.
+KEY_FIELDS = (*CELL_KEY, "workload", "tp", "timer")
 
 
 def _values(values: set[Any]) -> str:
@@ -319,12 +319,11 @@ def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple
     differ = []
     tp = KEY_FIELDS.index("tp")
     for i, name in enumerate(KEY_FIELDS):
-        if name in ("phase", "tp"):
-            continue
-        b = {k[i] for k in base}
-        c = {k[i] for k in cur}
-        if not b & c:
+        b, c = {k[i] for k in base}, {k[i] for k in cur}
+        if name not in ("phase", "tp") and not b & c:
             differ.append(f"{name} {_values(b)} in {labels[0]} but {_values(c)} in {labels[1]}")
+            if name == "timer":
+                differ[-1] += ": cells timed differently are never compared"
     b_tp, c_tp = {k[tp] for k in base}, {k[tp] for k in cur}
     if b_tp != {None} or c_tp != {None}:
         joint = "but" if not b_tp & c_tp else "and"
@@ -386,7 +385,7 @@ def compare_documents(
     keys = list(base_cells) + [k for k in cur_cells if k not in base_cells]
 
     def cell(k: tuple) -> CellComparison:
-        why = unavailable.get((k[0], k[-1]), "")  # (method, TP size)
+        why = unavailable.get((k[0], k[KEY_FIELDS.index("tp")]), "")  # (method, TP size)
         return compare_cell(k, base_cells.get(k), cur_cells.get(k), settings, unavailable=why)
 
     cells = [cell(k) for k in keys]

@@ -43,9 +43,15 @@ CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "
 
 
 def cell_key(row: dict[str, Any]) -> tuple:
-    """``CELL_KEY`` plus the workload and the TP size (None: one device, the only kind
-    before ``--tp``): what makes two rows the same measurement."""
-    return (*(row.get(k) for k in CELL_KEY), row.get("workload") or "random", row.get("tp"))
+    """``CELL_KEY`` plus the workload, the TP size (None: one device, the only kind
+    before ``--tp``) and the timer (``events`` before ``--timer``): what makes two rows
+    the same measurement."""
+    return (
+        *(row.get(k) for k in CELL_KEY),
+        row.get("workload") or "random",
+        row.get("tp"),
+        row.get("timer") or "events",
+    )
 
 
 def row_kind(row: dict[str, Any]) -> str:

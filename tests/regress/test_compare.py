@@ -317,6 +317,16 @@ def test_runs_with_no_cell_in_common_are_refused_with_the_difference(files, caps
     assert "softcap - in" in err and "but 30 in" in err
 
 
+def test_cells_timed_differently_are_never_compared(files, capsys):
+    graphed = make_doc(seed=1)
+    for row in graphed["rows"]:
+        row["timer"] = "graph"
+    assert cli(files("b.json", make_doc()), files("c.json", graphed)) == 2
+    err = _one_error_line(capsys)
+    assert "timer events in" in err and "but graph in" in err
+    assert "cells timed differently are never compared" in err
+
+
 def test_the_workload_is_part_of_a_cell():
     """A synthetic-workload run is not the same measurement as a random-input one."""
     synthetic = make_doc(seed=1, eager={"workload": "synthetic"}, ours={"workload": "synthetic"})

@@ -21,7 +21,7 @@ def test_a_file_without_tp_loads_as_one_device(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc))
     rows = load_results(path)["rows"]
-    assert all(cell_key(r)[-1] is None for r in rows)
+    assert all(cell_key(r)[-2] is None for r in rows)  # (..., tp, timer)
     assert cell_key(rows[0]) == cell_key({**rows[0], "tp": None})
 
 

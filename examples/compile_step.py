@@ -9,11 +9,20 @@ and the largest loss difference between the two over the steps (CPU or CUDA).
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 
-import torch
+# Two messages from other projects, not this example's to fix: torchao, when something
+# imports it, logs each CUDA-only library of its own it cannot load here, and torch says
+# that torchao registers its Enums with pytree the deprecated way. Only those are dropped.
+logging.getLogger("torchao").addFilter(lambda r: not r.getMessage().startswith("Failed to load"))
+logging.getLogger("torch.utils._pytree").addFilter(
+    lambda r: "is an Enum subclass" not in r.getMessage()
+)
 
-from perfsuite.kernels import linear_cross_entropy
+import torch  # noqa: E402
+
+from perfsuite.kernels import linear_cross_entropy  # noqa: E402
 
 
 class LM(torch.nn.Module):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import sys
 from typing import Any
 
 from perfsuite.results.results import PHASES
@@ -163,27 +162,4 @@ def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
         jobs=args.jobs,
         tps=args.tp,
         collective_timeout_s=args.collective_timeout,
-    )
-
-
-class _DeprecatedForce(argparse.Action):
-    """``sweep --force``: still ``--attempt-all``, with a line saying so."""
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        print("warning: sweep --force is deprecated: it is --attempt-all", file=sys.stderr)
-        setattr(namespace, self.dest, True)
-
-
-def add_attempt_all(p: argparse.ArgumentParser) -> None:
-    """``sweep --attempt-all`` (``args.force``): its own name, as ``--force`` means
-    "overwrite --out" to ``run``; ``--force`` stays as a deprecated alias."""
-    p.add_argument(
-        "--attempt-all",
-        dest="force",
-        action="store_true",
-        help="attempt cells predicted not to fit (and, with --resume, skipped ones and a "
-        "file measured under another environment)",
-    )
-    p.add_argument(
-        "--force", dest="force", nargs=0, action=_DeprecatedForce, help="deprecated: --attempt-all"
     )

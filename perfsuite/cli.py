@@ -1,5 +1,10 @@
-"""``perfsuite`` command line: parses arguments, hands a plan to the runner,
-prints the table and writes the results file."""
+"""``perfsuite`` command line: finds the subcommand typed, imports its module alone,
+parses its arguments and runs it.
+
+A subcommand's module (and with it torch, the method registry, the runner) is imported
+only when that subcommand runs or its own ``--help`` is asked for: ``perfsuite --help``
+and ``perfsuite shapes`` import no torch. Bad input raised anywhere under a command is
+one ``error:`` line on stderr and exit status 2 (``main``)."""
 
 from __future__ import annotations
 
@@ -9,37 +14,23 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from perfsuite import __version__
-from perfsuite.args import (
-    add_measurement_arguments,
-    measurement_options,
-    positive_float,
-    positive_int,
-)
 from perfsuite.fit import TrimmedConsole
-from perfsuite.parser import Parser
-from perfsuite.plan.plan import PlanError, build_plan
-from perfsuite.plan.registry import methods_for
+from perfsuite.parser import BAD_INPUT, DESCRIPTION, MODULE_COMMANDS, Parser, print_error
 from perfsuite.plan.shapes import PRESETS, get_shape
-from perfsuite.results.results import (
-    check_writable,
-    nothing_measured,
-    status_counts,
-    write_results,
-)
 
 DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    from perfsuite.args import add_measurement_arguments, positive_int
+
     p.add_argument(
         "--shape",
         help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)",
@@ -64,6 +55,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
+    from perfsuite.args import positive_float
+    from perfsuite.plan.plan import PlanError
+
     if args.softcap is None:
         return None
     if args.softcap == "preset":
@@ -78,7 +72,19 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from perfsuite.args import measurement_options
+    from perfsuite.plan.plan import PlanError, build_plan
     from perfsuite.plan.workloads import file_shape, parse_workload
+    from perfsuite.render.table import print_tables
+    from perfsuite.results.results import (
+        check_writable,
+        nothing_measured,
+        status_counts,
+        write_results,
+    )
+    from perfsuite.run.runner import run_plan
 
     workload = parse_workload(args.workload, args.entropy, args.zipf)
     if workload is not None and workload["kind"] == "file":
@@ -105,9 +111,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         softcap=softcap,
         **measurement_options(args),
     )
-    from perfsuite.render.table import print_tables
-    from perfsuite.run.runner import run_plan
-
     out = args.out
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -163,12 +166,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         print_tables(document["rows"], console)
     console.print(f"results: {out}", soft_wrap=True)  # a path stays whole
     if nothing_measured(document["rows"]):
-        console.print(f"[red]error:[/red] no cell was measured ({status_counts(document['rows'])})")
+        print_error(f"no cell was measured ({status_counts(document['rows'])})")
         return 1
     return 0
 
 
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
     table = Table(
         title="shape presets",
         caption="softcap: the model's, applied only with --softcap",
@@ -188,10 +193,25 @@ def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _softcap_gap(method: Any, device: str) -> str | None:
+    """Why ``method``, which declares a softcap, cannot apply one on ``device`` (Liger's
+    under the Triton interpreter): the question ``run`` asks of a softcap case there."""
+    from perfsuite.method import DTYPES, Case
+
+    if not method.caps.softcap:
+        return None
+    dtype = next(d for d in DTYPES if d in method.caps.dtypes)
+    case = Case(tokens=64, vocab=64, hidden=64, dtype=dtype, softcap=30.0, device=device)
+    return method.unsupported_reason(case)
+
+
 def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     import torch
+    from rich import box
+    from rich.markup import escape
 
     from perfsuite.fit import Column, print_fitted
+    from perfsuite.plan.registry import methods_for
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     # Method names are identifiers a user types: never folded.
@@ -202,11 +222,15 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
         cells = []
         for device in devices:
             reason = method.availability(device)
-            if reason is None:
-                interp = " (interpreted)" if device == "cpu" and method.caps.triton else ""
+            if reason is not None:
+                cells.append(f"[yellow]unavailable: {escape(reason)}[/yellow]")
+                continue
+            interp = " (interpreted)" if device == "cpu" and method.caps.triton else ""
+            gap = _softcap_gap(method, device)
+            if gap is None:
                 cells.append(f"[green]available{interp}[/green]")
             else:
-                cells.append(f"[yellow]unavailable: {reason}[/yellow]")
+                cells.append(f"[yellow]available{interp}; unsupported: {escape(gap)}[/yellow]")
         what = (
             method.description if method.timed_by_default else f"(on request) {method.description}"
         )
@@ -217,107 +241,55 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-# Commands living in their own modules: (name, module, help). Each module exposes
-# ``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when its
-# command runs or its help is built, so `perfsuite run` never pays for the others.
-MODULE_COMMANDS = (
-    (
-        "sweep",
-        "perfsuite.run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
-        "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
-    ),
-    (
-        "merge",
-        "perfsuite.results.merge",
-        "join results files (e.g. shards), checking their environments agree",
-    ),
-    ("report", "perfsuite.render.report", "render the paper table as md, latex, csv or html"),
-    ("plot", "perfsuite.render.plot", "PNG plots of memory and time against V and N"),
-    (
-        "compare",
-        "perfsuite.regress.compare",
-        "compare two results cell by cell; exit 1 on regression",
-    ),
-    (
-        "baseline",
-        "perfsuite.regress.baseline_store",
-        "store or list this device's baseline results",
-    ),
-    (
-        "bisect",
-        "perfsuite.regress.bisect",
-        "find the commit that made a cell slower (git bisect run in a temporary worktree)",
-    ),
-    (
-        "sensitivity",
-        "perfsuite.regress.sensitivity",
-        "measure the regression detector's false-alarm and detection rates here",
-    ),
-    (
-        "converge",
-        "perfsuite.converge.cli",
-        "train a tiny LM once per method and beta: parity with eager, calibration",
-    ),
-    (
-        "step",
-        "perfsuite.step.cli",
-        "one full training step of a transformers model per loss method: fwd, bwd, AdamW",
-    ),
-    (
-        "history",
-        "perfsuite.history.cli",
-        "keep every run in a SQLite history; find change points and regressions across commits",
-    ),
-    (
-        "dashboard",
-        "perfsuite.render.dashboard",
-        "write the history as a static site: plots across commits, change points marked",
-    ),
-    (
-        "workload",
-        "perfsuite.activations.cli",
-        "dump a transformers model's hidden states as a --workload file; train one; inspect one",
-    ),
-    (
-        "filtering",
-        "perfsuite.filtering.cli",
-        "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
-    ),
-    (
-        "kernel-report",
-        "perfsuite.kernel_report",
-        "compile the kernels ahead of time; registers, spills",
-    ),
-)
+def add_methods_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tp", action="store_true", help="the methods measured across ranks (run --tp)")
 
 
-DESCRIPTION = (
-    "Benchmark linear cross-entropy with label smoothing: our Triton kernel against its "
-    "peers, each checked against an fp32 reference, timed, with its peak memory. "
-    "Start with `perfsuite run --shape smoke`; exit codes: 0 done, 1 a failure the "
-    "command names (a regression, no cell measured), 2 bad input, 130 interrupted."
-)
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    """``perfsuite shapes`` takes none."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+Command = Callable[[argparse.Namespace, Console], int]
+# Commands defined here: name -> (help, add its arguments, run it).
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Command]] = {
+    "run": ("measure methods on a shape preset", add_run_arguments, cmd_run),
+    "shapes": ("list shape presets", _no_arguments, cmd_shapes),
+    "methods": (
+        "list methods with availability and capabilities here",
+        add_methods_arguments,
+        cmd_methods,
+    ),
+}
+
+
+def _module(name: str) -> Any:
+    """The module of a command in ``MODULE_COMMANDS``, imported now."""
+    return importlib.import_module(next(m for n, m, _ in MODULE_COMMANDS if n == name))
+
+
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand. ``commands``: only those get their arguments
+    (their modules imported); the others keep their name and one-line help, which is
+    all the top-level ``--help`` and an unknown command's error show."""
     parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
     # dest: a name no subcommand option takes (bisect --command wrote `command`)
     sub = parser.add_subparsers(dest="subcommand", required=True)
-    add_run_arguments(sub.add_parser("run", help="measure methods on a shape preset"))
-    sub.add_parser("shapes", help="list shape presets")
-    methods_p = sub.add_parser(
-        "methods", help="list methods with availability and capabilities here"
-    )
-    methods_p.add_argument(
-        "--tp", action="store_true", help="the methods measured across ranks (run --tp)"
-    )
-    for name, module, help_text in MODULE_COMMANDS:
-        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
+    for name, (help_text, add_arguments, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if commands is None or name in commands:
+            add_arguments(p)
+    for name, _, help_text in MODULE_COMMANDS:
+        p = sub.add_parser(name, help=help_text)
+        if commands is None or name in commands:
+            _module(name).add_arguments(p)
     return parser
 
 
-COMMANDS = {"run": cmd_run, "shapes": cmd_shapes, "methods": cmd_methods}
+def typed_command(argv: list[str]) -> str | None:
+    """The subcommand in ``argv``: its first word that is not an option (the top-level
+    options, --help and --version, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _terminated(signum: int, frame: Any) -> None:
@@ -327,20 +299,20 @@ def _terminated(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was typed, for records
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = typed_command(argv)
+    args = build_parser([] if command is None else [command]).parse_args(argv)
+    args.argv = argv  # what was typed, for records
     # progress lines: no "cli.py:101" source column; no trailing spaces in a file
     console = TrimmedConsole(log_path=False)
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
         if args.subcommand in COMMANDS:
-            return COMMANDS[args.subcommand](args, console)
-        module = next(m for name, m, _ in MODULE_COMMANDS if name == args.subcommand)
-        return int(importlib.import_module(module).run(args))
-    except (PlanError, ValueError) as err:
-        console.print(f"[red]error:[/red] {err}")
+            return COMMANDS[args.subcommand][2](args, console)
+        return int(_module(args.subcommand).run(args))
+    except BAD_INPUT as err:  # the one place a command's bad-input exception is printed
+        print_error(err)
         return 2
     except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)
         hint = " (sweep --resume picks it up)" if args.subcommand == "sweep" else ""

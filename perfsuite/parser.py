@@ -1,4 +1,5 @@
-"""The argument parser of every perfsuite command, subcommands' included.
+"""The argument parser of every perfsuite command, subcommands' included, the table of
+subcommands that live in their own modules, and the one way an error is printed.
 
 argparse answers a bad argument with its usage block (3 to 7 lines) and then
 ``perfsuite compare: error: ...``, a prefix that changes with the command; the README
@@ -17,9 +18,21 @@ from typing import Any, NoReturn
 # The deepest (sub)command parsed, for an error only the top parser can see.
 _PROG = "_perfsuite_prog"
 
+# Bad input, raised anywhere under a command: every class a command raises for it
+# (PlanError, converge's UsageError, ResultsError, OutputPathError, WorkloadError, ...)
+# is a ValueError, so the entry points map them all in one clause.
+BAD_INPUT: tuple[type[Exception], ...] = (ValueError,)
+
+
+def print_error(message: object) -> None:
+    """``error: <message>`` as one line on stderr, however long: a terminal folds it, a
+    log or ``grep`` keeps it whole (rich wrapped errors at 80 columns into 2-5 lines)."""
+    sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
+    sys.stderr.flush()
+
 
 def _fail(prog: str, message: str) -> NoReturn:
-    sys.stderr.write(f"error: {' '.join(message.split())} (see {prog} --help)\n")
+    print_error(f"{message} (see {prog} --help)")
     sys.exit(2)
 
 
@@ -52,3 +65,86 @@ class Parser(argparse.ArgumentParser):
         if extras:
             _fail(prog, f"unrecognized arguments: {' '.join(extras)}")
         return namespace
+
+
+# Commands living in their own modules: (name, module, help). Each module exposes
+# ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only
+# when its command runs or its help is asked for, so `perfsuite run` never pays for the
+# others. ``run``, ``shapes`` and ``methods`` are ``perfsuite.cli``'s own.
+MODULE_COMMANDS = (
+    (
+        "sweep",
+        "perfsuite.run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
+        "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
+    ),
+    (
+        "merge",
+        "perfsuite.results.merge",
+        "join results files (e.g. shards), checking their environments agree",
+    ),
+    ("report", "perfsuite.render.report", "render the paper table as md, latex, csv or html"),
+    ("plot", "perfsuite.render.plot", "PNG plots of memory and time against V and N"),
+    (
+        "compare",
+        "perfsuite.regress.compare",
+        "compare two results cell by cell; exit 1 on regression",
+    ),
+    (
+        "baseline",
+        "perfsuite.regress.baseline_store",
+        "store or list this device's baseline results",
+    ),
+    (
+        "bisect",
+        "perfsuite.regress.bisect",
+        "find the commit that made a cell slower (git bisect run in a temporary worktree)",
+    ),
+    (
+        "sensitivity",
+        "perfsuite.regress.sensitivity",
+        "measure the regression detector's false-alarm and detection rates here",
+    ),
+    (
+        "converge",
+        "perfsuite.converge.cli",
+        "train a tiny LM once per method and beta: parity with eager, calibration",
+    ),
+    (
+        "step",
+        "perfsuite.step.cli",
+        "one full training step of a transformers model per loss method: fwd, bwd, AdamW",
+    ),
+    (
+        "history",
+        "perfsuite.history.cli",
+        "keep every run in a SQLite history; find change points and regressions across commits",
+    ),
+    (
+        "dashboard",
+        "perfsuite.render.dashboard",
+        "write the history as a static site: plots across commits, change points marked",
+    ),
+    (
+        "workload",
+        "perfsuite.activations.cli",
+        "dump a transformers model's hidden states as a --workload file; train one; inspect one",
+    ),
+    (
+        "filtering",
+        "perfsuite.filtering.cli",
+        "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
+    ),
+    (
+        "kernel-report",
+        "perfsuite.kernel_report",
+        "compile the kernels ahead of time; registers, spills",
+    ),
+)
+
+
+DESCRIPTION = (
+    "Benchmark linear cross-entropy with label smoothing: our Triton kernel against its "
+    "peers, each checked against an fp32 reference, timed, with its peak memory. "
+    "Start with `perfsuite run --shape smoke`; exit codes: 0 done, 1 a failure the "
+    "command names (a regression, no cell measured), 2 bad input, 130 interrupted."
+)

@@ -60,7 +60,15 @@ def test_run_prints_table_and_writes_results(tmp_path, capsys):
 )
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
     assert main(argv) == 2
-    assert message in capsys.readouterr().out
+    assert message in _error(capsys)
+
+
+def _error(capsys) -> str:
+    """The one ``error:`` line on stderr (stdout may hold what ran before it)."""
+    out, err = capsys.readouterr()
+    assert "error:" not in out, out
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
 
 
 def test_argparse_errors_exit_nonzero():
@@ -160,8 +168,9 @@ def test_unusable_out_is_refused_before_measuring(tmp_path, capsys, kind):
     if kind == "file-as-parent":
         out.parent.write_text("not a folder")
     assert main([*CHEAP, "--out", str(out)]) == 2
-    text = capsys.readouterr().out
-    assert "--out" in text and "eager" not in text  # refused up front: nothing ran
+    out_text, err = capsys.readouterr()
+    assert "--out" in err and err.count("\n") == 1
+    assert "eager" not in out_text + err  # refused up front: nothing ran
     if kind == "existing":
         assert out.read_text() == "keep me"
 
@@ -188,7 +197,7 @@ def test_repeated_shapes_run_once(tmp_path):
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
 def test_non_finite_softcap_is_a_one_line_error(capsys, value):
     assert main([*CHEAP, "--softcap", value]) == 2
-    assert "--softcap" in capsys.readouterr().out
+    assert "--softcap" in _error(capsys)
 
 
 def _subcommands() -> list[str]:
@@ -239,7 +248,7 @@ def test_sensitivity_cuda_without_a_gpu(capsys):
 def test_unknown_plugin_and_absurd_dpi(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("PERFSUITE_PLUGINS", "no_such_plugin_module")
     assert main(["methods"]) == 2
-    assert "no_such_plugin_module" in capsys.readouterr().out
+    assert "no_such_plugin_module" in _error(capsys)
     monkeypatch.delenv("PERFSUITE_PLUGINS")
     with pytest.raises(SystemExit) as exc:
         main(
@@ -289,8 +298,8 @@ def test_impossible_synthetic_workloads_are_refused_before_any_worker(
 
 
 def _said(capsys) -> str:
-    """What the command printed, with rich's line wrapping undone."""
-    return " ".join(capsys.readouterr().out.split())
+    """The command's one error line."""
+    return _error(capsys)
 
 
 def _dump(path, targets=None, nan=False):
@@ -336,7 +345,7 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
 
     monkeypatch.setattr("perfsuite.plan.memory_model.available_memory", lambda: 20 * 2**30)
     assert main(["run", "--shape", "gemma2-9b", "--device", "cpu"]) == 2
-    ran = " ".join(capsys.readouterr().out.split())
+    ran = _error(capsys)
     out = tmp_path / "s.json"
     argv = ["--tokens", "8192", "--vocab", "256000", "--hidden", "3584", "--methods", "eager"]
     # every cell skipped: nothing measured, so not a success (issue 20)
@@ -414,9 +423,19 @@ def test_memory_limit_zero_is_refused_up_front(tmp_path, capsys):
     """--memory-limit 0 used to run, every cell oom with the allocator's words, exit 0."""
     out = tmp_path / "r.json"
     assert main([*CHEAP, "--memory-limit", "0", "--out", str(out)]) == 2
-    text = capsys.readouterr().out
-    assert "--memory-limit must be a size > 0" in text and "Traceback" not in text
+    assert "--memory-limit must be a size > 0" in _error(capsys)
     assert not out.exists()
+
+
+def test_a_memory_limit_below_every_cells_predicted_peak_is_refused_up_front(tmp_path, capsys):
+    """--memory-limit 1 (one byte) ran 55 s before every cell was oom."""
+    out = tmp_path / "r.json"
+    # the smoke shape's smallest cell: ~23.2 MiB
+    for limit, said in (("1", "1 B"), ("1K", "1.0 KiB"), ("20M", "20.0 MiB")):
+        assert main([*CHEAP, "--memory-limit", limit, "--device", "cpu", "--out", str(out)]) == 2
+        refused = f"--memory-limit {said} is below the smallest cell's predicted peak, ~23.2 MiB"
+        assert refused in _error(capsys)
+        assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -425,16 +444,23 @@ def test_memory_limit_zero_is_refused_up_front(tmp_path, capsys):
 def test_absurd_sample_counts_are_bounded(tmp_path, capsys, flag, value):
     out = tmp_path / "r.json"
     assert main([*CHEAP, flag, value, "--out", str(out)]) == 2
-    assert f"{flag} must be in [" in capsys.readouterr().out and not out.exists()
+    assert f"{flag} must be in [" in _error(capsys) and not out.exists()
 
 
 def test_a_run_where_every_cell_failed_exits_nonzero(tmp_path, capsys):
-    """Not only all-`error`: all-oom (here a 1 KiB --memory-limit) exited 0."""
+    """Not only all-`error`: all-oom exited 0. The limit: 1 MiB over the memory model's
+    peak (the cell's tensors), far under the worker's real one (allocator, threads)."""
+    from perfsuite.plan.memory_model import gate_bytes
+
+    s = get_shape("smoke")
+    limit = gate_bytes(s.tokens, s.vocab, s.hidden, s.dtype) + 2**20
     out = tmp_path / "r.json"
-    argv = [*CHEAP, "--beta", "0", "--memory-limit", "1K", "--device", "cpu"]
+    argv = [*CHEAP, "--beta", "0", "--memory-limit", str(limit), "--device", "cpu"]
     assert main([*argv, "--out", str(out)]) == 1
-    text = capsys.readouterr().out
-    assert "no cell was measured" in text and "oom" in text
+    out_text, err = capsys.readouterr()
+    assert "oom" in out_text and "error:" not in out_text
+    assert err.count("error:") == 1  # its last line, after any warning
+    assert err.splitlines()[-1] == "error: no cell was measured (1 oom)"
     assert {r["status"] for r in load_results(out)["rows"]} == {"oom"}
 
 
@@ -512,12 +538,11 @@ def test_a_file_as_the_outputs_folder_reads_alike_everywhere(tmp_path, capsys, a
     assert plain.read_text() == "not a folder"
 
 
-@pytest.mark.parametrize(
-    ("flag", "warned"), [("--attempt-all", False), ("--force", True), (None, False)]
-)
-def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path, flag, warned):
+@pytest.mark.parametrize("flag", ["--attempt-all", None])
+def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path, flag):
     """Issue 30: `--force` meant "overwrite" to run and "attempt cells predicted not to
-    fit" to sweep; sweep's is `--attempt-all`, and its `--force` a deprecated alias."""
+    fit" to sweep; sweep's is `--attempt-all`, and `--force` (an alias for a while,
+    before any release) is no sweep option."""
     from perfsuite.plan.plan import PlanError
 
     seen = {}
@@ -530,6 +555,7 @@ def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path, flag, 
     argv = ["sweep", "--tokens", "16", "--vocab", "64", "--hidden", "8", "--methods", "eager"]
     argv += ["--device", "cpu", "--out", str(tmp_path / "s.json")]
     assert main(argv + ([flag] if flag else [])) == 2
-    err = capsys.readouterr().err
-    assert seen["force"] is (flag is not None) and "stopped before measuring" in err
-    assert ("warning: sweep --force is deprecated: it is --attempt-all" in err) is warned
+    assert seen["force"] is (flag is not None) and "stopped before measuring" in _error(capsys)
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--force"])
+    assert exc.value.code == 2 and "unrecognized arguments: --force" in _error(capsys)

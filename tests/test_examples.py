@@ -23,3 +23,16 @@ def test_vocab_parallel_example_matches_one_device() -> None:
     found = re.search(r"loss (\S+), dE (\S+), dC (\S+)", done.stdout)
     assert found, done.stdout
     assert all(float(x) < 1e-5 for x in found.groups()), found.groups()
+
+
+def test_patch_model_example_prints_its_line_and_no_other_projects_noise() -> None:
+    """torchao's "Failed to load ..._C_mxfp8...so" and torch's pytree deprecation lines
+    (other projects', printed on import of transformers) are filtered out by name."""
+    done = subprocess.run(
+        [sys.executable, "examples/patch_model.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.fullmatch(r"one AdamW step, loss \d+\.\d{4}\n", done.stdout), done.stdout
+    noise = ("Failed to load", "is an Enum subclass")
+    assert not [line for line in done.stderr.splitlines() if any(n in line for n in noise)]

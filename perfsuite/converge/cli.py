@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -217,20 +216,16 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.converge.sweep import dry_run, render, report, sweep
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import all_methods
-    from perfsuite.results.results import ResultsError
 
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
-    try:
-        if args.render is not None:
-            return render(Path(args.render), console)
-        known = {**all_methods(), **YARDSTICKS}
-        config = resolve(args, known)
-        if args.dry_run:
-            return dry_run(config, known, console)
-        check_outputs(config, args.force)
-    except (UsageError, ResultsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # Bad input raises (UsageError, ResultsError): the entry point prints it, exit 2.
+    if args.render is not None:
+        return render(Path(args.render), console)
+    known = {**all_methods(), **YARDSTICKS}
+    config = resolve(args, known)
+    if args.dry_run:
+        return dry_run(config, known, console)
+    check_outputs(config, args.force)
     p = config.preset
     console.print(
         f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
@@ -245,11 +240,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
+    """``python -m perfsuite.converge``: bad input as ``perfsuite converge`` prints it."""
+    from perfsuite.parser import BAD_INPUT, Parser, print_error
 
     parser = Parser(
         prog="python -m perfsuite.converge",
         description="Train a tiny Llama once per loss method x beta and compare with eager.",
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except BAD_INPUT as err:
+        print_error(err)
+        return 2

@@ -10,7 +10,13 @@ from typing import Any
 import torch
 
 from perfsuite.method import DTYPES
-from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes
+from perfsuite.plan.memory_model import (
+    device_capacity,
+    exceeds,
+    fmt_size,
+    gate_bytes,
+    predicted_peak,
+)
 from perfsuite.plan.registry import all_methods, tp_methods
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import WorkloadError, check_synthetic
@@ -150,12 +156,43 @@ def resolve_methods(text: str | None, tp: bool = False) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_memory_limit(plan: Plan) -> None:
+    """Refuse a ``--memory-limit`` below the smallest cell's predicted peak: every worker
+    would only find its cell ``oom`` (a 1-byte limit ran 55 s to say so). CPU only, where
+    the limit applies; across ranks each rank holds a shard the model does not predict."""
+    if plan.memory_limit is None or plan.device != "cpu" or plan.tps:
+        return
+    known = all_methods()
+    cells = [
+        (name, shape, dtype)
+        for name in plan.methods
+        for shape in plan.shapes
+        for dtype in plan.dtypes_for(shape)
+    ]
+
+    def peak(cell: tuple[str, Shape, str]) -> tuple[int, str]:
+        name, shape, dtype = cell
+        size = (shape.tokens, shape.vocab, shape.hidden, dtype)
+        return predicted_peak(known[name].caps, *size, plan.softcap is not None)
+
+    method, shape, _ = smallest = min(cells, key=lambda cell: peak(cell)[0])
+    need, what = peak(smallest)
+    if plan.memory_limit < need:
+        raise PlanError(
+            f"--memory-limit {fmt_size(plan.memory_limit)} is below the smallest cell's "
+            f"predicted peak, ~{fmt_size(need)} ({what}; {method} on {shape.name}): every "
+            "cell would be oom; raise the limit or leave it out"
+        )
+
+
 def check_fits(plan: Plan) -> None:
     """Refuse CPU shapes whose correctness gate alone cannot fit, before starting: the
     same memory model and words as ``sweep``'s skipped cells."""
     if plan.device != "cpu":
         return
-    # Not --memory-limit: a worker over it is an ``oom`` row, which is what it is for.
+    check_memory_limit(plan)
+    # Not --memory-limit: a worker over it is an ``oom`` row, which is what it is for
+    # (only one below every cell's predicted peak is refused, above).
     capacity = device_capacity("cpu")
     if capacity is None:
         return

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.fit import TrimmedConsole
+from perfsuite.parser import print_error
 from perfsuite.results.results import check_writable, nothing_measured, status_counts, write_results
 from perfsuite.step.methods import METHODS
 from perfsuite.step.presets import DEFAULT_SIZE, PRESETS
@@ -102,6 +103,6 @@ def run(args: argparse.Namespace) -> int:
     print_step_tables(document["rows"], console)
     console.print(f"results: {out}", soft_wrap=True)
     if nothing_measured(document["rows"]):
-        console.print(f"[red]error:[/red] no case was measured ({status_counts(document['rows'])})")
+        print_error(f"no case was measured ({status_counts(document['rows'])})")
         return 1
     return 0

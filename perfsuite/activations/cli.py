@@ -47,12 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_out(out: Path, force: bool) -> None:
+    from perfsuite.results.outpath import check_output_file
+
     if out.suffix != ".safetensors":
         raise WorkloadError(f"--out {out}: must end in .safetensors")
-    if out.exists() and not force:
-        raise WorkloadError(f"--out {out} exists (--force overwrites it)")
-    if out.is_dir():
-        raise WorkloadError(f"--out {out} is a directory")
+    check_output_file(out, "--out", overwrite=force)
 
 
 def summarize(path: Path) -> dict[str, Any]:

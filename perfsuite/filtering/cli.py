@@ -132,14 +132,12 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from perfsuite.filtering.report import write_all
     from perfsuite.filtering.study import run_study
+    from perfsuite.results.outpath import check_output_file
     from perfsuite.results.provenance import collect_env
 
     stem = args.out.with_suffix("") if args.out.suffix in (".json", ".md") else args.out
-    existing = [
-        p for p in (stem.with_suffix(s) for s in (".json", ".md", ".csv", ".png")) if p.exists()
-    ]
-    if existing and not args.force:
-        raise WorkloadError(f"{existing[0]} exists (--force overwrites)")
+    for suffix in (".json", ".md", ".csv", ".png"):  # before the study, in outpath's words
+        check_output_file(stem.with_suffix(suffix), "--out", overwrite=args.force)
     case, inputs, workload = build_inputs(args)
     label = {"random": "random", "file": f"file:{Path(workload.get('path', '')).name}"}.get(
         workload["kind"],

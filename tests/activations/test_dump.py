@@ -96,7 +96,8 @@ def test_bad_models_and_batches_are_refused_in_one_line(tmp_path):
 
 
 def _said(capsys) -> str:
-    return " ".join(capsys.readouterr().out.split())
+    captured = capsys.readouterr()  # what it printed, and its errors (stderr)
+    return " ".join((captured.out + captured.err).split())
 
 
 @pytest.mark.parametrize(
@@ -179,7 +180,7 @@ def test_workload_dump_from_a_saved_model_folder(tmp_path, capsys):
     dump = read_dump(out)
     assert dump["e"].shape == (24, 16) and dump["c"].shape[0] == tok.get_vocab_size()
     assert "mean_entropy" in _said(capsys)
-    assert main(argv) == 2 and "exists (--force" in _said(capsys)
+    assert main(argv) == 2 and "exists; pass --force" in _said(capsys)
     assert main([*argv[:-2], "--out", str(tmp_path / "x.pt")]) == 2
     assert (
         main(

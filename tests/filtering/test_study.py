@@ -103,7 +103,7 @@ def test_the_filtering_command_writes_tables_plot_and_provenance(tmp_path, capsy
     assert (tmp_path / "syn.png").stat().st_size > 10_000
     table = (tmp_path / "syn.md").read_text()
     assert "| tile-list | sorted | 2^-8 |" in table and "perfsuite filtering" in table
-    assert main(argv) == 2 and "exists" in " ".join(capsys.readouterr().out.split())
+    assert main(argv) == 2 and "exists; pass --force" in capsys.readouterr().err
     assert (
         main([*argv[:-2], "--out", str(tmp_path / "r"), "--workload", "random", "--entropy", "2"])
         == 2

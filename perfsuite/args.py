@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+from perfsuite.results.kinds import TIMERS
 from perfsuite.results.results import PHASES
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -128,6 +129,20 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         "time beside the natively timed ones, stopped while a native clock runs; 1 runs every "
         "worker alone (default: 2 with 2+ cores)",
     )
+    p.add_argument(
+        "--timer",
+        choices=TIMERS,
+        default="events",
+        help="events: CUDA events (CPU clock) around each call, L2 flushed before (default); "
+        "graph: one CUDA graph replay per sample; kernels: the device kernels' sum from the "
+        "profiler (docs/run.md#timers)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="one extra profiled call per cell and phase after the timed samples: a trace "
+        "(gzip JSON for Perfetto) in DIR and a breakdown in the row (report --breakdown)",
+    )
     add_tp_arguments(p)
 
 
@@ -162,4 +177,6 @@ def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
         jobs=args.jobs,
         tps=args.tp,
         collective_timeout_s=args.collective_timeout,
+        timer=args.timer,
+        profile=args.profile,
     )

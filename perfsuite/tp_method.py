@@ -13,7 +13,7 @@ cost) and this shard's rows of dC.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -65,13 +65,16 @@ def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
 class ParallelMethod(SimpleMethod):
     """A method measured across ranks: ``build_tp(case, c_shard, shard) -> loss_fn``.
 
-    ``shard_check`` adds a reason a layout cannot be computed exactly (Megatron's
-    loss on uneven shards); ``SimpleMethod.build`` is unused here.
+    A method's ``tp``; listed in a module's ``METHODS`` itself, a method measured only
+    across ranks (its ``build``, the loss on one device, is None). ``shard_check`` adds a
+    reason a layout cannot be computed exactly (Megatron's loss on uneven shards).
     """
 
     build_tp: Callable[[Case, torch.Tensor, Shard], LossFn] | None = None
     shard_check: Callable[[Case, Shard], str | None] | None = None
-    build: Callable[[Case, torch.Tensor], LossFn] = field(default=lambda case, c: _no_build())
+
+    def across_ranks(self) -> ParallelMethod:
+        return self
 
     def unsupported_at(self, case: Case, shard: Shard) -> str | None:
         """Why this method cannot compute ``case`` on this layout, or None."""
@@ -106,7 +109,7 @@ def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:
 
 
 # Keys of a worker's case dict that are not ``Case`` fields.
-CASE_EXTRAS = ("shape", "workload", "tp")
+CASE_EXTRAS = ("shape", "workload", "tp", "timer")
 
 
 def case_of(raw: dict[str, Any]) -> Case:
@@ -127,10 +130,6 @@ def case_reason(method: Any, raw: dict[str, Any]) -> str | None:
     except ValueError as err:
         return str(err)
     return method.unsupported_at(case, Shard(0, tp, start, stop, case.vocab))
-
-
-def _no_build() -> LossFn:
-    raise TypeError("a ParallelMethod is prepared per rank with prepare_tp")
 
 
 __all__ = ["Capabilities", "ParallelMethod", "Shard", "shard_ranges"]

@@ -159,7 +159,7 @@ def classify(name: str) -> str:
 
 
 def _classify_op(op: str) -> str:
-    if op in GEMM_OPS:
+    if op in GEMM_OPS or op.rstrip("_") in GEMM_OPS:  # addmm_: the in-place form
         return "gemm"
     if op in COPY_OPS:
         return "copy"

@@ -20,8 +20,8 @@ import torch
 
 from perfsuite.measure.profile import kernel_ms, run_profiled
 from perfsuite.measure.timing import CacheFlusher, Timing, time_samples
+from perfsuite.results.kinds import TIMERS
 
-TIMERS = ("events", "graph", "kernels")
 NO_GPU = "CUDA graphs need a GPU"
 
 

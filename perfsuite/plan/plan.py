@@ -20,6 +20,7 @@ from perfsuite.plan.memory_model import (
 from perfsuite.plan.registry import all_methods, tp_methods
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import WorkloadError, check_synthetic
+from perfsuite.results.kinds import TIMERS
 from perfsuite.results.results import PHASES
 
 
@@ -53,6 +54,10 @@ class Plan:
     tps: list[int] | None = None
     # Seconds any one collective of a multi-rank cell may wait before the cell fails.
     collective_timeout_s: float = 300.0
+    # How samples are timed (measure.timers.TIMERS): part of every cell's identity.
+    timer: str = "events"
+    # --profile: the folder a profiled call's trace goes to, per cell and phase.
+    profile: str | None = None
 
     def dtypes_for(self, shape: Shape) -> list[str]:
         """The dtypes ``shape`` runs in (``dtypes`` is their union, for the record)."""
@@ -70,6 +75,7 @@ class Plan:
                 "beta": beta,
                 "softcap": self.softcap,
                 "device": self.device,
+                "timer": self.timer,
                 **({"workload": self.workload} if self.workload else {}),
                 **({"tp": tp} if tp is not None else {}),
             }
@@ -242,6 +248,8 @@ def build_plan(
     check_memory: bool = True,
     tps: str | None = None,
     collective_timeout_s: float = 300.0,
+    timer: str = "events",
+    profile: str | None = None,
 ) -> Plan:
     phase_list = parse_list(phases, "phases")
     bad = [p for p in phase_list if p not in PHASES]
@@ -274,6 +282,14 @@ def build_plan(
     tp_sizes = parse_tps(tps, device) if tps is not None else None
     if not (math.isfinite(collective_timeout_s) and collective_timeout_s > 0):
         raise PlanError(f"--collective-timeout must be > 0 seconds, got {collective_timeout_s:g}")
+    if timer not in TIMERS:
+        raise PlanError(f"--timer: unknown {timer!r}; choose from {', '.join(TIMERS)}")
+    if tp_sizes is not None and (timer != "events" or profile is not None):
+        raise PlanError("--timer and --profile measure one device: drop them with --tp")
+    if profile is not None:
+        from perfsuite.results.outpath import check_output_dir
+
+        check_output_dir(profile, "--profile")  # before anything is measured
     plan = Plan(
         methods=resolve_methods(methods, tp=tp_sizes is not None),
         shapes=shapes,
@@ -292,6 +308,8 @@ def build_plan(
         dtype=dtype,
         tps=tp_sizes,
         collective_timeout_s=collective_timeout_s,
+        timer=timer,
+        profile=None if profile is None else str(profile),
     )
     if check_memory:  # a sweep predicts fit per cell instead (perfsuite.run.sweep)
         check_fits(plan)

@@ -49,6 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="print the paper's table beside this run as ratios (markdown); "
         "default CSV: reports/paper/gemma2-2b-h100.csv",
     )
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="where each profiled cell's time goes (a run with --profile): a bar per "
+        "method by class (GEMM, our kernels, the peer's, elementwise, copies, ...), top kernels",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,6 +75,15 @@ def run(args: argparse.Namespace) -> int:
             if not args.paper.is_file():
                 raise ResultsError(f"--paper {args.paper}: no such file")
             text = side_by_side(document, read_paper(args.paper))
+        elif args.breakdown:
+            from perfsuite.render.breakdown import breakdown_lines
+
+            lines = breakdown_lines(document["rows"], console.width)
+            if not lines:
+                raise ResultsError(
+                    f"{args.results}: no row has a breakdown (measure with run --profile DIR)"
+                )
+            text = "\n".join(lines) + "\n"
         else:
             text = render(document, fmt)
     except ResultsError as err:

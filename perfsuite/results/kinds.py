@@ -29,6 +29,9 @@ STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skippe
 # Statuses of a cell that was measured (``wrong``: timed, though it failed the gate).
 MEASURED = ("ok", "wrong")
 DTYPES = ("fp32", "bf16", "fp16")
+# How a cell's samples were timed (perfsuite.measure.timers): events around each call
+# (every cell before --timer), one CUDA graph replay each, or the device kernels' sum.
+TIMERS = ("events", "graph", "kernels")
 # A loss cell's phases (one device or across ranks).
 PHASES = ("fwd", "bwd", "fwd+bwd")
 # ``perfsuite step``: one training step (model forward, backward, AdamW) and its whole;

@@ -42,6 +42,7 @@ from perfsuite.results.kinds import (
     READS,
     STATUSES,
     STEP_PHASES,
+    TIMERS,
     ResultsError,
     cell_key,
     flat_row,
@@ -98,7 +99,7 @@ class _Cell(_Strict):
     entropy: float | None = None
     deterministic: bool | None = None
     busy: str = ""
-    timer: Literal["events", "graph", "kernels"] = "events"
+    timer: Literal[TIMERS] = "events"  # type: ignore[valid-type]
     breakdown: dict[str, Any] | None = None
     trace: str | None = None
 

@@ -27,7 +27,7 @@ from perfsuite.harness.progress import Model, NoticeFn, Tracker, row_lines
 from perfsuite.method import Method
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
-from perfsuite.plan.registry import all_methods, methods_for, tp_methods
+from perfsuite.plan.registry import all_methods
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import PHASES, Row, new_document
@@ -36,12 +36,16 @@ from perfsuite.run.worker import WorkerSpec
 from perfsuite.tp_method import case_reason
 
 T = TypeVar("T")
-CASE_KEYS = ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp")
+CASE_KEYS = (
+    "shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp", "timer",
+)  # fmt: skip
 
 
-def interpreted(plan: Plan, method: str) -> bool:
-    """Whether ``method`` runs under the Triton interpreter in this plan."""
-    return plan.device == "cpu" and methods_for(bool(plan.tps))[method].caps.triton
+def measured(plan: Plan) -> dict[str, Method]:
+    """Name -> what the plan's cells measure: across ranks a method's ``tp`` declaration
+    (the method itself where it declares none: its cells are decided unsupported)."""
+    tp = bool(plan.tps)
+    return {n: (m.across_ranks() if tp else None) or m for n, m in all_methods().items()}
 
 
 def overlap(plan: Plan) -> bool:
@@ -54,8 +58,9 @@ def overlap(plan: Plan) -> bool:
     if capacity is None:
         return True
     softcap = plan.softcap is not None
+    eager = all_methods()["eager"].caps
     need = max(
-        predicted_peak("eager", True, s.tokens, s.vocab, s.hidden, dtype, softcap)[0]
+        predicted_peak(eager, s.tokens, s.vocab, s.hidden, dtype, softcap)[0]
         for s in plan.shapes
         for dtype in plan.dtypes_for(s)
     )
@@ -68,13 +73,15 @@ class LossKind(harness.Kind):
     def __init__(self, plan: Plan) -> None:
         self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
         self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
-        self.methods = methods_for(bool(plan.tps))
+        self.methods = measured(plan)
 
     def decided(self, method: str, case: dict[str, Any]) -> list[dict[str, Any]] | None:
         """``unavailable``/``unsupported`` rows when no worker is needed to know: the
         worker would ask the same, after seconds of imports."""
-        obj = method_named(method, [case])
-        status, reason = "unavailable", obj.availability(self.device)
+        obj = self.methods[method]  # megatron has no loss on one device
+        status, reason = "unsupported", obj.lacks("loss" if case.get("tp") is None else "tp")
+        if reason is None:
+            status, reason = "unavailable", obj.availability(self.device)
         if reason is None:
             status, reason = "unsupported", case_reason(obj, case)
         if reason is None:
@@ -82,7 +89,8 @@ class LossKind(harness.Kind):
         return _status_rows(method, case, self.phases, status, reason, self.interpreted(method))
 
     def interpreted(self, method: str) -> bool:
-        return interpreted(self.plan, method)
+        """Whether ``method`` runs under the Triton interpreter in this plan."""
+        return self.device == "cpu" and self.methods[method].caps.triton
 
     def cost(self, method: str) -> float:
         return self.methods[method].caps.interpreter_cost
@@ -99,6 +107,7 @@ class LossKind(harness.Kind):
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         p = self.plan
         fields = (p.phases, p.samples, p.warmup, p.seed, p.memory_limit, p.collective_timeout_s)
+        fields += (p.timer, p.profile)
         spec.write_text(json.dumps(asdict(WorkerSpec(method, cases, str(out), *fields))))
         return [sys.executable, "-m", worker_module(cases[0].get("tp")), str(spec)]
 
@@ -142,13 +151,6 @@ def schedule(
         items, work, interpreted=lambda i: kind.interpreted(method_of(i)),
         cost=lambda i: kind.cost(method_of(i)), jobs=plan.jobs, beside=kind.beside(),
     )  # fmt: skip
-
-
-def method_named(name: str, cases: list[dict[str, Any]]) -> Method:
-    """The method of that name: from the TP registry for multi-rank cases."""
-    if any(case.get("tp") is not None for case in cases):
-        return tp_methods()[name]
-    return all_methods()[name]
 
 
 def _status_rows(
@@ -196,7 +198,7 @@ def run_plan(
     a run killed or interrupted half-way keeps what it measured. ``notice`` gets a
     line when a worker or a cell starts, and at least every ``HEARTBEAT_S`` while a
     cell runs (perfsuite.harness.progress)."""
-    methods = methods_for(bool(plan.tps))
+    methods = measured(plan)
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, distributions)
     env["plan"] = plan.as_dict()
@@ -230,7 +232,7 @@ def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Track
     memory one (per device: none for cells across ranks)."""
     kind = LossKind(plan)
     units = [(m, case) for m in plan.methods for case in cases if kind.decided(m, case) is None]
-    emulated = {name: interpreted(plan, name) for name in plan.methods}
+    emulated = {name: kind.interpreted(name) for name in plan.methods}
     methods = kind.methods
 
     def cost(name: str, case: dict[str, Any]) -> float:
@@ -241,9 +243,8 @@ def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Track
     def peak(name: str, case: dict[str, Any]) -> int | None:
         if case.get("tp"):
             return None
-        materializes = getattr(methods[name].caps, "materializes_logits", True)
         return predicted_peak(
-            name, materializes, case["tokens"], case["vocab"], case["hidden"],
+            methods[name].caps, case["tokens"], case["vocab"], case["hidden"],
             case["dtype"], case.get("softcap") is not None,
         )[0]  # fmt: skip
 

@@ -24,13 +24,9 @@ import torch
 
 from perfsuite.harness.pause import paused
 from perfsuite.measure.memory import measure_peak
-from perfsuite.measure.timing import (
-    INTERPRETED_SAMPLES,
-    CacheFlusher,
-    Timing,
-    protocol,
-    time_samples,
-)
+from perfsuite.measure.profile import profile_call, trace_name
+from perfsuite.measure.timers import TimerUnsupported, time_with
+from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
 from perfsuite.method import LossFn, Method, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
@@ -61,6 +57,9 @@ class WorkerSpec:
     memory_limit: int | None = None
     # Multi-rank cells (perfsuite.run.ranks): seconds any one collective may wait.
     collective_timeout_s: float = 300.0
+    # How samples are timed (measure.timers), and the folder of --profile's traces.
+    timer: str = "events"
+    profile: str | None = None
 
 
 # Said next to a bf16 failure under the interpreter, whose casts differ from a GPU's.
@@ -141,6 +140,7 @@ class Phase:
 def _rows(case: dict[str, Any], spec: WorkerSpec, method: Method, **fields: Any) -> list[Row]:
     interpreted = method.caps.triton and case["device"] == "cpu"
     base = {k: case[k] for k in ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")}
+    base["timer"] = case.get("timer") or "events"
     base["workload"] = workload_label(case.get("workload"))
     return [
         Row(
@@ -241,10 +241,23 @@ def run_case(
             if samples:
                 stage(f"{row.phase} timing, {samples} sample(s)")
                 with paused():
-                    timing = time_samples(
-                        phase.body, device, samples=samples, warmup=warmup, setup=phase.setup,
-                        flush=flush,
-                    )  # fmt: skip
+                    try:
+                        timing = time_with(
+                            spec.timer, phase.body, device, samples=samples, warmup=warmup,
+                            setup=phase.setup, flush=flush,
+                        )  # fmt: skip
+                    except TimerUnsupported as err:  # its memory is measured: keep it
+                        timing = Timing()
+                        row.status, row.reason = "unsupported", f"--timer {spec.timer}: {err}"
+                    if spec.profile is not None and timing.samples_ms:
+                        stage(f"{row.phase} profile")  # after the samples, never inside
+                        row.trace = trace_name(
+                            spec.method, raw["shape"], case.dtype, case.beta, row.phase
+                        )
+                        row.breakdown = profile_call(
+                            phase.body, device, setup=phase.setup, flush=flush,
+                            trace=Path(spec.profile) / row.trace,
+                        ).as_dict()  # fmt: skip
             else:  # interpreted: the memory pass's call is its one sample
                 timing = Timing(clocked[:INTERPRETED_SAMPLES])
                 carried = phase.loss if row.phase == "fwd" else None
@@ -252,7 +265,9 @@ def run_case(
             row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
             row.rss_peak_bytes = peak.rss_delta
             row.samples_ms = timing.samples_ms
-            row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
+            if timing.samples_ms:
+                row.median_ms, row.p20_ms = timing.median_ms, timing.p20_ms
+                row.p80_ms = timing.p80_ms
             if interpreted and status == "ok":
                 row.reason = INTERPRETED_REASON
             emit(row)

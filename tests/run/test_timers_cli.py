@@ -1,0 +1,51 @@
+"""``run --timer`` and ``--profile`` through the CLI: the timer names every row (part of
+its identity), a profiled cell keeps a trace and a breakdown, and a timer a device
+cannot give makes the rows ``unsupported`` in one line, never a crash."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from perfsuite.cli import main
+from perfsuite.results.results import load_results
+
+pytestmark = pytest.mark.integration
+SMALL = ["--shape", "smoke", "--tokens", "64", "--vocab", "512", "--hidden", "32"]
+ONE = [*SMALL, "--methods", "eager", "--beta", "0", "--phases", "fwd+bwd", "--samples", "2"]
+
+
+def test_a_profiled_cell_keeps_its_trace_and_breakdown(tmp_path, capsys):
+    out, traces = tmp_path / "r.json", tmp_path / "traces"
+    argv = [*ONE, "--timer", "kernels", "--profile", str(traces), "--out", str(out)]
+    assert main(["run", *argv]) == 0
+    (row,) = load_results(out)["rows"]
+    assert row["status"] == "ok" and row["timer"] == "kernels"
+    breakdown = row["breakdown"]
+    assert breakdown["source"] == "cpu-ops" and breakdown["classes"]["gemm"] > 0
+    with gzip.open(traces / row["trace"], "rt") as f:
+        assert json.load(f)["traceEvents"]
+    capsys.readouterr()
+    assert main(["report", str(out), "--breakdown"]) == 0
+    text = capsys.readouterr().out
+    assert "eager" in text and "gemm" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_the_graph_timer_on_a_cpu_is_unsupported_in_one_line(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["run", *ONE, "--timer", "graph", "--out", str(out)]) == 1  # nothing timed
+    (row,) = load_results(out)["rows"]
+    assert row["status"] == "unsupported" and row["timer"] == "graph"
+    assert row["reason"] == "--timer graph: CUDA graphs need a GPU"
+    assert row["peak_bytes"] is not None  # what was measured is kept
+
+
+def test_timers_and_profiles_are_refused_across_ranks(tmp_path, capsys):
+    argv = ["run", *ONE, "--tp", "1", "--timer", "graph", "--out", str(tmp_path / "r.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["error: --timer and --profile measure one device: drop them with --tp"]
+    assert not (tmp_path / "r.json").exists()

@@ -43,6 +43,39 @@ def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str
     return lines
 
 
+def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """``(file name, matplotlib figure)`` per cell with a breakdown: a horizontal bar per
+    method, its wall time stacked by class and the host's share (``plot --breakdown``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("breakdown"):
+            cells.setdefault(_cell(row), []).append(row)
+    made = []
+    for members in cells.values():
+        fig, ax = plt.subplots(figsize=(8, 1.6 + 0.45 * len(members)), layout="constrained")
+        names = [m["method"] for m in members]
+        left = [0.0] * len(members)
+        for part in (*CLASSES, "host"):
+            ms = [m["breakdown"].get("host_ms", 0.0) if part == "host"
+                  else m["breakdown"]["classes"].get(part, 0.0) for m in members]  # fmt: skip
+            if any(ms):
+                ax.barh(names, ms, left=left, label=part)
+                left = [a + b for a, b in zip(left, ms, strict=True)]
+        ax.invert_yaxis()
+        ax.set_xlabel("ms of one profiled call")
+        ax.set_title(_title(members, 200)[0].removeprefix("where the time goes: "))
+        fig.legend(ncols=8, fontsize="small", loc="outside lower center")  # clear of the bars
+        shape, _, _, _, dtype, beta, phase = _cell(members[0])
+        name = f"breakdown-{shape}-{dtype}-b{beta:g}-{phase}.png".replace("+", "")
+        made.append((name, fig))
+    return made
+
+
 def _cell(row: dict[str, Any]) -> tuple:
     return (row.get("shape"), row.get("tokens"), row.get("vocab"), row.get("hidden"),
             row.get("dtype"), row.get("beta"), row.get("phase"))  # fmt: skip

@@ -253,6 +253,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="phase(s) to plot, comma-separated, or all (default fwd+bwd, the headline)",
     )
     p.add_argument("--dpi", type=_dpi, default=150, help="resolution, 20 to 600 (default 150)")
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="where each profiled cell's time goes (a run with --profile), one PNG a cell",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,7 +276,15 @@ def run(args: argparse.Namespace) -> int:
     except (ResultsError, OutputPathError) as err:
         console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 2
-    made = figures(document, phases)
+    if args.breakdown:
+        from perfsuite.render.breakdown import breakdown_figures
+
+        made = breakdown_figures(r for r in document["rows"] if r["phase"] in phases)
+    else:
+        made = figures(document, phases)
+    if args.breakdown and not made:
+        console.print(f"[yellow]nothing to plot:[/yellow] no row has a breakdown for {args.phase}")
+        return 1
     if not made:
         console.print(
             "[yellow]nothing to plot:[/yellow] no slice of the results varies V or N over "

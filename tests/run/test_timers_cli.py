@@ -32,6 +32,9 @@ def test_a_profiled_cell_keeps_its_trace_and_breakdown(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "eager" in text and "gemm" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+    assert main(["plot", str(out), "--breakdown", "-o", str(tmp_path / "plots")]) == 0
+    (png,) = (tmp_path / "plots").iterdir()
+    assert png.name == "breakdown-smoke-fp32-b0-fwdbwd.png" and png.stat().st_size > 10_000
 
 
 def test_the_graph_timer_on_a_cpu_is_unsupported_in_one_line(tmp_path):

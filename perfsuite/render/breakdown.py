@@ -11,6 +11,7 @@ kernels' table (``share %``: of the method's summed kernel, or op, time) goes th
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,7 +72,8 @@ def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
         ax.set_title(_title(members, 200)[0].removeprefix("where the time goes: "))
         fig.legend(ncols=8, fontsize="small", loc="outside lower center")  # clear of the bars
         shape, _, _, _, dtype, beta, phase = _cell(members[0])
-        name = f"breakdown-{shape}-{dtype}-b{beta:g}-{phase}.png".replace("+", "")
+        stem = f"breakdown-{shape}-{dtype}-b{beta:g}-{phase}".replace("+", "")
+        name = re.sub(r"[^A-Za-z0-9._-]", "", stem) + ".png"  # smoke* (overridden) too
         made.append((name, fig))
     return made
 

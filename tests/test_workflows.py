@@ -203,6 +203,44 @@ def test_ci_runs_the_readme_commands():
         assert command in runs
 
 
+KERNEL_SELECTION = "kernel-report --arch sm_80,sm_90a,sm_100a --dtype bf16"
+KERNEL_BASELINE = "--baseline reports/kernel-report/baseline"
+
+
+def _stored_kernel_baselines() -> list[str]:
+    return sorted(p.name for p in (ROOT / "reports" / "kernel-report" / "baseline").glob("*.json"))
+
+
+def test_ci_gates_the_kernel_code_on_the_stored_baseline():
+    """Every push and pull request builds the CI selection at the pinned Triton and
+    compares it with the stored baseline, the comparison in the job summary, its exit
+    status the step's; the baseline for that Triton and arch set is in the tree."""
+    job = load("ci.yml")["jobs"]["cpu"]
+    by_name = {s.get("name", s.get("uses", "")): s for s in job["steps"]}
+    step = by_name["Kernel code against the stored baseline"]
+    script = " ".join(step["run"].replace("\\\n", " ").split())
+    assert f"perfsuite {KERNEL_SELECTION} --jobs 2 {KERNEL_BASELINE}" in script
+    assert "--across-triton" not in script and 'exit "$status"' in script
+    assert "GITHUB_STEP_SUMMARY" in script and step["env"]["COLUMNS"] == "80"
+    assert "steps.install.outcome == 'success'" in step["if"]
+    assert by_name["Install (as .ci/run)"]["id"] == "install"
+    pinned = re.search(r"^triton==(\S+)$", (ROOT / "constraints-cpu.txt").read_text(), re.M)
+    assert f"triton-{pinned.group(1)}_sm_80-sm_90a-sm_100a.json" in _stored_kernel_baselines()
+
+
+def test_nightly_prints_the_kernel_diff_beside_its_timing_verdicts():
+    job = load("nightly-gpu.yml")["jobs"]["benchmark"]
+    names = [s.get("name", s.get("uses", "")) for s in job["steps"]]
+    step = job["steps"][names.index("Kernel code since the stored baseline")]
+    assert names.index("Compare against the stored baseline") + 1 == names.index(step["name"])
+    script = " ".join(step["run"].replace("\\\n", " ").split())
+    assert f"-m perfsuite {KERNEL_SELECTION} {KERNEL_BASELINE} --across-triton" in script
+    # reports, never fails the job
+    assert "GITHUB_STEP_SUMMARY" in script and not re.search(r"^\s*exit\b", step["run"], re.M)
+    assert "!cancelled()" in step["if"] and "matrix.shape == 'gemma2-2b'" in step["if"]
+    assert "gemma2-2b" in job["strategy"]["matrix"]["shape"]
+
+
 @pytest.mark.slow
 def test_nightly_history_steps_run_against_a_local_remote(tmp_path):
     """The history job's shell steps, run in order for two nights with a bare local

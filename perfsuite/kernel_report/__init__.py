@@ -22,6 +22,12 @@ The report fails (exit 1, with the reason) when one of our builds fails, ptxas
 exits non-zero or its log cannot be parsed, a config spills, holds a lock across a
 tensor-core instruction, or fits fewer CTAs per SM than its config declares.
 
+``--save DIR`` stores the report (``baseline``: one file per Triton version and arch
+set); ``--baseline DIR`` compares the builds with the stored ones (``diff``) and also
+fails when one of ours gains a spill, fits fewer CTAs per SM, or grows an instruction
+class or the total past ``--threshold``, so a change to the GPU code is caught on a
+machine without a GPU.
+
 Under ``TRITON_INTERPRET=1`` the kernels are interpreter wrappers fixed at import,
 so the report is computed in a child process started without that variable.
 """
@@ -37,17 +43,33 @@ import subprocess
 import sys
 from typing import Any
 
-from . import build, catalog, cce, costs, designs, launched, launches
-from .build import BuildError
-from .launches import HELPERS, Launch, Shape, parse_shape
+from perfsuite.results.outpath import check_output_dir
 
-DEFAULT_ARCHS = ("sm_80", "sm_90a")
-KERNELS = ("forward", "slices", "backward", *HELPERS)
-CCE_KERNELS = ("cce_lse_forward", "cce_backward")
+from . import (
+    baseline,
+    build,
+    catalog,
+    cce,
+    costs,
+    designs,
+    diff,
+    diff_table,
+    launched,
+    launches,
+    options,
+)
+from .build import BuildError
+from .launches import Launch, Shape, parse_shape
+from .options import CCE_KERNELS, DEFAULT_ARCHS, KERNELS, add_arguments
+
+# What a stored baseline records of the selection (baseline.load checks it covers a run).
+_STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "kernels_asked", "cce")
 
 __all__ = [
     "BuildError",
+    "CCE_KERNELS",
     "DEFAULT_ARCHS",
+    "KERNELS",
     "add_arguments",
     "build",
     "collect",
@@ -153,6 +175,7 @@ def kernel_report(
     else:
         report = _report(archs, shape, dtypes, kernels, with_cce, jobs)
     report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
+    report["toolchain"] = baseline.toolchain(archs)
     return report
 
 
@@ -258,91 +281,53 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _csv(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
-def _unknown(option: str, names: list[str] | None, known: tuple[str, ...]) -> str:
-    """The error for the first of ``names`` not in ``known`` ("" when all are known)."""
-    bad = [n for n in names or () if n not in known]
-    return f"{option} {bad[0]!r}: unknown; known: {', '.join(known)}" if bad else ""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--arch",
-        default=",".join(DEFAULT_ARCHS),
-        help=f"comma-separated targets (default: sm_80,sm_90a; of {', '.join(build.SUPPORTED)})",
-    )
-    parser.add_argument(
-        "--shape",
-        default="gemma2-2b",
-        help=f"launch shape: {', '.join(launches.SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
-    )
-    parser.add_argument("--dtype", default=None, help="comma-separated dtypes (default: all)")
-    parser.add_argument(
-        "--kernel",
-        default=None,
-        help=f"comma-separated kernels (default: all: {', '.join(KERNELS)}, cce_*)",
-    )
-    parser.add_argument("--no-cce", action="store_true", help="skip CCE's kernels")
-    parser.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="parallel builds (default: CPUs)"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument(
-        "--launched",
-        default=None,
-        metavar="WORKLOADS",
-        help="also measure the backward tile list's launched fraction on a sample of rows "
-        f"of these workloads ({', '.join(launched.WORKLOADS)}; minutes at a real vocabulary)",
-    )
-    parser.add_argument(
-        "--sample-rows",
-        type=int,
-        default=launched.DEFAULT_ROWS,
-        help=f"rows sampled for --launched (default {launched.DEFAULT_ROWS})",
-    )
-
-
 def run(args: argparse.Namespace) -> int:
-    archs = _csv(args.arch)
     try:
         shape = parse_shape(getattr(args, "shape", "gemma2-2b"))
-        for arch in archs:
-            build.capability(arch)
-    except ValueError as exc:
+        sel = options.selection(args)
+        if getattr(args, "save", None):
+            check_output_dir(args.save, "--save")
+        stored = None
+        if getattr(args, "baseline", None):
+            across = getattr(args, "across_triton", False)
+            stored = baseline.load(args.baseline, sel, vars(shape), across=across)
+    except ValueError as exc:  # OutputPathError and BaselineError too: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    dtypes = _csv(args.dtype) if getattr(args, "dtype", None) else None
-    kernels = _csv(args.kernel) if getattr(args, "kernel", None) else None
-    workloads = _csv(args.launched) if getattr(args, "launched", None) else []
-    rows = getattr(args, "sample_rows", launched.DEFAULT_ROWS)
-    # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
-    what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
-    what = what or _unknown("--dtype", dtypes, tuple(launches.DTYPES))
-    what = what or _unknown("--launched", workloads, tuple(launched.WORKLOADS))
-    if what or rows < 1:
-        print(f"error: {what or f'--sample-rows {rows} must be >= 1'}", file=sys.stderr)
-        return 2
     report = kernel_report(
-        archs,
+        sel["arch_order"],
         shape,
-        dtypes=dtypes,
-        kernels=kernels,
-        with_cce=not getattr(args, "no_cce", False),
+        dtypes=sel["dtypes"] if sel["dtypes_asked"] else None,
+        kernels=sel["kernels"] + sel["peers"] if sel["kernels_asked"] else None,
+        with_cce=sel["cce"],
         jobs=getattr(args, "jobs", 1),
-        workloads=workloads,
-        sample_rows=rows,
+        workloads=sel["workloads"],
+        sample_rows=sel["sample_rows"],
     )
+    report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
     problems = failures(report["rows"])
+    comparison = None
+    if stored is not None:
+        doc, path = stored
+        comparison = diff.compare(
+            baseline.in_selection(doc["rows"], sel),
+            report["rows"],
+            threshold=sel["threshold"],
+            across=getattr(args, "across_triton", False),
+        )
     if args.json:
-        print(json.dumps(report, indent=2))
+        extra = {"comparison": comparison.as_dict()} if comparison else {}
+        print(json.dumps({**report, **extra}, indent=2))
+    elif comparison is not None:
+        diff_table.render(comparison, doc, path, report, problems)
     else:
         from .render import render
 
         render(report, problems)
-    return 1 if problems else 0
+    if getattr(args, "save", None):
+        saved = baseline.save(report, args.save)
+        print(f"saved {saved}", file=sys.stderr if args.json else sys.stdout)
+    return 1 if problems or (comparison and comparison.failing()) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

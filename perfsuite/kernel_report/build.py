@@ -60,6 +60,16 @@ def ptxas_path(arch: str) -> str:
     return get_ptxas(capability(arch)).path
 
 
+def ptxas_version(arch: str) -> str:
+    """The CUDA release of the ptxas that builds ``arch`` (``12.8.93``): the same Triton
+    can ship two (``ptxas-blackwell`` for sm_100a), and each changes the SASS."""
+    out = _run([ptxas_path(arch), "--version"], "ptxas --version").stdout
+    found = re.search(r"release [\d.]+, V([\d.]+)", out)
+    if not found:
+        raise BuildError(f"unreadable ptxas --version: {out.strip()[-300:]!r}")
+    return found.group(1)
+
+
 def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 

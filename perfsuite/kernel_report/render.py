@@ -1,36 +1,16 @@
-"""Rich tables for ``perfsuite kernel-report``: per-build rows, then the cost table."""
+"""Rich tables for ``perfsuite kernel-report``: the builds (one table per kernel,
+``build_table``), the cost table, the backward designs, the launched fraction."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from perfsuite.fit import Column, TrimmedConsole, print_fitted
+from rich import box
 
-# (header, row key); variant names like "[plain]" would read as rich markup inside
-# the kernel name, so they get a column of their own and every cell is escaped.
-BUILD_COLUMNS = (
-    ("kernel", "kernel"),
-    ("variant", "variant"),
-    ("config", "config"),
-    ("dtype", "dtype"),
-    ("arch", "arch"),
-    ("ok", "ok"),
-    ("regs", "registers"),
-    ("spill st", "spill_store_bytes"),
-    ("spill ld", "spill_load_bytes"),
-    ("smem", "shared_bytes"),
-    ("CTA/SM", "ctas_per_sm"),
-    ("HGMMA", "hgmma"),
-    ("HMMA", "hmma"),
-    ("UTCMMA", "utcmma"),  # Blackwell's tcgen05.mma
-    ("TMEM", "tmem_cols"),  # tensor-memory columns per CTA (of 512 per SM)
-    ("LDGSTS", "ldgsts"),
-    ("MEMBAR", "membar"),
-    ("CAS", "cas"),
-    ("adds", "atomic_adds"),
-    ("TC in lock", "critical_tensor_ops"),
-)
-_TEXT = {"kernel", "variant", "config", "dtype", "arch", "ok"}
+from perfsuite.fit import Column, TrimmedConsole, fit_table, print_fitted
+
+from .build_table import render_builds
+
 _TEXT_COSTS = {"impl", "gpu", "workload", "fwd_config", "bwd_config", "design", "config", "bound"}
 
 COST_COLUMNS = (
@@ -96,8 +76,27 @@ def _cell(value: Any, fmt: str = "{}") -> str:
 
 
 def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
-    """Fitted to the console (``perfsuite.fit``): a table, or one block per row."""
-    print_fitted(console, columns, rows, title, title_justify="left")
+    """Fitted to the console (``perfsuite.fit``): a table; when it is too wide, the same
+    cells turned on their side per GPU (a row per figure, a column per impl or design);
+    else one block per row."""
+    options = dict(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    table = fit_table(columns, rows, console.width, title=title, **options)
+    if table is not None:
+        console.print(table)
+        return
+    heads = [c.header for c in columns]
+    if "GPU" not in heads:
+        print_fitted(console, columns, rows, title, **options)
+        return
+    gpu, name = heads.index("GPU"), heads.index("design" if "design" in heads else "impl")
+    console.print(title, highlight=False)
+    for where in dict.fromkeys(r[gpu] for r in rows):
+        mine = [r for r in rows if r[gpu] == where]
+        turned = [Column(where, "left", False), *(Column(r[name], "right", True) for r in mine)]
+        cells = [
+            [heads[i], *(r[i] for r in mine)] for i in range(len(heads)) if i not in (gpu, name)
+        ]
+        print_fitted(console, turned, cells, **options)
 
 
 def _costs(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
@@ -113,22 +112,7 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fit or list
     shape = report["shape"]
     where = f"{shape['name']} (N={shape['n']}, V={shape['v']}, D={shape['d']})"
-    columns = [
-        Column(h, "left", True) if k in _TEXT else Column(h, "right", False)
-        for h, k in BUILD_COLUMNS
-    ]
-    rows = []
-    for r in report["rows"]:
-        cells = {**r, "kernel": r["kernel"] + ("" if r.get("ours", True) else " (CCE)")}
-        rows.append([_cell(cells.get(k)) for _, k in BUILD_COLUMNS])
-    _print(
-        console,
-        f"Triton kernels built as launched at {where} (smem: bytes per CTA; spills: bytes "
-        "per thread; TMEM: tensor-memory columns per CTA; TC in lock: tensor-core "
-        "instructions between a CAS acquire and its EXCH release)",
-        columns,
-        rows,
-    )
+    render_builds(console, report, where)
     _print(
         console,
         f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "

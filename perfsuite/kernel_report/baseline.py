@@ -1,0 +1,183 @@
+"""Stored kernel-report baselines: one JSON document per Triton version and arch set.
+
+A baseline is the report's own ``--json`` document (rows, costs, notes) with the
+toolchain that built it (the Triton version, each arch's ptxas) and the selection it
+covers (archs, dtypes, kernels, CCE, the launch shape). Another Triton or ptxas
+changes the SASS with no change of ours, so each Triton version has its own file and
+``--baseline`` refuses another version's unless asked to compare across versions.
+Rows are written one per line, so a renewal's git diff names each build it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import build
+from .launches import SHAPES
+
+# Other JSON under reports/ names its schema: never taken for a results file.
+SCHEMA = "perfsuite-kernel-report/1"
+_NAME = re.compile(r"triton-(?P<version>.+)_(?P<archs>sm_[0-9a-z_-]+)\.json")
+_LISTS = ("rows", "costs", "designs", "launched")  # one element per line
+
+
+class BaselineError(ValueError):
+    """A baseline that cannot be used (one ``error:`` line, exit code 2)."""
+
+
+def arch_set(archs: list[str]) -> list[str]:
+    """``archs`` without repeats, in capability order: ``sm_90a,sm_80`` and
+    ``sm_80,sm_90a`` share a file."""
+    return sorted(set(archs), key=lambda a: (build.capability(a), a))
+
+
+def file_name(version: str, archs: list[str]) -> str:
+    return f"triton-{version}_{'-'.join(arch_set(archs))}.json"
+
+
+def triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
+def toolchain(archs: list[str]) -> dict[str, Any]:
+    """The Triton version and the CUDA release of each arch's ptxas."""
+    ptxas = {}
+    for arch in arch_set(archs):
+        try:
+            ptxas[arch] = build.ptxas_version(arch)
+        except build.BuildError as exc:  # the builds then fail and say why
+            ptxas[arch] = f"unknown ({exc})"
+    return {"triton": triton_version(), "ptxas": ptxas}
+
+
+def make_command(selection: dict[str, Any], shape: dict[str, Any], folder: str) -> str:
+    """The command line that stores a baseline for ``selection`` in ``folder``."""
+    cmd = ["perfsuite kernel-report", "--arch", ",".join(selection["archs"])]
+    if shape["name"] in SHAPES and shape["name"] != "gemma2-2b":
+        cmd += ["--shape", shape["name"]]
+    elif shape["name"] not in SHAPES:
+        cmd += ["--shape", f"{shape['n']},{shape['v']},{shape['d']},{shape['dtype']}"]
+    if selection.get("dtypes_asked"):
+        cmd += ["--dtype", ",".join(selection["dtypes"])]
+    if selection.get("kernels_asked"):
+        cmd += ["--kernel", ",".join(selection["kernels"] + selection["peers"])]
+    if not selection["cce"]:
+        cmd += ["--no-cce"]
+    return " ".join([*cmd, "--save", folder])
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    """``doc`` as JSON with each row (and cost row) on a line of its own."""
+    parts = []
+    for key, value in doc.items():
+        if key in _LISTS and isinstance(value, list) and value:
+            items = ",\n".join(f"  {json.dumps(v)}" for v in value)
+            parts.append(f" {json.dumps(key)}: [\n{items}\n ]")
+        else:
+            parts.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
+    """Write ``report`` as the baseline of its Triton version and arch set in ``folder``
+    (replacing the one there: a renewal), atomically."""
+    folder = Path(folder)
+    version = report["toolchain"]["triton"]
+    path = folder / file_name(version, report["selection"]["archs"])
+    fd, tmp = tempfile.mkstemp(prefix=".kernel-report-", suffix=".json", dir=folder)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(_dump({"schema": SCHEMA, **report}))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would keep a committed file private
+    os.replace(tmp, path)
+    return path
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
+
+
+def stored(folder: str | os.PathLike[str], archs: list[str]) -> dict[str, Path]:
+    """Triton version -> baseline file in ``folder`` for this arch set."""
+    wanted = "-".join(arch_set(archs))
+    out = {}
+    for path in Path(folder).glob("triton-*.json"):
+        m = _NAME.fullmatch(path.name)
+        if m and m.group("archs") == wanted:
+            out[m.group("version")] = path
+    return out
+
+
+def load(
+    folder: str, selection: dict[str, Any], shape: dict[str, Any], *, across: bool = False
+) -> tuple[dict[str, Any], Path]:
+    """The stored document to compare this run with, and its file.
+
+    The file for this Triton version and arch set; with ``across``, the newest stored
+    for another Triton version (this version's when no other is stored). Raises
+    ``BaselineError`` naming the command that makes one.
+    """
+    version = triton_version()
+    archs = selection["archs"]
+    make = f"make one: {make_command(selection, shape, folder)}"
+    if not Path(folder).is_dir():
+        raise BaselineError(f"--baseline {folder}: no such folder; {make}")
+    files = stored(folder, archs)
+    others = sorted((v for v in files if v != version), key=_version_key)
+    if across and others:
+        path = files[others[-1]]
+    elif version in files:
+        path = files[version]
+    elif others:
+        raise BaselineError(
+            f"--baseline {folder}: holds Triton {', '.join(others)}'s baseline for "
+            f"{','.join(arch_set(archs))}, not this Triton {version}'s: compare across "
+            f"versions with --across-triton, or {make}"
+        )
+    else:
+        raise BaselineError(
+            f"--baseline {folder}: no baseline for Triton {version} and --arch "
+            f"{','.join(arch_set(archs))}; {make}"
+        )
+    try:
+        doc = json.loads(path.read_text())
+        assert doc.get("schema") == SCHEMA and isinstance(doc["rows"], list)
+        assert doc["toolchain"]["triton"] == _NAME.fullmatch(path.name).group("version")
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise BaselineError(f"--baseline {path}: not a kernel-report baseline; {make}") from None
+    _check_covers(doc, selection, shape, path, make)
+    return doc, path
+
+
+def _check_covers(
+    doc: dict[str, Any], selection: dict[str, Any], shape: dict[str, Any], path: Path, make: str
+) -> None:
+    """The stored document must have built what this run builds of ours, at the same
+    shape (CCE's kernels missing on one side are listed, never failed)."""
+    keys = ("n", "v", "d", "dtype", "beta", "softcap")
+    base_shape = doc.get("shape", {})
+    if any(base_shape.get(k) != shape[k] for k in keys):
+        was = ", ".join(f"{k}={base_shape.get(k)}" for k in keys)
+        raise BaselineError(f"--baseline {path}: built at another shape ({was}); {make}")
+    stored_sel = doc.get("selection", {})
+    for field in ("dtypes", "kernels"):
+        missing = sorted(set(selection[field]) - set(stored_sel.get(field, [])))
+        if missing:
+            raise BaselineError(
+                f"--baseline {path}: built no {', '.join(missing)} "
+                f"({field[:-1]}s {', '.join(stored_sel.get(field, [])) or 'none'}); {make}"
+            )
+
+
+def in_selection(rows: list[dict[str, Any]], selection: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored rows this run builds too (its dtypes, our kernels and CCE's)."""
+    kernels = set(selection["kernels"]) | set(selection["peers"])
+    return [r for r in rows if r["dtype"] in selection["dtypes"] and r["kernel"] in kernels]

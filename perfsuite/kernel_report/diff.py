@@ -1,0 +1,187 @@
+"""Compare two kernel reports build by build: what changed in each build and whether it fails.
+
+Builds are matched on (kernel, variant, config, dtype, arch). Equal SASS hashes mean the
+same code: ``unchanged``. For a build whose code changed, every fact that moved is named
+(registers, spills, shared and tensor memory, CTAs per SM, each instruction class, the
+total) and one of ours fails when it gains a spill, fits fewer CTAs per SM, or grows an
+instruction class or the total past the threshold: counts that do not drift with machine
+noise, so a small margin is enough. Register counts alone never fail: ptxas takes what
+it may, and only a spill or a lost CTA costs time. CCE's builds, builds across Triton
+versions and a build whose config changed (one build only on each side, paired) are
+reported and never fail; any other build only on one side is listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_THRESHOLD = 0.05
+
+# (label, row key, unit): resources, then occupancy.
+RESOURCES = (
+    ("registers", "registers", ""),
+    ("spill stores", "spill_store_bytes", " B"),
+    ("spill loads", "spill_load_bytes", " B"),
+    ("smem", "shared_bytes", " B"),
+    ("TMEM", "tmem_cols", " cols"),
+    ("CTAs/SM", "ctas_per_sm", ""),
+)
+# Instruction classes (sass.counts), gated on growth; the total last.
+CLASSES = (
+    ("HGMMA", "hgmma"),
+    ("HMMA", "hmma"),
+    ("UTCMMA", "utcmma"),
+    ("LDTM", "ldtm"),
+    ("LDGSTS", "ldgsts"),
+    ("MEMBAR", "membar"),
+    ("CAS", "cas"),
+    ("EXCH", "exch"),
+    ("atomic adds", "atomic_adds"),
+    ("NANOSLEEP", "nanosleep"),
+    ("TC in lock", "critical_tensor_ops"),
+    ("instructions", "instructions"),
+)
+_KEY = ("kernel", "variant", "config", "dtype", "arch")
+
+
+def where(row: dict[str, Any], config: bool = True) -> str:
+    """A build's name, as the report's failures name it."""
+    cfg = f" {row['config']}" if config else ""
+    return f"{row['kernel']}[{row['variant']}]{cfg} {row['dtype']} {row['arch']}"
+
+
+@dataclass
+class Change:
+    """One build whose code changed: what moved, and what would fail it."""
+
+    build: str
+    changes: list[str]
+    reasons: list[str] = field(default_factory=list)
+    why_not_gated: str = ""  # "" for our builds at the same Triton and config
+
+    @property
+    def fails(self) -> bool:
+        return bool(self.reasons) and not self.why_not_gated
+
+    @property
+    def verdict(self) -> str:
+        if self.why_not_gated:
+            worse = f"; would fail: {', '.join(self.reasons)}" if self.reasons else ""
+            return f"not gated ({self.why_not_gated}){worse}"
+        return f"FAIL: {', '.join(self.reasons)}" if self.reasons else "ok"
+
+
+@dataclass
+class Comparison:
+    threshold: float
+    across: bool = False
+    unchanged: int = 0
+    changed: list[Change] = field(default_factory=list)
+    only_new: list[str] = field(default_factory=list)
+    only_old: list[str] = field(default_factory=list)
+
+    def failing(self) -> list[Change]:
+        return [c for c in self.changed if c.fails]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "across_triton": self.across,
+            "unchanged": self.unchanged,
+            "changed": [{**vars(c), "verdict": c.verdict, "fails": c.fails} for c in self.changed],
+            "only_in_this_run": self.only_new,
+            "only_in_baseline": self.only_old,
+        }
+
+
+def _pct(old: int, new: int) -> str:
+    return f" ({(new - old) / old:+.1%})" if old else ""
+
+
+def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[list, list]:
+    """(what moved, why it fails) between two builds of one launch."""
+    if not new.get("ok", True):
+        return ["did not build"], ["did not build"]
+    if not old.get("ok", True):
+        return ["builds now (the baseline's did not)"], []
+    moved, reasons = [], []
+    for label, key, unit in RESOURCES:
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None or a == b:
+            continue
+        moved.append(f"{label} {a} → {b}{unit}")
+        if key.startswith("spill") and b > a:
+            reasons.append(f"new {label[:-1]}" if a == 0 else f"more {label}")
+        if key == "ctas_per_sm" and b < a:
+            reasons.append("fewer CTAs/SM")
+    for label, key in CLASSES:
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None or a == b:
+            continue
+        moved.append(f"{label} {a} → {b}{_pct(a, b)}")
+        if b > a * (1 + threshold):
+            reasons.append(f"{label} {(b - a) / a:+.1%}" if a else f"new {label}")
+    if not moved:
+        moved.append("other SASS, same counts")
+    return moved, reasons
+
+
+def compare(
+    old_rows: list[dict[str, Any]],
+    new_rows: list[dict[str, Any]],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    across: bool = False,
+) -> Comparison:
+    """``new_rows`` (this run) against ``old_rows`` (the baseline), build by build."""
+    out = Comparison(threshold, across)
+    old = {tuple(r[k] for k in _KEY): r for r in old_rows}
+    new = {tuple(r[k] for k in _KEY): r for r in new_rows}
+    for key, row in new.items():
+        base = old.get(key)
+        if base is None:
+            continue
+        if row.get("ok") and base.get("ok", True) and row.get("sass_hash") == base.get("sass_hash"):
+            out.unchanged += 1
+            continue
+        moved, reasons = changes(base, row, threshold)
+        out.changed.append(Change(where(row), moved, reasons, _ungated(row, across)))
+    _pair_retuned(
+        [r for k, r in old.items() if k not in new],
+        [r for k, r in new.items() if k not in old],
+        out,
+    )
+    return out
+
+
+def _ungated(row: dict[str, Any], across: bool) -> str:
+    if not row.get("ours", True):
+        return "CCE's"
+    return "across Triton versions" if across else ""
+
+
+def _pair_retuned(gone: list[dict], added: list[dict], out: Comparison) -> None:
+    """A launch with one build only in the baseline and one only in this run changed its
+    config: compared as one build, never failing (a new tile is an intended change);
+    every other build on one side only is listed."""
+
+    def launch(r: dict[str, Any]) -> str:
+        return where(r, config=False)
+
+    by_old: dict[str, list] = {}
+    by_new: dict[str, list] = {}
+    for r in gone:
+        by_old.setdefault(launch(r), []).append(r)
+    for r in added:
+        by_new.setdefault(launch(r), []).append(r)
+    for name, olds in by_old.items():
+        news = by_new.get(name, [])
+        if len(olds) == 1 and len(news) == 1:
+            a, b = olds[0], news.pop()
+            moved, reasons = changes(a, b, out.threshold)
+            config = f"config {a['config']} → {b['config']}"
+            out.changed.append(Change(name, [config, *moved], reasons, "config changed"))
+        else:
+            out.only_old += [where(r) for r in olds]
+    out.only_new += [where(r) for rows in by_new.values() for r in rows]

@@ -1,0 +1,133 @@
+"""``perfsuite kernel-report``'s options, and the selection they name (checked before any
+build: an unknown name is one ``error:`` line, never a report that built nothing)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from . import build, launched, launches
+from .baseline import arch_set
+from .diff import DEFAULT_THRESHOLD
+from .launches import HELPERS
+
+DEFAULT_ARCHS = ("sm_80", "sm_90a")
+KERNELS = ("forward", "slices", "backward", *HELPERS)
+CCE_KERNELS = ("cce_lse_forward", "cce_backward")
+
+
+def csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _unknown(option: str, names: list[str] | None, known: tuple[str, ...]) -> str:
+    """The error for the first of ``names`` not in ``known`` ("" when all are known)."""
+    bad = [n for n in names or () if n not in known]
+    return f"{option} {bad[0]!r}: unknown; known: {', '.join(known)}" if bad else ""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--arch",
+        default=",".join(DEFAULT_ARCHS),
+        help=f"comma-separated targets (default: sm_80,sm_90a; of {', '.join(build.SUPPORTED)})",
+    )
+    parser.add_argument(
+        "--shape",
+        default="gemma2-2b",
+        help=f"launch shape: {', '.join(launches.SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
+    )
+    parser.add_argument("--dtype", default=None, help="comma-separated dtypes (default: all)")
+    parser.add_argument(
+        "--kernel",
+        default=None,
+        help=f"comma-separated kernels (default: all: {', '.join(KERNELS)}, cce_*)",
+    )
+    parser.add_argument("--no-cce", action="store_true", help="skip CCE's kernels")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="parallel builds (default: CPUs)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--launched",
+        default=None,
+        metavar="WORKLOADS",
+        help="also measure the backward tile list's launched fraction on a sample of rows "
+        f"of these workloads ({', '.join(launched.WORKLOADS)}; minutes at a real vocabulary)",
+    )
+    parser.add_argument(
+        "--sample-rows",
+        type=int,
+        default=launched.DEFAULT_ROWS,
+        help=f"rows sampled for --launched (default {launched.DEFAULT_ROWS})",
+    )
+    stored = parser.add_argument_group("stored baselines (docs/kernel.md)")
+    stored.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="also write the report's JSON document to DIR, one file per Triton version and "
+        "arch set (replacing that file: a renewal)",
+    )
+    stored.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="compare the builds with DIR's baseline for this Triton version and arch set; "
+        "exit 1 when a build of ours gains a spill, fits fewer CTAs/SM or grows an "
+        "instruction class or the total past --threshold",
+    )
+    stored.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD * 100,
+        metavar="PCT",
+        help="growth of an instruction class or the total, in percent, that fails "
+        f"(default {DEFAULT_THRESHOLD * 100:g})",
+    )
+    stored.add_argument(
+        "--across-triton",
+        action="store_true",
+        help="with --baseline: compare with the newest stored baseline of another Triton "
+        "version (this one's when none other is stored); reports, never fails",
+    )
+
+
+def selection(args: argparse.Namespace) -> dict[str, Any]:
+    """What the run builds, resolved (every dtype / kernel when none named); raises
+    ValueError with the one-line reason for a name or value that cannot work."""
+    archs = csv(args.arch)
+    for arch in archs:
+        build.capability(arch)
+    dtypes = csv(args.dtype) if getattr(args, "dtype", None) else None
+    kernels = csv(args.kernel) if getattr(args, "kernel", None) else None
+    workloads = csv(args.launched) if getattr(args, "launched", None) else []
+    rows = getattr(args, "sample_rows", launched.DEFAULT_ROWS)
+    # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
+    what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
+    what = what or _unknown("--dtype", dtypes, tuple(launches.DTYPES))
+    what = what or _unknown("--launched", workloads, tuple(launched.WORKLOADS))
+    if what or rows < 1:
+        raise ValueError(what or f"--sample-rows {rows} must be >= 1")
+    threshold = getattr(args, "threshold", DEFAULT_THRESHOLD * 100)
+    if not threshold >= 0:  # NaN too
+        raise ValueError(f"--threshold {threshold}: must be a percentage >= 0")
+    if getattr(args, "across_triton", False) and not getattr(args, "baseline", None):
+        raise ValueError("--across-triton compares with a stored baseline: add --baseline DIR")
+    with_cce = not getattr(args, "no_cce", False)
+    if kernels and not with_cce and all(k in CCE_KERNELS for k in kernels):
+        raise ValueError(f"--kernel {','.join(kernels)} with --no-cce builds nothing")
+    return {
+        "archs": arch_set(archs),
+        "arch_order": archs,
+        "dtypes": dtypes or list(launches.DTYPES),
+        "dtypes_asked": dtypes is not None,
+        "kernels": [k for k in kernels or KERNELS if k in KERNELS],
+        "peers": [k for k in kernels or CCE_KERNELS if k in CCE_KERNELS] if with_cce else [],
+        "kernels_asked": kernels is not None,
+        "cce": with_cce,
+        "workloads": workloads,
+        "sample_rows": rows,
+        "threshold": threshold / 100,
+    }

@@ -1,0 +1,215 @@
+"""``kernel-report --save`` / ``--baseline``: GPU code changes caught without a GPU.
+
+One small selection (the slice kernel, bf16, sm_90a: six builds) is built once per
+module and stored; each test then builds it again, through ``perfsuite.cli.main`` as a
+user types it (Triton's cache makes the rebuild of an unchanged tree cheap). Changed
+kernels are built from a temporary copy of the tree (``kernels/`` copied, then edited),
+in a child process started in that copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import triton
+
+from perfsuite.cli import main
+from perfsuite.kernel_report import build
+from perfsuite.kernel_report.slice_launches import VARIANTS
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SELECTION = ["--arch", "sm_90a", "--dtype", "bf16", "--kernel", "slices", "--no-cce"]
+FILE = f"triton-{triton.__version__}_sm_90a.json"
+BUILDS = len(VARIANTS)  # the slice kernel's six
+HEAVY = "slices[smooth+softcap] N128-V128-D64-w8-s3-W4096 bf16 sm_90a"
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The selection built once and saved; (folder, the --json document it printed)."""
+    folder = tmp_path_factory.mktemp("kernel-baseline")
+    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--json", "--save", str(folder)]
+    out = subprocess.run(
+        [sys.executable, "-c", f"from perfsuite.cli import main; raise SystemExit(main({argv}))"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+        check=False,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"saved {folder / FILE}" in out.stderr
+    return folder, json.loads(out.stdout)
+
+
+def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
+    folder, printed = stored
+    assert [p.name for p in folder.iterdir()] == [FILE]  # one file per Triton and arch set
+    doc = json.loads((folder / FILE).read_text())
+    assert doc["rows"] == printed["rows"] and len(doc["rows"]) == BUILDS
+    assert doc["toolchain"]["triton"] == triton.__version__
+    assert doc["toolchain"]["ptxas"]["sm_90a"].startswith(("12.", "13."))
+    assert doc["shape"]["name"] == "gemma2-2b" and doc["shape"]["v"] == 256000
+    assert doc["selection"]["archs"] == ["sm_90a"] and doc["selection"]["kernels"] == ["slices"]
+    # one build per line, so a renewal's git diff names the builds it changes
+    lines = (folder / FILE).read_text().splitlines()
+    assert sum('"kernel": "slices"' in line for line in lines) == BUILDS
+
+
+def test_an_unchanged_tree_compares_unchanged(stored, capsys, monkeypatch):
+    folder, _ = stored
+    before = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"unchanged: {BUILDS} builds (same SASS)" in out, out
+    assert "changed: 0 builds, 0 failing" in out and "only in" not in out
+    assert max(map(len, out.splitlines())) <= 80
+    assert {p: p.stat().st_mtime_ns for p in folder.iterdir()} == before  # read-only
+
+
+def _doctored(folder: Path, dest: Path, name: str = FILE) -> Path:
+    """The stored baseline with one build made better than this tree's: fewer registers,
+    one more CTA per SM, 10 % fewer instructions, another SASS hash."""
+    doc = json.loads((folder / FILE).read_text())
+    doc["toolchain"]["triton"] = name.split("_")[0].removeprefix("triton-")
+    (row,) = [r for r in doc["rows"] if r["variant"] == "smooth+softcap"]
+    row["registers"] -= 20
+    row["ctas_per_sm"] += 1
+    row["instructions"] = int(row["instructions"] / 1.10)
+    row["sass_hash"] = "0" * 12
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / name).write_text(json.dumps(doc))
+    return dest
+
+
+def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monkeypatch):
+    folder = _doctored(stored[0], tmp_path / "doctored")
+    monkeypatch.setenv("COLUMNS", "200")  # a table row on one line
+    assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 1
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "FAIL" in line]
+    row = json.loads((stored[0] / FILE).read_text())["rows"][3]
+    regs, ctas = row["registers"], row["ctas_per_sm"]
+    assert line.split()[:4] == HEAVY.split(), out
+    assert f"registers {regs - 20} → {regs}, CTAs/SM {ctas + 1} → {ctas}, instructions" in line
+    assert "FAIL: fewer CTAs/SM, instructions +10." in line
+    assert f"unchanged: {BUILDS - 1} builds (same SASS)" in out
+    assert "changed: 1 build, 1 failing" in out
+
+
+def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, capsys):
+    """No build: the baseline is looked for before any work."""
+    other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
+    cases = ((other, "Triton 0.0.1's baseline"), (tmp_path / "empty", "no baseline for Triton"))
+    for folder, named in cases:
+        folder.mkdir(exist_ok=True)
+        assert main(["kernel-report", *SELECTION, "--baseline", str(folder)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+        assert named in err and f"--save {folder}" in err and "--kernel slices" in err
+        assert ("--across-triton" in err) == (folder == other)
+
+
+def test_across_triton_reports_and_never_fails(stored, tmp_path, capsys, monkeypatch):
+    other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
+    monkeypatch.setenv("COLUMNS", "200")
+    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(other)]
+    assert main([*argv, "--across-triton"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "gated" in line]
+    assert line.split()[:4] == HEAVY.split(), out
+    assert "not gated (across Triton versions); would fail: fewer CTAs/SM" in line
+    assert "baseline: Triton 0.0.1" in out
+    assert "changed: 1 build, 0 failing" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--threshold", "-1"], "--threshold -1.0: must be a percentage >= 0"),
+        (["--across-triton"], "add --baseline DIR"),
+        (["--save", "pyproject.toml"], "--save pyproject.toml: is a file"),
+        (["--kernel", "cce_backward"], "--kernel cce_backward with --no-cce builds nothing"),
+    ],
+)
+def test_bad_options_are_one_error_line(capsys, monkeypatch, extra, says):
+    monkeypatch.chdir(ROOT)
+    assert main(["kernel-report", *SELECTION, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"error: {err[7:]}" and err.count("\n") == 1, err
+    assert says in err
+
+
+def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:
+    """A copy of the checkout's package with ``kernels/<edit>`` changed (old -> new)."""
+    tree = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "perfsuite", tree / "perfsuite", symlinks=True, ignore=ignore)
+    shutil.copytree(ROOT / "kernels", tree / "kernels", ignore=ignore)
+    (tree / "baselines").symlink_to(ROOT / "baselines")
+    path = tree / "kernels" / edit
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))
+    return tree
+
+
+def _report_in(tree: Path, folder: Path) -> subprocess.CompletedProcess:
+    """``perfsuite kernel-report --baseline`` run in ``tree`` (its kernels, not ours)."""
+    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]
+    code = f"""
+        import sys
+        from perfsuite.cli import main
+        import perfsuite.kernels.configs as configs
+        print("KERNELS", configs.__file__, file=sys.stderr)
+        raise SystemExit(main({argv}))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "250"},  # a table row on one line
+        check=False,
+        timeout=600,
+    )
+
+
+def test_a_comment_leaves_every_sass_hash_the_same(stored, tmp_path):
+    tree = _tree(
+        tmp_path,
+        "slices.py",
+        "    pid = tl.program_id(0)\n    num_n = tl.cdiv(N, BLOCK_N)\n",
+        "    pid = tl.program_id(0)\n    # a comment, and the lines below move down\n\n"
+        "    num_n = tl.cdiv(N, BLOCK_N)\n",
+    )
+    out = _report_in(tree, stored[0])
+    assert f"KERNELS {tree / 'perfsuite' / 'kernels' / 'configs.py'}" in out.stderr
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"unchanged: {BUILDS} builds (same SASS)" in out.stdout, out.stdout
+
+
+def test_a_smaller_tile_is_named(stored, tmp_path):
+    old = "_HOPPER_SLICES = KernelConfig(128, 128, 64,"
+    tree = _tree(tmp_path, "configs.py", old, "_HOPPER_SLICES = KernelConfig(128, 64, 64,")
+    out = _report_in(tree, stored[0])
+    assert out.returncode == 0, out.stderr[-3000:]  # a new config is listed, never failed
+    assert "unchanged: 0 builds (same SASS)" in out.stdout, out.stdout
+    retuned = "config N128-V128-D64-w8-s3-W4096 → N128-V64-D64-w8-s3-W4096"
+    lines = [line.split(maxsplit=3) for line in out.stdout.splitlines() if retuned in line]
+    assert sorted(line[0] for line in lines) == sorted(f"slices[{v}]" for v in VARIANTS)
+    assert all(line[1:3] == ["bf16", "sm_90a"] for line in lines)
+    assert all("not gated (config changed)" in line[3] for line in lines)

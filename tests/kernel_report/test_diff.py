@@ -1,0 +1,152 @@
+"""The build-by-build comparison and the console tables, on fixed rows (no builds)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from perfsuite import kernel_report
+from perfsuite.kernel_report import costs, designs, diff, launches
+
+
+def row(variant: str = "plain", **over) -> dict:
+    base = {
+        "kernel": "forward", "variant": variant, "config": "N256-V128-D32-w8-s3",
+        "dtype": "bf16", "arch": "sm_90a", "ours": True, "ok": True, "error": None,
+        "registers": 186, "spill_store_bytes": 0, "spill_load_bytes": 0,
+        "shared_bytes": 74752, "tmem_cols": 0, "ctas_per_sm": 2, "hgmma": 4, "hmma": 0,
+        "utcmma": 0, "ldtm": 0, "ldgsts": 18, "membar": 1, "cas": 0, "exch": 0,
+        "atomic_adds": 0, "nanosleep": 0, "critical_tensor_ops": 0, "instructions": 1000,
+        "sass_hash": "aaaaaaaaaaaa", "declared_ctas_per_sm": 1,
+    }  # fmt: skip
+    return {**base, **over}
+
+
+def one(old: dict, new: dict, **kw) -> diff.Change:
+    comparison = diff.compare([old], [new], **kw)
+    assert comparison.unchanged == 0 and len(comparison.changed) == 1
+    return comparison.changed[0]
+
+
+def test_same_sass_is_unchanged_whatever_else():
+    c = diff.compare([row(), row("softcap")], [row(), row("softcap", registers=1)])
+    assert (c.unchanged, c.changed, c.only_new, c.only_old) == (2, [], [], [])
+
+
+@pytest.mark.parametrize(
+    ("over", "reasons"),
+    [
+        (dict(registers=207), []),  # registers alone: ptxas takes what it may
+        (dict(registers=207, ctas_per_sm=1), ["fewer CTAs/SM"]),
+        (dict(spill_store_bytes=8, spill_load_bytes=8), ["new spill store", "new spill load"]),
+        (dict(instructions=1049), []),
+        (dict(instructions=1090), ["instructions +9.0%"]),
+        (dict(membar=2), ["MEMBAR +100.0%"]),
+        (dict(cas=1), ["new CAS"]),
+        (dict(instructions=900, ctas_per_sm=3), []),  # better: never fails
+    ],
+)
+def test_what_fails_one_of_ours(over, reasons):
+    change = one(row(), row(**over, sass_hash="bbbbbbbbbbbb"))
+    assert change.reasons == reasons and change.fails == bool(reasons)
+    assert change.verdict == (f"FAIL: {', '.join(reasons)}" if reasons else "ok")
+
+
+def test_change_names_what_moved():
+    new = row(registers=207, ctas_per_sm=1, instructions=1090, sass_hash="b" * 12)
+    change = one(row(), new)
+    assert change.build == "forward[plain] N256-V128-D32-w8-s3 bf16 sm_90a"
+    assert change.changes == [
+        "registers 186 → 207",
+        "CTAs/SM 2 → 1",
+        "instructions 1000 → 1090 (+9.0%)",
+    ]
+    same_counts = one(row(), row(sass_hash="b" * 12))
+    assert same_counts.changes == ["other SASS, same counts"] and not same_counts.fails
+
+
+def test_threshold_is_a_setting():
+    new = row(instructions=1040, sass_hash="b" * 12)
+    assert not one(row(), new).fails
+    assert one(row(), new, threshold=0.03).reasons == ["instructions +4.0%"]
+
+
+def test_cce_and_other_triton_versions_never_fail():
+    worse = dict(ctas_per_sm=1, sass_hash="b" * 12)
+    peer = one(row(ours=False), row(ours=False, **worse))
+    assert not peer.fails and peer.verdict == "not gated (CCE's); would fail: fewer CTAs/SM"
+    across = one(row(), row(**worse), across=True)
+    assert not across.fails and "across Triton versions" in across.verdict
+
+
+def test_builds_on_one_side_are_listed_and_a_new_config_paired():
+    old = [row(), row("softcap"), row("sorted")]
+    new = [row(), row("softcap", config="N128-V128-D32-w8-s3", sass_hash="c" * 12)]
+    new.append(row("smooth"))
+    c = diff.compare(old, new)
+    assert c.unchanged == 1 and c.failing() == []
+    (retuned,) = c.changed
+    assert retuned.build == "forward[softcap] bf16 sm_90a"
+    assert retuned.changes[0] == "config N256-V128-D32-w8-s3 → N128-V128-D32-w8-s3"
+    assert retuned.verdict.startswith("not gated (config changed)")
+    assert c.only_old == ["forward[sorted] N256-V128-D32-w8-s3 bf16 sm_90a"]
+    assert c.only_new == ["forward[smooth] N256-V128-D32-w8-s3 bf16 sm_90a"]
+
+
+def test_a_build_that_no_longer_builds_fails():
+    change = one(row(), row(ok=False, error="BuildError: ptxas failed"))
+    assert change.fails and change.changes == ["did not build"]
+
+
+def _report(rows: list[dict]) -> dict:
+    gemma = launches.SHAPES["gemma2-2b"]
+    return {
+        "shape": vars(gemma),
+        "rows": rows,
+        "costs": costs.cost_rows(gemma),
+        "designs": designs.design_rows(gemma),
+        "notes": [],
+    }
+
+
+def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys):
+    """Issue 36: one 20-column table became a block of key/value lines per build."""
+    rows = []
+    for arch, mma in (("sm_80", "hmma"), ("sm_90a", "hgmma"), ("sm_100a", "utcmma")):
+        for dtype in ("bf16", "fp16", "fp32"):
+            for i, variant in enumerate(("plain", "softcap", "smooth+softcap+weight")):
+                cfg = "N64-V64-D32-w8-s2" if dtype == "fp32" else "N128-V128-D32-w8-s3"
+                counts = {"hgmma": 0, mma: 8, "registers": 150 + i}
+                for kernel in ("forward", "backward"):
+                    rows.append(row(variant, kernel=kernel, arch=arch, dtype=dtype, config=cfg))
+                    rows[-1].update(counts)
+    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: _report(rows))
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = argparse.ArgumentParser()
+    kernel_report.add_arguments(parser)
+    assert kernel_report.run(parser.parse_args([])) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in text
+    builds = text[: text.index("Static costs")].splitlines()
+    # a header per kernel, then a line (or two, a folded variant) per build
+    assert sum(line.lstrip().startswith("variant ") for line in builds) == 2
+    assert len(builds) < 2 * len(rows) + 20
+    assert "forward: " in text and "backward: " in text
+    assert "0 in every build: spill" in text
+    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "152"):
+        assert cell in text
+
+
+def test_help_names_the_baseline_options(capsys):
+    """``--threshold``'s help once held a bare ``%``: ``--help`` was a traceback."""
+    from perfsuite.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["kernel-report", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--save DIR", "--baseline DIR", "--threshold PCT", "--across-triton"):
+        assert option in text
+    assert "percent, that fails (default 5)" in text

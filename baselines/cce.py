@@ -19,38 +19,20 @@ unsupported too. Its Triton kernels need CUDA: under ``TRITON_INTERPRET=1``
 the LSE kernel fails (``libdevice.log1p`` is not implemented by the
 interpreter), so on CPU these methods are unavailable.
 
-cut_cross_entropy is imported in ``build`` only.
+cut_cross_entropy is imported in ``build`` only (in a step: ``cce_patch``; across
+ranks: ``tp_cce``).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from perfsuite import method as _method
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable
-
-CPU_REASON = (
-    "needs CUDA: CCE's Triton kernels do not run under the Triton interpreter "
-    "(its LSE kernel's libdevice.log1p fails there)"
-)
-
-
-@dataclass
-class CCEMethod(SimpleMethod):
-    """``SimpleMethod`` whose CPU reason says why, not just which device."""
-
-    def availability(self, device: str) -> str | None:
-        missing = _method.missing_packages(*self.requires)
-        if missing:
-            return f"{', '.join(missing)} not installed"
-        if device == "cpu":
-            return CPU_REASON
-        return super().availability(device)
+from perfsuite.baselines.tp_cce import CPU_REASON, TP_CCE
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
 
 
 def _import_cce() -> Any:
@@ -194,11 +176,22 @@ CAPS = Capabilities(
     label_smoothing=False,
     softcap=True,
     devices=frozenset({"cuda"}),
+    cpu_reason=CPU_REASON,
     # cce_backward_kernel asserts bf16/fp16 embeddings.
     dtypes=frozenset({"bf16", "fp16"}),
     triton=True,
     materializes_logits=False,
 )
+
+
+def _patch(model: torch.nn.Module, preset: Any, beta: float):
+    try:
+        from cut_cross_entropy.transformers import cce_patch
+    except ImportError as err:
+        raise Unavailable(f"cut_cross_entropy.transformers.cce_patch: {err}") from err
+    model = cce_patch(model, impl="cce", reduction="mean")
+    return lambda ids: model(input_ids=ids, labels=ids).loss
+
 
 _COMMON: dict[str, Any] = dict(
     caps=CAPS,
@@ -207,14 +200,16 @@ _COMMON: dict[str, Any] = dict(
 )
 
 METHODS = [
-    CCEMethod(
+    SimpleMethod(
         name="cce",
         description="Cut Cross-Entropy linear_cross_entropy(impl='cce'), defaults: "
         "filter_eps='high' (eps/32) gradient filter + vocab sort (no label smoothing)",
         build=_build_cce,
+        tp=TP_CCE,
+        step=StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
         **_COMMON,
     ),
-    CCEMethod(
+    SimpleMethod(
         name="cce-no-sort",
         timed_by_default=False,  # an ablation of CCE's filter and sort, by name
         description="CCE with the gradient filter but no vocab sort (CCE's kernels, "
@@ -222,7 +217,7 @@ METHODS = [
         build=_build_no_sort,
         **_COMMON,
     ),
-    CCEMethod(
+    SimpleMethod(
         name="cce-no-filter",
         timed_by_default=False,  # an ablation of CCE's filter and sort, by name
         description="CCE linear_cross_entropy(impl='cce', filter_eps=None): no gradient "

@@ -11,7 +11,12 @@ it for ``caps.triton`` methods). Checked with liger-kernel 0.8.5 and triton
 3.7.1: the label-smoothing path (beta = 0 and beta > 0, fp32/bf16) runs under
 the interpreter unchanged; the softcap path does not (the kernel calls
 ``libdevice.tanh`` and ``.to()`` on the float ``softcap`` argument, neither of
-which the interpreter supports), so softcap on CPU is reported unavailable.
+which the interpreter supports), so a softcap case on CPU is unsupported, decided
+from the declaration (``caps.softcap_off_cpu``) before any worker starts: finding it out
+in the worker cost ~50 s of imports per run, while ``methods`` called liger available.
+
+In a step, Liger's patch for the architecture (its fused linear CE only); across ranks,
+``tp_liger``'s vocab-parallel CE.
 
 liger-kernel is imported in ``build`` only: a missing package makes these
 methods ``unavailable`` instead of breaking the registry.
@@ -20,10 +25,12 @@ methods ``unavailable`` instead of breaking the registry.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import torch
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable
+from perfsuite.baselines.tp_liger import TP_LIGER
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
 
 INTERPRET_REASON = (
     "on CPU Liger's Triton kernels need TRITON_INTERPRET=1 (set before liger_kernel is "
@@ -76,8 +83,6 @@ def _make_build(accum_fp32: bool):
             )
         if c.device.type == "cpu":
             _check_interpreted()
-            if case.softcap is not None:
-                raise Unavailable(SOFTCAP_CPU_REASON)
 
         kwargs: dict = dict(
             ignore_index=case.ignore_index,
@@ -99,6 +104,28 @@ def _make_build(accum_fp32: bool):
     return build
 
 
+def _patch(model: torch.nn.Module, preset: Any, beta: float):
+    try:
+        from liger_kernel.transformers import monkey_patch
+    except ImportError as err:
+        raise Unavailable(f"liger_kernel failed to import: {err}") from err
+    apply = getattr(monkey_patch, f"apply_liger_kernel_to_{preset.family}", None)
+    if apply is None:
+        raise Unavailable(f"this liger-kernel has no apply_liger_kernel_to_{preset.family}")
+    if next(model.parameters()).device.type == "cpu":
+        _check_interpreted()
+    # Only the fused linear cross-entropy: its RMSNorm, RoPE and MLP kernels would make
+    # the step differ in more than the loss (and patch the module globally).
+    switches = {
+        name: name == "fused_linear_cross_entropy"
+        for name, p in inspect.signature(apply).parameters.items()
+        if isinstance(p.default, bool)
+    }
+    apply(model=model, **switches)
+    extra = {"label_smoothing": beta} if beta else {}
+    return lambda ids: model(input_ids=ids, labels=ids, **extra).loss
+
+
 CAPS = Capabilities(
     label_smoothing=True,
     softcap=True,
@@ -107,6 +134,7 @@ CAPS = Capabilities(
     materializes_logits=False,
     # One Triton program per token row: ~5x ours per call under the interpreter.
     interpreter_cost=5.0,
+    softcap_off_cpu=SOFTCAP_CPU_REASON,
 )
 
 METHODS = [
@@ -118,9 +146,12 @@ METHODS = [
         caps=CAPS,
         requires=("liger_kernel",),
         distributions=("liger-kernel", "triton"),
+        tp=TP_LIGER,
+        step=StepPatch(_patch, holds="fused"),
     ),
     SimpleMethod(
         name="liger-fp32acc",
+        timed_by_default=False,  # an ablation of its accumulation dtype, by name
         description="liger with accum_dtype=torch.float32 (dW accumulated in fp32, cast back)",
         build=_make_build(accum_fp32=True),
         caps=CAPS,

@@ -1,4 +1,5 @@
-"""The in-house Triton kernel (``perfsuite.kernels``) in its benchmarked variants."""
+"""The in-house Triton kernel (``perfsuite.kernels``) in its benchmarked variants; plain
+``ours`` also across ranks (``tp_ours``) and in a model's step (``kernels.patch``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from typing import Any
 
 import torch
 
-from perfsuite.method import Capabilities, Case, LossFn, LossTerms, SimpleMethod, class_weights
+from perfsuite import method as _method
+from perfsuite.baselines.tp_ours import TP_OURS
+from perfsuite.method import Capabilities, Case, LossFn, LossTerms, SimpleMethod, StepPatch
 
 
 def _builder(tiles: bool = False, **options: Any):
@@ -24,7 +27,7 @@ def _builder(tiles: bool = False, **options: Any):
 
         if case.z_loss:
             chosen["z_loss"] = case.z_loss
-        weight = class_weights(case, c.device)
+        weight = _method.class_weights(case, c.device)
 
         def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             return loss(
@@ -58,6 +61,14 @@ def _caps(fused: bool, triton_only: bool, devices: frozenset[str]) -> Capabiliti
     )
 
 
+def _patch(model: torch.nn.Module, preset: object, beta: float):
+    from perfsuite.kernels import patch
+
+    patch(model, label_smoothing=beta)  # softcap: the config's (Gemma2's 30)
+    return lambda ids: model(input_ids=ids, labels=ids).loss
+
+
+_KINDS = dict(tp=TP_OURS, step=StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
 # PaLM's coefficient, and the variants' fixed training terms (method.LossTerms).
 Z_LOSS = 1e-4
 _TERMS = {
@@ -116,6 +127,7 @@ METHODS = [
         terms=_TERMS.get(name),
         # The paper's table has one row of ours; every variant is an ablation, by name.
         timed_by_default=name == "ours",
+        **(_KINDS if name == "ours" else {}),
     )
     for name, description, options, fused, triton_only, *more in _VARIANTS
     for devices in [more[0] if more else _ANY]

@@ -53,8 +53,6 @@ class QuackMethod(SimpleMethod):
     def availability(self, device: str) -> str | None:
         if _method.missing_packages(*self.requires):
             return MISSING_REASON
-        if device == "cpu":
-            return CPU_REASON
         return super().availability(device)
 
     def unsupported_reason(self, case: Case) -> str | None:
@@ -112,6 +110,7 @@ CAPS = Capabilities(
     label_smoothing=False,
     softcap=False,
     devices=frozenset({"cuda"}),
+    cpu_reason=CPU_REASON,
     dtypes=frozenset({"bf16", "fp16"}),
     grads_in_forward=True,
     materializes_logits=False,

@@ -1,11 +1,13 @@
-"""Methods built from torch alone: the fp32 reference, eager, torch.compile, torch-native."""
+"""Methods built from torch alone: the fp32 reference, eager, torch.compile, torch-native;
+eager across ranks is ``tp_torch``'s, and in a step the model's ``forward(labels=...)``."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, class_weights
+from perfsuite.baselines.tp_torch import TP_EAGER
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, class_weights
 
 # Materialised logits: every training term is a line of torch.
 _FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
@@ -110,6 +112,16 @@ def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
+def _patch_eager(model: torch.nn.Module, preset: object, beta: float):
+    from perfsuite.step.model import eager_loss as model_loss
+
+    return lambda ids: model_loss(model, ids, beta)
+
+
+def _patch_compiled(model: torch.nn.Module, preset: object, beta: float):
+    return torch.compile(_patch_eager(model, preset, beta))
+
+
 def _native_check(device: str) -> str | None:
     if not hasattr(F, "linear_cross_entropy") or not hasattr(torch.nn, "LinearCrossEntropyOptions"):
         return f"torch {torch.__version__} has no F.linear_cross_entropy (new in torch 2.13)"
@@ -149,13 +161,18 @@ METHODS = [
         build=_build_eager,
         caps=Capabilities(**_FULL),
         distributions=("torch",),
+        tp=TP_EAGER,
+        step=StepPatch(_patch_eager, holds="logits"),
     ),
     SimpleMethod(
         name="torch-compile",
-        description="eager under torch.compile (compiled before timing)",
+        description="eager under torch.compile (compiled before timing; a step compiles "
+        "the whole model and its loss on the first step, measured once: compile_ms)",
         build=_build_compiled,
-        caps=Capabilities(**_FULL),
+        caps=Capabilities(**_FULL, logit_copies=(2.0, 4.0)),
         distributions=("torch",),
+        compiles=True,
+        step=StepPatch(_patch_compiled, holds="compiled"),
     ),
     SimpleMethod(
         name="torch-native",

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,19 +58,10 @@ def _has_vocab_parallel() -> bool | None:
     return any("cut_cross_entropy/vocab_parallel" in str(f) for f in files)
 
 
-@dataclass
-class CCETPMethod(TPMethod):
-    """A ``TPMethod`` whose unavailability says why: no CUDA, or a CCE without VP."""
-
-    def availability(self, device: str) -> str | None:
-        missing = _method.missing_packages(*self.requires)
-        if missing:
-            return f"{', '.join(missing)} not installed"
-        if device == "cpu":
-            return CPU_REASON
-        if _has_vocab_parallel() is False:
-            return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
-        return super().availability(device)
+def _vp_check(device: str) -> str | None:
+    if _has_vocab_parallel() is False:
+        return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
+    return None
 
 
 def _import_cce() -> Any:
@@ -122,24 +112,24 @@ def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     return loss_fn
 
 
-TP_METHODS = [
-    CCETPMethod(
-        name="cce",
-        description="Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions "
-        "(LSE and target logit all-reduced; filtered backward, fp32 dE all-reduce)",
-        caps=Capabilities(
-            softcap=True,
-            z_loss=True,
-            devices=frozenset({"cuda"}),
-            triton=True,
-            materializes_logits=False,
-        ),
-        requires=("cut_cross_entropy",),
-        distributions=("cut-cross-entropy", "triton", "torch"),
-        build_tp=_build,
-        limits={
-            "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
-            "class_weights": "CCE's linear_cross_entropy takes no class weights",
-        },
+TP_CCE = TPMethod(
+    name="cce",
+    description="Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions "
+    "(LSE and target logit all-reduced; filtered backward, fp32 dE all-reduce)",
+    caps=Capabilities(
+        softcap=True,
+        z_loss=True,
+        devices=frozenset({"cuda"}),
+        cpu_reason=CPU_REASON,
+        triton=True,
+        materializes_logits=False,
     ),
-]
+    requires=("cut_cross_entropy",),
+    distributions=("cut-cross-entropy", "triton", "torch"),
+    build_tp=_build,
+    extra_check=_vp_check,
+    limits={
+        "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
+        "class_weights": "CCE's linear_cross_entropy takes no class weights",
+    },
+)

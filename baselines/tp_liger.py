@@ -74,26 +74,24 @@ def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     return loss_fn
 
 
-TP_METHODS = [
-    TPMethod(
-        name="liger",
-        description="Liger LigerVocabParallelCrossEntropy on the shard logits (Triton "
-        "kernels, fp32 exp buffer, PyTorch smoothing over the global vocabulary)",
-        caps=Capabilities(
-            label_smoothing=True,
-            softcap=True,
-            triton=True,
-            # One Triton program per token row, as its single-device CE kernel.
-            interpreter_cost=5.0,
-        ),
-        requires=("liger_kernel", "triton"),
-        distributions=("liger-kernel", "triton", "torch"),
-        build_tp=_build,
-        shard_check=_shard_check,
-        limits={
-            "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
-            "its single-device CE's only)",
-            "class_weights": "its vocab-parallel CE takes no class weights",
-        },
+TP_LIGER = TPMethod(
+    name="liger",
+    description="Liger LigerVocabParallelCrossEntropy on the shard logits (Triton "
+    "kernels, fp32 exp buffer, PyTorch smoothing over the global vocabulary)",
+    caps=Capabilities(
+        label_smoothing=True,
+        softcap=True,
+        triton=True,
+        # One Triton program per token row, as its single-device CE kernel.
+        interpreter_cost=5.0,
     ),
-]
+    requires=("liger_kernel", "triton"),
+    distributions=("liger-kernel", "triton", "torch"),
+    build_tp=_build,
+    shard_check=_shard_check,
+    limits={
+        "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
+        "its single-device CE's only)",
+        "class_weights": "its vocab-parallel CE takes no class weights",
+    },
+)

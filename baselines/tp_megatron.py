@@ -86,7 +86,7 @@ def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     return loss_fn
 
 
-TP_METHODS = [
+METHODS = [  # measured only across ranks
     TPMethod(
         name="megatron",
         description="megatron-core tensor_parallel.vocab_parallel_cross_entropy on the "

@@ -35,20 +35,18 @@ def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     return loss_fn
 
 
-TP_METHODS = [
-    ParallelMethod(
-        name="ours",
-        description="our kernel with vocab_parallel: per-row statistics all-reduced, exact "
-        "slice backward, fp32 dE summed across ranks",
-        caps=Capabilities(
-            label_smoothing=True,
-            softcap=True,
-            z_loss=True,
-            class_weights=True,
-            materializes_logits=False,
-        ),
-        requires=("triton",),
-        distributions=("triton", "torch"),
-        build_tp=_build,
+TP_OURS = ParallelMethod(
+    name="ours",
+    description="our kernel with vocab_parallel: per-row statistics all-reduced, exact "
+    "slice backward, fp32 dE summed across ranks",
+    caps=Capabilities(
+        label_smoothing=True,
+        softcap=True,
+        z_loss=True,
+        class_weights=True,
+        materializes_logits=False,
     ),
-]
+    requires=("triton",),
+    distributions=("triton", "torch"),
+    build_tp=_build,
+)

@@ -29,7 +29,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from perfsuite.baselines.torch_methods import cross_entropy_terms, softcapped
 from perfsuite.method import Capabilities, Case, LossFn, class_weights
 from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
 
@@ -116,6 +115,9 @@ def _check_megatron_layout(shard: Shard) -> None:
 
 
 def _build_eager(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    # Here, not at the top: torch_methods declares eager with this module's TP_EAGER.
+    from perfsuite.baselines.torch_methods import cross_entropy_terms, softcapped
+
     _check_megatron_layout(shard)
     weight = class_weights(case, c_shard.device)
 
@@ -190,6 +192,8 @@ class _LossParallel(torch.autograd.Function):
 
 
 def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    from perfsuite.baselines.torch_methods import softcapped
+
     _check_megatron_layout(shard)  # DTensor's Shard(1) splits V the same way
     mesh = _mesh(shard.group, c_shard.device.type)
 
@@ -202,15 +206,16 @@ def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> Los
 
 _FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
 
-TP_METHODS = [
-    TPMethod(
-        name="eager",
-        description="shard logits in the input dtype all-gathered to N x V, then eager's "
-        "F.cross_entropy (the naive baseline)",
-        caps=Capabilities(**_FULL),
-        distributions=("torch",),
-        build_tp=_build_eager,
-    ),
+# Eager's shard (torch_methods declares eager); torch-parallel runs only across ranks.
+TP_EAGER = TPMethod(
+    name="eager",
+    description="shard logits in the input dtype all-gathered to N x V, then eager's "
+    "F.cross_entropy (the naive baseline)",
+    caps=Capabilities(**_FULL),
+    distributions=("torch",),
+    build_tp=_build_eager,
+)
+METHODS = [
     TPMethod(
         name="torch-parallel",
         description="torch.distributed.tensor.parallel.loss_parallel(): F.cross_entropy on "

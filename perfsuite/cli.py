@@ -211,14 +211,19 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
     from perfsuite.fit import Column, print_fitted
-    from perfsuite.plan.registry import methods_for
+    from perfsuite.plan.registry import all_methods, methods_for
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    declared = all_methods()
     # Method names are identifiers a user types: never folded.
     columns = [Column("method", fold=False), *(Column(f"on {d}") for d in devices)]
-    columns += [Column("capabilities"), Column("what it runs")]
+    columns += [Column("kinds"), Column("capabilities"), Column("what it runs")]
     rows = []
-    for name, method in methods_for(args.tp).items():
+    listed = methods_for("tp" if args.tp else "loss")
+    # The default set first (what `run` measures without --methods), then the rest.
+    order = sorted(listed, key=lambda name: not listed[name].timed_by_default)
+    for name in order:
+        method = listed[name]
         cells = []
         for device in devices:
             reason = method.availability(device)
@@ -232,12 +237,19 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
             else:
                 cells.append(f"[yellow]available{interp}; unsupported: {escape(gap)}[/yellow]")
         what = (
-            method.description if method.timed_by_default else f"(on request) {method.description}"
+            method.description if method.timed_by_default else f"(by name) {method.description}"
         )
-        rows.append([name, *cells, method.caps.describe(), what])
+        kinds = ", ".join(declared[name].kinds)
+        rows.append([name, *cells, kinds, method.caps.describe(), what])
     options = dict(box=box.SIMPLE_HEAD, pad_edge=False)
     title = "methods across ranks (--tp)" if args.tp else "methods on this machine"
     print_fitted(console, columns, rows, title, **options)
+    console.print(
+        "The default set (run and sweep without --methods) comes first: ours and each peer, "
+        "one row each; the rest, marked (by name), are ablations and variants: name them, "
+        "or --methods all. kinds: where a method can be measured (loss: run; tp: run --tp; "
+        "step: perfsuite step; train: converge)."
+    )
     return 0
 
 

@@ -1,20 +1,22 @@
-"""What a method is: a named way to compute the smoothed linear cross-entropy.
+"""What a method is: a named way to compute the smoothed linear cross-entropy, declared
+once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``).
 
 A method declares what it can do (``Capabilities``) and says why it cannot run
 here (``availability``) instead of crashing or, worse, quietly computing another
-loss. The suite asks every method for exactly one thing: given a ``Case`` and
-the classifier ``c``, a callable ``loss_fn(e, c, targets) -> scalar`` equal to
-``F.cross_entropy(softcap(e.float() @ c.float().T), targets,
-label_smoothing=beta, ignore_index=-100, reduction="mean")``.
+loss. Its loss is, given a ``Case`` and the classifier ``c``, a callable
+``loss_fn(e, c, targets) -> scalar`` equal to ``F.cross_entropy(softcap(e.float() @
+c.float().T), targets, label_smoothing=beta, ignore_index=-100, reduction="mean")``.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any
 
 import torch
 
@@ -25,6 +27,8 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# Cells a method is measured in: run, run --tp, step (a model's training step), converge.
+KINDS = ("loss", "tp", "step", "train")
 
 
 class Unsupported(Exception):
@@ -94,14 +98,19 @@ class Capabilities:
     # Triton kernels: on CPU they run under TRITON_INTERPRET=1, so their
     # timings there say nothing about GPU speed.
     triton: bool = False
-    # Holds the N x V logits (the memory the in-house kernel avoids).
+    # Holds the N x V logits (the memory the in-house kernel avoids): ``logit_copies`` at its
+    # peak, (without, with) softcap (paper's Gemma2-2B table: eager 28 GB ≈ 7 copies).
     materializes_logits: bool = True
+    logit_copies: tuple[float, float] = (4.0, 7.0)
     # At beta > 0 a plain materialised path runs instead (torch's chunked
     # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
     smoothing_falls_back: bool = False
     # z_loss·lse² and class weights (torch's cross_entropy semantics).
     z_loss: bool = False
     class_weights: bool = False
+    # Why it does not run on CPU (None: "needs cuda"), and why its softcap does not (Liger's).
+    cpu_reason: str | None = None
+    softcap_off_cpu: str | None = None
     # Relative cost of one call under the Triton interpreter; the runner starts
     # the costliest interpreted methods first so parallel workers end together.
     interpreter_cost: float = 1.0
@@ -125,8 +134,21 @@ class Capabilities:
 
 
 def missing_packages(*modules: str) -> list[str]:
-    """Import names among ``modules`` that are not installed (without importing them)."""
-    return [m for m in modules if importlib.util.find_spec(m) is None]
+    """Import names among ``modules`` that are not installed (without importing them;
+    a dotted name whose parent package is missing is missing too)."""
+
+    def absent(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is None
+        except ModuleNotFoundError:
+            return True
+
+    return [m for m in modules if absent(m)]
+
+
+def has_cxx() -> bool:
+    """A C++ compiler, which torch.compile's CPU backend (inductor) needs."""
+    return bool(os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++"))
 
 
 def package_version(dist: str) -> str | None:
@@ -136,66 +158,99 @@ def package_version(dist: str) -> str | None:
         return None
 
 
-class Method(Protocol):
-    """The interface every method implements (see ``SimpleMethod``)."""
+@dataclass(frozen=True)
+class StepPatch:
+    """How a method trains a transformers model in ``perfsuite step``.
 
-    name: str
-    description: str
-    caps: Capabilities
-    # Distributions whose versions belong in the results' provenance.
-    distributions: tuple[str, ...]
-    # Shown as a row only when asked for by name (the fp32 reference).
-    timed_by_default: bool
+    ``patch(model, preset, beta) -> loss(ids)`` patches the model in place, in the worker
+    (import the library inside it), and gives the scalar loss of a batch of token ids;
+    ``requires`` adds the modules it needs beyond the method's; ``holds`` is what the loss
+    keeps at its peak, for the step's memory estimate (``perfsuite.step.estimate``):
+    "logits" (eager's N x V copies), "compiled", "chunks" (every chunk's logits kept, one
+    fp32 at a time), "fused" (token chunks of logits, Liger), "none" (tiles).
+    """
 
-    def availability(self, device: str) -> str | None:
-        """``None`` if the method can run on ``device`` here, else the reason it cannot."""
-
-    def unsupported_reason(self, case: Case) -> str | None:
-        """``None`` if the method computes ``case`` exactly as asked, else why not."""
-
-    def prepare(self, case: Case, c: torch.Tensor) -> LossFn:
-        """Untimed set-up (module construction, compilation hooks); returns the loss callable."""
+    patch: Callable[[Any, Any, float], Callable[[torch.Tensor], torch.Tensor]]
+    holds: str = "none"
+    requires: tuple[str, ...] = ()
 
 
 @dataclass
 class SimpleMethod:
-    """A method built from a ``prepare`` function plus declared capabilities.
+    """A method's one declaration: a loss builder plus declared capabilities, and what it
+    supports in the other kinds (``tp``, ``step``).
 
-    ``requires`` lists import names checked (not imported) for availability;
-    ``extra_check`` adds a device/version specific reason.
+    ``build`` (None: no loss on one device, as a method measured only across ranks)
+    serves the ``loss`` and ``train`` kinds; ``requires`` lists import names checked
+    (not imported) for availability; ``extra_check`` adds a device/version specific
+    reason; ``compiles``: torch.compile at the first call (inductor needs a C++ compiler
+    on CPU; a step warms its trivial loss up once more).
     """
 
     name: str
     description: str
-    build: Callable[[Case, torch.Tensor], LossFn]
+    build: Callable[[Case, torch.Tensor], LossFn] | None = None
     caps: Capabilities = field(default_factory=Capabilities)
     requires: tuple[str, ...] = ()
+    # Distributions whose versions belong in the results' provenance.
     distributions: tuple[str, ...] = ()
+    # False: a row only when asked for by name (the fp32 reference, ablations).
     timed_by_default: bool = True
     extra_check: Callable[[str], str | None] | None = None
     # A variant that always adds these terms (the worker applies them to each case).
     terms: LossTerms | None = None
+    tp: Any = None  # perfsuite.tp_method.ParallelMethod: the loss across ranks
+    step: StepPatch | None = None
+    compiles: bool = False
+
+    def across_ranks(self) -> Any:
+        """The declaration ``run --tp`` measures (a ``ParallelMethod``), or None."""
+        return self.tp
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The cell kinds this method declares (``KINDS``)."""
+        loss, tp, step = self.build, self.across_ranks(), self.step
+        has = {"loss": loss, "tp": tp, "step": step, "train": loss}
+        return tuple(k for k in KINDS if has[k] is not None)
+
+    def lacks(self, kind: str) -> str | None:
+        """Why a ``kind`` cell of this method is unsupported (None: it declares the kind)."""
+        if kind in self.kinds:
+            return None
+        return f"{self.name} declares no {kind} (it has: {', '.join(self.kinds) or 'none'})"
 
     def availability(self, device: str) -> str | None:
+        """``None`` if the method can run on ``device`` here, else the reason it cannot."""
         missing = missing_packages(*self.requires)
         if missing:
             return f"{', '.join(missing)} not installed"
         if device not in self.caps.devices:
-            return f"needs {' or '.join(sorted(self.caps.devices))}, not {device}"
-        if device == "cuda" and not torch.cuda.is_available():
+            generic = f"needs {' or '.join(sorted(self.caps.devices))}, not {device}"
+            return (self.caps.cpu_reason if device == "cpu" else None) or generic
+        # The library's own reason first: it holds on any machine (CCE without VP).
+        reason = None if self.extra_check is None else self.extra_check(device)
+        if reason is None and device == "cuda" and not torch.cuda.is_available():
             return "no CUDA device"
-        if self.extra_check is not None:
-            return self.extra_check(device)
-        return None
+        if reason is None and self.compiles and device == "cpu" and not has_cxx():
+            return "torch.compile's CPU backend (inductor) needs a C++ compiler: none on PATH"
+        return reason
 
     def unsupported_reason(self, case: Case) -> str | None:
+        """``None`` if the method computes ``case`` exactly as asked, else why not."""
         return capability_gap(self.caps, case)
 
     def prepare(self, case: Case, c: torch.Tensor) -> LossFn:
-        reason = self.unsupported_reason(case)
+        """Untimed set-up (module construction, compilation hooks); returns the loss callable."""
+        reason = self.lacks("loss") or self.unsupported_reason(case)
         if reason is not None:
             raise Unsupported(reason)
+        assert self.build is not None
         return self.build(case, c)
+
+
+# What the suite asks of a method: every one is a ``SimpleMethod`` declaration.
+Method = SimpleMethod
 
 
 def capability_gap(caps: Capabilities, case: Case) -> str | None:
@@ -204,6 +259,8 @@ def capability_gap(caps: Capabilities, case: Case) -> str | None:
         return f"no label smoothing (asked beta={case.beta:g})"
     if case.softcap is not None and not caps.softcap:
         return f"no softcap (asked softcap={case.softcap:g})"
+    if case.softcap is not None and case.device == "cpu" and caps.softcap_off_cpu:
+        return caps.softcap_off_cpu
     if case.dtype not in caps.dtypes:
         return f"no {case.dtype} support"
     if case.z_loss and not caps.z_loss:

@@ -215,13 +215,13 @@ def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
     from perfsuite.converge.sweep import dry_run, render, report, sweep
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
-    from perfsuite.plan.registry import all_methods
+    from perfsuite.plan.registry import methods_for
 
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
     # Bad input raises (UsageError, ResultsError): the entry point prints it, exit 2.
     if args.render is not None:
         return render(Path(args.render), console)
-    known = {**all_methods(), **YARDSTICKS}
+    known = {**methods_for("train"), **YARDSTICKS}
     config = resolve(args, known)
     if args.dry_run:
         return dry_run(config, known, console)

@@ -4,8 +4,8 @@
 A method's crash, OOM kill or hang stays in its worker and costs the run it was on
 (recorded as ``oom`` or ``error`` with the reason and the steps it had finished); a new
 worker takes the method's remaining runs. Runs the parent can decide alone (the method
-is unavailable on the device, or cannot smooth at beta > 0) are recorded without a
-worker, and never trained at another beta. The timeout is per run.
+declares no loss to train with, is unavailable on the device, or cannot smooth at
+beta > 0) are recorded without a worker, and never trained at another beta. The timeout is per run.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ class Cell:
 
 def decided(method: Method, cell: Cell, preset: Preset, device: str) -> RunResult | None:
     """An ``unavailable``/``unsupported`` result when no worker is needed to know, else None."""
-    reason = method.availability(device)
-    status = "unavailable"
+    status, reason = "unsupported", method.lacks("train")  # a method only across ranks
+    if reason is None:
+        status, reason = "unavailable", method.availability(device)
     if reason is None:
         case = Case(
             tokens=preset.tokens_per_step,

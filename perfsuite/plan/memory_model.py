@@ -4,6 +4,7 @@ what materialising the logits costs (used to refuse shapes that cannot fit)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
@@ -39,13 +40,10 @@ def available_memory() -> int | None:
     return None
 
 
-# Copies of the N x V logits (in the input dtype) a method that materialises
-# them holds at its peak, (without, with) softcap. Read off the paper's
-# Gemma2-2B table (softcap 30; N·V·2 bytes = 4 GiB there): eager 28 GB
-# fwd+bwd ≈ 7 copies, torch.compile 16 GB ≈ 4, torchtune's chunked fp32 CE
-# 13 GB ≈ 3.3; without softcap fewer (logits, log-softmax, their gradient).
-LOGIT_COPIES = {"eager": (4.0, 7.0), "torch-compile": (2.0, 4.0), "torchtune-chunked": (4.0, 4.0)}
-DEFAULT_LOGIT_COPIES = (4.0, 7.0)
+# Copies of the N x V logits (in the input dtype) eager holds at its peak, (without,
+# with) softcap: the gate runs eager. Each method declares its own
+# (``perfsuite.method.Capabilities.logit_copies``).
+EAGER_LOGIT_COPIES = (4.0, 7.0)
 # Share of available RAM a CPU run may plan to use.
 CPU_MEMORY_SHARE = 0.8
 # Share of a GPU's memory a cell may plan to use (context, allocator slack).
@@ -58,22 +56,37 @@ def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool =
     input dtype), whichever method it times."""
     size = DTYPE_BYTES[dtype]
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
-    eager = tensors + DEFAULT_LOGIT_COPIES[softcap] * tokens * vocab * size
+    eager = tensors + EAGER_LOGIT_COPIES[softcap] * tokens * vocab * size
     return int(max(reference_bytes(tokens, vocab, hidden, dtype) + tensors, eager))
+
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def fmt_size(nbytes: float) -> str:
+    """``512 B``, ``23.3 MiB``, ``2.0 PiB``: bytes in the largest binary unit they fill,
+    one decimal (a shape a typo made huge read "~2235179424.3 GiB")."""
+    if nbytes < 1024:
+        return f"{nbytes:.0f} B"
+    scale, unit = 1024.0, _UNITS[0]
+    for name in _UNITS[1:]:
+        if nbytes < scale * 1024:
+            break
+        scale, unit = scale * 1024, name
+    return f"{nbytes / scale:.1f} {unit}"
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:
     """The one wording of "this cell will not fit" (``run`` refuses the shape with it,
     ``sweep`` records it as a skipped cell's reason)."""
     return (
-        f"predicted peak ~{need / 2**30:.1f} GiB ({what}) exceeds the "
-        f"{capacity / 2**30:.1f} GiB this {device} can give a cell (memory model, docs/math.md)"
+        f"predicted peak ~{fmt_size(need)} ({what}) exceeds the {fmt_size(capacity)} this "
+        f"{device} can give a cell (memory model, docs/math.md)"
     )
 
 
 def predicted_peak(
-    method: str,
-    materializes_logits: bool,
+    caps: Any,
     tokens: int,
     vocab: int,
     hidden: int,
@@ -85,16 +98,17 @@ def predicted_peak(
 
     Every cell's worker holds e, c and their gradients and, before timing, runs
     the correctness gate: the fp32 reference (``reference_bytes``) and eager in
-    the input dtype, so no cell needs less than that. A method that
-    materialises the logits holds ``LOGIT_COPIES`` of them; the others (ours,
-    CCE, Liger, torch's chunked path) stay near the floor.
+    the input dtype, so no cell needs less than that. A method whose ``caps``
+    (``perfsuite.method.Capabilities``) say it materialises the logits holds its
+    ``caps.logit_copies`` of them; the others (ours, CCE, Liger, torch's chunked path)
+    stay near the floor.
     """
     size = DTYPE_BYTES[dtype]
     logits = tokens * vocab * size
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
     gate = gate_bytes(tokens, vocab, hidden, dtype, softcap)
-    if materializes_logits:
-        copies = LOGIT_COPIES.get(method, DEFAULT_LOGIT_COPIES)[softcap]
+    if caps.materializes_logits:
+        copies = caps.logit_copies[softcap]
         mine = tensors + copies * logits
         what = f"~{copies:g} copies of its N x V logits"
     else:

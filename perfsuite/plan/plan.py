@@ -17,7 +17,7 @@ from perfsuite.plan.memory_model import (
     gate_bytes,
     predicted_peak,
 )
-from perfsuite.plan.registry import all_methods, tp_methods
+from perfsuite.plan.registry import all_methods, methods_for
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import WorkloadError, check_synthetic
 from perfsuite.results.kinds import TIMERS
@@ -150,10 +150,14 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_methods(text: str | None, tp: bool = False) -> list[str]:
-    """Method names, checked against the registry (the TP one with ``--tp``)."""
-    known: dict[str, Any] = tp_methods() if tp else all_methods()
+    """Method names, checked against the registry's view for the cell kind (``tp`` with
+    ``--tp``): none given is the default set (the paper's table: ours and each peer, one
+    row each), ``all`` every method of the kind, ablations included."""
+    known: dict[str, Any] = methods_for("tp" if tp else "loss")
     if text is None:
         return [name for name, m in known.items() if m.timed_by_default]
+    if text.strip() == "all":
+        return list(known)
     names = parse_list(text, "methods")
     unknown = [n for n in names if n not in known]
     if unknown:

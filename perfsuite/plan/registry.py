@@ -1,83 +1,97 @@
-"""The explicit list of methods the suite knows, plus opt-in plugins.
+"""The methods the suite knows: the explicit list of adapter modules, plus plugins.
 
-Each adapter module exposes ``METHODS``; importing it must not import the
-optional package it wraps (that happens in ``prepare``), so a missing package
-yields ``unavailable`` for its methods instead of breaking the registry.
-``PERFSUITE_PLUGINS`` (comma-separated module names) adds methods from outside
-the tree, e.g. a test's deliberately wrong method or a slowed-down copy.
+Each adapter module exposes ``METHODS``, each method declared once
+(``perfsuite.method.SimpleMethod``); importing it must not import the optional package
+it wraps (that happens in ``prepare``), so a missing package yields ``unavailable`` for
+its methods instead of breaking the registry. Plugins declare theirs alike, in modules
+named by ``PERFSUITE_PLUGINS`` (comma-separated) or by entry points of the group
+``perfsuite.methods`` (a module, or a method or list of them): workers see both.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
+from typing import Any
 
-from perfsuite.method import Method
-from perfsuite.tp_method import ParallelMethod
+from perfsuite.method import KINDS, Method, SimpleMethod
 
+# Table order; tp_torch and tp_megatron declare the methods measured only across ranks.
 ADAPTER_MODULES = (
     "perfsuite.baselines.torch_methods",
+    "perfsuite.baselines.tp_torch",
     "perfsuite.baselines.ours",
+    "perfsuite.baselines.tp_megatron",
     "perfsuite.baselines.liger",
     "perfsuite.baselines.cce",
     "perfsuite.baselines.torchtune",
     "perfsuite.baselines.quack",
 )
+ENTRY_POINT_GROUP = "perfsuite.methods"
 
 
-def _modules() -> list[str]:
-    plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
-    return [*ADAPTER_MODULES, *plugins]
-
-
-def all_methods() -> dict[str, Method]:
-    """Name -> method, in table order."""
-    methods: dict[str, Method] = {}
-    for module_name in _modules():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if module_name in ADAPTER_MODULES:
-                raise
-            raise ValueError(
-                f"PERFSUITE_PLUGINS: cannot import {module_name!r} ({err.msg})"
-            ) from None
-        if not hasattr(module, "METHODS"):
-            raise ValueError(f"PERFSUITE_PLUGINS: {module_name!r} has no METHODS list")
-        for method in module.METHODS:
-            if method.name in methods:
-                raise ValueError(f"method {method.name!r} registered twice ({module_name})")
-            methods[method.name] = method
-    return methods
-
-
-# Methods across ranks (perfsuite.tp_method): each module exposes ``TP_METHODS``; a
-# plugin module may add its own ``TP_METHODS`` beside ``METHODS``.
-TP_ADAPTER_MODULES = (
-    "perfsuite.baselines.tp_torch",
-    "perfsuite.baselines.tp_ours",
-    "perfsuite.baselines.tp_megatron",
-    "perfsuite.baselines.tp_liger",
-    "perfsuite.baselines.tp_cce",
-)
-
-
-def tp_methods() -> dict[str, ParallelMethod]:
-    """Name -> method measured across ranks (``run --tp``), in table order."""
-    methods: dict[str, ParallelMethod] = {}
-    plugins = [m for m in _modules() if m not in ADAPTER_MODULES]
-    for module_name in (*TP_ADAPTER_MODULES, *plugins):
+def _plugin(module_name: str) -> list[Any]:
+    try:
         module = importlib.import_module(module_name)
-        for method in getattr(module, "TP_METHODS", ()):
-            if method.name in methods:
-                raise ValueError(f"TP method {method.name!r} registered twice ({module_name})")
-            methods[method.name] = method
+    except ModuleNotFoundError as err:
+        raise ValueError(f"PERFSUITE_PLUGINS: cannot import {module_name!r} ({err.msg})") from None
+    if not hasattr(module, "METHODS"):
+        raise ValueError(f"PERFSUITE_PLUGINS: {module_name!r} has no METHODS list")
+    return list(module.METHODS)
+
+
+def _entry_point(ep: importlib.metadata.EntryPoint) -> list[Any]:
+    try:
+        loaded = ep.load()
+    except Exception as err:  # noqa: BLE001 - a broken plugin is one line, not a traceback
+        raise ValueError(f"entry point {ep.name} = {ep.value}: cannot load it ({err})") from None
+    loaded = getattr(loaded, "METHODS", loaded)
+    return list(loaded) if isinstance(loaded, list | tuple) else [loaded]
+
+
+def _declared() -> list[tuple[str, Any]]:
+    """(where, method) of every declaration, in table order: the tree's, then plugins'."""
+    found = [(m, d) for m in ADAPTER_MODULES for d in importlib.import_module(m).METHODS]
+    plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
+    found += [(m, d) for m in plugins for d in _plugin(m)]
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found += [(f"entry point {ep.name}", d) for d in _entry_point(ep)]
+    return found
+
+
+def all_methods() -> dict[str, SimpleMethod]:
+    """Name -> every declared method, in table order."""
+    methods: dict[str, SimpleMethod] = {}
+    for where, method in _declared():
+        if not isinstance(method, SimpleMethod):
+            raise ValueError(f"{where}: {method!r} is not a perfsuite.method.SimpleMethod")
+        if method.name in methods:
+            raise ValueError(f"method {method.name!r} registered twice ({where})")
+        tp = method.across_ranks()
+        if tp is not None and tp.name != method.name:
+            raise ValueError(f"{where}: {method.name!r} declares its tp as {tp.name!r}")
+        methods[method.name] = method
     return methods
 
 
-def methods_for(tp: bool) -> dict[str, Method]:
-    """The registry a plan draws from: the TP one for ``--tp`` runs."""
-    return tp_methods() if tp else all_methods()  # type: ignore[return-value]
+def methods_for(kind: str | bool) -> dict[str, Method]:
+    """The methods that declare ``kind`` (``perfsuite.method.KINDS``), as that kind
+    measures them: for ``tp`` the declarations across ranks. A bool is ``--tp``'s."""
+    if isinstance(kind, bool):
+        kind = "tp" if kind else "loss"
+    if kind not in KINDS:
+        raise ValueError(f"unknown cell kind {kind!r}; known: {', '.join(KINDS)}")
+    return {
+        name: m.across_ranks() if kind == "tp" else m
+        for name, m in all_methods().items()
+        if kind in m.kinds
+    }
+
+
+def tp_methods() -> dict[str, Any]:
+    """Name -> method measured across ranks (``run --tp``), in table order."""
+    return methods_for("tp")
 
 
 def get_method(name: str) -> Method:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from perfsuite.harness.deaths import read_json_lines
-from perfsuite.plan.registry import tp_methods
+from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import (
     check_reference,
     reference_outcome,
@@ -42,7 +42,7 @@ from perfsuite.tp_method import case_of
 
 def write_references(spec: WorkerSpec) -> None:
     """Each case's fp32 reference (loss, dE, dC) and tolerances, one file per case."""
-    terms = tp_methods()[spec.method].terms
+    terms = methods_for("tp")[spec.method].terms
     for index, raw in enumerate(spec.cases):
         case = case_of(raw)
         if terms is not None:

@@ -35,7 +35,7 @@ from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
 from perfsuite.method import Unavailable, Unsupported
-from perfsuite.plan.registry import tp_methods
+from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, bit_identical, judge, run_once
 from perfsuite.run.inputs import Inputs, make_inputs
 from perfsuite.run.worker import Phase, WorkerSpec, _rows, describe, is_oom
@@ -216,7 +216,7 @@ def rank_main(spec_path: str) -> int:
     device_type = spec.cases[0]["device"]
     device = _init(spec, device_type)
     rank = dist.get_rank()
-    method = tp_methods()[spec.method]
+    method = methods_for("tp")[spec.method]
     index = -1
     try:
         with open(spec.out, "a", buffering=1) as out:

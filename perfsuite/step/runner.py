@@ -22,7 +22,7 @@ from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import STEP_PHASES, new_document
 from perfsuite.step.cases import CASE_KEYS, case_rows, case_size, same_case
 from perfsuite.step.estimate import estimate, too_big
-from perfsuite.step.methods import METHODS
+from perfsuite.step.methods import StepMethod, step_methods
 from perfsuite.step.plan import StepPlan
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
@@ -47,10 +47,11 @@ class StepKind(harness.Kind):
             plan.timeout_s,
             models,
         )
+        self.methods: dict[str, StepMethod] = step_methods()
 
     def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
         """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
-        m, plan = METHODS[method], self.plan
+        m, plan = self.methods[method], self.plan
         preset = get_preset(case["shape"])
         reason = m.availability(plan.device)
         decided = None if reason is None else ("unavailable", reason)
@@ -65,7 +66,7 @@ class StepKind(harness.Kind):
         return [asdict(r) for r in case_rows(case, m, status=decided[0], reason=decided[1])]
 
     def interpreted(self, method: str) -> bool:
-        return METHODS[method].triton and self.device == "cpu"
+        return self.methods[method].triton and self.device == "cpu"
 
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         p = self.plan
@@ -83,7 +84,7 @@ class StepKind(harness.Kind):
     ) -> list[dict[str, Any]]:
         kept = [ln for ln in lines if "phase" in ln and same_case(ln, case)]
         have = {ln["phase"] for ln in kept}
-        dead = case_rows(case, METHODS[method], status=status, reason=reason)
+        dead = case_rows(case, self.methods[method], status=status, reason=reason)
         return kept + [asdict(r) for r in dead if r.phase not in have]
 
     def heard(self, method: str, lines: list[dict[str, Any]]) -> None:
@@ -98,7 +99,8 @@ def run_step_plan(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Measure every (method, case) of ``plan``; returns the results document."""
-    distributions = [d for name in plan.methods for d in METHODS[name].distributions]
+    methods = step_methods()
+    distributions = [d for name in plan.methods for d in methods[name].decl.distributions]
     env = collect_env(plan.device, ["transformers", *distributions])
     env["plan"] = plan.as_dict()
     models: dict[str, Any] = {}
@@ -106,7 +108,7 @@ def run_step_plan(
     for case in plan.cases():
         preset = get_preset(case["shape"])
         for name in plan.methods:
-            est = estimate(METHODS[name].holds, preset, case_size(case), case["dtype"], plan.device)
+            est = estimate(methods[name].holds, preset, case_size(case), case["dtype"], plan.device)
             estimates.setdefault(preset.name, {}).setdefault(case["dtype"], {})[name] = (
                 est.as_dict()
             )

@@ -11,6 +11,7 @@ loses only the case in flight.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -30,7 +31,7 @@ from perfsuite.results.results import Row
 from perfsuite.run.worker import INTERPRETER_BF16_NOTE, describe, is_oom, limit_memory
 from perfsuite.step.cases import case_rows, case_size
 from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
-from perfsuite.step.methods import METHODS, StepMethod
+from perfsuite.step.methods import StepMethod, step_methods
 from perfsuite.step.presets import get_preset
 
 # AdamW at torch's defaults but a fine-tuning learning rate: the step's cost does not
@@ -60,21 +61,26 @@ def measure_case(
     spec: StepSpec, method: StepMethod, raw: dict[str, Any], emit_line: Callable[[dict], None]
 ) -> list[Row]:
     """Gate and measure one case; returns its four rows (raises on a failure)."""
-    from perfsuite.step.adapters import prepare
     from perfsuite.step.gate import judge, one_pass, reference
-    from perfsuite.step.model import build_model, describe_model, make_batch
+    from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
 
     preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
     ids = make_batch(preset, size, spec.seed, raw["device"])
     model = build_model(preset, size, spec.seed, raw["device"])
     emit_line({"model": preset.name, "info": describe_model(model, preset, size)})
     ref = reference(model, ids, raw["beta"], raw["dtype"])
-    losses = prepare(method.name, model, preset, raw["beta"])
+    assert method.decl.step is not None
+    loss_of = method.decl.step.patch(model, preset, raw["beta"])
+    # The same model's decoder with a loss that costs nothing (the loss share's
+    # subtrahend), compiled alike for a method that compiles.
+    trivial_of: Callable = functools.partial(trivial_loss, model)
+    if method.decl.compiles:
+        trivial_of = torch.compile(trivial_of)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     # The first step, gated: compilation, autotuning and AdamW's state all happen here.
     _sync(device)
     start = time.perf_counter()
-    loss, grads = one_pass(model, ids, losses.loss)
+    loss, grads = one_pass(model, ids, loss_of)
     _sync(device)
     first_ms = (time.perf_counter() - start) * 1e3
     verdict = judge(loss, grads, ref)
@@ -94,14 +100,14 @@ def measure_case(
             reason += f" ({INTERPRETER_BF16_NOTE})"
     elif interpreted:
         reason = INTERPRETED_NOTE
-    stepper = Stepper(model, optimizer, losses.loss, ids)
+    stepper = Stepper(model, optimizer, loss_of, ids)
     peaks = step_memory(stepper, device)
     samples = min(spec.samples, 3) if interpreted else spec.samples
     flush = CacheFlusher(device)
     times = time_steps(stepper, device, samples, 0 if interpreted else spec.warmup, flush)
     # The same model without its loss, same protocol; its first call may compile.
-    warm = spec.warmup + (method.name == "torch-compile")  # its first call compiles
-    trivial = time_fwd_bwd(model, losses.trivial, ids, device, samples, warm, flush)
+    warm = spec.warmup + method.decl.compiles  # its first call compiles
+    trivial = time_fwd_bwd(model, trivial_of, ids, device, samples, warm, flush)
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
     loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))
     rows = case_rows(
@@ -139,7 +145,7 @@ def run_case(
     emit_line: Callable[[dict], None],
 ) -> None:
     """Every row of one case reaches ``emit``: measured, or with the status that says why not."""
-    method = METHODS[spec.method]
+    method = step_methods()[spec.method]
 
     def all_rows(status: str, reason: str) -> None:
         for row in case_rows(raw, method, status=status, reason=reason):

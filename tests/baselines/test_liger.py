@@ -11,7 +11,7 @@ import torch
 
 import perfsuite.method
 from perfsuite.baselines.liger import METHODS, SOFTCAP_CPU_REASON
-from perfsuite.method import Case, Unavailable
+from perfsuite.method import Case, Unsupported
 
 BY_NAME = {m.name: m for m in METHODS}
 SMALL = dict(tokens=64, vocab=500, hidden=64)
@@ -95,10 +95,12 @@ def test_matches_reference_cpu(check, name, dtype, beta):
 
 
 @cpu_only
-def test_softcap_on_cpu_is_unavailable_not_wrong():
+def test_softcap_on_cpu_is_unsupported_not_wrong():
+    """Declared (``caps.softcap_off_cpu``): decided before any worker, never run."""
     case = Case(**SMALL, dtype="fp32", softcap=30.0, device="cpu")
-    assert BY_NAME["liger"].unsupported_reason(case) is None  # it supports softcap ...
-    with pytest.raises(Unavailable, match="interpreter") as err:  # ... but not here
+    assert BY_NAME["liger"].caps.softcap  # it supports softcap ...
+    assert BY_NAME["liger"].unsupported_reason(case) == SOFTCAP_CPU_REASON  # ... but not here
+    with pytest.raises(Unsupported, match="interpreter") as err:
         BY_NAME["liger"].prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"]))
     assert str(err.value) == SOFTCAP_CPU_REASON
 

@@ -26,7 +26,7 @@ import torch
 
 from perfsuite.measure.timing import DEFAULT_SAMPLES, DEFAULT_WARMUP, CacheFlusher
 from perfsuite.method import Case
-from perfsuite.plan.registry import all_methods
+from perfsuite.plan.registry import all_methods, methods_for
 from perfsuite.plan.shapes import get_shape
 from perfsuite.results.results import PHASES
 from perfsuite.run.inputs import make_inputs
@@ -35,7 +35,7 @@ from perfsuite.run.worker import Phase
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SHAPE = get_shape(os.environ.get("PERFSUITE_BENCH_SHAPE", "smoke"))
 BETA = float(os.environ.get("PERFSUITE_BENCH_BETA", "0.1"))
-METHODS = [name for name, m in all_methods().items() if m.timed_by_default]
+METHODS = [name for name, m in methods_for("loss").items() if m.timed_by_default]
 SLOW_TO_PREPARE = {"torch-compile"}  # compiles per cell: minutes on a 2-core CPU
 
 

@@ -1,6 +1,7 @@
 """Multi-rank methods that misbehave on purpose (PERFSUITE_PLUGINS), so every way a
 TP cell can end is provoked by a test: a rank that raises, a rank that is killed, a
-rank that never reaches the collective its peers wait in, a wrong shard."""
+rank that never reaches the collective its peers wait in, a wrong shard. Each is a
+``ParallelMethod`` in ``METHODS``: a method measured only across ranks."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import torch.distributed as dist
 
 from perfsuite.method import Capabilities, Case, LossFn
 from perfsuite.tp_method import ParallelMethod, Shard
-
-METHODS: list = []
 
 
 class _Gather(torch.autograd.Function):
@@ -78,7 +77,7 @@ def _method(name: str, misbehave: str = "") -> ParallelMethod:
     )
 
 
-TP_METHODS = [
+METHODS = [
     _method("tp-gather"),
     _method("tp-wrong", "wrong"),
     _method("tp-raises", "raise"),

@@ -59,9 +59,12 @@ def test_history_stores_every_step_cell(smoke_run, tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_report_does_not_choke_on_a_step_file(smoke_run, capsys):
-    assert main(["report", str(smoke_run.path)]) == 0
-    assert "Traceback" not in capsys.readouterr().err
+def test_report_refuses_a_step_file_in_one_line(smoke_run, capsys):
+    """It used to drop the opt and step phases and divide the loss's FLOPs by the
+    model's forward time: another kind's file is said to be one."""
+    assert main(["report", str(smoke_run.path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {smoke_run.path} holds step rows; report takes loss or tp rows"]
 
 
 def _cell(workload: str, phase: str) -> dict:

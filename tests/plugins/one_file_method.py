@@ -1,0 +1,43 @@
+"""A method declared in one file: its loss, its shard across ranks, its model patch."""
+
+from __future__ import annotations
+
+import torch
+
+from perfsuite.baselines.torch_methods import eager_loss
+from perfsuite.baselines.tp_torch import TP_EAGER
+from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch
+from perfsuite.tp_method import ParallelMethod
+
+
+def build(case: Case, c: torch.Tensor) -> LossFn:
+    """The loss on one device (``run``; ``converge`` trains with it). Untimed set-up
+    goes here; import the library it wraps here too, not at the top."""
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return eager_loss(e, c, targets, case.beta, case.softcap)
+
+    return loss_fn
+
+
+def patch(model: torch.nn.Module, preset: object, beta: float):
+    """A transformers causal LM's training step (``step``): patch ``model`` in place,
+    return the loss of a batch of token ids."""
+    from perfsuite.step.model import eager_loss as model_loss
+
+    return lambda ids: model_loss(model, ids, beta)
+
+
+CAPS = Capabilities(label_smoothing=True, softcap=True, logit_copies=(4.0, 7.0))
+
+METHODS = [
+    SimpleMethod(
+        "one-file",
+        "eager's math, declared in one file",
+        build=build,
+        caps=CAPS,
+        # Across ranks (``run --tp``): eager's all-gathered shard logits.
+        tp=ParallelMethod("one-file", "eager across ranks", caps=CAPS, build_tp=TP_EAGER.build_tp),
+        step=StepPatch(patch, holds="logits"),
+    ),
+]

@@ -1,0 +1,157 @@
+"""A method declared once, in one file (docs/development.md, "Add a method (one file)"):
+listed by ``methods`` and measured by ``run``, ``run --tp``, ``step`` and ``converge``,
+through ``PERFSUITE_PLUGINS`` and through the ``perfsuite.methods`` entry-point group."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from perfsuite.cli import main
+from perfsuite.method import Case
+from perfsuite.plan.registry import all_methods, get_method, methods_for
+from perfsuite.results.results import load_results
+
+TESTS = Path(__file__).resolve().parent
+PLUGIN = TESTS / "plugins" / "one_file_method.py"
+RECIPE = TESTS.parent / "docs" / "development.md"
+NAME = "one-file"
+
+
+@pytest.fixture
+def one_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin on PERFSUITE_PLUGINS, here and in every worker started."""
+    monkeypatch.setenv("PERFSUITE_PLUGINS", "plugins.one_file_method")
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("COLUMNS", "200")  # whole names in the tables read below
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = main(list(argv))
+    return code, printed.getvalue()
+
+
+def test_the_recipe_is_the_plugin_file():
+    """The doc's code block is the file the tests below run, byte for byte."""
+    section = RECIPE.read_text().split("## Add a method (one file)", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None and block.group(1) == PLUGIN.read_text()
+
+
+def test_one_declaration_serves_every_kind(one_file):
+    method = get_method(NAME)
+    assert method.kinds == ("loss", "tp", "step", "train")
+    assert all(NAME in methods_for(kind) for kind in ("loss", "tp", "step", "train"))
+    assert methods_for("tp")[NAME] is method.tp  # run --tp measures the shard declaration
+    # Methods only across ranks are declared methods too, with no loss of their own.
+    megatron = all_methods()["megatron"]
+    assert megatron.kinds == ("tp",) and "megatron" not in methods_for("loss")
+    assert "declares no loss" in (megatron.lacks("loss") or "")
+
+
+def test_memory_and_compilation_are_declared_not_named():
+    from perfsuite.method import Capabilities
+    from perfsuite.plan.memory_model import predicted_peak
+
+    methods = all_methods()
+    assert methods["torch-compile"].compiles and not methods["eager"].compiles
+    assert methods["torch-compile"].caps.logit_copies == (2.0, 4.0)
+    size = (4096, 65536, 1024, "bf16")
+    eager = predicted_peak(methods["eager"].caps, *size, softcap=True)
+    held = predicted_peak(Capabilities(logit_copies=(10.0, 12.0)), *size, softcap=True)
+    assert "gate" in eager[1] and "~12 copies" in held[1] and held[0] > eager[0]
+    # Liger's softcap needs CUDA: its declaration says so, for run and step alike.
+    case = Case(64, 64, 64, "fp32", softcap=30.0, device="cpu")
+    assert "interpreter" in (methods["liger"].unsupported_reason(case) or "")
+
+
+def test_methods_lists_the_plugin(one_file):
+    code, printed = cli("methods")
+    assert code == 0 and NAME in printed
+    code, printed = cli("methods", "--tp")
+    assert code == 0 and NAME in printed
+
+
+def test_a_plugin_without_methods_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("PERFSUITE_PLUGINS", "perfsuite.fit")
+    assert main(["methods"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no METHODS" in err and len(err.splitlines()) == 1
+
+
+def _entry_point(root: Path) -> None:
+    """An installed distribution whose ``perfsuite.methods`` entry point names a module."""
+    (root / "ep_method.py").write_text(PLUGIN.read_text().replace('"one-file"', '"ep-method"'))
+    info = root / "ep_method-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-method\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[perfsuite.methods]\nep = ep_method\n")
+
+
+def test_an_entry_point_plugin_is_listed(tmp_path, monkeypatch):
+    _entry_point(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    assert get_method("ep-method").kinds == ("loss", "tp", "step", "train")
+    code, printed = cli("methods")
+    assert code == 0 and "ep-method" in printed
+
+
+@pytest.mark.integration
+def test_an_entry_point_plugin_is_measured_by_a_worker(tmp_path, monkeypatch):
+    """The worker finds the entry point too (PYTHONPATH): its cell is measured."""
+    _entry_point(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    out = tmp_path / "ep.json"
+    code, printed = cli("run", *SMALL, *QUICK, "--methods", "ep-method", "--out", str(out))
+    assert code == 0, printed
+    assert {r["status"] for r in load_results(out)["rows"]} == {"ok"}
+
+
+SMALL = ["--tokens", "48", "--vocab", "301", "--hidden", "16", "--dtype", "fp32", "--beta", "0"]
+QUICK = ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "0", "--timeout", "300"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tp", [[], ["--tp", "1"]], ids=["run", "run-tp"])
+def test_run_measures_the_plugin(one_file, tmp_path, tp):
+    out = tmp_path / "run.json"
+    code, printed = cli("run", *SMALL, *QUICK, *tp, "--methods", NAME, "--out", str(out))
+    assert code == 0, printed
+    rows = load_results(out)["rows"]
+    assert rows and {(r["method"], r["status"]) for r in rows} == {(NAME, "ok")}
+    assert all(r.get("tp") == (1 if tp else None) for r in rows)
+
+
+@pytest.mark.integration
+def test_step_measures_the_plugin(one_file, tmp_path):
+    from step.stepping import QUICK as STEP_QUICK
+
+    out = tmp_path / "step.json"
+    code, printed = cli(
+        "step", "--model", "smoke", *STEP_QUICK, "--beta", "0", "--methods", NAME, "--out", str(out)
+    )
+    assert code == 0, printed
+    rows = load_results(out)["rows"]
+    assert rows and {(r["method"], r["status"]) for r in rows} == {(NAME, "ok")}
+
+
+@pytest.mark.integration
+def test_converge_trains_the_plugin(one_file, tmp_path):
+    out = tmp_path / "converge.json"
+    argv = ["--methods", NAME, "--beta", "0", "--steps", "2", "--dtype", "fp32"]
+    code, printed = cli("converge", *argv, "--out", str(out))
+    runs = {r["method"]: r for r in json.loads(out.read_text())["runs"]}
+    assert runs[NAME]["status"] == "ok", printed
+    assert runs[NAME]["parity"]["verdict"] == "same" and code == 0

@@ -243,13 +243,13 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
         rows.append([name, *cells, kinds, method.caps.describe(), what])
     options = dict(box=box.SIMPLE_HEAD, pad_edge=False)
     title = "methods across ranks (--tp)" if args.tp else "methods on this machine"
-    print_fitted(console, columns, rows, title, **options)
     console.print(
         "The default set (run and sweep without --methods) comes first: ours and each peer, "
         "one row each; the rest, marked (by name), are ablations and variants: name them, "
         "or --methods all. kinds: where a method can be measured (loss: run; tp: run --tp; "
-        "step: perfsuite step; train: converge)."
+        "step: perfsuite step; train: converge).\n"
     )
+    print_fitted(console, columns, rows, title, **options)
     return 0
 
 

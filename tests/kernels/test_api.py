@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import check, make_inputs
+from helpers import check, lce, make_inputs
 
 from perfsuite.kernels import LinearCrossEntropy, linear_cross_entropy
 from perfsuite.kernels.common import wide_offsets
@@ -47,7 +47,14 @@ def test_bad_tensors(device, mutate, error, match, monkeypatch):
 def test_bad_options(device, kwargs, match):
     e, c, t = make_inputs(8, 20, 16, torch.float32, device)
     with pytest.raises(ValueError, match=match):
-        linear_cross_entropy(e, c, t, **kwargs)
+        lce(e, c, t, **kwargs)  # filter_eps: the tile ablation's
+
+
+def test_the_public_function_has_no_ablation_knobs(device):
+    e, c, t = make_inputs(8, 20, 16, torch.float32, device)
+    for knob in ("filter_eps", "sort_vocab", "tile_list", "accum_fp32", "backward"):
+        with pytest.raises(TypeError, match=knob):
+            linear_cross_entropy(e, c, t, **{knob: None})
 
 
 def test_non_contiguous_e(device):

@@ -106,8 +106,12 @@ def test_crash_loses_only_its_case(fake_plugins):
 
 @pytest.mark.integration
 def test_out_of_memory_is_reported_as_oom():
+    from perfsuite.plan.memory_model import gate_bytes
+
     big = Shape("big", 2048, 8192, 32, dtype="fp32")  # 64 MiB of logits per copy
-    rows = _run("eager", shape=big, memory_limit=16 << 20)
+    # Above what the plan refuses up front (the gate's tensors), under eager's real need.
+    limit = gate_bytes(big.tokens, big.vocab, big.hidden, big.dtype) + (1 << 20)
+    rows = _run("eager", shape=big, memory_limit=limit)
     assert _status(rows, "eager") == "oom"
     assert "allocate" in rows[0]["reason"]
 

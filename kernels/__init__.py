@@ -5,7 +5,8 @@ Stages, one file each, read top-down: ``configs`` (pinned tiles, autotune switch
 smoothing), ``sorting`` (vocab order), ``backward`` (dE/dC), ``slices``
 (the default backward), ``terms`` (loss terms and backward coefficients), ``function``
 (autograd), ``parallel`` (vocab-parallel over torch.distributed), ``api`` (public
-function and module), ``ablations`` (the tile backward's entry point), ``patch`` (one-line adoption by a transformers causal LM).
+function and module), ``ablations`` (the tile backward's entry point), ``patch``
+(one-line adoption by a transformers causal LM).
 """
 
 from .api import LinearCrossEntropy, linear_cross_entropy

@@ -236,9 +236,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
                 cells.append(f"[green]available{interp}[/green]")
             else:
                 cells.append(f"[yellow]available{interp}; unsupported: {escape(gap)}[/yellow]")
-        what = (
-            method.description if method.timed_by_default else f"(by name) {method.description}"
-        )
+        what = method.description if method.timed_by_default else f"(by name) {method.description}"
         kinds = ", ".join(declared[name].kinds)
         rows.append([name, *cells, kinds, method.caps.describe(), what])
     options = dict(box=box.SIMPLE_HEAD, pad_edge=False)

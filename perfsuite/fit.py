@@ -112,6 +112,11 @@ def fit_table(
     # Folded as far as it goes and still too wide: one space between columns.
     tight = {**table_options, "padding": (0, 0), "collapse_padding": False}
     for options in (table_options, tight):
+        # Folded as far as it goes: if that is too wide, no step on the way fits (a
+        # table of many rows took seconds to find out, one narrowing at a time).
+        folded = [max(f, 1) if lim > 0 else lim for lim, f in zip(limits, floors, strict=True)]
+        if not fits(_build(columns, rows, folded, sections, options), width):
+            continue
         trial = list(limits)
         while True:
             table = _build(columns, rows, trial, sections, options)

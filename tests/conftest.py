@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,3 +69,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_stay_in_process(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """The two sets stay apart: a test that starts a process (a worker, torchrun's ranks,
+    a compiler, Chromium, a wheel build) is marked ``integration``, and
+    ``-m "not integration"`` is the fast in-process set. ``PERFSUITE_SPAWN_LOG=FILE``
+    lists the unmarked tests that start one instead of failing them."""
+    if request.node.get_closest_marker("integration") is not None:
+        yield
+        return
+    started: list[str] = []
+    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    spawn = multiprocessing.util.spawnv_passfds
+
+    def execute_child(self, args, *rest, **kw):  # noqa: ANN001, ANN202
+        started.append(args if isinstance(args, str) else " ".join(map(str, list(args)[:3])))
+        return execute(self, args, *rest, **kw)
+
+    def spawnv_passfds(path, args, passfds):  # noqa: ANN001, ANN202
+        started.append(" ".join(map(str, list(args)[:3])))
+        return spawn(path, args, passfds)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", execute_child)
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", spawnv_passfds)
+    yield
+    log = os.environ.get("PERFSUITE_SPAWN_LOG")
+    if started and log:
+        with open(log, "a") as f:
+            f.write(f"{request.node.nodeid}\t{started[0]}\n")
+    elif started:
+        pytest.fail(f"starts a process ({started[0]}): mark it @pytest.mark.integration")

@@ -51,6 +51,7 @@ def _env() -> dict[str, str]:
     return {**env, "TRITON_INTERPRET": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_pytest_from_the_root_keeps_our_kernels_to_ourselves():
     inner = ROOT / "tests" / "_collision_probe_test.py"  # under tests/: its conftest applies
     inner.write_text(INNER.replace("{root}", str(ROOT / "kernels")))

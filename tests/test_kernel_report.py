@@ -371,6 +371,7 @@ def test_cli_under_interpreter_env():
     assert report["shape"]["v"] == 256000 and len(report["costs"]) >= 2
 
 
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_blackwell_is_accepted_and_launched_as_on_a_b200():
     """Issue 30: ``--arch sm_100a`` was refused. A Blackwell launch takes the configs
     ``configs.arch_of`` gives capability 10 and hardware 16-bit atomics, sizes its grids
@@ -428,6 +429,7 @@ def test_blackwell_slice_kernel_runs_on_tcgen05():
     assert 0 < built["registers"] <= 255 and built["ctas_per_sm"] >= 1
 
 
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_launched_fraction_on_a_sample():
     """--launched runs the real tile-list kernels (interpreted) on a sample of rows:
     a flat softmax keeps every pair, and the modelled costs are the full ones."""

@@ -1,12 +1,12 @@
 """A method declared once, in one file (docs/development.md, "Add a method (one file)"):
-listed by ``methods`` and measured by ``run``, ``run --tp``, ``step`` and ``converge``,
+listed by ``methods`` and measured by ``run``, ``run --tp``, ``step`` and ``converge`` (the
+last in tests/converge/test_cli.py's sweep),
 through ``PERFSUITE_PLUGINS`` and through the ``perfsuite.methods`` entry-point group."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 from pathlib import Path
@@ -145,13 +145,3 @@ def test_step_measures_the_plugin(one_file, tmp_path):
     assert code == 0, printed
     rows = load_results(out)["rows"]
     assert rows and {(r["method"], r["status"]) for r in rows} == {(NAME, "ok")}
-
-
-@pytest.mark.integration
-def test_converge_trains_the_plugin(one_file, tmp_path):
-    out = tmp_path / "converge.json"
-    argv = ["--methods", NAME, "--beta", "0", "--steps", "2", "--dtype", "fp32"]
-    code, printed = cli("converge", *argv, "--out", str(out))
-    runs = {r["method"]: r for r in json.loads(out.read_text())["runs"]}
-    assert runs[NAME]["status"] == "ok", printed
-    assert runs[NAME]["parity"]["verdict"] == "same" and code == 0

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 TESTS = ROOT / "tests"
 # One sweep for the tests below (each worker costs ~7 s: transformers' Llama).
-METHODS = ["fake-raises", "ours", "fake-missing-package", "fake-no-smoothing"]
+# one-file: the plugin declared in one file (tests/test_plugins.py), trained here too.
+METHODS = ["fake-raises", "ours", "fake-missing-package", "fake-no-smoothing", "one-file"]
 STEPS = 3
 
 
@@ -43,7 +44,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
     argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods")
+        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.one_file_method")
         path = os.environ.get("PYTHONPATH", "")
         mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
         mp.syspath_prepend(str(TESTS))
@@ -102,11 +103,15 @@ def test_a_method_that_cannot_smooth_is_unsupported_at_beta_above_0(swept):
     assert unsupported["status"] == "unsupported" and unsupported["steps"] == []
     assert "no label smoothing" in unsupported["reason"]
     assert "busy" in runs["ours", 0.0]
+    # A method declared in one file trains with its declared loss, like eager.
+    assert runs["one-file", 0.0]["status"] == "ok"
+    assert runs["one-file", 0.0]["parity"]["verdict"] == "same"
     groups = _document(swept[0])["machine"]["groups"]
     assert any(g["group"].startswith("ours N=") for g in groups)
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_real_text_trains_and_records_no_truth(tmp_path: Path):
     out = tmp_path / "text.json"
     argv = ["--methods", "eager", "--data", "text", "--beta", "0", "--steps", "2"]

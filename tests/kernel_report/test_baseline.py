@@ -122,6 +122,7 @@ def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, caps
         assert ("--across-triton" in err) == (folder == other)
 
 
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_across_triton_reports_and_never_fails(stored, tmp_path, capsys, monkeypatch):
     other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
     monkeypatch.setenv("COLUMNS", "200")

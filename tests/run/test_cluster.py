@@ -108,6 +108,7 @@ def stages(plugin, tmp_path_factory):
     return found
 
 
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_a_failing_shard_keeps_the_others_cells_and_exits_1(stages):
     code, printed, doc, submitted = stages["failed"]
     assert code == 1 and submitted == 2

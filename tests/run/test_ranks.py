@@ -94,6 +94,7 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_a_failing_rank_ends_its_cell_and_no_other(failures):
     code, printed, doc = failures
     assert code == 0, printed  # a cell was measured: tp-wrong's
@@ -119,6 +120,7 @@ def test_no_launcher_folder_is_left_in_tmp(failures):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_sweep_has_a_tp_axis_and_resumes(tmp_path: Path):
     out = tmp_path / "sweep.json"
     argv = ["sweep", "--tokens", "32", "--vocab", "301", "--hidden", "16", "--dtype", "fp32"]

@@ -17,6 +17,7 @@ from perfsuite.plan.shapes import get_shape
 from perfsuite.results.results import load_dataframe, load_results
 
 
+@pytest.mark.integration
 def test_run_prints_table_and_writes_results(tmp_path, capsys):
     out = tmp_path / "r.json"
     code = main(
@@ -71,6 +72,7 @@ def _error(capsys) -> str:
     return err
 
 
+@pytest.mark.integration
 def test_argparse_errors_exit_nonzero():
     proc = subprocess.run(
         [sys.executable, "-m", "perfsuite", "run", "--tokens", "-3"], capture_output=True, text=True
@@ -92,6 +94,7 @@ def test_parse_size():
     )
 
 
+@pytest.mark.integration
 def test_smoke_eager_holds_logits_native_stays_near_floor(tmp_path):
     """Issue 2's acceptance check, on the smoke preset as shipped."""
     out = tmp_path / "smoke.json"
@@ -120,6 +123,7 @@ def test_smoke_eager_holds_logits_native_stays_near_floor(tmp_path):
     assert floor <= df.loc["torch-native", "peak_bytes"] <= 2.2 * floor
 
 
+@pytest.mark.integration
 def test_smoke_ours_at_smoothing_stays_within_ten_percent_of_floor(tmp_path):
     """Issue 3's acceptance check: ours at beta = 0.1 in fp32 holds dE + dC and little else
     (its default slice: a sixteenth of the vocabulary's logits, timed natively)."""
@@ -175,6 +179,7 @@ def test_unusable_out_is_refused_before_measuring(tmp_path, capsys, kind):
         assert out.read_text() == "keep me"
 
 
+@pytest.mark.integration
 def test_force_overwrites_and_the_file_follows_the_umask(tmp_path):
     out = tmp_path / "r.json"
     out.write_text("old")
@@ -186,6 +191,7 @@ def test_force_overwrites_and_the_file_follows_the_umask(tmp_path):
     assert load_results(out)["rows"] and (out.stat().st_mode & 0o777) == 0o644
 
 
+@pytest.mark.integration
 def test_repeated_shapes_run_once(tmp_path):
     out = tmp_path / "r.json"
     assert main([*CHEAP, "--shape", "smoke, smoke", "--out", str(out)]) == 0
@@ -215,6 +221,7 @@ def test_every_subcommand_help_works(capsys, command):
     assert f"perfsuite {command}" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_progress_lines_carry_no_source_path(tmp_path, capsys):
     assert main([*CHEAP, "--out", str(tmp_path / "r.json")]) == 0
     assert "cli.py:" not in capsys.readouterr().out
@@ -357,6 +364,7 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.integration
 def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
     """Ctrl-C used to discard every finished cell; SIGTERM also left the worker's
     temporary folder behind and the terminal's cursor hidden."""
@@ -447,6 +455,7 @@ def test_absurd_sample_counts_are_bounded(tmp_path, capsys, flag, value):
     assert f"{flag} must be in [" in _error(capsys) and not out.exists()
 
 
+@pytest.mark.integration
 def test_a_run_where_every_cell_failed_exits_nonzero(tmp_path, capsys):
     """Not only all-`error`: all-oom exited 0. The limit: 1 MiB over the memory model's
     peak (the cell's tensors), far under the worker's real one (allocator, threads)."""

@@ -90,6 +90,7 @@ def test_the_table_names_every_subcommand(tmp_path):
 @pytest.mark.parametrize(
     "command", ["run", "shapes", "methods", *(name for name, _, _ in MODULE_COMMANDS)]
 )
+@pytest.mark.integration
 def test_every_subcommand_runs_from_the_entry_point(command, tmp_path, capsys):
     if command in ("history", "dashboard"):  # a database to read
         demo = tmp_path / "demo"
@@ -114,6 +115,7 @@ def test_bisect_with_a_cell_reaches_the_command(tmp_path, capsys):
     assert "same commit" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_bisect_with_a_command_names_the_slow_commit(tmp_path, capsys):
     repo = tiny_repo(tmp_path / "repo")
     argv = ["bisect", "--repo", str(repo), "--good", "HEAD~2", "--bad", "HEAD"]

@@ -28,6 +28,7 @@ def test_vocab_parallel_example_matches_one_device() -> None:
     assert all(float(x) < 1e-5 for x in found.groups()), found.groups()
 
 
+@pytest.mark.integration
 def test_patch_model_example_prints_its_line_and_no_other_projects_noise() -> None:
     """torchao's "Failed to load ..._C_mxfp8...so" and torch's pytree deprecation lines
     (other projects', printed on import of transformers) are filtered out by name."""

@@ -29,6 +29,7 @@ print(sorted(m for m in heavy if m in sys.modules))
     ("argv", "expect"),
     [(["--help"], "kernel-report"), (["shapes"], "gemma2-2b"), (["--version"], "perfsuite")],
 )
+@pytest.mark.integration
 def test_help_and_shapes_import_no_torch(argv, expect):
     done = subprocess.run(
         [sys.executable, "-c", CODE.format(argv=argv, expect=expect)],

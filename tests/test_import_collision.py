@@ -66,6 +66,7 @@ def test_pytest_from_the_root_keeps_our_kernels_to_ourselves():
     assert "1 passed" in proc.stdout
 
 
+@pytest.mark.integration
 def test_python_from_the_root_after_importing_perfsuite():
     """`python -c` / `python -m perfsuite` from the root: perfsuite loads first there."""
     code = (

@@ -29,9 +29,13 @@ from perfsuite.kernel_report import (
     slice_launches,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
-)
+# Every test here compiles through ptxas and cuobjdump: other processes.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
+    ),
+]
 
 GEMMA = launches.SHAPES["gemma2-2b"]
 

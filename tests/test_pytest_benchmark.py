@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "tests/benchmarks/test_bench_methods.py::test_method[eager-fwd]"
 
@@ -22,6 +24,7 @@ def bench(storage: Path, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.integration
 def test_benchmark_only_saves_each_cell_with_our_clock(tmp_path):
     first = bench(tmp_path, "--benchmark-autosave")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]

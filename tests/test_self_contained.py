@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,6 +33,7 @@ def test_no_tracked_text_points_outside_the_repository():
     assert outside == []
 
 
+@pytest.mark.integration
 def test_report_paper_works_in_a_copy_of_the_checkout(tmp_path):
     """A copy of the tracked files under a folder with no ``shared/`` beside it."""
     clone = tmp_path / "clone" / "perfsuite-checkout"

@@ -49,6 +49,7 @@ def test_actionlint():
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 @pytest.mark.parametrize("name", [p.name for p in FILES])
+@pytest.mark.integration
 def test_run_scripts_pass_shellcheck(name):
     """What actionlint checks in each ``run:`` (where shellcheck exists, as on GitHub's
     runners), also where actionlint cannot be installed: its PyPI sdist downloads
@@ -68,6 +69,7 @@ def test_run_scripts_pass_shellcheck(name):
 
 
 @pytest.mark.skipif(shutil.which("zizmor") is None, reason="zizmor not installed")
+@pytest.mark.integration
 def test_zizmor():
     proc = subprocess.run(
         ["zizmor", "--offline", "--no-progress", "--color", "never", str(WORKFLOWS)],

@@ -34,6 +34,7 @@ def test_declares_what_it_is():
         assert caps.devices == {"cuda"} and not caps.materializes_logits
 
 
+@pytest.mark.integration
 def test_registry_module_does_not_import_cce():
     import subprocess
     import sys

@@ -37,6 +37,7 @@ def test_declares_what_it_is():
         assert not caps.materializes_logits
 
 
+@pytest.mark.integration
 def test_registry_module_does_not_import_liger():
     import subprocess
     import sys
@@ -49,6 +50,7 @@ def test_registry_module_does_not_import_liger():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+@pytest.mark.integration
 def test_cpu_without_interpreter_is_unavailable():
     """Without TRITON_INTERPRET=1 at liger's import there is no CPU driver:
     prepare says so instead of crashing in the first launch."""

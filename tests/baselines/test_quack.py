@@ -34,6 +34,7 @@ def test_declares_what_it_is():
     assert "quack-kernels" in QUACK.distributions  # its version lands in the provenance
 
 
+@pytest.mark.integration
 def test_registry_and_availability_do_not_import_quack(tmp_path):
     """A quack that cannot import (CUDA mismatch) must not break the method list."""
     import os

@@ -25,6 +25,7 @@ def test_declares_what_it_is():
     assert not caps.triton and caps.materializes_logits
 
 
+@pytest.mark.integration
 def test_registry_module_does_not_import_torchtune():
     import subprocess
     import sys

@@ -304,6 +304,7 @@ FOUR_RANKS = [
 ]
 
 
+@pytest.mark.integration
 def test_two_ranks_every_method() -> None:
     _spawn(2, _only_installed(TWO_RANKS))
 
@@ -344,6 +345,7 @@ def test_grid(world: int) -> None:
     _spawn(world, _grid(world))
 
 
+@pytest.mark.integration
 def test_registry_and_availability() -> None:
     """Every adapter registers without importing its package; CCE says why it cannot run."""
     from perfsuite.baselines import tp_cce

@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.integration
 def test_a_dry_run_prints_no_third_party_noise():
     """torchao's `Failed to load ..._C_mxfp8...so` and torch's `_pytree` enum warning,
     logged when transformers is first imported: only a fresh process shows them."""

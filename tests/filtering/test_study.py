@@ -77,6 +77,7 @@ def test_stats_count_entries_and_measure_the_frequency_direction():
     assert stats["mean_entropy"] == pytest.approx(0.6931, abs=1e-4)
 
 
+@pytest.mark.integration
 def test_the_filtering_command_writes_tables_plot_and_provenance(tmp_path, capsys):
     out = tmp_path / "syn"
     argv = [

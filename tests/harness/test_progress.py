@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from perfsuite.cli import main
 from perfsuite.harness import progress
 from perfsuite.harness.progress import Model, Tracker, duration, row_lines
@@ -82,6 +84,7 @@ def test_markers_are_not_rows():
     assert duration(59.6) == "1 min 00 s" and duration(3725) == "1 h 02 min"
 
 
+@pytest.mark.integration
 def test_run_prints_a_line_while_a_slow_cell_runs(fake_plugins, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(progress, "HEARTBEAT_S", 0.3)
     monkeypatch.setenv("COLUMNS", "200")

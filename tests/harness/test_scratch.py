@@ -7,9 +7,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from perfsuite.harness.scratch import PREFIX, remove_stale, scratch
 
 
+@pytest.mark.integration
 def test_a_killed_runs_folder_is_removed_by_the_next(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

@@ -24,9 +24,13 @@ from perfsuite.cli import main
 from perfsuite.kernel_report import build
 from perfsuite.kernel_report.slice_launches import VARIANTS
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
-)
+# Every test here compiles through ptxas and cuobjdump: other processes.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not os.path.exists(build.tool("ptxas")), reason="triton without NVIDIA tools"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SELECTION = ["--arch", "sm_90a", "--dtype", "bf16", "--kernel", "slices", "--no-cce"]

@@ -194,6 +194,7 @@ def _cases(*wanted: int) -> list[str]:
     return [str(i) for i in wanted if CASES[i][-1] == "torch" or interpreting()]
 
 
+@pytest.mark.integration
 def test_two_ranks_every_case_and_bad_layouts(tmp_path: Path) -> None:
     _spawn(2, _cases(*range(len(CASES))) + ["bad", "cached", "compiled"], tmp_path)
 

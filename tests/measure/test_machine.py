@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from perfsuite.cli import main
 from perfsuite.measure.machine import BUSY_CORES, Snapshot, busy_reasons, cpu_state
 
@@ -34,6 +36,7 @@ def test_throttled_or_shared_gpu_is_busy():
     assert busy_reasons({"gpu": {"sm_clock_mhz": 1980, "throttle": [], "gpu_processes": []}}) == []
 
 
+@pytest.mark.integration
 def test_a_cpu_burner_beside_a_cell_marks_it(tmp_path, capsys):
     out = tmp_path / "r.json"
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -58,6 +61,7 @@ def test_a_cpu_burner_beside_a_cell_marks_it(tmp_path, capsys):
 BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
 
 
+@pytest.mark.integration
 def test_a_worker_that_exited_unreaped_is_still_ours():
     """Its environment is gone once it exits; until the runner reaps it, its CPU time
     is neither in the runner's children's nor (before the fix) in ours: a quiet run
@@ -77,6 +81,7 @@ def test_a_worker_that_exited_unreaped_is_still_ours():
         child.wait()
 
 
+@pytest.mark.integration
 def test_a_workers_finished_children_count_as_its_time():
     """torch.compile's compile workers end inside a worker; their time moves into the
     worker's children's times, which must stay ours."""

@@ -32,6 +32,7 @@ for n in sizes:
 
 @pytest.mark.skipif(cpu_meter_supported() is not None, reason=str(cpu_meter_supported()))
 @pytest.mark.parametrize("nbytes", [64 << 20, 256 << 20])
+@pytest.mark.integration
 def test_cpu_meter_reads_known_allocation_within_one_percent(nbytes):
     env = {**os.environ, **CPU_MALLOC_ENV}
     out = subprocess.run(

@@ -48,6 +48,7 @@ def test_the_share_is_the_committed_trained_dumps_measured_one():
     assert round(measured, 3) == TRAINED_SHARE_C
 
 
+@pytest.mark.integration
 def test_the_committed_dump_is_small_and_runs_through_perfsuite_run(tmp_path):
     from perfsuite.cli import main
 

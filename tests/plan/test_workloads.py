@@ -143,6 +143,7 @@ def test_unreadable_dump(tmp_path):
         read_dump(path)
 
 
+@pytest.mark.integration
 def test_rows_record_the_workload_and_its_entropy():
     from perfsuite.plan.plan import build_plan
     from perfsuite.plan.shapes import Shape

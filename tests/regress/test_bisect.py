@@ -75,6 +75,7 @@ def bisect(repo: Path, good: str, bad: str, *extra: str) -> int:
     return main([*argv, "--samples", "6", *extra])
 
 
+@pytest.mark.integration
 def test_finds_the_planted_slow_commit_and_touches_nothing(
     repo: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,6 +101,7 @@ def test_finds_the_planted_slow_commit_and_touches_nothing(
         assert not line or "same" in line or "improvement" in line
 
 
+@pytest.mark.integration
 def test_bad_not_slower_nothing_to_bisect(
     repo: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -109,6 +111,7 @@ def test_bad_not_slower_nothing_to_bisect(
     assert git(path, "worktree", "list").count("\n") == 0
 
 
+@pytest.mark.integration
 def test_good_commit_that_cannot_be_measured(
     repo: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +123,7 @@ def test_good_commit_that_cannot_be_measured(
     assert err.count("\n") == 1 and "cannot be measured: --command exited 3" in err
 
 
+@pytest.mark.integration
 def test_step_skips_a_commit_it_cannot_measure_and_judges_the_others(
     repo: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +148,7 @@ def test_step_skips_a_commit_it_cannot_measure_and_judges_the_others(
     assert (broken.verdict, broken.note) == ("skip", "--command exited 3")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

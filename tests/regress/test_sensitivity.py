@@ -99,6 +99,7 @@ def test_slowed_is_the_same_loss_and_gradients():
     assert torch.equal(e.grad, grads[0]) and torch.equal(c.grad, grads[1])
 
 
+@pytest.mark.integration
 def test_quick_run_end_to_end(tmp_path, capsys):
     """Real worker processes, real calibration, the command's output and JSON."""
     parser = argparse.ArgumentParser()

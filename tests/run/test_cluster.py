@@ -125,6 +125,7 @@ def test_a_failing_shard_keeps_the_others_cells_and_exits_1(stages):
     assert doc["env"]["sweep"]["array"]["failed"].keys() == {"1"}
 
 
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_a_rerun_submits_only_the_missing_shard(stages):
     code, printed, doc, submitted = stages["fixed"]
     assert code == 0, printed
@@ -174,6 +175,7 @@ def test_slurm_without_sbatch_writes_nothing(plugin, tmp_path, monkeypatch, caps
     assert list(tmp_path.iterdir()) == []  # neither --out nor its parts folder
 
 
+@pytest.mark.integration
 def test_an_sbatch_refusing_the_partition_is_one_line(plugin, tmp_path, monkeypatch, capsys):
     bin_ = tmp_path / "bin"
     bin_.mkdir()

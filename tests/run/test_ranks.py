@@ -115,6 +115,7 @@ def test_a_failing_rank_ends_its_cell_and_no_other(failures):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_no_launcher_folder_is_left_in_tmp(failures):
     assert not list(Path(tempfile.gettempdir()).glob("torchelastic_*"))
 

@@ -110,6 +110,7 @@ def test_resuming_a_finished_sweep_runs_nothing(killed_and_resumed, monkeypatch)
     assert again["rows"] == after["rows"]
 
 
+@pytest.mark.integration
 def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monkeypatch):
     _, full, _ = killed_and_resumed
     # Shards must share a git SHA to merge; pin it against a commit landing mid-test.
@@ -224,6 +225,7 @@ def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
         Sweep(plan, out, resume=True, force=True).writer.release()
 
 
+@pytest.mark.integration
 def test_a_second_writer_of_the_same_file_is_refused(plugins, tmp_path, capsys):
     """Two `sweep --resume` of one file used to run side by side and keep only the last
     writer's rows; the second is now refused while the first holds the file."""
@@ -322,6 +324,7 @@ def test_sweep_force_is_gone(plugins, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.integration
 def test_sigterm_keeps_the_finished_cells_marked_partial(plugins, tmp_path):
     """A sweep stopped by SIGTERM said nothing of its file, which did not say it was partial."""
     out = tmp_path / "s.json"

@@ -300,7 +300,10 @@ def run(args: argparse.Namespace) -> int:
         TimeRemainingColumn(),
     )
     done = 0
-    with Progress(*columns, console=console, transient=False) as bar:
+    # Not a terminal (a log, a CI job): the per-cell lines only, no bar's characters.
+    with Progress(
+        *columns, console=console, transient=False, disable=not console.is_terminal
+    ) as bar:
         task = bar.add_task("sweep", total=total_cost, cells=f"0/{len(sweep.todo)} cells")
 
         def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:

@@ -111,13 +111,17 @@ def test_resuming_a_finished_sweep_runs_nothing(killed_and_resumed, monkeypatch)
 
 
 @pytest.mark.integration
-def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monkeypatch):
+def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monkeypatch, capsys):
     _, full, _ = killed_and_resumed
     # Shards must share a git SHA to merge; pin it against a commit landing mid-test.
     monkeypatch.setattr(
         "perfsuite.results.provenance.git_state", lambda: {"sha": "x", "dirty": True}
     )
+    capsys.readouterr()
     assert sweep.run(_args("--out", str(tmp_path / "s0.json"), "--shard", "0/2")) == 0
+    captured = capsys.readouterr()  # not a terminal: a line per cell, no bar
+    printed = captured.out + captured.err
+    assert "━" not in printed and ": ok" in printed
     # Shard 1 through two worker slots at once (what --gpus does with CUDA_VISIBLE_DEVICES).
     plan, grid = sweep.plan_from_args(_args())
     slots = [{"PERFSUITE_SLOT": "0"}, {"PERFSUITE_SLOT": "1"}]

@@ -156,3 +156,26 @@ def test_the_checks_see_a_process_starter(tmp_path):
 
 def test_the_checks_see_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Stages from the top (the command line) down: a stage imports only stages after it, so
+# data flows one way (docs/development.md, "Layout"). A new stage takes its place here.
+ORDER = (
+    "__main__", "cli",
+    "activations", "converge", "step", "filtering", "kernel_report",  # commands, kinds
+    "render", "history", "regress",  # readers of results
+    "run", "tp_method", "harness", "plan", "args",  # measuring
+    "measure", "results", "method", "parser", "fit",  # primitives
+    "perfsuite", "checkout",  # the package's __init__: its version, the checkout's path
+)  # fmt: skip
+
+
+def test_a_lower_stage_never_imports_a_higher_one():
+    upward = []
+    for module, targets in graph().items():
+        for target in targets:
+            a, b = stage(module), stage(target)
+            assert a in ORDER and b in ORDER, f"place stage {a if a not in ORDER else b} in ORDER"
+            if a != b and ORDER.index(a) > ORDER.index(b):
+                upward.append(f"{module} imports {target}")
+    assert upward == []

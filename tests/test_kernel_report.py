@@ -341,7 +341,11 @@ def test_failing_or_unreadable_ptxas_fails_the_report(tmp_path):
     failing = tmp_path / "ptxas-fails"
     failing.write_text("#!/bin/sh\necho 'ptxas fatal   : boom' >&2\nexit 3\n")
     silent = tmp_path / "ptxas-silent"
-    silent.write_text('#!/bin/sh\nfor a; do o="$a"; done\n: > "$o"\necho hello\n')
+    # `ptxas --version` (the report records it) answers; a compile writes an empty cubin
+    silent.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "release 12.8"; exit 0; }\n'
+        'for a; do o="$a"; done\n: > "$o"\necho hello\n'
+    )
     for script in (failing, silent):
         script.chmod(0o755)
     out = _python(f"""

@@ -329,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             document = sweep.run(on_cell)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the file holds every finished cell
+            sweep.save()  # one told while the signal came in: in the file, not only here
             kept = len(sweep.document["rows"])
             console.print(f"[red]interrupted[/red]: {kept} rows kept in {out}", soft_wrap=True)
             raise

@@ -52,13 +52,18 @@ def no_leftover_temporary_folders() -> Iterator[None]:
     assert not left, f"temporary folders left behind: {sorted(p.name for p in left)}"
 
 
-@pytest.fixture
-def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Registers tests/plugins/fake_methods.py, here and in every worker started."""
-    monkeypatch.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods")
+def use_plugins(monkeypatch: pytest.MonkeyPatch, modules: str) -> None:
+    """Registers tests/plugins/ modules on PERFSUITE_PLUGINS, here and in every worker."""
+    monkeypatch.setenv("PERFSUITE_PLUGINS", modules)
     path = os.environ.get("PYTHONPATH", "")
     monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
     monkeypatch.syspath_prepend(str(TESTS))
+
+
+@pytest.fixture
+def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registers tests/plugins/fake_methods.py, here and in every worker started."""
+    use_plugins(monkeypatch, "plugins.fake_methods")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

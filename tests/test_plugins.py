@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 from pathlib import Path
 
 import pytest
+from conftest import use_plugins
 
 from perfsuite.cli import main
 from perfsuite.method import Case
@@ -27,10 +27,7 @@ NAME = "one-file"
 @pytest.fixture
 def one_file(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plugin on PERFSUITE_PLUGINS, here and in every worker started."""
-    monkeypatch.setenv("PERFSUITE_PLUGINS", "plugins.one_file_method")
-    path = os.environ.get("PYTHONPATH", "")
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
-    monkeypatch.syspath_prepend(str(TESTS))
+    use_plugins(monkeypatch, "plugins.one_file_method")
     monkeypatch.setenv("COLUMNS", "200")  # whole names in the tables read below
 
 

@@ -52,17 +52,11 @@ def no_leftover_temporary_folders() -> Iterator[None]:
     assert not left, f"temporary folders left behind: {sorted(p.name for p in left)}"
 
 
-def use_plugins(monkeypatch: pytest.MonkeyPatch, modules: str) -> None:
-    """Registers tests/plugins/ modules on PERFSUITE_PLUGINS, here and in every worker."""
-    monkeypatch.setenv("PERFSUITE_PLUGINS", modules)
-    path = os.environ.get("PYTHONPATH", "")
-    monkeypatch.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
-    monkeypatch.syspath_prepend(str(TESTS))
-
-
 @pytest.fixture
 def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registers tests/plugins/fake_methods.py, here and in every worker started."""
+    from plugins import use_plugins
+
     use_plugins(monkeypatch, "plugins.fake_methods")
 
 

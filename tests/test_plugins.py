@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import use_plugins
+from plugins import use_plugins
 
 from perfsuite.cli import main
 from perfsuite.method import Case

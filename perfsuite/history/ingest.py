@@ -143,11 +143,6 @@ def add_document(conn: sqlite3.Connection, document: dict[str, Any], path: str) 
     return Added(path, digest, len(cells), duplicate=False)
 
 
-def add_file(conn: sqlite3.Connection, path: str | os.PathLike[str]) -> Added:
-    """Read, validate and store one results file; ``IngestError`` says why not."""
-    return add_document(conn, read_document(path), str(path))
-
-
 def looks_like_results(path: Path) -> bool:
     """Is this JSON meant to be a results document (so that a defect in it is an error)?
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from perfsuite.measure.profile import kernel_ms, run_profiled
-from perfsuite.measure.timing import CacheFlusher, Timing, time_samples
+from perfsuite.measure.timing import CacheFlusher, Timing, time_samples, warm_up
 from perfsuite.results.kinds import TIMERS
 
 NO_GPU = "CUDA graphs need a GPU"
@@ -56,13 +56,6 @@ def time_with(
     return _kernels(fn, device, samples, warmup, setup, flush)
 
 
-def _warm_up(fn: Callable[[], object], warmup: int, setup: Callable[[], object] | None) -> None:
-    for _ in range(warmup):
-        if setup is not None:
-            setup()
-        fn()
-
-
 def _kernels(
     fn: Callable[[], object],
     device: torch.device,
@@ -73,7 +66,7 @@ def _kernels(
 ) -> Timing:
     """Each sample: set-up and flush outside the profiler, then one profiled call."""
     flush = flush or CacheFlusher(device)
-    _warm_up(fn, warmup, setup)
+    warm_up([fn], warmup, setup)
     timing = Timing()
     for _ in range(samples):
         prof, _ = run_profiled(fn, device, setup=setup, flush=flush)
@@ -119,7 +112,7 @@ def _capture(
     failure: BaseException | None = None
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        _warm_up(fn, warmup, setup)
+        warm_up([fn], warmup, setup)
         if setup is not None:
             setup()
         torch.cuda.synchronize(device)

@@ -98,6 +98,18 @@ def time_samples(
     return Timing([ms for (ms,) in spans])
 
 
+def warm_up(
+    phases: Sequence[Callable[[], object]], warmup: int, setup: Callable[[], object] | None
+) -> None:
+    """``warmup`` untimed calls through the same ``setup`` as the timed ones, so that
+    compilation and autotuning of every code path happen before any clock runs."""
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        for phase in phases:
+            phase()
+
+
 def time_spans(
     phases: Sequence[Callable[[], object]],
     device: torch.device,
@@ -118,11 +130,7 @@ def time_spans(
         raise ValueError(f"samples must be >= 1, got {samples}")
     flush = flush or CacheFlusher(device)
     cuda = device.type == "cuda"
-    for _ in range(warmup):
-        if setup is not None:
-            setup()
-        for phase in phases:
-            phase()
+    warm_up(phases, warmup, setup)
     if cuda:
         torch.cuda.synchronize(device)
     marks = []

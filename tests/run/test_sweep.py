@@ -54,6 +54,15 @@ def _rows_now(path: Path) -> list[dict]:
         return []
 
 
+def _first_cell(proc: subprocess.Popen, out: Path) -> None:
+    """Wait (60 s at most) until the sweep ``proc`` has written one cell's rows to ``out``."""
+    deadline = time.monotonic() + 60
+    while len(_rows_now(out)) < PHASES:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "no cell landed within 60 s"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(plugins, tmp_path_factory):
     """Start a sweep, SIGKILL its process group once the first cells land, resume it."""
@@ -64,12 +73,8 @@ def killed_and_resumed(plugins, tmp_path_factory):
         stderr=subprocess.PIPE,
         start_new_session=True,  # its workers die with it, as under Ctrl-C or scancel
     )
-    deadline = time.monotonic() + 60
     try:
-        while len(_rows_now(out)) < PHASES:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "no cell landed within 60 s"
-            time.sleep(0.05)
+        _first_cell(proc, out)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -338,12 +343,8 @@ def test_sigterm_keeps_the_finished_cells_marked_partial(plugins, tmp_path):
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
     try:
-        while len(_rows_now(out)) < PHASES:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "no cell landed within 60 s"
-            time.sleep(0.05)
+        _first_cell(proc, out)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -70,14 +70,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+READS = ("git", "uname")
+
+
 @pytest.fixture(autouse=True)
 def unit_tests_stay_in_process(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
     """The two sets stay apart: a test that starts a process (a worker, torchrun's ranks,
-    a compiler, Chromium, a wheel build; git's reads aside) is marked ``integration``, and
-    ``-m "not integration"`` is the fast in-process set. ``PERFSUITE_SPAWN_LOG=FILE``
-    lists the unmarked tests that start one instead of failing them."""
+    a compiler, Chromium, a wheel build; git's and uname's reads aside) is marked
+    ``integration``, and ``-m "not integration"`` is the fast in-process set.
+    ``PERFSUITE_SPAWN_LOG=FILE`` lists the unmarked tests that start one instead of
+    failing them."""
     if request.node.get_closest_marker("integration") is not None:
         yield
         return
@@ -87,9 +91,9 @@ def unit_tests_stay_in_process(
 
     def execute_child(self, args, *rest, **kw):  # noqa: ANN001, ANN202
         words = [args] if isinstance(args, (str, bytes)) else list(args)
-        # git: the provenance a results file records (and a test's own repository), a
-        # read, not a process that measures
-        if os.path.basename(os.fsdecode(words[0]).split()[0]) != "git":
+        # git and uname (platform.processor, once a process): the provenance a results
+        # file records, reads, not processes that measure
+        if os.path.basename(os.fsdecode(words[0]).split()[0]) not in READS:
             started.append(" ".join(os.fsdecode(w) for w in words[:3]).splitlines()[0])
         return execute(self, args, *rest, **kw)
 

@@ -246,7 +246,8 @@ def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> 
     """Call 1: the kernel's CUDA tests, the targets' cell, its profile, kernel-report."""
     gpu = device == "cuda"
     ps = [py, "-m", "perfsuite"]
-    tests = [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "cuda"]
+    # -n 0: one process (xdist's workers would each start CUDA for a handful of tests)
+    tests = [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", "0", "-m", "cuda"]
     tests += ["--junitxml", "{W}/cuda-tests.xml", "tests/kernels/test_cuda_checks.py"]
     if gpu:
         cell = [*ps, "run", "--device", device, "--shape", "gemma2-2b", "--softcap"]

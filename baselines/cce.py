@@ -1,26 +1,16 @@
 """Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations.
 
-* ``cce``: ``linear_cross_entropy(e, c, targets, impl="cce")`` with the
-  installed version's defaults (25.1.1: ``filter_eps="high"`` = eps(dtype)/32,
-  and the vocabulary sorted by average logit before the backward so that
-  filtered blocks cluster).
-* ``cce-no-filter``: the same call with ``filter_eps=None``. In 25.1.1 this
-  also skips the vocabulary sort: the logit averages that the sort uses are
-  only computed when filtering is on.
-* ``cce-no-sort``: gradient filtering on, vocabulary sort off. 25.1.1 has no
-  public switch for this (later versions have presets), so it is assembled
-  from CCE's own kernels exactly as ``cut_cross_entropy.cce`` does, except
-  that the forward does not return logit averages and the backward gets
-  ``vocab_ordering=None``.
+* ``cce``: ``linear_cross_entropy(e, c, targets, impl="cce")`` with the installed
+  version's defaults (25.1.1: ``filter_eps="high"`` = eps(dtype)/32, and the vocabulary
+  sorted by average logit before the backward so that filtered blocks cluster).
+* ``cce-no-filter``: ``filter_eps=None``, which in 25.1.1 also skips the sort.
+* ``cce-no-sort``: filtering on, sort off; 25.1.1 has no switch for it, so it is
+  assembled from CCE's own kernels as ``cut_cross_entropy.cce`` does, with no logit
+  averages and ``vocab_ordering=None``.
 
-No label smoothing: every beta > 0 case is unsupported. The backward accepts
-only bf16/fp16 embeddings (an assert in ``cce_backward_kernel``), so fp32 is
-unsupported too. Its Triton kernels need CUDA: under ``TRITON_INTERPRET=1``
-the LSE kernel fails (``libdevice.log1p`` is not implemented by the
-interpreter), so on CPU these methods are unavailable.
-
-cut_cross_entropy is imported in ``build`` only (in a step: ``cce_patch``; across
-ranks: ``tp_cce``).
+No label smoothing; the backward takes only bf16/fp16 embeddings. Its Triton kernels
+need CUDA (under the interpreter ``libdevice.log1p`` fails), so on CPU these methods
+are unavailable. cut_cross_entropy is imported in ``build`` only.
 """
 
 from __future__ import annotations
@@ -31,51 +21,32 @@ from typing import Any
 
 import torch
 
-from perfsuite.baselines.tp_cce import CPU_REASON, TP_CCE
+from perfsuite.baselines.tp_cce import CPU_REASON, TP_CCE, import_cce
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
 
 
-def _import_cce() -> Any:
-    try:
-        import cut_cross_entropy
-    except ImportError as err:
-        raise Unavailable(f"cut_cross_entropy failed to import: {err}") from err
-    return cut_cross_entropy
+def _builder(**options: Any):
+    """``cce.linear_cross_entropy(impl="cce")`` with ``options`` over its defaults."""
 
+    def build(case: Case, c: torch.Tensor) -> LossFn:
+        cce = import_cce()
 
-def _build_cce(case: Case, c: torch.Tensor) -> LossFn:
-    cce = _import_cce()
+        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return cce.linear_cross_entropy(
+                e, c, targets, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce",
+                **options,
+            )  # fmt: skip
 
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return cce.linear_cross_entropy(
-            e, c, targets, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce"
-        )
+        return loss_fn
 
-    return loss_fn
-
-
-def _build_no_filter(case: Case, c: torch.Tensor) -> LossFn:
-    cce = _import_cce()
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return cce.linear_cross_entropy(
-            e,
-            c,
-            targets,
-            ignore_index=case.ignore_index,
-            softcap=case.softcap,
-            filter_eps=None,
-            impl="cce",
-        )
-
-    return loss_fn
+    return build
 
 
 @functools.cache
 def _no_sort_function() -> tuple[type, Any, Any]:
     """An autograd Function like ``cut_cross_entropy.cce.LinearCrossEntropyFunction``
     (mean reduction, no shift), with the vocabulary sort left out."""
-    _import_cce()
+    import_cce()
     try:
         from cut_cross_entropy.cce_backward import cce_backward_kernel
         from cut_cross_entropy.cce_lse_forward import cce_lse_forward_kernel
@@ -87,32 +58,13 @@ def _no_sort_function() -> tuple[type, Any, Any]:
             f"this cut_cross_entropy lacks the kernels cce-no-sort uses: {err}"
         ) from err
     expected = {
-        cce_lse_forward_kernel: ("e", "c", "valids", "softcap", "return_logit_avg"),
-        cce_backward_kernel: (
-            "do",
-            "e",
-            "c",
-            "lse",
-            "valids",
-            "softcap",
-            "filter_eps",
-            "targets",
-            "shift",
-            "vocab_ordering",
-            "grad_scale",
-        ),
-        indexed_neg_dot_forward_kernel: (
-            "e",
-            "c",
-            "inds",
-            "shift",
-            "valids",
-            "softcap",
-            "out_dtype",
-        ),
+        cce_lse_forward_kernel: "e c valids softcap return_logit_avg",
+        cce_backward_kernel: "do e c lse valids softcap filter_eps targets shift vocab_ordering "
+        "grad_scale",
+        indexed_neg_dot_forward_kernel: "e c inds shift valids softcap out_dtype",
     }
-    for fn, names in expected.items():
-        have = tuple(inspect.signature(fn).parameters)
+    for fn, words in expected.items():
+        names, have = tuple(words.split()), tuple(inspect.signature(fn).parameters)
         if have[: len(names)] != names:
             raise Unavailable(
                 f"cut_cross_entropy.{fn.__name__}{have} differs from the 25.1.1 signature "
@@ -204,7 +156,7 @@ METHODS = [
         name="cce",
         description="Cut Cross-Entropy linear_cross_entropy(impl='cce'), defaults: "
         "filter_eps='high' (eps/32) gradient filter + vocab sort (no label smoothing)",
-        build=_build_cce,
+        build=_builder(),
         tp=TP_CCE,
         step=StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
         **_COMMON,
@@ -222,7 +174,7 @@ METHODS = [
         timed_by_default=False,  # an ablation of CCE's filter and sort, by name
         description="CCE linear_cross_entropy(impl='cce', filter_eps=None): no gradient "
         "filter (and so no vocab sort)",
-        build=_build_no_filter,
+        build=_builder(filter_eps=None),
         **_COMMON,
     ),
 ]

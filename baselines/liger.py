@@ -1,25 +1,18 @@
 """Liger Kernel's fused linear cross-entropy (chunked logits, gradients in the forward).
 
-``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` -- note the order:
-the classifier first. It materialises the logits one token chunk at a time
-(about ``N x D`` elements per chunk), runs a Triton kernel that writes the
-loss and, in place, the logits' gradient, and folds that gradient into
-``grad_e``/``grad_c`` before returning, so ``backward`` only hands them out.
+``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` (the classifier first)
+materialises the logits one token chunk at a time, runs a Triton kernel that writes the
+loss and, in place, the logits' gradient, and folds that into ``grad_e``/``grad_c``
+before returning, so ``backward`` only hands them out.
 
-On CPU the Triton kernels run under ``TRITON_INTERPRET=1`` (the runner sets
-it for ``caps.triton`` methods). Checked with liger-kernel 0.8.5 and triton
-3.7.1: the label-smoothing path (beta = 0 and beta > 0, fp32/bf16) runs under
-the interpreter unchanged; the softcap path does not (the kernel calls
-``libdevice.tanh`` and ``.to()`` on the float ``softcap`` argument, neither of
-which the interpreter supports), so a softcap case on CPU is unsupported, decided
-from the declaration (``caps.softcap_off_cpu``) before any worker starts: finding it out
-in the worker cost ~50 s of imports per run, while ``methods`` called liger available.
+On CPU the Triton kernels run under ``TRITON_INTERPRET=1``. Checked with liger-kernel
+0.8.5 and triton 3.7.1: the label-smoothing path runs under the interpreter; the softcap
+path does not (``libdevice.tanh``, ``.to()`` on a float), so a softcap case on CPU is
+unsupported, decided from the declaration (``caps.softcap_off_cpu``) before any worker
+starts (a worker took ~50 s of imports to find out).
 
-In a step, Liger's patch for the architecture (its fused linear CE only); across ranks,
-``tp_liger``'s vocab-parallel CE.
-
-liger-kernel is imported in ``build`` only: a missing package makes these
-methods ``unavailable`` instead of breaking the registry.
+liger-kernel is imported in ``build`` only: a missing package makes these methods
+``unavailable`` instead of breaking the registry.
 """
 
 from __future__ import annotations
@@ -29,13 +22,9 @@ from typing import Any
 
 import torch
 
-from perfsuite.baselines.tp_liger import TP_LIGER
+from perfsuite.baselines.tp_liger import INTERPRET_REASON, TP_LIGER
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
 
-INTERPRET_REASON = (
-    "on CPU Liger's Triton kernels need TRITON_INTERPRET=1 (set before liger_kernel is "
-    "imported); triton has no CPU driver"
-)
 SOFTCAP_CPU_REASON = (
     "softcap under the Triton interpreter: Liger's softcap path calls libdevice.tanh and "
     "float.to(), which triton's interpreter does not run"
@@ -71,28 +60,19 @@ def _make_build(accum_fp32: bool):
     def build(case: Case, c: torch.Tensor) -> LossFn:
         loss_cls = _import_loss()
         params = inspect.signature(loss_cls.__init__).parameters
-        needed = ["label_smoothing", "ignore_index"]
+        kwargs: dict = dict(ignore_index=case.ignore_index, label_smoothing=case.beta)
         if case.softcap is not None:
-            needed.append("softcap")
+            kwargs["softcap"] = case.softcap
         if accum_fp32:
-            needed.append("accum_dtype")
-        absent = [p for p in needed if p not in params]
+            kwargs["accum_dtype"] = torch.float32
+        absent = [p for p in kwargs if p not in params]
         if absent:
             raise Unavailable(
                 f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
             )
         if c.device.type == "cpu":
             _check_interpreted()
-
-        kwargs: dict = dict(
-            ignore_index=case.ignore_index,
-            label_smoothing=case.beta,
-            reduction="mean",
-        )
-        if case.softcap is not None:
-            kwargs["softcap"] = case.softcap
-        if accum_fp32:
-            kwargs["accum_dtype"] = torch.float32
+        kwargs["reduction"] = "mean"
         module = loss_cls(**kwargs)
 
         def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -1,24 +1,15 @@
 """QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``.
 
-``quack.linear_cross_entropy.chunked_linear_cross_entropy(x, weight, target,
-chunk_size=4096, ignore_index=-100, reduction="mean")``, read from the 0.6.5
-wheel's source: ``x`` is (N, D), ``weight`` (V, D), in that order. Its forward
-walks the tokens a chunk at a time, writes the chunk's logits, turns them into
-their gradient in place (a CuTe-DSL cross-entropy kernel), and folds that into
-``dx`` and an fp32 ``dW`` accumulator right away (CuTe-DSL GEMMs); the backward
-only scales them. So the gradients are computed in the forward (‡ in the tables)
-and fwd+bwd is its fair column. On an sm_90 GPU in bf16 with V a multiple of 128
-it picks its fused "scaled-exp" pipeline by itself; the suite keeps the
-package's defaults.
+``chunked_linear_cross_entropy(x, weight, target, chunk_size=4096, ignore_index=-100,
+reduction="mean")`` (0.6.5): its forward walks the tokens a chunk at a time, turns each
+chunk's logits into their gradient in place and folds that into ``dx`` and an fp32
+``dW`` right away; the backward only scales them (‡ in the tables: fwd+bwd is its fair
+column). The suite keeps the package's defaults.
 
-What it does not do, and so the statuses here: no label smoothing (β > 0 is
-``unsupported``), no softcap (``unsupported``); CUDA only, and only Hopper or
-Blackwell GPUs (sm_90 and newer) with a recent CUDA and Python (``unavailable``
-with the reason on CPU, on older GPUs, and when the package is missing or fails
-to import). Its TMA GEMMs need 16-byte aligned rows and it asserts N % 8 == 0:
-N, V and D must be multiples of 8 in 16-bit dtypes. fp32 is left out: its
-GEMMs are built for 16-bit tensor-core inputs and it is not measured in fp32
-here.
+No label smoothing, no softcap (``unsupported``); CUDA on sm_90 and newer only
+(``unavailable`` with the reason elsewhere, and when the package is missing or fails to
+import). Its TMA GEMMs need 16-byte aligned rows and it asserts N % 8 == 0: N, V and D
+must be multiples of 8 in 16-bit dtypes; fp32 is not measured (16-bit GEMMs).
 
 quack is imported in ``build`` only, so a missing package never breaks the registry.
 """

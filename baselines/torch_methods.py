@@ -3,6 +3,8 @@ eager across ranks is ``tp_torch``'s, and in a step the model's ``forward(labels
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -85,18 +87,13 @@ def case_loss(
     )  # fmt: skip
 
 
-def _build_reference(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return case_loss(reference_loss, case, e, c, targets)
+def _case_builder(fn):
+    """A ``build`` that calls ``fn`` (reference_loss or eager_loss) with the case's options."""
 
-    return loss_fn
+    def build(case: Case, c: torch.Tensor) -> LossFn:
+        return functools.partial(case_loss, fn, case)
 
-
-def _build_eager(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return case_loss(eager_loss, case, e, c, targets)
-
-    return loss_fn
+    return build
 
 
 def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:
@@ -150,7 +147,7 @@ METHODS = [
     SimpleMethod(
         name="reference",
         description="fp32 materialised logits + F.cross_entropy (the yardstick)",
-        build=_build_reference,
+        build=_case_builder(reference_loss),
         caps=Capabilities(**_FULL),
         distributions=("torch",),
         timed_by_default=False,
@@ -158,7 +155,7 @@ METHODS = [
     SimpleMethod(
         name="eager",
         description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
-        build=_build_eager,
+        build=_case_builder(eager_loss),
         caps=Capabilities(**_FULL),
         distributions=("torch",),
         tp=TP_EAGER,

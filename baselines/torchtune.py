@@ -1,24 +1,15 @@
 """torchtune's chunked-output cross-entropy, fed the way torchtune's models feed it.
 
-``TransformerDecoder.chunked_output`` (torchtune 0.6.1) splits the final hidden
-state ``[b, s, d]`` into ``num_output_chunks`` pieces along the sequence and
-applies the output projection to each, returning a list of ``[b, s/k, V]``
-logits in the model's dtype; ``CEWithChunkedOutputLoss`` then upcasts one chunk
-at a time to fp32 for ``F.cross_entropy(reduction="sum")`` and divides by the
-number of non-ignored labels. Both steps run inside ``loss_fn`` (so the output
-projection is timed, as for every other method), with a batch of one:
-``e`` becomes ``[1, N, D]`` and the targets ``[1, N]``. The projection is
-``F.linear(chunk, c)``, which is what torchtune's bias-free ``nn.Linear`` head
-and its ``TiedLinear`` compute. Eager: torchtune's recipes compile the loss's
-``compute_cross_entropy`` only with ``compile: True``, which is not the default.
+``TransformerDecoder.chunked_output`` (torchtune 0.6.1) applies the output projection
+(``F.linear(chunk, c)``) to each of ``num_output_chunks`` sequence pieces;
+``CEWithChunkedOutputLoss`` upcasts one chunk at a time to fp32 for ``F.cross_entropy``
+(sum, divided by the non-ignored labels). Both run inside ``loss_fn`` (the projection
+is timed, as for every method) with a batch of one, eager (torchtune compiles the loss
+only with ``compile: True``). Every chunk's logits stay alive for the backward: the
+N x V logits are materialised; only the fp32 upcast is chunked.
 
-All chunks' logits stay alive for the backward, so the N x V logits are
-materialised (in the input dtype); only the fp32 upcast is chunked.
-
-No label smoothing (beta > 0 is unsupported) and no logit softcap: torchtune
-0.6.1 has none in its loss path (its Gemma2 ``final_capping_value`` is applied
-to the normed hidden state, not to the logits), so softcap is unsupported
-rather than bolted on here. In a step it takes the decoder's hidden states alike.
+No label smoothing and no logit softcap: torchtune 0.6.1 has none in its loss path
+(Gemma2's ``final_capping_value`` caps the hidden state, not the logits).
 """
 
 from __future__ import annotations

@@ -2,25 +2,16 @@
 vocab_parallel_options=VocabParallelOptions(start, stop, group))``.
 
 CCE's own sharded path: the LSE and the target logit are all-reduced in the forward;
-the backward writes this shard's dC, treats other shards' targets as padding, and sums
-dE across ranks in fp32 (``reduce_e_grad=True``). Any [start, stop) per rank, so uneven
-shards are fine. ``impl="cce"`` with the library's defaults (gradient filtering at
-``filter_eps="auto"``), as the single-device ``cce`` method uses its version's defaults.
+the backward writes this shard's dC and sums dE across ranks in fp32. Any [start, stop)
+per rank (uneven shards are fine); ``impl="cce"`` with the library's defaults.
 
-* Not released: ``VocabParallelOptions`` came to apple/ml-cross-entropy's main in
-  2025-04 (#38; the loss fixed in #42), after 25.1.1, the newest on PyPI and the
-  version this project pins. With 25.1.1 the method is unavailable, saying so; a CCE
-  installed from the repository runs it.
-* No label smoothing (CCE computes plain cross-entropy). Softcap: yes. z-loss: CCE's
-  own ``utils.compute_z_loss`` on the returned differentiable LSE (``return_lse``, also
-  main only). No class weights.
-* fp32 only where its backward takes fp32 (main with triton >= 3.2; 25.1.1 asserted
-  bf16/fp16).
-* Its Triton kernels need CUDA (under the interpreter the LSE kernel's
-  ``libdevice.log1p`` fails: baselines/cce.py), so on CPU it is unavailable.
-
-cut_cross_entropy is imported in ``build_tp`` only. This path has not run on a GPU
-here: the CPU checks only see it unavailable.
+* Not released: ``VocabParallelOptions`` is on apple/ml-cross-entropy's main (2025-04,
+  #38), after 25.1.1, the newest on PyPI: with 25.1.1 the method is unavailable, saying
+  so.
+* No label smoothing, no class weights. z-loss: CCE's ``utils.compute_z_loss`` on the
+  returned LSE (``return_lse``, main only). fp32 only where its backward takes it.
+* Its Triton kernels need CUDA (baselines/cce.py), so on CPU it is unavailable. This
+  path has not run on a GPU here.
 """
 
 from __future__ import annotations
@@ -64,14 +55,12 @@ def _vp_check(device: str) -> str | None:
     return None
 
 
-def _import_cce() -> Any:
+def import_cce() -> Any:
+    """``cut_cross_entropy``, or ``Unavailable`` saying why not (imported in ``build``)."""
     try:
         import cut_cross_entropy
     except ImportError as err:
         raise Unavailable(f"cut_cross_entropy failed to import: {err}") from err
-    if not hasattr(cut_cross_entropy, "VocabParallelOptions"):
-        version = getattr(cut_cross_entropy, "__version__", "?")
-        raise Unavailable(NO_VP_REASON.format(version=version))
     return cut_cross_entropy
 
 
@@ -84,7 +73,9 @@ def _fp32_backward() -> bool:
 
 
 def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
-    cce = _import_cce()
+    cce = import_cce()
+    if not hasattr(cce, "VocabParallelOptions"):
+        raise Unavailable(NO_VP_REASON.format(version=getattr(cce, "__version__", "?")))
     if case.dtype == "fp32" and not _fp32_backward():
         raise Unsupported("this CCE's backward takes bf16/fp16 only (fp32 needs triton >= 3.2)")
     z_loss_fn = None

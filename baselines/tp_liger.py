@@ -1,21 +1,13 @@
 """Liger Kernel's vocab-parallel cross-entropy on the shard logits.
 
-``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` with its defaults, the
-PyTorch smoothing formula averaged over the global vocabulary ("global" mode: one
-extra all-reduce), on ``e @ c_shard.T`` shaped [S, B, V_local] (N, 1, V/K), the
-softcap applied to the shard logits first when the case has one (elementwise: exact).
-It handles ignore_index itself (zero loss and gradient) and returns per-token losses:
-the mean over the kept rows is the adapter's (NaN when none is kept, as torch).
+``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` with its defaults ("global"
+smoothing over the whole vocabulary: one extra all-reduce), on ``e @ c_shard.T`` shaped
+(N, 1, V/K), softcapped first when the case asks (elementwise: exact). It handles
+ignore_index itself and returns per-token losses; the mean over kept rows is ours.
 
-Checked with liger-kernel 0.8.5:
-
-* The all-reduces use the ``tp_group`` argument and are skipped for ``None`` (treated
-  as TP = 1), so the group is always passed explicitly (the default group's object when
-  the shard's is None).
-* Rank r's shard is taken to start at r x its own size (``vocab_start = rank *
-  v_local``; "global" smoothing divides by ``v_local * world``): uneven shards are
-  unsupported.
-* Its two Triton kernels run unchanged under ``TRITON_INTERPRET=1`` (β = 0 and > 0).
+Checked with liger-kernel 0.8.5: its all-reduces are skipped for ``tp_group=None``, so
+the group is always passed; rank r's shard starts at r x its own size (uneven shards
+are unsupported); its Triton kernels run under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations

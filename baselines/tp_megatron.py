@@ -1,27 +1,17 @@
 """Megatron-core's vocab-parallel cross-entropy, as a Megatron GPT head uses it.
 
-``copy_to_tensor_model_parallel_region(e) @ c_shard.T`` (ColumnParallelLinear's dE
-all-reduce in its backward), the softcap on the shard logits when the case has one
-(elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``, which
-upcasts the logits to fp32 and returns per-token losses.
+``copy_to_tensor_model_parallel_region(e) @ c_shard.T``, the softcap on the shard
+logits (elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``
+(fp32 upcast, per-token losses). What Megatron does not do (megatron-core 0.16.1):
 
-What Megatron does not do, and how the adapter stands in for it (checked with
-megatron-core 0.16.1):
-
-* No ignore_index: a -100 target matches no rank's vocabulary, so its "loss" is the
-  row's LSE and its gradient the softmax. Ignored rows get target 0 and are dropped
-  from the mean with ``torch.where`` (zero gradient, exactly); the mean divides by the
-  number of kept rows, as F.cross_entropy does (NaN when none is kept, as torch).
-* Rank r's shard is taken to start at r x its own size
-  (``VocabUtility.vocab_range_from_per_partition_vocab_size``): uneven shards are
-  unsupported.
-* Its label smoothing is per shard: ``vocab_size`` is the partition's and the mean
-  log-probability is over the rank's own columns, with no all-reduce, so at TP > 1
-  every rank gets a different loss and too large a uniform gradient
-  (NVIDIA/Megatron-LM#737, open). Unsupported; exact only at TP = 1, not measured here.
+* No ignore_index: ignored rows get target 0 and are dropped from the mean with
+  ``torch.where`` (zero gradient, exactly), the mean over kept rows as F.cross_entropy.
+* Rank r's shard starts at r x its own size: uneven shards are unsupported.
+* Its label smoothing is per shard (the partition's ``vocab_size``, no all-reduce), so
+  at TP > 1 every rank gets a different loss (NVIDIA/Megatron-LM#737): unsupported.
 
 ``parallel_state.initialize_model_parallel(tensor_model_parallel_size=K)`` runs once per
-process, on the default group (Megatron builds its TP group itself).
+process, on the default group.
 """
 
 from __future__ import annotations

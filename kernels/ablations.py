@@ -1,11 +1,6 @@
-"""The ablations' entry point: the atomic-tile backward and its gradient filters.
-
-The slice backward (``linear_cross_entropy``) is what a user trains with: exact and
-bit-deterministic. The tile backward recomputes logit tiles and updates dE and dC
-with atomics (kernels/backward.py); it is kept to measure against, and it is the only
-backward that can skip tiles by CCE-style filtering. Its knobs live here, off the public
-signature, where the benchmark's ``ours-tiles*`` methods reach them.
-"""
+"""The ablations' entry point: the atomic-tile backward and its gradient filters, kept
+to measure against (the only backward that can skip tiles); off the public signature,
+where the benchmark's ``ours-tiles*`` methods reach them."""
 
 from __future__ import annotations
 

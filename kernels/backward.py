@@ -27,6 +27,7 @@ from .common import cast, dot, locked_add, logit_tile, tanh, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 from .forward import dot_precision
 from .reductions import column_sum
+from .slices import row_chunks
 from .tiles import TileList
 
 GROUP_N = 8
@@ -333,7 +334,7 @@ def lce_backward(
     # dE's target part, exact: −g_n·w_n·C[y_n], accumulated in fp32 in place.
     rows = targets.clamp(0, vocab - 1)
     weights = (g * target_w)[:, None]
-    for part in _row_chunks(n_rows):
+    for part in row_chunks(n_rows):
         de[part].addcmul_(weights[part], c.index_select(0, rows[part]), value=-1.0)
 
     sizes = (n_rows, vocab, dim)
@@ -370,12 +371,6 @@ def lce_backward(
     return de_out, dc.to(e.dtype)
 
 
-def _row_chunks(n_rows: int) -> list[slice]:
-    """Row slices whose gathered temporaries stay ≤ 1/16 of an N×D buffer."""
-    chunk = max(64, triton.cdiv(n_rows, 16))
-    return [slice(start, start + chunk) for start in range(0, n_rows, chunk)]
-
-
 def _add_target_part(
     dc: torch.Tensor,
     e: torch.Tensor,
@@ -391,17 +386,17 @@ def _add_target_part(
     the tiles' adds; an fp32 dC takes the rows directly.
     """
     if dc.dtype == torch.float32:
-        for part in _row_chunks(e.shape[0]):
+        for part in row_chunks(e.shape[0]):
             dc.index_add_(0, rows[part], e[part].float() * weights[part], alpha=-1.0)
         return
     sorted_rows, perm = rows.sort()
     seg = torch.zeros_like(sorted_rows)
     seg[1:] = (sorted_rows[1:] != sorted_rows[:-1]).cumsum(0)
     sums = scratch.zero_()
-    for part in _row_chunks(e.shape[0]):
+    for part in row_chunks(e.shape[0]):
         idx = perm[part]
         sums.index_add_(0, seg[part], e.index_select(0, idx).float() * weights[idx])
     # Unused segments hold zeros and point at row 0: adding 0 changes nothing.
     seg_rows = torch.zeros_like(sorted_rows).scatter_(0, seg, sorted_rows)
-    for part in _row_chunks(e.shape[0]):
+    for part in row_chunks(e.shape[0]):
         dc.index_add_(0, seg_rows[part], sums[part].neg().to(dc.dtype))

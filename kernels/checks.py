@@ -1,8 +1,5 @@
-"""Input checks that read tensor values: host syncs on CPU, device asserts on CUDA.
-
-Kept apart from api.py's shape and type checks because they touch data: the custom op
-(op.py) runs them inside its implementation, where the compiler does not trace them.
-"""
+"""Input checks that read tensor values (host syncs on CPU, device asserts on CUDA): the
+custom op (op.py) runs them inside its implementation, where the compiler does not trace."""
 
 from __future__ import annotations
 

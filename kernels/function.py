@@ -1,10 +1,8 @@
 """Autograd Functions: split (forward kernel, later backward kernel) and fused.
 
-Both save O(N + V + D) beyond their inputs (the row max and log-sum, c̄, the
-vocab averages) plus, when the tile list is on, the forward's per-tile maxima
-(N·⌈V/BLOCK_V⌉ bf16). The fused Function runs the LSE pass and then the gradient pass inside
-its forward (two launches, no grid-wide barrier) and keeps dE/dC for backward,
-which only scales them by the upstream scalar.
+Both save O(N + V + D) beyond their inputs, plus the per-tile LSEs with the tile list.
+The fused Function runs the gradient pass inside its forward and keeps dE/dC for
+backward, which only scales them by the upstream scalar.
 """
 
 from __future__ import annotations
@@ -239,8 +237,21 @@ def _saved(out: ForwardResult, cbar: torch.Tensor | None) -> Saved:
     )  # fmt: skip
 
 
-def _outputs(loss: torch.Tensor, out: ForwardResult, p: Params) -> Any:
-    return (loss, out.lse) if p.return_lse else loss
+def _split_forward(
+    ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None
+) -> tuple[torch.Tensor, ForwardResult, Saved, bool]:
+    """Both Functions' forward pass: (loss, forward result, saved, whether grads are needed)."""
+    p: Params = ctx.params
+    needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
+    out, cbar = _forward(e, c, targets, weight, p, needs_grad)
+    loss, _ = _losses(out, targets, weight, p, c.shape[0])
+    return loss, out, _saved(out, cbar), needs_grad
+
+
+def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:
+    """(dE, dC) where asked for, then None for the ``others`` inputs."""
+    asked = ctx.needs_input_grad
+    return (de if asked[0] else None, dc if asked[1] else None, *(None,) * others)
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
@@ -255,12 +266,10 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         weight: torch.Tensor | None,
         p: Params,
     ) -> Any:
-        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-        out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-        loss, _ = _losses(out, targets, weight, p, c.shape[0])
         ctx.params = p
-        _save(ctx, _saved(out, cbar), e, c, targets, weight)
-        return _outputs(loss, out, p)
+        loss, out, saved, _ = _split_forward(ctx, e, c, targets, weight)
+        _save(ctx, saved, e, c, targets, weight)
+        return (loss, out.lse) if p.return_lse else loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
@@ -270,14 +279,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         k = _coefficients(
             targets, weight, lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
         )
-        de, dc = _grads(e, c, targets, weight, k, saved, p)
-        return (
-            de if ctx.needs_input_grad[0] else None,
-            dc if ctx.needs_input_grad[1] else None,
-            None,
-            None,
-            None,
-        )
+        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, p))
 
 
 class FusedLinearCrossEntropyFunction(torch.autograd.Function):
@@ -298,11 +300,8 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         weight: torch.Tensor | None,
         p: Params,
     ) -> torch.Tensor:
-        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-        out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-        loss, _ = _losses(out, targets, weight, p, c.shape[0])
-        saved = _saved(out, cbar)
         ctx.params = p
+        loss, out, saved, needs_grad = _split_forward(ctx, e, c, targets, weight)
         ctx.fused = needs_grad and p.reduction != "none"
         if ctx.fused:
             k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
@@ -318,10 +317,4 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
             return LinearCrossEntropyFunction.backward(ctx, grad_out)
         de, dc = ctx.saved_tensors
         # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
-        return (
-            de.mul_(grad_out) if ctx.needs_input_grad[0] else None,
-            dc.mul_(grad_out) if ctx.needs_input_grad[1] else None,
-            None,
-            None,
-            None,
-        )
+        return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))

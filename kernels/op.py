@@ -1,13 +1,11 @@
 """The default path as two ``torch.library`` custom ops: one node each for the compiler.
 
-``perfsuite::linear_cross_entropy`` (forward: loss, per-row LSE, row max, log-sum) and
+``perfsuite::linear_cross_entropy`` (loss, per-row LSE, row max, log-sum) and
 ``perfsuite::linear_cross_entropy_backward`` (dE, dC), each with a fake implementation
-that gives the compiler shapes and dtypes without running a kernel, and joined by
-``register_autograd``. ``torch.compile`` sees two opaque nodes, never the Triton
-launches, the slice loop or the value checks inside them, so a compiled training step
-has no graph break and no host sync on its path (tests/kernels/test_op.py). The ops
-take the options as plain scalars (what a custom op's schema can hold) and rebuild
-``function.Params`` inside; the math is function.py's and slices.py's, unchanged.
+(shapes and dtypes, no kernel), joined by ``register_autograd``. ``torch.compile`` sees
+two opaque nodes, never the Triton launches, the slice loop or the value checks, so a
+compiled training step has no graph break and no host sync (tests/kernels/test_op.py).
+The ops take the options as plain scalars and rebuild ``function.Params`` inside.
 """
 
 from typing import Any

@@ -1,16 +1,12 @@
 """Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group.
 
-Each rank holds rows [start, stop) of C (Megatron's vocab-parallel layout), the same E
-and the same global targets. The forward runs our kernel on the shard, then combines
-the per-row statistics with two all-reduces: the row max (MAX), then in one SUM the
-sum-exp rescaled to it, Σ w(z − max), the target logit and w[y] (each row's target
-lives on one rank), and Σ w. Every rank then holds the global LSE and computes the
-same loss. The backward forms each shard's exact gradient slice from the global LSE
-(the same per-row coefficients as one device, kernels/terms.py, with the global V and
-Σ w), writes dC for its own rows, and sums the fp32 dE across ranks before the cast
-(``reduce_e_grad=False`` leaves that to a framework that reduces E's gradient itself).
-
-No logits cross ranks: O(N) per collective, plus N·D for dE.
+Each rank holds rows [start, stop) of C (Megatron's layout), the same E and the same
+global targets. The forward runs our kernel on the shard and combines the per-row
+statistics in two all-reduces (the row max; then the rescaled sum-exp, Σ w(z − max),
+the target logit, w[y] and Σ w), so every rank computes the same loss. The backward
+forms each shard's exact gradient slice from the global LSE, writes dC for its rows and
+sums the fp32 dE across ranks before the cast (unless ``reduce_e_grad=False``). No
+logits cross ranks: O(N) per collective, plus N·D for dE.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from . import terms
-from .function import Params, _forward, _valid
+from .function import Params, _forward, _valid, input_grads
 from .slices import slices_backward
 
 ReduceOp = dist.ReduceOp if dist.is_available() else None
@@ -194,8 +190,4 @@ class VocabParallelFunction(torch.autograd.Function):
         )
         if ctx.shard.reduce_e_grad:
             dist.all_reduce(de, op=ReduceOp.SUM, group=ctx.shard.group)
-        return (
-            de.to(e.dtype) if ctx.needs_input_grad[0] else None,
-            dc if ctx.needs_input_grad[1] else None,
-            None, None, None, None, None,
-        )  # fmt: skip
+        return input_grads(ctx, de.to(e.dtype), dc, others=5)

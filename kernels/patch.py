@@ -2,22 +2,16 @@
 
 The patched ``forward`` runs the decoder (``model.model``) and hands its last hidden
 states and ``lm_head.weight`` to ``linear_cross_entropy``, so training never builds the
-N×V logits. Everything else is the model's own: the label shift of transformers'
-``ForCausalLMLoss`` (labels padded with ``ignore_index`` and shifted, or ``shift_labels``
-as given), ``ignore_index=-100``, ``num_items_in_batch`` (the sum over the micro-batch
-divided by the global count, for gradient accumulation), ``logits_to_keep``, Gemma's
-``final_logit_softcapping``, tied embeddings, the output class and ``return_dict``.
-One difference: a batch whose labels are all ignored has loss 0 and zero gradients
-(the kernel's mean over no rows), where transformers' mean is NaN.
+N×V logits. Everything else is the model's own: transformers' label shift (or
+``shift_labels``), ``ignore_index=-100``, ``num_items_in_batch``, ``logits_to_keep``,
+Gemma's ``final_logit_softcapping``, tied embeddings, the output class and
+``return_dict``. One difference: a batch whose labels are all ignored has loss 0 and
+zero gradients, where transformers' mean is NaN.
 
-Only the instance changes (``model.forward`` becomes a bound wrapper, as Liger's
-instance patch does); ``unpatch`` deletes it. Patch before ``torch.compile``. Tested
-with transformers 5.x on: ``LlamaForCausalLM``, ``MistralForCausalLM``,
-``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``, ``GemmaForCausalLM``, ``Gemma2ForCausalLM``,
-``Gemma3ForCausalLM`` (text) and ``Phi3ForCausalLM`` (tests/kernels/test_patch.py).
-Another class with the same forward (decoder, bias-free ``lm_head``, optional softcap)
-needs ``allow_untested=True``: one that rescales its logits (Cohere's ``logit_scale``,
-Granite's ``logits_scaling``) would silently lose that, so it is refused by default.
+Only the instance changes (``model.forward`` becomes a bound wrapper); ``unpatch``
+deletes it. Patch before ``torch.compile``. Tested with transformers 5.x on the classes
+in ``TESTED`` (tests/kernels/test_patch.py); another class needs ``allow_untested=True``:
+one that rescales its logits (Cohere's ``logit_scale``) would silently lose that.
 """
 
 from __future__ import annotations
@@ -34,47 +28,19 @@ import torch.nn.functional as F
 from .api import linear_cross_entropy
 
 TESTED = frozenset(
-    {
-        "LlamaForCausalLM",
-        "MistralForCausalLM",
-        "Qwen2ForCausalLM",
-        "Qwen3ForCausalLM",
-        "GemmaForCausalLM",
-        "Gemma2ForCausalLM",
-        "Gemma3ForCausalLM",
-        "Phi3ForCausalLM",
-    }
+    "LlamaForCausalLM MistralForCausalLM Qwen2ForCausalLM Qwen3ForCausalLM GemmaForCausalLM "
+    "Gemma2ForCausalLM Gemma3ForCausalLM Phi3ForCausalLM".split()
 )
 # The original forward's parameters the patched one routes: the decoder's, then ours.
 DECODER_ARGS = frozenset(
-    {
-        "input_ids",
-        "attention_mask",
-        "position_ids",
-        "cache",
-        "past_key_values",
-        "inputs_embeds",
-        "use_cache",
-        "output_attentions",
-        "output_hidden_states",
-        "cache_position",
-    }
+    "input_ids attention_mask position_ids cache past_key_values inputs_embeds use_cache "
+    "output_attentions output_hidden_states cache_position".split()
 )
 OWN_ARGS = frozenset({"labels", "logits_to_keep", "num_logits_to_keep", "return_dict"})
 # linear_cross_entropy's options a patch may set; reduction is the model's, the rest
 # (return_lse, vocab_parallel) change what the loss is.
 KERNEL_OPTIONS = frozenset(
-    {
-        "weight",
-        "backward",
-        "memory_budget",
-        "engine",
-        "filter_eps",
-        "sort_vocab",
-        "impl",
-        "accum_fp32",
-        "tile_list",
-    }
+    "weight backward memory_budget engine filter_eps sort_vocab impl accum_fp32 tile_list".split()
 )
 
 

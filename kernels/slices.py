@@ -173,7 +173,7 @@ def _triton_grad_slice(
 
 
 def row_chunks(n_rows: int) -> list[slice]:
-    """Row slices whose fp32 copies of E stay ≤ 1/16 of an N×D fp32 buffer."""
+    """Row slices whose fp32 copies or gathered rows stay ≤ 1/16 of an N×D buffer."""
     chunk = max(64, triton.cdiv(n_rows, 16))
     return [slice(start, start + chunk) for start in range(0, n_rows, chunk)]
 

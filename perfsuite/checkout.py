@@ -18,25 +18,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def is_checkout(root: Path = ROOT) -> bool:
-    """Whether ``root`` is a source checkout (not site-packages, where a real
-    ``kernels`` package may live and must stay importable)."""
-    return (root / "pyproject.toml").is_file() and (root / "perfsuite" / "kernels").is_symlink()
-
-
-def drop_checkout_root(path: list[str] | None = None) -> list[str]:
-    """Remove the entries of ``path`` (default ``sys.path``) that name the checkout's
-    root ("" and "." included, which mean the working directory); returns them."""
-    path = sys.path if path is None else path
-    if not is_checkout():
+def drop_checkout_root() -> list[str]:
+    """Remove the entries of ``sys.path`` that name the checkout's root ("" and "."
+    included, which mean the working directory); returns them. Only from a source
+    checkout: site-packages may hold a real ``kernels`` that must stay importable."""
+    if not (ROOT / "pyproject.toml").is_file() or not (ROOT / "perfsuite/kernels").is_symlink():
         return []
     dropped = []
-    for entry in list(path):
+    for entry in list(sys.path):
         try:
             same = Path(entry or os.getcwd()).resolve() == ROOT
         except OSError:  # a working directory that was removed
             continue
         if same:
-            path.remove(entry)
+            sys.path.remove(entry)
             dropped.append(entry)
     return dropped

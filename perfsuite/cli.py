@@ -75,6 +75,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from perfsuite.args import measurement_options
+    from perfsuite.harness.progress import finished_lines
     from perfsuite.plan.plan import PlanError, build_plan
     from perfsuite.plan.workloads import file_shape, parse_workload
     from perfsuite.render.table import print_tables
@@ -104,20 +105,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             raise PlanError(f"--shape {text!r}: no preset named (see `perfsuite shapes`)")
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
         softcap = _softcap(args, shapes)
-    plan = build_plan(
-        workload=workload,
-        shapes=shapes,
-        dtype=args.dtype,
-        softcap=softcap,
-        **measurement_options(args),
-    )
+    extra = measurement_options(args)
+    plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
     out = args.out
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
     check_writable(out, overwrite=args.force)  # before anything is measured
 
-    total = len(plan.methods) * len(plan.cases())
     columns = (
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -132,18 +127,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
     try:
         with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task(f"{plan.methods[0]}", total=total)
+            task = bar.add_task(plan.methods[0], total=len(plan.methods) * len(plan.cases()))
 
             def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-                statuses = ",".join(sorted({r["status"] for r in rows}))
                 tp = f" TP={case['tp']}" if case.get("tp") else ""
-                bar.console.log(
-                    f"{method + tp:<22} {case['shape']} {case['dtype']} β={case['beta']:g}: "
-                    f"{statuses}"
-                )
-                busy = next((r["busy"] for r in rows if r.get("busy")), "")
-                if busy:
-                    bar.console.log(f"[yellow]warning: busy machine[/yellow] ({busy})")
+                label = f"{method + tp:<22} {case['shape']} {case['dtype']} β={case['beta']:g}"
+                for line in finished_lines(label, rows):
+                    bar.console.log(line)
                 bar.update(task, advance=1, description=method)
 
             # A line per worker and cell start, and while a long cell runs.
@@ -174,41 +164,40 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
-    table = Table(
-        title="shape presets",
-        caption="softcap: the model's, applied only with --softcap",
-    )
+    caption = "softcap: the model's, applied only with --softcap"
+    table = Table(title="shape presets", caption=caption)
     for col in ("name", "tokens N", "vocab V", "hidden D", "dtype", "--softcap"):
         table.add_column(col, justify="left" if col in ("name", "dtype") else "right")
     for s in PRESETS.values():
-        table.add_row(
-            s.name,
-            str(s.tokens),
-            str(s.vocab),
-            str(s.hidden),
-            s.dtype,
-            "" if s.softcap is None else f"{s.softcap:g}",
-        )
+        cap = "" if s.softcap is None else f"{s.softcap:g}"
+        table.add_row(s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, cap)
     console.print(table)
     return 0
 
 
-def _softcap_gap(method: Any, device: str) -> str | None:
-    """Why ``method``, which declares a softcap, cannot apply one on ``device`` (Liger's
-    under the Triton interpreter): the question ``run`` asks of a softcap case there."""
+def _available(method: Any, device: str) -> str:
+    """``methods``' cell for one device: available (interpreted), or why not; a softcap it
+    declares but cannot apply there (Liger's under the interpreter) is said too."""
+    from rich.markup import escape
+
     from perfsuite.method import DTYPES, Case
 
-    if not method.caps.softcap:
-        return None
-    dtype = next(d for d in DTYPES if d in method.caps.dtypes)
-    case = Case(tokens=64, vocab=64, hidden=64, dtype=dtype, softcap=30.0, device=device)
-    return method.unsupported_reason(case)
+    reason = method.availability(device)
+    if reason is not None:
+        return f"[yellow]unavailable: {escape(reason)}[/yellow]"
+    text = "available" + (" (interpreted)" if device == "cpu" and method.caps.triton else "")
+    if method.caps.softcap:  # the question ``run`` asks of a softcap case there
+        dtype = next(d for d in DTYPES if d in method.caps.dtypes)
+        case = Case(tokens=64, vocab=64, hidden=64, dtype=dtype, softcap=30.0, device=device)
+        gap = method.unsupported_reason(case)
+        if gap is not None:
+            return f"[yellow]{text}; unsupported: {escape(gap)}[/yellow]"
+    return f"[green]{text}[/green]"
 
 
 def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     import torch
     from rich import box
-    from rich.markup import escape
 
     from perfsuite.fit import Column, print_fitted
     from perfsuite.plan.registry import all_methods, methods_for
@@ -218,28 +207,14 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     # Method names are identifiers a user types: never folded.
     columns = [Column("method", fold=False), *(Column(f"on {d}") for d in devices)]
     columns += [Column("kinds"), Column("capabilities"), Column("what it runs")]
-    rows = []
     listed = methods_for("tp" if args.tp else "loss")
+    rows = []
     # The default set first (what `run` measures without --methods), then the rest.
-    order = sorted(listed, key=lambda name: not listed[name].timed_by_default)
-    for name in order:
+    for name in sorted(listed, key=lambda name: not listed[name].timed_by_default):
         method = listed[name]
-        cells = []
-        for device in devices:
-            reason = method.availability(device)
-            if reason is not None:
-                cells.append(f"[yellow]unavailable: {escape(reason)}[/yellow]")
-                continue
-            interp = " (interpreted)" if device == "cpu" and method.caps.triton else ""
-            gap = _softcap_gap(method, device)
-            if gap is None:
-                cells.append(f"[green]available{interp}[/green]")
-            else:
-                cells.append(f"[yellow]available{interp}; unsupported: {escape(gap)}[/yellow]")
         what = method.description if method.timed_by_default else f"(by name) {method.description}"
-        kinds = ", ".join(declared[name].kinds)
-        rows.append([name, *cells, kinds, method.caps.describe(), what])
-    options = dict(box=box.SIMPLE_HEAD, pad_edge=False)
+        cells = [_available(method, device) for device in devices]
+        rows.append([name, *cells, ", ".join(declared[name].kinds), method.caps.describe(), what])
     title = "methods across ranks (--tp)" if args.tp else "methods on this machine"
     console.print(
         "The default set (run and sweep without --methods) comes first: ours and each peer, "
@@ -247,7 +222,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
         "or --methods all. kinds: where a method can be measured (loss: run; tp: run --tp; "
         "step: perfsuite step; train: converge).\n"
     )
-    print_fitted(console, columns, rows, title, **options)
+    print_fitted(console, columns, rows, title, box=box.SIMPLE_HEAD, pad_edge=False)
     return 0
 
 
@@ -255,15 +230,11 @@ def add_methods_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", action="store_true", help="the methods measured across ranks (run --tp)")
 
 
-def _no_arguments(p: argparse.ArgumentParser) -> None:
-    """``perfsuite shapes`` takes none."""
-
-
 Command = Callable[[argparse.Namespace, Console], int]
 # Commands defined here: name -> (help, add its arguments, run it).
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Command]] = {
     "run": ("measure methods on a shape preset", add_run_arguments, cmd_run),
-    "shapes": ("list shape presets", _no_arguments, cmd_shapes),
+    "shapes": ("list shape presets", lambda p: None, cmd_shapes),
     "methods": (
         "list methods with availability and capabilities here",
         add_methods_arguments,
@@ -296,12 +267,6 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
-def typed_command(argv: list[str]) -> str | None:
-    """The subcommand in ``argv``: its first word that is not an option (the top-level
-    options, --help and --version, take no value)."""
-    return next((word for word in argv if not word.startswith("-")), None)
-
-
 def _terminated(signum: int, frame: Any) -> None:
     """SIGTERM (kill, scancel, a CI timeout) takes Ctrl-C's way out: workers stopped,
     temporary folders removed, the cursor shown again, finished cells kept."""
@@ -310,7 +275,8 @@ def _terminated(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = typed_command(argv)
+    # The subcommand: the first word not an option (--help and --version take no value).
+    command = next((word for word in argv if not word.startswith("-")), None)
     args = build_parser([] if command is None else [command]).parse_args(argv)
     args.argv = argv  # what was typed, for records
     # progress lines: no "cli.py:101" source column; no trailing spaces in a file

@@ -1,28 +1,23 @@
 """One rule for every console table: fit the terminal, fold text at word or hyphen
 boundaries, never cut a number.
 
-rich folds an over-long cell at the column's edge (``ours-fused-no-filt`` / ``er``,
-``F.linear_cross_`` / ``entropy``) or cuts it with an ellipsis (``24.18 → 3…``). Here
-each column is either *text*, which may fold only after a space, a hyphen or a plus
-between letters (``ours-fused-`` / ``no-filter``, ``fwd+`` / ``bwd``, ``24.18 →`` /
-``31.22``), or *fixed*, which never folds. The widest text column gives up one
-character at a time until the table fits; a table that cannot fit returns None,
-and the caller lays its rows out another way. ``fold(..., path=True)`` also folds
-after a slash (``reports/`` / ``runs.json``).
-
-``TrimmedConsole``: a console whose lines, written to a file or a pipe, end without
-the spaces rich pads tables and titles with to the full width.
+rich folds an over-long cell at the column's edge (``F.linear_cross_`` / ``entropy``) or
+cuts it with an ellipsis (``24.18 → 3…``). Here a *text* column folds only after a space,
+or a hyphen or plus between letters (``fwd+`` / ``bwd``), a *fixed* one never; the widest
+text column gives up one character at a time until the table fits, and a table that
+cannot fit returns None for the caller to lay out another way. ``TrimmedConsole``: lines
+written to a file or a pipe end without the spaces rich pads them with.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console, ConsoleOptions, RenderableType, RenderHook
+from rich.console import Console
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -50,31 +45,37 @@ def shortest(text: str) -> int:
     return max((len(p.rstrip()) for line in text.split("\n") for p in pieces(line)), default=0)
 
 
+def _fill(parts: Iterable[str], width: int, first: str = "", indent: str = "") -> list[str]:
+    """``parts`` in lines of at most ``width`` (a part wider stays whole on its own line):
+    the first line after ``first``, the others after ``indent``."""
+    lines, current = [], first
+    for part in parts:
+        if current.strip() and len((current + part).rstrip()) > width:
+            lines.append(current.rstrip())
+            current = indent
+        current += part
+    lines.append(current.rstrip())
+    return lines
+
+
 def fold(text: str, width: int, path: bool = False) -> str:
-    """``text`` folded to lines of at most ``width`` at break opportunities only (a
-    piece longer than ``width`` stays whole on its own line)."""
-    out = []
-    for line in text.split("\n"):
-        current = ""
-        for piece in pieces(line, path):
-            if current and len((current + piece).rstrip()) > width:
-                out.append(current.rstrip())
-                current = ""
-            current += piece
-        out.append(current.rstrip())
-    return "\n".join(out)
+    """``text`` folded to lines of at most ``width`` at break opportunities only."""
+    return "\n".join(out for line in text.split("\n") for out in _fill(pieces(line, path), width))
+
+
+def _text(cell: str | Text) -> tuple[Text, Any]:
+    """A cell as rich text, and the style its folded text keeps."""
+    text = cell if isinstance(cell, Text) else Text.from_markup(cell)
+    return text, text.spans[0].style if text.spans else text.style
 
 
 def _styled(cell: str | Text, width: int | None) -> Text:
-    text = cell if isinstance(cell, Text) else Text.from_markup(cell)
-    if width is None:
-        return text
-    style = text.spans[0].style if text.spans else text.style
-    return Text(fold(text.plain, width), style=style)
+    text, style = _text(cell)
+    return text if width is None else Text(fold(text.plain, width), style=style)
 
 
 def _width(cell: str | Text) -> tuple[int, int]:
-    plain = cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain
+    plain = _text(cell)[0].plain
     return max(map(len, plain.split("\n"))), shortest(plain)
 
 
@@ -100,15 +101,12 @@ def fit_table(
     limits: list[int] = []
     floors: list[int] = []
     for i, col in enumerate(columns):
-        natural, floor = _width(col.header)
-        cells = max((_width(row[i])[0] for row in rows), default=0)
-        for row in rows:
-            n, f = _width(row[i])
-            natural, floor = max(natural, n), max(floor, f)
+        widths = [_width(col.header), *(_width(row[i]) for row in rows)]
+        cells = max((n for n, _ in widths[1:]), default=0)
         # a number column never folds its cells; its header folds to the cells' width
         words = max((len(w) for w in col.header.split()), default=0)  # "fwd+bwd" stays whole
-        limits.append(natural if col.fold else -max(cells, words))
-        floors.append(floor)
+        limits.append(max(n for n, _ in widths) if col.fold else -max(cells, words))
+        floors.append(max(f for _, f in widths))
     # Folded as far as it goes and still too wide: one space between columns.
     tight = {**table_options, "padding": (0, 0), "collapse_padding": False}
     for options in (table_options, tight):
@@ -174,66 +172,22 @@ def print_fitted(
 def _hanging(head: str, cell: str | Text, width: int) -> Text:
     """``head`` then ``cell`` folded at its break opportunities, further lines indented
     under the label (rich's own wrap began them at column 0, after a dangling space)."""
-    text = cell if isinstance(cell, Text) else Text.from_markup(cell)
-    style = text.spans[0].style if text.spans else text.style
+    text, style = _text(cell)
     indent = " " * (len(head) - len(head.lstrip()) + 2)
-    lines, current = [], head
-    for piece in (p for line in text.plain.split("\n") for p in pieces(line)):
-        if current.strip() and len((current + piece).rstrip()) > width:
-            lines.append(current.rstrip())
-            current = indent
-        current += piece
-    lines.append(current.rstrip())
+    parts = (p for line in text.plain.split("\n") for p in pieces(line))
+    lines = _fill(parts, width, head, indent)
     out = Text(lines[0][: len(head)])
     out.append("\n".join([lines[0][len(head) :], *lines[1:]]), style=style)
     return out
-
-
-class _Trimmed:
-    """``renderable`` with the trailing spaces of its lines dropped (files and pipes)."""
-
-    def __init__(self, renderable: RenderableType) -> None:
-        self.renderable = renderable
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
-        segments = console.render(self.renderable, options)
-        if console.is_terminal:  # a live display redraws its lines: leave them as they are
-            yield from segments
-            return
-        line: list[Segment] = []
-        for segment in segments:
-            if segment.control:
-                yield from line
-                line = []
-                yield segment
-                continue
-            first, *more = segment.text.split("\n")
-            line.append(Segment(first, segment.style))
-            for part in more:
-                yield from _rstrip(line)
-                yield Segment.line()
-                line = [Segment(part, segment.style)]
-        yield from line
-
-
-def _rstrip(line: list[Segment]) -> list[Segment]:
-    while line and not line[-1].text.rstrip(" "):
-        line = line[:-1]
-    if line:
-        last = line[-1]
-        line = [*line[:-1], Segment(last.text.rstrip(" "), last.style)]
-    return line
-
-
-class _TrimHook(RenderHook):
-    def process_renderables(self, renderables: list[Any]) -> list[Any]:
-        return [_Trimmed(r) for r in renderables]
 
 
 class TrimmedConsole(Console):
     """rich's console, but a line written to a file ends at its last character: rich pads
     tables, titles and log lines to the full width (80 columns of spaces in a pipe)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.push_render_hook(_TrimHook())
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        text = super()._render_buffer(buffer)
+        if self.is_terminal:  # a live display redraws its lines: leave them as they are
+            return text
+        *lines, last = text.split("\n")  # the last line goes on in the next write
+        return "\n".join([*(line.rstrip(" ") for line in lines), last])

@@ -1,11 +1,8 @@
 """What a method is: a named way to compute the smoothed linear cross-entropy, declared
-once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``).
-
-A method declares what it can do (``Capabilities``) and says why it cannot run
-here (``availability``) instead of crashing or, worse, quietly computing another
-loss. Its loss is, given a ``Case`` and the classifier ``c``, a callable
-``loss_fn(e, c, targets) -> scalar`` equal to ``F.cross_entropy(softcap(e.float() @
-c.float().T), targets, label_smoothing=beta, ignore_index=-100, reduction="mean")``.
+once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it
+cannot run here (``availability``) instead of crashing or quietly computing another loss.
+Its loss, given a ``Case`` and ``c``, is ``loss_fn(e, c, targets)`` equal to
+``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=beta)``.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ class Case:
     softcap: float | None = None
     device: str = "cpu"
     ignore_index: int = -100
-    # Training terms (issue 22): PaLM's z_loss·lse² per valid row, and class weights
+    # Training terms: PaLM's z_loss·lse² per valid row, and class weights
     # (``class_weights(case)``: deterministic, F.cross_entropy(weight=...) semantics).
     z_loss: float = 0.0
     class_weights: bool = False
@@ -91,7 +88,6 @@ class Capabilities:
     softcap: bool = False
     devices: frozenset[str] = frozenset({"cpu", "cuda"})
     dtypes: frozenset[str] = frozenset(DTYPES)
-    ignore_index: bool = True
     # Gradients are produced inside the forward call (Liger, torch's chunked
     # path): its fwd/bwd split is not comparable, fwd+bwd is the fair column.
     grads_in_forward: bool = False
@@ -238,7 +234,20 @@ class SimpleMethod:
 
     def unsupported_reason(self, case: Case) -> str | None:
         """``None`` if the method computes ``case`` exactly as asked, else why not."""
-        return capability_gap(self.caps, case)
+        caps = self.caps
+        if case.beta > 0 and not caps.label_smoothing:
+            return f"no label smoothing (asked beta={case.beta:g})"
+        if case.softcap is not None and not caps.softcap:
+            return f"no softcap (asked softcap={case.softcap:g})"
+        if case.softcap is not None and case.device == "cpu" and caps.softcap_off_cpu:
+            return caps.softcap_off_cpu
+        if case.dtype not in caps.dtypes:
+            return f"no {case.dtype} support"
+        if case.z_loss and not caps.z_loss:
+            return f"no z-loss (asked z_loss={case.z_loss:g})"
+        if case.class_weights and not caps.class_weights:
+            return "no class weights"
+        return None
 
     def prepare(self, case: Case, c: torch.Tensor) -> LossFn:
         """Untimed set-up (module construction, compilation hooks); returns the loss callable."""
@@ -251,20 +260,3 @@ class SimpleMethod:
 
 # What the suite asks of a method: every one is a ``SimpleMethod`` declaration.
 Method = SimpleMethod
-
-
-def capability_gap(caps: Capabilities, case: Case) -> str | None:
-    """Why ``caps`` cannot compute ``case`` exactly, or ``None``."""
-    if case.beta > 0 and not caps.label_smoothing:
-        return f"no label smoothing (asked beta={case.beta:g})"
-    if case.softcap is not None and not caps.softcap:
-        return f"no softcap (asked softcap={case.softcap:g})"
-    if case.softcap is not None and case.device == "cpu" and caps.softcap_off_cpu:
-        return caps.softcap_off_cpu
-    if case.dtype not in caps.dtypes:
-        return f"no {case.dtype} support"
-    if case.z_loss and not caps.z_loss:
-        return f"no z-loss (asked z_loss={case.z_loss:g})"
-    if case.class_weights and not caps.class_weights:
-        return "no class weights"
-    return None

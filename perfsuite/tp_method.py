@@ -1,13 +1,11 @@
 """What a method is across ranks: the loss with the classifier sharded over the vocabulary.
 
-At tensor-parallel size K every rank holds the same E (N, D) and the same global
-targets, and rows [start, stop) of C, cut the Megatron way: ``ceil(V / K)`` rows a rank,
-the last rank's shard the remainder (``shard_ranges``). A ``ParallelMethod`` returns a
-callable ``loss_fn(e, c_shard, targets) -> scalar`` that every rank calls together; it
-must give every rank the same global loss (``F.cross_entropy`` over all V, the same
-semantics as ``perfsuite.method``), and its backward must leave the *full* dE on every
-rank (the all-reduce a column-parallel head does in its backward is part of the loss's
-cost) and this shard's rows of dC.
+At tensor-parallel size K every rank holds the same E (N, D) and global targets, and
+rows [start, stop) of C, cut the Megatron way (``shard_ranges``). A ``ParallelMethod``'s
+``loss_fn(e, c_shard, targets)``, called by every rank together, gives every rank the same
+global loss (``F.cross_entropy`` over all V), and its backward leaves the *full* dE on
+every rank (a column-parallel head's all-reduce is part of the loss's cost) and this
+shard's rows of dC.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unsupported
+from perfsuite.method import Case, LossFn, SimpleMethod, Unsupported
 
 
 @dataclass(frozen=True)
@@ -32,15 +30,6 @@ class Shard:
     vocab: int
     # The torch.distributed process group every rank of the cell is in (None: default).
     group: Any = None
-
-    @property
-    def rows(self) -> int:
-        return self.stop - self.start
-
-    @property
-    def even(self) -> bool:
-        """Every rank's shard has the same size (Megatron's own loss assumes it)."""
-        return self.vocab % self.world == 0
 
 
 def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
@@ -97,7 +86,7 @@ def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:
     ``reason`` (with ``{sizes}``) for an uneven layout, None for an even one."""
 
     def check(case: Case, shard: Shard) -> str | None:
-        if shard.even:
+        if shard.vocab % shard.world == 0:
             return None
         per = -(-shard.vocab // shard.world)
         last = shard.vocab - per * (shard.world - 1)
@@ -130,6 +119,3 @@ def case_reason(method: Any, raw: dict[str, Any]) -> str | None:
     except ValueError as err:
         return str(err)
     return method.unsupported_at(case, Shard(0, tp, start, stop, case.vocab))
-
-
-__all__ = ["Capabilities", "ParallelMethod", "Shard", "shard_ranges"]

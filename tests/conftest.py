@@ -60,6 +60,15 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     use_plugins(monkeypatch, "plugins.fake_methods")
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): a worker a core, at most four (each test may
+    start processes of its own); none under ``--benchmark-only``, which pytest-benchmark
+    refuses to time beside xdist."""
+    if config.getoption("benchmark_only", False):
+        return 0
+    return min(len(os.sched_getaffinity(0)), 4)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow tests (kernel grids, end-to-end runs) need ``-m slow`` or PERFSUITE_SLOW=1."""
     if "slow" in (config.option.markexpr or "") or os.environ.get("PERFSUITE_SLOW") == "1":

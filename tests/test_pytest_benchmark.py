@@ -6,6 +6,7 @@ behaviour, not tested here; docs/regressions.md shows it.)"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ def bench(storage: Path, *extra: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "pytest", CELL, "--benchmark-only", "-p", "no:cacheprovider",
          f"--benchmark-storage={storage}", "-q", *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
+        # an xdist worker's variables would tell pytest-benchmark it runs under xdist
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
     )  # fmt: skip
 
 

@@ -1,14 +1,7 @@
-"""``perfsuite workload``: make and inspect ``--workload FILE`` dumps.
-
-- ``workload dump --model DIR --text FILE --out F``: a saved ``transformers``
-  causal LM (``save_pretrained`` folder with its tokenizer) on a text file;
-- ``workload train --out F``: train converge's ``cpu-filtering`` preset here and
-  dump a batch of the text it was trained on (the committed dump's recipe);
-- ``workload inspect F``: N, V, D, mean entropy, fraction of softmax entries
-  ≥ 2⁻¹², the frequency direction's share of E and C.
-
-Bad input (a missing model, a dump with NaNs, all targets ignored, a target past
-V) is one ``error:`` line and exit 2 (``perfsuite.cli`` turns the ValueError).
+"""``perfsuite workload``: make and inspect ``--workload FILE`` dumps: ``dump`` (a saved
+``transformers`` causal LM on a text file), ``train`` (converge's ``cpu-filtering`` preset
+trained here, a batch of its text dumped: the committed dump's recipe), ``inspect`` (N,
+V, D, entropy, entries ≥ 2⁻¹², the frequency direction's share of E and C).
 """
 
 from __future__ import annotations
@@ -29,18 +22,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dump = sub.add_parser("dump", help="dump hidden states of a saved transformers causal LM")
     dump.add_argument("--model", required=True, type=Path, help="a save_pretrained folder")
     dump.add_argument("--text", required=True, type=Path, help="UTF-8 text to run it on")
-    dump.add_argument("--tokens", type=positive_int, default=2048, help="rows to dump (N)")
     dump.add_argument("--seq", type=positive_int, default=512, help="tokens per sequence")
     dump.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: the model's")
-    dump.add_argument("--out", required=True, type=Path, help="the .safetensors file")
-    dump.add_argument("--force", action="store_true", help="overwrite --out")
     train = sub.add_parser("train", help="train converge's cpu-filtering preset, dump a batch")
     train.add_argument("--preset", default="cpu-filtering", help="a converge preset")
     train.add_argument("--steps", type=positive_int, help="default: the preset's")
-    train.add_argument("--tokens", type=positive_int, default=2048, help="rows to dump (N)")
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    train.add_argument("--out", required=True, type=Path, help="the .safetensors file")
-    train.add_argument("--force", action="store_true", help="overwrite --out")
+    for p in (dump, train):
+        p.add_argument("--tokens", type=positive_int, default=2048, help="rows to dump (N)")
+        p.add_argument("--out", required=True, type=Path, help="the .safetensors file")
+        p.add_argument("--force", action="store_true", help="overwrite --out")
     inspect = sub.add_parser("inspect", help="entropy, entries >= 2^-12, frequency geometry")
     inspect.add_argument("file", type=Path, help="a dump")
     inspect.add_argument("--json", action="store_true", help="print JSON")
@@ -98,7 +89,7 @@ def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.activations.dump import dump_workload
+    from perfsuite.activations.dump import dump_workload, train_and_dump
 
     command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)
     if args.workload_command == "inspect":
@@ -112,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
         meta = {"model": str(args.model), "text": str(args.text), "command": command}
         info = dump_workload(model, ids, args.out, dtype=args.dtype, metadata=meta)
     else:
-        from perfsuite.activations.trained import train_and_dump
 
         def step(record: dict[str, Any]) -> None:
             if record["step"] % 25 == 0:

@@ -1,37 +1,32 @@
-"""Write a ``--workload FILE`` dump from any ``transformers`` causal LM and a batch of text.
+"""Write a ``--workload FILE`` dump from any ``transformers`` causal LM and a batch of text,
+or from one trained here (``train_and_dump``).
 
-Our tables came from inputs we designed; what gradient filtering does depends on a
-real model's hidden states. ``dump_workload`` runs the model once on token ids,
-catches the input of its output embedding (``model.get_output_embeddings()``: the
-hidden states right before the classifier, after the final norm) with a forward
-pre-hook, and writes what ``perfsuite run --workload FILE`` reads:
-
-- ``e``: (N, D) those hidden states, one row per predicting position;
-- ``c``: (V, D) the classifier's weight;
-- ``targets``: (N,) the next token of each position (``-100`` where the next
-  position is padding, as ``attention_mask`` says), the last position of each
-  sequence left out (it predicts nothing in the batch);
-- ``softcap`` (metadata) when the config has a final logit softcap (Gemma2).
-
-A hook, not ``output_hidden_states``: some models (Gemma) scale or norm between the
-last decoder layer and the head, and the hook sees exactly what the head sees.
-The file is read back through ``perfsuite.plan.workloads.read_dump`` before this
-returns, so a dump that would fail ``run`` fails here, with its one-line reason.
+What gradient filtering does depends on a real model's hidden states. ``dump_workload``
+runs the model once and catches the input of its output embedding with a forward
+pre-hook (not ``output_hidden_states``: some models scale or norm between the last layer
+and the head, and the hook sees exactly what the head sees), and writes what ``run
+--workload FILE`` reads: ``e`` (N, D) one row per predicting position, ``c`` (V, D) the
+head's weight, ``targets`` (N,) each position's next token (``-100`` at padding), and the
+``softcap`` metadata of a config with a final logit softcap (Gemma2). The file is read
+back through ``read_dump`` before this returns: a dump ``run`` would refuse fails here.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from perfsuite.method import DTYPES
 from perfsuite.plan.workloads import WorkloadError, read_dump
 
 IGNORE = -100
-DUMP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def capture(
@@ -74,16 +69,6 @@ def capture(
     return hidden, head.weight.detach(), None if softcap is None else float(softcap)
 
 
-def next_token_targets(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """(B, T-1) next-token ids of positions 0..T-2; ``-100`` where the next one is padding."""
-    targets = input_ids[:, 1:].clone().long()
-    if attention_mask is not None:
-        targets[attention_mask[:, 1:] == 0] = IGNORE
-    return targets
-
-
 def dump_workload(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -101,14 +86,15 @@ def dump_workload(
     """
     from safetensors.torch import save_file
 
-    if dtype is not None and dtype not in DUMP_DTYPES:
-        raise WorkloadError(f"dtype {dtype!r}: use one of {', '.join(DUMP_DTYPES)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise WorkloadError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     hidden, weight, softcap = capture(model, input_ids, attention_mask)
     e = hidden[:, :-1].reshape(-1, hidden.shape[-1])
-    targets = next_token_targets(input_ids, attention_mask).reshape(-1)
-    if attention_mask is not None:  # rows that are padding themselves predict nothing
-        targets[attention_mask[:, :-1].reshape(-1) == 0] = IGNORE
-    to = DUMP_DTYPES[dtype] if dtype else weight.dtype
+    targets = input_ids[:, 1:].clone().long()  # the next token; the last position has none
+    if attention_mask is not None:  # padding predicts nothing, and is nothing to predict
+        targets[(attention_mask[:, 1:] == 0) | (attention_mask[:, :-1] == 0)] = IGNORE
+    targets = targets.reshape(-1)
+    to = DTYPES[dtype] if dtype else weight.dtype
     tensors = {
         "e": e.to(to).contiguous().cpu(),
         "c": weight.to(to).contiguous().cpu(),
@@ -146,3 +132,65 @@ def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     with safe_open(str(path), framework="pt") as f:
         text = (f.metadata() or {}).get("provenance")
     return None if text is None else json.loads(text)
+
+
+DEFAULT_PRESET = "cpu-filtering"
+
+
+def train_and_dump(
+    out: str | Path,
+    *,
+    preset_name: str = DEFAULT_PRESET,
+    tokens: int = 2048,
+    steps: int | None = None,
+    command: str | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """A trained-activation workload made here: the preset trained by converge's own loop
+    (a real ``transformers`` Llama, eager loss, fp32, the preset's batches in order, a
+    cross-word BPE on Python's help pages), then ``tokens`` rows of its first training
+    sequences dumped to ``out`` (where a training step's gradient is taken); the record."""
+    from torch.nn.utils import vector_to_parameters
+
+    from perfsuite.converge.model import build_model, set_deterministic
+    from perfsuite.converge.presets import PRESETS
+    from perfsuite.converge.text import make_text_dataset
+    from perfsuite.converge.train import train_run
+    from perfsuite.plan.registry import get_method
+
+    if preset_name not in PRESETS:
+        raise WorkloadError(f"--preset {preset_name!r}: one of {', '.join(PRESETS)}")
+    p = PRESETS[preset_name].with_steps(steps)
+    set_deterministic(p.seed)
+    data = make_text_dataset(
+        p.vocab, p.steps, p.batch, p.seq, p.eval_batches, p.seed, p.train_batches, split_words=False
+    )
+    seq = data.train.shape[-1] - 1
+    sequences = data.train.reshape(-1, seq + 1)
+    wanted = math.ceil(tokens / seq)
+    if wanted > sequences.shape[0]:
+        raise WorkloadError(
+            f"--tokens {tokens}: the preset's training batches hold {sequences.shape[0] * seq}"
+        )
+    start = time.perf_counter()
+    result = train_run(get_method("eager"), p, data, 0.0, "fp32", device, on_step=on_step)
+    wall = time.perf_counter() - start
+    if result.status != "ok" or result.params is None:
+        raise WorkloadError(f"training {preset_name} failed: {result.status}: {result.reason}")
+    model = build_model(p, torch.float32, device)
+    vector_to_parameters(result.params.to(device), model.parameters())
+    losses = result.losses
+    record = {
+        "preset": p.to_dict(),
+        "data": data.describe(),
+        "train_wall_s": round(wall, 1),
+        "device": device,
+        "train_loss_first": losses[0],
+        "train_loss_last_10_mean": sum(losses[-10:]) / len(losses[-10:]),
+        "heldout": {k: v for k, v in (result.heldout or {}).items() if isinstance(v, float)},
+        "dumped": f"the first {wanted} training sequences of {seq + 1} tokens",
+        "command": command,
+    }
+    info = dump_workload(model.eval(), sequences[:wanted].to(device), out, metadata=record)
+    return {**record, **info}

@@ -15,7 +15,7 @@ same tokens in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,13 +62,10 @@ class BigramSource:
             out[:, t] = self.successors[prev].gather(1, pick).squeeze(1)
         return out
 
-    def row_entropy(self) -> torch.Tensor:
-        """Entropy of each ``P(. | prev)`` (nats)."""
-        return -(self.weights * self.weights.log()).sum(dim=1)
-
     def conditional_entropy(self) -> float:
         """Entropy rate under the chain's stationary distribution (nats/token)."""
-        return float((self.stationary() * self.row_entropy()).sum())
+        row_entropy = -(self.weights * self.weights.log()).sum(dim=1)
+        return float((self.stationary() * row_entropy).sum())
 
     def stationary(self, iters: int = 200) -> torch.Tensor:
         """The chain's stationary distribution by power iteration, started at the prior."""
@@ -172,6 +169,26 @@ class Dataset:
         }
 
 
+def seeded_dataset(
+    sample: Callable[[bool, int, torch.Generator], torch.Tensor],
+    sizes: tuple[int, int, int, int, int | None],
+    seed: int,
+    info: dict[str, Any],
+    source: BigramSource | None = None,
+) -> Dataset:
+    """``sample(heldout, count, generator)`` sequences of ``seq + 1`` tokens, for
+    ``sizes = (steps, batch, seq, eval_batches, train_batches)``: the distinct training
+    batches from seed + 1, the held-out ones from seed + 2."""
+    steps, batch, seq, eval_batches, train_batches = sizes
+    distinct = steps if train_batches is None else min(train_batches, steps)
+    train = sample(False, distinct * batch, torch.Generator().manual_seed(seed + 1))
+    heldout = sample(True, eval_batches * batch, torch.Generator().manual_seed(seed + 2))
+    info = {**info, "train_seed": seed + 1, "heldout_seed": seed + 2}
+    shape = (batch, seq + 1)
+    heldout = heldout.view(eval_batches, *shape)
+    return Dataset(source, train.view(distinct, *shape), heldout, steps, info)
+
+
 def make_dataset(
     source: BigramSource,
     steps: int,
@@ -181,16 +198,6 @@ def make_dataset(
     train_batches: int | None = None,
 ) -> Dataset:
     """Sequences of ``seq + 1`` tokens: inputs are ``[:, :-1]``, targets ``[:, 1:]``."""
-    distinct = steps if train_batches is None else min(train_batches, steps)
-    train_gen = torch.Generator().manual_seed(source.seed + 1)
-    heldout_gen = torch.Generator().manual_seed(source.seed + 2)
-    train = source.sample(distinct * batch, seq + 1, train_gen).view(distinct, batch, seq + 1)
-    heldout = source.sample(eval_batches * batch, seq + 1, heldout_gen)
-    info = {**source.describe(), "train_seed": source.seed + 1, "heldout_seed": source.seed + 2}
-    return Dataset(
-        source=source,
-        train=train,
-        heldout=heldout.view(eval_batches, batch, seq + 1),
-        steps=steps,
-        info=info,
-    )
+    sizes = (steps, batch, seq, eval_batches, train_batches)
+    draw = lambda _, count, gen: source.sample(count, seq + 1, gen)  # noqa: E731
+    return seeded_dataset(draw, sizes, source.seed, source.describe(), source)

@@ -1,10 +1,7 @@
-"""The tiny causal LM: a real ``transformers`` Llama, randomly initialised, no download.
-
-The loss hook is what Liger's ``apply_liger_kernel_to_llama`` and CCE's patches
-do to ``LlamaForCausalLM.forward``: run the decoder, then hand the last hidden
-states and ``lm_head.weight`` to a fused loss instead of materialising logits
-through ``lm_head``. Every method, eager included, goes through the same hook,
-so the runs differ only in the loss.
+"""The tiny causal LM: a ``transformers`` Llama, randomly initialised, no download, with
+the loss hook Liger's and CCE's patches put in ``LlamaForCausalLM.forward``: the last
+hidden states and ``lm_head.weight`` handed to the loss. Every method, eager included,
+goes through it, so runs differ only in the loss.
 """
 
 from __future__ import annotations
@@ -24,13 +21,8 @@ LossFn = Any  # perfsuite.method.LossFn: (e, c, targets) -> scalar
 
 
 def set_deterministic(seed: int) -> dict[str, Any]:
-    """Seed everything and ask torch for deterministic kernels; returns what was set.
-
-    CUDA's cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` before its first handle, so it
-    is set here (the converge entry runs this before touching the device).
-    Triton kernels (ours, liger) are outside torch's switch: their atomics, if
-    any, are what they are.
-    """
+    """Seed everything and ask torch for deterministic kernels (cuBLAS's workspace before
+    its first handle; Triton's kernels are outside torch's switch); returns what was set."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(seed)
     # torch.use_deterministic_algorithms is these two switches, but it imports inductor's
@@ -104,10 +96,7 @@ def describe_model(preset: Preset) -> dict[str, Any]:
     from transformers import LlamaForCausalLM
 
     with torch.device("meta"):
-        return config_summary(LlamaForCausalLM(llama_config(preset)))
-
-
-def config_summary(model: torch.nn.Module) -> dict[str, Any]:
+        model = LlamaForCausalLM(llama_config(preset))
     cfg = model.config
     return {
         "class": type(model).__name__,

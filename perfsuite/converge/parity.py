@@ -80,9 +80,12 @@ def _noise(ref: RunResult, yard: RunResult | None) -> tuple[float, float] | None
     """Eager's own distance (loss, params) from the yardstick run, if both finished."""
     if yard is None or yard.status != "ok" or ref.params is None or yard.params is None:
         return None
-    losses = torch.tensor(yard.losses, dtype=torch.float64)
-    ref_losses = torch.tensor(ref.losses, dtype=torch.float64)
-    return float((losses - ref_losses).abs().max()), float((yard.params - ref.params).abs().max())
+    loss = float((_losses(yard) - _losses(ref)).abs().max())
+    return loss, float((yard.params - ref.params).abs().max())
+
+
+def _losses(run: RunResult) -> torch.Tensor:
+    return torch.tensor(run.losses, dtype=torch.float64)
 
 
 def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> dict[str, Any]:
@@ -94,8 +97,7 @@ def compare(run: RunResult, ref: RunResult, yard: RunResult | None = None) -> di
     if ref.status != "ok" or ref.params is None or run.params is None:
         return {"verdict": "no reference", "reason": f"{REFERENCE} run: {ref.status}"}
     tol = TOLERANCES[run.dtype]
-    losses = torch.tensor(run.losses, dtype=torch.float64)
-    ref_losses = torch.tensor(ref.losses, dtype=torch.float64)
+    losses, ref_losses = _losses(run), _losses(ref)
     diff = (losses - ref_losses).abs()
     pdiff = (run.params - ref.params).abs()
     loss_excess = _excess(losses, ref_losses, tol.loss_atol, tol.loss_rtol)

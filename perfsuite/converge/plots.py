@@ -1,16 +1,11 @@
-"""Figures of a converge results document, written next to it.
+"""Figures of a converge results document, written next to it from the document alone,
+with matplotlib's object API (no pyplot state, no display needed):
 
-* ``STEM-loss.png``: training loss per step, one line per method, one panel per
-  beta (top row); below, each method's per-step relative distance from eager on a
-  log axis with the dtype's loss tolerance dashed: the curves coincide above, the
-  bottom row shows by how much, next to the yardstick of eager's own rounding.
-* ``STEM-reliability.png``: reliability diagrams, one row per beta, one column per
-  method: held-out accuracy per confidence bin against the diagonal, the gap to it
-  shaded, the share of positions per bin as a grey histogram, and the ECE.
+* ``STEM-loss.png``: training loss per step, a line per method, a panel per beta; below,
+  each method's per-step relative distance from eager, the dtype's tolerance dashed.
+* ``STEM-reliability.png``: held-out accuracy per confidence bin, every method overlaid
+  per beta, then eager at every beta; the share of positions per bin as a histogram.
 * ``STEM-calibration.png``: ECE, RMS-CE, SCE and ACE as grouped bars, method x beta.
-
-Built from the JSON alone (the same document ``--out`` holds) with matplotlib's
-object API, as ``perfsuite plot`` does (no pyplot state, no display needed).
 """
 
 from __future__ import annotations
@@ -23,17 +18,17 @@ from perfsuite.render.table import INTERPRETED_MARK
 REFERENCE = "eager"
 FLOOR = 1e-10  # where an exactly-zero difference is drawn on the log axis
 METRICS = (("ece", "ECE"), ("rms_ce", "RMS-CE"), ("sce", "SCE"), ("ace", "ACE"))
+MARKERS = "osD^vP*Xh<>p"
+FIGURES = ("loss", "reliability", "calibration")
+TOLERANCE_NOTE = {"xycoords": ("axes fraction", "data"), "textcoords": "offset points"}
+STATUS_NOTE = {"rotation": 90, "ha": "center", "va": "bottom", "fontsize": 7, "color": "0.35"}
 
 
 def artifact_paths(out: Path) -> dict[str, Path]:
     """The files written next to the results JSON ``out``: table and figures."""
     stem = out.with_suffix("") if out.suffix == ".json" else out
-    return {
-        "table": stem.with_name(stem.name + ".md"),
-        "loss": stem.with_name(stem.name + "-loss.png"),
-        "reliability": stem.with_name(stem.name + "-reliability.png"),
-        "calibration": stem.with_name(stem.name + "-calibration.png"),
-    }
+    figures = {key: stem.with_name(f"{stem.name}-{key}.png") for key in FIGURES}
+    return {"table": stem.with_name(stem.name + ".md"), **figures}
 
 
 def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -42,26 +37,22 @@ def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in runs if (r.get("parity") or {}).get("verdict") != "yardstick"]
 
 
-def _methods(runs: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(r["method"] for r in runs))
-
-
-def _betas(runs: list[dict[str, Any]]) -> list[float]:
-    return sorted({r["beta"] for r in runs})
+def _grid(runs: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
+    """The methods in the runs' order, and the betas in increasing order."""
+    return list(dict.fromkeys(r["method"] for r in runs)), sorted({r["beta"] for r in runs})
 
 
 def _interpreted(document: dict[str, Any]) -> set[str]:
     """Methods that trained under the Triton interpreter (marked †)."""
-    ran = {r["method"] for r in document["runs"] if r["status"] == "ok"}
-    return set(document.get("triton_interpreted") or ()) & ran
+    return {r["method"] for r in document["rows"] if r["status"] == "ok" and r.get("interpreted")}
 
 
 def _subtitle(document: dict[str, Any]) -> str:
-    preset = document.get("preset", {})
-    env = document.get("environment", {})
-    device = (env.get("device") or {}).get("kind", "?")
-    dtypes = "/".join(document.get("dtypes", []))
-    data = "bigram source" if (document.get("data") or {}).get("truth_known") else "text"
+    env = document["env"]
+    settings, device = env.get("converge", {}), (env.get("device") or {}).get("kind", "?")
+    preset = settings.get("preset", {})
+    dtypes = "/".join(settings.get("dtypes", []))
+    data = "bigram source" if (settings.get("data") or {}).get("truth_known") else "text"
     text = f"{preset.get('name', '?')} preset, {preset.get('steps', '?')} steps, {dtypes}, "
     text += f"{data}, V={preset.get('vocab', '?')}, on {device}"
     if _interpreted(document):
@@ -78,44 +69,36 @@ def loss_figure(document: dict[str, Any]) -> Any:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    runs = document["runs"]
-    methods, betas = _methods(runs), _betas(runs)
-    tol = document.get("tolerances", {})
+    runs = document["rows"]
+    methods, betas = _grid(runs)
+    settings = document["env"].get("converge", {})
+    tol = settings.get("tolerances", {})
     fig = Figure(figsize=(4.2 * len(betas) + 2.2, 6.4), layout="constrained")
     axes = fig.subplots(2, len(betas), squeeze=False, sharex=True, sharey="row")
     for col, beta in enumerate(betas):
         top, bottom = axes[0][col], axes[1][col]
         here = {r["method"]: r for r in runs if r["beta"] == beta and r["steps"]}
-        ref = here.get(REFERENCE)
+        ref = [s["loss"] for s in here[REFERENCE]["steps"]] if REFERENCE in here else None
         for index, method in enumerate(methods):
-            run = here.get(method)
-            if run is None:
+            if method not in here:
                 continue
-            steps = [s["step"] for s in run["steps"]]
-            losses = [s["loss"] for s in run["steps"]]
+            steps = [s["step"] for s in here[method]["steps"]]
+            losses = [s["loss"] for s in here[method]["steps"]]
             style = {"color": f"C{index % 10}", "label": _label(method, document)}
             # Coinciding curves: each later one thinner, so every one stays visible.
             width = max(3.2 - 0.45 * index, 0.8)
             top.plot(steps, losses, linewidth=width, alpha=0.9, **style)
             if ref is not None and method != REFERENCE:
-                ref_loss = [s["loss"] for s in ref["steps"]]
-                n = min(len(losses), len(ref_loss))
-                pairs = zip(losses[:n], ref_loss[:n], strict=True)
-                rel = [max(abs(a - b) / abs(b), FLOOR) for a, b in pairs]
+                rel = [max(abs(a - b) / abs(b), FLOOR) for a, b in zip(losses, ref, strict=False)]
                 marker = MARKERS[index % len(MARKERS)]
-                bottom.plot(steps[:n], rel, marker=marker, linestyle="none", alpha=0.7, **style)
-        for dtype in document.get("dtypes", []):
-            if dtype in tol:
-                rtol = tol[dtype]["loss_rtol"]
-                bottom.axhline(rtol, color="k", linestyle="--", linewidth=1)
-                bottom.annotate(
-                    f"{dtype} rtol {rtol:g}",
-                    (0.02, rtol),
-                    xycoords=("axes fraction", "data"),
-                    textcoords="offset points",
-                    xytext=(0, 3),
-                    fontsize=8,
+                bottom.plot(
+                    steps[: len(rel)], rel, marker=marker, linestyle="none", alpha=0.7, **style
                 )
+        for dtype in [d for d in settings.get("dtypes", []) if d in tol]:
+            rtol = tol[dtype]["loss_rtol"]
+            bottom.axhline(rtol, color="k", linestyle="--", linewidth=1)
+            note = f"{dtype} rtol {rtol:g}"
+            bottom.annotate(note, (0.02, rtol), xytext=(0, 3), fontsize=8, **TOLERANCE_NOTE)
         top.set_title(f"β = {beta:g}")
         bottom.set_yscale("log")
         bottom.set_xlabel("step")
@@ -143,35 +126,38 @@ def reliability_figure(document: dict[str, Any]) -> Any:
     coincide, as the loss curves do), then eager at every beta in one panel."""
     from matplotlib.figure import Figure
 
-    runs = [r for r in _under_test(document["runs"]) if (r.get("heldout") or {}).get("reliability")]
+    runs = [r for r in _under_test(document["rows"]) if (r.get("heldout") or {}).get("reliability")]
     if not runs:
         return None
-    methods, betas = _methods(runs), _betas(runs)
+    methods, betas = _grid(runs)
     eager = [r for r in runs if r["method"] == REFERENCE]
     panels = len(betas) + (1 if len(eager) > 1 else 0)
     fig = Figure(figsize=(3.6 * panels + 2.2, 4.0), layout="constrained")
     axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]
-    top = _populated_limit(runs)
+    bins = [r["heldout"]["reliability"] for r in runs]
+    # The panels zoom to the highest confidence bin any run fills.
+    filled = [(b + 1) / len(rel["count"]) for rel in bins for b, c in enumerate(rel["count"]) if c]
+    reached = [a for rel in bins for a, c in zip(rel["accuracy"], rel["count"], strict=True) if c]
+    top = min(1.0, max(0.0, *filled, *reached) * 1.05)
     for ax, beta in zip(axes, betas, strict=False):
         here = [r for r in runs if r["beta"] == beta]
         for index, method in enumerate(methods):
             run = next((r for r in here if r["method"] == method), None)
             if run is not None:
                 label = f"{_label(method, document)}  (ECE {run['heldout']['ece']:.3f})"
-                _curve(ax, run["heldout"], index, label)
-        _histogram(ax, here[0]["heldout"], top, "0.85", _peak(here[:1]), filled=True)
+                _curve(ax, run["heldout"]["reliability"], index, label)
+        _histogram(ax, here[0], top, "0.85", _peak(here[:1]), filled=True)
         ax.set_title(f"β = {beta:g}: every method")
         _small_legend(ax)
     if panels > len(betas):
-        ax = axes[-1]
         for k, run in enumerate(eager):
             label = f"β = {run['beta']:g}  (ECE {run['heldout']['ece']:.3f})"
-            _curve(ax, run["heldout"], k, label)
-            _histogram(ax, run["heldout"], top, f"C{k % 10}", _peak(eager), filled=False)
-        ax.set_title("eager: β compared")
-        _small_legend(ax)
+            _curve(axes[-1], run["heldout"]["reliability"], k, label)
+            _histogram(axes[-1], run, top, f"C{k % 10}", _peak(eager), filled=False)
+        axes[-1].set_title("eager: β compared")
+        _small_legend(axes[-1])
     for ax in axes:
-        _frame(ax, top, len(runs[0]["heldout"]["reliability"]["count"]))
+        _frame(ax, top, len(bins[0]["count"]))
     axes[0].set_ylabel("accuracy (held-out, top-1)")
     fig.suptitle(
         "Reliability: accuracy per confidence bin (15 equal-width bins; marker area ∝ "
@@ -182,9 +168,6 @@ def reliability_figure(document: dict[str, Any]) -> Any:
     return fig
 
 
-MARKERS = "osD^vP*Xh<>p"
-
-
 def _small_legend(ax: Any) -> None:
     """A legend in the corner the points leave free, its markers one size."""
     legend = ax.legend(fontsize=7, loc="best", framealpha=0.85)
@@ -193,57 +176,35 @@ def _small_legend(ax: Any) -> None:
             handle.set_sizes([30])
 
 
-def _curve(ax: Any, held: dict[str, Any], index: int, label: str) -> None:
-    rel = held["reliability"]
+def _curve(ax: Any, rel: dict[str, Any], index: int, label: str) -> None:
     total = sum(rel["count"]) or 1
     keep = [b for b, c in enumerate(rel["count"]) if c > 0]
     conf = [rel["confidence"][b] for b in keep]
     acc = [rel["accuracy"][b] for b in keep]
     sizes = [12 + 400 * rel["count"][b] / total for b in keep]
-    color = f"C{index % 10}"
+    color, marker = f"C{index % 10}", MARKERS[index % len(MARKERS)]
     ax.plot(conf, acc, color=color, linewidth=1, alpha=0.8)
-    ax.scatter(
-        conf,
-        acc,
-        s=sizes,
-        marker=MARKERS[index % len(MARKERS)],
-        facecolors="none",
-        edgecolors=color,
-        label=label,
-    )
+    ax.scatter(conf, acc, s=sizes, marker=marker, facecolors="none", edgecolors=color, label=label)
 
 
-def _populated_limit(runs: list[dict[str, Any]]) -> float:
-    """Upper edge of the highest confidence bin any run fills (the panels zoom to it)."""
-    top = 0.0
-    for run in runs:
-        rel = run["heldout"]["reliability"]
-        n = len(rel["count"])
-        filled = [b for b, c in enumerate(rel["count"]) if c > 0]
-        accs = [rel["accuracy"][b] for b in filled]
-        top = max(top, (max(filled) + 1) / n if filled else 0.0, *accs)
-    return min(1.0, top * 1.05)
+def _shares(run: dict[str, Any]) -> list[float]:
+    """The share of the held-out positions in each bin."""
+    counts = run["heldout"]["reliability"]["count"]
+    return [c / (sum(counts) or 1) for c in counts]
 
 
 def _peak(runs: list[dict[str, Any]]) -> float:
     """The largest share of positions any one bin of ``runs`` holds."""
-    shares = [
-        c / (sum(r["heldout"]["reliability"]["count"]) or 1)
-        for r in runs
-        for c in r["heldout"]["reliability"]["count"]
-    ]
-    return max(shares, default=1.0) or 1.0
+    return max((s for run in runs for s in _shares(run)), default=1.0) or 1.0
 
 
 def _histogram(
-    ax: Any, held: dict[str, Any], top: float, color: str, peak: float, filled: bool
+    ax: Any, run: dict[str, Any], top: float, color: str, peak: float, filled: bool
 ) -> None:
     """The share of positions per bin, the fullest bin (``peak``) a third of the panel's
     height: grey bars, or a coloured outline where several are compared."""
-    rel = held["reliability"]
-    n = len(rel["count"])
-    total = sum(rel["count"]) or 1
-    heights = [c / total / peak * top / 3 for c in rel["count"]]
+    heights = [s / peak * top / 3 for s in _shares(run)]
+    n = len(heights)
     edges = [b / n for b in range(n + 1)]
     if filled:
         ax.bar(edges[:-1], heights, width=1 / n, align="edge", color=color, zorder=0)
@@ -267,36 +228,24 @@ def calibration_figure(document: dict[str, Any]) -> Any:
     """ECE, RMS-CE, SCE, ACE: one panel each, bars grouped by method, one colour per beta."""
     from matplotlib.figure import Figure
 
-    runs = _under_test(document["runs"])
-    methods, betas = _methods(runs), _betas(runs)
+    runs = _under_test(document["rows"])
+    methods, betas = _grid(runs)
     fig = Figure(figsize=(max(2.0 + 0.55 * len(methods), 4.0) * 2, 6.4), layout="constrained")
     axes = list(fig.subplots(2, 2, squeeze=False, sharex=True).flat)
     width = 0.8 / max(len(betas), 1)
-    colors = {beta: f"C{k}" for k, beta in enumerate(betas)}
     for ax, (key, name) in zip(axes, METRICS, strict=True):
         for k, beta in enumerate(betas):
-            xs, ys, missing = [], [], []
+            xs, ys = [], []
             for m, method in enumerate(methods):
-                run = next((r for r in runs if r["beta"] == beta and r["method"] == method), None)
+                run = next((r for r in runs if r["beta"] == beta and r["method"] == method), {})
                 x = m - 0.4 + width * (k + 0.5)
-                value = ((run or {}).get("heldout") or {}).get(key)
-                if value is None:
-                    missing.append((x, (run or {}).get("status", "not run")))
+                value = (run.get("heldout") or {}).get(key)
+                if value is None:  # labelled where its bar would be
+                    ax.text(x, 0, f" {run.get('status', 'not run')}", **STATUS_NOTE)
                 else:
                     xs.append(x)
                     ys.append(value)
-            ax.bar(xs, ys, width=width, color=colors[beta], label=f"β = {beta:g}")
-            for x, status in missing:
-                ax.text(
-                    x,
-                    0,
-                    f" {status}",
-                    rotation=90,
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                    color="0.35",
-                )
+            ax.bar(xs, ys, width=width, color=f"C{k}", label=f"β = {beta:g}")
         ax.set_title(name)
         ax.set_xticks(range(len(methods)))
         ax.set_xticklabels([_label(m, document) for m in methods], rotation=30, ha="right")
@@ -311,13 +260,9 @@ def calibration_figure(document: dict[str, Any]) -> Any:
 
 def write_figures(document: dict[str, Any], out: Path, dpi: int = 150) -> list[Path]:
     """Every figure the document supports, saved next to ``out``; returns the paths."""
-    paths = artifact_paths(out)
-    made = []
-    for key, build in (
-        ("loss", loss_figure),
-        ("reliability", reliability_figure),
-        ("calibration", calibration_figure),
-    ):
+    paths, made = artifact_paths(out), []
+    builds = (loss_figure, reliability_figure, calibration_figure)
+    for key, build in zip(FIGURES, builds, strict=True):
         fig = build(document)
         if fig is not None:
             fig.savefig(paths[key], dpi=dpi)

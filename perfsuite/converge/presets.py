@@ -1,21 +1,12 @@
 """Run sizes: ``smoke`` for any CPU, ``cpu-calibration`` for eager on a CPU, ``small``
-for a GPU.
+for a GPU (and ``cpu-filtering``, the model behind reports/filtering/).
 
-The interpreter runs a Triton kernel's programs one by one in numpy, so on CPU
-the vocabulary, the hidden size and the tokens per step set the run time of
-``ours`` and ``liger``: smoke keeps all three tiny. Its 20 steps are enough for
-per-step parity (a wrong gradient shows within a few steps, see
-tests/converge/test_perturbation.py), not for a trained model: its calibration
-numbers describe a model a few steps from random.
-
-``cpu-calibration`` trains long enough for calibration to mean something, at a
-size where eager and torch-native (not the interpreted methods) take minutes on a
-CPU. ``small`` is the GPU preset: a 32k vocabulary (Llama-2's size), a few hundred
-steps. Both train on ``train_batches`` distinct batches, seen ``steps /
-train_batches`` times: repeated data is what makes a model overconfident, as
-fine-tuning on a small set does (the paper's setting), which is where label
-smoothing has most to correct. Smoothing lowers ECE on fresh data too, by less:
-see reports/converge-cpu-calibration/ for both, measured.
+The Triton interpreter runs a kernel's programs one by one in numpy, so smoke keeps V, D
+and the tokens per step tiny; its 20 steps show a wrong gradient (see
+tests/converge/test_perturbation.py), not a trained model. The longer presets cycle
+``train_batches`` distinct batches: repeated data makes a model overconfident, as
+fine-tuning on a small set does, which is where label smoothing has most to correct
+(reports/converge-cpu-calibration/ measures both).
 """
 
 from __future__ import annotations
@@ -62,18 +53,6 @@ class Preset:
 
     def with_steps(self, steps: int | None) -> Preset:
         return self if steps is None else replace(self, steps=steps)
-
-    def with_seed(self, seed: int | None) -> Preset:
-        return self if seed is None else replace(self, seed=seed)
-
-    def with_train_batches(self, count: int | None) -> Preset:
-        """``count`` distinct batches (0: a fresh one every step); None keeps the preset's."""
-        if count is None:
-            return self
-        return replace(self, train_batches=count or None)
-
-    def with_z_loss(self, z_loss: float | None) -> Preset:
-        return self if z_loss is None else replace(self, z_loss=z_loss)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,9 +102,7 @@ PRESETS: dict[str, Preset] = {
         name="cpu-filtering",
         vocab=16384,
         hidden=128,
-        layers=2,
         intermediate=344,
-        batch=4,
         seq=128,
         steps=400,
         lr=5e-3,
@@ -168,10 +145,3 @@ def default_methods(device: str) -> tuple[str, ...]:
         for name, m in methods_for("train").items()
         if m.timed_by_default and not (device == "cpu" and m.compiles)
     )
-
-
-def __getattr__(name: str) -> Any:
-    # ``DEFAULT_METHODS`` (device -> names): read from the method declarations when asked.
-    if name == "DEFAULT_METHODS":
-        return {device: default_methods(device) for device in ("cpu", "cuda")}
-    raise AttributeError(name)

@@ -1,69 +1,92 @@
-"""The converge results: a JSON document rewritten after every run, and a rich table.
-
-The file is written atomically (``perfsuite.results.results.write_results``) after
-each run, with ``complete: false`` until the last, so an interrupted or crashed
-sweep keeps every run that finished.
+"""The converge results: each run a ``train`` row of the version 2 results document (its
+settings under ``env["converge"]``), read back with the files of version 1, and the tables.
 """
 
 from __future__ import annotations
 
-import datetime
+import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.console import Console
 
-from perfsuite.converge.train import RunResult
-from perfsuite.results.provenance import collect_env
-from perfsuite.results.results import write_results
+from perfsuite.results.results import ResultsError, load_results, require_kind
 
-SCHEMA = "perfsuite.converge/1"
-DISTRIBUTIONS = ("transformers", "torchmetrics", "tokenizers", "numpy", "matplotlib")
+V1 = "perfsuite.converge/1"  # the converge document before the results envelope held it
 
 
-def environment(device: str, distributions: list[str]) -> dict[str, Any]:
-    """``perfsuite run``'s provenance (git SHA and dirtiness, versions, device), plus
-    torch's thread count: what a reader needs to reproduce the numbers."""
-    env = collect_env(device, [*DISTRIBUTIONS, *distributions])
-    env["torch_threads"] = torch.get_num_threads()
-    return env
-
-
-def new_document(**sections: Any) -> dict[str, Any]:
-    """The document's header; ``runs`` fills in as the sweep goes."""
+def train_row(
+    run: dict[str, Any], preset: dict[str, Any], device: str, data: str, interpreted: bool
+) -> dict[str, Any]:
+    """A run (``RunResult.to_dict()``, or a version 1 file's) as a flat ``train`` row."""
+    size = {"tokens": preset["batch"] * preset["seq"], "vocab": preset["vocab"]}
     return {
-        "schema": SCHEMA,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **sections,
-        "runs": [],
-        "complete": False,
+        **run,
+        **size,
+        "hidden": preset["hidden"],
+        "kind": "train",
+        "phase": "train",
+        "reason": run.get("reason") or "",
+        "shape": preset["name"],
+        "device": device,
+        "workload": f"train({data})",
+        "interpreted": interpreted,
     }
 
 
-def save(path: Path, document: dict[str, Any], runs: list[RunResult], complete: bool) -> None:
-    document["runs"] = [r.to_dict() for r in runs]
-    document["complete"] = complete
-    write_results(path, document)
+def from_v1(old: dict[str, Any]) -> dict[str, Any]:
+    """A ``perfsuite.converge/1`` document as version 2: its sections under
+    ``env["converge"]``, ``complete: false`` as ``partial``, its runs as ``train`` rows."""
+    settings = {k: v for k, v in old.items() if k not in ("schema", "environment", "runs")}
+    env = {**old["environment"], "created": old["created"], "converge": settings}
+    if not settings.pop("complete", False):
+        env["partial"] = True
+    device = (env.get("device") or {}).get("kind", "cpu")
+    data = "bigram" if (old.get("data") or {}).get("truth_known") else "text"
+    interpreted = set(settings.pop("triton_interpreted", None) or ())
+    rows = [
+        train_row(r, old["preset"], device, data, r["method"] in interpreted) for r in old["runs"]
+    ]
+    return {"schema_version": 2, "env": env, "rows": rows}
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A converge results file (version 1 converted) as ``load_results`` returns one."""
+    from perfsuite.results.schema import validate
+
+    try:
+        document = load_results(path)
+    except ResultsError as err:
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise err from None
+        if not isinstance(old, dict) or old.get("schema") != V1:
+            raise
+        document = validate(from_v1(old), path)
+    require_kind(document, path, {"train"}, "converge --render")
+    if not document["rows"]:
+        raise ResultsError(f"{path}: no training runs in it")
+    return document
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
-def summary(run: RunResult) -> dict[str, Any]:
-    """The numbers one table row shows (also handy for a short printout)."""
-    times = [s["time_s"] for s in run.steps if "time_s" in s]
-    peaks = [s["peak_bytes"] for s in run.steps if s.get("peak_bytes") is not None]
-    held = run.heldout or {}
-    parity = run.parity or {}
+def summary(run: dict[str, Any]) -> dict[str, Any]:
+    """The numbers one table row shows."""
+    steps = run.get("steps") or []
+    times = [s["time_s"] for s in steps if "time_s" in s]
+    peaks = [s["peak_bytes"] for s in steps if s.get("peak_bytes") is not None]
+    held = run.get("heldout") or {}
+    parity = run.get("parity") or {}
     return {
-        "train_loss": run.losses[-1] if run.steps else None,
+        "train_loss": steps[-1]["loss"] if steps else None,
         "step_ms": statistics.median(times) * 1e3 if times else None,
         "peak_mib": max(peaks) / 2**20 if peaks else None,
-        **{k: held.get(k) for k in ("loss", "perplexity", "accuracy", "kl_to_truth")},
-        **{k: held.get(k) for k in ("ece", "rms_ce", "sce", "ace")},
+        **held,
         "verdict": parity.get("verdict", "—"),
         "loss_diff": parity.get("loss_max_rel_diff"),
         "param_diff": parity.get("param_rel_l2"),
@@ -72,98 +95,68 @@ def summary(run: RunResult) -> dict[str, Any]:
 
 VERDICT_STYLE = {"same": "green", "differs": "bold red", "reference": "dim", "yardstick": "dim"}
 KEY_COLUMNS = ("method", "β", "dtype")
-TRAINING_COLUMNS = (
-    "parity",
-    "Δloss max rel",
-    "Δparams rel L2",
-    "final loss",
-    "ms/step",
-    "peak MiB",
+LEFT = ("method", "dtype", "parity")  # the text columns; numbers align right
+# (header, summary key, format) per column of each table.
+TRAINING = (
+    ("Δloss max rel", "loss_diff", ".1e"),
+    ("Δparams rel L2", "param_diff", ".1e"),
+    ("final loss", "train_loss", ".4f"),
+    ("ms/step", "step_ms", ".1f"),
+    ("peak MiB", "peak_mib", ".1f"),
 )
-HELDOUT_COLUMNS = ("loss", "ppl", "acc", "KL→truth", "ECE", "RMS-CE", "SCE", "ACE", "MCE")
+HELDOUT = (
+    ("loss", "loss", ".4f"),
+    ("ppl", "perplexity", ".2f"),
+    ("acc", "accuracy", ".3f"),
+    ("KL→truth", "kl_to_truth", ".4f"),
+    ("ECE", "ece", ".4f"),
+    ("RMS-CE", "rms_ce", ".4f"),
+    ("SCE", "sce", ".2e"),
+    ("ACE", "ace", ".2e"),
+    ("MCE", "mce", ".3f"),
+)
 
 
-def verdict_text(run: RunResult) -> str:
+def verdict_text(run: dict[str, Any]) -> str:
     """The parity verdict, or the status of a run that did not finish."""
-    return run.status if run.status != "ok" else (run.parity or {}).get("verdict", "—")
+    return run["status"] if run["status"] != "ok" else summary(run)["verdict"]
 
 
-def _key(run: RunResult) -> list[str]:
-    return [run.method, f"{run.beta:g}", run.dtype]
-
-
-def training_rows(runs: list[RunResult]) -> list[list[str]]:
-    """Per run: parity with eager, its distances, last training loss, step time, memory."""
+def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool) -> tuple[list, list]:
+    """Headers and cells: per run its key, the verdict (``verdict``), each column's number."""
+    headers = [*KEY_COLUMNS, *(["parity"] if verdict else []), *(c[0] for c in columns)]
     rows = []
     for run in runs:
         s = summary(run)
-        rows.append(
-            [
-                *_key(run),
-                verdict_text(run),
-                _fmt(s["loss_diff"], ".1e"),
-                _fmt(s["param_diff"], ".1e"),
-                _fmt(s["train_loss"], ".4f"),
-                _fmt(s["step_ms"], ".1f"),
-                _fmt(s["peak_mib"], ".1f"),
-            ]
-        )
-    return rows
-
-
-def heldout_rows(runs: list[RunResult]) -> list[list[str]]:
-    """Per run: held-out loss, perplexity, accuracy, KL to the truth, calibration."""
-    rows = []
-    for run in runs:
-        s, held = summary(run), run.heldout or {}
-        rows.append(
-            [
-                *_key(run),
-                _fmt(s["loss"], ".4f"),
-                _fmt(s["perplexity"], ".2f"),
-                _fmt(s["accuracy"], ".3f"),
-                _fmt(s["kl_to_truth"], ".4f"),
-                _fmt(s["ece"], ".4f"),
-                _fmt(s["rms_ce"], ".4f"),
-                _fmt(s["sce"], ".2e"),
-                _fmt(s["ace"], ".2e"),
-                _fmt(held.get("mce"), ".3f"),
-            ]
-        )
-    return rows
+        key = [run["method"], f"{run['beta']:g}", run["dtype"]]
+        key += [verdict_text(run)] if verdict else []
+        rows.append(key + [_fmt(s.get(k), f) for _, k, f in columns])
+    return headers, rows
 
 
 def _rich(
     console: Console,
     title: str,
-    columns: tuple[str, ...],
-    rows: list[list[str]],
-    verdicts: bool,
+    table: tuple[list[str], list[list[str]]],
     halves: tuple[str, str] | None = None,
 ) -> None:
-    """Fitted to the console (``perfsuite.fit``): numbers never fold or get cut. With
-    ``halves`` (two titles), a table too wide for the console is printed as two tables
-    of the same rows, split after ``HELDOUT_SPLIT`` columns: a block of lines per row
-    (11 at 80 columns) was hard to compare."""
+    """Fitted to the console (``perfsuite.fit``). With ``halves`` (two titles), a table
+    too wide for the console is two tables of the same rows, split after
+    ``HELDOUT_SPLIT`` columns: a block of lines per row was hard to compare."""
     from perfsuite.fit import Column, fit_table, print_fitted
 
-    cols = [
-        Column(c, "left", True) if c in ("method", "dtype", "parity") else Column(c, "right", False)
-        for c in (*KEY_COLUMNS, *columns)
-    ]
-    styled = []
-    for row in rows:
-        if verdicts:  # colour the verdict; anything but a verdict is a status: yellow
-            style = VERDICT_STYLE.get(row[3], "yellow")
-            row = [*row[:3], f"[{style}]{row[3]}[/{style}]", *row[4:]]
-        styled.append(row)
-    if halves and fit_table(cols, styled, console.width, title=title) is None:
+    headers, rows = table
+    cols = [Column(h, "left", True) if h in LEFT else Column(h, "right", False) for h in headers]
+    if "parity" in headers:  # colour the verdict; anything but a verdict is a status: yellow
+        styles = [VERDICT_STYLE.get(row[3], "yellow") for row in rows]
+        rows = [[*r[:3], f"[{s}]{r[3]}[/{s}]", *r[4:]] for r, s in zip(rows, styles, strict=True)]
+    if halves and fit_table(cols, rows, console.width, title=title) is None:
         key, cut = len(KEY_COLUMNS), len(KEY_COLUMNS) + HELDOUT_SPLIT
         for half, (start, end) in zip(halves, ((key, cut), (cut, len(cols))), strict=True):
-            picked = [r[:key] + r[start:end] for r in styled]
+            picked = [r[:key] + r[start:end] for r in rows]
             print_fitted(console, cols[:key] + cols[start:end], picked, half, title_justify="left")
         return
-    print_fitted(console, cols, styled, title, title_justify="left")
+    print_fitted(console, cols, rows, title, title_justify="left")
 
 
 HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for ECE/RMS-CE/MCE)"
@@ -174,34 +167,45 @@ HELDOUT_HALVES = (
 )
 
 
-def print_report(console: Console, runs: list[RunResult], title: str) -> None:
+def title(document: dict[str, Any]) -> str:
+    """``converge PRESET on DEVICE (WALL s, STEPS steps)``."""
+    env = document["env"]
+    settings, device = env.get("converge", {}), (env.get("device") or {}).get("kind", "?")
+    preset = settings.get("preset", {})
+    wall = f"{settings['wall_s']:.1f} s, " if settings.get("wall_s") is not None else ""
+    return f"converge {preset.get('name')} on {device} ({wall}{preset.get('steps')} steps)"
+
+
+def print_report(console: Console, document: dict[str, Any]) -> None:
     """Both tables, then each unfinished run's reason on a line of its own."""
-    _rich(console, f"{title}: parity with eager", TRAINING_COLUMNS, training_rows(runs), True)
-    _rich(console, HELDOUT_TITLE, HELDOUT_COLUMNS, heldout_rows(runs), False, HELDOUT_HALVES)
+    runs = document["rows"]
+    _rich(console, f"{title(document)}: parity with eager", _table(runs, TRAINING, True))
+    _rich(console, HELDOUT_TITLE, _table(runs, HELDOUT, False), HELDOUT_HALVES)
     for run in runs:
-        if run.reason:
+        if run.get("reason"):
             console.print(
-                f"  [yellow]{run.method}[/yellow] β={run.beta:g} {run.dtype}: {run.reason}",
+                f"  [yellow]{run['method']}[/yellow] β={run['beta']:g} {run['dtype']}: "
+                f"{run['reason']}",
                 highlight=False,
             )
 
 
-def _md_table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
-    headers = [*KEY_COLUMNS, *columns]
+def _md_table(table: tuple[list[str], list[list[str]]]) -> list[str]:
+    headers, rows = table
     out = ["| " + " | ".join(headers) + " |"]
-    aligns = [":--" if h in ("method", "dtype", "parity") else "--:" for h in headers]
-    out.append("|" + "|".join(aligns) + "|")
+    out.append("|" + "|".join(":--" if h in LEFT else "--:" for h in headers) + "|")
     out.extend("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows)
     return out
 
 
-def markdown(document: dict[str, Any], runs: list[RunResult], title: str) -> str:
+def markdown(document: dict[str, Any]) -> str:
     """Both tables as markdown, with the tolerances and every unfinished run's reason."""
-    tol = document.get("tolerances", {})
-    lines = [f"## {title}", "", "### Parity with eager", ""]
-    lines += _md_table(TRAINING_COLUMNS, training_rows(runs))
+    runs = document["rows"]
+    tol = document["env"].get("converge", {}).get("tolerances", {})
+    lines = [f"## {title(document)}", "", "### Parity with eager", ""]
+    lines += _md_table(_table(runs, TRAINING, True))
     lines += ["", f"### {HELDOUT_TITLE[0].upper()}{HELDOUT_TITLE[1:]}", ""]
-    lines += _md_table(HELDOUT_COLUMNS, heldout_rows(runs))
+    lines += _md_table(_table(runs, HELDOUT, False))
     lines += ["", "Tolerances (" + tol.get("source", "") + "):"]
     if tol.get("noise rule"):
         lines.append(f"- {tol['noise rule']}")
@@ -212,9 +216,9 @@ def markdown(document: dict[str, Any], runs: list[RunResult], title: str) -> str
                 f"- {dtype}: per-step loss atol {t['loss_atol']:g}, rtol {t['loss_rtol']:g}; "
                 f"final parameters atol {t['param_atol']:g}, rtol {t['param_rtol']:g}"
             )
-    unfinished = [run for run in runs if run.reason]
+    unfinished = [run for run in runs if run.get("reason")]
     if unfinished:
         lines += ["", "Not run or not finished:"]
-    for run in unfinished:
-        lines.append(f"- {run.method} β={run.beta:g} {run.dtype}: {run.status}: {run.reason}")
+    for r in unfinished:
+        lines.append(f"- {r['method']} β={r['beta']:g} {r['dtype']}: {r['status']}: {r['reason']}")
     return "\n".join(lines) + "\n"

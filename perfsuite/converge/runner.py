@@ -1,11 +1,7 @@
-"""The train cell kind: a converge sweep's runs, each a (method, beta, dtype), trained by
-``perfsuite.converge.worker`` processes through the harness (``perfsuite.harness``).
-
-A method's crash, OOM kill or hang stays in its worker and costs the run it was on
-(recorded as ``oom`` or ``error`` with the reason and the steps it had finished); a new
-worker takes the method's remaining runs. Runs the parent can decide alone (the method
-declares no loss to train with, is unavailable on the device, or cannot smooth at
-beta > 0) are recorded without a worker, and never trained at another beta. The timeout is per run.
+"""The train cell kind: a sweep's runs, each a (method, beta, dtype), trained by
+``perfsuite.converge.worker`` processes through the harness. A crash, OOM kill or hang
+costs the run it was on (its finished steps kept); runs the parent can decide alone
+(no training loss, unavailable, unsupported) get no worker. The timeout is per run.
 """
 
 from __future__ import annotations
@@ -20,10 +16,10 @@ from typing import Any
 import torch
 
 from perfsuite.converge.presets import Preset
-from perfsuite.converge.train import RunResult
+from perfsuite.converge.train import RunResult, case_for, refusal
 from perfsuite.converge.worker import WorkerSpec
 from perfsuite.harness.kind import Kind
-from perfsuite.method import Case, Method
+from perfsuite.method import Method
 
 
 @dataclass(frozen=True)
@@ -33,31 +29,6 @@ class Cell:
     method: str
     beta: float
     dtype: str
-
-
-def decided(method: Method, cell: Cell, preset: Preset, device: str) -> RunResult | None:
-    """An ``unavailable``/``unsupported`` result when no worker is needed to know, else None."""
-    status, reason = "unsupported", method.lacks("train")  # a method only across ranks
-    if reason is None:
-        status, reason = "unavailable", method.availability(device)
-    if reason is None:
-        case = Case(
-            tokens=preset.tokens_per_step,
-            vocab=preset.vocab,
-            hidden=preset.hidden,
-            dtype=cell.dtype,
-            beta=cell.beta,
-            device=device,
-            z_loss=preset.z_loss,
-        )
-        status, reason = "unsupported", method.unsupported_reason(case)
-    if reason is None:
-        return None
-    return RunResult(cell.method, cell.beta, cell.dtype, status=status, reason=reason)
-
-
-def interpreted(method: Method, device: str) -> bool:
-    return device == "cpu" and method.caps.triton
 
 
 @dataclass
@@ -81,12 +52,15 @@ class TrainKind(Kind):
         return {"beta": cell.beta, "dtype": cell.dtype, **size}
 
     def decided(self, method: str, case: dict[str, Any]) -> list[dict[str, Any]] | None:
-        cell = Cell(method, case["beta"], case["dtype"])
-        result = decided(self.methods[method], cell, self.preset, self.device)
-        return None if result is None else [result.to_dict()]
+        """The run's row when no worker is needed to know (unavailable, unsupported)."""
+        beta, dtype = case["beta"], case["dtype"]
+        refused = refusal(self.methods[method], case_for(self.preset, beta, dtype, self.device))
+        if refused is None:
+            return None
+        return [RunResult(method, beta, dtype, status=refused[0], reason=refused[1]).to_dict()]
 
     def interpreted(self, method: str) -> bool:
-        return interpreted(self.methods[method], self.device)
+        return self.device == "cpu" and self.methods[method].caps.triton
 
     def cost(self, method: str) -> float:
         return self.methods[method].caps.interpreter_cost

@@ -1,17 +1,13 @@
 """The converge sweep: which runs, in which order, and what is written after each.
 
-Every method x beta x dtype is one run; a yardstick of eager's own rounding noise
-joins after eager (``eager-reordered`` in fp32, the fp32-logit ``reference`` in 16
-bit; see ``yardstick`` and ``parity``). Runs go
-to per-method worker processes (``runner``); each finished run is judged against
-eager, printed, and the results JSON is rewritten (``complete: false`` until the
-last), so an interrupted or crashed sweep keeps every run that finished. At the
-end the markdown table and the figures are written next to the JSON.
+Every method x beta x dtype is one run; a yardstick of eager's own rounding noise joins
+after eager (see ``yardstick`` and ``parity``). Each finished run is judged against eager,
+printed, and the results file rewritten (``partial`` until the last), so an interrupted
+sweep keeps every run that finished; the markdown table and the figures follow.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -19,26 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 
-from perfsuite.converge.datasets import build_dataset
 from perfsuite.converge.model import describe_model, quiet_imports, set_deterministic
 from perfsuite.converge.parity import attach_verdicts, tolerances_doc
 from perfsuite.converge.plots import artifact_paths, write_figures
 from perfsuite.converge.presets import Preset
-from perfsuite.converge.report import (
-    SCHEMA,
-    environment,
-    markdown,
-    new_document,
-    print_report,
-    save,
-)
-from perfsuite.converge.runner import Cell, TrainKind, decided, interpreted, result
+from perfsuite.converge.report import markdown, print_report, train_row
+from perfsuite.converge.runner import Cell, TrainKind, result
+from perfsuite.converge.text import build_dataset
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
 from perfsuite.converge.yardstick import yardstick_for
 from perfsuite.harness.kind import run_kind
 from perfsuite.method import Method
+from perfsuite.results.provenance import collect_env
+from perfsuite.results.results import new_document, write_results
+
+# Provenance: the versions of what a run's numbers depend on, beyond the methods' own.
+DISTRIBUTIONS = ("transformers", "torchmetrics", "tokenizers", "numpy", "matplotlib")
 
 
 @dataclass
@@ -68,47 +63,56 @@ def plan_cells(config: Config, known: dict[str, Method]) -> list[Cell]:
     return cells
 
 
-def _header(config: Config, known: dict[str, Method], data_info: dict[str, Any]) -> dict:
+def _env(config: Config, known: dict[str, Method], data_info: dict[str, Any]) -> dict:
+    """Provenance, and the sweep's settings under ``converge`` (``model`` filled in by the
+    first worker: the parent does not import transformers)."""
     p = config.preset
-    distributions = sorted({d for m in config.methods for d in known[m].distributions})
-    return new_document(
-        argv=sys.argv[1:],
-        preset=p.to_dict(),
-        methods=config.methods,
-        betas=config.betas,
-        dtypes=config.dtypes,
-        model=None,  # filled in by the first worker (the parent does not import transformers)
-        optimizer={"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
-        loss_hook="loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
-        data=data_info,
-        isolation="one worker process per method (perfsuite.converge.worker)",
-        triton_interpreted=[m for m in config.methods if interpreted(known[m], config.device)],
-        determinism=set_deterministic(p.seed),
-        memory_meter=memory_meter(config.device)[0],
-        tolerances=tolerances_doc(),
-        environment=environment(config.device, distributions),
-    )
+    distributions = {d for m in config.methods for d in known[m].distributions}
+    env = collect_env(config.device, [*DISTRIBUTIONS, *sorted(distributions)])
+    env["torch_threads"] = torch.get_num_threads()
+    env["converge"] = {
+        "argv": sys.argv[1:],
+        "preset": p.to_dict(),
+        "methods": config.methods,
+        "betas": config.betas,
+        "dtypes": config.dtypes,
+        "model": None,
+        "optimizer": {"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
+        "loss_hook": "loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
+        "data": data_info,
+        "isolation": "one worker process per method (perfsuite.converge.worker)",
+        "determinism": set_deterministic(p.seed),
+        "memory_meter": memory_meter(config.device)[0],
+        "tolerances": tolerances_doc(),
+    }
+    return env
 
 
-def sweep(
-    config: Config, known: dict[str, Method], console: Console
-) -> tuple[list[RunResult], dict[str, Any]]:
-    """Train every cell in workers; rewrites ``config.out`` after each finished run."""
+def sweep(config: Config, known: dict[str, Method], console: Console) -> dict[str, Any]:
+    """Train every cell in workers; rewrites ``config.out`` after each finished run (the
+    document ``partial`` until the last) and returns the results document."""
     start = time.perf_counter()
     cells = plan_cells(config, known)
-    document = _header(config, known, build_dataset(config.preset, config.data).describe())
+    env = _env(config, known, build_dataset(config.preset, config.data).describe())
+    preset = config.preset.to_dict()
     results: dict[Cell, RunResult] = {}
     lock = threading.Lock()
 
-    def ordered() -> list[RunResult]:
-        return [results[c] for c in cells if c in results]
+    def save(partial: bool) -> dict[str, Any]:
+        runs = [results[c] for c in cells if c in results]
+        attach_verdicts(runs)  # eager runs first, so a printed verdict is final
+        rows = [
+            train_row(r.to_dict(), preset, config.device, config.data, kind.interpreted(r.method))
+            for r in runs
+        ]
+        document = new_document({**env, "partial": True} if partial else env, rows, "train")
+        write_results(config.out, document)
+        return document
 
     def on_result(run: RunResult) -> None:
         with lock:
             results[Cell(run.method, run.beta, run.dtype)] = run
-            runs = ordered()
-            attach_verdicts(runs)  # eager runs first, so a printed verdict is final
-            save(config.out, document, runs, complete=False)
+            save(partial=True)
             verdict = (run.parity or {}).get("verdict", "—")
             note = f" ({run.reason})" if run.reason else ""
             console.print(
@@ -117,36 +121,26 @@ def sweep(
                 highlight=False,
             )
 
+    settings = env["converge"]
     kind = TrainKind(
         known, config.preset, config.data, config.device, config.jobs, config.timeout_s,
-        on_model=lambda model: document.__setitem__("model", document["model"] or model),
+        on_model=lambda model: settings.__setitem__("model", settings["model"] or model),
     )  # fmt: skip
     cases: dict[str, list[dict[str, Any]]] = {}
     for cell in cells:
         cases.setdefault(cell.method, []).append(kind.case(cell))
     groups: list[dict[str, Any]] = []
-    document["machine"] = {"groups": groups}
+    env["machine"] = {"groups": groups}
     run_kind(kind, cases, lambda method, case, rows: on_result(result(rows[0])), groups)
-    runs = ordered()
-    attach_verdicts(runs)
-    document["wall_s"] = round(time.perf_counter() - start, 1)
-    save(config.out, document, runs, complete=True)
-    return runs, document
+    settings["wall_s"] = round(time.perf_counter() - start, 1)
+    return save(partial=False)
 
 
-def _title(document: dict[str, Any]) -> str:
-    preset = document.get("preset", {})
-    device = (document.get("environment", {}).get("device") or {}).get("kind", "?")
-    wall = f"{document['wall_s']:.1f} s, " if document.get("wall_s") is not None else ""
-    return f"converge {preset.get('name')} on {device} ({wall}{preset.get('steps')} steps)"
-
-
-def report(out: Path, runs: list[RunResult], document: dict[str, Any], console: Console) -> None:
+def report(out: Path, document: dict[str, Any], console: Console) -> None:
     """Print both tables; write the markdown table and the figures next to the JSON."""
-    title = _title(document)
-    print_report(console, runs, title)
+    print_report(console, document)
     paths = artifact_paths(out)
-    paths["table"].write_text(markdown(document, runs, title))
+    paths["table"].write_text(markdown(document))
     # paths whole on one line, however long (soft wrap: the terminal's, not rich's fold)
     console.print(f"results: {out}", highlight=False, soft_wrap=True)
     console.print(f"table:   {paths['table']}", highlight=False, soft_wrap=True)
@@ -157,29 +151,6 @@ def report(out: Path, runs: list[RunResult], document: dict[str, Any], console: 
         return
     for path in figures:
         console.print(f"plot:    {path}", highlight=False, soft_wrap=True)
-
-
-def render(path: Path, console: Console) -> int:
-    """``--render``: the table and figures of a finished results file, rewritten from it
-    alone (after a GPU session, or with newer plotting code); trains nothing."""
-    from perfsuite.results.results import ResultsError, json_error
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ResultsError(f"--render {path}: {json_error(text, err)}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ResultsError(f"--render {path}: not a readable JSON file ({err})") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ResultsError(f"--render {path}: not a converge results file (schema {SCHEMA})")
-    runs = []
-    for data in document.get("runs", []):
-        run = RunResult.from_dict(data)
-        run.parity = data.get("parity")
-        runs.append(run)
-    report(path, runs, document, console)
-    return 0
 
 
 def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:
@@ -203,10 +174,11 @@ def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:
             "Triton methods would run under the interpreter, one program at a time in numpy",
             highlight=False,
         )
+    kind = TrainKind(known, p, config.data, config.device, config.jobs, config.timeout_s)
     for cell in plan_cells(config, known):
-        fate = decided(known[cell.method], cell, p, config.device)
-        what = f"{fate.status} ({fate.reason})" if fate else "train"
-        if fate is None and interpreted(known[cell.method], config.device):
+        fate = kind.decided(cell.method, kind.case(cell))
+        what = f"{fate[0]['status']} ({fate[0]['reason']})" if fate else "train"
+        if fate is None and kind.interpreted(cell.method):
             what += " under the Triton interpreter"
         console.print(f"  {cell.method} β={cell.beta:g} {cell.dtype}: {what}", highlight=False)
     console.print(f"dry run: nothing trained, nothing written (--out would be {config.out})")

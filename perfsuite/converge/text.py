@@ -1,12 +1,6 @@
-"""Real text without a download: the English help pages that ship with Python.
-
-``pydoc_data.topics`` (part of the standard library, ~465k characters of the
-language reference) is tokenised by a byte-level BPE trained on it with Hugging
-Face ``tokenizers`` (a dependency of transformers) up to the preset's vocabulary.
-The last tenth of the text is held out. Training sequences start at seeded random
-offsets in the first nine tenths, so every method sees the same ones in the same
-order. The true next-token distribution is unknown here: the truth-based metrics
-are left out and the results say so.
+"""What a run trains on: the synthetic bigram source (``data``), or real text without a
+download, Python's bundled help pages (``pydoc_data.topics``) tokenised by a byte-level
+BPE trained on them up to the preset's vocabulary; the last tenth held out, no truth.
 """
 
 from __future__ import annotations
@@ -15,8 +9,10 @@ from typing import Any
 
 import torch
 
-from perfsuite.converge.data import Dataset
+from perfsuite.converge.data import Dataset, make_dataset, make_source, seeded_dataset
+from perfsuite.converge.presets import Preset
 
+DATA_KINDS = ("bigram", "text")  # a synthetic source whose truth is known, or real text
 HELDOUT_FRACTION = 0.1
 
 
@@ -73,11 +69,10 @@ def make_text_dataset(
     text = corpus()
     ids, used = tokenize(text, vocab, split_words)
     cut = int(ids.numel() * (1 - HELDOUT_FRACTION))
-    distinct = steps if train_batches is None else min(train_batches, steps)
-    train_gen = torch.Generator().manual_seed(seed + 1)
-    heldout_gen = torch.Generator().manual_seed(seed + 2)
-    train = _windows(ids[:cut], distinct * batch, seq + 1, train_gen)
-    heldout = _windows(ids[cut:], eval_batches * batch, seq + 1, heldout_gen)
+
+    def draw(heldout: bool, count: int, gen: torch.Generator) -> torch.Tensor:
+        return _windows(ids[cut:] if heldout else ids[:cut], count, seq + 1, gen)
+
     info: dict[str, Any] = {
         "kind": "real text: Python's bundled help topics (pydoc_data.topics), no download",
         "truth_known": False,
@@ -86,13 +81,16 @@ def make_text_dataset(
         + ("" if split_words else ", merges across words"),
         "tokens": int(ids.numel()),
         "heldout": f"the last {HELDOUT_FRACTION:.0%} of the tokens",
-        "train_seed": seed + 1,
-        "heldout_seed": seed + 2,
     }
-    return Dataset(
-        source=None,
-        train=train.view(distinct, batch, seq + 1),
-        heldout=heldout.view(eval_batches, batch, seq + 1),
-        steps=steps,
-        info=info,
+    return seeded_dataset(draw, (steps, batch, seq, eval_batches, train_batches), seed, info)
+
+
+def build_dataset(preset: Preset, kind: str) -> Dataset:
+    """The preset's batches of ``kind`` (``DATA_KINDS``): the same tensors every call."""
+    p = preset
+    if kind == "bigram":
+        source = make_source(p.vocab, p.support, p.zipf, p.seed)
+        return make_dataset(source, p.steps, p.batch, p.seq, p.eval_batches, p.train_batches)
+    return make_text_dataset(
+        p.vocab, p.steps, p.batch, p.seq, p.eval_batches, p.seed, p.train_batches
     )

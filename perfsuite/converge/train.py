@@ -1,15 +1,9 @@
 """One training run: a method, a beta, a dtype; per-step records and the held-out score.
 
-Each run rebuilds the model from the preset's seed and replays the dataset's
-fixed batches, so two runs differ only in their loss method. Every failure
-(unavailable package, unsupported case, exception, out of memory, non-finite
-loss) ends in a ``RunResult`` with a status and a one-line reason; what kills
-the process outright (a segfault, the OOM killer) is the worker's parent's to
-record (``perfsuite.converge.runner``, through the harness).
-
-Peak memory per step: CUDA's allocator counters; on CPU the process RSS high-water
-mark from ``perfsuite.measure.memory`` (reset before each step, so it is that
-step's growth; under the Triton interpreter it includes numpy's emulation buffers).
+Each run rebuilds the model from the preset's seed and replays the same batches, so runs
+differ only in their loss. Every failure in the process ends in a ``RunResult`` with a
+status and a one-line reason; what kills the process is the harness's to record. Peak
+memory per step: CUDA's allocator, or the growth of the process RSS on a CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +12,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -54,34 +48,34 @@ class RunResult:
         return [s["loss"] for s in self.steps]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "beta": self.beta,
-            "dtype": self.dtype,
-            "status": self.status,
-            "reason": self.reason,
-            "wall_s": round(self.wall_s, 4),
-            "steps": self.steps,
-            "heldout": self.heldout,
-            "parity": self.parity,
-            "busy": self.busy,
-        }
+        """Every field but the weights: a worker's line, the run's results row."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "params"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], params: torch.Tensor | None = None) -> RunResult:
         """The inverse of ``to_dict`` (a worker's line), with the weights it saved."""
-        return cls(
-            data["method"],
-            data["beta"],
-            data["dtype"],
-            status=data.get("status", "ok"),
-            reason=data.get("reason"),
-            steps=list(data.get("steps") or []),
-            heldout=data.get("heldout"),
-            wall_s=float(data.get("wall_s") or 0.0),
-            params=params,
-            busy=data.get("busy") or "",
-        )
+        names = {f.name for f in fields(cls)} - {"params"}
+        return cls(**{k: v for k, v in data.items() if k in names}, params=params)
+
+
+def case_for(preset: Preset, beta: float, dtype: str, device: str) -> Case:
+    """What a run asks of its method's loss: the preset's step at ``beta`` in ``dtype``."""
+    p = preset
+    size = {"tokens": p.tokens_per_step, "vocab": p.vocab, "hidden": p.hidden}
+    return Case(**size, dtype=dtype, beta=beta, device=device, z_loss=p.z_loss)
+
+
+def refusal(method: Method, case: Case) -> tuple[str, str] | None:
+    """``(status, reason)`` of a run the method cannot make (no training loss, not
+    installed here, or the case unsupported), known without training; else None."""
+    reason = method.lacks("train")  # a method measured only across ranks
+    if reason is not None:
+        return "unsupported", reason
+    reason = method.availability(case.device)
+    if reason is not None:
+        return "unavailable", reason
+    reason = method.unsupported_reason(case)
+    return None if reason is None else ("unsupported", reason)
 
 
 def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
@@ -138,22 +132,10 @@ def train_run(
     """Train from scratch with ``method``'s loss; never raises for a method's failure."""
     result = RunResult(method=method.name, beta=beta, dtype=dtype)
     start = time.perf_counter()
-    case = Case(
-        tokens=preset.tokens_per_step,
-        vocab=preset.vocab,
-        hidden=preset.hidden,
-        dtype=dtype,
-        beta=beta,
-        device=device,
-        z_loss=preset.z_loss,
-    )
-    reason = method.availability(device)
-    if reason is not None:
-        result.status, result.reason = "unavailable", reason
-        return result
-    reason = method.unsupported_reason(case)
-    if reason is not None:
-        result.status, result.reason = "unsupported", reason
+    case = case_for(preset, beta, dtype, device)
+    refused = refusal(method, case)
+    if refused is not None:
+        result.status, result.reason = refused
         return result
     try:
         _train(method, case, preset, data, result, on_step)
@@ -163,7 +145,7 @@ def train_run(
         result.status, result.reason = "unsupported", str(err)
     except Exception as err:  # a method's crash is its row's, not the sweep's
         result.status, result.reason = "oom" if is_oom(err) else "error", one_line(err)
-    result.wall_s = time.perf_counter() - start
+    result.wall_s = round(time.perf_counter() - start, 4)
     return result
 
 

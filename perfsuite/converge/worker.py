@@ -14,7 +14,6 @@ flight, and not even its steps.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,34 +31,25 @@ class WorkerSpec:
     params_dir: str
 
 
-def params_name(method: str, beta: float, dtype: str) -> str:
-    return f"{method}-beta{beta:g}-{dtype}.pt"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     # Imported after the parent set TRITON_INTERPRET in this process's environment.
     import torch
 
-    from perfsuite.converge.datasets import build_dataset
     from perfsuite.converge.model import describe_model, set_deterministic
     from perfsuite.converge.presets import Preset
+    from perfsuite.converge.text import build_dataset
     from perfsuite.converge.train import train_run
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
+    from perfsuite.harness.protocol import emitter
     from perfsuite.plan.registry import get_method
 
     preset = Preset(**spec.preset)
     set_deterministic(preset.seed)
     data = build_dataset(preset, spec.data)
     method = YARDSTICKS.get(spec.method) or get_method(spec.method)
-    with open(spec.out, "a", buffering=1) as out:
-
-        def emit(line: dict[str, Any]) -> None:
-            out.write(json.dumps(line) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
+    with emitter(spec.out) as emit:
         emit({"model": describe_model(preset)})
         for i, cell in enumerate(spec.runs):
             emit({"start": i})
@@ -74,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             path = None
             if result.params is not None:
-                path = str(Path(spec.params_dir) / params_name(spec.method, **cell))
+                name = f"{spec.method}-beta{cell['beta']:g}-{cell['dtype']}.pt"
+                path = str(Path(spec.params_dir) / name)
                 torch.save(result.params, path)
             emit({"run": i, "result": result.to_dict(), "params": path})
     return 0

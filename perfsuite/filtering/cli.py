@@ -1,14 +1,10 @@
 """``perfsuite filtering``: the gradient-filtering study on one workload (study.py).
 
-    perfsuite filtering --workload synthetic --tokens 1024 --vocab 32768 --hidden 512 \\
-        --out reports/filtering/synthetic
-    perfsuite filtering --workload reports/filtering/trained-v16k.safetensors \\
-        --out reports/filtering/trained
+    perfsuite filtering --workload synthetic --out reports/filtering/synthetic
 
-writes ``OUT.json`` (rows, summary, workload, provenance), ``OUT.md``, ``OUT.csv``
-and ``OUT.png``. ``--workload synthetic-axis`` is the first synthetic generator
-(the prior in hidden dimension 0), kept to show what that geometry did. Bad input
-is one ``error:`` line, exit 2.
+writes ``OUT.json`` (rows, summary, workload, provenance), ``OUT.md``, ``OUT.csv`` and
+``OUT.png``. ``--workload synthetic-axis`` is the first synthetic generator (the prior in
+hidden dimension 0), kept to show what that geometry did.
 """
 
 from __future__ import annotations
@@ -85,48 +81,36 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     from perfsuite.plan.workloads import file_shape, parse_workload, synthetic_inputs
     from perfsuite.run.inputs import Inputs, make_inputs
 
-    kind = args.workload
-    if kind not in ("random", "synthetic", "synthetic-axis"):
-        if args.vocab or args.hidden or args.entropy is not None or args.zipf is not None:
+    axis = args.workload == "synthetic-axis"
+    spec = parse_workload("synthetic" if axis else args.workload, args.entropy, args.zipf)
+    if spec is not None and spec["kind"] == "file":
+        if args.vocab or args.hidden:
             raise WorkloadError("a file workload fixes V and D (only --tokens applies)")
-        spec = parse_workload(kind)
         shape = file_shape(spec, args.tokens)
-        case = Case(
-            shape.tokens,
-            shape.vocab,
-            shape.hidden,
-            args.dtype,
-            softcap=shape.softcap,
-            device=args.device,
-        )
-        return case, make_inputs(case, args.seed, spec), {"kind": "file", "path": kind}
-    given = (args.tokens, args.vocab, args.hidden)
-    n, v, d = (x or y for x, y in zip(given, DEFAULT_SHAPE, strict=True))
-    case = Case(n, v, d, args.dtype, device=args.device)
-    if kind == "random":
-        if args.entropy is not None or args.zipf is not None:
-            raise WorkloadError("--entropy/--zipf shape a synthetic workload, not random inputs")
-        return case, make_inputs(case, args.seed, None), {"kind": "random"}
-    spec = parse_workload("synthetic", args.entropy, args.zipf)
-    if kind == "synthetic":
-        return case, make_inputs(case, args.seed, spec), {**spec, "geometry": "trained"}
-    e, c, targets, info = synthetic_inputs(
-        n,
-        v,
-        d,
+        dims, softcap = (shape.tokens, shape.vocab, shape.hidden), shape.softcap
+        path = args.workload
+        workload = {"kind": "file", "path": path, "label": f"file:{Path(path).name}"}
+    else:
+        given = (args.tokens, args.vocab, args.hidden)
+        dims, softcap = tuple(x or y for x, y in zip(given, DEFAULT_SHAPE, strict=True)), None
+        workload = {"kind": "random", "label": "random"}
+        if spec is not None:
+            geometry = "axis" if axis else "trained"
+            label = f"synthetic(H={spec['entropy']:g},zipf={spec['zipf']:g},{geometry})"
+            workload = {**spec, "geometry": geometry, "label": label}
+    case = Case(*dims, args.dtype, softcap=softcap, device=args.device)
+    if not axis:
+        return case, make_inputs(case, args.seed, spec), workload
+    e, c, targets, _ = synthetic_inputs(
+        *dims,
         entropy=spec["entropy"],
         zipf=spec["zipf"],
         seed=args.seed,
         geometry="axis",
         device=args.device,
     )
-    inputs = Inputs(
-        e=e.to(case.torch_dtype).requires_grad_(True),
-        c=c.to(case.torch_dtype).requires_grad_(True),
-        targets=targets,
-        workload="synthetic-axis",
-    )
-    return case, inputs, {**spec, "geometry": "axis"}
+    e, c = (x.to(case.torch_dtype).requires_grad_(True) for x in (e, c))
+    return case, Inputs(e, c, targets, workload="synthetic-axis"), workload
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,18 +123,12 @@ def run(args: argparse.Namespace) -> int:
     for suffix in (".json", ".md", ".csv", ".png"):  # before the study, in outpath's words
         check_output_file(stem.with_suffix(suffix), "--out", overwrite=args.force)
     case, inputs, workload = build_inputs(args)
-    label = {"random": "random", "file": f"file:{Path(workload.get('path', '')).name}"}.get(
-        workload["kind"],
-        f"synthetic(H={workload.get('entropy', 0):g},"
-        f"zipf={workload.get('zipf', 0):g},{workload.get('geometry')})",
-    )
     result = run_study(case, inputs, args.thresholds, args.filters, args.orders)
     document = {
         "schema": "perfsuite-filtering/1",
         "command": "perfsuite " + " ".join(shlex.quote(a) for a in args.argv),
         "workload": {
             **workload,
-            "label": label,
             "tokens": case.tokens,
             "vocab": case.vocab,
             "hidden": case.hidden,

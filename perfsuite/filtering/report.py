@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 COLUMNS = (
     ("filter", "filter"),
@@ -49,8 +50,7 @@ def _gate(row: dict[str, Any]) -> str:
 
 def markdown(document: dict[str, Any]) -> str:
     """The table one workload's study gives, with its summary line above it."""
-    s = document["summary"]
-    w = document["workload"]
+    s, w = document["summary"], document["workload"]
     lines = [
         f"# Filtering study: {w['label']} (N={w['tokens']}, V={w['vocab']}, D={w['hidden']}, "
         f"{w['dtype']})",
@@ -74,14 +74,6 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    keys = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def plot(path: Path, document: dict[str, Any]) -> None:
     """Tiles kept and dE error over torch's, against the threshold, per filter × order."""
     import matplotlib
@@ -89,15 +81,13 @@ def plot(path: Path, document: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in document["rows"] if r["filter"] != "none"]
+    filtered = (r for r in document["rows"] if r["filter"] != "none")
+    rows = sorted(filtered, key=lambda r: r["threshold"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     styles = {"natural": "-", "sorted": "--", "random": ":"}
     colors = {"cce": "tab:red", "element": "tab:orange", "tile-list": "tab:blue"}
     for name, order in dict.fromkeys((r["filter"], r["order"]) for r in rows):
-        sel = sorted(
-            (r for r in rows if (r["filter"], r["order"]) == (name, order)),
-            key=lambda r: r["threshold"],
-        )
+        sel = [r for r in rows if (r["filter"], r["order"]) == (name, order)]
         x = [r["threshold"] for r in sel]
         kw = {
             "color": colors.get(name),
@@ -141,6 +131,6 @@ def write_all(stem: Path, document: dict[str, Any]) -> list[Path]:
     paths = [stem.with_suffix(s) for s in (".json", ".md", ".csv", ".png")]
     paths[0].write_text(json.dumps(document, indent=1, default=str) + "\n")
     paths[1].write_text(markdown(document))
-    write_csv(paths[2], document["rows"])
+    pd.DataFrame(document["rows"]).to_csv(paths[2], index=False)
     plot(paths[3], document)
     return paths

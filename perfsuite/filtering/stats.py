@@ -1,12 +1,9 @@
-"""Summary numbers of a workload: entropy, entries above a threshold, frequency geometry.
-
-These are the numbers that decide whether gradient filtering can pay off (a flat
-softmax leaves nothing to skip) and whether a synthetic workload looks like a
-trained one. The *frequency direction* is the unit mean hidden state
-``û = ē / |ē|``: ``ē · C_v`` is each vocabulary entry's average logit, the key CCE
-sorts the vocabulary by, and in a trained LM it tracks how frequent ``v`` is.
-Its *share* of a matrix is ``‖M û‖_F / ‖M‖_F``: 1 when every row lies along û,
-about ``1/√D`` for random rows.
+"""Summary numbers of a workload: entropy, entries above a threshold, frequency geometry:
+whether gradient filtering can pay off (a flat softmax leaves nothing to skip) and whether
+a synthetic workload looks like a trained one. The *frequency direction* is the unit mean
+hidden state ``û = ē / |ē|``: ``ē · C_v`` is each entry's average logit, CCE's sort key,
+which in a trained LM tracks how frequent ``v`` is. Its *share* of a matrix is ``‖M û‖_F /
+‖M‖_F``: 1 when every row lies along û, about ``1/√D`` for random rows.
 """
 
 from __future__ import annotations
@@ -15,16 +12,9 @@ from typing import Any
 
 import torch
 
+from perfsuite.plan.workloads import _chunk_rows, _softcapped
+
 CCE_THRESHOLD = 2.0**-12  # CCE's default filter_eps for bf16: eps(bf16) / 32
-_CHUNK_ELEMENTS = 1 << 24
-
-
-def _rows(vocab: int) -> int:
-    return max(1, _CHUNK_ELEMENTS // max(vocab, 1))
-
-
-def _softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    return logits if softcap is None else softcap * torch.tanh(logits / softcap)
 
 
 @torch.no_grad()
@@ -42,8 +32,9 @@ def softmax_stats(
     live = targets != ignore_index
     entropy = above = top = 0.0
     rows = 0
-    for start in range(0, e.shape[0], _rows(c.shape[0])):
-        stop = start + _rows(c.shape[0])
+    step = _chunk_rows(c.shape[0])
+    for start in range(0, e.shape[0], step):
+        stop = start + step
         keep = live[start:stop]
         logp = torch.log_softmax(_softcapped(e[start:stop][keep].float() @ cf.T, softcap), -1)
         p = logp.exp()

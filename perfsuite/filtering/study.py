@@ -1,23 +1,13 @@
 """The filtering study: per filter, threshold and vocabulary order, what is kept and lost.
 
-For one workload (random, synthetic or a dump) in one dtype, rows of:
-
-- ``tiles_kept``: fraction of (row block, vocab tile) pairs the backward computes;
-- ``entries_kept``: fraction of the N·V gradient terms inside those pairs;
-- ``entries_above``: fraction of terms ≥ the threshold (order-free; CCE's paper
-  counts this one);
-- ``dropped_mass_mean`` / ``_max``: softmax probability a live row loses;
-- ``grad_e_*`` / ``grad_c_*``: the filtered gradient (exact fp32 sums over what is
-  kept, rounded once to the dtype) against the fp32 reference (the suite's gate
-  reference): max-abs error, that over max |reference|, Frobenius relative error,
-  the max-abs error over torch-in-the-same-dtype's (eager bf16 against the same
-  reference), whether the gate's tolerance (2 × torch's + slack) holds, and the
-  share of dE's squared error in its worst hidden dimension;
-- ``zero_dc_rows``: fraction of C's rows whose dC is exactly zero while the
-  reference's is not.
-
-The ``none`` row is the same rounding with nothing dropped: the floor any filter
-starts from. Everything is torch on CPU (or the given device); N·V fp32 logits
+For one workload in one dtype, rows of ``tiles_kept`` (the (row block, vocab tile) pairs
+the backward computes), ``entries_kept`` (the N·V terms inside them), ``entries_above``
+(terms ≥ the threshold, order-free: CCE's paper counts this one), ``dropped_mass_*`` (the
+probability a live row loses), ``grad_e_*`` / ``grad_c_*`` (the filtered gradient, exact
+fp32 sums over what is kept rounded once to the dtype, against the gate's fp32 reference:
+errors absolute, relative, over torch-in-the-same-dtype's, within the gate, dE's worst
+dimension) and ``zero_dc_rows`` (C rows whose dC is exactly zero while the reference's is
+not). The ``none`` row drops nothing: the floor any filter starts from. N·V fp32 logits
 are materialised, so the study refuses shapes past ``MAX_ELEMENTS``.
 """
 
@@ -31,7 +21,7 @@ import torch
 from perfsuite.filtering import emulate
 from perfsuite.filtering.stats import frequency_shares, softmax_stats
 from perfsuite.method import Case
-from perfsuite.run.correctness import reference_outcome, tolerances, torch_error_outcome
+from perfsuite.run.correctness import distance, reference_outcome, tolerances, torch_error_outcome
 from perfsuite.run.inputs import Inputs
 
 DEFAULT_THRESHOLDS = (2.0**-8, 2.0**-10, 2.0**-12, 2.0**-14, 2.0**-16)
@@ -67,10 +57,9 @@ class Study:
                 f"N·V = {case.tokens * case.vocab:,} logits is past the study's "
                 f"{limit:,} on {case.device} (it materialises them): use fewer --tokens"
             )
-        self.case, self.inputs = case, inputs
+        self.case = case
         self.dtype = case.torch_dtype
-        e, c = inputs.e.detach(), inputs.c.detach()
-        self.e32, self.c32 = e.float(), c.float()
+        self.e32, self.c32 = inputs.e.detach().float(), inputs.c.detach().float()
         self.targets = inputs.targets
         self.live = self.targets != case.ignore_index
         if not bool(self.live.any()):
@@ -83,13 +72,10 @@ class Study:
             self.logits, self.scale = case.softcap * t, 1 - t * t
         self.lse = torch.logsumexp(self.logits, -1)
         self.probs = torch.exp(self.logits - self.lse[:, None])
-        self.reference = reference_outcome(case, inputs)
-        self.torch_version = torch_error_outcome(case, inputs)
-        self.bounds = tolerances(case, self.reference, self.torch_version)
-        self.torch_err = {
-            q: float((self.torch_version.get(q) - self.reference.get(q)).abs().max())
-            for q in ("grad_e", "grad_c")
-        }
+        self.reference = ref = reference_outcome(case, inputs)
+        same_dtype = torch_error_outcome(case, inputs)
+        self.bounds = tolerances(case, ref, same_dtype)
+        self.torch_err = {q: distance(same_dtype.get(q), ref.get(q)) for q in ("grad_e", "grad_c")}
 
     def summary(self) -> dict[str, Any]:
         """Entropy, entries ≥ 2⁻¹², geometry and torch's own gradient errors."""

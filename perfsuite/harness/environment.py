@@ -1,17 +1,12 @@
 """A worker process's environment: what it is timed under, set before it imports
 anything (libgomp, glibc's malloc and ``@triton.jit`` read their variables once).
 
-OpenMP's wait policy (reports/cpu-busy/): torch's CPU ops run on libgomp
-threads that spin at every barrier (~300,000 pause loops) before they sleep. With
-another process on one of two cores, the spinning keeps our thread on that core
-behind the other process for a time slice at every op: ours' torch engine (~200
-small parallel ops per fwd+bwd at the smoke shape) ran 44-190x slower, eager (a few
-large ones) 1.7-11x. ``OMP_WAIT_POLICY=PASSIVE`` threads sleep at once and the idle core
-takes the thread that has work, but on a quiet VM each wake-up of an idle vCPU costs
-tens of microseconds: ours' quiet smoke forward ran 2.3x slower. So a CPU worker
-started while other processes use the cores waits passively, and one started on a
-quiet machine keeps libgomp's default (what a user's process runs, and every run
-before this check measured).
+OpenMP's wait policy (reports/cpu-busy/): libgomp threads spin at every barrier before
+they sleep; with another process on one of two cores that kept our thread queued behind
+it at every op (ours' torch engine 44-190x slower, eager 1.7-11x). ``PASSIVE`` threads
+sleep at once, but on a quiet VM each wake-up costs tens of microseconds (ours' smoke
+forward 2.3x slower). So a CPU worker started on a busy machine waits passively, and one
+started on a quiet machine keeps libgomp's default (what a user's process runs).
 """
 
 from __future__ import annotations
@@ -68,12 +63,11 @@ def child_env(device: str, jobs: int, triton: bool, busy: bool | None = None) ->
         if not triton:  # a native method is timed natively, whatever this process runs
             env.pop("TRITON_INTERPRET", None)
             if machine_busy() if busy is None else busy:
-                for var, value in BUSY_THREAD_ENV.items():
-                    env.setdefault(var, value)
-        if triton:
+                env = {**BUSY_THREAD_ENV, **env}  # unless the caller set them already
+        else:
             env["TRITON_INTERPRET"] = "1"
             if jobs > 1:  # share the cores instead of oversubscribing them
                 threads = str(max(1, len(os.sched_getaffinity(0)) // jobs))
-                for var in THREAD_VARS:  # torch's pool, and numpy's BLAS under tl.dot
-                    env.setdefault(var, threads)
+                # torch's pool, and numpy's BLAS under tl.dot
+                env = {**dict.fromkeys(THREAD_VARS, threads), **env}
     return env

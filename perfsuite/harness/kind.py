@@ -1,13 +1,7 @@
 """Cell kinds and the loop that measures them: what a kind declares, and how the harness
-turns its cases into workers.
-
-A kind (loss, loss across ranks, step, train) says its phases, how a case is decided
-without a worker (unavailable, unsupported, oom from a memory model), the worker's
-command and spec, when a case is finished in the worker's lines, and the rows of a
-case lost with its worker. The harness does the rest for every kind alike: decided
-cases first, then one worker after another until every case is done (a worker that
-dies costs the case it was on; the next starts after it), each case's rows marked with
-the machine's state and handed on as soon as they are known.
+turns its cases into workers: decided cases first, then one worker after another until
+every case is done (a worker that dies costs the case it was on), each case's rows marked
+with the machine's state and handed on as soon as they are known.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""One worker process's life: started in its own process group, its JSON-lines file
-polled, killed (the whole group) at its deadline or when the run is interrupted.
-
-A worker writes a line per finished row (and markers between them) to a file; the
-parent reads the file every ``POLL_S`` and hands every line so far to the caller,
-which reports the cases that have finished. Its own process group means a kill
-reaches what the worker started too: a multi-rank launcher's ranks, compile workers.
+"""One worker process's life: started in its own process group (so a kill reaches its
+ranks and compile workers too), its JSON-lines file polled every ``POLL_S`` and handed to
+the caller, killed (the whole group) at its deadline or when the run is interrupted.
 """
 
 from __future__ import annotations

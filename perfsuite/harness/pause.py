@@ -1,18 +1,13 @@
 """Interpreted workers paused while a natively timed worker's clock runs.
 
-On a CPU, Triton methods run under the interpreter, whose timings say nothing; they
-used to wait until every native method had finished (half of a 2½-minute
-smoke run). They now run beside the native workers, and a native worker stops them
-(SIGSTOP to each one's process group) for its timing passes and continues them after
-(SIGCONT): its clock never shares the machine with them, while its imports, first call
-(compilation: ``compile_ms``), gate and memory passes (meters of its own process)
-overlap with interpreted work. Native workers run one at a time: two at once made the
-smoke run slower (each one's OpenMP threads spin at barriers while the other's hold
-the cores).
-
-The runner lists the interpreted workers' process groups in a file (``PAUSE_VAR``
-names it to native workers); both sides hold its ``flock`` while they change or use
-the list, so no interpreted worker starts while a native clock runs.
+On a CPU, Triton methods run under the interpreter, whose timings say nothing, so they
+run beside the native workers, and a native worker stops them (SIGSTOP to each one's
+process group) for its timing passes and continues them after (SIGCONT): its imports,
+compilation, gate and memory passes overlap with interpreted work, its clock never does.
+Native workers run one at a time (two at once made the smoke run slower: each one's
+OpenMP threads spin at barriers while the other's hold the cores). The interpreted
+workers' groups are listed in a file (``PAUSE_VAR`` names it to native workers) whose
+``flock`` both sides hold, so no interpreted worker starts while a native clock runs.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 PAUSE_VAR = "PERFSUITE_PAUSE_FILE"
@@ -55,11 +50,9 @@ def _signal(pgids: list[int], sig: signal.Signals) -> list[int]:
     """``sig`` to each process group; the groups that still exist."""
     alive = []
     for pgid in pgids:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
             alive.append(pgid)
-        except (ProcessLookupError, PermissionError):
-            pass
     return alive
 
 
@@ -75,14 +68,10 @@ def _stopped(pid: int) -> bool:
 def lower_priority(pid: int, nice: int = BESIDE_NICE) -> None:
     """``nice`` for the process, and for its session's autogroup where Linux has them
     (they weigh sessions against each other, whatever a process's own niceness)."""
-    try:
+    with suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, pid, nice)
-    except OSError:
-        pass
-    try:
+    with suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-    except OSError:
-        pass
 
 
 @contextmanager

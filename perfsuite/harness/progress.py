@@ -1,18 +1,14 @@
-"""Progress lines while a run measures: a method's worker starting, each cell starting,
-and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs.
-
-``run --shape gemma2-2b --tokens 256`` used to print nothing for 420 s, its first
-cell's length. Workers write ``{"stage": ...}`` lines (the gate, each phase's memory
-and timing pass) between their rows; the harness polls that file anyway and hands the
-lines here. A cell's start line carries the memory model's predicted peak, and once a
-cell has finished, the time left by ``grid.unit_cost`` calibrated on the cells done (per
-kind: native and interpreted cells run at very different rates).
+"""Progress lines while a run measures: a method's worker starting, each cell starting
+(with the memory model's predicted peak and, once a cell has finished, the time left),
+and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs, from the ``stage``
+lines workers write between their rows.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +25,16 @@ NoticeFn = Callable[[str], None]
 def row_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows among a worker's output lines."""
     return [line for line in lines if not any(k in line for k in MARKERS)]
+
+
+def finished_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
+    """A finished cell's console lines (rich markup): its label and statuses, then a
+    warning when the harness marked its rows busy."""
+    lines = [f"{label}: {','.join(sorted({r['status'] for r in rows}))}"]
+    busy = next((r["busy"] for r in rows if r.get("busy")), "")
+    if busy:
+        lines.append(f"[yellow]warning: busy machine[/yellow] ({busy})")
+    return lines
 
 
 def duration(seconds: float) -> str:
@@ -69,14 +75,14 @@ class _Worker:
     """What the tracker last said about one method's running worker."""
 
     batch: list[dict[str, Any]]
+    cell_since: float
+    said_at: float
+    # Since when the next finished cell's seconds count: the worker's start (imports are
+    # its first cell's cost), then the last finish.
+    charged_since: float
     started: int = -1  # index in ``batch`` of the last case started
     in_cell: bool = False  # that case has not finished
     stage: str = "starting"
-    cell_since: float = 0.0
-    said_at: float = 0.0
-    # Since when the next finished cell's seconds count: the worker's start (imports are
-    # its first cell's cost), then the last finish.
-    charged_since: float = 0.0
 
 
 class Tracker:
@@ -97,12 +103,11 @@ class Tracker:
     ) -> None:
         self.notice, self.model, self.clock = notice, model, clock
         self.total = len(units)
-        self.left: dict[str, float] = {}
+        self.left: defaultdict[str, float] = defaultdict(float)  # modelled cost to go
         for method, case in units:
-            kind = model.kind(method)
-            self.left[kind] = self.left.get(kind, 0.0) + model.cost(method, case)
-        self.spent = {kind: 0.0 for kind in self.left}  # cell-seconds of finished cells
-        self.done = {kind: 0.0 for kind in self.left}  # their modelled cost
+            self.left[model.kind(method)] += model.cost(method, case)
+        self.spent: defaultdict[str, float] = defaultdict(float)  # finished cells' seconds
+        self.done: defaultdict[str, float] = defaultdict(float)  # their modelled cost
         self.cells_started = 0
         self.t0 = clock()
         self.workers: dict[str, _Worker] = {}
@@ -111,8 +116,7 @@ class Tracker:
     def worker_started(self, method: str, batch: list[dict[str, Any]]) -> None:
         with self.lock:
             now = self.clock()
-            self.workers[method] = _Worker(list(batch), cell_since=now, said_at=now)
-            self.workers[method].charged_since = now
+            self.workers[method] = _Worker(list(batch), now, now, now)
             self.notice(f"{method}: worker starting ({len(batch)} cell(s) to measure)")
 
     def poll(self, method: str, lines: list[dict[str, Any]]) -> None:
@@ -176,9 +180,9 @@ class Tracker:
                 worker.charged_since, worker.cell_since, worker.said_at = now, now, now
                 worker.in_cell = False
             kind, cost = self.model.kind(method), self.model.cost(method, case)
-            self.spent[kind] = self.spent.get(kind, 0.0) + (now - since)
-            self.done[kind] = self.done.get(kind, 0.0) + cost
-            self.left[kind] = self.left.get(kind, 0.0) - cost
+            self.spent[kind] += now - since
+            self.done[kind] += cost
+            self.left[kind] -= cost
 
     def worker_ended(self, method: str) -> None:
         with self.lock:

@@ -30,11 +30,9 @@ def schedule(
     ones ``jobs`` at a time, costliest first (threads, each driving its own worker),
     beside the native ones where ``beside`` allows (the kind's memory says so), else
     after them."""
-    native: list[T] = []
-    emulated: list[T] = []
-    for item in items:
-        (emulated if interpreted(item) else native).append(item)
-    emulated.sort(key=lambda i: -cost(i))  # longest first
+    every = list(items)
+    native = [item for item in every if not interpreted(item)]
+    emulated = sorted(filter(interpreted, every), key=lambda i: -cost(i))  # longest first
     if native and emulated and beside and jobs >= 2:
         _beside(native, emulated, work, jobs)
         return

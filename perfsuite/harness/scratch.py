@@ -1,10 +1,6 @@
-"""Temporary folders for worker specs and rows, removed even after a kill.
-
-A ``with TemporaryDirectory()`` is removed on every exit Python sees (an error,
-Ctrl-C, SIGTERM), but not when the process is SIGKILLed (the OOM killer, a CI
-timeout, ``kill -9`` of a sweep): ``/tmp/perfsuite-*`` folders were
-left behind. So each folder's name carries the pid that made it, and the next run
-removes the folders of pids that no longer exist.
+"""Temporary folders for worker specs and rows, removed even after a kill: a SIGKILLed
+run (the OOM killer, a CI timeout) cannot remove its own, so each folder's name carries
+the pid that made it, and the next run removes those of pids that no longer exist.
 """
 
 from __future__ import annotations

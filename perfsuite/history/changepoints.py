@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from types import ModuleType
 
 import numpy as np
 
@@ -32,16 +31,6 @@ MEDIAN_SE_FACTOR = 1.2533
 
 class RupturesMissing(RuntimeError):
     """``ruptures`` is not importable (an environment run from a checkout, e.g. a lent GPU)."""
-
-
-def _ruptures() -> ModuleType:
-    """``ruptures``, imported when a series is long enough to search: every other command
-    (``perfsuite run`` above all) works without it."""
-    try:
-        import ruptures
-    except ImportError:
-        raise RupturesMissing("change points need ruptures: pip install ruptures") from None
-    return ruptures
 
 
 def robust_sigma(values: Sequence[float]) -> float:
@@ -84,6 +73,10 @@ def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
         sigma = robust_sigma(y)
     sigma = max(sigma, SIGMA_FLOOR)
     penalty = PENALTY_FACTOR * sigma**2 * math.log(n)
-    algo = _ruptures().Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y.reshape(-1, 1))
+    try:  # here, when a series is long enough to search: every other command runs without it
+        import ruptures
+    except ImportError:
+        raise RupturesMissing("change points need ruptures: pip install ruptures") from None
+    algo = ruptures.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y.reshape(-1, 1))
     ends = algo.predict(pen=penalty)
     return [int(e) for e in ends[:-1]]

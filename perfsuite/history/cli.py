@@ -14,7 +14,8 @@ import shutil
 import sqlite3
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rich import box
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
 from perfsuite.results.outpath import OutputPathError, check_output_dir
+from perfsuite.results.results import ResultsError, read_json
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -44,15 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _db_option(parser, None)
     sub = parser.add_subparsers(dest="history_command", metavar="COMMAND", required=True)
     p = sub.add_parser("add", help="store results files (idempotent; corrupt ones refused)")
-    _db_option(p)
     p.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON files")
     p = sub.add_parser("import", help="store every results JSON found below a folder")
-    _db_option(p)
     p.add_argument("folder", metavar="DIR")
     p = sub.add_parser("list", help="stored runs, one line each, in time order")
-    _db_option(p)
     p = sub.add_parser("check", help="regressions (exit 1 if one is neither recovered nor acked)")
-    _db_option(p)
     p.add_argument("--device", default=None, help="only this device name")
     p.add_argument("--metric", choices=store.METRICS, action="append", help="default: both")
     p.add_argument("-v", "--verbose", action="store_true", help="also the changes that are not")
@@ -62,12 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep the times of runs measured on a busy machine (left out by default)",
     )
     p = sub.add_parser("ack", help="acknowledge a regression: CELL/RUN as `check` prints it")
-    _db_option(p)
     p.add_argument("regression", metavar="CELL/RUN")
     p.add_argument("--reason", required=True)
     p.add_argument("--metric", choices=store.METRICS, default=None, help="default: both")
     p = sub.add_parser("sensitivity", help="detection and false-alarm rates on synthetic series")
-    _db_option(p)
     p.add_argument("--trials", type=int, default=30, help="series per scenario and cell")
     p.add_argument("--cells", type=int, default=4, help="cells (sample sets) per device kind")
     p.add_argument("--runs", type=int, default=20, help="runs per series")
@@ -82,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--step-at", type=int, default=40, help="first run of the step (from 0)")
     p.add_argument("--method", default="ours", choices=demo.METHODS, help="the method it slows")
     p.add_argument("--seed", type=int, default=0)
+    for name, p in sub.choices.items():
+        if name != "demo":  # it writes results files, no database
+            _db_option(p)
 
 
 def _fail(message: str) -> int:
@@ -89,57 +88,34 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
-class _LazyDb:
-    """The database ``add`` and ``import`` write, made on the first file worth storing:
-    bad input left an empty database behind, which ``list`` then read as ``0 runs``."""
-
-    def __init__(self, db: str | None) -> None:
-        self.db, self.conn = db, None
-
-    def add(self, path: str | Path) -> ingest.Added:
-        document = ingest.read_document(path)
-        if self.conn is None:
-            ingest.prepare(document, str(path))  # every row checked before a database exists
-            self.conn = store.connect(self.db, create=True, write=True)
-        return ingest.add_document(self.conn, document, str(path))
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-
-
-def _cmd_add(db: _LazyDb, paths: Sequence[str]) -> int:
-    rc = EXIT_OK
-    for path in paths:
-        try:
-            added = db.add(path)
-        except ingest.IngestError as err:
-            rc = _fail(str(err).splitlines()[0])
-            continue
-        what = "already stored" if added.duplicate else f"added {added.n_cells} cells"
-        print(f"{path}: {what} (run {added.content_hash[:12]})")
-    return rc
-
-
-def _cmd_import(db: _LazyDb, folder: str) -> int:
-    if not Path(folder).is_dir():
-        return _fail(f"{folder}: not a folder")
+def _cmd_add(
+    db: str | None, paths: Iterable[str | Path], stack: ExitStack, folder: bool = False
+) -> int:
+    """Store each file, one line each; from a folder (``import``), skip the JSON that is
+    not results and end with the counts. The database is made on the first file worth
+    storing: bad input left an empty one, which ``list`` then read as ``0 runs``."""
     rc, counts = EXIT_OK, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
-    for path in ingest.results_files(folder):
-        if not ingest.looks_like_results(path):
+    conn = None
+    for path in paths:
+        if folder and not ingest.looks_like_results(Path(path)):
             print(f"{path}: skipped (not a results file)")
             counts["skipped"] += 1
             continue
         try:
-            added = db.add(path)
-        except ingest.IngestError as err:
+            document = read_json(path)
+            if conn is None:
+                ingest.prepare(document, str(path))  # every row checked before a database exists
+                conn = stack.enter_context(closing(store.connect(db, create=True, write=True)))
+            added = ingest.add_document(conn, document, str(path))
+        except ResultsError as err:
             rc = _fail(str(err).splitlines()[0])
             counts["refused"] += 1
             continue
         what = "already stored" if added.duplicate else "added"
         counts[what] += 1
         print(f"{path}: {what} (run {added.content_hash[:12]}, {added.n_cells} cells)")
-    print(", ".join(f"{v} {k}" for k, v in counts.items()))
+    if folder:
+        print(", ".join(f"{v} {k}" for k, v in counts.items()))
     return rc
 
 
@@ -151,7 +127,7 @@ def _shown(source: str) -> str:
     return source
 
 
-def _cmd_list(conn: sqlite3.Connection) -> int:
+def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     """One line per run when that fits the terminal; else two, the second (environment,
     device, source) folded at spaces and slashes: a line was 100-121 characters at 80."""
     runs = store.list_runs(conn)
@@ -205,13 +181,12 @@ def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         note = f"busy run {run_hash[:12]}: its times are left out ({why}; --accept-busy)"
         print(textwrap.fill(note, max(40, shutil.get_terminal_size().columns)))
     series = rules.load_series(conn, metrics, args.device, untimed=set(busy))
-    failing, settled = rules.check(series, store.acks(conn))
     acked = store.acks(conn)
+    failing, settled = rules.check(series, acked)
     for change in failing:
         print(_describe(change, "REGRESSION"))
     for change in settled:
-        key = (change.series.cell_id, change.after_point.run_hash)
-        reason = acked.get((*key, change.series.metric)) or acked.get((*key, "*"))
+        reason = rules.ack_reason(change, acked)
         note = f"acknowledged: {reason}" if reason else "recovered later"
         print(_describe(change, "settled", note))
     if args.verbose:
@@ -291,15 +266,8 @@ def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     for kind, samples in sets.items():
         noise = args.run_noise if args.run_noise is not None else _run_noise(conn, kind)
         print(f"{kind}: {len(samples)} cells' samples, run-to-run noise {noise:.2%}")
-        rates += sensitivity.measure(
-            samples,
-            kind,
-            trials=args.trials,
-            n_runs=args.runs,
-            change_at=args.runs * 3 // 5,
-            run_noise=noise,
-            seed=args.seed,
-        )
+        runs = dict(trials=args.trials, n_runs=args.runs, change_at=args.runs * 3 // 5)
+        rates += sensitivity.measure(samples, kind, **runs, run_noise=noise, seed=args.seed)
     print(sensitivity.format_table(rates))
     return EXIT_OK
 
@@ -328,34 +296,22 @@ def run(args: argparse.Namespace) -> int:
     command = args.history_command
     if command == "demo":
         return _cmd_demo(args)
-    if command in ("add", "import"):
-        db = _LazyDb(args.db)
+    with ExitStack() as stack:
         try:
-            return _cmd_add(db, args.results) if command == "add" else _cmd_import(db, args.folder)
-        except store.StoreError as err:
+            if command == "add":
+                return _cmd_add(args.db, args.results, stack)
+            if command == "import":
+                if not Path(args.folder).is_dir():
+                    return _fail(f"{args.folder}: not a folder")
+                return _cmd_add(args.db, ingest.results_files(args.folder), stack, folder=True)
+            write = command == "ack"  # the others read a database that exists, never making one
+            conn = stack.enter_context(closing(store.connect(args.db, create=False, write=write)))
+            commands = {"list": _cmd_list, "check": _cmd_check, "ack": _cmd_ack}
+            return commands.get(command, _cmd_sensitivity)(conn, args)
+        except (store.StoreError, changepoints.RupturesMissing) as err:
             return _fail(str(err).splitlines()[0])
         except sqlite3.DatabaseError as err:
             return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
-        finally:
-            db.close()
-    try:
-        conn = store.connect(args.db, create=False, write=command == "ack")
-    except store.StoreError as err:
-        return _fail(str(err).splitlines()[0])
-    try:
-        if command == "list":
-            return _cmd_list(conn)
-        if command == "check":
-            return _cmd_check(conn, args)
-        if command == "ack":
-            return _cmd_ack(conn, args)
-        return _cmd_sensitivity(conn, args)
-    except changepoints.RupturesMissing as err:
-        return _fail(str(err))
-    except (sqlite3.DatabaseError, store.StoreError) as err:
-        return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
-    finally:
-        conn.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,18 +1,13 @@
-"""``history demo``: a synthetic nightly history with a known step, to try the tools on.
-
-It writes one results file per run (``history import`` then stores them): a
-made-up device, ``synthetic demo GPU`` (kind ``cuda``, so CUDA's 2 % minimum
-applies; ``env.synthetic`` says what it is), shape ``demo``, methods ``ours``
-and ``eager``, β in {0, 0.1}, every phase. Each run's level moves by
-``run_noise`` (default 0.33 %, the run-to-run scatter of the stored H100 runs)
-and each of its 20 samples by ``sample_noise`` (0.5 %) around that level;
-from run ``step_at`` on, ``step_method``'s time is ``1 + step`` times longer.
-Memory never changes. The commits are made-up hashes (no repository has them).
+"""``history demo``: a synthetic nightly history with a known step, to try the tools on
+(docs/history.md): one results file per run on a made-up device (kind ``cuda``,
+``env.synthetic`` says what it is), run-to-run noise ``RUN_NOISE``, sample noise
+``SAMPLE_NOISE``, and from run ``step_at`` on ``step_method`` ``1 + step`` times slower.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,7 +18,8 @@ import numpy as np
 from perfsuite.results.results import PHASES, new_document, write_results
 
 DEVICE = {"kind": "cuda", "name": "synthetic demo GPU", "synthetic": True}
-SHAPE = {"shape": "demo", "tokens": 8192, "vocab": 256000, "hidden": 2304, "dtype": "bf16"}
+ROW = {"shape": "demo", "tokens": 8192, "vocab": 256000, "hidden": 2304, "dtype": "bf16",
+       "softcap": None, "status": "ok", "device": "cuda", "workload": "random"}  # fmt: skip
 METHODS = ("eager", "ours")
 BETAS = (0.0, 0.1)
 START = datetime(2026, 1, 1, 3, 17, tzinfo=timezone.utc)
@@ -39,58 +35,40 @@ def _base_ms(method: str, phase: str, beta: float) -> float:
     return 10.0 * scale * (1 + PHASES.index(phase)) * (1.03 if beta else 1.0)
 
 
-def _base_bytes(method: str) -> int:
-    return (6 if method == "eager" else 1) << 30
-
-
 def document(
-    i: int,
-    rng: np.random.Generator,
-    step: float = 0.05,
-    step_at: int = 40,
-    step_method: str = "ours",
-    run_noise: float = RUN_NOISE,
-    sample_noise: float = SAMPLE_NOISE,
-    seed: int = 0,
+    i: int, rng: np.random.Generator, step: float, step_at: int, step_method: str, seed: int
 ) -> dict[str, Any]:
     """Run ``i`` of the demo history (``rng`` draws its noise)."""
     rows = []
-    for method in METHODS:
-        for beta in BETAS:
-            for phase in PHASES:
-                factor = 1 + step if method == step_method and i >= step_at else 1.0
-                level = _base_ms(method, phase, beta) * factor * (1 + rng.normal(0, run_noise))
-                samples = level * (1 + rng.normal(0, sample_noise, SAMPLES))
-                p20, median, p80 = np.percentile(samples, [20, 50, 80])
-                rows.append(
-                    {
-                        **SHAPE,
-                        "method": method,
-                        "beta": beta,
-                        "phase": phase,
-                        "softcap": None,
-                        "status": "ok",
-                        "device": "cuda",
-                        "workload": "random",
-                        "median_ms": float(median),
-                        "p20_ms": float(p20),
-                        "p80_ms": float(p80),
-                        "samples_ms": [float(s) for s in samples],
-                        "peak_bytes": _base_bytes(method),
-                    }
-                )
+    for method, beta, phase in itertools.product(METHODS, BETAS, PHASES):
+        factor = 1 + step if method == step_method and i >= step_at else 1.0
+        level = _base_ms(method, phase, beta) * factor * (1 + rng.normal(0, RUN_NOISE))
+        samples = level * (1 + rng.normal(0, SAMPLE_NOISE, SAMPLES))
+        p20, median, p80 = np.percentile(samples, [20, 50, 80])
+        rows.append(
+            {
+                **ROW,
+                "method": method,
+                "beta": beta,
+                "phase": phase,
+                "median_ms": float(median),
+                "p20_ms": float(p20),
+                "p80_ms": float(p80),
+                "samples_ms": [float(s) for s in samples],
+                "peak_bytes": (6 if method == "eager" else 1) << 30,
+            }
+        )
     sha = hashlib.sha1(f"perfsuite history demo {seed} {i}".encode()).hexdigest()
+    what = f"perfsuite history demo: run {i}, seed {seed}"
+    if step:
+        what += f"; step {step:+.1%} on {step_method} from run {step_at}"
     env = {
         "created": (START + timedelta(days=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git": {"sha": sha, "dirty": False},
         "versions": {"perfsuite": "demo", "torch": "demo"},
         "device": DEVICE,
-        "synthetic": (
-            f"perfsuite history demo: run {i}, seed {seed}; step {step:+.1%} on {step_method} "
-            f"from run {step_at}"
-            if step
-            else f"perfsuite history demo: run {i}, seed {seed}"
-        ),
+        "synthetic": what
+        + (f"; step {step:+.1%} on {step_method} from run {step_at}" if step else ""),
     }
     return new_document(env, rows)
 

@@ -1,31 +1,13 @@
 """Which change points are regressions, and the verdicts of ``history check``.
 
-Each cell's series (one per metric: median time, peak memory; ``ok`` rows only,
-interpreted rows not timed) is cut by ``changepoints.detect``. Consecutive
-changes in the same direction are merged into one (a slow drift is found as a
-staircase of small steps: their sum is what matters). A merged change is a
-**regression** when all hold:
-
-1. direction: slower, or more memory;
-2. size: ``after / before - 1`` (segment medians) reaches the minimum of
-   ``perfsuite compare`` for the device kind (time: 2 % on cuda, 20 % on cpu;
-   memory: 1 %, plus 1 MiB of RSS resolution on cpu);
-3. noise: the size is at least ``NOISE_SIGMAS`` (4) standard errors of the
-   difference of the two segment medians, with the cell's noise taken from
-   its run-to-run scatter and, as a floor, each run's p20-p80 spread; and
-   the pooled raw samples after the change are larger than those before
-   (one-sided Mann-Whitney U, ``p < ALPHA`` = 0.001: a series whose run
-   medians jump between the modes of a bimodal timing distribution does not
-   pass, its samples do not move);
-4. persistence: at least ``MIN_PERSISTENCE`` runs after the change.
-
-Runs measured on a busy machine (``busy_runs``) give no time point unless asked
-(``history check --accept-busy``): their times would call a change of machine state a
-regression. ``history check`` and the dashboard judge the same series this way.
-
-A regression is **recovered** when a later segment comes back within the
-threshold of the level before it; ``check`` fails only on regressions that are
-neither recovered nor acknowledged (``history ack``).
+Each cell's series (per metric: median time, peak memory; ``ok`` rows only, interpreted
+rows not timed, busy runs' times left out unless asked) is cut by ``changepoints.detect``;
+consecutive changes in one direction merge (a drift is a staircase of small steps). A
+merged change is a regression when it goes the wrong way, reaches ``perfsuite compare``'s
+minimum, exceeds ``NOISE_SIGMAS`` standard errors of the cell's noise, moves the pooled
+raw samples (one-sided Mann-Whitney U, ``p < ALPHA``) and persists ``MIN_PERSISTENCE``
+runs (docs/history.md); it is recovered when a later segment comes back within the
+minimum. ``check`` fails only on regressions neither recovered nor acknowledged.
 """
 
 from __future__ import annotations
@@ -33,9 +15,10 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +72,6 @@ class Change:
     size: float  # after / before - 1
     persistence: int  # runs in the segment after the (last) step
     noise_bound: float  # the size the noise alone could produce
-    threshold: float
     regression: bool
     recovered: bool = False
     why_not: list[str] = field(default_factory=list)
@@ -128,7 +110,7 @@ def series_noise(series: Series) -> float:
     return max(scatter, per_run, changepoints.SIGMA_FLOOR)
 
 
-def judge(series: Series, threshold: float | None = None) -> list[Change]:
+def judge(series: Series) -> list[Change]:
     """The merged change points of a series, each judged by the rule above."""
     values = [p.value for p in series.points]
     sigma = series_noise(series)
@@ -139,7 +121,7 @@ def judge(series: Series, threshold: float | None = None) -> list[Change]:
     levels = [float(np.median(values[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
     sigma = max(sigma, _residual_sigma(values, bounds, levels))
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
-    limit = threshold if threshold is not None else threshold_for(series.metric, series.device_kind)
+    limit = threshold_for(series.metric, series.device_kind)
     changes = []
     # Chains of consecutive steps in one direction: j indexes segments after a step.
     steps = list(range(1, len(levels)))
@@ -150,12 +132,8 @@ def judge(series: Series, threshold: float | None = None) -> list[Change]:
         size = after / before - 1 if before else 0.0
         n_before = bounds[first] - bounds[first - 1]
         n_after = bounds[last + 1] - bounds[last]
-        noise_bound = (
-            NOISE_SIGMAS
-            * changepoints.MEDIAN_SE_FACTOR
-            * sigma
-            * math.sqrt(1 / n_before + 1 / n_after)
-        )
+        spread = sigma * math.sqrt(1 / n_before + 1 / n_after)
+        noise_bound = NOISE_SIGMAS * changepoints.MEDIAN_SE_FACTOR * spread
         why_not = []
         if size <= 0:
             why_not.append("faster" if series.metric == "time" else "less memory")
@@ -168,15 +146,13 @@ def judge(series: Series, threshold: float | None = None) -> list[Change]:
             why_not.append(f"samples not significantly apart (U test p={p_value:.2g})")
         if n_after < MIN_PERSISTENCE:
             why_not.append(f"{n_after} run after the change")
-        if (
-            series.metric == "memory"
-            and series.device_kind == "cpu"
-            and after - before < CPU_MEMORY_SLACK_BYTES
-        ):
+        cpu_rss = series.metric == "memory" and series.device_kind == "cpu"
+        if cpu_rss and after - before < CPU_MEMORY_SLACK_BYTES:
             why_not.append("under the CPU RSS resolution")
         # The culprit: the chain's largest single step (a noise step merged before
         # a real one must not move the blame onto an older commit).
         culprit = max(chain, key=lambda j: abs(sizes[j - 1]))
+        recovered = any(level <= before * (1 + limit) for level in levels[last + 1 :])
         change = Change(
             series=series,
             start=bounds[culprit],
@@ -185,13 +161,10 @@ def judge(series: Series, threshold: float | None = None) -> list[Change]:
             size=size,
             persistence=n_after,
             noise_bound=noise_bound,
-            threshold=limit,
             regression=not why_not,
+            recovered=recovered and not why_not,
             why_not=why_not,
         )
-        if change.regression:
-            later = levels[last + 1 :]
-            change.recovered = any(level <= before * (1 + limit) for level in later)
         changes.append(change)
     return changes
 
@@ -228,16 +201,16 @@ def series_name(method: str, tp: int | None) -> str:
     return method if tp is None else f"{method} TP={tp}"
 
 
+def extras(key: Mapping[str, Any], sep: str = " ") -> str:
+    """A cell's softcap and workload, where they are not the default, for its name."""
+    softcap = "" if key["softcap"] is None else f" softcap={key['softcap']:g}"
+    return softcap + ("" if key["workload"] == "random" else f"{sep}{key['workload']}")
+
+
 def _label(row: sqlite3.Row) -> str:
-    text = (
-        f"{row['device_name']} {series_name(row['method'], row['tp'])} {row['phase']} "
-        f"{row['tokens']}x{row['vocab']}x{row['hidden']} {row['dtype']} beta={row['beta']:g}"
-    )
-    if row["softcap"] is not None:
-        text += f" softcap={row['softcap']:g}"
-    if row["workload"] != "random":
-        text += f" {row['workload']}"
-    return text
+    name = f"{row['device_name']} {series_name(row['method'], row['tp'])} {row['phase']}"
+    size = f"{row['tokens']}x{row['vocab']}x{row['hidden']}"
+    return f"{name} {size} {row['dtype']} beta={row['beta']:g}" + extras(row)
 
 
 def _point(row: sqlite3.Row, metric: str) -> Point | None:
@@ -250,20 +223,12 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
         value = float(row["median_ms"])
         samples = tuple(json.loads(row["samples_json"]))
         noise = changepoints.median_se(row["p20_ms"], row["p80_ms"], value, len(samples))
+    elif row["peak_bytes"] is None or row["peak_bytes"] <= 0:
+        return None
     else:
-        if row["peak_bytes"] is None or row["peak_bytes"] <= 0:
-            return None
         value = float(row["peak_bytes"])
-    return Point(
-        run_hash=row["content_hash"],
-        created=row["created"],
-        sha=row["sha"],
-        dirty=bool(row["dirty"]),
-        env_hash=row["env_hash"],
-        value=value,
-        noise=noise,
-        samples=samples if metric == "time" else (),
-    )
+    run = (row["content_hash"], row["created"], row["sha"], bool(row["dirty"]), row["env_hash"])
+    return Point(*run, value, noise, samples)
 
 
 def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
@@ -272,16 +237,19 @@ def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
     Two rows with the same raw samples are one measurement (kept once, at its
     first time); rows without samples are told apart by time and values.
     """
-    seen, out = set(), []
+    first: dict[tuple, sqlite3.Row] = {}
     for row in rows:
-        if row["samples_json"] != "[]":
-            key: tuple = (row["samples_json"],)
-        else:
+        key = (row["samples_json"],)
+        if key == ("[]",):
             key = (row["created"], row["status"], row["median_ms"], row["peak_bytes"])
-        if key not in seen:
-            seen.add(key)
-            out.append(row)
-    return out
+        first.setdefault(key, row)
+    return list(first.values())
+
+
+def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:
+    """Each cell's rows (of one device's runs, if given), one per measurement, in time order."""
+    for _, rows in groupby(store.cell_rows(conn, device), key=lambda r: r["cell_id"]):
+        yield unique_measurements(list(rows))
 
 
 def load_series(
@@ -292,11 +260,7 @@ def load_series(
 ) -> list[Series]:
     """Every cell's series of each metric, in run-time order, from the database; the
     runs in ``untimed`` (content hashes: measured on a busy machine) give no time point."""
-    out = []
-    rows = store.cell_rows(conn, device)
-    for _, group in groupby(rows, key=lambda r: r["cell_id"]):
-        out += cell_series(unique_measurements(list(group)), metrics, untimed)
-    return out
+    return [s for rows in cells(conn, device) for s in cell_series(rows, metrics, untimed)]
 
 
 def cell_series(
@@ -319,10 +283,15 @@ def verdict(change: Change, acknowledged: dict[tuple[str, str, str], str]) -> st
     """``open``, ``acknowledged`` or ``recovered`` for a regression; ``change`` otherwise."""
     if not change.regression:
         return "change"
-    key = (change.series.cell_id, change.after_point.run_hash)
-    if (*key, change.series.metric) in acknowledged or (*key, "*") in acknowledged:
+    if ack_reason(change, acknowledged) is not None:
         return "acknowledged"
     return "recovered" if change.recovered else "open"
+
+
+def ack_reason(change: Change, acknowledged: dict[tuple[str, str, str], str]) -> str | None:
+    """Why the change was acknowledged, for its metric or both (None: it was not)."""
+    key = (change.series.cell_id, change.after_point.run_hash)
+    return acknowledged.get((*key, change.series.metric), acknowledged.get((*key, "*")))
 
 
 def check(

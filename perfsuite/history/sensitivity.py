@@ -1,19 +1,12 @@
 """How well the history detector finds regressions: synthetic series, real noise.
 
-``perfsuite sensitivity`` measures ``compare`` by re-running methods (minutes);
-this measures ``rules.judge`` in seconds. A series of ``n_runs`` runs is built
-from one cell's stored samples: each run's value is the median of a bootstrap
-resample of the samples (the within-run noise as measured), times a run-level
-factor ``1 + N(0, run_noise)`` (the run-to-run drift no single run shows), times
-the injected change:
-
-``none``        nothing: every regression found is a false alarm
-``step +X%``    from run ``change_at`` on, X % slower
-``drift``       +``drift_per_run`` per run over ``drift_runs`` runs, then flat
-                (it starts early enough to leave ``MIN_FLAT`` flat runs at the end)
-
-Detection: a regression whose start lies within ``WINDOW`` runs of the injected
-change (within the drift's span for a drift). False alarm: any other one.
+``perfsuite sensitivity`` measures ``compare`` by re-running methods (minutes); this
+measures ``rules.judge`` in seconds. Each run of a synthetic series is the median of a
+bootstrap resample of one cell's stored samples (the within-run noise as measured), times
+a run-level factor ``1 + N(0, run_noise)``, times the injected change (a ``Scenario``:
+none, a step from run ``change_at`` on, or a drift that leaves ``MIN_FLAT`` flat runs). A
+regression starting within ``WINDOW`` runs of the change (within a drift's span) is
+detected; any other one is a false alarm.
 """
 
 from __future__ import annotations
@@ -101,18 +94,9 @@ def synthetic_series(
         scale = factors[i] * (1.0 + rng.normal(0.0, run_noise) if run_noise else 1.0)
         p20, median, p80 = np.percentile(draw, [20, 50, 80])
         noise = changepoints.median_se(p20, p80, median, len(draw))
-        points.append(
-            rules.Point(
-                run_hash=f"{i:012d}",
-                created=f"run-{i:04d}",
-                sha=f"sha{i}",
-                dirty=False,
-                env_hash="synthetic",
-                value=float(median * scale),
-                noise=noise,
-                samples=tuple(float(x) for x in draw * scale),
-            )
-        )
+        run = (f"{i:012d}", f"run-{i:04d}", f"sha{i}", False, "synthetic")
+        samples = tuple(float(x) for x in draw * scale)
+        points.append(rules.Point(*run, float(median * scale), noise, samples))
     return rules.Series("synthetic", scenario.name, "time", device_kind, points)
 
 
@@ -134,20 +118,17 @@ def measure(
         start = change_at
         if scenario.drift_runs:
             start = max(2, min(change_at, n_runs - scenario.drift_runs - MIN_FLAT))
-        window = scenario.window(start)
-        detected = false_alarms = total = 0
+        low, high = scenario.window(start) or (1, 0)  # nothing to find: an empty window
+        detected = false_alarms = 0
         for samples in samples_by_cell:
             for _ in range(trials):
                 series = synthetic_series(
                     samples, scenario, rng, device_kind, n_runs, start, run_noise
                 )
-                found = [c.start for c in rules.judge(series) if c.regression]
-                hit = window is not None and any(window[0] <= s <= window[1] for s in found)
-                detected += hit
-                false_alarms += any(
-                    window is None or not window[0] <= s <= window[1] for s in found
-                )
-                total += 1
+                inside = [low <= c.start <= high for c in rules.judge(series) if c.regression]
+                detected += any(inside)
+                false_alarms += not all(inside)
+        total = len(samples_by_cell) * trials
         rates.append(Rate(device_kind, scenario.name, threshold, total, detected, false_alarms))
     return rates
 

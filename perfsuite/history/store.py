@@ -1,29 +1,15 @@
-"""The history database: an embedded SQLite file, one row per run and one per cell.
+"""The history database: an embedded SQLite file (one file, no server, transactions: a
+crash mid-write never leaves half a run), one row per run and one per cell.
 
-Default path: ``.perfsuite/history.sqlite`` below the working directory (a
-machine-local cache, not a committed report), overridden by
-``$PERFSUITE_HISTORY_DB`` or ``--db PATH``.
+``runs`` holds one results document each, keyed by its content hash, with its commit,
+time, device and environment; ``cells`` one row of a run each, named across runs by
+``cell_id`` (a hash of the device and the cell key; ``tp`` NULL: one device); ``acks``
+the acknowledged regressions. Default path ``.perfsuite/history.sqlite`` (a machine-local
+cache), else ``$PERFSUITE_HISTORY_DB`` or ``--db PATH``.
 
-Tables
-------
-``runs``   one results document: its content hash (the idempotency key), the
-           commit (``env.git.sha``, dirty flag), the time (``env.created``), the
-           device (kind, name) and an environment hash (library versions, Python,
-           driver), plus the whole ``env`` as JSON.
-``cells``  one row of a run: the cell key (method x tokens x vocab x hidden x
-           dtype x beta x phase x softcap x workload x tp), status, median/p20/p80 ms,
-           the raw samples (JSON text) and the peak bytes. ``cell_id`` names the
-           cell across runs (a hash of the device name and the key). ``tp`` NULL is
-           one device (every run before ``run --tp``); K is K ranks.
-``acks``   acknowledged regressions: (cell_id, run hash, metric) and a reason.
-
-Why SQLite: one file, no server, transactions (a crash mid-write never leaves
-half a run), and the stdlib reads it.
-
-Schema 1 (before ``tp``) is migrated to 2 by the first command that writes
-(``add``, ``import``, ``ack``): its cells get ``tp`` NULL, one device, and keep their
-``cell_id``, so acknowledgements still apply. Read-only commands (``list``,
-``check``, ``dashboard``) read a schema-1 file as it is, without writing to it.
+Schema 1 (before ``tp``) is migrated to 2 by the first command that writes (``add``,
+``import``, ``ack``): its cells get ``tp`` NULL and keep their ``cell_id``, so
+acknowledgements still apply. Read-only commands read a schema-1 file as it is.
 """
 
 from __future__ import annotations
@@ -32,9 +18,10 @@ import hashlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -138,49 +125,49 @@ def connect(
 ) -> sqlite3.Connection:
     """Open the database; ``StoreError`` in one line if not.
 
-    With ``create`` (``add``, ``import``) a missing database is made and initialised.
-    Without it the file must already be a history database, and nothing is written
-    to set one up: an empty or foreign file stays as it was (issue 20: ``list`` turned
-    an empty file into a 40 KB database). ``write=False`` opens it read-only."""
+    With ``create`` (``add``, ``import``) a missing or empty file is made a history
+    database. Without it the file must already be one, and nothing is written to set one
+    up: an empty or foreign file stays as it was. ``write=False`` opens it read-only."""
     path = Path(path) if path is not None else default_db_path()
-    if not create:
-        if not path.is_file():
-            raise StoreError(f"{path}: no history database (run `history add` or `history import`)")
-        return _open_existing(path, write)
-    if not path.parent.exists():
+    if create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise StoreError(f"{path}: cannot create its folder ({err.strerror})") from None
+    elif not path.is_file():
+        raise StoreError(f"{path}: no history database (run `history add` or `history import`)")
     filled = path.is_file() and path.stat().st_size > 0
+    mode = "rwc" if create else "rw" if write else "ro"
+    conn = None
     try:
-        conn = sqlite3.connect(path, isolation_level=None)  # transactions opened by hand
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
+        conn.isolation_level = None  # transactions opened by hand
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys = ON")
-        if filled and not _tables(conn):
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if (filled or not create) and not {"meta", "runs", "cells", "acks"} <= tables:
             raise StoreError(f"{path}: not a history database (an SQLite file without its tables)")
-        conn.executescript(SCHEMA)
-        stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if stored is None:
+        if write:
+            conn.execute("PRAGMA foreign_keys = ON")
+        if create:
+            conn.executescript(SCHEMA)
             conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
             )
-        else:
-            _check_version(path, stored["value"])
-            _migrate(conn, int(stored["value"]))
-    except sqlite3.DatabaseError as err:
-        raise StoreError(f"{path}: cannot open as a history database ({err})") from None
+        stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(stored["value"]) if stored else 0
+        if version not in READABLE_VERSIONS:
+            reads = " and ".join(map(str, READABLE_VERSIONS))
+            raise StoreError(f"{path}: history schema {version}, this perfsuite reads {reads}")
+        if write:
+            _migrate(conn, version)
+    except (sqlite3.DatabaseError, StoreError) as err:
+        if conn is not None:
+            conn.close()
+        if isinstance(err, StoreError):
+            raise
+        raise StoreError(f"{path}: not a history database ({err})") from None
     return conn
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return {row[0] for row in rows}
-
-
-def _check_version(path: Path, stored: str) -> None:
-    if int(stored) not in READABLE_VERSIONS:
-        raise StoreError(f"{path}: history schema {stored}, this perfsuite reads {SCHEMA_VERSION}")
 
 
 def has_tp(conn: sqlite3.Connection) -> bool:
@@ -201,27 +188,6 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         )
 
 
-def _open_existing(path: Path, write: bool) -> sqlite3.Connection:
-    """An existing history database, opened without creating or initialising anything."""
-    mode = "rw" if write else "ro"
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True)
-        conn.isolation_level = None
-        conn.row_factory = sqlite3.Row
-        if not {"meta", "runs", "cells", "acks"} <= _tables(conn):
-            conn.close()
-            raise StoreError(f"{path}: not a history database (run `history add` or `import`)")
-        if write:
-            conn.execute("PRAGMA foreign_keys = ON")
-        stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        _check_version(path, stored["value"] if stored else "0")
-        if write:
-            _migrate(conn, int(stored["value"]))
-    except sqlite3.DatabaseError as err:
-        raise StoreError(f"{path}: not a history database ({err})") from None
-    return conn
-
-
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception: all or nothing."""
@@ -232,6 +198,11 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def utc_now() -> str:
+    """Now, as runs and acknowledgements record when they were added."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def canonical_json(value: Any) -> str:
@@ -271,40 +242,28 @@ def cell_id(device_name: str, key: dict[str, Any]) -> str:
 
 
 def has_run(conn: sqlite3.Connection, digest: str) -> bool:
-    return (
-        conn.execute("SELECT 1 FROM runs WHERE content_hash = ?", (digest,)).fetchone() is not None
-    )
+    query = "SELECT 1 FROM runs WHERE content_hash = ?"
+    return conn.execute(query, (digest,)).fetchone() is not None
+
+
+def _insert(conn: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
+    marks = ", ".join("?" for _ in values)
+    query = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})"
+    return int(conn.execute(query, tuple(values.values())).lastrowid)
 
 
 def insert_run(conn: sqlite3.Connection, values: dict[str, Any]) -> int:
     """Insert one run row; returns its id. Call inside ``transaction``."""
-    columns = ", ".join(values)
-    marks = ", ".join("?" for _ in values)
-    cur = conn.execute(f"INSERT INTO runs ({columns}) VALUES ({marks})", tuple(values.values()))
-    return int(cur.lastrowid)
+    return _insert(conn, "runs", values)
 
 
 def insert_cell(conn: sqlite3.Connection, run_id: int, values: dict[str, Any]) -> None:
     """Insert one cell row of run ``run_id``. Call inside ``transaction``."""
-    values = {"run_id": run_id, **values}
-    columns = ", ".join(values)
-    marks = ", ".join("?" for _ in values)
-    conn.execute(f"INSERT INTO cells ({columns}) VALUES ({marks})", tuple(values.values()))
+    _insert(conn, "cells", {"run_id": run_id, **values})
 
 
 def _run(row: sqlite3.Row) -> Run:
-    return Run(
-        id=row["id"],
-        content_hash=row["content_hash"],
-        source=row["source"],
-        created=row["created"],
-        sha=row["sha"],
-        dirty=bool(row["dirty"]),
-        device_kind=row["device_kind"],
-        device_name=row["device_name"],
-        env_hash=row["env_hash"],
-        n_cells=row["n_cells"],
-    )
+    return Run(**{f.name: row[f.name] for f in fields(Run)} | {"dirty": bool(row["dirty"])})
 
 
 def list_runs(conn: sqlite3.Connection) -> list[Run]:
@@ -336,36 +295,28 @@ def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[
     """Every cell of every run with its run's time, commit and device, in time order."""
     # A schema-1 file opened read-only has no tp column: its cells are one device.
     tp = "" if has_tp(conn) else " NULL AS tp,"
+    where, args = ("", ()) if device_name is None else ("WHERE r.device_name = ?", (device_name,))
     query = f"""
         SELECT c.*,{tp} r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
                r.device_name, r.env_hash, r.id AS run_key
-        FROM cells c JOIN runs r ON r.id = c.run_id
+        FROM cells c JOIN runs r ON r.id = c.run_id {where}
+        ORDER BY c.cell_id, r.created, r.id
     """
-    args: tuple[Any, ...] = ()
-    if device_name is not None:
-        query += " WHERE r.device_name = ?"
-        args = (device_name,)
-    query += " ORDER BY c.cell_id, r.created, r.id"
     return conn.execute(query, args).fetchall()
 
 
 def has_cell(conn: sqlite3.Connection, cell: str) -> bool:
-    return (
-        conn.execute("SELECT 1 FROM cells WHERE cell_id = ? LIMIT 1", (cell,)).fetchone()
-        is not None
-    )
+    query = "SELECT 1 FROM cells WHERE cell_id = ? LIMIT 1"
+    return conn.execute(query, (cell,)).fetchone() is not None
 
 
 def add_ack(conn: sqlite3.Connection, cell: str, run_hash: str, metric: str, reason: str) -> None:
     """Record (or replace) the acknowledgement of a regression."""
-    from datetime import datetime, timezone
-
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     with transaction(conn):
         conn.execute(
             "INSERT OR REPLACE INTO acks(cell_id, run_hash, metric, reason, created)"
             " VALUES (?, ?, ?, ?, ?)",
-            (cell, run_hash, metric, reason, now),
+            (cell, run_hash, metric, reason, utc_now()),
         )
 
 

@@ -1,27 +1,18 @@
 """What the dashboard draws, read from the history: per shape, groups of cells over runs.
 
-A **group** is everything one plot shows: the cells that differ only by method
-and TP size (same device, tokens x vocab x hidden, dtype, beta, phase, softcap,
-workload). Each series, a method at one TP size (``ours``: one device; ``ours
-TP=2``: across 2 ranks, never joined to the other), has a **line** per metric
-(median time with its p20-p80 band; peak memory), placed on the group's run
-axis: the runs that measured any cell of the group, oldest first, numbered from
-0. Each change point that ``rules.judge`` finds is a **mark** with its verdict
-(``open``, ``acknowledged``, ``recovered`` regression, or a ``change`` that is
-not a regression) and the commits around it. Marks are judged on the series
-``history check`` judges (``rules.cell_series`` without the times of
-``rules.busy_runs``), so the site and the check give one answer; the lines
-draw every time point, a busy run's too.
-
-This module only reads and arranges; ``perfsuite.render.dashboard`` draws.
+A **group** is one plot: the cells that differ only by method and TP size. Each series
+(a method at one TP size) has a **line** per metric on the group's run axis (the runs
+that measured any of its cells, oldest first), and a **mark** per change point
+``rules.judge`` finds, with its verdict. Marks are judged on the series ``history check``
+judges (without busy runs' times), so the site and the check give one answer; the lines
+draw every point. This module only reads and arranges; ``perfsuite.render.dashboard`` draws.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from itertools import groupby
 
 from perfsuite.history import rules, store
 
@@ -88,30 +79,14 @@ class Group:
     @property
     def title(self) -> str:
         k = self.key
-        text = (
-            f"{k['device_name']} · {k['tokens']}×{k['vocab']}×{k['hidden']} {k['dtype']} "
-            f"β={k['beta']:g} {k['phase']}"
-        )
-        if k["softcap"] is not None:
-            text += f" softcap={k['softcap']:g}"
-        if k["workload"] != "random":
-            text += f" · {k['workload']}"
-        return text
+        size = f"{k['tokens']}×{k['vocab']}×{k['hidden']}"
+        what = f"{k['device_name']} · {size} {k['dtype']} β={k['beta']:g} {k['phase']}"
+        return what + rules.extras(k, " · ")
 
 
 def shape_name(row: sqlite3.Row) -> str:
     """The preset's name, or ``nTOKENS-vVOCAB-dHIDDEN`` for a row without one."""
     return row["shape"] or f"n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
-
-
-def _cells(conn: sqlite3.Connection) -> Iterator[list[sqlite3.Row]]:
-    """Each cell's rows, one per measurement, in time order."""
-    for _, rows in groupby(store.cell_rows(conn), key=lambda r: r["cell_id"]):
-        yield rules.unique_measurements(list(rows))
-
-
-def _group_key(row: sqlite3.Row) -> tuple:
-    return tuple(row[f] for f in GROUP_FIELDS)
 
 
 def _sort_key(key: tuple) -> tuple:
@@ -122,8 +97,8 @@ def load(conn: sqlite3.Connection, accept_busy: bool = False) -> dict[str, list[
     """Shape name -> its groups (sorted by device and configuration); shapes sorted by name.
     ``accept_busy``: judge busy runs' times too (``history check --accept-busy``)."""
     by_group: dict[tuple, list[list[sqlite3.Row]]] = {}
-    for rows in _cells(conn):
-        by_group.setdefault(_group_key(rows[0]), []).append(rows)
+    for rows in rules.cells(conn):
+        by_group.setdefault(tuple(rows[0][f] for f in GROUP_FIELDS), []).append(rows)
     acknowledged = store.acks(conn)
     untimed = set() if accept_busy else set(rules.busy_runs(conn))
     shapes: dict[str, list[Group]] = {}
@@ -139,54 +114,34 @@ def _build(
     acknowledged: dict[tuple[str, str, str], str],
     untimed: Collection[str] = (),
 ) -> Group:
-    runs_seen = {}
-    for rows in cells:
-        for r in rows:
-            runs_seen[r["content_hash"]] = (r["created"], r["run_key"], r["sha"], bool(r["dirty"]))
-    ordered = sorted(runs_seen.items(), key=lambda item: item[1][:2])
+    last_row = {r["content_hash"]: r for rows in cells for r in rows}
+    ordered = sorted(last_row.values(), key=lambda r: (r["created"], r["run_key"]))
     runs = [
-        RunRef(i, digest, created, sha, dirty)
-        for i, (digest, (created, _, sha, dirty)) in enumerate(ordered)
+        RunRef(i, r["content_hash"], r["created"], r["sha"], bool(r["dirty"]))
+        for i, r in enumerate(ordered)
     ]
     by_hash = {r.run_hash: r for r in runs}
     lines, marks, no_data = [], [], {}
-    latest = max((rows[-1] for rows in cells), key=lambda r: (r["created"], r["run_key"]))
+    latest = ordered[-1]
     for rows in sorted(cells, key=lambda rows: (rows[0]["method"], rows[0]["tp"] or 0)):
         method = rules.series_name(rows[0]["method"], rows[0]["tp"])
         spread = {r["content_hash"]: (r["p20_ms"], r["p80_ms"]) for r in rows}
-        drawn = False
-        for series in rules.cell_series(rows):
-            line = Line(method, series.metric, series.cell_id)
-            for p in series.points:
-                line.positions.append(by_hash[p.run_hash].position)
-                line.values.append(p.value)
-                low, high = spread[p.run_hash] if series.metric == "time" else (None, None)
-                line.low.append(low)
-                line.high.append(high)
+        drawn = rules.cell_series(rows)
+        for series in drawn:
+            points = series.points
+            band = [spread[p.run_hash] if series.metric == "time" else (None, None) for p in points]
+            positions = [by_hash[p.run_hash].position for p in points]
+            line = Line(method, series.metric, series.cell_id, positions, [p.value for p in points])
+            line.low, line.high = [low for low, _ in band], [high for _, high in band]
             lines.append(line)
-            drawn = True
         for series in rules.cell_series(rows, untimed=untimed):  # what history check judges
             for change in rules.judge(series):
+                around = by_hash[change.before_point.run_hash], by_hash[change.after_point.run_hash]
+                state, why_not = rules.verdict(change, acknowledged), tuple(change.why_not)
                 marks.append(
-                    Mark(
-                        method=method,
-                        metric=series.metric,
-                        ident=change.ident,
-                        before=by_hash[change.before_point.run_hash],
-                        after=by_hash[change.after_point.run_hash],
-                        size=change.size,
-                        state=rules.verdict(change, acknowledged),
-                        why_not=tuple(change.why_not),
-                    )
+                    Mark(method, series.metric, change.ident, *around, change.size, state, why_not)
                 )
         if not drawn:
             no_data[method] = ", ".join(sorted({r["status"] for r in rows}))
-    return Group(
-        shape=shape_name(latest),
-        device_kind=latest["device_kind"],
-        key=dict(zip(GROUP_FIELDS, key, strict=True)),
-        runs=runs,
-        lines=lines,
-        marks=marks,
-        no_data=no_data,
-    )
+    key_of = dict(zip(GROUP_FIELDS, key, strict=True))
+    return Group(shape_name(latest), latest["device_kind"], key_of, runs, lines, marks, no_data)

@@ -1,32 +1,23 @@
 """Ahead-of-time build of every shipped kernel config as a launch specialises it; no GPU.
 
-For each kernel × variant × shipped config × dtype × arch, the arguments of a real
-launch at a named shape (default Gemma2-2B: N=8192, V=256000, D=2304, bf16) go
-through the kernel's heuristics and Triton's own binder, so the build has the same
-divisibility attributes and constants the JIT would use (unit strides, EVEN_D, the
-hardware-atomic choice of the arch). The PTX goes through the ptxas Triton uses for
-the target (``--gpu-name=sm_90a`` on Hopper, ``sm_100a`` on Blackwell with the
-configs ``configs.arch_of`` picks there) with ``-v``; ``cuobjdump`` reads
-the cubin's resources and SASS. Each row gives registers, spills, shared and tensor
-memory, CTAs per SM, SASS counts (HGMMA/HMMA/UTCMMA, LDGSTS, MEMBAR, ATOMG.CAS, global
-adds) and how many tensor-core instructions sit inside a spin-lock critical section. The
-kernels:
-the forward, the default slice backward's gradient-slice GEMM (``slices``, every
-β = 0 / β > 0 × softcap variant at the slice width the default budget picks), the
-atomic-tile backward (the ``tiles`` ablation) and the helpers. A cost table follows
-(``costs``: forward waves, the tile backward's traffic), then a modelled cost per
-backward design (``designs``: slices, tiles, CCE). With cut-cross-entropy importable
-its kernels are built the same way, side by side.
+For each kernel × variant × shipped config × dtype × arch, a real launch's arguments at
+a named shape (default Gemma2-2B: N=8192, V=256000, D=2304, bf16) go through the
+kernel's heuristics and Triton's own binder, so the build has the divisibility
+attributes and constants the JIT would use; the PTX goes through the ptxas Triton uses
+for the target (``sm_90a`` on Hopper, ``sm_100a`` on Blackwell) and ``cuobjdump`` reads
+the cubin. Each row gives registers, spills, shared and tensor memory, CTAs per SM,
+SASS counts and the tensor-core instructions inside a spin lock. A cost table follows
+(``costs``), then a modelled cost per backward design (``designs``). With
+cut-cross-entropy importable its kernels are built the same way, side by side.
 
 The report fails (exit 1, with the reason) when one of our builds fails, ptxas
 exits non-zero or its log cannot be parsed, a config spills, holds a lock across a
 tensor-core instruction, or fits fewer CTAs per SM than its config declares.
 
-``--save DIR`` stores the report (``baseline``: one file per Triton version and arch
-set); ``--baseline DIR`` compares the builds with the stored ones (``diff``) and also
-fails when one of ours gains a spill, fits fewer CTAs per SM, or grows an instruction
-class or the total past ``--threshold``, so a change to the GPU code is caught on a
-machine without a GPU.
+``--save DIR`` stores the report (one file per Triton version and arch set);
+``--baseline DIR`` compares the builds with the stored ones and also fails when one of
+ours gains a spill, fits fewer CTAs per SM, or grows an instruction class or the total
+past ``--threshold``: a change to the GPU code is caught on a machine without a GPU.
 
 Under ``TRITON_INTERPRET=1`` the kernels are interpreter wrappers fixed at import,
 so the report is computed in a child process started without that variable.
@@ -53,31 +44,16 @@ from . import (
     costs,
     designs,
     diff,
-    diff_table,
     launched,
     launches,
     options,
+    render,
 )
-from .build import BuildError
 from .launches import Launch, Shape, parse_shape
-from .options import CCE_KERNELS, DEFAULT_ARCHS, KERNELS, add_arguments
+from .options import add_arguments
 
 # What a stored baseline records of the selection (baseline.load checks it covers a run).
 _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "kernels_asked", "cce")
-
-__all__ = [
-    "BuildError",
-    "CCE_KERNELS",
-    "DEFAULT_ARCHS",
-    "KERNELS",
-    "add_arguments",
-    "build",
-    "collect",
-    "failures",
-    "kernel_report",
-    "main",
-    "run",
-]
 
 
 def _interpreted() -> bool:
@@ -170,10 +146,8 @@ def kernel_report(
     shape = parse_shape(shape) if isinstance(shape, str) else shape
     for arch in archs:
         build.capability(arch)
-    if _interpreted():
-        report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
-    else:
-        report = _report(archs, shape, dtypes, kernels, with_cce, jobs)
+    args = (archs, shape, dtypes, kernels, with_cce, jobs)
+    report = _report_in_child(*args) if _interpreted() else _report(*args)
     report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
     report["toolchain"] = baseline.toolchain(archs)
     return report
@@ -319,11 +293,9 @@ def run(args: argparse.Namespace) -> int:
         extra = {"comparison": comparison.as_dict()} if comparison else {}
         print(json.dumps({**report, **extra}, indent=2))
     elif comparison is not None:
-        diff_table.render(comparison, doc, path, report, problems)
+        render.render_diff(comparison, doc, path, report, problems)
     else:
-        from .render import render
-
-        render(report, problems)
+        render.render(report, problems)
     if getattr(args, "save", None):
         saved = baseline.save(report, args.save)
         print(f"saved {saved}", file=sys.stderr if args.json else sys.stdout)

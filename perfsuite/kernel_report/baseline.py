@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from perfsuite.results.results import write_atomically
 
 from . import build
 from .launches import SHAPES
@@ -91,13 +92,7 @@ def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
     folder = Path(folder)
     version = report["toolchain"]["triton"]
     path = folder / file_name(version, report["selection"]["archs"])
-    fd, tmp = tempfile.mkstemp(prefix=".kernel-report-", suffix=".json", dir=folder)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(_dump({"schema": SCHEMA, **report}))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would keep a committed file private
-    os.replace(tmp, path)
+    write_atomically(path, _dump({"schema": SCHEMA, **report}))
     return path
 
 

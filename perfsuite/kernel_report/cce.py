@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import triton
 
-from .launches import GPUS, Launch, Shape, T, cfg_arch
+from .launches import Launch, Shape, T
 
 DTYPES = ("bf16", "fp16")  # CCE's backward takes 16-bit embeddings only
 
@@ -40,21 +40,13 @@ def _describe(meta: dict[str, Any], warps: int, stages: int) -> str:
     return f"B{meta['BLOCK_B']}-V{meta['BLOCK_V']}-D{meta['BLOCK_D']}-w{warps}-s{stages}"
 
 
-def forward_config() -> tuple[dict[str, Any], int, int]:
-    return _config("_cce_forward_best_config")
-
-
-def backward_config() -> tuple[dict[str, Any], int, int]:
-    return _config("_cce_backward_best_config")
-
-
 def launches(shape: Shape, archs: list[str], dtypes: list[str]) -> Iterator[Launch]:
     from cut_cross_entropy import cce_backward, cce_lse_forward
     from cut_cross_entropy.tl_utils import b_bin_fn
 
     n, v, d = shape.n, shape.v, shape.d
-    fmeta, fwarps, fstages = forward_config()
-    bmeta, bwarps, bstages = backward_config()
+    fmeta, fwarps, fstages = _config("_cce_forward_best_config")
+    bmeta, bwarps, bstages = _config("_cce_backward_best_config")
     nd_locks = triton.cdiv(d, 64)
     strides = {"stride_eb": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_vb": 1}
     for arch in archs:
@@ -119,8 +111,8 @@ def launches(shape: Shape, archs: list[str], dtypes: list[str]) -> Iterator[Laun
 
 def grid_sizes(shape: Shape) -> dict[str, Any]:
     """CCE's forward grid and backward tile sizes at ``shape`` (for the cost table)."""
-    fmeta, fwarps, fstages = forward_config()
-    bmeta, bwarps, bstages = backward_config()
+    fmeta, fwarps, fstages = _config("_cce_forward_best_config")
+    bmeta, bwarps, bstages = _config("_cce_backward_best_config")
     return {
         "fwd_ctas": triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"]),
         "fwd_config": _describe(fmeta, fwarps, fstages),
@@ -131,6 +123,3 @@ def grid_sizes(shape: Shape) -> dict[str, Any]:
         # _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE and for dC.
         "block_dd": 2 * bmeta["BLOCK_D"],
     }
-
-
-__all__ = ["GPUS", "available", "cfg_arch", "grid_sizes", "launches"]

@@ -1,26 +1,17 @@
 """Static costs of the shipped configs at one shape, per representative GPU.
 
-Counted from tile sizes alone (no filtering: every (row block, vocab tile) pair). The
-backward columns are the atomic-tile design's (``backward="tiles"``, an ablation) and
-CCE's; every design, the default slice one included, is modelled in ``designs``:
+Counted from tile sizes alone, every (row block, vocab tile) pair (no filtering). The
+backward columns are the atomic-tile design's (``backward="tiles"``) and CCE's; every
+design is modelled in ``designs``.
 
-* **recompute L2→SM GB**: the backward rebuilds each logit tile, reading a BLOCK_N×D
-  slice of E and a BLOCK_V×D slice of C per pair (the forward's reads, again);
-* **update GB**: what the backward's dE/dC updates add into the gradient buffers,
-  in each buffer's dtype: every pair adds a BLOCK_N×D slice of dE and a BLOCK_V×D
-  slice of dC (hardware atomic adds resolved in L2, or locked stores); ours keeps
-  dE in fp32, so wider vocab tiles halve its share;
-* **locked RMW L2→SM GB**: tiles read back under a lock (16-bit buffers without
-  hardware atomics) before the locked store;
-* **lock round trips / 1000 logits**: each locked (tile, D-chunk) update costs at
-  least two serialised global atomics (CAS acquire, EXCH release), uncontended;
-  the forward's too (CCE merges each program's LSE under a lock);
-* **total bwd L2 GB**: all of the backward's L2 traffic per pair: the recompute, the
-  update loops' second read of the same E and C slices, the updates and the locked
-  reads. The measured H100 backward (reports/nvidia-h100-80gb-hbm3) ran at about
-  6 TB/s of this, so it is bound by it, not by the tensor cores;
-* **forward waves / last-wave efficiency**: the forward grid (row blocks × vocab
-  splits, as ``choose_splits`` picks them) over SMs × the config's CTAs per SM.
+* **recompute GB**: each pair rebuilds its logit tile from BLOCK_N×D of E and
+  BLOCK_V×D of C; **update GB**: what the dE/dC updates add, in each buffer's dtype;
+* **locked RMW GB**: tiles read back under a lock (16-bit buffers without hardware
+  atomics); **lock trips / 1000 logits**: a CAS acquire and an EXCH release per
+  locked (tile, D-chunk) update, the forward's too (CCE merges its LSE under a lock);
+* **total bwd L2 GB**: all of the backward's L2 traffic per pair (the measured H100
+  backward ran at about 6 TB/s of it: bound by it, not by the tensor cores);
+* **forward waves / last-wave efficiency**: the forward grid over SMs × CTAs per SM.
 """
 
 from __future__ import annotations

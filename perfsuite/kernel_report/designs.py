@@ -1,28 +1,19 @@
 """A cost model per backward design at one shape: FLOPs, HBM, L2 and atomic bytes, ms.
 
-A **model**, never a measurement: counted from tile sizes and slice widths, then
-timed as a roofline, ``max(FLOPs / rate, HBM / bandwidth, L2 / L2 rate)``, at the
-rates in ``RATES`` (each with its source). Three designs, every (row, vocab) pair
-computed (no filtering):
+A **model**, never a measurement: counted from tile sizes and slice widths, timed as a
+roofline ``max(FLOPs / rate, HBM / bandwidth, L2 / L2 rate)`` at the sourced ``RATES``.
+Every (row, vocab) pair is computed (no filtering) in each design:
 
-* **slices** (the default, ``kernels/slices.py``): per vocab slice of ``width``
-  columns, a Triton GEMM rebuilds the logit slice and stores the gradient slice G
-  (N × width, input dtype), then cuBLAS runs ``dE += G·C_s`` (fp32 dE read and
-  written once per slice) and ``dC_s = Gᵀ·E`` (written once). G makes a round trip
-  through HBM: N·V·elem × (1 write + 2 reads). No atomics, no locks;
-* **tiles** (``backward="tiles"``, the ablation): one kernel per (row block, vocab
-  tile) pair recomputes the logits, then adds its dE and dC slices with hardware
-  atomics (fp32 dE; dC too where the arch has 16-bit atomics, else under a lock);
-* **cce** (cut-cross-entropy's backward): the same pairs, both updates in the input
-  dtype under spin locks.
+* **slices** (the default): per vocab slice a Triton GEMM stores the gradient slice G
+  (N × width), then cuBLAS runs ``dE += G·C_s`` (fp32 dE read and written per slice)
+  and ``dC_s = Gᵀ·E``; G's HBM round trip is N·V·elem × 3. No atomics, no locks;
+* **tiles** (the ablation): one kernel per (row block, vocab tile) pair adds its dE and
+  dC slices with hardware atomics (dC under a lock without 16-bit atomics);
+* **cce**: the same pairs, both updates in the input dtype under spin locks.
 
-HBM bytes are a lower bound: each launch reads its operands and writes its outputs
-once (O(N) row vectors left out); re-fetches when a working set outgrows L2 are not
-counted, so the tile designs' single launch looks cheaper there than it is. L2 bytes
-are all SM↔L2 traffic of the backward ("total backward L2"): every GEMM tile loads
-its operand slices, every update and locked read goes through L2. cuBLAS's tiles are
-not known ahead of time: ``CUBLAS_TILE`` (128 × 256, its usual Hopper bf16 tile) is
-assumed for both of the slice design's GEMMs.
+HBM bytes are a lower bound (each launch's operands read and outputs written once); L2
+bytes are all SM↔L2 traffic. cuBLAS's tiles are not known ahead of time:
+``CUBLAS_TILE`` (its usual Hopper bf16 tile) is assumed for the slice design's GEMMs.
 """
 
 from __future__ import annotations
@@ -197,6 +188,3 @@ def rate_notes() -> list[str]:
         f"at {implied:.1f} TB/s: the L2 term is pessimistic for plain GEMM loads, and the "
         "GEMM ms is every design's floor"
     ]
-
-
-__all__ = ["CUBLAS_TILE", "RATES", "design_rows", "rate_notes"]

@@ -1,14 +1,12 @@
 """Compare two kernel reports build by build: what changed in each build and whether it fails.
 
-Builds are matched on (kernel, variant, config, dtype, arch). Equal SASS hashes mean the
-same code: ``unchanged``. For a build whose code changed, every fact that moved is named
-(registers, spills, shared and tensor memory, CTAs per SM, each instruction class, the
-total) and one of ours fails when it gains a spill, fits fewer CTAs per SM, or grows an
-instruction class or the total past the threshold: counts that do not drift with machine
-noise, so a small margin is enough. Register counts alone never fail: ptxas takes what
-it may, and only a spill or a lost CTA costs time. CCE's builds, builds across Triton
-versions and a build whose config changed (one build only on each side, paired) are
-reported and never fail; any other build only on one side is listed.
+Builds are matched on (kernel, variant, config, dtype, arch); equal SASS hashes mean the
+same code. For a build whose code changed every fact that moved is named, and one of
+ours fails when it gains a spill, fits fewer CTAs per SM, or grows an instruction class
+or the total past the threshold (counts free of machine noise). Register counts alone
+never fail. CCE's builds, builds across Triton versions and a build whose config changed
+(one build only on each side, paired) are reported, never failing; any other build only
+on one side is listed.
 """
 
 from __future__ import annotations
@@ -156,25 +154,18 @@ def compare(
 
 
 def _ungated(row: dict[str, Any], across: bool) -> str:
-    if not row.get("ours", True):
-        return "CCE's"
-    return "across Triton versions" if across else ""
+    return "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
 
 
 def _pair_retuned(gone: list[dict], added: list[dict], out: Comparison) -> None:
     """A launch with one build only in the baseline and one only in this run changed its
     config: compared as one build, never failing (a new tile is an intended change);
     every other build on one side only is listed."""
-
-    def launch(r: dict[str, Any]) -> str:
-        return where(r, config=False)
-
     by_old: dict[str, list] = {}
     by_new: dict[str, list] = {}
-    for r in gone:
-        by_old.setdefault(launch(r), []).append(r)
-    for r in added:
-        by_new.setdefault(launch(r), []).append(r)
+    for rows, by_launch in ((gone, by_old), (added, by_new)):
+        for r in rows:
+            by_launch.setdefault(where(r, config=False), []).append(r)
     for name, olds in by_old.items():
         news = by_new.get(name, [])
         if len(olds) == 1 and len(news) == 1:

@@ -1,14 +1,10 @@
 """How much of the backward the tile list launches, on a sample of a workload's rows.
 
-The cost table counts every (row block, vocab tile) pair. The default backward
-launches only the pairs its per-row mass budget keeps (``kernels/tiles.py``), and
-how many that is depends on the inputs: a flat softmax keeps them all. Here the
-first ``rows`` rows of a workload at the shape's real V and D go through the
-tile-list kernels themselves (under the Triton interpreter, in a child process
-when the caller is not interpreted), with each arch's shipped tiles. The row max,
-log-sum and per-tile log-sum-exp they read are computed in torch from fp32 logits,
-exactly as the forward defines and stores them (bf16 per tile), since the forward
-kernel itself is too slow to interpret at a real vocabulary.
+The cost table counts every pair; the tile list launches only those its per-row mass
+budget keeps, which depends on the inputs. Here the first ``rows`` rows of a workload at
+the shape's real V and D go through the tile-list kernels themselves (interpreted, in a
+child process), with each arch's shipped tiles; their row statistics come from fp32
+torch logits, as the forward defines them (its kernel is too slow to interpret here).
 """
 
 from __future__ import annotations

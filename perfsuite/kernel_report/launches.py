@@ -74,9 +74,6 @@ class FakeTensor:
     def numel(self) -> int:
         return self._numel
 
-    def __repr__(self) -> str:
-        return f"FakeTensor({self.dtype}, numel={self._numel})"
-
 
 def T(dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> FakeTensor:
     return FakeTensor(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype, numel, offset)
@@ -107,6 +104,12 @@ class Launch:
         return f"{self.kernel}[{self.variant}] {self.config} {self.dtype} {self.arch}"
 
 
+def flags(variant: str, *names: str) -> tuple[bool, ...]:
+    """Which of ``names`` a variant's name holds (``smooth+softcap``: both)."""
+    parts = variant.split("+")
+    return tuple(name in parts for name in names)
+
+
 def cfg_arch(arch: str) -> str:
     """``sm_90a`` -> ``sm_90``, ``sm_100a`` -> ``sm_100``: the key of PINNED that
     ``configs.arch_of`` picks on that GPU."""
@@ -119,22 +122,15 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels.configs import PINNED
 
     n, v, d = shape.n, shape.v, shape.d
-    # (flags) smoothing, softcap, logit_avg (sorting path), tile_lse (tile-list path),
-    # class weights. The default (slice backward, no filter) passes neither of the middle
-    # two: β = 0 / β > 0 × softcap off / on; class weights reach the kernel only with
-    # smoothing (its weighted sum). The filtered tile-backward ablations add the tile
-    # LSEs or the logit sums.
-    variants = {
-        "plain": (False, False, False, False, False),
-        "softcap": (False, True, False, False, False),
-        "smooth": (True, False, False, False, False),
-        "smooth+softcap": (True, True, False, False, False),
-        "smooth+weight": (True, False, False, False, True),
-        "smooth+softcap+weight": (True, True, False, False, True),
-        "list+smooth+softcap": (True, True, False, True, False),
-        "sorted": (False, False, True, False, False),
-    }
-    for name, (smooth, cap, avg, tiles, weighted) in variants.items():
+    # The default (slice backward, no filter): β = 0 / β > 0 × softcap off / on; class
+    # weights reach the kernel only with smoothing (its weighted sum). The filtered
+    # tile-backward ablations add the tile LSEs (list) or the logit sums (sorted).
+    variants = ("plain", "softcap", "smooth", "smooth+softcap", "smooth+weight")
+    variants += ("smooth+softcap+weight", "list+smooth+softcap", "sorted")
+    for name in variants:
+        smooth, cap, avg, tiles, weighted = flags(
+            name, "smooth", "softcap", "sorted", "list", "weight"
+        )
         cfg = PINNED["forward", cfg_arch(arch), dtype]
         slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
         splits = forward.splits_for(n, v, cfg.block_n, slots)
@@ -194,21 +190,16 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     min_block = getattr(backward, "_MIN_BLOCK", 16)
     de_locks_bytes = triton.cdiv(n, min_block) * triton.cdiv(d, min_block) * 4
     pairs = triton.cdiv(n, cfg.block_n) * triton.cdiv(v, cfg.block_v)
-    # (flags) smoothing, softcap, tile list, element filter + sorting, fp32 dC.
     # backward="tiles" (an ablation since the slice backward): β = 0 / β > 0 × softcap
-    # off / on without filtering (ours-tiles), the tile list and CCE's element filter.
-    variants = {
-        "plain": (False, False, False, False, False),
-        "softcap": (False, True, False, False, False),
-        "smooth": (True, False, False, False, False),
-        "smooth+softcap": (True, True, False, False, False),
-        "list": (False, False, True, False, False),
-        "list+smooth+softcap": (True, True, True, False, False),
-        "filter+sorted": (False, False, False, True, False),
-    }
-    if dtype != "fp32":
-        variants["fp32-accum"] = (True, True, True, False, True)
-    for name, (smooth, cap, use_list, filt, accum) in variants.items():
+    # off / on without filtering (ours-tiles), the tile list and CCE's element filter
+    # (+ sorting); fp32-accum: the list with smoothing and softcap, dC in fp32.
+    variants = ("plain", "softcap", "smooth", "smooth+softcap", "list", "list+smooth+softcap")
+    variants += ("filter+sorted",) + (("fp32-accum",) if dtype != "fp32" else ())
+    for name in variants:
+        parts = "list+smooth+softcap+accum" if name == "fp32-accum" else name
+        smooth, cap, use_list, filt, accum = flags(
+            parts, "smooth", "softcap", "list", "filter", "accum"
+        )
         dc_dtype = "fp32" if accum else dtype
         args = {
             **backward_inputs(dtype),

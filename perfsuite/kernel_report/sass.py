@@ -1,12 +1,9 @@
 """Read ``cuobjdump -sass`` listings: instruction counts and spin-lock critical sections.
 
-A critical section is the code between a global compare-and-swap (``ATOMG.*CAS``,
-the spin lock's acquire) and the next global exchange (``ATOMG.*EXCH``, its
-release), in listing order. A tensor-core instruction there keeps the lock held
-for a matrix multiply: every other CTA waiting on it spins for that long.
-Blackwell's tensor cores are ``tcgen05``: ``UTC*MMA`` issue (``UTCHMMA`` for 16-bit
-and tf32 inputs), accumulate in tensor memory, and ``LDTM`` brings the tile back to
-registers for the epilogue.
+A critical section runs from a global compare-and-swap (``ATOMG.*CAS``, the lock's
+acquire) to the next global exchange (``ATOMG.*EXCH``, its release); a tensor-core
+instruction there holds the lock for a matrix multiply while other CTAs spin. Blackwell's
+tensor cores are ``tcgen05``: ``UTC*MMA`` into tensor memory, ``LDTM`` back to registers.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The default backward's Triton kernel (``slices._grad_slice_kernel``) as launched.
 
-``slices_backward`` launches it once per vocab slice of ``width`` columns, with the
-slice's first column ``v0`` and its column count as plain ints; Triton specialises
-each int by divisibility by 16 (and 1 as a constant), so the slices of one shape
-compile to at most two binaries: the full slices and a narrower last one. Each
-distinct specialisation is built, under the variant name (``last`` added when the
-last slice compiles differently). The width is the one ``slices.slice_width`` picks
-from the default memory budget on a GPU, where cuBLAS adds 16-bit products into
-fp32 (``slices._fp32_out_mm`` is True on CUDA with torch ≥ 2.8): the workspace is
-G alone, N·(2|4) bytes per column, plus C_s's fp32 rescaling for fp16.
+``slices_backward`` launches it per vocab slice with the slice's first column ``v0``
+and its width as plain ints, which Triton specialises by divisibility by 16: the slices
+of one shape compile to at most two binaries (``last`` added when the last slice
+differs). The width is the one ``slices.slice_width`` picks on a GPU (cuBLAS with an
+fp32 output) from the default memory budget.
 """
 
 from __future__ import annotations
@@ -19,19 +15,13 @@ from unittest import mock
 import torch
 import triton
 
-from .launches import Launch, Shape, T, backward_inputs, cfg_arch
+from .launches import Launch, Shape, T, backward_inputs, cfg_arch, flags
 
 # (smoothing, softcap, class weights) of the variants a real launch can get. Class
 # weights reach the kernel only through the smoothing term (S·w_v); without smoothing
 # they are folded into the per-row coefficients A and B, and the build is the plain one.
-VARIANTS = {
-    "plain": (False, False, False),
-    "softcap": (False, True, False),
-    "smooth": (True, False, False),
-    "smooth+softcap": (True, True, False),
-    "smooth+weight": (True, False, True),
-    "smooth+softcap+weight": (True, True, True),
-}
+_NAMES = ("plain", "softcap", "smooth", "smooth+softcap", "smooth+weight", "smooth+softcap+weight")
+VARIANTS = {name: flags(name, "smooth", "softcap", "weight") for name in _NAMES}
 
 
 def slice_width(shape: Shape, dtype: str) -> int:

@@ -1,10 +1,9 @@
 """What one call spends on collectives, read from torch's profiler.
 
-torch records each collective a process group runs as an event named after its
-backend (``gloo:all_reduce``, ``nccl:all_gather``, ...) with its input shapes and
-dtypes, whatever issued it (``torch.distributed``, DTensor's functional collectives,
-a library's own calls). On CPU (gloo) the event spans the whole exchange, waiting for
-the peers included; on CUDA the time is the NCCL kernels' on the device.
+torch records each collective, whoever issued it, as an event named after its backend
+(``gloo:all_reduce``, ``nccl:all_gather``) with its inputs' shapes and dtypes. On CPU
+(gloo) the event spans the whole exchange, waiting for peers included; on CUDA the time
+is the NCCL kernels' on the device.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from perfsuite.measure.profile import run_profiled
 
 BACKENDS = ("gloo:", "nccl:")
 # The profiler's dtype names (c10's scalar type names and C type names).
@@ -44,18 +45,10 @@ def _nbytes(shapes: list, dtypes: list) -> int:
 
 def measure_collectives(fn: Callable[[], object], device: torch.device) -> Collectives:
     """Run ``fn`` once under the profiler; its collectives' count, bytes and time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, record_shapes=True) as prof:
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    prof, _ = run_profiled(fn, device, record_shapes=True)
     count = nbytes = 0
     host_us = device_us = 0.0
-    for event in prof.events():
+    for event in prof.function_events:
         if event.name.startswith(BACKENDS):
             count += 1
             nbytes += _nbytes(event.input_shapes, event.input_dtypes)

@@ -1,13 +1,9 @@
 """Which class a profiled kernel or CPU op belongs to: where a cell's time goes.
 
-A name is a CUDA kernel's (``void at::native::vectorized_elementwise_kernel<...>(...)``,
-``nvjet_tst_...``, ``_forward_kernel``) or a CPU op's (``aten::mm``). Our kernels and the
-peers' are told apart by name: ours are the ``@triton.jit`` functions of ``kernels/*.py``,
-read from the source (never imported, so reading them compiles nothing and a renamed
-kernel is never missed); the peers' are those of the installed Liger and Cut
-Cross-Entropy packages, read the same way. A name no rule knows is ``other``.
-
-No torch import: the renderer reads ``CLASSES`` without paying for it.
+Ours are the ``@triton.jit`` functions of ``kernels/*.py``, the peers' those of the
+installed Liger and Cut Cross-Entropy packages, both read from the source (never imported:
+nothing compiles, no renamed kernel is missed). A name no rule knows is ``other``. No
+torch import: the renderer reads ``CLASSES`` without paying for it.
 """
 
 from __future__ import annotations
@@ -61,13 +57,10 @@ def jit_names(files: list[Path]) -> frozenset[str]:
     for path in files:
         try:
             text = path.read_text()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if "jit" not in text:
-            continue
-        try:
+            if "jit" not in text:  # most files: no parse
+                continue
             tree = ast.parse(text, str(path))
-        except SyntaxError:
+        except (OSError, UnicodeDecodeError, SyntaxError):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and any(map(_is_jit, node.decorator_list)):

@@ -1,19 +1,13 @@
 """Is the machine busy? Its state at the start and end of each cell group.
 
-A timing taken while another job shares the cores (or a GPU runs throttled, or
-another process holds it) is wrong, and nothing in the samples says so: on a
-2-core CPU one other job made eager's forward read 24.2 ms against 2.86 ms
-quiet (issue 20). pyperf warns on unstable runs and tritonbench locks clocks;
-here each group of cells (one method's worker over one case) is bracketed by two
-snapshots, and the CPU time used in between on this process's cores by anything
-but this run (the kernel's /proc/stat less our processes' times, so processes in
-other containers count too) says whether the group shared the machine. On CUDA
-the snapshot adds the SM clock against its maximum, the temperature, the
-throttle reasons and the other processes on the GPU (NVML through ``pynvml``
-when installed, else nvidia-smi; nothing when neither answers).
-
-This run's processes are the main one and every process started with
-``RUN_ID_VAR`` set to its pid (the workers, and what they start: compile workers).
+A timing taken while another job shares the cores (or a GPU runs throttled, or another
+process holds it) is wrong, and nothing in the samples says so: on a 2-core CPU one other
+job made eager's forward read 24.2 ms against 2.86 ms quiet. Each group of cells (one
+method's worker over one case) is bracketed by two snapshots: the kernel's busy time on
+our cores (/proc/stat: other containers count too) less our processes' says whether the
+group shared the machine. On CUDA: the SM clock, temperature, throttle reasons and other
+processes (NVML through ``pynvml``, else nvidia-smi, else nothing). Our processes are
+this one and those started with ``RUN_ID_VAR`` set to its pid (workers, compile workers).
 """
 
 from __future__ import annotations
@@ -61,15 +55,12 @@ def _ours(pid: int) -> bool:
         return True
     try:
         proc = psutil.Process(pid)
+        try:
+            return proc.environ().get(RUN_ID_VAR) == str(os.getpid())
+        except (psutil.Error, OSError):
+            return proc.ppid() == os.getpid()
     except (psutil.Error, OSError):
         return False
-    try:
-        return proc.environ().get(RUN_ID_VAR) == str(os.getpid())
-    except (psutil.Error, OSError):
-        try:
-            return proc.ppid() == os.getpid()
-        except (psutil.Error, OSError):
-            return False
 
 
 def _busy_seconds(cpus: set[int]) -> float:
@@ -77,11 +68,9 @@ def _busy_seconds(cpus: set[int]) -> float:
     counts processes this one cannot see (other containers, the hypervisor's steal)."""
     per_cpu = psutil.cpu_times(percpu=True)
     total = 0.0
-    for i in cpus:
-        if i < len(per_cpu):
-            t = per_cpu[i]
-            total += sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0)
-            total -= getattr(t, "guest_nice", 0.0)  # already counted in user / nice
+    for t in (per_cpu[i] for i in cpus if i < len(per_cpu)):
+        total += sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0)
+        total -= getattr(t, "guest_nice", 0.0)  # already counted in user / nice
     return total
 
 
@@ -136,15 +125,13 @@ def _nvml_state() -> dict[str, Any] | None:
     try:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(_gpu_index())
-        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
-        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        return {
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "sm_clock_max_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-            "throttle": [text for bit, text in _SLOWING_REASONS.items() if reasons & bit],
-            "gpu_processes": [p.pid for p in procs if not _ours(p.pid)],
-        }
+        return _gpu(
+            pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle),
+            [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)],
+        )
     except Exception as err:  # noqa: BLE001 - NVML's own errors; recorded, never fatal
         return {"error": f"nvml: {err}"}
 
@@ -154,38 +141,34 @@ def _gpu_index() -> int:
     return int(visible) if visible.isdigit() else 0
 
 
+def _gpu(clock: int, top: int, temp: int, reasons: int, pids: list[int]) -> dict[str, Any]:
+    return {
+        "sm_clock_mhz": clock,
+        "sm_clock_max_mhz": top,
+        "temperature_c": temp,
+        "throttle": [text for bit, text in _SLOWING_REASONS.items() if reasons & bit],
+        "gpu_processes": [p for p in pids if not _ours(p)],
+    }
+
+
+def _smi(*query: str) -> str:
+    command = ["nvidia-smi", *query, "-i", str(_gpu_index())]
+    return subprocess.run(command, capture_output=True, text=True, timeout=10).stdout
+
+
 def _smi_state() -> dict[str, Any] | None:
     query = "clocks.sm,clocks.max.sm,temperature.gpu,clocks_throttle_reasons.active"
     try:
-        out = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"]
-            + ["-i", str(_gpu_index())],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout
-        apps = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"]
-            + ["-i", str(_gpu_index())],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout
+        out = _smi(f"--query-gpu={query}", "--format=csv,noheader,nounits")
+        apps = _smi("--query-compute-apps=pid", "--format=csv,noheader")
     except (OSError, subprocess.SubprocessError):
         return None
     try:
         clock, top, temp, mask = (v.strip() for v in out.splitlines()[0].split(","))
-        bits = int(mask, 16)
+        values = int(clock), int(top), int(temp), int(mask, 16)
     except (IndexError, ValueError):
         return None
-    pids = [int(p) for p in apps.split() if p.strip().isdigit()]
-    return {
-        "sm_clock_mhz": int(clock),
-        "sm_clock_max_mhz": int(top),
-        "temperature_c": int(temp),
-        "throttle": [text for bit, text in _SLOWING_REASONS.items() if bits & bit],
-        "gpu_processes": [p for p in pids if not _ours(p)],
-    }
+    return _gpu(*values, [int(p) for p in apps.split() if p.strip().isdigit()])
 
 
 def gpu_state() -> dict[str, Any] | None:
@@ -257,11 +240,7 @@ def refuse_busy(base: dict[str, Any], current: dict[str, Any], labels: tuple[str
         return ""
     advice = "measure again on a quiet machine, or pass --accept-busy to judge time anyway"
     if len(busy) == 2:  # "states differ" was untrue of one busy file against itself
-        return (
-            "both runs were measured on a busy machine (" + "; ".join(busy) + "): a time "
-            f"difference could be the load, not the code; {advice}"
-        )
-    return (
-        "machine states differ (" + "; ".join(busy) + "): a time difference would be the "
-        f"other load, not the code; {advice}"
-    )
+        what, load = "both runs were measured on a busy machine", "could be the load"
+    else:
+        what, load = "machine states differ", "would be the other load"
+    return f"{what} ({'; '.join(busy)}): a time difference {load}, not the code; {advice}"

@@ -1,26 +1,15 @@
 """Peak memory of one phase, measured in a pass of its own.
 
-CUDA: the caching allocator's own counters (``reset_peak_memory_stats`` then
-``max_memory_allocated``), which count what tensors hold, not what the cache
-keeps.
+CUDA: the caching allocator's counters, which count what tensors hold, not the cache.
+CPU, two meters over the same call:
 
-CPU, two meters:
-
-* tensors (the reported ``peak_bytes``, same meaning as on CUDA): torch's
-  profiler records every CPU-allocator allocation and free with its size; the
-  running sum's maximum is the phase's peak above its start. It ignores what is
-  not a torch tensor, which matters for Triton under the interpreter: its numpy
-  tile temporaries are an artefact of emulation, not memory the kernel holds.
-* process (``rss_peak_bytes``, ``peak_abs_bytes``): the RSS high-water mark.
-  Writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
-  RSS, so ``VmHWM - VmRSS(start)`` is what the phase added at its peak. glibc
-  keeps freed heap chunks (and raises its mmap threshold after each large
-  free), so the runner starts workers with ``CPU_MALLOC_ENV``: a fixed mmap
-  threshold makes every large buffer an ``mmap`` returned to the kernel on free,
-  and a huge trim threshold stops small frees of unrelated objects from
-  shrinking the heap mid-phase (which would hide bytes). Resolution: the kernel
-  keeps RSS in per-CPU counters batched by 32 pages, so a reading is exact to
-  about 32 pages x cores (256 KiB on 2 cores).
+* tensors (``peak_bytes``, as on CUDA): the running sum of the profiler's allocation
+  and free events. It ignores what is not a tensor: the Triton interpreter's numpy
+  temporaries are an artefact of emulation, not memory the kernel holds.
+* process (``rss_peak_bytes``): ``VmHWM`` (reset to the RSS by ``/proc/self/clear_refs``)
+  less the starting RSS. glibc keeps freed chunks, so workers run with ``CPU_MALLOC_ENV``:
+  large buffers are ``mmap``s returned on free, and small frees never trim the heap
+  mid-phase. Exact to about 32 pages x cores (per-CPU RSS counters).
 """
 
 from __future__ import annotations
@@ -28,10 +17,14 @@ from __future__ import annotations
 import ctypes
 import gc
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
+
+from perfsuite.measure.profile import run_profiled
 
 # Environment for worker processes whose CPU memory is measured.
 CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
@@ -71,10 +64,8 @@ def cpu_meter_supported() -> str | None:
 
 
 def _malloc_trim() -> None:
-    try:
+    with suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def measure_rss_peak(fn: Callable[[], object], collect: bool = True) -> Peak:
@@ -107,16 +98,10 @@ def measure_tensor_peak(fn: Callable[[], object]) -> int:
 
 
 def _tensor_span(fn: Callable[[], object]) -> tuple[int, int]:
-    """The tensor peak of ``fn`` and the bytes it left held.
-
-    The autograd profiler (Kineto, CPU activity, as ``torch.profiler.profile`` runs it):
-    the latter's first start imports ``torch._inductor`` and dynamo, seconds per worker
-    and ~150 MB that are no phase's."""
-    from torch.autograd.profiler import profile
-
+    """The tensor peak of ``fn`` and the bytes it left held. The autograd profiler, not
+    ``torch.profiler``: its first start imports dynamo (seconds, ~150 MB a worker)."""
     gc.collect()
-    with profile(use_kineto=True, profile_memory=True) as prof:
-        fn()
+    prof, _ = run_profiled(fn, torch.device("cpu"), profile_memory=True)
     events = [
         (ev.start_ns(), ev.nbytes())
         for ev in prof.kineto_results.events()
@@ -125,15 +110,15 @@ def _tensor_span(fn: Callable[[], object]) -> tuple[int, int]:
     return tensor_peak_from_events(events), sum(n for _, n in events)
 
 
-_profiler_ready = False
+@cache
+def _start_profiler() -> None:
+    """The profiler's first start sets up Kineto: never a phase's memory."""
+    measure_tensor_peak(lambda: None)
 
 
 def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
     """Both CPU meters over the same call: tensors (``delta``) and process RSS."""
-    global _profiler_ready
-    if not _profiler_ready:  # the profiler's first start sets up Kineto: not the phase's
-        measure_tensor_peak(lambda: None)
-        _profiler_ready = True
+    _start_profiler()
     tensors: list[tuple[int, int]] = []
     rss = measure_rss_peak(lambda: tensors.append(_tensor_span(fn)))
     ((delta, net),) = tensors
@@ -154,6 +139,4 @@ def measure_cuda_peak(fn: Callable[[], object], device: torch.device) -> Peak:
 
 
 def measure_peak(fn: Callable[[], object], device: torch.device) -> Peak:
-    if device.type == "cuda":
-        return measure_cuda_peak(fn, device)
-    return measure_cpu_peak(fn)
+    return measure_cuda_peak(fn, device) if device.type == "cuda" else measure_cpu_peak(fn)

@@ -1,29 +1,25 @@
 """Where one call's time goes: one call under torch's profiler, as a breakdown by class.
 
-``profile_call`` runs ``fn`` once more, after its timed samples (never inside them),
-under the profiler, and sums what it saw by class (``kernel_classes.CLASSES``):
+``profile_call`` runs ``fn`` once more, after its timed samples, and sums what the
+profiler saw by class (``kernel_classes.CLASSES``):
 
-* CUDA (``source = "cuda-kernels"``): every device activity (kernels, memcpy, memset)
-  by its duration; ``launches`` counts them; ``busy_ms`` is the union of their
-  intervals and ``host_ms = wall_ms - busy_ms`` the time the device waited on the host
-  (Python, launches, a ``.item()`` sync).
-* CPU (``source = "cpu-ops"``): every op's self time (its time minus its child ops'),
-  so each millisecond counts once, ``aten::mm`` as GEMM and ``aten::linear``'s thin
-  wrapper by its own name; ``launches`` counts the ops that do the work (those with no
-  child other than view and allocation ops); ``host_ms = wall_ms - device_ms``, the
-  Python and dispatch time outside any op.
+* CUDA (``cuda-kernels``): every device activity (kernels, memcpy, memset) by its
+  duration; ``busy_ms`` is the union of their intervals and ``host_ms = wall_ms -
+  busy_ms`` the time the device waited on the host (Python, launches, a sync).
+* CPU (``cpu-ops``): every op's self time, so each millisecond counts once; ``launches``
+  counts the ops that do work (no child but view and allocation ops); ``host_ms = wall_ms
+  - device_ms``, the Python and dispatch time outside any op.
 
-The profiler is ``torch.autograd.profiler.profile`` on Kineto, the engine under
-``torch.profiler.profile``: the latter's first start imports dynamo and inductor (1.7 s,
-~150 MB in every worker), which the memory meter next to it would see.
+The profiler is ``torch.autograd.profiler.profile`` on Kineto: ``torch.profiler``'s
+first start imports dynamo and inductor (1.7 s, ~150 MB a worker), which the memory
+meter next to it would see.
 """
 
 from __future__ import annotations
 
 import gzip
-import os
+import math
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,6 +30,7 @@ from typing import Any
 import torch
 
 from perfsuite.measure.kernel_classes import CLASSES, classify, kernel_name
+from perfsuite.results.results import write_atomically
 
 SOURCES = {"cuda": "cuda-kernels", "cpu": "cpu-ops"}
 NOTES = {
@@ -119,12 +116,14 @@ def run_profiled(
     *,
     setup: Callable[[], object] | None = None,
     flush: Callable[[], object] | None = None,
+    **options: Any,
 ) -> tuple[Any, float]:
-    """The profiler that saw one call of ``fn``, and the call's wall milliseconds."""
+    """The profiler (``options`` to it: ``record_shapes``, ``profile_memory``) that saw one
+    call of ``fn``, and the call's wall milliseconds."""
     from torch.autograd.profiler import profile
 
     cuda = device.type == "cuda"
-    options = {"use_kineto": True, "use_device": "cuda" if cuda else None}
+    options.update(use_kineto=True, use_device="cuda" if cuda else None)
     if device.type not in _warm:  # the first start sets up Kineto (and CUPTI): not fn's
         with profile(**options):
             pass
@@ -154,14 +153,6 @@ def breakdown_of(prof: Any, device: torch.device, wall_ms: float) -> Breakdown:
     timed, launches = _cpu_ops(prof)
     device_ms = sum(ms for _, ms in timed)
     return _summarise("cpu-ops", timed, launches, wall_ms, device_ms)
-
-
-def kernel_ms(prof: Any, device: torch.device) -> float:
-    """The ``kernels`` timer's sample: device kernels' summed durations (launch gaps
-    excluded), on CPU the ops' summed self time."""
-    if device.type == "cuda":
-        return sum(end - start for _, start, end in _device_spans(prof)) / 1e6
-    return sum(ms for _, ms in _cpu_ops(prof)[0])
 
 
 def _device_spans(prof: Any) -> list[tuple[str, int, int]]:
@@ -197,14 +188,10 @@ def _no_work(name: str) -> bool:
 
 def _union_ms(spans: list[tuple[int, int]]) -> float:
     """Milliseconds covered by at least one of ``spans`` (ns): overlapping streams once."""
-    total, end = 0, None
+    total, end = 0, -math.inf
     for a, b in sorted(spans):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
+        total += max(0, b - max(a, end))  # the part not covered yet
+        end = max(end, b)
     return total / 1e6
 
 
@@ -237,11 +224,4 @@ def _save_trace(prof: Any, path: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
         raw = Path(scratch) / "trace.json"
         prof.export_chrome_trace(str(raw))
-        fd, tmp = tempfile.mkstemp(prefix=".trace-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as out, raw.open("rb") as src, gzip.open(out, "wb") as gz:
-                shutil.copyfileobj(src, gz)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, gzip.compress(raw.read_bytes()))

@@ -1,10 +1,8 @@
 """Timing protocol: warm up, flush the cache, time each sample, keep them all.
 
-On CUDA every sample is bracketed by CUDA events after an L2 flush (a write to
-a buffer of at least twice the device's L2), so a kernel never profits from
-data left in cache by the previous sample. On CPU the same protocol runs with
-``time.perf_counter`` and a last-level-cache flush. ``setup`` runs untimed
-before each sample (the backward phase's forward, clearing gradients).
+Each sample runs after a cache flush (twice the L2 on CUDA, the last-level cache on CPU),
+so a kernel never profits from the previous sample's data; ``setup`` runs untimed before
+each sample (the backward phase's forward, clearing gradients).
 """
 
 from __future__ import annotations
@@ -20,10 +18,8 @@ from perfsuite.measure.stats import quantile
 
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3
-# Samples of a phase run under the Triton interpreter (a CPU without a GPU): its timings
-# say nothing about the kernel (the row's reason says so), so it gets no timing pass; its
-# one sample is the call its memory pass makes, which keeps the row whole, and the time
-# goes to what counts there, the gate and memory per phase.
+# Interpreted timings say nothing about the kernel: no timing pass, the one sample is the
+# memory pass's call (the row stays whole; the time goes to the gate and memory).
 INTERPRETED_SAMPLES = 1
 CPU_FLUSH_CAP = 64 << 20
 
@@ -120,12 +116,9 @@ def time_spans(
     flush: CacheFlusher | None = None,
     barrier: Callable[[], object] | None = None,
 ) -> list[list[float]]:
-    """Per sample, the milliseconds of each of ``phases`` run back to back, the clock
-    read at each boundary (CUDA events, read after the last sample; ``perf_counter`` on
-    CPU), so the phases of a sample add up to its whole. Warm-up calls go through the
-    same ``setup`` as the timed ones, so compilation and autotuning for every code path
-    happen before timing; ``barrier`` (ranks of one cell) runs before each sample's clock.
-    """
+    """Per sample, the milliseconds of each of ``phases`` run back to back, the clock read
+    at each boundary, so a sample's phases add up to its whole; ``barrier`` (ranks of one
+    cell) runs before each sample's clock."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     flush = flush or CacheFlusher(device)

@@ -1,23 +1,10 @@
 """Where the synthetic workload puts its unigram prior in hidden space.
 
-The synthetic logits are ``l = a·(structure · body) + γ·log π`` (workloads.py). The
-first generator stored ``log π`` in hidden dimension 0 of C (mean |c[:, 0]| ≈ 12
-against a norm of 1 for the rest of each row) and ``γ`` in dimension 0 of E: a
-frequency direction twelve times the norm of everything else, axis-aligned, so a
-filter's dropped mass landed almost entirely in dE[:, 0] (issue 21). Trained
-unembeddings have a frequency direction, but a smaller and oblique one.
-
-``geometry="trained"`` (the default) embeds the same logits along a seeded random
-unit vector ``u`` instead, with the structure in u's orthogonal complement, and
-centres E's structure part so that E's mean lies along u (u is then exactly the
-direction ``perfsuite.filtering.stats.frequency_direction`` measures). The
-remaining scale is free (``E_u·g``, ``C_u/g`` leave every logit unchanged); it is
-set so the frequency direction's share of C's norm is ``TRAINED_SHARE_C``, measured
-on the committed trained dump (``perfsuite workload inspect
-reports/filtering/trained-v16k.safetensors``; a test holds the two together).
-E's share then follows from the logits (the product of the two shares' odds is
-fixed by them) and is reported in ``info``. ``geometry="axis"`` is the old one.
-"""
+The logits ``a·(structure · body) + γ·log π`` (workloads.py) once carried ``log π``
+along hidden dimension 0, twelve times the norm of the rest: a filter's dropped mass
+landed almost all in dE[:, 0]. ``geometry="trained"`` (the default) embeds the same
+logits along a seeded random unit vector u, scaled so that u's share of C's norm is
+``TRAINED_SHARE_C``, measured on the committed trained dump; ``"axis"`` is the old one."""
 
 from __future__ import annotations
 

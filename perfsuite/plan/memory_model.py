@@ -3,41 +3,31 @@ what materialising the logits costs (used to refuse shapes that cannot fit)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def floor_bytes(phase: str, tokens: int, vocab: int, hidden: int, dtype: str) -> int:
-    """Lower bound on a phase's peak above its inputs (math.md, "Memory lower bound").
-
-    The forward must return N per-token losses (fp32); any phase that ends with
-    gradients must hold dE (N x D) and dC (V x D) in the input dtype.
-    """
+    """Lower bound on a phase's peak above its inputs (math.md): N fp32 losses, or dE
+    and dC in the input dtype for a phase that ends with gradients."""
     if phase == "fwd":
         return tokens * 4
     return (tokens + vocab) * hidden * DTYPE_BYTES[dtype]
 
 
 def reference_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16") -> int:
-    """Peak of the correctness gate's reference fwd+bwd: logits, log-softmax and their
-    gradient, plus copies of the inputs and their gradients. Every cell computes it
-    in fp32, and for fp32 cases also in fp64 (torch's own fp32 error, see
-    ``perfsuite.run.correctness``), which sets the peak there."""
+    """Peak of the gate's reference fwd+bwd (logits, log-softmax, their gradient, the
+    inputs and theirs): fp32, or fp64 for fp32 cases (torch's own fp32 error)."""
     size = 8 if dtype == "fp32" else 4
     return 3 * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
 
 
 def available_memory() -> int | None:
-    """``MemAvailable`` of this machine in bytes, if the kernel reports it."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    """The RAM this machine has available now (Linux: ``MemAvailable``), in bytes."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 # Copies of the N x V logits (in the input dtype) eager holds at its peak, (without,
@@ -66,14 +56,8 @@ _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 def fmt_size(nbytes: float) -> str:
     """``512 B``, ``23.3 MiB``, ``2.0 PiB``: bytes in the largest binary unit they fill,
     one decimal (a shape a typo made huge read "~2235179424.3 GiB")."""
-    if nbytes < 1024:
-        return f"{nbytes:.0f} B"
-    scale, unit = 1024.0, _UNITS[0]
-    for name in _UNITS[1:]:
-        if nbytes < scale * 1024:
-            break
-        scale, unit = scale * 1024, name
-    return f"{nbytes / scale:.1f} {unit}"
+    scale = min((int(nbytes).bit_length() - 1) // 10, len(_UNITS))
+    return f"{nbytes:.0f} B" if scale <= 0 else f"{nbytes / 1024**scale:.1f} {_UNITS[scale - 1]}"
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:
@@ -93,16 +77,9 @@ def predicted_peak(
     dtype: str,
     softcap: bool = False,
 ) -> tuple[int, str]:
-    """Rough peak bytes of one cell in its worker, and what drives it, for deciding
-    whether to attempt the cell (``perfsuite.run.sweep``).
-
-    Every cell's worker holds e, c and their gradients and, before timing, runs
-    the correctness gate: the fp32 reference (``reference_bytes``) and eager in
-    the input dtype, so no cell needs less than that. A method whose ``caps``
-    (``perfsuite.method.Capabilities``) say it materialises the logits holds its
-    ``caps.logit_copies`` of them; the others (ours, CCE, Liger, torch's chunked path)
-    stay near the floor.
-    """
+    """Rough peak bytes of one cell in its worker, and what drives it: at least the
+    correctness gate's (``gate_bytes``), or the ``caps.logit_copies`` of the N x V
+    logits a method that materialises them holds; the others stay near the floor."""
     size = DTYPE_BYTES[dtype]
     logits = tokens * vocab * size
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
@@ -120,12 +97,9 @@ def predicted_peak(
 
 
 def device_capacity(device: str, memory_limit: int | None = None) -> int | None:
-    """Bytes a cell may plan to use on ``device`` here (None: unknown, attempt all).
-
-    CPU: ``CPU_MEMORY_SHARE`` of available RAM (and at most ``memory_limit``);
-    CUDA: ``CUDA_MEMORY_SHARE`` of GPU 0's total, from nvidia-smi so that the
-    parent process never creates a CUDA context.
-    """
+    """Bytes a cell may plan to use on ``device`` here (None: unknown, attempt all): a
+    share of the RAM available (at most ``memory_limit``), or of GPU 0's total, from
+    nvidia-smi so that the parent never creates a CUDA context."""
     if device == "cpu":
         available = available_memory()
         budget = None if available is None else int(CPU_MEMORY_SHARE * available)

@@ -99,17 +99,23 @@ def parse_list(text: str, what: str) -> list[str]:
     return items
 
 
-def parse_betas(text: str) -> list[float]:
-    betas = []
-    for item in parse_list(text, "beta"):
+def _numbers(text: str, what: str, convert: type, lo: float, hi: float) -> list:
+    """``--what a,b,c``: distinct values, each in [lo, hi]."""
+    values = []
+    for item in parse_list(text, what):
         try:
-            beta = float(item)
+            value = convert(item)
         except ValueError:
-            raise PlanError(f"--beta: {item!r} is not a number") from None
-        if not 0.0 <= beta <= 1.0:
-            raise PlanError(f"--beta: {beta:g} is outside [0, 1]")
-        betas.append(beta)
-    return list(dict.fromkeys(betas))
+            kind = "an integer" if convert is int else "a number"
+            raise PlanError(f"--{what}: {item!r} is not {kind}") from None
+        if not lo <= value <= hi:
+            raise PlanError(f"--{what}: {value:g} is outside [{lo:g}, {hi:g}]")
+        values.append(value)
+    return list(dict.fromkeys(values))
+
+
+def parse_betas(text: str) -> list[float]:
+    return _numbers(text, "beta", float, 0.0, 1.0)
 
 
 # Ranks one machine starts for a cell: beyond this a typo (--tp 1000) would fork a
@@ -118,25 +124,11 @@ TP_MAX = 64
 
 
 def parse_tps(text: str, device: str) -> list[int]:
-    """``--tp 1,2,4``: positive, at most ``TP_MAX``; on CUDA, at most the GPUs here
-    (NCCL runs one GPU per rank)."""
-    sizes = []
-    for item in parse_list(text, "tp"):
-        try:
-            size = int(item)
-        except ValueError:
-            raise PlanError(f"--tp: {item!r} is not an integer") from None
-        if not 1 <= size <= TP_MAX:
-            raise PlanError(f"--tp: {size} is outside [1, {TP_MAX}]")
-        sizes.append(size)
-    if resolve_device(device) == "cuda":
-        gpus = torch.cuda.device_count()
-        over = [k for k in sizes if k > gpus]
-        if over:
-            raise PlanError(
-                f"--tp {over[0]}: NCCL runs one GPU per rank and this machine has {gpus}"
-            )
-    return sorted(dict.fromkeys(sizes))
+    """``--tp 1,2,4``; on CUDA at most the GPUs here (NCCL runs one GPU per rank)."""
+    sizes = sorted(_numbers(text, "tp", int, 1, TP_MAX))
+    if resolve_device(device) == "cuda" and sizes[-1] > (gpus := torch.cuda.device_count()):
+        raise PlanError(f"--tp {sizes[-1]}: NCCL runs one GPU per rank and this machine has {gpus}")
+    return sizes
 
 
 def resolve_device(device: str) -> str:
@@ -172,25 +164,18 @@ def check_memory_limit(plan: Plan) -> None:
     the limit applies; across ranks each rank holds a shard the model does not predict."""
     if plan.memory_limit is None or plan.device != "cpu" or plan.tps:
         return
-    known = all_methods()
+    known, softcap = all_methods(), plan.softcap is not None
     cells = [
-        (name, shape, dtype)
-        for name in plan.methods
-        for shape in plan.shapes
-        for dtype in plan.dtypes_for(shape)
+        (*predicted_peak(known[m].caps, s.tokens, s.vocab, s.hidden, d, softcap), m, s.name)
+        for m in plan.methods
+        for s in plan.shapes
+        for d in plan.dtypes_for(s)
     ]
-
-    def peak(cell: tuple[str, Shape, str]) -> tuple[int, str]:
-        name, shape, dtype = cell
-        size = (shape.tokens, shape.vocab, shape.hidden, dtype)
-        return predicted_peak(known[name].caps, *size, plan.softcap is not None)
-
-    method, shape, _ = smallest = min(cells, key=lambda cell: peak(cell)[0])
-    need, what = peak(smallest)
+    need, what, method, shape = min(cells, key=lambda cell: cell[0])
     if plan.memory_limit < need:
         raise PlanError(
             f"--memory-limit {fmt_size(plan.memory_limit)} is below the smallest cell's "
-            f"predicted peak, ~{fmt_size(need)} ({what}; {method} on {shape.name}): every "
+            f"predicted peak, ~{fmt_size(need)} ({what}; {method} on {shape}): every "
             "cell would be oom; raise the limit or leave it out"
         )
 

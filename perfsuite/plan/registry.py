@@ -1,12 +1,8 @@
 """The methods the suite knows: the explicit list of adapter modules, plus plugins.
 
-Each adapter module exposes ``METHODS``, each method declared once
-(``perfsuite.method.SimpleMethod``); importing it must not import the optional package
-it wraps (that happens in ``prepare``), so a missing package yields ``unavailable`` for
-its methods instead of breaking the registry. Plugins declare theirs alike, in modules
-named by ``PERFSUITE_PLUGINS`` (comma-separated) or by entry points of the group
-``perfsuite.methods`` (a module, or a method or list of them): workers see both.
-"""
+Each module's ``METHODS`` declares each method once; importing it must not import the
+package it wraps, so a missing one makes its methods ``unavailable``. Plugins come from
+``PERFSUITE_PLUGINS`` (modules) or the ``perfsuite.methods`` entry points."""
 
 from __future__ import annotations
 

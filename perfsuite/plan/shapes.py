@@ -18,10 +18,8 @@ class Shape:
     def with_overrides(
         self, tokens: int | None = None, vocab: int | None = None, hidden: int | None = None
     ) -> Shape:
+        """The shape with N, V or D overridden (argparse checked them positive)."""
         changed = {k: v for k, v in (("tokens", tokens), ("vocab", vocab), ("hidden", hidden)) if v}
-        for key, value in changed.items():
-            if value <= 0:
-                raise ValueError(f"--{key} must be positive, got {value}")
         if not changed:
             return self
         return replace(self, name=f"{self.name}*", **changed)

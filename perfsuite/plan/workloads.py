@@ -1,27 +1,13 @@
-"""What the kernel is fed: random inputs, a synthetic trained-LM-like workload, or a real dump.
+"""What the kernel is fed: random inputs, a synthetic trained-LM-like workload, or a dump.
 
-Random inputs give a nearly flat softmax (mean token entropy ≈ log V): gradient
-filtering then skips nothing and vocab sorting has nothing to sort. A trained
-LM's softmax is peaked (a few nats of entropy) and its predictions follow the
-Zipf-like unigram distribution of text. Cut Cross-Entropy benchmarks on real
-Gemma2 hidden states for this reason. Three kinds of workload, as a dict that
-travels in each case of a worker spec (``case["workload"]``):
-
-- ``{"kind": "random"}``: ``perfsuite.run.inputs``' unit-scale Gaussian inputs.
-- ``{"kind": "synthetic", "entropy": H, "zipf": s}``: logits
-  ``l = a·(peak + noise) + γ·log π`` where ``π`` is a Zipf(s) unigram prior over
-  a random permutation of the vocabulary (along one oblique direction: geometry.py),
-  ``peak`` puts each token's mass on a token drawn from ``π`` and ``noise`` is
-  Gaussian. The sharpness ``a`` (or, above the prior's own entropy, the prior
-  weight ``γ``) is calibrated by bisection so the mean token entropy of
-  ``softmax(softcap(l))`` is ``H`` nats; targets are sampled from that softmax,
-  as text is from a well-fitted model.
-- ``{"kind": "file", "path": P}``: tensors ``e`` (N×D), ``c`` (V×D) and
-  ``targets`` (N) from a ``.safetensors`` or ``.pt`` dump (optionally a
-  ``softcap``, as a scalar tensor or safetensors metadata), validated with a
-  clear error. A case with fewer tokens than the file takes its first rows.
-
-Every row records the workload's label and the measured mean entropy.
+Random inputs give a nearly flat softmax (entropy ≈ log V), where gradient filtering
+skips nothing and vocab sorting has nothing to sort; a trained LM's is peaked and
+Zipf-like. A workload is a dict each case carries (``case["workload"]``):
+``{"kind": "synthetic", "entropy": H, "zipf": s}`` calibrates logits
+``a·(peak + noise) + γ·log π`` (π a Zipf(s) prior, geometry.py) by bisection to mean
+entropy H, targets sampled from the softmax; ``{"kind": "file", "path": P}`` reads
+``e``, ``c``, ``targets`` (and optionally ``softcap``) from a ``.safetensors`` or
+``.pt`` dump. Every row records the workload's label and the measured mean entropy.
 """
 
 from __future__ import annotations
@@ -35,7 +21,6 @@ import torch
 
 from perfsuite.plan.geometry import embed
 
-WORKLOAD_KINDS = ("random", "synthetic")
 FILE_SUFFIXES = (".safetensors", ".pt", ".pth")
 DEFAULT_ENTROPY = 2.0  # nats: the order of a trained LM's mean next-token entropy on text
 DEFAULT_ZIPF = 1.0  # Zipf's law exponent of word/token frequencies
@@ -47,10 +32,6 @@ _CHUNK_ELEMENTS = 1 << 24
 
 class WorkloadError(ValueError):
     """A workload that cannot be used, named precisely."""
-
-
-# ---------------------------------------------------------------------------
-# Specs and labels
 
 
 def parse_workload(
@@ -101,10 +82,6 @@ def workload_label(spec: dict[str, Any] | None) -> str:
     raise WorkloadError(f"unknown workload kind {spec['kind']!r}")
 
 
-# ---------------------------------------------------------------------------
-# Entropy
-
-
 def _softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return logits if softcap is None else softcap * torch.tanh(logits / softcap)
 
@@ -139,10 +116,6 @@ def mean_entropy(
         total += float(h.double().sum())
         count += h.numel()
     return total / count if count else float("nan")
-
-
-# ---------------------------------------------------------------------------
-# Synthetic workload
 
 
 def zipf_log_prior(vocab: int, exponent: float, generator: torch.Generator) -> torch.Tensor:
@@ -192,13 +165,8 @@ def synthetic_inputs(
     geometry: str = "trained",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """fp32 ``(e, c, targets, info)`` whose softmax has mean entropy ≈ ``entropy`` nats.
-
-    One direction carries the unigram prior (``perfsuite.plan.geometry``: an oblique
-    one with a trained model's share of C, or ``geometry="axis"``, the old hidden
-    dimension 0); the others carry ``a·(ĉ_k + noise)`` for a per-token "predicted"
-    token ``k`` drawn from π, so logits are linear in ``a`` and calibration is a
-    bisection on a sample of rows. ``info`` says what was reached.
-    """
+    One direction carries the prior (geometry.py), the others ``a·(ĉ_k + noise)`` for a
+    token ``k`` drawn from π: logits linear in ``a``, calibrated by bisection."""
     check_synthetic(entropy, vocab, hidden)
     device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
@@ -220,8 +188,7 @@ def synthetic_inputs(
 
     prior_entropy = h(0.0, 1.0)
     if entropy <= prior_entropy:
-        gamma = 1.0
-        hi = 1.0
+        gamma = hi = 1.0
         while h(hi, gamma) > entropy and hi < 1e4:
             hi *= 2
         a = _bisect(lambda x: h(x, gamma), 0.0, hi, entropy, decreasing=True)
@@ -239,9 +206,7 @@ def synthetic_inputs(
     with torch.no_grad():
         for start in range(0, tokens, step):
             probs = torch.softmax(_softcapped(e[start : start + step] @ c.T, softcap), -1)
-            targets[start : start + step] = torch.multinomial(probs, 1, generator=sampler).squeeze(
-                1
-            )
+            targets[start : start + step] = torch.multinomial(probs, 1, generator=sampler)[:, 0]
     info = {
         "target_entropy": entropy,
         "zipf": zipf,
@@ -252,10 +217,6 @@ def synthetic_inputs(
         **placed,
     }
     return e, c, targets, info
-
-
-# ---------------------------------------------------------------------------
-# Dumps of real hidden states
 
 
 def _softcap_value(value: Any, path: str) -> float | None:
@@ -335,13 +296,12 @@ def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
     for name, bad in (("e", (~e.isfinite()).sum()), ("c", (~c.isfinite()).sum())):
         if bad:
             raise WorkloadError(f"{path}: {name} holds {bad} NaN/inf value(s); no loss is defined")
-    vocab = c.shape[0]
     valid = targets[targets != -100]
     if not valid.numel():
         raise WorkloadError(f"{path}: every target is -100 (ignored): no tokens, no mean loss")
-    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= vocab):
+    if int(valid.min()) < 0 or int(valid.max()) >= c.shape[0]:
         raise WorkloadError(
-            f"{path}: target ids must lie in [0, V={vocab}) or be -100 (ignored); "
+            f"{path}: target ids must lie in [0, V={c.shape[0]}) or be -100 (ignored); "
             f"found {int(valid.min())}..{int(valid.max())}"
         )
     return {"e": e, "c": c, "targets": targets.long(), "softcap": _softcap_value(softcap, path)}

@@ -1,18 +1,10 @@
-"""Stored baselines: ``reports/baselines/<device-slug>/<shape>.json``.
-
-One results document per device and shape preset (and TP size: ``<shape>-tp2.json``
-holds the cells ``run --tp`` measured across 2 ranks), in the results schema
-(``perfsuite.results.results``), raw samples included so that ``perfsuite compare`` can
-test against them. They change only through ``perfsuite baseline update
-RESULTS``, which replaces the files of the shapes RESULTS measured (a file
-holds exactly what one run measured for that shape, with its provenance);
-nothing else writes there.
-"""
+"""Stored baselines: ``reports/baselines/<device-slug>/<shape>.json`` (``-tpK`` for cells
+across K ranks), results documents with raw samples for ``compare``. Only ``perfsuite
+baseline update RESULTS`` writes there, replacing the files of the shapes RESULTS measured."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +13,8 @@ from rich import box
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.measure.machine import document_busy
 from perfsuite.regress.environment import env_differences
-from perfsuite.results.outpath import OutputPathError, check_output_dir
+from perfsuite.results.kinds import TIMED_KINDS, require_kind
+from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.provenance import device_slug
 from perfsuite.results.results import ResultsError, load_results, new_document, write_results
 
@@ -42,10 +35,6 @@ def shape_stem(row: dict[str, Any]) -> str:
     return safe.strip(".-") or "custom"
 
 
-def device_dir(root: Path, env: dict[str, Any]) -> Path:
-    return Path(root) / device_slug(env)
-
-
 def split_by_shape(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """stem -> a document holding that shape's rows with the run's env."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -63,7 +52,7 @@ def stored_baseline(
     Raises ``ResultsError`` when nothing is stored for that device or shapes, or
     when the stored files of two shapes disagree on the environment.
     """
-    folder = device_dir(root, current["env"])
+    folder = Path(root) / device_slug(current["env"])
     stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
     if not folder.is_dir():
         have = sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if root.is_dir() else []
@@ -102,10 +91,11 @@ def update(
     ``force``: a run whose cells errored must not replace a good baseline.
     """
     document = load_results(results)  # validated: a malformed file is never stored
+    require_kind(document, results, TIMED_KINDS, "baseline update")
     if not document["rows"]:
         raise ResultsError(f"{results}: no rows; nothing to store")
     _check_root(root)
-    folder = device_dir(root, document["env"])
+    folder = Path(root) / device_slug(document["env"])
     if not dry_run:  # made and written to now: a bad --root costs nothing and stores nothing
         check_output_dir(root, "--root")
         check_output_dir(folder, "--root")
@@ -207,21 +197,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.baseline_command == "update":
-            lines = update(args.results, args.root, dry_run=args.dry_run, force=args.force)
-        else:
-            rows, lines = list_stored(args.root)
-            if rows:
-                _print_list(rows)
-    except (ResultsError, OutputPathError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.baseline_command == "update":
+        lines = update(args.results, args.root, dry_run=args.dry_run, force=args.force)
+    else:
+        rows, lines = list_stored(args.root)
+        if rows:
+            _print_list(rows)
     for line in lines:
         print(line)
     return 0
-
-
-# Names the CLI may import, matching the brief's convention.
-add_baseline_arguments = add_arguments
-run_baseline = run

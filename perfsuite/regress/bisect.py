@@ -1,20 +1,9 @@
 """``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower.
 
-It measures the good commit, then the bad one (and stops if the bad one is
-not slower by ``compare``'s rule: nothing to bisect), then lets ``git bisect
-run`` pick the commits between, each measured and judged against the good
-commit's samples by ``bisect_step``. What is measured: one ``perfsuite run``
-cell (``--shape``, ``--method``, ``--phase``, ``--beta``), or the wall time of
-any shell command (``--command``), run in the commit's checkout.
-
-Everything happens in a temporary ``git worktree`` (detached, removed at the
-end): the user's checkout, its HEAD, index, uncommitted changes, branches and
-any bisection of its own are never touched (bisect state is per worktree).
-
-Exit codes: 0 the first slow commit found; 1 nothing to bisect or no
-answer (the bad commit is not slower; only unmeasurable commits left);
-2 bad input (not a repository, an unknown revision, ...), in one line.
-"""
+Measures the good and the bad commit (nothing to bisect unless the bad one is slower by
+``compare``'s rule), then ``git bisect run`` judges each commit between (``bisect_step``).
+All in a temporary detached ``git worktree``, so the user's checkout, HEAD, index, changes
+and own bisection are never touched. Exit 0 found; 1 nothing to bisect or no answer."""
 
 from __future__ import annotations
 
@@ -35,7 +24,7 @@ from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.verdicts import DEFAULT_ALPHA, DEFAULT_TIME_THRESHOLDS
 from perfsuite.results.results import PHASES
 
-EXIT_FOUND, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_FOUND, EXIT_NOT_FOUND = 0, 1
 # --command: wall time of a whole process, as noisy as a CPU cell.
 COMMAND_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cpu"]
 
@@ -99,33 +88,25 @@ def commit(top: Path, rev: str, option: str) -> str:
 
 def spec_from(args: argparse.Namespace) -> Spec:
     """The measurement the arguments ask for; ``BisectError`` if they ask for none or two."""
-    cell = args.shape is not None or args.method is not None
-    if cell and args.command is not None:
+    command = args.command is not None
+    if command and (args.shape is not None or args.method is not None):
         raise BisectError("give --shape and --method (a perfsuite cell) or --command, not both")
-    if args.command is not None:
-        if not args.command.strip():
-            raise BisectError("--command is empty")
-        return Spec(
-            samples=args.samples or 10,
-            warmup=1 if args.warmup is None else args.warmup,
-            threshold=COMMAND_THRESHOLD if args.threshold is None else args.threshold,
-            alpha=args.alpha,
-            scratch="",
-            command=args.command,
-            timeout=args.timeout,
-        )
-    if args.shape is None or args.method is None:
+    if command and not args.command.strip():
+        raise BisectError("--command is empty")
+    if not command and (args.shape is None or args.method is None):
         raise BisectError("nothing to measure: give --shape and --method, or --command")
-    get_shape(args.shape)  # an unknown preset is a one-line ValueError
-    known = all_methods()  # here, not after two inner runs that fail with a cut message
-    if args.method not in known:
-        raise BisectError(f"--method {args.method}: unknown method; known: {', '.join(known)}")
+    if not command:
+        get_shape(args.shape)  # an unknown preset is a one-line ValueError
+        known = all_methods()  # here, not after two inner runs that fail with a cut message
+        if args.method not in known:
+            raise BisectError(f"--method {args.method}: unknown method; known: {', '.join(known)}")
     return Spec(
-        samples=args.samples or 20,
-        warmup=3 if args.warmup is None else args.warmup,
-        threshold=args.threshold,
+        samples=args.samples or (10 if command else 20),
+        warmup=(1 if command else 3) if args.warmup is None else args.warmup,
+        threshold=COMMAND_THRESHOLD if command and args.threshold is None else args.threshold,
         alpha=args.alpha,
         scratch="",
+        command=args.command,
         shape=args.shape,
         method=args.method,
         phase=args.phase,
@@ -197,38 +178,22 @@ def _run(spec: Spec, top: Path, tree: Path, good: str, bad: str, scratch: Path) 
 
 
 def run(args: argparse.Namespace) -> int:
-    """``perfsuite bisect``; returns the exit code."""
+    """``perfsuite bisect``; returns the exit code (bad input raises ``BisectError``)."""
+    top = repository(args.repo)
+    good, bad = commit(top, args.good, "--good"), commit(top, args.bad, "--bad")
+    if good == bad:
+        raise BisectError("--good and --bad are the same commit")
+    if git(top, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
+        raise BisectError(f"--good {args.good} is not an ancestor of --bad {args.bad}")
+    if not 0 < args.alpha < 1:
+        raise BisectError(f"--alpha {args.alpha:g}: must be in (0, 1)")
+    if (args.warmup or 0) < 0 or not args.timeout > 0:
+        raise BisectError("--warmup must be >= 0 and --timeout > 0")
+    spec = spec_from(args)
+    if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+        print(f"note: uncommitted changes in {top} are left alone and not measured")
+    scratch = Path(tempfile.mkdtemp(prefix="perfsuite-bisect-"))
     try:
-        top = repository(args.repo)
-        good, bad = commit(top, args.good, "--good"), commit(top, args.bad, "--bad")
-        if good == bad:
-            raise BisectError("--good and --bad are the same commit")
-        if git(top, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
-            raise BisectError(f"--good {args.good} is not an ancestor of --bad {args.bad}")
-        if not 0 < args.alpha < 1:
-            raise BisectError(f"--alpha {args.alpha:g}: must be in (0, 1)")
-        if (args.warmup or 0) < 0 or not args.timeout > 0:
-            raise BisectError("--warmup must be >= 0 and --timeout > 0")
-        spec = spec_from(args)
-        if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
-            print(f"note: uncommitted changes in {top} are left alone and not measured")
-        scratch = Path(tempfile.mkdtemp(prefix="perfsuite-bisect-"))
-        try:
-            return bisect(spec, top, good, bad, scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    except (BisectError, ValueError) as err:
-        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite bisect", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return bisect(spec, top, good, bad, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,14 +1,8 @@
 """One step of ``perfsuite bisect``: measure the checked-out commit, judge it against the good one.
 
-``git bisect run`` calls this (through a launcher that imports *this*
-perfsuite, never the commit's) in the temporary worktree. The measurement is
-either one cell of ``perfsuite run`` (the commit's own perfsuite when it has
-one: the worktree comes first on the path) or the wall time of ``--command``.
-The verdict is ``perfsuite compare``'s time rule (``verdicts.compare_time``:
-practical threshold and one-sided Mann-Whitney U test) against the good
-commit's samples. Exit codes are git's: 0 good, 1 bad (slower), 125 skip (the
-commit cannot be measured), 128 abort (this step itself failed).
-"""
+``git bisect run`` calls it through a launcher that imports *this* perfsuite, never the
+commit's; ``run_cell`` runs the commit's own ``perfsuite run``. The verdict is ``compare``'s
+time rule. Exit codes are git's: 0 good, 1 slower, 125 skip (unmeasurable), 128 abort."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts.
-
-The command: loads the two documents (BASELINE may be a stored-baselines
-folder), asks ``perfsuite.regress.verdicts`` for a verdict per cell and prints
-them (``perfsuite.regress.compare_report``); exit 1 on a regression. The
-decision rule is documented in ``verdicts``.
-"""
+"""``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts
+(``verdicts`` has the rule), exit 1 on a regression; BASELINE may be a stored-baselines folder."""
 
 from __future__ import annotations
 
@@ -21,17 +16,13 @@ from perfsuite.regress.verdicts import (
     DEFAULT_ALPHA,
     DEFAULT_MEMORY_THRESHOLD,
     DEFAULT_TIME_THRESHOLDS,
-    EXIT_USAGE,
     METRICS,
     CompareError,
     Settings,
     compare_documents,
 )
+from perfsuite.results.kinds import TIMED_KINDS
 from perfsuite.results.results import ResultsError, document_kinds, load_results, require_kind
-
-# What compare judges: a loss cell on one device or across ranks, a training step
-# (``converge``'s training runs are judged by their own report).
-COMPARED_KINDS = frozenset({"loss", "tp", "step"})
 
 
 def parse_fraction(text: str) -> float:
@@ -121,7 +112,7 @@ def load_pair(
 def check_kinds(base: dict[str, Any], cur: dict[str, Any], labels: tuple[str, str]) -> None:
     """One line, before any verdict, for files compare cannot judge against each other."""
     for doc, label in zip((base, cur), labels, strict=True):
-        require_kind(doc, label, COMPARED_KINDS, "compare")
+        require_kind(doc, label, TIMED_KINDS, "compare")
     kinds = document_kinds(base), document_kinds(cur)
     if all(kinds) and not kinds[0] & kinds[1]:
         pairs = zip(labels, kinds, strict=True)
@@ -130,32 +121,25 @@ def check_kinds(base: dict[str, Any], cur: dict[str, Any], labels: tuple[str, st
 
 
 def run(args: argparse.Namespace) -> int:
-    """``perfsuite compare``: 0 no regression, 1 regression(s), 2 unusable input."""
-    try:
-        settings = Settings(
-            time_threshold=args.time_threshold,
-            memory_threshold=args.memory_threshold,
-            metric=args.metric,
-            alpha=args.alpha,
-            allow_env_mismatch=args.allow_env_mismatch,
-        )
-        base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
-        check_kinds(base_doc, cur_doc, (base_label, str(args.current)))
-        refusal = refuse_busy(base_doc, cur_doc, (base_label, str(args.current)))
-        if refusal and not args.accept_busy:
-            raise CompareError(refusal)
-        if refusal:
-            notes.append(f"--accept-busy: {refusal.split(': a time difference')[0]}")
-        comparison = compare_documents(
-            base_doc,
-            cur_doc,
-            settings,
-            baseline_label=base_label,
-            current_label=str(args.current),
-        )
-    except (ResultsError, CompareError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+    """``perfsuite compare``: 0 no regression, 1 regression(s); unusable input raises."""
+    settings = Settings(
+        time_threshold=args.time_threshold,
+        memory_threshold=args.memory_threshold,
+        metric=args.metric,
+        alpha=args.alpha,
+        allow_env_mismatch=args.allow_env_mismatch,
+    )
+    base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
+    labels = (base_label, str(args.current))
+    check_kinds(base_doc, cur_doc, labels)
+    refusal = refuse_busy(base_doc, cur_doc, labels)
+    if refusal and not args.accept_busy:
+        raise CompareError(refusal)
+    if refusal:
+        notes.append(f"--accept-busy: {refusal.split(': a time difference')[0]}")
+    comparison = compare_documents(
+        base_doc, cur_doc, settings, baseline_label=base_label, current_label=labels[1]
+    )
     comparison.notes.extend(notes)
     if args.format == "markdown":
         sys.stdout.write(render_markdown(comparison, show_all=args.all))

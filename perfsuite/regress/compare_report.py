@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.text import Text
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
+from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, print_fitted
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 
@@ -96,11 +96,10 @@ def _time(row: dict[str, Any] | None, metric: str) -> float | None:
     return summarize(samples, metric) if samples else row.get("median_ms")
 
 
-def _values(cell: CellComparison, metric: str) -> list[str]:
-    b = cell.baseline or {}
-    c = cell.current or {}
+def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]:
+    b, c = cell.baseline or {}, cell.current or {}
     return [
-        _status(cell),
+        _status(cell, short),
         fmt_ms(_time(cell.baseline, metric)),
         fmt_ms(_time(cell.current, metric)),
         fmt_ratio(cell.time.ratio),
@@ -169,25 +168,6 @@ def _footnote(footnotes: list[str], notes: list[str]) -> str:
     return f"[{footnotes.index(text) + 1}]"
 
 
-def _print_records(
-    console: Console, title: str, columns: list[Column], rows: list[list[str]]
-) -> None:
-    """A table too wide for the terminal even folded: each row as its own lines, broken
-    between fields only (``40 → 60`` stays on one line)."""
-    console.print(title, style="bold", highlight=False)
-    for row in rows:
-        pairs = zip(columns, row, strict=True)
-        fields = [f"{c.header or 'note'} {Text.from_markup(v).plain}" for c, v in pairs if v]
-        lines = ["  " + fields[0]]
-        for item in fields[1:]:
-            if len(lines[-1]) + 2 + len(item) > console.width:
-                lines[-1] += ","
-                lines.append("    " + item)
-            else:
-                lines[-1] += ", " + item
-        console.print(Text("\n".join(lines)), soft_wrap=True)
-
-
 def _columns(metric: str) -> list[Column]:
     """The console table's columns; ``3.725 → 5.643`` never folds (a number pair)."""
     return [
@@ -204,18 +184,18 @@ def _columns(metric: str) -> list[Column]:
 
 
 def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
+    status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
     style = STYLE[cell.verdict]
     verdict = cell.verdict + (" ✗" if cell.failing else "")
-    b, c = cell.baseline or {}, cell.current or {}
     return [
         cell.row["method"],  # the TP size is in the title
         cell.row["phase"],
-        _status(cell, short=True),
-        _arrow(fmt_ms(_time(cell.baseline, metric)), fmt_ms(_time(cell.current, metric))),
-        fmt_ratio(cell.time.ratio),
-        fmt_p(cell.time.p_slower),
-        _arrow(fmt_mib(b.get("peak_bytes")), fmt_mib(c.get("peak_bytes"))),
-        fmt_ratio(cell.memory.ratio),
+        status,
+        _arrow(base_ms, cur_ms),
+        time_x,
+        p,
+        _arrow(base_mib, cur_mib),
+        mem_x,
         f"[{style}]{verdict}[/{style}] {_footnote(footnotes, cell.notes)}".rstrip(),
     ]
 
@@ -250,7 +230,7 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
                               **options)  # fmt: skip
         start += len(group)
         if table is None:  # too narrow even folded: one cell per block, nothing cut
-            _print_records(console, title, columns, group)
+            print_fitted(console, columns, group, title=title, **options)
         else:
             console.print(table)
         for i, note in enumerate(notes[title], 1):

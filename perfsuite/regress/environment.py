@@ -25,9 +25,8 @@ def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[
             problems.append(f"{name} version: {bver[name]} (baseline) vs {cver[name]}")
     for name in sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS):
         warnings.append(f"{name}: recorded in only one of the two results")
-    for key, label in (("driver", "GPU driver"),):
-        if bdev.get(key) != cdev.get(key):
-            warnings.append(f"{label}: {bdev.get(key)!r} (baseline) vs {cdev.get(key)!r}")
+    if bdev.get("driver") != cdev.get("driver"):
+        warnings.append(f"GPU driver: {bdev.get('driver')!r} (baseline) vs {cdev.get('driver')!r}")
     if base_env.get("python") != cur_env.get("python"):
         warnings.append(f"python: {base_env.get('python')} (baseline) vs {cur_env.get('python')}")
     if (cur_env.get("git") or {}).get("dirty"):

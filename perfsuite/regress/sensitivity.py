@@ -1,29 +1,11 @@
-"""``perfsuite sensitivity``: how often the regression detector of ``perfsuite
-compare`` cries wolf on unchanged code, and how often it catches a real
-slowdown, measured on this machine.
+"""``perfsuite sensitivity``: how often ``compare``'s regression detector cries wolf on
+unchanged code here, and how often it catches a real slowdown.
 
-One CPU cell (eager, fwd+bwd by default) is timed with the suite's own
-protocol (``worker.Phase`` + ``measure.timing.time_samples``: warm-up, cache
-flush, raw samples) in several fresh worker processes, each doing many *runs*
-of three conditions in shuffled order:
-
-* unchanged: the method as it is;
-* +5 %, +10 %: the same method wrapped to do proportionally more of the same
-  work: its loss plus ``0 *`` the loss over the first k tokens, so the extra
-  forward and backward are the same kernels. k is calibrated in a separate
-  process, and the slowdown actually injected is measured again from the data
-  (paired runs of the same process and round), not assumed.
-
-A *trial* is one ``perfsuite compare`` of two results documents of one row
-each: a baseline run of the unchanged method from one process against a run of
-a condition from another process (every ordered pair of processes, same round),
-so that the noise between processes (memory layout, frequency, neighbours) is in
-the trials, as it is between a stored baseline and a nightly run. The false-alarm
-rate is the share of unchanged trials flagged ``regression``; the detection rate
-the share of slowed trials flagged. The same trials are re-judged at other
-thresholds, and unchanged trials with the current samples scaled by 1+δ give the
-smallest slowdown caught in 95 % of trials.
-"""
+One cell is timed with the suite's protocol in several fresh processes, each timing, in
+shuffled rounds, the method unchanged and slowed by +5 % and +10 % (the same kernels on
+extra tokens, calibrated apart and measured again from the data). A trial compares runs of
+two different processes, so that the noise between processes, as between a stored baseline
+and a nightly run, is in it (``sensitivity_collect``, ``sensitivity_analyse``)."""
 
 from __future__ import annotations
 
@@ -32,13 +14,13 @@ import json
 import math
 import os
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_analyse import SCALED_GRID, Report, analyse
-from perfsuite.regress.sensitivity_collect import QUICK, HarnessConfig, collect, worker_main
+from perfsuite.regress.sensitivity_collect import QUICK, HarnessConfig, collect
 from perfsuite.regress.verdicts import DEFAULT_ALPHA
 
 # --------------------------------------------------------------------------
@@ -135,21 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
     cfg = QUICK if args.quick else HarnessConfig()
-    changes: dict[str, Any] = {
-        k: getattr(args, k)
-        for k in (
-            "processes",
-            "runs",
-            "samples",
-            "method",
-            "tokens",
-            "vocab",
-            "hidden",
-            "threads",
-            "device",
-        )
-        if getattr(args, k) is not None
-    }
+    known = {f.name for f in fields(HarnessConfig)} - {"slowdowns"}  # --slowdowns: parsed here
+    changes = {k: v for k, v in vars(args).items() if k in known and v is not None}
     if args.slowdowns:
         try:
             changes["slowdowns"] = tuple(parse_fraction(x) for x in args.slowdowns.split(","))
@@ -224,18 +193,3 @@ def run(args: argparse.Namespace) -> int:
 
         Console().print(Markdown(text))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "--worker":
-        return worker_main(argv[1])
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite sensitivity", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,9 +17,8 @@ from perfsuite.regress.verdicts import (
     DEFAULT_TIME_THRESHOLDS,
     Settings,
     classify_time,
-    compare_documents,
+    compare_time,
 )
-from perfsuite.results.results import Row, new_document
 
 THRESHOLD_GRID = (0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)
 SCALED_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3)
@@ -83,24 +82,6 @@ def _pairs(n_proc: int, n_runs: int) -> list[tuple[int, int, int]]:
     ]
 
 
-def _doc(cfg: dict[str, Any], env: dict[str, Any], samples: Sequence[float]) -> dict[str, Any]:
-    row = Row(
-        method=cfg["method"],
-        tokens=cfg["tokens"],
-        vocab=cfg["vocab"],
-        hidden=cfg["hidden"],
-        dtype=cfg["dtype"],
-        beta=cfg["beta"],
-        phase=cfg["phase"],
-        status="ok",
-        device=cfg.get("device", "cpu"),
-        shape="sensitivity",
-        samples_ms=list(samples),
-        median_ms=summarize(samples, "median"),
-    )
-    return new_document(env, [row])
-
-
 def analyse(
     data: dict[str, Any],
     threshold: float | None = None,
@@ -124,17 +105,15 @@ def analyse(
         runs = procs[b][f"{cond:g}"]
         return runs[(r + 1) % n_runs] if n_proc == 1 else runs[r]
 
-    # Per trial: ratio and both p-values, once; the verdict of compare_documents.
+    # Per trial: ratio and both p-values, once; the verdict of compare's time rule (the
+    # whole of a cell's verdict here: one ok row a side, no memory).
     trials: dict[float, list[tuple[float, float, float]]] = {}
     rates = []
     for cond in conditions:
         stats, flagged = [], 0
         for a, b, r in pairs:
             base, cur = base_runs[(a, r)], current(cond, b, r, a)
-            verdict = compare_documents(
-                _doc(cfg, data["env"], base), _doc(cfg, data["env"], cur), settings
-            ).cells[0]
-            flagged += verdict.verdict == "regression"
+            flagged += compare_time(base, cur, settings).verdict == "regression"
             ratio = summarize(cur, metric) / summarize(base, metric)
             stats.append((ratio, mann_whitney_greater(cur, base), mann_whitney_greater(base, cur)))
         trials[cond] = stats

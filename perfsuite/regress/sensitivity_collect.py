@@ -164,15 +164,9 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     return runs
 
 
-def _config_from(data: dict[str, Any]) -> HarnessConfig:
-    data = dict(data)
-    data["slowdowns"] = tuple(data["slowdowns"])
-    return HarnessConfig(**data)
-
-
 def worker_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    cfg = _config_from(spec["config"])
+    cfg = HarnessConfig(**{**spec["config"], "slowdowns": tuple(spec["config"]["slowdowns"])})
     if spec["mode"] == "calibrate":
         result: Any = calibrate(cfg)
     else:
@@ -194,7 +188,7 @@ def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
     cpu = spec["config"].get("device", "cpu") == "cpu"
     env = {**os.environ, **(CPU_MALLOC_ENV if cpu else {}), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite.regress.sensitivity", "--worker", str(path)],
+        [sys.executable, "-m", "perfsuite.regress.sensitivity_collect", str(path)],
         env=env,
         capture_output=True,
         text=True,
@@ -231,3 +225,7 @@ def collect(cfg: HarnessConfig, log: Callable[[str], None] = lambda _: None) -> 
         "collect_s": time.perf_counter() - started,
         "load": {"before": load_before, "after": os.getloadavg()[0], "cores": os.cpu_count()},
     }
+
+
+if __name__ == "__main__":  # a worker: ``_spawn`` runs this module on a spec file
+    sys.exit(worker_main(sys.argv[1]))

@@ -33,10 +33,6 @@ interpreter keeps 1) and interpreted rows are not time-compared.
 **Memory** (``peak_bytes``) is deterministic for most methods: a regression
 is any growth beyond ``memory_threshold`` (1 %) plus, on CPU, a slack of the
 RSS measurement's resolution.
-
-This module is pure functions over loaded documents; the command is
-``perfsuite.regress.compare``, rendering ``perfsuite.regress.compare_report``,
-the environment check ``perfsuite.regress.environment``.
 """
 
 from __future__ import annotations
@@ -51,14 +47,9 @@ from perfsuite.regress.environment import env_differences
 from perfsuite.results.cells import cell_key
 from perfsuite.results.results import CELL_KEY
 
-# Defaults. The time threshold is per device kind and follows from the measured
-# sensitivity of the detector there (`perfsuite sensitivity`, README "Regression
-# detection"): on CPU the smallest threshold that kept false alarms <= 1 % on
-# the development machine; on CUDA (clocks locked) the issue's 5 %, to be
-# confirmed with `perfsuite sensitivity --device cuda` on the nightly runner.
-# cuda: `perfsuite sensitivity --device cuda` on an H100 recommended 2 % (no false
-# alarm in 36 comparisons, every injected 4.8 % slowdown caught; reports/
-# nvidia-h100-80gb-hbm3/sensitivity-cuda.json). cpu: reports/sensitivity.
+# The time threshold per device kind is what `perfsuite sensitivity` measured there: on CPU
+# the smallest that kept false alarms <= 1 % (reports/sensitivity); on an H100 with locked
+# clocks 2 % (reports/nvidia-h100-80gb-hbm3/sensitivity-cuda.json).
 DEFAULT_TIME_THRESHOLDS = {"cpu": 0.20, "cuda": 0.02}
 DEFAULT_TIME_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cuda"]
 DEFAULT_MEMORY_THRESHOLD = 0.01
@@ -70,7 +61,7 @@ METRICS = ("median", "mean", "min", "p20", "p80")
 VERDICTS = ("regression", "status-changed", "missing", "improvement", "new", "same")
 BAD_NEW_STATUSES = frozenset({"wrong", "oom", "error"})
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION = 0, 1
 
 
 class CompareError(ValueError):
@@ -211,10 +202,6 @@ class CellComparison:
         return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
 
 
-def status_change_fails(base_status: str, cur_status: str) -> bool:
-    return base_status == "ok" or cur_status in BAD_NEW_STATUSES
-
-
 def compare_cell(
     key: tuple,
     base: dict[str, Any] | None,
@@ -231,7 +218,7 @@ def compare_cell(
         notes = [f"unavailable: {unavailable}"] if unavailable else ["not in the current run"]
         return CellComparison(key, base, None, "missing", not unavailable, notes=notes)
     if base["status"] != cur["status"]:
-        fails = status_change_fails(base["status"], cur["status"])
+        fails = base["status"] == "ok" or cur["status"] in BAD_NEW_STATUSES
         notes = [cur.get("reason") or ""] if cur["status"] != "ok" else []
         return CellComparison(
             key, base, cur, "status-changed", fails, notes=[n for n in notes if n]
@@ -265,12 +252,7 @@ def compare_cell(
         base.get("peak_bytes"), cur.get("peak_bytes"), cur.get("device", "cpu"), settings
     )
     verdicts = {time.verdict, memory.verdict}
-    if "regression" in verdicts:
-        verdict = "regression"
-    elif "improvement" in verdicts:
-        verdict = "improvement"
-    else:
-        verdict = "same"
+    verdict = next((v for v in ("regression", "improvement") if v in verdicts), "same")
     if time.verdict == "regression" and memory.verdict == "improvement":
         notes.append("memory improved")
     if memory.verdict == "regression" and time.verdict == "improvement":

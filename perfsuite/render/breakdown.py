@@ -1,12 +1,8 @@
 """Where a cell's time goes, as text: per cell a stacked bar per method, then the top kernels.
 
-A row's ``breakdown`` is ``perfsuite.measure.profile.Breakdown.as_dict()``. Each bar is
-one character per class (``LETTERS``, the legend under the title) and ``.`` for the
-host's share (wall time the device, or the CPU ops, were idle), scaled so the method
-with the longest wall time fills the bar; the numbers beside it are exact. The top
-kernels' table (``share %``: of the method's summed kernel, or op, time) goes through
-``perfsuite.fit``: names fold, numbers are never cut.
-"""
+A bar is a character per class (``LETTERS``) and ``.`` for the host's share, scaled to the
+longest wall time; the numbers beside it are exact. The top kernels go through
+``perfsuite.fit``: names fold, numbers are never cut."""
 
 from __future__ import annotations
 
@@ -17,6 +13,7 @@ from typing import Any
 
 from perfsuite.fit import Column, TrimmedConsole, fold, print_fitted
 from perfsuite.measure.kernel_classes import CLASSES
+from perfsuite.render.table import group_rows
 
 LETTERS = {"gemm": "G", "ours": "O", "peer": "P", "elementwise": "E", "copy": "C",
            "collective": "N", "other": "x"}  # fmt: skip
@@ -29,12 +26,8 @@ NAME_LIMIT = 36  # a longer kernel name shows its head and tail (the row keeps i
 def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str]:
     """Per cell (shape, dtype, β, phase) with a breakdown: title, legend, one bar per
     method, the top kernels; no line wider than ``width``. [] when no row has one."""
-    cells: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row.get("breakdown"):
-            cells.setdefault(_cell(row), []).append(row)
     lines: list[str] = []
-    for members in cells.values():
+    for members in group_rows((r for r in rows if r.get("breakdown")), _cell).values():
         if lines:
             lines.append("")
         lines += _title(members, width)
@@ -52,12 +45,8 @@ def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row.get("breakdown"):
-            cells.setdefault(_cell(row), []).append(row)
     made = []
-    for members in cells.values():
+    for members in group_rows((r for r in rows if r.get("breakdown")), _cell).values():
         fig, ax = plt.subplots(figsize=(8, 1.6 + 0.45 * len(members)), layout="constrained")
         names = [m["method"] for m in members]
         left = [0.0] * len(members)

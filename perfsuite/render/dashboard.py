@@ -1,22 +1,10 @@
 """``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site.
 
-The site needs no server and no network: ``index.html`` (open regressions,
-shapes, every run), one ``shape-NAME.html`` per shape (a plot per device and
-configuration, each method's time with its p20-p80 band and peak memory over
-the runs, change points marked and linked to their commits, filters by device,
-dtype, β and phase), and one shared ``plotly.min.js`` (plotly's own bundle,
-written next to the pages). Open ``DIR/index.html`` in a browser.
-
-Change points and verdicts are ``perfsuite history check``'s (``history.rules``), on the
-same series: a busy run's times are drawn but not judged, unless ``--accept-busy`` (as
-``history check --accept-busy``).
-A commit links to ``--commit-url`` (``{sha}`` is replaced), by default the
-GitHub commit page when ``$GITHUB_SERVER_URL`` and ``$GITHUB_REPOSITORY`` are
-set (as in a workflow), else to the run's row on the index page.
-
-Exit codes: 0 written; 2 bad input (no database, an unusable ``-o``, a bad
-``--commit-url``, plotly missing), with a one-line reason.
-"""
+No server and no network: ``index.html``, a ``shape-NAME.html`` per shape (a plotly figure
+per device and configuration, change points linked to their commits) and plotly's own
+bundle beside them. Change points and verdicts are ``perfsuite history check``'s, on the
+same series. A commit links to ``--commit-url``, by default GitHub's page when the workflow
+variables say which, else the run's row on the index page."""
 
 from __future__ import annotations
 
@@ -24,15 +12,13 @@ import argparse
 import os
 import re
 import sqlite3
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from perfsuite.history import changepoints, store, timelines
-from perfsuite.results.outpath import OutputPathError, check_output_dir
+from perfsuite.results.outpath import check_output_dir
+from perfsuite.results.results import write_atomically
 
-EXIT_OK, EXIT_USAGE = 0, 2
 PAGE_GLOB = "shape-*.html"
 
 
@@ -90,27 +76,6 @@ def page_name(shape: str, taken: set[str]) -> str:
     return name
 
 
-def check_out_dir(out: Path) -> Path:
-    """Create ``out`` and make sure files can be written there, before any work."""
-    try:
-        return check_output_dir(out, "-o")
-    except OutputPathError as err:
-        raise DashboardError(str(err)) from None
-
-
-def _write(path: Path, text: str) -> None:
-    """Atomically: a reader never sees half a page."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def build(
     conn: sqlite3.Connection,
     out: Path,
@@ -134,12 +99,12 @@ def build(
         ]
         name = page_name(shape, taken)
         html = dashboard_pages.shape_page(shape, groups, figures, commit_url, title)
-        _write(out / name, html)
+        write_atomically(out / name, html)
         pages.append((shape, name, groups))
         written.append(out / name)
-    _write(out / dashboard_pages.PLOTLY_JS, get_plotlyjs())
+    write_atomically(out / dashboard_pages.PLOTLY_JS, get_plotlyjs())
     index = dashboard_pages.index_page(title, pages, store.list_runs(conn), commit_url, source)
-    _write(out / "index.html", index)
+    write_atomically(out / "index.html", index)
     for stale in out.glob(PAGE_GLOB):
         if stale.name not in taken:
             stale.unlink()
@@ -151,41 +116,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         import plotly  # noqa: F401
     except ImportError:
-        return _fail("the dashboard needs plotly: pip install 'perfsuite[dashboard]'")
+        needs = "the dashboard needs plotly: pip install 'perfsuite[dashboard]'"
+        raise DashboardError(needs) from None
+    commit_url = commit_linker(args.commit_url)
     try:
-        commit_url = commit_linker(args.commit_url)
         conn = store.connect(args.db, create=False, write=False)
-    except (DashboardError, store.StoreError) as err:
-        return _fail(str(err))
+    except store.StoreError as err:
+        raise DashboardError(str(err)) from None
     source = str(args.db or store.default_db_path())
     out = Path(args.out)
     try:
-        out_dir = check_out_dir(out)
+        out_dir = check_output_dir(out, "-o")
         pages = build(conn, out_dir, commit_url, args.title, source, args.accept_busy)
-    except (DashboardError, changepoints.RupturesMissing) as err:
-        return _fail(str(err))
+    except changepoints.RupturesMissing as err:
+        raise DashboardError(str(err)) from None
     except (sqlite3.DatabaseError, store.StoreError) as err:
-        return _fail(f"{source}: {str(err).splitlines()[0]}")
+        raise DashboardError(f"{source}: {str(err).splitlines()[0]}") from None
     except OSError as err:
-        return _fail(f"-o {out}: cannot write there ({err.strerror or err})")
+        raise DashboardError(f"-o {out}: cannot write there ({err.strerror or err})") from None
     finally:
         conn.close()
     print(f"{len(pages) - 1} shape pages and the index in {out}: open {out / 'index.html'}")
-    return EXIT_OK
-
-
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite dashboard", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return 0

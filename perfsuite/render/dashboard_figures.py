@@ -1,15 +1,9 @@
 """The dashboard's plots: one plotly figure per group of cells (``history.timelines``).
 
-Three panels share the run axis: time (each method's median as a line, its
-p20-p80 band shaded), the same time relative to each method's own first segment
-(its median before its first change point: a +5 % step of a 20 ms method beside
-a 60 ms one moves a few pixels on the first panel and 5 % of this one), and
-peak memory; time and memory on a log axis when their methods span more than a
-factor of ``LOG_SPREAD``. Every change point is a vertical line at
-the first run after it: red for an open regression, orange for an acknowledged
-or recovered one (each with a label that opens its commit), dotted grey for a
-change that is not a regression. The hover of a point names its run and commit.
-"""
+Three panels share the run axis: time (median line, p20-p80 band), the same time relative
+to each method's first segment (a +5 % step of a 20 ms method beside a 60 ms one shows
+there), and peak memory; log axes when methods span more than ``LOG_SPREAD``. Change points
+are vertical lines: red open, orange acknowledged or recovered, dotted grey not a regression."""
 
 from __future__ import annotations
 
@@ -78,24 +72,8 @@ def _time_traces(group: Group, line: Line, colour: str) -> list[Any]:
                 name=f"{line.method} p20–p80",
             )
         )
-    traces.append(
-        go.Scatter(
-            x=line.positions,
-            y=line.values,
-            mode="lines+markers",
-            name=line.method,
-            legendgroup=line.method,
-            line={"color": colour, "width": 1.5},
-            marker={"size": 4},
-            customdata=_hover(group, line),
-            hovertemplate=(
-                "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
-                "%{customdata[1]}<br>median %{y:.4g} ms "
-                "(p20 %{customdata[3]:.4g}, p80 %{customdata[4]:.4g})<extra></extra>"
-            ),
-        )
-    )
-    return traces
+    shown = "median %{y:.4g} ms (p20 %{customdata[3]:.4g}, p80 %{customdata[4]:.4g})"
+    return [*traces, _line_trace(group, line, colour, line.values, True, shown)]
 
 
 def relative(line: Line, marks: Sequence[Mark]) -> list[float]:

@@ -1,13 +1,8 @@
 """A results file next to the paper's table, as ratios measured within each run.
 
-Absolute times move with clocks, drivers and library versions; the paper's claims
-are relative (ours against CCE and torch.compile, memory against the floor). So
-for each paper row this puts the paper's ratios beside the same ratios from one
-of our runs: fwd+bwd time over CCE's (β = 0, CCE has no smoothing) and over
-torch.compile's at the same β, and fwd+bwd peak over the memory floor. A cell
-that failed our correctness gate is marked ✗ (timed, but not a fair number).
-The paper measured one device: cells measured across ranks (``tp`` set) are left out.
-"""
+Absolute times move with clocks, drivers and library versions; the paper's claims are
+relative (ours against CCE and torch.compile, memory against the floor), so each paper row
+gets the paper's ratios beside ours. The paper measured one device: TP cells are left out."""
 
 from __future__ import annotations
 

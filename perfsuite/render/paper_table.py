@@ -79,7 +79,8 @@ class PaperTable:
     device: str = ""
 
 
-def _mean(values: list[float]) -> float | None:
+def mean(values: list[float | None]) -> float | None:
+    """The mean of the numbers among ``values`` (None and NaN left out)."""
     values = [v for v in values if v is not None and v == v]
     return sum(values) / len(values) if values else None
 
@@ -175,16 +176,15 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
             for name, by_phase in by_method(betas[beta]).items():
                 lines.append(_method_line(name, by_phase, phases, key, gpu, known, beta))
             _mark_best(lines)
-            entropy = _mean([r.get("entropy") for r in betas[beta]])
+            entropy = mean([r.get("entropy") for r in betas[beta]])
             sections.append(Section(beta, lines, entropy))
-        reasons: dict[tuple, list[str]] = {}
-        for r in members:
-            if r["status"] != "ok" and r.get("reason"):
-                what = (r["method"], r["beta"], status_label(r), r["reason"])
-                reasons.setdefault(what, []).append(r["phase"])
+        failed = (r for r in members if r["status"] != "ok" and r.get("reason"))
+        reasons = group_rows(
+            failed, key=lambda r: (r["method"], r["beta"], status_label(r), r["reason"])
+        )
         notes = [
-            f"{method} β={beta:g} ({', '.join(phases)}): {label}: {reason}"
-            for (method, beta, label, reason), phases in reasons.items()
+            f"{method} β={beta:g} ({', '.join(r['phase'] for r in rows)}): {label}: {reason}"
+            for (method, beta, label, reason), rows in reasons.items()
         ]
         analytic = "% roofline" if gpu else "FLOP/s"
         device = members[0].get("device", "?")
@@ -230,10 +230,6 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
         "leaves out ‡ fwd/bwd cells. Times are medians."
     )
     return notes
-
-
-def section_label(section: Section) -> str:
-    return f"{section.beta:g}"
 
 
 def entropy_note(table: PaperTable) -> str:

@@ -1,33 +1,24 @@
 """``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N.
 
-One figure per (quantity, x axis, the other dimensions held fixed, phase):
-log-log axes, one line per method, one panel per β, the memory floor (and on a
-known GPU the roofline time) as a dashed black line. Only measured (``ok``)
-cells are drawn; a method with none in a panel has no line there. Triton
-methods interpreted on CPU are dotted and marked †: their time says nothing
-about a GPU; a time measured on a busy machine is marked !, as in the tables.
-Files are named ``{memory,time}-vs-{V,N}-…-{phase}.png``.
-
-Cells measured across K ranks (``run --tp``) get figures of their own, ``…-tpK-…``:
-their times are the slowest rank's and their peaks the largest rank's, so the floor
-and roofline drawn there are a rank's (⌈V/K⌉ rows of C), never a one-device cell's.
-
-Figures are built with matplotlib's object API (``matplotlib.figure.Figure``,
-no pyplot state, no display needed).
-"""
+One figure per (quantity, x axis, the other dimensions held fixed, phase), a panel per β,
+log-log, the floor (and on a known GPU the roofline) dashed; only ``ok`` cells are drawn,
+and marks († interpreted, ! busy) are the tables'. Cells across K ranks get figures of their
+own (``…-tpK-…``) with a rank's floor: a rank's peak is never a one-device cell's.
+matplotlib's object API: no pyplot state, no display needed."""
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
+from itertools import product
 from pathlib import Path
 from typing import Any
 
+from perfsuite.args import int_between
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
-from perfsuite.render.table import BUSY_MARK, INTERPRETED_MARK
-from perfsuite.results.outpath import OutputPathError, check_output_dir
+from perfsuite.render.table import BUSY_MARK, INTERPRETED_MARK, group_rows
+from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import PHASES, ResultsError, load_results, require_kind
 
 AXES = {"vocab": ("V", "vocabulary size V"), "tokens": ("N", "tokens N")}
@@ -61,8 +52,6 @@ def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
 
 def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[tuple[str, Any]]:
     """``(file name, matplotlib Figure)`` for every plot the results support."""
-    from matplotlib.figure import Figure
-
     rows, env = document["rows"], document["env"]
     gpu = gpu_for_env(env)
     device = (env.get("device") or {}).get("name") or "?"
@@ -70,60 +59,53 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
     present = [p for p in PHASES if any(r["phase"] == p for r in rows)]
     phases = phases or (["fwd+bwd"] if "fwd+bwd" in present else present)  # the headline
     out = []
-    for phase in phases:
+    for phase, quantity, x in product(phases, QUANTITIES, AXES):
+        other = "vocab" if x == "tokens" else "tokens"
         mine = [r for r in rows if r["phase"] == phase]
-        for quantity, ylabel in QUANTITIES.items():
-            for x, (x_short, xlabel) in AXES.items():
-                other = "vocab" if x == "tokens" else "tokens"
-                groups: dict[tuple, list[dict[str, Any]]] = {}
-                for r in mine:
-                    key = (
-                        *(r[other], r["hidden"], r["dtype"], r["softcap"], r.get("workload")),
-                        r.get("tp"),
-                    )
-                    groups.setdefault(key, []).append(r)
-                for key, members in groups.items():
-                    xs_all = sorted({r[x] for r in members})
-                    if len(xs_all) < 2:
-                        continue
-                    betas = sorted({r["beta"] for r in members})
-                    fig = Figure(figsize=(3.6 * len(betas) + 1.8, 3.4), layout="constrained")
-                    axes = fig.subplots(1, len(betas), squeeze=False, sharey=True)[0]
-                    drawn: set[str] = set()
-                    for ax, beta in zip(axes, betas, strict=True):
-                        panel = [r for r in members if r["beta"] == beta]
-                        drawn |= _draw_panel(
-                            ax, panel, methods, quantity, x, xs_all, key, phase, gpu
-                        )
-                        ax.set_xscale("log")
-                        _data_ticks(ax, xs_all)
-                        ax.set_yscale("log")
-                        _plain_log_labels(ax.yaxis)
-                        ax.set_title(f"β = {beta:g}")
-                        ax.set_xlabel(xlabel)
-                        ax.grid(True, which="both", alpha=0.3)
-                    axes[0].set_ylabel(ylabel)
-                    handles, labels = {}, []
-                    for ax in axes:
-                        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                            if label not in handles:
-                                handles[label] = h
-                                labels.append(label)
-                    if handles:
-                        fig.legend(
-                            [handles[lb] for lb in labels], labels, loc="outside right center"
-                        )
-                    notes = _notes(members, drawn, quantity)
-                    if notes:  # under the axes: what is not drawn, and what † means
-                        # in the layout: a rect left for them put the title on the panels'
-                        fig.set_figheight(3.4 + 0.18 * len(notes))
-                        text = "\n".join(notes)
-                        fig.supxlabel(text, fontsize=7, x=0.01, ha="left", multialignment="left")
-                    title, slug = _fixed_label(key, x)
-                    fig.suptitle(f"{phase} {quantity} vs {x_short} ({title}) on {device}")
-                    name = f"{quantity}-vs-{x_short}-{slug}-{phase.replace('+', '')}.png"
-                    out.append((name, fig))
+        fixed = (other, "hidden", "dtype", "softcap", "workload", "tp")
+        for key, members in group_rows(mine, key=lambda r: tuple(map(r.get, fixed))).items():
+            xs_all = sorted({r[x] for r in members})
+            if len(xs_all) < 2:
+                continue
+            fig = _figure(members, methods, quantity, x, xs_all, key, phase, gpu)
+            title, slug = _fixed_label(key, x)
+            fig.suptitle(f"{phase} {quantity} vs {AXES[x][0]} ({title}) on {device}")
+            out.append((f"{quantity}-vs-{AXES[x][0]}-{slug}-{phase.replace('+', '')}.png", fig))
     return out
+
+
+def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
+    """One figure: a panel per β, the legend beside them, the notes under them."""
+    from matplotlib.figure import Figure
+
+    betas = sorted({r["beta"] for r in members})
+    fig = Figure(figsize=(3.6 * len(betas) + 1.8, 3.4), layout="constrained")
+    axes = fig.subplots(1, len(betas), squeeze=False, sharey=True)[0]
+    drawn: set[str] = set()
+    for ax, beta in zip(axes, betas, strict=True):
+        panel = [r for r in members if r["beta"] == beta]
+        drawn |= _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu)
+        ax.set_xscale("log")
+        _data_ticks(ax, xs_all)
+        ax.set_yscale("log")
+        _plain_log_labels(ax.yaxis)
+        ax.set_title(f"β = {beta:g}")
+        ax.set_xlabel(AXES[x][1])
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel(QUANTITIES[quantity])
+    handles: dict[str, Any] = {}  # one legend entry a method, first-seen order
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right center")
+    notes = _notes(members, drawn, quantity)
+    if notes:  # under the axes: what is not drawn, and what † means
+        # in the layout: a rect left for them put the title on the panels'
+        fig.set_figheight(3.4 + 0.18 * len(notes))
+        text = "\n".join(notes)
+        fig.supxlabel(text, fontsize=7, x=0.01, ha="left", multialignment="left")
+    return fig
 
 
 def _plain(value: float) -> str:
@@ -169,17 +151,8 @@ def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> lis
         if r["method"] not in drawn:
             missing.setdefault(r["method"], set()).add(r["status"])
     words = {"wrong": "failed the correctness gate", "unsupported": "N/A"}
-    notes = (
-        [
-            "not drawn: "
-            + "; ".join(
-                f"{m} ({', '.join(words.get(s, s) for s in sorted(st))})"
-                for m, st in missing.items()
-            )
-        ]
-        if missing
-        else []
-    )
+    why = [f"{m} ({', '.join(words.get(s, s) for s in sorted(st))})" for m, st in missing.items()]
+    notes = ["not drawn: " + "; ".join(why)] if why else []
     if quantity == "time" and any(r.get("interpreted") for r in members if r["method"] in drawn):
         notes.append(
             f"{INTERPRETED_MARK} dotted: Triton under the CPU interpreter; "
@@ -233,15 +206,8 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> set
     return drawn
 
 
-def _dpi(text: str) -> int:
-    """A resolution matplotlib can render: 100000 dpi is a std::bad_alloc, not a plot."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 20 <= value <= 600:
-        raise argparse.ArgumentTypeError(f"must be between 20 and 600, got {value}")
-    return value
+# A resolution matplotlib can render: 100000 dpi is a std::bad_alloc, not a plot.
+_dpi = int_between(20, 600)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -267,15 +233,10 @@ def run(args: argparse.Namespace) -> int:
     phases = list(PHASES) if args.phase == "all" else args.phase.split(",")
     bad = [p for p in phases if p not in PHASES]
     if bad:
-        console.print(f"[red]error:[/red] --phase: unknown {', '.join(bad)}")
-        return 2
-    try:
-        document = load_results(args.results)  # a bad file makes no -o folder
-        require_kind(document, args.results, {"loss", "tp"}, "plot")
-        check_output_dir(args.out, "-o")  # before anything is drawn
-    except (ResultsError, OutputPathError) as err:
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
-        return 2
+        raise ResultsError(f"--phase: unknown {', '.join(bad)}")
+    document = load_results(args.results)  # a bad file makes no -o folder
+    require_kind(document, args.results, {"loss", "tp"}, "plot")
+    check_output_dir(args.out, "-o")  # before anything is drawn
     if args.breakdown:
         from perfsuite.render.breakdown import breakdown_figures
 
@@ -296,19 +257,6 @@ def run(args: argparse.Namespace) -> int:
         for name, fig in made:
             fig.savefig(args.out / name, dpi=args.dpi)
     except OSError as err:
-        console.print(f"[red]error:[/red] -o {args.out}: cannot write plots there ({err.strerror})")
-        return 2
+        raise ResultsError(f"-o {args.out}: cannot write plots there ({err.strerror})") from None
     console.print(f"{len(made)} plots → {args.out}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite plot", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

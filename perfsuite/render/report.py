@@ -1,19 +1,8 @@
 """``perfsuite report RESULTS.json --format md|latex|csv|html [-o FILE]``: the paper's table.
 
-One table per (N, V, D, dtype, softcap, workload), laid out as the paper's:
-method rows, fwd / bwd / fwd+bwd column groups of memory and time, sections by
-β (largest first), the lower-bound row at the top of each section, N/A where a
-method does not apply, numbers with units, the best of each column in bold.
-Grouping, status labels and marks are ``perfsuite.render.table``'s, shared with the
-console table.
-
-Analytic columns (math.md, ``perfsuite.render.roofline``): the lower-bound row holds
-the memory floor, and in each phase's third column the FLOPs of the cell; on a
-known GPU (H100, H200, A100) its time column holds the roofline time and the
-methods' third column the measured fraction of it; elsewhere (CPU, unknown
-GPU) the third column is the achieved FLOP rate. The CSV spells every one of
-these out per row.
-"""
+Analytic columns (docs/math.md, ``roofline``): the lower-bound row holds the memory floor
+and each phase's FLOPs; the methods' third column the fraction of the roofline on a known
+GPU (H100, H200, A100), else the achieved FLOP rate. The CSV spells every number out."""
 
 from __future__ import annotations
 
@@ -62,55 +51,37 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
-    try:
-        if args.out is not None:
-            check_writable(
-                args.out, overwrite=args.force, flag="-o", inputs=[args.results, args.paper]
+    if args.out is not None:
+        check_writable(args.out, overwrite=args.force, flag="-o", inputs=[args.results, args.paper])
+    document = load_results(args.results)
+    require_kind(document, args.results, {"loss", "tp"}, "report")  # step: other FLOPs
+    if args.paper is not None:
+        from perfsuite.render.paper_compare import read_paper, side_by_side
+
+        if not args.paper.is_file():
+            raise ResultsError(f"--paper {args.paper}: no such file")
+        text = side_by_side(document, read_paper(args.paper))
+    elif args.breakdown:
+        from perfsuite.render.breakdown import breakdown_lines
+
+        lines = breakdown_lines(document["rows"], console.width)
+        if not lines:
+            raise ResultsError(
+                f"{args.results}: no row has a breakdown (measure with run --profile DIR)"
             )
-        document = load_results(args.results)
-        require_kind(document, args.results, {"loss", "tp"}, "report")  # step: other FLOPs
-        if args.paper is not None:
-            from perfsuite.render.paper_compare import read_paper, side_by_side
-
-            if not args.paper.is_file():
-                raise ResultsError(f"--paper {args.paper}: no such file")
-            text = side_by_side(document, read_paper(args.paper))
-        elif args.breakdown:
-            from perfsuite.render.breakdown import breakdown_lines
-
-            lines = breakdown_lines(document["rows"], console.width)
-            if not lines:
-                raise ResultsError(
-                    f"{args.results}: no row has a breakdown (measure with run --profile DIR)"
-                )
-            text = "\n".join(lines) + "\n"
-        else:
-            text = render(document, fmt)
-    except ResultsError as err:
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
-        return 2
+        text = "\n".join(lines) + "\n"
+    else:
+        text = render(document, fmt)
     if args.out is None:
         sys.stdout.write(text)
-    else:
-        try:
-            args.out.write_text(text)
-        except OSError as err:  # it went away since the check: the report still shows
-            sys.stdout.write(text)
-            console.print(
-                f"[red]error:[/red] -o {args.out}: {err.strerror}; printed above", soft_wrap=True
-            )
-            return 1
-        console.print(f"{fmt} report → {args.out}")
+        return 0
+    try:
+        args.out.write_text(text)
+    except OSError as err:  # it went away since the check: the report still shows
+        sys.stdout.write(text)
+        console.print(
+            f"[red]error:[/red] -o {args.out}: {err.strerror}; printed above", soft_wrap=True
+        )
+        return 1
+    console.print(f"{fmt} report → {args.out}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite report", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,10 @@
 """The paper's table as CSV for other tools: one line per (table, β, method), every
 number spelled out in its own column (status, memory, time quantiles, marks,
 floor, FLOPs, roofline), written by ``DataFrame.to_csv``. Cells measured across ranks
-follow, one line per (table, β, method, TP size) with ``tp`` set and their numbers
-per rank (``report_tp``); ``tp`` is blank on one-device lines."""
+follow, one line per (table, β, method, TP size) with ``tp`` set and their numbers per
+rank, as the TP tables': the largest rank's peak, the per-rank floor (⌈V/K⌉ rows of C),
+a 1/K share of the FLOPs, the collectives per call, and no roofline (no model of the
+interconnect); ``tp`` is blank on one-device lines."""
 
 from __future__ import annotations
 
@@ -11,11 +13,18 @@ from typing import Any
 import pandas as pd
 
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import all_methods
-from perfsuite.render.paper_table import LOWER_BOUND, PaperTable, Section, build_report
-from perfsuite.render.report_tp import TP_PER_PHASE, tp_records
-from perfsuite.render.roofline import phase_flops, roofline_ms
-from perfsuite.render.table import cell_marks, grads_in_forward, measured, status_label
+from perfsuite.plan.registry import all_methods, methods_for
+from perfsuite.render.paper_table import LOWER_BOUND, build_report, mean
+from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
+from perfsuite.render.table import (
+    cell_marks,
+    grads_in_forward,
+    group_rows,
+    measured,
+    shape_key,
+    status_label,
+)
+from perfsuite.render.tp_table import shard_rows, tp_rows
 
 PER_PHASE = (
     "status",
@@ -29,6 +38,12 @@ PER_PHASE = (
     "roofline_ms",
     "roofline_frac",
     "achieved_tflop_s",
+)
+# Per phase, after PER_PHASE, in a document with TP cells: (column, row field, scale).
+TP_PER_PHASE = (
+    ("collectives", "collectives", 0),
+    ("collective_mib", "collective_bytes", 2**20),
+    ("collective_ms", "collective_ms", 1),
 )
 LEADING = (
     "shape",
@@ -52,21 +67,26 @@ def _slug(phase: str) -> str:
     return phase.replace("+", "")
 
 
-def _phase_fields(table: PaperTable, phase: str, row: dict[str, Any] | None, marks: str) -> dict:
-    """The ``<phase>_*`` columns of one line."""
-    tokens, vocab, hidden, dtype = table.key[:4]
-    s = _slug(phase)
-    flops = phase_flops(phase, tokens, vocab, hidden)
-    roof = roofline_ms(phase, tokens, vocab, hidden, dtype, table.gpu) if table.gpu else None
+def _phase_fields(
+    phase: str, row: dict[str, Any] | None, in_fwd: bool, key: tuple, gpu: GPU | None
+) -> dict[str, Any]:
+    """The ``<phase>_*`` columns of one line; a TP cell's per rank (its 1/K share)."""
+    tokens, vocab, hidden, dtype = key[:4]
+    s, k = _slug(phase), (row or {}).get("tp") or 1
+    flops = phase_flops(phase, tokens, vocab, hidden) / k
+    floor = floor_bytes(phase, tokens, shard_rows(vocab, k), hidden, dtype)
+    roof = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) if gpu else None
     out: dict[str, Any] = {
-        f"{s}_floor_mib": f"{floor_bytes(phase, tokens, vocab, hidden, dtype) / 2**20:.6g}",
+        f"{s}_floor_mib": f"{floor / 2**20:.6g}",
         f"{s}_gflop": f"{flops / 1e9:.6g}",
         f"{s}_roofline_ms": "" if roof is None else f"{roof:.6g}",
     }
     if row is None:
         return out
     out[f"{s}_status"] = status_label(row)
-    out[f"{s}_marks"] = marks
+    # A cell across ranks carries its marks only where it has numbers (the TP tables').
+    one = row.get("tp") is None
+    out[f"{s}_marks"] = cell_marks(row, phase, in_fwd) if measured(row) or one else ""
     if not measured(row):
         return out
     if row.get("peak_bytes") is not None:
@@ -79,67 +99,101 @@ def _phase_fields(table: PaperTable, phase: str, row: dict[str, Any] | None, mar
         out[f"{s}_achieved_tflop_s"] = f"{flops / (ms / 1e3) / 1e12:.6g}"
         if roof is not None:
             out[f"{s}_roofline_frac"] = f"{roof / ms:.4f}"
+    for column, field, scale in TP_PER_PHASE:
+        if row.get(field) is not None:
+            value = row[field]
+            out[f"{s}_{column}"] = str(value) if not scale else f"{value / scale:.6g}"
     return out
 
 
-def _determinism(rows: Any) -> str:
-    seen = {r.get("deterministic") for r in rows} - {None}
-    return "" if not seen else ("yes" if seen == {True} else "no")
+def _record(
+    head: dict[str, Any],
+    method: str,
+    tp: int | None,
+    by_phase: dict[str, dict[str, Any]],
+    phases: list[str],
+    known: dict[str, Any],
+    gpu: GPU | None,
+) -> dict[str, Any]:
+    """One CSV line: ``head`` (the shape and β), the method's, then per phase its columns."""
+    seen = {r.get("deterministic") for r in by_phase.values()} - {None}
+    out = {
+        **head,
+        "method": method,
+        "tp": "" if tp is None else tp,
+        # Measured by the worker (two calls, every bit); blank where not measured.
+        "deterministic": "" if not seen else ("yes" if seen == {True} else "no"),
+        "best": "",
+    }
+    in_fwd = grads_in_forward(method, known, head["beta"])
+    key = (head["tokens"], head["vocab"], head["hidden"], head["dtype"])
+    for phase in phases:
+        out.update(_phase_fields(phase, by_phase.get(phase), in_fwd, key, gpu))
+    return out
 
 
-def _records(table: PaperTable, section: Section, known: dict[str, Any]) -> list[dict]:
-    tokens, vocab, hidden, dtype, softcap, workload = table.key
+def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entropy: Any) -> dict:
+    tokens, vocab, hidden, dtype, softcap, workload = key
+    return {
+        "shape": first.get("shape") or "custom",
+        "tokens": tokens,
+        "vocab": vocab,
+        "hidden": hidden,
+        "dtype": dtype,
+        "softcap": "" if softcap is None else softcap,
+        "workload": workload,
+        "entropy_nats": "" if entropy is None else f"{entropy:.4f}",
+        "device": first.get("device", "?"),
+        "gpu": gpu.name if gpu else "",
+        "beta": beta,
+    }
+
+
+def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (shape, β, method, TP size) of the cells measured across ranks."""
+    known = methods_for("tp")  # the methods across ranks: their own capabilities
+    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in rows))}
     records = []
-    for line in section.lines:
-        out: dict[str, Any] = {
-            "shape": table.shape,
-            "tokens": tokens,
-            "vocab": vocab,
-            "hidden": hidden,
-            "dtype": dtype,
-            "softcap": "" if softcap is None else softcap,
-            "workload": workload,
-            "entropy_nats": "" if section.entropy is None else f"{section.entropy:.4f}",
-            "device": table.device,
-            "gpu": table.gpu.name if table.gpu else "",
-            "beta": section.beta,
-            "method": "lower_bound" if line.method == LOWER_BOUND else line.method,
-            "tp": "",  # one device; report_tp's lines hold the cells across ranks
-            # Measured by the worker (two calls, every bit); blank where not measured.
-            "deterministic": _determinism(line.rows.values()),
-        }
-        in_fwd = grads_in_forward(line.method, known, section.beta)
-        best = []
-        for i, phase in enumerate(table.phases):
-            row = line.rows.get(phase)
-            marks = cell_marks(row, phase, in_fwd) if row is not None else ""
-            out.update(_phase_fields(table, phase, row, marks))
-            for j, what in enumerate(("mem", "time", "analytic")):
-                if line.cells[3 * i + j].best:
-                    best.append(f"{_slug(phase)}_{what}")
-        out["best"] = ";".join(best)
-        records.append(out)
+    for key, members in group_rows(tp_rows(rows), key=shape_key).items():
+        for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
+            entropy = mean([r.get("entropy") for r in group])
+            cells = group_rows(group, key=lambda r: (order[r["method"]], r["tp"]))
+            for (_, tp), cell in sorted(cells.items()):
+                head = _head(key, cell[0], None, beta, entropy)
+                by_phase = {r["phase"]: r for r in cell}
+                method = cell[0]["method"]
+                records.append(_record(head, method, tp, by_phase, list(by_phase), known, None))
     return records
 
 
 def report_frame(document: dict[str, Any]) -> pd.DataFrame:
     """Every line of every paper table of ``document``, one column per number."""
     tables = build_report(document)
-    across = tp_records(document)
+    gpu = gpu_for_env(document["env"])
+    known = all_methods()
+    records = []
+    for table in tables:
+        for section in table.sections:
+            first = {"shape": table.shape, "device": table.device}
+            head = _head(table.key, first, gpu, section.beta, section.entropy)
+            for line in section.lines:
+                name = "lower_bound" if line.method == LOWER_BOUND else line.method
+                record = _record(head, name, None, line.rows, table.phases, known, gpu)
+                record["best"] = ";".join(
+                    f"{_slug(phase)}_{what}"
+                    for i, phase in enumerate(table.phases)
+                    for j, what in enumerate(("mem", "time", "analytic"))
+                    if line.cells[3 * i + j].best
+                )
+                records.append(record)
+    across = _tp_records(document["rows"])
     present = {r["phase"] for r in document["rows"]} if across else set()
     phases = [
         p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)
     ]
-    fields = PER_PHASE + (TP_PER_PHASE if across else ())
+    fields = PER_PHASE + tuple(c for c, _, _ in TP_PER_PHASE if across)
     columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in fields), "best"]
-    known = all_methods()
-    records = [
-        record
-        for table in tables
-        for section in table.sections
-        for record in _records(table, section, known)
-    ] + across
-    return pd.DataFrame.from_records(records, columns=columns).astype(object)
+    return pd.DataFrame.from_records(records + across, columns=columns).astype(object)
 
 
 def render_csv(document: dict[str, Any]) -> str:

@@ -1,18 +1,20 @@
 """The paper's table (``paper_table``) printed by pandas' own writers: markdown
 (``DataFrame.to_markdown``, via tabulate), LaTeX (``Styler.to_latex``, booktabs),
 HTML (``Styler.to_html``) and CSV (``report_csv``). Each table goes through
-``paper_frame``; what is left here is what pandas cannot know: bold best cells,
+``paper_frame``'s pandas frames; what is left here is what pandas cannot know: bold best cells,
 the italic lower-bound row, a rule between β sections, titles and notes. Markdown
-and CSV add the cells measured across ranks (``report_tp``); LaTeX and HTML leave
+and CSV add the cells measured across ranks (``tp_table``); LaTeX and HTML leave
 them out, with a note."""
 
 from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.render.paper_frame import BETA, METHOD, PaperFrame, flat_headers, paper_frame
+import pandas as pd
+
 from perfsuite.render.paper_table import (
     LOWER_BOUND,
     PaperTable,
@@ -21,13 +23,50 @@ from perfsuite.render.paper_table import (
     general_notes,
 )
 from perfsuite.render.report_csv import render_csv
-from perfsuite.render.report_tp import tp_markdown
+from perfsuite.render.tp_table import COLUMNS, tp_footnotes, tp_tables
 
 FORMATS = ("md", "latex", "csv", "html")
 
 
 def _notes(table: PaperTable) -> list[str]:
     return [n for n in (entropy_note(table), *table.notes) if n]
+
+
+BETA, METHOD = "β", "method"
+
+
+@dataclass
+class PaperFrame:
+    """One paper table as pandas frames, rows indexed by (β, method), the lower bound
+    first in each β section, columns phase × (mem, time, analytic): ``text`` what a
+    reader sees (units and marks included), ``best`` where a cell is its column's best,
+    so that each writer bolds it its own way."""
+
+    text: pd.DataFrame
+    best: pd.DataFrame
+
+    @property
+    def bound_rows(self) -> pd.Series:
+        """True for each section's lower-bound row."""
+        return pd.Series(
+            self.text.index.get_level_values(METHOD) == LOWER_BOUND, index=self.text.index
+        )
+
+
+def paper_frame(table: PaperTable) -> PaperFrame:
+    """The text and best-cell frames of ``table``."""
+    columns = pd.MultiIndex.from_product([table.phases, ["mem", "time", table.analytic]])
+    keys, texts, bests = [], [], []
+    for section in table.sections:
+        for line in section.lines:
+            keys.append((f"{section.beta:g}", line.method))
+            texts.append([c.text for c in line.cells])
+            bests.append([c.best for c in line.cells])
+    index = pd.MultiIndex.from_tuples(keys, names=[BETA, METHOD])
+    return PaperFrame(
+        pd.DataFrame(texts, index=index, columns=columns),
+        pd.DataFrame(bests, index=index, columns=columns, dtype=bool),
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -42,12 +81,35 @@ def markdown_table(frame: PaperFrame) -> str:
     """One pipe table: β shown once per section, best cells bold, lower bound italic."""
     text = frame.text.map(_md_escape)
     shown = text.mask(frame.best, "**" + text + "**")
-    shown.columns = flat_headers(shown)
+    shown.columns = [f"{phase} {what}" for phase, what in shown.columns]
     flat = shown.reset_index()
     flat[BETA] = flat[BETA].mask(flat[BETA].duplicated(), "")
     flat[METHOD] = flat[METHOD].mask(flat[METHOD] == LOWER_BOUND, f"*{LOWER_BOUND}*")
     align = ("left", "left") + ("right",) * (len(flat.columns) - 2)
     return flat.to_markdown(index=False, colalign=align, disable_numparse=True)
+
+
+def tp_markdown(document: dict[str, Any]) -> list[str]:
+    """The TP tables as markdown lines: every column (no terminal to fit), the notes'
+    numbers last; none without a TP cell."""
+    tables = tp_tables(document["rows"])
+    out = []
+    keys = [key for key, _ in COLUMNS]
+    for table in tables:
+        refs = any(line.refs for line in table.lines)
+        headers = [table.headers[k] for k in keys] + (["note"] if refs else [])
+        data = [
+            [_md_escape(line.cells.get(k, "")) for k in keys] + ([line.refs] if refs else [])
+            for line in table.lines
+        ]
+        align = ("left",) + ("right",) * (len(headers) - 1)
+        frame = pd.DataFrame(data, columns=headers)
+        text = frame.to_markdown(index=False, colalign=align, disable_numparse=True)
+        out += [f"### {_md_escape(table.title)}\n", text, ""]
+        if table.notes:
+            out += [*(f"- {_md_escape(n)}" for n in table.notes), ""]
+    out.extend(f"{_md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
+    return out
 
 
 def render_md(document: dict[str, Any]) -> str:

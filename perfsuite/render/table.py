@@ -162,7 +162,7 @@ def status_cell(row: dict[str, Any]) -> str:
     return f"[{color}]{short_status(row)}[/{color}]"
 
 
-def _number(value: float | None, unit_scale: float) -> str:
+def fmt_number(value: float | None, unit_scale: float = 1) -> str:
     """A cell's number without its unit (the unit is in the column header)."""
     if value is None:
         return "-"
@@ -194,8 +194,8 @@ def _method_cells(
         mark = cell_marks(row, phase, grads_in_fwd)
         style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
         style = "red" if row["status"] == "wrong" else style
-        mem = _number(row["peak_bytes"], 2**20)
-        ms = _number(row.get("median_ms"), 1) + mark
+        mem = fmt_number(row["peak_bytes"], 2**20)
+        ms = fmt_number(row.get("median_ms")) + mark
         cells += [
             f"[{style}]{mem}[/{style}]" if style else mem,
             f"[{style}]{ms}[/{style}]" if style else ms,
@@ -221,7 +221,7 @@ def _table(
 
 def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> list:
     tokens, vocab, hidden, dtype, _, _, beta = _group_key(members[0])
-    floor = [_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
+    floor = [fmt_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
     lines = [("[italic]lower bound[/italic]", [c for f in floor for c in (f, "")], "")]
     known = all_methods()
     for name, by_phase in by_method(members).items():

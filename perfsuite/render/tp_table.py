@@ -1,17 +1,10 @@
 """The console table of cells measured across ranks (``run --tp``): what a TP user reads.
 
-One table per (shape, dtype, β), one line per method × TP size (methods in the
-document's order, then K). Its numbers come from one phase, fwd+bwd when measured (else
-the first phase that was): the step's median time (the slowest rank's, step by step),
-the FLOP rate per rank and over all ranks (``roofline.phase_flops``, a 1/K share a
-rank), the largest rank's peak beside the per-rank floor (``memory_model.floor_bytes``
-with the rank's ⌈V/K⌉ rows of C: the full dE stays, the dC shard falls as 1/K), the
-collectives' share of the step, and the scaling against TP = 1 of the same method.
-One-device cells (``tp`` None) are never the reference: another harness measured them.
-
-``tp_tables`` is the data (plain text, shared by the markdown report); this module
-also fits it to the console (``perfsuite.fit``: 80 columns, no number cut).
-"""
+One table per (shape, dtype, β), a line per method × TP size, from one phase (fwd+bwd when
+measured): the step's median (the slowest rank's), the FLOP rate per rank and over all ranks,
+the largest rank's peak beside the per-rank floor (⌈V/K⌉ rows of C), the collectives' share
+and the scaling against TP = 1 of the same method; a one-device cell, measured by another
+harness, is never that reference. ``tp_tables`` is the data, shared by the markdown report."""
 
 from __future__ import annotations
 
@@ -25,11 +18,12 @@ from rich.table import Table
 
 from perfsuite.fit import Column, fit_table, print_fitted
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import tp_methods
+from perfsuite.plan.registry import methods_for
 from perfsuite.render.roofline import phase_flops
 from perfsuite.render.table import (
     STATUS_COLOR,
     cell_marks,
+    fmt_number,
     grads_in_forward,
     group_rows,
     mark_notes,
@@ -93,10 +87,6 @@ def rank_floor(phase: str, row: dict[str, Any]) -> int:
     return floor_bytes(phase, row["tokens"], vocab, row["hidden"], row["dtype"])
 
 
-def _number(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 def _mem(n: float, scale: float) -> str:
     """Two decimals in the table's unit; ``<0.01`` for what would print as 0.00."""
     x = n / scale
@@ -107,7 +97,7 @@ def fmt_bytes(n: int) -> str:
     """``768 KiB``, ``1.5 GiB``: a size with its own unit (collectives' bytes)."""
     for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n >= scale:
-            return f"{_number(n / scale)} {unit}"
+            return f"{fmt_number(n / scale)} {unit}"
     return f"{n} B"
 
 
@@ -157,11 +147,11 @@ def _line(
     marks = cell_marks(row, phase, in_fwd)
     ms, peak = row.get("median_ms"), row.get("peak_bytes")
     line.style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
-    cells["ms"] = (_number(ms) if ms is not None else "-") + marks
+    cells["ms"] = (fmt_number(ms) if ms is not None else "-") + marks
     if ms and not (in_fwd and phase != "fwd+bwd"):  # a ‡ split does other FLOPs than these
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
-        cells["rate"] = _number(flops / k / (ms / 1e3) / rate_scale)
-        cells["total"] = _number(flops / (ms / 1e3) / rate_scale)
+        cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)
+        cells["total"] = fmt_number(flops / (ms / 1e3) / rate_scale)
     cells["peak"] = "-" if peak is None else _mem(peak, mem_scale)
     comm = row.get("collective_ms")
     if comm is not None and ms:
@@ -221,7 +211,7 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
 
 def tp_tables(rows: Iterable[dict[str, Any]]) -> list[TpTable]:
     """The TP tables of ``rows`` (one-device rows ignored), format-independent."""
-    known = tp_methods()  # the methods across ranks: their own capabilities
+    known = methods_for("tp")  # the methods across ranks: their own capabilities
     return [_table(members, known) for members in group_rows(tp_rows(rows)).values()]
 
 
@@ -257,16 +247,11 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
 
 
 def _console_rows(table: TpTable, keys: list[str]) -> list[list[str]]:
-    out = []
-    for line in table.lines:
-        row = []
-        for key in keys:
-            text = line.cells.get(key, "")
-            if key == "ms" and line.style:
-                text = f"[{line.style}]{text}[/{line.style}]"
-            row.append(text if key != "note" else line.refs)
-        out.append(row)
-    return out
+    def cell(line: TpLine, key: str) -> str:
+        text = line.refs if key == "note" else line.cells.get(key, "")
+        return f"[{line.style}]{text}[/{line.style}]" if key == "ms" and line.style else text
+
+    return [[cell(line, key) for key in keys] for line in table.lines]
 
 
 def _columns(

@@ -1,15 +1,17 @@
-"""The kinds of cell a results row can measure: their statuses, phases and dtypes, what
-identifies a cell, what only one kind records (nested under ``metrics`` in version 2
-files), and a reader's refusal of the kinds it cannot read, in one line.
+"""A results row (``Row``, its fields declared once: the schema derives its models from
+them) and the kinds of cell it can measure: statuses, phases, dtypes, what identifies a
+cell, what only one kind records (nested under ``metrics`` in version 2 files), and a
+reader's refusal of the kinds it cannot read.
 
 Kept apart from the schema (``perfsuite.results.schema``) so that writing rows never
-imports pydantic: plain functions over the flat row dicts that readers and writers use.
+imports pydantic.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +25,8 @@ READS = (1, 2)  # what ``load_results`` reads
 # The kinds of cell: one device's loss, the loss across ranks (``run --tp``), a whole
 # training step (``perfsuite step``) and a training run (``perfsuite converge``).
 KINDS = ("loss", "tp", "step", "train")
+# The kinds whose cells are timed: what compare, history and baselines read.
+TIMED_KINDS = frozenset({"loss", "tp", "step"})
 
 # ``skipped``: a sweep predicted the cell cannot fit the device and did not attempt it.
 STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skipped")
@@ -39,10 +43,79 @@ PHASES = ("fwd", "bwd", "fwd+bwd")
 STEP_PHASES = ("fwd", "bwd", "opt", "step")
 # ``perfsuite converge``: a whole training run is one cell.
 TRAIN_PHASES = ("train",)
-KIND_PHASES = {"loss": PHASES, "tp": PHASES, "step": STEP_PHASES, "train": TRAIN_PHASES}
 
 # The columns that identify a cell: two rows with equal keys measure the same thing.
 CELL_KEY = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "phase")
+
+
+@dataclass
+class Row:
+    """One cell: method x shape x dtype x beta x phase. Times in ms; None: not measured."""
+
+    method: str
+    tokens: int
+    vocab: int
+    hidden: int
+    dtype: str
+    beta: float
+    phase: str
+    status: str
+    reason: str = ""
+    softcap: float | None = None
+    shape: str = ""  # preset name, or "custom"
+    device: str = "cpu"
+    median_ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    samples_ms: list[float] = field(default_factory=list)
+    # Triton kernels run by the interpreter on CPU: timings meaningless for GPUs.
+    interpreted: bool = False
+    # First call (compilation, autotuning, caches) of the fwd+bwd step.
+    compile_ms: float | None = None
+    # Peak tensor memory above what the phase started with (the paper's figure), the
+    # absolute peak (allocator on CUDA, RSS on CPU), and on CPU the RSS growth at its peak.
+    peak_bytes: int | None = None
+    peak_abs_bytes: int | None = None
+    rss_peak_bytes: int | None = None
+    # Errors against the fp32 reference (loss, dE, dC; max absolute) and the gate's
+    # tolerance for each.
+    max_abs_err: float | None = None
+    loss_err: float | None = None
+    grad_e_err: float | None = None
+    grad_c_err: float | None = None
+    tolerance: dict[str, float] | None = None
+    # The inputs (perfsuite.plan.workloads) and their mean token entropy (nats).
+    workload: str = "random"
+    entropy: float | None = None
+    # Two fwd+bwd calls gave the same bits; None when not measured (the interpreter).
+    deterministic: bool | None = None
+    # Why the machine was busy while measuring ("" when quiet; perfsuite.measure.machine).
+    busy: str = ""
+    # ``run --tp``: ranks the classifier is sharded over, part of the cell's identity
+    # (None: one device); per call of the phase, one rank's collectives, their bytes, and
+    # their time on the slowest rank.
+    tp: int | None = None
+    collectives: int | None = None
+    collective_bytes: int | None = None
+    collective_ms: float | None = None
+    # ``step`` rows: the loss's share of the step (its fwd+bwd less a trivial loss's).
+    loss_ms: float | None = None
+    # How the samples were timed (``measure.timers.TIMERS``): part of the cell's identity.
+    timer: str = "events"
+    # ``--profile``: one profiled call's breakdown and its trace's file name.
+    breakdown: dict[str, Any] | None = None
+    trace: str | None = None
+    # None: read from the fields when the document is made (``row_kind``), since some
+    # writers set ``tp`` or ``workload`` later.
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r} not one of {KINDS}")
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} not one of {STATUSES}")
+        if self.phase not in PHASES and self.phase not in STEP_PHASES:
+            raise ValueError(f"phase {self.phase!r} not one of {PHASES} or {STEP_PHASES}")
 
 
 def cell_key(row: dict[str, Any]) -> tuple:
@@ -55,6 +128,14 @@ def cell_key(row: dict[str, Any]) -> tuple:
         row.get("tp"),
         row.get("timer") or "events",
     )
+
+
+def describe_cell(row: dict[str, Any]) -> str:
+    """``ours TP=2 N=8192 V=256000 D=2304 bf16 β=0 fwd``, and the workload unless random."""
+    tp = "" if row.get("tp") is None else f" TP={row['tp']}"
+    workload = "" if (row.get("workload") or "random") == "random" else f" {row['workload']}"
+    what = f"{row['method']}{tp} N={row['tokens']} V={row['vocab']} D={row['hidden']}"
+    return f"{what} {row['dtype']} β={row['beta']:g} {row['phase']}{workload}"
 
 
 def row_kind(row: dict[str, Any]) -> str:
@@ -104,7 +185,7 @@ METRICS = {
 }
 # Top-level fields that only one kind has.
 OWN_FIELDS = {"tp": ("tp",)}
-_KIND_ONLY = {k for fields in (*METRICS.values(), *OWN_FIELDS.values()) for k in fields}
+KIND_ONLY = {k for fields in (*METRICS.values(), *OWN_FIELDS.values()) for k in fields}
 
 
 def to_disk_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +198,7 @@ def to_disk_row(row: dict[str, Any]) -> dict[str, Any]:
     for key, value in row.items():
         if key == "kind" or key in metrics:
             continue
-        if key in _KIND_ONLY and key not in OWN_FIELDS.get(kind, ()) and value is None:
+        if key in KIND_ONLY and key not in OWN_FIELDS.get(kind, ()) and value is None:
             continue
         out[key] = value
     if metrics:

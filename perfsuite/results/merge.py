@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 from typing import Any
 
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
+from perfsuite.results.kinds import describe_cell
 from perfsuite.results.results import (
     ResultsError,
     check_writable,
@@ -43,10 +43,6 @@ def merge_documents(
     duplicates: str = "error",
 ) -> dict[str, Any]:
     """One document from ``(name, document)`` pairs; ``MergeError`` if they disagree."""
-    if not documents:
-        raise MergeError("nothing to merge")
-    if duplicates not in ("error", "first", "last"):
-        raise MergeError(f"--duplicates must be error, first or last, not {duplicates!r}")
     for name, doc in documents:
         try:
             require_kind(doc, name, MERGES, "merge")
@@ -84,11 +80,9 @@ def merge_documents(
             if other["status"] == "skipped" or duplicates == "last":
                 kept[key] = (name, row)
             elif duplicates == "error":
-                tp = "" if row.get("tp") is None else f" TP={row['tp']}"
                 raise MergeError(
-                    f"cell {row['method']}{tp} N={row['tokens']} V={row['vocab']} "
-                    f"D={row['hidden']} {row['dtype']} β={row['beta']:g} {row['phase']} is in "
-                    f"both {other_name} and {name} (--duplicates first|last picks one)"
+                    f"cell {describe_cell(row)} is in both {other_name} and {name} "
+                    "(--duplicates first|last picks one)"
                 )
     env = copy.deepcopy(first["env"])
     env["merged_from"] = [
@@ -146,24 +140,7 @@ def run(args: argparse.Namespace) -> int:
             f"[red]error:[/red] -o {args.out}: {err.strerror}; nothing written", soft_wrap=True
         )
         return 1
-    console.print(
-        f"merged {len(documents)} files, {len(merged['rows'])} rows → {args.out}"
-        + (
-            " [yellow](environments differ: see env.merge_mismatches)[/yellow]"
-            if merged["env"].get("merge_mismatches")
-            else ""
-        )
-    )
+    differ = " [yellow](environments differ: see env.merge_mismatches)[/yellow]"
+    differ = differ if merged["env"].get("merge_mismatches") else ""
+    console.print(f"merged {len(documents)} files, {len(merged['rows'])} rows → {args.out}{differ}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite merge", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

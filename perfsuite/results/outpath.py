@@ -18,12 +18,11 @@ class OutputPathError(ValueError):
     """An output path that cannot be used (one line, exit code 2)."""
 
 
-def _file_in_the_way(path: Path) -> Path | None:
-    """The nearest existing ancestor of ``path`` when it is not a folder."""
-    for parent in path.parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
+def _no_file_in_the_way(path: Path, flag: str) -> None:
+    """Refuse ``path`` when its nearest existing ancestor is not a folder."""
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise OutputPathError(f"{flag} {path}: {parent} is a file, not a folder")
 
 
 def _probe(folder: Path, flag: str, path: Path) -> None:
@@ -50,9 +49,7 @@ def check_output_file(
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{flag} {path}: is a folder; give a file name")
-    blocker = _file_in_the_way(path)
-    if blocker is not None:
-        raise OutputPathError(f"{flag} {path}: {blocker} is a file, not a folder")
+    _no_file_in_the_way(path, flag)
     if path.exists() and any(
         p is not None and Path(p).exists() and path.samefile(p) for p in inputs
     ):
@@ -68,8 +65,6 @@ def check_output_dir(path: str | os.PathLike[str], flag: str = "-o") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputPathError(f"{flag} {path}: is a file, not a folder")
-    blocker = _file_in_the_way(path)
-    if blocker is not None:
-        raise OutputPathError(f"{flag} {path}: {blocker} is a file, not a folder")
+    _no_file_in_the_way(path, flag)
     _probe(path, flag, path)
     return path

@@ -16,16 +16,8 @@ import torch
 from perfsuite.method import package_version
 
 CORE_DISTRIBUTIONS = ("perfsuite", "torch", "triton", "pandas", "rich")
-_SMI_FIELDS = (
-    "name",
-    "memory.total",
-    "driver_version",
-    "clocks.sm",
-    "clocks.mem",
-    "clocks.max.sm",
-    "temperature.gpu",
-    "power.draw",
-)
+_SMI_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.mem",
+               "clocks.max.sm", "temperature.gpu", "power.draw")  # fmt: skip
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:

@@ -10,41 +10,38 @@ On disk, version 2::
                "tp": 2,                 # tp rows only: the ranks, part of the cell's identity
                "metrics": {"collectives": 4, "collective_bytes": ..., "collective_ms": ...}}]}
 
-Every kind has the cell's fields of ``Row`` (identity, status, timings, memory, errors
-against the reference, workload, busy marks); ``metrics`` holds what only that kind
-measures: ``tp`` its collectives, ``step`` the loss's share of the step (``loss_ms``),
-``train`` its steps, held-out loss, parity and wall time; a ``loss`` row has none. Phases
-are the kind's own: fwd, bwd, fwd+bwd for ``loss`` and ``tp``; fwd, bwd, opt, step for
-``step`` (whose workload is ``step(...)``); train for ``train``.
-
-Version 1 (every file before) has the same fields flat and no kind: a row's kind is
-read from its fields (``kinds.row_kind``), then it is checked by the same models. A
-version 2 row with its kind but no ``metrics`` (a document dumped as it is in memory)
-is read the same way.
-
-In memory (``load_results``, ``new_document``) a row is flat, as in version 1, with its
-``kind``: readers index ``row["loss_ms"]`` whatever the version. ``to_disk`` nests.
-
-Any defect is one ``ResultsError`` line naming the file, the row and the field.
+Every kind has ``Row``'s cell fields; ``metrics`` holds what only that kind measures
+(``kinds.METRICS``), and each kind has its own phases. Version 1 (every file before) has
+the same fields flat and no kind: its rows (and version 2 rows dumped flat, as in memory)
+are laid out as version 2 and checked by the same models. In memory (``load_results``,
+``new_document``) a row is flat with its ``kind``: readers index ``row["loss_ms"]``
+whatever the version. Any defect is one ``ResultsError`` line naming the file, the row
+and the field.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Collection
+from dataclasses import MISSING, fields
+from typing import Annotated, Any, Literal, Union, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, create_model
 
 from perfsuite.results.kinds import (
     DTYPES,
+    KIND_ONLY,
     KINDS,
+    METRICS,
     PHASES,
     READS,
     STATUSES,
     STEP_PHASES,
     TIMERS,
     ResultsError,
+    Row,
     cell_key,
+    describe_cell,
     flat_row,
     row_kind,
     to_disk_row,
@@ -66,59 +63,44 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class _Cell(_Strict):
-    """What every kind of cell records (``Row``'s fields, less the kind's own)."""
-
-    method: Annotated[str, Field(min_length=1)]
-    tokens: Size
-    vocab: Size
-    hidden: Size
-    dtype: Literal[DTYPES]  # type: ignore[valid-type]
-    beta: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-    status: Literal[STATUSES]  # type: ignore[valid-type]
-    reason: str = ""
-    softcap: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    shape: str = ""
-    device: str = "cpu"
-    median_ms: Measured | None = None
-    p20_ms: Measured | None = None
-    p80_ms: Measured | None = None
-    samples_ms: list[Measured] = []
-    interpreted: bool = False
-    compile_ms: Measured | None = None
-    peak_bytes: Count | None = None
-    peak_abs_bytes: Count | None = None
-    rss_peak_bytes: Count | None = None
-    # Errors against the reference: a wrong method may give inf or NaN, and says so.
-    max_abs_err: float | None = None
-    loss_err: float | None = None
-    grad_e_err: float | None = None
-    grad_c_err: float | None = None
-    tolerance: dict[str, float] | None = None
-    workload: str = "random"
-    entropy: float | None = None
-    deterministic: bool | None = None
-    busy: str = ""
-    timer: Literal[TIMERS] = "events"  # type: ignore[valid-type]
-    breakdown: dict[str, Any] | None = None
-    trace: str | None = None
+# The schema's constraints on ``Row``'s fields; every other field keeps ``Row``'s type.
+_CONSTRAINED: dict[str, Any] = {
+    "method": Annotated[str, Field(min_length=1)],
+    "tokens": Size,
+    "vocab": Size,
+    "hidden": Size,
+    "dtype": Literal[DTYPES],
+    "beta": Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)],
+    "status": Literal[STATUSES],
+    "softcap": Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
+    "timer": Literal[TIMERS],
+}
+_AS_MEASURED = {float | None: Measured | None, int | None: Count | None,
+                list[float]: list[Measured]}  # fmt: skip
+_ROW_TYPES = get_type_hints(Row)
 
 
-class _NoMetrics(_Strict):
-    pass
+def _model(name: str, names: Collection[str]) -> type[_Strict]:
+    """A strict model of these ``Row`` fields, in ``Row``'s order, with its defaults."""
+    specs: dict[str, Any] = {}
+    for f in fields(Row):
+        if f.name in names:
+            hint = _CONSTRAINED.get(f.name) or _ROW_TYPES[f.name]
+            hint = _AS_MEASURED[hint] if f.name in MEASURED_FIELDS else hint
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            specs[f.name] = (hint, ... if default is MISSING else default)
+    return create_model(name, __base__=_Strict, **specs)
 
 
-class TpMetrics(_Strict):
-    collectives: Count | None = None
-    collective_bytes: Count | None = None
-    collective_ms: Measured | None = None
-
-
-class StepMetrics(_Strict):
-    loss_ms: Measured | None = None
+# What every kind of cell records (``Row``'s fields, less the kind's own); errors against
+# the reference may be inf or NaN (a wrong method says so).
+_Cell = _model("_Cell", {f.name for f in fields(Row)} - {*KIND_ONLY, "kind", "phase"})
+_NoMetrics, TpMetrics, StepMetrics = (_model(k, METRICS[k]) for k in ("loss", "tp", "step"))
 
 
 class TrainMetrics(_Strict):
+    """Per-step records, the held-out evaluation, the parity with eager, the run's wall time."""
+
     steps: list[dict[str, Any]] = []
     heldout: dict[str, Any] | None = None
     parity: dict[str, Any] | None = None
@@ -156,6 +138,8 @@ class TrainRow(_Cell):
 
     kind: Literal["train"]
     phase: Literal["train"]
+    # A run whose loss went non-finite is its own outcome, as much a failure as an error.
+    status: Literal[(*STATUSES, "diverged")]  # type: ignore[valid-type]
     metrics: TrainMetrics = TrainMetrics()
 
 
@@ -197,11 +181,6 @@ class Document(_Strict):
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _flat_v2(row: dict[str, Any]) -> bool:
-    """A version 2 row with its kind but its metrics at the top level."""
-    return "kind" in row and "metrics" not in row
 
 
 def _field(loc: tuple[Any, ...], flat: bool = False) -> str:
@@ -282,13 +261,6 @@ def _message(error: dict[str, Any], path: str, rows: list[Any], flat: list[bool]
     return f"{path}: row {index}: {field} is {value}, not {_expected(error, field)}"
 
 
-def _describe(row: dict[str, Any]) -> str:
-    tp = "" if row.get("tp") is None else f" TP={row['tp']}"
-    workload = row.get("workload") or "random"
-    what = f"{row['method']}{tp} N={row['tokens']} V={row['vocab']} D={row['hidden']}"
-    return f"{what} {row['dtype']} β={row['beta']:g} {row['phase']} {workload}"
-
-
 def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     """``document`` (parsed JSON) checked against the schema and returned in memory form:
     flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong."""
@@ -306,9 +278,10 @@ def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
         if not isinstance(document.get(key), kind):
             raise ResultsError(f"{path}: missing or malformed {key!r}")
     rows = document["rows"]
-    # Flat rows (version 1; a version 2 document dumped as it is in memory) are laid out
-    # as version 2 writes them, so that one set of models checks every file.
-    was_flat = [isinstance(r, dict) and (version == 1 or _flat_v2(r)) for r in rows]
+    # Flat rows (version 1; a version 2 document dumped as it is in memory: its kind, but
+    # no metrics) are laid out as version 2 writes them, so one set of models checks all.
+    v1 = version == 1
+    was_flat = [isinstance(r, dict) and (v1 or "kind" in r and "metrics" not in r) for r in rows]
     checked = [to_disk_row(r) if f else r for r, f in zip(rows, was_flat, strict=True)]
     try:
         Document.model_validate({**document, "rows": checked})
@@ -319,5 +292,5 @@ def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     for i, row in enumerate(flat):
         j = seen.setdefault(cell_key(row), i)
         if j != i:
-            raise ResultsError(f"{path}: row {i}: the same cell as row {j} ({_describe(row)})")
+            raise ResultsError(f"{path}: row {i}: the same cell as row {j} ({describe_cell(row)})")
     return {**document, "rows": flat}

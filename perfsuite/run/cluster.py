@@ -1,11 +1,8 @@
 """``perfsuite sweep --executor local|slurm``: one sweep as a submitit job array.
 
-Task i runs ``sweep --shard i/N`` in-process into ``<out>.parts/shard-i-of-N.json``
-(written after every case); when the array ends the parts are merged into ``--out``.
-The parts are the record: a failed task loses only its unfinished cells, and
-``--resume`` submits only shards with cells missing from their part and ``--out``.
-``LocalExecutor`` runs the same tasks here, to try it without a cluster.
-"""
+Task i runs ``sweep --shard i/N`` into ``<out>.parts/shard-i-of-N.json``, merged into
+``--out`` when the array ends. The parts are the record: a failed task loses only its
+unfinished cells, and ``--resume`` submits only shards with cells missing."""
 
 from __future__ import annotations
 
@@ -24,7 +21,6 @@ from typing import Any
 from perfsuite.args import positive_int
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
-from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.merge import MergeError, merge_documents
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import (
@@ -37,8 +33,8 @@ from perfsuite.results.results import (
     write_results,
 )
 from perfsuite.run import sweep
-from perfsuite.run.grid import Unit, grid_units, parse_gpus, unit_keys
-from perfsuite.run.sweep_args import load_resumable, parse_redo
+from perfsuite.run.grid import Unit, grid_units, unit_keys
+from perfsuite.run.sweep_args import check_resume, load_resumable, locked, out_path, parse_redo
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -146,36 +142,20 @@ class ArraySweep:
         _check_options(args)
         self.args = args
         self.plan, _ = sweep.plan_from_args(_planning_args(args))
-        if args.resume and args.out is None:
-            raise PlanError("--resume needs --out: the results file of the sweep to finish")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.out = Path(args.out or sweep.DEFAULT_OUT_DIR / f"{stamp}-sweep-{args.executor}.json")
+        self.out = out_path(args, args.executor)
         self.parts = self.out.with_name(self.out.name + ".parts")
         check_writable(self.out, overwrite=True)  # ResultsError: a ValueError, said in one line
-        if self.out.exists() and not args.resume:
-            raise PlanError(
-                f"{self.out} exists: pass --resume to finish that sweep, or another --out"
-            )
         earlier = self.parts.is_dir() and any(self.parts.glob("shard-*.json"))
+        check_resume(self.out, args.resume, parts=earlier)
         if earlier and not args.resume:
             raise PlanError(
                 f"{self.parts} holds the shards of an earlier sweep: pass --resume to finish "
                 "it, or remove the folder"
             )
-        if args.resume and not earlier and not self.out.exists():
-            raise PlanError(f"--resume {self.out}: no such file, nothing to resume")
         self.previous = self._read(self.out)  # another grid's file: refused before any mkdir
         check_output_dir(self.parts, "--out")
         self.logs = self.parts / "logs"
-        try:  # the parts are the tasks' to lock; --out is this process's
-            self.writer = WriterLock(self.out)
-        except FileLocked as err:
-            raise PlanError(str(err)) from None
-        try:
-            self._survey()
-        except BaseException:
-            self.writer.release()
-            raise
+        self.writer = locked(self.out, self._survey)  # the parts are the tasks' to lock
 
     def _survey(self) -> None:
         args, plan = self.args, self.plan
@@ -238,11 +218,7 @@ class ArraySweep:
 def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> dict[str, Any]:
     """One array task: ``sweep --shard i/N`` into its part file (resumed when there).
     The plan is made here, so ``--device auto`` means the task's node."""
-    plan, grid = sweep.plan_from_args(args)
-    slots = [{"CUDA_VISIBLE_DEVICES": g} for g in parse_gpus(args.gpus, plan.device)]
-    path, redo = Path(part), parse_redo(args.redo, args.resume)
-    job = sweep.Sweep(plan, path, shard=shard, resume=path.exists(), force=args.force,
-                      redo=redo, slots=slots or None, grid=grid)  # fmt: skip
+    job = sweep.from_args(args, shard, Path(part))
     print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)
 
     def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:

@@ -1,18 +1,15 @@
 """The correctness gate: a method's loss and gradients against the fp32 reference.
 
-Tolerances follow Cut Cross-Entropy's tests: a method may be as far from the
-fp32 reference as torch itself is in the same dtype, twice over, plus a small
-relative slack. Torch's own error is measured, not assumed: in bf16/fp16 it is
-eager's (logits in that dtype) distance from the fp32 reference; in fp32 it is
-the fp32 reference's distance from the same computation in fp64, which is far
-from zero when softmax is peaked (a logit of 30 carries an absolute error near
-1e-6, and so does every probability computed from it). That is strict where
-torch is exact and fair where finite precision is not.
-"""
+Cut Cross-Entropy's rule: a method may be as far from the reference as torch itself is
+in the same dtype, twice over, plus a small relative slack. Torch's error is measured:
+in bf16/fp16 eager's, in fp32 the reference's distance from fp64, which is far from
+zero when softmax is peaked. Strict where torch is exact, fair where it is not."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,7 +21,7 @@ from perfsuite.baselines.torch_methods import (
     softcapped,
 )
 from perfsuite.method import Case, LossFn, class_weights
-from perfsuite.run.inputs import Inputs
+from perfsuite.run.inputs import Inputs, make_inputs
 
 # Relative slack (times the reference's largest magnitude) per dtype.
 SLACK = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-4}
@@ -48,18 +45,26 @@ class Verdict:
     passed: bool
     errors: dict[str, float]
     bounds: dict[str, float]
+    problems: list[str] | None = None  # what failed, when the judge says it otherwise
 
     @property
     def max_abs_err(self) -> float:
         return max(self.errors.values())
 
     def explain(self) -> str:
+        if self.problems is not None:
+            return "; ".join(self.problems)
         bad = [
             f"{q} error {self.errors[q]:.3g} > tolerance {self.bounds[q]:.3g}"
             for q in QUANTITIES
             if not self.errors[q] <= self.bounds[q]
         ]
         return "; ".join(bad)
+
+    def fields(self, **extra: Any) -> dict[str, Any]:
+        """The gate's columns of a row, with ``extra`` ones."""
+        errors = {f"{q}_err": self.errors[q] for q in QUANTITIES}
+        return dict(max_abs_err=self.max_abs_err, tolerance=self.bounds, **errors, **extra)
 
 
 def run_once(loss_fn: LossFn, inputs: Inputs) -> Outcome:
@@ -85,10 +90,18 @@ def bit_identical(a: Outcome, b: Outcome) -> bool:
 
 
 def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
-    def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return case_loss(reference_loss, case, e, c, t)
+    return run_once(functools.partial(case_loss, reference_loss, case), inputs)
 
-    return run_once(fn, inputs)
+
+def gate_reference(
+    case: Case, seed: int, workload: dict[str, Any] | None
+) -> tuple[Inputs, Outcome, dict[str, float]]:
+    """A case's inputs, their fp32 reference (refused when not finite) and the gate's
+    tolerances."""
+    inputs = make_inputs(case, seed, workload)
+    reference = reference_outcome(case, inputs)
+    check_reference(reference, inputs, case.ignore_index)
+    return inputs, reference, tolerances(case, reference, torch_error_outcome(case, inputs))
 
 
 class UnusableInputs(ValueError):
@@ -120,21 +133,17 @@ def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
     """What torch computes one precision step away: eager in the case's dtype for
     bf16/fp16, the reference computed in fp64 for fp32."""
     if case.dtype != "fp32":
+        return run_once(functools.partial(case_loss, eager_loss, case), inputs)
 
-        def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            return case_loss(eager_loss, case, e, c, t)
+    def fp64(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        logits = softcapped(e.double() @ c.double().T, case.softcap)
+        weight = class_weights(case, e.device)
+        return cross_entropy_terms(
+            logits, t, case.beta, case.ignore_index, "mean",
+            None if weight is None else weight.double(), case.z_loss,
+        )  # fmt: skip
 
-    else:
-
-        def fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            logits = softcapped(e.double() @ c.double().T, case.softcap)
-            weight = class_weights(case, e.device)
-            return cross_entropy_terms(
-                logits, t, case.beta, case.ignore_index, "mean",
-                None if weight is None else weight.double(), case.z_loss,
-            )  # fmt: skip
-
-    return run_once(fn, inputs)
+    return run_once(fp64, inputs)
 
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -158,5 +167,4 @@ def tolerances(case: Case, reference: Outcome, torch_version: Outcome) -> dict[s
 
 def judge(result: Outcome, reference: Outcome, bounds: dict[str, float]) -> Verdict:
     errors = {q: distance(result.get(q), reference.get(q)) for q in QUANTITIES}
-    passed = all(errors[q] <= bounds[q] for q in QUANTITIES)
-    return Verdict(passed=passed, errors=errors, bounds=bounds)
+    return Verdict(all(errors[q] <= bounds[q] for q in QUANTITIES), errors, bounds)

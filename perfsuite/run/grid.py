@@ -1,10 +1,9 @@
-"""The grid of a sweep: its (method, case) units in a fixed order, shards of
-them, and which units are predicted not to fit the device (recorded ``skipped``
-instead of attempted). The sweep itself (state, resume, execution) is
-``perfsuite.run.sweep``."""
+"""The grid of a sweep: its (method, case) units in a fixed order, shards of them, and
+which are predicted not to fit the device (recorded ``skipped``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import cell_key
-from perfsuite.results.results import Row
+from perfsuite.run.worker import case_rows
 from perfsuite.tp_method import case_of, case_reason
 
 
@@ -94,11 +93,8 @@ def grid_shapes(tokens: list[int], vocab: list[int], hidden: list[int], dtype: s
 
 
 def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
-    """Every (method, case) in a fixed order, or shard i of n: every n-th of them.
-
-    Round-robin (not contiguous blocks) so each shard gets a fair share of the
-    large shapes and of every method.
-    """
+    """Every (method, case) in a fixed order, or shard i of n: every n-th of them, so
+    that each shard gets a fair share of the large shapes and of every method."""
     units = [
         Unit(i, method, case)
         for i, (method, case) in enumerate((m, c) for m in plan.methods for c in plan.cases())
@@ -143,23 +139,14 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
     return exceeds(need, what, capacity, c["device"]) + "; --attempt-all attempts it"
 
 
-def skipped_rows(unit: Unit, plan: Plan, reason: str) -> list[dict[str, Any]]:
-    c = unit.case
-    fields = {
-        k: c[k]
-        for k in ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")
-    }
-    fields["tp"] = c.get("tp")
-    return [
-        asdict(
-            Row(
-                method=unit.method,
-                phase=p,
-                status="skipped",
-                reason=reason,
-                workload=workload_label(c.get("workload")),
-                **fields,
-            )
-        )
-        for p in plan.phases
-    ]
+def status_rows(
+    method: str,
+    case: dict[str, Any],
+    phases: Iterable[str],
+    status: str,
+    reason: str,
+    interpreted: bool = False,
+) -> list[dict[str, Any]]:
+    """Unmeasured rows of one case, one per phase, that say why."""
+    rows = case_rows(method, case, phases, status=status, reason=reason, interpreted=interpreted)
+    return [asdict(r) for r in rows]

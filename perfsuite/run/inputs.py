@@ -26,50 +26,28 @@ class Inputs:
 
 
 def make_inputs(case: Case, seed: int = 0, workload: dict[str, Any] | None = None) -> Inputs:
-    """Random inputs with logits of unit scale, generated on the case's device.
-
-    ``c`` is scaled by ``1/sqrt(D)`` so a logit has standard deviation about 1
-    whatever the hidden size, like a trained model's head before training.
-    ``workload`` (see ``perfsuite.plan.workloads``) asks for synthetic or recorded
-    inputs instead; either way the result carries its measured mean entropy.
-    """
+    """Inputs generated on the case's device, carrying their measured mean entropy: random
+    ones by default, ``c`` scaled by ``1/sqrt(D)`` so that a logit has standard deviation
+    about 1 whatever D (a head before training), or the ``workload``'s
+    (``perfsuite.plan.workloads``)."""
     from perfsuite.plan import workloads
 
     kind = (workload or {}).get("kind", "random")
-    if kind != "random":
-        if kind == "synthetic":
-            e, c, targets, _ = workloads.synthetic_inputs(
-                case.tokens,
-                case.vocab,
-                case.hidden,
-                entropy=workload["entropy"],
-                zipf=workload["zipf"],
-                softcap=case.softcap,
-                seed=seed,
-                device=case.device,
-            )
-        else:
-            e, c, targets = workloads.file_inputs(case, workload)
-        e = e.to(case.torch_dtype).requires_grad_(True)
-        c = c.to(case.torch_dtype).requires_grad_(True)
-        return Inputs(
-            e=e,
-            c=c,
-            targets=targets,
-            workload=workloads.workload_label(workload),
-            entropy=workloads.mean_entropy(e, c, case.softcap, targets, case.ignore_index),
-        )
-    device = torch.device(case.device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    dtype = case.torch_dtype
-    e = torch.randn(case.tokens, case.hidden, generator=gen, device=device, dtype=torch.float32)
-    c = torch.randn(case.vocab, case.hidden, generator=gen, device=device, dtype=torch.float32)
-    c /= case.hidden**0.5
-    targets = torch.randint(0, case.vocab, (case.tokens,), generator=gen, device=device)
-    inputs = Inputs(
-        e=e.to(dtype).requires_grad_(True),
-        c=c.to(dtype).requires_grad_(True),
-        targets=targets,
-    )
-    inputs.entropy = workloads.mean_entropy(inputs.e, inputs.c, case.softcap)
-    return inputs
+    if kind == "synthetic":
+        e, c, targets, _ = workloads.synthetic_inputs(
+            case.tokens, case.vocab, case.hidden, entropy=workload["entropy"],
+            zipf=workload["zipf"], softcap=case.softcap, seed=seed, device=case.device,
+        )  # fmt: skip
+    elif kind == "file":
+        e, c, targets = workloads.file_inputs(case, workload)
+    else:
+        device = torch.device(case.device)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        e = torch.randn(case.tokens, case.hidden, generator=gen, device=device, dtype=torch.float32)
+        c = torch.randn(case.vocab, case.hidden, generator=gen, device=device, dtype=torch.float32)
+        c /= case.hidden**0.5
+        targets = torch.randint(0, case.vocab, (case.tokens,), generator=gen, device=device)
+    e = e.to(case.torch_dtype).requires_grad_(True)
+    c = c.to(case.torch_dtype).requires_grad_(True)
+    entropy = workloads.mean_entropy(e, c, case.softcap, targets, case.ignore_index)
+    return Inputs(e, c, targets, workloads.workload_label(workload), entropy)

@@ -1,17 +1,10 @@
 """A multi-rank worker: the launcher of K ranks for one method's cases at one TP size.
 
-The runner starts ``python -m perfsuite.run.launch SPEC.json`` as it starts a
-one-device worker. This process first computes, per case, the fp32 reference on the
-whole problem and the gate's tolerances (once, not K times, and off the ranks'
-memory), then starts the K ranks with torch's elastic launcher, the engine behind
-``torchrun`` (``torch.distributed.launcher.api.elastic_launch``: a c10d rendezvous on
-a free local port, no restarts). It spawns the ranks with ``torch.multiprocessing``'s
-spawn start method, as torchrun does for a function, and when one rank fails it stops
-the others and reports every rank's exit. That report, with the ranks' own record
-files, names the rank that failed first and why: the launcher writes it as a
-``{"failed": case, ...}`` line, and the runner records that case with it and starts
-again after it.
-"""
+It computes each case's fp32 reference and tolerances once (not K times, and off the
+ranks' memory), then starts the ranks with torch's elastic launcher (``torchrun``'s
+engine: c10d rendezvous on a free port, no restarts). When a rank fails, it names the
+rank that failed first and why in a ``{"failed": case, ...}`` line, and the runner
+starts again after that case."""
 
 from __future__ import annotations
 
@@ -27,14 +20,9 @@ from typing import Any
 import torch
 
 from perfsuite.harness.deaths import read_json_lines
+from perfsuite.harness.protocol import emitter
 from perfsuite.plan.registry import methods_for
-from perfsuite.run.correctness import (
-    check_reference,
-    reference_outcome,
-    tolerances,
-    torch_error_outcome,
-)
-from perfsuite.run.inputs import make_inputs
+from perfsuite.run.correctness import QUANTITIES, gate_reference
 from perfsuite.run.ranks import peer_gone, rank_main, record_path, reference_path
 from perfsuite.run.worker import WorkerSpec, describe, is_oom, limit_memory
 from perfsuite.tp_method import case_of
@@ -48,16 +36,9 @@ def write_references(spec: WorkerSpec) -> None:
         if terms is not None:
             case = terms.apply(case)
         try:
-            inputs = make_inputs(case, spec.seed, raw.get("workload"))
-            reference = reference_outcome(case, inputs)
-            check_reference(reference, inputs, case.ignore_index)
-            bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
-            saved: dict[str, Any] = {
-                "loss": reference.loss.cpu(),
-                "grad_e": reference.grad_e.cpu(),
-                "grad_c": reference.grad_c.cpu(),
-                "bounds": bounds,
-            }
+            _, reference, bounds = gate_reference(case, spec.seed, raw.get("workload"))
+            saved: dict[str, Any] = {q: reference.get(q).cpu() for q in QUANTITIES}
+            saved["bounds"] = bounds
         except Exception as err:  # noqa: BLE001 - the case's rows say it, the rest go on
             saved = {"error": ("oom: " if is_oom(err) else "") + describe(err)}
         torch.save(saved, reference_path(spec.out, index))
@@ -142,29 +123,20 @@ def main(argv: list[str] | None = None) -> int:
         rdzv_endpoint="localhost:0",
         max_restarts=0,
         monitor_interval=0.1,
-        # Not fork: a process that has used CUDA (the reference) cannot fork, and on CPU
-        # a forked rank inherits this process's OpenMP state: GNU OpenMP hangs in a child
-        # of a process that ran a parallel region, and with one thread here to avoid
-        # that, the rank's GEMMs ran 20x slower (measured). Spawn costs each rank its
-        # imports, seconds on 2 cores, outside every timed region.
+        # Not fork: a process that used CUDA cannot fork, and a forked rank inherits
+        # GNU OpenMP's state (it hangs, or with one thread here runs GEMMs 20x slower).
         start_method="spawn",
-        # Its error files under the worker's scratch folder (removed with it), not a
-        # torchelastic_* folder left in /tmp by every launch.
+        # Error files in the worker's scratch folder, not a torchelastic_* one in /tmp.
         logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec.out).parent / "elastic")),
     )
     try:
         elastic_launch(config, rank_main)(spec_path)
     except ChildFailedError as err:
         status, reason = root_cause(err.failures, spec.out, tp, spec.collective_timeout_s)
-        with open(spec.out, "a") as out:
-            out.write(json.dumps({"failed": _case_in_flight(spec.out), **_fields(status, reason)}))
-            out.write("\n")
+        with emitter(spec.out) as emit:
+            emit({"failed": _case_in_flight(spec.out), "status": status, "reason": reason[:500]})
         return 3
     return 0
-
-
-def _fields(status: str, reason: str) -> dict[str, str]:
-    return {"status": status, "reason": reason[:500]}
 
 
 if __name__ == "__main__":

@@ -1,14 +1,8 @@
 """The loss cell kind: a plan's cases measured by ``perfsuite.run.worker`` processes, or
-across ranks by ``perfsuite.run.launch`` (K ranks for one TP size), through the
-harness (``perfsuite.harness``).
+across ranks by ``perfsuite.run.launch``, through the harness.
 
-Isolation is per method: allocator caches, compile caches and crashes stay in the
-worker, and a worker that dies costs only the case it was on. Cases the parent can
-decide alone (the method is unavailable on the device, or lacks a capability the case
-needs) get their rows without a worker. Natively timed methods run one at a time;
-Triton methods on a CPU run under the interpreter, ``plan.jobs`` workers at a time
-beside them where memory allows, stopped while a native clock runs.
-"""
+One worker per method keeps caches and crashes apart; cases the parent can decide alone
+(unavailable, unsupported) get their rows without one."""
 
 from __future__ import annotations
 
@@ -28,17 +22,13 @@ from perfsuite.method import Method
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
-from perfsuite.plan.workloads import workload_label
 from perfsuite.results.provenance import collect_env, gpu_state
-from perfsuite.results.results import PHASES, Row, new_document
-from perfsuite.run.grid import Unit, unit_cost
-from perfsuite.run.worker import WorkerSpec
+from perfsuite.results.results import PHASES, new_document
+from perfsuite.run.grid import Unit, status_rows, unit_cost
+from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
 
 T = TypeVar("T")
-CASE_KEYS = (
-    "shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp", "timer",
-)  # fmt: skip
 
 
 def measured(plan: Plan) -> dict[str, Method]:
@@ -86,7 +76,7 @@ class LossKind(harness.Kind):
             status, reason = "unsupported", case_reason(obj, case)
         if reason is None:
             return None
-        return _status_rows(method, case, self.phases, status, reason, self.interpreted(method))
+        return status_rows(method, case, self.phases, status, reason, self.interpreted(method))
 
     def interpreted(self, method: str) -> bool:
         """Whether ``method`` runs under the Triton interpreter in this plan."""
@@ -109,7 +99,8 @@ class LossKind(harness.Kind):
         fields = (p.phases, p.samples, p.warmup, p.seed, p.memory_limit, p.collective_timeout_s)
         fields += (p.timer, p.profile)
         spec.write_text(json.dumps(asdict(WorkerSpec(method, cases, str(out), *fields))))
-        return [sys.executable, "-m", worker_module(cases[0].get("tp")), str(spec)]
+        module = "perfsuite.run.worker" if cases[0].get("tp") is None else "perfsuite.run.launch"
+        return [sys.executable, "-m", module, str(spec)]  # the launcher starts K ranks
 
     def finished(self, lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list:
         return harness.finished_by_phase(row_lines(lines), cases, _same_case, len(self.phases))
@@ -120,12 +111,7 @@ class LossKind(harness.Kind):
         kept = [r for r in row_lines(lines) if _same_case(r, case)]
         have = {r["phase"] for r in kept}
         missing = [p for p in self.phases if p not in have]
-        return kept + _status_rows(method, case, missing, status, reason)
-
-
-def worker_module(tp: int | None) -> str:
-    """The module a worker runs: one process, or a launcher of ``tp`` ranks."""
-    return "perfsuite.run.worker" if tp is None else "perfsuite.run.launch"
+        return kept + status_rows(method, case, missing, status, reason)
 
 
 def run_method(
@@ -139,7 +125,7 @@ def run_method(
 ) -> list[dict[str, Any]]:
     """All cases of one method (``perfsuite.harness.kind.run_cases``), in case order."""
     rows = harness.run_cases(LossKind(plan), method, cases, progress, machine, env, tracker)
-    return _in_case_order(rows, cases)
+    return in_case_order(rows, cases)
 
 
 def schedule(
@@ -153,31 +139,19 @@ def schedule(
     )  # fmt: skip
 
 
-def _status_rows(
-    method: str,
-    case: dict[str, Any],
-    phases: Iterable[str],
-    status: str,
-    reason: str,
-    interpreted: bool = False,
+def in_case_order(
+    rows: list[dict[str, Any]],
+    cases: list[dict[str, Any]],
+    keys: tuple[str, ...] = CASE_KEYS,
+    phases: tuple[str, ...] = PHASES,
 ) -> list[dict[str, Any]]:
-    """Unmeasured rows of one case, one per phase, that say why."""
-    fields = {k: case.get(k) for k in CASE_KEYS}
-    workload = workload_label(case.get("workload"))
-    return [
-        asdict(Row(method=method, phase=p, status=status, reason=reason, interpreted=interpreted,
-                   workload=workload, **fields))
-        for p in phases
-    ]  # fmt: skip
-
-
-def _in_case_order(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows in the order of ``cases`` (decided ones came first), phases in PHASES order."""
-    position = {tuple(case.get(k) for k in CASE_KEYS): i for i, case in enumerate(cases)}
+    """Rows in the order of ``cases`` (decided ones came first), each case's in ``phases``'
+    order; ``keys`` identify a case in its rows."""
+    position = {tuple(case.get(k) for k in keys): i for i, case in enumerate(cases)}
 
     def key(row: dict[str, Any]) -> tuple[int, int]:
-        case = position.get(tuple(row.get(k) for k in CASE_KEYS), len(cases))
-        return case, PHASES.index(row["phase"])
+        case = position.get(tuple(row.get(k) for k in keys), len(cases))
+        return case, phases.index(row["phase"])
 
     return sorted(rows, key=key)
 
@@ -192,16 +166,10 @@ def run_plan(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
-    """Measure every cell of ``plan``; returns the results document.
-
-    ``checkpoint`` gets the document of every case finished so far, after each one:
-    a run killed or interrupted half-way keeps what it measured. ``notice`` gets a
-    line when a worker or a cell starts, and at least every ``HEARTBEAT_S`` while a
-    cell runs (perfsuite.harness.progress)."""
-    methods = measured(plan)
-    distributions = [d for name in plan.methods for d in methods[name].distributions]
-    env = collect_env(plan.device, distributions)
-    env["plan"] = plan.as_dict()
+    """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
+    the document so far after each case (a killed run keeps what it measured); ``notice``
+    the progress lines (perfsuite.harness.progress)."""
+    env = plan_env(plan)
     cases = plan.cases()
     by_method: dict[str, list[dict[str, Any]]] = {}
     tracker = None if notice is None else _tracker(plan, cases, notice)
@@ -224,6 +192,14 @@ def run_plan(
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)
+
+
+def plan_env(plan: Plan) -> dict[str, Any]:
+    """The results' ``env`` of ``plan``: provenance (its methods' packages) and the plan."""
+    methods = measured(plan)
+    env = collect_env(plan.device, [d for n in plan.methods for d in methods[n].distributions])
+    env["plan"] = plan.as_dict()
+    return env
 
 
 def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:

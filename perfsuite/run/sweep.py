@@ -1,22 +1,10 @@
 """``perfsuite sweep``: a grid over (tokens, vocab, hidden, β), resumable and shardable.
 
-The grid is a ``Plan`` (one shape per (N, V, D)), cut into units by
-``perfsuite.run.grid``; its cells run through
-``runner.run_method``, so isolation and statuses are exactly ``run``'s. On top:
-
-- **predicted fit**: a (method, case) whose predicted peak
-  (``memory_model.predicted_peak``) exceeds the device is not attempted
-  but recorded as ``skipped`` with the reason, unless ``--attempt-all``;
-- **incremental, atomic writes**: the results file is rewritten (temp file +
-  rename) after every finished case, so a killed sweep loses only the cases in
-  flight; ``--resume`` reads it back and runs only the cells it lacks
-  (``skipped`` cells are predicted again; ``--redo error,oom`` retries those);
-- **shards**: ``--shard i/n`` takes every n-th (method, case) of the grid in a
-  fixed order, so n jobs (a Slurm array, a CI matrix) cover it exactly once and
-  ``perfsuite merge`` joins their files;
-- **several GPUs**: ``--gpus all`` (or ``0,2``) runs one worker per GPU at a
-  time, each pinned with ``CUDA_VISIBLE_DEVICES``.
-"""
+Its cells run through ``runner.run_method``, so isolation and statuses are ``run``'s. A
+cell predicted not to fit the device is recorded ``skipped`` (``--attempt-all`` tries
+it); the file is rewritten atomically after every case, so ``--resume`` loses only the
+cases in flight; ``--shard i/n`` takes every n-th cell, so n jobs cover the grid once
+(``perfsuite merge`` joins them); ``--gpus`` runs one worker per GPU at a time."""
 
 from __future__ import annotations
 
@@ -24,7 +12,6 @@ import argparse
 import queue
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,47 +19,38 @@ from typing import Any
 from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.registry import methods_for
-from perfsuite.plan.workloads import WorkloadError, workload_label
+from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
-from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import (
-    ResultsError,
     check_writable,
     new_document,
     nothing_measured,
     status_counts,
     write_results,
 )
+from perfsuite.run import runner
 from perfsuite.run.grid import (
     Unit,
     grid_units,
     parse_gpus,
     parse_shard,
     skip_reason,
-    skipped_rows,
+    status_rows,
     unit_cost,
     unit_keys,
 )
 from perfsuite.run.sweep_args import (  # the command line's half, re-exported for cluster
-    DEFAULT_OUT_DIR,
     add_arguments,
+    check_resume,
     load_resumable,
+    locked,
+    out_path,
     parse_redo,
     plan_from_args,
 )
 
 # (method, case dict, rows of that case) after every finished or skipped case.
 CellFn = Callable[["Unit", list[dict[str, Any]]], None]
-
-
-def _collect_env(plan: Plan) -> dict[str, Any]:
-    from perfsuite.results.provenance import collect_env
-
-    methods = methods_for(bool(plan.tps))
-    distributions = [d for name in plan.methods for d in methods[name].distributions]
-    env = collect_env(plan.device, distributions)
-    env["plan"] = plan.as_dict()
-    return env
 
 
 class Sweep:
@@ -93,35 +71,18 @@ class Sweep:
         self.plan, self.out, self.shard, self.force = plan, Path(out), shard, force
         self.slots = slots or [{}]
         self.lock = threading.Lock()
-        try:  # a directory, a file as its folder: said now, not after the first cell
-            check_writable(self.out, overwrite=True)
-        except ResultsError as err:
-            raise PlanError(str(err)) from None
-        try:  # before the file is read: two resumes of it would keep one's rows only
-            self.writer = WriterLock(self.out)
-        except FileLocked as err:
-            raise PlanError(str(err)) from None
-        except OSError as err:
-            raise PlanError(f"--out {self.out}: cannot lock it ({err.strerror})") from None
-        try:
-            self._start(resume, redo, grid)
-        except BaseException:
-            self.writer.release()  # a refused sweep leaves the file free
-            raise
+        check_writable(self.out, overwrite=True)  # a folder: said now, not after a cell
+        # Locked before the file is read: two resumes of it would keep one's rows only.
+        self.writer = locked(self.out, lambda: self._start(resume, redo, grid))
 
     def _start(self, resume: bool, redo: tuple[str, ...], grid: dict[str, Any] | None) -> None:
         """Read back the file to resume (refusing other code), then list what is left."""
         plan, shard, force = self.plan, self.shard, self.force
-        env = _collect_env(plan)
+        check_resume(self.out, resume)
+        env = runner.plan_env(plan)
         rows: list[dict[str, Any]] = []
         resumed: list[dict[str, Any]] = []
-        if resume and not self.out.exists():  # a typo would start a whole new sweep
-            raise PlanError(f"--resume {self.out}: no such file, nothing to resume")
-        if self.out.exists():
-            if not resume:
-                raise PlanError(
-                    f"{self.out} exists: pass --resume to finish that sweep, or another --out"
-                )
+        if resume:
             previous = load_resumable(self.out, env["plan"])
             diffs = env_differences(previous["env"], env)
             if diffs and not force:
@@ -176,7 +137,7 @@ class Sweep:
             if reason is None:
                 pending.append(unit)
                 continue
-            rows = skipped_rows(unit, self.plan, reason)
+            rows = status_rows(unit.method, unit.case, self.plan.phases, "skipped", reason)
             skipped.extend(rows)
             if on_cell is not None:
                 on_cell(unit, rows)
@@ -207,7 +168,6 @@ class Sweep:
 
     def _execute(self, pending: list[Unit], on_cell: CellFn | None) -> None:
         from perfsuite.harness.schedule import run_parallel
-        from perfsuite.run.runner import run_method, schedule
 
         free: queue.Queue[dict[str, str]] = queue.Queue()
         for slot in self.slots:
@@ -224,7 +184,7 @@ class Sweep:
 
             groups = self.document["env"].setdefault("machine", {"groups": []})["groups"]
             cases = [u.case for u in units]
-            run_method(self.plan, method, cases, progress, env=slot, machine=groups)
+            runner.run_method(self.plan, method, cases, progress, env=slot, machine=groups)
 
         def on_free_slot(item: tuple[str, list[Unit]]) -> None:
             slot = free.get()
@@ -236,13 +196,31 @@ class Sweep:
         batches = self._batches(pending)
         if len(self.slots) == 1:  # one device: runner's order (interpreted ones in parallel)
             only = self.slots[0]
-            schedule(self.plan, batches, lambda item: item[0], lambda item: measure(item, only))
+            runner.schedule(
+                self.plan, batches, lambda item: item[0], lambda item: measure(item, only)
+            )
             return
         run_parallel(batches, on_free_slot, len(self.slots))
 
 
 # ---------------------------------------------------------------------------
 # Command line
+
+
+def from_args(
+    args: argparse.Namespace, shard: tuple[int, int] | None, out: Path | None = None
+) -> Sweep:
+    """The sweep ``args`` ask for (``shard`` of it), into ``--out`` or, for an array's
+    task, ``out`` (resumed when it exists)."""
+    plan, grid = plan_from_args(args)
+    gpus = parse_gpus(args.gpus, plan.device)
+    resume = args.resume if out is None else out.exists()
+    part = "" if shard is None else f"-shard{shard[0]}of{shard[1]}"
+    out = out or out_path(args, plan.device + part)
+    redo = parse_redo(args.redo, args.resume)
+    slots = [{"CUDA_VISIBLE_DEVICES": g} for g in gpus] or None
+    return Sweep(plan, out, shard=shard, resume=resume, force=args.force, redo=redo,
+                 slots=slots, grid=grid)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -255,36 +233,17 @@ def run(args: argparse.Namespace) -> int:
     )
 
     from perfsuite.fit import TrimmedConsole
+    from perfsuite.harness.progress import cell_label, finished_lines
 
     console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     try:
-        plan, grid = plan_from_args(args)
         shard = parse_shard(args.shard)
-        gpus = parse_gpus(args.gpus, plan.device)
-        if args.resume and args.out is None:
-            raise PlanError("--resume needs --out: the results file of the sweep to finish")
-        out = args.out
-        if out is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            part = "" if shard is None else f"-shard{shard[0]}of{shard[1]}"
-            out = DEFAULT_OUT_DIR / f"{stamp}-sweep-{plan.device}{part}.json"
-        redo = parse_redo(args.redo, args.resume)
-        sweep = Sweep(
-            plan,
-            out,
-            shard=shard,
-            resume=args.resume,
-            force=args.force,
-            redo=redo,
-            slots=[{"CUDA_VISIBLE_DEVICES": g} for g in gpus] or None,
-            grid=grid,
-        )
-    except (PlanError, WorkloadError, ValueError) as err:
+        sweep = from_args(args, shard)
+    except ValueError as err:  # PlanError, WorkloadError, ResultsError
         console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 2
-    known = methods_for(bool(plan.tps))
-    interpreted = {m: plan.device == "cpu" and known[m].caps.triton for m in plan.methods}
-    costs = {u.index: unit_cost(u, plan, interpreted[u.method]) for u in sweep.todo}
+    plan, out, kind = sweep.plan, sweep.out, runner.LossKind(sweep.plan)
+    costs = {u.index: unit_cost(u, plan, kind.interpreted(u.method)) for u in sweep.todo}
     total_cost = sum(costs.values()) or 1.0
     console.print(
         f"sweep: {len(sweep.units)} cells (method x case) in this "
@@ -309,16 +268,8 @@ def run(args: argparse.Namespace) -> int:
         def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:
             nonlocal done
             done += 1
-            statuses = ",".join(sorted({r["status"] for r in rows}))
-            c = unit.case
-            tp = f" TP={c['tp']}" if c.get("tp") else ""
-            bar.console.log(
-                f"{unit.method + tp:<20} N={c['tokens']} V={c['vocab']} D={c['hidden']} "
-                f"β={c['beta']:g}: {statuses}"
-            )
-            busy = next((r["busy"] for r in rows if r.get("busy")), "")
-            if busy:
-                bar.console.log(f"[yellow]warning: busy machine[/yellow] ({busy})")
+            for line in finished_lines(cell_label(unit.method, unit.case), rows):
+                bar.console.log(line)
             bar.update(
                 task,
                 advance=costs.get(unit.index, 0.0),

@@ -1,24 +1,22 @@
 """``perfsuite sweep``'s command line: its arguments, the plan and grid they ask for, and
 what ``--resume`` may read back, all said before anything is measured.
 
-A resumed file's rows stay in it beside the new ones, under one ``env.plan`` and
-``env.sweep.grid``: a file of another grid (a ``run``'s, another sweep's) would come
-out describing cells it does not hold and holding cells it does not describe. So the
-grid must be the same (methods, shapes, dtypes, β, phases, softcap, workload, TP
-sizes: what ``cells.cell_key`` is made of), whatever ``--attempt-all`` says; how the
-cells were measured (device, code, samples) is ``cells.env_differences``, ``merge``'s
-check, which ``--attempt-all`` may overrule.
-"""
+A resumed file must hold a sweep of the same grid (what ``cells.cell_key`` is made of),
+whatever ``--attempt-all`` says, or the file would describe cells it does not hold; how
+the cells were measured is ``cells.env_differences``, which ``--attempt-all`` overrules."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.plan import Plan, PlanError, build_plan
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload
+from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import STATUSES, load_results
 from perfsuite.run.grid import grid_shapes, parse_ints
 
@@ -134,23 +132,51 @@ def grid_differences(previous: dict[str, Any], plan: dict[str, Any]) -> list[str
     return [f"{k} {_show(before[k])} there, {_show(now[k])} here" for k in differ]
 
 
-def refuse_other_grid(path: Path, previous_env: dict[str, Any], plan: dict[str, Any]) -> None:
-    """``PlanError`` unless ``path`` (its ``env``) is a sweep's file of ``plan``'s grid."""
-    if not isinstance(previous_env.get("sweep"), dict):
+def load_resumable(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """The results file ``--resume`` reads back, refused unless a sweep of ``plan``'s grid."""
+    document = load_results(path)
+    if not isinstance(document["env"].get("sweep"), dict):
         raise PlanError(
             f"--resume {path}: not a sweep's results file (a `run` or `step` made it); "
             "give the --out of the sweep to finish, or a new file"
         )
-    diffs = grid_differences(previous_env.get("plan") or {}, plan)
+    diffs = grid_differences(document["env"].get("plan") or {}, plan)
     if diffs:
         raise PlanError(
             f"--resume {path}: a sweep of another grid ({'; '.join(diffs)}); resume it with "
             "its own arguments, or give a new --out (`perfsuite merge` joins the two)"
         )
-
-
-def load_resumable(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    """The results file ``--resume`` reads back, refused if not a sweep of ``plan``'s grid."""
-    document = load_results(path)
-    refuse_other_grid(path, document["env"], plan)
     return document
+
+
+def out_path(args: argparse.Namespace, name: str) -> Path:
+    """``--out``, or a new file under ``DEFAULT_OUT_DIR``; ``--resume`` needs ``--out``."""
+    if args.resume and args.out is None:
+        raise PlanError("--resume needs --out: the results file of the sweep to finish")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(args.out or DEFAULT_OUT_DIR / f"{stamp}-sweep-{name}.json")
+
+
+def check_resume(out: Path, resume: bool, parts: bool = False) -> None:
+    """``out`` exists when resumed (unless an array's ``parts`` hold it), never else."""
+    if out.exists() and not resume:
+        raise PlanError(f"{out} exists: pass --resume to finish that sweep, or another --out")
+    if resume and not parts and not out.exists():  # a typo would start a whole new sweep
+        raise PlanError(f"--resume {out}: no such file, nothing to resume")
+
+
+def locked(out: Path, start: Callable[[], None]) -> WriterLock:
+    """``out``'s writer lock, taken before ``start()`` reads it; released if it raises
+    (a refused sweep leaves the file free)."""
+    try:
+        writer = WriterLock(out)
+    except FileLocked as err:
+        raise PlanError(str(err)) from None
+    except OSError as err:
+        raise PlanError(f"--out {out}: cannot lock it ({err.strerror})") from None
+    try:
+        start()
+    except BaseException:
+        writer.release()
+        raise
+    return writer

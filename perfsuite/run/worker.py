@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import resource
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from perfsuite.harness.pause import paused
-from perfsuite.measure.memory import measure_peak
+from perfsuite.harness.protocol import emitter
+from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.profile import profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
@@ -31,17 +31,14 @@ from perfsuite.method import LossFn, Method, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
-from perfsuite.run.correctness import (
-    bit_identical,
-    check_reference,
-    judge,
-    reference_outcome,
-    run_once,
-    tolerances,
-    torch_error_outcome,
-)
-from perfsuite.run.inputs import Inputs, make_inputs
+from perfsuite.run.correctness import bit_identical, gate_reference, judge, run_once
+from perfsuite.run.inputs import Inputs
 from perfsuite.tp_method import case_of
+
+# What identifies a loss case in its rows.
+CASE_KEYS = (
+    "shape", "tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device", "tp", "timer",
+)  # fmt: skip
 
 
 @dataclass
@@ -67,12 +64,35 @@ INTERPRETER_BF16_NOTE = (
     "under the Triton interpreter, whose fp32->bf16 casts truncate where GPUs round to "
     "nearest: may pass on a GPU"
 )
-
-
 INTERPRETED_REASON = (
     "Triton interpreter on CPU: timings say nothing about GPU speed (one sample per phase: "
     "the CPU time of its memory pass's call, profiler on; gate and memory as any row's)"
 )
+
+
+def case_rows(method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any) -> list[Row]:
+    """One row per phase of a loss ``case`` (a plan's case dict), with ``fields`` set."""
+    base = {k: case.get(k) for k in CASE_KEYS}
+    base["timer"] = base["timer"] or "events"
+    base["workload"] = workload_label(case.get("workload"))
+    return [Row(method=method, phase=p, **base, **fields) for p in phases]
+
+
+def fill(row: Row, peak: Peak, timing: Timing) -> None:
+    """A measured row's memory and time columns."""
+    row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
+    row.rss_peak_bytes, row.samples_ms = peak.rss_delta, timing.samples_ms
+    if timing.samples_ms:
+        row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
+
+
+def failure(err: BaseException) -> tuple[str, str]:
+    """``(status, reason)`` of a case whose measurement raised ``err``."""
+    if isinstance(err, Unsupported):
+        return "unsupported", str(err)
+    if isinstance(err, Unavailable):
+        return "unavailable", str(err)
+    return ("oom" if is_oom(err) else "error"), describe(err)
 
 
 def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
@@ -137,24 +157,6 @@ class Phase:
         return {"fwd": self._forward, "bwd": self._backward, "fwd+bwd": self._fwd_bwd}[self.name]
 
 
-def _rows(case: dict[str, Any], spec: WorkerSpec, method: Method, **fields: Any) -> list[Row]:
-    interpreted = method.caps.triton and case["device"] == "cpu"
-    base = {k: case[k] for k in ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "device")}
-    base["timer"] = case.get("timer") or "events"
-    base["workload"] = workload_label(case.get("workload"))
-    return [
-        Row(
-            method=spec.method,
-            shape=case["shape"],
-            phase=p,
-            interpreted=interpreted,
-            **base,
-            **fields,
-        )
-        for p in spec.phases
-    ]
-
-
 def run_case(
     spec: WorkerSpec,
     method: Method,
@@ -169,29 +171,30 @@ def run_case(
     if terms is not None:  # a variant that always trains with them (ours-zloss)
         case = terms.apply(case)
     device = torch.device(case.device)
+    interpreted = method.caps.triton and device.type == "cpu"
+    done: set[str] = set()
 
-    def all_phases(status: str, reason: str, **extra: Any) -> None:
-        for row in _rows(raw, spec, method, status=status, reason=reason, **extra):
-            emit(row)
+    def rows(**fields: Any) -> list[Row]:
+        return case_rows(spec.method, raw, spec.phases, interpreted=interpreted, **fields)
+
+    def rest(status: str, reason: str) -> None:
+        for row in rows(status=status, reason=reason):
+            if row.phase not in done:
+                emit(row)
 
     reason = method.availability(case.device)
     if reason is not None:
-        return all_phases("unavailable", reason)
+        return rest("unavailable", reason)
     reason = method.unsupported_reason(case)
     if reason is not None:
-        return all_phases("unsupported", reason)
-    done: set[str] = set()
+        return rest("unsupported", reason)
     try:
         stage("gate")
-        inputs = make_inputs(case, spec.seed, raw.get("workload"))
-        reference = reference_outcome(case, inputs)
-        check_reference(reference, inputs, case.ignore_index)
-        bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
+        inputs, reference, bounds = gate_reference(case, spec.seed, raw.get("workload"))
         loss_fn = method.prepare(case, inputs.c)
-        interpreted = method.caps.triton and device.type == "cpu"
         # The first call (compilation, caches: a cold torch.compile is ~16 s of one
-        # core) runs beside the interpreted workers (issue 30: stopping them for it left
-        # the other core idle); they run at a lower priority, so it keeps its core.
+        # core) runs beside the interpreted workers, which run at a lower priority, so
+        # it keeps its core.
         start = time.perf_counter()
         outcome = run_once(loss_fn, inputs)
         if device.type == "cuda":
@@ -206,16 +209,6 @@ def run_case(
         # Run to run, same inputs: every bit of loss, dE and dC (not under the interpreter).
         deterministic = None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
         del outcome
-        gate = dict(
-            max_abs_err=verdict.max_abs_err,
-            loss_err=verdict.errors["loss"],
-            grad_e_err=verdict.errors["grad_e"],
-            grad_c_err=verdict.errors["grad_c"],
-            tolerance=verdict.bounds,
-            compile_ms=compile_ms,
-            entropy=inputs.entropy,
-            deterministic=deterministic,
-        )
         # A method that fails the gate is still timed (its rows stay ``wrong``, never
         # ``ok``): how fast an inexact kernel runs is half of the finding.
         status, reason = "ok", ""
@@ -228,7 +221,8 @@ def run_case(
         # Interpreted: the fwd memory pass's loss, which is the bwd phase's set-up (its
         # graph, no gradients) without another interpreted forward.
         carried: torch.Tensor | None = None
-        for row in _rows(raw, spec, method, status=status, reason=reason, **gate):
+        gate = verdict.fields(compile_ms=compile_ms, entropy=inputs.entropy)
+        for row in rows(status=status, reason=reason, deterministic=deterministic, **gate):
             phase = Phase(row.phase, loss_fn, inputs)
             if row.phase == "bwd" and carried is not None:
                 phase.loss = carried
@@ -262,41 +256,17 @@ def run_case(
                 timing = Timing(clocked[:INTERPRETED_SAMPLES])
                 carried = phase.loss if row.phase == "fwd" else None
             phase.reset()
-            row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
-            row.rss_peak_bytes = peak.rss_delta
-            row.samples_ms = timing.samples_ms
-            if timing.samples_ms:
-                row.median_ms, row.p20_ms = timing.median_ms, timing.p20_ms
-                row.p80_ms = timing.p80_ms
+            fill(row, peak, timing)
             if interpreted and status == "ok":
                 row.reason = INTERPRETED_REASON
             emit(row)
             done.add(row.phase)
-    except Unsupported as err:
-        _emit_rest(raw, spec, method, done, emit, "unsupported", str(err))
-    except Unavailable as err:
-        _emit_rest(raw, spec, method, done, emit, "unavailable", str(err))
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
-        status = "oom" if is_oom(err) else "error"
-        _emit_rest(raw, spec, method, done, emit, status, describe(err))
+        rest(*failure(err))
     finally:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def _emit_rest(
-    raw: dict[str, Any],
-    spec: WorkerSpec,
-    method: Method,
-    done: set[str],
-    emit: Callable[[Row], None],
-    status: str,
-    reason: str,
-) -> None:
-    for row in _rows(raw, spec, method, status=status, reason=reason):
-        if row.phase not in done:
-            emit(row)
 
 
 def limit_memory(extra_bytes: int) -> None:
@@ -320,22 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     gc.freeze()
     if spec.memory_limit is not None:
         limit_memory(spec.memory_limit)
-    with open(spec.out, "a", buffering=1) as out:
-
-        def emit(row: Row) -> None:
-            out.write(json.dumps(asdict(row)) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
+    with emitter(spec.out) as emit:
         for i, raw in enumerate(spec.cases):
-            out.write(json.dumps({"start": i}) + "\n")
-            out.flush()
-
-            def stage(text: str, i: int = i) -> None:
-                out.write(json.dumps({"stage": text, "case": i}) + "\n")
-                out.flush()
-
-            run_case(spec, method, raw, emit, stage)
+            emit({"start": i})
+            run_case(spec, method, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
     return 0
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from perfsuite.results.results import STEP_PHASES, Row
 from perfsuite.step.methods import StepMethod
-from perfsuite.step.presets import Size, StepPreset, get_preset
+from perfsuite.step.presets import Size, StepPreset
 
 # What identifies a case in a row (the busy-machine marks are keyed by it).
 CASE_KEYS = ("shape", "dtype", "beta", "workload")
@@ -27,6 +27,7 @@ def make_case(preset: StepPreset, size: Size, dtype: str, beta: float, device: s
         "vocab": preset.vocab,
         "hidden": preset.hidden,
         "workload": size.label(),
+        "softcap": preset.softcap,
     }
 
 
@@ -37,25 +38,10 @@ def case_size(case: dict[str, Any]) -> Size:
 def case_rows(case: dict[str, Any], method: StepMethod, **fields: Any) -> list[Row]:
     """One row per step phase of ``case``, with ``fields`` set (the step's N is
     batch x seq, V and D the model's: the loss-only cell of the same last layer)."""
-    preset, size = get_preset(case["shape"]), case_size(case)
     fields.setdefault("interpreted", method.triton and case["device"] == "cpu")
-    return [
-        Row(
-            method=method.name,
-            tokens=size.tokens,
-            vocab=preset.vocab,
-            hidden=preset.hidden,
-            dtype=case["dtype"],
-            beta=case["beta"],
-            phase=phase,
-            softcap=preset.softcap,
-            shape=preset.name,
-            device=case["device"],
-            workload=size.label(),
-            **fields,
-        )
-        for phase in STEP_PHASES
-    ]
+    keys = ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "shape", "device", "workload")
+    given = {k: case[k] for k in keys}
+    return [Row(method=method.name, phase=phase, **given, **fields) for phase in STEP_PHASES]
 
 
 def same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:

@@ -1,9 +1,6 @@
 """``perfsuite step``: one full training step of a transformers model, per loss method.
 
-Bad input (an unknown model, ``--layers 0``, an unwritable ``--out``) is one ``error:``
-line and exit 2, before anything runs. Exit 1: no case was measured; 0 otherwise
-(unavailable, unsupported and oom rows are recorded, not failures).
-"""
+Exit 2: bad input, before anything runs; 1: no case was measured; 0 otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from perfsuite.args import non_negative_int, parse_size, positive_float, positive_int, seed_int
 from perfsuite.fit import TrimmedConsole
+from perfsuite.harness.progress import finished_lines
 from perfsuite.parser import print_error
 from perfsuite.results.results import check_writable, nothing_measured, status_counts, write_results
 from perfsuite.step.methods import METHODS
@@ -22,41 +21,50 @@ DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``perfsuite step``; numbers are checked by the plan (one-line errors)."""
-    p.add_argument(
+    """Options of ``perfsuite step``."""
+    cpu, cuda = DEFAULT_SIZE["cpu"], DEFAULT_SIZE["cuda"]
+    arg = p.add_argument
+    arg(
         "--model",
         "--shape",
         dest="model",
         default="smoke",
         help=f"model preset(s), comma-separated: {', '.join(PRESETS)} (default smoke)",
     )
-    cpu, cuda = DEFAULT_SIZE["cpu"], DEFAULT_SIZE["cuda"]
-    p.add_argument(
+    arg(
         "--layers",
+        type=positive_int,
         help=f"decoder layers (default {cpu.layers} on CPU, {cuda.layers} on CUDA, at most "
         "the model's)",
     )
-    p.add_argument("--seq", help=f"sequence length (default {cpu.seq} on CPU, {cuda.seq} on CUDA)")
-    p.add_argument("--batch", help=f"sequences a step (default {cpu.batch} CPU, {cuda.batch} CUDA)")
-    p.add_argument("--methods", help=f"comma-separated, of {', '.join(METHODS)} (default: all)")
-    p.add_argument("--beta", default="0,0.1", help="label smoothing β, comma-separated")
-    p.add_argument("--dtype", help="fp32 and/or bf16, comma-separated (default fp32 on CPU)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    p.add_argument("--samples", default="10", help="timed steps per case (default 10)")
-    p.add_argument("--warmup", default="2", help="untimed steps before them (default 2)")
-    p.add_argument("--seed", default="0", help="weights' and batch's seed")
-    p.add_argument(
+    arg(
+        "--seq", type=positive_int, help=f"sequence length (default CPU {cpu.seq}, CUDA {cuda.seq})"
+    )
+    arg(
+        "--batch",
+        type=positive_int,
+        help=f"sequences a step (default CPU {cpu.batch}, CUDA {cuda.batch})",
+    )
+    arg("--methods", help=f"comma-separated, of {', '.join(METHODS)} (default: all)")
+    arg("--beta", default="0,0.1", help="label smoothing β, comma-separated")
+    arg("--dtype", help="fp32 and/or bf16, comma-separated (default fp32 on CPU)")
+    arg("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    arg("--samples", type=positive_int, default=10, help="timed steps per case (default 10)")
+    arg("--warmup", type=non_negative_int, default=2, help="untimed steps before them (default 2)")
+    arg("--seed", type=seed_int, default=0, help="weights' and batch's seed")
+    arg(
         "--memory-limit",
+        type=parse_size,
         help="a worker's memory (e.g. 8G; default: 80%% of the RAM available, or of the GPU); "
         "a model estimated over it is an oom row",
     )
-    p.add_argument("--timeout", default="3600", help="seconds per method's worker")
-    p.add_argument(
+    arg("--timeout", type=positive_float, default=3600.0, help="seconds per method's worker")
+    arg(
         "--out",
         type=Path,
         help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-step-<models>-<device>.json)",
     )
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    arg("--force", action="store_true", help="overwrite an existing --out file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,11 +95,9 @@ def run(args: argparse.Namespace) -> int:
         kept[0] = len(document["rows"])
 
     def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        statuses = ",".join(sorted({r["status"] for r in rows}))
-        console.log(
-            f"{method:<18} {case['shape']} {case['dtype']} β={case['beta']:g}: {statuses}",
-            highlight=False,
-        )
+        label = f"{method:<18} {case['shape']} {case['dtype']} β={case['beta']:g}"
+        for line in finished_lines(label, rows):
+            console.log(line, highlight=False)
 
     try:
         document = run_step_plan(plan, progress, checkpoint)

@@ -1,18 +1,14 @@
 """How much memory one method's training step of a preset needs, before anything runs.
 
 A worker that cannot fit costs minutes of building a model and then dies; the parent
-estimates instead, and a case over the limit becomes an ``oom`` row whose reason is
-the estimate. The figures are the step's own (weights, gradients, AdamW's two
-states, all in the training dtype; activations saved for the backward; what the loss
-holds) and the correctness gate's, which the same worker runs first: an fp64 pass of
-eager (fp32 cases: torch's own fp32 error) or an fp32 one (bf16 cases) with the
-reference gradients kept. Estimates, not measurements: within tens of percent.
-"""
+estimates instead (the step's weights, gradients, AdamW states, activations and loss,
+and the correctness gate's references), and a case over the limit is an ``oom`` row.
+Estimates, not measurements: within tens of percent."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from perfsuite.step.presets import Size, StepPreset
 
@@ -85,17 +81,7 @@ class Estimate:
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "weights": self.weights,
-            "grads": self.grads,
-            "adamw": self.adamw,
-            "temporaries": self.temporaries,
-            "activations": self.activations,
-            "loss": self.loss,
-            "gate": self.gate,
-            "runtime": self.runtime,
-            "need": self.need,
-        }
+        return {**asdict(self), "need": self.need}
 
 
 # What a worker holds before its model: measured ~0.5 GiB RSS on CPU (torch,
@@ -109,20 +95,13 @@ def estimate(holds: str, preset: StepPreset, size: Size, dtype: str, device: str
     params = preset.parameters(size.layers)
     head = preset.vocab * preset.hidden
     tied = head if preset.tied else 0  # the second V x D gradient, before it is summed
-    if dtype == "fp32":
-        # fp64 eager first (weights and grads), then fp32 beside the fp64 gradients.
-        gate = 16 * params + max(
-            8 * tied + activation_bytes(preset, size, 8) + loss_bytes("logits", preset, size, 8),
-            4 * tied + activation_bytes(preset, size, 4) + loss_bytes("logits", preset, size, 4),
-        )
-    else:
-        # fp32 reference (weights, grads), then the dtype's eager beside its gradients.
-        gate = (
-            8 * params
-            + 4 * tied
-            + activation_bytes(preset, size, 4)
-            + loss_bytes("logits", preset, size, 4)
-        )
+
+    def eager(w: int) -> int:  # one pass of eager at w bytes a value, beyond its weights
+        return w * tied + activation_bytes(preset, size, w) + loss_bytes("logits", preset, size, w)
+
+    # fp32: fp64 eager (weights, grads), then fp32 beside the fp64 gradients; else the
+    # fp32 reference (weights, grads), then the dtype's eager beside its gradients.
+    gate = 16 * params + max(eager(8), eager(4)) if dtype == "fp32" else 8 * params + eager(4)
     optimizer = (2 * head if device == "cpu" else params) * width
     return Estimate(
         weights=params * width,

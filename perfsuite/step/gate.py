@@ -1,18 +1,9 @@
-"""The correctness gate of a step: one step's loss and every parameter's gradient
-against eager in fp32, with ``perfsuite.run.correctness``'s tolerance rule.
+"""The correctness gate of a step: the loss and every parameter's gradient against eager
+in fp32, with ``perfsuite.run.correctness``'s tolerance rule (torch's own error: fp32
+against fp64, or bf16 eager against fp32 on the same bf16 weights).
 
-Per quantity (the loss, and each parameter's gradient on its own) a method may be as
-far from the fp32 reference as torch itself is one precision step away, twice over,
-plus a relative slack: for fp32 cases torch's error is the fp32 reference against the
-same model and batch in fp64; for bf16 cases it is eager in bf16 against the fp32
-reference (the weights rounded to bf16 for both, so that rounding is no one's error).
-A parameter the method leaves without a gradient fails.
-
-The rows keep three errors, in ``run``'s names: ``loss_err``; ``grad_c_err``, the
-classifier's (``lm_head.weight``, the embedding when tied); ``grad_e_err``, the worst
-(by error over its bound) of every other parameter, which the loss reaches through
-dE, the hidden states' gradient.
-"""
+``grad_c`` is the classifier's (``lm_head.weight``, the embedding when tied), ``grad_e``
+the worst of the other parameters, which the loss reaches through dE."""
 
 from __future__ import annotations
 
@@ -21,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite.run.correctness import distance, tolerance
+from perfsuite.run.correctness import Verdict, distance, tolerance
 from perfsuite.step.model import eager_loss, head_name, reference_loss
 
 Grads = dict[str, torch.Tensor]
@@ -81,26 +72,9 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str
     return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))
 
 
-@dataclass
-class Verdict:
-    passed: bool
-    loss_err: float
-    grad_c_err: float
-    grad_e_err: float
-    tolerance: dict[str, float]
-    worst: str  # the decoder parameter behind grad_e_err
-    problems: list[str]
-
-    @property
-    def max_abs_err(self) -> float:
-        return max(self.loss_err, self.grad_c_err, self.grad_e_err)
-
-    def explain(self) -> str:
-        return "; ".join(self.problems)
-
-
 def judge(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
-    """Every quantity against its bound (NaN fails: comparisons with NaN are False)."""
+    """Every quantity against its bound (NaN fails: comparisons with NaN are False); the
+    verdict's ``grad_e`` is the decoder parameter that uses most of its bound."""
     problems = [f"no gradient for {name}" for name in ref.grads if name not in grads]
     errors = {"loss": distance(loss.float(), ref.loss)}
     for name, want in ref.grads.items():
@@ -110,17 +84,11 @@ def judge(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
             problems.append(f"{name} error {err:.3g} > tolerance {ref.bounds[name]:.3g}")
     others = [n for n in ref.grads if n != ref.head]
     worst = max(others, key=lambda n: _ratio(errors[n], ref.bounds[n]), default=ref.head)
+    named = {"loss": "loss", "grad_e": worst, "grad_c": ref.head}
     return Verdict(
         passed=not problems,
-        loss_err=errors["loss"],
-        grad_c_err=errors[ref.head],
-        grad_e_err=errors[worst],
-        tolerance={
-            "loss": ref.bounds["loss"],
-            "grad_e": ref.bounds[worst],
-            "grad_c": ref.bounds[ref.head],
-        },
-        worst=worst,
+        errors={q: errors[n] for q, n in named.items()},
+        bounds={q: ref.bounds[n] for q, n in named.items()},
         problems=problems,
     )
 

@@ -1,16 +1,8 @@
 """Time and memory of one training step, split into forward, backward and optimizer.
 
-Timing (``perfsuite.measure.timing.time_spans``): each sample is one whole step
-(``loss = f(batch)``, ``loss.backward()``, ``optimizer.step()`` and
-``zero_grad(set_to_none=True)``) with a clock read at the boundaries between them, so
-fwd + bwd + opt = step for every sample; the cache is flushed before each sample.
-
-Memory: one step of its own, each phase measured above where it started with
-``perfsuite.measure.memory``'s meter (CUDA: the allocator's peak; CPU: torch's
-allocation events, and the process RSS high-water mark beside them); the step's peak
-is the largest of the phases' peaks over where the step started, i.e. above the
-weights and AdamW's states, the gradients included.
-"""
+A sample is a whole step with the clock read between phases, so fwd + bwd + opt = step;
+memory is one step of its own, each phase above where it started, and the step's peak
+above the weights and AdamW's states."""
 
 from __future__ import annotations
 
@@ -48,11 +40,6 @@ class Stepper:
     def optimize(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-    def step(self) -> None:
-        self.forward()
-        self.backward()
-        self.optimize()
 
     def phases(self) -> list[Callable[[], None]]:
         return [self.forward, self.backward, self.optimize]

@@ -1,12 +1,5 @@
 """The losses one training step is measured with: every declared method with a ``step``
-(``perfsuite.method.StepPatch``), as the step kind sees it.
-
-Every method trains the same model on the same batch; they differ only in how the
-loss goes from the decoder's last hidden states to a scalar (each method's baselines
-file declares its patch). What a method supports is its declaration's: its
-capabilities decide a case (smoothing, softcap, dtype), its availability and the
-patch's own ``requires`` whether it runs here.
-"""
+(``perfsuite.method.StepPatch``), as the step kind sees it."""
 
 from __future__ import annotations
 
@@ -14,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.method import Case, SimpleMethod, missing_packages
+from perfsuite.plan.plan import PlanError, parse_list
 from perfsuite.plan.registry import methods_for
-from perfsuite.step.presets import StepPreset
+from perfsuite.step.presets import get_preset
 
 DTYPES = ("fp32", "bf16")
 
@@ -45,13 +39,11 @@ class StepMethod:
         missing = missing_packages(*self.decl.step.requires) if self.decl.step else []
         return reason or (f"{', '.join(missing)} not installed" if missing else None)
 
-    def case_reason(
-        self, preset: StepPreset, dtype: str, beta: float, device: str
-    ) -> tuple[str, str] | None:
-        """``(status, reason)`` when the method cannot compute this case as asked."""
-        case = Case(1, preset.vocab, preset.hidden, dtype, beta, preset.softcap, device)
-        reason = self.decl.unsupported_reason(case)
-        return None if reason is None else ("unsupported", reason)
+    def case_reason(self, case: dict[str, Any]) -> str | None:
+        """Why the method cannot compute a step case as asked (None: it can)."""
+        p = get_preset(case["shape"])
+        c = Case(1, p.vocab, p.hidden, case["dtype"], case["beta"], p.softcap, case["device"])
+        return self.decl.unsupported_reason(c)
 
 
 def step_methods() -> dict[str, StepMethod]:
@@ -71,10 +63,10 @@ def resolve(text: str | None) -> list[str]:
     known = step_methods()
     if text is None:
         return list(known)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise ValueError("--methods is empty")
+    names = parse_list(text, "methods")
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise PlanError(
+            f"--methods: unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
     return [n for n in known if n in names]

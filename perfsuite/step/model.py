@@ -45,11 +45,8 @@ def build_config(preset: StepPreset, layers: int) -> Any:
 
 
 def build_model(preset: StepPreset, size: Size, seed: int, device: str) -> torch.nn.Module:
-    """The model initialised from ``seed`` in fp32: the same weights in every worker.
-
-    transformers 5 builds on the meta device and initialises once (``init_weights``:
-    weights, RoPE buffers, ties), half the time of a plain build, which initialises twice
-    (torch's defaults, then the model's); older versions get the plain build."""
+    """The model initialised from ``seed`` in fp32: the same weights in every worker
+    (transformers 5: built on the meta device and initialised once, half the time)."""
     import transformers
 
     _, model_name = CLASSES[preset.family]

@@ -4,17 +4,21 @@ runs: every bad value is a ``PlanError`` naming its flag (one line, exit 2)."""
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.args import non_negative_int, parse_size, positive_float, positive_int, seed_int
 from perfsuite.plan.memory_model import CPU_MEMORY_SHARE, CUDA_MEMORY_SHARE, device_capacity
-from perfsuite.plan.plan import SAMPLES_MAX, WARMUP_MAX, PlanError, parse_betas, resolve_device
+from perfsuite.plan.plan import (
+    SAMPLES_MAX,
+    WARMUP_MAX,
+    PlanError,
+    parse_betas,
+    parse_list,
+    resolve_device,
+)
 from perfsuite.results.results import STEP_PHASES
-from perfsuite.step import methods as step_methods
 from perfsuite.step.cases import make_case
-from perfsuite.step.methods import DTYPES
+from perfsuite.step.methods import DTYPES, resolve
 from perfsuite.step.presets import Size, StepPreset, get_preset, size_for
 
 
@@ -47,40 +51,10 @@ class StepPlan:
     def as_dict(self) -> dict[str, Any]:
         """``env.plan`` of the results (``phases``, ``samples``, ``warmup``, ``seed``: what
         ``merge`` and ``compare`` check agree)."""
-        return {
-            "command": "step",
-            "models": [p.name for p in self.presets],
-            "sizes": {name: vars(size) for name, size in self.sizes.items()},
-            "methods": self.methods,
-            "dtypes": self.dtypes,
-            "betas": self.betas,
-            "phases": list(STEP_PHASES),
-            "device": self.device,
-            "samples": self.samples,
-            "warmup": self.warmup,
-            "seed": self.seed,
-            "memory_limit": self.memory_limit,
-            "timeout_s": self.timeout_s,
-            "capacity": self.capacity,
-            "capacity_source": self.capacity_source,
-        }
-
-
-def _value(text: str | None, flag: str, parse: Any) -> Any:
-    """``parse(text)`` with argparse's helpers, their complaint as a ``PlanError``."""
-    if text is None:
-        return None
-    try:
-        return parse(text)
-    except (argparse.ArgumentTypeError, ValueError) as err:
-        raise PlanError(f"{flag}: {err}") from None
-
-
-def _names(text: str, flag: str) -> list[str]:
-    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if not names:
-        raise PlanError(f"{flag} {text!r}: nothing named")
-    return names
+        rest = {k: v for k, v in vars(self).items() if k not in ("presets", "sizes")}
+        models = [p.name for p in self.presets]
+        sizes = {name: vars(size) for name, size in self.sizes.items()}
+        return dict(command="step", models=models, sizes=sizes, phases=list(STEP_PHASES), **rest)
 
 
 def capacity_for(device: str, memory_limit: int | None) -> tuple[int | None, str]:
@@ -95,56 +69,39 @@ def capacity_for(device: str, memory_limit: int | None) -> tuple[int | None, str
 
 
 def build_step_plan(args: argparse.Namespace) -> StepPlan:
-    """The plan of ``perfsuite step``'s parsed arguments (numbers still as typed)."""
+    """The plan of ``perfsuite step``'s parsed arguments (argparse checked each number)."""
     device = resolve_device(args.device)
-    presets = []
-    for name in _names(args.model, "--model"):
-        try:
-            presets.append(get_preset(name))
-        except ValueError as err:
-            raise PlanError(f"--model: {err}") from None
-    layers = _value(args.layers, "--layers", positive_int)
-    seq = _value(args.seq, "--seq", positive_int)
-    batch = _value(args.batch, "--batch", positive_int)
-    sizes = {}
-    for preset in presets:
-        try:
-            sizes[preset.name] = size_for(preset, device, layers, seq, batch)
-        except ValueError as err:
-            raise PlanError(str(err)) from None
+    names = dict.fromkeys(parse_list(args.model, "model"))
     try:
-        methods = step_methods.resolve(args.methods)
+        presets = [get_preset(name) for name in names]
     except ValueError as err:
-        raise PlanError(f"--methods: {err}") from None
-    dtypes = _names(args.dtype or ("bf16" if device == "cuda" else "fp32"), "--dtype")
+        raise PlanError(f"--model: {err}") from None
+    # size_for's ValueError names its flag: bad input as it stands (cli.main)
+    sizes = {p.name: size_for(p, device, args.layers, args.seq, args.batch) for p in presets}
+    default_dtype = "bf16" if device == "cuda" else "fp32"
+    dtypes = list(dict.fromkeys(parse_list(args.dtype or default_dtype, "dtype")))
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
-    samples = _value(args.samples, "--samples", positive_int)
-    warmup = _value(args.warmup, "--warmup", non_negative_int)
-    if samples > SAMPLES_MAX:
-        raise PlanError(f"--samples must be at most {SAMPLES_MAX:,}, got {samples:,}")
-    if warmup > WARMUP_MAX:
-        raise PlanError(f"--warmup must be at most {WARMUP_MAX:,}, got {warmup:,}")
-    timeout = _value(args.timeout, "--timeout", positive_float)
-    memory_limit = _value(args.memory_limit, "--memory-limit", parse_size)
-    if memory_limit is not None and memory_limit <= 0:
+    if args.samples > SAMPLES_MAX:
+        raise PlanError(f"--samples must be at most {SAMPLES_MAX:,}, got {args.samples:,}")
+    if args.warmup > WARMUP_MAX:
+        raise PlanError(f"--warmup must be at most {WARMUP_MAX:,}, got {args.warmup:,}")
+    if args.memory_limit is not None and args.memory_limit <= 0:
         raise PlanError(f"--memory-limit must be a size > 0 (e.g. 8G), got {args.memory_limit}")
-    if not math.isfinite(timeout):
-        raise PlanError(f"--timeout must be finite, got {args.timeout}")
-    capacity, source = capacity_for(device, memory_limit)
+    capacity, source = capacity_for(device, args.memory_limit)
     return StepPlan(
         presets=presets,
         sizes=sizes,
-        methods=methods,
+        methods=resolve(args.methods),
         dtypes=dtypes,
         betas=parse_betas(args.beta),
         device=device,
-        samples=samples,
-        warmup=warmup,
-        seed=_value(args.seed, "--seed", seed_int),
-        memory_limit=memory_limit,
-        timeout_s=timeout,
+        samples=args.samples,
+        warmup=args.warmup,
+        seed=args.seed,
+        memory_limit=args.memory_limit,
+        timeout_s=args.timeout,
         capacity=capacity,
         capacity_source=source,
     )

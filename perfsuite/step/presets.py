@@ -1,16 +1,12 @@
 """Model presets of ``perfsuite step``: the real models' configs under ``run``'s names.
 
-Each preset is what the model's ``config.json`` on the Hub says (vocabulary, hidden
-and intermediate sizes, heads, KV heads, head_dim, tied embeddings, Gemma2's two
-softcaps), written out here so that nothing is downloaded; ``--layers``, ``--seq`` and
-``--batch`` shrink the run to fit the machine, never the vocabulary or the widths (the
-last layer's N x V x D is what the losses differ on). Parameter counts are computed
-from the sizes, so the parent estimates memory without importing transformers.
-"""
+Written out from each model's Hub ``config.json`` so that nothing is downloaded;
+``--layers``, ``--seq`` and ``--batch`` shrink a run, never the vocabulary or widths
+(the last layer's N x V x D is what the losses differ on)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 # Llama 3.1/3.2's long-context RoPE (``rope_scaling`` of their configs).
@@ -93,9 +89,6 @@ class StepPreset:
             kwargs["use_sliding_window"] = False
         return kwargs
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 PRESETS: dict[str, StepPreset] = {
     p.name: p
@@ -171,17 +164,15 @@ DEFAULT_SIZE = {"cpu": Size(layers=1, seq=256, batch=1), "cuda": Size(layers=2, 
 def size_for(
     preset: StepPreset, device: str, layers: int | None, seq: int | None, batch: int | None
 ) -> Size:
-    """The size a preset runs at: the given values, else the device's defaults (layers
-    capped at the model's own); ``ValueError`` for sizes the model cannot take."""
+    """The size a preset runs at: the given values (argparse checked they are positive),
+    else the device's defaults, layers capped at the model's; ``ValueError`` for sizes
+    the model cannot take."""
     default = DEFAULT_SIZE[device]
     size = Size(
         layers=min(default.layers, preset.layers) if layers is None else layers,
-        seq=default.seq if seq is None else seq,
-        batch=default.batch if batch is None else batch,
+        seq=seq or default.seq,
+        batch=batch or default.batch,
     )
-    for name in ("layers", "seq", "batch"):
-        if getattr(size, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(size, name)}")
     if size.layers > preset.layers:
         raise ValueError(f"--layers {size.layers}: {preset.name} has {preset.layers} layers")
     if size.seq > preset.max_positions:

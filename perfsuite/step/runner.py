@@ -1,11 +1,6 @@
 """The step cell kind: a step plan's cases measured by ``perfsuite.step.worker``
-processes, through the harness (``perfsuite.harness``), as ``perfsuite run``'s.
-
-The parent decides alone what it can (a method unavailable here, a case it does not
-support, a model the memory estimate says cannot fit: ``oom`` with the estimate as
-reason, nothing started); a worker measures the rest of a method's cases, and one that
-dies costs the case it was on. Every finished case is checkpointed to the results file.
-"""
+processes, through the harness. The parent decides alone what it can, a model the
+memory estimate says cannot fit included (``oom``, nothing started)."""
 
 from __future__ import annotations
 
@@ -20,6 +15,7 @@ from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import STEP_PHASES, new_document
+from perfsuite.run.runner import in_case_order
 from perfsuite.step.cases import CASE_KEYS, case_rows, case_size, same_case
 from perfsuite.step.estimate import estimate, too_big
 from perfsuite.step.methods import StepMethod, step_methods
@@ -52,18 +48,15 @@ class StepKind(harness.Kind):
     def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
         """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
         m, plan = self.methods[method], self.plan
-        preset = get_preset(case["shape"])
-        reason = m.availability(plan.device)
-        decided = None if reason is None else ("unavailable", reason)
-        if decided is None:
-            decided = m.case_reason(preset, case["dtype"], case["beta"], plan.device)
-        if decided is None:
-            est = estimate(m.holds, preset, case_size(case), case["dtype"], plan.device)
-            reason = too_big(est, plan.capacity, plan.capacity_source)
-            decided = None if reason is None else ("oom", reason)
-        if decided is None:
+        status, reason = "unavailable", m.availability(plan.device)
+        if reason is None:
+            status, reason = "unsupported", m.case_reason(case)
+        if reason is None:
+            est = _estimate(m, case, plan.device)
+            status, reason = "oom", too_big(est, plan.capacity, plan.capacity_source)
+        if reason is None:
             return None
-        return [asdict(r) for r in case_rows(case, m, status=decided[0], reason=decided[1])]
+        return [asdict(r) for r in case_rows(case, m, status=status, reason=reason)]
 
     def interpreted(self, method: str) -> bool:
         return self.methods[method].triton and self.device == "cpu"
@@ -93,6 +86,11 @@ class StepKind(harness.Kind):
                 self.models.setdefault(line["model"], line["info"])
 
 
+def _estimate(method: StepMethod, case: dict[str, Any], device: str) -> Any:
+    preset = get_preset(case["shape"])
+    return estimate(method.holds, preset, case_size(case), case["dtype"], device)
+
+
 def run_step_plan(
     plan: StepPlan,
     progress: ProgressFn | None = None,
@@ -105,13 +103,11 @@ def run_step_plan(
     env["plan"] = plan.as_dict()
     models: dict[str, Any] = {}
     estimates: dict[str, Any] = {}
-    for case in plan.cases():
-        preset = get_preset(case["shape"])
+    cases = plan.cases()
+    for case in cases:
+        per_method = estimates.setdefault(case["shape"], {}).setdefault(case["dtype"], {})
         for name in plan.methods:
-            est = estimate(methods[name].holds, preset, case_size(case), case["dtype"], plan.device)
-            estimates.setdefault(preset.name, {}).setdefault(case["dtype"], {})[name] = (
-                est.as_dict()
-            )
+            per_method[name] = _estimate(methods[name], case, plan.device).as_dict()
     env["step"] = {
         "optimizer": f"torch.optim.AdamW(lr={LR:g}), torch's defaults otherwise",
         "loss_share": LOSS_SHARE,
@@ -121,16 +117,11 @@ def run_step_plan(
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
     report = harness.checkpointed(env, progress, checkpoint)
-    cases = plan.cases()
     by_method = harness.run_kind(
         StepKind(plan, models), {m: cases for m in plan.methods}, report, groups
     )
-    order = {tuple(c[k] for k in CASE_KEYS): i for i, c in enumerate(cases)}
-
-    def key(row: dict[str, Any]) -> tuple[int, int]:
-        return order[tuple(row[k] for k in CASE_KEYS)], STEP_PHASES.index(row["phase"])
-
-    rows = [row for m in plan.methods for row in sorted(by_method[m], key=key)]
+    order = [in_case_order(by_method[m], cases, CASE_KEYS, STEP_PHASES) for m in plan.methods]
+    rows = [row for rows in order for row in rows]
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)

@@ -1,13 +1,9 @@
 """The console table of ``perfsuite step``: one per model x dtype x β, a line per method
-with the step's milliseconds split into fwd / bwd / opt / step, tokens per second, the
-step's peak memory above the weights and optimizer state, the loss's share of the step,
-and a note column for statuses and marks. Fitted to the terminal (``perfsuite.fit``:
-80 columns, no number cut); reasons go in numbered notes under the table.
-"""
+(fwd / bwd / opt / step ms, tokens per second, peak memory, the loss's share), fitted
+to the terminal; reasons go in numbered notes under the table."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from rich import box
@@ -19,6 +15,9 @@ from perfsuite.render.table import (
     INTERPRETED_MARK,
     STATUS_COLOR,
     WRONG_MARK,
+    by_method,
+    cell_marks,
+    group_rows,
     short_status,
 )
 
@@ -27,24 +26,10 @@ PHASE_COLUMNS = ("fwd", "bwd", "opt", "step")
 COMPILE_NOTE_RATIO = 10.0
 
 
-def _ms(value: float | None) -> str:
+def _num(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def _mib(n: int | None) -> str:
-    if n is None:
-        return "-"
-    mib = n / 2**20
-    return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
-
-
-def _rate(tokens: int, ms: float | None) -> str:
-    if not ms:
-        return "-"
-    rate = tokens / (ms / 1e3)
-    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
 
 
 def loss_share(step: dict[str, Any]) -> float | None:
@@ -53,22 +38,6 @@ def loss_share(step: dict[str, Any]) -> float | None:
     if loss is None or not total:
         return None
     return min(loss / total, 1.0)
-
-
-def marks(row: dict[str, Any]) -> str:
-    """✗ failed the gate, † Triton interpreted (CPU), ! busy machine."""
-    out = INTERPRETED_MARK if row.get("interpreted") else ""
-    out += BUSY_MARK if row.get("busy") else ""
-    return out + (WRONG_MARK if row["status"] == "wrong" else "")
-
-
-def _group(rows: Iterable[dict[str, Any]]) -> dict[tuple, dict[str, dict[str, dict]]]:
-    """(model, workload, dtype, β, device) -> method -> phase -> row, in first-seen order."""
-    groups: dict[tuple, dict[str, dict[str, dict]]] = {}
-    for row in rows:
-        key = (row["shape"], row["workload"], row["dtype"], row["beta"], row.get("device"))
-        groups.setdefault(key, {}).setdefault(row["method"], {})[row["phase"]] = row
-    return groups
 
 
 def _note_ref(notes: dict[str, list[str]], reason: str, method: str) -> str:
@@ -88,17 +57,18 @@ def _line(method: str, phases: dict[str, dict], notes: dict[str, list[str]]) -> 
     if measured and compile_ms and median and compile_ms > COMPILE_NOTE_RATIO * median:
         first = f"first step {compile_ms / 1e3:,.1f} s (compilation, measured once: not a sample)"
         refs.append(_note_ref(notes, first, method))
-    note = " ".join([marks(step) if measured else "", *refs]).strip()
+    note = " ".join([cell_marks(step, "step", False) if measured else "", *refs]).strip()
     if not measured:
         color = STATUS_COLOR.get(step["status"], "")
         status = f"[{color}]{short_status(step)}[/{color}]" if color else short_status(step)
         return [method, status, "", "", "", "", "", "", note]
     style = "red" if step["status"] == "wrong" else ""
     share = loss_share(step)
-    cells = [_ms(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
+    peak = step.get("peak_bytes")
+    cells = [_num(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
     cells += [
-        _rate(step["tokens"], median),
-        _mib(step.get("peak_bytes")),
+        _num(step["tokens"] / (median / 1e3) if median else None),
+        _num(None if peak is None else peak / 2**20),
         "-" if share is None else f"{100 * share:.0f}",
     ]
     if style:
@@ -116,8 +86,8 @@ COLUMNS = [
 ]
 
 
-def title(key: tuple, first: dict[str, Any]) -> str:
-    shape, workload, dtype, beta, device = key
+def title(first: dict[str, Any]) -> str:
+    shape, workload, dtype, beta, device = _key(first)
     cap = "" if first.get("softcap") is None else f", softcap {first['softcap']:g}"
     return (
         f"{shape} {workload}: N={first['tokens']} V={first['vocab']} D={first['hidden']} "
@@ -125,15 +95,19 @@ def title(key: tuple, first: dict[str, Any]) -> str:
     )
 
 
+def _key(row: dict[str, Any]) -> tuple:
+    """One table: (model, workload, dtype, β, device)."""
+    return (row["shape"], row["workload"], row["dtype"], row["beta"], row.get("device"))
+
+
 def print_step_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
     """Every table, its numbered notes, then what the columns and marks mean."""
     console = console or TrimmedConsole()
-    for key, methods in _group(rows).items():
+    for members in group_rows(rows, key=_key).values():
         notes: dict[str, list[str]] = {}
-        lines = [_line(m, phases, notes) for m, phases in methods.items()]
-        first = next(iter(next(iter(methods.values())).values()))
+        lines = [_line(m, phases, notes) for m, phases in by_method(members).items()]
         options = dict(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        print_fitted(console, COLUMNS, lines, title(key, first), **options)
+        print_fitted(console, COLUMNS, lines, title(members[0]), **options)
         for i, (reason, names) in enumerate(notes.items(), 1):
             console.print(f"({i}) {', '.join(names)}: {reason}", markup=False, highlight=False)
     for note in footnotes(rows):

@@ -1,34 +1,29 @@
 """One method's training steps, measured inside a fresh process.
 
-The harness starts ``python -m perfsuite.step.worker SPEC.json``; per case
-(model, dtype, β) this builds the model from its seed, computes the gate's references,
-applies the method, runs the first step (gated, and timed once: compilation), one step
-for memory, then the timed steps and the trivial loss's fwd+bwd, and appends a JSON
-line per row to the spec's ``out`` file as soon as it is known (``{"start": i}`` marks
-where case ``i`` began, ``{"model": ...}`` describes what was built), so that a crash
-loses only the case in flight.
-"""
+Per case this builds the model from its seed, computes the gate's references, applies
+the method, runs the first step (gated, timed once: compilation), one for memory, the
+timed steps and the trivial loss's, and appends each row to the spec's ``out`` file as
+soon as it is known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
 import functools
 import gc
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from perfsuite.harness.protocol import emitter
 from perfsuite.measure.stats import quantile
-from perfsuite.measure.timing import CacheFlusher
-from perfsuite.method import Unavailable, Unsupported
+from perfsuite.measure.timing import CacheFlusher, Timing
 from perfsuite.results.results import Row
-from perfsuite.run.worker import INTERPRETER_BF16_NOTE, describe, is_oom, limit_memory
+from perfsuite.run.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.step.cases import case_rows, case_size
 from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
 from perfsuite.step.methods import StepMethod, step_methods
@@ -58,7 +53,7 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_case(
-    spec: StepSpec, method: StepMethod, raw: dict[str, Any], emit_line: Callable[[dict], None]
+    spec: StepSpec, method: StepMethod, raw: dict[str, Any], emit: Callable[[Any], None]
 ) -> list[Row]:
     """Gate and measure one case; returns its four rows (raises on a failure)."""
     from perfsuite.step.gate import judge, one_pass, reference
@@ -67,7 +62,7 @@ def measure_case(
     preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
     ids = make_batch(preset, size, spec.seed, raw["device"])
     model = build_model(preset, size, spec.seed, raw["device"])
-    emit_line({"model": preset.name, "info": describe_model(model, preset, size)})
+    emit({"model": preset.name, "info": describe_model(model, preset, size)})
     ref = reference(model, ids, raw["beta"], raw["dtype"])
     assert method.decl.step is not None
     loss_of = method.decl.step.patch(model, preset, raw["beta"])
@@ -87,84 +82,43 @@ def measure_case(
     del ref, loss
     for name, p in model.named_parameters():
         p.grad = grads.pop(name, None)
+    stepper = Stepper(model, optimizer, loss_of, ids)
     start = time.perf_counter()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    stepper.optimize()
     _sync(device)
     first_ms += (time.perf_counter() - start) * 1e3
     interpreted = method.triton and device.type == "cpu"
-    status, reason = "ok", ""
+    status, reason = "ok", INTERPRETED_NOTE if interpreted else ""
     if not verdict.passed:
         status, reason = "wrong", verdict.explain()
         if interpreted and raw["dtype"] == "bf16":
             reason += f" ({INTERPRETER_BF16_NOTE})"
-    elif interpreted:
-        reason = INTERPRETED_NOTE
-    stepper = Stepper(model, optimizer, loss_of, ids)
     peaks = step_memory(stepper, device)
     samples = min(spec.samples, 3) if interpreted else spec.samples
     flush = CacheFlusher(device)
     times = time_steps(stepper, device, samples, 0 if interpreted else spec.warmup, flush)
     # The same model without its loss, same protocol; its first call may compile.
-    warm = spec.warmup + method.decl.compiles  # its first call compiles
+    warm = spec.warmup + method.decl.compiles
     trivial = time_fwd_bwd(model, trivial_of, ids, device, samples, warm, flush)
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
-    loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))
-    rows = case_rows(
-        raw,
-        method,
-        status=status,
-        reason=reason,
-        compile_ms=first_ms,
-        max_abs_err=verdict.max_abs_err,
-        loss_err=verdict.loss_err,
-        grad_e_err=verdict.grad_e_err,
-        grad_c_err=verdict.grad_c_err,
-        tolerance=verdict.tolerance,
-    )
+    gate = verdict.fields(compile_ms=first_ms)
+    rows = case_rows(raw, method, status=status, reason=reason, **gate)
     for row in rows:
-        samples_ms = times[row.phase]
-        row.samples_ms = samples_ms
-        row.median_ms = quantile(samples_ms, 0.5)
-        row.p20_ms, row.p80_ms = quantile(samples_ms, 0.2), quantile(samples_ms, 0.8)
-        peak = peaks[row.phase]
-        row.peak_bytes, row.peak_abs_bytes, row.rss_peak_bytes = (
-            peak.delta,
-            peak.absolute,
-            peak.rss_delta,
-        )
-        if row.phase == "step":
-            row.loss_ms = loss_ms
+        fill(row, peaks[row.phase], Timing(times[row.phase]))
+    rows[-1].loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))  # the step
     return rows
 
 
-def run_case(
-    spec: StepSpec,
-    raw: dict[str, Any],
-    emit: Callable[[Row], None],
-    emit_line: Callable[[dict], None],
-) -> None:
-    """Every row of one case reaches ``emit``: measured, or with the status that says why not."""
+def run_case(spec: StepSpec, raw: dict[str, Any], emit: Callable[[Any], None]) -> None:
+    """Every row of one case reaches ``emit`` (with the lines the harness keeps besides,
+    ``{"model": ...}``): measured, or with the status that says why not (the parent
+    decided the cases the method cannot run)."""
     method = step_methods()[spec.method]
-
-    def all_rows(status: str, reason: str) -> None:
-        for row in case_rows(raw, method, status=status, reason=reason):
-            emit(row)
-
-    reason = method.availability(raw["device"])
-    if reason is not None:
-        return all_rows("unavailable", reason)
-    decided = method.case_reason(get_preset(raw["shape"]), raw["dtype"], raw["beta"], raw["device"])
-    if decided is not None:
-        return all_rows(*decided)
     try:
-        rows = measure_case(spec, method, raw, emit_line)
-    except Unsupported as err:
-        return all_rows("unsupported", str(err))
-    except Unavailable as err:
-        return all_rows("unavailable", str(err))
+        rows = measure_case(spec, method, raw, emit)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
-        return all_rows("oom" if is_oom(err) else "error", describe(err))
+        status, reason = failure(err)
+        rows = case_rows(raw, method, status=status, reason=reason)
     finally:
         gc.collect()
         if raw["device"] == "cuda":
@@ -178,19 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     spec = StepSpec(**json.loads(Path(argv[0]).read_text()))
     if spec.memory_limit is not None:
         limit_memory(spec.memory_limit)
-    with open(spec.out, "a", buffering=1) as out:
-
-        def emit_line(line: dict[str, Any]) -> None:
-            out.write(json.dumps(line) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
-        def emit(row: Row) -> None:
-            emit_line(asdict(row))
-
+    with emitter(spec.out) as emit:
         for i, raw in enumerate(spec.cases):
-            emit_line({"start": i})
-            run_case(spec, raw, emit, emit_line)
+            emit({"start": i})
+            run_case(spec, raw, emit)
     return 0
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.converge.cli import main
+from perfsuite.cli import main as perfsuite
+from perfsuite.converge import sweep
+from perfsuite.results.results import load_results, write_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,24 +28,39 @@ METHODS = ["fake-raises", "ours", "fake-missing-package", "fake-no-smoothing", "
 STEPS = 3
 
 
+def main(argv: list[str]) -> int:
+    """``perfsuite converge ARGV``'s exit status (argparse's refusals exit)."""
+    try:
+        return perfsuite(["converge", *argv])
+    except SystemExit as exc:
+        return int(exc.code)
+
+
 def _document(path: Path) -> dict:
-    document = json.loads(path.read_text())
-    assert document["complete"] is True
+    document = load_results(path)  # the version 2 results envelope, train rows
+    assert "partial" not in document["env"] and {r["kind"] for r in document["rows"]} == {"train"}
     return document
 
 
 def _runs(path: Path) -> dict[tuple[str, float], dict]:
-    return {(run["method"], run["beta"]): run for run in _document(path)["runs"]}
+    return {(run["method"], run["beta"]): run for run in _document(path)["rows"]}
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
-    """(results path, what was printed, exit code) of one converge sweep over the
-    fake-method plugin, ours and eager at β 0 then 0.1."""
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int, list]:
+    """(results path, what was printed, exit code, each write's (partial, rows)) of one
+    converge sweep over the fake-method plugin, ours and eager at β 0 then 0.1."""
     out = tmp_path_factory.mktemp("converge") / "converge.json"
     argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
     printed = io.StringIO()
+    writes = []
+
+    def write(path: Path, document: dict) -> Path:
+        writes.append((document["env"].get("partial"), len(document["rows"])))
+        return write_results(path, document)
+
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sweep, "write_results", write)
         mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.one_file_method")
         path = os.environ.get("PYTHONPATH", "")
         mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
@@ -51,7 +68,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int]:
         mp.setenv("COLUMNS", "120")
         with contextlib.redirect_stdout(printed):
             code = main([*argv, "--out", str(out)])
-    return out, printed.getvalue(), code
+    return out, printed.getvalue(), code, writes
 
 
 @pytest.mark.integration
@@ -59,7 +76,7 @@ def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str
     """ours (its torch engine, in its own worker) gets a `same` verdict, while a method
     that raises and one whose package is missing are recorded without losing the others;
     the table and the three figures land next to the JSON and are printed."""
-    out, printed, code = swept
+    out, printed, code, _ = swept
     assert code == 1  # fake-raises crashed
     runs = _runs(out)
     order = list(dict.fromkeys(m for m, _ in runs))
@@ -79,13 +96,13 @@ def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str
         assert "\n" not in raised["reason"]
         assert runs["fake-missing-package", beta]["status"] == "unavailable"
         assert "perfsuite_no_such_package" in runs["fake-missing-package", beta]["reason"]
-    document = _document(out)
-    assert document["data"]["kind"].startswith("synthetic sparse bigram")
-    assert document["tolerances"]["fp32"]["loss_rtol"] == 2e-5
+    env = _document(out)["env"]
+    assert env["converge"]["data"]["kind"].startswith("synthetic sparse bigram")
+    assert env["converge"]["tolerances"]["fp32"]["loss_rtol"] == 2e-5
     # ours runs its torch engine on CPU: natively, not under the interpreter
-    assert document["triton_interpreted"] == []
+    assert not any(run["interpreted"] for run in runs.values())
     # a dirty tree adds a fingerprint of its changes ("diff")
-    assert {"sha", "dirty"} <= set(document["environment"]["git"]) <= {"sha", "dirty", "diff"}
+    assert {"sha", "dirty"} <= set(env["git"]) <= {"sha", "dirty", "diff"}
     assert "same" in printed
     for name in ("converge.md", "converge-loss.png", "converge-reliability.png"):
         assert (out.parent / name).stat().st_size > 1000, name
@@ -106,8 +123,25 @@ def test_a_method_that_cannot_smooth_is_unsupported_at_beta_above_0(swept):
     # A method declared in one file trains with its declared loss, like eager.
     assert runs["one-file", 0.0]["status"] == "ok"
     assert runs["one-file", 0.0]["parity"]["verdict"] == "same"
-    groups = _document(swept[0])["machine"]["groups"]
+    groups = _document(swept[0])["env"]["machine"]["groups"]
     assert any(g["group"].startswith("ours N=") for g in groups)
+
+
+@pytest.mark.integration
+def test_the_results_are_the_envelope_written_after_every_run(swept, capsys):
+    """Version 2, a ``train`` row a run, its metrics nested; rewritten after each run,
+    ``partial`` until the last; the loss commands refuse it in one line."""
+    out, writes = swept[0], swept[3]
+    raw = json.loads(out.read_text())
+    assert raw["schema_version"] == 2 and "partial" not in raw["env"]
+    assert all(r["kind"] == "train" and "steps" in r["metrics"] for r in raw["rows"])
+    assert writes == [(True, n) for n in range(1, len(raw["rows"]) + 1)] + [
+        (None, len(raw["rows"]))
+    ]
+    for argv in (["compare", str(out), str(out), "--accept-busy"], ["report", str(out)]):
+        assert perfsuite(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{out} holds train rows; {argv[0]} takes" in err, err
 
 
 @pytest.mark.integration
@@ -117,8 +151,8 @@ def test_real_text_trains_and_records_no_truth(tmp_path: Path):
     argv = ["--methods", "eager", "--data", "text", "--beta", "0", "--steps", "2"]
     assert main([*argv, "--out", str(out)]) == 0
     document = _document(out)
-    assert document["data"]["truth_known"] is False
-    held = document["runs"][0]["heldout"]
+    assert document["env"]["converge"]["data"]["truth_known"] is False
+    held = document["rows"][0]["heldout"]
     assert held["loss"] > 0 and 0 <= held["ece"] <= 1 and "kl_to_truth" not in held
 
 
@@ -137,15 +171,15 @@ def test_the_gpu_preset_plans_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixtu
     ("argv", "message"),
     [
         (["--methods", "eager,nope"], "unknown 'nope'"),
-        (["--steps", "0"], "--steps must be >= 1"),
+        (["--steps", "0"], "--steps: must be positive, got 0"),
         (["--steps", "x"], "--steps: not an integer"),
-        (["--beta", "1.5"], "--beta values must be in [0, 1)"),
+        (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),
         (["--dtype", "fp8"], "--dtype: unknown fp8"),
-        (["--preset", "huge"], "--preset: unknown 'huge'"),
-        (["--data", "wiki"], "--data: unknown 'wiki'"),
-        (["--jobs", "0"], "--jobs must be >= 1"),
-        (["--timeout", "nan"], "--timeout must be >= 1"),
-        (["--z-loss", "-1"], "--z-loss must be >= 0, got -1"),
+        (["--preset", "huge"], "--preset: invalid choice: 'huge'"),
+        (["--data", "wiki"], "--data: invalid choice: 'wiki'"),
+        (["--jobs", "0"], "--jobs: must be positive, got 0"),
+        (["--timeout", "nan"], "--timeout: must be a finite number > 0, got 'nan'"),
+        (["--z-loss", "-1"], "--z-loss: must be a finite number >= 0, got '-1'"),
         (["--z-loss", "big"], "--z-loss: not a number: 'big'"),
     ],
 )
@@ -188,4 +222,6 @@ def test_python_dash_m_entry_point(tmp_path: Path):
         timeout=120,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: --steps must be >= 1, got 0"]
+    assert proc.stderr.strip().splitlines() == [
+        "error: argument --steps: must be positive, got 0 (see python -m perfsuite.converge --help)"
+    ]

@@ -1,5 +1,6 @@
-"""The figures, drawn from a hand-made results document (no training): every one is
-written, and runs that did not finish leave gaps, not errors."""
+"""The figures, drawn from a hand-made results document (no training; a version 1 one,
+read as converge reads those): every one is written, and runs that did not finish leave
+gaps, not errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.converge.cli import main
+from perfsuite.cli import main
 from perfsuite.converge.plots import (
     artifact_paths,
     calibration_figure,
@@ -16,6 +17,10 @@ from perfsuite.converge.plots import (
     reliability_figure,
     write_figures,
 )
+from perfsuite.converge.report import from_v1
+
+# A committed results file of loss rows: not a converge file.
+SMOKE = json.loads((Path(__file__).parents[2] / "reports/cpu-smoke/results.json").read_text())
 
 
 def _run(method: str, beta: float, status: str = "ok", offset: float = 0.0) -> dict:
@@ -39,9 +44,10 @@ def _run(method: str, beta: float, status: str = "ok", offset: float = 0.0) -> d
     }
 
 
-DOCUMENT = {
+OLD = {
     "schema": "perfsuite.converge/1",
-    "preset": {"name": "smoke", "steps": 5, "vocab": 512},
+    "created": "2025-01-01T00:00:00+00:00",
+    "preset": {"name": "smoke", "steps": 5, "vocab": 512, "hidden": 64, "batch": 4, "seq": 32},
     "triton_interpreted": ["ours"],
     "dtypes": ["fp32"],
     "data": {"truth_known": True},
@@ -57,7 +63,9 @@ DOCUMENT = {
         _run("ours", 0.1),  # exactly eager's losses: drawn at the floor
         _run("torchtune-chunked", 0.1, status="unsupported"),
     ],
+    "complete": True,
 }
+DOCUMENT = from_v1(OLD)
 
 
 def test_every_figure_is_written_next_to_the_results(tmp_path: Path):
@@ -91,14 +99,16 @@ def test_render_rewrites_table_and_plots_from_the_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     path = tmp_path / "old.json"
-    path.write_text(json.dumps(DOCUMENT))
-    assert main(["--render", str(path)]) == 0
+    path.write_text(json.dumps(OLD))
+    assert main(["converge", "--render", str(path)]) == 0
     table = (tmp_path / "old.md").read_text()
     assert "| ours † |" not in table and "| ours | 0 | fp32 |" in table
     assert "| torchtune-chunked | 0.1 | fp32 | unsupported |" in table
     for name in ("old-loss.png", "old-reliability.png", "old-calibration.png"):
         assert (tmp_path / name).exists()
-    (tmp_path / "run.json").write_text(json.dumps({"rows": []}))
-    assert main(["--render", str(tmp_path / "run.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a converge results file" in err
+    capsys.readouterr()
+    for document, why in [({"rows": []}, "schema_version None"), (SMOKE, "holds loss rows")]:
+        (tmp_path / "run.json").write_text(json.dumps(document))
+        assert main(["converge", "--render", str(tmp_path / "run.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{tmp_path / 'run.json'}" in err and why in err, err

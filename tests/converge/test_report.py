@@ -1,8 +1,9 @@
-"""A quiet dry run (issue 30); the held-out table at 80 columns is checked with the
-other tables in tests/render/test_fit.py."""
+"""Converge's results files read back, those committed as version 1 too; a quiet dry
+run. The held-out table at 80 columns is checked in tests/render/test_fit.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.converge.report import read
+
 ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = sorted((ROOT / "reports").glob("converge-*/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_version_1_files_read_as_train_rows(path: Path):
+    old = json.loads(path.read_text())
+    assert old["schema"] == "perfsuite.converge/1"
+    document = read(path)
+    key = ("method", "beta", "dtype", "status", "steps", "heldout", "parity")
+    assert [[r.get(k) for k in key] for r in document["rows"]] == [
+        [r.get(k) for k in key] for r in old["runs"]
+    ]
+    assert {r["kind"] for r in document["rows"]} == {"train"}
+    env = document["env"]
+    assert env["git"] == old["environment"]["git"] and env["converge"]["preset"] == old["preset"]
+    assert env.get("partial", False) is not old["complete"]
 
 
 @pytest.mark.integration

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from perfsuite.converge.data import make_dataset, make_source
@@ -67,13 +69,13 @@ def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
     """--z-loss: ours (native z_loss) stays with eager (explicit z·lse²), both differ from
     training without it; a method without z-loss is unsupported, never trained plainly."""
     from perfsuite.converge.parity import attach_verdicts as verdicts
-    from perfsuite.converge.runner import Cell, decided
+    from perfsuite.converge.train import case_for, refusal
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.converge.yardstick import REORDERED
 
     set_deterministic(PRESET.seed)
     data = _data()
-    with_z = PRESET.with_z_loss(1e-2)
+    with_z = replace(PRESET, z_loss=1e-2)
     eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")
     ours = train_run(get_method("ours"), with_z, data, 0.1, "fp32", "cpu")
     yard = train_run(YARDSTICKS[REORDERED], with_z, data, 0.1, "fp32", "cpu")
@@ -83,7 +85,7 @@ def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
     verdicts([eager, yard, ours])
     assert ours.parity["verdict"] == "same", ours.parity
     liger = get_method("liger")
-    gap = decided(liger, Cell("liger", 0.1, "fp32"), with_z, "cpu")
-    assert gap is not None and gap.status in ("unsupported", "unavailable")
-    if gap.status == "unsupported":
-        assert "no z-loss" in gap.reason
+    gap = refusal(liger, case_for(with_z, 0.1, "fp32", "cpu"))
+    assert gap is not None and gap[0] in ("unsupported", "unavailable")
+    if gap[0] == "unsupported":
+        assert "no z-loss" in gap[1]

@@ -200,3 +200,17 @@ def test_list_fits_80_columns(tmp_path, db, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "300")  # wide enough: one line a run, a table
     assert perfsuite(["history", "list", "--db", str(db)]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2 + 3 + 1
+
+
+def test_a_version_1_file_keeps_the_hash_of_what_it_holds(tmp_path: Path, db: Path) -> None:
+    """Databases made before version 2 hold a v1 file's hash of its content: the kind that
+    reading adds to each row must not make the same file a new run."""
+    (path,) = write_history(tmp_path, [1.0])
+    assert main(["add", "--db", str(db), str(path)]) == 0
+    conn = store.connect(db)
+    try:
+        stored = [run.content_hash for run in store.list_runs(conn)]
+        again = ingest.add_document(conn, json.loads(path.read_text()), "copy.json")
+    finally:
+        conn.close()
+    assert stored == [store.content_hash(json.loads(path.read_text()))] and again.duplicate

@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.regress.bisect import main
+from perfsuite.cli import main as perfsuite_main
 from perfsuite.regress.bisect_step import Spec, read_log, time_command
 from perfsuite.regress.bisect_step import main as step_main
 
 # A 50 ms floor, so that a few ms of process start-up jitter stay well under 20 %.
 FAST = "sleep 0.05\necho done\n"
 SLOW = "sleep 0.05\nsleep 0.1\necho done\n"
+
+
+def main(argv: list[str]) -> int:
+    """``perfsuite bisect ARGV`` as a user types it."""
+    return perfsuite_main(["bisect", *argv])
 
 
 def git(repo: Path, *args: str) -> str:

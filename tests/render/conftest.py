@@ -13,6 +13,13 @@ from history.histories import committed_reports
 STEP_AT = 40
 
 
+def dashboard(argv: list[str]) -> int:
+    """``perfsuite dashboard ARGV`` as a user types it."""
+    from perfsuite.cli import main
+
+    return main(["dashboard", *argv])
+
+
 @dataclass(frozen=True)
 class Site:
     db: Path
@@ -30,7 +37,6 @@ class Site:
 def history_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     pytest.importorskip("plotly")
     from perfsuite.history.cli import main as history
-    from perfsuite.render.dashboard import main as dashboard
 
     root = tmp_path_factory.mktemp("dashboard")
     db, demo, out = root / "history.sqlite", root / "demo", root / "site"

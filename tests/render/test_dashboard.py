@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from render.conftest import STEP_AT, Site
+from render.conftest import STEP_AT, Site, dashboard
 
 plotly = pytest.importorskip("plotly")
-
-from perfsuite.render.dashboard import main  # noqa: E402
 
 
 def figures(page: Path) -> list[dict]:
@@ -92,11 +90,11 @@ def test_commit_url_template_and_github_default(
 ) -> None:
     out = tmp_path / "site"
     template = "https://git.example/repo/-/commit/{sha}"
-    assert main(["--db", str(history_site.db), "-o", str(out), "--commit-url", template]) == 0
+    assert dashboard(["--db", str(history_site.db), "-o", str(out), "--commit-url", template]) == 0
     assert 'href="https://git.example/repo/-/commit/' in (out / "shape-demo.html").read_text()
     monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
     monkeypatch.setenv("GITHUB_REPOSITORY", "owner/perfsuite")
-    assert main(["--db", str(history_site.db), "-o", str(out)]) == 0
+    assert dashboard(["--db", str(history_site.db), "-o", str(out)]) == 0
     assert 'href="https://github.com/owner/perfsuite/commit/' in (out / "index.html").read_text()
 
 
@@ -105,7 +103,7 @@ def test_stale_pages_removed_others_kept(history_site: Site, tmp_path: Path) -> 
     out.mkdir()
     (out / "shape-gone.html").write_text("old")
     (out / "notes.txt").write_text("mine")
-    assert main(["--db", str(history_site.db), "-o", str(out)]) == 0
+    assert dashboard(["--db", str(history_site.db), "-o", str(out)]) == 0
     assert not (out / "shape-gone.html").exists() and (out / "notes.txt").exists()
 
 
@@ -123,7 +121,7 @@ def test_bad_input_one_line_exit_2(
 ) -> None:
     (tmp_path / "file.txt").write_text("not a folder")
     argv = [a.format(tmp=tmp_path, db=history_site.db) if "{sha}" not in a else a for a in argv]
-    assert main(argv) == 2
+    assert dashboard(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "site" / "index.html").exists()
@@ -168,7 +166,7 @@ def test_the_index_and_history_check_give_one_answer_on_busy_runs(
         code = history(["check", "--db", str(db), *busy])
         opened = int(re.search(r"(\d+) open regressions", capsys.readouterr().out).group(1))
         site = tmp_path / f"site{len(busy)}"
-        assert main(["--db", str(db), "-o", str(site), *busy]) == 0
+        assert dashboard(["--db", str(db), "-o", str(site), *busy]) == 0
         listed = (site / "index.html").read_text().count('class="open-regression"')
         assert (code == 1) == (opened > 0)
         return opened, listed

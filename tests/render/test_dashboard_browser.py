@@ -166,7 +166,7 @@ def test_names_from_the_data_cannot_break_the_page(browser: Browser, tmp_path: P
     from history.histories import make_document
 
     from perfsuite.history.cli import main as history
-    from perfsuite.render.dashboard import main as dashboard
+    from render.conftest import dashboard
 
     hostile = "</script><script>console.error('injected')</script><!--"
     for i in range(3):

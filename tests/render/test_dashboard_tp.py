@@ -10,11 +10,10 @@ from history.histories import make_document
 from history.test_tp_history import schema1_db, write_runs
 
 from perfsuite.history.cli import main as history
+from render.conftest import dashboard
 from render.test_dashboard import figures
 
 pytest.importorskip("plotly")
-
-from perfsuite.render.dashboard import main as dashboard  # noqa: E402
 
 
 def test_series_are_keyed_by_tp_and_labelled(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -10,6 +9,7 @@ from fake_results import H100_ENV, grid_document
 
 pytest.importorskip("matplotlib")
 
+from perfsuite.cli import main  # noqa: E402
 from perfsuite.render import plot  # noqa: E402
 
 
@@ -52,16 +52,14 @@ def test_time_plots_on_a_known_gpu_show_the_roofline():
 def test_command_writes_pngs(tmp_path):
     results = tmp_path / "r.json"
     results.write_text(json.dumps(grid_document()))
-    parser = argparse.ArgumentParser()
-    plot.add_arguments(parser)
     out = tmp_path / "plots"
-    assert plot.run(parser.parse_args([str(results), "-o", str(out), "--dpi", "50"])) == 0
+    assert main(["plot", str(results), "-o", str(out), "--dpi", "50"]) == 0
     pngs = sorted(out.glob("*.png"))
     assert len(pngs) == 8
     for png in pngs:
         data = png.read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
-    assert plot.run(parser.parse_args([str(results), "-o", str(out), "--phase", "nope"])) == 2
+    assert main(["plot", str(results), "-o", str(out), "--phase", "nope"]) == 2
 
 
 def test_nothing_to_plot_without_a_swept_axis(tmp_path):
@@ -72,8 +70,6 @@ def test_nothing_to_plot_without_a_swept_axis(tmp_path):
 
 def test_a_figure_says_what_it_does_not_draw_and_what_the_dagger_means(tmp_path, capsys):
     """Issue 20: methods that failed the gate vanished from the plots without a word."""
-    from perfsuite.cli import main
-
     doc = grid_document()
     for r in doc["rows"]:
         if r["method"] == "eager" and r["tokens"] == 32:
@@ -92,8 +88,6 @@ def test_a_figure_says_what_it_does_not_draw_and_what_the_dagger_means(tmp_path,
 
 def test_busy_times_are_marked_as_in_the_tables(tmp_path):
     """Issue 30: the tables mark a cell measured on a busy machine with !, the plots did not."""
-    from perfsuite.cli import main
-
     doc = grid_document()
     for r in doc["rows"]:
         if r["method"] == "eager" and r["tokens"] == 32 and r["vocab"] == 300:
@@ -140,8 +134,6 @@ def test_the_title_clears_the_panel_titles_and_log_labels_are_plain(tmp_path):
     """Issue 36: with footnotes under the axes the figure's title sat on the panels' β
     titles, and a log axis under a decade read "6×10⁰"."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from perfsuite.cli import main
 
     doc = grid_document()
     for r in doc["rows"]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -11,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 from fake_results import CPU_ENV, paper_document
 
-from perfsuite.render import report
+from perfsuite.cli import main
 from perfsuite.render.report_formats import render
 from perfsuite.render.roofline import GPUS, identify_gpu, phase_flops, roofline_ms
 
@@ -173,13 +172,11 @@ def test_cpu_results_get_flop_rates_not_roofline():
 def test_command_infers_format_from_suffix(tmp_path, capsys):
     results = tmp_path / "r.json"
     results.write_text(json.dumps(paper_document()))
-    parser = argparse.ArgumentParser()
-    report.add_arguments(parser)
-    assert report.run(parser.parse_args([str(results), "-o", str(tmp_path / "t.tex")])) == 0
+    assert main(["report", str(results), "-o", str(tmp_path / "t.tex")]) == 0
     assert (tmp_path / "t.tex").read_text().startswith("% perfsuite report")
-    assert report.run(parser.parse_args([str(results), "--format", "csv"])) == 0
+    assert main(["report", str(results), "--format", "csv"]) == 0
     assert capsys.readouterr().out.startswith("shape,tokens")
-    assert report.run(parser.parse_args([str(tmp_path / "missing.json")])) == 2
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
 
 
 def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
@@ -188,9 +185,7 @@ def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
     doc["rows"][0]["peak_bytes"] = -(5 << 20)
     results = tmp_path / "r.json"
     results.write_text(json.dumps(doc))
-    parser = argparse.ArgumentParser()
-    report.add_arguments(parser)
-    assert report.run(parser.parse_args([str(results)])) == 2
+    assert main(["report", str(results)]) == 2
     captured = capsys.readouterr()
     assert "peak_bytes is -5242880" in " ".join(captured.err.split()) and captured.out == ""
 
@@ -199,7 +194,6 @@ def test_every_row_that_prints_the_best_is_bold(tmp_path, capsys):
     """Issue 20: bold went by exact bytes, so one of five rows printing 1.17 MiB was bold."""
     from fake_results import row
 
-    from perfsuite.cli import main
     from perfsuite.results.results import new_document, write_results
 
     rows = []
@@ -231,8 +225,6 @@ def _write(path, document) -> bytes:
 def test_report_never_writes_over_an_input_nor_unasked_over_a_file(
     tmp_path, capsys, out, extra, words
 ):
-    from perfsuite.cli import main
-
     results = tmp_path / "r.json"
     before = _write(results, paper_document())
     (tmp_path / "same").mkdir()
@@ -247,8 +239,6 @@ def test_report_never_writes_over_an_input_nor_unasked_over_a_file(
 
 
 def test_report_force_overwrites_another_file(tmp_path, capsys):
-    from perfsuite.cli import main
-
     results, old = tmp_path / "r.json", tmp_path / "old.md"
     _write(results, paper_document())
     old.write_text("kept\n")
@@ -260,8 +250,6 @@ def test_report_force_overwrites_another_file(tmp_path, capsys):
 def test_a_step_file_is_refused_in_one_line(tmp_path, capsys, command):
     """`report step.json` dropped the opt and step phases and divided the loss's FLOPs
     by the model's forward time; `plot` said "nothing to plot"."""
-    from perfsuite.cli import main
-
     doc = paper_document()
     doc["rows"] = [
         {**r, "kind": "step", "workload": "step(tiny)"} for r in doc["rows"] if r["phase"] == "fwd"

@@ -10,9 +10,9 @@ from rich.console import Console
 
 from perfsuite.plan.registry import all_methods
 from perfsuite.render.table import (
-    _number,
     build_tables,
     cell_marks,
+    fmt_number,
     footnotes,
     grads_in_forward,
     measured,
@@ -141,7 +141,7 @@ def _cells(rows) -> list[str]:
         if not measured(r):
             continue
         marks = cell_marks(r, r["phase"], grads_in_forward(r["method"], known, r["beta"]))
-        out += [_number(r["peak_bytes"], 2**20), _number(r["median_ms"], 1) + marks]
+        out += [fmt_number(r["peak_bytes"], 2**20), fmt_number(r["median_ms"], 1) + marks]
     return out
 
 

@@ -36,7 +36,10 @@ def step(argv: list[str], out: Path | None) -> Ran:
     os.environ["COLUMNS"] = "80"
     try:
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(errors):
-            code = main(["step", *argv, *(["--out", str(out)] if out else [])])
+            try:
+                code = main(["step", *argv, *(["--out", str(out)] if out else [])])
+            except SystemExit as exit:  # argparse's refusal of a bad value
+                code = int(exit.code or 0)
     finally:
         if before is None:
             os.environ.pop("COLUMNS", None)

@@ -49,7 +49,7 @@ def test_compare_fails_a_step_cell_that_went_wrong(smoke_run, tmp_path, capsys):
 def test_history_stores_every_step_cell(smoke_run, tmp_path, capsys):
     db = tmp_path / "h.sqlite"
     assert main(["history", "add", str(smoke_run.path), "--db", str(db)]) == 0
-    assert f"added {len(smoke_run.document['rows'])} cells" in capsys.readouterr().out
+    assert f"{len(smoke_run.document['rows'])} cells)" in capsys.readouterr().out
     conn = store.connect(db)
     phases = {row[0] for row in conn.execute("SELECT DISTINCT phase FROM cells")}
     workloads = {row[0] for row in conn.execute("SELECT DISTINCT workload FROM cells")}

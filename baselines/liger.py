@@ -1,18 +1,11 @@
 """Liger Kernel's fused linear cross-entropy (chunked logits, gradients in the forward).
 
-``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` (the classifier first)
-materialises the logits one token chunk at a time, runs a Triton kernel that writes the
-loss and, in place, the logits' gradient, and folds that into ``grad_e``/``grad_c``
-before returning, so ``backward`` only hands them out.
-
-On CPU the Triton kernels run under ``TRITON_INTERPRET=1``. Checked with liger-kernel
-0.8.5 and triton 3.7.1: the label-smoothing path runs under the interpreter; the softcap
-path does not (``libdevice.tanh``, ``.to()`` on a float), so a softcap case on CPU is
-unsupported, decided from the declaration (``caps.softcap_off_cpu``) before any worker
-starts (a worker took ~50 s of imports to find out).
-
-liger-kernel is imported in ``build`` only: a missing package makes these methods
-``unavailable`` instead of breaking the registry.
+``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` materialises the logits one
+token chunk at a time and folds their gradient into ``grad_e``/``grad_c`` before
+returning. On CPU its Triton kernels run under ``TRITON_INTERPRET=1``; with liger-kernel
+0.8.5 and triton 3.7.1 the softcap path does not (``libdevice.tanh``), so a softcap case
+on CPU is unsupported from the declaration (``caps.softcap_off_cpu``), before any worker
+starts. liger-kernel is imported in ``build`` only.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Cut Cross-Entropy's vocabulary parallelism: ``linear_cross_entropy(...,
-vocab_parallel_options=VocabParallelOptions(start, stop, group))``.
+vocab_parallel_options=VocabParallelOptions(start, stop, group))``, ``impl="cce"``.
 
-CCE's own sharded path: the LSE and the target logit are all-reduced in the forward;
-the backward writes this shard's dC and sums dE across ranks in fp32. Any [start, stop)
-per rank (uneven shards are fine); ``impl="cce"`` with the library's defaults.
-
-* Not released: ``VocabParallelOptions`` is on apple/ml-cross-entropy's main (2025-04,
-  #38), after 25.1.1, the newest on PyPI: with 25.1.1 the method is unavailable, saying
-  so.
-* No label smoothing, no class weights. z-loss: CCE's ``utils.compute_z_loss`` on the
-  returned LSE (``return_lse``, main only). fp32 only where its backward takes it.
-* Its Triton kernels need CUDA (baselines/cce.py), so on CPU it is unavailable. This
-  path has not run on a GPU here.
+The LSE and target logit are all-reduced in the forward; the backward writes this
+shard's dC and sums dE in fp32; any [start, stop) per rank. ``VocabParallelOptions`` is
+on apple/ml-cross-entropy's main only (not in 25.1.1, the newest on PyPI), and its Triton
+kernels need CUDA: unavailable otherwise, saying which. Not yet run on a GPU here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Liger Kernel's vocab-parallel cross-entropy on the shard logits.
 
-``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` with its defaults ("global"
-smoothing over the whole vocabulary: one extra all-reduce), on ``e @ c_shard.T`` shaped
-(N, 1, V/K), softcapped first when the case asks (elementwise: exact). It handles
-ignore_index itself and returns per-token losses; the mean over kept rows is ours.
-
-Checked with liger-kernel 0.8.5: its all-reduces are skipped for ``tp_group=None``, so
-the group is always passed; rank r's shard starts at r x its own size (uneven shards
-are unsupported); its Triton kernels run under ``TRITON_INTERPRET=1``.
+``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` (global smoothing: one more
+all-reduce) on ``e @ c_shard.T`` shaped (N, 1, V/K), softcapped first; the mean over
+kept rows is ours. Checked with liger-kernel 0.8.5: its all-reduces are skipped for
+``tp_group=None``, so the group is always passed.
 """
 
 from __future__ import annotations

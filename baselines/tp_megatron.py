@@ -1,17 +1,9 @@
 """Megatron-core's vocab-parallel cross-entropy, as a Megatron GPT head uses it.
 
-``copy_to_tensor_model_parallel_region(e) @ c_shard.T``, the softcap on the shard
-logits (elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``
-(fp32 upcast, per-token losses). What Megatron does not do (megatron-core 0.16.1):
-
-* No ignore_index: ignored rows get target 0 and are dropped from the mean with
-  ``torch.where`` (zero gradient, exactly), the mean over kept rows as F.cross_entropy.
-* Rank r's shard starts at r x its own size: uneven shards are unsupported.
-* Its label smoothing is per shard (the partition's ``vocab_size``, no all-reduce), so
-  at TP > 1 every rank gets a different loss (NVIDIA/Megatron-LM#737): unsupported.
-
-``parallel_state.initialize_model_parallel(tensor_model_parallel_size=K)`` runs once per
-process, on the default group.
+``copy_to_tensor_model_parallel_region(e) @ c_shard.T``, the softcap on the shard logits
+(elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``. Megatron
+has no ignore_index (megatron-core 0.16.1): ignored rows get target 0 and are dropped
+from the mean. ``parallel_state`` is initialised once per process, on the default group.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Methods across ranks built from torch alone: the naive all-gather, and ``loss_parallel``.
 
-* ``eager``: each rank computes its shard's logits in the input dtype, all-gathers them
-  to the full N x V, and runs single-device eager's loss on them (every term). The
-  naive baseline: N x V logits on every rank and an all-gather of them.
-* ``torch-parallel``: PyTorch's own ``torch.distributed.tensor.parallel.loss_parallel()``
-  with ``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)`` over a 1-D
-  DeviceMesh of the group (uneven shards through ``DTensor.from_local(shape=, stride=)``).
-  Checked with torch 2.13: label smoothing raises inside it ("aten.masked_fill_.Scalar got
-  mixed torch.Tensor and DTensor"; its docstring says "currently not supported"), and with
-  class weights its backward gathers the weights at the raw targets
-  (``torch.gather(w, 1, target)`` in ``_nll_loss_and_log_softmax_backward``), so one
-  ignore_index row fails with "index -100 is out of bounds". Its backward must run inside
-  the context too: ``_LossParallel`` keeps the DTensor graph in an autograd Function and
-  re-enters the context in its backward, so a plain ``loss.backward()`` works anywhere.
+* ``eager``: each rank's shard logits all-gathered to the full N x V, then single-device
+  eager's loss on them (every term): the naive baseline.
+* ``torch-parallel``: ``torch.distributed.tensor.parallel.loss_parallel()`` with
+  ``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)`` over a 1-D DeviceMesh
+  of the group (its limits, checked with torch 2.13, are its ``limits``).
 
-Both get only the shard's part of dE from ``e @ c_shard.T``: ``sum_grad_over`` is the
-identity forward / all-reduce backward that a column-parallel head puts before it.
-``TPMethod`` lets each adapter say which library limit a capability gap comes from.
+Both get only the shard's part of dE from ``e @ c_shard.T``; ``sum_grad_over`` sums it.
 """
 
 from __future__ import annotations

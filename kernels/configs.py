@@ -58,48 +58,24 @@ class KernelConfig:
         )
 
 
-# Chosen by `perfsuite kernel-report`: tiles that compile without spills for every
-# variant (smoothing, softcap, filtering, sorting, fp32 accumulation) on sm_80, sm_90a
-# and sm_100a under Triton 3.7 and 3.9. The backward's tiles are as wide as that allows:
-# it is bound by L2 traffic (every pair re-reads its E and C slices twice and adds
-# a BLOCK_N×D slice into the fp32 dE and a BLOCK_V×D slice into dC), which falls
-# with tile area; see kernel_report.costs.
+# Chosen by `perfsuite kernel-report`: the widest tiles that compile without spills for
+# every variant on sm_80, sm_90a and sm_100a under Triton 3.7 and 3.9 (the backward is
+# bound by L2 traffic, which falls with tile area); why each, in docs/kernel.md.
 _HALF_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
 _HALF_BWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, block_dd=64)
-# Hopper: wgmma wants larger tiles; 16-bit atomics free the backward of locks.
-# Measured on an H100 at Gemma2-2B (reports/nvidia-h100-80gb-hbm3): forward 256×128×32
-# 20.2 ms vs 128×128×32 32.9 ms. Backward 128×256×64 (dE's fp32 adds halved against
-# 128×128) is the widest tile without spills; not yet timed on a GPU. Its D chunk is 32:
-# with 64, β = 0 with softcap spilled 8 B under Triton 3.9.0 (sm_90a bf16, 255 registers;
-# 2 stages instead spill 12 B). A 32-wide chunk halves the update loops' accumulators
-# and leaves the tile, so the L2 traffic, unchanged (no locks on Hopper to multiply).
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
 _HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=32)
 _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
-# The slice backward's gradient pass is the forward's GEMM with an elementwise epilogue
-# and a store of the G tile instead of row reductions. On Hopper the forward's 256×128
-# spills in every variant (kernel-report, Triton 3.7.1, sm_90a bf16: 24 B at β = 0, 324 B
-# with smoothing + softcap): the epilogue holds the fp32 tile, tanh's t and the gradient
-# at once, 128 registers per thread each at 256×128 with 8 warps; 128×256 spills too.
-# 128×128 fits (≤ 240 registers); BLOCK_D 64 halves its K steps at no register cost.
 _HOPPER_SLICES = KernelConfig(128, 128, 64, num_warps=8, num_stages=3)
-# Blackwell (sm_100a, tcgen05: the accumulator in tensor memory, read back whole by the
-# epilogue) with Hopper's tiles, as kernel-report builds them (Triton 3.7.1 / 3.9.0): the
-# forward's 256×128 spills with vocab sorting (144 / 156 B) and, under 3.9.0, 4 B with
-# class weights; the tile backward's 128×256 spills 36 B with fp32 dC under 3.7.1. Both
-# take 128×128 here, spill-free under 3.6 to 3.9; the slice GEMM keeps Hopper's tile.
-# None timed on a Blackwell GPU yet.
 _BLACKWELL_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
 _BLACKWELL_BWD = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, block_dd=32)
-_HALF_SLICES = _HALF_FWD
-_FP32_SLICES = _FP32_FWD
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
 
 # (kernel, arch, dtype) -> config. Half precision shares tiles; fp32 runs ieee dots
 # (torch's default "highest" matmul precision), which want smaller tiles.
 PINNED: dict[tuple[str, str, str], KernelConfig] = {}
 _HALF = {
-    "sm_80": (_HALF_FWD, _HALF_BWD, _HALF_SLICES),
+    "sm_80": (_HALF_FWD, _HALF_BWD, _HALF_FWD),
     "sm_90": (_HOPPER_FWD, _HOPPER_BWD, _HOPPER_SLICES),
     "sm_100": (_BLACKWELL_FWD, _BLACKWELL_BWD, _HOPPER_SLICES),
 }
@@ -109,7 +85,7 @@ for _arch in ARCHS:
             PINNED[_kernel, _arch, _dt] = _cfg
     PINNED["forward", _arch, "fp32"] = _FP32_FWD
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
-    PINNED["slices", _arch, "fp32"] = _FP32_SLICES
+    PINNED["slices", _arch, "fp32"] = _FP32_FWD
 
 # Under the interpreter every program and every jit-helper call costs Python time,
 # so tiles are as large as numpy handles well, then shrunk to the problem

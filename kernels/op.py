@@ -1,12 +1,6 @@
-"""The default path as two ``torch.library`` custom ops: one node each for the compiler.
-
-``perfsuite::linear_cross_entropy`` (loss, per-row LSE, row max, log-sum) and
-``perfsuite::linear_cross_entropy_backward`` (dE, dC), each with a fake implementation
-(shapes and dtypes, no kernel), joined by ``register_autograd``. ``torch.compile`` sees
-two opaque nodes, never the Triton launches, the slice loop or the value checks, so a
-compiled training step has no graph break and no host sync (tests/kernels/test_op.py).
-The ops take the options as plain scalars and rebuild ``function.Params`` inside.
-"""
+"""The default path as two ``torch.library`` custom ops joined by ``register_autograd``:
+one opaque node each way for the compiler, with the Triton launches, the slice loop and
+the value checks inside (docs/kernel.md, torch.compile). Options travel as scalars."""
 
 from typing import Any
 

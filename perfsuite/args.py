@@ -66,6 +66,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def level(text: str) -> float:
+    """A significance level: a number in (0, 1)."""
+    value = positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
+    return value
+
+
 def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     """Methods, β, phases, device, workload and the measurement protocol."""
     p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")

@@ -1,13 +1,6 @@
-"""Keep a source checkout's root off ``sys.path``.
-
-The checkout's top level holds ``kernels/`` and ``baselines/`` (imported as
-``perfsuite.kernels`` and ``perfsuite.baselines`` through links). Both are other
-projects' names: with the root on ``sys.path`` (``python -m pytest``, ``python -m
-perfsuite`` or ``python -c`` run from it), transformers' probe for Hugging Face's
-``kernels`` package imports ours as a top-level ``kernels``, a second copy of every
-kernel module (issue 20). perfsuite itself never needs the root there: its own
-modules resolve through the package, so the root is dropped when perfsuite loads.
-"""
+"""Keep a source checkout's root off ``sys.path``: its ``kernels/`` and ``baselines/`` are
+other projects' names, and transformers' probe for Hugging Face's ``kernels`` imported
+ours as a second copy (docs/development.md, "Layout")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``perfsuite`` command line: finds the subcommand typed, imports its module alone,
-parses its arguments and runs it.
-
-A subcommand's module (and with it torch, the method registry, the runner) is imported
-only when that subcommand runs or its own ``--help`` is asked for: ``perfsuite --help``
-and ``perfsuite shapes`` import no torch. Bad input raised anywhere under a command is
-one ``error:`` line on stderr and exit status 2 (``main``)."""
+"""``perfsuite`` command line: imports only the typed subcommand's module (``perfsuite
+--help`` and ``perfsuite shapes`` import no torch); bad input is one ``error:`` line, exit 2."""
 
 from __future__ import annotations
 
@@ -226,10 +221,6 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def add_methods_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tp", action="store_true", help="the methods measured across ranks (run --tp)")
-
-
 Command = Callable[[argparse.Namespace, Console], int]
 # Commands defined here: name -> (help, add its arguments, run it).
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Command]] = {
@@ -237,7 +228,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Comman
     "shapes": ("list shape presets", lambda p: None, cmd_shapes),
     "methods": (
         "list methods with availability and capabilities here",
-        add_methods_arguments,
+        lambda p: p.add_argument(
+            "--tp", action="store_true", help="the methods measured across ranks (run --tp)"
+        ),
         cmd_methods,
     ),
 }

@@ -1,13 +1,6 @@
-"""One rule for every console table: fit the terminal, fold text at word or hyphen
-boundaries, never cut a number.
-
-rich folds an over-long cell at the column's edge (``F.linear_cross_`` / ``entropy``) or
-cuts it with an ellipsis (``24.18 → 3…``). Here a *text* column folds only after a space,
-or a hyphen or plus between letters (``fwd+`` / ``bwd``), a *fixed* one never; the widest
-text column gives up one character at a time until the table fits, and a table that
-cannot fit returns None for the caller to lay out another way. ``TrimmedConsole``: lines
-written to a file or a pipe end without the spaces rich pads them with.
-"""
+"""One rule for every console table: fit the terminal, fold text only after a space or a
+hyphen or plus between letters (rich folds at the column's edge or cuts with ``…``), never
+fold a number; a table that cannot fit is None for the caller to lay out another way."""
 
 from __future__ import annotations
 

@@ -156,15 +156,9 @@ def package_version(dist: str) -> str | None:
 
 @dataclass(frozen=True)
 class StepPatch:
-    """How a method trains a transformers model in ``perfsuite step``.
-
-    ``patch(model, preset, beta) -> loss(ids)`` patches the model in place, in the worker
-    (import the library inside it), and gives the scalar loss of a batch of token ids;
-    ``requires`` adds the modules it needs beyond the method's; ``holds`` is what the loss
-    keeps at its peak, for the step's memory estimate (``perfsuite.step.estimate``):
-    "logits" (eager's N x V copies), "compiled", "chunks" (every chunk's logits kept, one
-    fp32 at a time), "fused" (token chunks of logits, Liger), "none" (tiles).
-    """
+    """How a method trains a transformers model in ``perfsuite step``: ``patch(model, preset,
+    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's;
+    ``holds``: what the loss keeps at its peak (``perfsuite.step.estimate``)."""
 
     patch: Callable[[Any, Any, float], Callable[[torch.Tensor], torch.Tensor]]
     holds: str = "none"
@@ -173,15 +167,9 @@ class StepPatch:
 
 @dataclass
 class SimpleMethod:
-    """A method's one declaration: a loss builder plus declared capabilities, and what it
-    supports in the other kinds (``tp``, ``step``).
-
-    ``build`` (None: no loss on one device, as a method measured only across ranks)
-    serves the ``loss`` and ``train`` kinds; ``requires`` lists import names checked
-    (not imported) for availability; ``extra_check`` adds a device/version specific
-    reason; ``compiles``: torch.compile at the first call (inductor needs a C++ compiler
-    on CPU; a step warms its trivial loss up once more).
-    """
+    """A method's one declaration: its loss builder (``build``; None for a method measured
+    only across ranks), capabilities, and what it supports in the other kinds (``tp``,
+    ``step``); docs/development.md, "Add a method (one file)"."""
 
     name: str
     description: str

@@ -1,12 +1,7 @@
-"""The argument parser of every perfsuite command, subcommands' included, the table of
-subcommands that live in their own modules, and the one way an error is printed.
-
-argparse answers a bad argument with its usage block (3 to 7 lines) and then
-``perfsuite compare: error: ...``, a prefix that changes with the command; the README
-promises one ``error:`` line instead. Subparsers are made of their parent's class
-(``add_subparsers`` defaults ``parser_class`` to it), so the top parser being a
-``Parser`` makes every subcommand's, and every sub-subcommand's, one too.
-"""
+"""The argument parser of every command, the table of subcommands in their own modules,
+and the one way an error is printed: one ``error:`` line, not argparse's usage block and
+a prefix that changes with the command (subparsers take their parent's class, so every
+one is a ``Parser``)."""
 
 from __future__ import annotations
 

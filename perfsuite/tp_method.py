@@ -1,12 +1,7 @@
-"""What a method is across ranks: the loss with the classifier sharded over the vocabulary.
-
-At tensor-parallel size K every rank holds the same E (N, D) and global targets, and
-rows [start, stop) of C, cut the Megatron way (``shard_ranges``). A ``ParallelMethod``'s
-``loss_fn(e, c_shard, targets)``, called by every rank together, gives every rank the same
-global loss (``F.cross_entropy`` over all V), and its backward leaves the *full* dE on
-every rank (a column-parallel head's all-reduce is part of the loss's cost) and this
-shard's rows of dC.
-"""
+"""What a method is across ranks: every rank holds E and the global targets and rows
+[start, stop) of C (``shard_ranges``); ``loss_fn(e, c_shard, targets)``, called by every
+rank together, gives each the global loss, and its backward the full dE and this shard's
+rows of dC (docs/scale-out.md)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import subprocess
@@ -179,23 +181,32 @@ def test_unusable_out_is_refused_before_measuring(tmp_path, capsys, kind):
         assert out.read_text() == "keep me"
 
 
-@pytest.mark.integration
-def test_force_overwrites_and_the_file_follows_the_umask(tmp_path):
-    out = tmp_path / "r.json"
+@pytest.fixture(scope="module")
+def cheap_run(tmp_path_factory) -> tuple[Path, str]:
+    """One cheap run for the tests below (the same command, the same inputs): over an
+    existing file with --force, under umask 022, the shape named twice; its file and its
+    console output."""
+    out = tmp_path_factory.mktemp("cheap") / "r.json"
     out.write_text("old")
-    old = os.umask(0o022)
+    old, printed = os.umask(0o022), io.StringIO()
     try:
-        assert main([*CHEAP, "--out", str(out), "--force"]) == 0
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = main([*CHEAP, "--shape", "smoke, smoke", "--out", str(out), "--force"])
     finally:
         os.umask(old)
+    assert code == 0, printed.getvalue()
+    return out, printed.getvalue()
+
+
+@pytest.mark.integration
+def test_force_overwrites_and_the_file_follows_the_umask(cheap_run):
+    out, _ = cheap_run
     assert load_results(out)["rows"] and (out.stat().st_mode & 0o777) == 0o644
 
 
 @pytest.mark.integration
-def test_repeated_shapes_run_once(tmp_path):
-    out = tmp_path / "r.json"
-    assert main([*CHEAP, "--shape", "smoke, smoke", "--out", str(out)]) == 0
-    rows = load_results(out)["rows"]
+def test_repeated_shapes_run_once(cheap_run, tmp_path):
+    rows = load_results(cheap_run[0])["rows"]
     assert len(rows) == 2  # eager × β ∈ {0, 0.1} × fwd, not doubled
     assert main([*CHEAP, "--shape", ",", "--out", str(tmp_path / "x.json")]) == 2
 
@@ -222,9 +233,8 @@ def test_every_subcommand_help_works(capsys, command):
 
 
 @pytest.mark.integration
-def test_progress_lines_carry_no_source_path(tmp_path, capsys):
-    assert main([*CHEAP, "--out", str(tmp_path / "r.json")]) == 0
-    assert "cli.py:" not in capsys.readouterr().out
+def test_progress_lines_carry_no_source_path(cheap_run):
+    assert "eager" in cheap_run[1] and "cli.py:" not in cheap_run[1]
 
 
 @pytest.mark.parametrize(
@@ -241,7 +251,11 @@ def test_progress_lines_carry_no_source_path(tmp_path, capsys):
     ],
 )
 def test_sensitivity_bad_input_is_one_line(capsys, argv, message):
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # refused by argparse (a value's type)
+        code = stop.code
+    assert code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 

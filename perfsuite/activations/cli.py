@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.args import positive_int
+from perfsuite.converge.presets import PRESETS
 from perfsuite.plan.workloads import WorkloadError, read_dump
 
 
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dump.add_argument("--seq", type=positive_int, default=512, help="tokens per sequence")
     dump.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: the model's")
     train = sub.add_parser("train", help="train converge's cpu-filtering preset, dump a batch")
-    train.add_argument("--preset", default="cpu-filtering", help="a converge preset")
+    train.add_argument("--preset", default="cpu-filtering", choices=PRESETS)
     train.add_argument("--steps", type=positive_int, help="default: the preset's")
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     for p in (dump, train):
@@ -35,14 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     inspect = sub.add_parser("inspect", help="entropy, entries >= 2^-12, frequency geometry")
     inspect.add_argument("file", type=Path, help="a dump")
     inspect.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _check_out(out: Path, force: bool) -> None:
-    from perfsuite.results.outpath import check_output_file
-
-    if out.suffix != ".safetensors":
-        raise WorkloadError(f"--out {out}: must end in .safetensors")
-    check_output_file(out, "--out", overwrite=force)
 
 
 def summarize(path: Path) -> dict[str, Any]:
@@ -90,13 +83,16 @@ def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.activations.dump import dump_workload, train_and_dump
+    from perfsuite.results.outpath import check_output_file
 
     command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)
     if args.workload_command == "inspect":
         summary = summarize(args.file)
         print(json.dumps(summary, indent=1)) if args.json else _print(summary)
         return 0
-    _check_out(args.out, args.force)
+    if args.out.suffix != ".safetensors":
+        raise WorkloadError(f"--out {args.out}: must end in .safetensors")
+    check_output_file(args.out, "--out", overwrite=args.force)
     start = time.perf_counter()
     if args.workload_command == "dump":
         model, ids = _model_and_ids(args)

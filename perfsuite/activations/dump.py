@@ -1,15 +1,8 @@
-"""Write a ``--workload FILE`` dump from any ``transformers`` causal LM and a batch of text,
-or from one trained here (``train_and_dump``).
-
-What gradient filtering does depends on a real model's hidden states. ``dump_workload``
-runs the model once and catches the input of its output embedding with a forward
-pre-hook (not ``output_hidden_states``: some models scale or norm between the last layer
-and the head, and the hook sees exactly what the head sees), and writes what ``run
---workload FILE`` reads: ``e`` (N, D) one row per predicting position, ``c`` (V, D) the
-head's weight, ``targets`` (N,) each position's next token (``-100`` at padding), and the
-``softcap`` metadata of a config with a final logit softcap (Gemma2). The file is read
-back through ``read_dump`` before this returns: a dump ``run`` would refuse fails here.
-"""
+"""A ``--workload FILE`` dump from any ``transformers`` causal LM and a batch of text, or
+from one trained here (``train_and_dump``): ``e`` what the head sees (a forward pre-hook:
+some models norm or scale between the last layer and the head), ``c`` its weight, the
+next tokens (``-100`` at padding) and a final logit softcap; read back through
+``read_dump`` before it is kept."""
 
 from __future__ import annotations
 
@@ -18,6 +11,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +26,8 @@ IGNORE = -100
 def capture(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """``(hidden, weight, softcap)``: what the classifier is fed on ``input_ids`` (B, T).
-
-    ``hidden`` is (B, T, D) as the head sees it; ``weight`` is the head's (V, D).
-    A head with a bias is refused: the loss we benchmark has none.
-    """
+    """``(hidden (B, T, D), head weight (V, D), softcap)``: what the head is fed on
+    ``input_ids`` (B, T); a head with a bias is refused (the loss we benchmark has none)."""
     head = model.get_output_embeddings()
     if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
         raise WorkloadError(f"{type(model).__name__} has no output embedding (lm_head) to hook")
@@ -79,15 +70,10 @@ def dump_workload(
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the safetensors dump of ``model`` on ``input_ids`` to ``path``; its summary.
-
-    ``dtype`` ("fp32", "bf16", "fp16") converts ``e`` and ``c``; default: the model's.
-    ``metadata`` (JSON-able) is stored as the file's ``provenance`` string. Raises
-    ``WorkloadError`` (one line) for NaN/inf states, all targets ignored and the like.
-    """
+    ``dtype`` converts ``e`` and ``c`` (default: the model's); ``metadata`` is kept as the
+    file's ``provenance``. Bad states, all targets ignored and the like: ``WorkloadError``."""
     from safetensors.torch import save_file
 
-    if dtype is not None and dtype not in DTYPES:
-        raise WorkloadError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     hidden, weight, softcap = capture(model, input_ids, attention_mask)
     e = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     targets = input_ids[:, 1:].clone().long()  # the next token; the last position has none
@@ -134,38 +120,30 @@ def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return None if text is None else json.loads(text)
 
 
-DEFAULT_PRESET = "cpu-filtering"
-
-
 def train_and_dump(
     out: str | Path,
     *,
-    preset_name: str = DEFAULT_PRESET,
+    preset_name: str = "cpu-filtering",
     tokens: int = 2048,
     steps: int | None = None,
     command: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     device: str = "cpu",
 ) -> dict[str, Any]:
-    """A trained-activation workload made here: the preset trained by converge's own loop
-    (a real ``transformers`` Llama, eager loss, fp32, the preset's batches in order, a
-    cross-word BPE on Python's help pages), then ``tokens`` rows of its first training
-    sequences dumped to ``out`` (where a training step's gradient is taken); the record."""
+    """The preset trained by converge's own loop (eager, fp32, a cross-word BPE of Python's
+    help pages), then ``tokens`` rows of its first training sequences dumped to ``out``
+    (where a training step's gradient is taken); the record."""
     from torch.nn.utils import vector_to_parameters
 
+    from perfsuite.converge.data import make_text_dataset
     from perfsuite.converge.model import build_model, set_deterministic
     from perfsuite.converge.presets import PRESETS
-    from perfsuite.converge.text import make_text_dataset
     from perfsuite.converge.train import train_run
     from perfsuite.plan.registry import get_method
 
-    if preset_name not in PRESETS:
-        raise WorkloadError(f"--preset {preset_name!r}: one of {', '.join(PRESETS)}")
-    p = PRESETS[preset_name].with_steps(steps)
+    p = replace(PRESETS[preset_name], steps=steps or PRESETS[preset_name].steps)
     set_deterministic(p.seed)
-    data = make_text_dataset(
-        p.vocab, p.steps, p.batch, p.seq, p.eval_batches, p.seed, p.train_batches, split_words=False
-    )
+    data = make_text_dataset(p, split_words=False)
     seq = data.train.shape[-1] - 1
     sequences = data.train.reshape(-1, seq + 1)
     wanted = math.ceil(tokens / seq)

@@ -1,24 +1,9 @@
-"""Calibration metrics of predicted next-token distributions.
+"""Calibration of predicted next-token distributions (docs/converge.md).
 
-Top-1 metrics come from torchmetrics: ``binary_calibration_error`` on (top-1
-confidence, whether the top-1 is right) is exactly ``multiclass_calibration_error``
-on the full distribution (both bin the top-1 confidence in equal-width bins;
-tests/converge/test_calibration.py checks they agree), without the ``N x K``
-copy torchmetrics makes: ``l1`` is ECE, ``l2`` is RMS-CE, ``max`` is MCE.
-torchmetrics has no class-wise metrics, so the two from Nixon et al. 2019
-("Measuring Calibration in Deep Learning") are written here:
-
-* SCE, static calibration error: for every class k, equal-width bins on p_k over
-  all samples; ``SCE = 1/K sum_k sum_b n_bk/N |acc(b,k) - conf(b,k)|`` where
-  ``acc`` is the fraction of the bin's samples labelled k and ``conf`` its mean p_k.
-* ACE, adaptive calibration error: the same per class, but R equal-mass bins
-  (the samples sorted by p_k, cut into R runs of N/R), unweighted:
-  ``ACE = 1/(K R) sum_k sum_r |acc(r,k) - conf(r,k)|``.
-
-SCE uses torchmetrics' bin edges (``[b/B, (b+1)/B)``, p = 1 in a bin of its own),
-so SCE over two classes of a binary problem lines up with the top-1 ECE convention.
-Both are computed ``CLASS_CHUNK`` classes at a time, in fp64, on the probabilities'
-device: a 32k vocabulary never needs an ``N x K`` fp64 copy.
+Top-1 ECE (l1), RMS-CE (l2) and MCE (max) are torchmetrics' ``binary_calibration_error``
+on (top-1 confidence, hit): its ``multiclass_calibration_error`` without the ``N x K``
+copy. SCE and ACE (Nixon et al. 2019, class-wise; torchmetrics has none) are written
+here, ``CLASS_CHUNK`` classes at a time in fp64: a 32k vocabulary needs no ``N x K`` copy.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""``perfsuite converge``: arguments and the command.
-
-Bad input is refused before anything trains, with one ``error:`` line and exit status 2.
-Exit 1 means a run crashed, ran out of memory, diverged or trained differently from
-eager; 0 that every run that could run matched eager (unavailable and unsupported cells
-are recorded, not failures).
-"""
+"""``perfsuite converge``: exit 2 for bad input (before anything trains), 1 when a run
+crashed, ran out of memory, diverged or differs from eager, else 0."""
 
 from __future__ import annotations
 
@@ -16,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.args import non_negative_int, positive_float, positive_int, seed_int
+from perfsuite.converge.data import DATA_KINDS
 from perfsuite.converge.parity import REFERENCE
 from perfsuite.converge.presets import PRESETS, default_methods
 from perfsuite.converge.sweep import Config
-from perfsuite.converge.text import DATA_KINDS
 from perfsuite.fit import TrimmedConsole
 from perfsuite.method import DTYPES, Method
 from perfsuite.plan.plan import PlanError, parse_betas, parse_list
@@ -125,22 +120,14 @@ def _methods(
 
 def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
     """Check every argument against the registry ``known``; raise ``PlanError``."""
-    import torch
+    from perfsuite.plan.plan import default_jobs, resolve_device
 
-    from perfsuite.plan.plan import default_jobs
-
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise PlanError("--device cuda: no CUDA device here")
+    device = resolve_device(args.device)
     preset = PRESETS[args.preset]
     given = {"steps": args.steps, "seed": args.seed, "z_loss": args.z_loss}
     preset = replace(preset, **{k: v for k, v in given.items() if v is not None})
     if args.train_batches is not None:
         preset = replace(preset, train_batches=args.train_batches or None)
-    if args.data == "text" and preset.vocab < 256:
-        raise PlanError(f"--data text needs a vocabulary >= 256; {preset.name} has {preset.vocab}")
     dtypes = list(preset.dtypes) if args.dtype is None else parse_list(args.dtype, "dtype")
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
@@ -163,23 +150,16 @@ def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
 def check_outputs(config: Config, force: bool) -> None:
     """Refuse now, before training, outputs that cannot be written or would be clobbered."""
     from perfsuite.converge.plots import artifact_paths
-    from perfsuite.results.results import ResultsError, check_writable
+    from perfsuite.results.outpath import check_output_file
 
-    check_writable(config.out, overwrite=force)
-    if not force:
-        for path in artifact_paths(config.out).values():
-            if path.exists():
-                raise ResultsError(f"--out {config.out}: {path} exists; pass --force to overwrite")
+    for path in (config.out, *artifact_paths(config.out).values()):
+        check_output_file(path, "--out", overwrite=force)
 
 
 def exit_status(rows: list[dict[str, Any]]) -> int:
     """1 if a run crashed, ran out of memory, diverged or differs from eager; else 0."""
-    bad = any(
-        r["status"] in ("error", "oom", "diverged")
-        or (r.get("parity") or {}).get("verdict") == "differs"
-        for r in rows
-    )
-    return 1 if bad else 0
+    failed = ("error", "oom", "diverged")
+    return int(any(r["status"] in failed or r["parity"].get("verdict") == "differs" for r in rows))
 
 
 def run(args: argparse.Namespace) -> int:

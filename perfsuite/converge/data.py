@@ -1,17 +1,9 @@
-"""A synthetic language whose true next-token distribution is known.
-
-No network and no tokenizer: a random sparse bigram source. Each token has
-``support`` successors drawn (without replacement) from a Zipf-like prior over
-the vocabulary, with Dirichlet(1) weights, so the source's marginal is skewed
-like text while every conditional is exact. Because ``P(next | prev)`` is known,
-held-out calibration can be held against the truth, not only against sampled
-labels: the best achievable loss is the source's conditional entropy.
-
-The source is stored sparse (``vocab x support`` successors and weights), so a
-32k vocabulary costs a few MiB, not the 8 GiB of a dense transition matrix.
-Every batch comes from seeded ``torch.Generator`` s, so every method sees the
-same tokens in the same order.
-"""
+"""What a run trains on, the same batches for every method (seeded generators): a
+synthetic sparse bigram source (each token's ``support`` successors from a Zipf-like
+prior, Dirichlet(1) weights) whose truth is known, so held-out calibration can be held
+against it (stored sparse: a 32k vocabulary costs MiB, not a dense 8 GiB); or Python's
+bundled help pages (``pydoc_data.topics``, no download) under a byte-level BPE trained on
+them, the last tenth held out, no truth."""
 
 from __future__ import annotations
 
@@ -21,7 +13,11 @@ from typing import Any
 
 import torch
 
+from perfsuite.converge.presets import Preset
+
 MAX_REDRAWS = 64
+DATA_KINDS = ("bigram", "text")  # a synthetic source whose truth is known, or real text
+HELDOUT_FRACTION = 0.1
 
 
 @dataclass
@@ -103,12 +99,9 @@ def successors_without_replacement(
     prior: torch.Tensor, rows: int, support: int, generator: torch.Generator
 ) -> torch.Tensor:
     """``rows x support`` distinct token ids per row, each row a draw without replacement
-    from ``prior``: one pick at a time, a row whose pick repeats one of its earlier ones
-    draws again (rejection gives exactly the prior renormalised over the ids left).
-    ``torch.multinomial`` without replacement does the same but takes ~50 s for 32k
-    rows of a 32k vocabulary; this takes well under a second. Rows still repeating
-    after ``MAX_REDRAWS`` rounds (a support near the vocabulary) get the exact
-    renormalised draw directly."""
+    from ``prior``: a pick that repeats one of its row's draws again (rejection keeps the
+    exact renormalised law; ``torch.multinomial`` took ~50 s at 32k x 32k), and rows still
+    repeating after ``MAX_REDRAWS`` rounds get the renormalised draw directly."""
     vocab = prior.shape[0]
     cdf = prior.cumsum(0)
     out = torch.empty(rows, support, dtype=torch.long)
@@ -201,3 +194,76 @@ def make_dataset(
     sizes = (steps, batch, seq, eval_batches, train_batches)
     draw = lambda _, count, gen: source.sample(count, seq + 1, gen)  # noqa: E731
     return seeded_dataset(draw, sizes, source.seed, source.describe(), source)
+
+
+def corpus() -> str:
+    """The text, in a fixed order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Tensor, int]:
+    """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size.
+
+    ``split_words=False`` lets merges cross word boundaries (trained line by line, which
+    keeps it fast): the help pages hold only ~9.2k distinct word pieces, so a split BPE
+    stops there, while a cross-word one reaches 16k ids and more (a larger softmax).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    if vocab < 256:
+        raise ValueError(f"text data needs a vocabulary of at least 256 (bytes), got {vocab}")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False, use_regex=split_words
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator([text] if split_words else text.split("\n"), trainer=trainer)
+    ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.long)
+    return ids, tokenizer.get_vocab_size()
+
+
+def _windows(ids: torch.Tensor, count: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    if ids.numel() <= length:
+        raise ValueError(f"the text has {ids.numel()} tokens, fewer than a sequence ({length})")
+    starts = torch.randint(0, ids.numel() - length, (count,), generator=gen)
+    return ids[starts.unsqueeze(1) + torch.arange(length)]
+
+
+def make_text_dataset(preset: Preset, split_words: bool = True) -> Dataset:
+    """The preset's batches of ``seq + 1`` tokens from the text, held-out ones from its
+    last tenth."""
+    text = corpus()
+    ids, used = tokenize(text, preset.vocab, split_words)
+    cut = int(ids.numel() * (1 - HELDOUT_FRACTION))
+
+    def draw(heldout: bool, count: int, gen: torch.Generator) -> torch.Tensor:
+        return _windows(ids[cut:] if heldout else ids[:cut], count, preset.seq + 1, gen)
+
+    info: dict[str, Any] = {
+        "kind": "real text: Python's bundled help topics (pydoc_data.topics), no download",
+        "truth_known": False,
+        "characters": len(text),
+        "tokenizer": f"byte-level BPE trained on the text (tokenizers), {used} of "
+        f"{preset.vocab} ids used" + ("" if split_words else ", merges across words"),
+        "tokens": int(ids.numel()),
+        "heldout": f"the last {HELDOUT_FRACTION:.0%} of the tokens",
+    }
+    p = preset
+    return seeded_dataset(
+        draw, (p.steps, p.batch, p.seq, p.eval_batches, p.train_batches), p.seed, info
+    )
+
+
+def build_dataset(preset: Preset, kind: str) -> Dataset:
+    """The preset's batches of ``kind`` (``DATA_KINDS``): the same tensors every call."""
+    if kind == "text":
+        return make_text_dataset(preset)
+    p = preset
+    source = make_source(p.vocab, p.support, p.zipf, p.seed)
+    return make_dataset(source, p.steps, p.batch, p.seq, p.eval_batches, p.train_batches)

@@ -1,17 +1,6 @@
-"""Held-out evaluation: loss, perplexity, accuracy, calibration, distance to the truth.
-
-The logits are computed in fp32 from the final weights for every method alike
-(the method only ever computed training losses), and the held-out loss is the
-plain cross-entropy (beta = 0) so that runs trained with and without smoothing
-are scored on the same scale. When the data's ``P(next | prev)`` is known (the
-bigram source), three numbers compare the model with the truth rather than with
-sampled labels: the mean KL(truth || model), the entropy floor (the loss a
-perfect model would get on these positions), and ECE against the truth (binned
-top-1 confidence vs the true probability of the predicted token, not the 0/1 hit).
-
-Probabilities stay fp32 on the run's device, one held-out batch of logits at a
-time (``positions x vocab``: 2 GiB at the GPU preset); the metrics work in fp64.
-"""
+"""Held-out evaluation: every method's final weights scored alike, fp32 logits, plain
+cross-entropy (β = 0, so runs with and without smoothing share a scale); against the
+truth too when the data's ``P(next | prev)`` is known (docs/converge.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +19,7 @@ EVAL_POSITIONS = 8192  # positions per held-out forward pass: 1 GiB of fp32 logi
 def predictive_probs(model: torch.nn.Module, heldout: torch.Tensor, device: str) -> torch.Tensor:
     """``(positions, vocab)`` fp32 next-token probabilities over every held-out sequence,
     in forward passes of up to ``EVAL_POSITIONS`` positions (the logits' memory)."""
-    was_training = model.training
-    model.eval()
+    model.eval()  # the run's last use of the model
     out = []
     weight = model.lm_head.weight.float()
     seqs = heldout.reshape(-1, heldout.shape[-1])
@@ -41,7 +29,6 @@ def predictive_probs(model: torch.nn.Module, heldout: torch.Tensor, device: str)
         hidden = hidden_states(model, batch[:, :-1].to(device)).float()
         logits = hidden.reshape(-1, hidden.shape[-1]) @ weight.T
         out.append(torch.softmax(logits, dim=-1))
-    model.train(was_training)
     return torch.cat(out)
 
 

@@ -1,8 +1,6 @@
-"""The tiny causal LM: a ``transformers`` Llama, randomly initialised, no download, with
-the loss hook Liger's and CCE's patches put in ``LlamaForCausalLM.forward``: the last
-hidden states and ``lm_head.weight`` handed to the loss. Every method, eager included,
-goes through it, so runs differ only in the loss.
-"""
+"""The tiny causal LM: a ``transformers`` Llama, randomly initialised, its loss taken
+from the last hidden states and ``lm_head.weight`` as Liger's and CCE's patches do, for
+every method alike."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ with matplotlib's object API (no pyplot state, no display needed):
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -123,41 +124,57 @@ def _legend(fig: Any, axes: Any) -> None:
 
 def reliability_figure(document: dict[str, Any]) -> Any:
     """Reliability curves: one panel per beta with every method overlaid (they should
-    coincide, as the loss curves do), then eager at every beta in one panel."""
+    coincide, as the loss curves do), then eager at every beta in one panel. Under the
+    curves, the share of positions per bin, the fullest a third of the panel's height."""
     from matplotlib.figure import Figure
 
     runs = [r for r in _under_test(document["rows"]) if (r.get("heldout") or {}).get("reliability")]
     if not runs:
         return None
     methods, betas = _grid(runs)
+    panels = [(f"β = {b:g}: every method", [r for r in runs if r["beta"] == b]) for b in betas]
     eager = [r for r in runs if r["method"] == REFERENCE]
-    panels = len(betas) + (1 if len(eager) > 1 else 0)
-    fig = Figure(figsize=(3.6 * panels + 2.2, 4.0), layout="constrained")
-    axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]
+    if len(eager) > 1:
+        panels.append(("eager: β compared", eager))
+    fig = Figure(figsize=(3.6 * len(panels) + 2.2, 4.0), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     bins = [r["heldout"]["reliability"] for r in runs]
+    n = len(bins[0]["count"])
+    edges = [b / n for b in range(n + 1)]
     # The panels zoom to the highest confidence bin any run fills.
-    filled = [(b + 1) / len(rel["count"]) for rel in bins for b, c in enumerate(rel["count"]) if c]
+    filled = [(b + 1) / n for rel in bins for b, c in enumerate(rel["count"]) if c]
     reached = [a for rel in bins for a, c in zip(rel["accuracy"], rel["count"], strict=True) if c]
     top = min(1.0, max(0.0, *filled, *reached) * 1.05)
-    for ax, beta in zip(axes, betas, strict=False):
-        here = [r for r in runs if r["beta"] == beta]
-        for index, method in enumerate(methods):
-            run = next((r for r in here if r["method"] == method), None)
-            if run is not None:
-                label = f"{_label(method, document)}  (ECE {run['heldout']['ece']:.3f})"
-                _curve(ax, run["heldout"]["reliability"], index, label)
-        _histogram(ax, here[0], top, "0.85", _peak(here[:1]), filled=True)
-        ax.set_title(f"β = {beta:g}: every method")
-        _small_legend(ax)
-    if panels > len(betas):
-        for k, run in enumerate(eager):
-            label = f"β = {run['beta']:g}  (ECE {run['heldout']['ece']:.3f})"
-            _curve(axes[-1], run["heldout"]["reliability"], k, label)
-            _histogram(axes[-1], run, top, f"C{k % 10}", _peak(eager), filled=False)
-        axes[-1].set_title("eager: β compared")
-        _small_legend(axes[-1])
-    for ax in axes:
-        _frame(ax, top, len(bins[0]["count"]))
+    for ax, (title, here) in zip(axes, panels, strict=True):
+        compared = here is eager  # eager's β against each other: outlined histograms
+        counts = [r["heldout"]["reliability"]["count"] for r in here]
+        shares = [[c / (sum(count) or 1) for c in count] for count in counts]
+        peak = max(max(s) for s in (shares if compared else shares[:1])) or 1.0
+        for k, run in enumerate(here):
+            held = run["heldout"]
+            name = f"β = {run['beta']:g}" if compared else _label(run["method"], document)
+            index = k if compared else methods.index(run["method"])
+            _curve(ax, held["reliability"], index, f"{name}  (ECE {held['ece']:.3f})")
+            heights = [share / peak * top / 3 for share in shares[k]]
+            if compared:
+                ax.stairs(heights, edges, color=f"C{k % 10}", linewidth=1.2, zorder=1)
+            elif k == 0:
+                ax.bar(edges[:-1], heights, width=1 / n, align="edge", color="0.85", zorder=0)
+        ax.set_title(title)
+        legend = ax.legend(fontsize=7, loc="best", framealpha=0.85)
+        for handle in legend.legend_handles:  # the markers one size
+            if hasattr(handle, "set_sizes"):
+                handle.set_sizes([30])
+        ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
+        for edge in edges:
+            ax.axvline(edge, color="0.8", linewidth=0.4, zorder=0)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("confidence (top-1)")
+        if top < 1.0:
+            ax.text(
+                0.98, 0.02, "zoomed", transform=ax.transAxes, ha="right", fontsize=7, color="0.4"
+            )
     axes[0].set_ylabel("accuracy (held-out, top-1)")
     fig.suptitle(
         "Reliability: accuracy per confidence bin (15 equal-width bins; marker area ∝ "
@@ -166,14 +183,6 @@ def reliability_figure(document: dict[str, Any]) -> Any:
         fontsize=10,
     )
     return fig
-
-
-def _small_legend(ax: Any) -> None:
-    """A legend in the corner the points leave free, its markers one size."""
-    legend = ax.legend(fontsize=7, loc="best", framealpha=0.85)
-    for handle in legend.legend_handles:
-        if hasattr(handle, "set_sizes"):
-            handle.set_sizes([30])
 
 
 def _curve(ax: Any, rel: dict[str, Any], index: int, label: str) -> None:
@@ -187,43 +196,6 @@ def _curve(ax: Any, rel: dict[str, Any], index: int, label: str) -> None:
     ax.scatter(conf, acc, s=sizes, marker=marker, facecolors="none", edgecolors=color, label=label)
 
 
-def _shares(run: dict[str, Any]) -> list[float]:
-    """The share of the held-out positions in each bin."""
-    counts = run["heldout"]["reliability"]["count"]
-    return [c / (sum(counts) or 1) for c in counts]
-
-
-def _peak(runs: list[dict[str, Any]]) -> float:
-    """The largest share of positions any one bin of ``runs`` holds."""
-    return max((s for run in runs for s in _shares(run)), default=1.0) or 1.0
-
-
-def _histogram(
-    ax: Any, run: dict[str, Any], top: float, color: str, peak: float, filled: bool
-) -> None:
-    """The share of positions per bin, the fullest bin (``peak``) a third of the panel's
-    height: grey bars, or a coloured outline where several are compared."""
-    heights = [s / peak * top / 3 for s in _shares(run)]
-    n = len(heights)
-    edges = [b / n for b in range(n + 1)]
-    if filled:
-        ax.bar(edges[:-1], heights, width=1 / n, align="edge", color=color, zorder=0)
-    else:
-        ax.stairs(heights, edges, color=color, linewidth=1.2, zorder=1)
-
-
-def _frame(ax: Any, top: float, n_bins: int) -> None:
-    """Diagonal, bin edges and the zoomed limits."""
-    ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
-    for b in range(n_bins + 1):
-        ax.axvline(b / n_bins, color="0.8", linewidth=0.4, zorder=0)
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_xlabel("confidence (top-1)")
-    if top < 1.0:
-        ax.text(0.98, 0.02, "zoomed", transform=ax.transAxes, ha="right", fontsize=7, color="0.4")
-
-
 def calibration_figure(document: dict[str, Any]) -> Any:
     """ECE, RMS-CE, SCE, ACE: one panel each, bars grouped by method, one colour per beta."""
     from matplotlib.figure import Figure
@@ -235,20 +207,18 @@ def calibration_figure(document: dict[str, Any]) -> Any:
     width = 0.8 / max(len(betas), 1)
     for ax, (key, name) in zip(axes, METRICS, strict=True):
         for k, beta in enumerate(betas):
-            xs, ys = [], []
-            for m, method in enumerate(methods):
-                run = next((r for r in runs if r["beta"] == beta and r["method"] == method), {})
-                x = m - 0.4 + width * (k + 0.5)
-                value = (run.get("heldout") or {}).get(key)
+            here = {r["method"]: r for r in runs if r["beta"] == beta}
+            xs = [m - 0.4 + width * (k + 0.5) for m in range(len(methods))]
+            values = [(here.get(m, {}).get("heldout") or {}).get(key) for m in methods]
+            heights = [math.nan if v is None else v for v in values]
+            ax.bar(xs, heights, width=width, color=f"C{k}", label=f"β = {beta:g}")
+            for x, method, value in zip(xs, methods, values, strict=True):
                 if value is None:  # labelled where its bar would be
-                    ax.text(x, 0, f" {run.get('status', 'not run')}", **STATUS_NOTE)
-                else:
-                    xs.append(x)
-                    ys.append(value)
-            ax.bar(xs, ys, width=width, color=f"C{k}", label=f"β = {beta:g}")
+                    status = here.get(method, {}).get("status", "not run")
+                    ax.text(x, 0, f" {status}", **STATUS_NOTE)
         ax.set_title(name)
-        ax.set_xticks(range(len(methods)))
-        ax.set_xticklabels([_label(m, document) for m in methods], rotation=30, ha="right")
+        labels = [_label(m, document) for m in methods]
+        ax.set_xticks(range(len(methods)), labels, rotation=30, ha="right")
         ax.grid(True, axis="y", alpha=0.3)
     _legend(fig, axes)
     fig.suptitle(

@@ -1,13 +1,7 @@
-"""Run sizes: ``smoke`` for any CPU, ``cpu-calibration`` for eager on a CPU, ``small``
-for a GPU (and ``cpu-filtering``, the model behind reports/filtering/).
-
-The Triton interpreter runs a kernel's programs one by one in numpy, so smoke keeps V, D
-and the tokens per step tiny; its 20 steps show a wrong gradient (see
-tests/converge/test_perturbation.py), not a trained model. The longer presets cycle
-``train_batches`` distinct batches: repeated data makes a model overconfident, as
-fine-tuning on a small set does, which is where label smoothing has most to correct
-(reports/converge-cpu-calibration/ measures both).
-"""
+"""Run sizes: ``smoke`` for any CPU (the Triton interpreter runs it: tiny V, D and
+tokens; 20 steps catch a wrong gradient), ``cpu-calibration`` for eager on a CPU,
+``small`` for a GPU, ``cpu-filtering`` the model behind reports/filtering/. Cycled
+``train_batches`` make a model overconfident, as fine-tuning does: where smoothing acts."""
 
 from __future__ import annotations
 
@@ -30,29 +24,19 @@ class Preset:
     steps: int
     lr: float
     eval_batches: int
-    # Synthetic source: successors per token and the Zipf exponent of the prior.
-    support: int = 8
-    zipf: float = 1.1
+    support: int = 8  # the bigram source's successors per token
+    zipf: float = 1.1  # and the Zipf exponent of its prior
     seed: int = 0
-    # Distinct training batches, cycled in order; None: a fresh batch every step.
-    train_batches: int | None = None
-    # Per-run wall-clock limit of a worker (seconds).
-    timeout_s: float = 1800.0
-    # Who the preset is for, shown by --help and in the results.
-    target: str = "cpu"
-    # Training dtypes when --dtype is not given.
-    dtypes: tuple[str, ...] = ("fp32",)
-    # Methods when --methods is not given (None: DEFAULT_METHODS of the device).
-    methods: tuple[str, ...] | None = None
-    # PaLM's z-loss coefficient every method trains with (0: off).
-    z_loss: float = 0.0
+    train_batches: int | None = None  # distinct batches, cycled; None: a fresh one a step
+    timeout_s: float = 1800.0  # per run
+    target: str = "cpu"  # who the preset is for
+    dtypes: tuple[str, ...] = ("fp32",)  # when --dtype is not given
+    methods: tuple[str, ...] | None = None  # when --methods is not given (None: the device's)
+    z_loss: float = 0.0  # PaLM's z-loss coefficient every method trains with
 
     @property
     def tokens_per_step(self) -> int:
         return self.batch * self.seq
-
-    def with_steps(self, steps: int | None) -> Preset:
-        return self if steps is None else replace(self, steps=steps)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,14 +73,11 @@ PRESETS: dict[str, Preset] = {
         support=16,
         train_batches=15,
         timeout_s=3600.0,
-        # The natively computed methods (ours runs its torch engine on CPU): the
-        # interpreted ones would take hours at this size.
+        # Native on CPU (ours runs its torch engine): interpreted ones would take hours.
         methods=("eager", "torch-native", "torchtune-chunked", "ours"),
     ),
-    # The model behind the committed trained-activation workload (reports/filtering/): a
-    # 16k cross-word BPE of the help pages (text data), 8 distinct batches seen 50 times
-    # each, as fine-tuning on a small set does, so its softmax ends peaked. Eager only:
-    # minutes on 2 CPU cores.
+    # The committed trained-activation workload's model (reports/filtering/): 8 batches
+    # seen 50 times each end in a peaked softmax, as fine-tuning on a small set does.
     "cpu-filtering": replace(
         SMOKE,
         name="cpu-filtering",
@@ -127,17 +108,15 @@ PRESETS: dict[str, Preset] = {
         train_batches=40,
         timeout_s=3600.0,
         target="cuda",
-        # bf16 is how a GPU trains (and the only dtype cce takes); fp32 gives the tight check.
+        # bf16 is how a GPU trains (cce's only dtype); fp32 gives the tight check.
         dtypes=("fp32", "bf16"),
     ),
 }
 
 
 def default_methods(device: str) -> tuple[str, ...]:
-    """The methods run when --methods is not given: those of the paper's table that
-    declare a loss to train with (``timed_by_default``; ablations by name). On CPU the
-    ones that compile are left out (compiling the loss under inductor costs more than
-    the whole smoke run); cce's and quack's runs are recorded unavailable there."""
+    """The paper table's methods (``timed_by_default``) that train, without those that
+    compile on a CPU (inductor costs more than the whole smoke run there)."""
     from perfsuite.plan.registry import methods_for
 
     return tuple(

@@ -71,10 +71,6 @@ def read(path: Path) -> dict[str, Any]:
     return document
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
-
-
 def summary(run: dict[str, Any]) -> dict[str, Any]:
     """The numbers one table row shows."""
     steps = run.get("steps") or []
@@ -117,20 +113,15 @@ HELDOUT = (
 )
 
 
-def verdict_text(run: dict[str, Any]) -> str:
-    """The parity verdict, or the status of a run that did not finish."""
-    return run["status"] if run["status"] != "ok" else summary(run)["verdict"]
-
-
 def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool) -> tuple[list, list]:
     """Headers and cells: per run its key, the verdict (``verdict``), each column's number."""
     headers = [*KEY_COLUMNS, *(["parity"] if verdict else []), *(c[0] for c in columns)]
     rows = []
     for run in runs:
-        s = summary(run)
+        s = summary(run)  # the verdict, or the status of a run that did not finish
         key = [run["method"], f"{run['beta']:g}", run["dtype"]]
-        key += [verdict_text(run)] if verdict else []
-        rows.append(key + [_fmt(s.get(k), f) for _, k, f in columns])
+        key += [s["verdict"] if run["status"] == "ok" else run["status"]] if verdict else []
+        rows.append(key + ["—" if s.get(k) is None else format(s[k], f) for _, k, f in columns])
     return headers, rows
 
 

@@ -1,8 +1,6 @@
 """The train cell kind: a sweep's runs, each a (method, beta, dtype), trained by
-``perfsuite.converge.worker`` processes through the harness. A crash, OOM kill or hang
-costs the run it was on (its finished steps kept); runs the parent can decide alone
-(no training loss, unavailable, unsupported) get no worker. The timeout is per run.
-"""
+``perfsuite.converge.worker`` processes through the harness; runs the parent can decide
+alone (no training loss, unavailable, unsupported) get no worker."""
 
 from __future__ import annotations
 
@@ -55,9 +53,7 @@ class TrainKind(Kind):
         """The run's row when no worker is needed to know (unavailable, unsupported)."""
         beta, dtype = case["beta"], case["dtype"]
         refused = refusal(self.methods[method], case_for(self.preset, beta, dtype, self.device))
-        if refused is None:
-            return None
-        return [RunResult(method, beta, dtype, status=refused[0], reason=refused[1]).to_dict()]
+        return None if refused is None else [RunResult(method, beta, dtype, *refused).to_dict()]
 
     def interpreted(self, method: str) -> bool:
         return self.device == "cpu" and self.methods[method].caps.triton

@@ -1,10 +1,6 @@
-"""The converge sweep: which runs, in which order, and what is written after each.
-
-Every method x beta x dtype is one run; a yardstick of eager's own rounding noise joins
-after eager (see ``yardstick`` and ``parity``). Each finished run is judged against eager,
-printed, and the results file rewritten (``partial`` until the last), so an interrupted
-sweep keeps every run that finished; the markdown table and the figures follow.
-"""
+"""The converge sweep: every method x beta x dtype a run, eager's yardstick after eager;
+the results file rewritten after each run (``partial`` until the last), then the
+markdown table and the figures."""
 
 from __future__ import annotations
 
@@ -18,13 +14,13 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from perfsuite.converge.data import build_dataset
 from perfsuite.converge.model import describe_model, quiet_imports, set_deterministic
 from perfsuite.converge.parity import attach_verdicts, tolerances_doc
 from perfsuite.converge.plots import artifact_paths, write_figures
 from perfsuite.converge.presets import Preset
 from perfsuite.converge.report import markdown, print_report, train_row
 from perfsuite.converge.runner import Cell, TrainKind, result
-from perfsuite.converge.text import build_dataset
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
 from perfsuite.converge.yardstick import yardstick_for
 from perfsuite.harness.kind import run_kind

@@ -1,16 +1,11 @@
-"""One training run: a method, a beta, a dtype; per-step records and the held-out score.
-
-Each run rebuilds the model from the preset's seed and replays the same batches, so runs
-differ only in their loss. Every failure in the process ends in a ``RunResult`` with a
-status and a one-line reason; what kills the process is the harness's to record. Peak
-memory per step: CUDA's allocator, or the growth of the process RSS on a CPU.
-"""
+"""One training run: a method, a beta, a dtype, from the preset's seed on the same
+batches, so runs differ only in their loss; a method's failure ends in the run's status
+and one-line reason, never an exception."""
 
 from __future__ import annotations
 
 import math
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -21,8 +16,8 @@ from perfsuite.converge.data import Dataset
 from perfsuite.converge.evaluate import evaluate
 from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
 from perfsuite.converge.presets import Preset
-from perfsuite.method import DTYPES, Case, Method, Unavailable, Unsupported
-from perfsuite.run.worker import is_oom
+from perfsuite.method import DTYPES, Case, Method
+from perfsuite.run.worker import failure
 
 ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
 
@@ -112,14 +107,6 @@ def grad_norm(model: torch.nn.Module) -> float:
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
-def one_line(err: BaseException) -> str:
-    """``Type: message`` on one line, with the innermost frame, for the results file."""
-    text = " ".join(str(err).split())[:300]
-    frames = traceback.extract_tb(err.__traceback__)
-    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
-    return f"{type(err).__name__}: {text}{where}"
-
-
 def train_run(
     method: Method,
     preset: Preset,
@@ -139,12 +126,8 @@ def train_run(
         return result
     try:
         _train(method, case, preset, data, result, on_step)
-    except Unavailable as err:
-        result.status, result.reason = "unavailable", str(err)
-    except Unsupported as err:
-        result.status, result.reason = "unsupported", str(err)
-    except Exception as err:  # a method's crash is its row's, not the sweep's
-        result.status, result.reason = "oom" if is_oom(err) else "error", one_line(err)
+    except Exception as err:  # a method's crash is its row's, not the sweep's (as in run)
+        result.status, result.reason = failure(err)
     result.wall_s = round(time.perf_counter() - start, 4)
     return result
 

@@ -1,15 +1,7 @@
-"""One method's converge runs, inside a fresh process.
-
-The harness starts ``python -m perfsuite.converge.worker SPEC.json`` once per method
-(as for ``perfsuite run``); this module trains each (beta, dtype) of the spec in order
-and appends JSON lines to the spec's ``out`` file as it goes: ``{"model": ...}`` first
-(the model's config and size, so that the parent never imports transformers),
-``{"start": i}`` when run ``i`` begins,
-``{"run": i, "step": ...}`` after each training step, and ``{"run": i, "result":
-..., "params": PATH}`` when it ends, the final weights saved to ``PATH`` for the
-parity check. A crash, an OOM kill or a timeout therefore costs only the run in
-flight, and not even its steps.
-"""
+"""One method's converge runs, inside a fresh process (``python -m
+perfsuite.converge.worker SPEC.json``, started by the harness): JSON lines ``{"model"}``
+(so the parent never imports transformers), ``{"start": i}``, ``{"run": i, "step"}`` per
+step and ``{"run": i, "result", "params": PATH}``, the final weights saved for parity."""
 
 from __future__ import annotations
 
@@ -37,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     # Imported after the parent set TRITON_INTERPRET in this process's environment.
     import torch
 
+    from perfsuite.converge.data import build_dataset
     from perfsuite.converge.model import describe_model, set_deterministic
     from perfsuite.converge.presets import Preset
-    from perfsuite.converge.text import build_dataset
     from perfsuite.converge.train import train_run
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.harness.protocol import emitter

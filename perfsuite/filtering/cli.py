@@ -1,11 +1,7 @@
-"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py).
-
-    perfsuite filtering --workload synthetic --out reports/filtering/synthetic
-
-writes ``OUT.json`` (rows, summary, workload, provenance), ``OUT.md``, ``OUT.csv`` and
-``OUT.png``. ``--workload synthetic-axis`` is the first synthetic generator (the prior in
-hidden dimension 0), kept to show what that geometry did.
-"""
+"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py),
+written to ``OUT.json`` (rows, summary, workload, provenance), ``.md``, ``.csv`` and
+``.png``. ``--workload synthetic-axis``: the first synthetic geometry (the prior in hidden
+dimension 0), kept to show what it did."""
 
 from __future__ import annotations
 

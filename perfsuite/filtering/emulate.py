@@ -1,23 +1,7 @@
-"""The gradient filters, emulated in torch on materialised fp32 logits.
-
-The study measures what a filter *decides*, not how fast a kernel runs, so it needs no
-GPU: each filter is the set of (row block, vocab tile) pairs it computes, and the gradient
-is what remains of the exact fp32 one, rounded once to the input dtype (as the kernels
-return it). What each rule keeps:
-
-- ``cce``: Cut Cross-Entropy's backward (25.1.1): a 128×128 block of ``p − onehot`` is
-  skipped when every ``|p − onehot| < filter_eps``; a target inside keeps it.
-- ``element``: ours with ``tile_list=False``: a 128×256 tile is skipped when every
-  ``p < filter_eps``; the target part is exact outside the tiles.
-- ``tile-list``: ours with ``tile_list=True`` (``kernels/tiles.py``): per row, the largest
-  τ in {filter_eps·4^-k, k < 16} whose dropped forward-tile mass ``Σ_f m_f·[m_f < τ]`` is
-  at most ``finfo(dtype).eps / 8`` (else 0); a 128×256 pair runs if some live row has
-  backward-tile mass ≥ τ. Masses come, as in the kernel, from 128-wide forward-tile
-  log-sum-exps rounded to bf16 and bounded up by ``|x|/256``.
-
-Vocabulary orders: ``natural``, ``sorted`` (decreasing average logit over the batch, CCE's
-sort) and ``random`` (seeded). β = 0: smoothing's part is exact and outside the tiles.
-"""
+"""The gradient filters, emulated in torch on materialised fp32 logits: what a filter
+*decides* (the (row block, vocab tile) pairs it computes), not how fast a kernel runs, so
+no GPU is needed. The rules, cce, element and tile-list (``kernels/tiles.py``), and the
+vocabulary orders are in docs/filtering.md. β = 0: smoothing's part is exact."""
 
 from __future__ import annotations
 

@@ -76,25 +76,19 @@ def markdown(document: dict[str, Any]) -> str:
 
 def plot(path: Path, document: dict[str, Any]) -> None:
     """Tiles kept and dE error over torch's, against the threshold, per filter × order."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     filtered = (r for r in document["rows"] if r["filter"] != "none")
     rows = sorted(filtered, key=lambda r: r["threshold"])
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig = Figure(figsize=(15, 4.2), layout="tight")
+    axes = fig.subplots(1, 3)
     styles = {"natural": "-", "sorted": "--", "random": ":"}
     colors = {"cce": "tab:red", "element": "tab:orange", "tile-list": "tab:blue"}
     for name, order in dict.fromkeys((r["filter"], r["order"]) for r in rows):
         sel = [r for r in rows if (r["filter"], r["order"]) == (name, order)]
         x = [r["threshold"] for r in sel]
-        kw = {
-            "color": colors.get(name),
-            "linestyle": styles.get(order),
-            "marker": "o",
-            "label": f"{name}, {order}",
-        }
+        kw = {"color": colors.get(name), "linestyle": styles.get(order), "marker": "o"}
+        kw["label"] = f"{name}, {order}"
         axes[0].plot(x, [r["tiles_kept"] for r in sel], **kw)
         axes[1].plot(x, [max(r["dropped_mass_mean"], 1e-12) for r in sel], **kw)
         axes[2].plot(x, [max(r["grad_e_vs_torch"], 1e-4) for r in sel], **kw)
@@ -120,9 +114,7 @@ def plot(path: Path, document: dict[str, Any]) -> None:
         f"entropy {document['summary']['mean_entropy']:.2f} nats",
         fontsize=11,
     )
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_all(stem: Path, document: dict[str, Any]) -> list[Path]:

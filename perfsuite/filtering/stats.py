@@ -1,10 +1,7 @@
-"""Summary numbers of a workload: entropy, entries above a threshold, frequency geometry:
-whether gradient filtering can pay off (a flat softmax leaves nothing to skip) and whether
-a synthetic workload looks like a trained one. The *frequency direction* is the unit mean
-hidden state ``û = ē / |ē|``: ``ē · C_v`` is each entry's average logit, CCE's sort key,
-which in a trained LM tracks how frequent ``v`` is. Its *share* of a matrix is ``‖M û‖_F /
-‖M‖_F``: 1 when every row lies along û, about ``1/√D`` for random rows.
-"""
+"""A workload's summary: entropy and entries above a threshold (a flat softmax leaves a
+filter nothing to skip) and the *frequency direction* ``û = ē / |ē|`` (``ē · C_v`` is each
+entry's average logit, CCE's sort key), whose *share* ``‖M û‖_F / ‖M‖_F`` of a matrix is
+1 along û and about ``1/√D`` for random rows: does a synthetic workload look trained?"""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The filtering study: per filter, threshold and vocabulary order, what is kept and lost.
-
-For one workload in one dtype, rows of ``tiles_kept`` (the (row block, vocab tile) pairs
-the backward computes), ``entries_kept`` (the N·V terms inside them), ``entries_above``
-(terms ≥ the threshold, order-free: CCE's paper counts this one), ``dropped_mass_*`` (the
-probability a live row loses), ``grad_e_*`` / ``grad_c_*`` (the filtered gradient, exact
-fp32 sums over what is kept rounded once to the dtype, against the gate's fp32 reference:
-errors absolute, relative, over torch-in-the-same-dtype's, within the gate, dE's worst
-dimension) and ``zero_dc_rows`` (C rows whose dC is exactly zero while the reference's is
-not). The ``none`` row drops nothing: the floor any filter starts from. N·V fp32 logits
-are materialised, so the study refuses shapes past ``MAX_ELEMENTS``.
-"""
+"""The filtering study: per filter, threshold and vocabulary order, what is kept (tiles,
+entries) and lost (probability mass, gradient error against the gate's fp32 reference and
+torch's own in the dtype, C rows left without a gradient); docs/filtering.md has the
+columns. The ``none`` row drops nothing. N·V fp32 logits are materialised: ``MAX_ELEMENTS``."""
 
 from __future__ import annotations
 
@@ -88,20 +80,15 @@ class Study:
             "grad_c_ref_max": float(self.reference.grad_c.abs().max()),
         }
 
-    def _gradients(self, mask: torch.Tensor | None, target_in_tile: bool):
-        d = emulate.softmax_part(
-            self.probs, self.targets, self.live, self.scale, mask, target_in_tile
-        )
-        grad_e = (d @ self.c32).to(self.dtype).float()
-        grad_c = (d.T @ self.e32).to(self.dtype).float()
-        return grad_e, grad_c
-
     def measure(
         self, name: str, order: str, threshold: float | None, mask: torch.Tensor | None
     ) -> dict[str, Any]:
         """One row: ``mask`` (N, V) in natural column order, or None (nothing dropped)."""
-        flt = emulate.FILTERS.get(name)
-        grad_e, grad_c = self._gradients(mask, flt.target_in_tile if flt else False)
+        in_tile = name in emulate.FILTERS and emulate.FILTERS[name].target_in_tile
+        d = emulate.softmax_part(self.probs, self.targets, self.live, self.scale, mask, in_tile)
+        # The exact fp32 sums over what is kept, rounded once to the dtype, as kernels return.
+        grads = {"grad_e": d @ self.c32, "grad_c": d.T @ self.e32}
+        grads = {q: g.to(self.dtype).float() for q, g in grads.items()}
         row: dict[str, Any] = {"filter": name, "order": order, "threshold": threshold}
         if mask is None:
             row.update(tiles_kept=1.0, entries_kept=1.0, dropped_mass_mean=0.0)
@@ -113,10 +100,10 @@ class Study:
                 dropped_mass_mean=float(lost.mean()),
                 dropped_mass_max=float(lost.max()),
             )
-        for q, got in (("grad_e", grad_e), ("grad_c", grad_c)):
+        for q, got in grads.items():
             row.update(_errors(q, got, self.reference.get(q), self.torch_err[q], self.bounds[q]))
         ref_nonzero = self.reference.grad_c.abs().amax(1) > 0
-        zero = (grad_c.abs().amax(1) == 0) & ref_nonzero
+        zero = (grads["grad_c"].abs().amax(1) == 0) & ref_nonzero
         row["zero_dc_rows"] = float(zero.float().mean())
         return row
 
@@ -124,6 +111,7 @@ class Study:
         """Entry mask (natural order) of filter ``name`` in ``order``, and its counts."""
         flt = emulate.FILTERS[name]
         perm = emulate.vocab_order(order, self.logits, self.live)
+        back = None if perm is None else torch.argsort(perm)  # to natural order
         logits = self.logits if perm is None else self.logits[:, perm]
         probs = self.probs if perm is None else self.probs[:, perm]
         extra: dict[str, Any] = {}
@@ -137,15 +125,12 @@ class Study:
             if flt.target_in_tile:
                 terms = probs.clone()
                 rows = torch.nonzero(self.live).squeeze(1)
-                where = (
-                    self.targets[rows] if perm is None else torch.argsort(perm)[self.targets[rows]]
-                )
-                terms[rows, where] -= 1.0
+                terms[rows, self.targets[rows] if back is None else back[self.targets[rows]]] -= 1.0
             tiles = emulate.element_tiles(terms, self.live, threshold, flt)
         n, v = logits.shape
         mask = emulate.expand(tiles, n, v, flt.tile_n, flt.tile_v)
         if perm is not None:
-            mask = mask[:, torch.argsort(perm)]
+            mask = mask[:, back]
         extra["tiles_kept"] = float(tiles.float().mean())
         return mask, extra
 

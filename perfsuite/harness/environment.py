@@ -1,13 +1,7 @@
-"""A worker process's environment: what it is timed under, set before it imports
-anything (libgomp, glibc's malloc and ``@triton.jit`` read their variables once).
-
-OpenMP's wait policy (reports/cpu-busy/): libgomp threads spin at every barrier before
-they sleep; with another process on one of two cores that kept our thread queued behind
-it at every op (ours' torch engine 44-190x slower, eager 1.7-11x). ``PASSIVE`` threads
-sleep at once, but on a quiet VM each wake-up costs tens of microseconds (ours' smoke
-forward 2.3x slower). So a CPU worker started on a busy machine waits passively, and one
-started on a quiet machine keeps libgomp's default (what a user's process runs).
-"""
+"""A worker process's environment, set before it imports anything (libgomp, glibc's malloc
+and ``@triton.jit`` read their variables once). A CPU worker started on a busy machine
+waits passively at OpenMP barriers; on a quiet one it keeps libgomp's default
+(docs/run.md, reports/cpu-busy/)."""
 
 from __future__ import annotations
 

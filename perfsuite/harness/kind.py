@@ -1,13 +1,10 @@
-"""Cell kinds and the loop that measures them: what a kind declares, and how the harness
-turns its cases into workers: decided cases first, then one worker after another until
-every case is done (a worker that dies costs the case it was on), each case's rows marked
-with the machine's state and handed on as soon as they are known.
-"""
+"""Cell kinds and the loop that measures them: decided cases first, then one worker after
+another until every case is done (a worker that dies costs the case it was on)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +56,30 @@ class Kind:
     def env(self, method: str) -> dict[str, str]:
         return child_env(self.device, self.jobs, self.interpreted(method))
 
+    def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
+        """Whether ``row`` is one of ``case``'s."""
+        raise NotImplementedError
+
+    def status_rows(
+        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
+    ) -> Rows:
+        """Unmeasured rows of ``case``'s ``phases`` that say why."""
+        raise NotImplementedError
+
     def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
         """The rows of each finished case among ``lines``, from the first case on."""
-        raise NotImplementedError
+        rows = [ln for ln in lines if "phase" in ln]
+        return finished_by_phase(rows, cases, self.same, len(self.phases))
 
     def lost(
         self, method: str, case: dict[str, Any], index: int, lines: Rows, status: str, reason: str
     ) -> Rows:
-        """The rows of case ``index``, in flight when its worker died: ``status``, why."""
-        raise NotImplementedError
+        """The rows of case ``index``, in flight when its worker died: those it wrote,
+        then ``status`` and why for the phases it did not."""
+        kept = [ln for ln in lines if "phase" in ln and self.same(ln, case)]  # not markers
+        have = {r["phase"] for r in kept}
+        missing = [p for p in self.phases if p not in have]
+        return kept + self.status_rows(method, case, missing, status, reason)
 
     def heard(self, method: str, lines: Rows) -> None:
         """Every line so far, at every poll (what a kind keeps besides rows)."""

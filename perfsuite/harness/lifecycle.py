@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.harness import pause
 from perfsuite.harness.deaths import read_json_lines
-from perfsuite.harness.pause import start_worker, worker_ended
 from perfsuite.harness.schedule import CANCEL, Cancelled
 
 POLL_S = 0.5
@@ -68,7 +68,8 @@ def run_worker(
                 start_new_session=True,
             )
 
-        proc = start_worker(popen, interpreted)
+        board = pause.BOARD
+        proc = popen({}) if board is None else board.start(popen, interpreted)
         deadline = time.monotonic() + timeout_s
         try:
             while True:
@@ -90,7 +91,8 @@ def run_worker(
             on_lines(read_json_lines(out))  # its finished cases stand
             raise
         finally:
-            worker_ended(proc, interpreted)
+            if board is not None:
+                board.ended(proc.pid, interpreted)
     kill_group(proc)  # a rank or child it left behind
     on_lines(read_json_lines(out))
     return Ended(proc.returncode, timed_out, stderr_path.read_text())

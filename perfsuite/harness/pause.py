@@ -1,14 +1,6 @@
-"""Interpreted workers paused while a natively timed worker's clock runs.
-
-On a CPU, Triton methods run under the interpreter, whose timings say nothing, so they
-run beside the native workers, and a native worker stops them (SIGSTOP to each one's
-process group) for its timing passes and continues them after (SIGCONT): its imports,
-compilation, gate and memory passes overlap with interpreted work, its clock never does.
-Native workers run one at a time (two at once made the smoke run slower: each one's
-OpenMP threads spin at barriers while the other's hold the cores). The interpreted
-workers' groups are listed in a file (``PAUSE_VAR`` names it to native workers) whose
-``flock`` both sides hold, so no interpreted worker starts while a native clock runs.
-"""
+"""Interpreted workers stopped (SIGSTOP to their process groups) while a native worker's
+clock runs, continued after: everything else overlaps, the clock never does. Their
+groups are listed in a file both sides ``flock``, so none starts while a clock runs."""
 
 from __future__ import annotations
 
@@ -100,53 +92,31 @@ class PauseBoard:
         self.path = Path(folder) / "interpreted.pgids"
         self.path.touch()
 
-    def env(self) -> dict[str, str]:
-        """What a native worker's environment adds."""
-        return {PAUSE_VAR: str(self.path)}
-
-    def start(self, popen: Callable[[], subprocess.Popen]) -> subprocess.Popen:
-        """Start an interpreted worker (its own session: its pid is its group's), list
-        it while no native clock runs, and give way to native workers' CPU use."""
+    def start(
+        self, popen: Callable[[dict[str, str]], subprocess.Popen], interpreted: bool
+    ) -> subprocess.Popen:
+        """``popen(extra environment)``: a native worker told where the list is; an
+        interpreted one (its own session: its pid is its group's) listed while no native
+        clock runs, and made to give way to native workers' CPU use."""
+        if not interpreted:
+            return popen({PAUSE_VAR: str(self.path)})
         with _locked(self.path):
-            proc = popen()
+            proc = popen({})
             self.path.write_text(" ".join(map(str, [*_read(self.path), proc.pid])))
         lower_priority(proc.pid)
         return proc
 
-    def forget(self, pid: int) -> None:
+    def ended(self, pid: int, interpreted: bool) -> None:
+        """An interpreted worker leaves the list; after a native one (killed inside
+        ``paused``, it left them stopped) every listed worker continues."""
         with _locked(self.path):
-            self.path.write_text(" ".join(str(p) for p in _read(self.path) if p != pid))
-
-    def resume_all(self) -> None:
-        """After a native worker ended: one killed inside ``paused`` left them stopped."""
-        with _locked(self.path):
-            _signal(_read(self.path), signal.SIGCONT)
+            pgids = _read(self.path)
+            if interpreted:
+                self.path.write_text(" ".join(str(p) for p in pgids if p != pid))
+            else:
+                _signal(pgids, signal.SIGCONT)
 
 
 # The board of the run in progress (set by ``schedule`` while interpreted workers run
 # beside native ones), read by the harness when it starts a worker.
 BOARD: PauseBoard | None = None
-
-
-def start_worker(
-    popen: Callable[[dict[str, str]], subprocess.Popen], interpreted: bool
-) -> subprocess.Popen:
-    """``popen(extra environment)`` as the run's board wants it: an interpreted worker
-    listed (so native clocks stop it), a native one told where the list is."""
-    board = BOARD
-    if board is None:
-        return popen({})
-    if interpreted:
-        return board.start(lambda: popen({}))
-    return popen(board.env())
-
-
-def worker_ended(proc: subprocess.Popen, interpreted: bool) -> None:
-    """An interpreted worker leaves the list; after a native one, all continue."""
-    board = BOARD
-    if board is None:
-        return
-    if interpreted:
-        board.forget(proc.pid)
-    else:
-        board.resume_all()

@@ -1,8 +1,5 @@
-"""Progress lines while a run measures: a method's worker starting, each cell starting
-(with the memory model's predicted peak and, once a cell has finished, the time left),
-and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs, from the ``stage``
-lines workers write between their rows.
-"""
+"""Progress lines while a run measures: workers and cells starting (with the predicted
+peak and time left), and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs."""
 
 from __future__ import annotations
 
@@ -13,18 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.plan.memory_model import fmt_size
+
 # Seconds a running cell may go without a line.
 HEARTBEAT_S = 30.0
-# Lines of a worker's output that are not rows: a case's start, a stage, a launcher's
-# failure record.
-MARKERS = ("start", "stage", "failed")
-
 NoticeFn = Callable[[str], None]
-
-
-def row_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows among a worker's output lines."""
-    return [line for line in lines if not any(k in line for k in MARKERS)]
 
 
 def finished_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -52,10 +42,6 @@ def cell_label(method: str, case: dict[str, Any]) -> str:
     return (
         f"{method + tp:<22} {case['shape']} N={case['tokens']} {case['dtype']} β={case['beta']:g}"
     )
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
 
 
 @dataclass(frozen=True)
@@ -153,7 +139,7 @@ class Tracker:
         parts = [f"cell {self.cells_started} of {self.total}"]
         peak = self.model.peak(method, case)
         if peak is not None:
-            parts.append(f"peak ~{_size(peak)} predicted")
+            parts.append(f"peak ~{fmt_size(peak)} predicted")
         left, kinds = self.time_left(now)
         if left is not None:
             parts.append(f"~{duration(left)} left" + (f" for {kinds} cells" if kinds else ""))

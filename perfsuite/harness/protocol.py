@@ -13,9 +13,8 @@ from typing import Any
 
 @contextmanager
 def emitter(path: str | os.PathLike[str]) -> Iterator[Callable[[Any], None]]:
-    """``emit(line)`` appends one line (a dict, or a dataclass such as a ``Row``): the
-    harness reads each case as soon as it is written, and a worker killed right after
-    loses none of it."""
+    """``emit(line)`` appends one line (a dict or a dataclass), synced: a worker killed
+    right after loses none of it."""
     with open(path, "a", buffering=1) as out:
 
         def emit(line: Any) -> None:

@@ -1,8 +1,5 @@
-"""Which worker runs when: natively timed methods one at a time, so nothing competes
-with their clocks; Triton methods on a CPU run under the interpreter, whose timings say
-nothing anyway, ``jobs`` workers at a time beside them, stopped whenever a native
-worker's clock runs (``perfsuite.harness.pause``), or after them where memory is short.
-"""
+"""Which worker runs when: natively timed methods one at a time; interpreted ones ``jobs``
+at a time, beside them (paused by their clocks) where memory allows, else after them."""
 
 from __future__ import annotations
 

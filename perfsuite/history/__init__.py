@@ -1,5 +1,2 @@
-"""Benchmark history: the series of each cell over many runs, which ``perfsuite compare``
-cannot see from two files. Every results file goes into one SQLite database (``store``,
-filled by ``ingest``); ``changepoints`` cuts each series, ``rules`` says which changes are
-regressions, ``sensitivity`` measures the detector, ``timelines`` arranges the dashboard's
-plots, ``demo`` writes a synthetic history and ``cli`` is ``perfsuite history``."""
+"""Benchmark history: every results file in one SQLite database, each cell's series cut
+into change points, and the rule that says which are regressions (docs/history.md)."""

@@ -1,16 +1,6 @@
-"""Change points of one series (a cell's median time or peak memory over runs).
-
-The search is ``ruptures``' PELT (Killick et al. 2012: exact optimal
-segmentation under a linear penalty) with the L2 cost, i.e. shifts of the
-mean, on the series divided by its median so that one penalty fits every cell.
-The penalty is BIC-like, ``PENALTY_FACTOR * sigma**2 * log(n)``, with ``sigma``
-the series' noise: the larger of its run-to-run scatter (robust, from first
-differences, so that a step does not inflate it) and the sampling error of one
-run's median (from that run's p20-p80 spread). Each segment is at least
-``MIN_SIZE`` runs: a change must persist over two runs to be found at all.
-
-Which change points matter is ``rules``' decision, not this module's.
-"""
+"""Change points of one series (a cell's median time or peak memory over runs): ruptures'
+PELT with the L2 cost on the series over its median, a BIC-like penalty scaled by the
+series' noise; segments of ``MIN_SIZE`` runs at least. Which ones matter is ``rules``'."""
 
 from __future__ import annotations
 
@@ -34,11 +24,8 @@ class RupturesMissing(RuntimeError):
 
 
 def robust_sigma(values: Sequence[float]) -> float:
-    """Scatter of a series around its local level: MAD of first differences / sqrt(2).
-
-    First differences cancel any level, so a step in the series moves one
-    difference only and barely changes the median absolute deviation.
-    """
+    """Scatter around the local level: MAD of first differences / sqrt(2) (a step moves
+    one difference only)."""
     x = np.asarray(values, dtype=float)
     if len(x) < 3:
         return 0.0
@@ -56,11 +43,8 @@ def median_se(p20: float | None, p80: float | None, median: float | None, n: int
 
 
 def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
-    """Indices where a new segment starts (each >= MIN_SIZE runs); [] if none.
-
-    ``values`` are in run order; ``sigma`` is the relative noise (None: estimate
-    it from the series). Series shorter than ``2 * MIN_SIZE`` have no change point.
-    """
+    """Indices where a new segment starts (each >= MIN_SIZE runs; [] if none) of ``values``
+    in run order; ``sigma``: the relative noise (None: estimated from the series)."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < 2 * MIN_SIZE or not np.all(np.isfinite(x)):

@@ -1,9 +1,5 @@
-"""``history add|import|list|check|ack|sensitivity|demo``: the history on the command line.
-
-Exit codes: 0 fine; 1 ``check`` found an open regression; 2 bad input (a
-corrupt or missing results file, an unreadable database, an unknown regression
-id), always with a one-line reason on stderr.
-"""
+"""``history add|import|list|check|ack|sensitivity|demo``. Exit codes: 0 fine; 1 ``check``
+found an open regression; 2 bad input, with a one-line reason on stderr."""
 
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ from perfsuite.results.results import ResultsError, read_json
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
 
-def _db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
+def db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
     """``--db``, before the subcommand (``history --db X import``) and after it; after it,
     SUPPRESS: an absent one leaves the value given before alone."""
     p.add_argument(
@@ -43,7 +39,7 @@ def _db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRE
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The subcommands, on ``parser`` (``perfsuite history`` or ``python -m perfsuite.history``)."""
-    _db_option(parser, None)
+    db_option(parser, None)
     sub = parser.add_subparsers(dest="history_command", metavar="COMMAND", required=True)
     p = sub.add_parser("add", help="store results files (idempotent; corrupt ones refused)")
     p.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON files")
@@ -80,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     for name, p in sub.choices.items():
         if name != "demo":  # it writes results files, no database
-            _db_option(p)
+            db_option(p)
 
 
 def _fail(message: str) -> int:

@@ -1,8 +1,5 @@
 """``history demo``: a synthetic nightly history with a known step, to try the tools on
-(docs/history.md): one results file per run on a made-up device (kind ``cuda``,
-``env.synthetic`` says what it is), run-to-run noise ``RUN_NOISE``, sample noise
-``SAMPLE_NOISE``, and from run ``step_at`` on ``step_method`` ``1 + step`` times slower.
-"""
+(docs/history.md, "Demo")."""
 
 from __future__ import annotations
 
@@ -67,8 +64,7 @@ def document(
         "git": {"sha": sha, "dirty": False},
         "versions": {"perfsuite": "demo", "torch": "demo"},
         "device": DEVICE,
-        "synthetic": what
-        + (f"; step {step:+.1%} on {step_method} from run {step_at}" if step else ""),
+        "synthetic": what,
     }
     return new_document(env, rows)
 

@@ -1,10 +1,6 @@
-"""Results files into the history: checked, idempotent, one transaction per file.
-
-A document is checked by the results schema and converted in full *before* anything is
-written, so a corrupt file is refused in one line and stores nothing; one file's writes
-are one transaction, so a crash leaves no half run. The key is the document's content hash
-(canonical JSON): adding a file twice, or a copy under another name, stores it once.
-"""
+"""Results files into the history: checked and converted in full before anything is
+written, one transaction per file, keyed by the document's content hash (adding a file
+twice, or a copy, stores it once)."""
 
 from __future__ import annotations
 
@@ -109,11 +105,8 @@ def add_document(conn: sqlite3.Connection, document: dict[str, Any], path: str) 
 
 
 def looks_like_results(path: Path) -> bool:
-    """Is this JSON meant to be a results document (so that a defect in it is an error)?
-
-    Other JSON under reports/ (sensitivity reports, plots' data) is skipped with
-    a note; a file that cannot be parsed at all counts as a broken results file.
-    """
+    """Whether this JSON is meant as a results document (a defect in it is then an error):
+    other JSON under reports/ is skipped; a file that cannot be parsed counts as broken."""
     try:
         document = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -129,9 +122,5 @@ def looks_like_results(path: Path) -> bool:
 def results_files(root: str | os.PathLike[str]) -> list[Path]:
     """Every ``*.json`` below ``root``, in path order (hidden folders skipped)."""
     root = Path(root)
-    found = [
-        p
-        for p in root.rglob("*.json")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    ]
-    return sorted(found)
+    found = (p for p in root.rglob("*.json") if p.is_file())
+    return sorted(p for p in found if not any(x.startswith(".") for x in p.relative_to(root).parts))

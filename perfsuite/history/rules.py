@@ -1,14 +1,7 @@
-"""Which change points are regressions, and the verdicts of ``history check``.
-
-Each cell's series (per metric: median time, peak memory; ``ok`` rows only, interpreted
-rows not timed, busy runs' times left out unless asked) is cut by ``changepoints.detect``;
-consecutive changes in one direction merge (a drift is a staircase of small steps). A
-merged change is a regression when it goes the wrong way, reaches ``perfsuite compare``'s
-minimum, exceeds ``NOISE_SIGMAS`` standard errors of the cell's noise, moves the pooled
-raw samples (one-sided Mann-Whitney U, ``p < ALPHA``) and persists ``MIN_PERSISTENCE``
-runs (docs/history.md); it is recovered when a later segment comes back within the
-minimum. ``check`` fails only on regressions neither recovered nor acknowledged.
-"""
+"""Which change points are regressions, and the verdicts of ``history check``: the rule
+is docs/history.md's (wrong way, over compare's minimum and ``NOISE_SIGMAS`` of noise, a
+U test at ``ALPHA``, ``MIN_PERSISTENCE`` runs); consecutive changes one way merge, so a
+drift is a staircase of small steps."""
 
 from __future__ import annotations
 
@@ -153,19 +146,9 @@ def judge(series: Series) -> list[Change]:
         # a real one must not move the blame onto an older commit).
         culprit = max(chain, key=lambda j: abs(sizes[j - 1]))
         recovered = any(level <= before * (1 + limit) for level in levels[last + 1 :])
-        change = Change(
-            series=series,
-            start=bounds[culprit],
-            before=before,
-            after=after,
-            size=size,
-            persistence=n_after,
-            noise_bound=noise_bound,
-            regression=not why_not,
-            recovered=recovered and not why_not,
-            why_not=why_not,
-        )
-        changes.append(change)
+        regression = not why_not
+        found = (bounds[culprit], before, after, size, n_after, noise_bound, regression)
+        changes.append(Change(series, *found, recovered and regression, why_not))
     return changes
 
 
@@ -181,11 +164,8 @@ def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[flo
 def _u_test(
     points: list[Point], bounds: list[int], first: int, last: int, size: float
 ) -> float | None:
-    """One-sided U test of the samples after the change against those before; None: no samples.
-
-    It tells a real shift from a series whose run medians jump between the modes
-    of a bimodal timing distribution: the pooled samples then do not move.
-    """
+    """One-sided U test of the samples after the change against before (None: no samples):
+    run medians jumping between a bimodal timing's modes do not move the pooled samples."""
     before = [s for p in points[bounds[first - 1] : bounds[first]] for s in p.samples]
     after = [s for p in points[bounds[last] : bounds[last + 1]] for s in p.samples]
     if len(before) < 3 or len(after) < 3 or size == 0:
@@ -232,11 +212,8 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
 
 
 def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
-    """One row per measurement: a merged results file repeats rows of the runs it merges.
-
-    Two rows with the same raw samples are one measurement (kept once, at its
-    first time); rows without samples are told apart by time and values.
-    """
+    """One row per measurement (a merged file repeats its runs' rows): the same raw samples
+    are one, kept at its first time; rows without samples differ by time and values."""
     first: dict[tuple, sqlite3.Row] = {}
     for row in rows:
         key = (row["samples_json"],)

@@ -1,13 +1,7 @@
-"""How well the history detector finds regressions: synthetic series, real noise.
-
-``perfsuite sensitivity`` measures ``compare`` by re-running methods (minutes); this
-measures ``rules.judge`` in seconds. Each run of a synthetic series is the median of a
-bootstrap resample of one cell's stored samples (the within-run noise as measured), times
-a run-level factor ``1 + N(0, run_noise)``, times the injected change (a ``Scenario``:
-none, a step from run ``change_at`` on, or a drift that leaves ``MIN_FLAT`` flat runs). A
-regression starting within ``WINDOW`` runs of the change (within a drift's span) is
-detected; any other one is a false alarm.
-"""
+"""How well ``rules.judge`` finds regressions, in seconds: synthetic series whose runs
+are medians of bootstrap resamples of one cell's stored samples, times a run-level noise
+and an injected ``Scenario``. A regression within ``WINDOW`` runs of the change is
+detected; any other one is a false alarm."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""The history database: an embedded SQLite file (one file, no server, transactions: a
-crash mid-write never leaves half a run), one row per run and one per cell.
-
-``runs`` holds one results document each, keyed by its content hash, with its commit,
-time, device and environment; ``cells`` one row of a run each, named across runs by
-``cell_id`` (a hash of the device and the cell key; ``tp`` NULL: one device); ``acks``
-the acknowledged regressions. Default path ``.perfsuite/history.sqlite`` (a machine-local
-cache), else ``$PERFSUITE_HISTORY_DB`` or ``--db PATH``.
-
-Schema 1 (before ``tp``) is migrated to 2 by the first command that writes (``add``,
-``import``, ``ack``): its cells get ``tp`` NULL and keep their ``cell_id``, so
-acknowledgements still apply. Read-only commands read a schema-1 file as it is.
-"""
+"""The history database: one SQLite file (transactions: a crash mid-write never leaves
+half a run), a row per run (keyed by its content hash) and per cell (named across runs by
+``cell_id``), and the acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2
+by the first command that writes; read-only commands read it as it is."""
 
 from __future__ import annotations
 

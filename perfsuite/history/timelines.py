@@ -1,12 +1,7 @@
-"""What the dashboard draws, read from the history: per shape, groups of cells over runs.
-
-A **group** is one plot: the cells that differ only by method and TP size. Each series
-(a method at one TP size) has a **line** per metric on the group's run axis (the runs
-that measured any of its cells, oldest first), and a **mark** per change point
-``rules.judge`` finds, with its verdict. Marks are judged on the series ``history check``
-judges (without busy runs' times), so the site and the check give one answer; the lines
-draw every point. This module only reads and arranges; ``perfsuite.render.dashboard`` draws.
-"""
+"""What the dashboard draws, read from the history: per shape, **groups** (one plot: the
+cells that differ only by method and TP size), a **line** per series and metric, a
+**mark** per change point judged on the series ``history check`` judges, so the site and
+the check give one answer. It only reads and arranges; ``render.dashboard`` draws."""
 
 from __future__ import annotations
 
@@ -84,11 +79,6 @@ class Group:
         return what + rules.extras(k, " · ")
 
 
-def shape_name(row: sqlite3.Row) -> str:
-    """The preset's name, or ``nTOKENS-vVOCAB-dHIDDEN`` for a row without one."""
-    return row["shape"] or f"n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
-
-
 def _sort_key(key: tuple) -> tuple:
     return tuple((v is not None, v if v is not None else 0) for v in key)
 
@@ -144,4 +134,6 @@ def _build(
         if not drawn:
             no_data[method] = ", ".join(sorted({r["status"] for r in rows}))
     key_of = dict(zip(GROUP_FIELDS, key, strict=True))
-    return Group(shape_name(latest), latest["device_kind"], key_of, runs, lines, marks, no_data)
+    # The preset's name, or nTOKENS-vVOCAB-dHIDDEN for a row without one.
+    shape = latest["shape"] or f"n{latest['tokens']}-v{latest['vocab']}-d{latest['hidden']}"
+    return Group(shape, latest["device_kind"], key_of, runs, lines, marks, no_data)

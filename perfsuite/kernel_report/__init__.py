@@ -1,26 +1,16 @@
 """Ahead-of-time build of every shipped kernel config as a launch specialises it; no GPU.
 
-For each kernel × variant × shipped config × dtype × arch, a real launch's arguments at
-a named shape (default Gemma2-2B: N=8192, V=256000, D=2304, bf16) go through the
-kernel's heuristics and Triton's own binder, so the build has the divisibility
-attributes and constants the JIT would use; the PTX goes through the ptxas Triton uses
-for the target (``sm_90a`` on Hopper, ``sm_100a`` on Blackwell) and ``cuobjdump`` reads
-the cubin. Each row gives registers, spills, shared and tensor memory, CTAs per SM,
-SASS counts and the tensor-core instructions inside a spin lock. A cost table follows
-(``costs``), then a modelled cost per backward design (``designs``). With
-cut-cross-entropy importable its kernels are built the same way, side by side.
+Each kernel × variant × config × dtype × arch is built at a named shape (default
+Gemma2-2B) through Triton's binder and ptxas, then read with cuobjdump: registers,
+spills, shared and tensor memory, CTAs per SM, SASS counts, tensor-core instructions
+inside a spin lock; then a cost table and a modelled cost per backward design. With
+cut-cross-entropy importable its kernels are built side by side (docs/kernel.md).
 
-The report fails (exit 1, with the reason) when one of our builds fails, ptxas
-exits non-zero or its log cannot be parsed, a config spills, holds a lock across a
-tensor-core instruction, or fits fewer CTAs per SM than its config declares.
-
-``--save DIR`` stores the report (one file per Triton version and arch set);
-``--baseline DIR`` compares the builds with the stored ones and also fails when one of
-ours gains a spill, fits fewer CTAs per SM, or grows an instruction class or the total
-past ``--threshold``: a change to the GPU code is caught on a machine without a GPU.
-
-Under ``TRITON_INTERPRET=1`` the kernels are interpreter wrappers fixed at import,
-so the report is computed in a child process started without that variable.
+Exit 1 when one of our builds fails, spills, holds a lock across a tensor-core
+instruction or fits fewer CTAs per SM than its config declares. ``--save DIR`` stores
+the report per Triton version and arch set; ``--baseline DIR`` compares with it and
+also fails when a build gains a spill, loses a CTA per SM or grows an instruction class
+or the total past ``--threshold``.
 """
 
 from __future__ import annotations
@@ -113,8 +103,7 @@ def _row_at(index: int) -> dict[str, Any]:
 
 
 def _default_sigterm() -> None:
-    """Forked workers inherit the CLI's SIGTERM handler (raise KeyboardInterrupt); the
-    pool ends them with SIGTERM when done, which then printed a worker's traceback."""
+    """Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends them)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
@@ -146,8 +135,24 @@ def kernel_report(
     shape = parse_shape(shape) if isinstance(shape, str) else shape
     for arch in archs:
         build.capability(arch)
-    args = (archs, shape, dtypes, kernels, with_cce, jobs)
-    report = _report_in_child(*args) if _interpreted() else _report(*args)
+    if _interpreted():
+        report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
+    else:
+        todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
+        rows = build_rows(todo, jobs)
+        measured = {
+            (r["kernel"], launches.cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
+            for r in rows
+            if r["ok"] and r["variant"] in ("plain", "train")
+        }
+        notes = [] if cce_note is None else [f"CCE side by side skipped: {cce_note}"]
+        report = {
+            "shape": vars(shape),
+            "rows": rows,
+            "costs": costs.cost_rows(shape, measured),
+            "designs": designs.design_rows(shape),
+            "notes": notes + designs.rate_notes(),
+        }
     report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
     report["toolchain"] = baseline.toolchain(archs)
     return report
@@ -162,8 +167,7 @@ def _launched(
     out = []
     for workload in workloads:
         for row in launched.measure_in_child(shape, keys, workload, min(rows, shape.n)):
-            cost = full[row["arch"]]
-            frac = row["launched_fraction"]
+            cost, frac = full[row["arch"]], row["launched_fraction"]
             out.append(
                 {
                     **row,
@@ -175,31 +179,6 @@ def _launched(
     return out
 
 
-def _report(
-    archs: list[str],
-    shape: Shape,
-    dtypes: list[str] | None,
-    kernels: list[str] | None,
-    with_cce: bool,
-    jobs: int,
-) -> dict[str, Any]:
-    todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
-    rows = build_rows(todo, jobs)
-    measured = {
-        (r["kernel"], launches.cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
-        for r in rows
-        if r["ok"] and r["variant"] in ("plain", "train")
-    }
-    notes = [] if cce_note is None else [f"CCE side by side skipped: {cce_note}"]
-    return {
-        "shape": vars(shape),
-        "rows": rows,
-        "costs": costs.cost_rows(shape, measured),
-        "designs": designs.design_rows(shape),
-        "notes": notes + designs.rate_notes(),
-    }
-
-
 def _report_in_child(
     archs: list[str],
     shape: Shape,
@@ -208,6 +187,8 @@ def _report_in_child(
     with_cce: bool,
     jobs: int,
 ) -> dict[str, Any]:
+    """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
+    are interpreter wrappers fixed at import."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", ",".join(archs)]
     cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}", "--json"]
@@ -257,14 +238,13 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        shape = parse_shape(getattr(args, "shape", "gemma2-2b"))
+        shape = parse_shape(args.shape)
         sel = options.selection(args)
-        if getattr(args, "save", None):
+        if args.save:
             check_output_dir(args.save, "--save")
         stored = None
-        if getattr(args, "baseline", None):
-            across = getattr(args, "across_triton", False)
-            stored = baseline.load(args.baseline, sel, vars(shape), across=across)
+        if args.baseline:
+            stored = baseline.load(args.baseline, sel, vars(shape), across=args.across_triton)
     except ValueError as exc:  # OutputPathError and BaselineError too: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -274,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         dtypes=sel["dtypes"] if sel["dtypes_asked"] else None,
         kernels=sel["kernels"] + sel["peers"] if sel["kernels_asked"] else None,
         with_cce=sel["cce"],
-        jobs=getattr(args, "jobs", 1),
+        jobs=args.jobs,
         workloads=sel["workloads"],
         sample_rows=sel["sample_rows"],
     )
@@ -287,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
             baseline.in_selection(doc["rows"], sel),
             report["rows"],
             threshold=sel["threshold"],
-            across=getattr(args, "across_triton", False),
+            across=args.across_triton,
         )
     if args.json:
         extra = {"comparison": comparison.as_dict()} if comparison else {}
@@ -296,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         render.render_diff(comparison, doc, path, report, problems)
     else:
         render.render(report, problems)
-    if getattr(args, "save", None):
+    if args.save:
         saved = baseline.save(report, args.save)
         print(f"saved {saved}", file=sys.stderr if args.json else sys.stdout)
     return 1 if problems or (comparison and comparison.failing()) else 0

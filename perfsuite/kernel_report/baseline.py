@@ -1,11 +1,8 @@
 """Stored kernel-report baselines: one JSON document per Triton version and arch set.
 
-A baseline is the report's own ``--json`` document (rows, costs, notes) with the
-toolchain that built it (the Triton version, each arch's ptxas) and the selection it
-covers (archs, dtypes, kernels, CCE, the launch shape). Another Triton or ptxas
-changes the SASS with no change of ours, so each Triton version has its own file and
-``--baseline`` refuses another version's unless asked to compare across versions.
-Rows are written one per line, so a renewal's git diff names each build it changes.
+The report's ``--json`` document with the toolchain that built it and the selection it
+covers. Another Triton or ptxas changes the SASS with no change of ours, so each Triton
+version has its own file; rows are one per line, so a renewal's git diff names each build.
 """
 
 from __future__ import annotations
@@ -15,6 +12,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+import triton
 
 from perfsuite.results.results import write_atomically
 
@@ -41,12 +40,6 @@ def file_name(version: str, archs: list[str]) -> str:
     return f"triton-{version}_{'-'.join(arch_set(archs))}.json"
 
 
-def triton_version() -> str:
-    import triton
-
-    return triton.__version__
-
-
 def toolchain(archs: list[str]) -> dict[str, Any]:
     """The Triton version and the CUDA release of each arch's ptxas."""
     ptxas = {}
@@ -55,7 +48,7 @@ def toolchain(archs: list[str]) -> dict[str, Any]:
             ptxas[arch] = build.ptxas_version(arch)
         except build.BuildError as exc:  # the builds then fail and say why
             ptxas[arch] = f"unknown ({exc})"
-    return {"triton": triton_version(), "ptxas": ptxas}
+    return {"triton": triton.__version__, "ptxas": ptxas}
 
 
 def make_command(selection: dict[str, Any], shape: dict[str, Any], folder: str) -> str:
@@ -120,7 +113,7 @@ def load(
     for another Triton version (this version's when no other is stored). Raises
     ``BaselineError`` naming the command that makes one.
     """
-    version = triton_version()
+    version = triton.__version__
     archs = selection["archs"]
     make = f"make one: {make_command(selection, shape, folder)}"
     if not Path(folder).is_dir():

@@ -1,11 +1,8 @@
 """Build one launch as the JIT would, run Triton's ptxas on it and read the result.
 
-``specialise`` evaluates the kernel's heuristics on the launch's arguments and hands
-them to Triton's own binder, so the signature, ``tt.divisibility`` attributes and
-constants (unit strides, ``None`` pointers) are exactly what a launch on a GPU
-compiles. The PTX then goes through the ptxas Triton resolves for the target, with
-the flags its ``make_cubin`` uses; a non-zero exit or a log that cannot be parsed
-raises ``BuildError``. SASS comes from ``cuobjdump`` on that cubin.
+``specialise`` runs the kernel's heuristics and Triton's own binder on the launch's
+arguments, so signature, divisibility attributes and constants are what a GPU launch
+compiles; ptxas runs with ``make_cubin``'s flags and cuobjdump reads the cubin.
 """
 
 from __future__ import annotations

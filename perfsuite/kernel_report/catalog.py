@@ -6,14 +6,14 @@ on ``launches``' helpers) joins the others without an import cycle.
 
 from __future__ import annotations
 
-from .launches import Launch, Shape, _all_helpers, _backward, _forward, cfg_arch
+from .launches import Launch, Shape, _backward, _forward, _helpers, cfg_arch
 from .slice_launches import launches as _slices
 
 OURS = {
     "forward": _forward,
     "slices": _slices,
     "backward": _backward,
-    "helpers": _all_helpers,
+    "helpers": _helpers,
 }
 
 

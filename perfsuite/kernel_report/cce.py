@@ -1,10 +1,5 @@
-"""Cut-cross-entropy's kernels launched as its training path does, to build side by side.
-
-CCE (``cut_cross_entropy``) ships one config per kernel (``tl_autotune``'s
-``_cce_forward_best_config`` / ``_cce_backward_best_config``) unless ``CCE_AUTOTUNE``
-is set; those configs are used here either way. Its training launch returns the
-average logit (``LA``), sorts the vocabulary for the backward and filters gradients.
-"""
+"""Cut-cross-entropy's kernels launched as its training path does, to build side by side,
+with the one config per kernel ``tl_autotune`` ships (``_cce_*_best_config``)."""
 
 from __future__ import annotations
 

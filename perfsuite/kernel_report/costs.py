@@ -1,17 +1,8 @@
 """Static costs of the shipped configs at one shape, per representative GPU.
 
-Counted from tile sizes alone, every (row block, vocab tile) pair (no filtering). The
-backward columns are the atomic-tile design's (``backward="tiles"``) and CCE's; every
-design is modelled in ``designs``.
-
-* **recompute GB**: each pair rebuilds its logit tile from BLOCK_N×D of E and
-  BLOCK_V×D of C; **update GB**: what the dE/dC updates add, in each buffer's dtype;
-* **locked RMW GB**: tiles read back under a lock (16-bit buffers without hardware
-  atomics); **lock trips / 1000 logits**: a CAS acquire and an EXCH release per
-  locked (tile, D-chunk) update, the forward's too (CCE merges its LSE under a lock);
-* **total bwd L2 GB**: all of the backward's L2 traffic per pair (the measured H100
-  backward ran at about 6 TB/s of it: bound by it, not by the tensor cores);
-* **forward waves / last-wave efficiency**: the forward grid over SMs × CTAs per SM.
+Counted from tile sizes alone over every (row block, vocab tile) pair, no filtering: the
+forward's grid, and the backward's recompute, update, locked and L2 traffic for the
+atomic-tile design (``backward="tiles"``) and CCE's; ``designs`` models every design.
 """
 
 from __future__ import annotations
@@ -24,9 +15,10 @@ from . import cce
 from .launches import DTYPES, GPUS, Shape, native_atomics
 
 
-def _waves(ctas: int, slots: int) -> tuple[int, float]:
-    waves = triton.cdiv(ctas, slots)
-    return waves, ctas / (waves * slots)
+def _waves(ctas: int, slots: int) -> dict[str, Any]:
+    from perfsuite.kernels.forward import wave_efficiency
+
+    return {"fwd_waves": triton.cdiv(ctas, slots), "last_wave_eff": wave_efficiency(ctas, slots)}
 
 
 def pair_costs(
@@ -80,45 +72,38 @@ def cost_rows(
         slots = sms * fwd.ctas_per_sm
         splits = forward.splits_for(shape.n, shape.v, fwd.block_n, slots)
         ctas = triton.cdiv(shape.n, fwd.block_n) * splits
-        waves, eff = _waves(ctas, slots)
         # dE is an fp32 buffer (hardware atomics everywhere); dC is in the input dtype.
         locked = int(not native_atomics(shape.dtype, arch))
+        where = {"gpu": gpu, "sms": sms, "arch": arch}
         rows.append(
             {
                 "impl": "ours",
-                "gpu": gpu,
-                "sms": sms,
-                "arch": arch,
+                **where,
                 "fwd_config": fwd.describe(),
                 "bwd_config": bwd.describe(),
                 "fwd_ctas": ctas,
                 "fwd_splits": splits,
                 "ctas_per_sm": fwd.ctas_per_sm,
                 "measured_ctas_per_sm": measured.get(("forward", arch, shape.dtype)),
-                "fwd_waves": waves,
-                "last_wave_eff": eff,
+                **_waves(ctas, slots),
                 "fwd_lock_trips_per_1k_logits": 0.0,
                 **pair_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem),
             }
         )
         if cce.available() is None and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
-            occ = measured.get(("cce_lse_forward", arch, shape.dtype)) or 1
-            waves, eff = _waves(g["fwd_ctas"], sms * occ)
+            occ = measured.get(("cce_lse_forward", arch, shape.dtype))
             rows.append(
                 {
                     "impl": "cce",
-                    "gpu": gpu,
-                    "sms": sms,
-                    "arch": arch,
+                    **where,
                     "fwd_config": g["fwd_config"],
                     "bwd_config": g["bwd_config"],
                     "fwd_ctas": g["fwd_ctas"],
                     "fwd_splits": None,
-                    "ctas_per_sm": occ,
-                    "measured_ctas_per_sm": measured.get(("cce_lse_forward", arch, shape.dtype)),
-                    "fwd_waves": waves,
-                    "last_wave_eff": eff,
+                    "ctas_per_sm": occ or 1,
+                    "measured_ctas_per_sm": occ,
+                    **_waves(g["fwd_ctas"], sms * (occ or 1)),
                     # One LSE lock per (row block, vocab tile) program.
                     "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
                     # CCE locks both dE and dC, in the input dtype.

@@ -1,19 +1,12 @@
 """A cost model per backward design at one shape: FLOPs, HBM, L2 and atomic bytes, ms.
 
-A **model**, never a measurement: counted from tile sizes and slice widths, timed as a
-roofline ``max(FLOPs / rate, HBM / bandwidth, L2 / L2 rate)`` at the sourced ``RATES``.
-Every (row, vocab) pair is computed (no filtering) in each design:
-
-* **slices** (the default): per vocab slice a Triton GEMM stores the gradient slice G
-  (N × width), then cuBLAS runs ``dE += G·C_s`` (fp32 dE read and written per slice)
-  and ``dC_s = Gᵀ·E``; G's HBM round trip is N·V·elem × 3. No atomics, no locks;
-* **tiles** (the ablation): one kernel per (row block, vocab tile) pair adds its dE and
-  dC slices with hardware atomics (dC under a lock without 16-bit atomics);
-* **cce**: the same pairs, both updates in the input dtype under spin locks.
-
-HBM bytes are a lower bound (each launch's operands read and outputs written once); L2
-bytes are all SM↔L2 traffic. cuBLAS's tiles are not known ahead of time:
-``CUBLAS_TILE`` (its usual Hopper bf16 tile) is assumed for the slice design's GEMMs.
+A **model**, never a measurement: counted from tile sizes and slice widths over every
+pair (no filtering), timed as ``max(FLOPs / rate, HBM / bandwidth, L2 / L2 rate)`` at
+the sourced ``RATES``. Designs: **slices** (the default: a Triton GEMM stores each
+gradient slice G, cuBLAS adds ``G·C_s`` into the fp32 dE and writes ``dC_s = Gᵀ·E``),
+**tiles** (atomic adds per pair, dC locked without 16-bit atomics) and **cce** (both
+updates locked, in the input dtype). HBM bytes are a lower bound; cuBLAS's tiles are
+assumed ``CUBLAS_TILE``.
 """
 
 from __future__ import annotations

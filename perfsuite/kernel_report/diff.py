@@ -1,12 +1,10 @@
 """Compare two kernel reports build by build: what changed in each build and whether it fails.
 
-Builds are matched on (kernel, variant, config, dtype, arch); equal SASS hashes mean the
-same code. For a build whose code changed every fact that moved is named, and one of
-ours fails when it gains a spill, fits fewer CTAs per SM, or grows an instruction class
-or the total past the threshold (counts free of machine noise). Register counts alone
-never fail. CCE's builds, builds across Triton versions and a build whose config changed
-(one build only on each side, paired) are reported, never failing; any other build only
-on one side is listed.
+Builds match on (kernel, variant, config, dtype, arch); equal SASS hashes mean the same
+code. One of ours fails on a new spill, fewer CTAs per SM, or an instruction class or the
+total grown past the threshold (counts free of machine noise; registers alone never
+fail). CCE's builds, builds across Triton versions and a retuned config are reported,
+never failing; any other build on one side only is listed.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """How much of the backward the tile list launches, on a sample of a workload's rows.
 
-The cost table counts every pair; the tile list launches only those its per-row mass
-budget keeps, which depends on the inputs. Here the first ``rows`` rows of a workload at
-the shape's real V and D go through the tile-list kernels themselves (interpreted, in a
-child process), with each arch's shipped tiles; their row statistics come from fp32
-torch logits, as the forward defines them (its kernel is too slow to interpret here).
+The first ``rows`` rows of a workload at the shape's real V and D go through the
+tile-list kernels (interpreted, in a child process) with each arch's shipped tiles;
+their row statistics come from fp32 torch logits (the forward is too slow interpreted).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -98,25 +95,14 @@ def measure_in_child(
 ) -> list[dict[str, Any]]:
     """``measure`` in a child process under ``TRITON_INTERPRET=1``."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report.launched", json.dumps(vars(shape))]
-    cmd += [",".join(archs), workload, str(rows)]
+    job = json.dumps([vars(shape), archs, workload, rows])
+    cmd = [sys.executable, "-m", "perfsuite.kernel_report.launched", job]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"launched-fraction child failed: {out.stderr.strip()[-1500:]}")
     return json.loads(out.stdout)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfsuite.kernel_report.launched")
-    parser.add_argument("shape", help="the Shape as JSON")
-    parser.add_argument("archs", help="config arch keys: sm_80,sm_90")
-    parser.add_argument("workload", choices=WORKLOADS)
-    parser.add_argument("rows", type=int)
-    args = parser.parse_args(argv)
-    shape = Shape(**json.loads(args.shape))
-    print(json.dumps(measure(shape, args.archs.split(","), args.workload, args.rows)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # measure_in_child's child: its arguments as one JSON list
+    shape, archs, workload, rows = json.loads(sys.argv[1])
+    print(json.dumps(measure(Shape(**shape), archs, workload, rows)))

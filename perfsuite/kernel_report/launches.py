@@ -1,11 +1,8 @@
 """What each kernel is launched with at a named shape: fake tensors, sizes, launch options.
 
-Each ``Launch`` lists the arguments a real launch passes, by name, as the launcher
-computes them (``lse_forward``, ``lce_backward``, ``column_sum``, the tile list, CCE's
-wrappers). Tensors are ``FakeTensor``s: a dtype, a device and a data pointer whose
-offset mirrors slices of one allocation. Triton's own binder turns these into the
-signature, divisibility attributes and specialised constants (``build.specialise``),
-so a kernel that gains or loses an argument only needs a name added here.
+Each ``Launch`` lists, by name, the arguments its launcher passes; tensors are
+``FakeTensor``s whose data pointers mirror slices of one allocation, so Triton's binder
+gives the divisibility attributes and constants a real launch gets (``build.specialise``).
 """
 
 from __future__ import annotations
@@ -100,9 +97,6 @@ class Launch:
     declared_ctas: int | None = None
     ours: bool = True
 
-    def key(self) -> str:
-        return f"{self.kernel}[{self.variant}] {self.config} {self.dtype} {self.arch}"
-
 
 def flags(variant: str, *names: str) -> tuple[bool, ...]:
     """Which of ``names`` a variant's name holds (``smooth+softcap``: both)."""
@@ -157,7 +151,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "D": d,
             "split_size": split_size,
             "num_tiles": num_tiles,
-            **{k: v for k, v in _strides(d).items() if k != "stride_t"},
+            **_strides(d),
             **cfg.meta("forward"),
         }
         yield Launch(
@@ -167,7 +161,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 
 def _strides(d: int) -> dict[str, int]:
-    return {"stride_en": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_t": 1}
+    return {"stride_en": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1}
 
 
 def backward_inputs(dtype: str) -> dict[str, FakeTensor]:
@@ -216,7 +210,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "N": n,
             "V": v,
             "D": d,
-            **{k: v for k, v in _strides(d).items() if k != "stride_t"},
+            **_strides(d),
             **cfg.meta("backward"),
         }
         overrides = {
@@ -230,8 +224,9 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 
 def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
-    """The small kernels around the main two: column sums, tile thresholds, tile keep."""
-    from perfsuite.kernels import reductions, tiles
+    """The small kernels around the main two: column sums, tile threshold and keep, the
+    target logit."""
+    from perfsuite.kernels import reductions, targets, tiles
     from perfsuite.kernels.configs import PINNED
 
     n, v, d = shape.n, shape.v, shape.d
@@ -296,11 +291,6 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         "tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
         config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4",
     )  # fmt: skip
-
-
-def _targets(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
-    from perfsuite.kernels import targets
-
     for name, cap in (("plain", None), ("softcap", shape.softcap or 30.0)):
         args = {
             "E": T(dtype),
@@ -308,10 +298,11 @@ def _targets(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "Targets": T(torch.int64),
             "Out": T(torch.float32),
             "softcap": cap,
-            "N": shape.n,
-            "V": shape.v,
-            "D": shape.d,
-            **_strides(shape.d),
+            "N": n,
+            "V": v,
+            "D": d,
+            **_strides(d),
+            "stride_t": 1,
             "BLOCK_N": targets.BLOCK_N,
             "BLOCK_D": targets.BLOCK_D,
         }
@@ -319,11 +310,6 @@ def _targets(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
             config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4",
         )  # fmt: skip
-
-
-def _all_helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
-    yield from _helpers(shape, dtype, arch)
-    yield from _targets(shape, dtype, arch)
 
 
 HELPERS = ("column_sum", "tile_threshold", "tile_keep", "target_logit")

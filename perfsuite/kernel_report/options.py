@@ -100,22 +100,20 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     archs = csv(args.arch)
     for arch in archs:
         build.capability(arch)
-    dtypes = csv(args.dtype) if getattr(args, "dtype", None) else None
-    kernels = csv(args.kernel) if getattr(args, "kernel", None) else None
-    workloads = csv(args.launched) if getattr(args, "launched", None) else []
-    rows = getattr(args, "sample_rows", launched.DEFAULT_ROWS)
+    dtypes = csv(args.dtype) if args.dtype else None
+    kernels = csv(args.kernel) if args.kernel else None
+    workloads = csv(args.launched) if args.launched else []
     # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
     what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
     what = what or _unknown("--dtype", dtypes, tuple(launches.DTYPES))
     what = what or _unknown("--launched", workloads, tuple(launched.WORKLOADS))
-    if what or rows < 1:
-        raise ValueError(what or f"--sample-rows {rows} must be >= 1")
-    threshold = getattr(args, "threshold", DEFAULT_THRESHOLD * 100)
-    if not threshold >= 0:  # NaN too
-        raise ValueError(f"--threshold {threshold}: must be a percentage >= 0")
-    if getattr(args, "across_triton", False) and not getattr(args, "baseline", None):
+    if what or args.sample_rows < 1:
+        raise ValueError(what or f"--sample-rows {args.sample_rows} must be >= 1")
+    if not args.threshold >= 0:  # NaN too
+        raise ValueError(f"--threshold {args.threshold}: must be a percentage >= 0")
+    if args.across_triton and not args.baseline:
         raise ValueError("--across-triton compares with a stored baseline: add --baseline DIR")
-    with_cce = not getattr(args, "no_cce", False)
+    with_cce = not args.no_cce
     if kernels and not with_cce and all(k in CCE_KERNELS for k in kernels):
         raise ValueError(f"--kernel {','.join(kernels)} with --no-cce builds nothing")
     return {
@@ -128,6 +126,6 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
         "kernels_asked": kernels is not None,
         "cce": with_cce,
         "workloads": workloads,
-        "sample_rows": rows,
-        "threshold": threshold / 100,
+        "sample_rows": args.sample_rows,
+        "threshold": args.threshold / 100,
     }

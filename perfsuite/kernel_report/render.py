@@ -1,11 +1,6 @@
 """``perfsuite kernel-report`` on the console, fitted to the terminal (``perfsuite.fit``):
 the builds (one table per kernel), the cost table, the backward designs, the launched
-fraction; with ``--baseline``, the builds that changed.
-
-Per kernel, a column whose value is the same in every build (a dtype, ``spill 0/0``) is
-said once in the table's title and the tensor-core counts share one column; when the
-table is still too wide the least-read counts are left out, the title says which, and
-``--json`` keeps every fact of every build."""
+fraction; with ``--baseline``, the builds that changed (layout: docs/kernel.md)."""
 
 from __future__ import annotations
 

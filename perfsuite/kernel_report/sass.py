@@ -38,21 +38,14 @@ def instructions(text: str) -> list[Instr]:
     return [Instr(int(m.group(1), 16), m.group(2)) for m in _LINE.finditer(text)]
 
 
-def is_tensor(i: Instr) -> bool:
-    return i.base in TENSOR_OPS or is_utc_mma(i)
-
-
 def is_utc_mma(i: Instr) -> bool:
     """A Blackwell ``tcgen05.mma`` (any input kind)."""
     return _UTC_MMA.fullmatch(i.base) is not None
 
 
-def is_cas(i: Instr) -> bool:
-    return i.base == "ATOMG" and "CAS" in i.mods
-
-
-def is_exch(i: Instr) -> bool:
-    return i.base == "ATOMG" and "EXCH" in i.mods
+def _atomic(i: Instr, kind: str) -> bool:
+    """A global ``CAS`` (a lock's acquire) or ``EXCH`` (its release)."""
+    return i.base == "ATOMG" and kind in i.mods
 
 
 def is_add(i: Instr) -> bool:
@@ -70,8 +63,8 @@ def counts(instrs: list[Instr]) -> dict[str, int]:
         "ldtm": sum(i.base == "LDTM" for i in instrs),
         "ldgsts": sum(i.base == "LDGSTS" for i in instrs),
         "membar": sum(i.base == "MEMBAR" for i in instrs),
-        "cas": sum(is_cas(i) for i in instrs),
-        "exch": sum(is_exch(i) for i in instrs),
+        "cas": sum(_atomic(i, "CAS") for i in instrs),
+        "exch": sum(_atomic(i, "EXCH") for i in instrs),
         "atomic_adds": sum(is_add(i) for i in instrs),
         "nanosleep": sum(i.base == "NANOSLEEP" for i in instrs),
         "instructions": len(instrs),
@@ -86,11 +79,11 @@ def critical_tensor_ops(instrs: list[Instr]) -> list[tuple[int, Instr]]:
     found = []
     held: int | None = None
     for i in instrs:
-        if is_cas(i):
+        if _atomic(i, "CAS"):
             held = i.addr if held is None else held
-        elif is_exch(i):
+        elif _atomic(i, "EXCH"):
             held = None
-        elif held is not None and is_tensor(i):
+        elif held is not None and (i.base in TENSOR_OPS or is_utc_mma(i)):
             found.append((held, i))
     return found
 

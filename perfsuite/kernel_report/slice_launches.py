@@ -1,10 +1,8 @@
 """The default backward's Triton kernel (``slices._grad_slice_kernel``) as launched.
 
-``slices_backward`` launches it per vocab slice with the slice's first column ``v0``
-and its width as plain ints, which Triton specialises by divisibility by 16: the slices
-of one shape compile to at most two binaries (``last`` added when the last slice
-differs). The width is the one ``slices.slice_width`` picks on a GPU (cuBLAS with an
-fp32 output) from the default memory budget.
+Launched per vocab slice with ``v0`` and the width as plain ints, which Triton
+specialises by divisibility by 16: at most two binaries per shape (``+last`` when the
+last slice differs), at the width ``slices.slice_width`` picks on a GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from unittest import mock
 import torch
 import triton
 
-from .launches import Launch, Shape, T, backward_inputs, cfg_arch, flags
+from .launches import DTYPES, Launch, Shape, T, _strides, backward_inputs, cfg_arch, flags
 
 # (smoothing, softcap, class weights) of the variants a real launch can get. Class
 # weights reach the kernel only through the smoothing term (S·w_v); without smoothing
@@ -28,11 +26,10 @@ def slice_width(shape: Shape, dtype: str) -> int:
     """Columns per slice on a GPU at ``shape`` under the default budget (slices.py)."""
     from perfsuite.kernels import slices
 
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     cuda = torch.device("cuda", 0)
     # The probe needs a GPU; on one it finds cuBLAS's fp32-output GEMM (torch ≥ 2.8).
     with mock.patch.object(slices, "_fp32_out_mm", lambda device: True):
-        per = slices.bytes_per_column(shape.n, shape.d, torch_dtype, cuda, "triton", False)
+        per = slices.bytes_per_column(shape.n, shape.d, DTYPES[dtype], cuda, "triton", False)
     return slices.slice_width(shape.v, per, slices.DEFAULT_BUDGET)
 
 
@@ -84,10 +81,7 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
                 "D": d,
                 "v0": v0,
                 "width": cols,
-                "stride_en": d,
-                "stride_ed": 1,
-                "stride_cv": d,
-                "stride_cd": 1,
+                **_strides(d),
                 "stride_on": width,
                 **cfg.meta("slices"),
             }

@@ -1,10 +1,6 @@
-"""Which class a profiled kernel or CPU op belongs to: where a cell's time goes.
-
-Ours are the ``@triton.jit`` functions of ``kernels/*.py``, the peers' those of the
-installed Liger and Cut Cross-Entropy packages, both read from the source (never imported:
-nothing compiles, no renamed kernel is missed). A name no rule knows is ``other``. No
-torch import: the renderer reads ``CLASSES`` without paying for it.
-"""
+"""Which class a profiled kernel or CPU op belongs to (``CLASSES``). Ours and the peers'
+Triton kernels are read from the source, never imported; a name no rule knows is ``other``.
+No torch import: the renderer reads ``CLASSES`` without paying for it."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Is the machine busy? Its state at the start and end of each cell group.
-
-A timing taken while another job shares the cores (or a GPU runs throttled, or another
-process holds it) is wrong, and nothing in the samples says so: on a 2-core CPU one other
-job made eager's forward read 24.2 ms against 2.86 ms quiet. Each group of cells (one
-method's worker over one case) is bracketed by two snapshots: the kernel's busy time on
-our cores (/proc/stat: other containers count too) less our processes' says whether the
-group shared the machine. On CUDA: the SM clock, temperature, throttle reasons and other
-processes (NVML through ``pynvml``, else nvidia-smi, else nothing). Our processes are
-this one and those started with ``RUN_ID_VAR`` set to its pid (workers, compile workers).
+"""Is the machine busy? Two snapshots bracket each cell group: on CPU the kernel's busy
+time on our cores (/proc/stat) less our processes' (this one and those started with
+``RUN_ID_VAR`` set to its pid); on CUDA the SM clock, temperature, throttle reasons and
+other processes (NVML, else nvidia-smi). docs/run.md, "A busy machine", says why.
 """
 
 from __future__ import annotations

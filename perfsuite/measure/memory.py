@@ -1,15 +1,7 @@
-"""Peak memory of one phase, measured in a pass of its own.
-
-CUDA: the caching allocator's counters, which count what tensors hold, not the cache.
-CPU, two meters over the same call:
-
-* tensors (``peak_bytes``, as on CUDA): the running sum of the profiler's allocation
-  and free events. It ignores what is not a tensor: the Triton interpreter's numpy
-  temporaries are an artefact of emulation, not memory the kernel holds.
-* process (``rss_peak_bytes``): ``VmHWM`` (reset to the RSS by ``/proc/self/clear_refs``)
-  less the starting RSS. glibc keeps freed chunks, so workers run with ``CPU_MALLOC_ENV``:
-  large buffers are ``mmap``s returned on free, and small frees never trim the heap
-  mid-phase. Exact to about 32 pages x cores (per-CPU RSS counters).
+"""Peak memory of one phase, in a pass of its own: on CUDA the allocator's counters; on
+CPU the running sum of the profiler's tensor allocations (``peak_bytes``) and the process
+high-water mark ``VmHWM`` (``rss_peak_bytes``; workers run with ``CPU_MALLOC_ENV`` so freed
+buffers leave the process). docs/run.md, "Memory".
 """
 
 from __future__ import annotations
@@ -63,18 +55,14 @@ def cpu_meter_supported() -> str | None:
     return None
 
 
-def _malloc_trim() -> None:
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def measure_rss_peak(fn: Callable[[], object], collect: bool = True) -> Peak:
     """Peak RSS growth while ``fn`` runs (bytes), from the kernel's high-water mark.
     ``collect``: garbage-collect and trim the heap first (~170 ms once transformers is
     loaded: more than a smoke training step)."""
     if collect:
         gc.collect()
-        _malloc_trim()
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
     start = _status_kib("VmRSS")
     fn()

@@ -1,18 +1,8 @@
-"""Where one call's time goes: one call under torch's profiler, as a breakdown by class.
-
-``profile_call`` runs ``fn`` once more, after its timed samples, and sums what the
-profiler saw by class (``kernel_classes.CLASSES``):
-
-* CUDA (``cuda-kernels``): every device activity (kernels, memcpy, memset) by its
-  duration; ``busy_ms`` is the union of their intervals and ``host_ms = wall_ms -
-  busy_ms`` the time the device waited on the host (Python, launches, a sync).
-* CPU (``cpu-ops``): every op's self time, so each millisecond counts once; ``launches``
-  counts the ops that do work (no child but view and allocation ops); ``host_ms = wall_ms
-  - device_ms``, the Python and dispatch time outside any op.
-
-The profiler is ``torch.autograd.profiler.profile`` on Kineto: ``torch.profiler``'s
-first start imports dynamo and inductor (1.7 s, ~150 MB a worker), which the memory
-meter next to it would see.
+"""Where one call's time goes: one more call, after the timed samples, under the autograd
+profiler on Kineto (``torch.profiler``'s first start imports dynamo and inductor, which the
+memory meter beside it would see), summed by class (``kernel_classes.CLASSES``): on CUDA
+each device activity's duration (``host_ms``: wall less the union of their intervals), on
+CPU each op's self time (``host_ms``: wall less their sum).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Three ways to time a sample, one protocol: warm up, flush the cache, time each sample.
-
-* ``events``: a call's wall time (CUDA events, ``perf_counter`` on CPU): what a user waits for.
-* ``graph``: one CUDA graph replay a sample, captured after the warm-up: no Python or launch
-  overhead. A call that cannot be captured raises ``TimerUnsupported`` with the reason.
-* ``kernels``: the profiled device kernels' summed durations (on CPU the ops' self times),
-  launch gaps excluded: the work alone.
+"""Three ways to time a sample, one protocol (docs/run.md#timers): ``events`` (a call's
+wall time), ``graph`` (one CUDA graph replay; ``TimerUnsupported`` says why a call cannot
+be captured), ``kernels`` (the profiled kernels' summed durations, launch gaps excluded).
 """
 
 from __future__ import annotations
@@ -89,10 +85,6 @@ def _capture(
     if failure is not None:
         with suppress(Exception):  # let the stream drain: an error it left is the capture's
             torch.cuda.synchronize(device)
-        raise TimerUnsupported(f"CUDA graph capture failed: {_one_line(failure)}") from None
+        why = f"{type(failure).__name__}: {str(failure).strip()}"
+        raise TimerUnsupported(f"CUDA graph capture failed: {why}") from None
     return graph
-
-
-def _one_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:240]

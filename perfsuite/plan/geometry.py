@@ -1,10 +1,7 @@
-"""Where the synthetic workload puts its unigram prior in hidden space.
-
-The logits ``a·(structure · body) + γ·log π`` (workloads.py) once carried ``log π``
-along hidden dimension 0, twelve times the norm of the rest: a filter's dropped mass
-landed almost all in dE[:, 0]. ``geometry="trained"`` (the default) embeds the same
-logits along a seeded random unit vector u, scaled so that u's share of C's norm is
-``TRAINED_SHARE_C``, measured on the committed trained dump; ``"axis"`` is the old one."""
+"""Where the synthetic workload puts its unigram prior in hidden space: along a seeded
+random unit vector holding ``TRAINED_SHARE_C`` of C's norm, as in a trained dump
+(``"trained"``), or along hidden dimension 0 (``"axis"``, where a filter's dropped mass
+landed almost all in dE[:, 0])."""
 
 from __future__ import annotations
 

@@ -118,6 +118,11 @@ def parse_betas(text: str) -> list[float]:
     return _numbers(text, "beta", float, 0.0, 1.0)
 
 
+def parse_ints(text: str, what: str) -> list[int]:
+    """``--what 1,2,3``: distinct positive integers, ascending."""
+    return sorted(_numbers(text, what, int, 1, math.inf))
+
+
 # Ranks one machine starts for a cell: beyond this a typo (--tp 1000) would fork a
 # thousand processes; a CPU run of more ranks than cores only measures contention.
 TP_MAX = 64
@@ -158,40 +163,33 @@ def resolve_methods(text: str | None, tp: bool = False) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_memory_limit(plan: Plan) -> None:
-    """Refuse a ``--memory-limit`` below the smallest cell's predicted peak: every worker
-    would only find its cell ``oom`` (a 1-byte limit ran 55 s to say so). CPU only, where
-    the limit applies; across ranks each rank holds a shard the model does not predict."""
-    if plan.memory_limit is None or plan.device != "cpu" or plan.tps:
-        return
-    known, softcap = all_methods(), plan.softcap is not None
-    cells = [
-        (*predicted_peak(known[m].caps, s.tokens, s.vocab, s.hidden, d, softcap), m, s.name)
-        for m in plan.methods
-        for s in plan.shapes
-        for d in plan.dtypes_for(s)
-    ]
-    need, what, method, shape = min(cells, key=lambda cell: cell[0])
-    if plan.memory_limit < need:
-        raise PlanError(
-            f"--memory-limit {fmt_size(plan.memory_limit)} is below the smallest cell's "
-            f"predicted peak, ~{fmt_size(need)} ({what}; {method} on {shape}): every "
-            "cell would be oom; raise the limit or leave it out"
-        )
-
-
 def check_fits(plan: Plan) -> None:
-    """Refuse CPU shapes whose correctness gate alone cannot fit, before starting: the
-    same memory model and words as ``sweep``'s skipped cells."""
+    """Refuse, before starting, a CPU run whose every cell would only be ``oom``: a
+    ``--memory-limit`` below the smallest cell's predicted peak (across ranks each rank
+    holds a shard the model does not predict), or a shape whose correctness gate alone
+    cannot fit the RAM (the memory model and words of ``sweep``'s skipped cells)."""
     if plan.device != "cpu":
         return
-    check_memory_limit(plan)
-    # Not --memory-limit: a worker over it is an ``oom`` row, which is what it is for
-    # (only one below every cell's predicted peak is refused, above).
-    capacity = device_capacity("cpu")
+    known, softcap = all_methods(), plan.softcap is not None
+    if plan.memory_limit is not None and not plan.tps:
+        need, what, method, shape = min(
+            [
+                (*predicted_peak(known[m].caps, s.tokens, s.vocab, s.hidden, d, softcap), m, s.name)
+                for m in plan.methods
+                for s in plan.shapes
+                for d in plan.dtypes_for(s)
+            ],
+            key=lambda cell: cell[0],  # the first of equal peaks
+        )
+        if plan.memory_limit < need:
+            raise PlanError(
+                f"--memory-limit {fmt_size(plan.memory_limit)} is below the smallest cell's "
+                f"predicted peak, ~{fmt_size(need)} ({what}; {method} on {shape}): every "
+                "cell would be oom; raise the limit or leave it out"
+            )
+    capacity = device_capacity("cpu")  # not --memory-limit: over it a worker is ``oom``
     if capacity is None:
         return
-    softcap = plan.softcap is not None
     for shape in plan.shapes:
         for dtype in plan.dtypes_for(shape):
             need = gate_bytes(shape.tokens, shape.vocab, shape.hidden, dtype, softcap)
@@ -210,6 +208,16 @@ def check_fits(plan: Plan) -> None:
 # shape's slowest interpreted cell already take hours on a 2-core CPU.
 SAMPLES_MAX = 10_000
 WARMUP_MAX = 1_000
+
+
+def check_measurement(samples: int, warmup: int, memory_limit: int | None) -> None:
+    """The bounds of the options every measuring command shares."""
+    if not 1 <= samples <= SAMPLES_MAX:
+        raise PlanError(f"--samples must be in [1, {SAMPLES_MAX:,}], got {samples:,}")
+    if not 0 <= warmup <= WARMUP_MAX:
+        raise PlanError(f"--warmup must be in [0, {WARMUP_MAX:,}], got {warmup:,}")
+    if memory_limit is not None and memory_limit <= 0:
+        raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {memory_limit}")
 
 
 def default_jobs() -> int:
@@ -248,14 +256,9 @@ def build_plan(
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
-    if not 1 <= samples <= SAMPLES_MAX:
-        raise PlanError(f"--samples must be in [1, {SAMPLES_MAX:,}], got {samples:,}")
-    if memory_limit is not None and memory_limit <= 0:
-        raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {memory_limit}")
+    check_measurement(samples, warmup, memory_limit)
     if softcap is not None and softcap <= 0:
         raise PlanError(f"--softcap must be positive, got {softcap:g}")
-    if not 0 <= warmup <= WARMUP_MAX:
-        raise PlanError(f"--warmup must be in [0, {WARMUP_MAX:,}], got {warmup:,}")
     if not 0 <= seed < 2**32:
         raise PlanError(f"--seed must be in [0, 2**32 - 1], got {seed}")
     if not (math.isfinite(timeout_s) and timeout_s > 0):

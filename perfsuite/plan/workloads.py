@@ -1,14 +1,7 @@
-"""What the kernel is fed: random inputs, a synthetic trained-LM-like workload, or a dump.
-
-Random inputs give a nearly flat softmax (entropy ≈ log V), where gradient filtering
-skips nothing and vocab sorting has nothing to sort; a trained LM's is peaked and
-Zipf-like. A workload is a dict each case carries (``case["workload"]``):
-``{"kind": "synthetic", "entropy": H, "zipf": s}`` calibrates logits
-``a·(peak + noise) + γ·log π`` (π a Zipf(s) prior, geometry.py) by bisection to mean
-entropy H, targets sampled from the softmax; ``{"kind": "file", "path": P}`` reads
-``e``, ``c``, ``targets`` (and optionally ``softcap``) from a ``.safetensors`` or
-``.pt`` dump. Every row records the workload's label and the measured mean entropy.
-"""
+"""What the kernel is fed: random inputs (a nearly flat softmax), a synthetic workload
+peaked and Zipf-like as a trained LM's, ``{"kind": "synthetic", "entropy": H, "zipf": s}``,
+or a ``.safetensors``/``.pt`` dump of ``e``, ``c``, ``targets`` (and optionally
+``softcap``), ``{"kind": "file", "path": P}`` (docs/filtering.md)."""
 
 from __future__ import annotations
 
@@ -222,15 +215,9 @@ def synthetic_inputs(
 def _softcap_value(value: Any, path: str) -> float | None:
     if value is None:
         return None
-    try:
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise WorkloadError(
-                    f"{path}: 'softcap' must be a scalar, has shape {tuple(value.shape)}"
-                )
-            value = value.item()
-        out = float(value)
-    except (TypeError, ValueError):
+    try:  # a string (safetensors' metadata) or a one-element tensor
+        out = float(value.item() if isinstance(value, torch.Tensor) else value)
+    except (TypeError, ValueError, RuntimeError):
         raise WorkloadError(f"{path}: 'softcap' is not a number: {value!r}") from None
     if not out > 0:
         raise WorkloadError(f"{path}: 'softcap' must be positive, got {out:g}")

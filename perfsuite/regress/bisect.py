@@ -1,9 +1,7 @@
-"""``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower.
-
-Measures the good and the bad commit (nothing to bisect unless the bad one is slower by
-``compare``'s rule), then ``git bisect run`` judges each commit between (``bisect_step``).
-All in a temporary detached ``git worktree``, so the user's checkout, HEAD, index, changes
-and own bisection are never touched. Exit 0 found; 1 nothing to bisect or no answer."""
+"""``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower by
+``compare``'s rule, found by ``git bisect run`` (``bisect_step``) in a temporary detached
+worktree: the user's checkout, HEAD, index and own bisection are never touched. Exit 0
+found; 1 nothing to bisect or no answer."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfsuite.args import positive_int
+from perfsuite.args import level, non_negative_int, positive_float, positive_int
 from perfsuite.measure.stats import summarize
 from perfsuite.plan.registry import all_methods
 from perfsuite.plan.shapes import get_shape
@@ -47,14 +45,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--command", metavar="CMD", help="time this shell command instead (wall time, per run)"
     )
     p.add_argument("--samples", type=positive_int, help="per commit (default 20; --command 10)")
-    p.add_argument("--warmup", type=int, help="untimed runs first (default 3; --command 1)")
+    p.add_argument(
+        "--warmup", type=non_negative_int, help="untimed runs first (default 3; --command 1)"
+    )
     p.add_argument(
         "--threshold",
         type=parse_fraction,
         help="smallest slowdown that counts (default compare's: 2%% CUDA, 20%% CPU and --command)",
     )
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="U test level (0.01)")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per measurement")
+    p.add_argument("--alpha", type=level, default=DEFAULT_ALPHA, help="U test level (0.01)")
+    p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds per measurement")
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -185,10 +185,6 @@ def run(args: argparse.Namespace) -> int:
         raise BisectError("--good and --bad are the same commit")
     if git(top, "merge-base", "--is-ancestor", good, bad, check=False).returncode != 0:
         raise BisectError(f"--good {args.good} is not an ancestor of --bad {args.bad}")
-    if not 0 < args.alpha < 1:
-        raise BisectError(f"--alpha {args.alpha:g}: must be in (0, 1)")
-    if (args.warmup or 0) < 0 or not args.timeout > 0:
-        raise BisectError("--warmup must be >= 0 and --timeout > 0")
     spec = spec_from(args)
     if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         print(f"note: uncommitted changes in {top} are left alone and not measured")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.args import level
 from perfsuite.measure.machine import refuse_busy
 from perfsuite.regress.baseline_store import stored_baseline
 from perfsuite.regress.compare_report import print_table, render_markdown
@@ -29,16 +30,11 @@ def parse_fraction(text: str) -> float:
     """``5%`` -> 0.05, ``0.05`` -> 0.05; a bare number above 1 is refused as ambiguous."""
     raw = text.strip()
     try:
-        if raw.endswith("%"):
-            value = float(raw[:-1]) / 100
-        else:
-            value = float(raw)
-            if value > 1:
-                raise argparse.ArgumentTypeError(
-                    f"{text!r} is ambiguous: write {raw}% or {value / 100:g}"
-                )
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a threshold: {text!r} (e.g. 5% or 0.05)") from None
+    if value > 1 and not raw.endswith("%"):
+        raise argparse.ArgumentTypeError(f"{text!r} is ambiguous: write {raw}% or {value / 100:g}")
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"threshold must be >= 0, got {text!r}")
     return value
@@ -69,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", choices=METRICS, default="median", help="time statistic")
     parser.add_argument(
         "--alpha",
-        type=float,
+        type=level,
         default=DEFAULT_ALPHA,
         help=f"significance level of the one-sided U test (default {DEFAULT_ALPHA:g})",
     )

@@ -15,29 +15,21 @@ from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, print_fitted
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 
-STYLE = {
-    "regression": "bold red",
-    "status-changed": "bold red",
-    "missing": "yellow",
-    "improvement": "green",
-    "new": "cyan",
-    "same": "dim",
-}
-ICON = {
-    "regression": "🔴",
-    "status-changed": "🔴",
-    "missing": "🟡",
-    "improvement": "🟢",
-    "new": "🆕",
-    "same": "⚪",
+# Per verdict: its console style and its markdown icon.
+LOOK = {
+    "regression": ("bold red", "🔴"),
+    "status-changed": ("bold red", "🔴"),
+    "missing": ("yellow", "🟡"),
+    "improvement": ("green", "🟢"),
+    "new": ("cyan", "🆕"),
+    "same": ("dim", "⚪"),
 }
 REFRESH_HINT = "refresh the stored baseline: `perfsuite baseline update RESULTS`"
 
 
-def fmt_ms(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.4g}"
+def fmt_number(value: float | None, spec: str, unit: str = "") -> str:
+    """``value`` formatted, or ``-`` when there is none."""
+    return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
 
 
 def fmt_mib(value: int | None) -> str:
@@ -47,12 +39,6 @@ def fmt_mib(value: int | None) -> str:
     if 0 < mib < 0.01:  # a few bytes: "3.81e-06" widened every table's column
         return "<0.01"
     return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
-
-
-def fmt_ratio(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.3f}×"
 
 
 def fmt_p(value: float | None) -> str:
@@ -100,33 +86,18 @@ def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]
     b, c = cell.baseline or {}, cell.current or {}
     return [
         _status(cell, short),
-        fmt_ms(_time(cell.baseline, metric)),
-        fmt_ms(_time(cell.current, metric)),
-        fmt_ratio(cell.time.ratio),
+        fmt_number(_time(cell.baseline, metric), ".4g"),
+        fmt_number(_time(cell.current, metric), ".4g"),
+        fmt_number(cell.time.ratio, ".3f", "×"),
         fmt_p(cell.time.p_slower),
         fmt_mib(b.get("peak_bytes")),
         fmt_mib(c.get("peak_bytes")),
-        fmt_ratio(cell.memory.ratio),
+        fmt_number(cell.memory.ratio, ".3f", "×"),
     ]
 
 
-HEADERS = [
-    "method",
-    "shape",
-    "dtype",
-    "β",
-    "phase",
-    "status",
-    "base ms",
-    "cur ms",
-    "time ×",
-    "p(slower)",
-    "base MiB",
-    "cur MiB",
-    "mem ×",
-    "verdict",
-    "note",
-]
+HEADERS = [*"method shape dtype β phase status".split(), "base ms", "cur ms", "time ×"]
+HEADERS += ["p(slower)", "base MiB", "cur MiB", "mem ×", "verdict", "note"]
 
 
 def summary_line(comparison: Comparison) -> str:
@@ -185,7 +156,7 @@ def _columns(metric: str) -> list[Column]:
 
 def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
-    style = STYLE[cell.verdict]
+    style = LOOK[cell.verdict][0]
     verdict = cell.verdict + (" ✗" if cell.failing else "")
     return [
         cell.row["method"],  # the TP size is in the title
@@ -262,7 +233,8 @@ def _md_row(cells: list[str]) -> str:
 def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
     lines = [_md_row(HEADERS), "|" + "|".join("---" for _ in HEADERS) + "|"]
     for cell in cells:
-        verdict = f"{ICON[cell.verdict]} {cell.verdict}" + (" **(fails)**" if cell.failing else "")
+        fails = " **(fails)**" if cell.failing else ""
+        verdict = f"{LOOK[cell.verdict][1]} {cell.verdict}{fails}"
         lines.append(
             _md_row([*cell_label(cell.row), *_values(cell, metric), verdict, "; ".join(cell.notes)])
         )

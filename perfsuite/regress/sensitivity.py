@@ -1,23 +1,18 @@
-"""``perfsuite sensitivity``: how often ``compare``'s regression detector cries wolf on
-unchanged code here, and how often it catches a real slowdown.
-
-One cell is timed with the suite's protocol in several fresh processes, each timing, in
-shuffled rounds, the method unchanged and slowed by +5 % and +10 % (the same kernels on
-extra tokens, calibrated apart and measured again from the data). A trial compares runs of
-two different processes, so that the noise between processes, as between a stored baseline
-and a nightly run, is in it (``sensitivity_collect``, ``sensitivity_analyse``)."""
+"""``perfsuite sensitivity``: how often ``compare``'s detector cries wolf on unchanged code
+here and how often it catches a real +5 % or +10 % slowdown, trials comparing runs of two
+different processes (docs/regressions.md; ``sensitivity_collect``, ``sensitivity_analyse``)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
 
+from perfsuite.args import int_between, level, positive_int
+from perfsuite.parser import print_error
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_analyse import SCALED_GRID, Report, analyse
 from perfsuite.regress.sensitivity_collect import QUICK, HarnessConfig, collect
@@ -89,17 +84,20 @@ def render_markdown(report: Report) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = HarnessConfig()
     parser.add_argument("--quick", action="store_true", help="a tiny cell, few trials (seconds)")
-    parser.add_argument("--processes", type=int, help=f"worker processes (default {d.processes})")
-    parser.add_argument("--runs", type=int, help=f"rounds per process (default {d.runs})")
-    parser.add_argument("--samples", type=int, help=f"samples per run (default {d.samples})")
+    sizes = [(name, 1, what) for name, what in (("tokens", "N"), ("vocab", "V"), ("hidden", "D"))]
+    counts = [("processes", 1, "worker processes"), ("runs", 2, "rounds per process")]
+    for name, low, what in (*counts, ("samples", 2, "samples per run"), *sizes):
+        help_text = f"{what} (default {getattr(d, name)})"
+        parser.add_argument(f"--{name}", type=int_between(low), help=help_text)
     parser.add_argument(
-        "--slowdowns", default=None, help="injected slowdowns, comma-separated (default 5%%,10%%)"
+        "--slowdowns",
+        type=lambda text: tuple(parse_fraction(x) for x in text.split(",")),
+        help="injected slowdowns, comma-separated (default 5%%,10%%)",
     )
     parser.add_argument("--method", help=f"method timed (default {d.method})")
-    parser.add_argument("--threads", type=int, help="torch threads per worker (default: torch's)")
-    parser.add_argument("--tokens", type=int, help=f"N (default {d.tokens})")
-    parser.add_argument("--vocab", type=int, help=f"V (default {d.vocab})")
-    parser.add_argument("--hidden", type=int, help=f"D (default {d.hidden})")
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch threads per worker (default: torch's)"
+    )
     parser.add_argument(
         "--time-threshold",
         type=parse_fraction,
@@ -107,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the rule's threshold (default: perfsuite compare's for the device)",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cpu")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    parser.add_argument("--alpha", type=level, default=DEFAULT_ALPHA)
     parser.add_argument("--out", type=Path, help="write the raw samples and the report here (JSON)")
     parser.add_argument(
         "--reanalyse", type=Path, help="analyse a JSON written by --out instead of measuring"
@@ -117,70 +115,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
     cfg = QUICK if args.quick else HarnessConfig()
-    known = {f.name for f in fields(HarnessConfig)} - {"slowdowns"}  # --slowdowns: parsed here
+    known = {f.name for f in fields(HarnessConfig)}
     changes = {k: v for k, v in vars(args).items() if k in known and v is not None}
-    if args.slowdowns:
-        try:
-            changes["slowdowns"] = tuple(parse_fraction(x) for x in args.slowdowns.split(","))
-        except argparse.ArgumentTypeError as err:
-            raise ValueError(f"--slowdowns: {err}") from None
     cfg = replace(cfg, **changes)
+    from perfsuite.plan.registry import all_methods
+
+    method = all_methods().get(cfg.method)
+    if method is None:
+        raise ValueError(f"--method {cfg.method}: no such method (see `perfsuite methods`)")
     if cfg.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device here (torch sees none)")
-    elif _is_triton(cfg.method):
+    elif method.caps.triton:
         raise ValueError(
             f"--method {cfg.method} runs Triton kernels, which run on CPU only under the "
             "interpreter (its times say nothing about a GPU): use --device cuda, or eager"
         )
-    if cfg.processes < 1 or cfg.runs < 2 or cfg.samples < 2:
-        raise ValueError("need --processes >= 1, --runs >= 2 and --samples >= 2")
     return cfg
 
 
-def _is_triton(method: str) -> bool:
-    from perfsuite.plan.registry import all_methods
-
-    found = all_methods().get(method)
-    if found is None:
-        raise ValueError(f"--method {method}: no such method (see `perfsuite methods`)")
-    return bool(found.caps.triton)
-
-
-def _read_collected(path: Path) -> dict[str, Any]:
-    document = json.loads(Path(path).read_text())
-    if not isinstance(document, dict) or not isinstance(document.get("data"), dict):
-        raise ValueError(f"{path}: not a file written by `perfsuite sensitivity --out`")
-    return document["data"]
-
-
 def run(args: argparse.Namespace) -> int:
+    from perfsuite.results.results import check_writable, read_json, write_results
+
     try:
         if args.out:
-            from perfsuite.results.results import check_writable
-
             check_writable(args.out, overwrite=True)  # before minutes of measuring
         if args.reanalyse:
-            data = _read_collected(args.reanalyse)
+            data = read_json(args.reanalyse)
+            if not isinstance(data, dict) or not isinstance(data.get("data"), dict):
+                raise ValueError(
+                    f"{args.reanalyse}: not a file written by `perfsuite sensitivity --out`"
+                )
+            data = data["data"]
         else:
-            cfg = config_from_args(args)
-            data = collect(cfg, log=lambda m: print(m, file=sys.stderr, flush=True))
+            data = collect(config_from_args(args), log=lambda m: print(m, file=sys.stderr))
         report = analyse(data, threshold=args.time_threshold, alpha=args.alpha)
     except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print_error(err)
         return 2
     if args.out:
-        from perfsuite.results.results import write_results
-
+        saved = {"report": report.as_dict(), "data": data}
         try:
-            write_results(args.out, {"report": report.as_dict(), "data": data})
+            write_results(args.out, saved)
         except OSError as err:  # never lose a measurement: save it where we can, and say so
             import tempfile
 
             fallback = Path(tempfile.gettempdir()) / f"perfsuite-sensitivity-{os.getpid()}.json"
-            write_results(fallback, {"report": report.as_dict(), "data": data})
+            write_results(fallback, saved)
             print(f"perfsuite sensitivity: cannot write {args.out} ({err.strerror}); "
                   f"saved to {fallback}", file=sys.stderr)  # fmt: skip
     text = render_markdown(report)

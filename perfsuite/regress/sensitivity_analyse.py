@@ -12,13 +12,7 @@ from typing import Any
 
 from perfsuite.measure.stats import mann_whitney_greater, quantile, summarize
 from perfsuite.regress.sensitivity_collect import UNCHANGED
-from perfsuite.regress.verdicts import (
-    DEFAULT_ALPHA,
-    DEFAULT_TIME_THRESHOLDS,
-    Settings,
-    classify_time,
-    compare_time,
-)
+from perfsuite.regress.verdicts import DEFAULT_ALPHA, DEFAULT_TIME_THRESHOLDS, classify_time
 
 THRESHOLD_GRID = (0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)
 SCALED_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3)
@@ -26,15 +20,14 @@ TARGET_DETECTION = 0.95
 TARGET_FALSE_ALARMS = 0.01
 
 
-def rate_bounds(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+def rate_bounds(k: int, n: int) -> tuple[float, float]:
     """Wilson score interval of a rate k/n (95 %)."""
     if n == 0:
         return (math.nan, math.nan)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(method="wilson")
+    return (float(ci.low), float(ci.high))
 
 
 @dataclass
@@ -86,7 +79,6 @@ def analyse(
     data: dict[str, Any],
     threshold: float | None = None,
     alpha: float = DEFAULT_ALPHA,
-    metric: str = "median",
 ) -> Report:
     """Rates at ``threshold`` (default: compare's default for the device) and a sweep."""
     cfg = data["config"]
@@ -96,27 +88,28 @@ def analyse(
     conditions = [UNCHANGED, *cfg["slowdowns"]]
     n_proc, n_runs = len(procs), len(procs[0][f"{UNCHANGED:g}"])
     pairs = _pairs(n_proc, n_runs)
-    settings = Settings(time_threshold=threshold, alpha=alpha, metric=metric)
     base_runs = {
         (p, r): procs[p][f"{UNCHANGED:g}"][r] for p in range(n_proc) for r in range(n_runs)
     }
 
-    def current(cond: float, b: int, r: int, a: int) -> list[float]:
+    def current(cond: float, b: int, r: int) -> list[float]:
         runs = procs[b][f"{cond:g}"]
         return runs[(r + 1) % n_runs] if n_proc == 1 else runs[r]
 
-    # Per trial: ratio and both p-values, once; the verdict of compare's time rule (the
-    # whole of a cell's verdict here: one ok row a side, no memory).
-    trials: dict[float, list[tuple[float, float, float]]] = {}
+    # Per trial: the ratio and p(slower), once; compare's time rule judges them at any
+    # threshold (a cell's whole verdict here: one ok row a side, no memory).
+    def trial(base: list[float], cur: list[float]) -> tuple[float, float]:
+        ratio = summarize(cur, "median") / summarize(base, "median")
+        return ratio, mann_whitney_greater(cur, base)
+
+    def flagged(stats: list[tuple[float, float]], t: float) -> int:
+        return sum(classify_time(x, p, 1.0, t, alpha) == "regression" for x, p in stats)
+
+    trials = {
+        c: [trial(base_runs[(a, r)], current(c, b, r)) for a, b, r in pairs] for c in conditions
+    }
     rates = []
     for cond in conditions:
-        stats, flagged = [], 0
-        for a, b, r in pairs:
-            base, cur = base_runs[(a, r)], current(cond, b, r, a)
-            flagged += compare_time(base, cur, settings).verdict == "regression"
-            ratio = summarize(cur, metric) / summarize(base, metric)
-            stats.append((ratio, mann_whitney_greater(cur, base), mann_whitney_greater(base, cur)))
-        trials[cond] = stats
         injected = None
         if cond != UNCHANGED:  # paired: same process, same round
             ratios = [
@@ -126,29 +119,22 @@ def analyse(
                 for r in range(n_runs)
             ]
             injected = quantile(ratios, 0.5) - 1
-        rates.append(Rate(cond, injected, flagged, len(pairs)))
-
-    def rate_at(cond: float, t: float) -> float:
-        s = trials[cond]
-        return sum(classify_time(x, ps, pf, t, alpha) == "regression" for x, ps, pf in s) / len(s)
+        rates.append(Rate(cond, injected, flagged(trials[cond], threshold), len(pairs)))
 
     sweep = []
     for t in sorted({*THRESHOLD_GRID, threshold}):
-        entry = {"threshold": t, "false_alarms": rate_at(UNCHANGED, t)}
+        entry = {"threshold": t, "false_alarms": flagged(trials[UNCHANGED], t) / len(pairs)}
         for cond in cfg["slowdowns"]:
-            entry[f"detected_{cond:g}"] = rate_at(cond, t)
+            entry[f"detected_{cond:g}"] = flagged(trials[cond], t) / len(pairs)
         sweep.append(entry)
 
     scaled = []
     for delta in SCALED_GRID:
-        hits = 0
-        for a, b, r in pairs:
-            base = base_runs[(a, r)]
-            cur = [x * (1 + delta) for x in current(UNCHANGED, b, r, a)]
-            ratio = summarize(cur, metric) / summarize(base, metric)
-            p = mann_whitney_greater(cur, base)
-            hits += classify_time(ratio, p, 1.0, threshold, alpha) == "regression"
-        scaled.append({"slowdown": delta, "detected": hits / len(pairs)})
+        stats = [
+            trial(base_runs[(a, r)], [x * (1 + delta) for x in current(UNCHANGED, b, r)])
+            for a, b, r in pairs
+        ]
+        scaled.append({"slowdown": delta, "detected": flagged(stats, threshold) / len(pairs)})
     smallest = next((s["slowdown"] for s in scaled if s["detected"] >= TARGET_DETECTION), None)
 
     notes = []
@@ -169,7 +155,7 @@ def analyse(
     return Report(
         notes=notes,
         config=cfg,
-        settings={"threshold": threshold, "alpha": alpha, "metric": metric},
+        settings={"threshold": threshold, "alpha": alpha, "metric": "median"},
         independent_runs=n_proc * n_runs,
         rates=rates,
         sweep=sweep,

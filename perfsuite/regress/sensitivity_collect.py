@@ -1,22 +1,24 @@
-"""The measuring half of ``perfsuite sensitivity``: the cell and its injected
-slowdowns (``HarnessConfig``), what each fresh worker process does (calibrate,
-measure), and the parent collecting their raw samples. Analysis is
-``sensitivity_analyse``; the command ``sensitivity``."""
+"""The measuring half of ``perfsuite sensitivity``: the cell and its injected slowdowns
+(``HarnessConfig``), each fresh worker's calibration or measurement, and the parent that
+collects their raw samples."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.harness.deaths import death_reason, read_json_lines
+from perfsuite.harness.environment import child_env
+from perfsuite.harness.lifecycle import run_worker
+from perfsuite.harness.scratch import scratch
 from perfsuite.measure.stats import quantile, summarize
 
 UNCHANGED = 0.0
@@ -180,23 +182,18 @@ def worker_main(spec_path: str) -> int:
 
 
 def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
-    from perfsuite.measure.memory import CPU_MALLOC_ENV
-
-    spec = {**spec, "out": str(tmp / f"{name}.out.json")}
-    path = tmp / f"{name}.spec.json"
-    path.write_text(json.dumps(spec))
-    cpu = spec["config"].get("device", "cpu") == "cpu"
-    env = {**os.environ, **(CPU_MALLOC_ENV if cpu else {}), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite.regress.sensitivity_collect", str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
-        raise RuntimeError(f"sensitivity worker {name} failed ({proc.returncode}): {tail}")
-    return json.loads(Path(spec["out"]).read_text())
+    """One worker through the harness's worker life (own process group, killed with
+    the run); its one JSON line is its result."""
+    out, path = tmp / f"{name}.out.jsonl", tmp / f"{name}.spec.json"
+    path.write_text(json.dumps({**spec, "out": str(out)}))
+    command = [sys.executable, "-m", "perfsuite.regress.sensitivity_collect", str(path)]
+    env = child_env(spec["config"]["device"], jobs=1, triton=False, busy=False)
+    ended = run_worker(command, env, out, math.inf, lambda lines: False)
+    lines = read_json_lines(out)
+    if ended.returncode != 0 or not lines:
+        why = death_reason(ended.returncode, None, ended.stderr)[1]
+        raise RuntimeError(f"sensitivity worker {name}: {why}")
+    return lines[0]
 
 
 def collect(cfg: HarnessConfig, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -207,7 +204,7 @@ def collect(cfg: HarnessConfig, log: Callable[[str], None] = lambda _: None) -> 
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     env = collect_env(cfg.device, get_method(cfg.method).distributions)
-    with tempfile.TemporaryDirectory(prefix="perfsuite-sens-") as tmp:
+    with scratch() as tmp:
         log("calibrating the injected slowdowns")
         calibration = _spawn({"mode": "calibrate", "config": asdict(cfg)}, Path(tmp), "cal")
         extra = {name: c["extra_tokens"] for name, c in calibration.items()}

@@ -1,8 +1,5 @@
-"""Where a cell's time goes, as text: per cell a stacked bar per method, then the top kernels.
-
-A bar is a character per class (``LETTERS``) and ``.`` for the host's share, scaled to the
-longest wall time; the numbers beside it are exact. The top kernels go through
-``perfsuite.fit``: names fold, numbers are never cut."""
+"""Where a cell's time goes, as text: per cell a stacked bar per method (a letter per
+class, ``.`` for the host), scaled to the longest wall time, then the top kernels."""
 
 from __future__ import annotations
 
@@ -76,12 +73,9 @@ def _title(members: list[dict[str, Any]], width: int) -> list[str]:
     row = members[0]
     sources = sorted({m["breakdown"]["source"] for m in members})
     measured = ", ".join(SOURCES.get(s, s) for s in sources)
-    beta = row.get("beta")
     title = (
-        f"where the time goes: {row.get('shape')} {row.get('dtype')} "
-        f"β={beta:g} {row.get('phase')} ({measured})"
-        if isinstance(beta, (int, float))
-        else f"where the time goes: {row.get('shape')} {row.get('dtype')} {row.get('phase')}"
+        f"where the time goes: {row['shape']} {row['dtype']} β={row['beta']:g} {row['phase']} "
+        f"({measured})"
     )
     legend = "  ".join(f"{LETTERS[c]} {c}" for c in CLASSES) + f"  {HOST} host"
     return fold(title, width).split("\n") + fold(legend, width).split("\n")

@@ -1,10 +1,6 @@
-"""``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site.
-
-No server and no network: ``index.html``, a ``shape-NAME.html`` per shape (a plotly figure
-per device and configuration, change points linked to their commits) and plotly's own
-bundle beside them. Change points and verdicts are ``perfsuite history check``'s, on the
-same series. A commit links to ``--commit-url``, by default GitHub's page when the workflow
-variables say which, else the run's row on the index page."""
+"""``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site (no
+server, no network): ``index.html``, a ``shape-NAME.html`` per shape, and plotly's bundle
+beside them; change points and verdicts are ``history check``'s."""
 
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perfsuite.history import changepoints, store, timelines
+from perfsuite.history.cli import db_option
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import write_atomically
 
@@ -27,12 +24,7 @@ class DashboardError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        default=None,
-        metavar="PATH",
-        help=f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})",
-    )
+    db_option(parser, None)
     parser.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the site")
     parser.add_argument(
         "--commit-url",

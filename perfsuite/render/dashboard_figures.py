@@ -1,9 +1,6 @@
-"""The dashboard's plots: one plotly figure per group of cells (``history.timelines``).
-
-Three panels share the run axis: time (median line, p20-p80 band), the same time relative
-to each method's first segment (a +5 % step of a 20 ms method beside a 60 ms one shows
-there), and peak memory; log axes when methods span more than ``LOG_SPREAD``. Change points
-are vertical lines: red open, orange acknowledged or recovered, dotted grey not a regression."""
+"""The dashboard's plots: per group three panels on the run axis (time with its p20-p80
+band, time relative to each method's first segment, peak memory), change points as
+vertical lines: red open, orange acknowledged or recovered, dotted grey not a regression."""
 
 from __future__ import annotations
 
@@ -34,12 +31,6 @@ def palette(methods: Sequence[str]) -> dict[str, str]:
     return {m: colours[i % len(colours)] for i, m in enumerate(sorted(set(methods)))}
 
 
-def _rgba(colour: str, alpha: float) -> str:
-    colour = colour.lstrip("#")
-    r, g, b = (int(colour[i : i + 2], 16) for i in (0, 2, 4))
-    return f"rgba({r},{g},{b},{alpha})"
-
-
 def _hover(group: Group, line: Line) -> list[list[Any]]:
     runs = group.runs
     return [
@@ -50,6 +41,7 @@ def _hover(group: Group, line: Line) -> list[list[Any]]:
 
 def _time_traces(group: Group, line: Line, colour: str) -> list[Any]:
     import plotly.graph_objects as go
+    from plotly.colors import hex_to_rgb
 
     traces = []
     band = [
@@ -64,7 +56,7 @@ def _time_traces(group: Group, line: Line, colour: str) -> list[Any]:
                 x=xs + xs[::-1],
                 y=[b[2] for b in band] + [b[1] for b in band][::-1],
                 fill="toself",
-                fillcolor=_rgba(colour, 0.18),
+                fillcolor="rgba({},{},{},0.18)".format(*hex_to_rgb(colour)),
                 line={"width": 0},
                 hoverinfo="skip",
                 legendgroup=line.method,

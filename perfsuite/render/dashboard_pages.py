@@ -1,10 +1,6 @@
-"""The dashboard's HTML: the index page and one page per shape (plain templates).
-
-Pages load ``plotly.min.js`` from their own folder (no network) and hold each
-plot's figure as JSON in a ``<script type="application/json">`` block, drawn
-by one small script; ``<select>`` filters (device, dtype, β, phase) show or
-hide whole plots. Every text that comes from the data is HTML-escaped.
-"""
+"""The dashboard's HTML: the index and a page per shape, each plot's figure as JSON in a
+``<script>`` block drawn by one small script, ``<select>`` filters hiding whole plots.
+Every text from the data is HTML-escaped."""
 
 from __future__ import annotations
 
@@ -69,6 +65,11 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _table(cls: str, heads: Sequence[str], rows: Sequence[str]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return f'<table class="{cls}"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
 def _page(title: str, body: str, plotly: bool) -> str:
     script = f'<script src="{PLOTLY_JS}"></script>\n' if plotly else ""
     return (
@@ -119,9 +120,8 @@ def _marks_table(marks: Sequence[Mark], commit_url: Callable[[str], str]) -> str
             f'<td class="num">{m.size:+.1%}</td><td class="{m.state}">{esc(state)}</td>'
             f"<td>{esc(note)}</td></tr>"
         )
-    head = "<tr><th>metric</th><th>method</th><th>run</th><th>commit</th><th>change</th>"
-    head += "<th>verdict</th><th>note</th></tr>"
-    return f'<table class="marks">{head}{"".join(rows)}</table>'
+    heads = ("metric", "method", "run", "commit", "change", "verdict", "note")
+    return _table("marks", heads, rows)
 
 
 def _figure_json(figure: Any) -> str:
@@ -195,12 +195,9 @@ def index_page(
             f'<td class="num">{n_runs}</td><td class="num {"open" if n_open else ""}">'
             f"{n_open}</td></tr>"
         )
-    if open_rows:
-        head = "<tr><th>plot</th><th>method</th><th>metric</th><th>change</th><th>commit</th>"
-        head += "<th>ack with</th></tr>"
-        regressions = f'<table class="regressions">{head}{"".join(open_rows)}</table>'
-    else:
-        regressions = "<p>No open regression.</p>"
+    heads = ("plot", "method", "metric", "change", "commit", "ack with")
+    none = "<p>No open regression.</p>"
+    regressions = _table("regressions", heads, open_rows) if open_rows else none
     run_rows, anchored = [], set()
     for r in reversed(runs):
         anchor = "" if r.sha in anchored else f' id="commit-{esc(r.sha)}"'
@@ -218,9 +215,10 @@ def index_page(
         "rule, on the same series.</p>\n<h2>Open regressions</h2>\n"
         + regressions
         + "\n<h2>Shapes</h2>\n"
-        '<table class="shapes"><tr><th>shape</th><th>devices</th><th>plots</th><th>runs</th>'
-        f"<th>open regressions</th></tr>{''.join(shape_rows)}</table>\n<h2>Runs</h2>\n"
-        '<table class="runs"><tr><th>time</th><th>commit</th><th>device</th><th>environment</th>'
-        f"<th>cells</th><th>run</th><th>file</th></tr>{''.join(run_rows)}</table>"
+        + _table("shapes", ("shape", "devices", "plots", "runs", "open regressions"), shape_rows)
+        + "\n<h2>Runs</h2>\n"
+        + _table(
+            "runs", ("time", "commit", "device", "environment", "cells", "run", "file"), run_rows
+        )
     )
     return _page(title, body, plotly=False)

@@ -16,17 +16,9 @@ from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.results.results import ResultsError
 
 COLUMNS = [
-    "paper method",
-    "β",
-    "ours as",
-    "paper ×CCE",
-    "ours ×CCE",
-    "paper ×compile",
-    "ours ×compile",
-    "paper peak/floor",
-    "ours peak/floor",
-    "our status",
-]
+    "paper method", "β", "ours as", "paper ×CCE", "ours ×CCE", "paper ×compile", "ours ×compile",
+    "paper peak/floor", "ours peak/floor", "our status",
+]  # fmt: skip
 
 # The paper's method names → ours (perfsuite methods).
 PAPER_METHODS = {

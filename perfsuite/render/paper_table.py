@@ -1,9 +1,6 @@
-"""The paper's table as data, independent of format: per (N, V, D, dtype,
-softcap, workload) a table of β sections, a lower-bound row, then one line per
-method of memory, time and an analytic column per phase (roofline fraction on a
-known GPU, else FLOP rate), the best of each column marked. The formats that
-print it are ``report_formats``. One-device cells only: a cell measured across
-ranks (``tp`` set) is another measurement of its method, in ``tp_table``'s tables."""
+"""The paper's table as data, independent of format: per shape a table of β sections,
+the lower bound, then a line per method of memory, time and an analytic column per phase,
+the best of each column marked. One-device cells only (``tp_table`` has the others)."""
 
 from __future__ import annotations
 
@@ -38,10 +35,6 @@ def fmt_flops(flops: float) -> str:
         if flops >= scale:
             return f"{flops / scale:.3g} {unit}"
     return f"{flops:.3g} FLOP"
-
-
-def fmt_rate(flops_per_s: float) -> str:
-    return fmt_flops(flops_per_s) + "/s"
 
 
 @dataclass
@@ -118,7 +111,7 @@ def _method_line(
                 analytic = Cell(f"{100 * frac:.0f}%{marks}", -frac, comparable=fair)
             else:
                 rate = flops / (ms / 1e3)
-                analytic = Cell(fmt_rate(rate) + marks, -rate, comparable=fair)
+                analytic = Cell(fmt_flops(rate) + "/s" + marks, -rate, comparable=fair)
         peak = row.get("peak_bytes")
         cells += [
             Cell(fmt_bytes(peak), peak, comparable=split_ok),
@@ -189,19 +182,8 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
         analytic = "% roofline" if gpu else "FLOP/s"
         device = members[0].get("device", "?")
         where = gpu.name if gpu else (env.get("device") or {}).get("name") or device
-        tables.append(
-            PaperTable(
-                title=f"{shape_title(members)} on {where}",
-                key=key,
-                phases=phases,
-                analytic=analytic,
-                sections=sections,
-                notes=notes,
-                gpu=gpu,
-                shape=members[0].get("shape") or "custom",
-                device=device,
-            )
-        )
+        title, shape = f"{shape_title(members)} on {where}", members[0].get("shape") or "custom"
+        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, shape, device))
     return tables
 
 

@@ -1,10 +1,6 @@
-"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N.
-
-One figure per (quantity, x axis, the other dimensions held fixed, phase), a panel per β,
-log-log, the floor (and on a known GPU the roofline) dashed; only ``ok`` cells are drawn,
-and marks († interpreted, ! busy) are the tables'. Cells across K ranks get figures of their
-own (``…-tpK-…``) with a rank's floor: a rank's peak is never a one-device cell's.
-matplotlib's object API: no pyplot state, no display needed."""
+"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N,
+a figure per (quantity, axis, the dimensions held fixed, phase), a panel per β, log-log,
+the floor (and on a known GPU the roofline) dashed; cells across K ranks get their own."""
 
 from __future__ import annotations
 
@@ -35,19 +31,14 @@ def _value(row: dict[str, Any], quantity: str) -> float | None:
 def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
     """Title text and file-name part for the dimensions held fixed (and the TP size)."""
     other, hidden, dtype, softcap, workload, tp = key
-    other_name = "V" if x == "tokens" else "N"
-    title = f"{other_name}={other}, D={hidden}, {dtype}"
-    slug = f"{other_name}{other}-D{hidden}-{dtype}"
-    if tp is not None:
-        title += f", TP={tp} per rank"
-        slug += f"-tp{tp}"
-    if softcap is not None:
-        title += f", softcap {softcap:g}"
-        slug += f"-cap{softcap:g}"
+    name = "V" if x == "tokens" else "N"
+    parts = [(f"{name}={other}, D={hidden}, {dtype}", f"{name}{other}-D{hidden}-{dtype}")]
+    parts += [(f", TP={tp} per rank", f"-tp{tp}")] if tp is not None else []
+    parts += [(f", softcap {softcap:g}", f"-cap{softcap:g}")] if softcap is not None else []
     if workload and workload != "random":
-        title += f", {workload}"
-        slug += "-" + "".join(ch if ch.isalnum() else "_" for ch in workload).strip("_")
-    return title, slug
+        slug = "".join(ch if ch.isalnum() else "_" for ch in workload).strip("_")
+        parts.append((f", {workload}", f"-{slug}"))
+    return "".join(t for t, _ in parts), "".join(s for _, s in parts)
 
 
 def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[tuple[str, Any]]:
@@ -108,10 +99,6 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
     return fig
 
 
-def _plain(value: float) -> str:
-    return f"{value:,.0f}" if value >= 1 and float(value).is_integer() else f"{value:g}"
-
-
 def _plain_log_labels(axis: Any) -> None:
     """A log axis labelled ``6`` and ``1,000``, not ``6×10⁰`` and ``10³``: matplotlib's
     choice of which ticks get a label, in plain numbers."""
@@ -119,17 +106,17 @@ def _plain_log_labels(axis: Any) -> None:
 
     class Plain(LogFormatter):
         def __call__(self, x: float, pos: int | None = None) -> str:
-            return _plain(x) if super().__call__(x, pos) else ""
+            if not super().__call__(x, pos):
+                return ""
+            return f"{x:,.0f}" if x >= 1 and float(x).is_integer() else f"{x:g}"
 
     axis.set_major_formatter(Plain(labelOnlyBase=False))
     axis.set_minor_formatter(Plain(labelOnlyBase=False))
 
 
 def _data_ticks(ax: Any, xs: list[int]) -> None:
-    """x ticks at the swept values, labelled plainly, no two labels closer than a sixth
-    of the axis (log scale); no minor labels: matplotlib labels every minor tick of an
-    axis spanning under half a decade, and in a panel narrowed by a long legend they ran
-    into each other (``8×10¹9×10¹``)."""
+    """x ticks at the swept values, labelled plainly, no two labels closer than a sixth of
+    the (log) axis, no minor labels (they ran into each other beside a long legend)."""
     from matplotlib.ticker import NullFormatter
 
     span = math.log10(xs[-1] / xs[0])
@@ -243,14 +230,10 @@ def run(args: argparse.Namespace) -> int:
         made = breakdown_figures(r for r in document["rows"] if r["phase"] in phases)
     else:
         made = figures(document, phases)
-    if args.breakdown and not made:
-        console.print(f"[yellow]nothing to plot:[/yellow] no row has a breakdown for {args.phase}")
-        return 1
     if not made:
-        console.print(
-            "[yellow]nothing to plot:[/yellow] no slice of the results varies V or N over "
-            "two or more values (sweep a grid first)"
-        )
+        why = "no slice of the results varies V or N over two or more values (sweep a grid first)"
+        why = f"no row has a breakdown for {args.phase}" if args.breakdown else why
+        console.print(f"[yellow]nothing to plot:[/yellow] {why}")
         return 1
     try:
         args.out.mkdir(parents=True, exist_ok=True)

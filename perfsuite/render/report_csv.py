@@ -1,10 +1,6 @@
-"""The paper's table as CSV for other tools: one line per (table, β, method), every
-number spelled out in its own column (status, memory, time quantiles, marks,
-floor, FLOPs, roofline), written by ``DataFrame.to_csv``. Cells measured across ranks
-follow, one line per (table, β, method, TP size) with ``tp`` set and their numbers per
-rank, as the TP tables': the largest rank's peak, the per-rank floor (⌈V/K⌉ rows of C),
-a 1/K share of the FLOPs, the collectives per call, and no roofline (no model of the
-interconnect); ``tp`` is blank on one-device lines."""
+"""The paper's table as CSV for other tools: a line per (table, β, method), every number
+in its own column; cells across ranks follow, a line per TP size with ``tp`` set and
+their numbers per rank, as the TP tables' (no roofline: no model of the interconnect)."""
 
 from __future__ import annotations
 
@@ -27,18 +23,9 @@ from perfsuite.render.table import (
 from perfsuite.render.tp_table import shard_rows, tp_rows
 
 PER_PHASE = (
-    "status",
-    "mem_mib",
-    "ms",
-    "p20_ms",
-    "p80_ms",
-    "marks",
-    "floor_mib",
-    "gflop",
-    "roofline_ms",
-    "roofline_frac",
-    "achieved_tflop_s",
-)
+    "status", "mem_mib", "ms", "p20_ms", "p80_ms", "marks", "floor_mib", "gflop", "roofline_ms",
+    "roofline_frac", "achieved_tflop_s",
+)  # fmt: skip
 # Per phase, after PER_PHASE, in a document with TP cells: (column, row field, scale).
 TP_PER_PHASE = (
     ("collectives", "collectives", 0),
@@ -46,21 +33,9 @@ TP_PER_PHASE = (
     ("collective_ms", "collective_ms", 1),
 )
 LEADING = (
-    "shape",
-    "tokens",
-    "vocab",
-    "hidden",
-    "dtype",
-    "softcap",
-    "workload",
-    "entropy_nats",
-    "device",
-    "gpu",
-    "beta",
-    "method",
-    "tp",
-    "deterministic",
-)
+    "shape", "tokens", "vocab", "hidden", "dtype", "softcap", "workload", "entropy_nats", "device",
+    "gpu", "beta", "method", "tp", "deterministic",
+)  # fmt: skip
 
 
 def _slug(phase: str) -> str:
@@ -133,15 +108,10 @@ def _record(
 
 
 def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entropy: Any) -> dict:
-    tokens, vocab, hidden, dtype, softcap, workload = key
+    softcap = "" if key[4] is None else key[4]
     return {
         "shape": first.get("shape") or "custom",
-        "tokens": tokens,
-        "vocab": vocab,
-        "hidden": hidden,
-        "dtype": dtype,
-        "softcap": "" if softcap is None else softcap,
-        "workload": workload,
+        **dict(zip(LEADING[1:7], (*key[:4], softcap, key[5]), strict=True)),
         "entropy_nats": "" if entropy is None else f"{entropy:.4f}",
         "device": first.get("device", "?"),
         "gpu": gpu.name if gpu else "",

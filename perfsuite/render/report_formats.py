@@ -1,10 +1,7 @@
-"""The paper's table (``paper_table``) printed by pandas' own writers: markdown
-(``DataFrame.to_markdown``, via tabulate), LaTeX (``Styler.to_latex``, booktabs),
-HTML (``Styler.to_html``) and CSV (``report_csv``). Each table goes through
-``paper_frame``'s pandas frames; what is left here is what pandas cannot know: bold best cells,
-the italic lower-bound row, a rule between β sections, titles and notes. Markdown
-and CSV add the cells measured across ranks (``tp_table``); LaTeX and HTML leave
-them out, with a note."""
+"""The paper's table (``paper_table``) by pandas' own writers: markdown, LaTeX (booktabs),
+HTML and CSV (``report_csv``); what is left here is what pandas cannot know (bold best
+cells, the lower-bound row, rules between β sections, titles and notes). Markdown and CSV
+add the cells across ranks; LaTeX and HTML leave them out, with a note."""
 
 from __future__ import annotations
 
@@ -25,8 +22,6 @@ from perfsuite.render.paper_table import (
 from perfsuite.render.report_csv import render_csv
 from perfsuite.render.tp_table import COLUMNS, tp_footnotes, tp_tables
 
-FORMATS = ("md", "latex", "csv", "html")
-
 
 def _notes(table: PaperTable) -> list[str]:
     return [n for n in (entropy_note(table), *table.notes) if n]
@@ -44,13 +39,6 @@ class PaperFrame:
 
     text: pd.DataFrame
     best: pd.DataFrame
-
-    @property
-    def bound_rows(self) -> pd.Series:
-        """True for each section's lower-bound row."""
-        return pd.Series(
-            self.text.index.get_level_values(METHOD) == LOWER_BOUND, index=self.text.index
-        )
 
 
 def paper_frame(table: PaperTable) -> PaperFrame:
@@ -132,25 +120,11 @@ def render_md(document: dict[str, Any]) -> str:
 # LaTeX (booktabs)
 
 _LATEX_SPECIAL = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "‡": r"$^\ddagger$",
-    "†": r"$^\dagger$",
-    "✗": r"$\times$",
-    "β": r"$\beta$",
-    "×": r"$\times$",
-    "≈": r"$\approx$",
-    "→": r"$\rightarrow$",
-    "…": r"\ldots{}",
-}
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "‡": r"$^\ddagger$", "†": r"$^\dagger$", "✗": r"$\times$", "β": r"$\beta$", "×": r"$\times$",
+    "≈": r"$\approx$", "→": r"$\rightarrow$", "…": r"\ldots{}",
+}  # fmt: skip
 
 
 def latex_escape(text: str) -> str:
@@ -221,7 +195,8 @@ _EMPTY_STYLE = '<style type="text/css">\n</style>\n'
 def html_table(frame: PaperFrame, title: str, uuid: str) -> str:
     """One table (``Styler.to_html``): best cells and lower-bound rows carry a class."""
     classes = frame.best.map(lambda b: "best" if b else "")
-    classes = classes.mask(frame.bound_rows, "bound " + classes, axis=0)
+    bound = frame.text.index.get_level_values(METHOD) == LOWER_BOUND
+    classes = classes.mask(pd.Series(bound, index=frame.text.index), "bound " + classes, axis=0)
     styler = (
         frame.text.style.hide(names=True)
         .set_td_classes(classes)
@@ -254,9 +229,9 @@ def render_html(document: dict[str, Any]) -> str:
 
 
 RENDERERS = {"md": render_md, "latex": render_latex, "csv": render_csv, "html": render_html}
+FORMATS = tuple(RENDERERS)
 
 
 def render(document: dict[str, Any], fmt: str) -> str:
-    if fmt not in RENDERERS:
-        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    """``document``'s paper tables in ``fmt`` (one of ``FORMATS``: argparse's choices)."""
     return RENDERERS[fmt](document)

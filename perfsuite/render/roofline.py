@@ -1,13 +1,6 @@
-"""Analytic time: FLOPs and bytes per phase (math.md) against a GPU's datasheet peaks.
-
-FLOPs (math.md, "Compute lower bound"): the forward is one N×V×D matmul,
-2·N·V·D; a backward that does not store the logits recomputes them and forms
-dE and dC, 6·N·V·D; forward+backward 8·N·V·D. Bytes: the inputs read once per
-pass, the per-token losses and the gradients written. The roofline time is the
-larger of FLOPs / peak and bytes / bandwidth; a measured time's *fraction of
-roofline* is roofline / measured (1 = at the datasheet limit). Unfiltered: a
-kernel that skips gradient blocks can beat it, which is the point.
-"""
+"""Analytic time (docs/math.md): FLOPs (2NVD fwd, 6NVD bwd, 8NVD both) and minimal bytes
+per phase against a GPU's datasheet peaks; the roofline is the larger of the two times,
+and a measured time's fraction of it roofline / measured (filtering can beat 1)."""
 
 from __future__ import annotations
 
@@ -29,18 +22,8 @@ class GPU:
     memory_gb: float
 
 
-# Datasheet figures. NVIDIA quotes tensor-core numbers "with sparsity"; the
-# dense figures below are half of those.
-# - H100 SXM5 / PCIe / NVL: NVIDIA H100 Tensor Core GPU datasheet (2023):
-#   SXM BF16/FP16 1,979 TFLOPS sparse → 989.5 dense, FP32 67, 3.35 TB/s, 80 GB;
-#   PCIe 1,513 → 756.5, FP32 51, 2.0 TB/s, 80 GB; NVL 1,671 → 835.5, FP32 60,
-#   3.9 TB/s, 94 GB.
-# - H200 SXM / NVL: NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16/FP16
-#   1,979 → 989.5 dense, FP32 67, 4.8 TB/s, 141 GB; NVL 1,671 → 835.5, FP32 60,
-#   4.8 TB/s, 141 GB.
-# - A100: NVIDIA A100 Tensor Core GPU datasheet (2021): BF16/FP16 312 dense
-#   (624 sparse), FP32 19.5; 80 GB SXM 2,039 GB/s, 80 GB PCIe 1,935 GB/s,
-#   40 GB 1,555 GB/s.
+# Dense figures: half of NVIDIA's "with sparsity" tensor-core numbers, from the H100 (2023),
+# H200 (2024) and A100 (2021) Tensor Core GPU datasheets; FP32 is the CUDA-core figure.
 GPUS: dict[str, GPU] = {
     g.name: g
     for g in (

@@ -1,9 +1,6 @@
-"""The console table, laid out as the paper's: method rows, fwd / bwd / fwd+bwd
-column groups of memory and time, one table per (shape, dtype, beta), with the
-memory lower bound as the first row and N/A where a method does not apply.
-
-Only one-device cells (``tp`` None): cells measured across ranks (``run --tp``) are
-other measurements of the same method and are ``perfsuite.render.tp_table``'s."""
+"""The console table, laid out as the paper's: one table per (shape, dtype, β), method
+rows, fwd / bwd / fwd+bwd columns of memory and time, the lower bound first. One-device
+cells only: cells across ranks are ``tp_table``'s."""
 
 from __future__ import annotations
 
@@ -234,11 +231,8 @@ def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> lis
 def build_tables(
     rows: Iterable[dict[str, Any]], width: int | None = None
 ) -> list[tuple[Table, list[str]]]:
-    """One table per (shape, dtype, β), each with its numbered notes.
-
-    Units live in the headers and reasons in notes under the table, so that the
-    table stays readable in an 80-column CI log; a table still wider than
-    ``width`` is printed one phase at a time rather than cut."""
+    """One table per (shape, dtype, β), each with its numbered notes; one wider than
+    ``width`` is printed a phase at a time rather than cut."""
     out = []
     for members in group_rows(one_device(rows)).values():
         beta = members[0]["beta"]
@@ -256,10 +250,9 @@ def build_tables(
             continue
         for i, phase in enumerate(phases):  # too wide: one phase at a time
             one = [(name, cells[2 * i : 2 * i + 2], refs) for name, cells, refs in lines]
-            last = i == len(phases) - 1
-            part = _table(f"{title}, {phase}", [phase], one, width)
-            part = part or _table(f"{title}, {phase}", [phase], one, None)
-            out.append((part, numbered if last else []))
+            part_title = f"{title}, {phase}"
+            part = _table(part_title, [phase], one, width) or _table(part_title, [phase], one, None)
+            out.append((part, numbered if i == len(phases) - 1 else []))
     return out
 
 
@@ -273,36 +266,32 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
     return notes + ([tp_note(rows)] if tp_note(rows) else [])
 
 
+# What each mark means, said once under the tables that carry it.
+MARK_NOTES = {
+    GRADS_IN_FWD_MARK: "computes gradients inside forward: its fwd/bwd split is not comparable, "
+    "fwd+bwd is the fair column.",
+    INTERPRETED_MARK: "Triton interpreter on CPU: timing says nothing about GPU speed; memory "
+    "and correctness do count.",
+    NONDETERMINISTIC_MARK: "not bit-deterministic: two fwd+bwd calls on the same inputs gave "
+    "different loss or gradient bits.",
+    BUSY_MARK: "measured on a busy machine (other processes on the cores, or a throttled or "
+    "shared GPU): its time is not trustworthy; compare will not judge it.",
+    WRONG_MARK: "failed the correctness gate (see its note): timed, never counted best.",
+}
+
+
 def mark_notes(rows: list[dict[str, Any]]) -> list[str]:
     """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured."""
-    notes = []
     known = all_methods()
-    if any(grads_in_forward(r["method"], known, r["beta"]) for r in rows):
-        notes.append(
-            f"{GRADS_IN_FWD_MARK} computes gradients inside forward: its fwd/bwd split is not "
-            "comparable, fwd+bwd is the fair column."
-        )
-    if any(r.get("interpreted") for r in rows):
-        notes.append(
-            f"{INTERPRETED_MARK} Triton interpreter on CPU: timing says nothing about GPU speed; "
-            "memory and correctness do count."
-        )
-    if any(r.get("deterministic") is False for r in rows):
-        notes.append(
-            f"{NONDETERMINISTIC_MARK} not bit-deterministic: two fwd+bwd calls on the same "
-            "inputs gave different loss or gradient bits."
-        )
-    if any(r.get("busy") for r in rows):
-        notes.append(
-            f"{BUSY_MARK} measured on a busy machine (other processes on the cores, or a "
-            "throttled or shared GPU): its time is not trustworthy; compare will not judge it."
-        )
-    if any(r["status"] == "wrong" and measured(r) for r in rows):
-        notes.append(
-            f"{WRONG_MARK} failed the correctness gate (see its note): timed, never counted best."
-        )
-    device = next((r.get("device") for r in rows), None)
-    if device == "cpu":
+    carried = {
+        GRADS_IN_FWD_MARK: any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
+        INTERPRETED_MARK: any(r.get("interpreted") for r in rows),
+        NONDETERMINISTIC_MARK: any(r.get("deterministic") is False for r in rows),
+        BUSY_MARK: any(r.get("busy") for r in rows),
+        WRONG_MARK: any(r["status"] == "wrong" and measured(r) for r in rows),
+    }
+    notes = [f"{mark} {MARK_NOTES[mark]}" for mark, shown in carried.items() if shown]
+    if next((r.get("device") for r in rows), None) == "cpu":
         notes.append(
             "CPU run: memory is what torch tensors hold at the peak (CPU allocator events), "
             "the CPU counterpart of CUDA's max_memory_allocated; process RSS is in the results."

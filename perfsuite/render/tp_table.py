@@ -1,10 +1,7 @@
-"""The console table of cells measured across ranks (``run --tp``): what a TP user reads.
-
-One table per (shape, dtype, β), a line per method × TP size, from one phase (fwd+bwd when
-measured): the step's median (the slowest rank's), the FLOP rate per rank and over all ranks,
-the largest rank's peak beside the per-rank floor (⌈V/K⌉ rows of C), the collectives' share
-and the scaling against TP = 1 of the same method; a one-device cell, measured by another
-harness, is never that reference. ``tp_tables`` is the data, shared by the markdown report."""
+"""The console table of cells measured across ranks (``run --tp``): per (shape, dtype, β)
+a line per method and TP size from one phase (fwd+bwd when measured), with rates, the
+per-rank floor and the scaling against the same method's TP = 1 (never a one-device
+cell). ``tp_tables`` is the data, shared by the markdown report."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from perfsuite.fit import Column, fit_table, print_fitted
 from perfsuite.plan.memory_model import floor_bytes
@@ -35,18 +31,10 @@ from perfsuite.render.table import (
 
 # (key, header): the columns of a TP table, in order; "unit" in a header is the table's.
 COLUMNS = (
-    ("method", "method"),
-    ("tp", "TP"),
-    ("ms", "p50 ms"),
-    ("rate", "rank {rate}"),
-    ("total", "all {rate}"),
-    ("peak", "rank {mem}"),
-    ("floor", "floor {mem}"),
-    ("comm", "coll %"),
-    ("colls", "colls"),
-    ("speedup", "speedup"),
-    ("memcut", "mem ÷"),
-)
+    ("method", "method"), ("tp", "TP"), ("ms", "p50 ms"), ("rate", "rank {rate}"),
+    ("total", "all {rate}"), ("peak", "rank {mem}"), ("floor", "floor {mem}"), ("comm", "coll %"),
+    ("colls", "colls"), ("speedup", "speedup"), ("memcut", "mem ÷"),
+)  # fmt: skip
 # Dropped, in this order, when the table does not fit the terminal.
 OPTIONAL = ("colls",)
 RATES = ((1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1.0, "FLOP/s"))
@@ -103,11 +91,6 @@ def fmt_bytes(n: int) -> str:
 
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else ""
-
-
-def _phase(members: list[dict[str, Any]]) -> str:
-    phases = present_phases(members)
-    return "fwd+bwd" if "fwd+bwd" in phases else phases[0]
 
 
 def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, str]:
@@ -170,7 +153,8 @@ def _line(
 
 def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
     first = members[0]
-    phase = _phase(members)
+    phases = present_phases(members)
+    phase = "fwd+bwd" if "fwd+bwd" in phases else phases[0]
     beta = first["beta"]
     title = (
         f"{shape_title(members)}, β={beta:g} on {first.get('device', '?')}: "
@@ -246,54 +230,42 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
 # Console
 
 
-def _console_rows(table: TpTable, keys: list[str]) -> list[list[str]]:
+def _layout(table: TpTable, keys: list[str], fold: bool) -> tuple[list[Column], list[list[str]]]:
+    """The columns and console rows (the time cell in its style) of ``keys``."""
+
     def cell(line: TpLine, key: str) -> str:
         text = line.refs if key == "note" else line.cells.get(key, "")
         return f"[{line.style}]{text}[/{line.style}]" if key == "ms" and line.style else text
 
-    return [[cell(line, key) for key in keys] for line in table.lines]
-
-
-def _columns(
-    table: TpTable, drop: tuple[str, ...], fold: bool = True
-) -> tuple[list[str], list[Column]]:
-    keys = [key for key, _ in COLUMNS if key not in drop]
-    keys += ["note"] if any(line.refs for line in table.lines) else []
-    columns = []
-    for key in keys:
-        if key in ("method", "note"):
-            columns.append(Column(key, fold=fold and key == "method"))
-        else:
-            columns.append(Column(table.headers[key], "right", fold=False))
-    return keys, columns
-
-
-def console_table(table: TpTable, width: int) -> tuple[Table | None, tuple[str, ...]]:
-    """``table`` fitted to ``width``: optional columns go before a method name folds
-    (the table or None when it cannot fit at all, the columns dropped)."""
-    options = dict(title=table.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for drop, fold in (((), False), (OPTIONAL, False), (OPTIONAL, True)):
-        keys, columns = _columns(table, drop, fold)
-        fitted = fit_table(
-            columns, _console_rows(table, keys), width, collapse_padding=True, **options
-        )
-        if fitted is not None:
-            return fitted, drop
-    return None, OPTIONAL
+    columns = [
+        Column(key, fold=fold and key == "method")
+        if key in ("method", "note")
+        else Column(table.headers[key], "right", fold=False)
+        for key in keys
+    ]
+    return columns, [[cell(line, key) for key in keys] for line in table.lines]
 
 
 def print_tp_tables(console: Console, document: dict[str, Any]) -> None:
-    """The TP tables of ``document`` and their notes (nothing when it has no TP cell)."""
+    """The TP tables of ``document`` and their notes (nothing when it has no TP cell):
+    optional columns go before a method name folds; too narrow even folded, each line
+    is a block of every column, nothing cut."""
     tables = tp_tables(document["rows"])
     narrow = False
     for table in tables:
-        fitted, dropped = console_table(table, console.width)
-        if fitted is not None:
-            console.print(fitted)
-            narrow |= any(any(line.cells.get(k) for line in table.lines) for k in dropped)
-        else:  # too narrow even folded: each line as a block of every column, nothing cut
-            keys, columns = _columns(table, ())
-            print_fitted(console, columns, _console_rows(table, keys), title=table.title)
+        notes = ["note"] if any(line.refs for line in table.lines) else []
+        keys = [key for key, _ in COLUMNS] + notes
+        short = [key for key in keys if key not in OPTIONAL]
+        options = dict(title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        options |= dict(title=table.title, collapse_padding=True)
+        for shown in (keys, short):
+            fitted = fit_table(*_layout(table, shown, False), console.width, **options)
+            if fitted is not None:
+                console.print(fitted)
+                narrow |= shown is short and any(ln.cells.get("colls") for ln in table.lines)
+                break
+        else:
+            print_fitted(console, *_layout(table, keys, True), **options)
         for note in table.notes:
             console.print(note, markup=False, highlight=False)
     if narrow:

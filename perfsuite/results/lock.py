@@ -1,12 +1,6 @@
-"""One writer per results file: ``fcntl.flock`` on a hidden lock file beside it.
-
-A results file is rewritten whole (``write_results``: temporary file, then rename),
-so two processes that both read it, add rows and write it back keep only the last
-writer's rows. ``sweep`` takes this lock before it reads the file it will write
-and holds it to the end; a second writer gets a one-line refusal instead of
-silently losing the first one's measurements. The lock goes with the process
-(closed file, killed process), so a crash never leaves the file locked.
-"""
+"""One writer per results file (it is rewritten whole, so two writers keep only the last
+one's rows): ``fcntl.flock`` on a hidden lock file beside it, held by ``sweep`` from
+before it reads the file to the end; it goes with the process, so a crash leaves none."""
 
 from __future__ import annotations
 

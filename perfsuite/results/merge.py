@@ -1,13 +1,7 @@
-"""``perfsuite merge A.json B.json … -o all.json``: join results files (e.g. the shards
-of a sweep) after checking that they were measured under the same environment.
-
-Environments must agree on the device, the code (git SHA), every library
-version both record, and the timing method (samples, warm-up, seed, phases);
-``--allow-mismatch`` joins them anyway and records the differences. A cell
-(``cells.cell_key``) measured in two files is an error unless ``--duplicates
-first|last`` says which to keep; a ``skipped`` row always yields to a measured one.
-It joins loss cells, on one device or across ranks; a training step's file is refused.
-"""
+"""``perfsuite merge A.json B.json … -o all.json``: join results files (a sweep's shards)
+measured under the same environment (device, code, library versions, timing), unless
+``--allow-mismatch`` (recorded; never devices). A cell in two files is an error unless
+``--duplicates first|last``; a ``skipped`` row yields to a measured one."""
 
 from __future__ import annotations
 
@@ -123,16 +117,12 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.fit import TrimmedConsole as Console
 
     console = Console(stderr=True)
-    try:
-        # Before reading: a one-line error; never over an input (merging b into a is `-o c`).
-        check_writable(args.out, overwrite=True, flag="-o", inputs=args.inputs)
-        documents = [(str(path), load_results(path)) for path in args.inputs]
-        merged = merge_documents(
-            documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates
-        )
-    except (ResultsError, MergeError) as err:
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
-        return 2
+    # Before reading: a one-line error; never over an input (merging b into a is `-o c`).
+    check_writable(args.out, overwrite=True, flag="-o", inputs=args.inputs)
+    documents = [(str(path), load_results(path)) for path in args.inputs]
+    merged = merge_documents(
+        documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates
+    )
     try:
         write_results(args.out, merged)
     except OSError as err:

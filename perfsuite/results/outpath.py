@@ -1,10 +1,6 @@
-"""One check, and one wording, for every output path a command is given.
-
-Each command checks its output before any work, so a bad path costs nothing: a
-directory where a file goes, an existing file where a folder goes (also as an
-ancestor: ``--out afile/r.json`` used to say "File exists" or "Not a directory",
-in each command's own words), a folder that cannot be created or written.
-"""
+"""One check, and one wording, for every output path a command is given, before any work:
+a folder where a file goes, a file where a folder goes (also as an ancestor), a folder
+that cannot be made or written."""
 
 from __future__ import annotations
 

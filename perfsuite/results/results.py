@@ -1,10 +1,5 @@
-"""The results file: one JSON document with provenance and one row per cell.
-
-Its layout (version 2, rows by kind) and the one schema it is read by are in
-``perfsuite.results.schema``; this module builds (``new_document``, of ``kinds.Row``s),
-writes and reads it. Written atomically (temp file + rename) so an interrupted run never leaves a
-truncated file behind; loaded into pandas with one call (``load_dataframe``).
-"""
+"""The results file: one JSON document of provenance and a row per cell, built
+(``new_document``), written atomically and read (its schema: ``results.schema``)."""
 
 from __future__ import annotations
 
@@ -19,11 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import them from here)
     CELL_KEY,
-    DTYPES,
-    KINDS,
     MEASURED,
     PHASES,
-    READS,
     SCHEMA_VERSION,
     STATUSES,
     STEP_PHASES,
@@ -82,12 +74,6 @@ def check_writable(
         raise ResultsError(str(err)) from None
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:
     """``data`` into ``path`` through a temporary file and a rename, so that no reader and
     no crash ever sees half a file; with the user's umask (not mkstemp's 0600)."""
@@ -99,7 +85,9 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        mask = os.umask(0)  # read the umask: setting it is the only way
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -116,12 +104,8 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
 
 
 def json_error(text: str, err: json.JSONDecodeError) -> str:
-    """One line for a JSON parse error: where, and whether the file looks cut short.
-
-    json's own message ends in "at" where it names a position ("Unterminated string
-    starting at"), so "at line" would double it. A file cut short fails at its end, or
-    inside a string that runs to its end: both get "(truncated?)"; an empty file says so.
-    """
+    """One line for a JSON parse error: where, and "(truncated?)" when it fails at the end
+    or in a string running to it (json's "... at" message would say "at" twice)."""
     if not text.strip():
         return "not valid JSON: the file is empty"
     cut = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")

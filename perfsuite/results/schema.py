@@ -1,23 +1,7 @@
-"""The results document's one schema (pydantic), its version 2 layout on disk, and the
-reading of versions 1 and 2 into the flat rows every reader uses.
-
-On disk, version 2::
-
-    {"schema_version": 2,
-     "env": {...},                      # provenance, once: created, git, device, plan, ...
-     "rows": [{"kind": "tp",            # loss | tp | step | train
-               "method": ..., "tokens": ..., ..., "phase": ..., "status": ...,
-               "tp": 2,                 # tp rows only: the ranks, part of the cell's identity
-               "metrics": {"collectives": 4, "collective_bytes": ..., "collective_ms": ...}}]}
-
-Every kind has ``Row``'s cell fields; ``metrics`` holds what only that kind measures
-(``kinds.METRICS``), and each kind has its own phases. Version 1 (every file before) has
-the same fields flat and no kind: its rows (and version 2 rows dumped flat, as in memory)
-are laid out as version 2 and checked by the same models. In memory (``load_results``,
-``new_document``) a row is flat with its ``kind``: readers index ``row["loss_ms"]``
-whatever the version. Any defect is one ``ResultsError`` line naming the file, the row
-and the field.
-"""
+"""The results document's one schema (pydantic) and the reading of versions 1 and 2 into
+the flat rows every reader uses (layout: docs/run.md, "Results file"). Version 1 rows, and
+version 2 rows dumped flat as in memory, are laid out as version 2 and checked by the same
+models; any defect is one ``ResultsError`` line naming the file, the row and the field."""
 
 from __future__ import annotations
 

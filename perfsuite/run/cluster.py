@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.args import positive_int
+from perfsuite.harness.progress import cell_label, finished_lines
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
 from perfsuite.results.merge import MergeError, merge_documents
@@ -222,10 +223,7 @@ def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> di
     print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)
 
     def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:
-        c = unit.case
-        statuses = ",".join(sorted({r["status"] for r in rows}))
-        print(f"{unit.method} N={c['tokens']} V={c['vocab']} D={c['hidden']} β={c['beta']:g}: "
-              f"{statuses}", flush=True)  # fmt: skip
+        print(finished_lines(cell_label(unit.method, unit.case), rows)[0], flush=True)
 
     try:
         document = job.run(on_cell)
@@ -266,7 +264,9 @@ def _submitted(args: argparse.Namespace, submit: Any) -> Any:
     except (FailedJobError, FailedSubmissionError, OSError) as err:
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), repr(err))
         where = f" (--partition {args.partition})" if args.partition else ""
-        raise PlanError(f"sbatch refused the job array{where}: {first}") from None
+        raise PlanError(
+            f"sbatch refused the job array{where}: {first}; nothing was submitted"
+        ) from None
 
 
 def _failure(job: Any) -> str | None:
@@ -326,17 +326,12 @@ def run(args: argparse.Namespace) -> int:
     """``perfsuite sweep``: in this process, or as a job array with ``--executor``."""
     from perfsuite.fit import TrimmedConsole
 
-    console = TrimmedConsole(stderr=True, log_path=False)
     if args.executor is None and _given(args, CLUSTER_ONLY):
-        console.print(f"[red]error:[/red] {', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
-        return 2
+        raise PlanError(f"{', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
     if args.executor is None:
         return sweep.run(args)
-    try:
-        array = ArraySweep(args)
-    except (PlanError, ValueError) as err:
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
-        return 2
+    console = TrimmedConsole(stderr=True, log_path=False)
+    array = ArraySweep(args)
     try:
         console.print(
             f"sweep: {len(array.units)} cells (method x case) in {array.n} shards, "
@@ -344,13 +339,7 @@ def run(args: argparse.Namespace) -> int:
             f"({args.executor}) → {array.out}",
             soft_wrap=True,
         )
-        failed: dict[int, str] = {}
-        if array.todo:
-            try:
-                failed = _run_array(_import_submitit(), array, console)
-            except PlanError as err:
-                console.print(f"[red]error:[/red] {err}; nothing was submitted", soft_wrap=True)
-                return 2
+        failed = _run_array(_import_submitit(), array, console) if array.todo else {}
         try:
             document = array.assemble(failed)
         except (MergeError, ResultsError) as err:

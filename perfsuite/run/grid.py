@@ -14,7 +14,7 @@ from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import cell_key
 from perfsuite.run.worker import case_rows
-from perfsuite.tp_method import case_of, case_reason
+from perfsuite.tp_method import case_reason
 
 
 @dataclass
@@ -32,23 +32,6 @@ def unit_keys(unit: Unit, phases: list[str]) -> list[tuple]:
         cell_key({**unit.case, "method": unit.method, "phase": p, "workload": label})
         for p in phases
     ]
-
-
-def parse_ints(text: str, what: str) -> list[int]:
-    values = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        try:
-            value = int(item)
-        except ValueError:
-            raise PlanError(f"--{what}: {item!r} is not an integer") from None
-        if value <= 0:
-            raise PlanError(f"--{what}: must be positive, got {value}")
-        values.append(value)
-    if not values:
-        raise PlanError(f"--{what} is empty")
-    return sorted(set(values))
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -121,18 +104,12 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
     """Why the unit is predicted not to fit, or None (attempt it)."""
     if capacity is None:
         return None
-    method = known[unit.method]
-    c = unit.case
-    case = case_of(c)
-    if method.availability(case.device) is not None or case_reason(method, c):
+    method, c = known[unit.method], unit.case
+    if method.availability(c["device"]) is not None or case_reason(method, c):
         return None  # the worker says why, cheaply and more usefully
+    softcap = c.get("softcap") is not None
     need, what = predicted_peak(
-        method.caps,
-        c["tokens"],
-        c["vocab"],
-        c["hidden"],
-        c["dtype"],
-        softcap=c.get("softcap") is not None,
+        method.caps, c["tokens"], c["vocab"], c["hidden"], c["dtype"], softcap
     )
     if need <= capacity:
         return None

@@ -1,10 +1,6 @@
-"""A multi-rank worker: the launcher of K ranks for one method's cases at one TP size.
-
-It computes each case's fp32 reference and tolerances once (not K times, and off the
-ranks' memory), then starts the ranks with torch's elastic launcher (``torchrun``'s
-engine: c10d rendezvous on a free port, no restarts). When a rank fails, it names the
-rank that failed first and why in a ``{"failed": case, ...}`` line, and the runner
-starts again after that case."""
+"""A multi-rank worker: computes each case's fp32 reference once (not K times, and off the
+ranks' memory), then starts K ranks with torch's elastic launcher; when a rank fails, a
+``{"failed": case, ...}`` line names the rank that failed first and why."""
 
 from __future__ import annotations
 
@@ -24,17 +20,14 @@ from perfsuite.harness.protocol import emitter
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import QUANTITIES, gate_reference
 from perfsuite.run.ranks import peer_gone, rank_main, record_path, reference_path
-from perfsuite.run.worker import WorkerSpec, describe, is_oom, limit_memory
-from perfsuite.tp_method import case_of
+from perfsuite.run.worker import WorkerSpec, describe, is_oom, limit_memory, method_case
 
 
 def write_references(spec: WorkerSpec) -> None:
     """Each case's fp32 reference (loss, dE, dC) and tolerances, one file per case."""
-    terms = methods_for("tp")[spec.method].terms
+    method = methods_for("tp")[spec.method]
     for index, raw in enumerate(spec.cases):
-        case = case_of(raw)
-        if terms is not None:
-            case = terms.apply(case)
+        case = method_case(method, raw)
         try:
             _, reference, bounds = gate_reference(case, spec.seed, raw.get("workload"))
             saved: dict[str, Any] = {q: reference.get(q).cpu() for q in QUANTITIES}
@@ -97,11 +90,6 @@ def root_cause(failures: dict[int, Any], out: str, world: int, timeout_s: float)
     return "error", f"rank {rank} exited with code {first.exitcode}"
 
 
-def _case_in_flight(out: str) -> int:
-    starts = [line["start"] for line in read_json_lines(Path(out)) if "start" in line]
-    return starts[-1] if starts else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -133,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         elastic_launch(config, rank_main)(spec_path)
     except ChildFailedError as err:
         status, reason = root_cause(err.failures, spec.out, tp, spec.collective_timeout_s)
-        with emitter(spec.out) as emit:
-            emit({"failed": _case_in_flight(spec.out), "status": status, "reason": reason[:500]})
+        starts = [line["start"] for line in read_json_lines(Path(spec.out)) if "start" in line]
+        with emitter(spec.out) as emit:  # the case in flight
+            emit({"failed": (starts or [0])[-1], "status": status, "reason": reason[:500]})
         return 3
     return 0
 

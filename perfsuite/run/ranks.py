@@ -1,11 +1,7 @@
-"""One method's cells at one TP size, inside each of the K ranks.
-
-Each rank joins the process group (NCCL on CUDA, gloo on CPU; every collective bounded
-by the spec's timeout), builds the full inputs and keeps its Megatron-layout rows of C.
-A cell passes the gate only when every rank does (against the launcher's fp32
-reference); memory is the largest rank's peak, a sample the slowest rank's. Rank 0
-writes the rows; a rank that fails outside the method's statuses writes why to its
-record file, so that the launcher can name the rank that failed first."""
+"""One method's cells at one TP size, inside each of the K ranks: a cell passes the gate
+only when every rank does, memory is the largest rank's peak, a sample the slowest
+rank's. A rank that fails writes why to its record file, so that the launcher can name
+the rank that failed first (docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -29,8 +25,8 @@ from perfsuite.method import Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, bit_identical, judge, run_once
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.worker import Phase, WorkerSpec, case_rows, failure, fill
-from perfsuite.tp_method import ParallelMethod, Shard, case_of, shard_ranges
+from perfsuite.run.worker import Phase, WorkerSpec, case_rows, failure, fill, method_case
+from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
 # What a rank says when a peer died under it: a consequence, not the cause.
@@ -99,9 +95,7 @@ def run_rank_case(
 ) -> None:
     """Every phase of one case on this rank; rank 0 emits the rows."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    case = case_of(raw)
-    if method.terms is not None:
-        case = method.terms.apply(case)
+    case = method_case(method, raw)
     device = torch.device(case.device)
     start, stop = shard_ranges(case.vocab, world)[rank]
     shard = Shard(rank, world, start, stop, case.vocab)

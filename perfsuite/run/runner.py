@@ -1,15 +1,12 @@
-"""The loss cell kind: a plan's cases measured by ``perfsuite.run.worker`` processes, or
-across ranks by ``perfsuite.run.launch``, through the harness.
-
-One worker per method keeps caches and crashes apart; cases the parent can decide alone
-(unavailable, unsupported) get their rows without one."""
+"""The loss cell kind: a plan's cases measured by ``perfsuite.run.worker`` processes (one
+per method: caches and crashes kept apart), or across ranks by ``perfsuite.run.launch``."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +14,7 @@ from typing import Any, TypeVar
 from perfsuite.harness import kind as harness
 from perfsuite.harness import schedule as lanes
 from perfsuite.harness.busy import ProgressFn
-from perfsuite.harness.progress import Model, NoticeFn, Tracker, row_lines
+from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.method import Method
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
@@ -76,7 +73,7 @@ class LossKind(harness.Kind):
             status, reason = "unsupported", case_reason(obj, case)
         if reason is None:
             return None
-        return status_rows(method, case, self.phases, status, reason, self.interpreted(method))
+        return self.status_rows(method, case, self.phases, status, reason)
 
     def interpreted(self, method: str) -> bool:
         """Whether ``method`` runs under the Triton interpreter in this plan."""
@@ -102,16 +99,13 @@ class LossKind(harness.Kind):
         module = "perfsuite.run.worker" if cases[0].get("tp") is None else "perfsuite.run.launch"
         return [sys.executable, "-m", module, str(spec)]  # the launcher starts K ranks
 
-    def finished(self, lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list:
-        return harness.finished_by_phase(row_lines(lines), cases, _same_case, len(self.phases))
+    def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
+        return all(row.get(k) == case.get(k) for k in CASE_KEYS)
 
-    def lost(
-        self, method: str, case: dict[str, Any], index: int, lines: list, status: str, reason: str
+    def status_rows(
+        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> list[dict[str, Any]]:
-        kept = [r for r in row_lines(lines) if _same_case(r, case)]
-        have = {r["phase"] for r in kept}
-        missing = [p for p in self.phases if p not in have]
-        return kept + status_rows(method, case, missing, status, reason)
+        return status_rows(method, case, phases, status, reason, self.interpreted(method))
 
 
 def run_method(
@@ -154,10 +148,6 @@ def in_case_order(
         return case, phases.index(row["phase"])
 
     return sorted(rows, key=key)
-
-
-def _same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:
-    return all(row[k] == case.get(k) for k in CASE_KEYS)
 
 
 def run_plan(

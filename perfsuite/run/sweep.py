@@ -1,16 +1,11 @@
-"""``perfsuite sweep``: a grid over (tokens, vocab, hidden, β), resumable and shardable.
-
-Its cells run through ``runner.run_method``, so isolation and statuses are ``run``'s. A
-cell predicted not to fit the device is recorded ``skipped`` (``--attempt-all`` tries
-it); the file is rewritten atomically after every case, so ``--resume`` loses only the
-cases in flight; ``--shard i/n`` takes every n-th cell, so n jobs cover the grid once
-(``perfsuite merge`` joins them); ``--gpus`` runs one worker per GPU at a time."""
+"""``perfsuite sweep``: a grid over (tokens, vocab, hidden, β) through ``run``'s workers,
+its file rewritten after every case (``--resume`` loses only the cases in flight), cells
+predicted not to fit recorded ``skipped``, ``--shard i/n`` every n-th cell."""
 
 from __future__ import annotations
 
 import argparse
 import queue
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -203,10 +198,6 @@ class Sweep:
         run_parallel(batches, on_free_slot, len(self.slots))
 
 
-# ---------------------------------------------------------------------------
-# Command line
-
-
 def from_args(
     args: argparse.Namespace, shard: tuple[int, int] | None, out: Path | None = None
 ) -> Sweep:
@@ -236,12 +227,8 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.harness.progress import cell_label, finished_lines
 
     console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
-    try:
-        shard = parse_shard(args.shard)
-        sweep = from_args(args, shard)
-    except ValueError as err:  # PlanError, WorkloadError, ResultsError
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
-        return 2
+    shard = parse_shard(args.shard)
+    sweep = from_args(args, shard)  # bad input: a ValueError, said by perfsuite.cli
     plan, out, kind = sweep.plan, sweep.out, runner.LossKind(sweep.plan)
     costs = {u.index: unit_cost(u, plan, kind.interpreted(u.method)) for u in sweep.todo}
     total_cost = sum(costs.values()) or 1.0
@@ -297,7 +284,3 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="perfsuite sweep", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,6 @@
 """``perfsuite sweep``'s command line: its arguments, the plan and grid they ask for, and
-what ``--resume`` may read back, all said before anything is measured.
-
-A resumed file must hold a sweep of the same grid (what ``cells.cell_key`` is made of),
-whatever ``--attempt-all`` says, or the file would describe cells it does not hold; how
-the cells were measured is ``cells.env_differences``, which ``--attempt-all`` overrules."""
+what ``--resume`` may read back (a sweep of the same grid, whatever ``--attempt-all``
+says: else the file would describe cells it does not hold)."""
 
 from __future__ import annotations
 
@@ -14,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
-from perfsuite.plan.plan import Plan, PlanError, build_plan
+from perfsuite.plan.plan import Plan, PlanError, build_plan, parse_ints
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload
 from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import STATUSES, load_results
-from perfsuite.run.grid import grid_shapes, parse_ints
+from perfsuite.run.grid import grid_shapes
 
 DEFAULT_TOKENS = "1024,4096,8192"
 DEFAULT_VOCAB = "32768,128256,256000"

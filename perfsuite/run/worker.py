@@ -1,11 +1,6 @@
-"""One method's cells, measured inside a fresh process.
-
-The runner starts ``python -m perfsuite.run.worker SPEC.json``; this module runs
-each case of the spec in order (availability, capability check, correctness
-gate, then per phase a memory pass and a timing pass) and appends one JSON line
-per finished row to the spec's ``out`` file, so that a crash loses only the
-case in flight. Lines ``{"start": i}`` mark where case ``i`` began.
-"""
+"""One method's loss cells, measured inside a fresh process (``python -m
+perfsuite.run.worker SPEC.json``): each case's rows are appended to the spec's ``out``
+file as they are known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.profile import profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
-from perfsuite.method import LossFn, Method, Unavailable, Unsupported
+from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
@@ -78,6 +73,13 @@ def case_rows(method: str, case: dict[str, Any], phases: Iterable[str], **fields
     return [Row(method=method, phase=p, **base, **fields) for p in phases]
 
 
+def method_case(method: Any, raw: dict[str, Any]) -> Case:
+    """The ``Case`` of a worker's case dict as ``method`` computes it: with the terms a
+    variant always trains with (ours-zloss)."""
+    terms = getattr(method, "terms", None)
+    return case_of(raw) if terms is None else terms.apply(case_of(raw))
+
+
 def fill(row: Row, peak: Peak, timing: Timing) -> None:
     """A measured row's memory and time columns."""
     row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
@@ -96,9 +98,8 @@ def failure(err: BaseException) -> tuple[str, str]:
 
 
 def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
-    """``body``, and the list its calls' CPU milliseconds go to: this process's CPU time,
-    not the wall clock, which an interpreted worker beside native ones also spends
-    stopped (while their clocks run) or waiting for a core (it runs at lower priority)."""
+    """``body``, and the list its calls' CPU milliseconds go to: an interpreted worker's
+    wall clock also runs while it is paused or waits for a core."""
     times: list[float] = []
 
     def clocked() -> None:
@@ -142,12 +143,11 @@ class Phase:
         self.loss_fn(self.inputs.e, self.inputs.c, self.inputs.targets).backward()
 
     def reset(self) -> None:
-        """Drop the pending graph and the gradients (``zero_grad(set_to_none=True)``)."""
+        """Drop the pending graph and the gradients."""
         self.loss = None
         self.inputs.clear_grads()
 
     def setup(self) -> None:
-        """Fresh gradients, and for ``bwd`` the untimed forward."""
         self.reset()
         if self.name == "bwd":
             self._forward()
@@ -165,11 +165,8 @@ def run_case(
     stage: Callable[[str], None] = lambda text: None,
 ) -> None:
     """Measure every phase of one case; each row goes to ``emit`` as soon as it is known,
-    and ``stage`` hears what starts (the runner's progress lines of a long cell)."""
-    case = case_of(raw)
-    terms = getattr(method, "terms", None)
-    if terms is not None:  # a variant that always trains with them (ours-zloss)
-        case = terms.apply(case)
+    and ``stage`` hears what starts (progress lines)."""
+    case = method_case(method, raw)
     device = torch.device(case.device)
     interpreted = method.caps.triton and device.type == "cpu"
     done: set[str] = set()
@@ -192,16 +189,13 @@ def run_case(
         stage("gate")
         inputs, reference, bounds = gate_reference(case, spec.seed, raw.get("workload"))
         loss_fn = method.prepare(case, inputs.c)
-        # The first call (compilation, caches: a cold torch.compile is ~16 s of one
-        # core) runs beside the interpreted workers, which run at a lower priority, so
-        # it keeps its core.
+        # The first call compiles: timed once, never a sample (compile_ms).
         start = time.perf_counter()
         outcome = run_once(loss_fn, inputs)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         compile_ms = (time.perf_counter() - start) * 1e3
-        # What the first call imported (dynamo, for a custom op) lives as long as the
-        # process: out of later collections too, as main() does for the imports.
+        # What it imported lives as long as the process: out of later collections.
         gc.collect()
         gc.freeze()
         verdict = judge(outcome, reference, bounds)
@@ -284,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     method = get_method(spec.method)
-    # What the imports made lives as long as the process: out of every later collection
-    # (each memory pass collects; torch's ~180k objects cost ~0.1 s a time).
+    # What the imports made lives as long as the process: out of every memory pass's
+    # collection (torch's ~180k objects cost ~0.1 s a time).
     gc.collect()
     gc.freeze()
     if spec.memory_limit is not None:

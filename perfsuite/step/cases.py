@@ -42,7 +42,3 @@ def case_rows(case: dict[str, Any], method: StepMethod, **fields: Any) -> list[R
     keys = ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "shape", "device", "workload")
     given = {k: case[k] for k in keys}
     return [Row(method=method.name, phase=phase, **given, **fields) for phase in STEP_PHASES]
-
-
-def same_case(row: dict[str, Any], case: dict[str, Any]) -> bool:
-    return all(row.get(k) == case[k] for k in CASE_KEYS)

@@ -24,27 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``perfsuite step``."""
     cpu, cuda = DEFAULT_SIZE["cpu"], DEFAULT_SIZE["cuda"]
     arg = p.add_argument
-    arg(
-        "--model",
-        "--shape",
-        dest="model",
-        default="smoke",
-        help=f"model preset(s), comma-separated: {', '.join(PRESETS)} (default smoke)",
-    )
-    arg(
-        "--layers",
-        type=positive_int,
-        help=f"decoder layers (default {cpu.layers} on CPU, {cuda.layers} on CUDA, at most "
-        "the model's)",
-    )
-    arg(
-        "--seq", type=positive_int, help=f"sequence length (default CPU {cpu.seq}, CUDA {cuda.seq})"
-    )
-    arg(
-        "--batch",
-        type=positive_int,
-        help=f"sequences a step (default CPU {cpu.batch}, CUDA {cuda.batch})",
-    )
+    models = f"model preset(s), comma-separated: {', '.join(PRESETS)} (default smoke)"
+    arg("--model", "--shape", dest="model", default="smoke", help=models)
+    layers = f"decoder layers (default CPU {cpu.layers}, CUDA {cuda.layers}; at most the model's)"
+    arg("--layers", type=positive_int, help=layers)
+    arg("--seq", type=positive_int, help=f"sequence length (CPU {cpu.seq}, CUDA {cuda.seq})")
+    arg("--batch", type=positive_int, help=f"sequences a step (CPU {cpu.batch}, CUDA {cuda.batch})")
     arg("--methods", help=f"comma-separated, of {', '.join(METHODS)} (default: all)")
     arg("--beta", default="0,0.1", help="label smoothing β, comma-separated")
     arg("--dtype", help="fp32 and/or bf16, comma-separated (default fp32 on CPU)")
@@ -52,18 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arg("--samples", type=positive_int, default=10, help="timed steps per case (default 10)")
     arg("--warmup", type=non_negative_int, default=2, help="untimed steps before them (default 2)")
     arg("--seed", type=seed_int, default=0, help="weights' and batch's seed")
-    arg(
-        "--memory-limit",
-        type=parse_size,
-        help="a worker's memory (e.g. 8G; default: 80%% of the RAM available, or of the GPU); "
-        "a model estimated over it is an oom row",
-    )
+    limit = "a worker's memory (e.g. 8G; default: 80%% of the RAM available, or of the GPU): "
+    arg("--memory-limit", type=parse_size, help=limit + "a model estimated over it is an oom row")
     arg("--timeout", type=positive_float, default=3600.0, help="seconds per method's worker")
-    arg(
-        "--out",
-        type=Path,
-        help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-step-<models>-<device>.json)",
-    )
+    out = f"results file (default: {DEFAULT_OUT_DIR}/<time>-step-<models>-<device>.json)"
+    arg("--out", type=Path, help=out)
     arg("--force", action="store_true", help="overwrite an existing --out file")
 
 

@@ -1,9 +1,6 @@
-"""How much memory one method's training step of a preset needs, before anything runs.
-
-A worker that cannot fit costs minutes of building a model and then dies; the parent
-estimates instead (the step's weights, gradients, AdamW states, activations and loss,
-and the correctness gate's references), and a case over the limit is an ``oom`` row.
-Estimates, not measurements: within tens of percent."""
+"""How much memory one method's training step needs, estimated before anything runs (a
+worker that cannot fit costs minutes, then dies): a case over the limit is an ``oom``
+row. Within tens of percent."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The correctness gate of a step: the loss and every parameter's gradient against eager
-in fp32, with ``perfsuite.run.correctness``'s tolerance rule (torch's own error: fp32
-against fp64, or bf16 eager against fp32 on the same bf16 weights).
-
-``grad_c`` is the classifier's (``lm_head.weight``, the embedding when tied), ``grad_e``
-the worst of the other parameters, which the loss reaches through dE."""
+"""The correctness gate of a step: the loss and every parameter's gradient against eager in
+fp32, with ``perfsuite.run.correctness``'s tolerance rule. ``grad_c`` is the
+classifier's, ``grad_e`` the worst of the other parameters (reached through dE)."""
 
 from __future__ import annotations
 
@@ -53,20 +50,18 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str
     def ref_loss(x: torch.Tensor) -> torch.Tensor:
         return reference_loss(model, x, beta)
 
-    if dtype == "fp32":
+    if dtype == "fp32":  # torch's error: fp64 against fp32
         model.double()  # exact: every fp32 value is an fp64 one, and back
-        loss_64, grads_64 = one_pass(model, ids, ref_loss)
+        loss_t, grads_t = one_pass(model, ids, ref_loss)
         model.float()
         loss, grads = one_pass(model, ids, ref_loss)
-        torch_errs = {n: distance(grads_64.pop(n), g) for n, g in grads.items()}
-        torch_errs["loss"] = distance(loss_64, loss)
-    else:
-        model.to(torch.bfloat16).float()  # bf16 weights, held in fp32
+    else:  # bf16 eager against fp32 on the same bf16 weights
+        model.to(torch.bfloat16).float()
         loss, grads = one_pass(model, ids, ref_loss)
         model.to(torch.bfloat16)
         loss_t, grads_t = one_pass(model, ids, lambda x: eager_loss(model, x, beta))
-        torch_errs = {n: distance(grads_t.pop(n), g) for n, g in grads.items()}
-        torch_errs["loss"] = distance(loss_t, loss)
+    torch_errs = {n: distance(grads_t.pop(n), g) for n, g in grads.items()}
+    torch_errs["loss"] = distance(loss_t, loss)
     bounds = {n: tolerance(torch_errs[n], g, dtype) for n, g in grads.items()}
     bounds["loss"] = tolerance(torch_errs["loss"], loss, dtype)
     return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))

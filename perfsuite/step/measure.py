@@ -1,8 +1,5 @@
-"""Time and memory of one training step, split into forward, backward and optimizer.
-
-A sample is a whole step with the clock read between phases, so fwd + bwd + opt = step;
-memory is one step of its own, each phase above where it started, and the step's peak
-above the weights and AdamW's states."""
+"""Time and memory of one training step by phase: a sample is a whole step with the clock
+read between phases (fwd + bwd + opt = step)."""
 
 from __future__ import annotations
 

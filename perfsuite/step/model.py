@@ -1,8 +1,5 @@
-"""The model a step trains: a transformers causal LM from a preset's config, its batch,
-and the losses every method is measured against (eager's, and the trivial one).
-
-Worker-side only: importing this module imports transformers.
-"""
+"""The model a step trains (a transformers causal LM from a preset), its batch, and the
+losses every method is measured against. Worker-side only: it imports transformers."""
 
 from __future__ import annotations
 
@@ -30,17 +27,34 @@ def attention_for(preset: StepPreset) -> str:
 
 
 def build_config(preset: StepPreset, layers: int) -> Any:
+    """The transformers config of ``preset`` cut to ``layers`` decoder layers."""
     import transformers
 
-    config_name, _ = CLASSES[preset.family]
-    config_cls = getattr(transformers, config_name)
-    kwargs = preset.config_kwargs(layers, attention_for(preset))
-    rope = {"rope_type": "default", **(preset.rope_scaling or {}), "rope_theta": preset.rope_theta}
+    p = preset
+    kwargs: dict[str, Any] = dict(
+        vocab_size=p.vocab, hidden_size=p.hidden, intermediate_size=p.intermediate,
+        num_hidden_layers=layers, num_attention_heads=p.heads, num_key_value_heads=p.kv_heads,
+        max_position_embeddings=p.max_positions, rms_norm_eps=p.rms_norm_eps,
+        tie_word_embeddings=p.tied, attention_dropout=0.0, attn_implementation=attention_for(p),
+    )  # fmt: skip
+    if p.family != "qwen2":  # Qwen2 derives head_dim = hidden / heads
+        kwargs["head_dim"] = p.head_dim
+    kwargs.update({
+        "gemma2": dict(
+            final_logit_softcapping=p.softcap, attn_logit_softcapping=p.attn_softcap,
+            query_pre_attn_scalar=p.query_pre_attn_scalar, sliding_window=p.sliding_window,
+            hidden_activation="gelu_pytorch_tanh",
+        ),
+        "mistral": dict(sliding_window=p.sliding_window),
+        "qwen2": dict(use_sliding_window=False),
+    }.get(p.family, {}))  # fmt: skip
+    config_cls = getattr(transformers, CLASSES[p.family][0])
+    rope = {"rope_type": "default", **(p.rope_scaling or {}), "rope_theta": p.rope_theta}
     if "rope_parameters" in inspect.signature(config_cls.__init__).parameters:
         kwargs["rope_parameters"] = rope
     else:  # transformers 4.x
-        kwargs["rope_theta"] = preset.rope_theta
-        kwargs["rope_scaling"] = preset.rope_scaling
+        kwargs["rope_theta"] = p.rope_theta
+        kwargs["rope_scaling"] = p.rope_scaling
     return config_cls(**kwargs)
 
 

@@ -9,9 +9,8 @@ from typing import Any
 
 from perfsuite.plan.memory_model import CPU_MEMORY_SHARE, CUDA_MEMORY_SHARE, device_capacity
 from perfsuite.plan.plan import (
-    SAMPLES_MAX,
-    WARMUP_MAX,
     PlanError,
+    check_measurement,
     parse_betas,
     parse_list,
     resolve_device,
@@ -83,12 +82,7 @@ def build_step_plan(args: argparse.Namespace) -> StepPlan:
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
-    if args.samples > SAMPLES_MAX:
-        raise PlanError(f"--samples must be at most {SAMPLES_MAX:,}, got {args.samples:,}")
-    if args.warmup > WARMUP_MAX:
-        raise PlanError(f"--warmup must be at most {WARMUP_MAX:,}, got {args.warmup:,}")
-    if args.memory_limit is not None and args.memory_limit <= 0:
-        raise PlanError(f"--memory-limit must be a size > 0 (e.g. 8G), got {args.memory_limit}")
+    check_measurement(args.samples, args.warmup, args.memory_limit)
     capacity, source = capacity_for(device, args.memory_limit)
     return StepPlan(
         presets=presets,

@@ -1,8 +1,5 @@
-"""Model presets of ``perfsuite step``: the real models' configs under ``run``'s names.
-
-Written out from each model's Hub ``config.json`` so that nothing is downloaded;
-``--layers``, ``--seq`` and ``--batch`` shrink a run, never the vocabulary or widths
-(the last layer's N x V x D is what the losses differ on)."""
+"""Model presets of ``perfsuite step``: the real models' Hub configs, written out (nothing
+is downloaded); ``--layers``, ``--seq`` and ``--batch`` shrink a run, never V or D."""
 
 from __future__ import annotations
 
@@ -44,50 +41,15 @@ class StepPreset:
     sliding_window: int | None = None
     source: str = ""  # the Hub model whose config this is
 
-    @property
-    def qkv_bias(self) -> bool:
-        return self.family == "qwen2"
-
     def parameters(self, layers: int) -> int:
         """Parameters of the model cut to ``layers`` decoder layers (embeddings counted
         once when tied), as transformers builds it (checked in tests/step)."""
         d, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attention = d * q + 2 * d * kv + q * d + ((q + 2 * kv) if self.qkv_bias else 0)
+        attention = d * q + 2 * d * kv + q * d + ((q + 2 * kv) if self.family == "qwen2" else 0)
         norms = (4 if self.family == "gemma2" else 2) * d
         layer = attention + 3 * d * self.intermediate + norms
         heads = 1 if self.tied else 2
         return heads * self.vocab * d + layers * layer + d
-
-    def config_kwargs(self, layers: int, attn_implementation: str) -> dict[str, Any]:
-        """Keyword arguments of the transformers config class for ``family``."""
-        kwargs: dict[str, Any] = dict(
-            vocab_size=self.vocab,
-            hidden_size=self.hidden,
-            intermediate_size=self.intermediate,
-            num_hidden_layers=layers,
-            num_attention_heads=self.heads,
-            num_key_value_heads=self.kv_heads,
-            max_position_embeddings=self.max_positions,
-            rms_norm_eps=self.rms_norm_eps,
-            tie_word_embeddings=self.tied,
-            attention_dropout=0.0,
-            attn_implementation=attn_implementation,
-        )
-        if self.family != "qwen2":  # Qwen2 derives head_dim = hidden / heads
-            kwargs["head_dim"] = self.head_dim
-        if self.family == "gemma2":
-            kwargs.update(
-                final_logit_softcapping=self.softcap,
-                attn_logit_softcapping=self.attn_softcap,
-                query_pre_attn_scalar=self.query_pre_attn_scalar,
-                sliding_window=self.sliding_window,
-                hidden_activation="gelu_pytorch_tanh",
-            )
-        if self.family == "mistral":
-            kwargs["sliding_window"] = self.sliding_window
-        if self.family == "qwen2":
-            kwargs["use_sliding_window"] = False
-        return kwargs
 
 
 PRESETS: dict[str, StepPreset] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from perfsuite.harness.busy import ProgressFn
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import STEP_PHASES, new_document
 from perfsuite.run.runner import in_case_order
-from perfsuite.step.cases import CASE_KEYS, case_rows, case_size, same_case
+from perfsuite.step.cases import CASE_KEYS, case_rows, case_size
 from perfsuite.step.estimate import estimate, too_big
 from perfsuite.step.methods import StepMethod, step_methods
 from perfsuite.step.plan import StepPlan
@@ -37,12 +37,8 @@ class StepKind(harness.Kind):
     phases = STEP_PHASES
 
     def __init__(self, plan: StepPlan, models: dict[str, Any]) -> None:
-        self.plan, self.device, self.timeout_s, self.models = (
-            plan,
-            plan.device,
-            plan.timeout_s,
-            models,
-        )
+        self.plan, self.device, self.timeout_s = plan, plan.device, plan.timeout_s
+        self.models = models
         self.methods: dict[str, StepMethod] = step_methods()
 
     def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
@@ -56,7 +52,7 @@ class StepKind(harness.Kind):
             status, reason = "oom", too_big(est, plan.capacity, plan.capacity_source)
         if reason is None:
             return None
-        return [asdict(r) for r in case_rows(case, m, status=status, reason=reason)]
+        return self.status_rows(method, case, STEP_PHASES, status, reason)
 
     def interpreted(self, method: str) -> bool:
         return self.methods[method].triton and self.device == "cpu"
@@ -68,17 +64,14 @@ class StepKind(harness.Kind):
         spec.write_text(json.dumps(asdict(worker)))
         return [sys.executable, "-m", "perfsuite.step.worker", str(spec)]
 
-    def finished(self, lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list:
-        rows = [ln for ln in lines if "phase" in ln]
-        return harness.finished_by_phase(rows, cases, same_case, len(STEP_PHASES))
+    def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
+        return all(row.get(k) == case[k] for k in CASE_KEYS)
 
-    def lost(
-        self, method: str, case: dict[str, Any], index: int, lines: list, status: str, reason: str
+    def status_rows(
+        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> list[dict[str, Any]]:
-        kept = [ln for ln in lines if "phase" in ln and same_case(ln, case)]
-        have = {ln["phase"] for ln in kept}
-        dead = case_rows(case, self.methods[method], status=status, reason=reason)
-        return kept + [asdict(r) for r in dead if r.phase not in have]
+        rows = case_rows(case, self.methods[method], status=status, reason=reason)
+        return [asdict(r) for r in rows if r.phase in phases]
 
     def heard(self, method: str, lines: list[dict[str, Any]]) -> None:
         for line in lines:

@@ -13,23 +13,17 @@ from perfsuite.fit import Column, TrimmedConsole, print_fitted
 from perfsuite.render.table import (
     BUSY_MARK,
     INTERPRETED_MARK,
-    STATUS_COLOR,
     WRONG_MARK,
     by_method,
     cell_marks,
+    fmt_number,
     group_rows,
-    short_status,
+    status_cell,
 )
 
 PHASE_COLUMNS = ("fwd", "bwd", "opt", "step")
 # A first step this many times a measured one was mostly compilation: said in a note.
 COMPILE_NOTE_RATIO = 10.0
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def loss_share(step: dict[str, Any]) -> float | None:
@@ -59,16 +53,14 @@ def _line(method: str, phases: dict[str, dict], notes: dict[str, list[str]]) -> 
         refs.append(_note_ref(notes, first, method))
     note = " ".join([cell_marks(step, "step", False) if measured else "", *refs]).strip()
     if not measured:
-        color = STATUS_COLOR.get(step["status"], "")
-        status = f"[{color}]{short_status(step)}[/{color}]" if color else short_status(step)
-        return [method, status, "", "", "", "", "", "", note]
+        return [method, status_cell(step), "", "", "", "", "", "", note]
     style = "red" if step["status"] == "wrong" else ""
     share = loss_share(step)
     peak = step.get("peak_bytes")
-    cells = [_num(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
+    cells = [fmt_number(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
     cells += [
-        _num(step["tokens"] / (median / 1e3) if median else None),
-        _num(None if peak is None else peak / 2**20),
+        fmt_number(step["tokens"] / (median / 1e3) if median else None),
+        fmt_number(None if peak is None else peak / 2**20),
         "-" if share is None else f"{100 * share:.0f}",
     ]
     if style:

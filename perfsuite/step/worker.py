@@ -1,9 +1,6 @@
-"""One method's training steps, measured inside a fresh process.
-
-Per case this builds the model from its seed, computes the gate's references, applies
-the method, runs the first step (gated, timed once: compilation), one for memory, the
-timed steps and the trivial loss's, and appends each row to the spec's ``out`` file as
-soon as it is known, so that a crash loses only the case in flight."""
+"""One method's training steps, measured inside a fresh process: each row is appended to
+the spec's ``out`` file as soon as it is known, so that a crash loses only the case in
+flight."""
 
 from __future__ import annotations
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import torch
 
-from perfsuite.converge.data import make_dataset, make_source, successors_without_replacement
-from perfsuite.converge.text import make_text_dataset
+from perfsuite.converge.data import (
+    make_dataset,
+    make_source,
+    make_text_dataset,
+    successors_without_replacement,
+)
+from perfsuite.converge.presets import PRESETS
 
 
 def test_true_distribution_sums_to_one_on_a_sparse_support():
@@ -77,12 +83,13 @@ def test_a_32k_vocabulary_source_is_sparse_and_quick():
 
 
 def test_real_text_dataset():
-    data = make_text_dataset(vocab=512, steps=3, batch=2, seq=16, eval_batches=2, seed=0)
+    preset = replace(PRESETS["smoke"], vocab=512, steps=3, batch=2, seq=16, eval_batches=2)
+    data = make_text_dataset(preset)
     assert data.source is None and data.info["truth_known"] is False
     assert data.train.shape == (3, 2, 17) and data.heldout.shape == (2, 2, 17)
     assert 0 <= int(data.train.min()) and int(data.train.max()) < 512
     assert "pydoc_data" in data.info["kind"] and data.info["tokens"] > 100_000
-    again = make_text_dataset(vocab=512, steps=3, batch=2, seq=16, eval_batches=2, seed=0)
+    again = make_text_dataset(preset)
     assert torch.equal(data.train, again.train) and torch.equal(data.heldout, again.heldout)
 
 

@@ -10,6 +10,8 @@ factor: the last test pins that limit down (the README states it).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -22,7 +24,7 @@ from perfsuite.converge.train import train_run
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 
-PRESET = PRESETS["smoke"].with_steps(5)
+PRESET = replace(PRESETS["smoke"], steps=5)
 BETA = 0.1
 
 

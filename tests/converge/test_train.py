@@ -14,7 +14,7 @@ from perfsuite.converge.train import train_run
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 
-PRESET = PRESETS["smoke"].with_steps(5)
+PRESET = replace(PRESETS["smoke"], steps=5)
 
 
 def _data():

@@ -1,10 +1,11 @@
 """``kernel-report --save`` / ``--baseline``: GPU code changes caught without a GPU.
 
-One small selection (the slice kernel, bf16, sm_90a: six builds) is built once per
-module and stored; each test then builds it again, through ``perfsuite.cli.main`` as a
-user types it (Triton's cache makes the rebuild of an unchanged tree cheap). Changed
-kernels are built from a temporary copy of the tree (``kernels/`` copied, then edited),
-in a child process started in that copy.
+The smallest selection that has two variants (the target-logit kernel, bf16, sm_90a:
+two builds, each one ptxas and two cuobjdump runs) is built once per module and stored;
+each test then builds it again, through ``perfsuite.cli.main`` as a user types it
+(Triton's cache makes the rebuild of an unchanged tree cheap). Changed kernels are built
+from a temporary copy of the tree (``kernels/`` copied, then edited), in a child process
+started in that copy.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import triton
 
 from perfsuite.cli import main
 from perfsuite.kernel_report import build
-from perfsuite.kernel_report.slice_launches import VARIANTS
 
 # Every test here compiles through ptxas and cuobjdump: other processes.
 pytestmark = [
@@ -33,10 +33,11 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-SELECTION = ["--arch", "sm_90a", "--dtype", "bf16", "--kernel", "slices", "--no-cce"]
+SELECTION = ["--arch", "sm_90a", "--dtype", "bf16", "--kernel", "target_logit", "--no-cce"]
 FILE = f"triton-{triton.__version__}_sm_90a.json"
-BUILDS = len(VARIANTS)  # the slice kernel's six
-HEAVY = "slices[smooth+softcap] N128-V128-D64-w8-s3-W4096 bf16 sm_90a"
+VARIANTS = ("plain", "softcap")
+BUILDS = len(VARIANTS)
+HEAVY = "target_logit[softcap] N32-D128-w4 bf16 sm_90a"
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +66,11 @@ def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
     assert doc["toolchain"]["triton"] == triton.__version__
     assert doc["toolchain"]["ptxas"]["sm_90a"].startswith(("12.", "13."))
     assert doc["shape"]["name"] == "gemma2-2b" and doc["shape"]["v"] == 256000
-    assert doc["selection"]["archs"] == ["sm_90a"] and doc["selection"]["kernels"] == ["slices"]
+    selection = doc["selection"]
+    assert selection["archs"] == ["sm_90a"] and selection["kernels"] == ["target_logit"]
     # one build per line, so a renewal's git diff names the builds it changes
     lines = (folder / FILE).read_text().splitlines()
-    assert sum('"kernel": "slices"' in line for line in lines) == BUILDS
+    assert sum('"kernel": "target_logit"' in line for line in lines) == BUILDS
 
 
 def test_an_unchanged_tree_compares_unchanged(stored, capsys, monkeypatch):
@@ -88,7 +90,7 @@ def _doctored(folder: Path, dest: Path, name: str = FILE) -> Path:
     one more CTA per SM, 10 % fewer instructions, another SASS hash."""
     doc = json.loads((folder / FILE).read_text())
     doc["toolchain"]["triton"] = name.split("_")[0].removeprefix("triton-")
-    (row,) = [r for r in doc["rows"] if r["variant"] == "smooth+softcap"]
+    (row,) = [r for r in doc["rows"] if r["variant"] == "softcap"]
     row["registers"] -= 20
     row["ctas_per_sm"] += 1
     row["instructions"] = int(row["instructions"] / 1.10)
@@ -104,12 +106,12 @@ def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monk
     assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 1
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "FAIL" in line]
-    row = json.loads((stored[0] / FILE).read_text())["rows"][3]
+    (row,) = [r for r in stored[1]["rows"] if r["variant"] == "softcap"]
     regs, ctas = row["registers"], row["ctas_per_sm"]
     assert line.split()[:4] == HEAVY.split(), out
     assert f"registers {regs - 20} → {regs}, CTAs/SM {ctas + 1} → {ctas}, instructions" in line
     assert "FAIL: fewer CTAs/SM, instructions +10." in line
-    assert f"unchanged: {BUILDS - 1} builds (same SASS)" in out
+    assert "unchanged: 1 build (same SASS)" in out  # the other variant
     assert "changed: 1 build, 1 failing" in out
 
 
@@ -122,7 +124,7 @@ def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, caps
         assert main(["kernel-report", *SELECTION, "--baseline", str(folder)]) == 2
         out, err = capsys.readouterr()
         assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
-        assert named in err and f"--save {folder}" in err and "--kernel slices" in err
+        assert named in err and f"--save {folder}" in err and "--kernel target_logit" in err
         assert ("--across-triton" in err) == (folder == other)
 
 
@@ -196,10 +198,9 @@ def _report_in(tree: Path, folder: Path) -> subprocess.CompletedProcess:
 def test_a_comment_leaves_every_sass_hash_the_same(stored, tmp_path):
     tree = _tree(
         tmp_path,
-        "slices.py",
-        "    pid = tl.program_id(0)\n    num_n = tl.cdiv(N, BLOCK_N)\n",
-        "    pid = tl.program_id(0)\n    # a comment, and the lines below move down\n\n"
-        "    num_n = tl.cdiv(N, BLOCK_N)\n",
+        "targets.py",
+        "    n_mask = offs_n < N\n",
+        "    # a comment, and the lines below move down\n\n    n_mask = offs_n < N\n",
     )
     out = _report_in(tree, stored[0])
     assert f"KERNELS {tree / 'perfsuite' / 'kernels' / 'configs.py'}" in out.stderr
@@ -208,13 +209,12 @@ def test_a_comment_leaves_every_sass_hash_the_same(stored, tmp_path):
 
 
 def test_a_smaller_tile_is_named(stored, tmp_path):
-    old = "_HOPPER_SLICES = KernelConfig(128, 128, 64,"
-    tree = _tree(tmp_path, "configs.py", old, "_HOPPER_SLICES = KernelConfig(128, 64, 64,")
+    tree = _tree(tmp_path, "targets.py", "\nBLOCK_N = 32\n", "\nBLOCK_N = 16\n")
     out = _report_in(tree, stored[0])
     assert out.returncode == 0, out.stderr[-3000:]  # a new config is listed, never failed
     assert "unchanged: 0 builds (same SASS)" in out.stdout, out.stdout
-    retuned = "config N128-V128-D64-w8-s3-W4096 → N128-V64-D64-w8-s3-W4096"
+    retuned = "config N32-D128-w4 → N16-D128-w4"
     lines = [line.split(maxsplit=3) for line in out.stdout.splitlines() if retuned in line]
-    assert sorted(line[0] for line in lines) == sorted(f"slices[{v}]" for v in VARIANTS)
+    assert sorted(line[0] for line in lines) == [f"target_logit[{v}]" for v in VARIANTS]
     assert all(line[1:3] == ["bf16", "sm_90a"] for line in lines)
     assert all("not gated (config changed)" in line[3] for line in lines)

@@ -19,8 +19,12 @@ SLOW = "sleep 0.05\nsleep 0.1\necho done\n"
 
 
 def main(argv: list[str]) -> int:
-    """``perfsuite bisect ARGV`` as a user types it."""
-    return perfsuite_main(["bisect", *argv])
+    """``perfsuite bisect ARGV`` as a user types it: its exit status (argparse's refusals
+    exit)."""
+    try:
+        return perfsuite_main(["bisect", *argv])
+    except SystemExit as stop:
+        return int(stop.code or 0)
 
 
 def git(repo: Path, *args: str) -> str:

@@ -15,6 +15,19 @@ from render.conftest import STEP_AT, Site, dashboard
 plotly = pytest.importorskip("plotly")
 
 
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 12-run demo history with its step at run 8: the site's options and files, not
+    its plots, are under test, and the full history's site took 12 s a build."""
+    from perfsuite.history.cli import main as history
+
+    root = tmp_path_factory.mktemp("small")
+    argv = ["demo", "-o", str(root / "demo"), "--runs", "12", "--step-at", "8"]
+    assert history(argv) == 0
+    assert history(["import", "--db", str(root / "db.sqlite"), str(root / "demo")]) == 0
+    return root / "db.sqlite"
+
+
 def figures(page: Path) -> list[dict]:
     blocks = re.findall(r'<script type="application/json" class="figure"[^>]*>(.*?)</script>',
                         page.read_text(), flags=re.S)  # fmt: skip
@@ -86,24 +99,24 @@ def test_each_point_names_its_commit(history_site: Site) -> None:
 
 
 def test_commit_url_template_and_github_default(
-    history_site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "site"
     template = "https://git.example/repo/-/commit/{sha}"
-    assert dashboard(["--db", str(history_site.db), "-o", str(out), "--commit-url", template]) == 0
+    assert dashboard(["--db", str(small_db), "-o", str(out), "--commit-url", template]) == 0
     assert 'href="https://git.example/repo/-/commit/' in (out / "shape-demo.html").read_text()
     monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
     monkeypatch.setenv("GITHUB_REPOSITORY", "owner/perfsuite")
-    assert dashboard(["--db", str(history_site.db), "-o", str(out)]) == 0
+    assert dashboard(["--db", str(small_db), "-o", str(out)]) == 0
     assert 'href="https://github.com/owner/perfsuite/commit/' in (out / "index.html").read_text()
 
 
-def test_stale_pages_removed_others_kept(history_site: Site, tmp_path: Path) -> None:
+def test_stale_pages_removed_others_kept(small_db: Path, tmp_path: Path) -> None:
     out = tmp_path / "site"
     out.mkdir()
     (out / "shape-gone.html").write_text("old")
     (out / "notes.txt").write_text("mine")
-    assert dashboard(["--db", str(history_site.db), "-o", str(out)]) == 0
+    assert dashboard(["--db", str(small_db), "-o", str(out)]) == 0
     assert not (out / "shape-gone.html").exists() and (out / "notes.txt").exists()
 
 
@@ -117,10 +130,10 @@ def test_stale_pages_removed_others_kept(history_site: Site, tmp_path: Path) -> 
     ],
 )
 def test_bad_input_one_line_exit_2(
-    history_site: Site, tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+    small_db: Path, tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "file.txt").write_text("not a folder")
-    argv = [a.format(tmp=tmp_path, db=history_site.db) if "{sha}" not in a else a for a in argv]
+    argv = [a.format(tmp=tmp_path, db=small_db) if "{sha}" not in a else a for a in argv]
     assert dashboard(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 
 import pytest
 from fake_results import H100_ENV, grid_document
 
-from perfsuite.results import merge
 from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import MergeError, merge_documents
 from perfsuite.results.results import load_results
@@ -93,13 +91,13 @@ def test_command(tmp_path):
     for name, doc in (("a.json", a), ("b.json", b)):
         paths.append(tmp_path / name)
         paths[-1].write_text(json.dumps(doc))
-    parser = argparse.ArgumentParser()
-    merge.add_arguments(parser)
+    from perfsuite.cli import main
+
     out = tmp_path / "all.json"
-    assert merge.run(parser.parse_args([*map(str, paths), "-o", str(out)])) == 0
+    assert main(["merge", *map(str, paths), "-o", str(out)]) == 0
     assert len(load_results(out)["rows"]) == len(a["rows"]) + len(b["rows"])
-    assert merge.run(parser.parse_args([str(paths[0]), str(paths[0]), "-o", str(out)])) == 2
-    assert merge.run(parser.parse_args([str(tmp_path / "nope.json"), "-o", str(out)])) == 2
+    assert main(["merge", str(paths[0]), str(paths[0]), "-o", str(out)]) == 2
+    assert main(["merge", str(tmp_path / "nope.json"), "-o", str(out)]) == 2
 
 
 def test_merge_never_writes_over_an_input(tmp_path, capsys):

@@ -31,7 +31,7 @@ def spinner(tmp_path, monkeypatch):
     board = pause.PauseBoard(str(tmp_path))
     code = "import time\nwhile True: time.sleep(0.001)"
     proc = board.start(
-        lambda: subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        lambda env: subprocess.Popen([sys.executable, "-c", code], start_new_session=True), True
     )
     monkeypatch.setenv(pause.PAUSE_VAR, str(board.path))
     yield board, proc
@@ -50,7 +50,7 @@ def test_a_native_clock_stops_the_listed_workers_and_continues_them(spinner):
     while _state(proc.pid) == "T" and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _state(proc.pid) != "T"
-    board.forget(proc.pid)
+    board.ended(proc.pid, interpreted=True)
     with pause.paused():  # no longer listed: left running
         assert _state(proc.pid) != "T"
 
@@ -61,7 +61,7 @@ def test_workers_left_stopped_by_a_dead_native_worker_are_continued(spinner):
     os.killpg(proc.pid, signal.SIGSTOP)  # as if a native worker died inside ``paused``
     time.sleep(0.05)
     assert _state(proc.pid) == "T"
-    board.resume_all()
+    board.ended(0, interpreted=False)  # a native worker ended
     time.sleep(0.05)
     assert _state(proc.pid) != "T"
 

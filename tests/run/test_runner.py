@@ -34,6 +34,16 @@ def _status(rows, method, beta=0.0):
     return found.pop()
 
 
+def test_markers_are_not_rows_and_a_lost_case_keeps_its_rows():
+    plan = build_plan(shapes=[TINY], methods="eager", betas="0", device="cpu")
+    kind, (case,) = runner.LossKind(plan), plan.cases()
+    rows = kind.status_rows("eager", case, plan.phases, "ok", "")
+    lines = [{"start": 0}, {"stage": "gate", "case": 0}, *rows[:2], {"failed": 0, "status": "x"}]
+    assert kind.finished(lines, [case]) == [] and kind.finished([*lines, rows[2]], [case]) == [rows]
+    lost = kind.lost("eager", case, 0, lines, "error", "died")
+    assert lost[:2] == rows[:2] and (lost[2]["status"], lost[2]["reason"]) == ("error", "died")
+
+
 @pytest.mark.integration
 def test_ok_rows_carry_timing_memory_and_errors():
     rows = _run("eager", betas="0,0.1")

@@ -68,7 +68,7 @@ def killed_and_resumed(plugins, tmp_path_factory):
     """Start a sweep, SIGKILL its process group once the first cells land, resume it."""
     out = tmp_path_factory.mktemp("sweep") / "full.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsuite.run.sweep", *GRID, "--out", str(out)],
+        [sys.executable, "-m", "perfsuite", "sweep", *GRID, "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its workers die with it, as under Ctrl-C or scancel
@@ -195,17 +195,17 @@ def test_refuses_to_overwrite_or_resume_elsewhere(plugins, tmp_path):
     out = tmp_path / "r.json"
     # every cell oom (exit 1): the file exists all the same
     assert sweep.run(_args("--out", str(out), "--methods", "eager", "--memory-limit", "1K")) == 1
-    assert sweep.run(_args("--out", str(out), "--methods", "eager")) == 2  # exists, no --resume
+    assert _cli(*GRID, "--out", str(out), "--methods", "eager") == 2  # exists, no --resume
     doc = json.loads(out.read_text())
     doc["env"]["device"]["name"] = "some other CPU"
     out.write_text(json.dumps(doc))
-    assert sweep.run(_args("--out", str(out), "--resume", "--memory-limit", "1K")) == 2
-    assert sweep.run(_args("--resume")) == 2  # --resume without --out
-    assert sweep.run(_args("--gpus", "all")) == 2  # --gpus on a CPU sweep
+    assert _cli(*GRID, "--out", str(out), "--resume", "--memory-limit", "1K") == 2
+    assert _cli(*GRID, "--resume") == 2  # --resume without --out
+    assert _cli(*GRID, "--gpus", "all") == 2  # --gpus on a CPU sweep
 
 
 def test_redo_without_resume_is_refused(plugins, tmp_path, capsys):
-    assert sweep.run(_args("--out", str(tmp_path / "s.json"), "--redo", "error")) == 2
+    assert _cli(*GRID, "--out", str(tmp_path / "s.json"), "--redo", "error") == 2
     assert "add --resume" in capsys.readouterr().err
 
 
@@ -242,7 +242,7 @@ def test_a_second_writer_of_the_same_file_is_refused(plugins, tmp_path, capsys):
 
     out = tmp_path / "s.json"
     held = WriterLock(out)  # as a sweep in flight holds it
-    assert sweep.run(_args("--out", str(out), "--methods", "eager")) == 2
+    assert _cli(*GRID, "--out", str(out), "--methods", "eager") == 2
     assert "being written by another perfsuite process" in capsys.readouterr().err
     with pytest.raises(FileLocked):
         WriterLock(out)

@@ -8,9 +8,7 @@
   assembled from CCE's own kernels as ``cut_cross_entropy.cce`` does, with no logit
   averages and ``vocab_ordering=None``.
 
-No label smoothing; the backward takes only bf16/fp16 embeddings. Its Triton kernels
-need CUDA (under the interpreter ``libdevice.log1p`` fails), so on CPU these methods
-are unavailable. cut_cross_entropy is imported in ``build`` only.
+No label smoothing; the backward takes only bf16/fp16 embeddings; CUDA only (``CPU_REASON``).
 """
 
 from __future__ import annotations
@@ -102,10 +100,7 @@ def _no_sort_function() -> tuple[type, Any, Any]:
             )
             return de, dc, None, None, None, None
 
-    def handle_eps(dtype: torch.dtype) -> float | None:
-        return _handle_eps(default_eps, dtype)
-
-    return NoSortCCE, _build_flat_valids, handle_eps
+    return NoSortCCE, _build_flat_valids, functools.partial(_handle_eps, default_eps)
 
 
 def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:

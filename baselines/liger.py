@@ -2,10 +2,8 @@
 
 ``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` materialises the logits one
 token chunk at a time and folds their gradient into ``grad_e``/``grad_c`` before
-returning. On CPU its Triton kernels run under ``TRITON_INTERPRET=1``; with liger-kernel
-0.8.5 and triton 3.7.1 the softcap path does not (``libdevice.tanh``), so a softcap case
-on CPU is unsupported from the declaration (``caps.softcap_off_cpu``), before any worker
-starts. liger-kernel is imported in ``build`` only.
+returning. On CPU its Triton kernels run under ``TRITON_INTERPRET=1``, but not its softcap
+path (liger-kernel 0.8.5, triton 3.7.1): ``caps.softcap_off_cpu`` says so before any worker.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.baselines.tp_liger import INTERPRET_REASON, TP_LIGER
+from perfsuite.baselines.tp_liger import TP_LIGER, require_interpreted
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
 
 SOFTCAP_CPU_REASON = (
@@ -35,18 +33,9 @@ def _import_loss() -> type:
 
 
 def _check_interpreted() -> None:
-    """On CPU, make sure liger's kernels were defined under the interpreter.
-
-    ``@triton.jit`` reads ``TRITON_INTERPRET`` when the kernel is defined (at
-    liger's import), not when it is launched. Checked here rather than in
-    ``availability``: the runner sets the variable for the worker process only,
-    so the parent (``perfsuite methods``) would see it unset.
-    """
     from liger_kernel.ops.cross_entropy import liger_cross_entropy_kernel
-    from triton.runtime.interpreter import InterpretedFunction
 
-    if not isinstance(liger_cross_entropy_kernel, InterpretedFunction):
-        raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
+    require_interpreted(liger_cross_entropy_kernel)
 
 
 def _make_build(accum_fp32: bool):

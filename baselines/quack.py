@@ -6,12 +6,8 @@ chunk's logits into their gradient in place and folds that into ``dx`` and an fp
 ``dW`` right away; the backward only scales them (‡ in the tables: fwd+bwd is its fair
 column). The suite keeps the package's defaults.
 
-No label smoothing, no softcap (``unsupported``); CUDA on sm_90 and newer only
-(``unavailable`` with the reason elsewhere, and when the package is missing or fails to
-import). Its TMA GEMMs need 16-byte aligned rows and it asserts N % 8 == 0: N, V and D
-must be multiples of 8 in 16-bit dtypes; fp32 is not measured (16-bit GEMMs).
-
-quack is imported in ``build`` only, so a missing package never breaks the registry.
+No label smoothing, no softcap; CUDA on sm_90 and newer only. Its TMA GEMMs need 16-byte
+aligned rows and it asserts N % 8 == 0: N, V and D multiples of 8, 16-bit dtypes only.
 """
 
 from __future__ import annotations

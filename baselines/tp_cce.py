@@ -2,9 +2,7 @@
 vocab_parallel_options=VocabParallelOptions(start, stop, group))``, ``impl="cce"``.
 
 The LSE and target logit are all-reduced in the forward; the backward writes this
-shard's dC and sums dE in fp32; any [start, stop) per rank. ``VocabParallelOptions`` is
-on apple/ml-cross-entropy's main only (not in 25.1.1, the newest on PyPI), and its Triton
-kernels need CUDA: unavailable otherwise, saying which. Not yet run on a GPU here.
+shard's dC and sums dE in fp32; any [start, stop) per rank. Not yet run on a GPU here.
 """
 
 from __future__ import annotations
@@ -30,22 +28,17 @@ NO_VP_REASON = (
 )
 
 
-def _has_vocab_parallel() -> bool | None:
-    """Whether the installed CCE ships ``cut_cross_entropy/vocab_parallel`` (read from
-    the distribution's file list, without importing it); None when unknown."""
+def _vp_check(device: str) -> str | None:
+    """Why not, when the installed CCE lacks ``cut_cross_entropy/vocab_parallel`` (read
+    from the distribution's file list, without importing it); None when it has it or
+    that is unknown."""
     try:
         files = importlib.metadata.files("cut-cross-entropy")
     except importlib.metadata.PackageNotFoundError:
         return None
-    if files is None:
+    if files is None or any("cut_cross_entropy/vocab_parallel" in str(f) for f in files):
         return None
-    return any("cut_cross_entropy/vocab_parallel" in str(f) for f in files)
-
-
-def _vp_check(device: str) -> str | None:
-    if _has_vocab_parallel() is False:
-        return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
-    return None
+    return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
 
 
 def import_cce() -> Any:

@@ -8,6 +8,8 @@ kept rows is ours. Checked with liger-kernel 0.8.5: its all-reduces are skipped 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from perfsuite.baselines.torch_methods import softcapped
@@ -25,33 +27,33 @@ UNEVEN_REASON = (
 )
 
 
-_shard_check = equal_shards_only(UNEVEN_REASON)
+def require_interpreted(kernel: Any) -> None:
+    """On CPU, liger's ``kernel`` must be an interpreter wrapper: ``@triton.jit`` reads
+    TRITON_INTERPRET at liger's import. Checked in ``build``, not ``availability``: the
+    runner sets it for the worker process only."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(kernel, InterpretedFunction):
+        raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
 
 
-def _import_loss() -> tuple[type, bool]:
+def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    import torch.distributed as dist
+
     try:
         from liger_kernel.ops.vocab_parallel_cross_entropy import (
-            liger_vocab_parallel_ce_forward_kernel,
+            liger_vocab_parallel_ce_forward_kernel as kernel,
         )
         from liger_kernel.transformers.vocab_parallel_cross_entropy import (
             LigerVocabParallelCrossEntropy,
         )
     except ImportError as err:  # too old (no vocab-parallel CE) or broken
         raise Unavailable(f"liger_kernel has no usable vocab-parallel CE: {err}") from err
-    from triton.runtime.interpreter import InterpretedFunction
-
-    # ``@triton.jit`` reads TRITON_INTERPRET when liger is imported, not at launch.
-    interpreted = isinstance(liger_vocab_parallel_ce_forward_kernel, InterpretedFunction)
-    return LigerVocabParallelCrossEntropy, interpreted
-
-
-def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
-    import torch.distributed as dist
-
-    loss_cls, interpreted = _import_loss()
-    if c_shard.device.type == "cpu" and not interpreted:
-        raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
-    module = loss_cls(ignore_index=case.ignore_index, label_smoothing=case.beta)
+    if c_shard.device.type == "cpu":
+        require_interpreted(kernel)
+    module = LigerVocabParallelCrossEntropy(
+        ignore_index=case.ignore_index, label_smoothing=case.beta
+    )
     group = dist.group.WORLD if shard.group is None else shard.group
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -76,7 +78,7 @@ TP_LIGER = TPMethod(
     requires=("liger_kernel", "triton"),
     distributions=("liger-kernel", "triton", "torch"),
     build_tp=_build,
-    shard_check=_shard_check,
+    shard_check=equal_shards_only(UNEVEN_REASON),
     limits={
         "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
         "its single-device CE's only)",

@@ -22,9 +22,6 @@ UNEVEN_REASON = (
 )
 
 
-_shard_check = equal_shards_only(UNEVEN_REASON)
-
-
 def _init_parallel_state(shard: Shard) -> None:
     """Megatron's TP group over the default world, once per process."""
     import torch.distributed as dist
@@ -77,7 +74,7 @@ METHODS = [  # measured only across ranks
         requires=("megatron",),
         distributions=("megatron-core", "torch"),
         build_tp=_build,
-        shard_check=_shard_check,
+        shard_check=equal_shards_only(UNEVEN_REASON),
         limits={
             "label_smoothing": "Megatron's vocab-parallel smoothing uses the rank's "
             "partition size and its local mean log-probability (no all-reduce): at TP > 1 "

@@ -11,6 +11,7 @@ Both get only the shard's part of dE from ``e @ c_shard.T``; ``sum_grad_over`` s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,19 +123,11 @@ def _build_eager(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     return loss_fn
 
 
-# DeviceMesh per (group, device type): built once, reused by every case and call.
-_MESHES: dict[tuple[Any, str], Any] = {}
-
-
+@functools.cache  # one DeviceMesh per (group, device type), reused by every case and call
 def _mesh(group: Any, device_type: str) -> Any:
     from torch.distributed.device_mesh import DeviceMesh
 
-    key = (group, device_type)
-    if key not in _MESHES:
-        _MESHES[key] = DeviceMesh.from_group(
-            dist.group.WORLD if group is None else group, device_type
-        )
-    return _MESHES[key]
+    return DeviceMesh.from_group(dist.group.WORLD if group is None else group, device_type)
 
 
 class _LossParallel(torch.autograd.Function):

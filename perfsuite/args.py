@@ -55,15 +55,25 @@ def seed_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0 (a softcap: NaN or infinity would only produce error rows)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+def finite_float(zero_ok: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number > 0 (>= 0 if ``zero_ok``): NaN or infinity would only
+    produce error rows."""
+    bound = ">= 0" if zero_ok else "> 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_float = finite_float(zero_ok=False)
+non_negative_float = finite_float(zero_ok=True)  # ``--z-loss``: 0 is off
 
 
 def level(text: str) -> float:
@@ -95,40 +105,19 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
         "--workload",
         help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
     )
-    p.add_argument(
-        "--entropy",
-        type=float,
-        help="synthetic workload: target mean token entropy in nats (implies synthetic)",
-    )
-    p.add_argument(
-        "--zipf",
-        type=float,
-        help="synthetic workload: Zipf exponent of the unigram prior (default 1)",
-    )
-    p.add_argument(
-        "--samples",
-        type=positive_int,
-        default=20,
-        help="timed samples per phase (default 20, at most 10,000)",
-    )
-    p.add_argument(
-        "--warmup",
-        type=non_negative_int,
-        default=3,
-        help="untimed warm-up calls per phase (default 3)",
-    )
-    p.add_argument("--seed", type=seed_int, default=0, help="inputs' seed, 0 to 2**32 - 1")
-    p.add_argument(
-        "--memory-limit",
-        type=parse_size,
-        help="CPU only: cap each worker's extra data memory (e.g. 2G)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=positive_float,
-        default=3600.0,
-        help="seconds per method's worker (default 3600)",
-    )
+    for flag, kind, default, text in (
+        ("--entropy", float, None, "synthetic workload: target mean token entropy in nats "
+         "(implies synthetic)"),
+        ("--zipf", float, None, "synthetic workload: Zipf exponent of the unigram prior "
+         "(default 1)"),
+        ("--samples", positive_int, 20, "timed samples per phase (default 20, at most 10,000)"),
+        ("--warmup", non_negative_int, 3, "untimed warm-up calls per phase (default 3)"),
+        ("--seed", seed_int, 0, "inputs' seed, 0 to 2**32 - 1"),
+        ("--memory-limit", parse_size, None, "CPU only: cap each worker's extra data memory "
+         "(e.g. 2G)"),
+        ("--timeout", positive_float, 3600.0, "seconds per method's worker (default 3600)"),
+    ):  # fmt: skip
+        p.add_argument(flag, type=kind, default=default, help=text)
     p.add_argument(
         "--jobs",
         type=positive_int,
@@ -169,21 +158,14 @@ def add_tp_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+# ``build_plan``'s keywords, from the options of the same name or, here, of another.
+_PLAN_KEYWORDS = ("methods", "phases", "device", "samples", "warmup", "seed", "memory_limit",
+                  "jobs", "timer", "profile")  # fmt: skip
+_RENAMED = {"betas": "beta", "timeout_s": "timeout", "tps": "tp",
+            "collective_timeout_s": "collective_timeout"}  # fmt: skip
+
+
 def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
     """``build_plan`` keywords from the arguments ``add_measurement_arguments`` defines."""
-    return dict(
-        methods=args.methods,
-        betas=args.beta,
-        phases=args.phases,
-        device=args.device,
-        samples=args.samples,
-        warmup=args.warmup,
-        seed=args.seed,
-        memory_limit=args.memory_limit,
-        timeout_s=args.timeout,
-        jobs=args.jobs,
-        tps=args.tp,
-        collective_timeout_s=args.collective_timeout,
-        timer=args.timer,
-        profile=args.profile,
-    )
+    names = {**{k: k for k in _PLAN_KEYWORDS}, **_RENAMED}
+    return {keyword: getattr(args, name) for keyword, name in names.items()}

@@ -184,3 +184,17 @@ class TrimmedConsole(Console):
             return text
         *lines, last = text.split("\n")  # the last line goes on in the next write
         return "\n".join([*(line.rstrip(" ") for line in lines), last])
+
+
+def pipe_table(
+    headers: Sequence[str], rows: Iterable[Sequence[str]], left: Iterable[str] = ()
+) -> list[str]:
+    """A markdown table, unpadded (no terminal to fit; a changed cell is a one-line diff):
+    the ``left`` headers' columns align left, the rest right; ``|`` escaped in the cells."""
+    left = set(left)
+
+    def row(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    rule = "|" + "|".join(":--" if h in left else "--:" for h in headers) + "|"
+    return [row(headers), rule, *(row(r) for r in rows)]

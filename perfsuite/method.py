@@ -2,8 +2,7 @@
 once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it
 cannot run here (``availability``) instead of crashing or quietly computing another loss.
 Its loss, given a ``Case`` and ``c``, is ``loss_fn(e, c, targets)`` equal to
-``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=beta)``.
-"""
+``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=beta)``."""
 
 from __future__ import annotations
 

@@ -51,8 +51,7 @@ class ParallelMethod(SimpleMethod):
 
     A method's ``tp``; listed in a module's ``METHODS`` itself, a method measured only
     across ranks (its ``build``, the loss on one device, is None). ``shard_check`` adds a
-    reason a layout cannot be computed exactly (Megatron's loss on uneven shards).
-    """
+    reason a layout cannot be computed exactly (Megatron's loss on uneven shards)."""
 
     build_tp: Callable[[Case, torch.Tensor, Shard], LossFn] | None = None
     shard_check: Callable[[Case, Shard], str | None] | None = None

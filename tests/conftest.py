@@ -32,8 +32,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # the tests read): fix its base before TMPDIR moves.
     session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
     SESSION_TMP = Path(tempfile.mkdtemp(prefix="pst-session-"))
+    one_thread()
     os.environ["TMPDIR"] = str(SESSION_TMP)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def one_thread() -> None:
+    """torch and the BLAS and OpenMP pools (numpy's OpenBLAS computes every tile of
+    Triton's interpreter) on one thread in the test process: its ops are small, and on
+    2 cores shared by the xdist workers a thread team waits for a descheduled member,
+    which doubled the CPU time of the kernel tests. The processes a test starts are
+    untouched (the harness sets the workers' threads)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    threadpool_limits(1)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -20,10 +20,8 @@ import torch
 from perfsuite import kernel_report
 from perfsuite.kernel_report import (
     build,
-    catalog,
     cce,
     costs,
-    designs,
     launches,
     sass,
     slice_launches,
@@ -166,7 +164,7 @@ def test_cost_table_at_gemma2_2b():
 
 def test_design_cost_table():
     """Per GPU: the slice design, the tile design and CCE's, modelled (not measured)."""
-    rows = designs.design_rows(GEMMA)
+    rows = costs.design_rows(GEMMA)
     want = {
         "gpu", "design", "config", "gemm_tflop", "hbm_bytes", "g_trip_bytes", "de_rw_bytes",
         "l2_bytes", "atomic_bytes", "locked_bytes", "gemm_ms", "hbm_ms", "l2_ms",
@@ -191,7 +189,7 @@ def test_design_cost_table():
     # less through L2: plain GEMM loads replace the update loops' re-reads and atomics.
     assert by["A100", "slices"]["l2_bytes"] <= by["A100", "tiles"]["l2_bytes"]
     assert by["H100", "slices"]["l2_ms"] is not None and by["A100", "slices"]["l2_ms"] is None
-    assert any("650 TFLOP/s" in line for line in designs.rate_notes())
+    assert any("650 TFLOP/s" in line for line in costs.rate_notes())
 
 
 # --- builds (child processes) -----------------------------------------------------
@@ -203,13 +201,13 @@ def probe() -> dict:
     that passes an argument its kernel does not take, in one child process."""
     out = _python("""
         import json
-        from perfsuite.kernel_report import build, catalog, launches
+        from perfsuite.kernel_report import build, launches, slice_launches
         shape = launches.SHAPES["gemma2-2b"]
         res = {}
         first = {"forward": "plain", "backward": "list", "slices": "smooth+softcap"}
         for arch in ("sm_80", "sm_90a"):
             for kernel in ("forward", "backward", "slices"):
-                for la in catalog.our_launches(shape, [arch], ["bf16"], [kernel]):
+                for la in slice_launches.our_launches(shape, [arch], ["bf16"], [kernel]):
                     spec = build.specialise(la)
                     name = "" if la.variant == first[kernel] else f"[{la.variant}]"
                     res[f"{kernel}{name} {arch}"] = {
@@ -217,17 +215,17 @@ def probe() -> dict:
                         "divisible": spec.divisible(),
                     }
             bwd = [
-                la for la in catalog.our_launches(shape, [arch], ["bf16"], ["backward"])
+                la for la in slice_launches.our_launches(shape, [arch], ["bf16"], ["backward"])
                 if la.variant == "list"
             ][0]
             res[f"build backward {arch}"] = build.build(bwd)
         # The default backward's slice GEMM, its heaviest variant, on Hopper.
-        grad = catalog.our_launches(shape, ["sm_90a"], ["bf16"], ["slices"])[-1]
+        grad = slice_launches.our_launches(shape, ["sm_90a"], ["bf16"], ["slices"])[-1]
         res["build slices sm_90a"] = {"variant": grad.variant, **build.build(grad)}
-        colsum = catalog.our_launches(shape, ["sm_80"], ["bf16"], ["column_sum"])[0]
+        colsum = slice_launches.our_launches(shape, ["sm_80"], ["bf16"], ["column_sum"])[0]
         res["hints"] = build.build(colsum)["sass_hash"]
         res["no hints"] = build.build(colsum, hints=False)["sass_hash"]
-        bwd = catalog.our_launches(shape, ["sm_90a"], ["bf16"], ["backward"])[0]
+        bwd = slice_launches.our_launches(shape, ["sm_90a"], ["bf16"], ["backward"])[0]
         try:
             build.specialise(launches.with_args(bwd, Targets=None))
         except build.BuildError as exc:
@@ -291,7 +289,9 @@ def test_every_variant_listed_for_every_dtype_and_arch():
     variants the report used to skip, for every dtype and arch, at the slice width."""
     for arch in ("sm_80", "sm_90a"):
         for dtype in ("bf16", "fp16", "fp32"):
-            todo = catalog.our_launches(GEMMA, [arch], [dtype], ["forward", "backward", "slices"])
+            todo = slice_launches.our_launches(
+                GEMMA, [arch], [dtype], ["forward", "backward", "slices"]
+            )
             by_kernel: dict[str, set[str]] = {}
             for la in todo:
                 by_kernel.setdefault(la.kernel, set()).add(la.variant)
@@ -396,10 +396,10 @@ def test_blackwell_is_accepted_and_launched_as_on_a_b200():
     assert launches.cfg_arch("sm_100a") == "sm_100" and launches.GPUS["sm_100"][1] == 148
     assert os.path.basename(build.ptxas_path("sm_100a")) == "ptxas-blackwell"
     for kernel in ("forward", "backward", "slices"):
-        for la in catalog.our_launches(GEMMA, ["sm_100a"], ["bf16"], [kernel]):
+        for la in slice_launches.our_launches(GEMMA, ["sm_100a"], ["bf16"], [kernel]):
             assert la.config.startswith(PINNED[kernel, "sm_100", "bf16"].describe())
             assert la.overrides.get("DC_ATOMIC", True) is True  # as backward.native_atomics
-    fwd = catalog.our_launches(GEMMA, ["sm_100a"], ["bf16"], ["forward"])[0]
+    fwd = slice_launches.our_launches(GEMMA, ["sm_100a"], ["bf16"], ["forward"])[0]
     splits = -(-GEMMA.v // fwd.args["split_size"])
     assert splits == forward.splits_for(GEMMA.n, GEMMA.v, 128, 148) != 33  # H100: 33
     cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", "sm_100a"]
@@ -430,8 +430,8 @@ def test_blackwell_slice_kernel_runs_on_tcgen05():
     accumulator in 128 TMEM columns, no wgmma, no spill."""
     out = _python("""
         import json
-        from perfsuite.kernel_report import build, catalog, launches
-        la = catalog.our_launches(launches.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
+        from perfsuite.kernel_report import build, launches, slice_launches
+        la = slice_launches.our_launches(launches.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
                                   ["slices"])[-1]
         print(json.dumps({"variant": la.variant, **build.build(la)}))
     """)
@@ -528,7 +528,7 @@ def test_table_names_every_variant(monkeypatch, capsys):
         "shape": vars(GEMMA),
         "rows": [_row("forward", "plain"), _row("cce_backward", "train", ours=False)],
         "costs": costs.cost_rows(GEMMA),
-        "designs": designs.design_rows(GEMMA),
+        "designs": costs.design_rows(GEMMA),
         "notes": ["CCE side by side skipped: test"],
     }
     monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: report)

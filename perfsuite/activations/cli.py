@@ -1,8 +1,7 @@
 """``perfsuite workload``: make and inspect ``--workload FILE`` dumps: ``dump`` (a saved
 ``transformers`` causal LM on a text file), ``train`` (converge's ``cpu-filtering`` preset
 trained here, a batch of its text dumped: the committed dump's recipe), ``inspect`` (N,
-V, D, entropy, entries ≥ 2⁻¹², the frequency direction's share of E and C).
-"""
+V, D, entropy, entries ≥ 2⁻¹², the frequency direction's share of E and C)."""
 
 from __future__ import annotations
 

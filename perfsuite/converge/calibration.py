@@ -1,10 +1,6 @@
-"""Calibration of predicted next-token distributions (docs/converge.md).
-
-Top-1 ECE (l1), RMS-CE (l2) and MCE (max) are torchmetrics' ``binary_calibration_error``
-on (top-1 confidence, hit): its ``multiclass_calibration_error`` without the ``N x K``
-copy. SCE and ACE (Nixon et al. 2019, class-wise; torchmetrics has none) are written
-here, ``CLASS_CHUNK`` classes at a time in fp64: a 32k vocabulary needs no ``N x K`` copy.
-"""
+"""Calibration of predicted next-token distributions (docs/converge.md): ECE, RMS-CE and MCE
+through torchmetrics' binary form on (top-1 confidence, hit), SCE and ACE written here,
+``CLASS_CHUNK`` classes at a time in fp64: a 32k vocabulary needs no ``N x K`` copy."""
 
 from __future__ import annotations
 

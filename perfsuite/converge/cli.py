@@ -4,13 +4,18 @@ crashed, ran out of memory, diverged or differs from eager, else 0."""
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfsuite.args import non_negative_int, positive_float, positive_int, seed_int
+from perfsuite.args import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from perfsuite.converge.data import DATA_KINDS
 from perfsuite.converge.parity import REFERENCE
 from perfsuite.converge.presets import PRESETS, default_methods
@@ -26,17 +31,6 @@ def _preset_help() -> str:
         f"{p.batch}x{p.seq} tokens, for {p.target.upper()}"
         for p in PRESETS.values()
     )
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (``--z-loss``: 0 is off)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

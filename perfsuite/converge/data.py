@@ -208,8 +208,7 @@ def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Ten
 
     ``split_words=False`` lets merges cross word boundaries (trained line by line, which
     keeps it fast): the help pages hold only ~9.2k distinct word pieces, so a split BPE
-    stops there, while a cross-word one reaches 16k ids and more (a larger softmax).
-    """
+    stops there, while a cross-word one reaches 16k ids and more (a larger softmax)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     if vocab < 256:

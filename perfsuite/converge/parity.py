@@ -1,11 +1,7 @@
 """Parity verdicts: does a method train the model the way eager does, in the same dtype?
-
-Liger-Kernel's convergence tolerances (mini_llama3, 32 AdamW steps), elementwise
-``|x - eager| <= atol + rtol * |eager|``, or no farther from eager than ``NOISE_FACTOR``
-times eager's own distance from its yardstick (``yardstick``): 16-bit rounding and long
-fp32 runs outgrow a fixed tolerance (docs/converge.md). Verdicts: ``same``, ``differs``,
-``reference`` (eager), ``yardstick``, ``no reference`` (eager did not finish), ``—``.
-"""
+Liger's convergence tolerances, or no farther from eager than ``NOISE_FACTOR`` times eager's
+own yardstick: 16-bit rounding and long fp32 runs outgrow a fixed tolerance (docs/converge.md).
+Verdicts: ``same``, ``differs``, ``reference``, ``yardstick``, ``no reference``, ``—``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Figures of a converge results document, written next to it from the document alone,
-with matplotlib's object API (no pyplot state, no display needed):
-
-* ``STEM-loss.png``: training loss per step, a line per method, a panel per beta; below,
-  each method's per-step relative distance from eager, the dtype's tolerance dashed.
-* ``STEM-reliability.png``: held-out accuracy per confidence bin, every method overlaid
-  per beta, then eager at every beta; the share of positions per bin as a histogram.
-* ``STEM-calibration.png``: ECE, RMS-CE, SCE and ACE as grouped bars, method x beta.
-"""
+"""Figures of a converge results document (``STEM-loss``, ``-reliability``, ``-calibration``
+``.png``: docs/converge.md), written next to it from the document alone with matplotlib's
+object API (no pyplot state, no display needed)."""
 
 from __future__ import annotations
 
@@ -14,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from perfsuite.render.plot import figure_legend
 from perfsuite.render.table import INTERPRETED_MARK
 
 REFERENCE = "eager"
@@ -108,18 +103,9 @@ def loss_figure(document: dict[str, Any]) -> Any:
             ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel("training loss (smoothed CE)")
     axes[1][0].set_ylabel(f"|loss − eager| / eager\n(exact 0 drawn at {FLOOR:g})")
-    _legend(fig, axes.flat)
+    figure_legend(fig, axes.flat)
     fig.suptitle(f"Training loss per method vs eager\n{_subtitle(document)}", fontsize=10)
     return fig
-
-
-def _legend(fig: Any, axes: Any) -> None:
-    handles: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, handle)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside right center")
 
 
 def reliability_figure(document: dict[str, Any]) -> Any:
@@ -220,7 +206,7 @@ def calibration_figure(document: dict[str, Any]) -> Any:
         labels = [_label(m, document) for m in methods]
         ax.set_xticks(range(len(methods)), labels, rotation=30, ha="right")
         ax.grid(True, axis="y", alpha=0.3)
-    _legend(fig, axes)
+    figure_legend(fig, axes)
     fig.suptitle(
         f"Held-out calibration per method and β (15 bins; lower is better)\n{_subtitle(document)}",
         fontsize=10,

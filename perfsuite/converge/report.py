@@ -1,6 +1,5 @@
 """The converge results: each run a ``train`` row of the version 2 results document (its
-settings under ``env["converge"]``), read back with the files of version 1, and the tables.
-"""
+settings under ``env["converge"]``), read back with the files of version 1, and the tables."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
+from perfsuite.fit import Column, fit_table, pipe_table, print_fitted
 from perfsuite.results.results import ResultsError, load_results, require_kind
 
 V1 = "perfsuite.converge/1"  # the converge document before the results envelope held it
@@ -134,7 +134,6 @@ def _rich(
     """Fitted to the console (``perfsuite.fit``). With ``halves`` (two titles), a table
     too wide for the console is two tables of the same rows, split after
     ``HELDOUT_SPLIT`` columns: a block of lines per row was hard to compare."""
-    from perfsuite.fit import Column, fit_table, print_fitted
 
     headers, rows = table
     cols = [Column(h, "left", True) if h in LEFT else Column(h, "right", False) for h in headers]
@@ -181,22 +180,14 @@ def print_report(console: Console, document: dict[str, Any]) -> None:
             )
 
 
-def _md_table(table: tuple[list[str], list[list[str]]]) -> list[str]:
-    headers, rows = table
-    out = ["| " + " | ".join(headers) + " |"]
-    out.append("|" + "|".join(":--" if h in LEFT else "--:" for h in headers) + "|")
-    out.extend("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows)
-    return out
-
-
 def markdown(document: dict[str, Any]) -> str:
     """Both tables as markdown, with the tolerances and every unfinished run's reason."""
     runs = document["rows"]
     tol = document["env"].get("converge", {}).get("tolerances", {})
     lines = [f"## {title(document)}", "", "### Parity with eager", ""]
-    lines += _md_table(_table(runs, TRAINING, True))
+    lines += pipe_table(*_table(runs, TRAINING, True), LEFT)
     lines += ["", f"### {HELDOUT_TITLE[0].upper()}{HELDOUT_TITLE[1:]}", ""]
-    lines += _md_table(_table(runs, HELDOUT, False))
+    lines += pipe_table(*_table(runs, HELDOUT, False), LEFT)
     lines += ["", "Tolerances (" + tol.get("source", "") + "):"]
     if tol.get("noise rule"):
         lines.append(f"- {tol['noise rule']}")

@@ -122,8 +122,7 @@ def softmax_part(
     """dLoss/dlogits (mean reduction, β = 0) with the masked entries dropped.
 
     ``scale``: softcap's ``1 − tanh²`` (None without softcap). A target outside the
-    tiles (ours) stays exact; inside them (CCE) it goes with its tile.
-    """
+    tiles (ours) stays exact; inside them (CCE) it goes with its tile."""
     g = live.float() / live.sum()
     rows = torch.nonzero(live).squeeze(1)
     d = probs.clone()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from perfsuite.fit import pipe_table
+
 COLUMNS = (
     ("filter", "filter"),
     ("order", "order"),
@@ -64,12 +66,12 @@ def markdown(document: dict[str, Any]) -> str:
         f"(reference max |dE| {s['grad_e_ref_max']:.3g}, |dC| {s['grad_c_ref_max']:.3g}). "
         f"Measured in {s['wall_s']:g} s.",
         "",
-        "| " + " | ".join(h for _, h in COLUMNS) + " |",
-        "|" + "|".join("---" if k in ("filter", "order") else "--:" for k, _ in COLUMNS) + "|",
     ]
-    for row in document["rows"]:
-        cells = [_gate(row) if k == "gate" else _fmt(k, row.get(k)) for k, _ in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
+    rows = [
+        [_gate(row) if k == "gate" else _fmt(k, row.get(k)) for k, _ in COLUMNS]
+        for row in document["rows"]
+    ]
+    lines += pipe_table([h for _, h in COLUMNS], rows, left=("filter", "order"))
     lines += ["", f"Made by: `{document['command']}`", ""]
     return "\n".join(lines)
 

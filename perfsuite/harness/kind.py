@@ -4,9 +4,9 @@ another until every case is done (a worker that dies costs the case it was on)."
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from perfsuite.harness.busy import ProgressFn, watched
 from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
@@ -18,6 +18,7 @@ from perfsuite.harness.scratch import scratch
 from perfsuite.results.results import new_document
 
 Rows = list[dict[str, Any]]
+T = TypeVar("T")
 
 
 class Kind:
@@ -28,6 +29,7 @@ class Kind:
     timeout_s: float = 3600.0
     per_case: bool = False  # True: the timeout restarts after each finished case
     phases: tuple[str, ...] = ()
+    case_keys: tuple[str, ...] = ()  # the fields that tell one case's rows from another's
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None."""
@@ -58,7 +60,7 @@ class Kind:
 
     def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
         """Whether ``row`` is one of ``case``'s."""
-        raise NotImplementedError
+        return all(row.get(k) == case.get(k) for k in self.case_keys)
 
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
@@ -69,7 +71,13 @@ class Kind:
     def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
         """The rows of each finished case among ``lines``, from the first case on."""
         rows = [ln for ln in lines if "phase" in ln]
-        return finished_by_phase(rows, cases, self.same, len(self.phases))
+        done = []
+        for case in cases:
+            mine = [r for r in rows if self.same(r, case)]
+            if len(mine) < len(self.phases):
+                break
+            done.append(mine)
+        return done
 
     def lost(
         self, method: str, case: dict[str, Any], index: int, lines: Rows, status: str, reason: str
@@ -83,19 +91,6 @@ class Kind:
 
     def heard(self, method: str, lines: Rows) -> None:
         """Every line so far, at every poll (what a kind keeps besides rows)."""
-
-
-def finished_by_phase(
-    rows: Rows, cases: list[dict[str, Any]], same: Callable[..., bool], phases: int
-) -> list[Rows]:
-    """Each case's rows while every one of its ``phases`` has a row."""
-    done = []
-    for case in cases:
-        mine = [r for r in rows if same(r, case)]
-        if len(mine) < phases:
-            break
-        done.append(mine)
-    return done
 
 
 def run_cases(
@@ -200,11 +195,18 @@ def run_kind(
     def work(method: str) -> None:
         by_method[method] = run_cases(kind, method, cases[method], progress, machine, None, tracker)
 
-    schedule(
-        list(cases), work, interpreted=kind.interpreted, cost=kind.cost, jobs=kind.jobs,
-        beside=kind.beside(),
-    )  # fmt: skip
+    schedule_kind(kind, cases, lambda method: method, work)
     return by_method
+
+
+def schedule_kind(
+    kind: Kind, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
+) -> None:
+    """``work`` on every item, in the harness's order for the items' methods."""
+    schedule(
+        items, work, interpreted=lambda i: kind.interpreted(method_of(i)),
+        cost=lambda i: kind.cost(method_of(i)), jobs=kind.jobs, beside=kind.beside(),
+    )  # fmt: skip
 
 
 def checkpointed(

@@ -98,9 +98,9 @@ def add_document(conn: sqlite3.Connection, document: dict[str, Any], path: str) 
     with store.transaction(conn):
         if store.has_run(conn, digest):
             return Added(path, digest, len(cells), duplicate=True)
-        run_id = store.insert_run(conn, run)
+        run_id = store.insert(conn, "runs", run)
         for cell in cells:
-            store.insert_cell(conn, run_id, cell)
+            store.insert(conn, "cells", {"run_id": run_id, **cell})
     return Added(path, digest, len(cells), duplicate=False)
 
 

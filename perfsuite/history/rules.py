@@ -17,13 +17,7 @@ import numpy as np
 
 from perfsuite.history import changepoints, store
 from perfsuite.measure.machine import document_busy
-
-# The same minimums as `perfsuite compare`.
-from perfsuite.regress.verdicts import (
-    CPU_MEMORY_SLACK_BYTES,
-    DEFAULT_MEMORY_THRESHOLD,
-    DEFAULT_TIME_THRESHOLDS,
-)
+from perfsuite.regress.verdicts import CPU_MEMORY_SLACK_BYTES, Settings
 
 NOISE_SIGMAS = 4.0
 MIN_PERSISTENCE = 2
@@ -88,10 +82,9 @@ class Change:
 
 
 def threshold_for(metric: str, device_kind: str) -> float:
-    """The minimum relative change that counts, as ``perfsuite compare`` uses it."""
-    if metric == "memory":
-        return DEFAULT_MEMORY_THRESHOLD
-    return DEFAULT_TIME_THRESHOLDS.get(device_kind, DEFAULT_TIME_THRESHOLDS["cuda"])
+    """The minimum relative change that counts: ``perfsuite compare``'s defaults."""
+    default = Settings()
+    return default.memory_threshold if metric == "memory" else default.threshold_for(device_kind)
 
 
 def series_noise(series: Series) -> float:

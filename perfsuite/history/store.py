@@ -237,20 +237,12 @@ def has_run(conn: sqlite3.Connection, digest: str) -> bool:
     return conn.execute(query, (digest,)).fetchone() is not None
 
 
-def _insert(conn: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
+def insert(conn: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
+    """Insert one row (a run, or a cell with its ``run_id``); returns its id. Call inside
+    ``transaction``."""
     marks = ", ".join("?" for _ in values)
     query = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})"
     return int(conn.execute(query, tuple(values.values())).lastrowid)
-
-
-def insert_run(conn: sqlite3.Connection, values: dict[str, Any]) -> int:
-    """Insert one run row; returns its id. Call inside ``transaction``."""
-    return _insert(conn, "runs", values)
-
-
-def insert_cell(conn: sqlite3.Connection, run_id: int, values: dict[str, Any]) -> None:
-    """Insert one cell row of run ``run_id``. Call inside ``transaction``."""
-    _insert(conn, "cells", {"run_id": run_id, **values})
 
 
 def _run(row: sqlite3.Row) -> Run:

@@ -29,15 +29,14 @@ from perfsuite.results.outpath import check_output_dir
 from . import (
     baseline,
     build,
-    catalog,
     cce,
     costs,
-    designs,
     diff,
     launched,
     launches,
     options,
     render,
+    slice_launches,
 )
 from .launches import Launch, Shape, parse_shape
 from .options import add_arguments
@@ -64,7 +63,7 @@ def collect(
 ) -> tuple[list[Launch], str | None]:
     """The launches to build, and why CCE's are missing (None when they are there)."""
     dtypes = dtypes or list(launches.DTYPES)
-    todo = catalog.our_launches(shape, archs, dtypes, kernels)
+    todo = slice_launches.our_launches(shape, archs, dtypes, kernels)
     note = cce.available() if with_cce else "not asked for"
     if note is None:
         todo += [
@@ -150,8 +149,8 @@ def kernel_report(
             "shape": vars(shape),
             "rows": rows,
             "costs": costs.cost_rows(shape, measured),
-            "designs": designs.design_rows(shape),
-            "notes": notes + designs.rate_notes(),
+            "designs": costs.design_rows(shape),
+            "notes": notes + costs.rate_notes(),
         }
     report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
     report["toolchain"] = baseline.toolchain(archs)
@@ -190,15 +189,9 @@ def _report_in_child(
     """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
     are interpreter wrappers fixed at import."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", ",".join(archs)]
-    cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}", "--json"]
-    cmd += ["--jobs", str(jobs)]
-    if dtypes:
-        cmd += ["--dtype", ",".join(dtypes)]
-    if kernels:
-        cmd += ["--kernel", ",".join(kernels)]
-    if not with_cce:
-        cmd += ["--no-cce"]
+    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--json", "--jobs", str(jobs)]
+    cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}"]
+    cmd += baseline.selection_args(archs, dtypes, kernels, with_cce)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     try:
         report = json.loads(out.stdout)
@@ -216,7 +209,7 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
     """
     out = []
     for r in rows:
-        where = f"{r['kernel']}[{r['variant']}] {r['config']} {r['dtype']} {r['arch']}"
+        where = diff.where(r)
         if not r["ok"]:
             out.append(f"{where}: {r['error']}")
             continue

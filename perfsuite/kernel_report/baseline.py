@@ -51,19 +51,31 @@ def toolchain(archs: list[str]) -> dict[str, Any]:
     return {"triton": triton.__version__, "ptxas": ptxas}
 
 
+def selection_args(
+    archs: list[str], dtypes: list[str] | None, kernels: list[str] | None, cce: bool
+) -> list[str]:
+    """The options naming a selection (a baseline's command line, the interpreter's child)."""
+    args = ["--arch", ",".join(archs)]
+    if dtypes:
+        args += ["--dtype", ",".join(dtypes)]
+    if kernels:
+        args += ["--kernel", ",".join(kernels)]
+    return args if cce else [*args, "--no-cce"]
+
+
 def make_command(selection: dict[str, Any], shape: dict[str, Any], folder: str) -> str:
     """The command line that stores a baseline for ``selection`` in ``folder``."""
-    cmd = ["perfsuite kernel-report", "--arch", ",".join(selection["archs"])]
+    cmd = ["perfsuite kernel-report"]
     if shape["name"] in SHAPES and shape["name"] != "gemma2-2b":
         cmd += ["--shape", shape["name"]]
     elif shape["name"] not in SHAPES:
         cmd += ["--shape", f"{shape['n']},{shape['v']},{shape['d']},{shape['dtype']}"]
-    if selection.get("dtypes_asked"):
-        cmd += ["--dtype", ",".join(selection["dtypes"])]
-    if selection.get("kernels_asked"):
-        cmd += ["--kernel", ",".join(selection["kernels"] + selection["peers"])]
-    if not selection["cce"]:
-        cmd += ["--no-cce"]
+    cmd += selection_args(
+        selection["archs"],
+        selection["dtypes"] if selection.get("dtypes_asked") else None,
+        selection["kernels"] + selection["peers"] if selection.get("kernels_asked") else None,
+        selection["cce"],
+    )
     return " ".join([*cmd, "--save", folder])
 
 

@@ -1,8 +1,14 @@
-"""Static costs of the shipped configs at one shape, per representative GPU.
+"""Static costs of the shipped configs at one shape, per representative GPU, and a cost
+model per backward design: FLOPs, HBM, L2 and atomic bytes, ms.
 
-Counted from tile sizes alone over every (row block, vocab tile) pair, no filtering: the
-forward's grid, and the backward's recompute, update, locked and L2 traffic for the
-atomic-tile design (``backward="tiles"``) and CCE's; ``designs`` models every design.
+Counted from tile sizes and slice widths alone over every (row block, vocab tile) pair, no
+filtering: the forward's grid, the backward's recompute, update, locked and L2 traffic.
+The design model is a **model**, never a measurement, timed as ``max(FLOPs / rate, HBM /
+bandwidth, L2 / L2 rate)`` at the sourced ``RATES``. Designs: **slices** (the default: a
+Triton GEMM stores each gradient slice G, cuBLAS adds ``G·C_s`` into the fp32 dE and writes
+``dC_s = Gᵀ·E``), **tiles** (atomic adds per pair, dC locked without 16-bit atomics) and
+**cce** (both updates locked, in the input dtype). HBM bytes are a lower bound; cuBLAS's
+tiles are assumed ``CUBLAS_TILE``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 import triton
 
 from . import cce
-from .launches import DTYPES, GPUS, Shape, native_atomics
+from .launches import DTYPES, GPUS, Shape, cfg_arch, native_atomics
 
 
 def _waves(ctas: int, slots: int) -> dict[str, Any]:
@@ -113,3 +119,169 @@ def cost_rows(
                 }
             )
     return rows
+
+
+CUBLAS_TILE = (128, 256)
+
+# Rates of the roofline, per GPU; None leaves that term out (no sourced number).
+RATES: dict[str, dict[str, Any]] = {
+    "H100": {
+        "tflops": 650.0,
+        "hbm_tbs": 3.35,
+        "l2_tbs": 6.3,
+        "source": "H100 SXM: 650 TFLOP/s bf16 as cuBLAS-class GEMMs reach on these shapes "
+        "(issue 19: torch.compile ~630, Liger's Hopper backward 657; datasheet dense peak "
+        "989.5), HBM3 3.35 TB/s (datasheet), L2 6.3 TB/s (the 128×64 tile backward "
+        "measured 131.6 ms for 830 GB of modelled L2 traffic, README)",
+    },
+    "A100": {
+        "tflops": 312.0,
+        "hbm_tbs": 2.039,
+        "l2_tbs": None,
+        "source": "A100 SXM 80GB: 312 TFLOP/s bf16 dense peak and 2.039 TB/s HBM2e "
+        "(datasheet; no achieved rate measured here); no L2 rate measured: L2 term left "
+        "out, so A100 times are lower bounds",
+    },
+}
+
+
+def _slices(shape: Shape, arch: str) -> dict[str, Any]:
+    from perfsuite.kernels.configs import PINNED
+
+    from .slice_launches import slice_count
+
+    n, v, d = shape.n, shape.v, shape.d
+    e = DTYPES[shape.dtype].itemsize
+    cfg = PINNED["slices", arch, shape.dtype]
+    width, slices = slice_count(shape, shape.dtype)
+    tm, tn = CUBLAS_TILE
+    nvd = n * v * d * e
+    g_trip = 3 * n * v * e  # G: written once, read by each GEMM
+    de_rw = slices * 2 * n * d * 4  # fp32 dE read and written per slice
+    # dE: zeroed, scaled (read + write), cast to the dtype (read fp32, write elem).
+    de_fixed = n * d * (4 + 8 + 4 + e)
+    hbm = g_trip + de_rw + de_fixed + slices * 2 * n * d * e + 3 * v * d * e
+    l2 = (
+        nvd * (1 / cfg.block_n + 1 / cfg.block_v)  # the logit GEMM's operand tiles
+        + 2 * nvd * (1 / tm + 1 / tn)  # both cuBLAS GEMMs' operand tiles
+        + n * v * e  # G stored
+        + de_rw
+        + v * d * e  # dC written once
+    )
+    return {
+        "design": "slices",
+        "config": f"{cfg.describe()} + cuBLAS",
+        "slices": slices,
+        "width": width,
+        "hbm_bytes": hbm,
+        "g_trip_bytes": g_trip,
+        "de_rw_bytes": de_rw,
+        "l2_bytes": l2,
+        "atomic_bytes": 0,
+        "locked_bytes": 0,
+    }
+
+
+def _pairs_design(
+    name: str,
+    config: str,
+    shape: Shape,
+    tiles: tuple[int, int, int],
+    locked: int,
+    de_e: int,
+    dc_e: int,
+) -> dict[str, Any]:
+    """The tile and CCE designs: one launch over (row block, vocab tile) pairs.
+
+    ``locked``: 0 (hardware adds into both), 1 (dC under a lock) or 2 (both locked).
+    """
+    n, v, d = shape.n, shape.v, shape.d
+    e = DTYPES[shape.dtype].itemsize
+    bn, bv, bdd = tiles
+    c = pair_costs(shape, bn, bv, bdd, locked, e, de_e, dc_e)
+    pairs = c["bwd_pairs"]
+    de_upd, dc_upd = pairs * bn * d * de_e, pairs * bv * d * dc_e
+    atomic = {0: de_upd + dc_upd, 1: de_upd, 2: 0}[locked]
+    locked_bytes = c["update_gb"] * 1e9 - atomic + c["locked_rmw_gb"] * 1e9
+    # E, C read; dE and dC zeroed, updated in place (read + write once), dE cast if fp32.
+    hbm = (n + v) * d * e + 3 * (n * d * de_e + v * d * dc_e)
+    if de_e != e:
+        hbm += n * d * (de_e + e)
+    return {
+        "design": name,
+        "config": config,
+        "slices": None,
+        "width": None,
+        "hbm_bytes": hbm,
+        "g_trip_bytes": 0,
+        "de_rw_bytes": 0,
+        "l2_bytes": c["bwd_l2_gb"] * 1e9,
+        "atomic_bytes": atomic,
+        "locked_bytes": locked_bytes,
+    }
+
+
+def _timed(row: dict[str, Any], flops: float, gpu: str) -> dict[str, Any]:
+    rate = RATES[gpu]
+    terms = {
+        "gemm": flops / (rate["tflops"] * 1e12),
+        "hbm": row["hbm_bytes"] / (rate["hbm_tbs"] * 1e12),
+        "l2": None if rate["l2_tbs"] is None else row["l2_bytes"] / (rate["l2_tbs"] * 1e12),
+    }
+    known = {k: t for k, t in terms.items() if t is not None}
+    bound = max(known, key=known.get)
+    return {
+        **row,
+        "gemm_tflop": flops / 1e12,
+        "gemm_ms": terms["gemm"] * 1e3,
+        "hbm_ms": terms["hbm"] * 1e3,
+        "l2_ms": None if terms["l2"] is None else terms["l2"] * 1e3,
+        "modelled_ms": known[bound] * 1e3,
+        "bound": bound,
+        **{k: row[k] / 1e9 for k in row if k.endswith("_bytes")},
+    }
+
+
+def design_rows(shape: Shape) -> list[dict[str, Any]]:
+    """One row per GPU × backward design (CCE's where importable and 16-bit) at ``shape``."""
+    from perfsuite.kernels.configs import PINNED
+
+    e = DTYPES[shape.dtype].itemsize
+    # Every design: the logit GEMM again, then dE and dC: 3 GEMMs of 2·N·V·D each.
+    flops = 3 * 2 * shape.n * shape.v * shape.d
+    out = []
+    for arch, (gpu, _) in GPUS.items():
+        if gpu not in RATES:  # no sourced rates (B200): not modelled, rate_notes says so
+            continue
+        bwd = PINNED["backward", arch, shape.dtype]
+        rows = [
+            _slices(shape, arch),
+            _pairs_design(
+                "tiles", bwd.describe(), shape, (bwd.block_n, bwd.block_v, bwd.block_dd),
+                int(not native_atomics(shape.dtype, arch)), 4, e,
+            ),
+        ]  # fmt: skip
+        if cce.available() is None and shape.dtype in cce.DTYPES:
+            g = cce.grid_sizes(shape)
+            tiles = (g["block_n"], g["block_v"], g["block_dd"])
+            rows.append(_pairs_design("cce", g["bwd_config"], shape, tiles, 2, e, e))
+        for row in rows:
+            out.append({"gpu": gpu, "arch": cfg_arch(arch), **_timed(row, flops, gpu)})
+    return out
+
+
+def rate_notes() -> list[str]:
+    """The roofline's rates and their sources, one line per GPU."""
+    lines = [f"design model rates, {gpu}: {r['source']}" for gpu, r in RATES.items()]
+    unrated = [gpu for gpu, _ in GPUS.values() if gpu not in RATES]
+    lines += [f"design model: no {gpu} rates sourced, not modelled" for gpu in unrated]
+    tm, tn = CUBLAS_TILE
+    # bf16 operand bytes per FLOP of a tm×tn-tiled GEMM: 2·(1/tm + 1/tn) / 2.
+    implied = RATES["H100"]["tflops"] * (1 / tm + 1 / tn)
+    return lines + [
+        f"design model: slices' two GEMMs are cuBLAS, tiles assumed {tm}x{tn}; the L2 "
+        "rate is what the old tile backward sustained (atomics included), while cuBLAS "
+        f"at {RATES['H100']['tflops']:.0f} TFLOP/s with such tiles moves its bf16 operands "
+        f"at {implied:.1f} TB/s: the L2 term is pessimistic for plain GEMM loads, and the "
+        "GEMM ms is every design's floor"
+    ]

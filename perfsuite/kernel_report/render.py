@@ -132,7 +132,7 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
         _print(
             console,
             f"Backward designs at {where}, {shape['dtype']}: a MODEL, not a measurement "
-            "(kernel_report/designs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
+            "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
             "L2 / L2 rate) at the rates in the notes below; HBM GB≥: each launch's "
             "operands read and outputs written once (a lower bound); G trip: the slice "
             "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
@@ -226,23 +226,21 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         columns = [Column(h, "left" if text else "right", text) for h, _, text in shown]
         table_rows = [[cells[h][i] for h, _, _ in shown] for i in range(len(rows))]
         table = fit_table(columns, table_rows, console.width, sections, **_BOX)
-        drop = next((h for h in DROP_ORDER if any(c[0] == h for c in shown)), None)
-        if table is None and drop is not None:
-            shown = [c for c in shown if c[0] != drop]
-            left_out.append(drop)
-            continue
-        parts = [" ".join(shared)] if shared else []
-        if zero:
-            parts.append(f"0 in every build: {', '.join(zero)}")
-        if left_out:
-            parts.append(f"left out at this width (in --json): {', '.join(left_out)}")
-        line = escape(kernel) + (f": {'; '.join(parts)}" if parts else "")
-        console.print(line, highlight=False)
-        if table is not None:
-            console.print(table)
-        else:  # one block per build: nothing is cut at any width
-            print_fitted(console, columns, table_rows, **_BOX)
-        return
+        drop = next((h for h in DROP_ORDER if h in {c[0] for c in shown}), None)
+        if table is not None or drop is None:
+            break
+        shown = [c for c in shown if c[0] != drop]
+        left_out.append(drop)
+    parts = [" ".join(shared)] if shared else []
+    if zero:
+        parts.append(f"0 in every build: {', '.join(zero)}")
+    if left_out:
+        parts.append(f"left out at this width (in --json): {', '.join(left_out)}")
+    console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""), highlight=False)
+    if table is not None:
+        console.print(table)
+    else:  # one block per build: nothing is cut at any width
+        print_fitted(console, columns, table_rows, **_BOX)
 
 
 def render_builds(console: Any, report: dict[str, Any], where: str) -> None:

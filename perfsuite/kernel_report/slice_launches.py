@@ -1,4 +1,5 @@
-"""The default backward's Triton kernel (``slices._grad_slice_kernel``) as launched.
+"""The default backward's Triton kernel (``slices._grad_slice_kernel``) as launched, and
+the registry of every launch of ours (apart from ``launches``: it builds on its helpers).
 
 Launched per vocab slice with ``v0`` and the width as plain ints, which Triton
 specialises by divisibility by 16: at most two binaries per shape (``+last`` when the
@@ -96,3 +97,22 @@ def slice_count(shape: Shape, dtype: str) -> tuple[int, int]:
     """(width, number of slices) at ``shape``: the design cost table's S."""
     width = slice_width(shape, dtype)
     return width, triton.cdiv(shape.v, width)
+
+
+def our_launches(
+    shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
+) -> list[Launch]:
+    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels."""
+    from perfsuite.kernels.configs import shipped_configs
+
+    from .launches import _backward, _forward, _helpers
+
+    groups = {"forward": _forward, "slices": launches, "backward": _backward, "helpers": _helpers}
+    shipped = {(k, a, dt) for k, a, dt, _ in shipped_configs()}
+    out = []
+    for arch in archs:
+        for dtype in dtypes:
+            for group, make in groups.items():
+                if group == "helpers" or (group, cfg_arch(arch), dtype) in shipped:
+                    out += make(shape, dtype, arch)
+    return [la for la in out if kernels is None or la.kernel in kernels]

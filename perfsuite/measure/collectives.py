@@ -1,10 +1,6 @@
-"""What one call spends on collectives, read from torch's profiler.
-
-torch records each collective, whoever issued it, as an event named after its backend
-(``gloo:all_reduce``, ``nccl:all_gather``) with its inputs' shapes and dtypes. On CPU
-(gloo) the event spans the whole exchange, waiting for peers included; on CUDA the time
-is the NCCL kernels' on the device.
-"""
+"""What one call spends on collectives, from torch's profiler events named after their
+backend (``gloo:all_reduce``, ``nccl:all_gather``): on CPU the whole exchange, waits
+included; on CUDA the NCCL kernels' time on the device (docs/scale-out.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Is the machine busy? Two snapshots bracket each cell group: on CPU the kernel's busy
 time on our cores (/proc/stat) less our processes' (this one and those started with
 ``RUN_ID_VAR`` set to its pid); on CUDA the SM clock, temperature, throttle reasons and
-other processes (NVML, else nvidia-smi). docs/run.md, "A busy machine", says why.
-"""
+other processes (NVML, else nvidia-smi). docs/run.md, "A busy machine", says why."""
 
 from __future__ import annotations
 

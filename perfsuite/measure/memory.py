@@ -1,8 +1,7 @@
 """Peak memory of one phase, in a pass of its own: on CUDA the allocator's counters; on
 CPU the running sum of the profiler's tensor allocations (``peak_bytes``) and the process
 high-water mark ``VmHWM`` (``rss_peak_bytes``; workers run with ``CPU_MALLOC_ENV`` so freed
-buffers leave the process). docs/run.md, "Memory".
-"""
+buffers leave the process). docs/run.md, "Memory"."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class Peak:
 
     ``rss_delta``: on CPU, the process RSS growth at its peak (``None`` on CUDA).
     ``net``, ``rss_net``: what the phase left held at its end over its start (tensors,
-    RSS), so that consecutive spans add up (a training step's phases).
-    """
+    RSS), so that consecutive spans add up (a training step's phases)."""
 
     delta: int
     absolute: int

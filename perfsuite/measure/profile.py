@@ -2,8 +2,7 @@
 profiler on Kineto (``torch.profiler``'s first start imports dynamo and inductor, which the
 memory meter beside it would see), summed by class (``kernel_classes.CLASSES``): on CUDA
 each device activity's duration (``host_ms``: wall less the union of their intervals), on
-CPU each op's self time (``host_ms``: wall less their sum).
-"""
+CPU each op's self time (``host_ms``: wall less their sum)."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ class Breakdown:
 
     ``classes[c]``: milliseconds of class ``c`` (every class present); ``device_ms``
     their sum; ``top``: the ``TOP`` kernels (ops on CPU) by time, ``{"name", "class",
-    "ms", "calls"}``; ``note`` says what was measured, in words.
-    """
+    "ms", "calls"}``; ``note`` says what was measured, in words."""
 
     source: str
     wall_ms: float

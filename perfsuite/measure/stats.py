@@ -1,8 +1,7 @@
 """Statistics of timing samples: numpy's quantiles and scipy's one-sided Mann-Whitney U
 test, which ``perfsuite compare`` and the sensitivity harness judge slowdowns with.
 
-numpy and scipy are imported on first use, so a measuring worker does not pay for them.
-"""
+numpy and scipy are imported on first use, so a measuring worker does not pay for them."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
 
     ``scipy.stats.mannwhitneyu(x, y, alternative="greater")``, exact without ties while
     ``len(x) * len(y) <= EXACT_LIMIT`` (scipy's own switch is at 8 per sample: too early
-    for 20-sample cells), else the normal approximation with tie and continuity correction.
-    """
+    for 20-sample cells), else the normal approximation with tie and continuity correction."""
     if not x or not y:
         return math.nan
     from scipy.stats import mannwhitneyu

@@ -1,7 +1,6 @@
 """Three ways to time a sample, one protocol (docs/run.md#timers): ``events`` (a call's
 wall time), ``graph`` (one CUDA graph replay; ``TimerUnsupported`` says why a call cannot
-be captured), ``kernels`` (the profiled kernels' summed durations, launch gaps excluded).
-"""
+be captured), ``kernels`` (the profiled kernels' summed durations, launch gaps excluded)."""
 
 from __future__ import annotations
 

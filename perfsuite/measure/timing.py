@@ -1,9 +1,5 @@
-"""Timing protocol: warm up, flush the cache, time each sample, keep them all.
-
-Each sample runs after a cache flush (twice the L2 on CUDA, the last-level cache on CPU),
-so a kernel never profits from the previous sample's data; ``setup`` runs untimed before
-each sample (the backward phase's forward, clearing gradients).
-"""
+"""Timing protocol: warm up, then per sample an untimed ``setup`` and a cache flush (so no
+sample profits from the previous one's data), the timed call, every sample kept."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def reference_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16") -
     return 3 * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
 
 
-def available_memory() -> int | None:
+def available_memory() -> int:
     """The RAM this machine has available now (Linux: ``MemAvailable``), in bytes."""
     import psutil
 
@@ -101,11 +101,8 @@ def device_capacity(device: str, memory_limit: int | None = None) -> int | None:
     share of the RAM available (at most ``memory_limit``), or of GPU 0's total, from
     nvidia-smi so that the parent never creates a CUDA context."""
     if device == "cpu":
-        available = available_memory()
-        budget = None if available is None else int(CPU_MEMORY_SHARE * available)
-        if memory_limit is not None:
-            budget = memory_limit if budget is None else min(budget, memory_limit)
-        return budget
+        budget = int(CPU_MEMORY_SHARE * available_memory())
+        return budget if memory_limit is None else min(budget, memory_limit)
     from perfsuite.results.provenance import gpu_state
 
     total = (gpu_state() or {}).get("memory.total")

@@ -42,7 +42,7 @@ class Plan:
     seed: int = 0
     memory_limit: int | None = None
     timeout_s: float = 3600.0
-    # Workers at a time for Triton methods under the CPU interpreter (runner.schedule).
+    # Workers at a time for Triton methods under the CPU interpreter (harness.schedule).
     jobs: int = 1
     notes: list[str] = field(default_factory=list)
     # perfsuite.plan.workloads spec; None is random inputs.
@@ -232,56 +232,26 @@ def build_plan(
     methods: str | None = None,
     betas: str = "0,0.1",
     phases: str = ",".join(PHASES),
-    dtype: str | None = None,
     device: str = "auto",
-    softcap: float | None = None,
-    samples: int = 20,
-    warmup: int = 3,
-    seed: int = 0,
-    memory_limit: int | None = None,
-    timeout_s: float = 3600.0,
     jobs: int | None = None,
-    workload: dict[str, Any] | None = None,
-    check_memory: bool = True,
     tps: str | None = None,
-    collective_timeout_s: float = 300.0,
-    timer: str = "events",
-    profile: str | None = None,
+    check_memory: bool = True,
+    **fields: Any,
 ) -> Plan:
+    """The plan of what was asked, every option checked; ``fields`` are ``Plan``'s own
+    (samples, seed, timer, ...), kept as given once checked."""
     phase_list = parse_list(phases, "phases")
     bad = [p for p in phase_list if p not in PHASES]
     if bad:
         raise PlanError(f"--phases: unknown {', '.join(bad)}; choose from {', '.join(PHASES)}")
+    dtype = fields.get("dtype")
     dtypes = [dtype] if dtype else list(dict.fromkeys(s.dtype for s in shapes))
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
-    check_measurement(samples, warmup, memory_limit)
-    if softcap is not None and softcap <= 0:
-        raise PlanError(f"--softcap must be positive, got {softcap:g}")
-    if not 0 <= seed < 2**32:
-        raise PlanError(f"--seed must be in [0, 2**32 - 1], got {seed}")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise PlanError(f"--timeout must be a finite number of seconds > 0, got {timeout_s:g}")
-    if workload is not None and workload.get("kind") == "synthetic":
-        for shape in shapes:
-            try:
-                check_synthetic(workload["entropy"], shape.vocab, shape.hidden)
-            except WorkloadError as err:
-                raise PlanError(f"{shape.name}: {err}") from None
     if jobs is not None and jobs < 1:
         raise PlanError(f"--jobs must be >= 1, got {jobs}")
     tp_sizes = parse_tps(tps, device) if tps is not None else None
-    if not (math.isfinite(collective_timeout_s) and collective_timeout_s > 0):
-        raise PlanError(f"--collective-timeout must be > 0 seconds, got {collective_timeout_s:g}")
-    if timer not in TIMERS:
-        raise PlanError(f"--timer: unknown {timer!r}; choose from {', '.join(TIMERS)}")
-    if tp_sizes is not None and (timer != "events" or profile is not None):
-        raise PlanError("--timer and --profile measure one device: drop them with --tp")
-    if profile is not None:
-        from perfsuite.results.outpath import check_output_dir
-
-        check_output_dir(profile, "--profile")  # before anything is measured
     plan = Plan(
         methods=resolve_methods(methods, tp=tp_sizes is not None),
         shapes=shapes,
@@ -289,20 +259,35 @@ def build_plan(
         betas=parse_betas(betas),
         phases=[p for p in PHASES if p in phase_list],
         device=resolve_device(device),
-        softcap=softcap,
-        samples=samples,
-        warmup=warmup,
-        seed=seed,
-        memory_limit=memory_limit,
-        timeout_s=timeout_s,
         jobs=default_jobs() if jobs is None else jobs,
-        workload=workload,
-        dtype=dtype,
         tps=tp_sizes,
-        collective_timeout_s=collective_timeout_s,
-        timer=timer,
-        profile=None if profile is None else str(profile),
+        **fields,
     )
+    check_measurement(plan.samples, plan.warmup, plan.memory_limit)
+    if plan.softcap is not None and plan.softcap <= 0:
+        raise PlanError(f"--softcap must be positive, got {plan.softcap:g}")
+    if not 0 <= plan.seed < 2**32:
+        raise PlanError(f"--seed must be in [0, 2**32 - 1], got {plan.seed}")
+    if not (math.isfinite(plan.timeout_s) and plan.timeout_s > 0):
+        raise PlanError(f"--timeout must be a finite number of seconds > 0, got {plan.timeout_s:g}")
+    if plan.workload is not None and plan.workload.get("kind") == "synthetic":
+        for shape in shapes:
+            try:
+                check_synthetic(plan.workload["entropy"], shape.vocab, shape.hidden)
+            except WorkloadError as err:
+                raise PlanError(f"{shape.name}: {err}") from None
+    wait = plan.collective_timeout_s
+    if not (math.isfinite(wait) and wait > 0):
+        raise PlanError(f"--collective-timeout must be > 0 seconds, got {wait:g}")
+    if plan.timer not in TIMERS:
+        raise PlanError(f"--timer: unknown {plan.timer!r}; choose from {', '.join(TIMERS)}")
+    if tp_sizes is not None and (plan.timer != "events" or plan.profile is not None):
+        raise PlanError("--timer and --profile measure one device: drop them with --tp")
+    if plan.profile is not None:
+        from perfsuite.results.outpath import check_output_dir
+
+        check_output_dir(plan.profile, "--profile")  # before anything is measured
+        plan.profile = str(plan.profile)
     if check_memory:  # a sweep predicts fit per cell instead (perfsuite.run.sweep)
         check_fits(plan)
     return plan

@@ -12,7 +12,7 @@ from rich import box
 
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.measure.machine import document_busy
-from perfsuite.regress.environment import env_differences
+from perfsuite.regress.verdicts import env_differences
 from perfsuite.results.kinds import TIMED_KINDS, require_kind
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.provenance import device_slug
@@ -50,8 +50,7 @@ def stored_baseline(
     one document: (document, files used, shapes without a stored file).
 
     Raises ``ResultsError`` when nothing is stored for that device or shapes, or
-    when the stored files of two shapes disagree on the environment.
-    """
+    when the stored files of two shapes disagree on the environment."""
     folder = Path(root) / device_slug(current["env"])
     stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
     if not folder.is_dir():
@@ -88,8 +87,7 @@ def update(
     """Write the stored baseline(s) from ``results``; returns what was done, line by line.
 
     A shape whose new file has fewer ``ok`` cells than the stored one is refused unless
-    ``force``: a run whose cells errored must not replace a good baseline.
-    """
+    ``force``: a run whose cells errored must not replace a good baseline."""
     document = load_results(results)  # validated: a malformed file is never stored
     require_kind(document, results, TIMED_KINDS, "baseline update")
     if not document["rows"]:

@@ -86,6 +86,10 @@ def commit(top: Path, rev: str, option: str) -> str:
     return proc.stdout.strip()
 
 
+# ``Spec``'s fields taken as the options give them.
+ASKED = ("alpha", "command", "shape", "method", "phase", "beta", "device", "timeout")
+
+
 def spec_from(args: argparse.Namespace) -> Spec:
     """The measurement the arguments ask for; ``BisectError`` if they ask for none or two."""
     command = args.command is not None
@@ -104,15 +108,8 @@ def spec_from(args: argparse.Namespace) -> Spec:
         samples=args.samples or (10 if command else 20),
         warmup=(1 if command else 3) if args.warmup is None else args.warmup,
         threshold=COMMAND_THRESHOLD if command and args.threshold is None else args.threshold,
-        alpha=args.alpha,
         scratch="",
-        command=args.command,
-        shape=args.shape,
-        method=args.method,
-        phase=args.phase,
-        beta=args.beta,
-        device=args.device,
-        timeout=args.timeout,
+        **{name: getattr(args, name) for name in ASKED},
     )
 
 

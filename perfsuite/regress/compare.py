@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -118,13 +119,7 @@ def check_kinds(base: dict[str, Any], cur: dict[str, Any], labels: tuple[str, st
 
 def run(args: argparse.Namespace) -> int:
     """``perfsuite compare``: 0 no regression, 1 regression(s); unusable input raises."""
-    settings = Settings(
-        time_threshold=args.time_threshold,
-        memory_threshold=args.memory_threshold,
-        metric=args.metric,
-        alpha=args.alpha,
-        allow_env_mismatch=args.allow_env_mismatch,
-    )
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
     labels = (base_label, str(args.current))
     check_kinds(base_doc, cur_doc, labels)

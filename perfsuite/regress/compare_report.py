@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.text import Text
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, print_fitted
+from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, pipe_table, print_fitted
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 
@@ -140,18 +140,11 @@ def _footnote(footnotes: list[str], notes: list[str]) -> str:
 
 
 def _columns(metric: str) -> list[Column]:
-    """The console table's columns; ``3.725 → 5.643`` never folds (a number pair)."""
-    return [
-        Column("method"),
-        Column("phase"),
-        Column("status"),
-        Column(f"{metric} ms", "right", fold=False),
-        Column("time ×", "right", fold=False),
-        Column("p", "right", fold=False),
-        Column("peak MiB", "right", fold=False),
-        Column("mem ×", "right", fold=False),
-        Column("verdict"),  # and its note's number: a column of its own cost 4 characters
-    ]
+    """The console table's columns; ``3.725 → 5.643`` never folds (a number pair). The
+    verdict carries its note's number: a column of its own cost 4 characters."""
+    numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
+    words = [Column("method"), Column("phase"), Column("status")]
+    return [*words, *(Column(h, "right", fold=False) for h in numbers), Column("verdict")]
 
 
 def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
@@ -226,19 +219,13 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(_md_escape(c) for c in cells) + " |"
-
-
 def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
-    lines = [_md_row(HEADERS), "|" + "|".join("---" for _ in HEADERS) + "|"]
+    rows = []
     for cell in cells:
         fails = " **(fails)**" if cell.failing else ""
         verdict = f"{LOOK[cell.verdict][1]} {cell.verdict}{fails}"
-        lines.append(
-            _md_row([*cell_label(cell.row), *_values(cell, metric), verdict, "; ".join(cell.notes)])
-        )
-    return lines
+        rows.append([*cell_label(cell.row), *_values(cell, metric), verdict, "; ".join(cell.notes)])
+    return pipe_table(HEADERS, rows, left=[*HEADERS[:6], "verdict", "note"])
 
 
 def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:

@@ -12,14 +12,12 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from perfsuite.args import int_between, level, positive_int
+from perfsuite.fit import pipe_table
 from perfsuite.parser import print_error
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_analyse import SCALED_GRID, Report, analyse
 from perfsuite.regress.sensitivity_collect import QUICK, HarnessConfig, collect
 from perfsuite.regress.verdicts import DEFAULT_ALPHA
-
-# --------------------------------------------------------------------------
-# Rendering and the command
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -35,31 +33,22 @@ def render_markdown(report: Report) -> str:
         f"{cfg['runs']} rounds = {report.independent_runs} runs per condition; a trial compares "
         f"runs of two different processes. Rule: {s['metric']} ratio ≥ "
         f"{1 + s['threshold']:.3g}× and one-sided Mann-Whitney p < {s['alpha']:g}.",
-        "",
-        "| condition | injected (measured) | flagged `regression` | rate | 95% CI |",
-        "|---|---|---|---|---|",
     ]
+    rates = []
     for r in report.rates:
         name = "unchanged (false alarms)" if r.condition == 0 else f"+{r.condition:.0%} slower"
         lo, hi = r.bounds
-        lines.append(
-            f"| {name} | {_pct(r.injected)} | {r.flagged}/{r.trials} | {_pct(r.rate)} | "
-            f"{_pct(lo)}–{_pct(hi)} |"
-        )
-    heads = [f"caught +{c:.0%}" for c in cfg["slowdowns"]]
-    lines += [
-        "",
-        "| threshold | false alarms | " + " | ".join(heads) + " |",
-        "|---|---|" + "---|" * len(heads),
-    ]
+        flagged = f"{r.flagged}/{r.trials}"
+        rates.append([name, _pct(r.injected), flagged, _pct(r.rate), f"{_pct(lo)}–{_pct(hi)}"])
+    heads = ["condition", "injected (measured)", "flagged `regression`", "rate", "95% CI"]
+    lines += ["", *pipe_table(heads, rates, left=heads[:1]), ""]
+    sweep = []
     for row in report.sweep:
         mark = " (default)" if math.isclose(row["threshold"], s["threshold"]) else ""
         cells = [_pct(row[f"detected_{c:g}"]) for c in cfg["slowdowns"]]
-        lines.append(
-            f"| {row['threshold']:.1%}{mark} | {_pct(row['false_alarms'])} | "
-            + " | ".join(cells)
-            + " |"
-        )
+        sweep.append([f"{row['threshold']:.1%}{mark}", _pct(row["false_alarms"]), *cells])
+    heads = ["threshold", "false alarms", *(f"caught +{c:.0%}" for c in cfg["slowdowns"])]
+    lines += pipe_table(heads, sweep, left=heads[:1])
     scaled = ", ".join(f"+{x['slowdown']:.0%}: {_pct(x['detected'], 0)}" for x in report.scaled)
     none_caught = f"none up to {SCALED_GRID[-1]:.0%}"
     n = report.noise

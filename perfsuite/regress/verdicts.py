@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.measure.stats import mann_whitney_greater, min_p_value, summarize
-from perfsuite.regress.environment import env_differences
 from perfsuite.results.cells import cell_key
 from perfsuite.results.results import CELL_KEY
 
@@ -59,10 +58,6 @@ class Settings:
         if self.time_threshold is not None:
             return self.time_threshold
         return DEFAULT_TIME_THRESHOLDS.get(device, DEFAULT_TIME_THRESHOLDS["cuda"])
-
-
-# --------------------------------------------------------------------------
-# Verdicts
 
 
 @dataclass
@@ -214,10 +209,6 @@ def compare_cell(
     )
 
 
-# --------------------------------------------------------------------------
-# Documents
-
-
 def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[str, Any]]:
     cells: dict[tuple, dict[str, Any]] = {}
     for row in rows:
@@ -289,6 +280,35 @@ class Comparison:
     @property
     def exit_code(self) -> int:
         return EXIT_REGRESSION if self.failures else EXIT_OK
+
+
+# Versions that do not change what is measured: the suite itself (the code under test lives
+# in the rows' methods) and its table/dataframe libraries.
+IGNORED_VERSIONS = frozenset({"perfsuite", "pandas", "rich"})
+
+
+def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[list, list]:
+    """(blocking problems, warnings) between two environments: what ``compare`` checks between
+    a baseline and a run, and the stored baselines of one device among themselves."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    bdev, cdev = base_env.get("device") or {}, cur_env.get("device") or {}
+    for key in ("kind", "name", "cuda"):
+        if bdev.get(key) != cdev.get(key) and (key != "cuda" or bdev.get("kind") == "cuda"):
+            problems.append(f"device {key}: {bdev.get(key)!r} (baseline) vs {cdev.get(key)!r}")
+    bver, cver = base_env.get("versions") or {}, cur_env.get("versions") or {}
+    for name in sorted((set(bver) & set(cver)) - IGNORED_VERSIONS):
+        if bver[name] != cver[name]:
+            problems.append(f"{name} version: {bver[name]} (baseline) vs {cver[name]}")
+    for name in sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS):
+        warnings.append(f"{name}: recorded in only one of the two results")
+    if bdev.get("driver") != cdev.get("driver"):
+        warnings.append(f"GPU driver: {bdev.get('driver')!r} (baseline) vs {cdev.get('driver')!r}")
+    if base_env.get("python") != cur_env.get("python"):
+        warnings.append(f"python: {base_env.get('python')} (baseline) vs {cur_env.get('python')}")
+    if (cur_env.get("git") or {}).get("dirty"):
+        warnings.append("current results come from a checkout with uncommitted changes")
+    return problems, warnings
 
 
 def compare_documents(

@@ -65,6 +65,17 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
     return out
 
 
+def figure_legend(fig: Any, axes: Any) -> None:
+    """One legend beside the panels, an entry per label in first-seen order (each panel
+    draws the same methods)."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right center")
+
+
 def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
     """One figure: a panel per β, the legend beside them, the notes under them."""
     from matplotlib.figure import Figure
@@ -84,12 +95,7 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
         ax.set_xlabel(AXES[x][1])
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(QUANTITIES[quantity])
-    handles: dict[str, Any] = {}  # one legend entry a method, first-seen order
-    for ax in axes:
-        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, h)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside right center")
+    figure_legend(fig, axes)
     notes = _notes(members, drawn, quantity)
     if notes:  # under the axes: what is not drawn, and what † means
         # in the layout: a rect left for them put the title on the panels'

@@ -226,10 +226,6 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
     return notes
 
 
-# ---------------------------------------------------------------------------
-# Console
-
-
 def _layout(table: TpTable, keys: list[str], fold: bool) -> tuple[list[Column], list[list[str]]]:
     """The columns and console rows (the time cell in its style) of ``keys``."""
 

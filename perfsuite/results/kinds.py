@@ -4,8 +4,7 @@ cell, what only one kind records (nested under ``metrics`` in version 2 files), 
 reader's refusal of the kinds it cannot read.
 
 Kept apart from the schema (``perfsuite.results.schema``) so that writing rows never
-imports pydantic.
-"""
+imports pydantic."""
 
 from __future__ import annotations
 

@@ -23,9 +23,17 @@ from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
 from perfsuite.method import Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
-from perfsuite.run.correctness import Outcome, Verdict, bit_identical, judge, run_once
+from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.worker import Phase, WorkerSpec, case_rows, failure, fill, method_case
+from perfsuite.run.worker import (
+    Phase,
+    WorkerSpec,
+    case_rows,
+    failure,
+    fill,
+    first_calls,
+    method_case,
+)
 from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
@@ -65,15 +73,6 @@ def _agree(status: tuple[str, str] | None) -> tuple[str, str] | None:
         if item is not None:
             return item[0], (item[1] if len(gathered) == 1 else f"rank {rank}: {item[1]}")
     return None
-
-
-def _timed(phase: Phase, samples: int, warmup: int, device: torch.device) -> list[float]:
-    """Per-sample ms of the slowest rank; every sample starts after a barrier."""
-    spans = time_spans(
-        [phase.body], device, samples=samples, warmup=warmup, setup=phase.setup,
-        flush=CacheFlusher(device), barrier=dist.barrier,
-    )  # fmt: skip
-    return _all_max([ms for (ms,) in spans], device)
 
 
 def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> tuple[Verdict, str]:
@@ -125,33 +124,33 @@ def run_rank_case(
     refused = _agree(refused)
     if refused is not None:
         return decided(*refused)
-    t0 = time.perf_counter()
-    outcome = run_once(loss_fn, mine)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    compile_ms = _all_max([(time.perf_counter() - t0) * 1e3], device)[0]
+    outcome, compile_ms, same = first_calls(loss_fn, mine, device, interpreted)
+    compile_ms, differs = _all_max([compile_ms, float(same is False)], device)
+    deterministic = None if same is None else differs == 0.0
     verdict, why = _gate(outcome, reference, shard)
-    deterministic = None
-    if not interpreted:
-        same = bit_identical(outcome, run_once(loss_fn, mine))
-        deterministic = _all_max([0.0 if same else 1.0], device)[0] == 0.0
     del outcome, reference
     status, reason = ("ok", "") if verdict.passed else ("wrong", why)
     gate = verdict.fields(compile_ms=compile_ms, entropy=mine.entropy)
+    samples, warmup = (min(spec.samples, 3), 0) if interpreted else (spec.samples, spec.warmup)
+    flush = CacheFlusher(device)
     for row in rows(status=status, reason=reason, deterministic=deterministic, **gate):
         phase = Phase(row.phase, loss_fn, mine)
         phase.setup()
         peak = measure_peak(phase.body, device)
-        rss = peak.rss_delta if peak.rss_delta is not None else -1
-        delta, absolute, rss = map(int, _all_max([peak.delta, peak.absolute, rss], device))
         phase.setup()
         comms = measure_collectives(phase.body, device)
-        comm_ms = _all_max([comms.ms], device)[0]
-        interpreted_samples = min(spec.samples, 3) if interpreted else spec.samples
-        samples = _timed(phase, interpreted_samples, 0 if interpreted else spec.warmup, device)
+        rss = -1 if peak.rss_delta is None else peak.rss_delta
+        delta, absolute, rss, comm_ms = _all_max([peak.delta, peak.absolute, rss, comms.ms], device)
+        # Every sample starts after a barrier: a sample is the slowest rank's.
+        spans = time_spans(
+            [phase.body], device, samples=samples, warmup=warmup, setup=phase.setup, flush=flush,
+            barrier=dist.barrier,
+        )  # fmt: skip
+        times = _all_max([ms for (ms,) in spans], device)
         phase.reset()
         if rank == 0:
-            fill(row, Peak(delta, absolute, rss if rss >= 0 else None), Timing(samples))
+            peak = Peak(int(delta), int(absolute), int(rss) if rss >= 0 else None)
+            fill(row, peak, Timing(times))
             row.collectives, row.collective_bytes = comms.count, comms.nbytes
             row.collective_ms = comm_ms
             if interpreted and status == "ok":

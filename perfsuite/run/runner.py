@@ -6,13 +6,12 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from perfsuite.harness import kind as harness
-from perfsuite.harness import schedule as lanes
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.method import Method
@@ -24,8 +23,6 @@ from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, status_rows, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
-
-T = TypeVar("T")
 
 
 def measured(plan: Plan) -> dict[str, Method]:
@@ -56,6 +53,8 @@ def overlap(plan: Plan) -> bool:
 
 class LossKind(harness.Kind):
     """A loss cell: one worker per method (a launcher of K ranks across ranks)."""
+
+    case_keys = CASE_KEYS
 
     def __init__(self, plan: Plan) -> None:
         self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
@@ -99,9 +98,6 @@ class LossKind(harness.Kind):
         module = "perfsuite.run.worker" if cases[0].get("tp") is None else "perfsuite.run.launch"
         return [sys.executable, "-m", module, str(spec)]  # the launcher starts K ranks
 
-    def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
-        return all(row.get(k) == case.get(k) for k in CASE_KEYS)
-
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> list[dict[str, Any]]:
@@ -120,17 +116,6 @@ def run_method(
     """All cases of one method (``perfsuite.harness.kind.run_cases``), in case order."""
     rows = harness.run_cases(LossKind(plan), method, cases, progress, machine, env, tracker)
     return in_case_order(rows, cases)
-
-
-def schedule(
-    plan: Plan, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
-) -> None:
-    """``work`` on every item, in the harness's order for the items' methods."""
-    kind = LossKind(plan)
-    lanes.schedule(
-        items, work, interpreted=lambda i: kind.interpreted(method_of(i)),
-        cost=lambda i: kind.cost(method_of(i)), jobs=plan.jobs, beside=kind.beside(),
-    )  # fmt: skip
 
 
 def in_case_order(
@@ -177,7 +162,7 @@ def run_plan(
     def work(method: str) -> None:
         by_method[method] = run_method(plan, method, cases, report, machine=groups, tracker=tracker)
 
-    schedule(plan, plan.methods, lambda m: m, work)
+    harness.schedule_kind(LossKind(plan), plan.methods, lambda m: m, work)
     rows = [row for method in plan.methods for row in by_method[method]]
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()

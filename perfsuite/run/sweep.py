@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfsuite.harness.kind import schedule_kind
 from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.registry import methods_for
@@ -191,9 +192,8 @@ class Sweep:
         batches = self._batches(pending)
         if len(self.slots) == 1:  # one device: runner's order (interpreted ones in parallel)
             only = self.slots[0]
-            runner.schedule(
-                self.plan, batches, lambda item: item[0], lambda item: measure(item, only)
-            )
+            kind = runner.LossKind(self.plan)
+            schedule_kind(kind, batches, lambda item: item[0], lambda item: measure(item, only))
             return
         run_parallel(batches, on_free_slot, len(self.slots))
 

@@ -26,7 +26,7 @@ from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
-from perfsuite.run.correctness import bit_identical, gate_reference, judge, run_once
+from perfsuite.run.correctness import Outcome, bit_identical, gate_reference, judge, run_once
 from perfsuite.run.inputs import Inputs
 from perfsuite.tp_method import case_of
 
@@ -124,6 +124,19 @@ def describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"[:500]
 
 
+def first_calls(
+    loss_fn: LossFn, inputs: Inputs, device: torch.device, interpreted: bool
+) -> tuple[Outcome, float, bool | None]:
+    """The first call's outcome and milliseconds (it compiles: ``compile_ms``, never a
+    sample), and whether a second gives every bit of it again (None: interpreted)."""
+    start = time.perf_counter()
+    outcome = run_once(loss_fn, inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    ms = (time.perf_counter() - start) * 1e3
+    return outcome, ms, None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
+
+
 class Phase:
     """The untimed set-up and the timed body of one phase."""
 
@@ -182,27 +195,16 @@ def run_case(
     reason = method.availability(case.device)
     if reason is not None:
         return rest("unavailable", reason)
-    reason = method.unsupported_reason(case)
-    if reason is not None:
-        return rest("unsupported", reason)
     try:
         stage("gate")
         inputs, reference, bounds = gate_reference(case, spec.seed, raw.get("workload"))
         loss_fn = method.prepare(case, inputs.c)
-        # The first call compiles: timed once, never a sample (compile_ms).
-        start = time.perf_counter()
-        outcome = run_once(loss_fn, inputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        compile_ms = (time.perf_counter() - start) * 1e3
+        outcome, compile_ms, deterministic = first_calls(loss_fn, inputs, device, interpreted)
         # What it imported lives as long as the process: out of later collections.
         gc.collect()
         gc.freeze()
         verdict = judge(outcome, reference, bounds)
-        del reference
-        # Run to run, same inputs: every bit of loss, dE and dC (not under the interpreter).
-        deterministic = None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
-        del outcome
+        del reference, outcome
         # A method that fails the gate is still timed (its rows stay ``wrong``, never
         # ``ok``): how fast an inexact kernel runs is half of the finding.
         status, reason = "ok", ""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfsuite.method import SimpleMethod
 from perfsuite.results.results import STEP_PHASES, Row
-from perfsuite.step.methods import StepMethod
 from perfsuite.step.presets import Size, StepPreset
 
 # What identifies a case in a row (the busy-machine marks are keyed by it).
@@ -35,10 +35,10 @@ def case_size(case: dict[str, Any]) -> Size:
     return Size(layers=case["layers"], seq=case["seq"], batch=case["batch"])
 
 
-def case_rows(case: dict[str, Any], method: StepMethod, **fields: Any) -> list[Row]:
+def case_rows(case: dict[str, Any], method: SimpleMethod, **fields: Any) -> list[Row]:
     """One row per step phase of ``case``, with ``fields`` set (the step's N is
     batch x seq, V and D the model's: the loss-only cell of the same last layer)."""
-    fields.setdefault("interpreted", method.triton and case["device"] == "cpu")
+    fields.setdefault("interpreted", method.caps.triton and case["device"] == "cpu")
     keys = ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "shape", "device", "workload")
     given = {k: case[k] for k in keys}
     return [Row(method=method.name, phase=phase, **given, **fields) for phase in STEP_PHASES]

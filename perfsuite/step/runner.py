@@ -13,12 +13,14 @@ from typing import Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
+from perfsuite.method import SimpleMethod
+from perfsuite.plan.registry import methods_for
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import STEP_PHASES, new_document
 from perfsuite.run.runner import in_case_order
 from perfsuite.step.cases import CASE_KEYS, case_rows, case_size
 from perfsuite.step.estimate import estimate, too_big
-from perfsuite.step.methods import StepMethod, step_methods
+from perfsuite.step.methods import availability, case_reason
 from perfsuite.step.plan import StepPlan
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
@@ -34,19 +36,19 @@ LOSS_SHARE = (
 class StepKind(harness.Kind):
     """A training step of a model: one worker per method, four phases per case."""
 
-    phases = STEP_PHASES
+    phases, case_keys = STEP_PHASES, CASE_KEYS
 
     def __init__(self, plan: StepPlan, models: dict[str, Any]) -> None:
         self.plan, self.device, self.timeout_s = plan, plan.device, plan.timeout_s
         self.models = models
-        self.methods: dict[str, StepMethod] = step_methods()
+        self.methods = methods_for("step")
 
     def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
         """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
         m, plan = self.methods[method], self.plan
-        status, reason = "unavailable", m.availability(plan.device)
+        status, reason = "unavailable", availability(m, plan.device)
         if reason is None:
-            status, reason = "unsupported", m.case_reason(case)
+            status, reason = "unsupported", case_reason(m, case)
         if reason is None:
             est = _estimate(m, case, plan.device)
             status, reason = "oom", too_big(est, plan.capacity, plan.capacity_source)
@@ -55,7 +57,7 @@ class StepKind(harness.Kind):
         return self.status_rows(method, case, STEP_PHASES, status, reason)
 
     def interpreted(self, method: str) -> bool:
-        return self.methods[method].triton and self.device == "cpu"
+        return self.methods[method].caps.triton and self.device == "cpu"
 
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         p = self.plan
@@ -63,9 +65,6 @@ class StepKind(harness.Kind):
         worker = StepSpec(method, cases, str(out), p.samples, p.warmup, p.seed, limit)
         spec.write_text(json.dumps(asdict(worker)))
         return [sys.executable, "-m", "perfsuite.step.worker", str(spec)]
-
-    def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
-        return all(row.get(k) == case[k] for k in CASE_KEYS)
 
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
@@ -79,9 +78,9 @@ class StepKind(harness.Kind):
                 self.models.setdefault(line["model"], line["info"])
 
 
-def _estimate(method: StepMethod, case: dict[str, Any], device: str) -> Any:
+def _estimate(method: SimpleMethod, case: dict[str, Any], device: str) -> Any:
     preset = get_preset(case["shape"])
-    return estimate(method.holds, preset, case_size(case), case["dtype"], device)
+    return estimate(method.step.holds, preset, case_size(case), case["dtype"], device)
 
 
 def run_step_plan(
@@ -90,8 +89,8 @@ def run_step_plan(
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Measure every (method, case) of ``plan``; returns the results document."""
-    methods = step_methods()
-    distributions = [d for name in plan.methods for d in methods[name].decl.distributions]
+    methods = methods_for("step")
+    distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, ["transformers", *distributions])
     env["plan"] = plan.as_dict()
     models: dict[str, Any] = {}

@@ -19,11 +19,12 @@ import torch
 from perfsuite.harness.protocol import emitter
 from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import CacheFlusher, Timing
+from perfsuite.method import SimpleMethod
+from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import Row
 from perfsuite.run.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.step.cases import case_rows, case_size
 from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
-from perfsuite.step.methods import StepMethod, step_methods
 from perfsuite.step.presets import get_preset
 
 # AdamW at torch's defaults but a fine-tuning learning rate: the step's cost does not
@@ -50,7 +51,7 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_case(
-    spec: StepSpec, method: StepMethod, raw: dict[str, Any], emit: Callable[[Any], None]
+    spec: StepSpec, method: SimpleMethod, raw: dict[str, Any], emit: Callable[[Any], None]
 ) -> list[Row]:
     """Gate and measure one case; returns its four rows (raises on a failure)."""
     from perfsuite.step.gate import judge, one_pass, reference
@@ -61,12 +62,12 @@ def measure_case(
     model = build_model(preset, size, spec.seed, raw["device"])
     emit({"model": preset.name, "info": describe_model(model, preset, size)})
     ref = reference(model, ids, raw["beta"], raw["dtype"])
-    assert method.decl.step is not None
-    loss_of = method.decl.step.patch(model, preset, raw["beta"])
+    assert method.step is not None
+    loss_of = method.step.patch(model, preset, raw["beta"])
     # The same model's decoder with a loss that costs nothing (the loss share's
     # subtrahend), compiled alike for a method that compiles.
     trivial_of: Callable = functools.partial(trivial_loss, model)
-    if method.decl.compiles:
+    if method.compiles:
         trivial_of = torch.compile(trivial_of)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     # The first step, gated: compilation, autotuning and AdamW's state all happen here.
@@ -84,7 +85,7 @@ def measure_case(
     stepper.optimize()
     _sync(device)
     first_ms += (time.perf_counter() - start) * 1e3
-    interpreted = method.triton and device.type == "cpu"
+    interpreted = method.caps.triton and device.type == "cpu"
     status, reason = "ok", INTERPRETED_NOTE if interpreted else ""
     if not verdict.passed:
         status, reason = "wrong", verdict.explain()
@@ -95,7 +96,7 @@ def measure_case(
     flush = CacheFlusher(device)
     times = time_steps(stepper, device, samples, 0 if interpreted else spec.warmup, flush)
     # The same model without its loss, same protocol; its first call may compile.
-    warm = spec.warmup + method.decl.compiles
+    warm = spec.warmup + method.compiles
     trivial = time_fwd_bwd(model, trivial_of, ids, device, samples, warm, flush)
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
     gate = verdict.fields(compile_ms=first_ms)
@@ -110,7 +111,7 @@ def run_case(spec: StepSpec, raw: dict[str, Any], emit: Callable[[Any], None]) -
     """Every row of one case reaches ``emit`` (with the lines the harness keeps besides,
     ``{"model": ...}``): measured, or with the status that says why not (the parent
     decided the cases the method cannot run)."""
-    method = step_methods()[spec.method]
+    method = methods_for("step")[spec.method]
     try:
         rows = measure_case(spec, method, raw, emit)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results

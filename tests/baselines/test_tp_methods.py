@@ -363,7 +363,7 @@ def test_registry_and_availability() -> None:
     cce = methods["cce"]
     if _have("cut_cross_entropy"):
         assert cce.availability("cpu") == tp_cce.CPU_REASON
-        if tp_cce._has_vocab_parallel() is False:
+        if tp_cce._vp_check("cuda") is not None:
             assert "has no VocabParallelOptions" in cce.availability("cuda")
     assert methods["ours"].availability("cpu") is None
     assert methods["eager"].caps.class_weights and not methods["torch-parallel"].caps.z_loss

@@ -78,12 +78,19 @@ def case(n: int, action: str = "ok", **extra: Any) -> dict[str, Any]:
     return {"n": n, "action": action, **size, **extra}
 
 
-def gone(pid: int) -> bool:
-    """Exited (a zombie waiting for its reaper counts: it runs no more)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+def gone(pid: int, within_s: float = 5.0) -> bool:
+    """Exited within ``within_s`` (SIGKILL to a group is delivered, not awaited: a
+    grandchild may still be on its way out; a zombie waiting for its reaper counts)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def by_case(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -55,15 +55,17 @@ def test_failure_mid_insert_leaves_nothing(
     document = make_document(0)
     document["rows"] = [dict(document["rows"][0], method=f"m{k}") for k in range(5)]
     inserted = []
-    real = store.insert_cell
+    real = store.insert
 
-    def crash_on_third(conn, run_id, values):  # type: ignore[no-untyped-def]
-        if len(inserted) == 2:
+    def crash_on_third(conn, table, values):  # type: ignore[no-untyped-def]
+        if table == "cells" and len(inserted) == 2:
             raise RuntimeError("power cut")
-        real(conn, run_id, values)
-        inserted.append(values)
+        row_id = real(conn, table, values)
+        if table == "cells":
+            inserted.append(values)
+        return row_id
 
-    monkeypatch.setattr(store, "insert_cell", crash_on_third)
+    monkeypatch.setattr(store, "insert", crash_on_third)
     conn = store.connect(db)
     with pytest.raises(RuntimeError):
         ingest.add_document(conn, document, "crash.json")

@@ -34,10 +34,10 @@ def schema1_db(path: Path, document: dict) -> str:
     conn.executescript(store.SCHEMA.replace("    tp INTEGER,\n", ""))
     conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
     _, run, cells = ingest.prepare(document, "old.json")
-    run_id = store.insert_run(conn, run)
+    run_id = store.insert(conn, "runs", run)
     for cell in cells:
         del cell["tp"]
-        store.insert_cell(conn, run_id, cell)
+        store.insert(conn, "cells", {"run_id": run_id, **cell})
     conn.commit()
     conn.close()
     return cells[0]["cell_id"]

@@ -186,7 +186,12 @@ def _worker(rank: int, world: int, store: str, jobs: list[str]) -> None:
 
 
 def _spawn(world: int, jobs: list[str], tmp_path: Path) -> None:
-    mp.spawn(_worker, args=(world, str(tmp_path / "store"), jobs), nprocs=world, join=True)
+    # One thread a rank (torch's and numpy's BLAS read these when the rank imports
+    # them): the ranks share 2 cores, and thread teams waiting on each other cost more.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")
+        env.setenv("OPENBLAS_NUM_THREADS", "1")
+        mp.spawn(_worker, args=(world, str(tmp_path / "store"), jobs), nprocs=world, join=True)
 
 
 def _cases(*wanted: int) -> list[str]:

@@ -61,17 +61,7 @@ def test_events_is_the_wall_clock():
     assert all(ms >= 19.5 for ms in timing.samples_ms), timing.samples_ms
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny ops on one thread: on a loaded 2-core machine an OpenMP team waits for a
-    descheduled worker thread (tens of ms an op), which is no op's own time."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_kernels_never_exceeds_events_and_leaves_out_the_host(one_thread):
+def test_kernels_never_exceeds_events_and_leaves_out_the_host():
     fn, setup = small_ce(gap_s=0.05)
     kw = dict(samples=5, warmup=1, setup=setup)
     events = time_with("events", fn, CPU, **kw)

@@ -105,6 +105,7 @@ def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
     (here a worker sleeping a minute) kills it, and the run ends at once."""
     import threading
 
+    from perfsuite.harness.kind import schedule_kind
     from perfsuite.harness.schedule import CANCEL
     from perfsuite.run import runner
 
@@ -123,7 +124,7 @@ def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
         threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
         start = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            runner.schedule(plan, plan.methods, lambda m: m, work)
+            schedule_kind(runner.LossKind(plan), plan.methods, lambda m: m, work)
         assert time.monotonic() - start < 15  # not the worker's 60 s
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -12,11 +12,12 @@ import pytest
 from perfsuite.harness import environment, lifecycle
 from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
+from perfsuite.harness.kind import schedule_kind
 from perfsuite.harness.schedule import CANCEL, run_parallel
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
 from perfsuite.run import runner
-from perfsuite.run.runner import run_plan, schedule
+from perfsuite.run.runner import LossKind, run_plan
 
 TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
 
@@ -175,7 +176,7 @@ def _spans(plan) -> dict[str, tuple[float, float]]:
         with lock:
             spans[method] = (start, time.monotonic())
 
-    schedule(plan, plan.methods, lambda m: m, work)
+    schedule_kind(LossKind(plan), plan.methods, lambda m: m, work)
     return spans
 
 
@@ -225,7 +226,7 @@ def test_schedule_with_one_job_is_sequential():
         time.sleep(0.05)
         active[0] -= 1
 
-    schedule(plan, plan.methods, lambda m: m, work)
+    schedule_kind(LossKind(plan), plan.methods, lambda m: m, work)
     assert most[0] == 1
 
 

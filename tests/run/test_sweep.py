@@ -63,12 +63,21 @@ def _first_cell(proc: subprocess.Popen, out: Path) -> None:
         time.sleep(0.05)
 
 
+# The code's identity, pinned in the killed sweep and in its resumes: edits landing in this
+# checkout between them must not read as another environment (git.diff).
+PINNED = {"sha": "pinned", "dirty": False}
+PINNED_CLI = (
+    "import sys; from perfsuite.results import provenance; provenance.git_state = lambda: "
+    f"{PINNED}; from perfsuite.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(plugins, tmp_path_factory):
     """Start a sweep, SIGKILL its process group once the first cells land, resume it."""
     out = tmp_path_factory.mktemp("sweep") / "full.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsuite", "sweep", *GRID, "--out", str(out)],
+        [sys.executable, "-c", PINNED_CLI, "sweep", *GRID, "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its workers die with it, as under Ctrl-C or scancel
@@ -80,8 +89,10 @@ def killed_and_resumed(plugins, tmp_path_factory):
         proc.wait()
     before = load_results(out)
     assert 0 < len(before["rows"]) < CELLS * PHASES, "killed too late to test resuming"
-    assert sweep.run(_args("--out", str(out), "--resume")) == 0
-    return before, load_results(out), out
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("perfsuite.results.provenance.git_state", lambda: dict(PINNED))
+        assert sweep.run(_args("--out", str(out), "--resume")) == 0
+        yield before, load_results(out), out
 
 
 def test_resume_finishes_without_redoing_cells(killed_and_resumed):
@@ -117,11 +128,7 @@ def test_resuming_a_finished_sweep_runs_nothing(killed_and_resumed, monkeypatch)
 
 @pytest.mark.integration
 def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monkeypatch, capsys):
-    _, full, _ = killed_and_resumed
-    # Shards must share a git SHA to merge; pin it against a commit landing mid-test.
-    monkeypatch.setattr(
-        "perfsuite.results.provenance.git_state", lambda: {"sha": "x", "dirty": True}
-    )
+    _, full, _ = killed_and_resumed  # its git identity pinned: the shards merge
     capsys.readouterr()
     assert sweep.run(_args("--out", str(tmp_path / "s0.json"), "--shard", "0/2")) == 0
     captured = capsys.readouterr()  # not a terminal: a line per cell, no bar

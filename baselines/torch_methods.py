@@ -8,11 +8,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from perfsuite.baselines.tp_torch import TP_EAGER
+from perfsuite.baselines.tp_torch import FULL, TP_EAGER
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, class_weights
-
-# Materialised logits: every training term is a line of torch.
-_FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
 
 
 def softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
@@ -148,7 +145,7 @@ METHODS = [
         name="reference",
         description="fp32 materialised logits + F.cross_entropy (the yardstick)",
         build=_case_builder(reference_loss),
-        caps=Capabilities(**_FULL),
+        caps=Capabilities(**FULL),
         distributions=("torch",),
         timed_by_default=False,
     ),
@@ -156,7 +153,7 @@ METHODS = [
         name="eager",
         description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
         build=_case_builder(eager_loss),
-        caps=Capabilities(**_FULL),
+        caps=Capabilities(**FULL),
         distributions=("torch",),
         tp=TP_EAGER,
         step=StepPatch(_patch_eager, holds="logits"),
@@ -166,7 +163,7 @@ METHODS = [
         description="eager under torch.compile (compiled before timing; a step compiles "
         "the whole model and its loss on the first step, measured once: compile_ms)",
         build=_build_compiled,
-        caps=Capabilities(**_FULL, logit_copies=(2.0, 4.0)),
+        caps=Capabilities(**FULL, logit_copies=(2.0, 4.0)),
         distributions=("torch",),
         compiles=True,
         step=StepPatch(_patch_compiled, holds="compiled"),

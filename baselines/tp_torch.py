@@ -187,14 +187,14 @@ def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> Los
     return loss_fn
 
 
-_FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
-
+# Every option: on materialised logits each training term is a line of torch.
+FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
 # Eager's shard (torch_methods declares eager); torch-parallel runs only across ranks.
 TP_EAGER = TPMethod(
     name="eager",
     description="shard logits in the input dtype all-gathered to N x V, then eager's "
     "F.cross_entropy (the naive baseline)",
-    caps=Capabilities(**_FULL),
+    caps=Capabilities(**FULL),
     distributions=("torch",),
     build_tp=_build_eager,
 )

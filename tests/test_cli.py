@@ -313,7 +313,7 @@ def test_impossible_synthetic_workloads_are_refused_before_any_worker(
     capsys, monkeypatch, extra, message
 ):
     """These used to reach the workers and come back as error rows."""
-    monkeypatch.setattr("perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr("perfsuite.harness.kind.run_cases", lambda *a, **k: pytest.fail("ran"))
     assert main([*CHEAP, *extra]) == 2
     assert message in _said(capsys)
 
@@ -362,15 +362,13 @@ def test_workload_file_and_shape_together_are_refused(tmp_path, capsys):
 def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path):
     """One memory model and one message: `run` said "needs ~20.1 GiB … has 22.6 GiB
     available" (a contradiction to read) and disagreed with `sweep`'s 41.1 GiB."""
-    from perfsuite.run import sweep
-
     monkeypatch.setattr("perfsuite.plan.memory_model.available_memory", lambda: 20 * 2**30)
     assert main(["run", "--shape", "gemma2-9b", "--device", "cpu"]) == 2
     ran = _error(capsys)
     out = tmp_path / "s.json"
     argv = ["--tokens", "8192", "--vocab", "256000", "--hidden", "3584", "--methods", "eager"]
     # every cell skipped: nothing measured, so not a success (issue 20)
-    assert sweep.main([*argv, "--device", "cpu", "--out", str(out)]) == 1
+    assert main(["sweep", *argv, "--device", "cpu", "--out", str(out)]) == 1
     reason = load_results(out)["rows"][0]["reason"]
     words = reason.split("; --attempt-all")[0]
     assert words in ran and "predicted peak ~41.1 GiB" in words

@@ -200,7 +200,7 @@ def probe() -> dict:
     """Specialisations of the bf16 Gemma2-2B launches, a few real builds and a launch table
     that passes an argument its kernel does not take, in one child process."""
     out = _python("""
-        import json
+        import dataclasses, json
         from perfsuite.kernel_report import build, launches, slice_launches
         shape = launches.SHAPES["gemma2-2b"]
         res = {}
@@ -227,7 +227,7 @@ def probe() -> dict:
         res["no hints"] = build.build(colsum, hints=False)["sass_hash"]
         bwd = slice_launches.our_launches(shape, ["sm_90a"], ["bf16"], ["backward"])[0]
         try:
-            build.specialise(launches.with_args(bwd, Targets=None))
+            build.specialise(dataclasses.replace(bwd, args={**bwd.args, "Targets": None}))
         except build.BuildError as exc:
             res["bad table"] = str(exc)
         print(json.dumps(res))
@@ -429,7 +429,7 @@ def test_blackwell_slice_kernel_runs_on_tcgen05():
     """The default backward's heaviest slice build on sm_100a: tcgen05 MMAs, the fp32
     accumulator in 128 TMEM columns, no wgmma, no spill."""
     out = _python("""
-        import json
+        import dataclasses, json
         from perfsuite.kernel_report import build, launches, slice_launches
         la = slice_launches.our_launches(launches.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
                                   ["slices"])[-1]

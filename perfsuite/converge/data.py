@@ -196,13 +196,6 @@ def make_dataset(
     return seeded_dataset(draw, sizes, source.seed, source.describe(), source)
 
 
-def corpus() -> str:
-    """The text, in a fixed order."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[key] for key in sorted(topics))
-
-
 def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Tensor, int]:
     """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size.
 
@@ -227,22 +220,21 @@ def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Ten
     return ids, tokenizer.get_vocab_size()
 
 
-def _windows(ids: torch.Tensor, count: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    if ids.numel() <= length:
-        raise ValueError(f"the text has {ids.numel()} tokens, fewer than a sequence ({length})")
-    starts = torch.randint(0, ids.numel() - length, (count,), generator=gen)
-    return ids[starts.unsqueeze(1) + torch.arange(length)]
-
-
 def make_text_dataset(preset: Preset, split_words: bool = True) -> Dataset:
     """The preset's batches of ``seq + 1`` tokens from the text, held-out ones from its
     last tenth."""
-    text = corpus()
+    from pydoc_data.topics import topics
+
+    text = "\n\n".join(topics[key] for key in sorted(topics))  # in a fixed order
     ids, used = tokenize(text, preset.vocab, split_words)
-    cut = int(ids.numel() * (1 - HELDOUT_FRACTION))
+    cut, length = int(ids.numel() * (1 - HELDOUT_FRACTION)), preset.seq + 1
 
     def draw(heldout: bool, count: int, gen: torch.Generator) -> torch.Tensor:
-        return _windows(ids[cut:] if heldout else ids[:cut], count, preset.seq + 1, gen)
+        part = ids[cut:] if heldout else ids[:cut]
+        if (n := part.numel()) <= length:
+            raise ValueError(f"the text has {n} tokens, fewer than a sequence ({length})")
+        starts = torch.randint(0, n - length, (count,), generator=gen)
+        return part[starts.unsqueeze(1) + torch.arange(length)]
 
     info: dict[str, Any] = {
         "kind": "real text: Python's bundled help topics (pydoc_data.topics), no download",

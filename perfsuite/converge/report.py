@@ -198,9 +198,10 @@ def markdown(document: dict[str, Any]) -> str:
                 f"- {dtype}: per-step loss atol {t['loss_atol']:g}, rtol {t['loss_rtol']:g}; "
                 f"final parameters atol {t['param_atol']:g}, rtol {t['param_rtol']:g}"
             )
-    unfinished = [run for run in runs if run.get("reason")]
-    if unfinished:
-        lines += ["", "Not run or not finished:"]
-    for r in unfinished:
-        lines.append(f"- {r['method']} β={r['beta']:g} {r['dtype']}: {r['status']}: {r['reason']}")
+    unfinished = [
+        f"- {r['method']} β={r['beta']:g} {r['dtype']}: {r['status']}: {r['reason']}"
+        for r in runs
+        if r.get("reason")
+    ]
+    lines += ["", "Not run or not finished:", *unfinished] if unfinished else []
     return "\n".join(lines) + "\n"

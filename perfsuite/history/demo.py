@@ -27,11 +27,6 @@ SAMPLES = 20
 MAX_RUNS = 1000
 
 
-def _base_ms(method: str, phase: str, beta: float) -> float:
-    scale = {"eager": 3.0, "ours": 1.0}.get(method, 2.0)
-    return 10.0 * scale * (1 + PHASES.index(phase)) * (1.03 if beta else 1.0)
-
-
 def document(
     i: int, rng: np.random.Generator, step: float, step_at: int, step_method: str, seed: int
 ) -> dict[str, Any]:
@@ -39,7 +34,9 @@ def document(
     rows = []
     for method, beta, phase in itertools.product(METHODS, BETAS, PHASES):
         factor = 1 + step if method == step_method and i >= step_at else 1.0
-        level = _base_ms(method, phase, beta) * factor * (1 + rng.normal(0, RUN_NOISE))
+        scale = {"eager": 3.0, "ours": 1.0}.get(method, 2.0)
+        base = 10.0 * scale * (1 + PHASES.index(phase)) * (1.03 if beta else 1.0)
+        level = base * factor * (1 + rng.normal(0, RUN_NOISE))
         samples = level * (1 + rng.normal(0, SAMPLE_NOISE, SAMPLES))
         p20, median, p80 = np.percentile(samples, [20, 50, 80])
         rows.append(

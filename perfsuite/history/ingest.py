@@ -21,7 +21,6 @@ from perfsuite.results.schema import validate
 class Added:
     """The outcome of adding one file."""
 
-    path: str
     content_hash: str
     n_cells: int
     duplicate: bool  # already stored: nothing written
@@ -96,12 +95,12 @@ def add_document(conn: sqlite3.Connection, document: dict[str, Any], path: str) 
     """Store one document (all of it or nothing); a stored one again is a no-op."""
     digest, run, cells = prepare(document, path)
     with store.transaction(conn):
-        if store.has_run(conn, digest):
-            return Added(path, digest, len(cells), duplicate=True)
-        run_id = store.insert(conn, "runs", run)
-        for cell in cells:
-            store.insert(conn, "cells", {"run_id": run_id, **cell})
-    return Added(path, digest, len(cells), duplicate=False)
+        duplicate = store.has_run(conn, digest)
+        if not duplicate:
+            run_id = store.insert(conn, "runs", run)
+            for cell in cells:
+                store.insert(conn, "cells", {"run_id": run_id, **cell})
+    return Added(digest, len(cells), duplicate)
 
 
 def looks_like_results(path: Path) -> bool:

@@ -79,10 +79,6 @@ class Group:
         return what + rules.extras(k, " · ")
 
 
-def _sort_key(key: tuple) -> tuple:
-    return tuple((v is not None, v if v is not None else 0) for v in key)
-
-
 def load(conn: sqlite3.Connection, accept_busy: bool = False) -> dict[str, list[Group]]:
     """Shape name -> its groups (sorted by device and configuration); shapes sorted by name.
     ``accept_busy``: judge busy runs' times too (``history check --accept-busy``)."""
@@ -92,7 +88,7 @@ def load(conn: sqlite3.Connection, accept_busy: bool = False) -> dict[str, list[
     acknowledged = store.acks(conn)
     untimed = set() if accept_busy else set(rules.busy_runs(conn))
     shapes: dict[str, list[Group]] = {}
-    for key in sorted(by_group, key=_sort_key):
+    for key in sorted(by_group, key=lambda k: [(v is not None, 0 if v is None else v) for v in k]):
         group = _build(key, by_group[key], acknowledged, untimed)
         shapes.setdefault(group.shape, []).append(group)
     return dict(sorted(shapes.items()))

@@ -87,8 +87,7 @@ def _row(launch: Launch) -> dict[str, Any]:
         "error": None,
     }
     try:
-        row.update(build.build(launch))
-        row["ok"] = True
+        row.update(build.build(launch), ok=True)
     except Exception as exc:  # reported per row (and failing the report), never swallowed
         row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
     return row

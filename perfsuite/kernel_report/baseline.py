@@ -36,10 +36,6 @@ def arch_set(archs: list[str]) -> list[str]:
     return sorted(set(archs), key=lambda a: (build.capability(a), a))
 
 
-def file_name(version: str, archs: list[str]) -> str:
-    return f"triton-{version}_{'-'.join(arch_set(archs))}.json"
-
-
 def toolchain(archs: list[str]) -> dict[str, Any]:
     """The Triton version and the CUDA release of each arch's ptxas."""
     ptxas = {}
@@ -96,7 +92,7 @@ def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
     (replacing the one there: a renewal), atomically."""
     folder = Path(folder)
     version = report["toolchain"]["triton"]
-    path = folder / file_name(version, report["selection"]["archs"])
+    path = folder / f"triton-{version}_{'-'.join(arch_set(report['selection']['archs']))}.json"
     write_atomically(path, _dump({"schema": SCHEMA, **report}))
     return path
 
@@ -108,12 +104,8 @@ def _version_key(version: str) -> tuple:
 def stored(folder: str | os.PathLike[str], archs: list[str]) -> dict[str, Path]:
     """Triton version -> baseline file in ``folder`` for this arch set."""
     wanted = "-".join(arch_set(archs))
-    out = {}
-    for path in Path(folder).glob("triton-*.json"):
-        m = _NAME.fullmatch(path.name)
-        if m and m.group("archs") == wanted:
-            out[m.group("version")] = path
-    return out
+    found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
+    return {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
 
 
 def load(

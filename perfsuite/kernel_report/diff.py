@@ -135,8 +135,7 @@ def compare(
     old = {tuple(r[k] for k in _KEY): r for r in old_rows}
     new = {tuple(r[k] for k in _KEY): r for r in new_rows}
     for key, row in new.items():
-        base = old.get(key)
-        if base is None:
+        if (base := old.get(key)) is None:
             continue
         if row.get("ok") and base.get("ok", True) and row.get("sass_hash") == base.get("sass_hash"):
             out.unchanged += 1

@@ -7,7 +7,6 @@ gives the divisibility attributes and constants a real launch gets (``build.spec
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +58,8 @@ def parse_shape(text: str) -> Shape:
 class FakeTensor:
     """Enough of a tensor for Triton's binder and the kernels' heuristics."""
 
-    def __init__(self, dtype: torch.dtype, numel: int = 2, offset: int = 0) -> None:
-        self.dtype = dtype
+    def __init__(self, dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> None:
+        self.dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
         self.device = torch.device("cuda", 0)
         self._numel = numel
         self._ptr = _BASE + offset
@@ -72,8 +71,7 @@ class FakeTensor:
         return self._numel
 
 
-def T(dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> FakeTensor:
-    return FakeTensor(DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype, numel, offset)
+T = FakeTensor  # short: the launch tables name dozens
 
 
 @dataclass
@@ -313,8 +311,3 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 
 HELPERS = ("column_sum", "tile_threshold", "tile_keep", "target_logit")
-
-
-def with_args(launch: Launch, **changes: Any) -> Launch:
-    """A copy of ``launch`` with some arguments replaced (tests)."""
-    return dataclasses.replace(launch, args={**launch.args, **changes})

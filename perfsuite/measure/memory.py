@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import itertools
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -71,11 +72,7 @@ def measure_rss_peak(fn: Callable[[], object], collect: bool = True) -> Peak:
 
 def tensor_peak_from_events(events: list[tuple[int, int]]) -> int:
     """Largest running sum of ``(time, bytes)`` allocation (+) and free (-) events."""
-    current = peak = 0
-    for _, nbytes in sorted(events):
-        current += nbytes
-        peak = max(peak, current)
-    return peak
+    return max([0, *itertools.accumulate(nbytes for _, nbytes in sorted(events))])
 
 
 def measure_tensor_peak(fn: Callable[[], object]) -> int:

@@ -12,7 +12,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import torch
 from perfsuite.measure.kernel_classes import CLASSES, classify, kernel_name
 from perfsuite.results.results import write_atomically
 
-SOURCES = {"cuda": "cuda-kernels", "cpu": "cpu-ops"}
 NOTES = {
     "cuda-kernels": "device kernel time; host = wall - device busy",
     "cpu-ops": "CPU op self time (no GPU); host = wall - op self time",
@@ -59,12 +58,6 @@ class Breakdown:
     def as_dict(self) -> dict[str, Any]:
         """JSON-safe: plain floats, ints and strings, every class present."""
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Breakdown:
-        """From ``as_dict()``'s form; keys it does not know (a later version's) are left."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def trace_name(method: str, shape: str, dtype: str, beta: float, phase: str) -> str:

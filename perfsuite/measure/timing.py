@@ -3,6 +3,7 @@ sample profits from the previous one's data), the timed call, every sample kept.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -136,9 +137,10 @@ def time_spans(
             phase()
             sample.append(_mark(cuda))
         marks.append(sample)
-    if cuda:
-        torch.cuda.synchronize(device)
-    return [[_elapsed(a, b) for a, b in zip(m, m[1:], strict=False)] for m in marks]
+    if not cuda:
+        return [[(b - a) * 1e3 for a, b in itertools.pairwise(m)] for m in marks]
+    torch.cuda.synchronize(device)
+    return [[float(a.elapsed_time(b)) for a, b in itertools.pairwise(m)] for m in marks]
 
 
 def _mark(cuda: bool) -> Any:
@@ -147,7 +149,3 @@ def _mark(cuda: bool) -> Any:
         event.record()
         return event
     return time.perf_counter()
-
-
-def _elapsed(a: Any, b: Any) -> float:
-    return float(a.elapsed_time(b)) if isinstance(a, torch.cuda.Event) else (b - a) * 1e3

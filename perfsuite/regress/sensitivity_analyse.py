@@ -121,12 +121,11 @@ def analyse(
             injected = quantile(ratios, 0.5) - 1
         rates.append(Rate(cond, injected, flagged(trials[cond], threshold), len(pairs)))
 
-    sweep = []
-    for t in sorted({*THRESHOLD_GRID, threshold}):
-        entry = {"threshold": t, "false_alarms": flagged(trials[UNCHANGED], t) / len(pairs)}
-        for cond in cfg["slowdowns"]:
-            entry[f"detected_{cond:g}"] = flagged(trials[cond], t) / len(pairs)
-        sweep.append(entry)
+    sweep = [
+        {"threshold": t, "false_alarms": flagged(trials[UNCHANGED], t) / len(pairs)}
+        | {f"detected_{c:g}": flagged(trials[c], t) / len(pairs) for c in cfg["slowdowns"]}
+        for t in sorted({*THRESHOLD_GRID, threshold})
+    ]
 
     scaled = []
     for delta in SCALED_GRID:
@@ -174,12 +173,9 @@ def recommend_threshold(sweep: list[dict[str, float]], slowdowns: Sequence[float
     quiet = [s for s in sweep if s["false_alarms"] <= TARGET_FALSE_ALARMS]
     if not quiet:
         return None
-    smallest = min(slowdowns) if slowdowns else None
-    key = f"detected_{smallest:g}"
-    good = [s["threshold"] for s in quiet if smallest is not None and s[key] >= TARGET_DETECTION]
-    if good:
-        return good[(len(good) - 1) // 2]
-    return min(s["threshold"] for s in quiet)
+    key = f"detected_{min(slowdowns):g}"
+    good = [s["threshold"] for s in quiet if s[key] >= TARGET_DETECTION]
+    return good[(len(good) - 1) // 2] if good else min(s["threshold"] for s in quiet)
 
 
 def noise_summary(procs: list[dict[str, Any]], n_proc: int, n_runs: int) -> dict[str, float]:

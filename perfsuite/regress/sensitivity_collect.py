@@ -169,10 +169,8 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
 def worker_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     cfg = HarnessConfig(**{**spec["config"], "slowdowns": tuple(spec["config"]["slowdowns"])})
-    if spec["mode"] == "calibrate":
-        result: Any = calibrate(cfg)
-    else:
-        result = measure(cfg, spec["extra"], spec["proc"])
+    calibrating = spec["mode"] == "calibrate"
+    result = calibrate(cfg) if calibrating else measure(cfg, spec["extra"], spec["proc"])
     Path(spec["out"]).write_text(json.dumps(result))
     return 0
 

@@ -65,7 +65,6 @@ class TimeDecision:
     verdict: str | None  # regression / improvement / same; None: not compared
     ratio: float | None = None
     p_slower: float | None = None
-    p_faster: float | None = None
     note: str = ""
 
 
@@ -111,7 +110,7 @@ def compare_time(
         note = f"slower but not significant (p={p_slower:.2g})"
     elif verdict == "same" and p_slower < settings.alpha and ratio > 1:
         note = "significantly slower, below the threshold"
-    return TimeDecision(verdict, ratio, p_slower, p_faster, note)
+    return TimeDecision(verdict, ratio, p_slower, note)
 
 
 @dataclass

@@ -141,9 +141,10 @@ def short_name(name: str, limit: int = NAME_LIMIT) -> str:
 
 
 def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
+    cuda = any(m["breakdown"]["source"] == "cuda-kernels" for m in members)
     columns = [
         Column("method"),
-        Column("top kernels" if _cuda(members) else "top ops"),
+        Column("top kernels" if cuda else "top ops"),
         Column("class"),
         Column("calls", "right", False),
         Column("ms", "right", False),
@@ -172,7 +173,3 @@ def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
     options = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     print_fitted(console, columns, rows, sections=sections[:-1], **options)
     return console.file.getvalue().strip("\n").split("\n")
-
-
-def _cuda(members: list[dict[str, Any]]) -> bool:
-    return any(m["breakdown"]["source"] == "cuda-kernels" for m in members)

@@ -83,7 +83,7 @@ def build(
 
     shapes = timelines.load(conn, accept_busy)
     taken: set[str] = set()
-    pages, written = [], []
+    pages = []
     for shape, groups in shapes.items():
         colours = dashboard_figures.palette([line.method for g in groups for line in g.lines])
         figures = [
@@ -93,14 +93,13 @@ def build(
         html = dashboard_pages.shape_page(shape, groups, figures, commit_url, title)
         write_atomically(out / name, html)
         pages.append((shape, name, groups))
-        written.append(out / name)
     write_atomically(out / dashboard_pages.PLOTLY_JS, get_plotlyjs())
     index = dashboard_pages.index_page(title, pages, store.list_runs(conn), commit_url, source)
     write_atomically(out / "index.html", index)
     for stale in out.glob(PAGE_GLOB):
         if stale.name not in taken:
             stale.unlink()
-    return [out / "index.html", *written]
+    return [out / "index.html", *(out / name for _, name, _ in pages)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,14 +31,6 @@ def palette(methods: Sequence[str]) -> dict[str, str]:
     return {m: colours[i % len(colours)] for i, m in enumerate(sorted(set(methods)))}
 
 
-def _hover(group: Group, line: Line) -> list[list[Any]]:
-    runs = group.runs
-    return [
-        [runs[x].commit, runs[x].created, runs[x].run_hash[:12], lo, hi]
-        for x, lo, hi in zip(line.positions, line.low, line.high, strict=True)
-    ]
-
-
 def _time_traces(group: Group, line: Line, colour: str) -> list[Any]:
     import plotly.graph_objects as go
     from plotly.colors import hex_to_rgb
@@ -96,7 +88,10 @@ def _line_trace(
         showlegend=legend,
         line={"color": colour, "width": 1.5},
         marker={"size": 4},
-        customdata=_hover(group, line),
+        customdata=[
+            [group.runs[x].commit, group.runs[x].created, group.runs[x].run_hash[:12], lo, hi]
+            for x, lo, hi in zip(line.positions, line.low, line.high, strict=True)
+        ],
         hovertemplate=(
             "<b>%{fullData.name}</b> run %{x}<br>commit %{customdata[0]}<br>"
             f"%{{customdata[1]}}<br>{shown}<extra></extra>"

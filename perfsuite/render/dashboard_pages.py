@@ -81,11 +81,8 @@ def _page(title: str, body: str, plotly: bool) -> str:
 
 
 def _filter_value(group: Group, field: str) -> str:
-    if field == "device":
-        return str(group.key["device_name"])
-    if field == "beta":
-        return f"{group.key['beta']:g}"
-    return str(group.key[field])
+    value = group.key["device_name" if field == "device" else field]
+    return f"{value:g}" if field == "beta" else str(value)
 
 
 def _filters(groups: Sequence[Group]) -> str:
@@ -177,9 +174,7 @@ def index_page(
         devices = sorted({str(g.key["device_name"]) for g in groups})
         n_open = 0
         for i, group in enumerate(groups):
-            for m in group.marks:
-                if m.state != "open":
-                    continue
+            for m in (m for m in group.marks if m.state == "open"):
                 n_open += 1
                 open_rows.append(
                     f'<tr class="open-regression"><td><a href="{esc(file)}#g{i}">'

@@ -78,10 +78,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict | None:
     """Our fwd+bwd cell for ``method`` at β = 0 or the run's β > 0."""
-    for r in rows:
-        if r["method"] == method and r["phase"] == "fwd+bwd" and (r["beta"] > 0) == positive_beta:
-            return r
-    return None
+    mine = (r for r in rows if r["method"] == method and r["phase"] == "fwd+bwd")
+    return next((r for r in mine if (r["beta"] > 0) == positive_beta), None)
 
 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:

@@ -92,11 +92,8 @@ def _method_line(
     cells: list[Cell] = []
     for phase in phases:
         row = by_phase.get(phase)
-        if row is None:
-            cells += [Cell(), Cell(), Cell()]
-            continue
-        if not measured(row):
-            cells += [Cell(status_label(row)), Cell(), Cell()]
+        if row is None or not measured(row):
+            cells += [Cell(status_label(row) if row else ""), Cell(), Cell()]
             continue
         marks = cell_marks(row, phase, in_fwd)
         fair = not marks  # ‡: fwd/bwd split not comparable; †: interpreted; ✗: wrong
@@ -137,14 +134,8 @@ def _bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
 def _mark_best(lines: list[Line]) -> None:
     """Bold the lowest value of each column among comparable measured cells."""
     methods = [line for line in lines if line.method != LOWER_BOUND]
-    if not methods:
-        return
-    for col in range(len(methods[0].cells)):
-        candidates = [
-            line.cells[col]
-            for line in methods
-            if line.cells[col].value is not None and line.cells[col].comparable
-        ]
+    for column in zip(*(line.cells for line in methods), strict=True):
+        candidates = [c for c in column if c.value is not None and c.comparable]
         if not candidates:
             continue
         # Best is what the reader sees: every cell that prints as the lowest does (five

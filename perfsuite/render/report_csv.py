@@ -76,8 +76,7 @@ def _phase_fields(
             out[f"{s}_roofline_frac"] = f"{roof / ms:.4f}"
     for column, field, scale in TP_PER_PHASE:
         if row.get(field) is not None:
-            value = row[field]
-            out[f"{s}_{column}"] = str(value) if not scale else f"{value / scale:.6g}"
+            out[f"{s}_{column}"] = f"{row[field] / scale:.6g}" if scale else str(row[field])
     return out
 
 

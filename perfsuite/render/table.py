@@ -32,9 +32,9 @@ def fmt_bytes(n: int | None) -> str:
 
 
 def fmt_ms(row: dict[str, Any]) -> str:
-    if row.get("median_ms") is None:
+    ms = row.get("median_ms")
+    if ms is None:
         return "-"
-    ms = row["median_ms"]
     return f"{ms:,.0f} ms" if ms >= 1000 else f"{ms:.3g} ms"
 
 
@@ -62,14 +62,8 @@ def tp_note(rows: Iterable[dict[str, Any]]) -> str:
 
 def shape_key(row: dict[str, Any]) -> tuple:
     """(N, V, D, dtype, softcap, workload): one paper table, β as its sections."""
-    return (
-        row["tokens"],
-        row["vocab"],
-        row["hidden"],
-        row["dtype"],
-        row["softcap"],
-        row.get("workload") or "random",
-    )
+    dims = (row[k] for k in ("tokens", "vocab", "hidden", "dtype", "softcap"))
+    return (*dims, row.get("workload") or "random")
 
 
 def _group_key(row: dict[str, Any]) -> tuple:

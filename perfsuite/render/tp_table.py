@@ -130,7 +130,7 @@ def _line(
     marks = cell_marks(row, phase, in_fwd)
     ms, peak = row.get("median_ms"), row.get("peak_bytes")
     line.style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
-    cells["ms"] = (fmt_number(ms) if ms is not None else "-") + marks
+    cells["ms"] = fmt_number(ms) + marks
     if ms and not (in_fwd and phase != "fwd+bwd"):  # a ‡ split does other FLOPs than these
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
         cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)
@@ -142,9 +142,8 @@ def _line(
         cells["comm"] = f"{share:.0f}%" if share >= 9.5 else f"{share:.1f}%"
     if row.get("collectives") is not None:
         moved = row.get("collective_bytes")
-        cells["colls"] = f"{row['collectives']}" + (
-            "" if moved is None else f", {fmt_bytes(moved)}"
-        )
+        tail = "" if moved is None else f", {fmt_bytes(moved)}"
+        cells["colls"] = str(row["collectives"]) + tail
     if reference is not None and measured(reference) and reference["status"] == "ok":
         cells["speedup"] = _ratio(reference.get("median_ms"), ms)
         cells["memcut"] = _ratio(reference.get("peak_bytes"), peak)
@@ -168,10 +167,8 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
     headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
     table = TpTable(title, phase, headers, [])
     reasons: dict[str, list[str]] = {}
-    methods = list(dict.fromkeys(r["method"] for r in members))
-    for method in methods:
-        sizes = sorted(k for m, k in cells if m == method)
-        for k in sizes:
+    for method in dict.fromkeys(r["method"] for r in members):
+        for k in sorted(k for m, k in cells if m == method):
             by_phase = cells[(method, k)]
             row = by_phase.get(phase)
             in_fwd = grads_in_forward(method, known, beta)
@@ -185,8 +182,7 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
                 why += f": {row['reason']}" if why and row.get("reason") else ""
                 table.marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
             if why:
-                who = reasons.setdefault(why, [])
-                who.append(f"{method} TP={k}")
+                reasons.setdefault(why, []).append(f"{method} TP={k}")
                 line.refs = f"({list(reasons).index(why) + 1})"
             table.lines.append(line)
     table.notes = [f"({i}) {', '.join(w)}: {why}" for i, (why, w) in enumerate(reasons.items(), 1)]

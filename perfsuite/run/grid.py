@@ -3,6 +3,7 @@ which are predicted not to fit the device (recorded ``skipped``)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,9 +70,7 @@ def parse_gpus(text: str | None, device: str) -> list[str]:
 def grid_shapes(tokens: list[int], vocab: list[int], hidden: list[int], dtype: str) -> list[Shape]:
     return [
         Shape(f"n{n}-v{v}-d{d}", n, v, d, dtype=dtype)
-        for n in tokens
-        for v in vocab
-        for d in hidden
+        for n, v, d in itertools.product(tokens, vocab, hidden)
     ]
 
 

@@ -32,25 +32,6 @@ def measured(plan: Plan) -> dict[str, Method]:
     return {n: (m.across_ranks() if tp else None) or m for n, m in all_methods().items()}
 
 
-def overlap(plan: Plan) -> bool:
-    """Whether interpreted workers may run beside native ones: a one-device CPU run (a
-    multi-rank cell's ranks keep the machine), and memory, by the memory model, for a
-    native worker and ``plan.jobs`` interpreted ones at once."""
-    if plan.device != "cpu" or plan.tps:
-        return False
-    capacity = device_capacity("cpu")
-    if capacity is None:
-        return True
-    softcap = plan.softcap is not None
-    eager = all_methods()["eager"].caps
-    need = max(
-        predicted_peak(eager, s.tokens, s.vocab, s.hidden, dtype, softcap)[0]
-        for s in plan.shapes
-        for dtype in plan.dtypes_for(s)
-    )
-    return (1 + plan.jobs) * need <= capacity
-
-
 class LossKind(harness.Kind):
     """A loss cell: one worker per method (a launcher of K ranks across ranks)."""
 
@@ -82,7 +63,21 @@ class LossKind(harness.Kind):
         return self.methods[method].caps.interpreter_cost
 
     def beside(self) -> bool:
-        return overlap(self.plan)
+        """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
+        by the memory model, for a native worker and ``plan.jobs`` interpreted ones at once."""
+        plan = self.plan
+        if plan.device != "cpu" or plan.tps:
+            return False
+        capacity = device_capacity("cpu")
+        if capacity is None:
+            return True
+        eager = all_methods()["eager"].caps
+        need = max(
+            predicted_peak(eager, s.tokens, s.vocab, s.hidden, dtype, plan.softcap is not None)[0]
+            for s in plan.shapes
+            for dtype in plan.dtypes_for(s)
+        )
+        return (1 + plan.jobs) * need <= capacity
 
     def batch(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A multi-rank worker starts K ranks for one TP size: the next size's cases go
@@ -146,7 +141,6 @@ def run_plan(
     the progress lines (perfsuite.harness.progress)."""
     env = plan_env(plan)
     cases = plan.cases()
-    by_method: dict[str, list[dict[str, Any]]] = {}
     tracker = None if notice is None else _tracker(plan, cases, notice)
 
     def finished(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -158,12 +152,9 @@ def run_plan(
     report = harness.checkpointed(env, finished, checkpoint)
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
-
-    def work(method: str) -> None:
-        by_method[method] = run_method(plan, method, cases, report, machine=groups, tracker=tracker)
-
-    harness.schedule_kind(LossKind(plan), plan.methods, lambda m: m, work)
-    rows = [row for method in plan.methods for row in by_method[method]]
+    all_cases = {m: cases for m in plan.methods}
+    by_method = harness.run_kind(LossKind(plan), all_cases, report, groups, tracker)
+    rows = [row for m in plan.methods for row in in_case_order(by_method[m], cases)]
     if plan.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)

@@ -36,7 +36,7 @@ from perfsuite.run.grid import (
     unit_keys,
 )
 from perfsuite.run.sweep_args import (  # the command line's half, re-exported for cluster
-    add_arguments,
+    add_arguments,  # noqa: F401
     check_resume,
     load_resumable,
     locked,
@@ -278,9 +278,3 @@ def run(args: argparse.Namespace) -> int:
         console.print("[red]error:[/red] no cell was measured")
         return 1
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite sweep", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -3,6 +3,7 @@ read between phases (fwd + bwd + opt = step)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable
 
@@ -62,10 +63,7 @@ def time_fwd_bwd(
     flush: CacheFlusher,
 ) -> list[float]:
     """Milliseconds of ``loss_of(ids).backward()`` per sample, gradients cleared untimed."""
-
-    def clear() -> None:
-        model.zero_grad(set_to_none=True)
-
+    clear = functools.partial(model.zero_grad, set_to_none=True)
     timing = time_samples(
         lambda: loss_of(ids).backward(), device, samples=samples, warmup=warmup, setup=clear,
         flush=flush,

@@ -3,7 +3,6 @@ settings under ``env["converge"]``), read back with the files of version 1, and 
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from perfsuite.fit import Column, fit_table, pipe_table, print_fitted
-from perfsuite.results.results import ResultsError, load_results, require_kind
+from perfsuite.results.results import ResultsError, read_json, require_kind
 
 V1 = "perfsuite.converge/1"  # the converge document before the results envelope held it
 
@@ -55,16 +54,9 @@ def read(path: Path) -> dict[str, Any]:
     """A converge results file (version 1 converted) as ``load_results`` returns one."""
     from perfsuite.results.schema import validate
 
-    try:
-        document = load_results(path)
-    except ResultsError as err:
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise err from None
-        if not isinstance(old, dict) or old.get("schema") != V1:
-            raise
-        document = validate(from_v1(old), path)
+    raw = read_json(path)
+    old = isinstance(raw, dict) and raw.get("schema") == V1
+    document = validate(from_v1(raw) if old else raw, path)
     require_kind(document, path, {"train"}, "converge --render")
     if not document["rows"]:
         raise ResultsError(f"{path}: no training runs in it")

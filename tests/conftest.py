@@ -6,6 +6,7 @@ import multiprocessing.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,17 @@ from perfsuite.checkout import drop_checkout_root
 # taken for Hugging Face's `kernels` by transformers (issue 20). The tests import
 # their helpers from tests/ (pytest's rootdir entry), never through the root.
 drop_checkout_root()
+
+
+def write_bytecode() -> None:
+    """Compiled modules cached for this session and every process it starts (~130
+    Pythons, which in a fresh clone under PYTHONDONTWRITEBYTECODE would each compile
+    perfsuite again, ~0.5 s apiece); ``__pycache__`` is git-ignored."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
+write_bytecode()
 
 TESTS = Path(__file__).resolve().parent
 # This session's temporary folder (TMPDIR for it and every process it starts): what a

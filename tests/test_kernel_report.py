@@ -158,6 +158,9 @@ def test_cost_table_at_gemma2_2b():
         assert cce_h100["lock_trips_per_1k_logits"] > 0
         # The bar: our backward re-reads no more than CCE's to rebuild the logits.
         assert h100["recompute_gb"] <= cce_h100["recompute_gb"]
+    # --no-cce: CCE left out of both tables (its import compiles for seconds)
+    for table in (costs.cost_rows(GEMMA, with_cce=False), costs.design_rows(GEMMA, False)):
+        assert table and {r.get("impl", r.get("design")) for r in table} & {"cce"} == set()
         assert h100["bwd_l2_gb"] < cce_h100["bwd_l2_gb"]
         assert a100["recompute_gb"] <= rows["cce", "A100"]["recompute_gb"]
 

@@ -147,8 +147,8 @@ def kernel_report(
         report = {
             "shape": vars(shape),
             "rows": rows,
-            "costs": costs.cost_rows(shape, measured),
-            "designs": costs.design_rows(shape),
+            "costs": costs.cost_rows(shape, measured, with_cce),
+            "designs": costs.design_rows(shape, with_cce),
             "notes": notes + costs.rate_notes(),
         }
     report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)

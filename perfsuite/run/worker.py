@@ -18,7 +18,7 @@ import torch
 
 from perfsuite.harness.pause import paused
 from perfsuite.harness.protocol import emitter
-from perfsuite.measure.memory import Peak, measure_peak
+from perfsuite.measure.memory import Peak, freeze_what_exists, measure_peak
 from perfsuite.measure.profile import profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
@@ -200,9 +200,7 @@ def run_case(
         inputs, reference, bounds = gate_reference(case, spec.seed, raw.get("workload"))
         loss_fn = method.prepare(case, inputs.c)
         outcome, compile_ms, deterministic = first_calls(loss_fn, inputs, device, interpreted)
-        # What it imported lives as long as the process: out of later collections.
-        gc.collect()
-        gc.freeze()
+        freeze_what_exists()  # and what the method imported on its first calls
         verdict = judge(outcome, reference, bounds)
         del reference, outcome
         # A method that fails the gate is still timed (its rows stay ``wrong``, never
@@ -280,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     method = get_method(spec.method)
-    # What the imports made lives as long as the process: out of every memory pass's
-    # collection (torch's ~180k objects cost ~0.1 s a time).
-    gc.collect()
-    gc.freeze()
+    freeze_what_exists()
     if spec.memory_limit is not None:
         limit_memory(spec.memory_limit)
     with emitter(spec.out) as emit:

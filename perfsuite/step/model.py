@@ -58,13 +58,18 @@ def build_config(preset: StepPreset, layers: int) -> Any:
     return config_cls(**kwargs)
 
 
+def model_class(preset: StepPreset) -> type:
+    import transformers
+
+    return getattr(transformers, CLASSES[preset.family][1])
+
+
 def build_model(preset: StepPreset, size: Size, seed: int, device: str) -> torch.nn.Module:
     """The model initialised from ``seed`` in fp32: the same weights in every worker
     (transformers 5: built on the meta device and initialised once, half the time)."""
     import transformers
 
-    _, model_name = CLASSES[preset.family]
-    model_cls = getattr(transformers, model_name)
+    model_cls = model_class(preset)
     config = build_config(preset, size.layers)
     torch.manual_seed(seed)
     if int(transformers.__version__.split(".")[0]) >= 5:
@@ -75,7 +80,7 @@ def build_model(preset: StepPreset, size: Size, seed: int, device: str) -> torch
     else:
         model = model_cls(config)
     if preset.tied and model.lm_head.weight is not model.model.embed_tokens.weight:
-        raise RuntimeError(f"{model_name}: lm_head is not tied to the embedding after init")
+        raise RuntimeError(f"{model_cls.__name__}: lm_head is not tied to the embedding after init")
     return model.to(device=device, dtype=torch.float32).train()
 
 

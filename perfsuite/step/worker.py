@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from perfsuite.harness.protocol import emitter
+from perfsuite.measure.memory import freeze_what_exists
 from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import CacheFlusher, Timing
 from perfsuite.method import SimpleMethod
@@ -25,6 +26,7 @@ from perfsuite.results.results import Row
 from perfsuite.run.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.step.cases import case_rows, case_size
 from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
+from perfsuite.step.model import model_class
 from perfsuite.step.presets import get_preset
 
 # AdamW at torch's defaults but a fine-tuning learning rate: the step's cost does not
@@ -128,6 +130,9 @@ def run_case(spec: StepSpec, raw: dict[str, Any], emit: Callable[[Any], None]) -
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = StepSpec(**json.loads(Path(argv[0]).read_text()))
+    for raw in spec.cases:  # transformers' model classes, imported before the freeze
+        model_class(get_preset(raw["shape"]))
+    freeze_what_exists()
     if spec.memory_limit is not None:
         limit_memory(spec.memory_limit)
     with emitter(spec.out) as emit:

@@ -292,9 +292,15 @@ def test_compiled_with_inductor_matches_eager():
         torch.testing.assert_close(p.grad.double(), expected[name], rtol=1e-4, atol=1e-6)
 
 
-class ExtraArgument(transformers.LlamaForCausalLM):
-    def forward(self, input_ids=None, labels=None, temperature=1.0, **kwargs):
-        return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+def extra_argument() -> torch.nn.Module:
+    """A causal LM whose forward takes an argument ours cannot pass on (defined here,
+    not at import: Llama's modules take seconds to import at every collection)."""
+
+    class ExtraArgument(transformers.LlamaForCausalLM):
+        def forward(self, input_ids=None, labels=None, temperature=1.0, **kwargs):
+            return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+    return ExtraArgument(tiny("llama").config)
 
 
 def phi() -> torch.nn.Module:
@@ -328,7 +334,7 @@ def replaced_forward() -> torch.nn.Module:
         (biogpt, "BioGptForCausalLM has no lm_head"),
         (neox, r"GPTNeoXForCausalLM has no \.model decoder"),
         (phi, "lm_head has a bias"),
-        (lambda: ExtraArgument(tiny("llama").config), r"parameters \['temperature'\]"),
+        (extra_argument, r"parameters \['temperature'\]"),
         (cohere, "CohereForCausalLM.forward is untested"),
         (lambda: torch.compile(tiny("llama")), "patch\\(model\\) first, then torch.compile"),
         (replaced_forward, "already replaced on this instance"),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import gc
+import json
 import multiprocessing.util
 import os
 import shutil
@@ -12,8 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from plugins import use_plugins
+from step.stepping import METHODS, QUICK, Ran, step
 
 from perfsuite.checkout import drop_checkout_root
+from perfsuite.results.results import load_results
 
 # `python -m pytest` puts the checkout's root on sys.path, where our kernels/ would be
 # taken for Hugging Face's `kernels` by transformers (issue 20). The tests import
@@ -30,6 +36,9 @@ def write_bytecode() -> None:
 
 
 write_bytecode()
+# No collections while collection imports torch, transformers and every test module
+# (they found nothing to free, ~1 s a process): pytest_collection_finish turns them on.
+gc.disable()
 
 TESTS = Path(__file__).resolve().parent
 # This session's temporary folder (TMPDIR for it and every process it starts): what a
@@ -145,3 +154,37 @@ def unit_tests_stay_in_process(
             f.write(f"{request.node.nodeid}\t{started[0]}\n")
     elif started:
         pytest.fail(f"starts a process ({started[0]}): mark it @pytest.mark.integration")
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    """One smoke step run through the real entry point, shared by the tests that read it
+    (tests/step/, the entry-point and plugin tests): every method here (torch-compile
+    is the slow tests'; one-file is the plugin declared in one file), β 0 and 0.1, and a
+    real preset too big for the memory limit beside it. Under xdist the first worker to
+    ask runs it and the others read what it left (a session fixture is per worker)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
+    out, said = shared / "step-smoke.json", shared / "step-smoke.console.json"
+    with open(shared / "step-smoke.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if said.exists():
+            ran = json.loads(said.read_text())
+            document = load_results(out) if out.exists() else None
+            return Ran(ran["code"], ran["out"], ran["err"], Path(out), document)
+        # llama3.2-1b needs ~7 GiB: over 2G it is an oom row; smoke fits in far less.
+        argv = ["--model", "smoke,llama3.2-1b", "--methods", METHODS, "--memory-limit", "2G"]
+        with pytest.MonkeyPatch.context() as mp:
+            use_plugins(mp, "plugins.one_file_method")
+            ran = step([*argv, *QUICK], out)
+        said.write_text(json.dumps({"code": ran.code, "out": ran.out, "err": ran.err}))
+        return ran
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported (torch, transformers, every test module) lives as long as
+    the session: out of the collector's full passes, which scanned it again and again
+    (in-process tests spent ~13% of their time there)."""
+    gc.collect()
+    gc.freeze()
+    gc.enable()

@@ -132,13 +132,8 @@ def test_run_measures_the_plugin(one_file, tmp_path, tp):
 
 
 @pytest.mark.integration
-def test_step_measures_the_plugin(one_file, tmp_path):
-    from step.stepping import QUICK as STEP_QUICK
-
-    out = tmp_path / "step.json"
-    code, printed = cli(
-        "step", "--model", "smoke", *STEP_QUICK, "--beta", "0", "--methods", NAME, "--out", str(out)
-    )
-    assert code == 0, printed
-    rows = load_results(out)["rows"]
-    assert rows and {(r["method"], r["status"]) for r in rows} == {(NAME, "ok")}
+def test_step_measures_the_plugin(smoke_run):
+    """The session's smoke step run (tests/conftest.py) has the plugin on PERFSUITE_PLUGINS."""
+    assert smoke_run.code == 0, smoke_run.out
+    rows = smoke_run.rows(shape="smoke", method=NAME)
+    assert rows and {r["status"] for r in rows} == {"ok"}

@@ -5,7 +5,6 @@ alone (no training loss, unavailable, unsupported) get no worker."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from perfsuite.converge.presets import Preset
 from perfsuite.converge.train import RunResult, case_for, refusal
 from perfsuite.converge.worker import WorkerSpec
 from perfsuite.harness.kind import Kind
+from perfsuite.harness.lifecycle import python_worker
 from perfsuite.method import Method
 
 
@@ -67,7 +67,7 @@ class TrainKind(Kind):
             method, runs, self.preset.to_dict(), self.data, self.device, str(out), str(spec.parent)
         )
         spec.write_text(json.dumps(asdict(worker)))
-        return [sys.executable, "-m", "perfsuite.converge.worker", str(spec)]
+        return python_worker("perfsuite.converge.worker", str(spec))
 
     def finished(self, lines: list[dict[str, Any]], cases: list[dict[str, Any]]) -> list:
         return [[{**ln["result"], "params": ln["params"]}] for ln in lines if "result" in ln]

@@ -1,12 +1,11 @@
-"""One method's converge runs, inside a fresh process (``python -m
-perfsuite.converge.worker SPEC.json``, started by the harness): JSON lines ``{"model"}``
+"""One method's converge runs, inside a fresh process (``main([SPEC.json])``, started by
+the harness's ``python_worker``): JSON lines ``{"model"}``
 (so the parent never imports transformers), ``{"start": i}``, ``{"run": i, "step"}`` per
 step and ``{"run": i, "result", "params": PATH}``, the final weights saved for parity."""
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,7 @@ class WorkerSpec:
     params_dir: str
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def main(argv: list[str]) -> int:
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     # Imported after the parent set TRITON_INTERPRET in this process's environment.
     import torch
@@ -35,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from perfsuite.converge.train import train_run
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.harness.protocol import emitter
+    from perfsuite.measure.memory import freeze_what_exists
     from perfsuite.plan.registry import get_method
 
     preset = Preset(**spec.preset)
@@ -42,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     data = build_dataset(preset, spec.data)
     method = YARDSTICKS.get(spec.method) or get_method(spec.method)
     with emitter(spec.out) as emit:
-        emit({"model": describe_model(preset)})
+        emit({"model": describe_model(preset)})  # transformers imported: frozen
+        freeze_what_exists()
         for i, cell in enumerate(spec.runs):
             emit({"start": i})
             result = train_run(
@@ -61,7 +61,3 @@ def main(argv: list[str] | None = None) -> int:
                 torch.save(result.params, path)
             emit({"run": i, "result": result.to_dict(), "params": path})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,14 @@ POLL_S = 0.5
 # Called with every line the worker wrote so far; True when a case finished since the
 # last call (a per-case deadline starts again).
 LinesFn = Callable[[list[dict[str, Any]]], bool]
+
+
+def python_worker(module: str, *args: str) -> list[str]:
+    """The command that runs ``module``'s ``main(args)`` in a fresh Python, the collector
+    off until the worker freezes what its imports made (``freeze_what_exists``): its
+    passes over torch's and transformers' objects as they import cost 0.3-2 s a worker."""
+    boot = f"import gc, sys; gc.disable(); from {module} import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", boot, *args]
 
 
 @dataclass

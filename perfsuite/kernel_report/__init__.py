@@ -147,8 +147,8 @@ def kernel_report(
         report = {
             "shape": vars(shape),
             "rows": rows,
-            "costs": costs.cost_rows(shape, measured, with_cce),
-            "designs": costs.design_rows(shape, with_cce),
+            "costs": costs.cost_rows(shape, measured, cce_note is None),
+            "designs": costs.design_rows(shape, cce_note is None),
             "notes": notes + costs.rate_notes(),
         }
     report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)

@@ -61,10 +61,9 @@ def pair_costs(
 def cost_rows(
     shape: Shape,
     measured_ctas: dict[tuple[str, str, str], int] | None = None,
-    with_cce: bool = True,
+    with_cce: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per implementation × GPU (ours; CCE when asked for and importable: its
-    import compiles for seconds) at ``shape``.
+    """One row per implementation × GPU (ours; CCE's ``with_cce``: importable) at ``shape``.
 
     ``measured_ctas`` maps (kernel, arch key, dtype) to the CTAs per SM the build
     measured, shown next to the declared occupancy the launcher sizes its grid by.
@@ -75,7 +74,6 @@ def cost_rows(
     measured = measured_ctas or {}
     elem = DTYPES[shape.dtype].itemsize
     rows = []
-    with_cce = with_cce and shape.dtype in cce.DTYPES and cce.available() is None
     for arch, (gpu, sms) in GPUS.items():
         fwd = PINNED["forward", arch, shape.dtype]
         bwd = PINNED["backward", arch, shape.dtype]
@@ -100,7 +98,7 @@ def cost_rows(
                 **pair_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem),
             }
         )
-        if with_cce:
+        if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
             occ = measured.get(("cce_lse_forward", arch, shape.dtype))
             rows.append(
@@ -246,16 +244,14 @@ def _timed(row: dict[str, Any], flops: float, gpu: str) -> dict[str, Any]:
     }
 
 
-def design_rows(shape: Shape, with_cce: bool = True) -> list[dict[str, Any]]:
-    """One row per GPU × backward design (CCE's where asked for, importable and 16-bit)
-    at ``shape``."""
+def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
+    """One row per GPU × backward design (CCE's ``with_cce`` and 16-bit) at ``shape``."""
     from perfsuite.kernels.configs import PINNED
 
     e = DTYPES[shape.dtype].itemsize
     # Every design: the logit GEMM again, then dE and dC: 3 GEMMs of 2·N·V·D each.
     flops = 3 * 2 * shape.n * shape.v * shape.d
     out = []
-    with_cce = with_cce and shape.dtype in cce.DTYPES and cce.available() is None
     for arch, (gpu, _) in GPUS.items():
         if gpu not in RATES:  # no sourced rates (B200): not modelled, rate_notes says so
             continue
@@ -267,7 +263,7 @@ def design_rows(shape: Shape, with_cce: bool = True) -> list[dict[str, Any]]:
                 int(not native_atomics(shape.dtype, arch)), 4, e,
             ),
         ]  # fmt: skip
-        if with_cce:
+        if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
             tiles = (g["block_n"], g["block_v"], g["block_dd"])
             rows.append(_pairs_design("cce", g["bwd_config"], shape, tiles, 2, e, e))

@@ -42,6 +42,7 @@ def freeze_what_exists() -> None:
     every later collection, which each memory pass makes (~0.25 s with transformers)."""
     gc.collect()
     gc.freeze()
+    gc.enable()  # off from the start in a harness worker (``python_worker``)
 
 
 def _status_kib(field: str) -> int:

@@ -12,7 +12,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,6 @@ class Breakdown:
     classes: dict[str, float] = field(default_factory=dict)
     top: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-safe: plain floats, ints and strings, every class present."""
-        return asdict(self)
 
 
 def trace_name(method: str, shape: str, dtype: str, beta: float, phase: str) -> str:

@@ -87,9 +87,7 @@ class Plan:
         ]
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["shapes"] = [asdict(s) for s in self.shapes]
-        return data
+        return asdict(self)  # the shapes too
 
 
 def parse_list(text: str, what: str) -> list[str]:

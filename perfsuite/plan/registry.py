@@ -85,11 +85,6 @@ def methods_for(kind: str | bool) -> dict[str, Method]:
     }
 
 
-def tp_methods() -> dict[str, Any]:
-    """Name -> method measured across ranks (``run --tp``), in table order."""
-    return methods_for("tp")
-
-
 def get_method(name: str) -> Method:
     methods = all_methods()
     if name not in methods:

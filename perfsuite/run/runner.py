@@ -13,6 +13,7 @@ from typing import Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
+from perfsuite.harness.lifecycle import python_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.method import Method
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
@@ -90,8 +91,9 @@ class LossKind(harness.Kind):
         fields = (p.phases, p.samples, p.warmup, p.seed, p.memory_limit, p.collective_timeout_s)
         fields += (p.timer, p.profile)
         spec.write_text(json.dumps(asdict(WorkerSpec(method, cases, str(out), *fields))))
-        module = "perfsuite.run.worker" if cases[0].get("tp") is None else "perfsuite.run.launch"
-        return [sys.executable, "-m", module, str(spec)]  # the launcher starts K ranks
+        if cases[0].get("tp") is None:
+            return python_worker("perfsuite.run.worker", str(spec))
+        return [sys.executable, "-m", "perfsuite.run.launch", str(spec)]  # it starts K ranks
 
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str

@@ -1,5 +1,5 @@
-"""One method's loss cells, measured inside a fresh process (``python -m
-perfsuite.run.worker SPEC.json``): each case's rows are appended to the spec's ``out``
+"""One method's loss cells, measured inside a fresh process (``main([SPEC.json])``, started
+by the harness's ``python_worker``): each case's rows are appended to the spec's ``out``
 file as they are known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ from __future__ import annotations
 import gc
 import json
 import resource
-import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -242,10 +241,10 @@ def run_case(
                         row.trace = trace_name(
                             spec.method, raw["shape"], case.dtype, case.beta, row.phase
                         )
-                        row.breakdown = profile_call(
+                        row.breakdown = asdict(profile_call(
                             phase.body, device, setup=phase.setup, flush=flush,
                             trace=Path(spec.profile) / row.trace,
-                        ).as_dict()  # fmt: skip
+                        ))  # fmt: skip
             else:  # interpreted: the memory pass's call is its one sample
                 timing = Timing(clocked[:INTERPRETED_SAMPLES])
                 carried = phase.loss if row.phase == "fwd" else None
@@ -274,8 +273,7 @@ def limit_memory(extra_bytes: int) -> None:
             return
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def main(argv: list[str]) -> int:
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     method = get_method(spec.method)
     freeze_what_exists()
@@ -286,7 +284,3 @@ def main(argv: list[str] | None = None) -> int:
             emit({"start": i})
             run_case(spec, method, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,6 @@ memory estimate says cannot fit included (``oom``, nothing started)."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
+from perfsuite.harness.lifecycle import python_worker
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.provenance import collect_env, gpu_state
@@ -64,7 +64,7 @@ class StepKind(harness.Kind):
         limit = p.memory_limit if p.device == "cpu" else None
         worker = StepSpec(method, cases, str(out), p.samples, p.warmup, p.seed, limit)
         spec.write_text(json.dumps(asdict(worker)))
-        return [sys.executable, "-m", "perfsuite.step.worker", str(spec)]
+        return python_worker("perfsuite.step.worker", str(spec))
 
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str

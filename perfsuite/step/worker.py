@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import gc
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,8 +126,7 @@ def run_case(spec: StepSpec, raw: dict[str, Any], emit: Callable[[Any], None]) -
         emit(row)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def main(argv: list[str]) -> int:
     spec = StepSpec(**json.loads(Path(argv[0]).read_text()))
     for raw in spec.cases:  # transformers' model classes, imported before the freeze
         model_class(get_preset(raw["shape"]))
@@ -140,7 +138,3 @@ def main(argv: list[str] | None = None) -> int:
             emit({"start": i})
             run_case(spec, raw, emit)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

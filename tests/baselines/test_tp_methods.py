@@ -54,11 +54,11 @@ def _case(**kw: Any) -> Case:
 
 
 def _method(name: str) -> ParallelMethod:
-    from perfsuite.plan.registry import tp_methods
+    from perfsuite.plan.registry import methods_for
 
     if name == "eager-no-dE-sum":
         return _no_de_sum()
-    return tp_methods()[name]
+    return methods_for("tp")[name]
 
 
 def _no_de_sum() -> ParallelMethod:
@@ -317,10 +317,10 @@ def test_four_uneven_ranks() -> None:
 def _grid(world: int) -> list[Job]:
     """Every method x dtype x smoothing x softcap (+ z-loss and class weights): each
     combination passes the gate or is refused with a reason (which the job checks)."""
-    from perfsuite.plan.registry import tp_methods
+    from perfsuite.plan.registry import methods_for
 
     jobs = []
-    for name, method in tp_methods().items():
+    for name, method in methods_for("tp").items():
         if method.availability("cpu") is not None:  # cce: CUDA only
             continue
         for dtype in ("fp32", "bf16"):
@@ -349,16 +349,16 @@ def test_grid(world: int) -> None:
 def test_registry_and_availability() -> None:
     """Every adapter registers without importing its package; CCE says why it cannot run."""
     from perfsuite.baselines import tp_cce
-    from perfsuite.plan.registry import tp_methods
+    from perfsuite.plan.registry import methods_for
 
     packages = ("megatron", "liger_kernel", "cut_cross_entropy", "triton")
     code = (
-        "import sys; from perfsuite.plan.registry import tp_methods; tp_methods(); "
+        "import sys; from perfsuite.plan.registry import methods_for; methods_for('tp'); "
         f"print([m for m in {packages!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
-    methods = tp_methods()
+    methods = methods_for("tp")
     assert list(methods) == ["eager", "torch-parallel", "ours", "megatron", "liger", "cce"]
     cce = methods["cce"]
     if _have("cut_cross_entropy"):

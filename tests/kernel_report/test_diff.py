@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from perfsuite import kernel_report
-from perfsuite.kernel_report import costs, diff, launches
+from perfsuite.kernel_report import cce, costs, diff, launches
 
 
 def row(variant: str = "plain", **over) -> dict:
@@ -104,8 +104,8 @@ def _report(rows: list[dict]) -> dict:
     return {
         "shape": vars(gemma),
         "rows": rows,
-        "costs": costs.cost_rows(gemma),
-        "designs": costs.design_rows(gemma),
+        "costs": costs.cost_rows(gemma, with_cce=cce.available() is None),
+        "designs": costs.design_rows(gemma, with_cce=cce.available() is None),
         "notes": [],
     }
 

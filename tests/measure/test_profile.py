@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib
 import json
@@ -87,7 +88,7 @@ def test_gemm_share_of_eager_at_a_gemm_bound_shape_is_above_half(eager):
 
 def test_breakdown_round_trips_through_json(eager):
     breakdown, _ = eager
-    data = json.loads(json.dumps(breakdown.as_dict(), allow_nan=False))
+    data = json.loads(json.dumps(dataclasses.asdict(breakdown), allow_nan=False))
     assert Breakdown(**data) == breakdown
 
 

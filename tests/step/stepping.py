@@ -13,7 +13,7 @@ from perfsuite.cli import main
 from perfsuite.results.results import load_results
 
 QUICK = ["--layers", "1", "--seq", "16", "--batch", "1", "--samples", "2", "--warmup", "0"]
-METHODS = "eager,ours,liger,cce,torchtune-chunked"
+METHODS = "eager,ours,liger,cce,torchtune-chunked,one-file"
 
 
 @dataclass

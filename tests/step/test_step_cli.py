@@ -11,15 +11,15 @@ import pytest
 from perfsuite.results.results import STEP_PHASES
 from step.stepping import step
 
-MEASURED = ("eager", "ours", "liger")
+MEASURED = ("eager", "ours", "liger", "one-file")  # one-file: tests/plugins/
 
 
 @pytest.mark.integration
 def test_every_method_gets_every_case(smoke_run):
     assert smoke_run.code == 0, smoke_run.out
     rows = smoke_run.rows(shape="smoke")
-    # 5 methods x β in {0, 0.1} x 4 phases, in method, β, phase order
-    assert len(rows) == 5 * 2 * 4
+    # 6 methods x β in {0, 0.1} x 4 phases, in method, β, phase order
+    assert len(rows) == 6 * 2 * 4
     assert [r["phase"] for r in rows[:4]] == list(STEP_PHASES)
     for method in MEASURED:
         for beta in (0.0, 0.1):

@@ -21,9 +21,10 @@ SMALL = dict(
 
 
 def _budget(n: int, d: int, dtype: torch.dtype, engine: str, softcap, device: str) -> int:
-    """A budget of exactly one slice grain: V > 256 then takes several slices."""
+    """A budget of exactly two SMALL slice tiles (64 columns): V > 64 then takes several
+    slices of several tiles each, at a fraction of the interpreter's cost of wider ones."""
     per = slices.bytes_per_column(n, d, dtype, torch.device(device), engine, softcap is not None)
-    return slices.WIDTH_GRAIN * per
+    return 2 * SMALL["slices"].block_v * per
 
 
 def _grads(e, c, t, reference: bool = False, **options):
@@ -42,9 +43,11 @@ def _grads(e, c, t, reference: bool = False, **options):
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_engines_match_reference_over_several_slices(device, dtype, beta, softcap):
-    e, c, t = make_inputs(37, 300, 45, DTYPES[dtype], device)  # 300 > 256: two slices
+    e, c, t = make_inputs(37, 100, 45, DTYPES[dtype], device)  # two slices: 64, then 36
     for engine in ("triton", "torch") if device == "cpu" else ("triton",):
         budget = _budget(37, 45, e.dtype, engine, softcap, device)
+        per = slices.bytes_per_column(37, 45, e.dtype, e.device, engine, softcap is not None)
+        assert slices.slice_width(100, per, budget) == 64
         with use_config(**SMALL):
             check(e, c, t, beta=beta, softcap=softcap, engine=engine, memory_budget=budget)
 
@@ -54,7 +57,7 @@ def test_engines_agree(device, dtype):
     """The torch engine is the same algorithm: equal to the Triton path up to rounding."""
     if device != "cpu":
         pytest.skip("the torch engine is the CPU path")
-    e, c, t = make_inputs(40, 600, 48, DTYPES[dtype], device)
+    e, c, t = make_inputs(40, 200, 48, DTYPES[dtype], device)  # budget 1: 7 slices of 32
     options = dict(label_smoothing=0.1, softcap=20.0, memory_budget=1)
     with use_config(**SMALL):
         tri = _grads(e, c, t, engine="triton", **options)
@@ -70,7 +73,7 @@ def test_engines_agree(device, dtype):
 def test_bit_identical_run_to_run(device, engine):
     if engine == "torch" and device != "cpu":
         pytest.skip("the torch engine is the CPU path")
-    e, c, t = make_inputs(64, 300, 40, torch.bfloat16, device)  # budget 1: 10 slices of 32
+    e, c, t = make_inputs(64, 100, 40, torch.bfloat16, device)  # budget 1: 4 slices of 32
     options = dict(label_smoothing=0.1, softcap=30.0, engine=engine, memory_budget=1)
     with use_config(**SMALL):
         first = _grads(e, c, t, **options)

@@ -4,6 +4,7 @@ refuses bad input in one line."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -49,10 +50,11 @@ def new_repo(path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> tuple[Path, list[str]]:
-    """bench.sh over 5 commits, slow from 3 on (few commits: each step costs ~1 s)."""
-    path = new_repo(tmp_path / "repo")
+@pytest.fixture(scope="module")
+def made_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """bench.sh over 5 commits, slow from 3 on (few commits: each step costs ~1 s);
+    made once (about 20 git processes), copied for each test."""
+    path = new_repo(tmp_path_factory.mktemp("made") / "repo")
     shas = [
         commit(path, "add the benchmark", **{"bench.sh": FAST, "README": "bench\n"}),
         commit(path, "docs", README="bench, documented\n"),
@@ -61,6 +63,18 @@ def repo(tmp_path: Path) -> tuple[Path, list[str]]:
         commit(path, "more docs", README="bench, documented more\n"),
     ]
     return path, shas
+
+
+@pytest.fixture
+def repo(made_repo: tuple[Path, list[str]], tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of that repository of the test's own (a test changes its checkout, its
+    index, its refs and its bisection)."""
+    made, shas = made_repo
+    path = tmp_path / "repo"
+    shutil.copytree(made, path, symlinks=True)
+    # `git status` also refreshes the index's file stats, which the copy made stale.
+    assert git(path, "rev-parse", "HEAD") == shas[-1] and not git(path, "status", "--porcelain")
+    return path, list(shas)
 
 
 def state(repo: Path) -> dict[str, str]:

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +36,9 @@ class Site:
         return sorted(self.out.glob("*.html"))
 
 
-@pytest.fixture(scope="session")
-def history_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    pytest.importorskip("plotly")
+def build_site(root: Path) -> Site:
     from perfsuite.history.cli import main as history
 
-    root = tmp_path_factory.mktemp("dashboard")
     db, demo, out = root / "history.sqlite", root / "demo", root / "site"
     assert history(["import", "--db", str(db), str(committed_reports(root))]) == 0
     argv = ["demo", "-o", str(demo), "--runs", "60", "--step", "0.05", "--step-at", str(STEP_AT)]
@@ -46,3 +46,24 @@ def history_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     assert history(["import", "--db", str(db), str(demo)]) == 0
     assert dashboard(["--db", str(db), "-o", str(out)]) == 0
     return Site(db, out, demo)
+
+
+@pytest.fixture(scope="session")
+def history_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    """Built once for the whole session (~10 s of plotly figures): under pytest-xdist in
+    the folder its workers share, by the first worker to ask, the others waiting on a
+    lock. The tests only read it."""
+    pytest.importorskip("plotly")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder, above each worker's own
+    root = base / "dashboard-site"
+    with open(base / "dashboard-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / "built"
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that failed midway
+            root.mkdir()
+            build_site(root)
+            done.touch()
+    return Site(root / "history.sqlite", root / "site", root / "demo")

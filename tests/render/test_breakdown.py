@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -105,7 +106,7 @@ def test_a_profiled_cpu_cell_renders():
         F.cross_entropy(F.linear(e, c), t).backward()
 
     fn()
-    breakdown = profile_call(fn, torch.device("cpu")).as_dict()
+    breakdown = dataclasses.asdict(profile_call(fn, torch.device("cpu")))
     row = dict(CELL, dtype="fp32", method="eager", phase="fwd+bwd", breakdown=breakdown)
     lines = breakdown_lines([row], 80)
     assert "(CPU ops, no GPU)" in lines[0] and "top ops" in "\n".join(lines)

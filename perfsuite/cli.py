@@ -77,6 +77,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.results.results import (
         check_writable,
         nothing_measured,
+        read_json,
         status_counts,
         write_results,
     )
@@ -114,11 +115,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    kept: list[int] = [0]
+    wrote: list[bool] = [False]
 
     def checkpoint(doc: dict[str, Any]) -> None:
+        wrote[0] = True
         write_results(out, doc)
-        kept[0] = len(doc["rows"])
 
     try:
         with Progress(*columns, console=console, transient=True) as bar:
@@ -134,9 +135,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             # A line per worker and cell start, and while a long cell runs.
             document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
     except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
-        if kept[0]:
+        # Counted in the file (written whole, or not at all): an interrupt may land
+        # between a checkpoint's write and anything that follows it.
+        kept = len(read_json(out)["rows"]) if wrote[0] and out.exists() else 0
+        if kept:
             console.print(
-                f"[red]interrupted[/red]: {kept[0]} finished cell row(s) kept in {out} "
+                f"[red]interrupted[/red]: {kept} finished cell row(s) kept in {out} "
                 "(a partial results file: `perfsuite report` reads it)"
             )
         else:

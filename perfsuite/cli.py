@@ -75,9 +75,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.plan.workloads import file_shape, parse_workload
     from perfsuite.render.table import print_tables
     from perfsuite.results.results import (
+        Checkpoint,
         check_writable,
         nothing_measured,
-        read_json,
         status_counts,
         write_results,
     )
@@ -115,12 +115,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    wrote: list[bool] = [False]
-
-    def checkpoint(doc: dict[str, Any]) -> None:
-        wrote[0] = True
-        write_results(out, doc)
-
+    checkpoint = Checkpoint(out)
     try:
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task(plan.methods[0], total=len(plan.methods) * len(plan.cases()))
@@ -135,10 +130,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             # A line per worker and cell start, and while a long cell runs.
             document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
     except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
-        # Counted in the file (written whole, or not at all): an interrupt may land
-        # between a checkpoint's write and anything that follows it.
-        kept = len(read_json(out)["rows"]) if wrote[0] and out.exists() else 0
-        if kept:
+        if kept := checkpoint.kept():
             console.print(
                 f"[red]interrupted[/red]: {kept} finished cell row(s) kept in {out} "
                 "(a partial results file: `perfsuite report` reads it)"

@@ -103,6 +103,21 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
     return write_atomically(path, json.dumps(document, indent=1, allow_nan=True) + "\n")
 
 
+class Checkpoint:
+    """A run's ``checkpoint``: each partial document written to ``path``; ``kept()`` counts
+    the file's rows (an interrupt may land between a write and anything after it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.wrote = path, False
+
+    def __call__(self, document: dict[str, Any]) -> None:
+        self.wrote = True
+        write_results(self.path, document)
+
+    def kept(self) -> int:
+        return len(read_json(self.path)["rows"]) if self.wrote and self.path.exists() else 0
+
+
 def json_error(text: str, err: json.JSONDecodeError) -> str:
     """One line for a JSON parse error: where, and "(truncated?)" when it fails at the end
     or in a string running to it (json's "... at" message would say "at" twice)."""

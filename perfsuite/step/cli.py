@@ -46,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfsuite.results.results import Checkpoint
     from perfsuite.step.plan import build_step_plan
     from perfsuite.step.runner import run_step_plan
     from perfsuite.step.table import print_step_tables
@@ -66,11 +67,7 @@ def run(args: argparse.Namespace) -> int:
             f"batch {size.batch} x seq {size.seq}",
             highlight=False,
         )
-    kept = [0]
-
-    def checkpoint(document: dict[str, Any]) -> None:
-        write_results(out, document)
-        kept[0] = len(document["rows"])
+    checkpoint = Checkpoint(out)
 
     def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         label = f"{method:<18} {case['shape']} {case['dtype']} β={case['beta']:g}"
@@ -80,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         document = run_step_plan(plan, progress, checkpoint)
     except KeyboardInterrupt:
-        if kept[0]:
-            console.print(f"[red]interrupted[/red]: {kept[0]} finished row(s) kept in {out}")
+        if kept := checkpoint.kept():
+            console.print(f"[red]interrupted[/red]: {kept} finished row(s) kept in {out}")
         raise
     write_results(out, document)
     print_step_tables(document["rows"], console)

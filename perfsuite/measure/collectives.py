@@ -55,7 +55,12 @@ def _input_dtypes(prof: Any) -> Callable[[Any], list]:
         if kineto is None:
             results = prof.kineto_results
             events = results.events() if results is not None else []
-            kineto = {e.correlation_id(): list(e.dtypes()) for e in events}
+            # collectives only: a device activity's correlation id may repeat a host op's
+            kineto = {
+                e.correlation_id(): list(e.dtypes())
+                for e in events
+                if e.name().startswith(BACKENDS)
+            }
         return kineto.get(event.id, [])
 
     return dtypes

@@ -18,7 +18,7 @@ import torch
 from perfsuite.harness.pause import paused
 from perfsuite.harness.protocol import emitter
 from perfsuite.measure.memory import Peak, freeze_what_exists, measure_peak
-from perfsuite.measure.profile import profile_call, trace_name
+from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
 from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
@@ -236,7 +236,9 @@ def run_case(
                     except TimerUnsupported as err:  # its memory is measured: keep it
                         timing = Timing()
                         row.status, row.reason = "unsupported", f"--timer {spec.timer}: {err}"
-                    if spec.profile is not None and timing.samples_ms:
+                        if spec.profile is not None:
+                            row.reason += f"; {PROFILED_UNTIMED}"
+                    if spec.profile is not None:
                         stage(f"{row.phase} profile")  # after the samples, never inside
                         row.trace = trace_name(
                             spec.method, raw["shape"], case.dtype, case.beta, row.phase

@@ -325,3 +325,22 @@ def test_every_call_rehearsed_on_cpu(tmp_path: Path) -> None:
                  "filtering-gemma2-2b-synthetic.json", "tp1.json", "step-gemma2-2b.json",
                  "slice-tiles.jsonl"):  # fmt: skip
         assert name in files, name
+
+
+def test_docs_call_1_table_is_the_plan() -> None:
+    """docs/gpu.md's call-1 table: the plan's steps, estimates, limits and total."""
+    text = (ROOT / "docs" / "gpu.md").read_text()
+    section = text[text.index("## Call 1") : text.index("## Call 2")]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("| ")]  # fmt: skip
+    steps = _plan()
+    ids = [r[0] for r in rows if r[0] in steps]
+    assert ids == gpu_plan.CALLS["1"]
+    for r in rows:
+        if r[0] in steps:
+            assert (float(r[2]), float(r[3])) == (steps[r[0]].estimate_s, steps[r[0]].limit_s)
+    total = gpu_run.call_estimate([steps[i] for i in gpu_plan.CALLS["1"]])
+    (last,) = [r for r in rows if "**call 1**" in r]
+    assert last[2:4] == [f"**{total:.0f}**", f"**{gpu_plan.CALL_LIMITS_S['1']:.0f}**"]
+    (wheels,) = [r for r in rows if "wheels' install" in r[1]]
+    assert float(wheels[2]) == gpu_plan.WHEELS_S

@@ -296,8 +296,9 @@ def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> 
     else:  # the rehearsal: the smoke shape, a few samples (each worker costs seconds here)
         cell = [*ps, "run", "--device", device, "--shape", "smoke", "--softcap"]
         cell += ["--phases", "fwd+bwd", "--samples", "3", "--warmup", "1"]
-        # ours-cublas is CUDA-only (on a CPU it is ours itself): its row says so.
-        candidates, peers = f"ours,{OTHER_ROUTE},ours-cublas,torch-compile", "cce"
+        # ours-cublas is CUDA-only (on a CPU it is ours itself), as are liger's softcap and
+        # cce: their rows would say so; the peers' step rehearses on ones that run here.
+        candidates, peers = f"ours,{OTHER_ROUTE},ours-cublas,torch-compile", "ours-fused,eager"
         by_kernels, by_graph = "ours", "ours"
     profile = [*cell, "--beta", "0.1"]
     profiles = {

@@ -34,20 +34,26 @@ from .terms import Coefficients
 
 # Epilogue tiles: memory-bound passes over an fp32 slice. The LSE pass keeps one program
 # per row block for the whole slice (the merge's fixed order), so its row blocks are
-# small enough for a full wave at Gemma2-2B (8,192 rows / 16 = 512 programs); the
-# gradient pass has no reduction and tiles both ways. Unmeasured on a GPU: issue 44.
-LSE_BLOCK = (16, 256)
-GRAD_BLOCK = (32, 256)
+# small: 1,024 programs at Gemma2-2B's 8,192 rows; the gradient pass has no reduction and
+# tiles both ways. Built for sm_90a here without a GPU (Triton 3.7.1, `ptxas -v`, softcap,
+# smoothing and class weights on): 8×256 with 4 warps takes 80 registers (LSE) and 86
+# (gradient), no spills; 32×256 took 255 and spilled 96 B (gradient), 16×256 with 4 warps
+# 232 (LSE). Not yet timed on a GPU: issue 44.
+LSE_BLOCK = (8, 256)
+GRAD_BLOCK = (8, 256)
 NUM_WARPS = 4
 # The interpreter's blocks: few, large programs (each costs Python time).
 INTERPRETER_BLOCK = (64, 512)
 
 
 def _blocks(tiles: tuple[int, int], n_rows: int, width: int) -> tuple[int, int]:
-    """(BLOCK_N, BLOCK_V) for a launch, shrunk to the problem (at least 16 each)."""
+    """(BLOCK_N, BLOCK_V) for a launch, shrunk to the problem (at least 8 and 16)."""
     block_n, block_v = INTERPRETER_BLOCK if interpreting() else tiles
-    fit = lambda block, size: min(block, max(16, triton.next_power_of_2(size)))  # noqa: E731
-    return fit(block_n, n_rows), fit(block_v, width)
+
+    def fit(block: int, size: int, least: int = 16) -> int:
+        return min(block, max(least, triton.next_power_of_2(size)))
+
+    return fit(block_n, n_rows, 8), fit(block_v, width)
 
 
 @triton.heuristics(
@@ -164,13 +170,13 @@ def _grad_epilogue_kernel(
     offs_j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
     n_mask = offs_n < N
     j_mask = offs_j < width
-    mask = n_mask[:, None] & j_mask[None, :]
-    out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
     a = tl.load(A + offs_n, mask=n_mask, other=0.0)
     b = tl.load(B + offs_n, mask=n_mask, other=0.0)
+    # Pointers and masks are formed where they are used: a 64-bit pointer per element
+    # live across the epilogue spilled (sm_90a, 32×256 tiles).
     if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
         z_ptrs = Z + wide_offsets(offs_n, stride_zn)[:, None] + offs_j[None, :]
-        acc = tl.load(z_ptrs, mask=mask, other=0.0)
+        acc = tl.load(z_ptrs, mask=n_mask[:, None] & j_mask[None, :], other=0.0)
         if HAS_SOFTCAP:
             t = tanh(acc / softcap)
             acc = softcap * t
@@ -194,10 +200,13 @@ def _grad_epilogue_kernel(
             grad = grad * slope - tl.where(hit, slope * (b * inv)[:, None], 0.0)
         else:
             grad -= tl.where(hit, (b * inv)[:, None], 0.0)
+        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
+        mask = n_mask[:, None] & j_mask[None, :]
         tl.store(out, cast(grad, Out.dtype.element_ty, INTERPRETING), mask=mask)
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        tl.store(out, zeros.to(Out.dtype.element_ty), mask=mask)
+        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
+        tl.store(out, zeros.to(Out.dtype.element_ty), mask=n_mask[:, None] & j_mask[None, :])
 
 
 def bytes_per_column(n_rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> int:

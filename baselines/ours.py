@@ -87,7 +87,7 @@ _VARIANTS = (
     ("ours-weighted", "ours with class weights (its cost over plain)", {}, False, False),
     (
         "ours-cublas",
-        "design probe: the slice algorithm in torch ops (cuBLAS fp32-output logits)",
+        "design probe: ours-route-cublas with its epilogues in torch ops (engine torch)",
         {"engine": "torch"},
         False,
         False,

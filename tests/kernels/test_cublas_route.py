@@ -67,6 +67,25 @@ def test_matches_reference(device, dtype, beta, softcap):
     check(e, c, t, beta=beta, softcap=softcap, engine="cublas", memory_budget=budget)
 
 
+@pytest.mark.parametrize("impl", ["split", "fused"])
+def test_both_passes_run_on_the_route(device, monkeypatch, impl):
+    """engine="cublas" reaches the route's forward and backward, through the custom op
+    (split) and through the autograd Function (fused)."""
+    from perfsuite.kernels import function
+
+    calls = []
+
+    def spy(name, fn):
+        return lambda *a, **kw: calls.append(name) or fn(*a, **kw)
+
+    monkeypatch.setattr(function, "cublas_forward", spy("fwd", cublas_route.cublas_forward))
+    monkeypatch.setattr(cublas_route, "cublas_backward", spy("bwd", cublas_route.cublas_backward))
+    e, c, t = make_inputs(37, 100, 45, torch.float32, device)
+    budget = _budget(37, 45, e.dtype, device)
+    check(e, c, t, beta=0.1, softcap=20.0, engine="cublas", memory_budget=budget, impl=impl)
+    assert calls == ["fwd", "bwd"]
+
+
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_class_weights_and_z_loss(device, dtype):
     e, c, t = make_inputs(37, 100, 45, DTYPES[dtype], device)

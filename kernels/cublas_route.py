@@ -225,6 +225,12 @@ def _width(e: torch.Tensor, vocab: int, budget: int | None) -> int:
     return slice_width(vocab, bytes_per_column(n_rows, dim, e.dtype, e.device), budget)
 
 
+def _slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
+    """The first ``rows × cols`` elements of ``buf`` as a contiguous (rows, cols) matrix: the
+    last, narrower slice keeps tight, aligned rows (no strided ``out=`` for cuBLAS)."""
+    return buf.view(-1)[: buf.shape[0] * cols].view(buf.shape[0], cols)
+
+
 def _seen_before(weight: torch.Tensor, vocab: int, width: int) -> torch.Tensor:
     """Σ w over the columns before each slice, fp32 on the device (no host sync)."""
     slices = triton.cdiv(vocab, width)
@@ -258,7 +264,7 @@ def cublas_forward(
     grid = (triton.cdiv(n_rows, block_n),)
     for s, v0 in enumerate(range(0, vocab, width)):
         cols = min(width, vocab - v0)
-        z = logit_slice(buf[:, :cols], e, c[v0 : v0 + cols])
+        z = logit_slice(_slab(buf, cols), e, c[v0 : v0 + cols])
         _lse_epilogue_kernel[grid](
             z, row_max, row_sum, rel_sum, w, None if seen is None else seen[s:],
             softcap, n_rows, v0, cols, z.stride(0),
@@ -296,8 +302,8 @@ def cublas_backward(
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
         c_s = c[v0 : v0 + cols]
-        z = logit_slice(logits[:, :cols], e, c_s)
-        grad = grads[:, :cols]
+        z = logit_slice(_slab(logits, cols), e, c_s)
+        grad = _slab(grads, cols)
         grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
         _grad_epilogue_kernel[grid](
             z, grad, row_max, log_sum, k.prob, k.target, k.smooth, w, targets, inv_scale,

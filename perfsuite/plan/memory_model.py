@@ -16,11 +16,14 @@ def floor_bytes(phase: str, tokens: int, vocab: int, hidden: int, dtype: str) ->
     return (tokens + vocab) * hidden * DTYPE_BYTES[dtype]
 
 
-def reference_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16") -> int:
+def reference_bytes(
+    tokens: int, vocab: int, hidden: int, dtype: str = "bf16", softcap: bool = False
+) -> int:
     """Peak of the gate's reference fwd+bwd (logits, log-softmax, their gradient, the
-    inputs and theirs): fp32, or fp64 for fp32 cases (torch's own fp32 error)."""
+    inputs and theirs; a softcap's tanh one copy more, as measured in
+    tests/plan/test_memory_model.py): fp32, or fp64 for fp32 cases (torch's own error)."""
     size = 8 if dtype == "fp32" else 4
-    return 3 * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
+    return (3 + softcap) * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
 
 
 def available_memory() -> int:
@@ -47,7 +50,7 @@ def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool =
     size = DTYPE_BYTES[dtype]
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
     eager = tensors + EAGER_LOGIT_COPIES[softcap] * tokens * vocab * size
-    return int(max(reference_bytes(tokens, vocab, hidden, dtype) + tensors, eager))
+    return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
 
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")

@@ -11,7 +11,7 @@ import importlib.metadata
 import os
 from typing import Any
 
-from perfsuite.method import KINDS, Method, SimpleMethod
+from perfsuite.method import KINDS, SimpleMethod
 
 # Table order; tp_torch and tp_megatron declare the methods measured only across ranks.
 ADAPTER_MODULES = (
@@ -71,7 +71,7 @@ def all_methods() -> dict[str, SimpleMethod]:
     return methods
 
 
-def methods_for(kind: str | bool) -> dict[str, Method]:
+def methods_for(kind: str | bool) -> dict[str, SimpleMethod]:
     """The methods that declare ``kind`` (``perfsuite.method.KINDS``), as that kind
     measures them: for ``tp`` the declarations across ranks. A bool is ``--tp``'s."""
     if isinstance(kind, bool):
@@ -85,7 +85,7 @@ def methods_for(kind: str | bool) -> dict[str, Method]:
     }
 
 
-def get_method(name: str) -> Method:
+def get_method(name: str) -> SimpleMethod:
     methods = all_methods()
     if name not in methods:
         raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}")

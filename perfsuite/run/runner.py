@@ -15,7 +15,7 @@ from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
-from perfsuite.method import Method
+from perfsuite.method import SimpleMethod
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
@@ -26,7 +26,7 @@ from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
 
 
-def measured(plan: Plan) -> dict[str, Method]:
+def measured(plan: Plan) -> dict[str, SimpleMethod]:
     """Name -> what the plan's cells measure: across ranks a method's ``tp`` declaration
     (the method itself where it declares none: its cells are decided unsupported)."""
     tp = bool(plan.tps)

@@ -21,7 +21,7 @@ from perfsuite.measure.memory import Peak, freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
-from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
+from perfsuite.method import Case, LossFn, SimpleMethod, Unavailable, Unsupported
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
@@ -171,7 +171,7 @@ class Phase:
 
 def run_case(
     spec: WorkerSpec,
-    method: Method,
+    method: SimpleMethod,
     raw: dict[str, Any],
     emit: Callable[[Row], None],
     stage: Callable[[str], None] = lambda text: None,

@@ -33,10 +33,6 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-# Copies of the N x V logits (in the input dtype) eager holds at its peak, (without,
-# with) softcap: the gate runs eager. Each method declares its own
-# (``perfsuite.method.Capabilities.logit_copies``).
-EAGER_LOGIT_COPIES = (4.0, 7.0)
 # Share of available RAM a CPU run may plan to use.
 CPU_MEMORY_SHARE = 0.8
 # Share of a GPU's memory a cell may plan to use (context, allocator slack).
@@ -46,10 +42,12 @@ CUDA_MEMORY_SHARE = 0.92
 def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
     """What every cell's worker needs at least: e, c and their gradients, then the
     correctness gate (the fp32 reference, ``reference_bytes``, and eager in the
-    input dtype), whichever method it times."""
+    input dtype, holding the logit copies its declaration says), whichever method it times."""
+    from perfsuite.baselines.torch_methods import EAGER  # torch: only where it is needed
+
     size = DTYPE_BYTES[dtype]
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
-    eager = tensors + EAGER_LOGIT_COPIES[softcap] * tokens * vocab * size
+    eager = tensors + EAGER.caps.logit_copies[softcap] * tokens * vocab * size
     return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
 
 

@@ -16,7 +16,7 @@ from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.method import SimpleMethod
-from perfsuite.plan.memory_model import device_capacity, predicted_peak
+from perfsuite.plan.memory_model import device_capacity, gate_bytes, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env, gpu_state
@@ -72,9 +72,8 @@ class LossKind(harness.Kind):
         capacity = device_capacity("cpu")
         if capacity is None:
             return True
-        eager = all_methods()["eager"].caps
-        need = max(
-            predicted_peak(eager, s.tokens, s.vocab, s.hidden, dtype, plan.softcap is not None)[0]
+        need = max(  # every worker runs the gate
+            gate_bytes(s.tokens, s.vocab, s.hidden, dtype, plan.softcap is not None)
             for s in plan.shapes
             for dtype in plan.dtypes_for(s)
         )

@@ -5,7 +5,8 @@ in fp32 torch's error is the reference's distance from fp64)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,17 +43,10 @@ class Verdict:
     passed: bool
     errors: dict[str, float]
     bounds: dict[str, float]
-    problems: list[str] | None = None  # what failed, when the judge says it otherwise
+    problems: list[str] = field(default_factory=list)  # what failed, in words
 
     def explain(self) -> str:
-        if self.problems is not None:
-            return "; ".join(self.problems)
-        bad = [
-            f"{q} error {self.errors[q]:.3g} > tolerance {self.bounds[q]:.3g}"
-            for q in QUANTITIES
-            if not self.errors[q] <= self.bounds[q]
-        ]
-        return "; ".join(bad)
+        return "; ".join(self.problems)
 
     def fields(self, **extra: Any) -> dict[str, Any]:
         """The gate's columns of a row, with ``extra`` ones."""
@@ -158,6 +152,22 @@ def tolerances(case: Case, reference: Outcome, torch_version: Outcome) -> dict[s
     }
 
 
-def judge(result: Outcome, reference: Outcome, bounds: dict[str, float]) -> Verdict:
-    errors = {q: distance(result.get(q), reference.get(q)) for q in QUANTITIES}
-    return Verdict(all(errors[q] <= bounds[q] for q in QUANTITIES), errors, bounds)
+Named = Mapping[str, torch.Tensor]
+
+
+def judge(result: Outcome | Named, reference: Outcome | Named, bounds: dict[str, float]) -> Verdict:
+    """The one correctness judge (loss cells, ranks, steps): every quantity of
+    ``reference`` within its bound passes; NaN (no comparison holds) or a quantity
+    ``result`` lacks fails. Quantities: an ``Outcome``'s, or any named tensors."""
+    got, want = (
+        x if isinstance(x, Mapping) else {q: x.get(q) for q in QUANTITIES}
+        for x in (result, reference)
+    )
+    errors = {q: distance(got[q], ref) if q in got else float("nan") for q, ref in want.items()}
+    problems = [f"no gradient for {q}" for q in want if q not in got]
+    problems += [
+        f"{q} error {errors[q]:.3g} > tolerance {bounds[q]:.3g}"
+        for q in want
+        if q in got and not errors[q] <= bounds[q]
+    ]
+    return Verdict(not problems, errors, bounds, problems)

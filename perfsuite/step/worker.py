@@ -55,7 +55,7 @@ def measure_case(
     spec: StepSpec, method: SimpleMethod, raw: dict[str, Any], emit: Callable[[Any], None]
 ) -> list[Row]:
     """Gate and measure one case; returns its four rows (raises on a failure)."""
-    from perfsuite.step.gate import judge, one_pass, reference
+    from perfsuite.step.gate import one_pass, reference, step_verdict
     from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
 
     preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
@@ -77,7 +77,7 @@ def measure_case(
     loss, grads = one_pass(model, ids, loss_of)
     _sync(device)
     first_ms = (time.perf_counter() - start) * 1e3
-    verdict = judge(loss, grads, ref)
+    verdict = step_verdict(loss, grads, ref)
     del ref, loss
     for name, p in model.named_parameters():
         p.grad = grads.pop(name, None)

@@ -16,8 +16,8 @@ from perfsuite.converge.data import Dataset
 from perfsuite.converge.evaluate import evaluate
 from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
 from perfsuite.converge.presets import Preset
+from perfsuite.harness.worker import failure
 from perfsuite.method import DTYPES, Case, SimpleMethod
-from perfsuite.run.worker import failure
 
 ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
 

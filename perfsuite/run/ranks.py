@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from perfsuite.harness.protocol import emitter
+from perfsuite.harness.worker import Phase, failure, fill
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
@@ -25,15 +26,7 @@ from perfsuite.method import Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.worker import (
-    Phase,
-    WorkerSpec,
-    case_rows,
-    failure,
-    fill,
-    first_calls,
-    method_case,
-)
+from perfsuite.run.worker import WorkerSpec, case_rows, first_calls, method_case
 from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None

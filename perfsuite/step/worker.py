@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from perfsuite.harness.protocol import emitter
+from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.measure.memory import freeze_what_exists
 from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import CacheFlusher, Timing
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import Row
-from perfsuite.run.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.step.cases import case_rows, case_size
 from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
 from perfsuite.step.model import model_class

@@ -24,6 +24,21 @@ NONDETERMINISTIC_MARK = "≈"
 BUSY_MARK = "!"
 
 
+class Notes(dict[str, list[str]]):
+    """A table's numbered notes: each reason once, numbered in first-seen order, with the
+    names (methods, cells) it applies to. The one numbering of every console table."""
+
+    def ref(self, reason: str, name: str) -> str:
+        """``(n)``, the reason's number, with ``name`` listed under it."""
+        names = self.setdefault(reason, [])
+        if name not in names:
+            names.append(name)
+        return f"({list(self).index(reason) + 1})"
+
+    def lines(self) -> list[str]:
+        return [f"({i}) {', '.join(who)}: {why}" for i, (why, who) in enumerate(self.items(), 1)]
+
+
 def fmt_bytes(n: int | None) -> str:
     if n is None:
         return "-"
@@ -162,7 +177,7 @@ def fmt_number(value: float | None, unit_scale: float = 1) -> str:
 
 
 def _method_cells(
-    by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: dict
+    by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: Notes
 ) -> tuple[list[str], list[str]]:
     """(MiB, ms) cells per phase of one method, and its note references."""
     cells, refs = [], []
@@ -172,11 +187,7 @@ def _method_cells(
             cells += ["", ""]
             continue
         if row["status"] != "ok":
-            reason = f"{row['status']}: {row['reason']}"
-            methods = notes.setdefault(reason, [])
-            if row["method"] not in methods:
-                methods.append(row["method"])
-            ref = f"({list(notes).index(reason) + 1})"
+            ref = notes.ref(f"{row['status']}: {row['reason']}", row["method"])
             if ref not in refs:
                 refs.append(ref)
             if not measured(row):
@@ -210,7 +221,7 @@ def _table(
     return fit_table(columns, rows, width or 10_000, sections=[0], collapse_padding=True, **options)
 
 
-def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> list:
+def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> list:
     tokens, vocab, hidden, dtype, _, _, beta = _group_key(members[0])
     floor = [fmt_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
     lines = [("[italic]lower bound[/italic]", [c for f in floor for c in (f, "")], "")]
@@ -232,12 +243,9 @@ def build_tables(
         beta = members[0]["beta"]
         title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
         phases = present_phases(members)
-        notes: dict[str, list[str]] = {}  # reason -> methods, numbered in first-seen order
+        notes = Notes()
         lines = _lines(members, phases, notes)
-        numbered = [
-            f"({i}) {', '.join(methods)}: {reason}"
-            for i, (reason, methods) in enumerate(notes.items(), 1)
-        ]
+        numbered = notes.lines()
         table = _table(title, phases, lines, width)
         if table is not None or len(phases) == 1:
             out.append((table or _table(title, phases, lines, None), numbered))

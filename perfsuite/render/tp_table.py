@@ -18,6 +18,7 @@ from perfsuite.plan.registry import methods_for
 from perfsuite.render.roofline import phase_flops
 from perfsuite.render.table import (
     STATUS_COLOR,
+    Notes,
     cell_marks,
     fmt_number,
     grads_in_forward,
@@ -166,7 +167,7 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
     _, rate_unit, _, mem_unit = units
     headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
     table = TpTable(title, phase, headers, [])
-    reasons: dict[str, list[str]] = {}
+    reasons = Notes()
     for method in dict.fromkeys(r["method"] for r in members):
         for k in sorted(k for m, k in cells if m == method):
             by_phase = cells[(method, k)]
@@ -182,10 +183,9 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
                 why += f": {row['reason']}" if why and row.get("reason") else ""
                 table.marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
             if why:
-                reasons.setdefault(why, []).append(f"{method} TP={k}")
-                line.refs = f"({list(reasons).index(why) + 1})"
+                line.refs = reasons.ref(why, f"{method} TP={k}")
             table.lines.append(line)
-    table.notes = [f"({i}) {', '.join(w)}: {why}" for i, (why, w) in enumerate(reasons.items(), 1)]
+    table.notes = reasons.lines()
     return table
 
 

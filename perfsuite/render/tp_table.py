@@ -13,7 +13,7 @@ from rich import box
 from rich.console import Console
 
 from perfsuite.fit import Column, fit_table, print_fitted
-from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.memory_model import floor_bytes, fmt_size
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.roofline import phase_flops
 from perfsuite.render.table import (
@@ -82,14 +82,6 @@ def _mem(n: float, scale: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.2f}" if x >= 0.005 or x == 0 else "<0.01"
 
 
-def fmt_bytes(n: int) -> str:
-    """``768 KiB``, ``1.5 GiB``: a size with its own unit (collectives' bytes)."""
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if n >= scale:
-            return f"{fmt_number(n / scale)} {unit}"
-    return f"{n} B"
-
-
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else ""
 
@@ -143,7 +135,7 @@ def _line(
         cells["comm"] = f"{share:.0f}%" if share >= 9.5 else f"{share:.1f}%"
     if row.get("collectives") is not None:
         moved = row.get("collective_bytes")
-        tail = "" if moved is None else f", {fmt_bytes(moved)}"
+        tail = "" if moved is None else f", {fmt_size(moved)}"
         cells["colls"] = str(row["collectives"]) + tail
     if reference is not None and measured(reference) and reference["status"] == "ok":
         cells["speedup"] = _ratio(reference.get("median_ms"), ms)

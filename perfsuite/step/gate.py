@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite.run.correctness import Verdict, distance, judge, tolerance
+from perfsuite.run.correctness import Verdict, judge, tolerances
 from perfsuite.step.model import eager_loss, head_name, reference_loss
 
 Grads = dict[str, torch.Tensor]
@@ -60,10 +60,7 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str
         loss, grads = one_pass(model, ids, ref_loss)
         model.to(torch.bfloat16)
         loss_t, grads_t = one_pass(model, ids, lambda x: eager_loss(model, x, beta))
-    torch_errs = {n: distance(grads_t.pop(n), g) for n, g in grads.items()}
-    torch_errs["loss"] = distance(loss_t, loss)
-    bounds = {n: tolerance(torch_errs[n], g, dtype) for n, g in grads.items()}
-    bounds["loss"] = tolerance(torch_errs["loss"], loss, dtype)
+    bounds = tolerances(dtype, {"loss": loss, **grads}, {"loss": loss_t, **grads_t})
     return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))
 
 

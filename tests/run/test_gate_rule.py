@@ -19,7 +19,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import Case
 from perfsuite.run.correctness import SLACK, Outcome, judge, tolerances
 
 # CCE's tests: error_tol per dtype, their shapes (N, V, D) and softcaps.
@@ -96,7 +95,7 @@ def test_what_cces_rule_accepts_the_gate_accepts_and_what_the_gate_refuses_cce_r
     ref = _outcome(torch.randn(1, generator=g) * 10, torch.randn(64, 16, generator=g) * 1e-5,
                    torch.randn(128, 16, generator=g) * 1e-3)  # fmt: skip
     rounded = _outcome(*(ref.get(q).bfloat16().float() for q in ("loss", "grad_e", "grad_c")))
-    bounds = tolerances(Case(tokens=64, vocab=128, hidden=16, dtype="bf16"), ref, rounded)
+    bounds = tolerances("bf16", ref, rounded)
     for scale in (0.5, 1.0, 3.0):  # inside, at and past what CCE's rule accepts
         parts = []
         for q in ("loss", "grad_e", "grad_c"):

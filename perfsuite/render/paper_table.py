@@ -13,8 +13,6 @@ from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.render.table import (
     by_method,
     cell_marks,
-    fmt_bytes,
-    fmt_ms,
     footnotes,
     grads_in_forward,
     group_rows,
@@ -24,6 +22,7 @@ from perfsuite.render.table import (
     shape_key,
     shape_title,
     status_label,
+    with_unit,
 )
 
 LOWER_BOUND = "lower bound"
@@ -111,8 +110,8 @@ def _method_line(
                 analytic = Cell(fmt_flops(rate) + "/s" + marks, -rate, comparable=fair)
         peak = row.get("peak_bytes")
         cells += [
-            Cell(fmt_bytes(peak), peak, comparable=split_ok),
-            Cell(fmt_ms(row) + marks, ms, comparable=fair),
+            Cell(with_unit(peak, "MiB", 2**20), peak, comparable=split_ok),
+            Cell(with_unit(ms, "ms") + marks, ms, comparable=fair),
             analytic,
         ]
     return Line(name, cells, dict(by_phase))
@@ -124,7 +123,7 @@ def _bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
     for phase in phases:
         roof = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) if gpu else None
         cells += [
-            Cell(fmt_bytes(floor_bytes(phase, tokens, vocab, hidden, dtype))),
+            Cell(with_unit(floor_bytes(phase, tokens, vocab, hidden, dtype), "MiB", 2**20)),
             Cell("" if roof is None else f"{roof:.3g} ms"),
             Cell(fmt_flops(phase_flops(phase, tokens, vocab, hidden))),
         ]

@@ -39,20 +39,6 @@ class Notes(dict[str, list[str]]):
         return [f"({i}) {', '.join(who)}: {why}" for i, (why, who) in enumerate(self.items(), 1)]
 
 
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    mib = n / 2**20
-    return f"{mib:,.0f} MiB" if mib >= 100 else f"{mib:.2f} MiB"
-
-
-def fmt_ms(row: dict[str, Any]) -> str:
-    ms = row.get("median_ms")
-    if ms is None:
-        return "-"
-    return f"{ms:,.0f} ms" if ms >= 1000 else f"{ms:.3g} ms"
-
-
 # Shared by the console table and perfsuite.render.report: how rows group into tables,
 # what a non-ok cell says, and which marks a measured cell carries.
 
@@ -174,6 +160,11 @@ def fmt_number(value: float | None, unit_scale: float = 1) -> str:
         return "-"
     x = value / unit_scale
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
+
+
+def with_unit(value: float | None, unit: str, unit_scale: float = 1) -> str:
+    """``fmt_number`` with its unit, for a cell whose column does not say it (``-``: none)."""
+    return "-" if value is None else f"{fmt_number(value, unit_scale)} {unit}"
 
 
 def _method_cells(

@@ -155,10 +155,13 @@ def status_cell(row: dict[str, Any]) -> str:
 
 
 def fmt_number(value: float | None, unit_scale: float = 1) -> str:
-    """A cell's number without its unit (the unit is in the column header)."""
+    """A cell's number without its unit (the unit is in the column header); in a scaled
+    unit two decimals, and ``<0.01`` for what would print as 0.00."""
     if value is None:
         return "-"
     x = value / unit_scale
+    if unit_scale != 1 and 0 < x < 0.005:
+        return "<0.01"
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
 
 

@@ -76,12 +76,6 @@ def rank_floor(phase: str, row: dict[str, Any]) -> int:
     return floor_bytes(phase, row["tokens"], vocab, row["hidden"], row["dtype"])
 
 
-def _mem(n: float, scale: float) -> str:
-    """Two decimals in the table's unit; ``<0.01`` for what would print as 0.00."""
-    x = n / scale
-    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}" if x >= 0.005 or x == 0 else "<0.01"
-
-
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else ""
 
@@ -114,7 +108,7 @@ def _line(
     cells = {
         "method": row["method"],
         "tp": str(k),
-        "floor": _mem(rank_floor(phase, row), mem_scale),
+        "floor": fmt_number(rank_floor(phase, row), mem_scale),
     }
     line = TpLine(row["method"], k, cells)
     if not measured(row):
@@ -128,7 +122,7 @@ def _line(
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
         cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)
         cells["total"] = fmt_number(flops / (ms / 1e3) / rate_scale)
-    cells["peak"] = "-" if peak is None else _mem(peak, mem_scale)
+    cells["peak"] = fmt_number(peak, mem_scale)
     comm = row.get("collective_ms")
     if comm is not None and ms:
         share = 100 * comm / ms

@@ -55,10 +55,14 @@ _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 def fmt_size(nbytes: float) -> str:
-    """``512 B``, ``23.3 MiB``, ``2.0 PiB``: bytes in the largest binary unit they fill,
-    one decimal (a shape a typo made huge read "~2235179424.3 GiB")."""
+    """``512 B``, ``23.3 MiB``, ``131 KiB``: bytes in the largest binary unit they fill, to
+    the tables' three significant figures (a shape a typo made huge read "~2235179424.3
+    GiB"). The one formatter of a size that carries its own unit."""
     scale = min((int(nbytes).bit_length() - 1) // 10, len(_UNITS))
-    return f"{nbytes:.0f} B" if scale <= 0 else f"{nbytes / 1024**scale:.1f} {_UNITS[scale - 1]}"
+    if scale <= 0:
+        return f"{nbytes:.0f} B"
+    x, unit = nbytes / 1024**scale, _UNITS[scale - 1]
+    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:

@@ -58,16 +58,16 @@ def test_per_rank_and_aggregate_rates_floor_and_scaling():
     assert float(one["floor"]) > float(cells[("ours", 2)]["floor"]) > float(four["floor"])
     assert four["speedup"] == f"{4**0.8:.2f}×" and four["memcut"] == f"{4**0.7:.2f}×"
     assert one["speedup"] == "1.00×" and four["comm"] == "12%"
-    assert four["colls"] == "4, 12.0 MiB"
+    assert four["colls"] == "4, 12 MiB"
 
 
 def test_the_colls_column_goes_first_when_the_terminal_is_narrow():
     doc = tp_document()
     wide, narrow = printed(doc, 120), printed(doc, 80)
-    assert "4, 12.0 MiB" in wide and "colls left out" not in wide
-    assert "4, 12.0 MiB" not in narrow and "colls left out at 80 columns" in narrow
+    assert "4, 12 MiB" in wide and "colls left out" not in wide
+    assert "4, 12 MiB" not in narrow and "colls left out at 80 columns" in narrow
     tiny = printed(doc, 40)  # even folded it cannot fit: one block per line, all numbers
-    assert "12,346" in tiny and "colls: 4, 3.0 MiB" in tiny and "…" not in tiny
+    assert "12,346" in tiny and "colls: 4, 3 MiB" in tiny and "…" not in tiny
 
 
 def test_cpu_tables_pick_units_that_do_not_print_zero():
@@ -135,7 +135,7 @@ def test_report_markdown_and_csv_carry_the_tp_cells(tmp_path, capsys):
     assert main(["report", str(path)]) == 0
     md = capsys.readouterr().out
     assert "| torch-native |    4 |" in md and "fwd+bwd across ranks" in md
-    assert "4, 12.0 MiB" in md  # no terminal to fit: every column
+    assert "4, 12 MiB" in md  # no terminal to fit: every column
     paper = md.split("fwd+bwd across ranks")[0]
     assert "torch-native" not in paper.split("left out of these tables")[0]
     assert main(["report", str(path), "--format", "csv"]) == 0

@@ -104,8 +104,9 @@ GEMMA_GROUPS = {
     ),
 }
 # The multi-rank harness on one GPU (call 2): ours and the two frameworks' own losses, at
-# β 0: megatron and torch-parallel refuse label smoothing (H200 3-step-tp-sensitivity-tiles/9a-tp1.log: at
-# β 0.1 both were unsupported, so nothing but ours could be measured).
+# β 0: megatron and torch-parallel refuse label smoothing (H200
+# 3-step-tp-sensitivity-tiles/9a-tp1.log: at β 0.1 both were unsupported, so nothing but
+# ours could be measured).
 TP1 = "ours,megatron,torch-parallel"
 TP1_BETA = "0"
 # A whole training step (call 2): the methods whose patch or loss runs on CUDA.
@@ -175,13 +176,13 @@ def _trained(root: Path, given: Path | None) -> Path | None:
 # Call 1's methods, from the H200's logs (worker start to the method's last row):
 # 1-cell-tests/g-gemma-cell.log: ours 22 s, ours-fused 12, torch-compile 21,
 # liger 27, cce 19, and the step's 107.9 s less those 101 s: 7 s of parent;
-# 5-eager-cce-no-filter/eager-cce-no-filter.log: eager 12 s; 4-ours-kernels-timer/ours-kernels-timer.log (--timer kernels --profile,
-# β 0.1) ours 24 s; 2-profile-kernel-report/p-gemma-profile.log (--timer graph
-# --profile, β 0.1) ours refused its capture in 5 s, torch-compile 10 s, the step's 18.1 s
-# less those: 3 s of `run --help` and parent.
+# 5-eager-cce-no-filter/eager-cce-no-filter.log: eager 12 s;
+# 4-ours-kernels-timer/ours-kernels-timer.log (--timer kernels --profile, β 0.1) ours 24 s;
+# 2-profile-kernel-report/p-gemma-profile.log (--timer graph --profile, β 0.1) ours refused
+# its capture in 5 s, torch-compile 10 s, the step's 18.1 s less those: 3 s of `run --help` and parent.
 ESTIMATES = {
-    "0a": (8, 60, 10, 60, "H200 1-cell-tests/manifest-items.json 0a: 5.5 s, 3-step-tp-sensitivity-tiles/"
-           "manifest-2.json's: 2.1 s "
+    "0a": (8, 60, 10, 60, "H200 1-cell-tests/manifest-items.json 0a: 5.5 s, "
+           "3-step-tp-sensitivity-tiles/manifest-2.json's: 2.1 s "
            "(rehearsal on CPU: 1.7-1.8 s)"),
     "k": (30, 150, 30, 120, "H200 1-cell-tests/manifest-items.json k: 28.2 s (every test ran: "
           "9 passed, 5 errors at teardown)"),
@@ -190,15 +191,19 @@ ESTIMATES = {
           "(its two epilogue kernels compile as ours' slice kernel does), ours-cublas 20 s "
           "(no Triton compile: ours-fused's 12 s with ours' kernels built, +4 s a β for its "
           "torch ops over fp32 slices, taken as twice ours' ~0.08 s a call)"),
-    "pk": (95, 180, 60, 240, "H200 4-ours-kernels-timer/ours-kernels-timer.log: ours 24 s; never ran: the other "
+    "pk": (95, 180, 60, 240, "H200 4-ours-kernels-timer/ours-kernels-timer.log: ours 24 s; "
+           "never ran: the other "
            "route as ours 24 s, ours-cublas 30 s (its ~2,400 more launches a call profiled), "
-           "torch-compile 10 s (its graph cell in 2-profile-kernel-report/p-gemma-profile.log, compiles cached); "
+           "torch-compile 10 s (its graph cell in "
+           "2-profile-kernel-report/p-gemma-profile.log, compiles cached); "
            "parent and `run --help` 7 s (as g)"),
-    "pg": (55, 150, 30, 240, "H200 2-profile-kernel-report/p-gemma-profile.log: 3 s of `run --help` and parent; "
+    "pg": (55, 150, 30, 240, "H200 2-profile-kernel-report/p-gemma-profile.log: "
+           "3 s of `run --help` and parent; "
            "ours and the other route, once they capture, 24 s each (ours' kernels-timer cell; "
            "a refused capture took 5 s)"),
     "r": (15, 150, 60, 300, "H200 2-profile-kernel-report/manifest-items.json r: 12.3 s"),
-    "h": (80, 150, 30, 240, "H200 1-cell-tests/g-gemma-cell.log: ours-fused 12 s, liger 27 s, cce 19 s, "
+    "h": (80, 150, 30, 240, "H200 1-cell-tests/g-gemma-cell.log: "
+          "ours-fused 12 s, liger 27 s, cce 19 s, "
           "parent 7 s; 5-eager-cce-no-filter/eager-cce-no-filter.log: eager 12 s"),
     "0b": (10, 60, 15, 90, "first light methods.txt: seconds"),
     "1a": (130, 240, 30, 240, "raw/6 run.log: ours-tiles-list (then 'ours') 29 s, ours-tiles "
@@ -237,7 +242,8 @@ ESTIMATES = {
            "took 1,091 s (wall_s) on this 2-core CPU; written only at the end"),
     "8e": (40, 150, 40, 240, "never run on a GPU: as 8d on a 4,096 x 32,768 dump (N·V half "
            "of 8d's)"),
-    "9a": (40, 150, 45, 240, "H200 3-step-tp-sensitivity-tiles/manifest-2.json 9a: 18.1 s with ours failing at its "
+    "9a": (40, 150, 45, 240, "H200 3-step-tp-sensitivity-tiles/manifest-2.json 9a: "
+           "18.1 s with ours failing at its "
            "first cell (9a-tp1.log: worker start to its error 15 s) and both peers refused "
            "at β 0.1; at β 0 the peers run: 3 launches of 1 rank (~8 s of imports and NCCL "
            "set-up each) and a Gemma2-2B bf16 reference; fwd+bwd, 5 samples of <= 0.2 s"),

@@ -179,7 +179,8 @@ def _trained(root: Path, given: Path | None) -> Path | None:
 # 5-eager-cce-no-filter/eager-cce-no-filter.log: eager 12 s;
 # 4-ours-kernels-timer/ours-kernels-timer.log (--timer kernels --profile, β 0.1) ours 24 s;
 # 2-profile-kernel-report/p-gemma-profile.log (--timer graph --profile, β 0.1) ours refused
-# its capture in 5 s, torch-compile 10 s, the step's 18.1 s less those: 3 s of `run --help` and parent.
+# its capture in 5 s, torch-compile 10 s, the step's 18.1 s less those: 3 s of
+# `run --help` and parent.
 ESTIMATES = {
     "0a": (8, 60, 10, 60, "H200 1-cell-tests/manifest-items.json 0a: 5.5 s, "
            "3-step-tp-sensitivity-tiles/manifest-2.json's: 2.1 s "

@@ -16,7 +16,8 @@ It trades the Triton route's fused GEMMs for cuBLAS's (~710–800 against ~405�
 TFLOP/s on an H200: reports/nvidia-h200/raw/README.md) at the price of writing and
 reading the fp32 slice once more. Which route runs by default is ``routes.route_for``'s.
 No host sync: slice bounds are Python ints, the per-slice class-weight totals and σ are
-device tensors read by the kernels. Workspace per column: the fp32 slice (N·4) and G in the dtype (backward).
+device tensors read by the kernels. Workspace per column: the fp32 slice (N·4) and G in
+the dtype (backward).
 """
 
 from __future__ import annotations

@@ -244,7 +244,11 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
     # dest: a name no subcommand option takes (bisect --command wrote `command`)
-    sub = parser.add_subparsers(dest="subcommand", required=True)
+    # metavar: the usage line names COMMAND, not every choice (162 columns, issue 46); the
+    # list below it names each with its line
+    sub = parser.add_subparsers(
+        dest="subcommand", metavar="COMMAND", title="commands", required=True
+    )
     for name, (help_text, add_arguments, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         if commands is None or name in commands:

@@ -25,7 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dump.add_argument("--seq", type=positive_int, default=512, help="tokens per sequence")
     dump.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: the model's")
     train = sub.add_parser("train", help="train converge's cpu-filtering preset, dump a batch")
-    train.add_argument("--preset", default="cpu-filtering", choices=PRESETS)
+    train.add_argument(
+        "--preset",
+        default="cpu-filtering",
+        choices=PRESETS,
+        metavar="PRESET",  # the choices in the help, not in an 80-column usage line
+        help=f"converge's preset: {', '.join(PRESETS)} (default cpu-filtering)",
+    )
     train.add_argument("--steps", type=positive_int, help="default: the preset's")
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     for p in (dump, train):

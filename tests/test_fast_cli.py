@@ -4,6 +4,7 @@ module imported to build the parser)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -100,3 +101,69 @@ def test_an_interrupt_while_the_command_loads_exits_130_without_a_traceback(sign
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert "interrupted: perfsuite sweep stopped" in out
+
+
+# A fresh interpreter runs `main(argv)` as the console script would, then says whether
+# torch was imported (it took ~40 s under load before a bad argument was refused).
+TORCH_FREE = """
+import contextlib, io, json, sys
+from perfsuite.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+    try:
+        code = main({argv!r})
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps([code, "torch" in sys.modules, err.getvalue()]))
+"""
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
+SMOKE = str(REPORTS / "cpu-smoke" / "results.json")
+BAD_ARGUMENTS = [
+    ["run", "--samples", "0"],
+    ["methods", "--bogus"],
+    ["merge", "a.json"],
+    ["report", SMOKE, "--format", "nope"],
+    ["plot", SMOKE],
+    ["compare", SMOKE, SMOKE, "--metric", "mode"],
+    ["baseline", "update"],
+    ["bisect", "--good", "HEAD"],
+    ["step", "--samples", "0"],
+    ["history", "nope"],
+    ["dashboard"],
+]
+
+
+def _torch_free(argv: list[str], cwd: Path) -> tuple[int, bool, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE.format(argv=argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    code, torch, err = json.loads(done.stdout)
+    return code, torch, err
+
+
+@pytest.mark.parametrize("argv", BAD_ARGUMENTS, ids=[a[0] for a in BAD_ARGUMENTS])
+@pytest.mark.integration
+def test_bad_arguments_are_refused_before_torch_loads(argv, tmp_path):
+    """Every command that imported torch to build its parser did so before refusing a bad
+    argument (issue 46): the refusal comes first."""
+    code, torch, err = _torch_free(argv, tmp_path)
+    assert code == 2 and err.startswith("error: "), (code, err)
+    assert not torch, f"perfsuite {' '.join(argv)} imported torch"
+
+
+@pytest.mark.integration
+def test_compare_and_history_read_rows_without_torch(tmp_path):
+    """compare and history judge rows already measured: no torch (report on 24 rows took
+    13-25 s under load, issue 46)."""
+    assert _torch_free(["compare", SMOKE, SMOKE], tmp_path)[:2] == (0, False)
+    demo = tmp_path / "demo"
+    assert main(["history", "demo", "-o", str(demo), "--runs", "4", "--step-at", "2"]) == 0
+    db = str(tmp_path / "h.sqlite")
+    assert _torch_free(["history", "--db", db, "import", str(demo)], tmp_path)[:2] == (0, False)
+    assert _torch_free(["history", "--db", db, "list"], tmp_path)[:2] == (0, False)
+    assert _torch_free(["history", "--db", db, "check"], tmp_path)[1] is False

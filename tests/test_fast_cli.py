@@ -108,12 +108,13 @@ def test_an_interrupt_while_the_command_loads_exits_130_without_a_traceback(sign
 TORCH_FREE = """
 import contextlib, io, json, sys
 from perfsuite.cli import main
-with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     try:
         code = main({argv!r})
     except SystemExit as exc:
         code = exc.code
-print(json.dumps([code, "torch" in sys.modules, err.getvalue()]))
+print(json.dumps([code, "torch" in sys.modules, err.getvalue(), out.getvalue()]))
 """
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
@@ -133,7 +134,8 @@ BAD_ARGUMENTS = [
 ]
 
 
-def _torch_free(argv: list[str], cwd: Path) -> tuple[int, bool, str]:
+def _torch_free(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
+    """(exit code, whether torch was imported, stderr, stdout)."""
     done = subprocess.run(
         [sys.executable, "-c", TORCH_FREE.format(argv=argv)],
         cwd=cwd,
@@ -142,8 +144,7 @@ def _torch_free(argv: list[str], cwd: Path) -> tuple[int, bool, str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    code, torch, err = json.loads(done.stdout)
-    return code, torch, err
+    return tuple(json.loads(done.stdout))
 
 
 @pytest.mark.parametrize("argv", BAD_ARGUMENTS, ids=[a[0] for a in BAD_ARGUMENTS])
@@ -151,7 +152,7 @@ def _torch_free(argv: list[str], cwd: Path) -> tuple[int, bool, str]:
 def test_bad_arguments_are_refused_before_torch_loads(argv, tmp_path):
     """Every command that imported torch to build its parser did so before refusing a bad
     argument (issue 46): the refusal comes first."""
-    code, torch, err = _torch_free(argv, tmp_path)
+    code, torch, err, _ = _torch_free(argv, tmp_path)
     assert code == 2 and err.startswith("error: "), (code, err)
     assert not torch, f"perfsuite {' '.join(argv)} imported torch"
 
@@ -167,3 +168,25 @@ def test_compare_and_history_read_rows_without_torch(tmp_path):
     assert _torch_free(["history", "--db", db, "import", str(demo)], tmp_path)[:2] == (0, False)
     assert _torch_free(["history", "--db", db, "list"], tmp_path)[:2] == (0, False)
     assert _torch_free(["history", "--db", db, "check"], tmp_path)[1] is False
+
+
+@pytest.mark.integration
+def test_report_reads_a_runs_record_without_torch(tmp_path, capsys):
+    """The tables' ‡ (gradients in the forward) is each method's capability: a results
+    file records it as run writes it (``env.grads_in_forward``), so report reads the file
+    without importing every method and torch, and prints what the registry would."""
+    from perfsuite.plan.registry import all_methods
+    from perfsuite.render.table import grads_in_forward_record
+
+    document = json.loads(Path(SMOKE).read_text())
+    plan = document["env"]["plan"]
+    record = grads_in_forward_record(all_methods(), plan["methods"], plan["betas"])
+    assert record["torch-native"] == {"0.0": True, "0.1": False}  # chunked only at β = 0
+    document["env"]["grads_in_forward"] = record
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps(document))
+    for fmt in ("md", "csv"):
+        assert main(["report", SMOKE, "--format", fmt]) == 0  # no record: the registry
+        code, torch, err, out = _torch_free(["report", str(recorded), "--format", fmt], tmp_path)
+        assert (code, torch, err) == (0, False, "")
+        assert out == capsys.readouterr().out and "‡" in out

@@ -5,6 +5,7 @@ cells only: cells across ranks are ``tp_table``'s."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from rich import box
@@ -111,6 +112,44 @@ def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float
     """Whether ``name``'s forward computes the gradients at this β (‡ in the tables)."""
     method = (all_methods() if known is None else known).get(name)
     return method is not None and method.caps.grads_in_forward_at(beta)
+
+
+def _beta_key(beta: float) -> str:
+    return repr(float(beta))
+
+
+def grads_in_forward_record(
+    methods: dict[str, Any], names: Iterable[str], betas: Iterable[float]
+) -> dict[str, dict[str, bool]]:
+    """What ``grads_in_forward`` answers for each method and β of a run, kept in its
+    results' ``env.grads_in_forward``: ``report`` reads it instead of importing every
+    method, and torch with them (13-25 s under load, issue 46)."""
+    return {n: {_beta_key(b): methods[n].caps.grads_in_forward_at(b) for b in betas} for n in names}
+
+
+@dataclass(frozen=True)
+class _RecordedCaps:
+    """A method's ``grads_in_forward_at`` as its results file recorded it."""
+
+    by_beta: dict[str, bool]
+
+    def grads_in_forward_at(self, beta: float) -> bool:
+        return self.by_beta[_beta_key(beta)]
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    caps: _RecordedCaps
+
+
+def known_methods(document: dict[str, Any]) -> dict[str, Any]:
+    """The methods, as ``grads_in_forward`` asks of them, for ``document``'s tables: its
+    record where that covers every row's method and β (no torch), else the registry (older
+    files, files merged from different plans)."""
+    record = document["env"].get("grads_in_forward") or {}
+    if all(_beta_key(r["beta"]) in record.get(r["method"], {}) for r in document["rows"]):
+        return {name: _Recorded(_RecordedCaps(by_beta)) for name, by_beta in record.items()}
+    return all_methods()
 
 
 def measured(row: dict[str, Any]) -> bool:
@@ -250,13 +289,14 @@ def build_tables(
     return out
 
 
-def footnotes(rows: list[dict[str, Any]]) -> list[str]:
-    """The notes under the one-device tables (cells across ranks left out, and said so)."""
+def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
+    """The notes under the one-device tables (cells across ranks left out, and said so);
+    ``known``: the methods (default: the registry's)."""
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
         "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
     ]
-    notes += mark_notes(one_device(rows))
+    notes += mark_notes(one_device(rows), known)
     return notes + ([tp_note(rows)] if tp_note(rows) else [])
 
 
@@ -274,9 +314,10 @@ MARK_NOTES = {
 }
 
 
-def mark_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured."""
-    known = all_methods()
+def mark_notes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
+    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured;
+    ``known``: the methods (default: the registry's)."""
+    known = all_methods() if known is None else known
     carried = {
         GRADS_IN_FWD_MARK: any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
         INTERPRETED_MARK: any(r.get("interpreted") for r in rows),

@@ -19,6 +19,7 @@ from perfsuite.method import Method
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
+from perfsuite.render.table import grads_in_forward_record
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, status_rows, unit_cost
@@ -167,6 +168,8 @@ def plan_env(plan: Plan) -> dict[str, Any]:
     methods = measured(plan)
     env = collect_env(plan.device, [d for n in plan.methods for d in methods[n].distributions])
     env["plan"] = plan.as_dict()
+    if not plan.tps:  # the loss tables' ‡, for a reader without torch (report)
+        env["grads_in_forward"] = grads_in_forward_record(methods, plan.methods, plan.betas)
     return env
 
 

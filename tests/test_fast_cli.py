@@ -137,6 +137,7 @@ BAD_ARGUMENTS = [
     ["step", "--samples", "0"],
     ["history", "nope"],
     ["dashboard"],
+    ["workload", "train", "--steps", "0"],
 ]
 
 

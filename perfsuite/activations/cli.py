@@ -14,7 +14,6 @@ from typing import Any
 
 from perfsuite.args import positive_int
 from perfsuite.converge.presets import PRESETS
-from perfsuite.plan.workloads import WorkloadError, read_dump
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def summarize(path: Path) -> dict[str, Any]:
     """What ``inspect`` prints: the file's shape and ``workload_summary``."""
     from perfsuite.filtering.stats import workload_summary
+    from perfsuite.plan.workloads import read_dump
 
     dump = read_dump(path)
     return {
@@ -64,6 +64,8 @@ def _print(summary: dict[str, Any]) -> None:
 
 def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
     import torch
+
+    from perfsuite.plan.workloads import WorkloadError
 
     if not args.model.is_dir():
         raise WorkloadError(f"--model {args.model}: not a folder (save_pretrained's output)")
@@ -87,7 +89,9 @@ def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # here, not above: they load torch, and the arguments are checked before
     from perfsuite.activations.dump import dump_workload, train_and_dump
+    from perfsuite.plan.workloads import WorkloadError
     from perfsuite.results.outpath import check_output_file
 
     command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)

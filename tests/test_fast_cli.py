@@ -183,7 +183,7 @@ def test_report_reads_a_runs_record_without_torch(tmp_path, capsys):
     file records it as run writes it (``env.grads_in_forward``), so report reads the file
     without importing every method and torch, and prints what the registry would."""
     from perfsuite.plan.registry import all_methods
-    from perfsuite.render.table import grads_in_forward_record
+    from perfsuite.results.recorded import grads_in_forward_record
 
     document = json.loads(Path(SMOKE).read_text())
     plan = document["env"]["plan"]

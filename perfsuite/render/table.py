@@ -5,7 +5,6 @@ cells only: cells across ranks are ``tp_table``'s."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from rich import box
@@ -15,6 +14,7 @@ from rich.table import Table
 from perfsuite.fit import Column, TrimmedConsole, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
+from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
 
 GRADS_IN_FWD_MARK = "‡"
@@ -114,42 +114,11 @@ def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float
     return method is not None and method.caps.grads_in_forward_at(beta)
 
 
-def _beta_key(beta: float) -> str:
-    return repr(float(beta))
-
-
-def grads_in_forward_record(
-    methods: dict[str, Any], names: Iterable[str], betas: Iterable[float]
-) -> dict[str, dict[str, bool]]:
-    """What ``grads_in_forward`` answers for each method and β of a run, kept in its
-    results' ``env.grads_in_forward``: ``report`` reads it instead of importing every
-    method, and torch with them (13-25 s under load, issue 46)."""
-    return {n: {_beta_key(b): methods[n].caps.grads_in_forward_at(b) for b in betas} for n in names}
-
-
-@dataclass(frozen=True)
-class _RecordedCaps:
-    """A method's ``grads_in_forward_at`` as its results file recorded it."""
-
-    by_beta: dict[str, bool]
-
-    def grads_in_forward_at(self, beta: float) -> bool:
-        return self.by_beta[_beta_key(beta)]
-
-
-@dataclass(frozen=True)
-class _Recorded:
-    caps: _RecordedCaps
-
-
 def known_methods(document: dict[str, Any]) -> dict[str, Any]:
     """The methods, as ``grads_in_forward`` asks of them, for ``document``'s tables: its
     record where that covers every row's method and β (no torch), else the registry (older
     files, files merged from different plans)."""
-    record = document["env"].get("grads_in_forward") or {}
-    if all(_beta_key(r["beta"]) in record.get(r["method"], {}) for r in document["rows"]):
-        return {name: _Recorded(_RecordedCaps(by_beta)) for name, by_beta in record.items()}
-    return all_methods()
+    return recorded_methods(document) or all_methods()
 
 
 def measured(row: dict[str, Any]) -> bool:

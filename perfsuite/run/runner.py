@@ -19,8 +19,8 @@ from perfsuite.method import Method
 from perfsuite.plan.memory_model import device_capacity, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
-from perfsuite.render.table import grads_in_forward_record
 from perfsuite.results.provenance import collect_env, gpu_state
+from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, status_rows, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -123,6 +124,9 @@ def test_smoke_eager_holds_logits_native_stays_near_floor(tmp_path):
     # torch's chunked path holds dE and dC twice at its peak (forward-computed
     # gradients, then their copies scaled by grad_output): near the floor, no logits.
     assert floor <= df.loc["torch-native", "peak_bytes"] <= 2.2 * floor
+    # what report's ‡ reads instead of importing every method (issue 46)
+    record = json.loads(out.read_text())["env"]["grads_in_forward"]
+    assert record == {"eager": {"0.0": False}, "torch-native": {"0.0": True}}
 
 
 @pytest.mark.integration

@@ -9,9 +9,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from perfsuite.method import KINDS, SimpleMethod
+if TYPE_CHECKING:  # perfsuite.method imports torch: loaded when methods are asked for,
+    # so a command that renders rows (report, plot) parses its arguments without it
+    from perfsuite.method import SimpleMethod
 
 # Table order; tp_torch and tp_megatron declare the methods measured only across ranks.
 ADAPTER_MODULES = (
@@ -58,6 +60,8 @@ def _declared() -> list[tuple[str, Any]]:
 
 def all_methods() -> dict[str, SimpleMethod]:
     """Name -> every declared method, in table order."""
+    from perfsuite.method import SimpleMethod
+
     methods: dict[str, SimpleMethod] = {}
     for where, method in _declared():
         if not isinstance(method, SimpleMethod):
@@ -74,6 +78,8 @@ def all_methods() -> dict[str, SimpleMethod]:
 def methods_for(kind: str | bool) -> dict[str, SimpleMethod]:
     """The methods that declare ``kind`` (``perfsuite.method.KINDS``), as that kind
     measures them: for ``tp`` the declarations across ranks. A bool is ``--tp``'s."""
+    from perfsuite.method import KINDS
+
     if isinstance(kind, bool):
         kind = "tp" if kind else "loss"
     if kind not in KINDS:

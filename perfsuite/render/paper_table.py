@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import all_methods
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.render.table import (
     by_method,
@@ -16,6 +15,7 @@ from perfsuite.render.table import (
     footnotes,
     grads_in_forward,
     group_rows,
+    known_methods,
     measured,
     one_device,
     present_phases,
@@ -148,7 +148,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
     """The paper tables of a results document, format-independent."""
     rows, env = document["rows"], document["env"]
     gpu = gpu_for_env(env)
-    known = all_methods()
+    known = known_methods(document)  # the file's record: no torch
     tables = []
     for key, members in group_rows(one_device(rows), key=shape_key).items():
         phases = present_phases(members)
@@ -178,7 +178,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
 
 
 def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[str]:
-    notes = footnotes(document["rows"])
+    notes = footnotes(document["rows"], known_methods(document))
     gpu = tables[0].gpu if tables else None
     notes.append(
         "lower bound: docs/math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "

@@ -14,6 +14,7 @@ from rich.table import Table
 from perfsuite.fit import Column, TrimmedConsole, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
+from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
 
 GRADS_IN_FWD_MARK = "‡"
@@ -112,6 +113,13 @@ def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float
     """Whether ``name``'s forward computes the gradients at this β (‡ in the tables)."""
     method = (all_methods() if known is None else known).get(name)
     return method is not None and method.caps.grads_in_forward_at(beta)
+
+
+def known_methods(document: dict[str, Any]) -> dict[str, Any]:
+    """The methods, as ``grads_in_forward`` asks of them, for ``document``'s tables: its
+    record where that covers every row's method and β (no torch), else the registry (older
+    files, files merged from different plans)."""
+    return recorded_methods(document) or all_methods()
 
 
 def measured(row: dict[str, Any]) -> bool:
@@ -252,13 +260,14 @@ def build_tables(
     return out
 
 
-def footnotes(rows: list[dict[str, Any]]) -> list[str]:
-    """The notes under the one-device tables (cells across ranks left out, and said so)."""
+def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
+    """The notes under the one-device tables (cells across ranks left out, and said so);
+    ``known``: the methods (default: the registry's)."""
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
         "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
     ]
-    notes += mark_notes(one_device(rows))
+    notes += mark_notes(one_device(rows), known)
     return notes + ([tp_note(rows)] if tp_note(rows) else [])
 
 
@@ -276,9 +285,10 @@ MARK_NOTES = {
 }
 
 
-def mark_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured."""
-    known = all_methods()
+def mark_notes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
+    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured;
+    ``known``: the methods (default: the registry's)."""
+    known = all_methods() if known is None else known
     carried = {
         GRADS_IN_FWD_MARK: any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
         INTERPRETED_MARK: any(r.get("interpreted") for r in rows),

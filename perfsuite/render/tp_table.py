@@ -177,8 +177,10 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
 
 def tp_tables(rows: Iterable[dict[str, Any]]) -> list[TpTable]:
     """The TP tables of ``rows`` (one-device rows ignored), format-independent."""
-    known = methods_for("tp")  # the methods across ranks: their own capabilities
-    return [_table(members, known) for members in group_rows(tp_rows(rows)).values()]
+    groups = list(group_rows(tp_rows(rows)).values())
+    # the methods across ranks, their own capabilities: asked only when there are such cells
+    known = methods_for("tp") if groups else {}
+    return [_table(members, known) for members in groups]
 
 
 def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]:

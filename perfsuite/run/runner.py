@@ -20,6 +20,7 @@ from perfsuite.plan.memory_model import device_capacity, gate_bytes, predicted_p
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env, gpu_state
+from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, status_rows, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
@@ -166,6 +167,8 @@ def plan_env(plan: Plan) -> dict[str, Any]:
     methods = measured(plan)
     env = collect_env(plan.device, [d for n in plan.methods for d in methods[n].distributions])
     env["plan"] = plan.as_dict()
+    if not plan.tps:  # the loss tables' ‡, for a reader without torch (report)
+        env["grads_in_forward"] = grads_in_forward_record(methods, plan.methods, plan.betas)
     return env
 
 

@@ -96,10 +96,7 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): a worker a core, at most four (each test may
-    start processes of its own); none under ``--benchmark-only``, which pytest-benchmark
-    refuses to time beside xdist."""
-    if config.getoption("benchmark_only", False):
-        return 0
+    start processes of its own)."""
     return min(len(os.sched_getaffinity(0)), 4)
 
 

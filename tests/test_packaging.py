@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_TOOLS = {
     "pytest": "pytest",
     "pytest-xdist": "xdist",
-    "pytest-benchmark": "pytest_benchmark",
     "threadpoolctl": "threadpoolctl",
 }
 

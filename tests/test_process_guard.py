@@ -27,6 +27,26 @@ PyMODINIT_FUNC PyInit_guard_probe(void) { return PyModule_Create(&probe); }
 """
 
 
+# Triton's interpreter (TRITON_INTERPRET=1, which tests/kernels/ sets for the process)
+# patches triton.language while it runs a kernel and undoes it after, but a device
+# function the kernel calls (tl.max, tl.sum: jit functions of triton.language.standard)
+# patches tl.core again and never undoes that: a real compile later in the same process
+# then fails. The language as collection found it is put back for the compile.
+_LANGUAGE = (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.tensor_descriptor_base)
+_AS_COLLECTED = [dict(vars(obj)) for obj in _LANGUAGE]
+
+
+def language_as_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Undo, for this test, what the interpreter left patched in ``triton.language``."""
+    for obj, before in zip(_LANGUAGE, _AS_COLLECTED):
+        now = dict(vars(obj))
+        for name in now.keys() - before.keys():
+            monkeypatch.delattr(obj, name)
+        for name, value in before.items():
+            if now.get(name) is not value:
+                monkeypatch.setattr(obj, name, value, raising=False)
+
+
 def _copy(x, y, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(y + i, tl.load(x + i, mask=i < n), mask=i < n)
@@ -51,6 +71,7 @@ def triton_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (ptxas), its SASS (cuobjdump), the libcuda probe (ldconfig) and a launcher-like
     module built by its C compiler, in an empty cache so that nothing is skipped."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    language_as_collected(monkeypatch)
     signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
     # JITFunction, not @triton.jit: under TRITON_INTERPRET=1 (tests/kernels/ on a CPU)
     # the decorator gives the interpreter's function, which compiles nothing

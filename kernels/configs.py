@@ -87,6 +87,13 @@ for _arch in ARCHS:
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
     PINNED["slices", _arch, "fp32"] = _FP32_FWD
 
+# The TMA fast path (kernels/hopper.py; sm_90 and sm_100, 16-bit): persistent grids of
+# 128×256 tiles over BLOCK_D 64, one CTA per SM (its pipeline fills shared memory).
+TMA_CONFIGS = {
+    "forward": KernelConfig(128, 256, 64, num_warps=8, num_stages=4),
+    "slices": KernelConfig(128, 256, 64, num_warps=8, num_stages=3),
+}
+
 # Under the interpreter every program and every jit-helper call costs Python time,
 # so tiles are as large as numpy handles well, then shrunk to the problem
 # (``fit_to``).

@@ -94,6 +94,9 @@ class Launch:
     config: str = ""
     declared_ctas: int | None = None
     ours: bool = True
+    # Work items of a persistent grid (tiles or (row block, split) items): its grid is
+    # min(work, SMs × declared CTAs/SM), and the report gives its waves.
+    work: int | None = None
 
 
 def flags(variant: str, *names: str) -> tuple[bool, ...]:

@@ -74,11 +74,17 @@ def _logits(e_desc, c_desc, off_n, off_v, D, BLOCK_N: tl.constexpr, BLOCK_V: tl.
 
 
 @triton.jit
-def _softmax_half(acc, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
-                  HALF: tl.constexpr, EVEN_V: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+def _halves(x, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """The left and right column halves of ``x`` (free in the wgmma layout: registers)."""
+    return x.reshape(ROWS, 2, COLS // 2).permute(0, 2, 1).split()
+
+
+@triton.jit
+def _softmax_part(acc, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
+                  EVEN_V: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
                   HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
-    """One half tile into the online (max, sum-exp, smoothing sum) of its rows: the loop
-    body of ``forward._forward_kernel`` on a HALF-wide tile."""
+    """One subtile into the online (max, sum-exp, smoothing sum) of its rows: the loop
+    body of ``forward._forward_kernel`` on a tile of columns ``offs_v``."""
     v_mask = offs_v < V
     if HAS_SOFTCAP:
         acc = softcap * tanh(acc / softcap)
@@ -87,7 +93,7 @@ def _softmax_half(acc, offs_v, V, row_max, row_sum, smooth, seen, Weight, softca
     else:
         z = tl.where(v_mask[None, :], acc, float("-inf"))
     new_max = tl.maximum(row_max, tl.max(z, axis=1))
-    # A half past V (the last tile's) leaves new_max = -inf: shift by 0.
+    # A subtile past V (in the last tile) leaves new_max = -inf: shift by 0.
     shift = tl.where(new_max == float("-inf"), 0.0, new_max)
     row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
     if HAS_SMOOTHING and HAS_SOFTCAP:
@@ -151,15 +157,15 @@ def _tma_forward_kernel(
             off_v = v_start + t * BLOCK_V
             acc = _logits(e_desc, c_desc, off_n, off_v, D, BLOCK_N, BLOCK_V, BLOCK_D,
                           DOT_PRECISION, UPCAST_DOT)  # fmt: skip
-            lo, hi = acc.reshape(BLOCK_N, 2, HALF).permute(0, 2, 1).split()
+            lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
             offs_v = off_v + tl.arange(0, HALF)
-            row_max, row_sum, smooth, seen = _softmax_half(
+            row_max, row_sum, smooth, seen = _softmax_part(
                 lo, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
-                HALF, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+                EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
             )  # fmt: skip
-            row_max, row_sum, smooth, seen = _softmax_half(
+            row_max, row_sum, smooth, seen = _softmax_part(
                 hi, offs_v + HALF, V, row_max, row_sum, smooth, seen, Weight, softcap,
-                HALF, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+                EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
             )  # fmt: skip
         if HAS_SMOOTHING and not HAS_SOFTCAP:
             # Σ_v z[n, v] = E_n · c̄ (math.md), once per row: split 0 does it.
@@ -257,7 +263,7 @@ def _tma_grad_slice_kernel(
             smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
             a_inv = a * inv
             b_inv = b * inv
-            lo, hi = acc.reshape(BLOCK_N, 2, HALF).permute(0, 2, 1).split()
+            lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
             offs_j = off_j + tl.arange(0, HALF)
             grad = _grad_half(lo, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight,
                               v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP)  # fmt: skip

@@ -61,8 +61,10 @@ _SLICE_HEURISTICS = {
 
 
 @triton.jit
-def _logits(e_desc, c_desc, off_n, off_v, D, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
-            BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):  # fmt: skip
+def _logits(
+    e_desc, c_desc, off_n, off_v, D, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
     """fp32 ``E[off_n:+BLOCK_N] @ C[off_v:+BLOCK_V].T`` through TMA (zero-filled past the
     ends, so rows past N and columns past V come back as 0)."""
     acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
@@ -265,8 +267,10 @@ def _tma_grad_slice_kernel(
             b_inv = b * inv
             lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
             offs_j = off_j + tl.arange(0, HALF)
-            grad = _grad_half(lo, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight,
-                              v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP)  # fmt: skip
+            grad = _grad_half(
+                lo, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+                softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+            )  # fmt: skip
             out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
             grad = _grad_half(hi, offs_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
                               Weight, v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT,
@@ -305,9 +309,7 @@ def eligible(
     if capability is None or capability[0] not in (9, 10) or dtype not in HALF_DTYPES:
         return False
     size = torch.finfo(dtype).bits // 8
-    return all(
-        col == 1 and (row * size) % 16 == 0 and ptr % 16 == 0 for ptr, row, col in operands
-    )
+    return all(col == 1 and (row * size) % 16 == 0 and ptr % 16 == 0 for ptr, row, col in operands)
 
 
 def use_tma(*tensors: torch.Tensor) -> bool:
@@ -380,7 +382,9 @@ def lse_forward(
     splits = forward_splits(n_rows, vocab, e.device, cfg)
     grain = max(SPLIT_GRAIN, cfg.block_v)
     split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
-    part = torch.empty((3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32)
+    part = torch.empty(
+        (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
+    )
     smooth_part = part[2] if smoothing else None
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])

@@ -88,6 +88,7 @@ def _row(launch: Launch) -> dict[str, Any]:
     }
     try:
         row.update(build.build(launch), ok=True)
+        row.update(launches.persistent_grid(launch, row["ctas_per_sm"]))
     except Exception as exc:  # reported per row (and failing the report), never swallowed
         row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
     return row

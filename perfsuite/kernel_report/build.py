@@ -258,6 +258,7 @@ def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
         "tmem_cols": tmem,
         "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps, tmem),
         **sass.counts(instructions),
+        "mma_shape": sass.mma_shape(instructions, compiled.asm.get("ttgir", "")),
         "critical_tensor_ops": len(sass.critical_tensor_ops(instructions)),
         "divisible_args": len(spec.divisible()),
         "sass_hash": sass.digest(instructions),

@@ -99,6 +99,18 @@ class Launch:
     work: int | None = None
 
 
+def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
+    """A persistent launch's grid on the representative GPU (SMs × declared CTAs/SM, or
+    less when there is less work), its waves at the measured CTAs/SM (1.0: every slot of
+    the GPU busy) and its work items per program; {} for a launch without ``work``."""
+    if launch.work is None:
+        return {}
+    sms = GPUS[cfg_arch(launch.arch)][1]
+    grid = max(1, min(launch.work, sms * (launch.declared_ctas or 1)))
+    waves = grid / (sms * measured_ctas) if measured_ctas else None
+    return {"grid": grid, "waves": waves, "work_per_cta": launch.work / grid}
+
+
 def flags(variant: str, *names: str) -> tuple[bool, ...]:
     """Which of ``names`` a variant's name holds (``smooth+softcap``: both)."""
     parts = variant.split("+")

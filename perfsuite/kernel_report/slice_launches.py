@@ -115,4 +115,9 @@ def our_launches(
             for group, make in groups.items():
                 if group == "helpers" or (group, cfg_arch(arch), dtype) in shipped:
                     out += make(shape, dtype, arch)
+    from . import tma_launches
+
+    for arch in archs:  # the TMA fast path (kernels/hopper.py): sm_90a / sm_100a, 16-bit
+        for dtype in dtypes:
+            out += tma_launches.launches(shape, dtype, arch)
     return [la for la in out if kernels is None or la.kernel in kernels]

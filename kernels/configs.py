@@ -88,11 +88,12 @@ for _arch in ARCHS:
     PINNED["slices", _arch, "fp32"] = _FP32_FWD
 
 # The TMA fast path (kernels/hopper.py; sm_90 and sm_100, 16-bit): persistent grids of
-# 128×256 tiles over BLOCK_D 64, one CTA per SM. The forward at two stages: at three its
-# β > 0 softcapped build spilled 152 B (255 registers; at two, 224: Triton 3.7.1, sm_90a).
+# 128×256 tiles over BLOCK_D 64, one CTA per SM, two pipeline stages: at three, the
+# β > 0 softcapped forward spilled 152 B and the class-weighted slice 28 B (255 registers;
+# Triton 3.7.1, sm_90a; kernel-report). Why, and what a third stage needs: docs/kernel.md.
 TMA_CONFIGS = {
     "forward": KernelConfig(128, 256, 64, num_warps=8, num_stages=2),
-    "slices": KernelConfig(128, 256, 64, num_warps=8, num_stages=3),
+    "slices": KernelConfig(128, 256, 64, num_warps=8, num_stages=2),
 }
 
 # Under the interpreter every program and every jit-helper call costs Python time,

@@ -57,7 +57,15 @@ _SLICE_HEURISTICS = {
     "GROUP_N": lambda a: GROUP_N,
     "DOT_PRECISION": lambda a: "tf32",
     "UPCAST_DOT": lambda a: interpreting(),
+    "SUBTILES": lambda a: slice_subtiles(a["Weight"] is not None),
 }
+
+
+def slice_subtiles(weighted: bool) -> int:
+    """Epilogue subtiles per slice tile: quarters with class weights (their per-column
+    weights held next to the tile spilled 8 B at halves: Triton 3.7.1, sm_90a), else
+    halves. The output descriptor's block is BLOCK_V / this wide."""
+    return 4 if weighted else 2
 
 
 @triton.jit
@@ -210,6 +218,35 @@ def _grad_half(acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v
 
 
 @triton.jit
+def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
+                Weight, v0, width, softcap, ROWS: tl.constexpr, COLS: tl.constexpr,
+                SPLIT: tl.constexpr, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                HAS_SOFTCAP: tl.constexpr, UPCAST_DOT: tl.constexpr):  # fmt: skip
+    """The gradient of a half tile (slice columns from ``off_j``) stored through TMA:
+    whole, or (``SPLIT``) as two quarters in turn, which keeps half as many class
+    weights and temporaries live."""
+    if SPLIT:
+        q0, q1 = _halves(acc, ROWS, COLS)
+        offs_j = off_j + tl.arange(0, COLS // 2)
+        grad = _grad_half(
+            q0, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
+        grad = _grad_half(
+            q1, offs_j + COLS // 2, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0,
+            width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        out_desc.store([off_n, off_j + COLS // 2], cast(grad, out_desc.dtype, UPCAST_DOT))
+    else:
+        grad = _grad_half(
+            acc, off_j + tl.arange(0, COLS), row_max, log_sum, a_inv, b_inv, smooth, y,
+            Weight, v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
+
+
+@triton.jit
 def _tma_grad_slice_kernel(
     e_desc,
     c_desc,
@@ -236,6 +273,7 @@ def _tma_grad_slice_kernel(
     HAS_SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    SUBTILES: tl.constexpr,
 ):
     """The gradient slice G[:, v0:v0+width] tile by tile over a persistent grid; row
     blocks with zero coefficients (all rows ignored) store zeros without a GEMM."""
@@ -266,20 +304,20 @@ def _tma_grad_slice_kernel(
             a_inv = a * inv
             b_inv = b * inv
             lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
-            offs_j = off_j + tl.arange(0, HALF)
-            grad = _grad_half(
-                lo, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
-                softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+            _grad_store(
+                lo, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
+                Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
             )  # fmt: skip
-            out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
-            grad = _grad_half(hi, offs_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
-                              Weight, v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT,
-                              HAS_SOFTCAP)  # fmt: skip
-            out_desc.store([off_n, off_j + HALF], cast(grad, out_desc.dtype, UPCAST_DOT))
+            _grad_store(
+                hi, out_desc, off_n, off_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
+                Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+            )  # fmt: skip
         else:
-            zeros = tl.zeros((BLOCK_N, HALF), dtype=out_desc.dtype)
-            out_desc.store([off_n, off_j], zeros)
-            out_desc.store([off_n, off_j + HALF], zeros)
+            zeros = tl.zeros((BLOCK_N, BLOCK_V // SUBTILES), dtype=out_desc.dtype)
+            for part in range(0, SUBTILES):
+                out_desc.store([off_n, off_j + part * (BLOCK_V // SUBTILES)], zeros)
 
 
 _forward = triton.heuristics(_FWD_HEURISTICS)(_tma_forward_kernel)
@@ -409,11 +447,13 @@ def grad_slice(
     cfg = config("slices", (n_rows, width, dim))
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
-    out_desc = TensorDescriptor.from_tensor(out, [cfg.block_n, cfg.block_v // 2])
+    weighted = weight is not None and k.smooth is not None
+    sub = cfg.block_v // slice_subtiles(weighted)
+    out_desc = TensorDescriptor.from_tensor(out, [cfg.block_n, sub])
     tiles = triton.cdiv(n_rows, cfg.block_n) * triton.cdiv(width, cfg.block_v)
     _grad_slice[(grid_size(tiles, e.device, cfg.ctas_per_sm),)](
         e_desc, c_desc, out_desc, row_max, log_sum, k.prob, k.target, k.smooth,
-        weight if k.smooth is not None else None,  # only the smoothing term reads it
+        weight if weighted else None,  # only the smoothing term reads it
         targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
         **cfg.launch("slices"),
     )  # fmt: skip

@@ -81,12 +81,13 @@ def _slices(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     n, v, d = shape.n, shape.v, shape.d
     width = slice_width(shape, dtype)
     for name, (smooth, cap, weighted) in VARIANTS.items():
+        sub = cfg.block_v // hopper.slice_subtiles(weighted)
         for suffix, v0, cols in slice_starts(shape, width):
             args = {
                 "e_desc": _desc(dtype, n, d, d, [cfg.block_n, cfg.block_d]),
                 "c_desc": _desc(dtype, v, d, d, [cfg.block_v, cfg.block_d]),
                 # buf[:, :cols] of an (N, width) buffer: row stride width.
-                "out_desc": _desc(dtype, n, cols, width, [cfg.block_n, cfg.block_v // 2]),
+                "out_desc": _desc(dtype, n, cols, width, [cfg.block_n, sub]),
                 "RowMax": T(torch.float32),
                 "LogSum": T(torch.float32),
                 "A": T(torch.float32),

@@ -184,7 +184,7 @@ BUILD_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], Any], bool], ...] = (
     ("CTA/SM", _count("ctas_per_sm"), False),
     ("MMA", _count("hgmma", "hmma", "utcmma"), False),
     ("MMA shape", lambda r: r.get("mma_shape"), True),
-    ("TMA ld/st", _pair("tma_loads", "tma_stores"), False),
+    ("TMA", _pair("tma_loads", "tma_stores"), False),
     ("TMEM", _count("tmem_cols"), False),
     ("LDGSTS", _count("ldgsts"), False),
     ("MEMBAR", _count("membar"), False),
@@ -200,7 +200,7 @@ DROP_ORDER = ("adds", "MEMBAR", "LDGSTS", "TMEM", "smem", "CAS", "instrs", "conf
 LEGEND = (
     "spill: bytes per thread stored/loaded; smem: bytes per CTA; MMA: tensor-core "
     "instructions (HMMA on sm_80, HGMMA on sm_90a, UTCMMA on sm_100a) and their "
-    "M×N×K; TMA ld/st: bulk tensor loads/stores (UTMALDG/UTMASTG); TMEM: "
+    "M×N×K; TMA: bulk tensor loads/stores (UTMALDG/UTMASTG); TMEM: "
     "tensor-memory columns per CTA; TC in lock: tensor-core instructions between a CAS "
     "acquire and its EXCH release; instrs: SASS instructions; grid, waves: a persistent "
     "kernel's programs on the shape's GPU and grid ÷ (SMs × CTA/SM)"

@@ -381,12 +381,54 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+# Per-SM limits of sm_90 and sm_100 alike (the archs ``eligible`` admits): registers,
+# threads, resident CTAs, shared memory; sm_100's tensor memory in columns.
+SM_LIMITS = {"regs": 65536, "threads": 2048, "ctas": 32, "smem": 233472, "tmem": 512}
+SMEM_PER_CTA = 232448
+_RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
+
+
+def fitting_ctas(
+    registers: int, shared: int, num_warps: int, tmem: int = 0, limits: dict | None = None
+) -> int:
+    """CTAs of one build resident on an SM, from its registers (allocated per warp in
+    units of 256), threads, shared memory (+1 KiB each) and tensor-memory columns; 0
+    when one CTA does not fit. ``perfsuite kernel-report`` uses the same arithmetic."""
+    lim = {**SM_LIMITS, **(limits or {})}
+    if shared > lim.get("smem_cta", SMEM_PER_CTA) or registers > 255 or tmem > lim["tmem"]:
+        return 0
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]
+    by_threads = lim["threads"] // (32 * num_warps)
+    by_smem = lim["smem"] // (shared + _RESERVED_SMEM)
+    by_tmem = lim["tmem"] // tmem if tmem else lim["ctas"]
+    return min(by_regs, by_threads, by_smem, by_tmem, lim["ctas"])
+
+
 def grid_size(work: int, device: torch.device, ctas_per_sm: int) -> int:
     """Programs of the persistent grid: one full wave (SMs × CTAs/SM), fewer only when
     there is less work than that."""
     if device.type != "cuda" or interpreting():
         return max(1, min(work, INTERPRETER_PROGRAMS))
     return max(1, min(work, _sm_count(device.index or 0) * ctas_per_sm))
+
+
+# CTAs/SM of each build, known once it has been loaded: (kernel, device, dtype, flags).
+_RESIDENT: dict[tuple, int] = {}
+
+
+def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConfig, *args):
+    """Launch ``kernel`` on a persistent grid of one full wave: SMs × the CTAs of this
+    build that fit on an SM. The first launch of a build sizes it by the config's
+    ``ctas_per_sm``; the loaded kernel's registers and shared memory then give the real
+    figure. Work is split the same way whatever the grid, so results do not depend on it."""
+    ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
+    compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(key[0]))
+    if key not in _RESIDENT and device.type == "cuda" and not interpreting():
+        meta = compiled.metadata
+        tmem = int(getattr(meta, "tmem_size", 0) or 0)
+        fit = fitting_ctas(compiled.n_regs, meta.shared, meta.num_warps, tmem)
+        _RESIDENT[key] = max(1, fit)
 
 
 def forward_splits(n_rows: int, vocab: int, device: torch.device, cfg: KernelConfig) -> int:
@@ -427,9 +469,11 @@ def lse_forward(
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
     items = triton.cdiv(n_rows, cfg.block_n) * splits
-    _forward[(grid_size(items, e.device, cfg.ctas_per_sm),)](
+    flags = (smoothing, softcap is not None, weight is not None, vocab % cfg.block_v == 0)
+    _launch(
+        _forward, ("forward", e.device, e.dtype, *flags), items, e.device, cfg,
         e_desc, c_desc, cbar, part[0], part[1], smooth_part, weight, softcap,
-        n_rows, vocab, dim, split_size, splits, **cfg.launch("forward"),
+        n_rows, vocab, dim, split_size, splits,
     )  # fmt: skip
     row_max, log_sum, rel_sum = _combine(
         part[0], part[1], smooth_part, softcap, vocab, split_size, weight
@@ -451,9 +495,10 @@ def grad_slice(
     sub = cfg.block_v // slice_subtiles(weighted)
     out_desc = TensorDescriptor.from_tensor(out, [cfg.block_n, sub])
     tiles = triton.cdiv(n_rows, cfg.block_n) * triton.cdiv(width, cfg.block_v)
-    _grad_slice[(grid_size(tiles, e.device, cfg.ctas_per_sm),)](
+    flags = (k.smooth is not None, p.softcap is not None, weighted)
+    _launch(
+        _grad_slice, ("slices", e.device, e.dtype, *flags), tiles, e.device, cfg,
         e_desc, c_desc, out_desc, row_max, log_sum, k.prob, k.target, k.smooth,
         weight if weighted else None,  # only the smoothing term reads it
         targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
-        **cfg.launch("slices"),
     )  # fmt: skip

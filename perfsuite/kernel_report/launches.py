@@ -100,15 +100,15 @@ class Launch:
 
 
 def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
-    """A persistent launch's grid on the representative GPU (SMs × declared CTAs/SM, or
-    less when there is less work), its waves at the measured CTAs/SM (1.0: every slot of
-    the GPU busy) and its work items per program; {} for a launch without ``work``."""
-    if launch.work is None:
+    """A persistent launch's grid on the representative GPU as its launcher sizes it
+    (``kernels.hopper._launch``: SMs × the build's CTAs/SM, fewer when there is less
+    work), its waves (grid ÷ resident slots; 1.0: every slot busy) and its work items per
+    program; {} for a launch without ``work`` or a build that fits no CTA."""
+    if launch.work is None or not measured_ctas:
         return {}
-    sms = GPUS[cfg_arch(launch.arch)][1]
-    grid = max(1, min(launch.work, sms * (launch.declared_ctas or 1)))
-    waves = grid / (sms * measured_ctas) if measured_ctas else None
-    return {"grid": grid, "waves": waves, "work_per_cta": launch.work / grid}
+    slots = GPUS[cfg_arch(launch.arch)][1] * measured_ctas
+    grid = max(1, min(launch.work, slots))
+    return {"grid": grid, "waves": grid / slots, "work_per_cta": launch.work / grid}
 
 
 def flags(variant: str, *names: str) -> tuple[bool, ...]:

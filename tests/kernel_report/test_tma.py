@@ -78,9 +78,10 @@ def test_persistent_grid_is_one_wave_at_gemma():
     grid = launches.persistent_grid(fwd, measured_ctas=1)
     assert grid["grid"] == 132 and grid["waves"] == 1.0  # H100: 132 SMs × 1 CTA
     assert grid["work_per_cta"] == items / 132
-    # Two CTAs fitting per SM would leave the one-CTA grid half a wave.
-    assert launches.persistent_grid(fwd, measured_ctas=2)["waves"] == 0.5
-    assert launches.persistent_grid(fwd, measured_ctas=0)["waves"] is None
+    # Two CTAs per SM (sm_100a's forward without softcap): the launcher's grid doubles.
+    assert launches.persistent_grid(fwd, measured_ctas=2)["grid"] == 264
+    assert launches.persistent_grid(fwd, measured_ctas=2)["waves"] == 1.0
+    assert launches.persistent_grid(fwd, measured_ctas=0) == {}  # fits no CTA: no grid
     small = launches.Launch("k", "v", "bf16", "sm_90a", None, {}, 8, work=20)
     assert launches.persistent_grid(small, 1) == {
         "grid": 20,

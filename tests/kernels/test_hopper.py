@@ -196,3 +196,37 @@ def test_switch_off(monkeypatch):
     assert not hopper.enabled()
     monkeypatch.setenv("PERFSUITE_TMA", "1")
     assert hopper.enabled()
+
+
+def test_fitting_ctas():
+    """The occupancy arithmetic the launcher sizes its grid by (kernel-report's too)."""
+    assert hopper.fitting_ctas(224, 99344, 8) == 1  # registers: 224 × 256 threads
+    assert hopper.fitting_ctas(87, 99360, 8, tmem=256) == 2  # shared and tensor memory
+    assert hopper.fitting_ctas(87, 99360, 8, tmem=512) == 1
+    assert hopper.fitting_ctas(64, 240_000, 8) == 0  # over the per-CTA shared memory
+    assert hopper.fitting_ctas(32, 0, 4) == 16  # threads
+
+
+def test_persistent_grid_follows_the_loaded_build(monkeypatch):
+    """First launch of a build: SMs × the config's CTAs/SM; after it, SMs × what fits."""
+    grids = []
+
+    class Compiled:
+        n_regs = 87
+        metadata = types.SimpleNamespace(shared=99360, num_warps=8, tmem_size=256)
+
+    class Kernel:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return lambda *args, **kwargs: Compiled()
+
+    monkeypatch.setattr(hopper, "interpreting", lambda: False)
+    monkeypatch.setattr(hopper, "_sm_count", lambda index: 148)
+    monkeypatch.setattr(hopper, "_RESIDENT", {})
+    cuda = torch.device("cuda", 0)
+    cfg = hopper.TMA_CONFIGS["forward"]
+    for _ in range(2):
+        hopper._launch(Kernel(), ("forward", cuda, "test"), 10_000, cuda, cfg)
+    assert grids == [(148,), (296,)]
+    hopper._launch(Kernel(), ("forward", cuda, "small"), 100, cuda, cfg)
+    assert grids[-1] == (100,)  # less work than a wave: one program per item

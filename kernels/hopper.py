@@ -11,9 +11,9 @@ built the way fast Hopper GEMMs in Triton are (tutorial 09-persistent-matmul):
   out-of-bounds rows and columns are zero-filled on load and clipped on store, so the
   kernels have no load masks;
 - 128×256 output tiles over BLOCK_D 64 (wgmma m64n256k16 per warpgroup);
-- epilogue subtiling: the 128×256 fp32 accumulator is split into two 128×128 halves,
-  each taken through the softmax or gradient epilogue (and stored) in turn, so that the
-  epilogue's temporaries cover half a tile.
+- epilogue subtiling: the 128×256 fp32 accumulator is split into two 128×128 halves
+  (quarters for a slice with class weights), each taken through the softmax or gradient
+  epilogue (and stored) in turn, so that the epilogue's temporaries cover part of a tile.
 
 No atomics, fixed reduction order: bit-identical run to run. Eligible on sm_90 and
 sm_100 for 16-bit inputs whose operands meet TMA's alignment (``eligible``, a pure
@@ -183,7 +183,8 @@ def _tma_forward_kernel(
                 offs_d = tl.arange(0, BLOCK_D)
                 for d in range(0, tl.cdiv(D, BLOCK_D)):
                     e = e_desc.load([off_n, d * BLOCK_D]).to(tl.float32)
-                    cb = tl.load(CBar + d * BLOCK_D + offs_d, mask=offs_d < D - d * BLOCK_D)
+                    d_mask = offs_d < D - d * BLOCK_D
+                    cb = tl.load(CBar + d * BLOCK_D + offs_d, mask=d_mask, other=0.0)
                     smooth += tl.sum(e * cb[None, :], axis=1)
         n_mask = offs_n < N
         out = wide_offsets(pid_s, N) + offs_n
@@ -358,9 +359,11 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     first = tensors[0]
     if not enabled() or first.device.type != "cuda" or interpreting() or autotune_enabled():
         return False
+    if any(t.dim() != 2 for t in tensors):
+        return False
     cap = torch.cuda.get_device_capability(first.device)
     operands = [(t.data_ptr(), t.stride(0), t.stride(1)) for t in tensors]
-    return all(t.dim() == 2 for t in tensors) and eligible(cap, first.dtype, operands)
+    return eligible(cap, first.dtype, operands)
 
 
 def config(kernel: str, shape: tuple[int, int, int]) -> KernelConfig:

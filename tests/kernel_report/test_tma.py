@@ -63,10 +63,12 @@ def test_tma_launches_only_where_the_path_runs():
         assert kernels == {"forward_tma", "slices_tma"}
         for la in todo:
             cfg = TMA_CONFIGS[la.kernel.removesuffix("_tma")]
-            assert (la.args["BLOCK_N"], la.args["BLOCK_V"], la.args["BLOCK_D"]) == (128, 256, 64)
+            tile = (la.args["BLOCK_N"], la.args["BLOCK_V"], la.args["BLOCK_D"])
+            assert tile == (cfg.block_n, cfg.block_v, cfg.block_d)
+            assert sorted(tile) == [64, 128, 256]  # 128×256-class tiles over BLOCK_D 64
             assert la.num_stages == cfg.num_stages and la.work is not None
-            assert la.args["e_desc"].block_shape == [128, 64]
-            assert la.args["c_desc"].block_shape == [256, 64]
+            assert la.args["e_desc"].block_shape == [cfg.block_n, 64]
+            assert la.args["c_desc"].block_shape == [cfg.block_v, 64]
         weighted = [la for la in todo if la.kernel == "slices_tma" and "weight" in la.variant]
         assert weighted and all(la.args["out_desc"].block_shape == [128, 64] for la in weighted)
 
@@ -74,11 +76,13 @@ def test_tma_launches_only_where_the_path_runs():
 def test_persistent_grid_is_one_wave_at_gemma():
     fwd = next(tma_launches.launches(GEMMA, "bf16", "sm_90a"))
     splits, split_size, items = tma_launches.forward_work(GEMMA, "sm_90a")
-    assert items == 64 * splits and split_size % 256 == 0 and splits * split_size >= GEMMA.v
+    row_blocks = GEMMA.n // TMA_CONFIGS["forward"].block_n
+    assert items == row_blocks * splits and split_size % 256 == 0
+    assert splits * split_size >= GEMMA.v > (splits - 1) * split_size
     grid = launches.persistent_grid(fwd, measured_ctas=1)
     assert grid["grid"] == 132 and grid["waves"] == 1.0  # H100: 132 SMs × 1 CTA
     assert grid["work_per_cta"] == items / 132
-    # Two CTAs per SM (sm_100a's forward without softcap): the launcher's grid doubles.
+    # Two CTAs per SM (as sm_100a's lighter builds fit): the launcher's grid doubles.
     assert launches.persistent_grid(fwd, measured_ctas=2)["grid"] == 264
     assert launches.persistent_grid(fwd, measured_ctas=2)["waves"] == 1.0
     assert launches.persistent_grid(fwd, measured_ctas=0) == {}  # fits no CTA: no grid
@@ -157,8 +161,9 @@ def test_tma_launches_specialise_with_tensor_descriptors():
     assert done.returncode == 0, done.stderr[-3000:]
     specs = json.loads(done.stdout)
     fwd = specs["forward_tma[smooth+softcap]"]
-    assert fwd["signature"]["e_desc"] == "tensordesc<bf16[128, 64]>"
-    assert fwd["signature"]["c_desc"] == "tensordesc<bf16[256, 64]>"
+    cfg = TMA_CONFIGS["forward"]
+    assert fwd["signature"]["e_desc"] == f"tensordesc<bf16[{cfg.block_n}, 64]>"
+    assert fwd["signature"]["c_desc"] == f"tensordesc<bf16[{cfg.block_v}, 64]>"
     assert fwd["constants"]["HAS_SOFTCAP"] is True and fwd["constants"]["EVEN_V"] is True
     weighted = specs["slices_tma[smooth+softcap+weight]"]
     assert weighted["signature"]["out_desc"] == "tensordesc<bf16[128, 64]>"

@@ -110,8 +110,8 @@ def mma_shape(instrs: list[Instr], ttgir: str = "") -> str | None:
     """The tensor-core instruction and its M×N×K (``HGMMA 64x256x16``), or None.
 
     Hopper's HGMMA and Ampere's HMMA carry their shape in the opcode; Blackwell's
-    UTCHMMA does not, so its M×N comes from TTGIR's ``tc_gen5_mma`` (K = 16 for 16-bit
-    inputs). Several shapes are joined with ``+``.
+    UTCHMMA does not, so its M×N comes from TTGIR's ``tc_gen5_mma`` tile, capped at one
+    instruction's M 128 × N 256 (K = 16 for 16-bit inputs). Several shapes join with ``+``.
     """
     shapes = {}
     for i in instrs:
@@ -121,8 +121,10 @@ def mma_shape(instrs: list[Instr], ttgir: str = "") -> str | None:
     if any(is_utc_mma(i) for i in instrs):
         base = next(i.base for i in instrs if is_utc_mma(i))
         for m, _k, dtype, n in _TC_GEN5.findall(ttgir):
+            # One instruction covers at most M 128 and N 256 (cta_group::1): a larger tile
+            # is issued as several (the UTCMMA count says how many).
             k = _F16_K if dtype in ("bf16", "f16") else "?"
-            shapes.setdefault(f"{base} {m}x{n}x{k}", None)
+            shapes.setdefault(f"{base} {min(int(m), 128)}x{min(int(n), 256)}x{k}", None)
         if not any(s.startswith(base) for s in shapes):
             shapes[f"{base} ?"] = None
     return "+".join(shapes) or None

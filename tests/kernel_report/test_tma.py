@@ -48,6 +48,10 @@ def test_mma_shape_and_tma_counts_from_sass():
     assert (c["tma_loads"], c["tma_stores"], c["hgmma"]) == (2, 2, 2)
     blackwell = sass.instructions(_BLACKWELL)
     assert sass.mma_shape(blackwell, _TTGIR) == "UTCHMMA 128x256x16"
+    # A 256-row tile is two M-128 instructions per K step.
+    tall = _TTGIR.replace("memdesc<128x64xbf16", "memdesc<256x64xbf16")
+    tall = tall.replace("memdesc<128x256xf32", "memdesc<256x128xf32")
+    assert sass.mma_shape(blackwell, tall) == "UTCHMMA 128x128x16"
     assert sass.mma_shape(blackwell) == "UTCHMMA ?"  # no TTGIR: the shape is not guessed
     ampere = sass.instructions("        /*0160*/      HMMA.16816.F32.BF16 R12, R4, R8, R12 ;")
     assert sass.mma_shape(ampere) == "HMMA 16816"

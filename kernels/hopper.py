@@ -63,8 +63,8 @@ _SLICE_HEURISTICS = {
 
 def slice_subtiles(weighted: bool) -> int:
     """Epilogue subtiles per slice tile: quarters with class weights (their per-column
-    weights held next to the tile spilled 8 B at halves: Triton 3.7.1, sm_90a), else
-    halves. The output descriptor's block is BLOCK_V / this wide."""
+    weights held next to the tile spilled at halves: Triton 3.7.1, sm_90a), else halves.
+    The output descriptor's block is BLOCK_V / this wide."""
     return 4 if weighted else 2
 
 

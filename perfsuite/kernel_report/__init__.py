@@ -37,6 +37,7 @@ from . import (
     options,
     render,
     slice_launches,
+    tma_launches,
 )
 from .launches import Launch, Shape, parse_shape
 from .options import add_arguments
@@ -64,6 +65,7 @@ def collect(
     """The launches to build, and why CCE's are missing (None when they are there)."""
     dtypes = dtypes or list(launches.DTYPES)
     todo = slice_launches.our_launches(shape, archs, dtypes, kernels)
+    todo += tma_launches.tma_launches(shape, archs, dtypes, kernels)
     note = cce.available() if with_cce else "not asked for"
     if note is None:
         todo += [

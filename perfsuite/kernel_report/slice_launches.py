@@ -102,7 +102,8 @@ def slice_count(shape: Shape, dtype: str) -> tuple[int, int]:
 def our_launches(
     shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
 ) -> list[Launch]:
-    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels."""
+    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels
+    (the TMA fast path's builds: ``tma_launches.tma_launches``)."""
     from perfsuite.kernels.configs import shipped_configs
 
     from .launches import _backward, _forward, _helpers
@@ -115,9 +116,4 @@ def our_launches(
             for group, make in groups.items():
                 if group == "helpers" or (group, cfg_arch(arch), dtype) in shipped:
                     out += make(shape, dtype, arch)
-    from . import tma_launches
-
-    for arch in archs:  # the TMA fast path (kernels/hopper.py): sm_90a / sm_100a, 16-bit
-        for dtype in dtypes:
-            out += tma_launches.launches(shape, dtype, arch)
     return [la for la in out if kernels is None or la.kernel in kernels]

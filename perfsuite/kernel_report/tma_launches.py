@@ -120,3 +120,11 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 
 KERNELS = ("forward_tma", "slices_tma")
+
+
+def tma_launches(
+    shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
+) -> list[Launch]:
+    """Every TMA build of the selection (``slice_launches.our_launches`` lists the rest)."""
+    out = [la for arch in archs for dtype in dtypes for la in launches(shape, dtype, arch)]
+    return [la for la in out if kernels is None or la.kernel in kernels]

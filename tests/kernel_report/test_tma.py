@@ -152,7 +152,10 @@ def test_tma_launches_specialise_with_tensor_descriptors():
             spec = build.specialise(la)
             out[f"{la.kernel}[{la.variant}]"] = {
                 "signature": {k: str(v) for k, v in spec.signature.items()},
-                "constants": {k: v for k, v in spec.constants().items()},
+                "constants": {
+                    spec.jit.arg_names[k[0]]: v
+                    for k, v in spec.constexprs.items() if len(k) == 1
+                },
                 "divisible": spec.divisible(),
             }
         print(json.dumps(out))

@@ -2,7 +2,8 @@
 
 Stages, one file each, read top-down: ``configs`` (pinned tiles, autotune switch),
 ``common`` (jit helpers), ``reductions`` (column sums), ``targets`` (the target logit),
-``forward`` (LSE / smoothing), ``native`` (the forward in torch ops: CPU without the
+``forward`` (LSE / smoothing), ``hopper`` (the forward and gradient-slice GEMMs on
+sm_90/sm_100: TMA, persistent grid), ``native`` (the forward in torch ops: CPU without the
 interpreter), ``sorting`` (vocab order), ``tiles`` (which backward tiles to launch),
 ``backward`` (the tile backward, dE/dC), ``slices`` (the default backward), ``routes``
 (which route runs the slices on a GPU), ``cublas_route`` (the slices' GEMMs in cuBLAS),

@@ -95,6 +95,16 @@ for _arch in ARCHS:
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
     PINNED["slices", _arch, "fp32"] = _FP32_FWD
 
+# The TMA fast path (kernels/hopper.py; sm_90 and sm_100, 16-bit): persistent grids of
+# 128×256-class tiles over BLOCK_D 64, one CTA per SM, two pipeline stages. Spill-free in
+# every variant under Triton 3.7.1 (kernel-report); at three stages the β > 0 softcapped
+# builds spilled. The forward runs 256×128: at 128×256 Triton 3.6 spilled in its β > 0
+# softcapped build (the Gemma2-2B default). Figures and what is left: docs/kernel.md.
+TMA_CONFIGS = {
+    "forward": KernelConfig(256, 128, 64, num_warps=8, num_stages=2),
+    "slices": KernelConfig(128, 256, 64, num_warps=8, num_stages=2),
+}
+
 # Under the interpreter every program and every jit-helper call costs Python time,
 # so tiles are as large as numpy handles well, then shrunk to the problem
 # (``fit_to``).

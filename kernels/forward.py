@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import hopper
 from .common import cast, logit_tile, tanh, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 from .targets import target_logits
@@ -261,6 +262,10 @@ def lse_forward(
     With class weights ``weight`` (fp32 (V,)) the smoothing sum is Σ_v w_v (z − max)
     (``cbar`` then is the weighted column sum Σ_v w_v C_v).
     """
+    if not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c):
+        # sm_90/sm_100, 16-bit, TMA-aligned: the persistent TMA kernel (hopper.py).
+        kw = dict(cbar=cbar, smoothing=smoothing, softcap=softcap, weight=weight)
+        return hopper.lse_forward(e, c, targets, **kw)
     n_rows, dim = e.shape
     vocab = c.shape[0]
     if smoothing and softcap is None and cbar is None:

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import hopper
 from .common import cast, logit_tile, tanh, wide_offsets
 from .configs import interpreting, pinned_config
 from .forward import dot_precision
@@ -155,6 +156,10 @@ def _triton_grad_slice(
     out: torch.Tensor, e, c, targets, row_max, log_sum, k, weight, inv_scale, v0: int, *, p
 ) -> None:
     """Fill ``out`` (N, width) with the gradient slice of columns [v0, v0 + width)."""
+    if hopper.use_tma(e, c, out):  # sm_90/sm_100, 16-bit, TMA-aligned (hopper.py)
+        return hopper.grad_slice(
+            out, e, c, targets, row_max, log_sum, k, weight, inv_scale, v0, p=p
+        )
     n_rows, dim = e.shape
     width = out.shape[1]
     cfg = pinned_config("slices", e.dtype, e.device, (n_rows, width, dim))

@@ -37,6 +37,7 @@ from . import (
     options,
     render,
     slice_launches,
+    tma_launches,
 )
 from .launches import Launch, Shape, parse_shape
 from .options import add_arguments
@@ -64,6 +65,7 @@ def collect(
     """The launches to build, and why CCE's are missing (None when they are there)."""
     dtypes = dtypes or list(launches.DTYPES)
     todo = slice_launches.our_launches(shape, archs, dtypes, kernels)
+    todo += tma_launches.tma_launches(shape, archs, dtypes, kernels)
     note = cce.available() if with_cce else "not asked for"
     if note is None:
         todo += [
@@ -88,6 +90,7 @@ def _row(launch: Launch) -> dict[str, Any]:
     }
     try:
         row.update(build.build(launch), ok=True)
+        row.update(launches.persistent_grid(launch, row["ctas_per_sm"]))
     except Exception as exc:  # reported per row (and failing the report), never swallowed
         row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
     return row

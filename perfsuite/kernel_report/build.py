@@ -206,22 +206,17 @@ LIMITS = {
     "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448),
     "sm_100": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=512),
 }
-_RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
 
 
 def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: int = 0) -> int:
     """Resident CTAs per SM from registers, threads, shared and tensor memory (0: cannot
-    launch); ``tmem``: the tensor-memory columns a CTA allocates (sm_100)."""
+    launch); ``tmem``: the tensor-memory columns a CTA allocates (sm_100). The arithmetic
+    is the TMA launcher's (``kernels.hopper.fitting_ctas``), at ``arch``'s limits."""
+    from perfsuite.kernels.hopper import fitting_ctas
+
     cap = capability(arch)
     lim = LIMITS["sm_100" if cap >= 100 else "sm_90" if cap >= 90 else "sm_80"]
-    if shared > lim["smem_cta"] or registers > 255 or tmem > lim.get("tmem", 0):
-        return 0
-    per_warp = -(-registers * 32 // 256) * 256
-    by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]
-    by_threads = lim["threads"] // (32 * num_warps)
-    by_smem = lim["smem"] // (shared + _RESERVED_SMEM)
-    by_tmem = lim["tmem"] // tmem if tmem else lim["ctas"]
-    return min(by_regs, by_threads, by_smem, by_tmem, lim["ctas"])
+    return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **lim})
 
 
 def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
@@ -254,6 +249,7 @@ def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
         "tmem_cols": tmem,
         "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps, tmem),
         **sass.counts(instructions),
+        "mma_shape": sass.mma_shape(instructions, compiled.asm.get("ttgir", "")),
         "critical_tensor_ops": len(sass.critical_tensor_ops(instructions)),
         "divisible_args": len(spec.divisible()),
         "sass_hash": sass.digest(instructions),

@@ -35,6 +35,8 @@ CLASSES = (
     ("EXCH", "exch"),
     ("atomic adds", "atomic_adds"),
     ("NANOSLEEP", "nanosleep"),
+    ("TMA loads", "tma_loads"),
+    ("TMA stores", "tma_stores"),
     ("TC in lock", "critical_tensor_ops"),
     ("instructions", "instructions"),
 )

@@ -94,6 +94,21 @@ class Launch:
     config: str = ""
     declared_ctas: int | None = None
     ours: bool = True
+    # Work items of a persistent grid (tiles or (row block, split) items): its grid is
+    # min(work, SMs × declared CTAs/SM), and the report gives its waves.
+    work: int | None = None
+
+
+def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
+    """A persistent launch's grid on the representative GPU as its launcher sizes it
+    (``kernels.hopper._launch``: SMs × the build's CTAs/SM, fewer when there is less
+    work), its waves (grid ÷ resident slots; 1.0: every slot busy) and its work items per
+    program; {} for a launch without ``work`` or a build that fits no CTA."""
+    if launch.work is None or not measured_ctas:
+        return {}
+    slots = GPUS[cfg_arch(launch.arch)][1] * measured_ctas
+    grid = max(1, min(launch.work, slots))
+    return {"grid": grid, "waves": grid / slots, "work_per_cta": launch.work / grid}
 
 
 def flags(variant: str, *names: str) -> tuple[bool, ...]:

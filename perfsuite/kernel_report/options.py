@@ -11,9 +11,10 @@ from . import build, launched, launches
 from .baseline import arch_set
 from .diff import DEFAULT_THRESHOLD
 from .launches import HELPERS
+from .tma_launches import KERNELS as TMA_KERNELS
 
 DEFAULT_ARCHS = ("sm_80", "sm_90a")
-KERNELS = ("forward", "slices", "backward", *HELPERS)
+KERNELS = ("forward", "slices", "backward", *TMA_KERNELS, *HELPERS)
 CCE_KERNELS = ("cce_lse_forward", "cce_backward")
 
 

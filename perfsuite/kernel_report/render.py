@@ -161,9 +161,15 @@ def _count(*keys: str) -> Callable[[dict[str, Any]], Any]:
     return get
 
 
-def _spill(row: dict[str, Any]) -> Any:
-    st, ld = row.get("spill_store_bytes"), row.get("spill_load_bytes")
-    return None if st is None or ld is None else f"{st}/{ld}"
+def _pair(first: str, second: str) -> Callable[[dict[str, Any]], Any]:
+    def get(row: dict[str, Any]) -> Any:
+        a, b = row.get(first), row.get(second)
+        return None if a is None or b is None else f"{a}/{b}"
+
+    return get
+
+
+_spill = _pair("spill_store_bytes", "spill_load_bytes")
 
 
 # (header, value of a row, text?): the text columns name the build.
@@ -177,6 +183,8 @@ BUILD_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], Any], bool], ...] = (
     ("smem", _count("shared_bytes"), False),
     ("CTA/SM", _count("ctas_per_sm"), False),
     ("MMA", _count("hgmma", "hmma", "utcmma"), False),
+    ("MMA shape", lambda r: r.get("mma_shape"), True),
+    ("TMA", _pair("tma_loads", "tma_stores"), False),
     ("TMEM", _count("tmem_cols"), False),
     ("LDGSTS", _count("ldgsts"), False),
     ("MEMBAR", _count("membar"), False),
@@ -184,14 +192,18 @@ BUILD_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], Any], bool], ...] = (
     ("adds", _count("atomic_adds"), False),
     ("TC in lock", _count("critical_tensor_ops"), False),
     ("instrs", _count("instructions"), False),
+    ("grid", _count("grid"), False),
+    ("waves", lambda r: None if r.get("waves") is None else f"{r['waves']:.2f}", False),
 )
 # Left out first when a kernel's table is too wide for the terminal.
-DROP_ORDER = ("adds", "MEMBAR", "LDGSTS", "TMEM", "smem", "CAS", "config")
+DROP_ORDER = ("adds", "MEMBAR", "LDGSTS", "TMEM", "smem", "CAS", "instrs", "config")
 LEGEND = (
     "spill: bytes per thread stored/loaded; smem: bytes per CTA; MMA: tensor-core "
-    "instructions (HMMA on sm_80, HGMMA on sm_90a, UTCMMA on sm_100a); TMEM: "
+    "instructions (HMMA on sm_80, HGMMA on sm_90a, UTCMMA on sm_100a) and their "
+    "M×N×K; TMA: bulk tensor loads/stores (UTMALDG/UTMASTG); TMEM: "
     "tensor-memory columns per CTA; TC in lock: tensor-core instructions between a CAS "
-    "acquire and its EXCH release; instrs: SASS instructions"
+    "acquire and its EXCH release; instrs: SASS instructions; grid, waves: a persistent "
+    "kernel's programs on the shape's GPU and grid ÷ (SMs × CTA/SM)"
 )
 
 
@@ -214,10 +226,13 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         if text and h != "variant" and len(set(cells[h])) == 1
     ]
     zero = [h for h, _, text in BUILD_COLUMNS if not text and set(cells[h]) <= {"0", "0/0"}]
+    absent = {h for h, _, _ in BUILD_COLUMNS if set(cells[h]) == {"-"}}  # not this kernel's
+    shared = [s for s in shared if s != "-"]
     shown = [
         c
         for c in BUILD_COLUMNS
-        if c[0] == "variant" or (c[0] not in zero and cells[c[0]][0] not in shared)
+        if c[0] == "variant"
+        or (c[0] not in zero and c[0] not in absent and cells[c[0]][0] not in shared)
     ]
     # a line between archs
     sections = [i for i in range(len(rows) - 1) if rows[i]["arch"] != rows[i + 1]["arch"]]

@@ -67,6 +67,9 @@ def counts(instrs: list[Instr]) -> dict[str, int]:
         "exch": sum(_atomic(i, "EXCH") for i in instrs),
         "atomic_adds": sum(is_add(i) for i in instrs),
         "nanosleep": sum(i.base == "NANOSLEEP" for i in instrs),
+        # TMA: bulk tensor loads / stores (and reductions) through a tensor descriptor.
+        "tma_loads": sum(i.base == "UTMALDG" for i in instrs),
+        "tma_stores": sum(i.base in ("UTMASTG", "UTMAREDG") for i in instrs),
         "instructions": len(instrs),
     }
 
@@ -91,3 +94,37 @@ def critical_tensor_ops(instrs: list[Instr]) -> list[tuple[int, Instr]]:
 def digest(instrs: list[Instr]) -> str:
     """A short hash of the opcode sequence (two builds differ iff their code does)."""
     return hashlib.sha1("\n".join(i.opcode for i in instrs).encode()).hexdigest()[:12]
+
+
+_SHAPE = re.compile(r"\d+x\d+x\d+")
+# tcgen05.mma's shape is in its instruction descriptor, not the opcode: TTGIR's
+# ``ttng.tc_gen5_mma`` names the A (MxK) and D (MxN) shared/tensor-memory tiles.
+_TC_GEN5 = re.compile(
+    r"ttng\.tc_gen5_mma [^:]*: !ttg\.memdesc<(\d+)x(\d+)x(\w+),[^>]*>, "
+    r"!ttg\.memdesc<\d+x\d+x\w+,[^>]*>, !ttg\.memdesc<\d+x(\d+)xf32"
+)
+_F16_K = 16  # tcgen05.mma kind::f16 (and wgmma on 16-bit inputs): K = 16 per instruction
+
+
+def mma_shape(instrs: list[Instr], ttgir: str = "") -> str | None:
+    """The tensor-core instruction and its M×N×K (``HGMMA 64x256x16``), or None.
+
+    Hopper's HGMMA and Ampere's HMMA carry their shape in the opcode; Blackwell's
+    UTCHMMA does not, so its M×N comes from TTGIR's ``tc_gen5_mma`` tile, capped at one
+    instruction's M 128 × N 256 (K = 16 for 16-bit inputs). Several shapes join with ``+``.
+    """
+    shapes = {}
+    for i in instrs:
+        if i.base in ("HGMMA", "HMMA"):
+            found = _SHAPE.search(i.opcode) or re.search(r"\.(\d{4,5})\.", i.opcode + ".")
+            shapes.setdefault(f"{i.base} {found.group(0).strip('.') if found else '?'}", None)
+    if any(is_utc_mma(i) for i in instrs):
+        base = next(i.base for i in instrs if is_utc_mma(i))
+        for m, _k, dtype, n in _TC_GEN5.findall(ttgir):
+            # One instruction covers at most M 128 and N 256 (cta_group::1): a larger tile
+            # is issued as several (the UTCMMA count says how many).
+            k = _F16_K if dtype in ("bf16", "f16") else "?"
+            shapes.setdefault(f"{base} {min(int(m), 128)}x{min(int(n), 256)}x{k}", None)
+        if not any(s.startswith(base) for s in shapes):
+            shapes[f"{base} ?"] = None
+    return "+".join(shapes) or None

@@ -102,7 +102,8 @@ def slice_count(shape: Shape, dtype: str) -> tuple[int, int]:
 def our_launches(
     shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
 ) -> list[Launch]:
-    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels."""
+    """Every shipped (kernel, arch, dtype) config × variant, optionally for some kernels
+    (the TMA fast path's builds: ``tma_launches.tma_launches``)."""
     from perfsuite.kernels.configs import shipped_configs
 
     from .launches import _backward, _forward, _helpers

@@ -1,0 +1,507 @@
+"""Hopper fast path of the two GEMM-shaped kernels: the forward LSE and the gradient slice.
+
+The same per-row statistics and gradient slices as ``forward._forward_kernel`` and
+``slices._grad_slice_kernel`` (same epilogue math, same order of operations per tile),
+built the way fast Hopper GEMMs in Triton are (tutorial 09-persistent-matmul):
+
+- a persistent grid of SMs × CTAs/SM programs, each striding over the work (forward:
+  (row block, vocab split) items; slices: output tiles in grouped order for L2 reuse);
+- TMA tensor descriptors for E, C and the slice output (host-side
+  ``triton.tools.tensor_descriptor.TensorDescriptor``, in Triton 3.6 and 3.7 alike);
+  out-of-bounds rows and columns are zero-filled on load and clipped on store, so the
+  kernels have no load masks;
+- 128×256 output tiles over BLOCK_D 64 (wgmma m64n256k16 per warpgroup);
+- epilogue subtiling: the 128×256 fp32 accumulator is split into two 128×128 halves
+  (quarters for a slice with class weights), each taken through the softmax or gradient
+  epilogue (and stored) in turn, so that the epilogue's temporaries cover part of a tile.
+
+No atomics, fixed reduction order: bit-identical run to run. Eligible on sm_90 and
+sm_100 for 16-bit inputs whose operands meet TMA's alignment (``eligible``, a pure
+function of capability, dtype and operand layout); everything else runs the portable
+kernels. ``PERFSUITE_TMA=0`` turns the path off (the ablation). The CPU interpreter
+runs the same code (it supports host-side descriptors) with fp64 dots (common.dot).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .common import cast, dot, tanh, wide_offsets
+from .configs import TMA_CONFIGS, KernelConfig, fit_to, interpreting
+
+GROUP_N = 8
+# Programs of the persistent grid under the interpreter: more than one, so the tests
+# walk the strided work loop.
+INTERPRETER_PROGRAMS = 3
+
+_FWD_HEURISTICS = {
+    "EVEN_V": lambda a: a["V"] % a["BLOCK_V"] == 0,
+    "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
+    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
+    "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
+    "UPCAST_DOT": lambda a: interpreting(),
+}
+
+_SLICE_HEURISTICS = {
+    "HAS_SMOOTHING": lambda a: a["S"] is not None,
+    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
+    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+    "GROUP_N": lambda a: GROUP_N,
+    "DOT_PRECISION": lambda a: "tf32",
+    "UPCAST_DOT": lambda a: interpreting(),
+    "SUBTILES": lambda a: slice_subtiles(a["Weight"] is not None),
+}
+
+
+def slice_subtiles(weighted: bool) -> int:
+    """Epilogue subtiles per slice tile: quarters with class weights (their per-column
+    weights held next to the tile spilled at halves: Triton 3.7.1, sm_90a), else halves.
+    The output descriptor's block is BLOCK_V / this wide."""
+    return 4 if weighted else 2
+
+
+@triton.jit
+def _logits(
+    e_desc, c_desc, off_n, off_v, D, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    """fp32 ``E[off_n:+BLOCK_N] @ C[off_v:+BLOCK_V].T`` through TMA (zero-filled past the
+    ends, so rows past N and columns past V come back as 0)."""
+    acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+    for k in range(0, tl.cdiv(D, BLOCK_D)):
+        e = e_desc.load([off_n, k * BLOCK_D])
+        c = c_desc.load([off_v, k * BLOCK_D])
+        acc = dot(e, c.T, acc, DOT_PRECISION, UPCAST_DOT)
+    return acc
+
+
+@triton.jit
+def _halves(x, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """The left and right column halves of ``x`` (free in the wgmma layout: registers)."""
+    return x.reshape(ROWS, 2, COLS // 2).permute(0, 2, 1).split()
+
+
+@triton.jit
+def _softmax_part(acc, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
+                  EVEN_V: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+                  HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
+    """One subtile into the online (max, sum-exp, smoothing sum) of its rows: the loop
+    body of ``forward._forward_kernel`` on a tile of columns ``offs_v``."""
+    v_mask = offs_v < V
+    if HAS_SOFTCAP:
+        acc = softcap * tanh(acc / softcap)
+    if EVEN_V:
+        z = acc
+    else:
+        z = tl.where(v_mask[None, :], acc, float("-inf"))
+    new_max = tl.maximum(row_max, tl.max(z, axis=1))
+    # A subtile past V (in the last tile) leaves new_max = -inf: shift by 0.
+    shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+    row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
+    if HAS_SMOOTHING and HAS_SOFTCAP:
+        moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
+        if HAS_WEIGHT:  # padded columns: w = 0 and acc = softcap·tanh(0) = 0
+            w = tl.load(Weight + offs_v, mask=v_mask, other=0.0)
+            inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
+            smooth = smooth + seen * moved + inside
+            seen += tl.sum(w, axis=0)
+        else:
+            if EVEN_V:
+                inside = tl.sum(acc - shift[:, None], axis=1)
+            else:
+                inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0), axis=1)
+            smooth = smooth + seen * moved + inside
+            seen += tl.sum(v_mask.to(tl.float32), axis=0)
+    return new_max, row_sum, smooth, seen
+
+
+@triton.jit
+def _tma_forward_kernel(
+    e_desc,
+    c_desc,
+    CBar,
+    MaxPart,
+    SumPart,
+    SmoothPart,
+    Weight,
+    softcap,
+    N,
+    V,
+    D,
+    split_size,
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_V: tl.constexpr,
+    HAS_SMOOTHING: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    """Per (row block, vocab split) item: the split's row max, sum-exp and smoothing sum,
+    as ``forward._forward_kernel`` writes them; items strided over a persistent grid.
+
+    Items run split-major, so the programs in flight share a split's C tiles in L2."""
+    HALF: tl.constexpr = BLOCK_V // 2
+    num_n = tl.cdiv(N, BLOCK_N)
+    for item in range(tl.program_id(0), num_n * num_splits, tl.num_programs(0)):
+        pid_s = item // num_n
+        off_n = (item % num_n) * BLOCK_N
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        row_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
+        row_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        smooth = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        seen = tl.zeros((), dtype=tl.float32)
+        v_start = pid_s * split_size
+        for t in range(0, tl.cdiv(tl.minimum(split_size, V - v_start), BLOCK_V)):
+            off_v = v_start + t * BLOCK_V
+            acc = _logits(e_desc, c_desc, off_n, off_v, D, BLOCK_N, BLOCK_V, BLOCK_D,
+                          DOT_PRECISION, UPCAST_DOT)  # fmt: skip
+            lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
+            offs_v = off_v + tl.arange(0, HALF)
+            row_max, row_sum, smooth, seen = _softmax_part(
+                lo, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
+                EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+            )  # fmt: skip
+            row_max, row_sum, smooth, seen = _softmax_part(
+                hi, offs_v + HALF, V, row_max, row_sum, smooth, seen, Weight, softcap,
+                EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+            )  # fmt: skip
+        if HAS_SMOOTHING and not HAS_SOFTCAP:
+            # Σ_v z[n, v] = E_n · c̄ (math.md), once per row: split 0 does it.
+            if pid_s == 0:
+                offs_d = tl.arange(0, BLOCK_D)
+                for d in range(0, tl.cdiv(D, BLOCK_D)):
+                    e = e_desc.load([off_n, d * BLOCK_D]).to(tl.float32)
+                    d_mask = offs_d < D - d * BLOCK_D
+                    cb = tl.load(CBar + d * BLOCK_D + offs_d, mask=d_mask, other=0.0)
+                    smooth += tl.sum(e * cb[None, :], axis=1)
+        n_mask = offs_n < N
+        out = wide_offsets(pid_s, N) + offs_n
+        tl.store(MaxPart + out, row_max, mask=n_mask)
+        tl.store(SumPart + out, row_sum, mask=n_mask)
+        if HAS_SMOOTHING:
+            tl.store(SmoothPart + out, smooth, mask=n_mask)
+
+
+@triton.jit
+def _grad_half(acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+               softcap, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+               HAS_SOFTCAP: tl.constexpr):  # fmt: skip
+    """The gradient of one half tile: ``slices._grad_slice_kernel``'s epilogue, same order."""
+    if HAS_SOFTCAP:
+        t = tanh(acc / softcap)
+        acc = softcap * t
+    grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * a_inv[:, None]
+    if HAS_SMOOTHING:
+        if HAS_WEIGHT:
+            w = tl.load(Weight + v0 + offs_j, mask=offs_j < width, other=0.0)
+            grad -= smooth[:, None] * w[None, :]
+        else:
+            grad -= smooth[:, None]
+    hit = offs_j[None, :] == y[:, None]
+    if HAS_SOFTCAP:
+        slope = 1.0 - t * t
+        grad = grad * slope - tl.where(hit, slope * b_inv[:, None], 0.0)
+    else:
+        grad -= tl.where(hit, b_inv[:, None], 0.0)
+    return grad
+
+
+@triton.jit
+def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
+                Weight, v0, width, softcap, ROWS: tl.constexpr, COLS: tl.constexpr,
+                SPLIT: tl.constexpr, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                HAS_SOFTCAP: tl.constexpr, UPCAST_DOT: tl.constexpr):  # fmt: skip
+    """The gradient of a half tile (slice columns from ``off_j``) stored through TMA:
+    whole, or (``SPLIT``) as two quarters in turn, which keeps half as many class
+    weights and temporaries live."""
+    if SPLIT:
+        q0, q1 = _halves(acc, ROWS, COLS)
+        offs_j = off_j + tl.arange(0, COLS // 2)
+        grad = _grad_half(
+            q0, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
+        grad = _grad_half(
+            q1, offs_j + COLS // 2, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0,
+            width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        out_desc.store([off_n, off_j + COLS // 2], cast(grad, out_desc.dtype, UPCAST_DOT))
+    else:
+        grad = _grad_half(
+            acc, off_j + tl.arange(0, COLS), row_max, log_sum, a_inv, b_inv, smooth, y,
+            Weight, v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
+
+
+@triton.jit
+def _tma_grad_slice_kernel(
+    e_desc,
+    c_desc,
+    out_desc,
+    RowMax,
+    LogSum,
+    A,
+    B,
+    S,
+    Weight,
+    Targets,
+    InvScale,
+    softcap,
+    N,
+    D,
+    v0,
+    width,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    HAS_SMOOTHING: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+    SUBTILES: tl.constexpr,
+):
+    """The gradient slice G[:, v0:v0+width] tile by tile over a persistent grid; row
+    blocks with zero coefficients (all rows ignored) store zeros without a GEMM."""
+    HALF: tl.constexpr = BLOCK_V // 2
+    num_n = tl.cdiv(N, BLOCK_N)
+    num_v = tl.cdiv(width, BLOCK_V)
+    per_group = GROUP_N * num_v
+    inv = tl.load(InvScale)
+    for tile in range(tl.program_id(0), num_n * num_v, tl.num_programs(0)):
+        # Grouped ordering: GROUP_N row blocks sweep the slice together (L2 reuse of C_s).
+        first_n = (tile // per_group) * GROUP_N
+        group_size = tl.minimum(num_n - first_n, GROUP_N)
+        off_n = (first_n + (tile % per_group) % group_size) * BLOCK_N
+        off_j = ((tile % per_group) // group_size) * BLOCK_V
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
+        a = tl.load(A + offs_n, mask=n_mask, other=0.0)
+        b = tl.load(B + offs_n, mask=n_mask, other=0.0)
+        if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
+            acc = _logits(e_desc, c_desc, off_n, v0 + off_j, D, BLOCK_N, BLOCK_V, BLOCK_D,
+                          DOT_PRECISION, UPCAST_DOT)  # fmt: skip
+            row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
+            log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
+            # The target's column in this slice, -1 outside it (int32 compares).
+            y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
+            y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
+            smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
+            a_inv = a * inv
+            b_inv = b * inv
+            lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
+            _grad_store(
+                lo, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
+                Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+            )  # fmt: skip
+            _grad_store(
+                hi, out_desc, off_n, off_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
+                Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+            )  # fmt: skip
+        else:
+            zeros = tl.zeros((BLOCK_N, BLOCK_V // SUBTILES), dtype=out_desc.dtype)
+            for part in range(0, SUBTILES):
+                out_desc.store([off_n, off_j + part * (BLOCK_V // SUBTILES)], zeros)
+
+
+_forward = triton.heuristics(_FWD_HEURISTICS)(_tma_forward_kernel)
+_grad_slice = triton.heuristics(_SLICE_HEURISTICS)(_tma_grad_slice_kernel)
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def enabled() -> bool:
+    """``PERFSUITE_TMA=0`` turns the fast path off (the portable kernels run instead)."""
+    return os.environ.get("PERFSUITE_TMA", "1") != "0"
+
+
+def eligible(
+    capability: tuple[int, int] | None,
+    dtype: torch.dtype,
+    operands: Sequence[tuple[int, int, int]],
+) -> bool:
+    """Whether the TMA kernels can run: a pure function, testable without a GPU.
+
+    ``capability``: the CUDA device's (major, minor), None off CUDA; ``operands``: each
+    2-D operand's (data pointer, row stride, column stride) in elements. Hopper (9.x)
+    and datacenter Blackwell (10.x) only: consumer Blackwell's 99 KiB of shared memory
+    per CTA holds no 128×256×64 pipeline. 16-bit dtypes only (fp32 would run TF32 wgmma).
+    TMA needs 16-byte aligned bases and row strides and contiguous rows.
+    """
+    if capability is None or capability[0] not in (9, 10) or dtype not in HALF_DTYPES:
+        return False
+    size = torch.finfo(dtype).bits // 8
+    return all(col == 1 and (row * size) % 16 == 0 and ptr % 16 == 0 for ptr, row, col in operands)
+
+
+def use_tma(*tensors: torch.Tensor) -> bool:
+    """``eligible`` for these 2-D operands on their device (False on CPU, under the
+    interpreter, with autotuning on or with the path switched off)."""
+    from .configs import autotune_enabled
+
+    first = tensors[0]
+    if not enabled() or first.device.type != "cuda" or interpreting() or autotune_enabled():
+        return False
+    if any(t.dim() != 2 for t in tensors):
+        return False
+    cap = torch.cuda.get_device_capability(first.device)
+    operands = [(t.data_ptr(), t.stride(0), t.stride(1)) for t in tensors]
+    return eligible(cap, first.dtype, operands)
+
+
+def config(kernel: str, shape: tuple[int, int, int]) -> KernelConfig:
+    """The pinned TMA config (configs.TMA_CONFIGS), or the one ``configs.use_config``
+    forces; fitted to the problem under the interpreter (its cost is per program)."""
+    from .configs import _override
+
+    cfg = TMA_CONFIGS[kernel]
+    if kernel in _override:  # configs.use_config: tests' small tiles
+        return _override[kernel]
+    if interpreting():
+        return fit_to(KernelConfig(512, 1024, 256, num_warps=4, num_stages=1), *shape)
+    return cfg
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+# Per-SM limits of sm_90 and sm_100 alike (the archs ``eligible`` admits): registers,
+# threads, resident CTAs, shared memory; sm_100's tensor memory in columns.
+SM_LIMITS = {"regs": 65536, "threads": 2048, "ctas": 32, "smem": 233472, "tmem": 512}
+SMEM_PER_CTA = 232448
+_RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
+
+
+def fitting_ctas(
+    registers: int, shared: int, num_warps: int, tmem: int = 0, limits: dict | None = None
+) -> int:
+    """CTAs of one build resident on an SM, from its registers (allocated per warp in
+    units of 256), threads, shared memory (+1 KiB each) and tensor-memory columns; 0
+    when one CTA does not fit. ``perfsuite kernel-report`` uses the same arithmetic."""
+    lim = {**SM_LIMITS, **(limits or {})}
+    if shared > lim.get("smem_cta", SMEM_PER_CTA) or registers > 255 or tmem > lim["tmem"]:
+        return 0
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]
+    by_threads = lim["threads"] // (32 * num_warps)
+    by_smem = lim["smem"] // (shared + _RESERVED_SMEM)
+    by_tmem = lim["tmem"] // tmem if tmem else lim["ctas"]
+    return min(by_regs, by_threads, by_smem, by_tmem, lim["ctas"])
+
+
+def grid_size(work: int, device: torch.device, ctas_per_sm: int) -> int:
+    """Programs of the persistent grid: one full wave (SMs × CTAs/SM), fewer only when
+    there is less work than that."""
+    if device.type != "cuda" or interpreting():
+        return max(1, min(work, INTERPRETER_PROGRAMS))
+    return max(1, min(work, _sm_count(device.index or 0) * ctas_per_sm))
+
+
+# CTAs/SM of each build, known once it has been loaded: (kernel, device, dtype, flags).
+_RESIDENT: dict[tuple, int] = {}
+
+
+def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConfig, *args):
+    """Launch ``kernel`` on a persistent grid of one full wave: SMs × the CTAs of this
+    build that fit on an SM. The first launch of a build sizes it by the config's
+    ``ctas_per_sm``; the loaded kernel's registers and shared memory then give the real
+    figure. Work is split the same way whatever the grid, so results do not depend on it."""
+    ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
+    compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(key[0]))
+    if key not in _RESIDENT and device.type == "cuda" and not interpreting():
+        meta = compiled.metadata
+        tmem = int(getattr(meta, "tmem_size", 0) or 0)
+        fit = fitting_ctas(compiled.n_regs, meta.shared, meta.num_warps, tmem)
+        _RESIDENT[key] = max(1, fit)
+
+
+def forward_splits(n_rows: int, vocab: int, device: torch.device, cfg: KernelConfig) -> int:
+    """Vocab splits: whole waves of (row block, split) items (``forward.splits_for``)."""
+    from .forward import splits_for
+
+    if device.type != "cuda" or interpreting():
+        return 1 if triton.cdiv(vocab, cfg.block_v) < 2 else 2
+    return splits_for(n_rows, vocab, cfg.block_n, _sm_count(device.index or 0) * cfg.ctas_per_sm)
+
+
+def lse_forward(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    cbar: torch.Tensor | None,
+    smoothing: bool,
+    softcap: float | None,
+    weight: torch.Tensor | None = None,
+):
+    """``forward.lse_forward`` (no logit sums, no tile LSEs) on the TMA kernel."""
+    from .forward import SPLIT_GRAIN, ForwardResult, _combine
+    from .targets import target_logits
+
+    n_rows, dim = e.shape
+    vocab = c.shape[0]
+    if smoothing and softcap is None and cbar is None:
+        raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
+    cfg = config("forward", (n_rows, vocab, dim))
+    splits = forward_splits(n_rows, vocab, e.device, cfg)
+    grain = max(SPLIT_GRAIN, cfg.block_v)
+    split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
+    part = torch.empty(
+        (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
+    )
+    smooth_part = part[2] if smoothing else None
+    e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
+    c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
+    items = triton.cdiv(n_rows, cfg.block_n) * splits
+    flags = (smoothing, softcap is not None, weight is not None, vocab % cfg.block_v == 0)
+    _launch(
+        _forward, ("forward", e.device, e.dtype, *flags), items, e.device, cfg,
+        e_desc, c_desc, cbar, part[0], part[1], smooth_part, weight, softcap,
+        n_rows, vocab, dim, split_size, splits,
+    )  # fmt: skip
+    row_max, log_sum, rel_sum = _combine(
+        part[0], part[1], smooth_part, softcap, vocab, split_size, weight
+    )
+    target_logit = target_logits(e, c, targets, softcap)
+    return ForwardResult(row_max, log_sum, target_logit, rel_sum, None)
+
+
+def grad_slice(
+    out: torch.Tensor, e, c, targets, row_max, log_sum, k, weight, inv_scale, v0: int, *, p
+) -> None:
+    """``slices._triton_grad_slice`` on the TMA kernel: ``out`` (N, width) = the slice."""
+    n_rows, dim = e.shape
+    width = out.shape[1]
+    cfg = config("slices", (n_rows, width, dim))
+    e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
+    c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
+    weighted = weight is not None and k.smooth is not None
+    sub = cfg.block_v // slice_subtiles(weighted)
+    out_desc = TensorDescriptor.from_tensor(out, [cfg.block_n, sub])
+    tiles = triton.cdiv(n_rows, cfg.block_n) * triton.cdiv(width, cfg.block_v)
+    flags = (k.smooth is not None, p.softcap is not None, weighted)
+    _launch(
+        _grad_slice, ("slices", e.device, e.dtype, *flags), tiles, e.device, cfg,
+        e_desc, c_desc, out_desc, row_max, log_sum, k.prob, k.target, k.smooth,
+        weight if weighted else None,  # only the smoothing term reads it
+        targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
+    )  # fmt: skip

@@ -76,10 +76,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.render.table import print_tables
     from perfsuite.results.results import (
         Checkpoint,
-        check_writable,
         nothing_measured,
         status_counts,
-        write_results,
     )
     from perfsuite.run.runner import run_plan
 
@@ -107,7 +105,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
-    check_writable(out, overwrite=args.force)  # before anything is measured
+    # Checked, and held by this run alone until its last write, before anything is measured:
+    # a second run on the same --out is refused (it would replace this one's rows).
+    checkpoint = Checkpoint(out, overwrite=args.force)
 
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -115,9 +115,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    checkpoint = Checkpoint(out)
     try:
-        with Progress(*columns, console=console, transient=True) as bar:
+        with checkpoint, Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task(plan.methods[0], total=len(plan.methods) * len(plan.cases()))
 
             def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -129,6 +128,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
             # A line per worker and cell start, and while a long cell runs.
             document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
+            checkpoint(document)  # the whole document, while the file is still held
     except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
         if kept := checkpoint.kept():
             console.print(
@@ -138,7 +138,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         else:
             console.print("[red]interrupted[/red] before any cell finished: nothing written")
         raise
-    write_results(out, document)
     if plan.tps:
         from perfsuite.render.tp_table import print_tp_tables
 

@@ -22,6 +22,7 @@ from perfsuite.args import positive_int
 from perfsuite.harness.progress import cell_label, finished_lines
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
+from perfsuite.results.lock import claim
 from perfsuite.results.merge import MergeError, merge_documents
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import (
@@ -35,7 +36,7 @@ from perfsuite.results.results import (
 )
 from perfsuite.run import sweep
 from perfsuite.run.grid import Unit, grid_units, unit_keys
-from perfsuite.run.sweep_args import check_resume, load_resumable, locked, out_path, parse_redo
+from perfsuite.run.sweep_args import check_resume, load_resumable, out_path, parse_redo
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -156,7 +157,7 @@ class ArraySweep:
         self.previous = self._read(self.out)  # another grid's file: refused before any mkdir
         check_output_dir(self.parts, "--out")
         self.logs = self.parts / "logs"
-        self.writer = locked(self.out, self._survey)  # the parts are the tasks' to lock
+        self.writer = claim(self.out, self._survey)  # the parts are the tasks' to lock
 
     def _survey(self) -> None:
         args, plan = self.args, self.plan

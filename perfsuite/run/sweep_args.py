@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.plan import Plan, PlanError, build_plan, parse_ints
 from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload
-from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import STATUSES, load_results
 from perfsuite.run.grid import grid_shapes
 
@@ -160,20 +158,3 @@ def check_resume(out: Path, resume: bool, parts: bool = False) -> None:
         raise PlanError(f"{out} exists: pass --resume to finish that sweep, or another --out")
     if resume and not parts and not out.exists():  # a typo would start a whole new sweep
         raise PlanError(f"--resume {out}: no such file, nothing to resume")
-
-
-def locked(out: Path, start: Callable[[], None]) -> WriterLock:
-    """``out``'s writer lock, taken before ``start()`` reads it; released if it raises
-    (a refused sweep leaves the file free)."""
-    try:
-        writer = WriterLock(out)
-    except FileLocked as err:
-        raise PlanError(str(err)) from None
-    except OSError as err:
-        raise PlanError(f"--out {out}: cannot lock it ({err.strerror})") from None
-    try:
-        start()
-    except BaseException:
-        writer.release()
-        raise
-    return writer

@@ -164,14 +164,40 @@ def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
     ]
 
 
+def elide(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: its middle replaced by "…" (the end, a
+    file's name, keeps more than the start)."""
+    if len(text) <= width:
+        return text
+    keep = max(width - 1, 2)
+    head = keep // 3
+    return f"{text[:head]}…{text[len(text) - (keep - head) :]}"
+
+
+def title_lines(comparison: Comparison, width: int) -> list[str]:
+    """``baseline → current`` as one line whatever the paths' length: each label elided in
+    its middle when the two do not fit ``width``, then the whole labels below it, folded
+    at their slashes (a path is never cut)."""
+    base, cur = comparison.baseline_label, comparison.current_label
+    if len(base) + 3 + len(cur) <= width:
+        return [f"{base} → {cur}"]
+    room = max(width - 3, 8)
+    base_room = min(len(base), max(room // 2, room - len(cur)))
+    short_base = elide(base, base_room)
+    lines = [f"{short_base} → {elide(cur, room - len(short_base))}"]
+    for name, label in (("baseline", base), ("current", cur)):
+        lines += fold(f"{name}: {label}", width, path=True).split("\n")
+    return lines
+
+
 def print_table(comparison: Comparison, console: Console | None = None) -> None:
     """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
     all laid out alike: folded as the table of every row would be, or all as records."""
     if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
         console = TrimmedConsole()
     metric = comparison.settings.metric
-    pair = f"{comparison.baseline_label} → {comparison.current_label}"
-    console.print(Text(fold(pair, console.width, path=True), style="bold"))
+    for i, line in enumerate(title_lines(comparison, console.width)):
+        console.print(Text(line, style="bold" if i == 0 else "dim"))
     groups: dict[str, list[CellComparison]] = {}
     for cell in comparison.cells:
         groups.setdefault(_group(cell.row), []).append(cell)

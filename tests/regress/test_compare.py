@@ -9,6 +9,7 @@ import json
 import random
 import re
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -522,10 +523,16 @@ def test_files_of_different_kinds_are_refused_in_one_line(files, capsys):
     assert f"{base} holds loss rows, {cur} holds step rows" in err and "different kinds" in err
 
 
-def test_console_tables_keep_number_pairs_whole_and_one_layout(files, capsys, monkeypatch):
+def test_console_tables_keep_number_pairs_whole_and_one_layout(tmp_path, capsys, monkeypatch):
     """At 80 columns "3.725 → 5.643" was split over lines, and the second table was laid
-    out unlike the first."""
+    out unlike the first. The files lie 150 characters deeper than pytest put them: the
+    title "b → c" folded after "→" where pytest's own folder was long (issue 46)."""
     monkeypatch.setenv("COLUMNS", "80")
+    deep = tmp_path.joinpath(*(c * 49 for c in "xyz"))  # 150 characters with the slashes
+
+    def files(name: str, doc: dict) -> Path:
+        return write_results(deep / name, doc)
+
     base, cur = make_doc(), slower(make_doc(seed=1), "ours", 1.5)
     second_base, second_cur = make_doc(seed=3), slower(make_doc(seed=4), "eager", 1.5)
     for row in second_base["rows"] + second_cur["rows"]:
@@ -543,3 +550,7 @@ def test_console_tables_keep_number_pairs_whole_and_one_layout(files, capsys, mo
     assert len(headers) == 2
     first, second = (lines[i - 1 : i + 1] for i in headers)
     assert first == second  # one layout: the same columns, folded the same way
+    # The title: "b → c" on its one line, each elided in its middle, the file names
+    # whole; then each path in full, folded at its slashes.
+    assert re.fullmatch(r"/\S*…\S*/b\.json → /\S*…\S*/c\.json", lines[0])
+    assert lines[1].startswith("baseline: /") and "".join(lines[1:]).count(str(deep)) == 2

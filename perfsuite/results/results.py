@@ -169,13 +169,14 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return document
 
 
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_results(path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """Read a results file (version 1 or 2) and check it against the schema
     (``perfsuite.results.schema``): flat rows, each with its kind. ``ResultsError`` says,
-    in one line, what is wrong with it: the file, the row and the field."""
+    in one line, what is wrong with it: the file, the row and the field; or that it holds
+    no rows (unless ``empty``: see ``schema.validate``)."""
     from perfsuite.results.schema import validate  # pydantic: only where a file is read
 
-    return validate(read_json(path), path)
+    return validate(read_json(path), path, empty=empty)
 
 
 def load_dataframe(path: str | os.PathLike[str]) -> pd.DataFrame:

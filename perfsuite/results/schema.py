@@ -245,9 +245,14 @@ def _message(error: dict[str, Any], path: str, rows: list[Any], flat: list[bool]
     return f"{path}: row {index}: {field} is {value}, not {_expected(error, field)}"
 
 
-def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """``document`` (parsed JSON) checked against the schema and returned in memory form:
-    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong."""
+    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong.
+
+    A document without rows is refused here, for every command that reads rows (one
+    rule: ``history add`` stored it as a run of 0 cells, ``report`` printed a blank
+    line); ``empty`` is for the readers that take it: ``sweep --resume`` of a sweep
+    stopped before its first cell, and an array's part files."""
     if not isinstance(document, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
     version = document.get("schema_version")
@@ -262,6 +267,8 @@ def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
         if not isinstance(document.get(key), kind):
             raise ResultsError(f"{path}: missing or malformed {key!r}")
     rows = document["rows"]
+    if not rows and not empty:
+        raise ResultsError(f"{path}: holds no rows (no cell was written to it)")
     # Flat rows (version 1; a version 2 document dumped as it is in memory: its kind, but
     # no metrics) are laid out as version 2 writes them, so one set of models checks all.
     v1 = version == 1

@@ -204,7 +204,8 @@ class ArraySweep:
     def assemble(self, failed: dict[int, str]) -> dict[str, Any]:
         """The parts merged, plus the rows of the previous ``--out`` no part holds."""
         parts = [part_path(self.parts, i, self.n) for i in range(self.n)]
-        docs = [(str(p), load_results(p)) for p in parts if p.exists()]
+        # A task stopped before its first cell leaves a part without rows.
+        docs = [(str(p), load_results(p, empty=True)) for p in parts if p.exists()]
         # No part at all: every shard was done in --out (a plain sweep's file, resumed).
         merged = merge_documents(docs) if docs else copy.deepcopy(self.previous)
         have = {cell_key(r) for r in merged["rows"]}

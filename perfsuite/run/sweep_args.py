@@ -129,7 +129,7 @@ def grid_differences(previous: dict[str, Any], plan: dict[str, Any]) -> list[str
 
 def load_resumable(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
     """The results file ``--resume`` reads back, refused unless a sweep of ``plan``'s grid."""
-    document = load_results(path)
+    document = load_results(path, empty=True)  # a sweep stopped before its first cell
     if not isinstance(document["env"].get("sweep"), dict):
         raise PlanError(
             f"--resume {path}: not a sweep's results file (a `run` or `step` made it); "

@@ -267,8 +267,6 @@ def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False
         if not isinstance(document.get(key), kind):
             raise ResultsError(f"{path}: missing or malformed {key!r}")
     rows = document["rows"]
-    if not rows and not empty:
-        raise ResultsError(f"{path}: holds no rows (no cell was written to it)")
     # Flat rows (version 1; a version 2 document dumped as it is in memory: its kind, but
     # no metrics) are laid out as version 2 writes them, so one set of models checks all.
     v1 = version == 1
@@ -278,6 +276,8 @@ def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False
         Document.model_validate({**document, "rows": checked})
     except ValidationError as err:
         raise ResultsError(_message(err.errors()[0], str(path), checked, was_flat)) from None
+    if not rows and not empty:  # a well-formed file, of nothing
+        raise ResultsError(f"{path}: holds no rows (no cell was written to it)")
     flat = [{**flat_row(r), "kind": row_kind(r)} for r in rows]
     seen: dict[tuple, int] = {}
     for i, row in enumerate(flat):

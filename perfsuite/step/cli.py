@@ -5,6 +5,7 @@ Exit 2: bad input, before anything runs; 1: no case was measured; 0 otherwise.""
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with checkpoint:
-            document = run_step_plan(plan, progress, checkpoint)
+            # A line per worker and case start, and while a long case runs (minutes on CPU).
+            notice = functools.partial(console.log, highlight=False)
+            document = run_step_plan(plan, progress, checkpoint, notice)
             checkpoint(document)  # the whole document, while the file is still held
     except KeyboardInterrupt:
         if kept := checkpoint.kept():

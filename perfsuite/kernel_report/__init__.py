@@ -171,19 +171,32 @@ def kernel_report(
             "designs": costs.design_rows(shape, cce_note is None),
             "notes": notes + costs.rate_notes(),
         }
-    report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
+    report["launched"] = _launched(
+        shape, archs, report["costs"], workloads or [], sample_rows, notice
+    )
     report["toolchain"] = baseline.toolchain(archs)
     return report
 
 
 def _launched(
-    shape: Shape, archs: list[str], cost_rows: list[dict], workloads: list[str], rows: int
+    shape: Shape,
+    archs: list[str],
+    cost_rows: list[dict],
+    workloads: list[str],
+    rows: int,
+    notice: NoticeFn | None = None,
 ) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload, with the backward's costs scaled by it."""
+    """Launched fraction per arch × workload, with the backward's costs scaled by it
+    (minutes each at a real vocabulary: ``notice`` hears each as it starts)."""
     keys = sorted({launches.cfg_arch(a) for a in archs})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     out = []
-    for workload in workloads:
+    for i, workload in enumerate(workloads, 1):
+        if notice is not None:
+            notice(
+                f"launched fraction: {workload} ({i} of {len(workloads)}), "
+                f"{min(rows, shape.n)} rows at V={shape.v}…"
+            )
         for row in launched.measure_in_child(shape, keys, workload, min(rows, shape.n)):
             cost, frac = full[row["arch"]], row["launched_fraction"]
             out.append(

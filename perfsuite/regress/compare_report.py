@@ -4,6 +4,7 @@ markdown fit for ``$GITHUB_STEP_SUMMARY``."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +165,20 @@ def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
     ]
 
 
-def elide(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters: its middle replaced by "…" (the end, a
-    file's name, keeps more than the start)."""
+def _relative(label: str) -> str:
+    """Each path of a label (``a.json`` or a store's ``x.json, y.json``) relative to the
+    working folder where that is shorter."""
+    paths = label.split(", ")
+    return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
+
+
+def _names(label: str) -> str:
+    return ", ".join(Path(p).name or p for p in label.split(", "))
+
+
+def _elide(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle replaced by "…" (its end, a
+    file's name, keeps more than its start)."""
     if len(text) <= width:
         return text
     keep = max(width - 1, 2)
@@ -175,16 +187,20 @@ def elide(text: str, width: int) -> str:
 
 
 def title_lines(comparison: Comparison, width: int) -> list[str]:
-    """``baseline → current`` as one line whatever the paths' length: each label elided in
-    its middle when the two do not fit ``width``, then the whole labels below it, folded
-    at their slashes (a path is never cut)."""
+    """``baseline → current`` on one line whatever the paths' length (it folded after the
+    arrow in a deep temporary folder): as given, or relative to the working folder, else
+    the file names with the whole paths below, folded at their slashes; names too long
+    even so are elided in their middle."""
     base, cur = comparison.baseline_label, comparison.current_label
-    if len(base) + 3 + len(cur) <= width:
-        return [f"{base} → {cur}"]
-    room = max(width - 3, 8)
-    base_room = min(len(base), max(room // 2, room - len(cur)))
-    short_base = elide(base, base_room)
-    lines = [f"{short_base} → {elide(cur, room - len(short_base))}"]
+    for b, c in ((base, cur), (_relative(base), _relative(cur))):
+        if len(b) + 3 + len(c) <= width:
+            return [f"{b} → {c}"]
+    b, c = _names(base), _names(cur)
+    if len(b) + 3 + len(c) > width:
+        room = max(width - 3, 8)
+        b = _elide(b, min(len(b), max(room // 2, room - len(c))))
+        c = _elide(c, room - len(b))
+    lines = [f"{b} → {c}"]
     for name, label in (("baseline", base), ("current", cur)):
         lines += fold(f"{name}: {label}", width, path=True).split("\n")
     return lines

@@ -210,7 +210,9 @@ def test_list_fits_80_columns(tmp_path, monkeypatch, capsys):
     text = " ".join(lines)
     assert text.count("2 cells, 2026-01-01T00:00:00Z, git abc, torch 2.13.0") == 2
     assert "".join(x.strip() for x in lines if "cells" not in x).count(".json") == 2
-    monkeypatch.setenv("COLUMNS", "200")
+    # Wide enough for a table row however deep pytest's folder is (issue 46).
+    longest = max(len(str(p)) for p in root.rglob("*.json"))
+    monkeypatch.setenv("COLUMNS", str(longest + 80))
     assert baseline_cli("list", "--root", root) == 0
     wide = capsys.readouterr().out.splitlines()
     assert len(wide) == 4 and wide[0].split() == ["file", "cells", "created", "git", "torch"]

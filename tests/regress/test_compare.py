@@ -471,6 +471,19 @@ def _one_error_line(capsys) -> str:
     return captured.err
 
 
+def test_the_title_keeps_its_arrow_with_file_names_too_long_for_one_line(
+    files, capsys, monkeypatch
+):
+    """Names that cannot share a line are elided in their middle; the paths follow whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    base = files("base-" + "x" * 50 + ".json", make_doc())
+    cur = files("current-" + "y" * 50 + ".json", make_doc(seed=1))
+    assert cli(base, cur) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines[0]) <= 80 and re.fullmatch(r"base-x*…x*\.json → current-y*…y*\.json", lines[0])
+    assert "".join(lines[1:]).count(str(base)) == 1 and "".join(lines[1:]).count(str(cur)) == 1
+
+
 def test_a_run_without_rows_fails_to_compare_not_passes(files, capsys):
     base = files("b.json", make_doc())
     empty = make_doc(seed=1)
@@ -551,7 +564,7 @@ def test_console_tables_keep_number_pairs_whole_and_one_layout(tmp_path, capsys,
     assert len(headers) == 2
     first, second = (lines[i - 1 : i + 1] for i in headers)
     assert first == second  # one layout: the same columns, folded the same way
-    # The title: "b → c" on its one line, each elided in its middle, the file names
-    # whole; then each path in full, folded at its slashes.
-    assert re.fullmatch(r"/\S*…\S*/b\.json → /\S*…\S*/c\.json", lines[0])
-    assert lines[1].startswith("baseline: /") and "".join(lines[1:]).count(str(deep)) == 2
+    # The title: "b → c" on its one line, the paths' names; then each path in full,
+    # folded at its slashes.
+    assert lines[0] == "b.json → c.json"
+    assert lines[1].startswith("baseline: ") and "".join(lines[1:]).count(str(deep)) == 2

@@ -133,7 +133,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if kept := checkpoint.kept():
             console.print(
                 f"[red]interrupted[/red]: {kept} finished cell row(s) kept in {out} "
-                "(a partial results file: `perfsuite report` reads it)"
+                "(a partial results file: `perfsuite report` reads it)",
+                soft_wrap=True,  # the path whole, however deep (rich cut it mid-name)
             )
         else:
             console.print("[red]interrupted[/red] before any cell finished: nothing written")

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
             checkpoint(document)  # the whole document, while the file is still held
     except KeyboardInterrupt:
         if kept := checkpoint.kept():
-            console.print(f"[red]interrupted[/red]: {kept} finished row(s) kept in {out}")
+            said = f"[red]interrupted[/red]: {kept} finished row(s) kept in {out}"
+            console.print(said, soft_wrap=True)  # the path whole, however deep
         raise
     print_step_tables(document["rows"], console)
     console.print(f"results: {out}", soft_wrap=True)

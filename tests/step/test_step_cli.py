@@ -91,7 +91,9 @@ def test_the_console_table_fits_80_columns(smoke_run):
     assert "tok/s" in out and "loss" in out and "unavail" in out and "N/A" in out
     assert "†" in out and "Triton interpreter" in out
     assert "oom" in out and "Traceback" not in out
-    assert max(len(line) for line in out.splitlines()) <= 80
+    # The results path stays whole on its line (the terminal folds it), however deep
+    # pytest's folder is (issue 46); everything else fits.
+    assert max(len(line) for line in out.splitlines() if not line.startswith("results: ")) <= 80
 
 
 @pytest.mark.integration

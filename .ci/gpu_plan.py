@@ -3,20 +3,27 @@ that estimate comes from, and a hard limit; and which steps each device call run
 
 A task lent a GPU has 15 minutes of device time in all, every start (minutes when cold),
 idle wait and transfer counted, at most 10 minutes a command. So call 1 holds what matters
-most, in at most 7 minutes of device time: the kernel's CUDA tests at Gemma2-2B, the
-Gemma2-2B cell the kernel's targets are stated at (ours, ours-fused and the peers,
-fwd+bwd), where that cell's time goes (``--timer graph``, ``--profile``), and
-``kernel-report --baseline`` under the device's Triton; the last two only where this tree's
-``perfsuite`` offers those options (checked on the device, at run time). Call 2 runs the
-rest of today's checklist in whatever time is left (its ``--limit``); calls 3 and 4 the
-older checklist's other steps, for a session with more time. ``--device cpu`` builds the
-rehearsal: the same steps at tiny sizes.
+most, in at most 7 minutes of device time: the kernel's CUDA tests at Gemma2-2B; the kernel
+candidates at the Gemma2-2B cell the kernel's targets are stated at (ours, the route the
+rule does not pick, ours-cublas and torch-compile, fwd+bwd, β 0 and 0.1), each profiled
+with ``--timer kernels`` and with ``--timer graph`` (``--profile``: a trace and a
+breakdown each), so one call picks the faster route (kernels/routes.py); ``kernel-report
+--baseline`` under the device's Triton; then the peers of the README's table (ours-fused,
+liger, cce, eager) while time is left. The profile and kernel-report steps run only where
+this tree's ``perfsuite`` offers their options (checked on the device, at run time). Call 2
+runs the rest of today's checklist in whatever time is left (its ``--limit``); calls 3 and
+4 the older checklist's other steps, for a session with more time. ``--device cpu`` builds
+the rehearsal: the same steps at tiny sizes.
 
-Estimates are seconds on an H100. Where a step ran at the first light they come from its
-logs (``reports/nvidia-h100-80gb-hbm3/raw/*/``: the time stamps of ``run.log``,
-``rerun.log`` and ``rest.log`` between one method's last cell and the next, the pytest
-summaries, the sensitivity file's ``collect_s``); steps never run on a GPU say so and how
-they were guessed.
+Estimates are seconds on a GPU. Call 1's and call 2's come from the H200 run of
+2026-11-28 at commit 45f5417 (``reports/nvidia-h200/raw/``; "H200 <folder>/<file>"
+below): each ``*.manifest.json``'s step seconds,
+and within a step the time stamps of its log between one method's worker start and its
+last cell. The older steps' come from the H100's first light
+(``reports/nvidia-h100-80gb-hbm3/raw/*/``: the time stamps of ``run.log``, ``rerun.log``
+and ``rest.log`` between one method's last cell and the next, the pytest summaries, the
+sensitivity file's ``collect_s``); steps never run on a GPU say so and how they were
+guessed.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Call 1 in the order that matters if it is cut short: is the kernel right (k), the
-# targets' cell (g), where its time goes (p), what the device's Triton builds (r).
+# candidates at the targets' cell (g), where their time goes, per kernel (pk) and as one
+# captured graph (pg), what the device's Triton builds (r), the peers beside them (h).
 # Call 2, today's remaining checklist in priority order: a whole training step (9b), the
 # multi-rank harness on one rank (9a), the regression threshold's false-alarm rate (6),
 # the slice backward's tile sweep (8b). Calls 3 and 4, for a session with more time: every
@@ -38,7 +46,7 @@ from pathlib import Path
 # nightly path on those results (CPU-side: runnable here too); the synthetic and trained
 # workloads, the CUDA test folders, converge, the training terms.
 CALLS = {
-    "1": ["0a", "k", "g", "p", "r"],
+    "1": ["0a", "k", "g", "pk", "pg", "r", "h"],
     "2": ["0a", "9b", "9a", "6", "8b"],
     "3": ["0a", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
     "4": ["0a", "0b", "3a", "4", "5", "8a", "3b"],
@@ -53,16 +61,38 @@ DEVICE_BUDGET_S = {"1": 420.0}
 TRANSFERS_S = 20.0
 CALL_LIMITS_S = {call: budget - TRANSFERS_S for call, budget in DEVICE_BUDGET_S.items()}
 DEFAULT_LIMIT_S = 570.0
-# The wrapper's offline pip install of .whl/ before the first step: the rehearsal's first
-# step started 2.9 s and 5.3 s after the wrapper's start (reports/gpu-rehearsal,
-# manifest-2.json and manifest-1.json, 0a's started_s), taken twice over.
-WHEELS_S = 10.0
+# The wrapper's offline pip install of .whl/ before the first step: on the H200 the first
+# step started 2.0 s and 0.8 s after the wrapper's start (reports/nvidia-h200/raw/,
+# 1-cell-tests/manifest-items.json and 3-step-tp-sensitivity-tiles/manifest-2.json: the
+# first step's started_s), the rehearsal's 2.9 s and 5.3 s
+# (reports/gpu-rehearsal, manifest-2.json and manifest-1.json); the slowest, rounded up.
+WHEELS_S = 6.0
 
-# The cell the kernel's targets are stated at (Gemma2-2B bf16, softcap 30, β 0 and 0.1,
-# fwd+bwd): ours (the slice backward), its fused form, and the peers the targets name.
-CELL_METHODS = "ours,ours-fused,torch-compile,liger,cce"
-# Where the time goes, for ours and the target's yardstick, at the targets' β.
-PROFILED = "ours,torch-compile"
+
+def _routes(root: Path):
+    """kernels/routes.py, read by path: pure Python, so the plan imports no torch."""
+    spec = importlib.util.spec_from_file_location("_gpu_plan_routes", root / "kernels/routes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_ROUTES = _routes(Path(__file__).resolve().parents[1])
+# The route ablation method of the route the rule does not pick on the targets' device
+# (an H100 or H200: sm_90, bf16); ours runs the one it picks.
+OTHER_ROUTE = _ROUTES.method_for(_ROUTES.other_route(_ROUTES.route_for("sm_90", "bf16")))
+# The kernel candidates at the cell the kernel's targets are stated at (Gemma2-2B bf16,
+# softcap 30, β 0 and 0.1, fwd+bwd): ours, the other route, the torch-ops probe of the
+# cuBLAS route and the targets' yardstick (issue 44 item 5, issue 45 item 3).
+CANDIDATES = f"ours,{OTHER_ROUTE},ours-cublas,torch-compile"
+# The README table's peers at the same cell, and ours' fused form, last in call 1.
+CELL_PEERS = "ours-fused,liger,cce,eager"
+CELL_METHODS = f"{CANDIDATES},{CELL_PEERS}"
+# Where the time goes, at the targets' β: per kernel for every candidate; as one captured
+# graph for both routes (the H200's captured torch-compile already: 53.8 ms, H200
+# 2-profile-kernel-report/gemma2-2b-graph.json; ours-cublas's torch ops are a probe).
+PROFILED_KERNELS = CANDIDATES
+PROFILED_GRAPH = f"ours,{OTHER_ROUTE}"
 KERNEL_BASELINE = "reports/kernel-report/baseline"
 # Issue 18 item 1's methods (issue 18 and `perfsuite methods`), in three groups.
 GEMMA_GROUPS = {
@@ -73,8 +103,12 @@ GEMMA_GROUPS = {
         "ours-tiles-sort,ours-tiles-no-sort,ours-cublas,torchtune-chunked,torch-native,quack",
     ),
 }
-# The multi-rank harness on one GPU (call 2): ours and the two frameworks' own losses.
+# The multi-rank harness on one GPU (call 2): ours and the two frameworks' own losses, at
+# β 0: megatron and torch-parallel refuse label smoothing (H200
+# 3-step-tp-sensitivity-tiles/9a-tp1.log: at β 0.1 both were unsupported, so nothing but
+# ours could be measured).
 TP1 = "ours,megatron,torch-parallel"
+TP1_BETA = "0"
 # A whole training step (call 2): the methods whose patch or loss runs on CUDA.
 STEP = "ours,eager,torch-compile,liger,cce"
 # The training terms beside plain ours (call 4).
@@ -136,31 +170,42 @@ def _trained(root: Path, given: Path | None) -> Path | None:
     return found[0] if found else None
 
 
-# id: (estimate on an H100, its limit, estimate in the CPU rehearsal, its limit, where the
-# H100 estimate comes from). The rehearsal's: as measured on this project's shared 2-core CPU,
+# id: (estimate on a GPU, its limit, estimate in the CPU rehearsal, its limit, where the
+# GPU estimate comes from). The rehearsal's: as measured on this project's shared 2-core CPU,
 # with limits that leave room for its load (a step took 2.5x longer there on a busy hour).
+# Call 1's methods, from the H200's logs (worker start to the method's last row):
+# 1-cell-tests/g-gemma-cell.log: ours 22 s, ours-fused 12, torch-compile 21,
+# liger 27, cce 19, and the step's 107.9 s less those 101 s: 7 s of parent;
+# 5-eager-cce-no-filter/eager-cce-no-filter.log: eager 12 s;
+# 4-ours-kernels-timer/ours-kernels-timer.log (--timer kernels --profile, β 0.1) ours 24 s;
+# 2-profile-kernel-report/p-gemma-profile.log (--timer graph --profile, β 0.1) ours refused
+# its capture in 5 s, torch-compile 10 s, the step's 18.1 s less those: 3 s of
+# `run --help` and parent.
 ESTIMATES = {
-    "0a": (8, 60, 10, 60, "nvidia-smi and a torch import (rehearsal on CPU: 1.7-1.8 s)"),
-    "k": (75, 150, 30, 120, "not timed on a GPU: pytest's start with torch ~8 s (first "
-          "light's `perfsuite methods`, 0b, ~10 s with perfsuite's imports); a Triton compile "
-          "~8 s each for the slice backward's 2 variants (softcap; smoothing+softcap), the tile "
-          "ablation's 4 backwards and the lock kernel (raw/7 rerun.log: ours' first β cell "
-          "29 s with its worker's start, compiles, fp32 reference and 23 fwd+bwd calls, its "
-          "second 6 s); 4 materialised references of 8.4 GB logits ~2 s each; 12 fwd+bwd "
-          "calls of <= 0.19 s (raw/6: ours 186 ms)"),
-    "g": (165, 240, 90, 240, "raw/7 rerun.log, the same H100, fwd+bwd only, 20 samples, "
-          "β 0 and 0.1, no softcap: torch-compile 24 s, ours (then the tile list) 29 s, cce "
-          "20 s, liger 43 s; the slice backward (ours now) and ours-fused never ran on a GPU: "
-          "29 s each; the parent's start ~10 s (env 'created' 8 s before eager's first row): "
-          "155 s, +10 s for the softcap variants' compiles"),
-    "p": (75, 150, 60, 240, "never run: `perfsuite run --help` ~3 s; β 0.1 only, so each "
-          "method's first cell (its compiles, gate and samples): ours 29 s, torch-compile "
-          "24 s (as g); one profiled call and its trace per cell ~3 s; the graph's capture "
-          "after warm-up ~1 s; the parent ~10 s"),
-    "r": (40, 150, 60, 300, "never run on a GPU: `kernel-report --help` ~3 s, perfsuite's "
-          "import ~5 s; the builds: `kernel-report --arch sm_90a --jobs 2` took 129 s of CPU "
-          "time here (2-core Xeon, 2026-11-26; every kernel, dtype and CCE's), so sm_90a in bf16 "
-          "alone ~45 s over the device's 16 cores ~3 s, +8 s for the slowest build"),
+    "0a": (8, 60, 10, 60, "H200 1-cell-tests/manifest-items.json 0a: 5.5 s, "
+           "3-step-tp-sensitivity-tiles/manifest-2.json's: 2.1 s "
+           "(rehearsal on CPU: 1.7-1.8 s)"),
+    "k": (30, 150, 30, 120, "H200 1-cell-tests/manifest-items.json k: 28.2 s (every test ran: "
+          "9 passed, 5 errors at teardown)"),
+    "g": (95, 200, 90, 240, "H200 1-cell-tests/g-gemma-cell.log (2 β, 20 samples): ours 22 s, "
+          "torch-compile 21 s, parent 7 s; never ran on a GPU: the other route, as ours 22 s "
+          "(its two epilogue kernels compile as ours' slice kernel does), ours-cublas 20 s "
+          "(no Triton compile: ours-fused's 12 s with ours' kernels built, +4 s a β for its "
+          "torch ops over fp32 slices, taken as twice ours' ~0.08 s a call)"),
+    "pk": (95, 180, 60, 240, "H200 4-ours-kernels-timer/ours-kernels-timer.log: ours 24 s; "
+           "never ran: the other "
+           "route as ours 24 s, ours-cublas 30 s (its ~2,400 more launches a call profiled), "
+           "torch-compile 10 s (its graph cell in "
+           "2-profile-kernel-report/p-gemma-profile.log, compiles cached); "
+           "parent and `run --help` 7 s (as g)"),
+    "pg": (55, 150, 30, 240, "H200 2-profile-kernel-report/p-gemma-profile.log: "
+           "3 s of `run --help` and parent; "
+           "ours and the other route, once they capture, 24 s each (ours' kernels-timer cell; "
+           "a refused capture took 5 s)"),
+    "r": (15, 150, 60, 300, "H200 2-profile-kernel-report/manifest-items.json r: 12.3 s"),
+    "h": (80, 150, 30, 240, "H200 1-cell-tests/g-gemma-cell.log: "
+          "ours-fused 12 s, liger 27 s, cce 19 s, "
+          "parent 7 s; 5-eager-cce-no-filter/eager-cce-no-filter.log: eager 12 s"),
     "0b": (10, 60, 15, 90, "first light methods.txt: seconds"),
     "1a": (130, 240, 30, 240, "raw/6 run.log: ours-tiles-list (then 'ours') 29 s, ours-tiles "
            "('ours-no-filter') 26 s, ours-fused (its tile version) 37 s, both β and three "
@@ -198,9 +243,11 @@ ESTIMATES = {
            "took 1,091 s (wall_s) on this 2-core CPU; written only at the end"),
     "8e": (40, 150, 40, 240, "never run on a GPU: as 8d on a 4,096 x 32,768 dump (N·V half "
            "of 8d's)"),
-    "9a": (40, 150, 45, 240, "never run on a GPU: 3 launches of 1 rank (~8 s of imports and "
-           "NCCL set-up each, rehearsal: ~5 s) and a Gemma2-2B bf16 reference; fwd+bwd, "
-           "5 samples of <= 0.2 s"),
+    "9a": (40, 150, 45, 240, "H200 3-step-tp-sensitivity-tiles/manifest-2.json 9a: "
+           "18.1 s with ours failing at its "
+           "first cell (9a-tp1.log: worker start to its error 15 s) and both peers refused "
+           "at β 0.1; at β 0 the peers run: 3 launches of 1 rank (~8 s of imports and NCCL "
+           "set-up each) and a Gemma2-2B bf16 reference; fwd+bwd, 5 samples of <= 0.2 s"),
     "9b": (150, 240, 60, 240, "never run on a GPU: 5 workers (~10 s of imports and a 2-layer "
            "Gemma2-2B built each), a gate step against eager in fp32, 2 + 5 steps of 8,192 "
            "tokens (~0.2 s each by FLOPs), torch.compile's compile of 2 layers ~60 s; the "
@@ -243,7 +290,8 @@ def build_steps(device: str, py: str, root: Path, trained: Path | None = None) -
 
 
 def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> list[Step]:
-    """Call 1: the kernel's CUDA tests, the targets' cell, its profile, kernel-report."""
+    """Call 1: the kernel's CUDA tests, the candidates' cell, their profiles, kernel-report,
+    the peers' cell."""
     gpu = device == "cuda"
     ps = [py, "-m", "perfsuite"]
     # -n 0: one process (xdist's workers would each start CUDA for a handful of tests)
@@ -252,14 +300,23 @@ def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> 
     if gpu:
         cell = [*ps, "run", "--device", device, "--shape", "gemma2-2b", "--softcap"]
         cell += ["--phases", "fwd+bwd", "--timeout", "120"]
-        methods, profiled, timer = CELL_METHODS, PROFILED, "graph"
+        candidates, peers = CANDIDATES, CELL_PEERS
+        by_kernels, by_graph = PROFILED_KERNELS, PROFILED_GRAPH
     else:  # the rehearsal: the smoke shape, a few samples (each worker costs seconds here)
         cell = [*ps, "run", "--device", device, "--shape", "smoke", "--softcap"]
         cell += ["--phases", "fwd+bwd", "--samples", "3", "--warmup", "1"]
-        methods, profiled = "ours,ours-fused,torch-compile,cce", "ours"
-        timer = "kernels"  # CUDA graphs need a GPU: every cell would be unsupported
-    profile = [*cell, "--beta", "0.1", "--methods", profiled, "--timer", timer]
-    profile += ["--profile", "{W}/profile", "--out", "{W}/gemma2-2b-graph.json"]
+        # ours-cublas is CUDA-only (on a CPU it is ours itself), as are liger's softcap and
+        # cce: their rows would say so; the peers' step rehearses on ones that run here.
+        candidates, peers = f"ours,{OTHER_ROUTE},ours-cublas,torch-compile", "ours-fused,eager"
+        by_kernels, by_graph = "ours", "ours"
+    profile = [*cell, "--beta", "0.1"]
+    profiles = {
+        timer: [*profile, "--methods", methods,
+                # CUDA graphs need a GPU: the rehearsal's graph step times by kernels
+                "--timer", timer if gpu else "kernels",
+                "--profile", f"{{W}}/profile-{timer}", "--out", f"{{W}}/gemma2-2b-{timer}.json"]
+        for timer, methods in (("kernels", by_kernels), ("graph", by_graph))
+    }  # fmt: skip
     # The device's own arch in bf16, as the stored Triton 3.6.0 baseline was built here
     # (reports/kernel-report/baseline): the device's compile should give the same SASS.
     report = [*ps, "kernel-report", "--baseline", str(root / KERNEL_BASELINE)]
@@ -273,15 +330,22 @@ def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> 
              "the slice backward exact and bit-identical, the tile ablation race-free, at "
              "Gemma2-2B", tests),
         step("g", "gemma-cell", f"perfsuite run, Gemma2-2B bf16 softcap 30, β 0 and 0.1, "
-             f"fwd+bwd, the determinism record: {methods}",
-             [*cell, "--beta", "0,0.1", "--methods", methods,
+             f"fwd+bwd, the determinism record: the candidates {candidates}",
+             [*cell, "--beta", "0,0.1", "--methods", candidates,
               "--out", "{W}/gemma2-2b-fwdbwd.json"]),
-        step("p", "gemma-profile", f"the same cell at β 0.1 with --timer graph and --profile: "
-             f"{profiled} (only if `perfsuite run` offers both)",
-             _if_offered(py, root, ["run"], ("--timer", "--profile"), profile)),
+        step("pk", "gemma-kernels", f"the same cell at β 0.1 with --timer kernels and "
+             f"--profile: {by_kernels} (only if `perfsuite run` offers both)",
+             _if_offered(py, root, ["run"], ("--timer", "--profile"), profiles["kernels"])),
+        step("pg", "gemma-graph", f"the same cell at β 0.1 with --timer graph and --profile: "
+             f"{by_graph} (only if `perfsuite run` offers both)",
+             _if_offered(py, root, ["run"], ("--timer", "--profile"), profiles["graph"])),
         step("r", "kernel-report", f"perfsuite kernel-report --baseline {KERNEL_BASELINE} "
              "under the device's Triton (only if kernel-report offers --baseline)",
              _if_offered(py, root, ["kernel-report"], ("--baseline",), report)),
+        step("h", "gemma-peers", f"the candidates' cell (β 0 and 0.1) for the README table's "
+             f"peers and ours' fused form: {peers}",
+             [*cell, "--beta", "0,0.1", "--methods", peers,
+              "--out", "{W}/gemma2-2b-peers.json"]),
     ]  # fmt: skip
 
 
@@ -411,7 +475,8 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
     else:
         train_step = ["--model", "smoke", "--layers", "1", "--seq", "32", "--beta", "0"]
         train_step += ["--methods", "ours,eager", "--samples", "2", "--warmup", "0"]
-    tp1 = [*ps, "run", "--device", device, *shape, "--beta", "0.1", "--tp", "1", "--timeout", "150"]
+    tp1 = [*ps, "run", "--device", device, *shape, "--beta", TP1_BETA, "--tp", "1"]
+    tp1 += ["--timeout", "150"]
     dump = "{W}/trained-small.safetensors"
     return [
         step("8a", "gemma-terms", f"perfsuite run, Gemma2-2B softcap 30, fwd+bwd: {TERMS}",
@@ -430,7 +495,8 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
         step("8e", "filtering-trained", "perfsuite filtering on 8c's dump",
              [*ps, "filtering", "--device", device, "--workload", dump, *grid,
               "--out", "{W}/filtering-trained-small"], needs=("trained-small.safetensors",)),
-        step("9a", "tp1", f"perfsuite run --tp 1 (the multi-rank harness, one rank): {TP1}",
+        step("9a", "tp1", f"perfsuite run --tp 1 (the multi-rank harness, one rank) at "
+             f"β {TP1_BETA}, where the peers run: {TP1}",
              [*tp1, "--phases", "fwd+bwd", "--samples", "5", "--methods", TP1,
               "--out", "{W}/tp1.json"]),
         step("9b", "step-gemma", f"perfsuite step, Gemma2-2B (2 layers, bf16, β 0.1): {STEP}",

@@ -22,8 +22,9 @@ def _builder(tiles: bool = False, **options: Any):
         chosen = dict(options)
         if not tiles and "engine" not in chosen:
             # The slice backward runs natively on CPU (torch engine), whatever the
-            # process's TRITON_INTERPRET says; on a GPU it is the Triton kernel.
-            chosen["engine"] = "torch" if case.device == "cpu" else "triton"
+            # process's TRITON_INTERPRET says; on a GPU the route kernels/routes.py's
+            # rule picks for the arch and dtype ("auto").
+            chosen["engine"] = "torch" if case.device == "cpu" else "auto"
 
         if case.z_loss:
             chosen["z_loss"] = case.z_loss
@@ -46,14 +47,14 @@ def _builder(tiles: bool = False, **options: Any):
     return build
 
 
-def _caps(fused: bool, triton_only: bool, devices: frozenset[str]) -> Capabilities:
+def _caps(fused: bool, triton_only: bool, devices: frozenset[str], tiles: bool) -> Capabilities:
     return Capabilities(
         devices=devices,
         label_smoothing=True,
         softcap=True,
         # The slice backward's per-row coefficients carry them; the tile ablation does not.
-        z_loss=not triton_only,
-        class_weights=not triton_only,
+        z_loss=not tiles,
+        class_weights=not tiles,
         # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
         triton=triton_only,
         materializes_logits=False,
@@ -86,11 +87,27 @@ _VARIANTS = (
     ("ours-weighted", "ours with class weights (its cost over plain)", {}, False, False),
     (
         "ours-cublas",
-        "design probe: the slice algorithm in torch ops (cuBLAS fp32-output logits)",
+        "design probe: ours-route-cublas with its epilogues in torch ops (engine torch)",
         {"engine": "torch"},
         False,
         False,
         frozenset({"cuda"}),  # on a CPU it is ours itself
+    ),
+    # Each route of the slice algorithm forced (kernels/routes.py): whichever the rule
+    # does not pick for ours stays measurable. Triton on a CPU: under the interpreter.
+    (
+        "ours-route-triton",
+        "route ablation: Triton GEMMs with the softmax fused in (forward, gradient slices)",
+        {"engine": "triton"},
+        False,
+        True,
+    ),
+    (
+        "ours-route-cublas",
+        "route ablation: cuBLAS fp32 logit slices, one Triton epilogue per slice",
+        {"engine": "cublas"},
+        False,
+        True,
     ),
     ("ours-tiles", "ablation: atomic-tile backward, no filtering (exact)", _TILES, False, True),
     (
@@ -121,7 +138,7 @@ METHODS = [
         name=name,
         description=description,
         build=_builder(**options),
-        caps=_caps(fused, triton_only, devices),
+        caps=_caps(fused, triton_only, devices, tiles=bool(options.get("tiles"))),
         requires=("triton",),
         distributions=("triton", "torch"),
         terms=_TERMS.get(name),

@@ -140,6 +140,17 @@ def _build_native(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
+# Its loss is the gate's torch error in bf16/fp16 (its memory counts in ``gate_bytes``).
+EAGER = SimpleMethod(
+    name="eager",
+    description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
+    build=_case_builder(eager_loss),
+    caps=Capabilities(**FULL),
+    distributions=("torch",),
+    tp=TP_EAGER,
+    step=StepPatch(_patch_eager, holds="logits"),
+)
+
 METHODS = [
     SimpleMethod(
         name="reference",
@@ -149,15 +160,7 @@ METHODS = [
         distributions=("torch",),
         timed_by_default=False,
     ),
-    SimpleMethod(
-        name="eager",
-        description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
-        build=_case_builder(eager_loss),
-        caps=Capabilities(**FULL),
-        distributions=("torch",),
-        tp=TP_EAGER,
-        step=StepPatch(_patch_eager, holds="logits"),
-    ),
+    EAGER,
     SimpleMethod(
         name="torch-compile",
         description="eager under torch.compile (compiled before timing; a step compiles "

@@ -8,16 +8,17 @@ import torch
 
 from .backward import default_filter_eps
 from .checks import check_targets_in_range, check_weight_values
-from .configs import interpreting
+from .configs import DTYPE_NAMES, arch_of, interpreting
 from .forward import compiled_for_interpreter
 from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
 from .op import linear_cross_entropy_op
 from .parallel import VocabParallel, VocabParallelFunction, shard_layout
+from .routes import route_for
 
 REDUCTIONS = ("mean", "sum", "none")
 IMPLS = ("split", "fused")
 BACKWARDS = ("auto", "slices", "tiles")
-ENGINES = ("auto", "triton", "torch")
+ENGINES = ("auto", "triton", "cublas", "torch")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -101,9 +102,17 @@ def _validate_terms(
 
 
 def _resolve(
-    device: torch.device, backward: str, engine: str, filter_eps: object, budget: object
+    device: torch.device,
+    backward: str,
+    engine: str,
+    filter_eps: object,
+    budget: object,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[str, str, int | None]:
-    """(backward, engine, budget) after "auto", or ``ValueError`` naming the conflict."""
+    """(backward, engine, budget) after "auto", or ``ValueError`` naming the conflict.
+
+    "auto" on CUDA runs the slice backward on ``routes.route_for``'s route for the
+    device's arch and ``dtype``."""
     if backward not in BACKWARDS:
         raise ValueError(f"unknown backward {backward!r}; use one of {BACKWARDS}")
     if engine not in ENGINES:
@@ -119,9 +128,14 @@ def _resolve(
     if engine == "auto":
         on_triton = device.type == "cuda" or interpreting() or backward == "tiles"
         engine = "triton" if on_triton else "torch"
-    if engine == "torch" and backward == "tiles":
-        raise ValueError("backward='tiles' is a Triton kernel: use engine='triton' or 'auto'")
-    if engine == "triton" and device.type != "cuda" and not compiled_for_interpreter():
+        if device.type == "cuda" and backward == "slices":
+            engine = route_for(arch_of(device), DTYPE_NAMES[dtype])
+    if engine in ("torch", "cublas") and backward == "tiles":
+        raise ValueError(
+            f"backward='tiles' is a Triton kernel: use engine='triton' or 'auto', not {engine!r}"
+        )
+    interpreted = compiled_for_interpreter()
+    if engine in ("triton", "cublas") and device.type != "cuda" and not interpreted:
         raise ValueError(
             f"Triton on {device.type} needs its interpreter: set TRITON_INTERPRET=1 "
             "before importing perfsuite.kernels, use engine='torch', or CUDA tensors"
@@ -183,9 +197,12 @@ def linear_cross_entropy(
             grains when it holds one; never below 32). Default: 64 MiB, or the workspace
             of a sixteenth of the vocabulary when that is less. Larger budgets mean
             fewer, larger GEMMs.
-        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``) or "torch" (the
-            same slice algorithm in torch ops: the native CPU path, no interpreter).
-            "auto": torch on a CPU without the interpreter.
+        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``: Triton GEMMs with
+            the softmax fused in), "cublas" (the same, with cuBLAS fp32 logit slices and
+            one Triton epilogue per slice: kernels/cublas_route.py) or "torch" (the same
+            slice algorithm in torch ops: the native CPU path, no interpreter). "auto":
+            on CUDA the route kernels/routes.py's rule picks for the arch and dtype;
+            torch on a CPU without the interpreter, else triton.
         impl: "split" (forward, then a recomputing backward) or "fused" (gradients
             computed inside the forward call; backward scales them). Fused with
             ``reduction="none"`` defers the gradient pass to backward; under
@@ -229,7 +246,9 @@ def _linear_cross_entropy(
     """``linear_cross_entropy`` with the ablations' knobs (kernels/ablations.py)."""
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
     _validate_terms(c, weight, z_loss, return_lse, impl)
-    backward, engine, budget = _resolve(e.device, backward, engine, filter_eps, memory_budget)
+    backward, engine, budget = _resolve(
+        e.device, backward, engine, filter_eps, memory_budget, e.dtype
+    )
     if backward == "tiles" and (weight is not None or z_loss or return_lse or vocab_parallel):
         raise ValueError(
             "weight, z_loss, return_lse and vocab_parallel need the slice backward "

@@ -66,6 +66,14 @@ _HALF_BWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, block_dd=64)
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
 _HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=32)
 _FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
+# The slice (gradient) kernel on sm_90. Its first GPU sweep (NVIDIA H200, Triton 3.6.0,
+# commit 45f5417, Gemma2-2B bf16 β 0.1 softcap 30, fwd+bwd, one do_bench per config:
+# reports/nvidia-h200/raw/3-step-tp-sensitivity-tiles/slice-tiles.jsonl) measured this
+# config at 79.0 ms (75.6 in the weighted variant, run after it) and N256-V128-D64-w8-s3
+# best at 74.1. That one is not pinned: it spills, under the device's Triton in the
+# softcap variant (the β 0 cell) and with class weights, under CI's 3.7.1 in four of six
+# variants (reports/nvidia-h200/slice-n256-builds/), and kernel-report fails a pinned
+# build that spills.
 _HOPPER_SLICES = KernelConfig(128, 128, 64, num_warps=8, num_stages=3)
 _BLACKWELL_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
 _BLACKWELL_BWD = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, block_dd=32)

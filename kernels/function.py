@@ -15,6 +15,7 @@ import torch
 from . import terms
 from .backward import GROUP_N, lce_backward
 from .configs import pinned_config
+from .cublas_route import cublas_forward
 from .forward import ForwardResult, lse_forward
 from .native import torch_forward
 from .reductions import column_sum
@@ -40,7 +41,8 @@ class Params:
     num_splits: int | None = None
     # "slices" (exact GEMM backward, slices.py) or "tiles" (atomic tile backward, backward.py).
     backward: str = "slices"
-    # "triton" (GPU, or CPU under the interpreter) or "torch" (torch ops over vocab slices).
+    # "triton" (GPU, or CPU under the interpreter), "cublas" (cuBLAS logit slices and a
+    # Triton epilogue: cublas_route.py) or "torch" (torch ops over vocab slices).
     engine: str = "triton"
     # Bytes of slice workspace beyond the fp32 dE accumulator; None: slices.slice_width's default.
     budget: int | None = None
@@ -80,6 +82,11 @@ def _forward(
     smoothing = p.beta > 0
     if p.engine == "torch":
         out = torch_forward(
+            e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget, weight=weight
+        )
+        return out, None
+    if p.engine == "cublas":
+        out = cublas_forward(
             e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget, weight=weight
         )
         return out, None

@@ -74,7 +74,8 @@ def patch(
             inference and ``generate()`` are unchanged. A call may pass its own.
         allow_untested: patch a causal LM class outside ``TESTED`` (see module doc).
         kernel_options: any of ``KERNEL_OPTIONS``, passed to ``linear_cross_entropy``;
-            engine "auto" runs the torch engine for CPU tensors, Triton on CUDA.
+            engine "auto" runs the torch engine for CPU tensors, on CUDA the route
+            kernels/routes.py's rule picks.
 
     Returns the same model; raises ``UnsupportedModelError`` naming what is missing.
     """

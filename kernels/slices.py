@@ -330,6 +330,12 @@ def slices_backward(
     ``weight`` the class weights (fp32 (V,)) when there are any. ``de_fp32`` returns dE
     as the fp32 accumulator (the vocab-parallel path sums it across ranks first).
     """
+    if p.engine == "cublas":  # the cuBLAS route (routes.py): its own module
+        from .cublas_route import cublas_backward
+
+        return cublas_backward(
+            e, c, targets, row_max, log_sum, k, p=p, weight=weight, de_fp32=de_fp32
+        )
     n_rows, dim = e.shape
     vocab = c.shape[0]
     triton_engine = p.engine == "triton"

@@ -1,5 +1,8 @@
 """``perfsuite`` command line: imports only the typed subcommand's module (``perfsuite
---help`` and ``perfsuite shapes`` import no torch); bad input is one ``error:`` line, exit 2."""
+--help`` and ``perfsuite shapes`` import no torch); bad input is one ``error:`` line, exit 2;
+Ctrl-C or SIGTERM, from the first instant ``main`` runs, exit 130 without a traceback. This
+module imports little itself (rich and the rest load inside ``main``): a Ctrl-C while they
+load is ``main``'s to answer."""
 
 from __future__ import annotations
 
@@ -11,14 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from perfsuite import __version__
-from perfsuite.fit import TrimmedConsole
 from perfsuite.parser import BAD_INPUT, DESCRIPTION, MODULE_COMMANDS, Parser, print_error
-from perfsuite.plan.shapes import PRESETS, get_shape
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_OUT_DIR = Path("reports") / "runs"
 
@@ -97,6 +99,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
         if not names:
             raise PlanError(f"--shape {text!r}: no preset named (see `perfsuite shapes`)")
+        from perfsuite.plan.shapes import get_shape
+
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
         softcap = _softcap(args, shapes)
     extra = measurement_options(args)
@@ -154,6 +158,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
+
+    from perfsuite.plan.shapes import PRESETS
 
     caption = "softcap: the model's, applied only with --softcap"
     table = Table(title="shape presets", caption=caption)
@@ -217,7 +223,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-Command = Callable[[argparse.Namespace, Console], int]
+Command = Callable[[argparse.Namespace, "Console"], int]
 # Commands defined here: name -> (help, add its arguments, run it).
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Command]] = {
     "run": ("measure methods on a shape preset", add_run_arguments, cmd_run),
@@ -244,7 +250,11 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
     # dest: a name no subcommand option takes (bisect --command wrote `command`)
-    sub = parser.add_subparsers(dest="subcommand", required=True)
+    # metavar: the usage line names COMMAND, not every choice (162 columns, issue 46); the
+    # list below it names each with its line
+    sub = parser.add_subparsers(
+        dest="subcommand", metavar="COMMAND", title="commands", required=True
+    )
     for name, (help_text, add_arguments, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         if commands is None or name in commands:
@@ -262,27 +272,41 @@ def _terminated(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _interrupted(command: str | None, hint: str = "") -> int:
+    from perfsuite.fit import TrimmedConsole
+
+    name = f"perfsuite {command}" if command else "perfsuite"
+    TrimmedConsole().print(f"[red]interrupted[/red]: {name} stopped{hint}")
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    # First: a SIGTERM while the command's modules load exits 130 as a Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     argv = list(sys.argv[1:] if argv is None else argv)
     # The subcommand: the first word not an option (--help and --version take no value).
     command = next((word for word in argv if not word.startswith("-")), None)
-    args = build_parser([] if command is None else [command]).parse_args(argv)
-    args.argv = argv  # what was typed, for records
-    # progress lines: no "cli.py:101" source column; no trailing spaces in a file
-    console = TrimmedConsole(log_path=False)
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
-        if args.subcommand in COMMANDS:
-            return COMMANDS[args.subcommand][2](args, console)
-        return int(_module(args.subcommand).run(args))
-    except BAD_INPUT as err:  # the one place a command's bad-input exception is printed
-        print_error(err)
-        return 2
-    except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)
-        hint = " (sweep --resume picks it up)" if args.subcommand == "sweep" else ""
-        console.print(f"[red]interrupted[/red]: perfsuite {args.subcommand} stopped{hint}")
-        return 130
+        # Parsing imports the command's modules (torch, for some: seconds under load).
+        args = build_parser([] if command is None else [command]).parse_args(argv)
+        args.argv = argv  # what was typed, for records
+        from perfsuite.fit import TrimmedConsole
+
+        # progress lines: no "cli.py:101" source column; no trailing spaces in a file
+        console = TrimmedConsole(log_path=False)
+        try:
+            if args.subcommand in COMMANDS:
+                return COMMANDS[args.subcommand][2](args, console)
+            return int(_module(args.subcommand).run(args))
+        except BAD_INPUT as err:  # the one place a command's bad-input exception is printed
+            print_error(err)
+            return 2
+        except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)
+            hint = " (sweep --resume picks it up)" if args.subcommand == "sweep" else ""
+            return _interrupted(args.subcommand, hint)
+    except KeyboardInterrupt:  # before the command ran: nothing started, nothing to keep
+        return _interrupted(command)
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)

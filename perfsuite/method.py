@@ -28,11 +28,11 @@ KINDS = ("loss", "tp", "step", "train")
 
 
 class Unsupported(Exception):
-    """Raised by ``Method.prepare`` for a case the method cannot compute as asked."""
+    """Raised by ``SimpleMethod.prepare`` for a case the method cannot compute as asked."""
 
 
 class Unavailable(Exception):
-    """Raised by ``Method.prepare`` when a package or device turns out to be missing."""
+    """Raised by ``SimpleMethod.prepare`` when a package or device turns out to be missing."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,3 @@ class SimpleMethod:
             raise Unsupported(reason)
         assert self.build is not None
         return self.build(case, c)
-
-
-# What the suite asks of a method: every one is a ``SimpleMethod`` declaration.
-Method = SimpleMethod

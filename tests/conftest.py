@@ -5,10 +5,8 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
-import multiprocessing.util
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from plugins import use_plugins
+from process_guard import watch
 from step.stepping import METHODS, QUICK, Ran, step
 
 from perfsuite.checkout import drop_checkout_root
@@ -97,10 +96,7 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): a worker a core, at most four (each test may
-    start processes of its own); none under ``--benchmark-only``, which pytest-benchmark
-    refuses to time beside xdist."""
-    if config.getoption("benchmark_only", False):
-        return 0
+    start processes of its own)."""
     return min(len(os.sched_getaffinity(0)), 4)
 
 
@@ -114,39 +110,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-READS = ("git", "uname")
-
-
 @pytest.fixture(autouse=True)
 def unit_tests_stay_in_process(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
     """The two sets stay apart: a test that starts a process (a worker, torchrun's ranks,
-    a compiler, Chromium, a wheel build; git's and uname's reads aside) is marked
-    ``integration``, and ``-m "not integration"`` is the fast in-process set.
-    ``PERFSUITE_SPAWN_LOG=FILE`` lists the unmarked tests that start one instead of
-    failing them."""
+    a compiler, Chromium, a wheel build; git's and uname's reads and a library's own
+    build steps and probes aside, tests/process_guard.py) is marked ``integration``, and
+    ``-m "not integration"`` is the fast in-process set. ``PERFSUITE_SPAWN_LOG=FILE``
+    lists the unmarked tests that start one instead of failing them."""
     if request.node.get_closest_marker("integration") is not None:
         yield
         return
-    started: list[str] = []
-    execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]
-    spawn = multiprocessing.util.spawnv_passfds
-
-    def execute_child(self, args, *rest, **kw):  # noqa: ANN001, ANN202
-        words = [args] if isinstance(args, (str, bytes)) else list(args)
-        # git and uname (platform.processor, once a process): the provenance a results
-        # file records, reads, not processes that measure
-        if os.path.basename(os.fsdecode(words[0]).split()[0]) not in READS:
-            started.append(" ".join(os.fsdecode(w) for w in words[:3]).splitlines()[0])
-        return execute(self, args, *rest, **kw)
-
-    def spawnv_passfds(path, args, passfds):  # noqa: ANN001, ANN202
-        started.append(" ".join(os.fsdecode(a) for a in list(args)[:3]).splitlines()[0])
-        return spawn(path, args, passfds)
-
-    monkeypatch.setattr(subprocess.Popen, "_execute_child", execute_child)
-    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", spawnv_passfds)
+    started = watch(monkeypatch)
     yield
     log = os.environ.get("PERFSUITE_SPAWN_LOG")
     if started and log:

@@ -215,7 +215,8 @@ def probe() -> dict:
                     spec = build.specialise(la)
                     name = "" if la.variant == first[kernel] else f"[{la.variant}]"
                     res[f"{kernel}{name} {arch}"] = {
-                        "constants": {k: v for k, v in spec.constants().items()},
+                        "constants": {spec.jit.arg_names[k[0]]: v
+                                      for k, v in spec.constexprs.items() if len(k) == 1},
                         "divisible": spec.divisible(),
                     }
             bwd = [

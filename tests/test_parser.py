@@ -57,3 +57,38 @@ def test_help_is_plain_text_and_history_takes_db_either_side(tmp_path, capsys):
     assert capsys.readouterr().out.endswith("4 runs\n")
     assert main(["history", "--db", str(tmp_path / "none.sqlite"), "list", "--db", str(db)]) == 0
     assert capsys.readouterr().out.endswith("4 runs\n")  # the one after the subcommand wins
+
+
+def _help_argvs() -> list[list[str]]:
+    """Every (sub-)subcommand's ``--help`` argv, from the parser itself."""
+
+    from perfsuite.cli import build_parser
+
+    argvs = [[]]
+    for name, sub in _subparsers(build_parser()).items():
+        argvs.append([name])
+        argvs += [[name, inner] for inner in _subparsers(sub)]
+    return [[*argv, "--help"] for argv in argvs]
+
+
+def _subparsers(parser) -> dict:
+    import argparse
+
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(actions[0].choices) if actions else {}
+
+
+def test_every_help_fits_80_columns(monkeypatch, capsys):
+    """`perfsuite --help`'s usage line listed every command: 162 columns (issue 46)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    argvs = _help_argvs()
+    assert ["workload", "train", "--help"] in argvs and len(argvs) > 25
+    wide = {}
+    for argv in argvs:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 0, argv
+        lines = capsys.readouterr().out.splitlines()
+        assert lines and lines[0].startswith("usage: perfsuite"), argv
+        wide.update({" ".join(argv): line for line in lines if len(line) > 80})
+    assert not wide, wide

@@ -39,7 +39,7 @@ def _plan(device: str = "cuda") -> dict:
 def test_call_1_fits_seven_device_minutes_in_the_order_that_matters() -> None:
     steps = _plan()
     call = [steps[i] for i in gpu_plan.CALLS["1"]]
-    assert [s.id for s in call] == ["0a", "k", "g", "p", "r"]
+    assert [s.id for s in call] == ["0a", "k", "g", "pk", "pg", "r", "h"]
     assert gpu_run.call_estimate(call) <= gpu_plan.CALL_LIMITS_S["1"]
     assert gpu_plan.CALL_LIMITS_S["1"] + gpu_plan.TRANSFERS_S <= 420  # 7 minutes
     tests = steps["k"].command(ROOT)
@@ -50,7 +50,54 @@ def test_call_1_fits_seven_device_minutes_in_the_order_that_matters() -> None:
         assert cell[cell.index(flag) + 1] == value
     assert "--softcap" in cell  # Gemma2's 30: the kernel's targets are stated there
     methods = cell[cell.index("--methods") + 1].split(",")
-    assert methods == ["ours", "ours-fused", "torch-compile", "liger", "cce"]
+    assert methods == ["ours", "ours-route-cublas", "ours-cublas", "torch-compile"]
+    peers = steps["h"].command(ROOT)
+    assert peers[peers.index("--methods") + 1].split(",") == ["ours-fused", "liger", "cce", "eager"]
+    assert peers[: peers.index("--methods")] == cell[: cell.index("--methods")]
+
+
+def test_call_1_profiles_every_candidate_per_kernel_and_both_routes_as_a_graph() -> None:
+    """Issue 44 item 5, issue 45 item 3: a trace and a kernel breakdown per candidate, so one
+    call picks the faster route; the graph timer for both routes (ours must capture)."""
+    steps = _plan()
+    cell = steps["g"].command(ROOT)
+    candidates = cell[cell.index("--methods") + 1]
+    for sid, timer, methods in (("pk", "kernels", candidates),
+                                ("pg", "graph", "ours,ours-route-cublas")):  # fmt: skip
+        argv = steps[sid].command(ROOT)
+        assert argv[argv.index("--timer") + 1] == timer, sid
+        assert argv[argv.index("--methods") + 1] == methods, sid
+        assert argv[argv.index("--beta") + 1] == "0.1", sid
+        assert argv[argv.index("--profile") + 1] == f"{ROOT}/profile-{timer}", sid
+        assert argv[argv.index("--out") + 1] == f"{ROOT}/gemma2-2b-{timer}.json", sid
+        assert argv[: argv.index("--beta")] == cell[: cell.index("--beta")], sid
+
+
+def test_the_other_route_is_the_one_the_rule_does_not_pick() -> None:
+    """The candidates follow kernels/routes.py: flipping sm_90's entry swaps the method."""
+    from perfsuite.kernels import routes
+
+    chosen = routes.route_for("sm_90", "bf16")
+    assert gpu_plan.OTHER_ROUTE == routes.method_for(routes.other_route(chosen))
+    from perfsuite.plan.registry import all_methods
+
+    assert gpu_plan.OTHER_ROUTE in all_methods()
+    assert set(gpu_plan.CELL_METHODS.split(",")) <= set(all_methods())
+
+
+def test_tp_step_runs_at_a_beta_every_peer_supports() -> None:
+    """Issue 45 item 1: at β 0.1 megatron and torch-parallel were unsupported (H200 call 2),
+    so --tp 1 measured nothing beside ours."""
+    from perfsuite.method import Case
+    from perfsuite.plan.registry import methods_for
+
+    argv = _plan()["9a"].command(ROOT)
+    betas = [float(b) for b in argv[argv.index("--beta") + 1].split(",")]
+    tp = methods_for("tp")
+    for name in argv[argv.index("--methods") + 1].split(","):
+        for beta in betas:
+            case = Case(8192, 256000, 2304, "bf16", beta, 30.0, device="cuda")
+            assert tp[name].unsupported_reason(case) is None, (name, beta)
 
 
 def test_every_call_fits_its_limit_and_every_estimate_says_where_from() -> None:
@@ -81,7 +128,7 @@ def test_dry_run_prints_each_estimate_and_the_calls_total(capsys) -> None:
         estimate = _plan()[sid].estimate_s
         assert f"est {estimate:4.0f} s" in line
     total = gpu_run.call_estimate([_plan()[i] for i in gpu_plan.CALLS["1"]])
-    assert lines[-1] == f"call 1: 5 steps, estimate {total:.0f} s, limit 400 s: fits"
+    assert lines[-1] == f"call 1: 7 steps, estimate {total:.0f} s, limit 400 s: fits"
     assert gpu_run.main(["2", "--dry-run", "--limit", "200"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].endswith("limit 200 s: DOES NOT FIT")
 
@@ -242,14 +289,16 @@ def test_call_1_rehearsed_on_cpu(tmp_path: Path) -> None:
     assert list(status) == gpu_plan.CALLS["1"]
     for sid in ("0a", "k", "g"):
         assert status[sid]["status"] == "done" and status[sid]["rc"] == 0, status[sid]
-    for sid in ("p", "r"):
+    for sid in ("pk", "pg", "r"):
         assert _done_or_skipped_saying_why(status[sid]), status[sid]
+    assert status["h"]["status"] == "done" and status["h"]["rc"] == 0, status["h"]
     assert "SKIPPED" in (work / "k-cuda-tests.log").read_text()  # -rs: the reason too
     assert "no CUDA device" in (work / "k-cuda-tests.log").read_text()
     rows = json.loads((work / "gemma2-2b-fwdbwd.json").read_text())["rows"]
-    assert {r["method"] for r in rows} == {"ours", "ours-fused", "torch-compile", "cce"}
+    assert {r["method"] for r in rows} == set(gpu_plan.CANDIDATES.split(","))
     assert any(r.get("deterministic") is True for r in rows)  # eager torch ops: bit-exact
-    assert {"cuda-tests.xml", "gemma2-2b-fwdbwd.json", "manifest-1.json"} <= packed(out, "1")
+    files = {"cuda-tests.xml", "gemma2-2b-fwdbwd.json", "gemma2-2b-peers.json", "manifest-1.json"}
+    assert files <= packed(out, "1")
 
 
 @pytest.mark.slow
@@ -263,7 +312,7 @@ def test_every_call_rehearsed_on_cpu(tmp_path: Path) -> None:
     # 3b runs on a committed trained-activation dump (issue 21 added one), else skips.
     dumps = sorted((ROOT / "reports" / "filtering").glob("trained-*.safetensors"))
     assert status.pop("3b")["status"] == ("done" if dumps else "skipped")
-    for sid in ("p", "r"):
+    for sid in ("pk", "pg", "r"):
         assert _done_or_skipped_saying_why(status.pop(sid))
     bad = {k: (v["status"], v["rc"], v["reason"]) for k, v in status.items()
            if v["status"] != "done" or v["rc"] != 0}  # fmt: skip
@@ -276,3 +325,22 @@ def test_every_call_rehearsed_on_cpu(tmp_path: Path) -> None:
                  "filtering-gemma2-2b-synthetic.json", "tp1.json", "step-gemma2-2b.json",
                  "slice-tiles.jsonl"):  # fmt: skip
         assert name in files, name
+
+
+def test_docs_call_1_table_is_the_plan() -> None:
+    """docs/gpu.md's call-1 table: the plan's steps, estimates, limits and total."""
+    text = (ROOT / "docs" / "gpu.md").read_text()
+    section = text[text.index("## Call 1") : text.index("## Call 2")]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("| ")]  # fmt: skip
+    steps = _plan()
+    ids = [r[0] for r in rows if r[0] in steps]
+    assert ids == gpu_plan.CALLS["1"]
+    for r in rows:
+        if r[0] in steps:
+            assert (float(r[2]), float(r[3])) == (steps[r[0]].estimate_s, steps[r[0]].limit_s)
+    total = gpu_run.call_estimate([steps[i] for i in gpu_plan.CALLS["1"]])
+    (last,) = [r for r in rows if "**call 1**" in r]
+    assert last[2:4] == [f"**{total:.0f}**", f"**{gpu_plan.CALL_LIMITS_S['1']:.0f}**"]
+    (wheels,) = [r for r in rows if "wheels' install" in r[1]]
+    assert float(wheels[2]) == gpu_plan.WHEELS_S

@@ -14,7 +14,6 @@ from typing import Any
 
 from perfsuite.args import positive_int
 from perfsuite.converge.presets import PRESETS
-from perfsuite.plan.workloads import WorkloadError, read_dump
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     dump.add_argument("--seq", type=positive_int, default=512, help="tokens per sequence")
     dump.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], help="default: the model's")
     train = sub.add_parser("train", help="train converge's cpu-filtering preset, dump a batch")
-    train.add_argument("--preset", default="cpu-filtering", choices=PRESETS)
+    train.add_argument(
+        "--preset",
+        default="cpu-filtering",
+        choices=PRESETS,
+        metavar="PRESET",  # the choices in the help, not in an 80-column usage line
+        help=f"converge's preset: {', '.join(PRESETS)} (default cpu-filtering)",
+    )
     train.add_argument("--steps", type=positive_int, help="default: the preset's")
     train.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     for p in (dump, train):
@@ -40,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def summarize(path: Path) -> dict[str, Any]:
     """What ``inspect`` prints: the file's shape and ``workload_summary``."""
     from perfsuite.filtering.stats import workload_summary
+    from perfsuite.plan.workloads import read_dump
 
     dump = read_dump(path)
     return {
@@ -58,6 +64,8 @@ def _print(summary: dict[str, Any]) -> None:
 
 def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
     import torch
+
+    from perfsuite.plan.workloads import WorkloadError
 
     if not args.model.is_dir():
         raise WorkloadError(f"--model {args.model}: not a folder (save_pretrained's output)")
@@ -81,7 +89,9 @@ def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # here, not above: they load torch, and the arguments are checked before
     from perfsuite.activations.dump import dump_workload, train_and_dump
+    from perfsuite.plan.workloads import WorkloadError
     from perfsuite.results.outpath import check_output_file
 
     command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)

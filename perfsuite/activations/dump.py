@@ -111,15 +111,6 @@ def dump_workload(
     }
 
 
-def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The ``provenance`` metadata a dump was written with, if any."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        text = (f.metadata() or {}).get("provenance")
-    return None if text is None else json.loads(text)
-
-
 def train_and_dump(
     out: str | Path,
     *,

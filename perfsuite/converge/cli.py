@@ -21,7 +21,7 @@ from perfsuite.converge.parity import REFERENCE
 from perfsuite.converge.presets import PRESETS, default_methods
 from perfsuite.converge.sweep import Config
 from perfsuite.fit import TrimmedConsole
-from perfsuite.method import DTYPES, Method
+from perfsuite.method import DTYPES, SimpleMethod
 from perfsuite.plan.plan import PlanError, parse_betas, parse_list
 
 
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _methods(
-    text: str | None, device: str, known: dict[str, Method], preset_methods: tuple | None
+    text: str | None, device: str, known: dict[str, SimpleMethod], preset_methods: tuple | None
 ) -> list[str]:
     if text is None:
         methods = [m for m in preset_methods or default_methods(device) if m in known]
@@ -112,7 +112,7 @@ def _methods(
     return [REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]]
 
 
-def resolve(args: argparse.Namespace, known: dict[str, Method]) -> Config:
+def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     """Check every argument against the registry ``known``; raise ``PlanError``."""
     from perfsuite.plan.plan import default_jobs, resolve_device
 

@@ -39,11 +39,6 @@ class BigramSource:
     def support(self) -> int:
         return self.successors.shape[1]
 
-    def dense(self) -> torch.Tensor:
-        """The ``vocab x vocab`` transition matrix (for small vocabularies and tests)."""
-        out = torch.zeros(self.vocab, self.vocab, dtype=torch.float64)
-        return out.scatter_(1, self.successors, self.weights)
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """``(batch, length)`` int64 token ids drawn from the chain."""
         out = torch.empty(batch, length, dtype=torch.long)

@@ -17,7 +17,7 @@ from perfsuite.converge.train import RunResult, case_for, refusal
 from perfsuite.converge.worker import WorkerSpec
 from perfsuite.harness.kind import Kind
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.method import Method
+from perfsuite.method import SimpleMethod
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class TrainKind(Kind):
     """Training runs: a case is ``{"beta", "dtype"}`` (and the step's N, V, D, for the
     machine's state labels); its one row is the run's result."""
 
-    methods: dict[str, Method]
+    methods: dict[str, SimpleMethod]
     preset: Preset
     data: str
     device: str

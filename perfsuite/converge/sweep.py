@@ -24,7 +24,7 @@ from perfsuite.converge.runner import Cell, TrainKind, result
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
 from perfsuite.converge.yardstick import yardstick_for
 from perfsuite.harness.kind import run_kind
-from perfsuite.method import Method
+from perfsuite.method import SimpleMethod
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.results import new_document, write_results
 
@@ -47,7 +47,7 @@ class Config:
     timeout_s: float = 1800.0
 
 
-def plan_cells(config: Config, known: dict[str, Method]) -> list[Cell]:
+def plan_cells(config: Config, known: dict[str, SimpleMethod]) -> list[Cell]:
     """Every run, in table order: dtype, then beta, then method (eager first)."""
     cells = []
     for dtype in config.dtypes:
@@ -59,7 +59,7 @@ def plan_cells(config: Config, known: dict[str, Method]) -> list[Cell]:
     return cells
 
 
-def _env(config: Config, known: dict[str, Method], data_info: dict[str, Any]) -> dict:
+def _env(config: Config, known: dict[str, SimpleMethod], data_info: dict[str, Any]) -> dict:
     """Provenance, and the sweep's settings under ``converge`` (``model`` filled in by the
     first worker: the parent does not import transformers)."""
     p = config.preset
@@ -84,7 +84,7 @@ def _env(config: Config, known: dict[str, Method], data_info: dict[str, Any]) ->
     return env
 
 
-def sweep(config: Config, known: dict[str, Method], console: Console) -> dict[str, Any]:
+def sweep(config: Config, known: dict[str, SimpleMethod], console: Console) -> dict[str, Any]:
     """Train every cell in workers; rewrites ``config.out`` after each finished run (the
     document ``partial`` until the last) and returns the results document."""
     start = time.perf_counter()
@@ -149,7 +149,7 @@ def report(out: Path, document: dict[str, Any], console: Console) -> None:
         console.print(f"plot:    {path}", highlight=False, soft_wrap=True)
 
 
-def dry_run(config: Config, known: dict[str, Method], console: Console) -> int:
+def dry_run(config: Config, known: dict[str, SimpleMethod], console: Console) -> int:
     """Build the data and the model (meta device), print every cell's fate; train nothing."""
     p = config.preset
     data = build_dataset(p, config.data)

@@ -16,8 +16,8 @@ from perfsuite.converge.data import Dataset
 from perfsuite.converge.evaluate import evaluate
 from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
 from perfsuite.converge.presets import Preset
-from perfsuite.method import DTYPES, Case, Method
-from perfsuite.run.worker import failure
+from perfsuite.harness.worker import failure
+from perfsuite.method import DTYPES, Case, SimpleMethod
 
 ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
 
@@ -60,7 +60,7 @@ def case_for(preset: Preset, beta: float, dtype: str, device: str) -> Case:
     return Case(**size, dtype=dtype, beta=beta, device=device, z_loss=p.z_loss)
 
 
-def refusal(method: Method, case: Case) -> tuple[str, str] | None:
+def refusal(method: SimpleMethod, case: Case) -> tuple[str, str] | None:
     """``(status, reason)`` of a run the method cannot make (no training loss, not
     installed here, or the case unsupported), known without training; else None."""
     reason = method.lacks("train")  # a method measured only across ranks
@@ -108,7 +108,7 @@ def grad_norm(model: torch.nn.Module) -> float:
 
 
 def train_run(
-    method: Method,
+    method: SimpleMethod,
     preset: Preset,
     data: Dataset,
     beta: float,
@@ -133,7 +133,7 @@ def train_run(
 
 
 def _train(
-    method: Method,
+    method: SimpleMethod,
     case: Case,
     preset: Preset,
     data: Dataset,

@@ -66,7 +66,7 @@ class Study:
         self.probs = torch.exp(self.logits - self.lse[:, None])
         self.reference = ref = reference_outcome(case, inputs)
         same_dtype = torch_error_outcome(case, inputs)
-        self.bounds = tolerances(case, ref, same_dtype)
+        self.bounds = tolerances(case.dtype, ref, same_dtype)
         self.torch_err = {q: distance(same_dtype.get(q), ref.get(q)) for q in ("grad_e", "grad_c")}
 
     def summary(self) -> dict[str, Any]:

@@ -107,10 +107,6 @@ class Spec:
         names = self.jit.arg_names
         return [names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
 
-    def constants(self) -> dict[str, Any]:
-        names = self.jit.arg_names
-        return {names[k[0]]: v for k, v in self.constexprs.items() if len(k) == 1}
-
 
 def specialise(launch: Launch, *, hints: bool = True) -> Spec:
     """Signature, constants, attributes and options of ``launch`` as the JIT builds them.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -39,15 +40,42 @@ def _nbytes(shapes: list, dtypes: list) -> int:
     return total
 
 
+def _input_dtypes(prof: Any) -> Callable[[Any], list]:
+    """Each event's input dtypes, on every torch the project runs: newer torch (2.13) puts
+    them on the ``FunctionEvent`` (``input_dtypes``); torch 2.11's has no such attribute
+    (the H200's run, issue 45), but the Kineto event it was made from (same correlation
+    id, the ``FunctionEvent``'s ``id``) has had ``dtypes()`` all along."""
+    kineto: dict[int, list] | None = None
+
+    def dtypes(event: Any) -> list:
+        nonlocal kineto
+        found = getattr(event, "input_dtypes", None)
+        if found is not None:
+            return found
+        if kineto is None:
+            results = prof.kineto_results
+            events = results.events() if results is not None else []
+            # collectives only: a device activity's correlation id may repeat a host op's
+            kineto = {
+                e.correlation_id(): list(e.dtypes())
+                for e in events
+                if e.name().startswith(BACKENDS)
+            }
+        return kineto.get(event.id, [])
+
+    return dtypes
+
+
 def measure_collectives(fn: Callable[[], object], device: torch.device) -> Collectives:
     """Run ``fn`` once under the profiler; its collectives' count, bytes and time."""
     prof, _ = run_profiled(fn, device, record_shapes=True)
+    dtypes = _input_dtypes(prof)
     count = nbytes = 0
     host_us = device_us = 0.0
     for event in prof.function_events:
         if event.name.startswith(BACKENDS):
             count += 1
-            nbytes += _nbytes(event.input_shapes, event.input_dtypes)
+            nbytes += _nbytes(event.input_shapes, dtypes(event))
             host_us += event.cpu_time_total
         elif device.type == "cuda" and "nccl" in event.name.lower():
             device_us += event.device_time_total

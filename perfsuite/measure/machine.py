@@ -27,16 +27,21 @@ _SLOWING_REASONS = {
 }
 
 
-def _cpu_seconds() -> dict[int, tuple[str, float]]:
-    """pid -> (name, CPU seconds) of every process we may see: its own user + system
-    time and its reaped children's (a worker's finished compile workers: their time
-    leaves the list with them and would otherwise read as another process's)."""
+def _cpu_seconds() -> dict[int, tuple[str, float, float, float]]:
+    """pid -> (name, CPU seconds, its own CPU seconds, start time) of every process we may
+    see. CPU seconds: its own user + system time and its reaped children's (a worker's
+    finished compile workers: their time leaves the list with them and would otherwise
+    read as another process's). Its own: without them, what another process is listed
+    with: a shell or pytest that reaps its children gains their whole lives' time at
+    once (a 2-core box read "python 544%", issue 46). The start time tells a reused pid."""
     out = {}
-    for proc in psutil.process_iter(["name", "cpu_times"]):
+    for proc in psutil.process_iter(["name", "cpu_times", "create_time"]):
         t = proc.info.get("cpu_times")
         if t is not None:
-            seconds = t.user + t.system + t.children_user + t.children_system
-            out[proc.pid] = (proc.info.get("name") or "?", seconds)
+            own = t.user + t.system
+            seconds = own + t.children_user + t.children_system
+            started = proc.info.get("create_time") or 0.0
+            out[proc.pid] = (proc.info.get("name") or "?", seconds, own, started)
     return out
 
 
@@ -79,7 +84,9 @@ class Snapshot:
         me = psutil.Process().cpu_times()
         # This process, its finished children (workers), and its running workers.
         self.ours = me.user + me.system + me.children_user + me.children_system
-        self.ours += sum(s for pid, (_, s) in self.cpu.items() if pid != os.getpid() and _ours(pid))
+        self.ours += sum(
+            s for pid, (_, s, *_) in self.cpu.items() if pid != os.getpid() and _ours(pid)
+        )
 
 
 def other_cores(start: Snapshot, end: Snapshot, elapsed: float) -> float:
@@ -88,24 +95,37 @@ def other_cores(start: Snapshot, end: Snapshot, elapsed: float) -> float:
     return max(0.0, (end.machine - start.machine) - (end.ours - start.ours)) / elapsed
 
 
+def _on_our_cores(pid: int, cpus: set[int]) -> bool:
+    """Whether a process may run on ``cpus``: one pinned elsewhere used none of them."""
+    try:
+        return bool(set(psutil.Process(pid).cpu_affinity()) & cpus)
+    except (psutil.Error, OSError, AttributeError):  # gone, hidden, or no affinity here
+        return True
+
+
 def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
     """Load average, cores, and the CPU that others used between two snapshots:
-    the machine's busy time on our cores less this run's own processes'."""
+    the machine's busy time on our cores less this run's own processes', in cores on
+    average over the span (core-seconds / seconds). The processes named are in the same
+    unit, each its own CPU time over the span, at most the total (time it spent on cores
+    not ours is not in the total)."""
     # CPU times tick at 10 ms: over a short case that alone would read as a share.
     elapsed = max(end.wall - start.wall, 0.5)
+    total = other_cores(start, end, elapsed)
     others = []
-    for pid, (name, seconds) in end.cpu.items():
-        if pid not in start.cpu:
+    for pid, (name, _, own, started) in end.cpu.items():
+        before = start.cpu.get(pid)
+        if before is None or before[3] != started:  # new, or its pid reused
             continue
-        share = (seconds - start.cpu[pid][1]) / elapsed
-        if share >= LISTED_SHARE and not _ours(pid):
+        share = min((own - before[2]) / elapsed, total)
+        if share >= LISTED_SHARE and not _ours(pid) and _on_our_cores(pid, end.cpus):
             others.append({"pid": pid, "name": name, "cores": round(share, 2)})
     others.sort(key=lambda p: -p["cores"])
     return {
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "cores": len(end.cpus),
         "seconds": round(end.wall - start.wall, 2),
-        "other_cores": round(other_cores(start, end, elapsed), 2),
+        "other_cores": round(total, 2),
         "other_processes": others[:5],
     }
 
@@ -174,17 +194,29 @@ def busy_reasons(state: dict[str, Any]) -> list[str]:
     reasons = []
     cpu = state.get("cpu") or {}
     if cpu.get("other_cores", 0.0) >= BUSY_CORES:
-        seen = ", ".join(f"{p['name']} {p['cores']:.0%}" for p in cpu["other_processes"][:3])
-        reasons.append(
-            f"other processes used {cpu['other_cores']:.1f} of {cpu['cores']} cores"
-            + (f" ({seen})" if seen else "")
-        )
+        reasons.append(_other_cpu(cpu))
     gpu = state.get("gpu") or {}
     if gpu.get("throttle"):
         reasons.append(f"GPU throttled ({', '.join(gpu['throttle'])})")
     if gpu.get("gpu_processes"):
         reasons.append(f"other processes on the GPU: {gpu['gpu_processes']}")
     return reasons
+
+
+def _other_cpu(cpu: dict[str, Any]) -> str:
+    """Others' CPU in one unit, cores on average over the span, the named processes' and
+    the rest's adding up to the total: "other processes used 1.4 of 2 cores over 3.2 s:
+    python 0.8, bash 0.4, the rest 0.2"."""
+    total = cpu["other_cores"]
+    seconds = cpu.get("seconds")
+    span = "" if seconds is None else f" over {seconds:.{1 if seconds < 10 else 0}f} s"
+    text = f"other processes used {total:.1f} of {cpu['cores']} cores{span}"
+    named = cpu.get("other_processes", [])[:3]
+    parts = [f"{p['name']} {p['cores']:.1f}" for p in named]
+    rest = total - sum(p["cores"] for p in named)
+    if parts and rest >= 0.05:
+        parts.append(f"the rest {rest:.1f}")
+    return text + (f": {', '.join(parts)}" if parts else "")
 
 
 class Watch:

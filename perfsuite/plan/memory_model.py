@@ -16,11 +16,14 @@ def floor_bytes(phase: str, tokens: int, vocab: int, hidden: int, dtype: str) ->
     return (tokens + vocab) * hidden * DTYPE_BYTES[dtype]
 
 
-def reference_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16") -> int:
+def reference_bytes(
+    tokens: int, vocab: int, hidden: int, dtype: str = "bf16", softcap: bool = False
+) -> int:
     """Peak of the gate's reference fwd+bwd (logits, log-softmax, their gradient, the
-    inputs and theirs): fp32, or fp64 for fp32 cases (torch's own fp32 error)."""
+    inputs and theirs; a softcap's tanh one copy more, as measured in
+    tests/plan/test_memory_model.py): fp32, or fp64 for fp32 cases (torch's own error)."""
     size = 8 if dtype == "fp32" else 4
-    return 3 * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
+    return (3 + softcap) * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
 
 
 def available_memory() -> int:
@@ -30,10 +33,6 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-# Copies of the N x V logits (in the input dtype) eager holds at its peak, (without,
-# with) softcap: the gate runs eager. Each method declares its own
-# (``perfsuite.method.Capabilities.logit_copies``).
-EAGER_LOGIT_COPIES = (4.0, 7.0)
 # Share of available RAM a CPU run may plan to use.
 CPU_MEMORY_SHARE = 0.8
 # Share of a GPU's memory a cell may plan to use (context, allocator slack).
@@ -43,21 +42,27 @@ CUDA_MEMORY_SHARE = 0.92
 def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
     """What every cell's worker needs at least: e, c and their gradients, then the
     correctness gate (the fp32 reference, ``reference_bytes``, and eager in the
-    input dtype), whichever method it times."""
+    input dtype, holding the logit copies its declaration says), whichever method it times."""
+    from perfsuite.baselines.torch_methods import EAGER  # torch: only where it is needed
+
     size = DTYPE_BYTES[dtype]
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
-    eager = tensors + EAGER_LOGIT_COPIES[softcap] * tokens * vocab * size
-    return int(max(reference_bytes(tokens, vocab, hidden, dtype) + tensors, eager))
+    eager = tensors + EAGER.caps.logit_copies[softcap] * tokens * vocab * size
+    return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
 
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 def fmt_size(nbytes: float) -> str:
-    """``512 B``, ``23.3 MiB``, ``2.0 PiB``: bytes in the largest binary unit they fill,
-    one decimal (a shape a typo made huge read "~2235179424.3 GiB")."""
+    """``512 B``, ``23.3 MiB``, ``131 KiB``: bytes in the largest binary unit they fill, to
+    the tables' three significant figures (a shape a typo made huge read "~2235179424.3
+    GiB"). The one formatter of a size that carries its own unit."""
     scale = min((int(nbytes).bit_length() - 1) // 10, len(_UNITS))
-    return f"{nbytes:.0f} B" if scale <= 0 else f"{nbytes / 1024**scale:.1f} {_UNITS[scale - 1]}"
+    if scale <= 0:
+        return f"{nbytes:.0f} B"
+    x, unit = nbytes / 1024**scale, _UNITS[scale - 1]
+    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:

@@ -7,9 +7,6 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
-
-from perfsuite.method import DTYPES
 from perfsuite.plan.memory_model import (
     device_capacity,
     exceeds,
@@ -19,8 +16,7 @@ from perfsuite.plan.memory_model import (
 )
 from perfsuite.plan.registry import all_methods, methods_for
 from perfsuite.plan.shapes import Shape
-from perfsuite.plan.workloads import WorkloadError, check_synthetic
-from perfsuite.results.kinds import TIMERS
+from perfsuite.results.kinds import DTYPES, TIMERS
 from perfsuite.results.results import PHASES
 
 
@@ -128,6 +124,8 @@ TP_MAX = 64
 
 def parse_tps(text: str, device: str) -> list[int]:
     """``--tp 1,2,4``; on CUDA at most the GPUs here (NCCL runs one GPU per rank)."""
+    import torch  # here: sweep's arguments are checked before torch loads
+
     sizes = sorted(_numbers(text, "tp", int, 1, TP_MAX))
     if resolve_device(device) == "cuda" and sizes[-1] > (gpus := torch.cuda.device_count()):
         raise PlanError(f"--tp {sizes[-1]}: NCCL runs one GPU per rank and this machine has {gpus}")
@@ -135,6 +133,8 @@ def parse_tps(text: str, device: str) -> list[int]:
 
 
 def resolve_device(device: str) -> str:
+    import torch
+
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -269,6 +269,8 @@ def build_plan(
     if not (math.isfinite(plan.timeout_s) and plan.timeout_s > 0):
         raise PlanError(f"--timeout must be a finite number of seconds > 0, got {plan.timeout_s:g}")
     if plan.workload is not None and plan.workload.get("kind") == "synthetic":
+        from perfsuite.plan.workloads import WorkloadError, check_synthetic  # imports torch
+
         for shape in shapes:
             try:
                 check_synthetic(plan.workload["entropy"], shape.vocab, shape.hidden)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from perfsuite.method import KINDS, Method, SimpleMethod
+if TYPE_CHECKING:  # perfsuite.method imports torch: loaded when methods are asked for,
+    # so a command that renders rows (report, plot) parses its arguments without it
+    from perfsuite.method import SimpleMethod
 
 # Table order; tp_torch and tp_megatron declare the methods measured only across ranks.
 ADAPTER_MODULES = (
@@ -58,6 +60,8 @@ def _declared() -> list[tuple[str, Any]]:
 
 def all_methods() -> dict[str, SimpleMethod]:
     """Name -> every declared method, in table order."""
+    from perfsuite.method import SimpleMethod
+
     methods: dict[str, SimpleMethod] = {}
     for where, method in _declared():
         if not isinstance(method, SimpleMethod):
@@ -71,9 +75,11 @@ def all_methods() -> dict[str, SimpleMethod]:
     return methods
 
 
-def methods_for(kind: str | bool) -> dict[str, Method]:
+def methods_for(kind: str | bool) -> dict[str, SimpleMethod]:
     """The methods that declare ``kind`` (``perfsuite.method.KINDS``), as that kind
     measures them: for ``tp`` the declarations across ranks. A bool is ``--tp``'s."""
+    from perfsuite.method import KINDS
+
     if isinstance(kind, bool):
         kind = "tp" if kind else "loss"
     if kind not in KINDS:
@@ -85,7 +91,7 @@ def methods_for(kind: str | bool) -> dict[str, Method]:
     }
 
 
-def get_method(name: str) -> Method:
+def get_method(name: str) -> SimpleMethod:
     methods = all_methods()
     if name not in methods:
         raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}")

@@ -102,8 +102,8 @@ class _Cell:
         self.flush = CacheFlusher(self.device) if cfg.flush else (lambda: None)
 
     def time(self, extra_tokens: int, samples: int, warmup: int) -> list[float]:
+        from perfsuite.harness.worker import Phase
         from perfsuite.measure.timing import time_samples
-        from perfsuite.run.worker import Phase
 
         phase = Phase(self.cfg.phase, slowed(self.loss_fn, extra_tokens), self.inputs)
         timing = time_samples(

@@ -8,22 +8,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import all_methods
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.render.table import (
     by_method,
     cell_marks,
-    fmt_bytes,
-    fmt_ms,
     footnotes,
     grads_in_forward,
     group_rows,
+    known_methods,
     measured,
     one_device,
     present_phases,
     shape_key,
     shape_title,
     status_label,
+    with_unit,
 )
 
 LOWER_BOUND = "lower bound"
@@ -111,8 +110,8 @@ def _method_line(
                 analytic = Cell(fmt_flops(rate) + "/s" + marks, -rate, comparable=fair)
         peak = row.get("peak_bytes")
         cells += [
-            Cell(fmt_bytes(peak), peak, comparable=split_ok),
-            Cell(fmt_ms(row) + marks, ms, comparable=fair),
+            Cell(with_unit(peak, "MiB", 2**20), peak, comparable=split_ok),
+            Cell(with_unit(ms, "ms") + marks, ms, comparable=fair),
             analytic,
         ]
     return Line(name, cells, dict(by_phase))
@@ -124,7 +123,7 @@ def _bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
     for phase in phases:
         roof = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) if gpu else None
         cells += [
-            Cell(fmt_bytes(floor_bytes(phase, tokens, vocab, hidden, dtype))),
+            Cell(with_unit(floor_bytes(phase, tokens, vocab, hidden, dtype), "MiB", 2**20)),
             Cell("" if roof is None else f"{roof:.3g} ms"),
             Cell(fmt_flops(phase_flops(phase, tokens, vocab, hidden))),
         ]
@@ -149,7 +148,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
     """The paper tables of a results document, format-independent."""
     rows, env = document["rows"], document["env"]
     gpu = gpu_for_env(env)
-    known = all_methods()
+    known = known_methods(document)  # the file's record: no torch
     tables = []
     for key, members in group_rows(one_device(rows), key=shape_key).items():
         phases = present_phases(members)
@@ -179,7 +178,7 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
 
 
 def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[str]:
-    notes = footnotes(document["rows"])
+    notes = footnotes(document["rows"], known_methods(document))
     gpu = tables[0].gpu if tables else None
     notes.append(
         "lower bound: docs/math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "

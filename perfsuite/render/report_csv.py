@@ -9,13 +9,14 @@ from typing import Any
 import pandas as pd
 
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import all_methods, methods_for
+from perfsuite.plan.registry import methods_for
 from perfsuite.render.paper_table import LOWER_BOUND, build_report, mean
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.render.table import (
     cell_marks,
     grads_in_forward,
     group_rows,
+    known_methods,
     measured,
     shape_key,
     status_label,
@@ -120,10 +121,12 @@ def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entro
 
 def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per (shape, β, method, TP size) of the cells measured across ranks."""
-    known = methods_for("tp")  # the methods across ranks: their own capabilities
     order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in rows))}
     records = []
-    for key, members in group_rows(tp_rows(rows), key=shape_key).items():
+    groups = group_rows(tp_rows(rows), key=shape_key)
+    # the methods across ranks, their own capabilities: asked only when there are such cells
+    known = methods_for("tp") if groups else {}
+    for key, members in groups.items():
         for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
             entropy = mean([r.get("entropy") for r in group])
             cells = group_rows(group, key=lambda r: (order[r["method"]], r["tp"]))
@@ -139,7 +142,7 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
     """Every line of every paper table of ``document``, one column per number."""
     tables = build_report(document)
     gpu = gpu_for_env(document["env"])
-    known = all_methods()
+    known = known_methods(document)
     records = []
     for table in tables:
         for section in table.sections:

@@ -123,7 +123,7 @@ _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
     "‡": r"$^\ddagger$", "†": r"$^\dagger$", "✗": r"$\times$", "β": r"$\beta$", "×": r"$\times$",
-    "≈": r"$\approx$", "→": r"$\rightarrow$", "…": r"\ldots{}",
+    "≈": r"$\approx$", "→": r"$\rightarrow$", "…": r"\ldots{}", "<": r"$<$",
 }  # fmt: skip
 
 

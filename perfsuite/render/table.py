@@ -14,6 +14,7 @@ from rich.table import Table
 from perfsuite.fit import Column, TrimmedConsole, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
+from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
 
 GRADS_IN_FWD_MARK = "‡"
@@ -24,18 +25,19 @@ NONDETERMINISTIC_MARK = "≈"
 BUSY_MARK = "!"
 
 
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    mib = n / 2**20
-    return f"{mib:,.0f} MiB" if mib >= 100 else f"{mib:.2f} MiB"
+class Notes(dict[str, list[str]]):
+    """A table's numbered notes: each reason once, numbered in first-seen order, with the
+    names (methods, cells) it applies to. The one numbering of every console table."""
 
+    def ref(self, reason: str, name: str) -> str:
+        """``(n)``, the reason's number, with ``name`` listed under it."""
+        names = self.setdefault(reason, [])
+        if name not in names:
+            names.append(name)
+        return f"({list(self).index(reason) + 1})"
 
-def fmt_ms(row: dict[str, Any]) -> str:
-    ms = row.get("median_ms")
-    if ms is None:
-        return "-"
-    return f"{ms:,.0f} ms" if ms >= 1000 else f"{ms:.3g} ms"
+    def lines(self) -> list[str]:
+        return [f"({i}) {', '.join(who)}: {why}" for i, (why, who) in enumerate(self.items(), 1)]
 
 
 # Shared by the console table and perfsuite.render.report: how rows group into tables,
@@ -113,6 +115,13 @@ def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float
     return method is not None and method.caps.grads_in_forward_at(beta)
 
 
+def known_methods(document: dict[str, Any]) -> dict[str, Any]:
+    """The methods, as ``grads_in_forward`` asks of them, for ``document``'s tables: its
+    record where that covers every row's method and β (no torch), else the registry (older
+    files, files merged from different plans)."""
+    return recorded_methods(document) or all_methods()
+
+
 def measured(row: dict[str, Any]) -> bool:
     """Whether a cell has numbers to show: ``ok``, or ``wrong`` and timed anyway."""
     return row["status"] == "ok" or (row["status"] == "wrong" and row.get("median_ms") is not None)
@@ -154,15 +163,23 @@ def status_cell(row: dict[str, Any]) -> str:
 
 
 def fmt_number(value: float | None, unit_scale: float = 1) -> str:
-    """A cell's number without its unit (the unit is in the column header)."""
+    """A cell's number without its unit (the unit is in the column header); in a scaled
+    unit two decimals, and ``<0.01`` for what would print as 0.00."""
     if value is None:
         return "-"
     x = value / unit_scale
+    if unit_scale != 1 and 0 < x < 0.005:
+        return "<0.01"
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
 
 
+def with_unit(value: float | None, unit: str, unit_scale: float = 1) -> str:
+    """``fmt_number`` with its unit, for a cell whose column does not say it (``-``: none)."""
+    return "-" if value is None else f"{fmt_number(value, unit_scale)} {unit}"
+
+
 def _method_cells(
-    by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: dict
+    by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: Notes
 ) -> tuple[list[str], list[str]]:
     """(MiB, ms) cells per phase of one method, and its note references."""
     cells, refs = [], []
@@ -172,11 +189,7 @@ def _method_cells(
             cells += ["", ""]
             continue
         if row["status"] != "ok":
-            reason = f"{row['status']}: {row['reason']}"
-            methods = notes.setdefault(reason, [])
-            if row["method"] not in methods:
-                methods.append(row["method"])
-            ref = f"({list(notes).index(reason) + 1})"
+            ref = notes.ref(f"{row['status']}: {row['reason']}", row["method"])
             if ref not in refs:
                 refs.append(ref)
             if not measured(row):
@@ -210,7 +223,7 @@ def _table(
     return fit_table(columns, rows, width or 10_000, sections=[0], collapse_padding=True, **options)
 
 
-def _lines(members: list[dict[str, Any]], phases: list[str], notes: dict) -> list:
+def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> list:
     tokens, vocab, hidden, dtype, _, _, beta = _group_key(members[0])
     floor = [fmt_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
     lines = [("[italic]lower bound[/italic]", [c for f in floor for c in (f, "")], "")]
@@ -232,12 +245,9 @@ def build_tables(
         beta = members[0]["beta"]
         title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
         phases = present_phases(members)
-        notes: dict[str, list[str]] = {}  # reason -> methods, numbered in first-seen order
+        notes = Notes()
         lines = _lines(members, phases, notes)
-        numbered = [
-            f"({i}) {', '.join(methods)}: {reason}"
-            for i, (reason, methods) in enumerate(notes.items(), 1)
-        ]
+        numbered = notes.lines()
         table = _table(title, phases, lines, width)
         if table is not None or len(phases) == 1:
             out.append((table or _table(title, phases, lines, None), numbered))
@@ -250,13 +260,14 @@ def build_tables(
     return out
 
 
-def footnotes(rows: list[dict[str, Any]]) -> list[str]:
-    """The notes under the one-device tables (cells across ranks left out, and said so)."""
+def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
+    """The notes under the one-device tables (cells across ranks left out, and said so);
+    ``known``: the methods (default: the registry's)."""
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
         "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
     ]
-    notes += mark_notes(one_device(rows))
+    notes += mark_notes(one_device(rows), known)
     return notes + ([tp_note(rows)] if tp_note(rows) else [])
 
 
@@ -274,9 +285,10 @@ MARK_NOTES = {
 }
 
 
-def mark_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured."""
-    known = all_methods()
+def mark_notes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
+    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured;
+    ``known``: the methods (default: the registry's)."""
+    known = all_methods() if known is None else known
     carried = {
         GRADS_IN_FWD_MARK: any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
         INTERPRETED_MARK: any(r.get("interpreted") for r in rows),

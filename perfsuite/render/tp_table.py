@@ -13,11 +13,12 @@ from rich import box
 from rich.console import Console
 
 from perfsuite.fit import Column, fit_table, print_fitted
-from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.memory_model import floor_bytes, fmt_size
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.roofline import phase_flops
 from perfsuite.render.table import (
     STATUS_COLOR,
+    Notes,
     cell_marks,
     fmt_number,
     grads_in_forward,
@@ -75,20 +76,6 @@ def rank_floor(phase: str, row: dict[str, Any]) -> int:
     return floor_bytes(phase, row["tokens"], vocab, row["hidden"], row["dtype"])
 
 
-def _mem(n: float, scale: float) -> str:
-    """Two decimals in the table's unit; ``<0.01`` for what would print as 0.00."""
-    x = n / scale
-    return f"{x:,.0f}" if x >= 100 else f"{x:.2f}" if x >= 0.005 or x == 0 else "<0.01"
-
-
-def fmt_bytes(n: int) -> str:
-    """``768 KiB``, ``1.5 GiB``: a size with its own unit (collectives' bytes)."""
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if n >= scale:
-            return f"{fmt_number(n / scale)} {unit}"
-    return f"{n} B"
-
-
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else ""
 
@@ -121,7 +108,7 @@ def _line(
     cells = {
         "method": row["method"],
         "tp": str(k),
-        "floor": _mem(rank_floor(phase, row), mem_scale),
+        "floor": fmt_number(rank_floor(phase, row), mem_scale),
     }
     line = TpLine(row["method"], k, cells)
     if not measured(row):
@@ -135,14 +122,14 @@ def _line(
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
         cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)
         cells["total"] = fmt_number(flops / (ms / 1e3) / rate_scale)
-    cells["peak"] = "-" if peak is None else _mem(peak, mem_scale)
+    cells["peak"] = fmt_number(peak, mem_scale)
     comm = row.get("collective_ms")
     if comm is not None and ms:
         share = 100 * comm / ms
         cells["comm"] = f"{share:.0f}%" if share >= 9.5 else f"{share:.1f}%"
     if row.get("collectives") is not None:
         moved = row.get("collective_bytes")
-        tail = "" if moved is None else f", {fmt_bytes(moved)}"
+        tail = "" if moved is None else f", {fmt_size(moved)}"
         cells["colls"] = str(row["collectives"]) + tail
     if reference is not None and measured(reference) and reference["status"] == "ok":
         cells["speedup"] = _ratio(reference.get("median_ms"), ms)
@@ -166,7 +153,7 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
     _, rate_unit, _, mem_unit = units
     headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
     table = TpTable(title, phase, headers, [])
-    reasons: dict[str, list[str]] = {}
+    reasons = Notes()
     for method in dict.fromkeys(r["method"] for r in members):
         for k in sorted(k for m, k in cells if m == method):
             by_phase = cells[(method, k)]
@@ -182,17 +169,18 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
                 why += f": {row['reason']}" if why and row.get("reason") else ""
                 table.marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
             if why:
-                reasons.setdefault(why, []).append(f"{method} TP={k}")
-                line.refs = f"({list(reasons).index(why) + 1})"
+                line.refs = reasons.ref(why, f"{method} TP={k}")
             table.lines.append(line)
-    table.notes = [f"({i}) {', '.join(w)}: {why}" for i, (why, w) in enumerate(reasons.items(), 1)]
+    table.notes = reasons.lines()
     return table
 
 
 def tp_tables(rows: Iterable[dict[str, Any]]) -> list[TpTable]:
     """The TP tables of ``rows`` (one-device rows ignored), format-independent."""
-    known = methods_for("tp")  # the methods across ranks: their own capabilities
-    return [_table(members, known) for members in group_rows(tp_rows(rows)).values()]
+    groups = list(group_rows(tp_rows(rows)).values())
+    # the methods across ranks, their own capabilities: asked only when there are such cells
+    known = methods_for("tp") if groups else {}
+    return [_table(members, known) for members in groups]
 
 
 def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]:

@@ -11,10 +11,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from perfsuite.method import package_version
-
 CORE_DISTRIBUTIONS = ("perfsuite", "torch", "triton", "pandas", "rich")
 _SMI_FIELDS = ("name", "memory.total", "driver_version", "clocks.sm", "clocks.mem",
                "clocks.max.sm", "temperature.gpu", "power.draw")  # fmt: skip
@@ -66,6 +62,8 @@ def gpu_state() -> dict[str, Any] | None:
 
 def device_info(device: str) -> dict[str, Any]:
     if device == "cuda":
+        import torch  # here: compare and baseline read provenance without paying for torch
+
         smi = gpu_state() or {}
         name = smi.get("name") or torch.cuda.get_device_name(0)
         return {
@@ -91,6 +89,8 @@ def device_slug(env: dict[str, Any]) -> str:
 
 
 def collect_env(device: str, distributions: Iterable[str] = ()) -> dict[str, Any]:
+    from perfsuite.method import package_version  # torch: only a run collects provenance
+
     names = dict.fromkeys([*CORE_DISTRIBUTIONS, *distributions])
     return {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

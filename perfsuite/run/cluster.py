@@ -16,7 +16,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.args import positive_int
 from perfsuite.harness.progress import cell_label, finished_lines
@@ -34,9 +34,12 @@ from perfsuite.results.results import (
     status_counts,
     write_results,
 )
-from perfsuite.run import sweep
-from perfsuite.run.grid import Unit, grid_units, unit_keys
+from perfsuite.run.sweep_args import add_arguments as add_sweep_arguments
 from perfsuite.run.sweep_args import check_resume, load_resumable, out_path, parse_redo
+
+if TYPE_CHECKING:  # the grid and the sweep load torch: imported where a sweep runs, so
+    # that its arguments are checked before
+    from perfsuite.run.grid import Unit
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -49,7 +52,7 @@ PART = re.compile(r"shard-(\d+)-of-(\d+)\.json")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sweep.add_arguments(p)
+    add_sweep_arguments(p)
     g = p.add_argument_group("job array (docs/scale-out.md)").add_argument
     g("--executor", choices=EXECUTORS, help="run the shards as a submitit job array")
     g("--shards", type=positive_int, help=f"array tasks (default: cells, at most {MAX_SHARDS})")
@@ -143,6 +146,8 @@ class ArraySweep:
     def __init__(self, args: argparse.Namespace) -> None:
         _check_options(args)
         self.args = args
+        from perfsuite.run import sweep
+
         self.plan, _ = sweep.plan_from_args(_planning_args(args))
         self.out = out_path(args, args.executor)
         self.parts = self.out.with_name(self.out.name + ".parts")
@@ -160,6 +165,8 @@ class ArraySweep:
         self.writer = claim(self.out, self._survey)  # the parts are the tasks' to lock
 
     def _survey(self) -> None:
+        from perfsuite.run.grid import grid_units, unit_keys
+
         args, plan = self.args, self.plan
         self.units = grid_units(plan)
         existing = _split_of_parts(self.parts)
@@ -194,6 +201,8 @@ class ArraySweep:
         task resumes them (and checks their environment) instead of measuring again."""
         if self.previous is None:
             return
+        from perfsuite.run.grid import unit_keys
+
         keys = {k for u in units for k in unit_keys(u, self.plan.phases)}
         rows = [r for r in self.previous["rows"] if cell_key(r) in keys]
         if rows:
@@ -221,6 +230,8 @@ class ArraySweep:
 def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> dict[str, Any]:
     """One array task: ``sweep --shard i/N`` into its part file (resumed when there).
     The plan is made here, so ``--device auto`` means the task's node."""
+    from perfsuite.run import sweep
+
     job = sweep.from_args(args, shard, Path(part))
     print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)
 
@@ -331,6 +342,8 @@ def run(args: argparse.Namespace) -> int:
     if args.executor is None and _given(args, CLUSTER_ONLY):
         raise PlanError(f"{', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
     if args.executor is None:
+        from perfsuite.run import sweep
+
         return sweep.run(args)
     console = TrimmedConsole(stderr=True, log_path=False)
     array = ArraySweep(args)

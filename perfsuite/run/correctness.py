@@ -5,7 +5,8 @@ in fp32 torch's error is the reference's distance from fp64)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,17 +43,10 @@ class Verdict:
     passed: bool
     errors: dict[str, float]
     bounds: dict[str, float]
-    problems: list[str] | None = None  # what failed, when the judge says it otherwise
+    problems: list[str] = field(default_factory=list)  # what failed, in words
 
     def explain(self) -> str:
-        if self.problems is not None:
-            return "; ".join(self.problems)
-        bad = [
-            f"{q} error {self.errors[q]:.3g} > tolerance {self.bounds[q]:.3g}"
-            for q in QUANTITIES
-            if not self.errors[q] <= self.bounds[q]
-        ]
-        return "; ".join(bad)
+        return "; ".join(self.problems)
 
     def fields(self, **extra: Any) -> dict[str, Any]:
         """The gate's columns of a row, with ``extra`` ones."""
@@ -94,7 +88,7 @@ def gate_reference(
     inputs = make_inputs(case, seed, workload)
     reference = reference_outcome(case, inputs)
     check_reference(reference, inputs, case.ignore_index)
-    return inputs, reference, tolerances(case, reference, torch_error_outcome(case, inputs))
+    return inputs, reference, tolerances(case.dtype, reference, torch_error_outcome(case, inputs))
 
 
 class UnusableInputs(ValueError):
@@ -151,13 +145,29 @@ def tolerance(torch_err: float, ref: torch.Tensor, dtype: str) -> float:
     return 2.0 * torch_err + SLACK[dtype] * max(scale, 1e-6)
 
 
-def tolerances(case: Case, reference: Outcome, torch_version: Outcome) -> dict[str, float]:
-    return {
-        q: tolerance(distance(torch_version.get(q), reference.get(q)), reference.get(q), case.dtype)
-        for q in QUANTITIES
-    }
+Named = Mapping[str, torch.Tensor]
 
 
-def judge(result: Outcome, reference: Outcome, bounds: dict[str, float]) -> Verdict:
-    errors = {q: distance(result.get(q), reference.get(q)) for q in QUANTITIES}
-    return Verdict(all(errors[q] <= bounds[q] for q in QUANTITIES), errors, bounds)
+def _named(x: Outcome | Named) -> Named:
+    return x if isinstance(x, Mapping) else {q: x.get(q) for q in QUANTITIES}
+
+
+def tolerances(dtype: str, reference: Outcome | Named, torch_version: Outcome | Named) -> dict:
+    """Each quantity's bound (``tolerance``), from torch's own error on it."""
+    ref, torch_v = _named(reference), _named(torch_version)
+    return {q: tolerance(distance(torch_v[q], r), r, dtype) for q, r in ref.items()}
+
+
+def judge(result: Outcome | Named, reference: Outcome | Named, bounds: dict[str, float]) -> Verdict:
+    """The one correctness judge (loss cells, ranks, steps): every quantity of
+    ``reference`` within its bound passes; NaN (no comparison holds) or a quantity
+    ``result`` lacks fails. Quantities: an ``Outcome``'s, or any named tensors."""
+    got, want = _named(result), _named(reference)
+    errors = {q: distance(got[q], ref) if q in got else float("nan") for q, ref in want.items()}
+    problems = [f"no gradient for {q}" for q in want if q not in got]
+    problems += [
+        f"{q} error {errors[q]:.3g} > tolerance {bounds[q]:.3g}"
+        for q in want
+        if q in got and not errors[q] <= bounds[q]
+    ]
+    return Verdict(not problems, errors, bounds, problems)

@@ -17,10 +17,11 @@ import torch
 
 from perfsuite.harness.deaths import read_json_lines
 from perfsuite.harness.protocol import emitter
+from perfsuite.harness.worker import describe, is_oom, limit_memory
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import QUANTITIES, gate_reference
 from perfsuite.run.ranks import peer_gone, rank_main, record_path, reference_path
-from perfsuite.run.worker import WorkerSpec, describe, is_oom, limit_memory, method_case
+from perfsuite.run.worker import WorkerSpec, method_case
 
 
 def write_references(spec: WorkerSpec) -> None:

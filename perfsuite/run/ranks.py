@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from perfsuite.harness.protocol import emitter
+from perfsuite.harness.worker import Phase, failure, fill
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
@@ -25,15 +26,7 @@ from perfsuite.method import Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.worker import (
-    Phase,
-    WorkerSpec,
-    case_rows,
-    failure,
-    fill,
-    first_calls,
-    method_case,
-)
+from perfsuite.run.worker import WorkerSpec, case_rows, first_calls, method_case
 from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
@@ -75,8 +68,8 @@ def _agree(status: tuple[str, str] | None) -> tuple[str, str] | None:
     return None
 
 
-def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> tuple[Verdict, str]:
-    """Every rank's verdict combined (the worst errors), and why it failed."""
+def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> Verdict:
+    """Every rank's verdict combined: the worst errors, and each failing rank's words."""
     mine = Outcome(reference["loss"], reference["grad_e"], reference["grad_c"])
     verdict = judge(outcome, mine, reference["bounds"])
     gathered: list[Any] = [None] * shard.world
@@ -86,7 +79,7 @@ def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> tuple[Ve
         for q in verdict.errors
     }
     reasons = [f"rank {r}: {g[2]}" for r, g in enumerate(gathered) if not g[0]]
-    return Verdict(all(g[0] for g in gathered), errors, reference["bounds"]), "; ".join(reasons)
+    return Verdict(not reasons, errors, reference["bounds"], reasons)
 
 
 def run_rank_case(
@@ -127,9 +120,9 @@ def run_rank_case(
     outcome, compile_ms, same = first_calls(loss_fn, mine, device, interpreted)
     compile_ms, differs = _all_max([compile_ms, float(same is False)], device)
     deterministic = None if same is None else differs == 0.0
-    verdict, why = _gate(outcome, reference, shard)
+    verdict = _gate(outcome, reference, shard)
     del outcome, reference
-    status, reason = ("ok", "") if verdict.passed else ("wrong", why)
+    status, reason = ("ok", "") if verdict.passed else ("wrong", verdict.explain())
     gate = verdict.fields(compile_ms=compile_ms, entropy=mine.entropy)
     samples, warmup = (min(spec.samples, 3), 0) if interpreted else (spec.samples, spec.warmup)
     flush = CacheFlusher(device)

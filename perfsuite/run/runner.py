@@ -15,18 +15,19 @@ from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
-from perfsuite.method import Method
-from perfsuite.plan.memory_model import device_capacity, predicted_peak
+from perfsuite.method import SimpleMethod
+from perfsuite.plan.memory_model import device_capacity, gate_bytes, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env, gpu_state
+from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, status_rows, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
 
 
-def measured(plan: Plan) -> dict[str, Method]:
+def measured(plan: Plan) -> dict[str, SimpleMethod]:
     """Name -> what the plan's cells measure: across ranks a method's ``tp`` declaration
     (the method itself where it declares none: its cells are decided unsupported)."""
     tp = bool(plan.tps)
@@ -72,9 +73,8 @@ class LossKind(harness.Kind):
         capacity = device_capacity("cpu")
         if capacity is None:
             return True
-        eager = all_methods()["eager"].caps
-        need = max(
-            predicted_peak(eager, s.tokens, s.vocab, s.hidden, dtype, plan.softcap is not None)[0]
+        need = max(  # every worker runs the gate
+            gate_bytes(s.tokens, s.vocab, s.hidden, dtype, plan.softcap is not None)
             for s in plan.shapes
             for dtype in plan.dtypes_for(s)
         )
@@ -160,6 +160,8 @@ def plan_env(plan: Plan) -> dict[str, Any]:
     methods = measured(plan)
     env = collect_env(plan.device, [d for n in plan.methods for d in methods[n].distributions])
     env["plan"] = plan.as_dict()
+    if not plan.tps:  # the loss tables' ‡, for a reader without torch (report)
+        env["grads_in_forward"] = grads_in_forward_record(methods, plan.methods, plan.betas)
     return env
 
 

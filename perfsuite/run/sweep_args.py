@@ -11,9 +11,7 @@ from typing import Any
 
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.plan import Plan, PlanError, build_plan, parse_ints
-from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload
 from perfsuite.results.results import STATUSES, load_results
-from perfsuite.run.grid import grid_shapes
 
 DEFAULT_TOKENS = "1024,4096,8192"
 DEFAULT_VOCAB = "32768,128256,256000"
@@ -51,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     """The sweep's Plan and the grid as asked, from parsed arguments."""
+    # here, not above: both load torch, and sweep's arguments are checked before it
+    from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload
+    from perfsuite.run.grid import grid_shapes
+
     try:
         workload = parse_workload(args.workload, args.entropy, args.zipf)
     except WorkloadError as err:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import json
-import resource
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -17,11 +16,12 @@ import torch
 
 from perfsuite.harness.pause import paused
 from perfsuite.harness.protocol import emitter
-from perfsuite.measure.memory import Peak, freeze_what_exists, measure_peak
-from perfsuite.measure.profile import profile_call, trace_name
+from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, failure, fill, limit_memory
+from perfsuite.measure.memory import freeze_what_exists, measure_peak
+from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
-from perfsuite.method import Case, LossFn, Method, Unavailable, Unsupported
+from perfsuite.method import Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
@@ -53,11 +53,6 @@ class WorkerSpec:
     profile: str | None = None
 
 
-# Said next to a bf16 failure under the interpreter, whose casts differ from a GPU's.
-INTERPRETER_BF16_NOTE = (
-    "under the Triton interpreter, whose fp32->bf16 casts truncate where GPUs round to "
-    "nearest: may pass on a GPU"
-)
 INTERPRETED_REASON = (
     "Triton interpreter on CPU: timings say nothing about GPU speed (one sample per phase: "
     "the CPU time of its memory pass's call, profiler on; gate and memory as any row's)"
@@ -79,23 +74,6 @@ def method_case(method: Any, raw: dict[str, Any]) -> Case:
     return case_of(raw) if terms is None else terms.apply(case_of(raw))
 
 
-def fill(row: Row, peak: Peak, timing: Timing) -> None:
-    """A measured row's memory and time columns."""
-    row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute
-    row.rss_peak_bytes, row.samples_ms = peak.rss_delta, timing.samples_ms
-    if timing.samples_ms:
-        row.median_ms, row.p20_ms, row.p80_ms = timing.median_ms, timing.p20_ms, timing.p80_ms
-
-
-def failure(err: BaseException) -> tuple[str, str]:
-    """``(status, reason)`` of a case whose measurement raised ``err``."""
-    if isinstance(err, Unsupported):
-        return "unsupported", str(err)
-    if isinstance(err, Unavailable):
-        return "unavailable", str(err)
-    return ("oom" if is_oom(err) else "error"), describe(err)
-
-
 def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
     """``body``, and the list its calls' CPU milliseconds go to: an interpreted worker's
     wall clock also runs while it is paused or waits for a core."""
@@ -107,20 +85,6 @@ def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]
         times.append((time.process_time() - start) * 1e3)
 
     return clocked, times
-
-
-def is_oom(err: BaseException) -> bool:
-    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(err)
-    return isinstance(err, RuntimeError) and (
-        "can't allocate memory" in text or "out of memory" in text.lower()
-    )
-
-
-def describe(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"[:500]
 
 
 def first_calls(
@@ -136,42 +100,9 @@ def first_calls(
     return outcome, ms, None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
 
 
-class Phase:
-    """The untimed set-up and the timed body of one phase."""
-
-    def __init__(self, name: str, loss_fn: LossFn, inputs: Inputs) -> None:
-        self.name, self.loss_fn, self.inputs = name, loss_fn, inputs
-        self.loss: torch.Tensor | None = None
-
-    def _forward(self) -> None:
-        self.loss = self.loss_fn(self.inputs.e, self.inputs.c, self.inputs.targets)
-
-    def _backward(self) -> None:
-        assert self.loss is not None
-        self.loss.backward()
-        self.loss = None
-
-    def _fwd_bwd(self) -> None:
-        self.loss_fn(self.inputs.e, self.inputs.c, self.inputs.targets).backward()
-
-    def reset(self) -> None:
-        """Drop the pending graph and the gradients."""
-        self.loss = None
-        self.inputs.clear_grads()
-
-    def setup(self) -> None:
-        self.reset()
-        if self.name == "bwd":
-            self._forward()
-
-    @property
-    def body(self) -> Callable[[], None]:
-        return {"fwd": self._forward, "bwd": self._backward, "fwd+bwd": self._fwd_bwd}[self.name]
-
-
 def run_case(
     spec: WorkerSpec,
-    method: Method,
+    method: SimpleMethod,
     raw: dict[str, Any],
     emit: Callable[[Row], None],
     stage: Callable[[str], None] = lambda text: None,
@@ -236,7 +167,9 @@ def run_case(
                     except TimerUnsupported as err:  # its memory is measured: keep it
                         timing = Timing()
                         row.status, row.reason = "unsupported", f"--timer {spec.timer}: {err}"
-                    if spec.profile is not None and timing.samples_ms:
+                        if spec.profile is not None:
+                            row.reason += f"; {PROFILED_UNTIMED}"
+                    if spec.profile is not None:
                         stage(f"{row.phase} profile")  # after the samples, never inside
                         row.trace = trace_name(
                             spec.method, raw["shape"], case.dtype, case.beta, row.phase
@@ -260,17 +193,6 @@ def run_case(
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def limit_memory(extra_bytes: int) -> None:
-    """Cap the data segment at what the process holds now plus ``extra_bytes``."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmData:"):
-            current = int(line.split()[1]) * 1024
-            resource.setrlimit(
-                resource.RLIMIT_DATA, (current + extra_bytes, resource.RLIM_INFINITY)
-            )
-            return
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,6 @@ from perfsuite.args import non_negative_int, parse_size, positive_float, positiv
 from perfsuite.fit import TrimmedConsole
 from perfsuite.harness.progress import finished_lines
 from perfsuite.parser import print_error
-from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import nothing_measured, status_counts
 from perfsuite.step.presets import DEFAULT_SIZE, PRESETS
 
@@ -31,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arg("--layers", type=positive_int, help=layers)
     arg("--seq", type=positive_int, help=f"sequence length (CPU {cpu.seq}, CUDA {cuda.seq})")
     arg("--batch", type=positive_int, help=f"sequences a step (CPU {cpu.batch}, CUDA {cuda.batch})")
-    arg("--methods", help=f"comma-separated, of {', '.join(methods_for('step'))} (default: all)")
+    # Named by `perfsuite methods` (kinds: step), not here: listing them imports every
+    # method, and torch, before a bad argument could be refused.
+    arg("--methods", help="comma-separated, of `perfsuite methods`' kind step (default: all)")
     arg("--beta", default="0,0.1", help="label smoothing β, comma-separated")
     arg("--dtype", help="fp32 and/or bf16, comma-separated (default fp32 on CPU)")
     arg("--device", default="auto", choices=["auto", "cuda", "cpu"])

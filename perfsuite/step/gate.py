@@ -1,5 +1,5 @@
 """The correctness gate of a step: the loss and every parameter's gradient against eager in
-fp32, with ``perfsuite.run.correctness``'s tolerance rule. ``grad_c`` is the
+fp32, with ``perfsuite.run.correctness``'s tolerance rule and judge. ``grad_c`` is the
 classifier's, ``grad_e`` the worst of the other parameters (reached through dE)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfsuite.run.correctness import Verdict, distance, tolerance
+from perfsuite.run.correctness import Verdict, judge, tolerances
 from perfsuite.step.model import eager_loss, head_name, reference_loss
 
 Grads = dict[str, torch.Tensor]
@@ -60,31 +60,22 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str
         loss, grads = one_pass(model, ids, ref_loss)
         model.to(torch.bfloat16)
         loss_t, grads_t = one_pass(model, ids, lambda x: eager_loss(model, x, beta))
-    torch_errs = {n: distance(grads_t.pop(n), g) for n, g in grads.items()}
-    torch_errs["loss"] = distance(loss_t, loss)
-    bounds = {n: tolerance(torch_errs[n], g, dtype) for n, g in grads.items()}
-    bounds["loss"] = tolerance(torch_errs["loss"], loss, dtype)
+    bounds = tolerances(dtype, {"loss": loss, **grads}, {"loss": loss_t, **grads_t})
     return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))
 
 
-def judge(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
-    """Every quantity against its bound (NaN fails: comparisons with NaN are False); the
-    verdict's ``grad_e`` is the decoder parameter that uses most of its bound."""
-    problems = [f"no gradient for {name}" for name in ref.grads if name not in grads]
-    errors = {"loss": distance(loss.float(), ref.loss)}
-    for name, want in ref.grads.items():
-        errors[name] = distance(grads[name], want) if name in grads else float("nan")
-    for name, err in errors.items():
-        if not err <= ref.bounds[name] and (name == "loss" or name in grads):
-            problems.append(f"{name} error {err:.3g} > tolerance {ref.bounds[name]:.3g}")
+def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
+    """``perfsuite.run.correctness.judge`` over the loss and every parameter's gradient;
+    the row's ``grad_e`` is the decoder parameter that uses most of its bound."""
+    full = judge({"loss": loss.float(), **grads}, {"loss": ref.loss, **ref.grads}, ref.bounds)
     others = [n for n in ref.grads if n != ref.head]
-    worst = max(others, key=lambda n: _ratio(errors[n], ref.bounds[n]), default=ref.head)
+    worst = max(others, key=lambda n: _ratio(full.errors[n], ref.bounds[n]), default=ref.head)
     named = {"loss": "loss", "grad_e": worst, "grad_c": ref.head}
     return Verdict(
-        passed=not problems,
-        errors={q: errors[n] for q, n in named.items()},
+        passed=full.passed,
+        errors={q: full.errors[n] for q, n in named.items()},
         bounds={q: ref.bounds[n] for q, n in named.items()},
-        problems=problems,
+        problems=full.problems,
     )
 
 

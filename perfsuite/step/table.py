@@ -14,6 +14,7 @@ from perfsuite.render.table import (
     BUSY_MARK,
     INTERPRETED_MARK,
     WRONG_MARK,
+    Notes,
     by_method,
     cell_marks,
     fmt_number,
@@ -34,23 +35,16 @@ def loss_share(step: dict[str, Any]) -> float | None:
     return min(loss / total, 1.0)
 
 
-def _note_ref(notes: dict[str, list[str]], reason: str, method: str) -> str:
-    methods = notes.setdefault(reason, [])
-    if method not in methods:
-        methods.append(method)
-    return f"({list(notes).index(reason) + 1})"
-
-
-def _line(method: str, phases: dict[str, dict], notes: dict[str, list[str]]) -> list[str]:
+def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     step = phases.get("step") or next(iter(phases.values()))
     measured = step.get("median_ms") is not None and step["status"] in ("ok", "wrong")
     refs = []
     if step["status"] != "ok" or (step.get("reason") and not step.get("interpreted")):
-        refs.append(_note_ref(notes, f"{step['status']}: {step['reason']}", method))
+        refs.append(notes.ref(f"{step['status']}: {step['reason']}", method))
     compile_ms, median = step.get("compile_ms"), step.get("median_ms")
     if measured and compile_ms and median and compile_ms > COMPILE_NOTE_RATIO * median:
         first = f"first step {compile_ms / 1e3:,.1f} s (compilation, measured once: not a sample)"
-        refs.append(_note_ref(notes, first, method))
+        refs.append(notes.ref(first, method))
     note = " ".join([cell_marks(step, "step", False) if measured else "", *refs]).strip()
     if not measured:
         return [method, status_cell(step), "", "", "", "", "", "", note]
@@ -96,12 +90,12 @@ def print_step_tables(rows: list[dict[str, Any]], console: Console | None = None
     """Every table, its numbered notes, then what the columns and marks mean."""
     console = console or TrimmedConsole()
     for members in group_rows(rows, key=_key).values():
-        notes: dict[str, list[str]] = {}
+        notes = Notes()
         lines = [_line(m, phases, notes) for m, phases in by_method(members).items()]
         options = dict(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
         print_fitted(console, COLUMNS, lines, title(members[0]), **options)
-        for i, (reason, names) in enumerate(notes.items(), 1):
-            console.print(f"({i}) {', '.join(names)}: {reason}", markup=False, highlight=False)
+        for line in notes.lines():
+            console.print(line, markup=False, highlight=False)
     for note in footnotes(rows):
         console.print(note, style="dim", markup=False, highlight=False)
 

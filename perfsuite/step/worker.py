@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from perfsuite.harness.protocol import emitter
+from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.measure.memory import freeze_what_exists
 from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import CacheFlusher, Timing
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import Row
-from perfsuite.run.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.step.cases import case_rows, case_size
 from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
 from perfsuite.step.model import model_class
@@ -60,7 +60,7 @@ def measure_case(
 ) -> list[Row]:
     """Gate and measure one case; returns its four rows (raises on a failure). ``stage``
     names what it does now, for the parent's progress lines (a stage may take minutes)."""
-    from perfsuite.step.gate import judge, one_pass, reference
+    from perfsuite.step.gate import one_pass, reference, step_verdict
     from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
 
     preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
@@ -85,7 +85,7 @@ def measure_case(
     loss, grads = one_pass(model, ids, loss_of)
     _sync(device)
     first_ms = (time.perf_counter() - start) * 1e3
-    verdict = judge(loss, grads, ref)
+    verdict = step_verdict(loss, grads, ref)
     del ref, loss
     for name, p in model.named_parameters():
         p.grad = grads.pop(name, None)

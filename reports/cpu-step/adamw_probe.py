@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from perfsuite.step.adapters import prepare
+from perfsuite.plan.registry import all_methods
 from perfsuite.step.model import build_model, make_batch
 from perfsuite.step.presets import PRESETS, Size
 
@@ -26,12 +26,12 @@ def main() -> None:
     args = parser.parse_args()
     preset, size = PRESETS["gemma2-2b"], Size(layers=1, seq=256, batch=1)
     model = build_model(preset, size, 0, "cpu")
-    losses = prepare(args.method, model, preset, 0.0)
+    loss_of = all_methods()[args.method].step.patch(model, preset, 0.0)  # as the step worker
     ids = make_batch(preset, size, 0, "cpu")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     for i in range(4):
         t0 = time.perf_counter()
-        losses.loss(ids).backward()
+        loss_of(ids).backward()
         t1 = time.perf_counter()
         if args.profile and i == 3:
             from torch.profiler import profile

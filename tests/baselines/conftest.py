@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 from perfsuite.baselines.torch_methods import eager_loss, reference_loss  # noqa: E402
-from perfsuite.method import Case, LossFn, Method  # noqa: E402
+from perfsuite.method import Case, LossFn, SimpleMethod  # noqa: E402
 from perfsuite.run.inputs import Inputs, make_inputs  # noqa: E402
 
 SMALL = dict(tokens=64, vocab=500, hidden=64)
@@ -60,7 +60,7 @@ class Report:
         return all(self.errors[k] <= self.bounds[k] for k in self.errors)
 
 
-def compare(method: Method, case: Case, factor: float = 2.0) -> Report:
+def compare(method: SimpleMethod, case: Case, factor: float = 2.0) -> Report:
     """Loss and both gradients of ``method`` against the fp32 reference.
 
     CCE's tolerance: a method may be as far from the fp32 reference as torch in
@@ -107,7 +107,7 @@ def compare(method: Method, case: Case, factor: float = 2.0) -> Report:
 
 @pytest.fixture
 def check() -> Callable[..., Report]:
-    def run(method: Method, case: Case, factor: float = 2.0) -> Report:
+    def run(method: SimpleMethod, case: Case, factor: float = 2.0) -> Report:
         report = compare(method, case, factor)
         assert report.ok, f"{method.name} {case}: errors {report.errors} > bounds {report.bounds}"
         return report

@@ -2,24 +2,26 @@
 Blackwell GPU with quack-kernels installed, loss and gradients against the fp32
 reference.
 
-quack does not install usefully nor run on CPU, so here only its declarations and
-the adapter's wiring (quack's function replaced by a torch equivalent) are tested.
+quack does not install usefully nor run on CPU, so here only its declarations, its
+reasons and a CPU run that records it unavailable are tested.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-import types
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from perfsuite.baselines import quack as adapter
 from perfsuite.baselines.quack import CPU_REASON, METHODS, MISSING_REASON
 from perfsuite.method import Case, Unavailable
+from perfsuite.plan.plan import build_plan
 from perfsuite.plan.registry import all_methods
+from perfsuite.plan.shapes import Shape
+from perfsuite.results.results import PHASES
+from perfsuite.run.runner import run_plan
 
 QUACK = METHODS[0]
 SHAPE = dict(tokens=64, vocab=512, hidden=64)  # multiples of 8, as quack's TMA needs
@@ -81,27 +83,16 @@ def test_older_gpus_are_unavailable(monkeypatch):
         adapter._check_device(torch.device("cpu"))
 
 
-def test_wiring_passes_quacks_argument_order(monkeypatch):
-    """x (N x D) first, then weight (V x D), targets, ignore_index, mean reduction."""
-    calls = []
-
-    def chunked_linear_cross_entropy(
-        x, weight, target, chunk_size=4096, ignore_index=-100, reduction="mean"
-    ):
-        calls.append((x.shape, weight.shape, ignore_index, reduction))
-        return F.cross_entropy(x @ weight.T, target, ignore_index=ignore_index)
-
-    module = types.ModuleType("quack.linear_cross_entropy")
-    module.chunked_linear_cross_entropy = chunked_linear_cross_entropy
-    monkeypatch.setitem(sys.modules, "quack", types.ModuleType("quack"))
-    monkeypatch.setitem(sys.modules, "quack.linear_cross_entropy", module)
-    monkeypatch.setattr(adapter, "_check_device", lambda device: None)
-    case = Case(**SHAPE, dtype="bf16")
-    e, c = torch.randn(64, 64), torch.randn(512, 64)
-    targets = torch.randint(0, 512, (64,))
-    loss = QUACK.prepare(case, c)(e, c, targets)
-    assert calls == [((64, 64), (512, 64), -100, "mean")]
-    assert torch.allclose(loss, F.cross_entropy(e @ c.T, targets))
+def test_a_cpu_run_records_it_unavailable_with_the_reason():
+    """Through the real registry and runner, as ``perfsuite run --methods quack`` on CPU:
+    decided without a worker, one ``unavailable`` row per phase saying why."""
+    shape = Shape("q", **SHAPE, dtype="bf16")
+    rows = run_plan(build_plan(shapes=[shape], methods="quack", betas="0", device="cpu"))["rows"]
+    want = MISSING_REASON if importlib.util.find_spec("quack") is None else CPU_REASON
+    assert {(r["method"], r["status"], r["reason"]) for r in rows} == {
+        ("quack", "unavailable", want)
+    }
+    assert sorted(r["phase"] for r in rows) == sorted(PHASES)
 
 
 def _quack_runs_here() -> str | None:

@@ -139,7 +139,7 @@ def _run_job(job: Job, rank: int, world: int) -> None:
             assert torch.equal(outcome.get(q), torch.zeros_like(outcome.get(q))), (what, q)
         return
 
-    bounds = tolerances(case, reference, torch_error_outcome(case, inputs))
+    bounds = tolerances(case.dtype, reference, torch_error_outcome(case, inputs))
     rows = Outcome(reference.loss, reference.grad_e, reference.grad_c[start:stop])
     verdict = judge(outcome, rows, bounds)
     if job.expect == "wrong":

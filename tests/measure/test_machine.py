@@ -4,6 +4,7 @@ console warns, the provenance names the burner; the arithmetic on its own."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -14,10 +15,63 @@ from perfsuite.cli import main
 from perfsuite.measure.machine import BUSY_CORES, Snapshot, busy_reasons, cpu_state
 
 
-def fake_snapshot(wall: float, machine: float, ours: float) -> Snapshot:
+def fake_snapshot(wall: float, machine: float, ours: float, cpu: dict | None = None) -> Snapshot:
     snap = Snapshot.__new__(Snapshot)
-    snap.wall, snap.machine, snap.ours, snap.cpus, snap.cpu = wall, machine, ours, {0, 1}, {}
+    snap.wall, snap.machine, snap.ours, snap.cpus = wall, machine, ours, {0, 1}
+    snap.cpu = cpu or {}
     return snap
+
+
+# pids no process has (above Linux's largest pid_max): neither ours nor pinned elsewhere
+PYTHON, BASH, NEW = 2**23 + 1, 2**23 + 2, 2**23 + 3
+_SHARE = re.compile(r"^other processes used ([\d.]+) of 2 cores over [\d.]+ s: (.*)$")
+
+
+def _parts(reason: str) -> tuple[float, list[float]]:
+    """The total and each named share of a CPU reason (names may repeat)."""
+    total, listed = _SHARE.match(reason).groups()
+    return float(total), [float(part.rsplit(" ", 1)[1]) for part in listed.split(", ")]
+
+
+def test_other_processes_are_named_in_cores_that_add_up():
+    """A 2-core box read "other processes used 1.4 of 2 cores (python 544%, …)": a shell
+    that reaped a child gained its whole life's CPU time at once. Each named process is
+    its own CPU time over the span, in the total's unit, and with the rest adds up to it."""
+    start = fake_snapshot(
+        100.0, 500.0, 50.0,
+        {PYTHON: ("python", 30.0, 30.0, 7.0), BASH: ("bash", 2.0, 1.0, 8.0),
+         NEW: ("make", 0.0, 0.0, 9.0)},
+    )  # fmt: skip
+    # 2 s: the cores were busy 4 s, 1.2 s of it ours: 2.8 core-s, 1.4 cores, others'.
+    # python ran 1.6 core-s; bash 0.4 s itself and reaped a child of 10.4 s (5.4 cores);
+    # make's pid now belongs to a new process (another start time): not compared.
+    end = fake_snapshot(
+        102.0, 504.0, 51.2,
+        {PYTHON: ("python", 31.6, 31.6, 7.0), BASH: ("bash", 12.8, 1.4, 8.0),
+         NEW: ("make", 9.0, 9.0, 99.0)},
+    )  # fmt: skip
+    state = cpu_state(start, end)
+    assert state["other_cores"] == 1.4 and state["seconds"] == 2.0
+    assert [(p["name"], p["cores"]) for p in state["other_processes"]] == [
+        ("python", 0.8),
+        ("bash", 0.2),
+    ]
+    (reason,) = busy_reasons({"cpu": state})
+    assert (
+        reason
+        == "other processes used 1.4 of 2 cores over 2.0 s: python 0.8, bash 0.2, the rest 0.4"
+    )
+    total, shares = _parts(reason)
+    assert sum(shares) == pytest.approx(total) and max(shares) <= total
+
+
+def test_a_process_named_never_exceeds_the_total():
+    """Time a process spent on cores not ours is not in the total: it is named with at
+    most the total."""
+    start = fake_snapshot(0.0, 0.0, 0.0, {PYTHON: ("python", 0.0, 0.0, 1.0)})
+    end = fake_snapshot(1.0, 0.6, 0.0, {PYTHON: ("python", 3.0, 3.0, 1.0)})
+    (reason,) = busy_reasons({"cpu": cpu_state(start, end)})
+    assert reason == "other processes used 0.6 of 2 cores over 1.0 s: python 0.6"
 
 
 def test_other_cpu_is_the_machines_less_ours():
@@ -52,6 +106,9 @@ def test_a_cpu_burner_beside_a_cell_marks_it(tmp_path, capsys):
     document = json.loads(out.read_text())
     (row,) = document["rows"]
     assert row["busy"].startswith("other processes used")
+    total, shares = _parts(row["busy"])  # in cores that add up, none beyond the box's 2
+    assert shares and sum(shares) == pytest.approx(total, abs=0.06)
+    assert max(shares) <= total <= 2
     (group,) = document["env"]["machine"]["groups"]
     assert group["busy"] and group["cpu"]["other_cores"] >= BUSY_CORES
     assert burner.pid in [p["pid"] for p in group["cpu"]["other_processes"]]

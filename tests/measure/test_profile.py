@@ -184,6 +184,8 @@ def test_peers_kernels_are_not_ours():
         ("Memcpy HtoD (Pageable -> Device)", "copy"),
         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "collective"),
         ("_forward_kernel", "ours"),
+        ("_lse_epilogue_kernel", "ours"),  # the cuBLAS route's epilogues
+        ("_grad_epilogue_kernel", "ours"),
         ("## Call CompiledFxGraph fz74wpinqymxk363ahipxrh2 ##", "elementwise"),  # Inductor, CPU
         ("kernel_cutlass_cross_entropy_0", "peer"),
         ("a_kernel_nobody_knows", "other"),

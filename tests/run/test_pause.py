@@ -66,10 +66,13 @@ def test_workers_left_stopped_by_a_dead_native_worker_are_continued(spinner):
     assert _state(proc.pid) != "T"
 
 
-def test_paused_without_a_board_is_a_no_op(monkeypatch):
+def test_paused_without_a_board_signals_no_process(monkeypatch):
     monkeypatch.delenv(pause.PAUSE_VAR, raising=False)
+    sent: list = []
+    monkeypatch.setattr(pause, "_signal", lambda *args: sent.append(args) or [])
     with pause.paused():
         pass
+    assert sent == []
 
 
 @pytest.mark.integration

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from perfsuite.cli import main
+from perfsuite.measure.profile import PROFILED_UNTIMED
 from perfsuite.results.results import load_results
 
 pytestmark = pytest.mark.integration
@@ -37,13 +38,19 @@ def test_a_profiled_cell_keeps_its_trace_and_breakdown(tmp_path, capsys):
     assert png.name == "breakdown-smoke-fp32-b0-fwdbwd.png" and png.stat().st_size > 10_000
 
 
-def test_the_graph_timer_on_a_cpu_is_unsupported_in_one_line(tmp_path):
-    out = tmp_path / "r.json"
-    assert main(["run", *ONE, "--timer", "graph", "--out", str(out)]) == 1  # nothing timed
+def test_the_graph_timer_on_a_cpu_is_unsupported_in_one_line_and_still_profiled(tmp_path, capsys):
+    """No call is captured on a CPU; ``--profile`` keeps its trace and breakdown all the
+    same (issue 45: ours could not be captured on the H200 and left none)."""
+    out, traces = tmp_path / "r.json", tmp_path / "traces"
+    argv = ["run", *ONE, "--timer", "graph", "--profile", str(traces), "--out", str(out)]
+    assert main(argv) == 1  # nothing timed
     (row,) = load_results(out)["rows"]
     assert row["status"] == "unsupported" and row["timer"] == "graph"
-    assert row["reason"] == "--timer graph: CUDA graphs need a GPU"
+    assert row["reason"] == f"--timer graph: CUDA graphs need a GPU; {PROFILED_UNTIMED}"
     assert row["peak_bytes"] is not None  # what was measured is kept
+    assert (traces / row["trace"]).exists() and row["breakdown"]["classes"]["gemm"] > 0
+    said = " ".join(capsys.readouterr().out.split())  # the console's note, wrapped at 80
+    assert f"--timer graph: CUDA graphs need a GPU; {PROFILED_UNTIMED}" in said
 
 
 def test_timers_and_profiles_are_refused_across_ranks(tmp_path, capsys):

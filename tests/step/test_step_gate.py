@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfsuite.step.gate import judge, one_pass, reference
+from perfsuite.step.gate import one_pass, reference, step_verdict
 from perfsuite.step.model import build_model, causal_lm_loss, eager_loss, make_batch
 from perfsuite.step.presets import Size, get_preset
 
@@ -27,16 +27,16 @@ def test_eager_passes_and_a_perturbed_gradient_fails(smoke, dtype):
     ref = reference(model, ids, 0.1, dtype)
     assert next(model.parameters()).dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     loss, grads = one_pass(model, ids, lambda x: eager_loss(model, x, 0.1))
-    verdict = judge(loss, grads, ref)
+    verdict = step_verdict(loss, grads, ref)
     assert verdict.passed, verdict.explain()
     name = "model.layers.0.mlp.down_proj.weight"
     bad = dict(grads)
     bad[name] = grads[name] + 50 * ref.bounds[name]
-    verdict = judge(loss, bad, ref)
+    verdict = step_verdict(loss, bad, ref)
     assert not verdict.passed and name in verdict.explain()
     assert verdict.errors["grad_e"] > verdict.bounds["grad_e"]
     missing = {k: v for k, v in grads.items() if k != ref.head}
-    assert "no gradient for lm_head.weight" in judge(loss, missing, ref).explain()
+    assert "no gradient for lm_head.weight" in step_verdict(loss, missing, ref).explain()
 
 
 def test_fp32_bounds_come_from_torch_own_fp64_error(smoke):

@@ -1,0 +1,319 @@
+"""The cuBLAS route: every GEMM in cuBLAS, the softmax in one Triton epilogue per slice.
+
+``engine="cublas"``. Per vocab slice ``s`` of ``width`` columns, in a fixed order:
+
+- forward: ``Z = E·C_sᵀ`` in fp32 through ``torch.mm(..., out_dtype=torch.float32)``
+  (cuBLAS; on a CPU ``slices.logit_slice`` upcasts), then ``_lse_epilogue_kernel`` folds
+  the slice into the running per-row state (row max, Σ exp(z − max), Σ_v w_v (z − max))
+  in place: one program per row block walks the slice's columns in order, so the merge
+  is exact, has no atomics and is bit-identical run to run;
+- backward: the same fp32 slice, then ``_grad_epilogue_kernel`` writes the gradient slice
+  ``G = (A·p − S·w_v − B·[v = y])·(1 − t²)/σ`` in the inputs' dtype (the math of
+  ``slices._grad_slice_kernel``'s epilogue and of ``slices._torch_grad_slice``), then
+  ``dE += G·C_s`` and ``dC_s = Gᵀ·E`` as in ``slices.slices_backward``.
+
+It trades the Triton route's fused GEMMs for cuBLAS's (~710–800 against ~405–465
+TFLOP/s on an H200: reports/nvidia-h200/raw/README.md) at the price of writing and
+reading the fp32 slice once more. Which route runs by default is ``routes.route_for``'s.
+No host sync: slice bounds are Python ints, the per-slice class-weight totals and σ are
+device tensors read by the kernels. Workspace per column: the fp32 slice (N·4) and G in
+the dtype (backward).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import cast, tanh, wide_offsets
+from .configs import interpreting
+from .forward import ForwardResult
+from .slices import _fp32_out_mm, _gradient_scale, accumulate_mm, logit_slice, slice_width
+from .targets import target_logits
+from .terms import Coefficients
+
+# Epilogue tiles: memory-bound passes over an fp32 slice. The LSE pass keeps one program
+# per row block for the whole slice (the merge's fixed order), so its row blocks are
+# small: 1,024 programs at Gemma2-2B's 8,192 rows; the gradient pass has no reduction and
+# tiles both ways. Built for sm_90a here without a GPU (Triton 3.7.1, `ptxas -v`, softcap,
+# smoothing and class weights on): 8×256 with 4 warps takes 80 registers (LSE) and 86
+# (gradient), no spills; 32×256 took 255 and spilled 96 B (gradient), 16×256 with 4 warps
+# 232 (LSE). Not yet timed on a GPU: issue 44.
+LSE_BLOCK = (8, 256)
+GRAD_BLOCK = (8, 256)
+NUM_WARPS = 4
+# The interpreter's blocks: few, large programs (each costs Python time).
+INTERPRETER_BLOCK = (64, 512)
+
+
+def _blocks(tiles: tuple[int, int], n_rows: int, width: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_V) for a launch, shrunk to the problem (at least 8 and 16)."""
+    block_n, block_v = INTERPRETER_BLOCK if interpreting() else tiles
+
+    def fit(block: int, size: int, least: int = 16) -> int:
+        return min(block, max(least, triton.next_power_of_2(size)))
+
+    return fit(block_n, n_rows, 8), fit(block_v, width)
+
+
+@triton.heuristics(
+    {
+        "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+        "HAS_SMOOTHING": lambda a: a["RelSum"] is not None,
+        "HAS_WEIGHT": lambda a: a["Weight"] is not None,
+    }
+)
+@triton.jit
+def _lse_epilogue_kernel(
+    Z,
+    RowMax,
+    RowSum,
+    RelSum,
+    Weight,
+    Seen,
+    softcap,
+    N,
+    v0,
+    width,
+    stride_zn,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SMOOTHING: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+):
+    """Fold columns [v0, v0 + width) of fp32 logits ``Z`` (N, ≥ width) into the state.
+
+    The state is the online (max, Σ exp(z − max)) and, with smoothing, Σ_v w_v (z − max),
+    relative to the running max so a common logit offset cancels (as forward.py and
+    native.py keep it). ``seen`` is Σ w over the columns already folded: v0 without class
+    weights, else ``Seen[0]`` (a device scalar: no host sync) plus this slice's tiles.
+    """
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
+    row_sum = tl.load(RowSum + offs_n, mask=n_mask, other=0.0)
+    if HAS_SMOOTHING:
+        smooth = tl.load(RelSum + offs_n, mask=n_mask, other=0.0)
+        if HAS_WEIGHT:
+            seen = tl.load(Seen)
+        else:
+            seen = tl.zeros((), dtype=tl.float32) + v0
+    z_rows = wide_offsets(offs_n, stride_zn)
+    for j0 in range(0, width, BLOCK_V):
+        offs_j = j0 + tl.arange(0, BLOCK_V)
+        j_mask = offs_j < width
+        mask = n_mask[:, None] & j_mask[None, :]
+        acc = tl.load(Z + z_rows[:, None] + offs_j[None, :], mask=mask, other=0.0)
+        if HAS_SOFTCAP:
+            acc = softcap * tanh(acc / softcap)
+        z = tl.where(j_mask[None, :], acc, float("-inf"))
+        new_max = tl.maximum(row_max, tl.max(z, axis=1))
+        # Masked rows (past N) stay at -inf: shift by 0 there, their results are dropped.
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
+        if HAS_SMOOTHING:
+            moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
+            if HAS_WEIGHT:
+                w = tl.load(Weight + v0 + offs_j, mask=j_mask, other=0.0)
+                # w = 0 on padded columns, where acc is 0: no masked copy needed.
+                inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
+                smooth = smooth + seen * moved + inside
+                seen += tl.sum(w, axis=0)
+            else:
+                inside = tl.sum(tl.where(j_mask[None, :], acc - shift[:, None], 0.0), axis=1)
+                smooth = smooth + seen * moved + inside
+                seen += tl.minimum(BLOCK_V, width - j0).to(tl.float32)
+        row_max = new_max
+    tl.store(RowMax + offs_n, row_max, mask=n_mask)
+    tl.store(RowSum + offs_n, row_sum, mask=n_mask)
+    if HAS_SMOOTHING:
+        tl.store(RelSum + offs_n, smooth, mask=n_mask)
+
+
+@triton.heuristics(
+    {
+        "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+        "HAS_SMOOTHING": lambda a: a["S"] is not None,
+        "HAS_WEIGHT": lambda a: a["Weight"] is not None,
+        "INTERPRETING": lambda a: interpreting(),
+    }
+)
+@triton.jit
+def _grad_epilogue_kernel(
+    Z,
+    Out,
+    RowMax,
+    LogSum,
+    A,
+    B,
+    S,
+    Weight,
+    Targets,
+    InvScale,
+    softcap,
+    N,
+    v0,
+    width,
+    stride_zn,
+    stride_on,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SMOOTHING: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    INTERPRETING: tl.constexpr,
+):
+    """One (row block, column block) of G from fp32 logits ``Z``: the epilogue of
+    ``slices._grad_slice_kernel``, term for term and in its order."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    n_mask = offs_n < N
+    j_mask = offs_j < width
+    a = tl.load(A + offs_n, mask=n_mask, other=0.0)
+    b = tl.load(B + offs_n, mask=n_mask, other=0.0)
+    # Pointers and masks are formed where they are used: a 64-bit pointer per element
+    # live across the epilogue spilled (sm_90a, 32×256 tiles).
+    if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
+        z_ptrs = Z + wide_offsets(offs_n, stride_zn)[:, None] + offs_j[None, :]
+        acc = tl.load(z_ptrs, mask=n_mask[:, None] & j_mask[None, :], other=0.0)
+        if HAS_SOFTCAP:
+            t = tanh(acc / softcap)
+            acc = softcap * t
+        row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
+        log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
+        y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
+        y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
+        inv = tl.load(InvScale)
+        # (z − max) − log-sum: a common logit offset cancels exactly.
+        grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * (a * inv)[:, None]
+        if HAS_SMOOTHING:
+            smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv
+            if HAS_WEIGHT:
+                w = tl.load(Weight + v0 + offs_j, mask=j_mask, other=0.0)
+                grad -= smooth[:, None] * w[None, :]
+            else:
+                grad -= smooth[:, None]
+        hit = offs_j[None, :] == y[:, None]
+        if HAS_SOFTCAP:
+            slope = 1.0 - t * t
+            grad = grad * slope - tl.where(hit, slope * (b * inv)[:, None], 0.0)
+        else:
+            grad -= tl.where(hit, (b * inv)[:, None], 0.0)
+        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
+        mask = n_mask[:, None] & j_mask[None, :]
+        tl.store(out, cast(grad, Out.dtype.element_ty, INTERPRETING), mask=mask)
+    else:
+        zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
+        tl.store(out, zeros.to(Out.dtype.element_ty), mask=n_mask[:, None] & j_mask[None, :])
+
+
+def bytes_per_column(n_rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> int:
+    """Workspace a slice column costs on this route: the fp32 logits (N·4) and G in the
+    dtype (N·2 or N·4); 16-bit inputs without an fp32-output GEMM (a CPU) add the fp32
+    upcasts of C_s (D·4) and of G for dE (N·4 + D·4); fp16's σ rescaling of dC_s D·4."""
+    size = torch.finfo(dtype).bits // 8
+    per = n_rows * 4 + n_rows * size
+    if size < 4 and not _fp32_out_mm(device):
+        per += n_rows * 4 + 2 * dim * 4
+    return per + (dim * 4 if dtype == torch.float16 else 0)
+
+
+def _width(e: torch.Tensor, vocab: int, budget: int | None) -> int:
+    n_rows, dim = e.shape
+    return slice_width(vocab, bytes_per_column(n_rows, dim, e.dtype, e.device), budget)
+
+
+def _slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
+    """The first ``rows × cols`` elements of ``buf`` as a contiguous (rows, cols) matrix: the
+    last, narrower slice keeps tight, aligned rows (no strided ``out=`` for cuBLAS)."""
+    return buf.view(-1)[: buf.shape[0] * cols].view(buf.shape[0], cols)
+
+
+def _seen_before(weight: torch.Tensor, vocab: int, width: int) -> torch.Tensor:
+    """Σ w over the columns before each slice, fp32 on the device (no host sync)."""
+    slices = triton.cdiv(vocab, width)
+    padded = torch.zeros(slices * width, device=weight.device, dtype=torch.float32)
+    padded[:vocab] = weight
+    totals = padded.view(slices, width).sum(1)
+    return torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
+
+
+def cublas_forward(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    smoothing: bool,
+    softcap: float | None,
+    budget: int | None,
+    weight: torch.Tensor | None = None,
+) -> ForwardResult:
+    """forward.lse_forward's outputs from cuBLAS fp32 logit slices and the LSE epilogue."""
+    n_rows = e.shape[0]
+    vocab = c.shape[0]
+    width = _width(e, vocab, budget)
+    buf = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
+    row_max = torch.full((n_rows,), float("-inf"), device=e.device)
+    row_sum = torch.zeros(n_rows, device=e.device)
+    rel_sum = torch.zeros(n_rows, device=e.device) if smoothing else None
+    w = weight if smoothing else None  # only the smoothing sum reads it
+    seen = _seen_before(w, vocab, width) if w is not None else None
+    block_n, block_v = _blocks(LSE_BLOCK, n_rows, width)
+    grid = (triton.cdiv(n_rows, block_n),)
+    for s, v0 in enumerate(range(0, vocab, width)):
+        cols = min(width, vocab - v0)
+        z = logit_slice(_slab(buf, cols), e, c[v0 : v0 + cols])
+        _lse_epilogue_kernel[grid](
+            z, row_max, row_sum, rel_sum, w, None if seen is None else seen[s:],
+            softcap, n_rows, v0, cols, z.stride(0),
+            BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    target_logit = target_logits(e, c, targets, softcap)
+    return ForwardResult(row_max, row_sum.log(), target_logit, rel_sum, None)
+
+
+def cublas_backward(
+    e: torch.Tensor,
+    c: torch.Tensor,
+    targets: torch.Tensor,
+    row_max: torch.Tensor,
+    log_sum: torch.Tensor,
+    k: Coefficients,
+    *,
+    p,
+    weight: torch.Tensor | None = None,
+    de_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``slices.slices_backward`` on this route: same arguments, same results' contract."""
+    n_rows, dim = e.shape
+    vocab = c.shape[0]
+    width = _width(e, vocab, p.budget)
+    scale = _gradient_scale(k, weight, e.dtype)
+    inv_scale = (1.0 / scale).reshape(1)
+    de = torch.zeros((n_rows, dim), device=e.device, dtype=torch.float32)
+    dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
+    logits = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
+    grads = torch.empty((n_rows, width), device=e.device, dtype=e.dtype)
+    targets = targets.contiguous()
+    block_n, block_v = _blocks(GRAD_BLOCK, n_rows, width)
+    w = weight if k.smooth is not None else None  # only the smoothing term reads it
+    for v0 in range(0, vocab, width):
+        cols = min(width, vocab - v0)
+        c_s = c[v0 : v0 + cols]
+        z = logit_slice(_slab(logits, cols), e, c_s)
+        grad = _slab(grads, cols)
+        grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
+        _grad_epilogue_kernel[grid](
+            z, grad, row_max, log_sum, k.prob, k.target, k.smooth, w, targets, inv_scale,
+            p.softcap, n_rows, v0, cols, z.stride(0), grad.stride(0),
+            BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
+        )  # fmt: skip
+        accumulate_mm(de, grad, c_s)
+        dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
+        if e.dtype == torch.float16:
+            dc_s.copy_(dc_s.float().mul_(scale))
+    de.mul_(scale)
+    return (de if de_fp32 else de.to(e.dtype)), dc

@@ -1,0 +1,59 @@
+"""Which route runs the slice algorithm on a GPU: the one rule, per (arch, dtype).
+
+Two routes compute the same exact loss and gradients (docs/kernel.md, "Routes"):
+
+- ``"triton"``: the forward kernel and the fused gradient-slice kernel are Triton GEMMs
+  with the softmax in their epilogue (forward.py, slices.py);
+- ``"cublas"``: fp32 logit slices from cuBLAS, then one Triton epilogue per slice
+  (cublas_route.py).
+
+``engine="auto"`` on CUDA takes ``route_for(arch, dtype)``; ``engine="triton"`` or
+``"cublas"`` forces one (the other route's ablation methods do). Each entry says where it
+comes from: a lent GPU that measures both routes (``.ci/gpu-run 1``) changes one line.
+Pure Python (no torch, no triton): ``.ci/gpu_plan.py`` reads it by path.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+ROUTES = ("triton", "cublas")
+ARCHS = ("sm_80", "sm_90", "sm_100")  # configs.ARCHS
+DTYPES = ("fp32", "bf16", "fp16")  # configs.DTYPE_NAMES' values
+
+UNMEASURED = "unmeasured; call 1 of .ci/gpu-run measures both"
+
+
+class Route(NamedTuple):
+    route: str
+    provenance: str
+
+
+# (arch, dtype) -> the route engine="auto" runs there, and why. Until a GPU has timed
+# both routes, every entry keeps the route that has always run (the Triton one).
+TABLE: dict[tuple[str, str], Route] = {
+    (arch, dtype): Route("triton", UNMEASURED) for arch in ARCHS for dtype in DTYPES
+}
+
+
+def route_for(arch: str, dtype: str) -> str:
+    """The route for an arch (``configs.arch_of``: sm_80, sm_90, sm_100) and a dtype name
+    (fp32, bf16, fp16); ``ValueError`` naming an unknown one."""
+    try:
+        return TABLE[arch, dtype].route
+    except KeyError:
+        raise ValueError(
+            f"no route for ({arch!r}, {dtype!r}): archs {ARCHS}, dtypes {DTYPES}"
+        ) from None
+
+
+def other_route(route: str) -> str:
+    """The route ``route`` is not: what its ablation method measures."""
+    if route not in ROUTES:
+        raise ValueError(f"unknown route {route!r}; use one of {ROUTES}")
+    return ROUTES[1 - ROUTES.index(route)]
+
+
+def method_for(route: str) -> str:
+    """The benchmark method that forces ``route`` (baselines/ours.py)."""
+    return f"ours-route-{route}"

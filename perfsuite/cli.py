@@ -78,10 +78,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.render.table import print_tables
     from perfsuite.results.results import (
         Checkpoint,
-        check_writable,
         nothing_measured,
         status_counts,
-        write_results,
     )
     from perfsuite.run.runner import run_plan
 
@@ -111,7 +109,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
-    check_writable(out, overwrite=args.force)  # before anything is measured
+    # Checked, and held by this run alone until its last write, before anything is measured:
+    # a second run on the same --out is refused (it would replace this one's rows).
+    checkpoint = Checkpoint(out, overwrite=args.force)
 
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -119,9 +119,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    checkpoint = Checkpoint(out)
     try:
-        with Progress(*columns, console=console, transient=True) as bar:
+        with checkpoint, Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task(plan.methods[0], total=len(plan.methods) * len(plan.cases()))
 
             def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -133,16 +132,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
             # A line per worker and cell start, and while a long cell runs.
             document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
+            checkpoint(document)  # the whole document, while the file is still held
     except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
         if kept := checkpoint.kept():
             console.print(
                 f"[red]interrupted[/red]: {kept} finished cell row(s) kept in {out} "
-                "(a partial results file: `perfsuite report` reads it)"
+                "(a partial results file: `perfsuite report` reads it)",
+                soft_wrap=True,  # the path whole, however deep (rich cut it mid-name)
             )
         else:
             console.print("[red]interrupted[/red] before any cell finished: nothing written")
         raise
-    write_results(out, document)
     if plan.tps:
         from perfsuite.render.tp_table import print_tp_tables
 

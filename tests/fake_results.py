@@ -128,6 +128,9 @@ MALFORMED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("median-nan", _set(median_ms=float("nan")),
      "row 3: median_ms is nan, not a finite number >= 0"),
     ("v2-row-without-kind", lambda doc: doc["rows"][3].pop("kind"), "row 3 lacks kind"),
+    # One rule for every reader (issue 46): `history add` stored it, `report` printed a
+    # blank line, `plot` said two lines without `error:`; `compare` refused it.
+    ("no-rows", lambda doc: doc["rows"].clear(), "holds no rows (no cell was written to it)"),
 ]  # fmt: skip
 
 

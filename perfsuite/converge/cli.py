@@ -162,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.converge.sweep import dry_run, report, sweep
     from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import methods_for
+    from perfsuite.results.lock import claim
 
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
     if args.render is not None:  # the table and figures of a finished file, trained again by none
@@ -172,16 +173,19 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return dry_run(config, known, console)
     check_outputs(config, args.force)
-    p = config.preset
-    console.print(
-        f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
-        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
-        + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
-        + f" -> {config.out}",
-        highlight=False,
-    )
-    document = sweep(config, known, console)
-    report(config.out, document, console)
+    # Held by this sweep alone to its last write (checked again once held): a second
+    # writer of the same --out is refused, as `run`, `sweep` and `step` refuse it.
+    with claim(config.out, lambda: check_outputs(config, args.force)):
+        p = config.preset
+        console.print(
+            f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
+            f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
+            + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
+            + f" -> {config.out}",
+            highlight=False,
+        )
+        document = sweep(config, known, console)
+        report(config.out, document, console)
     return exit_status(document["rows"])
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from perfsuite.fit import Column, fit_table, pipe_table, print_fitted
-from perfsuite.results.results import ResultsError, read_json, require_kind
+from perfsuite.results.results import read_json, require_kind
 
 V1 = "perfsuite.converge/1"  # the converge document before the results envelope held it
 
@@ -57,9 +57,7 @@ def read(path: Path) -> dict[str, Any]:
     raw = read_json(path)
     old = isinstance(raw, dict) and raw.get("schema") == V1
     document = validate(from_v1(raw) if old else raw, path)
-    require_kind(document, path, {"train"}, "converge --render")
-    if not document["rows"]:
-        raise ResultsError(f"{path}: no training runs in it")
+    require_kind(document, path, {"train"}, "converge --render")  # rows and all (validate)
     return document
 
 

@@ -15,7 +15,7 @@ from perfsuite.harness.lifecycle import run_worker
 from perfsuite.harness.progress import Tracker
 from perfsuite.harness.schedule import schedule
 from perfsuite.harness.scratch import scratch
-from perfsuite.results.results import new_document
+from perfsuite.results.results import MEASURED, new_document
 
 Rows = list[dict[str, Any]]
 T = TypeVar("T")
@@ -213,13 +213,17 @@ def checkpointed(
     env: dict[str, Any],
     progress: ProgressFn | None,
     checkpoint: Callable[[dict[str, Any]], None] | None,
+    tracker: Tracker | None = None,
 ) -> ProgressFn:
-    """``progress``, then ``checkpoint`` with the document of every case finished so far
-    (a run killed half-way keeps what it measured)."""
+    """``tracker`` told of a measured case (its time model), ``progress``, then
+    ``checkpoint`` with the document of every case finished so far (a run killed
+    half-way keeps what it measured)."""
     finished: Rows = []
     lock = threading.Lock()
 
     def report(method: str, case: dict[str, Any], rows: Rows) -> None:
+        if tracker is not None and any(r["status"] in MEASURED for r in rows):
+            tracker.finished(method, case)
         if progress is not None:
             progress(method, case, rows)
         if checkpoint is not None:

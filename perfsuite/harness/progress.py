@@ -173,3 +173,25 @@ class Tracker:
     def worker_ended(self, method: str) -> None:
         with self.lock:
             self.workers.pop(method, None)
+
+
+class Countdown:
+    """Progress lines for ``total`` like items (builds) done one by one or side by side:
+    a line per finished item with its count, the time so far and, from the mean so far,
+    the time left. ``run``'s cells have a time model instead (``Tracker``)."""
+
+    def __init__(
+        self, total: int, notice: NoticeFn, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.total, self.notice, self.clock = total, notice, clock
+        self.count, self.t0 = 0, clock()
+        self.lock = threading.Lock()
+
+    def done(self, label: str) -> None:
+        with self.lock:
+            self.count += 1
+            spent = self.clock() - self.t0
+            parts = [f"{self.count} of {self.total}", f"{duration(spent)} so far"]
+            if self.count < self.total:
+                parts.append(f"~{duration(spent / self.count * (self.total - self.count))} left")
+            self.notice(f"{label} ({'; '.join(parts)})")

@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
     p.add_argument("--runs", type=int, default=60, help=f"4 to {demo.MAX_RUNS}")
     p.add_argument("--step", type=float, default=0.05, help="relative step (0.05: +5%%; 0: none)")
-    p.add_argument("--step-at", type=int, default=40, help="first run of the step (from 0)")
+    at = "first run of the step (from 0; default: two thirds of --runs, 40 of 60)"
+    p.add_argument("--step-at", type=int, help=at)
     p.add_argument("--method", default="ours", choices=demo.METHODS, help="the method it slows")
     p.add_argument("--seed", type=int, default=0)
     for name, p in sub.choices.items():
@@ -271,8 +272,11 @@ def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     if not 4 <= args.runs <= demo.MAX_RUNS:  # a typo's million files took minutes to stop
         return _fail(f"--runs {args.runs}: must be between 4 and {demo.MAX_RUNS}")
-    if not 0 < args.step_at < args.runs:
-        return _fail(f"--step-at {args.step_at}: must be between 1 and --runs - 1")
+    if args.step_at is None:  # follows --runs: a fixed 40 refused `--runs 5`, unasked
+        args.step_at = args.runs * 2 // 3
+    elif not 0 < args.step_at < args.runs:
+        last = args.runs - 1
+        return _fail(f"--step-at {args.step_at}: must be between 1 and --runs - 1 ({last})")
     if not -1 < args.step < 10:
         return _fail(f"--step {args.step:g}: must be a relative change in (-1, 10)")
     try:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Any
 
+from perfsuite.harness.progress import Countdown, NoticeFn
 from perfsuite.results.outpath import check_output_dir
 
 from . import (
@@ -99,8 +100,8 @@ def _row(launch: Launch) -> dict[str, Any]:
 _POOL_LAUNCHES: list[Launch] = []
 
 
-def _row_at(index: int) -> dict[str, Any]:
-    return _row(_POOL_LAUNCHES[index])
+def _row_at(index: int) -> tuple[int, dict[str, Any]]:
+    return index, _row(_POOL_LAUNCHES[index])
 
 
 def _default_sigterm() -> None:
@@ -108,16 +109,33 @@ def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def build_rows(todo: list[Launch], jobs: int = 1) -> list[dict[str, Any]]:
-    """Build every launch, ``jobs`` at a time (forked workers; 1: in this process)."""
-    if jobs <= 1 or len(todo) <= 1:
-        return [_row(la) for la in todo]
+def build_rows(
+    todo: list[Launch], jobs: int = 1, notice: NoticeFn | None = None
+) -> list[dict[str, Any]]:
+    """Build every launch, ``jobs`` at a time (forked workers; 1: in this process);
+    ``notice`` hears a line per build done (a full report takes minutes: 400 s went by
+    without a word)."""
+    jobs = max(1, min(jobs, len(todo)))
+    countdown = None if notice is None else Countdown(len(todo), notice)
+    if notice is not None:
+        notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
+
+    def told(row: dict[str, Any]) -> dict[str, Any]:
+        if countdown is not None:
+            countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
+        return row
+
+    if jobs == 1:
+        return [told(_row(la)) for la in todo]
     _POOL_LAUNCHES[:] = todo
+    rows: list[dict[str, Any]] = [{} for _ in todo]
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_default_sigterm) as pool:
-            return pool.map(_row_at, range(len(todo)), chunksize=1)
+            for index, row in pool.imap_unordered(_row_at, range(len(todo)), chunksize=1):
+                rows[index] = told(row)
     finally:
         _POOL_LAUNCHES.clear()
+    return rows
 
 
 def kernel_report(
@@ -130,9 +148,11 @@ def kernel_report(
     jobs: int = 1,
     workloads: list[str] | None = None,
     sample_rows: int = launched.DEFAULT_ROWS,
+    notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes;
-    with ``workloads``, the tile list's launched fraction on a sample of each."""
+    with ``workloads``, the tile list's launched fraction on a sample of each.
+    ``notice``: progress lines while it builds."""
     shape = parse_shape(shape) if isinstance(shape, str) else shape
     for arch in archs:
         build.capability(arch)
@@ -140,7 +160,7 @@ def kernel_report(
         report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
     else:
         todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
-        rows = build_rows(todo, jobs)
+        rows = build_rows(todo, jobs, notice)
         measured = {
             (r["kernel"], launches.cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
             for r in rows
@@ -154,19 +174,32 @@ def kernel_report(
             "designs": costs.design_rows(shape, cce_note is None),
             "notes": notes + costs.rate_notes(),
         }
-    report["launched"] = _launched(shape, archs, report["costs"], workloads or [], sample_rows)
+    report["launched"] = _launched(
+        shape, archs, report["costs"], workloads or [], sample_rows, notice
+    )
     report["toolchain"] = baseline.toolchain(archs)
     return report
 
 
 def _launched(
-    shape: Shape, archs: list[str], cost_rows: list[dict], workloads: list[str], rows: int
+    shape: Shape,
+    archs: list[str],
+    cost_rows: list[dict],
+    workloads: list[str],
+    rows: int,
+    notice: NoticeFn | None = None,
 ) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload, with the backward's costs scaled by it."""
+    """Launched fraction per arch × workload, with the backward's costs scaled by it
+    (minutes each at a real vocabulary: ``notice`` hears each as it starts)."""
     keys = sorted({launches.cfg_arch(a) for a in archs})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     out = []
-    for workload in workloads:
+    for i, workload in enumerate(workloads, 1):
+        if notice is not None:
+            notice(
+                f"launched fraction: {workload} ({i} of {len(workloads)}), "
+                f"{min(rows, shape.n)} rows at V={shape.v}…"
+            )
         for row in launched.measure_in_child(shape, keys, workload, min(rows, shape.n)):
             cost, frac = full[row["arch"]], row["launched_fraction"]
             out.append(
@@ -189,16 +222,19 @@ def _report_in_child(
     jobs: int,
 ) -> dict[str, Any]:
     """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
-    are interpreter wrappers fixed at import."""
+    are interpreter wrappers fixed at import. Its stderr is ours: its progress lines and
+    any error are seen as they come."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--json", "--jobs", str(jobs)]
     cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}"]
     cmd += baseline.selection_args(archs, dtypes, kernels, with_cce)
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
     try:
         report = json.loads(out.stdout)
     except json.JSONDecodeError:
-        raise RuntimeError(f"kernel report child failed: {out.stderr[-2000:]}") from None
+        raise RuntimeError(
+            f"kernel report child failed (exit {out.returncode}): its error is above"
+        ) from None
     report["shape"] = vars(shape)
     return report
 
@@ -252,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         workloads=sel["workloads"],
         sample_rows=sel["sample_rows"],
+        notice=lambda line: print(line, file=sys.stderr, flush=True),  # stdout: --json's
     )
     report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
     problems = failures(report["rows"])

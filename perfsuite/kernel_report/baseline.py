@@ -120,6 +120,13 @@ def load(
     version = triton.__version__
     archs = selection["archs"]
     make = f"make one: {make_command(selection, shape, folder)}"
+    if Path(folder).is_file():  # "no such folder" about a file that exists (issue 46)
+        named = _NAME.fullmatch(Path(folder).name)
+        hint = f": the folder that holds it is {Path(folder).parent}" if named else ""
+        raise BaselineError(
+            f"--baseline {folder}: is a file; --baseline takes the folder `--save DIR` "
+            f"wrote its baselines to{hint}"
+        )
     if not Path(folder).is_dir():
         raise BaselineError(f"--baseline {folder}: no such folder; {make}")
     files = stored(folder, archs)

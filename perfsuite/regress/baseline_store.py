@@ -13,12 +13,14 @@ from rich import box
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.measure.machine import document_busy
 from perfsuite.regress.verdicts import env_differences
-from perfsuite.results.kinds import TIMED_KINDS, require_kind
+from perfsuite.results.kinds import require_kind
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.provenance import device_slug
 from perfsuite.results.results import ResultsError, load_results, new_document, write_results
 
 DEFAULT_ROOT = Path("reports") / "baselines"
+# What a store holds: loss cells, and the same across ranks (``-tpK`` files).
+STORED_KINDS = frozenset({"loss", "tp"})
 
 
 def shape_stem(row: dict[str, Any]) -> str:
@@ -88,10 +90,10 @@ def update(
 
     A shape whose new file has fewer ``ok`` cells than the stored one is refused unless
     ``force``: a run whose cells errored must not replace a good baseline."""
-    document = load_results(results)  # validated: a malformed file is never stored
-    require_kind(document, results, TIMED_KINDS, "baseline update")
-    if not document["rows"]:
-        raise ResultsError(f"{results}: no rows; nothing to store")
+    document = load_results(results)  # validated, rows and all: a bad file is never stored
+    # A step file's cells were stored under their model's name, as that shape's loss
+    # baseline (issue 46): only the cells `compare` judges against a store are stored.
+    require_kind(document, results, STORED_KINDS, "baseline update")
     _check_root(root)
     folder = Path(root) / device_slug(document["env"])
     if not dry_run:  # made and written to now: a bad --root costs nothing and stores nothing

@@ -4,6 +4,7 @@ markdown fit for ``$GITHUB_STEP_SUMMARY``."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,14 +165,55 @@ def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
     ]
 
 
+def _relative(label: str) -> str:
+    """Each path of a label (``a.json`` or a store's ``x.json, y.json``) relative to the
+    working folder where that is shorter."""
+    paths = label.split(", ")
+    return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
+
+
+def _names(label: str) -> str:
+    return ", ".join(Path(p).name or p for p in label.split(", "))
+
+
+def _elide(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle replaced by "…" (its end, a
+    file's name, keeps more than its start)."""
+    if len(text) <= width:
+        return text
+    keep = max(width - 1, 2)
+    head = keep // 3
+    return f"{text[:head]}…{text[len(text) - (keep - head) :]}"
+
+
+def title_lines(comparison: Comparison, width: int) -> list[str]:
+    """``baseline → current`` on one line whatever the paths' length (it folded after the
+    arrow in a deep temporary folder): as given, or relative to the working folder, else
+    the file names with the whole paths below, folded at their slashes; names too long
+    even so are elided in their middle."""
+    base, cur = comparison.baseline_label, comparison.current_label
+    for b, c in ((base, cur), (_relative(base), _relative(cur))):
+        if len(b) + 3 + len(c) <= width:
+            return [f"{b} → {c}"]
+    b, c = _names(base), _names(cur)
+    if len(b) + 3 + len(c) > width:
+        room = max(width - 3, 8)
+        b = _elide(b, min(len(b), max(room // 2, room - len(c))))
+        c = _elide(c, room - len(b))
+    lines = [f"{b} → {c}"]
+    for name, label in (("baseline", base), ("current", cur)):
+        lines += fold(f"{name}: {label}", width, path=True).split("\n")
+    return lines
+
+
 def print_table(comparison: Comparison, console: Console | None = None) -> None:
     """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
     all laid out alike: folded as the table of every row would be, or all as records."""
     if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
         console = TrimmedConsole()
     metric = comparison.settings.metric
-    pair = f"{comparison.baseline_label} → {comparison.current_label}"
-    console.print(Text(fold(pair, console.width, path=True), style="bold"))
+    for i, line in enumerate(title_lines(comparison, console.width)):
+        console.print(Text(line, style="bold" if i == 0 else "dim"))
     groups: dict[str, list[CellComparison]] = {}
     for cell in comparison.cells:
         groups.setdefault(_group(cell.row), []).append(cell)

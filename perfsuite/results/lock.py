@@ -1,17 +1,21 @@
 """One writer per results file (it is rewritten whole, so two writers keep only the last
-one's rows): ``fcntl.flock`` on a hidden lock file beside it, held by ``sweep`` from
-before it reads the file to the end; it goes with the process, so a crash leaves none."""
+one's rows): ``fcntl.flock`` on a hidden lock file beside it. Every command that writes a
+results file as it goes (``run``, ``sweep``, ``step``, ``converge``) takes it through
+``claim`` before it reads or checks the file, and holds it to its last write; it goes with
+the process, so a crash leaves none."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import IO
 
 
-class FileLocked(RuntimeError):
-    """Another process is writing the same results file."""
+class FileLocked(ValueError):
+    """Another process is writing the same results file (bad input: one line, exit 2)."""
 
 
 def lock_path(path: Path) -> Path:
@@ -19,7 +23,8 @@ def lock_path(path: Path) -> Path:
 
 
 class WriterLock:
-    """Held from construction until ``release`` (or until the object is collected)."""
+    """Held from construction until ``release`` (or the end of a ``with`` block, or until
+    the object is collected)."""
 
     def __init__(self, path: Path) -> None:
         self.path = lock_path(Path(path))
@@ -55,5 +60,31 @@ class WriterLock:
             self._file.close()
             self._file = None
 
+    def __enter__(self) -> WriterLock:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
     def __del__(self) -> None:
         self.release()
+
+
+def claim(path: str | os.PathLike[str], start: Callable[[], object] | None = None) -> WriterLock:
+    """``path``'s writer lock (its folder must exist), then ``start()``: what it reads or
+    checks of the file (exists? resumable?) stays true while the lock is held. Released
+    if ``start`` raises, so a refused command leaves the file free. ``FileLocked`` (one
+    line) when another process holds it or it cannot be taken."""
+    try:
+        writer = WriterLock(Path(path))
+    except OSError as err:
+        raise FileLocked(f"--out {path}: cannot lock it ({err.strerror})") from None
+    try:
+        if start is not None:
+            start()
+    except BaseException:
+        writer.release()
+        raise
+    return writer

@@ -26,6 +26,7 @@ from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import
     row_kind,
     to_disk,
 )
+from perfsuite.results.lock import claim
 from perfsuite.results.outpath import OutputPathError, check_output_file
 
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
@@ -104,11 +105,16 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
 
 
 class Checkpoint:
-    """A run's ``checkpoint``: each partial document written to ``path``; ``kept()`` counts
-    the file's rows (an interrupt may land between a write and anything after it)."""
+    """A results file a command writes as it goes (``run``, ``step``): ``path`` checked
+    (``check_writable``) and held by this process alone (``lock.claim``: a second command on
+    the same file is refused, never left to replace this one's rows) until ``release`` or the
+    ``with`` block's end. Called, it writes a partial document; ``kept()`` counts the
+    file's rows (an interrupt may land between a write and anything after it)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.wrote = path, False
+    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        self.path, self.wrote = check_writable(path, overwrite=overwrite), False  # makes its folder
+        # Checked again once held: a command that wrote it in between is not overwritten.
+        self.writer = claim(self.path, lambda: check_writable(path, overwrite=overwrite))
 
     def __call__(self, document: dict[str, Any]) -> None:
         self.wrote = True
@@ -116,6 +122,15 @@ class Checkpoint:
 
     def kept(self) -> int:
         return len(read_json(self.path)["rows"]) if self.wrote and self.path.exists() else 0
+
+    def release(self) -> None:
+        self.writer.release()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def json_error(text: str, err: json.JSONDecodeError) -> str:
@@ -154,13 +169,14 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return document
 
 
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_results(path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """Read a results file (version 1 or 2) and check it against the schema
     (``perfsuite.results.schema``): flat rows, each with its kind. ``ResultsError`` says,
-    in one line, what is wrong with it: the file, the row and the field."""
+    in one line, what is wrong with it: the file, the row and the field; or that it holds
+    no rows (unless ``empty``: see ``schema.validate``)."""
     from perfsuite.results.schema import validate  # pydantic: only where a file is read
 
-    return validate(read_json(path), path)
+    return validate(read_json(path), path, empty=empty)
 
 
 def load_dataframe(path: str | os.PathLike[str]) -> pd.DataFrame:

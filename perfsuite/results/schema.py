@@ -245,9 +245,14 @@ def _message(error: dict[str, Any], path: str, rows: list[Any], flat: list[bool]
     return f"{path}: row {index}: {field} is {value}, not {_expected(error, field)}"
 
 
-def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """``document`` (parsed JSON) checked against the schema and returned in memory form:
-    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong."""
+    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong.
+
+    A document without rows is refused here, for every command that reads rows (one
+    rule: ``history add`` stored it as a run of 0 cells, ``report`` printed a blank
+    line); ``empty`` is for the readers that take it: ``sweep --resume`` of a sweep
+    stopped before its first cell, and an array's part files."""
     if not isinstance(document, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
     version = document.get("schema_version")
@@ -271,6 +276,8 @@ def validate(document: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
         Document.model_validate({**document, "rows": checked})
     except ValidationError as err:
         raise ResultsError(_message(err.errors()[0], str(path), checked, was_flat)) from None
+    if not rows and not empty:  # a well-formed file, of nothing
+        raise ResultsError(f"{path}: holds no rows (no cell was written to it)")
     flat = [{**flat_row(r), "kind": row_kind(r)} for r in rows]
     seen: dict[tuple, int] = {}
     for i, row in enumerate(flat):

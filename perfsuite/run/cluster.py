@@ -22,6 +22,7 @@ from perfsuite.args import positive_int
 from perfsuite.harness.progress import cell_label, finished_lines
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
+from perfsuite.results.lock import claim
 from perfsuite.results.merge import MergeError, merge_documents
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import (
@@ -34,7 +35,7 @@ from perfsuite.results.results import (
     write_results,
 )
 from perfsuite.run.sweep_args import add_arguments as add_sweep_arguments
-from perfsuite.run.sweep_args import check_resume, load_resumable, locked, out_path, parse_redo
+from perfsuite.run.sweep_args import check_resume, load_resumable, out_path, parse_redo
 
 if TYPE_CHECKING:  # the grid and the sweep load torch: imported where a sweep runs, so
     # that its arguments are checked before
@@ -161,7 +162,7 @@ class ArraySweep:
         self.previous = self._read(self.out)  # another grid's file: refused before any mkdir
         check_output_dir(self.parts, "--out")
         self.logs = self.parts / "logs"
-        self.writer = locked(self.out, self._survey)  # the parts are the tasks' to lock
+        self.writer = claim(self.out, self._survey)  # the parts are the tasks' to lock
 
     def _survey(self) -> None:
         from perfsuite.run.grid import grid_units, unit_keys
@@ -212,7 +213,8 @@ class ArraySweep:
     def assemble(self, failed: dict[int, str]) -> dict[str, Any]:
         """The parts merged, plus the rows of the previous ``--out`` no part holds."""
         parts = [part_path(self.parts, i, self.n) for i in range(self.n)]
-        docs = [(str(p), load_results(p)) for p in parts if p.exists()]
+        # A task stopped before its first cell leaves a part without rows.
+        docs = [(str(p), load_results(p, empty=True)) for p in parts if p.exists()]
         # No part at all: every shard was done in --out (a plain sweep's file, resumed).
         merged = merge_documents(docs) if docs else copy.deepcopy(self.previous)
         have = {cell_key(r) for r in merged["rows"]}

@@ -144,14 +144,7 @@ def run_plan(
     env = plan_env(plan)
     cases = plan.cases()
     tracker = None if notice is None else _tracker(plan, cases, notice)
-
-    def finished(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        if tracker is not None and any(r["status"] in ("ok", "wrong") for r in rows):
-            tracker.finished(method, case)
-        if progress is not None:
-            progress(method, case, rows)
-
-    report = harness.checkpointed(env, finished, checkpoint)
+    report = harness.checkpointed(env, progress, checkpoint, tracker)
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
     all_cases = {m: cases for m in plan.methods}

@@ -17,6 +17,7 @@ from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.registry import methods_for
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
+from perfsuite.results.lock import claim
 from perfsuite.results.results import (
     check_writable,
     new_document,
@@ -39,7 +40,6 @@ from perfsuite.run.sweep_args import (  # the command line's half, re-exported f
     add_arguments,  # noqa: F401
     check_resume,
     load_resumable,
-    locked,
     out_path,
     parse_redo,
     plan_from_args,
@@ -69,7 +69,7 @@ class Sweep:
         self.lock = threading.Lock()
         check_writable(self.out, overwrite=True)  # a folder: said now, not after a cell
         # Locked before the file is read: two resumes of it would keep one's rows only.
-        self.writer = locked(self.out, lambda: self._start(resume, redo, grid))
+        self.writer = claim(self.out, lambda: self._start(resume, redo, grid))
 
     def _start(self, resume: bool, redo: tuple[str, ...], grid: dict[str, Any] | None) -> None:
         """Read back the file to resume (refusing other code), then list what is left."""

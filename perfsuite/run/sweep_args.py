@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
 from perfsuite.plan.plan import Plan, PlanError, build_plan, parse_ints
-from perfsuite.results.lock import FileLocked, WriterLock
 from perfsuite.results.results import STATUSES, load_results
 
 DEFAULT_TOKENS = "1024,4096,8192"
@@ -133,7 +131,7 @@ def grid_differences(previous: dict[str, Any], plan: dict[str, Any]) -> list[str
 
 def load_resumable(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
     """The results file ``--resume`` reads back, refused unless a sweep of ``plan``'s grid."""
-    document = load_results(path)
+    document = load_results(path, empty=True)  # a sweep stopped before its first cell
     if not isinstance(document["env"].get("sweep"), dict):
         raise PlanError(
             f"--resume {path}: not a sweep's results file (a `run` or `step` made it); "
@@ -162,20 +160,3 @@ def check_resume(out: Path, resume: bool, parts: bool = False) -> None:
         raise PlanError(f"{out} exists: pass --resume to finish that sweep, or another --out")
     if resume and not parts and not out.exists():  # a typo would start a whole new sweep
         raise PlanError(f"--resume {out}: no such file, nothing to resume")
-
-
-def locked(out: Path, start: Callable[[], None]) -> WriterLock:
-    """``out``'s writer lock, taken before ``start()`` reads it; released if it raises
-    (a refused sweep leaves the file free)."""
-    try:
-        writer = WriterLock(out)
-    except FileLocked as err:
-        raise PlanError(str(err)) from None
-    except OSError as err:
-        raise PlanError(f"--out {out}: cannot lock it ({err.strerror})") from None
-    try:
-        start()
-    except BaseException:
-        writer.release()
-        raise
-    return writer

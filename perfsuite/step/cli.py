@@ -5,6 +5,7 @@ Exit 2: bad input, before anything runs; 1: no case was measured; 0 otherwise.""
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from perfsuite.args import non_negative_int, parse_size, positive_float, positiv
 from perfsuite.fit import TrimmedConsole
 from perfsuite.harness.progress import finished_lines
 from perfsuite.parser import print_error
-from perfsuite.results.results import check_writable, nothing_measured, status_counts, write_results
+from perfsuite.results.results import nothing_measured, status_counts
 from perfsuite.step.presets import DEFAULT_SIZE, PRESETS
 
 DEFAULT_OUT_DIR = Path("reports") / "runs"
@@ -59,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         names = "+".join(p.name for p in plan.presets)
         out = DEFAULT_OUT_DIR / f"{stamp}-step-{names}-{plan.device}.json"
-    check_writable(out, overwrite=args.force)  # before anything is measured
+    # Checked, and held by this command alone until its last write, before anything is
+    # measured: a second writer of the same --out is refused (it would replace these rows).
+    checkpoint = Checkpoint(out, overwrite=args.force)
     for preset in plan.presets:
         size = plan.sizes[preset.name]
         console.print(
@@ -68,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
             f"batch {size.batch} x seq {size.seq}",
             highlight=False,
         )
-    checkpoint = Checkpoint(out)
 
     def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         label = f"{method:<18} {case['shape']} {case['dtype']} β={case['beta']:g}"
@@ -76,12 +78,16 @@ def run(args: argparse.Namespace) -> int:
             console.log(line, highlight=False)
 
     try:
-        document = run_step_plan(plan, progress, checkpoint)
+        with checkpoint:
+            # A line per worker and case start, and while a long case runs (minutes on CPU).
+            notice = functools.partial(console.log, highlight=False)
+            document = run_step_plan(plan, progress, checkpoint, notice)
+            checkpoint(document)  # the whole document, while the file is still held
     except KeyboardInterrupt:
         if kept := checkpoint.kept():
-            console.print(f"[red]interrupted[/red]: {kept} finished row(s) kept in {out}")
+            said = f"[red]interrupted[/red]: {kept} finished row(s) kept in {out}"
+            console.print(said, soft_wrap=True)  # the path whole, however deep
         raise
-    write_results(out, document)
     print_step_tables(document["rows"], console)
     console.print(f"results: {out}", soft_wrap=True)
     if nothing_measured(document["rows"]):

@@ -13,6 +13,7 @@ from typing import Any
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
+from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.provenance import collect_env, gpu_state
@@ -83,12 +84,33 @@ def _estimate(method: SimpleMethod, case: dict[str, Any], device: str) -> Any:
     return estimate(method.step.holds, preset, case_size(case), case["dtype"], device)
 
 
+def _tracker(kind: StepKind, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:
+    """Progress lines over the cases a worker will measure (``run``'s, from
+    ``perfsuite.harness.progress``): a step's cost as 6 x parameters x tokens, weighted
+    by a method's interpreter cost where it is interpreted; the memory estimate's peak."""
+    plan = kind.plan
+    units = [(m, case) for m in plan.methods for case in cases if kind.decided(m, case) is None]
+
+    def cost(name: str, case: dict[str, Any]) -> float:
+        size = case_size(case)
+        flops = 6.0 * get_preset(case["shape"]).parameters(size.layers) * size.tokens
+        return flops * (kind.methods[name].caps.interpreter_cost if kind.interpreted(name) else 1)
+
+    def peak(name: str, case: dict[str, Any]) -> int | None:
+        return _estimate(kind.methods[name], case, plan.device).need
+
+    kinds = {True: "interpreted", False: "native"}
+    return Tracker(units, notice, Model(cost, lambda name: kinds[kind.interpreted(name)], peak))
+
+
 def run_step_plan(
     plan: StepPlan,
     progress: ProgressFn | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
-    """Measure every (method, case) of ``plan``; returns the results document."""
+    """Measure every (method, case) of ``plan``; returns the results document.
+    ``notice``: the progress lines while workers run (a model's step may take minutes)."""
     methods = methods_for("step")
     distributions = [d for name in plan.methods for d in methods[name].distributions]
     env = collect_env(plan.device, ["transformers", *distributions])
@@ -108,10 +130,10 @@ def run_step_plan(
     }
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
-    report = harness.checkpointed(env, progress, checkpoint)
-    by_method = harness.run_kind(
-        StepKind(plan, models), {m: cases for m in plan.methods}, report, groups
-    )
+    kind = StepKind(plan, models)
+    tracker = None if notice is None else _tracker(kind, cases, notice)
+    report = harness.checkpointed(env, progress, checkpoint, tracker)
+    by_method = harness.run_kind(kind, {m: cases for m in plan.methods}, report, groups, tracker)
     order = [in_case_order(by_method[m], cases, CASE_KEYS, STEP_PHASES) for m in plan.methods]
     rows = [row for rows in order for row in rows]
     if plan.device == "cuda":

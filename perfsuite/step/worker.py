@@ -52,16 +52,23 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_case(
-    spec: StepSpec, method: SimpleMethod, raw: dict[str, Any], emit: Callable[[Any], None]
+    spec: StepSpec,
+    method: SimpleMethod,
+    raw: dict[str, Any],
+    emit: Callable[[Any], None],
+    stage: Callable[[str], None] = lambda text: None,
 ) -> list[Row]:
-    """Gate and measure one case; returns its four rows (raises on a failure)."""
+    """Gate and measure one case; returns its four rows (raises on a failure). ``stage``
+    names what it does now, for the parent's progress lines (a stage may take minutes)."""
     from perfsuite.step.gate import one_pass, reference, step_verdict
     from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
 
     preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
+    stage("building the model")
     ids = make_batch(preset, size, spec.seed, raw["device"])
     model = build_model(preset, size, spec.seed, raw["device"])
     emit({"model": preset.name, "info": describe_model(model, preset, size)})
+    stage("the fp32 reference pass")
     ref = reference(model, ids, raw["beta"], raw["dtype"])
     assert method.step is not None
     loss_of = method.step.patch(model, preset, raw["beta"])
@@ -72,6 +79,7 @@ def measure_case(
         trivial_of = torch.compile(trivial_of)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     # The first step, gated: compilation, autotuning and AdamW's state all happen here.
+    stage("the first step, gated")
     _sync(device)
     start = time.perf_counter()
     loss, grads = one_pass(model, ids, loss_of)
@@ -95,9 +103,11 @@ def measure_case(
     peaks = step_memory(stepper, device)
     samples = min(spec.samples, 3) if interpreted else spec.samples
     flush = CacheFlusher(device)
+    stage(f"timing {samples} steps")
     times = time_steps(stepper, device, samples, 0 if interpreted else spec.warmup, flush)
     # The same model without its loss, same protocol; its first call may compile.
     warm = spec.warmup + method.compiles
+    stage("timing the model without its loss")
     trivial = time_fwd_bwd(model, trivial_of, ids, device, samples, warm, flush)
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
     gate = verdict.fields(compile_ms=first_ms)
@@ -108,13 +118,18 @@ def measure_case(
     return rows
 
 
-def run_case(spec: StepSpec, raw: dict[str, Any], emit: Callable[[Any], None]) -> None:
+def run_case(
+    spec: StepSpec,
+    raw: dict[str, Any],
+    emit: Callable[[Any], None],
+    stage: Callable[[str], None] = lambda text: None,
+) -> None:
     """Every row of one case reaches ``emit`` (with the lines the harness keeps besides,
     ``{"model": ...}``): measured, or with the status that says why not (the parent
     decided the cases the method cannot run)."""
     method = methods_for("step")[spec.method]
     try:
-        rows = measure_case(spec, method, raw, emit)
+        rows = measure_case(spec, method, raw, emit, stage)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         status, reason = failure(err)
         rows = case_rows(raw, method, status=status, reason=reason)
@@ -136,5 +151,5 @@ def main(argv: list[str]) -> int:
     with emitter(spec.out) as emit:
         for i, raw in enumerate(spec.cases):
             emit({"start": i})
-            run_case(spec, raw, emit)
+            run_case(spec, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
     return 0

@@ -79,3 +79,17 @@ def test_demo_unwritable_folder(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "file").write_text("x")
     assert main(["demo", "-o", str(tmp_path / "file"), "--runs", "5", "--step-at", "2"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_demo_places_its_step_within_the_runs_asked(tmp_path: Path, capsys) -> None:
+    """`history demo --runs 5` said "--step-at 40: must be between 1 and --runs - 1",
+    a flag never passed (issue 46): the step's default now follows --runs."""
+    from perfsuite.cli import main as perfsuite_main
+
+    assert perfsuite_main(["history", "demo", "--runs", "5", "-o", str(tmp_path / "d")]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "5 synthetic runs (+5% on ours from run 3)" in out
+    assert len(list((tmp_path / "d").glob("demo-*.json"))) == 5
+    argv = ["history", "demo", "--runs", "5", "--step-at", "7", "-o", str(tmp_path / "e")]
+    assert perfsuite_main(argv) == 2
+    assert capsys.readouterr().err == ("error: --step-at 7: must be between 1 and --runs - 1 (4)\n")

@@ -41,8 +41,9 @@ HEAVY = "target_logit[softcap] N32-D128-w4 bf16 sm_90a"
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The selection built once and saved; (folder, the --json document it printed)."""
+def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
+    """The selection built once and saved; (folder, the --json document it printed, its
+    stderr)."""
     folder = tmp_path_factory.mktemp("kernel-baseline")
     argv = ["kernel-report", *SELECTION, "--jobs", "2", "--json", "--save", str(folder)]
     out = subprocess.run(
@@ -55,11 +56,11 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"saved {folder / FILE}" in out.stderr
-    return folder, json.loads(out.stdout)
+    return folder, json.loads(out.stdout), out.stderr
 
 
 def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
-    folder, printed = stored
+    folder, printed, _ = stored
     assert [p.name for p in folder.iterdir()] == [FILE]  # one file per Triton and arch set
     doc = json.loads((folder / FILE).read_text())
     assert doc["rows"] == printed["rows"] and len(doc["rows"]) == BUILDS
@@ -74,7 +75,7 @@ def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
 
 
 def test_an_unchanged_tree_compares_unchanged(stored, capsys, monkeypatch):
-    folder, _ = stored
+    folder, _, _ = stored
     before = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 0
@@ -149,6 +150,12 @@ def test_across_triton_reports_and_never_fails(stored, tmp_path, capsys, monkeyp
         (["--across-triton"], "add --baseline DIR"),
         (["--save", "pyproject.toml"], "--save pyproject.toml: is a file"),
         (["--kernel", "cce_backward"], "--kernel cce_backward with --no-cce builds nothing"),
+        # It said "no such folder" about a file that exists (issue 46).
+        (
+            ["--baseline", "pyproject.toml"],
+            "--baseline pyproject.toml: is a file; --baseline "
+            "takes the folder `--save DIR` wrote its baselines to",
+        ),
     ],
 )
 def test_bad_options_are_one_error_line(capsys, monkeypatch, extra, says):
@@ -157,6 +164,27 @@ def test_bad_options_are_one_error_line(capsys, monkeypatch, extra, says):
     out, err = capsys.readouterr()
     assert out == "" and err == f"error: {err[7:]}" and err.count("\n") == 1, err
     assert says in err
+
+
+def test_a_stored_file_as_baseline_names_its_folder(stored, capsys):
+    folder, _, _ = stored
+    assert main(["kernel-report", *SELECTION, "--baseline", str(folder / FILE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --baseline {folder / FILE}: is a file")
+    assert err.endswith(f"the folder that holds it is {folder}\n")
+
+
+def test_builds_say_their_progress(stored):
+    """`kernel-report --save DIR` printed nothing for 400 s (issue 46): a line as it
+    starts, then one per build with the count, the time so far and the time left, on
+    stderr (stdout is the --json document's)."""
+    lines = stored[2].splitlines()
+    assert lines[0] == f"building {BUILDS} kernel launch(es), 2 at a time"
+    built = [line for line in lines if line.startswith("built target_logit[")]
+    assert len(built) == BUILDS and {line.split("[")[1].split("]")[0] for line in built} == set(
+        VARIANTS
+    )
+    assert f"({BUILDS} of {BUILDS}; " in built[-1] and "left)" in built[0]
 
 
 def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:

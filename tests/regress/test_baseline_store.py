@@ -74,6 +74,24 @@ def test_dry_run_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "b").exists() and "would write" in capsys.readouterr().out
 
 
+def test_update_refuses_step_cells(tmp_path, capsys):
+    """A step file's cells were stored as the gemma2-2b loss baseline (issue 46): its
+    rows are named by their model, and `compare` would judge loss cells against them."""
+    step = [
+        Row(method="ours", shape="gemma2-2b", tokens=256, vocab=256000, hidden=2304,
+            dtype="fp32", beta=0.0, phase=phase, status="ok", device="cpu",
+            workload="step(layers=1,seq=256,batch=1)", samples_ms=[5.0, 5.1], median_ms=5.0)
+        for phase in ("fwd", "bwd", "opt", "step")
+    ]  # fmt: skip
+    mixed = new_document(copy.deepcopy(ENV), [*rows_for("gemma2-2b", 8192), *step])
+    for name, doc in (("step", new_document(copy.deepcopy(ENV), step)), ("mixed", mixed)):
+        results = write_results(tmp_path / f"{name}.json", doc)
+        assert baseline_cli("update", results, "--root", tmp_path / "b") == 2
+        err = capsys.readouterr().err
+        assert err == f"error: {results} holds step rows; baseline update takes loss or tp rows\n"
+        assert not (tmp_path / "b").exists()
+
+
 def test_update_refuses_an_unreadable_file(tmp_path, capsys):
     bad = tmp_path / "run.json"
     bad.write_text('{"schema_version": 1, "env": {}, "rows": [')
@@ -192,7 +210,9 @@ def test_list_fits_80_columns(tmp_path, monkeypatch, capsys):
     text = " ".join(lines)
     assert text.count("2 cells, 2026-01-01T00:00:00Z, git abc, torch 2.13.0") == 2
     assert "".join(x.strip() for x in lines if "cells" not in x).count(".json") == 2
-    monkeypatch.setenv("COLUMNS", "200")
+    # Wide enough for a table row however deep pytest's folder is (issue 46).
+    longest = max(len(str(p)) for p in root.rglob("*.json"))
+    monkeypatch.setenv("COLUMNS", str(longest + 80))
     assert baseline_cli("list", "--root", root) == 0
     wide = capsys.readouterr().out.splitlines()
     assert len(wide) == 4 and wide[0].split() == ["file", "cells", "created", "git", "torch"]

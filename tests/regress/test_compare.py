@@ -9,6 +9,7 @@ import json
 import random
 import re
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -470,17 +471,31 @@ def _one_error_line(capsys) -> str:
     return captured.err
 
 
+def test_the_title_keeps_its_arrow_with_file_names_too_long_for_one_line(
+    files, capsys, monkeypatch
+):
+    """Names that cannot share a line are elided in their middle; the paths follow whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    base = files("base-" + "x" * 50 + ".json", make_doc())
+    cur = files("current-" + "y" * 50 + ".json", make_doc(seed=1))
+    assert cli(base, cur) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines[0]) <= 80 and re.fullmatch(r"base-x*…x*\.json → current-y*…y*\.json", lines[0])
+    assert "".join(lines[1:]).count(str(base)) == 1 and "".join(lines[1:]).count(str(cur)) == 1
+
+
 def test_a_run_without_rows_fails_to_compare_not_passes(files, capsys):
     base = files("b.json", make_doc())
     empty = make_doc(seed=1)
     empty["rows"] = []
     cur = files("c.json", empty)
+    said = f"{cur}: holds no rows (no cell was written to it)"  # every reader's rule
     assert cli(base, cur) == 2
-    assert f"nothing to compare: {cur} has no rows" in _one_error_line(capsys)
+    assert said in _one_error_line(capsys)
     assert cli(base, cur, "--format", "markdown") == 2  # no "✅ no regression" either
-    assert "no rows" in _one_error_line(capsys)
+    assert said in _one_error_line(capsys)
     assert cli(cur, base) == 2  # nor an empty baseline
-    assert f"{cur} has no rows" in _one_error_line(capsys)
+    assert said in _one_error_line(capsys)
 
 
 def test_a_baseline_cell_missing_from_the_run_fails_the_gate(files, capsys):
@@ -522,10 +537,16 @@ def test_files_of_different_kinds_are_refused_in_one_line(files, capsys):
     assert f"{base} holds loss rows, {cur} holds step rows" in err and "different kinds" in err
 
 
-def test_console_tables_keep_number_pairs_whole_and_one_layout(files, capsys, monkeypatch):
+def test_console_tables_keep_number_pairs_whole_and_one_layout(tmp_path, capsys, monkeypatch):
     """At 80 columns "3.725 → 5.643" was split over lines, and the second table was laid
-    out unlike the first."""
+    out unlike the first. The files lie 150 characters deeper than pytest put them: the
+    title "b → c" folded after "→" where pytest's own folder was long (issue 46)."""
     monkeypatch.setenv("COLUMNS", "80")
+    deep = tmp_path.joinpath(*(c * 49 for c in "xyz"))  # 150 characters with the slashes
+
+    def files(name: str, doc: dict) -> Path:
+        return write_results(deep / name, doc)
+
     base, cur = make_doc(), slower(make_doc(seed=1), "ours", 1.5)
     second_base, second_cur = make_doc(seed=3), slower(make_doc(seed=4), "eager", 1.5)
     for row in second_base["rows"] + second_cur["rows"]:
@@ -543,3 +564,7 @@ def test_console_tables_keep_number_pairs_whole_and_one_layout(files, capsys, mo
     assert len(headers) == 2
     first, second = (lines[i - 1 : i + 1] for i in headers)
     assert first == second  # one layout: the same columns, folded the same way
+    # The title: "b → c" on its one line, the paths' names; then each path in full,
+    # folded at its slashes.
+    assert lines[0] == "b.json → c.json"
+    assert lines[1].startswith("baseline: ") and "".join(lines[1:]).count(str(deep)) == 2

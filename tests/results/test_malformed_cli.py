@@ -99,3 +99,19 @@ def test_a_good_file_passes_every_reader(tmp_path, capsys):
     assert main(["merge", str(good), "-o", str(tmp_path / "m.json")]) == 0
     assert main(["baseline", "update", str(good), "--root", str(tmp_path / "b")]) == 0
     assert json.loads((tmp_path / "m.json").read_text())["schema_version"] == 2
+
+
+def test_a_file_without_rows_is_refused_by_the_other_readers_too(tmp_path, capsys):
+    """The readers the table above leaves out: a folder's import, converge's render."""
+    env = paper_document()["env"]
+    folder = tmp_path / "runs"
+    empty = write_results(folder / "empty.json", new_document(env, []))
+    db = tmp_path / "h.db"
+    assert main(["history", "import", "--db", str(db), str(folder)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {empty}: holds no rows (no cell was written to it)"]
+    assert not db.exists()  # no database made for nothing
+    trained = write_results(tmp_path / "train.json", new_document(env, [], "train"))
+    assert main(["converge", "--render", str(trained)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {trained}: holds no rows (no cell was written to it)"]

@@ -160,10 +160,10 @@ def test_a_checkpoint_counts_the_rows_its_file_holds(tmp_path):
     written; an old file at the path is not this run's until it writes."""
     path = tmp_path / "r.json"
     write_results(path, _doc())
-    checkpoint = Checkpoint(path)
-    assert checkpoint.kept() == 0  # nothing written by this run yet
-    document = _doc()
-    checkpoint(document)
-    assert checkpoint.kept() == len(document["rows"]) > 0
-    document["rows"].append(dict(document["rows"][0]))  # told, not yet written
-    assert checkpoint.kept() == len(document["rows"]) - 1
+    with Checkpoint(path, overwrite=True) as checkpoint:  # as `run --force` over it
+        assert checkpoint.kept() == 0  # nothing written by this run yet
+        document = _doc()
+        checkpoint(document)
+        assert checkpoint.kept() == len(document["rows"]) > 0
+        document["rows"].append(dict(document["rows"][0]))  # told, not yet written
+        assert checkpoint.kept() == len(document["rows"]) - 1

@@ -80,7 +80,9 @@ def test_tp_table_fits_80_columns(exact):
     code, printed, _ = exact
     assert code == 0
     assert "TP" in printed and "tp-gather" in printed
-    assert max(len(line) for line in printed.splitlines()) <= 80
+    # The results path stays whole on its line, however deep pytest's folder is (issue 46).
+    lines = [line for line in printed.splitlines() if not line.startswith("results: ")]
+    assert max(len(line) for line in lines) <= 80
 
 
 @pytest.fixture(scope="module")

@@ -193,10 +193,10 @@ def linear_cross_entropy(
             group (kernels/parallel.py); ``targets`` stay global ids, ``weight`` is the
             shard's slice. Every rank gets the full loss and dE. Split only.
         memory_budget: bytes of slice workspace beyond the fp32 dE accumulator
-            (N·D·4); the slice width is the most columns it holds (whole 256-column
-            grains when it holds one; never below 32). Default: 64 MiB, or the workspace
-            of a sixteenth of the vocabulary when that is less. Larger budgets mean
-            fewer, larger GEMMs.
+            (N·D·4); the slice width is the most columns it holds in whole 128-column
+            grains (never below 128), evened out over the slices that takes
+            (``slices.slice_width``). Default: 64 MiB, or the workspace of a sixteenth
+            of the vocabulary when that is less. Larger budgets mean fewer, larger GEMMs.
         engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``: Triton GEMMs with
             the softmax fused in), "cublas" (the same, with cuBLAS fp32 logit slices and
             one Triton epilogue per slice: kernels/cublas_route.py) or "torch" (the same

@@ -1,5 +1,9 @@
-"""Input checks that read tensor values (host syncs on CPU, device asserts on CUDA): the
-custom op (op.py) runs them inside its implementation, where the compiler does not trace."""
+"""Input checks that read tensor values (host reads on CPU, device asserts elsewhere): the
+custom op (op.py) runs them inside its implementation, where the compiler does not trace.
+
+On a GPU a host read would be a sync (and break CUDA graph capture), so any device that is
+not the CPU gets ``torch._assert_async``: the check is queued, and a bad value fails at the
+next sync."""
 
 from __future__ import annotations
 
@@ -15,12 +19,12 @@ def _debug() -> bool:
 def check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
     """Range check without a host sync on GPU, unless ``PERFSUITE_DEBUG=1``.
 
-    CPU tensors are checked eagerly (no device to wait for). On CUDA a
+    CPU tensors are checked eagerly (no device to wait for). On a device a
     device-side assert (``torch._assert_async``) fires on the next sync; with
     ``PERFSUITE_DEBUG=1`` the check syncs and raises ``ValueError`` at once.
     """
     bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
-    if targets.device.type != "cuda" or _debug():
+    if targets.device.type == "cpu" or _debug():
         if bool(bad.any()):
             first = targets[bad][0].item()
             raise ValueError(
@@ -37,7 +41,7 @@ def check_weight_values(weight: torch.Tensor | None) -> None:
     if weight is None:
         return
     bad = ~torch.isfinite(weight) | (weight < 0)
-    if weight.device.type != "cuda" or _debug():
+    if weight.device.type == "cpu" or _debug():
         if bool(bad.any()):
             raise ValueError("weight must be finite and >= 0 (a negative class weight)")
     else:

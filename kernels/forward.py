@@ -335,10 +335,9 @@ def _combine(
     rel_sum = None
     if smooth_part is not None:
         splits = max_part.shape[0]
-        if weight is None:
-            total = torch.tensor(float(vocab), device=max_part.device)
-        else:
-            total = weight.sum()
+        # Σ_v w_v: V as a Python scalar (a kernel argument, no host-to-device copy), or
+        # the class weights' device-side sum.
+        total = float(vocab) if weight is None else weight.sum()
         if softcap is None:
             # E_n·c̄ is the absolute Σ_v w_v z, computed once (split 0).
             rel_sum = smooth_part[0] - total * safe

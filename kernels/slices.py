@@ -35,8 +35,10 @@ from .terms import Coefficients
 
 GROUP_N = 8
 DEFAULT_BUDGET = 64 * 2**20
-# Slice widths are multiples of this (every pinned BLOCK_V divides it).
-WIDTH_GRAIN = 256
+# Slice widths are multiples of this: every pinned BLOCK_V divides it, and 128 columns keep
+# each slice buffer's row stride and each C_s slice's start 16-byte aligned in any dtype
+# (TMA descriptors and cuBLAS's vectorised kernels need that).
+WIDTH_GRAIN = 128
 
 _HEURISTICS = {
     "EVEN_D": lambda a: a["D"] % a["BLOCK_D"] == 0,
@@ -284,19 +286,24 @@ def bytes_per_column(
 
 
 def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
-    """Columns per slice: the most the budget holds, in whole grains.
+    """Columns per slice, from the memory budget (docs/kernel.md, "Slice geometry").
 
-    A multiple of ``WIDTH_GRAIN`` (whole GPU tiles) when the budget holds one, else of 32,
-    and at least 32: a budget smaller than that is exceeded, not refused. ``None`` (the
-    default) is ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary, whichever is less, so
-    that no default slice is the whole logit matrix of a small problem.
+    The rule: ``widest`` = the most whole ``WIDTH_GRAIN``-column grains that
+    ``budget // per_column`` holds, at least one grain and at most the vocabulary rounded
+    up to a grain; then the vocabulary is cut into ``cdiv(vocab, widest)`` slices, each the
+    narrowest grain multiple that covers it in that many. So the count of slices (and of
+    GEMMs) is the fewest the budget allows, the slices are as even as whole grains let
+    them be, and ``width · per_column ≤ budget``, except that a budget below one grain's
+    cost is exceeded (one grain, 128 columns), not refused. ``None`` (the default) is
+    ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's cost, whichever is less, so that
+    no default slice is the whole logit matrix of a small problem.
     """
     if budget is None:
         budget = min(DEFAULT_BUDGET, per_column * triton.cdiv(vocab, 16))
-    columns = budget // max(per_column, 1)
-    grain = WIDTH_GRAIN if columns >= WIDTH_GRAIN else 32
-    columns = max(32, columns // grain * grain)
-    return min(columns, triton.cdiv(vocab, grain) * grain)
+    columns = budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN
+    widest = min(max(WIDTH_GRAIN, columns), triton.cdiv(vocab, WIDTH_GRAIN) * WIDTH_GRAIN)
+    count = triton.cdiv(vocab, widest)
+    return triton.cdiv(triton.cdiv(vocab, count), WIDTH_GRAIN) * WIDTH_GRAIN
 
 
 def _gradient_scale(

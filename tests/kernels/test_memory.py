@@ -51,7 +51,7 @@ def test_slices_peak_is_floor_plus_de_plus_budget(device, engine, beta, softcap)
         pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
     floor = floor_bytes("fwd+bwd", N, V, D, "bf16")
     per = bytes_per_column(N, D, torch.bfloat16, torch.device(device), engine, softcap is not None)
-    budget = 2 * WIDTH_GRAIN * per
+    budget = 4 * WIDTH_GRAIN * per
     assert V // slice_width(V, per, budget) == 4  # four slices of the vocabulary
     peak = _peak(device, beta, softcap, engine=engine, memory_budget=budget)
     assert floor + N * D * 4 <= peak <= floor + N * D * 4 + budget + _small(), (peak, floor)

@@ -21,10 +21,10 @@ SMALL = dict(
 
 
 def _budget(n: int, d: int, dtype: torch.dtype, engine: str, softcap, device: str) -> int:
-    """A budget of exactly two SMALL slice tiles (64 columns): V > 64 then takes several
-    slices of several tiles each, at a fraction of the interpreter's cost of wider ones."""
+    """A budget of exactly one grain (128 columns, four SMALL slice tiles): V > 128 then
+    takes several slices of several tiles each."""
     per = slices.bytes_per_column(n, d, dtype, torch.device(device), engine, softcap is not None)
-    return 2 * SMALL["slices"].block_v * per
+    return slices.WIDTH_GRAIN * per
 
 
 def _grads(e, c, t, reference: bool = False, **options):
@@ -43,11 +43,11 @@ def _grads(e, c, t, reference: bool = False, **options):
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_engines_match_reference_over_several_slices(device, dtype, beta, softcap):
-    e, c, t = make_inputs(37, 100, 45, DTYPES[dtype], device)  # two slices: 64, then 36
+    e, c, t = make_inputs(37, 200, 45, DTYPES[dtype], device)  # two slices: 128, then 72
     for engine in ("triton", "torch") if device == "cpu" else ("triton",):
         budget = _budget(37, 45, e.dtype, engine, softcap, device)
         per = slices.bytes_per_column(37, 45, e.dtype, e.device, engine, softcap is not None)
-        assert slices.slice_width(100, per, budget) == 64
+        assert slices.slice_width(200, per, budget) == 128
         with use_config(**SMALL):
             check(e, c, t, beta=beta, softcap=softcap, engine=engine, memory_budget=budget)
 
@@ -57,7 +57,7 @@ def test_engines_agree(device, dtype):
     """The torch engine is the same algorithm: equal to the Triton path up to rounding."""
     if device != "cpu":
         pytest.skip("the torch engine is the CPU path")
-    e, c, t = make_inputs(40, 200, 48, DTYPES[dtype], device)  # budget 1: 7 slices of 32
+    e, c, t = make_inputs(40, 300, 48, DTYPES[dtype], device)  # budget 1: 3 slices of 128
     options = dict(label_smoothing=0.1, softcap=20.0, memory_budget=1)
     with use_config(**SMALL):
         tri = _grads(e, c, t, engine="triton", **options)
@@ -73,7 +73,7 @@ def test_engines_agree(device, dtype):
 def test_bit_identical_run_to_run(device, engine):
     if engine == "torch" and device != "cpu":
         pytest.skip("the torch engine is the CPU path")
-    e, c, t = make_inputs(64, 100, 40, torch.bfloat16, device)  # budget 1: 4 slices of 32
+    e, c, t = make_inputs(64, 300, 40, torch.bfloat16, device)  # budget 1: 3 slices of 128
     options = dict(label_smoothing=0.1, softcap=30.0, engine=engine, memory_budget=1)
     with use_config(**SMALL):
         first = _grads(e, c, t, **options)
@@ -87,11 +87,55 @@ def test_bit_identical_run_to_run(device, engine):
 
 def test_slice_width_arithmetic():
     assert slices.slice_width(256_000, 8192 * 2, 64 * 2**20) == 4096
-    assert slices.slice_width(256_000, 10**9, 1) == 32  # never below 32 columns
-    assert slices.slice_width(256_000, 8192 * 2, None) == 4096  # Gemma2-2B's default
+    assert slices.slice_width(256_000, 10**9, 1) == 128  # never below one grain
+    assert slices.slice_width(256_000, 8192 * 2, None) == 4096  # Gemma2-2B's default: 63
     assert slices.slice_width(2048, 256 * 4, None) == 128  # small: a sixteenth of V
-    assert slices.slice_width(300, 4, 2**30) == 512  # never past the vocabulary's grains
-    assert slices.slice_width(10**6, 1000, 700_000) % slices.WIDTH_GRAIN == 0
+    assert slices.slice_width(300, 4, 2**30) == 384  # never past the vocabulary's grains
+    # GPT-2's 50,257 at N 8192 bf16 with 64 MiB: 4096 columns fit, so 13 slices; evened
+    # out they are 3,968 wide (the last 2,641) instead of 12 × 4096 and 1,105.
+    assert slices.slice_width(50_257, 8192 * 2, 64 * 2**20) == 3968
+    assert slices.slice_width(1000, 1, 384) == 384  # three slices: 384, 384, 232
+
+
+WIDTHS = list(
+    itertools.product(
+        (1, 300, 8192),  # N
+        (1, 100, 1000, 50_257, 128_256, 256_000),  # V
+        (64, 2304),  # D
+        (torch.float32, torch.bfloat16, torch.float16),
+        (None, 1, 10**5, 64 * 2**20, 2**40),  # budget
+    )
+)
+
+
+@pytest.mark.parametrize("engine", ["triton", "torch"])
+@pytest.mark.parametrize("fp32_out", [True, False])
+def test_slice_geometry_follows_the_budget_rule(engine, fp32_out, monkeypatch):
+    """For every N, V, D, dtype and budget: widths a multiple of 128 (so every slice
+    buffer's row stride and every C_s start is 16-byte aligned in any dtype), the budget
+    held unless it is below one grain, the fewest slices it allows, evened out (the last
+    short by less than a grain per slice), and no width past the vocabulary's grains."""
+    monkeypatch.setattr(slices, "_fp32_out_mm", lambda device: fp32_out)
+    cuda = torch.device("cuda")
+    grain = slices.WIDTH_GRAIN
+    assert grain % 128 == 0
+    for n, v, d, dtype, budget in WIDTHS:
+        per = slices.bytes_per_column(n, d, dtype, cuda, engine, softcap=True)
+        width = slices.slice_width(v, per, budget)
+        case = (n, v, d, dtype, budget, width)
+        size = torch.finfo(dtype).bits // 8
+        assert width % grain == 0 and width >= grain, case
+        assert width * size % 16 == 0 and width * d * size % 16 == 0, case  # G rows, C_s
+        limit = budget if budget is not None else min(slices.DEFAULT_BUDGET, per * -(-v // 16))
+        holds = limit // per // grain * grain  # grains the budget holds
+        if holds >= grain:
+            assert width * per <= limit, case
+            assert -(-v // width) == -(-v // min(holds, -(-v // grain) * grain)), case
+        else:
+            assert width == grain, case  # exceeded by one grain at most, never refused
+        slices_needed = -(-v // width)
+        assert v - (slices_needed - 1) * width > width - slices_needed * grain, case
+        assert width < v + grain, case
 
 
 def test_budget_changes_width_not_result(device):

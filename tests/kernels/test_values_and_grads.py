@@ -29,7 +29,7 @@ SMALL = dict(
 @pytest.mark.parametrize("beta", [0.0, 0.1, 1.0])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_dtype_beta_softcap(device, dtype, beta, softcap):
-    e, c, t = make_inputs(37, 97, 45, DTYPES[dtype], device)  # four slices, the last of one
+    e, c, t = make_inputs(37, 257, 45, DTYPES[dtype], device)  # three slices, the last of one
     check(e, c, t, beta=beta, softcap=softcap)
 
 
@@ -142,9 +142,9 @@ def test_large_vocab(device):
     ),
 )
 def test_full_grid(device, dtype, beta, softcap, reduction, impl, ignore):
-    # V = 40: two default slices (32 columns, then 8), so every case still crosses a
-    # slice boundary; a slice costs one interpreted launch, so wider vocabularies only
-    # repeat the same launch (test_dtype_beta_softcap runs 4 slices per dtype × β × cap).
-    assert slice_width(40, 1, None) == 32
-    e, c, t = make_inputs(33, 40, 40, DTYPES[dtype], device, ignore=ignore)
+    # V = 160: two default slices (128 columns, one grain, then 32), so every case still
+    # crosses a slice boundary; a slice costs one interpreted launch, so wider vocabularies
+    # only repeat the same launch (test_dtype_beta_softcap runs 3 slices per dtype × β × cap).
+    assert slice_width(160, 1, None) == 128
+    e, c, t = make_inputs(33, 160, 40, DTYPES[dtype], device, ignore=ignore)
     check(e, c, t, beta=beta, softcap=softcap, reduction=reduction, impl=impl)

@@ -46,7 +46,9 @@ def torch_forward(
     vocab = c.shape[0]
     per = bytes_per_column(n_rows, dim, e.dtype, e.device, "torch", True)
     width = slice_width(vocab, per, budget)
-    buf = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
+    # No wider than V: the CPU needs no aligned stride, and a contiguous buffer (one slice
+    # holding all of V) is what torch.compile accepts as an ``out=``.
+    buf = torch.empty((n_rows, min(width, vocab)), device=e.device, dtype=torch.float32)
     spare = torch.empty_like(buf)
     row_max = torch.full((n_rows,), float("-inf"), device=e.device)
     row_sum = torch.zeros(n_rows, device=e.device)

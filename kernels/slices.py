@@ -358,8 +358,12 @@ def slices_backward(
     inv_scale = (1.0 / scale).reshape(1)
     de = torch.zeros((n_rows, dim), device=e.device, dtype=torch.float32)
     dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
+    # G's row stride is the whole width, the last slice's too (16-byte aligned); the torch
+    # engine's fp32 buffer is no wider than V (contiguous when one slice holds all of V).
     buf = torch.empty(
-        (n_rows, width), device=e.device, dtype=e.dtype if triton_engine else torch.float32
+        (n_rows, width if triton_engine else min(width, vocab)),
+        device=e.device,
+        dtype=e.dtype if triton_engine else torch.float32,
     )
     spare = torch.empty_like(buf) if not triton_engine and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not triton_engine and half else None

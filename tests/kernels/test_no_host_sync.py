@@ -83,7 +83,8 @@ class Launcher:
             for i, a in enumerate([*args, *meta.values()]):
                 if isinstance(a, torch.Tensor):
                     if a.device.type != "meta":
-                        raise HostTraffic(f"{self.name} argument {i}: a {a.device} tensor, not the device's")
+                        where = f"{self.name} argument {i}"
+                        raise HostTraffic(f"{where}: a {a.device} tensor, not the device's")
                 elif not (a is None or isinstance(a, (bool, int, float))):
                     raise HostTraffic(f"{self.name} argument {i}: {type(a).__name__}")
             size = grid(meta) if callable(grid) else grid

@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from perfsuite.kernels import forward, op, reductions, slices, targets
+from perfsuite.kernels import cublas_route, forward, op, reductions, slices, targets
 
 aten = torch.ops.aten
 
@@ -122,6 +122,8 @@ def launches(monkeypatch) -> list:
     monkeypatch.setattr(slices, "_grad_slice", Launcher("grad_slice", calls))
     monkeypatch.setattr(reductions, "_column_sum_kernel", Launcher("column_sum", calls))
     monkeypatch.setattr(targets, "_target_logit_kernel", Launcher("target_logit", calls))
+    monkeypatch.setattr(cublas_route, "_lse_epilogue_kernel", Launcher("lse_epilogue", calls))
+    monkeypatch.setattr(cublas_route, "_grad_epilogue_kernel", Launcher("grad_epilogue", calls))
     monkeypatch.setattr(torch.cuda, "synchronize", _no_sync)
     monkeypatch.setattr(torch, "tensor", _on_host_only(torch.tensor))  # device: keyword
     monkeypatch.setattr(torch, "as_tensor", _on_host_only(torch.as_tensor, 2))
@@ -144,14 +146,14 @@ CASES = [
 ]
 
 
-def _run_op(case: dict, budget: int | None) -> None:
+def _run_op(case: dict, budget: int | None, engine: str = "triton") -> None:
     """The custom op's forward, then its backward, on meta tensors under the mode."""
     dt, beta, cap = case["dtype"], case["beta"], case["softcap"]
     e = torch.empty(N, D, dtype=dt, device="meta")
     c = torch.empty(V, D, dtype=dt, device="meta")
     t = torch.empty(N, dtype=torch.long, device="meta")
     w = torch.empty(V, device="meta") if case["weight"] else None
-    options = (beta, cap, -100, case["reduction"], case["z_loss"], "triton", budget)
+    options = (beta, cap, -100, case["reduction"], case["z_loss"], engine, budget)
     # The ops' Python bodies: called through the dispatcher, meta tensors get the fake
     # implementations (shapes only) instead.
     forward_body = op.lce_forward._init_fn
@@ -220,3 +222,14 @@ def test_slice_count_follows_the_budget(launches, monkeypatch):
     _run_op(case, budget=3 * slices.WIDTH_GRAIN * per)
     starts = [args[14] for name, args, _ in launches if name == "grad_slice"]
     assert starts == [0, 384, 768]
+
+
+@pytest.mark.parametrize("case", CASES[::3], ids=lambda c: "-".join(map(str, c.values())))
+def test_cublas_route_stays_on_the_device(case, launches, monkeypatch):
+    """The other route (engine="cublas", an ablation until a GPU picks it): the same."""
+    monkeypatch.setattr(slices, "_fp32_out_mm", lambda device: True)
+    _run_op(case, budget=None, engine="cublas")
+    names = [name for name, _, _ in launches]
+    per = cublas_route.bytes_per_column(N, D, case["dtype"], torch.device("meta"))
+    count = -(-V // slices.slice_width(V, per, None))
+    assert names.count("lse_epilogue") == names.count("grad_epilogue") == count

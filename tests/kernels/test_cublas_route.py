@@ -10,7 +10,7 @@ import torch
 from helpers import check, make_inputs
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from perfsuite.kernels import api, cublas_route, linear_cross_entropy, routes
+from perfsuite.kernels import api, cublas_route, linear_cross_entropy, routes, slices
 from perfsuite.kernels.configs import KernelConfig, use_config
 from perfsuite.kernels.terms import Coefficients
 
@@ -45,16 +45,17 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def _budget(n: int, d: int, dtype: torch.dtype, device: str) -> int:
-    """Two epilogue tiles' columns per slice: V = 100 takes a slice of 64, then one of 36."""
+    """One 128-column grain (four epilogue tiles) per slice: V = 200 takes a slice of 128,
+    then one of 72."""
     per = cublas_route.bytes_per_column(n, d, dtype, torch.device(device))
-    return 2 * SMALL_BLOCKS[1] * per
+    return slices.WIDTH_GRAIN * per
 
 
 def test_slices_and_tiles_are_several(device):
     for dtype in DTYPES.values():
         budget = _budget(37, 45, dtype, device)
         per = cublas_route.bytes_per_column(37, 45, dtype, torch.device(device))
-        assert cublas_route.slice_width(100, per, budget) == 64
+        assert cublas_route.slice_width(200, per, budget) == 128
     assert 37 > 2 * SMALL_BLOCKS[0]
 
 
@@ -62,7 +63,7 @@ def test_slices_and_tiles_are_several(device):
     ("dtype", "beta", "softcap"), list(itertools.product(DTYPES, [0.0, 0.1], [None, 20.0]))
 )
 def test_matches_reference(device, dtype, beta, softcap):
-    e, c, t = make_inputs(37, 100, 45, DTYPES[dtype], device)
+    e, c, t = make_inputs(37, 200, 45, DTYPES[dtype], device)
     budget = _budget(37, 45, e.dtype, device)
     check(e, c, t, beta=beta, softcap=softcap, engine="cublas", memory_budget=budget)
 
@@ -80,7 +81,7 @@ def test_both_passes_run_on_the_route(device, monkeypatch, impl):
 
     monkeypatch.setattr(function, "cublas_forward", spy("fwd", cublas_route.cublas_forward))
     monkeypatch.setattr(cublas_route, "cublas_backward", spy("bwd", cublas_route.cublas_backward))
-    e, c, t = make_inputs(37, 100, 45, torch.float32, device)
+    e, c, t = make_inputs(37, 200, 45, torch.float32, device)
     budget = _budget(37, 45, e.dtype, device)
     check(e, c, t, beta=0.1, softcap=20.0, engine="cublas", memory_budget=budget, impl=impl)
     assert calls == ["fwd", "bwd"]
@@ -88,8 +89,8 @@ def test_both_passes_run_on_the_route(device, monkeypatch, impl):
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_class_weights_and_z_loss(device, dtype):
-    e, c, t = make_inputs(37, 100, 45, DTYPES[dtype], device)
-    weight = torch.rand(100, device=device) + 0.5
+    e, c, t = make_inputs(37, 200, 45, DTYPES[dtype], device)
+    weight = torch.rand(200, device=device) + 0.5
     for softcap in (None, 20.0):
         check(
             e, c, t, beta=0.1, softcap=softcap, weight=weight, z_loss=1e-3,
@@ -116,8 +117,8 @@ def test_forward_state_equals_torch_engine(device):
     """The LSE epilogue's merge is native.torch_forward's, to fp32 reassociation."""
     from perfsuite.kernels.native import torch_forward
 
-    e, c, t = make_inputs(37, 100, 45, torch.float32, device)
-    weight = torch.rand(100, device=device) + 0.5
+    e, c, t = make_inputs(37, 200, 45, torch.float32, device)
+    weight = torch.rand(200, device=device) + 0.5
     budget = _budget(37, 45, e.dtype, device)
     for softcap, w in ((None, None), (20.0, weight)):
         options = dict(smoothing=True, softcap=softcap, budget=budget, weight=w)
@@ -130,7 +131,7 @@ def test_forward_state_equals_torch_engine(device):
 
 
 def test_bit_identical_run_to_run(device):
-    e, c, t = make_inputs(64, 100, 40, torch.bfloat16, device)
+    e, c, t = make_inputs(64, 200, 40, torch.bfloat16, device)
     budget = _budget(64, 40, e.dtype, device)
     options = dict(label_smoothing=0.1, softcap=30.0, engine="cublas", memory_budget=budget)
     first = _grads(e, c, t, **options)
@@ -163,8 +164,8 @@ class _Syncs(TorchDispatchMode):
 def test_route_reads_no_value_on_the_host(device, weighted):
     """Neither pass asks for a value on the host (.item(), nonzero, a device copy): the
     route's scalars are kernel arguments or device tensors."""
-    e, c, t = make_inputs(37, 100, 45, torch.float16, device)
-    weight = torch.rand(100, device=device) + 0.5 if weighted else None
+    e, c, t = make_inputs(37, 200, 45, torch.float16, device)
+    weight = torch.rand(200, device=device) + 0.5 if weighted else None
     n = e.shape[0]
     k = Coefficients(
         torch.rand(n, device=device), torch.rand(n, device=device), torch.rand(n, device=device)

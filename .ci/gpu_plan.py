@@ -329,8 +329,8 @@ def _first_call(step: Callable[..., Step], device: str, py: str, root: Path) -> 
         report += ["--kernel", "slices", "--jobs", "2"]
     return [
         step("k", "cuda-tests", "pytest -m cuda tests/kernels/test_cuda_checks.py: the lock, "
-             "the slice backward exact and bit-identical, the tile ablation race-free, at "
-             "Gemma2-2B", tests),
+             "the slice backward exact and bit-identical, the tile ablation race-free, fwd+bwd "
+             "captured in a CUDA graph, at Gemma2-2B", tests),
         step("g", "gemma-cell", f"perfsuite run, Gemma2-2B bf16 softcap 30, β 0 and 0.1, "
              f"fwd+bwd, the determinism record: the candidates {candidates}",
              [*cell, "--beta", "0,0.1", "--methods", candidates,

@@ -227,9 +227,13 @@ def _width(e: torch.Tensor, vocab: int, budget: int | None) -> int:
 
 
 def _slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
-    """The first ``rows × cols`` elements of ``buf`` as a contiguous (rows, cols) matrix: the
-    last, narrower slice keeps tight, aligned rows (no strided ``out=`` for cuBLAS)."""
-    return buf.view(-1)[: buf.shape[0] * cols].view(buf.shape[0], cols)
+    """The front of ``buf`` as a (rows, cols) matrix whose row stride is ``cols`` rounded up
+    to 16 bytes: the last, narrower slice keeps tight rows that stay aligned (cuBLAS's
+    fastest kernels and TMA want 16-byte strides; an odd width such as GPT-2's last 2,641
+    columns would not be)."""
+    step = 16 // buf.element_size()
+    stride = triton.cdiv(cols, step) * step
+    return buf.view(-1)[: buf.shape[0] * stride].view(buf.shape[0], stride)[:, :cols]
 
 
 def _seen_before(weight: torch.Tensor, vocab: int, width: int) -> torch.Tensor:

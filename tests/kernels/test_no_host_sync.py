@@ -146,13 +146,13 @@ CASES = [
 ]
 
 
-def _run_op(case: dict, budget: int | None, engine: str = "triton") -> None:
+def _run_op(case: dict, budget: int | None, engine: str = "triton", vocab: int = V) -> None:
     """The custom op's forward, then its backward, on meta tensors under the mode."""
     dt, beta, cap = case["dtype"], case["beta"], case["softcap"]
     e = torch.empty(N, D, dtype=dt, device="meta")
-    c = torch.empty(V, D, dtype=dt, device="meta")
+    c = torch.empty(vocab, D, dtype=dt, device="meta")
     t = torch.empty(N, dtype=torch.long, device="meta")
-    w = torch.empty(V, device="meta") if case["weight"] else None
+    w = torch.empty(vocab, device="meta") if case["weight"] else None
     options = (beta, cap, -100, case["reduction"], case["z_loss"], engine, budget)
     # The ops' Python bodies: called through the dispatcher, meta tensors get the fake
     # implementations (shapes only) instead.
@@ -233,3 +233,13 @@ def test_cublas_route_stays_on_the_device(case, launches, monkeypatch):
     per = cublas_route.bytes_per_column(N, D, case["dtype"], torch.device("meta"))
     count = -(-V // slices.slice_width(V, per, None))
     assert names.count("lse_epilogue") == names.count("grad_epilogue") == count
+
+
+def test_cublas_route_keeps_an_odd_last_slice_aligned(launches, monkeypatch):
+    """A last slice of an odd width (1,001 = 7 × 128 + 105) still steps on 16-byte rows:
+    the mode refuses any GEMM whose operand is not."""
+    monkeypatch.setattr(slices, "_fp32_out_mm", lambda device: True)
+    case = dict(CASES[0], dtype=torch.bfloat16)
+    per = cublas_route.bytes_per_column(N, D, torch.bfloat16, torch.device("meta"))
+    _run_op(case, budget=slices.WIDTH_GRAIN * per, engine="cublas", vocab=1001)
+    assert [a[13] for name, a, _ in launches if name == "grad_epilogue"][-1] == 105

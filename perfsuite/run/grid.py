@@ -116,6 +116,7 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
 
 
 def status_rows(
+    kind: str,
     method: str,
     case: dict[str, Any],
     phases: Iterable[str],
@@ -123,6 +124,8 @@ def status_rows(
     reason: str,
     interpreted: bool = False,
 ) -> list[dict[str, Any]]:
-    """Unmeasured rows of one case, one per phase, that say why."""
-    rows = case_rows(method, case, phases, status=status, reason=reason, interpreted=interpreted)
+    """Unmeasured ``kind`` rows of one case, one per phase, that say why."""
+    rows = case_rows(
+        kind, method, case, phases, status=status, reason=reason, interpreted=interpreted
+    )
     return [asdict(r) for r in rows]

@@ -40,7 +40,7 @@ class LossKind(harness.Kind):
     case_keys = CASE_KEYS
 
     def __init__(self, plan: Plan) -> None:
-        self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
+        self.plan, self.device, self.jobs, self.name = plan, plan.device, plan.jobs, plan.kind
         self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
         self.methods = measured(plan)
 
@@ -98,7 +98,9 @@ class LossKind(harness.Kind):
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> list[dict[str, Any]]:
-        return status_rows(method, case, phases, status, reason, self.interpreted(method))
+        return status_rows(
+            self.name, method, case, phases, status, reason, self.interpreted(method)
+        )
 
 
 def run_method(

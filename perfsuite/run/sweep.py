@@ -133,7 +133,9 @@ class Sweep:
             if reason is None:
                 pending.append(unit)
                 continue
-            rows = status_rows(unit.method, unit.case, self.plan.phases, "skipped", reason)
+            rows = status_rows(
+                self.plan.kind, unit.method, unit.case, self.plan.phases, "skipped", reason
+            )
             skipped.extend(rows)
             if on_cell is not None:
                 on_cell(unit, rows)

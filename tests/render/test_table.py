@@ -23,6 +23,7 @@ from perfsuite.results.results import Row
 
 def _rows():
     shape = dict(tokens=8, vocab=16, hidden=4, dtype="fp32", softcap=None, shape="t", device="cpu")
+    shape["kind"] = "loss"
     rows = []
     for beta in (0.0, 0.1):
         for phase in ("fwd", "bwd", "fwd+bwd"):

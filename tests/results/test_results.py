@@ -21,6 +21,7 @@ from perfsuite.results.results import (
 def _doc():
     rows = [
         Row(
+            kind="loss",
             method="eager",
             tokens=8,
             vocab=16,
@@ -104,20 +105,9 @@ def test_missing_file(tmp_path):
 
 def test_row_rejects_unknown_status_and_phase():
     with pytest.raises(ValueError, match="status"):
-        Row(
-            method="m",
-            tokens=1,
-            vocab=1,
-            hidden=1,
-            dtype="fp32",
-            beta=0,
-            phase="fwd",
-            status="fine",
-        )
+        Row("m", 1, 1, 1, "fp32", 0, "fwd", "fine", kind="loss")
     with pytest.raises(ValueError, match="phase"):
-        Row(
-            method="m", tokens=1, vocab=1, hidden=1, dtype="fp32", beta=0, phase="both", status="ok"
-        )
+        Row("m", 1, 1, 1, "fp32", 0, "both", "ok", kind="loss")
 
 
 def test_written_file_is_plain_json(tmp_path):

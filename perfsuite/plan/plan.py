@@ -55,11 +55,6 @@ class Plan:
     # --profile: the folder a profiled call's trace goes to, per cell and phase.
     profile: str | None = None
 
-    @property
-    def kind(self) -> str:
-        """The kind of cell the plan measures: ``tp`` across ranks, else ``loss``."""
-        return "tp" if self.tps else "loss"
-
     def dtypes_for(self, shape: Shape) -> list[str]:
         """The dtypes ``shape`` runs in (``dtypes`` is their union, for the record)."""
         return [self.dtype] if self.dtype else [shape.dtype]

@@ -62,8 +62,7 @@ INTERPRETED_REASON = (
 def case_rows(
     kind: str, method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any
 ) -> list[Row]:
-    """One ``kind`` row (loss or tp) per phase of ``case`` (a plan's case dict), with
-    ``fields`` set."""
+    """One ``kind`` row (loss or tp) per phase of ``case`` (a plan's case dict), ``fields`` set."""
     base = {k: case.get(k) for k in CASE_KEYS}
     base["timer"] = base["timer"] or "events"
     base["workload"] = workload_label(case.get("workload"))

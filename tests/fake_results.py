@@ -31,9 +31,9 @@ PAPER = {
 
 
 def row(method: str, phase: str, status: str = "ok", ms: float | None = None,
-        mib: float | None = None, **fields: Any) -> dict[str, Any]:  # fmt: skip
+        mib: float | None = None, kind: str = "loss", **fields: Any) -> dict[str, Any]:  # fmt: skip
     base = {**GEMMA, "beta": 0.0, "softcap": None, "device": "cuda", **fields}
-    r = Row(method=method, phase=phase, status=status, **base)
+    r = Row(kind=kind, method=method, phase=phase, status=status, **base)
     if status == "ok":
         r.median_ms, r.p20_ms, r.p80_ms = ms, ms * 0.99, ms * 1.01
         r.samples_ms = [ms] * 3
@@ -81,7 +81,8 @@ def tp_row(method: str, tp: int | None, ms: float | None, gib: float | None,
     ``fields`` say otherwise: ``ms`` the slowest rank's median, ``gib`` the largest peak,
     four collectives per call moving 3 MiB a rank, ``coll_share`` of the step."""
     mib = None if gib is None else gib * 1024
-    out = row(method, phase, status, ms=ms, mib=mib, tp=tp, **fields)
+    kind = "loss" if tp is None else "tp"  # None: the one-device cell TP sizes are read against
+    out = row(method, phase, status, ms=ms, mib=mib, kind=kind, tp=tp, **fields)
     if status == "ok" and tp is not None:
         out["collectives"], out["collective_bytes"] = 4, 3 * 2**20 * tp
         out["collective_ms"] = None if coll_share is None else ms * coll_share

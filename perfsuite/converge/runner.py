@@ -42,7 +42,7 @@ class TrainKind(Kind):
     timeout_s: float
     # Called with a worker's description of the model (every poll: keep the first).
     on_model: Callable[[dict[str, Any]], None] | None = None
-    per_case = True
+    name, per_case = "train", True
 
     def case(self, cell: Cell) -> dict[str, Any]:
         p = self.preset

@@ -101,7 +101,7 @@ def sweep(config: Config, known: dict[str, SimpleMethod], console: Console) -> d
             train_row(r.to_dict(), preset, config.device, config.data, kind.interpreted(r.method))
             for r in runs
         ]
-        document = new_document({**env, "partial": True} if partial else env, rows, "train")
+        document = new_document({**env, "partial": True} if partial else env, rows)
         write_results(config.out, document)
         return document
 

@@ -24,6 +24,8 @@ T = TypeVar("T")
 class Kind:
     """What a cell kind tells the harness; the defaults suit a one-process worker."""
 
+    name: str  # one of ``results.KINDS``: stamped on every row the kind makes
+
     device: str = "cpu"
     jobs: int = 1  # interpreted workers at a time
     timeout_s: float = 3600.0

@@ -15,8 +15,9 @@ import numpy as np
 from perfsuite.results.results import PHASES, new_document, write_results
 
 DEVICE = {"kind": "cuda", "name": "synthetic demo GPU", "synthetic": True}
-ROW = {"shape": "demo", "tokens": 8192, "vocab": 256000, "hidden": 2304, "dtype": "bf16",
-       "softcap": None, "status": "ok", "device": "cuda", "workload": "random"}  # fmt: skip
+ROW = {"kind": "loss", "shape": "demo", "tokens": 8192, "vocab": 256000, "hidden": 2304,
+       "dtype": "bf16", "softcap": None, "status": "ok", "device": "cuda",
+       "workload": "random"}  # fmt: skip
 METHODS = ("eager", "ours")
 BETAS = (0.0, 0.1)
 START = datetime(2026, 1, 1, 3, 17, tzinfo=timezone.utc)

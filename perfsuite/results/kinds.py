@@ -104,12 +104,11 @@ class Row:
     # ``--profile``: one profiled call's breakdown and its trace's file name.
     breakdown: dict[str, Any] | None = None
     trace: str | None = None
-    # None: read from the fields when the document is made (``row_kind``), since some
-    # writers set ``tp`` or ``workload`` later.
-    kind: str | None = None
+    # The kind of cell that made the row (``KINDS``), stamped when it is made.
+    kind: str = field(kw_only=True)
 
     def __post_init__(self) -> None:
-        if self.kind is not None and self.kind not in KINDS:
+        if self.kind not in KINDS:
             raise ValueError(f"kind {self.kind!r} not one of {KINDS}")
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not one of {STATUSES}")
@@ -137,22 +136,9 @@ def describe_cell(row: dict[str, Any]) -> str:
     return f"{what} {row['dtype']} β={row['beta']:g} {row['phase']}{workload}"
 
 
-def row_kind(row: dict[str, Any]) -> str:
-    """The row's kind: its ``kind`` key (every row read through ``load_results`` has one),
-    else what a version 1 row says by its fields: a ``step(...)`` workload, a TP size."""
-    kind = row.get("kind")
-    if isinstance(kind, str) and kind:
-        return kind
-    if str(row.get("workload") or "").startswith("step("):
-        return "step"
-    if row.get("tp") is not None:
-        return "tp"
-    return "loss"
-
-
 def document_kinds(document: dict[str, Any]) -> set[str]:
-    """Every kind of row in a document (empty for a document without rows)."""
-    return {row_kind(row) for row in document.get("rows") or () if isinstance(row, dict)}
+    """Every kind of row in a document in memory (empty for a document without rows)."""
+    return {row["kind"] for row in document["rows"]}
 
 
 def _either(kinds: Iterable[str]) -> str:
@@ -191,7 +177,7 @@ def to_disk_row(row: dict[str, Any]) -> dict[str, Any]:
     """A flat row as version 2 writes it: its kind first, its kind's metrics nested.
     Another kind's field is dropped when empty and kept otherwise, for the reader to
     refuse: a writer's mistake shows, and no measured value is thrown away."""
-    kind = row_kind(row)
+    kind = row["kind"]
     out: dict[str, Any] = {"kind": kind}
     metrics = {k: row.get(k) for k in METRICS.get(kind, ())}
     for key, value in row.items():

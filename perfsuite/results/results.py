@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import them from here)
     CELL_KEY,
+    KINDS,
     MEASURED,
     PHASES,
     SCHEMA_VERSION,
@@ -23,7 +24,6 @@ from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import
     Row,
     document_kinds,
     require_kind,
-    row_kind,
     to_disk,
 )
 from perfsuite.results.lock import claim
@@ -45,18 +45,15 @@ def status_counts(rows: list[dict[str, Any]]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-def new_document(
-    env: dict[str, Any],
-    rows: list[Row] | list[dict[str, Any]],
-    kind: str | None = None,
-) -> dict[str, Any]:
-    """A version 2 document in memory: flat rows, each with its kind (``kind``, else the
-    row's own, else read from its fields); ``write_results`` nests them as written."""
-    out = []
-    for r in rows:
-        row = asdict(r) if isinstance(r, Row) else dict(r)
-        row["kind"] = kind or row_kind(row)
-        out.append(row)
+def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) -> dict[str, Any]:
+    """A version 2 document in memory: flat rows, each with the kind of cell that made it
+    (``write_results`` nests them as written). A row without one is a writer's mistake,
+    refused here: never guessed from its fields."""
+    out = [asdict(r) if isinstance(r, Row) else dict(r) for r in rows]
+    for i, row in enumerate(out):
+        if row.get("kind") not in KINDS:
+            raise ValueError(f"row {i} ({row.get('method')} {row.get('phase')}) has kind "
+                             f"{row.get('kind')!r}, not one of {KINDS}")  # fmt: skip
     return {"schema_version": SCHEMA_VERSION, "env": env, "rows": out}
 
 

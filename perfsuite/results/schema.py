@@ -27,7 +27,6 @@ from perfsuite.results.kinds import (
     cell_key,
     describe_cell,
     flat_row,
-    row_kind,
     to_disk_row,
 )
 
@@ -245,6 +244,13 @@ def _message(error: dict[str, Any], path: str, rows: list[Any], flat: list[bool]
     return f"{path}: row {index}: {field} is {value}, not {_expected(error, field)}"
 
 
+def v1_kind(row: dict[str, Any]) -> str:
+    """A version 1 row's kind, by its fields: a ``step(...)`` workload, a TP size."""
+    if str(row.get("workload") or "").startswith("step("):
+        return "step"
+    return "loss" if row.get("tp") is None else "tp"
+
+
 def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """``document`` (parsed JSON) checked against the schema and returned in memory form:
     flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong.
@@ -267,9 +273,11 @@ def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False
         if not isinstance(document.get(key), kind):
             raise ResultsError(f"{path}: missing or malformed {key!r}")
     rows = document["rows"]
+    v1 = version == 1
+    if v1:  # version 1 rows never said their kind: their fields do
+        rows = [{**r, "kind": v1_kind(r)} if isinstance(r, dict) else r for r in rows]
     # Flat rows (version 1; a version 2 document dumped as it is in memory: its kind, but
     # no metrics) are laid out as version 2 writes them, so one set of models checks all.
-    v1 = version == 1
     was_flat = [isinstance(r, dict) and (v1 or "kind" in r and "metrics" not in r) for r in rows]
     checked = [to_disk_row(r) if f else r for r, f in zip(rows, was_flat, strict=True)]
     try:
@@ -278,7 +286,7 @@ def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False
         raise ResultsError(_message(err.errors()[0], str(path), checked, was_flat)) from None
     if not rows and not empty:  # a well-formed file, of nothing
         raise ResultsError(f"{path}: holds no rows (no cell was written to it)")
-    flat = [{**flat_row(r), "kind": row_kind(r)} for r in rows]
+    flat = [flat_row(r) for r in rows]
     seen: dict[tuple, int] = {}
     for i, row in enumerate(flat):
         j = seen.setdefault(cell_key(row), i)

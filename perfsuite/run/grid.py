@@ -4,8 +4,7 @@ which are predicted not to fit the device (recorded ``skipped``)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.measure.timing import protocol
@@ -14,7 +13,6 @@ from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import cell_key
-from perfsuite.run.worker import case_rows
 from perfsuite.tp_method import case_reason
 
 
@@ -113,16 +111,3 @@ def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str 
     if need <= capacity:
         return None
     return exceeds(need, what, capacity, c["device"]) + "; --attempt-all attempts it"
-
-
-def status_rows(
-    method: str,
-    case: dict[str, Any],
-    phases: Iterable[str],
-    status: str,
-    reason: str,
-    interpreted: bool = False,
-) -> list[dict[str, Any]]:
-    """Unmeasured rows of one case, one per phase, that say why."""
-    rows = case_rows(method, case, phases, status=status, reason=reason, interpreted=interpreted)
-    return [asdict(r) for r in rows]

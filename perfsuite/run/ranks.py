@@ -95,7 +95,7 @@ def run_rank_case(
     interpreted = method.caps.triton and device.type == "cpu"
 
     def rows(**fields: Any) -> list[Any]:
-        return case_rows(spec.method, raw, spec.phases, interpreted=interpreted, **fields)
+        return case_rows("tp", spec.method, raw, spec.phases, interpreted=interpreted, **fields)
 
     def decided(status: str, reason: str) -> None:
         for row in rows(status=status, reason=reason) if rank == 0 else []:

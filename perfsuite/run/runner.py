@@ -22,8 +22,8 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env, gpu_state
 from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.results.results import PHASES, new_document
-from perfsuite.run.grid import Unit, status_rows, unit_cost
-from perfsuite.run.worker import CASE_KEYS, WorkerSpec
+from perfsuite.run.grid import Unit, unit_cost
+from perfsuite.run.worker import CASE_KEYS, WorkerSpec, case_rows
 from perfsuite.tp_method import case_reason
 
 
@@ -41,6 +41,7 @@ class LossKind(harness.Kind):
 
     def __init__(self, plan: Plan) -> None:
         self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
+        self.name = "tp" if plan.tps else "loss"  # the kind of cell, on every row
         self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
         self.methods = measured(plan)
 
@@ -98,7 +99,8 @@ class LossKind(harness.Kind):
     def status_rows(
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> list[dict[str, Any]]:
-        return status_rows(method, case, phases, status, reason, self.interpreted(method))
+        fields = {"status": status, "reason": reason, "interpreted": self.interpreted(method)}
+        return [asdict(r) for r in case_rows(self.name, method, case, phases, **fields)]
 
 
 def run_method(

@@ -32,7 +32,6 @@ from perfsuite.run.grid import (
     parse_gpus,
     parse_shard,
     skip_reason,
-    status_rows,
     unit_cost,
     unit_keys,
 )
@@ -128,12 +127,13 @@ class Sweep:
         capacity = None if self.force else device_capacity(self.plan.device, self.plan.memory_limit)
         pending: list[Unit] = []
         skipped: list[dict[str, Any]] = []
+        kind = runner.LossKind(self.plan)  # a skipped row is any row decided without a worker
         for unit in self.todo:
             reason = skip_reason(unit, capacity, known)
             if reason is None:
                 pending.append(unit)
                 continue
-            rows = status_rows(unit.method, unit.case, self.plan.phases, "skipped", reason)
+            rows = kind.status_rows(unit.method, unit.case, self.plan.phases, "skipped", reason)
             skipped.extend(rows)
             if on_cell is not None:
                 on_cell(unit, rows)

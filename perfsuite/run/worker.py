@@ -59,12 +59,14 @@ INTERPRETED_REASON = (
 )
 
 
-def case_rows(method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any) -> list[Row]:
-    """One row per phase of a loss ``case`` (a plan's case dict), with ``fields`` set."""
+def case_rows(
+    kind: str, method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any
+) -> list[Row]:
+    """One ``kind`` row (loss or tp) per phase of ``case`` (a plan's case dict), ``fields`` set."""
     base = {k: case.get(k) for k in CASE_KEYS}
     base["timer"] = base["timer"] or "events"
     base["workload"] = workload_label(case.get("workload"))
-    return [Row(method=method, phase=p, **base, **fields) for p in phases]
+    return [Row(kind=kind, method=method, phase=p, **base, **fields) for p in phases]
 
 
 def method_case(method: Any, raw: dict[str, Any]) -> Case:
@@ -115,7 +117,7 @@ def run_case(
     done: set[str] = set()
 
     def rows(**fields: Any) -> list[Row]:
-        return case_rows(spec.method, raw, spec.phases, interpreted=interpreted, **fields)
+        return case_rows("loss", spec.method, raw, spec.phases, interpreted=interpreted, **fields)
 
     def rest(status: str, reason: str) -> None:
         for row in rows(status=status, reason=reason):

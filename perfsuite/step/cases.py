@@ -41,4 +41,4 @@ def case_rows(case: dict[str, Any], method: SimpleMethod, **fields: Any) -> list
     fields.setdefault("interpreted", method.caps.triton and case["device"] == "cpu")
     keys = ("tokens", "vocab", "hidden", "dtype", "beta", "softcap", "shape", "device", "workload")
     given = {k: case[k] for k in keys}
-    return [Row(method=method.name, phase=phase, **given, **fields) for phase in STEP_PHASES]
+    return [Row(kind="step", method=method.name, phase=p, **given, **fields) for p in STEP_PHASES]

@@ -37,7 +37,7 @@ LOSS_SHARE = (
 class StepKind(harness.Kind):
     """A training step of a model: one worker per method, four phases per case."""
 
-    phases, case_keys = STEP_PHASES, CASE_KEYS
+    name, phases, case_keys = "step", STEP_PHASES, CASE_KEYS
 
     def __init__(self, plan: StepPlan, models: dict[str, Any]) -> None:
         self.plan, self.device, self.timeout_s = plan, plan.device, plan.timeout_s

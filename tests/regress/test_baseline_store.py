@@ -23,6 +23,7 @@ SLUG = "nvidia-h100-80gb-hbm3"
 def rows_for(shape: str, tokens: int, factor: float = 1.0) -> list[Row]:
     return [
         Row(
+            kind="loss",
             method=method,
             shape=shape,
             tokens=tokens,
@@ -78,7 +79,7 @@ def test_update_refuses_step_cells(tmp_path, capsys):
     """A step file's cells were stored as the gemma2-2b loss baseline (issue 46): its
     rows are named by their model, and `compare` would judge loss cells against them."""
     step = [
-        Row(method="ours", shape="gemma2-2b", tokens=256, vocab=256000, hidden=2304,
+        Row(kind="step", method="ours", shape="gemma2-2b", tokens=256, vocab=256000, hidden=2304,
             dtype="fp32", beta=0.0, phase=phase, status="ok", device="cpu",
             workload="step(layers=1,seq=256,batch=1)", samples_ms=[5.0, 5.1], median_ms=5.0)
         for phase in ("fwd", "bwd", "opt", "step")

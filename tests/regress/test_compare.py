@@ -60,6 +60,7 @@ def make_row(method: str, phase: str, seed: int, **fields) -> Row:
         device="cuda",
         samples_ms=samples(ms, seed),
         peak_bytes=(1 << 30) if method == "eager" else (200 << 20),
+        kind="loss",
     )
     data.update(fields)
     row = Row(**data)

@@ -26,38 +26,11 @@ def _rows():
     rows = []
     for beta in (0.0, 0.1):
         for phase in ("fwd", "bwd", "fwd+bwd"):
-            rows.append(
-                Row(
-                    method="eager",
-                    beta=beta,
-                    phase=phase,
-                    status="ok",
-                    median_ms=2.0,
-                    peak_bytes=3 << 20,
-                    **shape,
-                )
-            )
-            rows.append(
-                Row(
-                    method="torch-native",
-                    beta=beta,
-                    phase=phase,
-                    status="ok",
-                    median_ms=1.0,
-                    peak_bytes=1 << 20,
-                    **shape,
-                )
-            )
-            rows.append(
-                Row(
-                    method="fake",
-                    beta=beta,
-                    phase=phase,
-                    status="unsupported" if beta else "oom",
-                    reason="because",
-                    **shape,
-                )
-            )
+            cell = dict(kind="loss", beta=beta, phase=phase, **shape)
+            rows.append(Row("eager", status="ok", median_ms=2.0, peak_bytes=3 << 20, **cell))
+            rows.append(Row("torch-native", status="ok", median_ms=1.0, peak_bytes=1 << 20, **cell))
+            fake = "unsupported" if beta else "oom"
+            rows.append(Row("fake", status=fake, reason="because", **cell))
     return [asdict(r) for r in rows]
 
 

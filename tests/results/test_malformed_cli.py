@@ -71,8 +71,8 @@ def test_a_malformed_file_is_refused_in_one_line(tmp_path, capsys, command, name
 
 def step_document() -> dict:
     rows = [
-        Row(method="ours", tokens=16, vocab=64, hidden=8, dtype="fp32", beta=0.0, phase=p,
-            status="ok", workload="step(layers=1,seq=16,batch=1)", median_ms=1.0)
+        Row(kind="step", method="ours", tokens=16, vocab=64, hidden=8, dtype="fp32", beta=0.0,
+            phase=p, status="ok", workload="step(layers=1,seq=16,batch=1)", median_ms=1.0)
         for p in ("fwd", "bwd", "opt", "step")
     ]  # fmt: skip
     return new_document(paper_document()["env"], rows)
@@ -111,7 +111,7 @@ def test_a_file_without_rows_is_refused_by_the_other_readers_too(tmp_path, capsy
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: {empty}: holds no rows (no cell was written to it)"]
     assert not db.exists()  # no database made for nothing
-    trained = write_results(tmp_path / "train.json", new_document(env, [], "train"))
+    trained = write_results(tmp_path / "train.json", new_document(env, []))
     assert main(["converge", "--render", str(trained)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: {trained}: holds no rows (no cell was written to it)"]

@@ -20,25 +20,11 @@ from perfsuite.results.results import (
 
 def _doc():
     rows = [
-        Row(
-            method="eager",
-            tokens=8,
-            vocab=16,
-            hidden=4,
-            dtype="fp32",
-            beta=0.0,
-            phase=p,
-            status="ok",
-            median_ms=1.0,
-            p20_ms=0.9,
-            p80_ms=1.1,
-            samples_ms=[0.9, 1.0, 1.1],
-            peak_bytes=10,
-            peak_abs_bytes=20,
-            max_abs_err=0.0,
-        )
+        Row("eager", 8, 16, 4, "fp32", 0.0, p, "ok", kind="loss", median_ms=1.0, p20_ms=0.9,
+            p80_ms=1.1, samples_ms=[0.9, 1.0, 1.1], peak_bytes=10, peak_abs_bytes=20,
+            max_abs_err=0.0)
         for p in ("fwd", "bwd", "fwd+bwd")
-    ]
+    ]  # fmt: skip
     return new_document({"device": {"name": "cpu"}}, rows)
 
 
@@ -104,20 +90,9 @@ def test_missing_file(tmp_path):
 
 def test_row_rejects_unknown_status_and_phase():
     with pytest.raises(ValueError, match="status"):
-        Row(
-            method="m",
-            tokens=1,
-            vocab=1,
-            hidden=1,
-            dtype="fp32",
-            beta=0,
-            phase="fwd",
-            status="fine",
-        )
+        Row("m", 1, 1, 1, "fp32", 0, "fwd", "fine", kind="loss")
     with pytest.raises(ValueError, match="phase"):
-        Row(
-            method="m", tokens=1, vocab=1, hidden=1, dtype="fp32", beta=0, phase="both", status="ok"
-        )
+        Row("m", 1, 1, 1, "fp32", 0, "both", "ok", kind="loss")
 
 
 def test_written_file_is_plain_json(tmp_path):

@@ -63,6 +63,7 @@ def test_tp_cells_are_gated_and_measured_across_ranks(exact):
     assert code == 0, printed
     rows = {(r["tp"], r["beta"]): r for r in doc["rows"]}
     assert set(rows) == {(k, b) for k in (1, 2) for b in (0, 0.1)}
+    assert {r["kind"] for r in rows.values()} == {"tp"}  # TP=1 too: the kind that made it
     for row in rows.values():
         assert row["status"] == "ok", row["reason"]
         assert row["median_ms"] > 0 and len(row["samples_ms"]) == 2 and row["peak_bytes"] > 0

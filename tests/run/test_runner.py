@@ -73,6 +73,7 @@ def test_wrong_unsupported_unavailable_error(fake_plugins):
     missing = next(r for r in rows if r["method"] == "fake-missing-package")
     assert missing["reason"] == "perfsuite_no_such_package not installed"
     assert _status(rows, "fake-raises") == "error"
+    assert {r["kind"] for r in rows} == {"loss"}  # decided, gated and failed rows alike
     assert "deliberate failure" in next(r for r in rows if r["method"] == "fake-raises")["reason"]
 
 

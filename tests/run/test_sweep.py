@@ -111,6 +111,7 @@ def test_resume_finishes_without_redoing_cells(killed_and_resumed):
     assert statuses[("eager", 0.1)] == "ok"
     assert statuses[("fake-no-smoothing", 0.0)] == "ok"
     assert statuses[("fake-no-smoothing", 0.1)] == "unsupported"
+    assert {r["kind"] for r in rows} == {"loss"}
     assert all(r["entropy"] > 0 and r["workload"] == "random" for r in rows if r["status"] == "ok")
 
 
@@ -156,7 +157,7 @@ def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monk
     assert "sweep.py:" not in capsys.readouterr().err  # progress lines: no source path
     rows = load_results(out)["rows"]
     assert len(rows) == CELLS // 2 * PHASES  # eager alone
-    assert {r["status"] for r in rows} == {"skipped"}
+    assert {(r["status"], r["kind"]) for r in rows} == {("skipped", "loss")}
     assert "predicted peak" in rows[0]["reason"] and "--attempt-all" in rows[0]["reason"]
     from rich.console import Console
 

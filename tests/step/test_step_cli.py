@@ -36,6 +36,7 @@ def test_every_method_gets_every_case(smoke_run):
 
 @pytest.mark.integration
 def test_rows_carry_the_model_and_the_step(smoke_run):
+    assert {r["kind"] for r in smoke_run.document["rows"]} == {"step"}  # oom ones too
     for row in smoke_run.rows(shape="smoke"):
         assert (row["tokens"], row["vocab"], row["hidden"]) == (16, 2048, 128)
         assert row["workload"] == "step(layers=1,seq=16,batch=1)"

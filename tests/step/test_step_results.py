@@ -67,8 +67,8 @@ def test_report_refuses_a_step_file_in_one_line(smoke_run, capsys):
     assert err == [f"error: {smoke_run.path} holds step rows; report takes loss or tp rows"]
 
 
-def _cell(workload: str, phase: str) -> dict:
-    row = Row("eager", 16, 2048, 128, "fp32", 0.0, phase, "ok", median_ms=1.0)
+def _cell(workload: str, phase: str, kind: str = "step") -> dict:
+    row = Row("eager", 16, 2048, 128, "fp32", 0.0, phase, "ok", median_ms=1.0, kind=kind)
     row.workload = workload
     return asdict(row)
 
@@ -76,7 +76,7 @@ def _cell(workload: str, phase: str) -> dict:
 @pytest.mark.integration
 def test_a_step_cell_never_matches_a_loss_only_cell_of_the_same_shape(smoke_run):
     env = smoke_run.document["env"]
-    loss_only = new_document(env, [_cell("random", p) for p in PHASES])
+    loss_only = new_document(env, [_cell("random", p, "loss") for p in PHASES])
     steps = new_document(env, [_cell("step(layers=1,seq=16,batch=1)", p) for p in STEP_PHASES])
     with pytest.raises(CompareError, match="nothing to compare.*workload"):
         compare_documents(loss_only, steps)
@@ -84,9 +84,9 @@ def test_a_step_cell_never_matches_a_loss_only_cell_of_the_same_shape(smoke_run)
 
 def test_step_phases_validate_and_others_do_not(tmp_path):
     for phase in STEP_PHASES:
-        Row("eager", 1, 2, 3, "fp32", 0.0, phase, "ok")
+        Row("eager", 1, 2, 3, "fp32", 0.0, phase, "ok", kind="step")
     with pytest.raises(ValueError, match="phase 'optimizer'"):
-        Row("eager", 1, 2, 3, "fp32", 0.0, "optimizer", "ok")
+        Row("eager", 1, 2, 3, "fp32", 0.0, "optimizer", "ok", kind="step")
     assert PHASES == ("fwd", "bwd", "fwd+bwd")  # run's phases and --phases are unchanged
     doc = new_document({}, [_cell("step(layers=1,seq=16,batch=1)", "opt")])
     doc["rows"][0]["loss_ms"] = float("nan")

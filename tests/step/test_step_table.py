@@ -17,7 +17,8 @@ WORKLOAD = "step(layers=1,seq=256,batch=1)"
 def rows(method: str, status: str = "ok", **extra) -> list[dict]:
     out = []
     for i, phase in enumerate(STEP_PHASES):
-        row = Row(method, 256, 128256, 2048, "fp32", 0.0, phase, status, shape="llama3.2-1b")
+        row = Row(method, 256, 128256, 2048, "fp32", 0.0, phase, status, kind="step")
+        row.shape = "llama3.2-1b"
         row.workload = WORKLOAD
         if status in ("ok", "wrong"):
             row.median_ms = 1000.0 * (i + 1)

@@ -212,11 +212,25 @@ def _other_cpu(cpu: dict[str, Any]) -> str:
     span = "" if seconds is None else f" over {seconds:.{1 if seconds < 10 else 0}f} s"
     text = f"other processes used {total:.1f} of {cpu['cores']} cores{span}"
     named = cpu.get("other_processes", [])[:3]
-    parts = [f"{p['name']} {p['cores']:.1f}" for p in named]
-    rest = total - sum(p["cores"] for p in named)
-    if parts and rest >= 0.05:
-        parts.append(f"the rest {rest:.1f}")
-    return text + (f": {', '.join(parts)}" if parts else "")
+    if not named:
+        return text
+    cores = [p["cores"] for p in named]
+    shown = _tenths_adding_up([*cores, max(total - sum(cores), 0.0)], round(total * 10))
+    parts = [f"{p['name']} {t / 10:.1f}" for p, t in zip(named, shown, strict=False)]
+    if shown[-1]:
+        parts.append(f"the rest {shown[-1] / 10:.1f}")
+    return f"{text}: {', '.join(parts)}"
+
+
+def _tenths_adding_up(values: list[float], total: int) -> list[int]:
+    """``values`` in tenths that add up to ``total`` tenths (the shown total): each rounded
+    down, the tenths short handed to the largest remainders, so that rounding each figure
+    on its own cannot make the parts disagree with the whole."""
+    floors = [int(v * 10) for v in values]
+    order = sorted(range(len(values)), key=lambda i: values[i] * 10 - floors[i], reverse=True)
+    for i in order[: max(total - sum(floors), 0)]:
+        floors[i] += 1
+    return floors
 
 
 class Watch:

@@ -65,6 +65,16 @@ def test_other_processes_are_named_in_cores_that_add_up():
     assert sum(shares) == pytest.approx(total) and max(shares) <= total
 
 
+def test_the_figures_shown_add_up_where_rounding_each_would_not():
+    """0.34 + 0.34 + 0.72 = 1.4 cores, which rounded one by one read 0.3 + 0.3 + 0.7."""
+    named = [{"name": "python", "cores": 0.34}, {"name": "bash", "cores": 0.34}]
+    cpu = {"other_cores": 1.4, "cores": 2, "seconds": 2.0, "other_processes": named}
+    (reason,) = busy_reasons({"cpu": cpu})
+    assert reason.endswith("python 0.4, bash 0.3, the rest 0.7")
+    total, shares = _parts(reason)
+    assert sum(shares) == pytest.approx(total)
+
+
 def test_a_process_named_never_exceeds_the_total():
     """Time a process spent on cores not ours is not in the total: it is named with at
     most the total."""
@@ -107,7 +117,7 @@ def test_a_cpu_burner_beside_a_cell_marks_it(tmp_path, capsys):
     (row,) = document["rows"]
     assert row["busy"].startswith("other processes used")
     total, shares = _parts(row["busy"])  # in cores that add up, none beyond the box's 2
-    assert shares and sum(shares) == pytest.approx(total, abs=0.06)
+    assert shares and sum(shares) == pytest.approx(total)
     assert max(shares) <= total <= 2
     (group,) = document["env"]["machine"]["groups"]
     assert group["busy"] and group["cpu"]["other_cores"] >= BUSY_CORES

@@ -141,6 +141,7 @@ BAD_ARGUMENTS = [
     ["sensitivity", "--samples", "1"],
     ["converge", "--steps", "0"],
     ["filtering", "--out", "x", "--orders", "nope"],
+    ["kernel-report", "--kernel", "nope"],
 ]
 
 

@@ -9,9 +9,8 @@ import math
 
 import torch
 
-from perfsuite.filtering.rules import FILTERS, ORDERS, Filter
-
-__all__ = ["FILTERS", "ORDERS", "Filter"]  # the rules, emulated here (rules.py)
+from perfsuite.filtering.rules import FILTERS as FILTERS  # the rules (rules.py: no torch)
+from perfsuite.filtering.rules import ORDERS, Filter
 
 LEVELS = 16
 FORWARD_TILE = 128

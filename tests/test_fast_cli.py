@@ -77,7 +77,7 @@ CONSOLE_SCRIPT = "import sys; from perfsuite.cli import main; sys.exit(main())"
 
 SWEEP = ["sweep", "--tokens", "64", "--vocab", "64", "--hidden", "32", "--dtype", "fp32",
          "--methods", "eager", "--beta", "0", "--samples", "1", "--out", "s.json"]  # fmt: skip
-# converge still loads torch to build its parser: the signal lands there
+# converge loads torch for the registry before its dry run: the signal lands there
 EARLY = [(SWEEP, signal.SIGINT), (SWEEP, signal.SIGTERM),
          (["converge", "--preset", "smoke", "--dry-run"], signal.SIGINT)]  # fmt: skip
 
@@ -138,6 +138,10 @@ BAD_ARGUMENTS = [
     ["history", "nope"],
     ["dashboard"],
     ["workload", "train", "--steps", "0"],
+    ["sensitivity", "--samples", "1"],
+    ["converge", "--steps", "0"],
+    ["filtering", "--out", "x", "--orders", "nope"],
+    ["kernel-report", "--kernel", "nope"],
 ]
 
 

@@ -7,7 +7,7 @@ import argparse
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.args import (
     non_negative_float,
@@ -16,13 +16,14 @@ from perfsuite.args import (
     positive_int,
     seed_int,
 )
-from perfsuite.converge.data import DATA_KINDS
-from perfsuite.converge.parity import REFERENCE
-from perfsuite.converge.presets import PRESETS, default_methods
-from perfsuite.converge.sweep import Config
+from perfsuite.converge.presets import DATA_KINDS, PRESETS, REFERENCE, default_methods
 from perfsuite.fit import TrimmedConsole
-from perfsuite.method import DTYPES, SimpleMethod
 from perfsuite.plan.plan import PlanError, parse_betas, parse_list
+from perfsuite.results.kinds import DTYPES
+
+if TYPE_CHECKING:  # both import torch: the parser and its checks need neither
+    from perfsuite.converge.sweep import Config
+    from perfsuite.method import SimpleMethod
 
 
 def _preset_help() -> str:
@@ -38,10 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="smoke", choices=PRESETS, help=_preset_help())
     parser.add_argument(
         "--methods",
-        help="comma-separated method names; eager (the reference) is always added "
-        "(default: the preset's, else "
-        + "; ".join(f"{d}: {','.join(default_methods(d))}" for d in ("cpu", "cuda"))
-        + ")",
+        help=f"comma-separated method names; {REFERENCE} (the reference) is always added "
+        "(default: the preset's, else the paper table's methods that train, without those "
+        "that compile on a CPU: see perfsuite methods)",
     )
     parser.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
     parser.add_argument(
@@ -114,6 +114,7 @@ def _methods(
 
 def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     """Check every argument against the registry ``known``; raise ``PlanError``."""
+    from perfsuite.converge.sweep import Config
     from perfsuite.plan.plan import default_jobs, resolve_device
 
     device = resolve_device(args.device)

@@ -16,7 +16,6 @@ import torch
 from perfsuite.converge.presets import Preset
 
 MAX_REDRAWS = 64
-DATA_KINDS = ("bigram", "text")  # a synthetic source whose truth is known, or real text
 HELDOUT_FRACTION = 0.1
 
 
@@ -247,7 +246,7 @@ def make_text_dataset(preset: Preset, split_words: bool = True) -> Dataset:
 
 
 def build_dataset(preset: Preset, kind: str) -> Dataset:
-    """The preset's batches of ``kind`` (``DATA_KINDS``): the same tensors every call."""
+    """The preset's batches of ``kind`` (``presets.DATA_KINDS``): the same tensors every call."""
     if kind == "text":
         return make_text_dataset(preset)
     p = preset

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from perfsuite.converge.presets import REFERENCE
 from perfsuite.converge.train import RunResult
 from perfsuite.converge.yardstick import yardstick_for
 
-REFERENCE = "eager"
 NOISE_FACTOR = 2.0
 
 

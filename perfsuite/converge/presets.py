@@ -8,6 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+# What the parser offers and the modules that train, check and draw share, here where
+# torch is not imported (``perfsuite converge --help`` and a bad argument need no torch).
+DATA_KINDS = ("bigram", "text")  # a synthetic source whose truth is known, or real text
+REFERENCE = "eager"  # the method every other is checked against
+
 
 @dataclass(frozen=True)
 class Preset:

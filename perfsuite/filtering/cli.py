@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.args import positive_int
-from perfsuite.filtering import emulate
-from perfsuite.filtering.study import DEFAULT_THRESHOLDS
-from perfsuite.plan.workloads import WorkloadError
+from perfsuite.filtering.rules import DEFAULT_THRESHOLDS, FILTERS, ORDERS
 
 DEFAULT_SHAPE = (1024, 32768, 512)  # the issue's synthetic measurement
 
@@ -65,8 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_THRESHOLDS,
         help="filter_eps values, e.g. 2^-8,2^-12 (default 2^-8 … 2^-16)",
     )
-    p.add_argument("--filters", type=_names(tuple(emulate.FILTERS)), default=tuple(emulate.FILTERS))
-    p.add_argument("--orders", type=_names(emulate.ORDERS), default=emulate.ORDERS)
+    p.add_argument("--filters", type=_names(tuple(FILTERS)), default=tuple(FILTERS))
+    p.add_argument("--orders", type=_names(ORDERS), default=ORDERS)
     p.add_argument("--out", required=True, type=Path, help="path stem: OUT.json/.md/.csv/.png")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
 
@@ -74,7 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     """``(case, inputs, workload description)`` for the arguments."""
     from perfsuite.method import Case
-    from perfsuite.plan.workloads import file_shape, parse_workload, synthetic_inputs
+    from perfsuite.plan.workloads import (
+        WorkloadError,
+        file_shape,
+        parse_workload,
+        synthetic_inputs,
+    )
     from perfsuite.run.inputs import Inputs, make_inputs
 
     axis = args.workload == "synthetic-axis"
@@ -110,14 +113,16 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.filtering.report import write_all
-    from perfsuite.filtering.study import run_study
     from perfsuite.results.outpath import check_output_file
-    from perfsuite.results.provenance import collect_env
 
     stem = args.out.with_suffix("") if args.out.suffix in (".json", ".md") else args.out
     for suffix in (".json", ".md", ".csv", ".png"):  # before the study, in outpath's words
         check_output_file(stem.with_suffix(suffix), "--out", overwrite=args.force)
+    # torch, once the outputs are known writable
+    from perfsuite.filtering.report import write_all
+    from perfsuite.filtering.study import run_study
+    from perfsuite.results.provenance import collect_env
+
     case, inputs, workload = build_inputs(args)
     result = run_study(case, inputs, args.thresholds, args.filters, args.orders)
     document = {
@@ -132,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             "softcap": case.softcap,
             "seed": args.seed,
         },
-        "filters": {name: vars(f) for name, f in emulate.FILTERS.items()},
+        "filters": {name: vars(f) for name, f in FILTERS.items()},
         "env": collect_env(args.device),
         **result,
     }

@@ -6,33 +6,14 @@ vocabulary orders are in docs/filtering.md. β = 0: smoothing's part is exact.""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
+from perfsuite.filtering.rules import FILTERS as FILTERS  # the rules (rules.py: no torch)
+from perfsuite.filtering.rules import ORDERS, Filter
+
 LEVELS = 16
 FORWARD_TILE = 128
-ORDERS = ("natural", "sorted", "random")
-
-
-@dataclass(frozen=True)
-class Filter:
-    """A filtering rule with its backward tile (rows × vocab entries)."""
-
-    name: str
-    tile_n: int
-    tile_v: int
-    target_in_tile: bool
-    methods: str  # the suite methods it stands for
-
-
-FILTERS = {
-    "cce": Filter("cce", 128, 128, True, "cce (sorted), cce-no-sort (natural)"),
-    "element": Filter(
-        "element", 128, 256, False, "ours-tiles-sort (sorted), ours-tiles-no-sort (natural)"
-    ),
-    "tile-list": Filter("tile-list", 128, 256, False, "ours-tiles-list (natural)"),
-}
 
 
 def vocab_order(kind: str, logits: torch.Tensor, live: torch.Tensor, seed: int = 0):

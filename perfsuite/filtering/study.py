@@ -11,12 +11,12 @@ from typing import Any
 import torch
 
 from perfsuite.filtering import emulate
+from perfsuite.filtering.rules import DEFAULT_THRESHOLDS
 from perfsuite.filtering.stats import frequency_shares, softmax_stats
 from perfsuite.method import Case
 from perfsuite.run.correctness import distance, reference_outcome, tolerances, torch_error_outcome
 from perfsuite.run.inputs import Inputs
 
-DEFAULT_THRESHOLDS = (2.0**-8, 2.0**-10, 2.0**-12, 2.0**-14, 2.0**-16)
 # N·V: fp32 logits, softmax and masks of 256 MiB each on CPU, 1 GiB on a GPU.
 MAX_ELEMENTS = {"cpu": 1 << 26, "cuda": 1 << 28}
 

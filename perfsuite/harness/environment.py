@@ -10,8 +10,10 @@ import threading
 import time
 
 from perfsuite.measure.machine import BUSY_CORES, RUN_ID_VAR, Snapshot, other_cores
-from perfsuite.measure.memory import CPU_MALLOC_ENV
 
+# Environment for worker processes whose CPU memory is measured (``measure/memory.py``):
+# freed buffers leave the process, so its high-water mark follows the tensors.
+CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # What a CPU worker started on a busy machine adds (unless the caller set it already).
 BUSY_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}

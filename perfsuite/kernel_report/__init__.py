@@ -16,32 +16,37 @@ or the total past ``--threshold``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing
 import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness.progress import Countdown, NoticeFn
 from perfsuite.results.outpath import check_output_dir
 
-from . import (
-    baseline,
-    build,
-    cce,
-    costs,
-    diff,
-    launched,
-    launches,
-    options,
-    render,
-    slice_launches,
-    tma_launches,
-)
-from .launches import Launch, Shape, parse_shape
+from . import diff, names, options
+from .names import Shape, parse_shape
 from .options import add_arguments
+
+if TYPE_CHECKING:
+    from .launches import Launch
+
+# Submodules that import torch or Triton: each function imports those it uses, so that
+# the options are parsed and checked first (issue 46); ``kernel_report.build`` still names
+# one, imported then.
+_HEAVY = ("baseline", "build", "cce", "costs", "launched", "launches", "render")
+_HEAVY += ("slice_launches", "tma_launches")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HEAVY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # What a stored baseline records of the selection (baseline.load checks it covers a run).
 _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "kernels_asked", "cce")
@@ -64,6 +69,8 @@ def collect(
     with_cce: bool = True,
 ) -> tuple[list[Launch], str | None]:
     """The launches to build, and why CCE's are missing (None when they are there)."""
+    from . import cce, launches, slice_launches, tma_launches
+
     dtypes = dtypes or list(launches.DTYPES)
     todo = slice_launches.our_launches(shape, archs, dtypes, kernels)
     todo += tma_launches.tma_launches(shape, archs, dtypes, kernels)
@@ -78,6 +85,8 @@ def collect(
 
 
 def _row(launch: Launch) -> dict[str, Any]:
+    from . import build, launches
+
     row: dict[str, Any] = {
         "kernel": launch.kernel,
         "variant": launch.variant,
@@ -147,15 +156,17 @@ def kernel_report(
     with_cce: bool = True,
     jobs: int = 1,
     workloads: list[str] | None = None,
-    sample_rows: int = launched.DEFAULT_ROWS,
+    sample_rows: int = names.DEFAULT_ROWS,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes;
     with ``workloads``, the tile list's launched fraction on a sample of each.
     ``notice``: progress lines while it builds."""
+    from . import baseline, costs, launches
+
     shape = parse_shape(shape) if isinstance(shape, str) else shape
     for arch in archs:
-        build.capability(arch)
+        names.capability(arch)
     if _interpreted():
         report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
     else:
@@ -191,6 +202,8 @@ def _launched(
 ) -> list[dict[str, Any]]:
     """Launched fraction per arch × workload, with the backward's costs scaled by it
     (minutes each at a real vocabulary: ``notice`` hears each as it starts)."""
+    from . import launched, launches
+
     keys = sorted({launches.cfg_arch(a) for a in archs})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     out = []
@@ -224,6 +237,8 @@ def _report_in_child(
     """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
     are interpreter wrappers fixed at import. Its stderr is ours: its progress lines and
     any error are seen as they come."""
+    from . import baseline
+
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--json", "--jobs", str(jobs)]
     cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}"]
@@ -273,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
         sel = options.selection(args)
         if args.save:
             check_output_dir(args.save, "--save")
+        from . import baseline, render  # Triton, torch: once the options are known good
+
         stored = None
         if args.baseline:
             stored = baseline.load(args.baseline, sel, vars(shape), across=args.across_triton)

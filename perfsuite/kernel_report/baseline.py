@@ -18,7 +18,7 @@ import triton
 from perfsuite.results.results import write_atomically
 
 from . import build
-from .launches import SHAPES
+from .names import SHAPES, arch_set
 
 # Other JSON under reports/ names its schema: never taken for a results file.
 SCHEMA = "perfsuite-kernel-report/1"
@@ -28,12 +28,6 @@ _LISTS = ("rows", "costs", "designs", "launched")  # one element per line
 
 class BaselineError(ValueError):
     """A baseline that cannot be used (one ``error:`` line, exit code 2)."""
-
-
-def arch_set(archs: list[str]) -> list[str]:
-    """``archs`` without repeats, in capability order: ``sm_90a,sm_80`` and
-    ``sm_80,sm_90a`` share a file."""
-    return sorted(set(archs), key=lambda a: (build.capability(a), a))
 
 
 def toolchain(archs: list[str]) -> dict[str, Any]:

@@ -19,22 +19,12 @@ from triton.runtime.jit import JITFunction
 
 from . import sass
 from .launches import Launch
+from .names import SUPPORTED as SUPPORTED  # named in names.py (no Triton), used from here too
+from .names import capability
 
 
 class BuildError(RuntimeError):
     """ptxas or cuobjdump failed, or their output could not be read."""
-
-
-# Archs with shipped configs (configs.arch_of: Ampere-class, Hopper and datacenter
-# Blackwell tiles). Consumer Blackwell (sm_120) is left out: arch_of gives it Hopper's
-# tiles, and the tile backward's 145 KiB of shared memory exceeds its 99 KiB per CTA.
-SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a")
-
-
-def capability(arch: str) -> int:
-    if arch not in SUPPORTED:
-        raise ValueError(f"unsupported arch {arch!r}: use one of {', '.join(SUPPORTED)}")
-    return int(re.fullmatch(r"sm_(\d+)a?", arch).group(1))
 
 
 def target(arch: str) -> Any:

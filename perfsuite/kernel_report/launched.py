@@ -17,9 +17,6 @@ import torch
 
 from .launches import DTYPES, GPUS, Shape
 
-WORKLOADS = ("random", "synthetic")
-DEFAULT_ROWS = 256
-
 
 def _inputs(shape: Shape, workload: str, rows: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """``e`` (rows, D), ``c`` (V, D) and their mean entropy, made as ``perfsuite run``

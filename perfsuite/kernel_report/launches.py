@@ -14,45 +14,16 @@ from typing import Any
 import torch
 import triton
 
+from .names import DTYPES as DTYPE_NAMES
+from .names import SHAPES as SHAPES  # named in names.py (no torch), used from here too
+from .names import Shape as Shape
+from .names import parse_shape as parse_shape
+
 # Representative GPU per config arch (configs.arch_of's keys): (name, SM count). A launch
 # sizes its grids by the SM count (forward splits, column-sum splits).
 GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132), "sm_100": ("B200", 148)}
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {name: getattr(torch, torch_name) for name, torch_name in DTYPE_NAMES.items()}
 _BASE = 1 << 24  # caching-allocator blocks are at least 512-byte aligned
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A problem size: N rows, V vocab, D hidden, in one dtype; smoothing / softcap values."""
-
-    name: str
-    n: int
-    v: int
-    d: int
-    dtype: str = "bf16"
-    beta: float = 0.1
-    softcap: float = 30.0
-
-
-SHAPES = {
-    "gemma2-2b": Shape("gemma2-2b", 8192, 256000, 2304),
-    "llama3-8b": Shape("llama3-8b", 8192, 128256, 4096),
-}
-
-
-def parse_shape(text: str) -> Shape:
-    """A preset name (``gemma2-2b``) or ``N,V,D[,dtype]``."""
-    if text in SHAPES:
-        return SHAPES[text]
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        n, v, d = (int(p) for p in parts[:3])
-    except ValueError:
-        raise ValueError(f"bad shape {text!r}: use {sorted(SHAPES)} or N,V,D[,dtype]") from None
-    dtype = parts[3] if len(parts) > 3 else "bf16"
-    if dtype not in DTYPES or len(parts) > 4:
-        raise ValueError(f"bad shape {text!r}: dtype must be one of {sorted(DTYPES)}")
-    return Shape(f"N{n}-V{v}-D{d}", n, v, d, dtype)
 
 
 class FakeTensor:
@@ -323,6 +294,3 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
             config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4",
         )  # fmt: skip
-
-
-HELPERS = ("column_sum", "tile_threshold", "tile_keep", "target_logit")

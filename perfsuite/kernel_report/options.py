@@ -1,5 +1,6 @@
 """``perfsuite kernel-report``'s options, and the selection they name (checked before any
-build: an unknown name is one ``error:`` line, never a report that built nothing)."""
+build: an unknown name is one ``error:`` line, never a report that built nothing; checked
+without torch or Triton, from ``names``)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import argparse
 import os
 from typing import Any
 
-from . import build, launched, launches
-from .baseline import arch_set
+from . import names
 from .diff import DEFAULT_THRESHOLD
-from .launches import HELPERS
-from .tma_launches import KERNELS as TMA_KERNELS
 
 DEFAULT_ARCHS = ("sm_80", "sm_90a")
-KERNELS = ("forward", "slices", "backward", *TMA_KERNELS, *HELPERS)
+# Ours: slice_launches' and tma_launches' (Hopper's TMA), then launches' helpers.
+KERNELS = (
+    *("forward", "slices", "backward", "forward_tma", "slices_tma"),
+    *("column_sum", "tile_threshold", "tile_keep", "target_logit"),
+)
 CCE_KERNELS = ("cce_lse_forward", "cce_backward")
 
 
@@ -32,12 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arch",
         default=",".join(DEFAULT_ARCHS),
-        help=f"comma-separated targets (default: sm_80,sm_90a; of {', '.join(build.SUPPORTED)})",
+        help=f"comma-separated targets (default: sm_80,sm_90a; of {', '.join(names.SUPPORTED)})",
     )
     parser.add_argument(
         "--shape",
         default="gemma2-2b",
-        help=f"launch shape: {', '.join(launches.SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
+        help=f"launch shape: {', '.join(names.SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
     )
     parser.add_argument("--dtype", default=None, help="comma-separated dtypes (default: all)")
     parser.add_argument(
@@ -55,13 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="WORKLOADS",
         help="also measure the backward tile list's launched fraction on a sample of rows "
-        f"of these workloads ({', '.join(launched.WORKLOADS)}; minutes at a real vocabulary)",
+        f"of these workloads ({', '.join(names.WORKLOADS)}; minutes at a real vocabulary)",
     )
     parser.add_argument(
         "--sample-rows",
         type=int,
-        default=launched.DEFAULT_ROWS,
-        help=f"rows sampled for --launched (default {launched.DEFAULT_ROWS})",
+        default=names.DEFAULT_ROWS,
+        help=f"rows sampled for --launched (default {names.DEFAULT_ROWS})",
     )
     stored = parser.add_argument_group("stored baselines (docs/kernel.md)")
     stored.add_argument(
@@ -100,14 +102,14 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     ValueError with the one-line reason for a name or value that cannot work."""
     archs = csv(args.arch)
     for arch in archs:
-        build.capability(arch)
+        names.capability(arch)
     dtypes = csv(args.dtype) if args.dtype else None
     kernels = csv(args.kernel) if args.kernel else None
     workloads = csv(args.launched) if args.launched else []
     # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
     what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
-    what = what or _unknown("--dtype", dtypes, tuple(launches.DTYPES))
-    what = what or _unknown("--launched", workloads, tuple(launched.WORKLOADS))
+    what = what or _unknown("--dtype", dtypes, tuple(names.DTYPES))
+    what = what or _unknown("--launched", workloads, tuple(names.WORKLOADS))
     if what or args.sample_rows < 1:
         raise ValueError(what or f"--sample-rows {args.sample_rows} must be >= 1")
     if not args.threshold >= 0:  # NaN too
@@ -118,9 +120,9 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     if kernels and not with_cce and all(k in CCE_KERNELS for k in kernels):
         raise ValueError(f"--kernel {','.join(kernels)} with --no-cce builds nothing")
     return {
-        "archs": arch_set(archs),
+        "archs": names.arch_set(archs),
         "arch_order": archs,
-        "dtypes": dtypes or list(launches.DTYPES),
+        "dtypes": dtypes or list(names.DTYPES),
         "dtypes_asked": dtypes is not None,
         "kernels": [k for k in kernels or KERNELS if k in KERNELS],
         "peers": [k for k in kernels or CCE_KERNELS if k in CCE_KERNELS] if with_cce else [],

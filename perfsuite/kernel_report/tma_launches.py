@@ -119,9 +119,6 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     yield from _slices(shape, dtype, arch)
 
 
-KERNELS = ("forward_tma", "slices_tma")
-
-
 def tma_launches(
     shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str] | None = None
 ) -> list[Launch]:

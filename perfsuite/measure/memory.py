@@ -1,7 +1,7 @@
 """Peak memory of one phase, in a pass of its own: on CUDA the allocator's counters; on
 CPU the running sum of the profiler's tensor allocations (``peak_bytes``) and the process
-high-water mark ``VmHWM`` (``rss_peak_bytes``; workers run with ``CPU_MALLOC_ENV`` so freed
-buffers leave the process). docs/run.md, "Memory"."""
+high-water mark ``VmHWM`` (``rss_peak_bytes``; workers run with ``CPU_MALLOC_ENV``, in
+``harness/environment.py``, so freed buffers leave the process). docs/run.md, "Memory"."""
 
 from __future__ import annotations
 
@@ -17,9 +17,6 @@ from pathlib import Path
 import torch
 
 from perfsuite.measure.profile import run_profiled
-
-# Environment for worker processes whose CPU memory is measured.
-CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 @dataclass

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
+from perfsuite.harness.environment import CPU_MALLOC_ENV
 from perfsuite.measure.memory import (
-    CPU_MALLOC_ENV,
     cpu_meter_supported,
     measure_peak,
     tensor_peak_from_events,

@@ -38,7 +38,7 @@ _AS_COLLECTED = [dict(vars(obj)) for obj in _LANGUAGE]
 
 def language_as_collected(monkeypatch: pytest.MonkeyPatch) -> None:
     """Undo, for this test, what the interpreter left patched in ``triton.language``."""
-    for obj, before in zip(_LANGUAGE, _AS_COLLECTED):
+    for obj, before in zip(_LANGUAGE, _AS_COLLECTED, strict=True):
         now = dict(vars(obj))
         for name in now.keys() - before.keys():
             monkeypatch.delattr(obj, name)

@@ -17,6 +17,7 @@ import os
 import queue
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -85,12 +86,17 @@ class Browser:
         child_in, child_out = (_above_nine(fd) for fd in (child_in, child_out))
         script = f'exec "$0" "$@" 3<&{child_in} 4>&{child_out} {child_in}<&- {child_out}>&-'
         self._log = open(profile.parent / f"{profile.name}.stderr", "wb")  # noqa: SIM115
+        # Chromium's singleton socket goes in $TMPDIR, and a Unix socket's path holds at
+        # most 107 bytes: under a deep temporary folder the browser dies at start. A short
+        # folder of its own, removed on close.
+        self._scratch = tempfile.mkdtemp(prefix="chromium-", dir="/tmp")
         self.process = subprocess.Popen(
             ["bash", "-c", script, executable, *FLAGS, f"--user-data-dir={profile}"],
             pass_fds=(child_in, child_out),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=self._log,
+            env={**os.environ, "TMPDIR": self._scratch},
         )
         os.close(child_in)
         os.close(child_out)
@@ -195,6 +201,7 @@ class Browser:
             self.process.wait()
         os.close(self._to_child)
         self._log.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> Browser:
         return self

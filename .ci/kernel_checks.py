@@ -5,6 +5,10 @@
             fwd+bwd: plain and with class weights (whose sm_90a build spills 84 B at the
             pinned 128×128; docs/kernel.md), so the pinned tile is chosen by measurement
   ablation  slices vs tiles: tile list / sort / filter / accum, next to CCE
+  tma       the TMA path's candidate configs (kernels/hopper.py) at Gemma2-2B, β = 0.1,
+            softcap 30: the forward's alone (fwd), the slice kernel's in fwd+bwd, then
+            the fastest pair with its per-kernel times, next to cuBLAS's plain GEMM and
+            the portable kernels (PERFSUITE_TMA=0)
 
 Each prints one JSON object per line; none is a pass/fail test (those are
 tests/kernels/test_cuda_checks.py, `cuda`-marked). ``--device cpu --shape N,V,D``
@@ -214,10 +218,137 @@ def ablation(kinds: list[str], deadline: float) -> None:
             emit(ablation="cce", workload=kind, error=str(exc)[:200])
 
 
+# The TMA path's candidates: (tile N, V, D, warps, stages, flatten). Spill-free under
+# the device's Triton 3.6 for sm_90a in the β > 0 softcapped build, unless marked.
+TMA_FWD_CONFIGS = [
+    KernelConfig(256, 128, 64, 8, 2, flatten=False),  # the pinned one (3.6: 16 B spill)
+    KernelConfig(128, 128, 64, 8, 3, flatten=True),
+    KernelConfig(128, 128, 64, 8, 4, flatten=True),
+    KernelConfig(128, 128, 64, 8, 2, flatten=False),
+    KernelConfig(128, 256, 64, 8, 2, flatten=True),  # 3.6: 12 B spill
+    KernelConfig(256, 128, 64, 8, 3, flatten=True),  # 3.6: 28 B spill
+]
+TMA_SLICE_CONFIGS = [
+    KernelConfig(128, 256, 64, 8, 2, flatten=False),  # the pinned one
+    KernelConfig(128, 256, 64, 8, 2, flatten=True),
+    KernelConfig(128, 128, 64, 8, 3, flatten=True),
+    KernelConfig(128, 128, 64, 8, 4, flatten=True),
+    KernelConfig(128, 256, 64, 8, 3, flatten=True),  # 3.6: 120 B spill
+]
+
+
+def kernel_times(fn) -> dict[str, float]:
+    """ms per kernel name of one call, from the profiler (CUDA time; {} on CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if DEVICE != "cuda":
+        return {}
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for ev in prof.key_averages():
+        ms = ev.device_time_total / 1e3 if hasattr(ev, "device_time_total") else 0.0
+        if ms > 0.05:
+            out[ev.key[:60]] = round(ms, 3)
+    return out
+
+
+def tma(kinds: list[str], deadline: float) -> None:
+    """Each TMA candidate timed where it runs, then the fastest forward and slice configs
+    together; every row says how far its loss and gradients are from the pinned pair's."""
+    import os
+
+    e, c, t = inputs(kinds[0])
+    # The Triton route by name: the route table may send "auto" to cuBLAS.
+    engine = "triton" if DEVICE == "cuda" else "auto"
+    options = {"label_smoothing": 0.1, "softcap": 30.0, "engine": engine}
+    flop = 2 * N * V * D
+    emit(tma="env", device=torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+         torch=torch.__version__, triton=__import__("triton").__version__)  # fmt: skip
+    ms = bench(lambda: torch.mm(e, c.T), warmup=10, rep=200)
+    emit(tma="cublas e@c.T bf16", ms=ms, tflops=flop / ms / 1e9)
+
+    def result(**cfgs):
+        ee, cc = e.detach().requires_grad_(), c.detach().requires_grad_()
+        with use_config(**cfgs):
+            loss(ee, cc, t, **options).backward()
+            first = (ee.grad.clone(), cc.grad.clone())
+            ee.grad = cc.grad = None
+            out = loss(ee, cc, t, **options)
+            out.backward()
+        same = all(torch.equal(a, b) for a, b in zip(first, (ee.grad, cc.grad), strict=True))
+        return out.detach(), ee.grad, cc.grad, same
+
+    pinned = result()
+
+    def diffs(got) -> dict:
+        return {
+            "deterministic": got[3],
+            "loss_diff": float((got[0] - pinned[0]).abs().max()),
+            "de_diff": float((got[1].float() - pinned[1].float()).abs().max()),
+            "dc_diff": float((got[2].float() - pinned[2].float()).abs().max()),
+        }
+
+    best: dict[str, tuple[float, KernelConfig]] = {}
+    for kernel, configs, phase in (
+        ("forward", TMA_FWD_CONFIGS, "fwd"),
+        ("slices", TMA_SLICE_CONFIGS, "fwd+bwd"),
+    ):
+        for cfg in configs:
+            if time.time() > deadline:
+                return
+            row = {"tma": kernel, "config": cfg.describe()}
+            try:
+                with use_config(**{kernel: cfg}):
+                    timed = time_case(e, c, t, options, phases=(phase,))
+                row.update(timed, **diffs(result(**{kernel: cfg})))
+                ms = timed["fwd_ms" if phase == "fwd" else "fwdbwd_ms"]
+                if kernel not in best or ms < best[kernel][0]:
+                    best[kernel] = (ms, cfg)
+            except Exception as exc:  # noqa: BLE001 - report and go on
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            emit(**row)
+    if time.time() > deadline or len(best) < 2:
+        return
+    cfgs = {k: v[1] for k, v in best.items()}
+    ee, cc = e.detach().requires_grad_(), c.detach().requires_grad_()
+
+    def step():
+        ee.grad = cc.grad = None
+        loss(ee, cc, t, **options).backward()
+
+    with use_config(**cfgs):
+        row = time_case(e, c, t, options)
+        emit(tma="best pair", **{k: v.describe() for k, v in cfgs.items()}, **row,
+             **diffs(result(**cfgs)), kernels=kernel_times(step))  # fmt: skip
+    if time.time() > deadline:
+        return
+    if DEVICE == "cuda":
+        cublas = {**options, "engine": "cublas"}
+
+        def cublas_step():
+            ee.grad = cc.grad = None
+            loss(ee, cc, t, **cublas).backward()
+
+        emit(tma="cublas route", **time_case(e, c, t, cublas),
+             kernels=kernel_times(cublas_step))  # fmt: skip
+    if time.time() > deadline:
+        return
+    os.environ["PERFSUITE_TMA"] = "0"
+    try:
+        emit(tma="portable (PERFSUITE_TMA=0)", **time_case(e, c, t, options),
+             kernels=kernel_times(step))  # fmt: skip
+    finally:
+        del os.environ["PERFSUITE_TMA"]
+
+
 def main() -> int:
     global N, V, D, DEVICE
     parser = argparse.ArgumentParser()
-    steps = ["sweep", "slices", "ablation"]
+    steps = ["sweep", "slices", "ablation", "tma"]
     parser.add_argument("steps", nargs="+", choices=steps)
     parser.add_argument("--kinds", default="random,synthetic")
     parser.add_argument("--budget-s", type=float, default=400)
@@ -231,7 +362,9 @@ def main() -> int:
     deadline = time.time() + args.budget_s
     kinds = args.kinds.split(",")
     for step in args.steps:
-        {"sweep": sweep, "slices": slices, "ablation": ablation}[step](kinds, deadline)
+        {"sweep": sweep, "slices": slices, "ablation": ablation, "tma": tma}[step](
+            kinds, deadline
+        )
     return 0
 
 

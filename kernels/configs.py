@@ -38,12 +38,16 @@ class KernelConfig:
     num_stages: int
     block_dd: int = 0
     ctas_per_sm: int = 1
+    flatten: bool | None = None
 
     def meta(self, kernel: str) -> dict[str, int]:
-        """The constexpr tile sizes the kernel takes."""
+        """The constexpr tile sizes the kernel takes (and, for the persistent TMA
+        kernels, whether their tile and D loops are fused into one pipelined loop)."""
         out = {"BLOCK_N": self.block_n, "BLOCK_V": self.block_v, "BLOCK_D": self.block_d}
         if kernel == "backward":
             out["BLOCK_DD"] = self.block_dd
+        if kernel.endswith("_tma"):
+            out["FLATTEN"] = bool(self.flatten)
         return out
 
     def launch(self, kernel: str) -> dict[str, int]:
@@ -54,7 +58,7 @@ class KernelConfig:
         dd = f"x{self.block_dd}" if self.block_dd else ""
         return (
             f"N{self.block_n}-V{self.block_v}-D{self.block_d}{dd}"
-            f"-w{self.num_warps}-s{self.num_stages}"
+            f"-w{self.num_warps}-s{self.num_stages}{'-flat' if self.flatten else ''}"
         )
 
 
@@ -101,8 +105,8 @@ for _arch in ARCHS:
 # builds spilled. The forward runs 256×128: at 128×256 Triton 3.6 spilled in its β > 0
 # softcapped build (the Gemma2-2B default). Figures and what is left: docs/kernel.md.
 TMA_CONFIGS = {
-    "forward": KernelConfig(256, 128, 64, num_warps=8, num_stages=2),
-    "slices": KernelConfig(128, 256, 64, num_warps=8, num_stages=2),
+    "forward": KernelConfig(256, 128, 64, num_warps=8, num_stages=2, flatten=False),
+    "slices": KernelConfig(128, 256, 64, num_warps=8, num_stages=2, flatten=False),
 }
 
 # Under the interpreter every program and every jit-helper call costs Python time,

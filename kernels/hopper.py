@@ -42,7 +42,9 @@ GROUP_N = 8
 INTERPRETER_PROGRAMS = 3
 
 _FWD_HEURISTICS = {
-    "EVEN_V": lambda a: a["V"] % a["BLOCK_V"] == 0,
+    # Unmasked tiles only when the splits' whole tiles cover V exactly.
+    "EVEN_V": lambda a: a["split_size"] % a["BLOCK_V"] == 0
+    and a["split_size"] * a["num_splits"] == a["V"],
     "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "HAS_WEIGHT": lambda a: a["Weight"] is not None,
@@ -141,6 +143,7 @@ def _tma_forward_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    FLATTEN: tl.constexpr,
     EVEN_V: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -151,42 +154,62 @@ def _tma_forward_kernel(
     """Per (row block, vocab split) item: the split's row max, sum-exp and smoothing sum,
     as ``forward._forward_kernel`` writes them; items strided over a persistent grid.
 
-    Items run split-major, so the programs in flight share a split's C tiles in L2."""
+    One loop over this program's (item, vocab tile) pairs around the D loop: the
+    two-level nest of a persistent GEMM, which ``FLATTEN`` fuses into one pipelined
+    loop (the next tile's loads in flight during this tile's epilogue). Every split
+    counts ``split_size / BLOCK_V`` tiles; the last split's tiles past V load zeros and
+    are masked (``EVEN_V`` only when the splits cover V exactly). Items run
+    split-major, so the programs in flight share a split's C tiles in L2."""
     HALF: tl.constexpr = BLOCK_V // 2
     num_n = tl.cdiv(N, BLOCK_N)
-    for item in range(tl.program_id(0), num_n * num_splits, tl.num_programs(0)):
+    k_tiles = tl.cdiv(D, BLOCK_D)
+    per_item = tl.cdiv(split_size, BLOCK_V)
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    mine = tl.cdiv(num_n * num_splits - pid, programs)
+    row_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
+    row_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    smooth = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    seen = tl.zeros((), dtype=tl.float32)
+    for j in tl.range(0, mine * per_item, flatten=FLATTEN):
+        item = pid + (j // per_item) * programs
+        t = j % per_item
         pid_s = item // num_n
         off_n = (item % num_n) * BLOCK_N
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        row_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
-        row_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        smooth = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        seen = tl.zeros((), dtype=tl.float32)
-        v_start = pid_s * split_size
-        for t in range(0, tl.cdiv(tl.minimum(split_size, V - v_start), BLOCK_V)):
-            off_v = v_start + t * BLOCK_V
-            acc = _logits(e_desc, c_desc, off_n, off_v, D, BLOCK_N, BLOCK_V, BLOCK_D,
-                          DOT_PRECISION, UPCAST_DOT)  # fmt: skip
-            lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
-            offs_v = off_v + tl.arange(0, HALF)
-            row_max, row_sum, smooth, seen = _softmax_part(
-                lo, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
-                EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
-            )  # fmt: skip
-            row_max, row_sum, smooth, seen = _softmax_part(
-                hi, offs_v + HALF, V, row_max, row_sum, smooth, seen, Weight, softcap,
-                EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
-            )  # fmt: skip
+        off_v = pid_s * split_size + t * BLOCK_V
+        fresh = t == 0
+        row_max = tl.where(fresh, float("-inf"), row_max)
+        row_sum = tl.where(fresh, 0.0, row_sum)
+        smooth = tl.where(fresh, 0.0, smooth)
+        seen = tl.where(fresh, 0.0, seen)
+        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
+        for k in range(0, k_tiles):
+            e = e_desc.load([off_n, k * BLOCK_D])
+            c = c_desc.load([off_v, k * BLOCK_D])
+            acc = dot(e, c.T, acc, DOT_PRECISION, UPCAST_DOT)
+        lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
+        offs_v = off_v + tl.arange(0, HALF)
+        row_max, row_sum, smooth, seen = _softmax_part(
+            lo, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
+            EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        )  # fmt: skip
+        row_max, row_sum, smooth, seen = _softmax_part(
+            hi, offs_v + HALF, V, row_max, row_sum, smooth, seen, Weight, softcap,
+            EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        )  # fmt: skip
+        last = t == per_item - 1
         if HAS_SMOOTHING and not HAS_SOFTCAP:
             # Σ_v z[n, v] = E_n · c̄ (math.md), once per row: split 0 does it.
-            if pid_s == 0:
+            if last and pid_s == 0:
                 offs_d = tl.arange(0, BLOCK_D)
-                for d in range(0, tl.cdiv(D, BLOCK_D)):
+                for d in range(0, k_tiles):
                     e = e_desc.load([off_n, d * BLOCK_D]).to(tl.float32)
                     d_mask = offs_d < D - d * BLOCK_D
                     cb = tl.load(CBar + d * BLOCK_D + offs_d, mask=d_mask, other=0.0)
                     smooth += tl.sum(e * cb[None, :], axis=1)
-        n_mask = offs_n < N
+        # Predicated stores, no branch: Triton 3.6's loop fusion rejects the branch.
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        n_mask = (offs_n < N) & last
         out = wide_offsets(pid_s, N) + offs_n
         tl.store(MaxPart + out, row_max, mask=n_mask)
         tl.store(SumPart + out, row_sum, mask=n_mask)
@@ -268,6 +291,7 @@ def _tma_grad_slice_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    FLATTEN: tl.constexpr,
     GROUP_N: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
@@ -283,7 +307,7 @@ def _tma_grad_slice_kernel(
     num_v = tl.cdiv(width, BLOCK_V)
     per_group = GROUP_N * num_v
     inv = tl.load(InvScale)
-    for tile in range(tl.program_id(0), num_n * num_v, tl.num_programs(0)):
+    for tile in tl.range(tl.program_id(0), num_n * num_v, tl.num_programs(0), flatten=FLATTEN):
         # Grouped ordering: GROUP_N row blocks sweep the slice together (L2 reuse of C_s).
         first_n = (tile // per_group) * GROUP_N
         group_size = tl.minimum(num_n - first_n, GROUP_N)
@@ -425,8 +449,9 @@ def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConf
     build that fit on an SM. The first launch of a build sizes it by the config's
     ``ctas_per_sm``; the loaded kernel's registers and shared memory then give the real
     figure. Work is split the same way whatever the grid, so results do not depend on it."""
+    key = (*key, cfg)  # a forced config (use_config) is another build
     ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
-    compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(key[0]))
+    compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(f"{key[0]}_tma"))
     if key not in _RESIDENT and device.type == "cuda" and not interpreting():
         meta = compiled.metadata
         tmem = int(getattr(meta, "tmem_size", 0) or 0)

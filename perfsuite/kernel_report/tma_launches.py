@@ -64,7 +64,7 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "D": d,
             "split_size": split_size,
             "num_splits": splits,
-            **cfg.meta("forward"),
+            **cfg.meta("forward_tma"),
         }
         yield Launch(
             "forward_tma", name, dtype, arch, hopper._forward, args, cfg.num_warps,
@@ -101,7 +101,7 @@ def _slices(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
                 "D": d,
                 "v0": v0,
                 "width": cols,
-                **cfg.meta("slices"),
+                **cfg.meta("slices_tma"),
             }
             tiles = triton.cdiv(n, cfg.block_n) * triton.cdiv(cols, cfg.block_v)
             yield Launch(

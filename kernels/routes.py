@@ -29,11 +29,19 @@ class Route(NamedTuple):
     provenance: str
 
 
-# (arch, dtype) -> the route engine="auto" runs there, and why. Until a GPU has timed
-# both routes, every entry keeps the route that has always run (the Triton one).
+# (arch, dtype) -> the route engine="auto" runs there, and why. An entry no GPU has timed
+# both routes for keeps the route that has always run (the Triton one); each (arch, dtype)
+# is its own measurement (fp16 is not bf16's).
 TABLE: dict[tuple[str, str], Route] = {
     (arch, dtype): Route("triton", UNMEASURED) for arch in ARCHS for dtype in DTYPES
 }
+TABLE["sm_90", "bf16"] = Route(
+    "cublas",
+    "measured on an H200 at 7ea9b07, Gemma2-2B β 0.1: faster than ours (the Triton route "
+    "there) under each timer, in reports/nvidia-h200/raw/6-issue44-call1/gemma2-2b-fwdbwd.json "
+    "reports/nvidia-h200/raw/6-issue44-call1/gemma2-2b-kernels.json "
+    "reports/nvidia-h200/raw/6-issue44-call1/gemma2-2b-graph.json",
+)
 
 
 def route_for(arch: str, dtype: str) -> str:

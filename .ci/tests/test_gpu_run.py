@@ -50,7 +50,7 @@ def test_call_1_fits_seven_device_minutes_in_the_order_that_matters() -> None:
         assert cell[cell.index(flag) + 1] == value
     assert "--softcap" in cell  # Gemma2's 30: the kernel's targets are stated there
     methods = cell[cell.index("--methods") + 1].split(",")
-    assert methods == ["ours", "ours-route-cublas", "ours-cublas", "torch-compile"]
+    assert methods == ["ours", gpu_plan.OTHER_ROUTE, "ours-cublas", "torch-compile"]
     peers = steps["h"].command(ROOT)
     assert peers[peers.index("--methods") + 1].split(",") == ["ours-fused", "liger", "cce", "eager"]
     assert peers[: peers.index("--methods")] == cell[: cell.index("--methods")]
@@ -63,7 +63,7 @@ def test_call_1_profiles_every_candidate_per_kernel_and_both_routes_as_a_graph()
     cell = steps["g"].command(ROOT)
     candidates = cell[cell.index("--methods") + 1]
     for sid, timer, methods in (("pk", "kernels", candidates),
-                                ("pg", "graph", "ours,ours-route-cublas")):  # fmt: skip
+                                ("pg", "graph", f"ours,{gpu_plan.OTHER_ROUTE}")):  # fmt: skip
         argv = steps[sid].command(ROOT)
         assert argv[argv.index("--timer") + 1] == timer, sid
         assert argv[argv.index("--methods") + 1] == methods, sid

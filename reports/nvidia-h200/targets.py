@@ -1,16 +1,24 @@
-"""Issue 19's kernel targets, read from the H200 run's committed files (reports/nvidia-h200/).
+"""The kernel's targets, read from the H200 runs' committed files (reports/nvidia-h200/).
 
-``python reports/nvidia-h200/targets.py > reports/nvidia-h200/targets.txt`` prints each
-target as met or not met with its ratio, the correctness gate's numbers for CCE at β 0, and
-the slice backward's tile sweep. Every number it prints comes from the files under raw/;
-the README's "Where the numbers stand" quotes this output, so no number there is typed in.
+``python reports/nvidia-h200/targets.py > reports/nvidia-h200/targets.txt`` prints, for
+the second run (commit 7ea9b07, raw/6-… and raw/7-…), issue 44's targets for both GPU
+routes as met or not met with their ratios, against the first run where it helps; then,
+for the first run (commit 45f5417, raw/1-… to raw/5-…), issue 19's targets, the correctness
+gate's numbers for CCE at β 0 and the slice backward's tile sweep. Every number it prints
+comes from the files under raw/; the README's "Where the numbers stand" quotes this output,
+so no number there is typed in.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
+import xml.etree.ElementTree as ET
+from collections import defaultdict
 from pathlib import Path
 
+from perfsuite.measure.kernel_classes import classify, kernel_name
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.results.results import load_results
 from perfsuite.run.correctness import SLACK
@@ -31,6 +39,41 @@ TARGET_VS_CCE_EXACT = 2.5
 TARGET_MEMORY_VS_COMPILE = 0.25
 
 
+# The second run (issue 44's candidates, commit 7ea9b07): .ci/gpu-run 1, then 2.
+CALL1 = RAW / "6-issue44-call1"
+CELL44 = CALL1 / "gemma2-2b-fwdbwd.json"
+KERNELS44 = CALL1 / "gemma2-2b-kernels.json"
+GRAPH44 = CALL1 / "gemma2-2b-graph.json"
+CUDA_TESTS44 = CALL1 / "cuda-tests.xml"
+MANIFEST44 = CALL1 / "manifest-1.json"
+KERNEL_REPORT44 = CALL1 / "r-kernel-report.log"
+# The first run's ours under --timer kernels, for the comparison.
+FIRST_KERNELS = RAW / "4-ours-kernels-timer" / "ours-kernels-timer.json"
+FIRST_TRACE = RAW / "4-ours-kernels-timer" / "ours__gemma2-2b__bf16__b0.1__fwd-bwd.trace.json.gz"
+
+# Issue 44's targets (thresholds, not measurements); the memory one is issue 19's.
+TARGET44_MS = 52.0
+TARGET44_FORWARD_MS = 14.0
+TARGET44_TFLOPS = 650.0
+TARGET44_HOST_MS = 1.0
+# Both GPU routes of the slice algorithm (kernels/routes.py): at 7ea9b07 the rule picked
+# the Triton route everywhere, so `ours` ran it (its TMA build on sm_90) and
+# `ours-route-cublas` forced the other.
+ROUTES44 = {"ours": "the Triton route", "ours-route-cublas": "the cuBLAS route"}
+# The Triton route's GEMM-shaped kernels, by name: the TMA builds (kernels/hopper.py) and
+# the portable ones the first run ran. cuBLAS's are found by kernel class.
+TRITON_GEMMS = frozenset(
+    {"_tma_forward_kernel", "_tma_grad_slice_kernel", "_forward_kernel", "_grad_slice_kernel"}
+)
+# The op's forward and backward (kernels/api.py's custom ops): a kernel belongs to the
+# phase whose span on the host holds its launch.
+PHASE_OPS = {
+    "fwd": "perfsuite::linear_cross_entropy",
+    "bwd": "perfsuite::linear_cross_entropy_backward",
+}
+DE_OP = "aten::addmm"  # dE += G·C_s: one per slice in either route
+
+
 def rows(path: Path) -> dict[tuple[str, float], dict]:
     """A results file's fwd+bwd rows by (method, β)."""
     return {
@@ -42,7 +85,252 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
-def main() -> None:
+def launches(trace: Path) -> list[dict]:
+    """Every kernel in one profiled call's trace (Kineto's JSON, gzipped): its short name,
+    class, device ms, the op that launched it (the innermost CPU op with its External id)
+    and its phase ("fwd"/"bwd": whose span on the host holds the launch, else None)."""
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    ops, launched, spans = defaultdict(list), {}, {}
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            ops[e["args"].get("External id")].append(e)
+            for phase, name in PHASE_OPS.items():
+                if e["name"] == name:
+                    spans[phase] = (e["ts"], e["ts"] + e["dur"])
+        elif e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            launched[e["args"]["correlation"]] = e["ts"]
+    kernels = []
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        at = launched[e["args"]["correlation"]]
+        own = ops.get(e["args"].get("External id"), [])
+        kernels.append({
+            "name": kernel_name(e["name"]),
+            "class": classify(e["name"]),
+            "ms": e["dur"] / 1e3,
+            "op": min(own, key=lambda o: o["dur"])["name"] if own else "",
+            "phase": next((p for p, (a, b) in spans.items() if a <= at <= b), None),
+        })  # fmt: skip
+    return kernels
+
+
+def gemm_passes(kernels: list[dict]) -> list[tuple[str, str, int, int, float]]:
+    """The GEMM-shaped passes of one call, each 2·N·V·D FLOP: (phase, kernel name(s),
+    launches, passes, ms).
+
+    Launches are grouped by (phase, launching op, kernel name). The slice count is the
+    backward's dE accumulations (one ``aten::addmm`` a slice in either route); a group of a
+    multiple of it is that many passes, a Triton GEMM launched once is one pass (the
+    persistent forward covers all V). What is left of an op (the last, narrower slice
+    picked another cuBLAS kernel: ours' dC is 62 + 1 launches) is merged per op and must
+    add up to whole passes."""
+    slices = sum(k["phase"] == "bwd" and k["op"] == DE_OP and k["class"] == "gemm" for k in kernels)
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for k in kernels:
+        if k["name"] in TRITON_GEMMS:
+            groups[k["phase"], "triton", k["name"]].append(k["ms"])
+        elif k["class"] == "gemm":
+            groups[k["phase"], k["op"], k["name"]].append(k["ms"])
+    passes, rest = [], defaultdict(list)
+    for (phase, op, name), ms in groups.items():
+        if op == "triton" and len(ms) == 1:
+            passes.append((phase, name, 1, 1, ms[0]))
+        elif len(ms) % slices == 0:
+            passes.append((phase, name, len(ms), len(ms) // slices, sum(ms)))
+        else:
+            rest[phase, op].append((name, ms))
+    for (phase, op), named in rest.items():
+        count = sum(len(ms) for _, ms in named)
+        if count % slices:
+            raise SystemExit(f"{op} in {phase}: {count} launches are not whole passes of {slices}")
+        named.sort(key=lambda item: -len(item[1]))
+        label = (
+            f"{short(named[0][0], 30)} +{len(named) - 1}"  # the most launched, and how many more
+        )
+        passes.append((phase, label, count, count // slices, sum(sum(ms) for _, ms in named)))
+    return sorted(passes, key=lambda p: (p[0] != "fwd", -p[4]))
+
+
+def short(name: str, width: int = 34) -> str:
+    """A kernel name cut to ``width`` in the middle, as the breakdown table cuts it."""
+    if len(name) <= width:
+        return name
+    half = (width - 3) // 2
+    return f"{name[:half]}...{name[-(width - 3 - half) :]}"
+
+
+def issue44() -> None:
+    """The second run (7ea9b07): issue 44's targets for both routes, each met or not."""
+    cell, kern, graph = rows(CELL44), rows(KERNELS44), rows(GRAPH44)
+    first_cell, first_kern = rows(CELL), rows(FIRST_KERNELS)
+    env = load_results(CELL44)["env"]
+    some = cell["ours", 0.1]
+    n, v, d = some["tokens"], some["vocab"], some["hidden"]
+    flop = 2 * n * v * d
+    floor = floor_bytes("fwd+bwd", n, v, d, some["dtype"])
+    manifest = json.loads(MANIFEST44.read_text())
+    print(
+        f"Issue 44's targets. {env['device']['name']}, torch {env['versions']['torch']}, "
+        f"Triton {env['versions']['triton']}, {env['created']},\ncommit "
+        f"{env['git']['sha'][:7]} (dirty: {env['git']['dirty']}), `.ci/gpu-run 1` "
+        f"({manifest['counts']})"
+    )
+    print(f"from {CALL1.relative_to(HERE)}/: {CELL44.name} (events timer), {KERNELS44.name}")
+    print(f"(--timer kernels) and its traces, {GRAPH44.name} (--timer graph), {CUDA_TESTS44.name},")
+    print(f"{KERNEL_REPORT44.name}; the first run's from {CELL.relative_to(HERE)} and")
+    print(f"{FIRST_KERNELS.relative_to(HERE)}")
+    print(
+        f"Gemma2-2B N {n:,} V {v:,} D {d:,} {some['dtype']}, softcap {some['softcap']:g}, "
+        f"fwd+bwd, median of the samples;\none GEMM-shaped pass = 2·N·V·D = {flop / 1e12:.2f} "
+        f"TFLOP; floor {floor / MIB:,.0f} MiB"
+    )
+    print()
+    print("fwd+bwd median ms           events        kernels  graph   peak MiB")
+    print("method                      β 0     β 0.1 β 0.1    β 0.1   β 0.1")
+    table = [
+        (m, cell, kern, graph)
+        for m in ("ours", "ours-route-cublas", "ours-cublas", "torch-compile")
+    ]
+    table.append(("first run's ours (45f5417)", first_cell, first_kern, {}))
+    for method, ev, ke, gr in table:
+        key = "ours" if method.startswith("first") else method
+        cols = [
+            ev.get((key, 0.0)), ev.get((key, 0.1)), ke.get((key, 0.1)), gr.get((key, 0.1))
+        ]  # fmt: skip
+        ms = [f"{r['median_ms']:7.1f}" if r and r["median_ms"] else "      -" for r in cols]
+        print(f"{method:<26}{''.join(ms)}  {cols[1]['peak_bytes'] / MIB:9,.0f}")
+    compile1 = cell["torch-compile", 0.1]
+
+    faster = {}
+    for method, route in ROUTES44.items():
+        r0, r1, rk, rg = cell[method, 0.0], cell[method, 0.1], kern[method, 0.1], graph[method, 0.1]
+        kernels = launches(KERNELS44.parent / "profile-kernels" / rk["trace"])
+        print()
+        print(f"{method} ({route}):")
+        ms = r1["median_ms"]
+        print(
+            f"  fwd+bwd β 0.1 ≤ {TARGET44_MS:g} ms: {ms:.1f} ms = {ms / TARGET44_MS:.2f}× the "
+            f"target: {verdict(ms <= TARGET44_MS)}\n    (torch.compile {compile1['median_ms']:.1f} "
+            f"ms: {ms / compile1['median_ms']:.2f}× it; the first run's ours "
+            f"{first_cell['ours', 0.1]['median_ms']:.1f} ms)"
+        )
+        for r in (r0, r1):
+            over = (r["peak_bytes"] - floor) / MIB
+            print(
+                f"  peak ≤ floor + {TARGET_OVER_FLOOR_MIB} MiB (β {r['beta']:g}): "
+                f"{r['peak_bytes'] / MIB:,.2f} MiB = floor + {over:.2f} MiB = "
+                f"{over / TARGET_OVER_FLOOR_MIB:.3f}× the margin:\n    "
+                f"{r['peak_bytes'] - floor - TARGET_OVER_FLOOR_MIB * MIB:+,} bytes against the "
+                f"target: {verdict(over <= TARGET_OVER_FLOOR_MIB)}"
+            )
+        print(
+            f"    (β 0.1: {r1['peak_bytes'] / compile1['peak_bytes']:.3f} of torch.compile's "
+            f"{compile1['peak_bytes'] / MIB:,.0f} MiB)"
+        )
+        fwd = [k for k in kernels if k["phase"] == "fwd"]
+        fwd_ms = sum(k["ms"] for k in fwd)
+        names = sorted(
+            {k["name"] for k in fwd}, key=lambda x: -sum(k["ms"] for k in fwd if k["name"] == x)
+        )
+        print(
+            f"  forward ≤ {TARGET44_FORWARD_MS:g} ms (--timer kernels: the forward op's "
+            f"{len(fwd)} kernels,\n    {', '.join(short(x, 30) for x in names[:2])}, ...):\n    "
+            f"{fwd_ms:.2f} ms = {fwd_ms / TARGET44_FORWARD_MS:.2f}× the target: "
+            f"{verdict(fwd_ms <= TARGET44_FORWARD_MS)}"
+        )
+        passes = gemm_passes(kernels)
+        slow = [p for p in passes if p[3] * flop / (p[4] / 1e3) / 1e12 < TARGET44_TFLOPS]
+        print(
+            f"  every GEMM-shaped pass ≥ {TARGET44_TFLOPS:g} TFLOP/s (--timer kernels): "
+            f"{len(passes) - len(slow)} of {len(passes)}: {verdict(not slow)}"
+        )
+        for phase, name, count, n_pass, pass_ms in passes:
+            rate = n_pass * flop / (pass_ms / 1e3) / 1e12
+            print(
+                f"    {phase} {short(name):<34} {count:4d}× {n_pass}p {pass_ms:6.2f} ms "
+                f"{rate:4.0f} TFLOP/s {rate / TARGET44_TFLOPS:.2f}× "
+                f"{verdict(rate >= TARGET44_TFLOPS)}"
+            )
+        host = rk["breakdown"]["host_ms"]
+        print(
+            f"  host gaps ≤ {TARGET44_HOST_MS:g} ms (--timer kernels: wall − device busy, "
+            f"{rk['breakdown']['launches']} launches):\n    {host:.2f} ms = "
+            f"{host / TARGET44_HOST_MS:.2f}× the target: {verdict(host <= TARGET44_HOST_MS)} "
+            f"(--timer graph's profile: {rg['breakdown']['host_ms']:.2f} ms)"
+        )
+        works = rg["status"] == "ok" and rg["timer"] == "graph" and rg["median_ms"] is not None
+        print(
+            f"  --timer graph works: status {rg['status']}, timer {rg['timer']}, "
+            f"{rg['median_ms']:.1f} ms: {verdict(works)}"
+        )
+        cost = r1["median_ms"] / r0["median_ms"] - 1
+        print(
+            f"  β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {r0['median_ms']:.1f} → "
+            f"{r1['median_ms']:.1f} ms = {cost:+.1%}: {verdict(cost <= TARGET_BETA_COST)}"
+        )
+        mine = (r0, r1, rk, rg)
+        gated = all(r["status"] == "ok" for r in mine)
+        same = all(r["deterministic"] for r in mine)
+        print(
+            f"  gate ok and bit-identical (4 rows: events β 0 and 0.1, kernels, graph): status "
+            f"{'/'.join(r['status'] for r in mine)},\n    deterministic "
+            f"{'/'.join(str(r['deterministic']) for r in mine)}: {verdict(gated and same)}"
+        )
+        faster[method] = (r1["median_ms"], rk["median_ms"], rg["median_ms"])
+
+    print()
+    (a, ta), (b, tb) = faster.items()
+    wins = [b if y < x else a for x, y in zip(ta, tb, strict=True)]
+    print(
+        f"faster route at β 0.1 (events / kernels / graph timer): {a} "
+        f"{' / '.join(f'{x:.1f}' for x in ta)} ms,\n  {b} {' / '.join(f'{y:.1f}' for y in tb)} ms: "
+        + (
+            f"{wins[0]} ({ROUTES44[wins[0]]}) in all three"
+            if len(set(wins)) == 1
+            else ", ".join(wins)
+        )
+    )
+    first = launches(FIRST_TRACE)
+    print("the first run's ours (portable kernels), same passes, for comparison:")
+    for phase, name, count, n_pass, pass_ms in gemm_passes(first):
+        rate = n_pass * flop / (pass_ms / 1e3) / 1e12
+        print(
+            f"    {phase} {short(name):<34} {count:4d}× {n_pass}p {pass_ms:6.2f} ms "
+            f"{rate:4.0f} TFLOP/s"
+        )
+    print(f"  host gaps {first_kern['ours', 0.1]['breakdown']['host_ms']:.2f} ms")
+
+    print()
+    suite = ET.parse(CUDA_TESTS44).getroot().find("testsuite")
+    counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    graphs = [c.get("name") for c in suite.iter("testcase") if "graph" in c.get("name")]
+    graphs_ok = all(
+        not list(c) for c in suite.iter("testcase") if "graph" in c.get("name")
+    )  # a testcase with no child element passed
+    print(
+        f"CUDA tests (k, {CUDA_TESTS44.name}): {passed} passed of {counts['tests']} "
+        f"({counts['failures']} failures, {counts['errors']} errors, {counts['skipped']} "
+        f"skipped),\n  incl. {len(graphs)} graph capture tests ({graphs[0].split('[')[0]}):\n  "
+        f"{verdict(passed == counts['tests'] and bool(graphs) and graphs_ok)}"
+    )
+    step = next(s for s in manifest["steps"] if s["id"] == "r")
+    log = KERNEL_REPORT44.read_text()
+    fails = re.findall(r"^FAIL (.+)$", log, re.MULTILINE)
+    unchanged = re.search(r"^unchanged: .+$", log, re.MULTILINE)
+    print(
+        f"kernel-report --baseline on the device's Triton (r, {KERNEL_REPORT44.name}): "
+        f"rc {step['rc']},\n  {unchanged.group(0) if unchanged else 'no unchanged line'}; "
+        f"{len(fails)} build(s) fail:"
+    )
+    for fail in fails:
+        print(f"    {fail}")
+    print(f"  0 spills: {verdict(step['rc'] == 0 and not fails)}")
+
+
+def issue19() -> None:
+    """The first run (45f5417): issue 19's targets, the gate for CCE, the tile sweep."""
     cell, peers = rows(CELL), rows(PEERS)
     ours0, ours1 = cell["ours", 0.0], cell["ours", 0.1]
     compile1 = cell["torch-compile", 0.1]
@@ -132,6 +420,15 @@ def main() -> None:
         print(f"  {s['config']:<22} {s['fwdbwd_ms']:6.1f} ms")
     for s in (s for s in sweep if s["variant"] != "plain"):
         print(f"  {s['config']:<22} {s['fwdbwd_ms']:6.1f} ms ({s['variant']})")
+
+
+def main() -> None:
+    issue44()
+    print()
+    print("=" * 78)
+    print("The first run (commit 45f5417): issue 19's targets")
+    print()
+    issue19()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ Triton route up to rounding, bit-identical run to run, no host sync; and the rou
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +15,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from perfsuite.kernels import api, cublas_route, linear_cross_entropy, routes, slices
 from perfsuite.kernels.configs import KernelConfig, use_config
 from perfsuite.kernels.terms import Coefficients
+from perfsuite.results.results import load_results
 
+ROOT = Path(__file__).resolve().parents[2]
+# The committed results files a measured route entry names as its provenance.
+RESULTS_FILE = re.compile(r"reports/\S+?\.json")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Several row blocks, and two column tiles inside each slice, on tiny problems.
 SMALL_BLOCKS = (16, 32)
@@ -189,12 +195,11 @@ def test_host_read_detector_sees_an_item(device):
     assert mode.seen
 
 
-def test_rule_keeps_triton_until_measured():
-    """Every (arch, dtype) has an entry, a route and a provenance; none is measured yet."""
+def test_rule_has_a_route_and_a_provenance_for_every_arch_and_dtype():
     for arch, dtype in itertools.product(routes.ARCHS, routes.DTYPES):
         entry = routes.TABLE[arch, dtype]
-        assert routes.route_for(arch, dtype) == entry.route == "triton"
-        assert entry.provenance == routes.UNMEASURED
+        assert routes.route_for(arch, dtype) == entry.route
+        assert entry.route in routes.ROUTES and entry.provenance
     assert routes.other_route("triton") == "cublas"
     assert routes.other_route("cublas") == "triton"
     with pytest.raises(ValueError, match="sm_70"):
@@ -203,17 +208,55 @@ def test_rule_keeps_triton_until_measured():
         routes.other_route("torch")
 
 
+def test_unmeasured_entries_keep_the_triton_route():
+    """Only a GPU that timed both routes changes an entry; each (arch, dtype) on its own:
+    the H200 measured sm_90 bf16, not fp16 or fp32."""
+    unmeasured = {key for key, e in routes.TABLE.items() if e.provenance == routes.UNMEASURED}
+    assert all(routes.TABLE[key].route == "triton" for key in unmeasured)
+    assert ("sm_90", "bf16") not in unmeasured
+    assert {("sm_90", "fp16"), ("sm_90", "fp32"), ("sm_100", "bf16")} <= unmeasured
+
+
+def test_a_measured_entry_is_the_faster_route_in_the_files_it_names():
+    """A measured entry's provenance names committed results files (every timer of the
+    GPU run that measured both routes); in each, its route's ablation method beat ``ours``,
+    which ran the other route at that commit, at β 0.1 fwd+bwd, both through the gate."""
+    measured = {key: e for key, e in routes.TABLE.items() if e.provenance != routes.UNMEASURED}
+    assert measured
+    for (arch, dtype), entry in measured.items():
+        files = RESULTS_FILE.findall(entry.provenance)
+        assert len(files) == 3, entry  # the events, kernels and graph timers
+        chosen = routes.method_for(entry.route)
+        timers = set()
+        for name in files:
+            results = load_results(ROOT / name)
+            timers.add(results["env"]["plan"]["timer"])
+            rows = {
+                r["method"]: r
+                for r in results["rows"]
+                if (r["phase"], r["beta"], r["dtype"]) == ("fwd+bwd", 0.1, dtype)
+            }
+            assert rows[chosen]["status"] == rows["ours"]["status"] == "ok", name
+            assert rows[chosen]["deterministic"], name
+            assert rows[chosen]["median_ms"] < rows["ours"]["median_ms"], (arch, dtype, name)
+        assert timers == {"events", "kernels", "graph"}
+
+
 def test_auto_engine_follows_the_rule_on_cuda(monkeypatch):
     """engine="auto" on CUDA is the table's route for the arch and dtype, and one changed
     entry changes it; the tile backward stays Triton."""
     cuda = torch.device("cuda")
     monkeypatch.setattr(api, "arch_of", lambda device: "sm_90")
-    assert api._resolve(cuda, "auto", "auto", None, None, torch.bfloat16)[1] == "triton"
-    monkeypatch.setitem(routes.TABLE, ("sm_90", "bf16"), routes.Route("cublas", "a test"))
-    assert api._resolve(cuda, "auto", "auto", None, None, torch.bfloat16)[1] == "cublas"
+    assert api._resolve(cuda, "auto", "auto", None, None, torch.bfloat16)[1] == (
+        routes.route_for("sm_90", "bf16")
+    )
+    for route in routes.ROUTES:
+        monkeypatch.setitem(routes.TABLE, ("sm_90", "bf16"), routes.Route(route, "a test"))
+        assert api._resolve(cuda, "auto", "auto", None, None, torch.bfloat16)[1] == route
+        assert api._resolve(cuda, "tiles", "auto", None, None, torch.bfloat16)[1] == "triton"
     assert api._resolve(cuda, "auto", "auto", None, None, torch.float16)[1] == "triton"
     assert api._resolve(cuda, "auto", "triton", None, None, torch.bfloat16)[1] == "triton"
-    assert api._resolve(cuda, "tiles", "auto", None, None, torch.bfloat16)[1] == "triton"
+    assert api._resolve(cuda, "auto", "cublas", None, None, torch.float16)[1] == "cublas"
     with pytest.raises(ValueError, match="tiles"):
         api._resolve(cuda, "tiles", "cublas", None, None, torch.bfloat16)
 

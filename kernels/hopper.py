@@ -34,7 +34,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import cast, dot, tanh, wide_offsets
-from .configs import TMA_CONFIGS, KernelConfig, fit_to, interpreting
+from .configs import KernelConfig, arch_of, fit_to, interpreting, tma_config
 
 GROUP_N = 8
 # Programs of the persistent grid under the interpreter: more than one, so the tests
@@ -50,6 +50,7 @@ _FWD_HEURISTICS = {
     "HAS_WEIGHT": lambda a: a["Weight"] is not None,
     "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
     "UPCAST_DOT": lambda a: interpreting(),
+    "SUBTILES": lambda a: forward_subtiles(),
 }
 
 _SLICE_HEURISTICS = {
@@ -61,6 +62,12 @@ _SLICE_HEURISTICS = {
     "UPCAST_DOT": lambda a: interpreting(),
     "SUBTILES": lambda a: slice_subtiles(a["Weight"] is not None),
 }
+
+
+def forward_subtiles() -> int:
+    """Epilogue subtiles per forward tile: quarters (at halves the β > 0 softcapped build
+    spilled 20 B with three fused stages: Triton 3.6, sm_90a)."""
+    return 4
 
 
 def slice_subtiles(weighted: bool) -> int:
@@ -126,6 +133,32 @@ def _softmax_part(acc, offs_v, V, row_max, row_sum, smooth, seen, Weight, softca
 
 
 @triton.jit
+def _softmax_sub(acc, off_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
+                 ROWS: tl.constexpr, COLS: tl.constexpr, PARTS: tl.constexpr,
+                 EVEN_V: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
+    """``acc`` (columns from ``off_v``) into the online statistics as ``PARTS`` (1 or 2)
+    column blocks in turn: the fewer columns at a time, the fewer temporaries live."""
+    if PARTS == 1:
+        out = _softmax_part(
+            acc, off_v + tl.arange(0, COLS), V, row_max, row_sum, smooth, seen, Weight,
+            softcap, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        )  # fmt: skip
+    else:
+        HALF: tl.constexpr = COLS // 2
+        left, right = _halves(acc, ROWS, COLS)
+        row_max, row_sum, smooth, seen = _softmax_part(
+            left, off_v + tl.arange(0, HALF), V, row_max, row_sum, smooth, seen, Weight,
+            softcap, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        )  # fmt: skip
+        out = _softmax_part(
+            right, off_v + HALF + tl.arange(0, HALF), V, row_max, row_sum, smooth, seen,
+            Weight, softcap, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        )  # fmt: skip
+    return out
+
+
+@triton.jit
 def _tma_forward_kernel(
     e_desc,
     c_desc,
@@ -144,6 +177,7 @@ def _tma_forward_kernel(
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
     FLATTEN: tl.constexpr,
+    SUBTILES: tl.constexpr,
     EVEN_V: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -187,15 +221,16 @@ def _tma_forward_kernel(
             e = e_desc.load([off_n, k * BLOCK_D])
             c = c_desc.load([off_v, k * BLOCK_D])
             acc = dot(e, c.T, acc, DOT_PRECISION, UPCAST_DOT)
+        # The tile's columns in SUBTILES blocks, left to right (each block's temporaries
+        # live alone: the accumulator already takes half of a thread's registers).
         lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
-        offs_v = off_v + tl.arange(0, HALF)
-        row_max, row_sum, smooth, seen = _softmax_part(
-            lo, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
-            EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        row_max, row_sum, smooth, seen = _softmax_sub(
+            lo, off_v, V, row_max, row_sum, smooth, seen, Weight, softcap, BLOCK_N, HALF,
+            SUBTILES // 2, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
         )  # fmt: skip
-        row_max, row_sum, smooth, seen = _softmax_part(
-            hi, offs_v + HALF, V, row_max, row_sum, smooth, seen, Weight, softcap,
-            EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        row_max, row_sum, smooth, seen = _softmax_sub(
+            hi, off_v + HALF, V, row_max, row_sum, smooth, seen, Weight, softcap, BLOCK_N,
+            HALF, SUBTILES // 2, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
         )  # fmt: skip
         last = t == per_item - 1
         if HAS_SMOOTHING and not HAS_SOFTCAP:
@@ -271,6 +306,40 @@ def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smo
 
 
 @triton.jit
+def _slice_tile(e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
+                softcap, N, D, v0, width, off_n, off_j, BLOCK_N: tl.constexpr,
+                BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
+                HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+                SUBTILES: tl.constexpr):  # fmt: skip
+    """One output tile of the slice: its logits, then its gradient stored by halves."""
+    HALF: tl.constexpr = BLOCK_V // 2
+    acc = _logits(e_desc, c_desc, off_n, v0 + off_j, D, BLOCK_N, BLOCK_V, BLOCK_D,
+                  DOT_PRECISION, UPCAST_DOT)  # fmt: skip
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
+    log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
+    # The target's column in this slice, -1 outside it (int32 compares).
+    y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
+    y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
+    smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
+    a_inv = a * inv
+    b_inv = b * inv
+    lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
+    _grad_store(
+        lo, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
+        Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+        HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+    )  # fmt: skip
+    _grad_store(
+        hi, out_desc, off_n, off_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
+        Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+        HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+    )  # fmt: skip
+
+
+@triton.jit
 def _tma_grad_slice_kernel(
     e_desc,
     c_desc,
@@ -302,7 +371,6 @@ def _tma_grad_slice_kernel(
 ):
     """The gradient slice G[:, v0:v0+width] tile by tile over a persistent grid; row
     blocks with zero coefficients (all rows ignored) store zeros without a GEMM."""
-    HALF: tl.constexpr = BLOCK_V // 2
     num_n = tl.cdiv(N, BLOCK_N)
     num_v = tl.cdiv(width, BLOCK_V)
     per_group = GROUP_N * num_v
@@ -317,27 +385,20 @@ def _tma_grad_slice_kernel(
         n_mask = offs_n < N
         a = tl.load(A + offs_n, mask=n_mask, other=0.0)
         b = tl.load(B + offs_n, mask=n_mask, other=0.0)
-        if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
-            acc = _logits(e_desc, c_desc, off_n, v0 + off_j, D, BLOCK_N, BLOCK_V, BLOCK_D,
-                          DOT_PRECISION, UPCAST_DOT)  # fmt: skip
-            row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
-            log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
-            # The target's column in this slice, -1 outside it (int32 compares).
-            y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
-            y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
-            smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
-            a_inv = a * inv
-            b_inv = b * inv
-            lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
-            _grad_store(
-                lo, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
-                Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
-                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+        if FLATTEN:
+            # Every tile through the GEMM: a branch around the D loop keeps Triton from
+            # fusing it with the tile loop. Rows with zero coefficients (a = b = S = 0)
+            # come out +0 by the arithmetic, as the skip below stores them.
+            _slice_tile(
+                e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
+                softcap, N, D, v0, width, off_n, off_j, BLOCK_N, BLOCK_V, BLOCK_D,
+                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, DOT_PRECISION, UPCAST_DOT, SUBTILES,
             )  # fmt: skip
-            _grad_store(
-                hi, out_desc, off_n, off_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
-                Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
-                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
+        elif tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
+            _slice_tile(
+                e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
+                softcap, N, D, v0, width, off_n, off_j, BLOCK_N, BLOCK_V, BLOCK_D,
+                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, DOT_PRECISION, UPCAST_DOT, SUBTILES,
             )  # fmt: skip
         else:
             zeros = tl.zeros((BLOCK_N, BLOCK_V // SUBTILES), dtype=out_desc.dtype)
@@ -390,17 +451,18 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     return eligible(cap, first.dtype, operands)
 
 
-def config(kernel: str, shape: tuple[int, int, int]) -> KernelConfig:
-    """The pinned TMA config (configs.TMA_CONFIGS), or the one ``configs.use_config``
+def config(
+    kernel: str, shape: tuple[int, int, int], device: torch.device, weighted: bool = False
+) -> KernelConfig:
+    """The pinned TMA config (``configs.tma_config``), or the one ``configs.use_config``
     forces; fitted to the problem under the interpreter (its cost is per program)."""
     from .configs import _override
 
-    cfg = TMA_CONFIGS[kernel]
     if kernel in _override:  # configs.use_config: tests' small tiles
         return _override[kernel]
-    if interpreting():
+    if interpreting() or device.type != "cuda":
         return fit_to(KernelConfig(512, 1024, 256, num_warps=4, num_stages=1), *shape)
-    return cfg
+    return tma_config(kernel, arch_of(device), weighted)
 
 
 @functools.cache
@@ -486,7 +548,7 @@ def lse_forward(
     vocab = c.shape[0]
     if smoothing and softcap is None and cbar is None:
         raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
-    cfg = config("forward", (n_rows, vocab, dim))
+    cfg = config("forward", (n_rows, vocab, dim), e.device, weight is not None)
     splits = forward_splits(n_rows, vocab, e.device, cfg)
     grain = max(SPLIT_GRAIN, cfg.block_v)
     split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
@@ -516,7 +578,7 @@ def grad_slice(
     """``slices._triton_grad_slice`` on the TMA kernel: ``out`` (N, width) = the slice."""
     n_rows, dim = e.shape
     width = out.shape[1]
-    cfg = config("slices", (n_rows, width, dim))
+    cfg = config("slices", (n_rows, width, dim), e.device)
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
     weighted = weight is not None and k.smooth is not None

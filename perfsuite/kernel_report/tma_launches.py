@@ -30,9 +30,9 @@ def _desc(dtype: str, rows: int, cols: int, stride: int, block: list[int]):
 def forward_work(shape: Shape, arch: str) -> tuple[int, int, int]:
     """(splits, split_size, items) of the TMA forward at ``shape`` on ``arch``'s GPU."""
     from perfsuite.kernels import forward
-    from perfsuite.kernels.configs import TMA_CONFIGS
+    from perfsuite.kernels.configs import tma_config
 
-    cfg = TMA_CONFIGS["forward"]
+    cfg = tma_config("forward", cfg_arch(arch))
     slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
     splits = forward.splits_for(shape.n, shape.v, cfg.block_n, slots)
     grain = max(forward.SPLIT_GRAIN, cfg.block_v)
@@ -42,14 +42,14 @@ def forward_work(shape: Shape, arch: str) -> tuple[int, int, int]:
 
 def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels import hopper
-    from perfsuite.kernels.configs import TMA_CONFIGS
+    from perfsuite.kernels.configs import tma_config
 
-    cfg = TMA_CONFIGS["forward"]
     n, v, d = shape.n, shape.v, shape.d
     splits, split_size, items = forward_work(shape, arch)
     part = splits * n * 4
     for name in _FWD_VARIANTS:
         smooth, cap, weighted = flags(name, "smooth", "softcap", "weight")
+        cfg = tma_config("forward", cfg_arch(arch), weighted)
         args = {
             "e_desc": _desc(dtype, n, d, d, [cfg.block_n, cfg.block_d]),
             "c_desc": _desc(dtype, v, d, d, [cfg.block_v, cfg.block_d]),
@@ -75,9 +75,9 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 def _slices(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels import hopper
-    from perfsuite.kernels.configs import TMA_CONFIGS
+    from perfsuite.kernels.configs import tma_config
 
-    cfg = TMA_CONFIGS["slices"]
+    cfg = tma_config("slices", cfg_arch(arch))
     n, v, d = shape.n, shape.v, shape.d
     width = slice_width(shape, dtype)
     for name, (smooth, cap, weighted) in VARIANTS.items():

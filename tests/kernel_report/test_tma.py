@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from perfsuite.kernel_report import build, launches, render, sass, tma_launches
-from perfsuite.kernels.configs import TMA_CONFIGS
+from perfsuite.kernels.configs import tma_config
 
 GEMMA = launches.SHAPES["gemma2-2b"]
 
@@ -66,7 +66,8 @@ def test_tma_launches_only_where_the_path_runs():
         kernels = {la.kernel for la in todo}
         assert kernels == {"forward_tma", "slices_tma"}
         for la in todo:
-            cfg = TMA_CONFIGS[la.kernel.removesuffix("_tma")]
+            weighted = "weight" in la.variant
+            cfg = tma_config(la.kernel.removesuffix("_tma"), launches.cfg_arch(arch), weighted)
             tile = (la.args["BLOCK_N"], la.args["BLOCK_V"], la.args["BLOCK_D"])
             assert tile == (cfg.block_n, cfg.block_v, cfg.block_d)
             assert sorted(tile) == [64, 128, 256]  # 128×256-class tiles over BLOCK_D 64
@@ -80,7 +81,7 @@ def test_tma_launches_only_where_the_path_runs():
 def test_persistent_grid_is_one_wave_at_gemma():
     fwd = next(tma_launches.launches(GEMMA, "bf16", "sm_90a"))
     splits, split_size, items = tma_launches.forward_work(GEMMA, "sm_90a")
-    row_blocks = GEMMA.n // TMA_CONFIGS["forward"].block_n
+    row_blocks = GEMMA.n // tma_config("forward", "sm_90").block_n
     assert items == row_blocks * splits and split_size % 256 == 0
     assert splits * split_size >= GEMMA.v > (splits - 1) * split_size
     grid = launches.persistent_grid(fwd, measured_ctas=1)
@@ -168,10 +169,10 @@ def test_tma_launches_specialise_with_tensor_descriptors():
     assert done.returncode == 0, done.stderr[-3000:]
     specs = json.loads(done.stdout)
     fwd = specs["forward_tma[smooth+softcap]"]
-    cfg = TMA_CONFIGS["forward"]
+    cfg = tma_config("forward", "sm_90")
     assert fwd["signature"]["e_desc"] == f"tensordesc<bf16[{cfg.block_n}, 64]>"
     assert fwd["signature"]["c_desc"] == f"tensordesc<bf16[{cfg.block_v}, 64]>"
-    assert fwd["constants"]["HAS_SOFTCAP"] is True and fwd["constants"]["EVEN_V"] is True
+    assert fwd["constants"]["HAS_SOFTCAP"] is True and fwd["constants"]["EVEN_V"] is False
     weighted = specs["slices_tma[smooth+softcap+weight]"]
     assert weighted["signature"]["out_desc"] == "tensordesc<bf16[128, 64]>"
     assert weighted["constants"]["SUBTILES"] == 4

@@ -17,6 +17,10 @@ HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Several row blocks, vocab tiles, splits and D steps on tiny problems: every loop of the
 # persistent kernels runs more than once (the interpreter's grid has 3 programs).
 SMALL = KernelConfig(16, 32, 16, num_warps=4, num_stages=1)
+# The same with the tile and D loops fused (the GPU builds' FLATTEN; the slice kernel
+# then runs every tile through the GEMM, its zero-coefficient rows giving +0 by the
+# arithmetic where the unfused kernel skips them).
+SMALL_FLAT = KernelConfig(16, 32, 16, num_warps=4, num_stages=1, flatten=True)
 
 # (smoothing, softcap, class weights): weights reach both kernels only through smoothing.
 VARIANTS = [
@@ -75,10 +79,11 @@ def _forward_inputs(dtype, smoothing, softcap, weighted, n=37, v=200, d=40):
     return e, c, t, kw
 
 
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_FLAT], ids=["nest", "flat"])
 @pytest.mark.parametrize("dtype, smoothing, softcap, weighted", CASES)
-def test_forward_matches_portable_kernel_and_fp64(dtype, smoothing, softcap, weighted):
+def test_forward_matches_portable_kernel_and_fp64(dtype, smoothing, softcap, weighted, cfg):
     e, c, t, kw = _forward_inputs(HALF[dtype], smoothing, softcap, weighted)
-    with use_config(forward=SMALL):
+    with use_config(forward=cfg):
         ours = hopper.lse_forward(e, c, t, **kw)
         today = forward.lse_forward(e, c, t, logit_avg=False, **kw)
     z = _logits(e, c, softcap)
@@ -117,14 +122,18 @@ def _slice_inputs(dtype, smoothing, softcap, weighted, n=37, v=150, d=40):
     row_max = z.amax(1)
     log_sum = (z - row_max[:, None]).exp().sum(1).log()
     a, b = torch.rand(n), torch.rand(n)
-    a[:16], b[:16] = 0.0, 0.0  # the first row block: zero coefficients, no GEMM
-    k = Coefficients(a, b, torch.rand(n) if smoothing else None)
+    s = torch.rand(n)
+    # The first row block: zero coefficients (S too, as terms.coefficients gives an
+    # ignored row), no GEMM in the unfused kernel.
+    a[:16], b[:16], s[:16] = 0.0, 0.0, 0.0
+    k = Coefficients(a, b, s if smoothing else None)
     weight = torch.rand(v) if weighted else None
     return e, c, t, row_max, log_sum, k, weight
 
 
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_FLAT], ids=["nest", "flat"])
 @pytest.mark.parametrize("dtype, smoothing, softcap, weighted", CASES)
-def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, weighted):
+def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, weighted, cfg):
     """Same logits (fp64 dots under the interpreter), same epilogue order: same bits, on a
     middle slice and on the short last one (its stores clipped at the slice's width)."""
     e, c, t, row_max, log_sum, k, weight = _slice_inputs(HALF[dtype], smoothing, softcap, weighted)
@@ -135,7 +144,7 @@ def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, 
         cols = min(width, c.shape[0] - v0)
         ours = torch.full((e.shape[0], width), 7.0, dtype=e.dtype)
         today = ours.clone()
-        with use_config(slices=SMALL):
+        with use_config(slices=cfg):
             hopper.grad_slice(ours[:, :cols], e, c, t, row_max, log_sum, k, weight, inv, v0, p=p)
             slices._triton_grad_slice(
                 today[:, :cols], e, c, t, row_max, log_sum, k, weight, inv, v0, p=p
@@ -143,6 +152,7 @@ def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, 
         assert torch.equal(ours, today)
         assert bool((ours[:, cols:] == 7.0).all())  # nothing written past the slice
         assert bool((ours[:16, :cols] == 0).all())
+        assert not bool(ours[:16, :cols].signbit().any())  # +0, as the skip stores
 
 
 def test_grad_slice_deterministic():
@@ -224,7 +234,7 @@ def test_persistent_grid_follows_the_loaded_build(monkeypatch):
     monkeypatch.setattr(hopper, "_sm_count", lambda index: 148)
     monkeypatch.setattr(hopper, "_RESIDENT", {})
     cuda = torch.device("cuda", 0)
-    cfg = hopper.TMA_CONFIGS["forward"]
+    cfg = hopper.tma_config("forward", "sm_90")
     for _ in range(2):
         hopper._launch(Kernel(), ("forward", cuda, "test"), 10_000, cuda, cfg)
     assert grids == [(148,), (296,)]

@@ -99,31 +99,37 @@ for _arch in ARCHS:
     PINNED["backward", _arch, "fp32"] = _FP32_BWD
     PINNED["slices", _arch, "fp32"] = _FP32_FWD
 
-# The TMA fast path (kernels/hopper.py; sm_90 and sm_100, 16-bit): persistent grids of
-# 128×256-class tiles over BLOCK_D 64, one CTA per SM. On sm_90 three stages with the
-# tile and D loops fused (FLATTEN): on an H200 (Triton 3.6, Gemma2-2B bf16 β 0.1 softcap
-# 30; reports/nvidia-h200/raw/8-tma-candidates/) that forward ran 18.9 ms against 29.5
-# for two stages unfused, and the pair 68.7 ms fwd+bwd against 79.6, the cuBLAS route's
-# 76.5 and the portable kernels' 75.4 in the same process. Spill-free under Triton 3.6
-# and 3.7.1 for sm_90a with the forward's epilogue in quarters and its class-weighted
-# build one stage shorter (``tma_config``). sm_100 keeps two unfused stages, spill-free
-# there (three fused spill under 3.6) and never timed. Figures: docs/kernel.md.
+# The TMA fast path (kernels/hopper.py; sm_90 and sm_100, 16-bit): persistent grids over
+# BLOCK_D 64. On sm_90 three stages with the tile and D loops fused (FLATTEN): on an H200
+# (Triton 3.6, Gemma2-2B bf16 β 0.1 softcap 30; reports/nvidia-h200/raw/8-tma-candidates/)
+# that forward ran 18.9 ms against 29.5 for two stages unfused, and with three stages in
+# the slice kernel the pair ran 68.7 ms fwd+bwd against 79.6, the cuBLAS route's 76.5
+# and the portable kernels' 75.4 in the same process. Every sm_90a build is spill-free
+# under Triton 3.6 and 3.7.1 with the forward's epilogue in quarters and, with class
+# weights, its tile 128×128 (at 256×128 that build spilled 12–124 B whatever the stages
+# or subtiles). sm_100's builds are the lighter 128×128 forward (two CTAs per SM) and
+# two unfused slice stages, the spill-free ones under both; no Blackwell has timed them.
+# What each build runs: docs/kernel.md, "The Hopper fast path".
 TMA_CONFIGS = {
     ("forward", "sm_90"): KernelConfig(256, 128, 64, num_warps=8, num_stages=3, flatten=True),
     ("slices", "sm_90"): KernelConfig(128, 256, 64, num_warps=8, num_stages=3, flatten=True),
-    ("forward", "sm_100"): KernelConfig(256, 128, 64, num_warps=8, num_stages=2, flatten=False),
+    ("forward", "sm_100"): KernelConfig(
+        128, 128, 64, num_warps=8, num_stages=3, ctas_per_sm=2, flatten=True
+    ),
     ("slices", "sm_100"): KernelConfig(128, 256, 64, num_warps=8, num_stages=2, flatten=False),
+}
+# The class-weighted forward where its column weights do not fit beside the pinned tile.
+_TMA_WEIGHTED_FORWARD = {
+    "sm_90": KernelConfig(128, 128, 64, num_warps=8, num_stages=3, flatten=True),
 }
 
 
 def tma_config(kernel: str, arch: str, weighted: bool = False) -> KernelConfig:
     """The TMA path's pinned config for ``kernel`` on ``arch`` (``arch_of``: sm_90 or
-    sm_100). The forward with class weights holds their column block next to the tile:
-    one stage fewer keeps it spill-free (three stages: 12 B, Triton 3.6, sm_90a)."""
-    cfg = TMA_CONFIGS[kernel, arch]
-    if kernel == "forward" and weighted and cfg.num_stages > 2:
-        return replace(cfg, num_stages=cfg.num_stages - 1)
-    return cfg
+    sm_100); ``weighted``: the forward with class weights."""
+    if kernel == "forward" and weighted and arch in _TMA_WEIGHTED_FORWARD:
+        return _TMA_WEIGHTED_FORWARD[arch]
+    return TMA_CONFIGS[kernel, arch]
 
 
 # Under the interpreter every program and every jit-helper call costs Python time,

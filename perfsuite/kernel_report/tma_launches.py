@@ -27,12 +27,12 @@ def _desc(dtype: str, rows: int, cols: int, stride: int, block: list[int]):
     return TensorDescriptor(T(dtype, rows * stride), [rows, cols], [stride, 1], block)
 
 
-def forward_work(shape: Shape, arch: str) -> tuple[int, int, int]:
+def forward_work(shape: Shape, arch: str, weighted: bool = False) -> tuple[int, int, int]:
     """(splits, split_size, items) of the TMA forward at ``shape`` on ``arch``'s GPU."""
     from perfsuite.kernels import forward
     from perfsuite.kernels.configs import tma_config
 
-    cfg = tma_config("forward", cfg_arch(arch))
+    cfg = tma_config("forward", cfg_arch(arch), weighted)
     slots = GPUS[cfg_arch(arch)][1] * cfg.ctas_per_sm
     splits = forward.splits_for(shape.n, shape.v, cfg.block_n, slots)
     grain = max(forward.SPLIT_GRAIN, cfg.block_v)
@@ -45,11 +45,11 @@ def _forward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     from perfsuite.kernels.configs import tma_config
 
     n, v, d = shape.n, shape.v, shape.d
-    splits, split_size, items = forward_work(shape, arch)
-    part = splits * n * 4
     for name in _FWD_VARIANTS:
         smooth, cap, weighted = flags(name, "smooth", "softcap", "weight")
         cfg = tma_config("forward", cfg_arch(arch), weighted)
+        splits, split_size, items = forward_work(shape, arch, weighted)
+        part = splits * n * 4
         args = {
             "e_desc": _desc(dtype, n, d, d, [cfg.block_n, cfg.block_d]),
             "c_desc": _desc(dtype, v, d, d, [cfg.block_v, cfg.block_d]),

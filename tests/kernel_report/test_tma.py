@@ -70,7 +70,7 @@ def test_tma_launches_only_where_the_path_runs():
             cfg = tma_config(la.kernel.removesuffix("_tma"), launches.cfg_arch(arch), weighted)
             tile = (la.args["BLOCK_N"], la.args["BLOCK_V"], la.args["BLOCK_D"])
             assert tile == (cfg.block_n, cfg.block_v, cfg.block_d)
-            assert sorted(tile) == [64, 128, 256]  # 128×256-class tiles over BLOCK_D 64
+            assert tile[2] == 64 and {tile[0], tile[1]} <= {128, 256}  # over BLOCK_D 64
             assert la.num_stages == cfg.num_stages and la.work is not None
             assert la.args["e_desc"].block_shape == [cfg.block_n, 64]
             assert la.args["c_desc"].block_shape == [cfg.block_v, 64]

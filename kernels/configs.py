@@ -107,15 +107,15 @@ for _arch in ARCHS:
 # and the portable kernels' 75.4 in the same process. Every sm_90a build is spill-free
 # under Triton 3.6 and 3.7.1 with the forward's epilogue in quarters and, with class
 # weights, its tile 128×128 (at 256×128 that build spilled 12–124 B whatever the stages
-# or subtiles). sm_100's builds are the lighter 128×128 forward (two CTAs per SM) and
-# two unfused slice stages, the spill-free ones under both; no Blackwell has timed them.
+# or subtiles). sm_100's builds are the lighter 128×128 forward (two CTAs per SM but in
+# its β > 0 unsoftcapped builds, whose c̄ term takes more shared memory; the launcher
+# sizes the grid by the loaded build) and two unfused slice stages, the spill-free ones
+# under both Tritons; no Blackwell has timed them.
 # What each build runs: docs/kernel.md, "The Hopper fast path".
 TMA_CONFIGS = {
     ("forward", "sm_90"): KernelConfig(256, 128, 64, num_warps=8, num_stages=3, flatten=True),
     ("slices", "sm_90"): KernelConfig(128, 256, 64, num_warps=8, num_stages=3, flatten=True),
-    ("forward", "sm_100"): KernelConfig(
-        128, 128, 64, num_warps=8, num_stages=3, ctas_per_sm=2, flatten=True
-    ),
+    ("forward", "sm_100"): KernelConfig(128, 128, 64, num_warps=8, num_stages=3, flatten=True),
     ("slices", "sm_100"): KernelConfig(128, 256, 64, num_warps=8, num_stages=2, flatten=False),
 }
 # The class-weighted forward where its column weights do not fit beside the pinned tile.

@@ -43,8 +43,9 @@ INTERPRETER_PROGRAMS = 3
 
 _FWD_HEURISTICS = {
     # Unmasked tiles only when the splits' whole tiles cover V exactly.
-    "EVEN_V": lambda a: a["split_size"] % a["BLOCK_V"] == 0
-    and a["split_size"] * a["num_splits"] == a["V"],
+    "EVEN_V": lambda a: (
+        a["split_size"] % a["BLOCK_V"] == 0 and a["split_size"] * a["num_splits"] == a["V"]
+    ),
     "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
     "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "HAS_WEIGHT": lambda a: a["Weight"] is not None,

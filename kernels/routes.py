@@ -36,11 +36,12 @@ TABLE: dict[tuple[str, str], Route] = {
     (arch, dtype): Route("triton", UNMEASURED) for arch in ARCHS for dtype in DTYPES
 }
 TABLE["sm_90", "bf16"] = Route(
-    "cublas",
-    "measured on an H200 at 7ea9b07, Gemma2-2B β 0.1: faster than ours (the Triton route "
-    "there) under each timer, in reports/nvidia-h200/raw/6-issue44-call1/gemma2-2b-fwdbwd.json "
-    "reports/nvidia-h200/raw/6-issue44-call1/gemma2-2b-kernels.json "
-    "reports/nvidia-h200/raw/6-issue44-call1/gemma2-2b-graph.json",
+    "triton",
+    "measured on an H200 at 32ea309, Gemma2-2B bf16 β 0.1 softcap 30, both routes in one "
+    "process (do_bench): the Triton route with sm_90's TMA configs ('best pair') 68.7 ms "
+    "fwd+bwd, the cuBLAS route 76.5, in reports/nvidia-h200/raw/8-tma-candidates/tma.jsonl "
+    "(at 7ea9b07, with two unfused stages, the cuBLAS route had been the faster: "
+    "reports/nvidia-h200/raw/6-issue44-call1/)",
 )
 
 

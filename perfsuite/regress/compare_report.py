@@ -15,6 +15,7 @@ from rich.text import Text
 from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, pipe_table, print_fitted
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
+from perfsuite.units import fmt_bytes
 
 # Per verdict: its console style and its markdown icon.
 LOOK = {
@@ -31,15 +32,6 @@ REFRESH_HINT = "refresh the stored baseline: `perfsuite baseline update RESULTS`
 def fmt_number(value: float | None, spec: str, unit: str = "") -> str:
     """``value`` formatted, or ``-`` when there is none."""
     return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
-
-
-def fmt_mib(value: int | None) -> str:
-    if value is None:
-        return "-"
-    mib = value / 2**20
-    if 0 < mib < 0.01:  # a few bytes: "3.81e-06" widened every table's column
-        return "<0.01"
-    return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
 
 
 def fmt_p(value: float | None) -> str:
@@ -91,8 +83,8 @@ def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]
         fmt_number(_time(cell.current, metric), ".4g"),
         fmt_number(cell.time.ratio, ".3f", "×"),
         fmt_p(cell.time.p_slower),
-        fmt_mib(b.get("peak_bytes")),
-        fmt_mib(c.get("peak_bytes")),
+        fmt_bytes(b.get("peak_bytes"), "MiB"),
+        fmt_bytes(c.get("peak_bytes"), "MiB"),
         fmt_number(cell.memory.ratio, ".3f", "×"),
     ]
 

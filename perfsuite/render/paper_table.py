@@ -22,18 +22,10 @@ from perfsuite.render.table import (
     shape_key,
     shape_title,
     status_label,
-    with_unit,
 )
+from perfsuite.units import fmt_flops, with_unit
 
 LOWER_BOUND = "lower bound"
-
-
-def fmt_flops(flops: float) -> str:
-    units = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
-    for scale, unit in units:
-        if flops >= scale:
-            return f"{flops / scale:.3g} {unit}"
-    return f"{flops:.3g} FLOP"
 
 
 @dataclass

@@ -16,6 +16,7 @@ from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
+from perfsuite.units import fmt_bytes, fmt_number
 
 GRADS_IN_FWD_MARK = "‡"
 INTERPRETED_MARK = "†"
@@ -162,22 +163,6 @@ def status_cell(row: dict[str, Any]) -> str:
     return f"[{color}]{short_status(row)}[/{color}]"
 
 
-def fmt_number(value: float | None, unit_scale: float = 1) -> str:
-    """A cell's number without its unit (the unit is in the column header); in a scaled
-    unit two decimals, and ``<0.01`` for what would print as 0.00."""
-    if value is None:
-        return "-"
-    x = value / unit_scale
-    if unit_scale != 1 and 0 < x < 0.005:
-        return "<0.01"
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
-
-
-def with_unit(value: float | None, unit: str, unit_scale: float = 1) -> str:
-    """``fmt_number`` with its unit, for a cell whose column does not say it (``-``: none)."""
-    return "-" if value is None else f"{fmt_number(value, unit_scale)} {unit}"
-
-
 def _method_cells(
     by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: Notes
 ) -> tuple[list[str], list[str]]:
@@ -198,7 +183,7 @@ def _method_cells(
         mark = cell_marks(row, phase, grads_in_fwd)
         style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
         style = "red" if row["status"] == "wrong" else style
-        mem = fmt_number(row["peak_bytes"], 2**20)
+        mem = fmt_bytes(row["peak_bytes"], "MiB")
         ms = fmt_number(row.get("median_ms")) + mark
         cells += [
             f"[{style}]{mem}[/{style}]" if style else mem,
@@ -225,7 +210,7 @@ def _table(
 
 def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> list:
     tokens, vocab, hidden, dtype, _, _, beta = _group_key(members[0])
-    floor = [fmt_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
+    floor = [fmt_bytes(floor_bytes(p, tokens, vocab, hidden, dtype), "MiB") for p in phases]
     lines = [("[italic]lower bound[/italic]", [c for f in floor for c in (f, "")], "")]
     known = all_methods()
     for name, by_phase in by_method(members).items():

@@ -13,14 +13,13 @@ from rich import box
 from rich.console import Console
 
 from perfsuite.fit import Column, fit_table, print_fitted
-from perfsuite.plan.memory_model import floor_bytes, fmt_size
+from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.roofline import phase_flops
 from perfsuite.render.table import (
     STATUS_COLOR,
     Notes,
     cell_marks,
-    fmt_number,
     grads_in_forward,
     group_rows,
     mark_notes,
@@ -29,6 +28,7 @@ from perfsuite.render.table import (
     shape_title,
     short_status,
 )
+from perfsuite.units import byte_unit, fmt_bytes, fmt_number, rate_unit
 
 # (key, header): the columns of a TP table, in order; "unit" in a header is the table's.
 COLUMNS = (
@@ -38,7 +38,6 @@ COLUMNS = (
 )  # fmt: skip
 # Dropped, in this order, when the table does not fit the terminal.
 OPTIONAL = ("colls",)
-RATES = ((1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1.0, "FLOP/s"))
 
 
 @dataclass
@@ -91,9 +90,7 @@ def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, s
             if r.get("median_ms"):
                 flops = phase_flops(phase, r["tokens"], r["vocab"], r["hidden"])
                 rates.append(flops / r["tp"] / (r["median_ms"] / 1e3))
-    rate_scale, rate_unit = next((s, u) for s, u in RATES if max(rates) >= s or s == 1.0)
-    mem_scale, mem_unit = (2**30, "GiB") if max(sizes) >= 2**30 else (2**20, "MiB")
-    return rate_scale, rate_unit, mem_scale, mem_unit
+    return (*rate_unit(max(rates)), *byte_unit(max(sizes), ("MiB", "GiB")))
 
 
 def _line(
@@ -129,7 +126,7 @@ def _line(
         cells["comm"] = f"{share:.0f}%" if share >= 9.5 else f"{share:.1f}%"
     if row.get("collectives") is not None:
         moved = row.get("collective_bytes")
-        tail = "" if moved is None else f", {fmt_size(moved)}"
+        tail = "" if moved is None else f", {fmt_bytes(moved)}"
         cells["colls"] = str(row["collectives"]) + tail
     if reference is not None and measured(reference) and reference["status"] == "ok":
         cells["speedup"] = _ratio(reference.get("median_ms"), ms)

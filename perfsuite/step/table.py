@@ -17,10 +17,10 @@ from perfsuite.render.table import (
     Notes,
     by_method,
     cell_marks,
-    fmt_number,
     group_rows,
     status_cell,
 )
+from perfsuite.units import fmt_bytes, fmt_number
 
 PHASE_COLUMNS = ("fwd", "bwd", "opt", "step")
 # A first step this many times a measured one was mostly compilation: said in a note.
@@ -54,7 +54,7 @@ def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     cells = [fmt_number(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
     cells += [
         fmt_number(step["tokens"] / (median / 1e3) if median else None),
-        fmt_number(None if peak is None else peak / 2**20),
+        fmt_bytes(peak, "MiB"),
         "-" if share is None else f"{100 * share:.0f}",
     ]
     if style:

@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table
+from perfsuite.fit import Column, Notes, TrimmedConsole, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.recorded import recorded_methods
@@ -24,21 +24,6 @@ WRONG_MARK = "✗"
 # Two fwd+bwd calls on the same inputs gave different bits (atomics, locks, split-K).
 NONDETERMINISTIC_MARK = "≈"
 BUSY_MARK = "!"
-
-
-class Notes(dict[str, list[str]]):
-    """A table's numbered notes: each reason once, numbered in first-seen order, with the
-    names (methods, cells) it applies to. The one numbering of every console table."""
-
-    def ref(self, reason: str, name: str) -> str:
-        """``(n)``, the reason's number, with ``name`` listed under it."""
-        names = self.setdefault(reason, [])
-        if name not in names:
-            names.append(name)
-        return f"({list(self).index(reason) + 1})"
-
-    def lines(self) -> list[str]:
-        return [f"({i}) {', '.join(who)}: {why}" for i, (why, who) in enumerate(self.items(), 1)]
 
 
 # Shared by the console table and perfsuite.render.report: how rows group into tables,

@@ -9,12 +9,11 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
-from perfsuite.fit import Column, TrimmedConsole, print_fitted
+from perfsuite.fit import Column, Grid, Notes, TrimmedConsole
 from perfsuite.render.table import (
     BUSY_MARK,
     INTERPRETED_MARK,
     WRONG_MARK,
-    Notes,
     by_method,
     cell_marks,
     group_rows,
@@ -93,9 +92,7 @@ def print_step_tables(rows: list[dict[str, Any]], console: Console | None = None
         notes = Notes()
         lines = [_line(m, phases, notes) for m, phases in by_method(members).items()]
         options = dict(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        print_fitted(console, COLUMNS, lines, title(members[0]), **options)
-        for line in notes.lines():
-            console.print(line, markup=False, highlight=False)
+        Grid(COLUMNS, lines, title(members[0]), notes.lines(), options).print(console)
     for note in footnotes(rows):
         console.print(note, style="dim", markup=False, highlight=False)
 

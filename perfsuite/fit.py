@@ -262,7 +262,12 @@ def pipe_table(
     left = set(left)
 
     def row(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+        return "| " + " | ".join(map(md_escape, cells)) + " |"
 
     rule = "|" + "|".join(":--" if h in left else "--:" for h in headers) + "|"
     return [row(headers), rule, *(row(r) for r in rows)]
+
+
+def md_escape(text: str) -> str:
+    """``text`` as one markdown line that no ``|`` splits."""
+    return text.replace("|", "\\|").replace("\n", " ")

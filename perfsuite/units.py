@@ -39,11 +39,6 @@ def fmt_bytes(nbytes: float | None, unit: str | None = None) -> str:
     return f"{nbytes:.0f} B" if scale == 1 else f"{fmt_number(nbytes / scale)} {unit}"
 
 
-def with_unit(value: float | None, unit: str, unit_scale: float = 1) -> str:
-    """``fmt_number`` with its unit, for a cell whose column does not say it (``-``: none)."""
-    return "-" if value is None else f"{fmt_number(value, unit_scale)} {unit}"
-
-
 def fmt_flops(flops: float) -> str:
     """``9.66 TFLOP``: FLOPs in the largest unit they fill."""
     scale, unit = next(((s, u) for s, u in FLOP_UNITS if flops >= s), (1.0, "FLOP"))

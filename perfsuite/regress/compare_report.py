@@ -12,7 +12,16 @@ from rich import box
 from rich.console import Console
 from rich.text import Text
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, pipe_table, print_fitted
+from perfsuite.fit import (
+    Column,
+    Notes,
+    TrimmedConsole,
+    fit_table,
+    fold,
+    md_escape,
+    pipe_table,
+    print_fitted,
+)
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
 from perfsuite.units import fmt_bytes
@@ -122,16 +131,6 @@ def _arrow(before: str, after: str) -> str:
     return before if before == after else f"{before} → {after}"
 
 
-def _footnote(footnotes: list[str], notes: list[str]) -> str:
-    """Notes go under the table, numbered, so that narrow terminals keep the columns."""
-    if not notes:
-        return ""
-    text = "; ".join(notes)
-    if text not in footnotes:  # one note per kind, not one per row
-        footnotes.append(text)
-    return f"[{footnotes.index(text) + 1}]"
-
-
 def _columns(metric: str) -> list[Column]:
     """The console table's columns; ``3.725 → 5.643`` never folds (a number pair). The
     verdict carries its note's number: a column of its own cost 4 characters."""
@@ -140,10 +139,13 @@ def _columns(metric: str) -> list[Column]:
     return [*words, *(Column(h, "right", fold=False) for h in numbers), Column("verdict")]
 
 
-def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
+def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
+    """A cell's console line; its notes go under the table, numbered (one per kind of
+    note, not one per row), so that narrow terminals keep the columns."""
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
     style = LOOK[cell.verdict][0]
     verdict = cell.verdict + (" ✗" if cell.failing else "")
+    ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""
     return [
         cell.row["method"],  # the TP size is in the title
         cell.row["phase"],
@@ -153,7 +155,7 @@ def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
         p,
         _arrow(base_mib, cur_mib),
         mem_x,
-        f"[{style}]{verdict}[/{style}] {_footnote(footnotes, cell.notes)}".rstrip(),
+        f"[{style}]{verdict}[/{style}] {ref}".rstrip(),
     ]
 
 
@@ -211,7 +213,7 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
         groups.setdefault(_group(cell.row), []).append(cell)
     columns = _columns(metric)
     options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    notes: dict[str, list[str]] = {title: [] for title in groups}
+    notes = {title: Notes("[]") for title in groups}
     rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
     every = [row for group in rows.values() for row in group]
     joint = fit_table(columns, every, console.width, **options)
@@ -231,8 +233,8 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
             print_fitted(console, columns, group, title=title, **options)
         else:
             console.print(table)
-        for i, note in enumerate(notes[title], 1):
-            console.print(f"  [{i}] {note}", highlight=False)
+        for note in notes[title].lines():
+            console.print(f"  {note}", highlight=False)
     for line in comparison.env_problems:
         console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")
     for line in [*comparison.env_warnings, *comparison.notes]:
@@ -247,10 +249,6 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
         console.print(f"[green]OK[/green]: {summary_line(comparison)}")
     if comparison.count("improvement"):
         console.print(f"[green]improvements[/green]: {REFRESH_HINT}")
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
@@ -277,9 +275,9 @@ def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
     if comparison.count("improvement"):
         lines += [f"> **{comparison.count('improvement')} improvement(s)**: {REFRESH_HINT}", ""]
     for line in comparison.env_problems:
-        lines.append(f"> ⚠️ environment differs (allowed): {_md_escape(line)}")
+        lines.append(f"> ⚠️ environment differs (allowed): {md_escape(line)}")
     for line in [*comparison.env_warnings, *comparison.notes]:
-        lines.append(f"> note: {_md_escape(line)}")
+        lines.append(f"> note: {md_escape(line)}")
     if comparison.env_problems or comparison.env_warnings or comparison.notes:
         lines.append("")
     shown = [c for c in comparison.cells if show_all or c.verdict != "same"]

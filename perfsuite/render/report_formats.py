@@ -12,15 +12,15 @@ from typing import Any
 
 import pandas as pd
 
-from perfsuite.fit import pipe_table
+from perfsuite.fit import md_escape, pipe_table
 from perfsuite.render.paper_table import (
-    LOWER_BOUND,
     PaperTable,
     build_report,
     entropy_note,
     general_notes,
 )
 from perfsuite.render.report_csv import render_csv
+from perfsuite.render.table import LOWER_BOUND
 from perfsuite.render.tp_table import tp_footnotes, tp_tables
 
 
@@ -62,10 +62,6 @@ def paper_frame(table: PaperTable) -> PaperFrame:
 # Markdown
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def markdown_table(frame: PaperFrame) -> str:
     """One pipe table: β shown once per section, best cells bold, lower bound italic."""
     shown = frame.text.mask(frame.best, "**" + frame.text + "**")
@@ -82,10 +78,10 @@ def tp_markdown(document: dict[str, Any]) -> list[str]:
     tables = tp_tables(document["rows"])
     out = []
     for table in tables:
-        out += [f"### {_md_escape(table.title)}\n", *table.grid().markdown(["method"]), ""]
+        out += [f"### {md_escape(table.title)}\n", *table.grid().markdown(["method"]), ""]
         if table.notes:
-            out += [*(f"- {_md_escape(n)}" for n in table.notes), ""]
-    out.extend(f"{_md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
+            out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
+    out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
     return out
 
 
@@ -93,10 +89,10 @@ def render_md(document: dict[str, Any]) -> str:
     tables = build_report(document)
     out = []
     for table in tables:
-        out.append(f"### {_md_escape(table.title)}\n")
+        out.append(f"### {md_escape(table.title)}\n")
         out.append(markdown_table(paper_frame(table)))
         out.append("")
-        out.extend(f"- {_md_escape(n)}" for n in _notes(table))
+        out.extend(f"- {md_escape(n)}" for n in _notes(table))
         out.append("")
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))

@@ -24,6 +24,7 @@ from perfsuite.fit import (
 )
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
+from perfsuite.render.table import SHORT_STATUS  # the run table's words for the widest
 from perfsuite.units import fmt_bytes
 
 # Per verdict: its console style and its markdown icon.
@@ -65,15 +66,11 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     return [method_label(row), shape, row["dtype"], beta, row["phase"]]
 
 
-# The console table's words for the widest statuses (the run table's: render.table).
-_SHORT = {"unavailable": "unavail", "unsupported": "N/A"}
-
-
 def _status(cell: CellComparison, short: bool = False) -> str:
     b = cell.baseline["status"] if cell.baseline else "-"
     c = cell.current["status"] if cell.current else "-"
     if short:
-        b, c = _SHORT.get(b, b), _SHORT.get(c, c)
+        b, c = SHORT_STATUS.get(b, b), SHORT_STATUS.get(c, c)
     return b if b == c else f"{b} → {c}"
 
 

@@ -128,7 +128,7 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
 
 # Console words for cells without numbers: no longer than a number, so that the
 # number columns stay narrow (the notes under the table say the rest).
-_SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
+SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
 STATUS_COLOR = {
     "wrong": "red",
     "oom": "magenta",
@@ -141,7 +141,7 @@ STATUS_COLOR = {
 
 def short_status(row: dict[str, Any]) -> str:
     """A cell's status in no more room than a number (``unavail``, ``N/A``, ``oom``)."""
-    return _SHORT_STATUS.get(row["status"], row["status"])
+    return SHORT_STATUS.get(row["status"], row["status"])
 
 
 def status_cell(row: dict[str, Any]) -> str:

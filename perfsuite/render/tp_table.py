@@ -27,7 +27,7 @@ from perfsuite.render.table import (
     shape_title,
     short_status,
 )
-from perfsuite.units import byte_unit, fmt_bytes, fmt_number, rate_unit
+from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
 
 # (key, header): the columns of a TP table, in order; {rate} and {mem}: the table's units.
 COLUMNS = (
@@ -105,7 +105,7 @@ def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, s
             if r.get("median_ms"):
                 flops = phase_flops(phase, r["tokens"], r["vocab"], r["hidden"])
                 rates.append(flops / r["tp"] / (r["median_ms"] / 1e3))
-    return (*rate_unit(max(rates)), *byte_unit(max(sizes), ("MiB", "GiB")))
+    return (*largest(max(rates), RATES), *largest(max(sizes), BYTES[3:5]))
 
 
 def _line(

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from perfsuite.fit import Column, Grid, fit_table
 from perfsuite.results.results import read_json, require_kind
+from perfsuite.units import fmt_bytes
 
 V1 = "perfsuite.converge/1"  # the converge document before the results envelope held it
 
@@ -71,7 +72,7 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
     return {
         "train_loss": steps[-1]["loss"] if steps else None,
         "step_ms": statistics.median(times) * 1e3 if times else None,
-        "peak_mib": max(peaks) / 2**20 if peaks else None,
+        "peak_bytes": max(peaks) if peaks else None,
         **held,
         "verdict": parity.get("verdict", "—"),
         "loss_diff": parity.get("loss_max_rel_diff"),
@@ -88,7 +89,7 @@ TRAINING = (
     ("Δparams rel L2", "param_diff", ".1e"),
     ("final loss", "train_loss", ".4f"),
     ("ms/step", "step_ms", ".1f"),
-    ("peak MiB", "peak_mib", ".1f"),
+    ("peak MiB", "peak_bytes", "MiB"),  # fmt_bytes, as every table's
 )
 HELDOUT = (
     ("loss", "loss", ".4f"),
@@ -114,7 +115,8 @@ def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool, title: str
             said = s["verdict"] if run["status"] == "ok" else run["status"]
             style = VERDICT_STYLE.get(said, "yellow")
             key.append(f"[{style}]{said}[/{style}]")
-        rows.append(key + ["—" if s.get(k) is None else format(s[k], f) for _, k, f in columns])
+        show = lambda v, f: fmt_bytes(v, f) if f == "MiB" else format(v, f)  # noqa: E731
+        rows.append(key + ["—" if s.get(k) is None else show(s[k], f) for _, k, f in columns])
     cols = [Column(h, "left", True) if h in LEFT else Column(h, "right", False) for h in headers]
     return Grid(cols, rows, title, options={"title_justify": "left"})
 

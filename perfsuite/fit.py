@@ -35,22 +35,17 @@ class Notes(dict[str, list[str]]):
     """A table's numbered notes: each reason once, numbered in first-seen order, with the
     names (methods, cells) it applies to. The one numbering of every table's notes."""
 
-    def __init__(self, brackets: str = "()") -> None:
-        super().__init__()
-        self.brackets = brackets
-
     def ref(self, reason: str, name: str = "") -> str:
         """``(n)``, the reason's number, with ``name`` (if any) listed under it."""
         names = self.setdefault(reason, [])
         if name and name not in names:
             names.append(name)
-        return f"{self.brackets[0]}{list(self).index(reason) + 1}{self.brackets[1]}"
+        return f"({list(self).index(reason) + 1})"
 
     def lines(self) -> list[str]:
-        """``(1) ours, liger: why``; ``[1] why`` where no name was given."""
-        o, c = self.brackets
+        """``(1) ours, liger: why``; ``(1) why`` where no name was given."""
         return [
-            f"{o}{i}{c} {', '.join(who) + ': ' if who else ''}{why}"
+            f"({i}) {', '.join(who) + ': ' if who else ''}{why}"
             for i, (why, who) in enumerate(self.items(), 1)
         ]
 

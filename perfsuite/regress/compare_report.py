@@ -210,7 +210,7 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
         groups.setdefault(_group(cell.row), []).append(cell)
     columns = _columns(metric)
     options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    notes = {title: Notes("[]") for title in groups}
+    notes = {title: Notes() for title in groups}
     rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
     every = [row for group in rows.values() for row in group]
     joint = fit_table(columns, every, console.width, **options)

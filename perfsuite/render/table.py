@@ -271,9 +271,7 @@ def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> li
     lines = [("[italic]lower bound[/italic]", _console(bound), "")]
     known = all_methods()
     for name, by_phase in by_method(members).items():
-        failed = (
-            by_phase[p] for p in phases if by_phase.get(p, {"status": "ok"})["status"] != "ok"
-        )
+        failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
         refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
         line = method_line(name, by_phase, phases, key, None, known, beta)
         lines.append((name, _console(line), " ".join(refs)))

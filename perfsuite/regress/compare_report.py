@@ -39,7 +39,7 @@ LOOK = {
 REFRESH_HINT = "refresh the stored baseline: `perfsuite baseline update RESULTS`"
 
 
-def fmt_number(value: float | None, spec: str, unit: str = "") -> str:
+def fmt_spec(value: float | None, spec: str, unit: str = "") -> str:
     """``value`` formatted, or ``-`` when there is none."""
     return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
 
@@ -85,13 +85,13 @@ def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]
     b, c = cell.baseline or {}, cell.current or {}
     return [
         _status(cell, short),
-        fmt_number(_time(cell.baseline, metric), ".4g"),
-        fmt_number(_time(cell.current, metric), ".4g"),
-        fmt_number(cell.time.ratio, ".3f", "×"),
+        fmt_spec(_time(cell.baseline, metric), ".4g"),
+        fmt_spec(_time(cell.current, metric), ".4g"),
+        fmt_spec(cell.time.ratio, ".3f", "×"),
         fmt_p(cell.time.p_slower),
         fmt_bytes(b.get("peak_bytes"), "MiB"),
         fmt_bytes(c.get("peak_bytes"), "MiB"),
-        fmt_number(cell.memory.ratio, ".3f", "×"),
+        fmt_spec(cell.memory.ratio, ".3f", "×"),
     ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfsuite.units import fmt_bytes
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -51,25 +53,11 @@ def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool =
     return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
 
 
-_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-
-
-def fmt_size(nbytes: float) -> str:
-    """``512 B``, ``23.3 MiB``, ``131 KiB``: bytes in the largest binary unit they fill, to
-    the tables' three significant figures (a shape a typo made huge read "~2235179424.3
-    GiB"). The one formatter of a size that carries its own unit."""
-    scale = min((int(nbytes).bit_length() - 1) // 10, len(_UNITS))
-    if scale <= 0:
-        return f"{nbytes:.0f} B"
-    x, unit = nbytes / 1024**scale, _UNITS[scale - 1]
-    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
-
-
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:
     """The one wording of "this cell will not fit" (``run`` refuses the shape with it,
     ``sweep`` records it as a skipped cell's reason)."""
     return (
-        f"predicted peak ~{fmt_size(need)} ({what}) exceeds the {fmt_size(capacity)} this "
+        f"predicted peak ~{fmt_bytes(need)} ({what}) exceeds the {fmt_bytes(capacity)} this "
         f"{device} can give a cell (memory model, docs/math.md)"
     )
 

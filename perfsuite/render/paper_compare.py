@@ -10,8 +10,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from perfsuite.fit import pipe_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.results.results import ResultsError
 
@@ -83,7 +82,7 @@ def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict 
 
 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
-    """Markdown (``DataFrame.to_markdown``): per paper row, the paper's ratios and ours
+    """Markdown (``fit.pipe_table``): per paper row, the paper's ratios and ours
     from ``document``."""
     mine = [r for r in document["rows"] if r.get("tp") is None]
     if not mine:
@@ -137,9 +136,8 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
                 "our status": status,
             }
         )
-    table = pd.DataFrame.from_records(records, columns=COLUMNS)
-    align = ("left",) * 3 + ("right",) * 6 + ("left",)
-    lines = [table.to_markdown(index=False, colalign=align, disable_numparse=True)]
+    left = [*COLUMNS[:3], COLUMNS[-1]]
+    lines = pipe_table(COLUMNS, [[r[c] for c in COLUMNS] for r in records], left)
     cce_status = ours_cce["status"] if ours_cce else "not run"
     lines.append("")
     lines.append(

@@ -21,7 +21,7 @@ from perfsuite.harness.protocol import emitter
 from perfsuite.harness.worker import Phase, failure, fill
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
-from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
+from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
 from perfsuite.method import Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
@@ -124,7 +124,7 @@ def run_rank_case(
     del outcome, reference
     status, reason = ("ok", "") if verdict.passed else ("wrong", verdict.explain())
     gate = verdict.fields(compile_ms=compile_ms, entropy=mine.entropy)
-    samples, warmup = (min(spec.samples, 3), 0) if interpreted else (spec.samples, spec.warmup)
+    how = sampling(spec.samples, spec.warmup, interpreted)
     flush = CacheFlusher(device)
     for row in rows(status=status, reason=reason, deterministic=deterministic, **gate):
         phase = Phase(row.phase, loss_fn, mine)
@@ -136,8 +136,8 @@ def run_rank_case(
         delta, absolute, rss, comm_ms = _all_max([peak.delta, peak.absolute, rss, comms.ms], device)
         # Every sample starts after a barrier: a sample is the slowest rank's.
         spans = time_spans(
-            [phase.body], device, samples=samples, warmup=warmup, setup=phase.setup, flush=flush,
-            barrier=dist.barrier,
+            [phase.body], device, samples=how.samples, warmup=how.warmup, setup=phase.setup,
+            flush=flush, barrier=dist.barrier, cpu_time=how.cpu_time,
         )  # fmt: skip
         times = _all_max([ms for (ms,) in spans], device)
         phase.reset()

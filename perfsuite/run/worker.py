@@ -20,7 +20,7 @@ from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, failure, fill
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
-from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
+from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling
 from perfsuite.method import Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
@@ -76,19 +76,6 @@ def method_case(method: Any, raw: dict[str, Any]) -> Case:
     return case_of(raw) if terms is None else terms.apply(case_of(raw))
 
 
-def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
-    """``body``, and the list its calls' CPU milliseconds go to: an interpreted worker's
-    wall clock also runs while it is paused or waits for a core."""
-    times: list[float] = []
-
-    def clocked() -> None:
-        start = time.process_time()
-        body()
-        times.append((time.process_time() - start) * 1e3)
-
-    return clocked, times
-
-
 def first_calls(
     loss_fn: LossFn, inputs: Inputs, device: torch.device, interpreted: bool
 ) -> tuple[Outcome, float, bool | None]:
@@ -142,8 +129,9 @@ def run_case(
             status, reason = "wrong", verdict.explain()
             if interpreted and case.dtype == "bf16":
                 reason += f" ({INTERPRETER_BF16_NOTE})"
-        samples, warmup = protocol(spec.samples, spec.warmup, interpreted)
-        flush = CacheFlusher(device) if samples else None  # a 128 MiB buffer on CPU
+        how = sampling(spec.samples, spec.warmup, interpreted)
+        # Interpreted: the memory pass's call is the sample (``cpu_clocked``), no timing pass.
+        flush = None if how.cpu_time else CacheFlusher(device)  # a 128 MiB buffer on CPU
         # Interpreted: the fwd memory pass's loss, which is the bwd phase's set-up (its
         # graph, no gradients) without another interpreted forward.
         carried: torch.Tensor | None = None
@@ -156,15 +144,15 @@ def run_case(
                 phase.setup()
             carried = None
             stage(f"{row.phase} memory")
-            body, clocked = _clocked(phase.body)
+            body, clocked = cpu_clocked(phase.body)
             peak = measure_peak(body, device)
-            if samples:
-                stage(f"{row.phase} timing, {samples} sample(s)")
+            if not how.cpu_time:
+                stage(f"{row.phase} timing, {how.samples} sample(s)")
                 with paused():
                     try:
                         timing = time_with(
-                            spec.timer, phase.body, device, samples=samples, warmup=warmup,
-                            setup=phase.setup, flush=flush,
+                            spec.timer, phase.body, device, samples=how.samples,
+                            warmup=how.warmup, setup=phase.setup, flush=flush,
                         )  # fmt: skip
                     except TimerUnsupported as err:  # its memory is measured: keep it
                         timing = Timing()
@@ -181,7 +169,7 @@ def run_case(
                             trace=Path(spec.profile) / row.trace,
                         ))  # fmt: skip
             else:  # interpreted: the memory pass's call is its one sample
-                timing = Timing(clocked[:INTERPRETED_SAMPLES])
+                timing = Timing(clocked[: how.samples])
                 carried = phase.loss if row.phase == "fwd" else None
             phase.reset()
             fill(row, peak, timing)

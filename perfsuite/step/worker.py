@@ -19,7 +19,7 @@ from perfsuite.harness.protocol import emitter
 from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
 from perfsuite.measure.memory import freeze_what_exists
 from perfsuite.measure.stats import quantile
-from perfsuite.measure.timing import CacheFlusher, Timing
+from perfsuite.measure.timing import CacheFlusher, Sampling, Timing, sampling
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import Row
@@ -101,14 +101,14 @@ def measure_case(
         if interpreted and raw["dtype"] == "bf16":
             reason += f" ({INTERPRETER_BF16_NOTE})"
     peaks = step_memory(stepper, device)
-    samples = min(spec.samples, 3) if interpreted else spec.samples
+    how = sampling(spec.samples, spec.warmup, interpreted)
     flush = CacheFlusher(device)
-    stage(f"timing {samples} steps")
-    times = time_steps(stepper, device, samples, 0 if interpreted else spec.warmup, flush)
+    stage(f"timing {how.samples} steps")
+    times = time_steps(stepper, device, how, flush)
     # The same model without its loss, same protocol; its first call may compile.
-    warm = spec.warmup + method.compiles
+    warm = Sampling(how.samples, how.warmup + method.compiles, how.cpu_time)
     stage("timing the model without its loss")
-    trivial = time_fwd_bwd(model, trivial_of, ids, device, samples, warm, flush)
+    trivial = time_fwd_bwd(model, trivial_of, ids, device, warm, flush)
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
     gate = verdict.fields(compile_ms=first_ms)
     rows = case_rows(raw, method, status=status, reason=reason, **gate)

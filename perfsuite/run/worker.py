@@ -1,11 +1,9 @@
-"""One method's loss cells, measured inside a fresh process (``main([SPEC.json])``, started
-by the harness's ``python_worker``): each case's rows are appended to the spec's ``out``
-file as they are known, so that a crash loses only the case in flight."""
+"""One method's loss cells, measured inside a fresh process (``WORKER``, served by
+``perfsuite.harness.worker``): each case's rows are appended to the spec's ``out`` file
+as they are known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
-import gc
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -15,8 +13,7 @@ from typing import Any
 import torch
 
 from perfsuite.harness.pause import paused
-from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, failure, fill, limit_memory
+from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, Served, failure, fill, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
@@ -92,6 +89,7 @@ def first_calls(
 def run_case(
     spec: WorkerSpec,
     method: SimpleMethod,
+    index: int,
     raw: dict[str, Any],
     emit: Callable[[Row], None],
     stage: Callable[[str], None] = lambda text: None,
@@ -179,20 +177,6 @@ def run_case(
             done.add(row.phase)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         rest(*failure(err))
-    finally:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
-def main(argv: list[str]) -> int:
-    spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
-    method = get_method(spec.method)
-    freeze_what_exists()
-    if spec.memory_limit is not None:
-        limit_memory(spec.memory_limit)
-    with emitter(spec.out) as emit:
-        for i, raw in enumerate(spec.cases):
-            emit({"start": i})
-            run_case(spec, method, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
-    return 0
+WORKER = Served(WorkerSpec, run_case, holding(lambda spec: get_method(spec.method)))

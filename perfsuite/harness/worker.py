@@ -152,7 +152,8 @@ def serve(
     from perfsuite.measure.memory import freeze_what_exists
 
     spec = spec_type(**json.loads(Path(spec_path).read_text()))
-    with emitter(spec.out) as out, (session or _alone)(spec, out) as (state, emit):
+    session = session or holding(lambda spec: None)
+    with emitter(spec.out) as out, session(spec, out) as (state, emit):
         freeze_what_exists()  # and what the session imported
         limit = getattr(spec, "memory_limit", None)
         if limit is not None:
@@ -164,11 +165,6 @@ def serve(
             if torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
     return 0
-
-
-@contextmanager
-def _alone(spec: Any, emit: Emit) -> Iterator[tuple[None, Emit]]:
-    yield None, emit
 
 
 def holding(make: Callable[[Any], Any]) -> SessionFn:

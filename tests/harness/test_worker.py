@@ -35,14 +35,11 @@ def toy_session(spec: ToySpec, emit: Any) -> Iterator[tuple[str, Any]]:
 WORKER = Served(ToySpec, toy_case, toy_session)
 
 
-def _spec(tmp_path: Path, **fields: Any) -> tuple[Path, Path]:
+def test_serve_writes_each_case_after_its_start_line_and_a_silent_session_nothing(
+    tmp_path: Path,
+) -> None:
     out, spec = tmp_path / "out.jsonl", tmp_path / "spec.json"
-    spec.write_text(json.dumps({"out": str(out), "cases": [{"x": 1}, {"x": 5}], **fields}))
-    return spec, out
-
-
-def test_serve_writes_each_case_after_its_start_line(tmp_path: Path) -> None:
-    spec, out = _spec(tmp_path)
+    spec.write_text(json.dumps({"out": str(out), "cases": [{"x": 1}, {"x": 5}]}))
     assert serve(ToySpec, toy_case, str(spec), toy_session) == 0
     assert read_json_lines(out) == [
         {"model": "toy"},
@@ -53,9 +50,7 @@ def test_serve_writes_each_case_after_its_start_line(tmp_path: Path) -> None:
         {"stage": "measuring", "case": 1},
         {"row": 10, "index": 1, "state": "ready"},
     ]
-
-
-def test_main_serves_a_module_worker_and_a_silent_session_writes_nothing(tmp_path: Path) -> None:
-    spec, out = _spec(tmp_path, quiet=True)
-    assert main([__name__, str(spec)]) == 0
+    out.unlink()
+    spec.write_text(json.dumps({"out": str(out), "cases": [{"x": 1}], "quiet": True}))
+    assert main([__name__, str(spec)]) == 0  # as python_worker starts it: the WORKER
     assert read_json_lines(out) == [{"model": "toy"}]  # a rank but the first says nothing

@@ -188,16 +188,3 @@ def run(args: argparse.Namespace) -> int:
         document = sweep(config, known, console)
         report(config.out, document, console)
     return exit_status(document["rows"])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perfsuite.converge``: bad input as ``perfsuite converge`` prints it."""
-    from perfsuite.parser import BAD_INPUT, Parser, print_error
-
-    parser = Parser(prog="python -m perfsuite.converge", description=__doc__)
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except BAD_INPUT as err:
-        print_error(err)
-        return 2

@@ -511,9 +511,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,
 temperature.gpu,power.limit --format=csv || echo "no nvidia-smi"
 {py} - <<'EOF'
 import importlib.metadata as md, platform, torch
+from perfsuite.plan.registry import all_methods
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
-for name in ("triton", "liger-kernel", "cut-cross-entropy", "torchtune", "torchao",
-             "quack-kernels", "nvidia-cutlass-dsl"):
+# Every distribution a method declares (its provenance's), read from the declarations.
+for name in dict.fromkeys(d for m in all_methods().values() for d in m.distributions):
     try:
         print(name, md.version(name))
     except md.PackageNotFoundError:

@@ -65,6 +65,21 @@ METHODS = [
         caps=Capabilities(label_smoothing=False, softcap=False, logit_copies=(4.0, 4.0)),
         requires=("torchtune", "torchao"),
         distributions=("torchtune", "torchao"),
+        # torchtune's import pulls in datasets and what follows it.
+        pip=(
+            "torchtune==0.6.1",
+            "torchao==0.17.0",
+            "torchdata==0.11.0",
+            "datasets",
+            "kagglehub",
+            "kagglesdk",
+            "omegaconf",
+            "blobfile",
+            "pycryptodomex",
+            "dill==0.4.1",
+            "multiprocess",
+        ),  # fmt: skip
+        paper="torchtune_chunked_8",
         step=StepPatch(_patch, holds="chunks"),
     ),
 ]

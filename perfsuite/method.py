@@ -164,11 +164,41 @@ class StepPatch:
     requires: tuple[str, ...] = ()
 
 
+# The case's terms a library may lack: what asks for it, and the generic words for it.
+_ASKED: dict[str, tuple[Callable[[Case], bool], str]] = {
+    "label_smoothing": (lambda case: case.beta > 0, "no label smoothing"),
+    "softcap": (lambda case: case.softcap is not None, "no softcap"),
+    "z_loss": (lambda case: bool(case.z_loss), "no z-loss"),
+    "class_weights": (lambda case: case.class_weights, "no class weights"),
+}
+
+
+@dataclass(frozen=True)
+class AcrossRanks:
+    """How a method computes its loss across ranks (``run --tp``; perfsuite.tp_method):
+    ``build(case, c_shard, shard) -> loss_fn``, called on every rank. What differs there
+    from the method's own declaration is said here, not declared again: ``caps`` (fields
+    of its ``Capabilities`` replaced), ``requires``/``distributions`` (beyond the
+    method's), ``limits`` (the library's reason for a term it lacks), ``shard_check`` (a
+    layout it cannot compute exactly), ``extra_check`` (the library's own reason)."""
+
+    build: Callable[[Case, torch.Tensor, Any], LossFn]
+    description: str = ""
+    caps: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    distributions: tuple[str, ...] = ()
+    limits: dict[str, str] = field(default_factory=dict)
+    shard_check: Callable[[Case, Any], str | None] | None = None
+    extra_check: Callable[[str], str | None] | None = None
+
+
 @dataclass
 class SimpleMethod:
     """A method's one declaration: its loss builder (``build``; None for a method measured
-    only across ranks), capabilities, and what it supports in the other kinds (``tp``,
-    ``step``); docs/development.md, "Add a method (one file)"."""
+    only across ranks), capabilities, and its other kinds as hooks on it (``tp``,
+    ``step``); docs/development.md, "Add a method (one file)". ``limits`` maps a
+    Capabilities term it lacks (label_smoothing, softcap, z_loss, class_weights) to the
+    library's own reason, so a result says more than "no z-loss"."""
 
     name: str
     description: str
@@ -177,18 +207,35 @@ class SimpleMethod:
     requires: tuple[str, ...] = ()
     # Distributions whose versions belong in the results' provenance.
     distributions: tuple[str, ...] = ()
+    # The pip requirements as tested, pinned: the lent GPU's wheels (.ci/gpu-wheels).
+    pip: tuple[str, ...] = ()
+    # Its row's name in the paper's table (render/paper_compare.py), if it has one.
+    paper: str | None = None
     # False: a row only when asked for by name (the fp32 reference, ablations).
     timed_by_default: bool = True
     extra_check: Callable[[str], str | None] | None = None
     # A variant that always adds these terms (the worker applies them to each case).
     terms: LossTerms | None = None
-    tp: Any = None  # perfsuite.tp_method.ParallelMethod: the loss across ranks
+    tp: AcrossRanks | None = None
     step: StepPatch | None = None
     compiles: bool = False
+    limits: dict[str, str] = field(default_factory=dict)
 
-    def across_ranks(self) -> Any:
-        """The declaration ``run --tp`` measures (a ``ParallelMethod``), or None."""
-        return self.tp
+    def across_ranks(self) -> SimpleMethod | None:
+        """This method as ``run --tp`` measures it (its ``tp`` hook's differences
+        applied), or None where it declares no ``tp``."""
+        tp = self.tp
+        if tp is None:
+            return None
+        return replace(
+            self,
+            description=tp.description or self.description,
+            caps=replace(self.caps, **tp.caps),
+            requires=tuple(dict.fromkeys(self.requires + tp.requires)),
+            distributions=tuple(dict.fromkeys(self.distributions + tp.distributions)),
+            limits={**self.limits, **tp.limits},
+            extra_check=tp.extra_check or self.extra_check,
+        )
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -222,6 +269,10 @@ class SimpleMethod:
     def unsupported_reason(self, case: Case) -> str | None:
         """``None`` if the method computes ``case`` exactly as asked, else why not."""
         caps = self.caps
+        for term, why in self.limits.items():
+            asked, words = _ASKED[term]
+            if asked(case) and not getattr(caps, term):
+                return f"{words}: {why}"
         if case.beta > 0 and not caps.label_smoothing:
             return f"no label smoothing (asked beta={case.beta:g})"
         if case.softcap is not None and not caps.softcap:
@@ -243,3 +294,18 @@ class SimpleMethod:
             raise Unsupported(reason)
         assert self.build is not None
         return self.build(case, c)
+
+    def unsupported_at(self, case: Case, shard: Any) -> str | None:
+        """Why this method cannot compute ``case`` on this layout across ranks, or None."""
+        reason = self.lacks("tp") or self.unsupported_reason(case)
+        if reason is None and self.tp is not None and self.tp.shard_check is not None:
+            reason = self.tp.shard_check(case, shard)
+        return reason
+
+    def prepare_tp(self, case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
+        """Untimed set-up on every rank (``tp_method.Shard``); returns the rank's loss."""
+        reason = self.unsupported_at(case, shard)
+        if reason is not None:
+            raise Unsupported(reason)
+        assert self.tp is not None
+        return self.tp.build(case, c_shard, shard)

@@ -25,7 +25,11 @@ IMPORT_NAMES = {"megatron-core": "megatron", "pycryptodomex": "Cryptodome"}
 
 
 def _names(bash_array: str) -> set[str]:
+    """The names in the script's array; PEERS's ``$DECLARED``: the methods' ``pip``."""
+    from perfsuite.plan.registry import pip_requirements
+
     body = re.search(rf"^{bash_array}=\(([^)]*)\)", SCRIPT, re.M | re.S).group(1)
+    body = body.replace("$DECLARED", " ".join(pip_requirements()))
     return {re.split(r"[=<>]", word)[0].lower() for word in body.split()}
 
 
@@ -46,6 +50,13 @@ def test_every_declared_dependency_is_on_the_image_or_among_the_wheels() -> None
     image, core, peers = _names("IMAGE"), _names("CORE"), _names("PEERS")
     assert not image & (core | peers) and not core & peers
     assert declared - image - core - peers == set()
+    # And every method's own library (its first ``pip``; the rest are what it pulls in)
+    # is one of pyproject's extras.
+    from perfsuite.plan.registry import all_methods
+
+    own = {_requirement(m.pip[0]) for m in all_methods().values() if m.pip}
+    extras = {_requirement(s) for e in project["optional-dependencies"].values() for s in e}
+    assert own and own <= extras, own - extras
 
 
 def test_core_dependencies_the_image_lacks_are_core_wheels() -> None:

@@ -15,12 +15,12 @@ if TYPE_CHECKING:  # perfsuite.method imports torch: loaded when methods are ask
     # so a command that renders rows (report, plot) parses its arguments without it
     from perfsuite.method import SimpleMethod
 
-# Table order; tp_torch and tp_megatron declare the methods measured only across ranks.
+# Table order; torch_parallel and megatron declare methods measured only across ranks.
 ADAPTER_MODULES = (
     "perfsuite.baselines.torch_methods",
-    "perfsuite.baselines.tp_torch",
+    "perfsuite.baselines.torch_parallel",
     "perfsuite.baselines.ours",
-    "perfsuite.baselines.tp_megatron",
+    "perfsuite.baselines.megatron",
     "perfsuite.baselines.liger",
     "perfsuite.baselines.cce",
     "perfsuite.baselines.torchtune",
@@ -68,9 +68,6 @@ def all_methods() -> dict[str, SimpleMethod]:
             raise ValueError(f"{where}: {method!r} is not a perfsuite.method.SimpleMethod")
         if method.name in methods:
             raise ValueError(f"method {method.name!r} registered twice ({where})")
-        tp = method.across_ranks()
-        if tp is not None and tp.name != method.name:
-            raise ValueError(f"{where}: {method.name!r} declares its tp as {tp.name!r}")
         methods[method.name] = method
     return methods
 
@@ -96,3 +93,22 @@ def get_method(name: str) -> SimpleMethod:
     if name not in methods:
         raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}")
     return methods[name]
+
+
+def pip_requirements() -> list[str]:
+    """Every method's pinned pip requirements, once each, in table order: the peer
+    wheels the lent GPU's image lacks (.ci/gpu-wheels reads them here)."""
+    return list(dict.fromkeys(r for m in all_methods().values() for r in m.pip))
+
+
+def paper_names() -> dict[str, str]:
+    """The paper's method name -> the method declared as it (render/paper_compare.py)."""
+    return {m.paper: name for name, m in all_methods().items() if m.paper}
+
+
+def triton_packages() -> list[str]:
+    """The import names of the packages whose Triton kernels the peers run (their
+    ``requires`` where ``caps.triton``; ours and triton itself aside)."""
+    methods = all_methods().values()
+    found = (r for m in methods if m.caps.triton for r in m.requires)
+    return [r for r in dict.fromkeys(found) if r != "triton" and not r.startswith("perfsuite")]

@@ -1,7 +1,7 @@
 """Multi-rank methods that misbehave on purpose (PERFSUITE_PLUGINS), so every way a
 TP cell can end is provoked by a test: a rank that raises, a rank that is killed, a
 rank that never reaches the collective its peers wait in, a wrong shard. Each is a
-``ParallelMethod`` in ``METHODS``: a method measured only across ranks."""
+method measured only across ranks (a ``tp`` hook, no ``build``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from perfsuite.method import Capabilities, Case, LossFn
-from perfsuite.tp_method import ParallelMethod, Shard
+from perfsuite.method import AcrossRanks, Capabilities, Case, LossFn, SimpleMethod
+from perfsuite.tp_method import Shard
 
 
 class _Gather(torch.autograd.Function):
@@ -68,12 +68,12 @@ def _gathered(misbehave: str = ""):
     return build
 
 
-def _method(name: str, misbehave: str = "") -> ParallelMethod:
-    return ParallelMethod(
+def _method(name: str, misbehave: str = "") -> SimpleMethod:
+    return SimpleMethod(
         name=name,
         description=f"all-gathered logits, {misbehave or 'exact'}",
         caps=Capabilities(label_smoothing=True),
-        build_tp=_gathered(misbehave),
+        tp=AcrossRanks(_gathered(misbehave)),
     )
 
 

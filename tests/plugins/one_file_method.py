@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.baselines.tp_torch import TP_EAGER
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch
-from perfsuite.tp_method import ParallelMethod
+from perfsuite.baselines.torch_methods import EAGER, eager_loss
+from perfsuite.method import AcrossRanks, Capabilities, Case, LossFn, SimpleMethod, StepPatch
 
 
 def build(case: Case, c: torch.Tensor) -> LossFn:
@@ -37,7 +35,7 @@ METHODS = [
         build=build,
         caps=CAPS,
         # Across ranks (``run --tp``): eager's all-gathered shard logits.
-        tp=ParallelMethod("one-file", "eager across ranks", caps=CAPS, build_tp=TP_EAGER.build_tp),
+        tp=AcrossRanks(EAGER.tp.build, "eager across ranks"),
         step=StepPatch(patch, holds="logits"),
     ),
 ]

@@ -31,6 +31,7 @@ from perfsuite.method import (
     AcrossRanks,
     Capabilities,
     Case,
+    Holds,
     LossFn,
     SimpleMethod,
     StepPatch,
@@ -213,7 +214,7 @@ CAPS = Capabilities(
     # cce_backward_kernel asserts bf16/fp16 embeddings.
     dtypes=frozenset({"bf16", "fp16"}),
     triton=True,
-    materializes_logits=False,
+    holds=Holds("none"),
 )
 
 

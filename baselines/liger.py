@@ -23,6 +23,7 @@ from perfsuite.method import (
     AcrossRanks,
     Capabilities,
     Case,
+    Holds,
     LossFn,
     SimpleMethod,
     StepPatch,
@@ -152,7 +153,7 @@ _TP = AcrossRanks(
     "Liger LigerVocabParallelCrossEntropy on the shard logits (Triton kernels, fp32 exp "
     "buffer, PyTorch smoothing over the global vocabulary)",
     # The shard logits are torch's (softcap too), the backward a separate call.
-    caps=dict(grads_in_forward=False, materializes_logits=True, softcap_off_cpu=None),
+    caps=dict(grads_in_forward=False, holds=Holds(), softcap_off_cpu=None),
     requires=("triton",),
     distributions=("torch",),
     limits={
@@ -169,7 +170,7 @@ CAPS = Capabilities(
     softcap=True,
     grads_in_forward=True,
     triton=True,
-    materializes_logits=False,
+    holds=Holds("fused"),
     # One Triton program per token row: ~5x ours per call under the interpreter.
     interpreter_cost=5.0,
     softcap_off_cpu=SOFTCAP_CPU_REASON,
@@ -187,7 +188,7 @@ METHODS = [
         pip=PIP,
         paper="liger",
         tp=_TP,
-        step=StepPatch(_patch, holds="fused"),
+        step=StepPatch(_patch),
     ),
     SimpleMethod(
         name="liger-fp32acc",

@@ -16,6 +16,7 @@ from perfsuite.method import (
     AcrossRanks,
     Capabilities,
     Case,
+    Holds,
     LossFn,
     LossTerms,
     SimpleMethod,
@@ -68,7 +69,7 @@ def _caps(fused: bool, triton_only: bool, devices: frozenset[str], tiles: bool) 
         class_weights=not tiles,
         # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
         triton=triton_only,
-        materializes_logits=False,
+        holds=Holds("none"),
         grads_in_forward=fused,
     )
 

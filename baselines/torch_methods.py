@@ -16,6 +16,7 @@ from perfsuite.method import (
     AcrossRanks,
     Capabilities,
     Case,
+    Holds,
     LossFn,
     SimpleMethod,
     StepPatch,
@@ -207,7 +208,7 @@ EAGER = SimpleMethod(
         "shard logits in the input dtype all-gathered to N x V, then eager's "
         "F.cross_entropy (the naive baseline)",
     ),
-    step=StepPatch(_patch_eager, holds="logits"),
+    step=StepPatch(_patch_eager),
 )
 
 METHODS = [
@@ -225,11 +226,11 @@ METHODS = [
         description="eager under torch.compile (compiled before timing; a step compiles "
         "the whole model and its loss on the first step, measured once: compile_ms)",
         build=_build_compiled,
-        caps=Capabilities(**FULL, logit_copies=(2.0, 4.0)),
+        caps=Capabilities(**FULL, holds=Holds("compiled", (2.0, 4.0))),
         distributions=("torch",),
         compiles=True,
         paper="torch_compile",
-        step=StepPatch(_patch_compiled, holds="compiled"),
+        step=StepPatch(_patch_compiled),
     ),
     SimpleMethod(
         name="torch-native",
@@ -240,7 +241,7 @@ METHODS = [
             label_smoothing=True,
             softcap=False,
             grads_in_forward=True,
-            materializes_logits=False,
+            holds=Holds("none"),
             smoothing_falls_back=True,
         ),
         distributions=("torch",),

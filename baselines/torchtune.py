@@ -17,7 +17,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
+from perfsuite.method import (
+    Capabilities,
+    Case,
+    Holds,
+    LossFn,
+    SimpleMethod,
+    StepPatch,
+    Unavailable,
+)
 
 NUM_OUTPUT_CHUNKS = 8
 
@@ -62,7 +70,7 @@ METHODS = [
         "output projection (as TransformerDecoder.chunked_output) + per-chunk fp32 CE, eager",
         build=_build_chunked,
         # Every chunk's logits stay alive: about eager's copies, softcap or not.
-        caps=Capabilities(label_smoothing=False, softcap=False, logit_copies=(4.0, 4.0)),
+        caps=Capabilities(label_smoothing=False, softcap=False, holds=Holds("chunks", (4.0, 4.0))),
         requires=("torchtune", "torchao"),
         distributions=("torchtune", "torchao"),
         # torchtune's import pulls in datasets and what follows it.
@@ -80,6 +88,6 @@ METHODS = [
             "multiprocess",
         ),  # fmt: skip
         paper="torchtune_chunked_8",
-        step=StepPatch(_patch, holds="chunks"),
+        step=StepPatch(_patch),
     ),
 ]

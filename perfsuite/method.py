@@ -79,6 +79,33 @@ class LossTerms:
         return replace(case, z_loss=self.z_loss, class_weights=self.class_weights)
 
 
+# What a loss holds at its peak, beyond its inputs and their gradients: every N x V
+# logit whole ("logits"; "compiled": fused by the compiler; "chunks": every chunk's logits
+# kept), token chunks of them ("fused"), or none ("none": the slices or tiles of ours, CCE).
+HOLDS = ("logits", "compiled", "chunks", "fused", "none")
+
+
+@dataclass(frozen=True)
+class Holds:
+    """A method's one memory declaration, which every estimator reads: the loss's
+    (``plan.memory_model``: ``copies`` of the N x V logits in the input dtype, (without,
+    with) softcap, where it holds them whole) and the training step's
+    (``step.estimate``, by ``kind``). Eager's: 4 and 7 copies (paper's Gemma2-2B
+    table: eager 28 GB ≈ 7 copies); the correctness gate's eager pass holds the same."""
+
+    kind: str = "logits"
+    copies: tuple[float, float] = (4.0, 7.0)
+
+    def __post_init__(self) -> None:
+        if self.kind not in HOLDS:
+            raise ValueError(f"Holds kind {self.kind!r}: one of {', '.join(HOLDS)}")
+
+    @property
+    def whole_logits(self) -> bool:
+        """Whether the N x V logits are held whole (the memory ours avoids)."""
+        return self.kind in ("logits", "compiled", "chunks")
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a method supports; the runner checks a case against it before running."""
@@ -93,10 +120,8 @@ class Capabilities:
     # Triton kernels: on CPU they run under TRITON_INTERPRET=1, so their
     # timings there say nothing about GPU speed.
     triton: bool = False
-    # Holds the N x V logits (the memory the in-house kernel avoids): ``logit_copies`` at its
-    # peak, (without, with) softcap (paper's Gemma2-2B table: eager 28 GB ≈ 7 copies).
-    materializes_logits: bool = True
-    logit_copies: tuple[float, float] = (4.0, 7.0)
+    # What it holds at its peak (``Holds``): eager's N x V logits unless said otherwise.
+    holds: Holds = Holds()
     # At beta > 0 a plain materialised path runs instead (torch's chunked
     # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
     smoothing_falls_back: bool = False
@@ -156,11 +181,10 @@ def package_version(dist: str) -> str | None:
 @dataclass(frozen=True)
 class StepPatch:
     """How a method trains a transformers model in ``perfsuite step``: ``patch(model, preset,
-    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's;
-    ``holds``: what the loss keeps at its peak (``perfsuite.step.estimate``)."""
+    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's (what
+    it holds is its ``caps.holds``, as for every kind)."""
 
     patch: Callable[[Any, Any, float], Callable[[torch.Tensor], torch.Tensor]]
-    holds: str = "none"
     requires: tuple[str, ...] = ()
 
 

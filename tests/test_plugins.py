@@ -57,15 +57,15 @@ def test_one_declaration_serves_every_kind(one_file):
 
 
 def test_memory_and_compilation_are_declared_not_named():
-    from perfsuite.method import Capabilities
+    from perfsuite.method import Capabilities, Holds
     from perfsuite.plan.memory_model import predicted_peak
 
     methods = all_methods()
     assert methods["torch-compile"].compiles and not methods["eager"].compiles
-    assert methods["torch-compile"].caps.logit_copies == (2.0, 4.0)
+    assert methods["torch-compile"].caps.holds == Holds("compiled", (2.0, 4.0))
     size = (4096, 65536, 1024, "bf16")
     eager = predicted_peak(methods["eager"].caps, *size, softcap=True)
-    held = predicted_peak(Capabilities(logit_copies=(10.0, 12.0)), *size, softcap=True)
+    held = predicted_peak(Capabilities(holds=Holds(copies=(10.0, 12.0))), *size, softcap=True)
     assert "gate" in eager[1] and "~12 copies" in held[1] and held[0] > eager[0]
     # Liger's softcap needs CUDA: its declaration says so, for run and step alike.
     case = Case(64, 64, 64, "fp32", softcap=30.0, device="cpu")

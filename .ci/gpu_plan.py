@@ -513,8 +513,8 @@ temperature.gpu,power.limit --format=csv || echo "no nvidia-smi"
 import importlib.metadata as md, platform, torch
 from perfsuite.plan.registry import all_methods
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
-# Every distribution a method declares (its provenance's), read from the declarations.
-for name in dict.fromkeys(d for m in all_methods().values() for d in m.distributions):
+# triton, and every distribution a method declares (its provenance's).
+for name in dict.fromkeys(["triton", *(d for m in all_methods().values() for d in m.distributions)]):
     try:
         print(name, md.version(name))
     except md.PackageNotFoundError:

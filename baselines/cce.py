@@ -26,18 +26,7 @@ from typing import Any
 import torch
 
 from perfsuite import method as _method
-from perfsuite.method import (
-    DTYPES,
-    AcrossRanks,
-    Capabilities,
-    Case,
-    Holds,
-    LossFn,
-    SimpleMethod,
-    StepPatch,
-    Unavailable,
-    Unsupported,
-)
+from perfsuite.method import DTYPES, Case, Holds, LossFn, SimpleMethod, Unavailable, Unsupported
 
 CPU_REASON = (
     "needs CUDA: CCE's Triton kernels do not run under the Triton interpreter "
@@ -206,7 +195,7 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
-CAPS = Capabilities(
+CAPS = _method.Capabilities(
     label_smoothing=False,
     softcap=True,
     devices=frozenset({"cuda"}),
@@ -227,13 +216,12 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
     return lambda ids: model(input_ids=ids, labels=ids).loss
 
 
-_TP = AcrossRanks(
+_TP = _method.AcrossRanks(
     _build_tp,
     "Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions (LSE and target "
     "logit all-reduced; filtered backward, fp32 dE all-reduce)",
     # Its z-loss from the returned LSE; fp32 refused in build where its triton is too old.
     caps=dict(z_loss=True, dtypes=frozenset(DTYPES)),
-    distributions=("torch",),
     extra_check=_vp_check,
     limits={
         "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
@@ -244,7 +232,7 @@ _TP = AcrossRanks(
 _COMMON: dict[str, Any] = dict(
     caps=CAPS,
     requires=("cut_cross_entropy",),
-    distributions=("cut-cross-entropy", "triton"),
+    distributions=("cut-cross-entropy",),
     pip=("cut-cross-entropy==25.1.1",),
 )
 
@@ -256,7 +244,7 @@ METHODS = [
         build=_builder(),
         paper="cce",
         tp=_TP,
-        step=StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
+        step=_method.StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
         **_COMMON,
     ),
     SimpleMethod(

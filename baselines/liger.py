@@ -18,17 +18,9 @@ from typing import Any
 
 import torch
 
+from perfsuite import method as _method
 from perfsuite.baselines.torch_methods import softcapped
-from perfsuite.method import (
-    AcrossRanks,
-    Capabilities,
-    Case,
-    Holds,
-    LossFn,
-    SimpleMethod,
-    StepPatch,
-    Unavailable,
-)
+from perfsuite.method import AcrossRanks, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
 from perfsuite.tp_method import equal_shards_only, sum_grad_over
 
 SOFTCAP_CPU_REASON = (
@@ -154,8 +146,6 @@ _TP = AcrossRanks(
     "buffer, PyTorch smoothing over the global vocabulary)",
     # The shard logits are torch's (softcap too), the backward a separate call.
     caps=dict(grads_in_forward=False, holds=Holds(), softcap_off_cpu=None),
-    requires=("triton",),
-    distributions=("torch",),
     limits={
         "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
         "its single-device CE's only)",
@@ -165,7 +155,7 @@ _TP = AcrossRanks(
 )
 
 PIP = ("liger-kernel==0.8.5",)
-CAPS = Capabilities(
+CAPS = _method.Capabilities(
     label_smoothing=True,
     softcap=True,
     grads_in_forward=True,
@@ -183,8 +173,8 @@ METHODS = [
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
         build=_make_build(accum_fp32=False),
         caps=CAPS,
-        requires=("liger_kernel",),
-        distributions=("liger-kernel", "triton"),
+        requires=("liger_kernel", "triton"),
+        distributions=("liger-kernel",),
         pip=PIP,
         paper="liger",
         tp=_TP,
@@ -197,7 +187,7 @@ METHODS = [
         build=_make_build(accum_fp32=True),
         caps=CAPS,
         requires=("liger_kernel",),
-        distributions=("liger-kernel", "triton"),
+        distributions=("liger-kernel",),
         pip=PIP,
     ),
 ]

@@ -10,16 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from perfsuite import method as _method
 from perfsuite.baselines.torch_methods import softcapped
-from perfsuite.method import (
-    AcrossRanks,
-    Capabilities,
-    Case,
-    LossFn,
-    SimpleMethod,
-    Unavailable,
-    Unsupported,
-)
+from perfsuite.method import AcrossRanks, Capabilities, Case, LossFn, SimpleMethod, Unavailable
 from perfsuite.tp_method import Shard, equal_shards_only
 
 UNEVEN_REASON = (
@@ -36,7 +29,7 @@ def _init_parallel_state(shard: Shard) -> None:
 
     world = dist.get_world_size()
     if dist.get_world_size(shard.group) != world:
-        raise Unsupported(
+        raise _method.Unsupported(
             f"parallel_state builds its TP group over the default world ({world} ranks), "
             f"not over a {shard.world}-rank subgroup"
         )
@@ -79,7 +72,7 @@ METHODS = [  # measured only across ranks
         "shard logits (fp32 upcast; ignored rows masked by the adapter)",
         caps=Capabilities(softcap=True),
         requires=("megatron",),
-        distributions=("megatron-core", "torch"),
+        distributions=("megatron-core",),
         pip=("megatron-core==0.16.1",),
         tp=AcrossRanks(_build, shard_check=equal_shards_only(UNEVEN_REASON)),
         limits={

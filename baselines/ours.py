@@ -12,16 +12,7 @@ from typing import Any
 import torch
 
 from perfsuite import method as _method
-from perfsuite.method import (
-    AcrossRanks,
-    Capabilities,
-    Case,
-    Holds,
-    LossFn,
-    LossTerms,
-    SimpleMethod,
-    StepPatch,
-)
+from perfsuite.method import AcrossRanks, Capabilities, Case, Holds, LossFn, LossTerms, SimpleMethod
 
 
 def _builder(tiles: bool = False, **options: Any):
@@ -106,7 +97,7 @@ _TP = AcrossRanks(
     "our kernel with vocab_parallel: per-row statistics all-reduced, exact slice backward, "
     "fp32 dE summed across ranks",
 )
-_KINDS = dict(tp=_TP, step=StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
+_KINDS = dict(tp=_TP, step=_method.StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
 # PaLM's coefficient, and the variants' fixed training terms (method.LossTerms).
 Z_LOSS = 1e-4
 _TERMS = {
@@ -184,7 +175,6 @@ METHODS = [
         build=_builder(**options),
         caps=_caps(fused, triton_only, devices, tiles=bool(options.get("tiles"))),
         requires=("triton",),
-        distributions=("triton", "torch"),
         terms=_TERMS.get(name),
         paper=_PAPER.get(name),
         # The paper's table has one row of ours; every variant is an ablation, by name.

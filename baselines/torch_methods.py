@@ -12,16 +12,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from perfsuite.method import (
-    AcrossRanks,
-    Capabilities,
-    Case,
-    Holds,
-    LossFn,
-    SimpleMethod,
-    StepPatch,
-    class_weights,
-)
+from perfsuite import method as _method
+from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, class_weights
 from perfsuite.tp_method import Shard, check_layout, shard_ranges, sum_grad_over
 
 # Every option: on materialised logits each training term is a line of torch.
@@ -195,20 +187,32 @@ def _build_eager_tp(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     return loss_fn
 
 
+def _build_reordered(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        half = e.shape[0] // 2
+        args = (case.beta, case.ignore_index, "sum")
+        total = sum(
+            cross_entropy_terms(e[h] @ c.T, targets[h], *args, z_loss=case.z_loss)
+            for h in (slice(0, half), slice(half, None))
+        )
+        return total / (targets != case.ignore_index).sum()
+
+    return loss_fn
+
+
 # Its loss is the gate's torch error in bf16/fp16 (its memory counts in ``gate_bytes``).
 EAGER = SimpleMethod(
     name="eager",
     description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
     build=_case_builder(eager_loss),
     caps=Capabilities(**FULL),
-    distributions=("torch",),
     paper="torch_eager",
-    tp=AcrossRanks(
+    tp=_method.AcrossRanks(
         _build_eager_tp,
         "shard logits in the input dtype all-gathered to N x V, then eager's "
         "F.cross_entropy (the naive baseline)",
     ),
-    step=StepPatch(_patch_eager),
+    step=_method.StepPatch(_patch_eager),
 )
 
 METHODS = [
@@ -217,20 +221,26 @@ METHODS = [
         description="fp32 materialised logits + F.cross_entropy (the yardstick)",
         build=_case_builder(reference_loss),
         caps=Capabilities(**FULL),
-        distributions=("torch",),
         timed_by_default=False,
     ),
     EAGER,
+    SimpleMethod(
+        name="eager-reordered",
+        description="eager with the loss summed over two halves of the tokens (another "
+        "rounding: converge's yardstick of eager's own noise in fp32)",
+        build=_build_reordered,
+        caps=Capabilities(label_smoothing=True, z_loss=True),
+        timed_by_default=False,
+    ),
     SimpleMethod(
         name="torch-compile",
         description="eager under torch.compile (compiled before timing; a step compiles "
         "the whole model and its loss on the first step, measured once: compile_ms)",
         build=_build_compiled,
         caps=Capabilities(**FULL, holds=Holds("compiled", (2.0, 4.0))),
-        distributions=("torch",),
         compiles=True,
         paper="torch_compile",
-        step=StepPatch(_patch_compiled),
+        step=_method.StepPatch(_patch_compiled),
     ),
     SimpleMethod(
         name="torch-native",
@@ -244,7 +254,6 @@ METHODS = [
             holds=Holds("none"),
             smoothing_falls_back=True,
         ),
-        distributions=("torch",),
         extra_check=_native_check,
     ),
 ]

@@ -87,7 +87,6 @@ METHODS = [
         description="torch.distributed.tensor.parallel.loss_parallel(): F.cross_entropy on "
         "DTensor logits Shard(1) over a 1-D DeviceMesh",
         caps=Capabilities(softcap=True),
-        distributions=("torch",),
         tp=AcrossRanks(_build_loss_parallel),
         limits={
             "label_smoothing": "loss_parallel() does not support it (torch's docstring; "

@@ -17,15 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import (
-    Capabilities,
-    Case,
-    Holds,
-    LossFn,
-    SimpleMethod,
-    StepPatch,
-    Unavailable,
-)
+from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
 
 NUM_OUTPUT_CHUNKS = 8
 

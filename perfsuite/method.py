@@ -188,12 +188,12 @@ class StepPatch:
     requires: tuple[str, ...] = ()
 
 
-# The case's terms a library may lack: what asks for it, and the generic words for it.
-_ASKED: dict[str, tuple[Callable[[Case], bool], str]] = {
-    "label_smoothing": (lambda case: case.beta > 0, "no label smoothing"),
-    "softcap": (lambda case: case.softcap is not None, "no softcap"),
-    "z_loss": (lambda case: bool(case.z_loss), "no z-loss"),
-    "class_weights": (lambda case: case.class_weights, "no class weights"),
+# The terms a case may ask for and a method may lack: what asks for one, and its words.
+_ASKED: dict[str, tuple[Callable[[Case], bool], Callable[[Case], str]]] = {
+    "label_smoothing": (lambda c: c.beta > 0, lambda c: f"asked beta={c.beta:g}"),
+    "softcap": (lambda c: c.softcap is not None, lambda c: f"asked softcap={c.softcap:g}"),
+    "z_loss": (lambda c: bool(c.z_loss), lambda c: f"asked z_loss={c.z_loss:g}"),
+    "class_weights": (lambda c: c.class_weights, lambda c: ""),
 }
 
 
@@ -202,15 +202,13 @@ class AcrossRanks:
     """How a method computes its loss across ranks (``run --tp``; perfsuite.tp_method):
     ``build(case, c_shard, shard) -> loss_fn``, called on every rank. What differs there
     from the method's own declaration is said here, not declared again: ``caps`` (fields
-    of its ``Capabilities`` replaced), ``requires``/``distributions`` (beyond the
-    method's), ``limits`` (the library's reason for a term it lacks), ``shard_check`` (a
-    layout it cannot compute exactly), ``extra_check`` (the library's own reason)."""
+    of its ``Capabilities`` replaced), ``limits`` (the library's reason for a term it
+    lacks), ``shard_check`` (a layout it cannot compute exactly), ``extra_check`` (the
+    library's own reason)."""
 
     build: Callable[[Case, torch.Tensor, Any], LossFn]
     description: str = ""
     caps: dict[str, Any] = field(default_factory=dict)
-    requires: tuple[str, ...] = ()
-    distributions: tuple[str, ...] = ()
     limits: dict[str, str] = field(default_factory=dict)
     shard_check: Callable[[Case, Any], str | None] | None = None
     extra_check: Callable[[str], str | None] | None = None
@@ -229,7 +227,8 @@ class SimpleMethod:
     build: Callable[[Case, torch.Tensor], LossFn] | None = None
     caps: Capabilities = field(default_factory=Capabilities)
     requires: tuple[str, ...] = ()
-    # Distributions whose versions belong in the results' provenance.
+    # Distributions whose versions belong in the results' provenance (beyond its core:
+    # results.provenance.CORE_DISTRIBUTIONS, torch and triton among them).
     distributions: tuple[str, ...] = ()
     # The pip requirements as tested, pinned: the lent GPU's wheels (.ci/gpu-wheels).
     pip: tuple[str, ...] = ()
@@ -255,8 +254,6 @@ class SimpleMethod:
             self,
             description=tp.description or self.description,
             caps=replace(self.caps, **tp.caps),
-            requires=tuple(dict.fromkeys(self.requires + tp.requires)),
-            distributions=tuple(dict.fromkeys(self.distributions + tp.distributions)),
             limits={**self.limits, **tp.limits},
             extra_check=tp.extra_check or self.extra_check,
         )
@@ -293,22 +290,15 @@ class SimpleMethod:
     def unsupported_reason(self, case: Case) -> str | None:
         """``None`` if the method computes ``case`` exactly as asked, else why not."""
         caps = self.caps
-        for term, why in self.limits.items():
-            asked, words = _ASKED[term]
+        for term, (asked, words) in _ASKED.items():
             if asked(case) and not getattr(caps, term):
-                return f"{words}: {why}"
-        if case.beta > 0 and not caps.label_smoothing:
-            return f"no label smoothing (asked beta={case.beta:g})"
-        if case.softcap is not None and not caps.softcap:
-            return f"no softcap (asked softcap={case.softcap:g})"
+                name, said = term.replace("_", " ").replace("z ", "z-"), words(case)
+                why = f": {self.limits[term]}" if term in self.limits else said and f" ({said})"
+                return f"no {name}{why}"
         if case.softcap is not None and case.device == "cpu" and caps.softcap_off_cpu:
             return caps.softcap_off_cpu
         if case.dtype not in caps.dtypes:
             return f"no {case.dtype} support"
-        if case.z_loss and not caps.z_loss:
-            return f"no z-loss (asked z_loss={case.z_loss:g})"
-        if case.class_weights and not caps.class_weights:
-            return "no class weights"
         return None
 
     def prepare(self, case: Case, c: torch.Tensor) -> LossFn:

@@ -56,6 +56,15 @@ def test_one_declaration_serves_every_kind(one_file):
     assert "declares no loss" in (megatron.lacks("loss") or "")
 
 
+def test_a_file_in_the_tree_is_a_method(tmp_path, monkeypatch):
+    """The registry reads every module of perfsuite.baselines: no list to edit."""
+    from perfsuite import baselines
+
+    (tmp_path / "throwaway.py").write_text(PLUGIN.read_text().replace("one-file", "in-tree"))
+    monkeypatch.setattr(baselines, "__path__", [*baselines.__path__, str(tmp_path)])
+    assert get_method("in-tree").kinds == ("loss", "tp", "step", "train")
+
+
 def test_memory_and_compilation_are_declared_not_named():
     from perfsuite.method import Capabilities, Holds
     from perfsuite.plan.memory_model import predicted_peak
@@ -121,14 +130,14 @@ QUICK = ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "0", "--timeout", 
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("tp", [[], ["--tp", "1"]], ids=["run", "run-tp"])
+@pytest.mark.parametrize("tp", [[], ["--tp", "2"]], ids=["run", "run-tp"])
 def test_run_measures_the_plugin(one_file, tmp_path, tp):
     out = tmp_path / "run.json"
     code, printed = cli("run", *SMALL, *QUICK, *tp, "--methods", NAME, "--out", str(out))
     assert code == 0, printed
     rows = load_results(out)["rows"]
     assert rows and {(r["method"], r["status"]) for r in rows} == {(NAME, "ok")}
-    assert all(r.get("tp") == (1 if tp else None) for r in rows)
+    assert all(r.get("tp") == (2 if tp else None) for r in rows)  # 2 gloo ranks, V uneven
 
 
 @pytest.mark.integration

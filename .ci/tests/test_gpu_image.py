@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.plan.registry import all_methods, pip_requirements
+
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +28,6 @@ IMPORT_NAMES = {"megatron-core": "megatron", "pycryptodomex": "Cryptodome"}
 
 def _names(bash_array: str) -> set[str]:
     """The names in the script's array; PEERS's ``$DECLARED``: the methods' ``pip``."""
-    from perfsuite.plan.registry import pip_requirements
-
     body = re.search(rf"^{bash_array}=\(([^)]*)\)", SCRIPT, re.M | re.S).group(1)
     body = body.replace("$DECLARED", " ".join(pip_requirements()))
     return {re.split(r"[=<>]", word)[0].lower() for word in body.split()}
@@ -50,13 +50,9 @@ def test_every_declared_dependency_is_on_the_image_or_among_the_wheels() -> None
     image, core, peers = _names("IMAGE"), _names("CORE"), _names("PEERS")
     assert not image & (core | peers) and not core & peers
     assert declared - image - core - peers == set()
-    # And every method's own library (its first ``pip``; the rest are what it pulls in)
-    # is one of pyproject's extras.
-    from perfsuite.plan.registry import all_methods
-
+    # Every method's own library (its first ``pip``) is among pyproject's extras too.
     own = {_requirement(m.pip[0]) for m in all_methods().values() if m.pip}
-    extras = {_requirement(s) for e in project["optional-dependencies"].values() for s in e}
-    assert own and own <= extras, own - extras
+    assert own and own <= declared, own - declared
 
 
 def test_core_dependencies_the_image_lacks_are_core_wheels() -> None:

@@ -1,4 +1,6 @@
-"""The methods the suite knows: the explicit list of adapter modules, plus plugins.
+"""The methods the suite knows: every module of ``perfsuite.baselines`` (in table order
+``ADAPTER_MODULES``, then any other by name: a method added in the tree is one file),
+plus plugins.
 
 Each module's ``METHODS`` declares each method once; importing it must not import the
 package it wraps, so a missing one makes its methods ``unavailable``. Plugins come from
@@ -48,9 +50,21 @@ def _entry_point(ep: importlib.metadata.EntryPoint) -> list[Any]:
     return list(loaded) if isinstance(loaded, list | tuple) else [loaded]
 
 
+def _tree_modules() -> list[str]:
+    """The tree's adapter modules: ``ADAPTER_MODULES``, then the others, by name."""
+    import pkgutil
+
+    from perfsuite import baselines
+
+    found = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
+    return [*ADAPTER_MODULES, *sorted(found - set(ADAPTER_MODULES))]
+
+
 def _declared() -> list[tuple[str, Any]]:
     """(where, method) of every declaration, in table order: the tree's, then plugins'."""
-    found = [(m, d) for m in ADAPTER_MODULES for d in importlib.import_module(m).METHODS]
+    found = [
+        (m, d) for m in _tree_modules() for d in getattr(importlib.import_module(m), "METHODS", ())
+    ]
     plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
     found += [(m, d) for m in plugins for d in _plugin(m)]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):

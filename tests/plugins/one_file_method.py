@@ -5,15 +5,7 @@ from __future__ import annotations
 import torch
 
 from perfsuite.baselines.torch_methods import EAGER, eager_loss
-from perfsuite.method import (
-    AcrossRanks,
-    Capabilities,
-    Case,
-    Holds,
-    LossFn,
-    SimpleMethod,
-    StepPatch,
-)
+from perfsuite.method import AcrossRanks, Capabilities, Case, Holds, LossFn, SimpleMethod, StepPatch
 
 
 def build(case: Case, c: torch.Tensor) -> LossFn:

@@ -95,7 +95,9 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
         return "–" if x is None else f"{x:.{digits}f}"
 
     records = []
-    declared = paper_names()  # the paper's method names -> ours (each method's ``paper``)
+    # The paper's method names -> ours: each method's ``paper``, and a method since removed
+    # that older results files hold (reports/nvidia-h100-80gb-hbm3/).
+    declared = {"ours_fused_no_grad_filter": "ours-fused-no-filter", **paper_names()}
     for p in paper:
         method = declared.get(p["method"])
         if method is None:

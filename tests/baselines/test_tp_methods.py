@@ -309,6 +309,7 @@ def test_two_ranks_every_method() -> None:
     _spawn(2, _only_installed(TWO_RANKS))
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_four_uneven_ranks() -> None:
     _spawn(4, _only_installed(FOUR_RANKS))

@@ -340,6 +340,7 @@ def _grid(world: int) -> list[Job]:
     return _only_installed(jobs)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_grid(world: int) -> None:

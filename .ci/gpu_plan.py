@@ -514,7 +514,8 @@ import importlib.metadata as md, platform, torch
 from perfsuite.plan.registry import all_methods
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
 # triton, and every distribution a method declares (its provenance's).
-for name in dict.fromkeys(["triton", *(d for m in all_methods().values() for d in m.distributions)]):
+declared = (d for m in all_methods().values() for d in m.distributions)
+for name in dict.fromkeys(["triton", *declared]):
     try:
         print(name, md.version(name))
     except md.PackageNotFoundError:

@@ -161,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
     from perfsuite.converge.report import read
     from perfsuite.converge.sweep import dry_run, report, sweep
-    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import methods_for
     from perfsuite.results.lock import claim
 
@@ -169,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.render is not None:  # the table and figures of a finished file, trained again by none
         report(args.render, read(args.render), console)
         return 0
-    known = {**methods_for("train"), **YARDSTICKS}
+    known = methods_for("train")
     config = resolve(args, known)
     if args.dry_run:
         return dry_run(config, known, console)

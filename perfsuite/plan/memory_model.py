@@ -44,12 +44,12 @@ CUDA_MEMORY_SHARE = 0.92
 def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
     """What every cell's worker needs at least: e, c and their gradients, then the
     correctness gate (the fp32 reference, ``reference_bytes``, and eager in the
-    input dtype, holding the logit copies its declaration says), whichever method it times."""
-    from perfsuite.baselines.torch_methods import EAGER  # torch: only where it is needed
+    input dtype, holding the logits whole: ``method.Holds``'s), whichever method it times."""
+    from perfsuite.method import Holds  # torch: only where it is needed
 
     size = DTYPE_BYTES[dtype]
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
-    eager = tensors + EAGER.caps.logit_copies[softcap] * tokens * vocab * size
+    eager = tensors + Holds().copies[softcap] * tokens * vocab * size
     return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
 
 
@@ -71,14 +71,14 @@ def predicted_peak(
     softcap: bool = False,
 ) -> tuple[int, str]:
     """Rough peak bytes of one cell in its worker, and what drives it: at least the
-    correctness gate's (``gate_bytes``), or the ``caps.logit_copies`` of the N x V
-    logits a method that materialises them holds; the others stay near the floor."""
+    correctness gate's (``gate_bytes``), or the ``caps.holds.copies`` of the N x V
+    logits a method that holds them whole keeps; the others stay near the floor."""
     size = DTYPE_BYTES[dtype]
     logits = tokens * vocab * size
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
     gate = gate_bytes(tokens, vocab, hidden, dtype, softcap)
-    if caps.materializes_logits:
-        copies = caps.logit_copies[softcap]
+    if caps.holds.whole_logits:
+        copies = caps.holds.copies[softcap]
         mine = tensors + copies * logits
         what = f"~{copies:g} copies of its N x V logits"
     else:

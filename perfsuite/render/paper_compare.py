@@ -12,28 +12,13 @@ from typing import Any
 
 from perfsuite.fit import pipe_table
 from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.registry import paper_names
 from perfsuite.results.results import ResultsError
 
 COLUMNS = [
     "paper method", "β", "ours as", "paper ×CCE", "ours ×CCE", "paper ×compile", "ours ×compile",
     "paper peak/floor", "ours peak/floor", "our status",
 ]  # fmt: skip
-
-# The paper's method names → ours (perfsuite methods).
-PAPER_METHODS = {
-    "ours": "ours",
-    "ours_no_vocab_sorting": "ours-tiles-no-sort",
-    "ours_no_grad_filter": "ours-tiles",
-    "ours_fused": "ours-fused",
-    "ours_fused_no_grad_filter": "ours-fused-no-filter",
-    "cce": "cce",
-    "cce_no_vocab_sorting": "cce-no-sort",
-    "cce_no_grad_filter": "cce-no-filter",
-    "liger": "liger",
-    "torch_compile": "torch-compile",
-    "torch_eager": "eager",
-    "torchtune_chunked_8": "torchtune-chunked",
-}
 
 
 # The columns of reports/paper/gemma2-2b-h100.csv that side_by_side reads.
@@ -109,8 +94,11 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
         return "–" if x is None else f"{x:.{digits}f}"
 
     records = []
+    # The paper's method names -> ours: each method's ``paper``, and a method since removed
+    # that older results files hold (reports/nvidia-h100-80gb-hbm3/).
+    declared = {"ours_fused_no_grad_filter": "ours-fused-no-filter", **paper_names()}
     for p in paper:
-        method = PAPER_METHODS.get(p["method"])
+        method = declared.get(p["method"])
         if method is None:
             continue
         positive = p["beta"] != "0"

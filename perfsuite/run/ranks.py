@@ -22,12 +22,12 @@ from perfsuite.harness.worker import Phase, failure, fill, serve
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
-from perfsuite.method import Unavailable, Unsupported
+from perfsuite.method import SimpleMethod, Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
 from perfsuite.run.worker import WorkerSpec, case_rows, first_calls, method_case
-from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
+from perfsuite.tp_method import Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
 # What a rank says when a peer died under it: a consequence, not the cause.
@@ -83,7 +83,7 @@ def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> Verdict:
 
 
 def run_rank_case(
-    spec: WorkerSpec, method: ParallelMethod, index: int, raw: dict[str, Any], emit: Any
+    spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any
 ) -> None:
     """Every phase of one case on this rank; rank 0 emits the rows (the others' ``emit``
     says nothing)."""

@@ -26,7 +26,7 @@ def test_measured_peaks_stay_within_the_predicted(dtype, softcap):
     loss_fn = eager.prepare(case, inputs.c)
     held = measure_cpu_peak(lambda: run_once(loss_fn, inputs)).delta
     size = DTYPE_BYTES[dtype]
-    declared = eager.caps.logit_copies[softcap is not None] * n * v * size + (n + v) * d * size
+    declared = eager.caps.holds.copies[softcap is not None] * n * v * size + (n + v) * d * size
     assert floor_bytes("fwd+bwd", n, v, d, dtype) <= held <= declared
     gate = measure_cpu_peak(lambda: gate_reference(case, 0, None)).delta
     predicted = gate_bytes(n, v, d, dtype, softcap is not None)

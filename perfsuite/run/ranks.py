@@ -169,7 +169,7 @@ def _init(spec: WorkerSpec, device_type: str) -> torch.device:
 
 def run_case(
     spec: WorkerSpec,
-    method: ParallelMethod,
+    method: SimpleMethod,
     index: int,
     raw: dict[str, Any],
     emit: Any,
@@ -188,7 +188,7 @@ def run_case(
 
 
 @contextmanager
-def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[ParallelMethod, Any]]:
+def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
     """A rank's life around its cases: join the group, leave it; rank 0 writes the lines."""
     # The SIGTERM that stops a rank after a peer failed must end it, never raise in it
     # (torch's elastic handlers turn it into an exception: it would read as its error).

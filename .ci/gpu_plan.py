@@ -511,9 +511,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,
 temperature.gpu,power.limit --format=csv || echo "no nvidia-smi"
 {py} - <<'EOF'
 import importlib.metadata as md, platform, torch
+from perfsuite.plan.registry import all_methods
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
-for name in ("triton", "liger-kernel", "cut-cross-entropy", "torchtune", "torchao",
-             "quack-kernels", "nvidia-cutlass-dsl"):
+# triton, and every distribution a method declares (its provenance's).
+declared = (d for m in all_methods().values() for d in m.distributions)
+for name in dict.fromkeys(["triton", *declared]):
     try:
         print(name, md.version(name))
     except md.PackageNotFoundError:

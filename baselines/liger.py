@@ -4,6 +4,11 @@
 token chunk at a time and folds their gradient into ``grad_e``/``grad_c`` before
 returning. On CPU its Triton kernels run under ``TRITON_INTERPRET=1``, but not its softcap
 path (liger-kernel 0.8.5, triton 3.7.1): ``caps.softcap_off_cpu`` says so before any worker.
+
+Across ranks: ``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` (global smoothing:
+one more all-reduce) on ``e @ c_shard.T`` shaped (N, 1, V/K), softcapped first; the mean
+over kept rows is ours. Checked with liger-kernel 0.8.5: its all-reduces are skipped for
+``tp_group=None``, so the group is always passed.
 """
 
 from __future__ import annotations
@@ -13,13 +18,33 @@ from typing import Any
 
 import torch
 
-from perfsuite.baselines.tp_liger import TP_LIGER, require_interpreted
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
+from perfsuite import method as _method
+from perfsuite.baselines.torch_methods import softcapped
+from perfsuite.method import AcrossRanks, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
+from perfsuite.tp_method import equal_shards_only, sum_grad_over
 
 SOFTCAP_CPU_REASON = (
     "softcap under the Triton interpreter: Liger's softcap path calls libdevice.tanh and "
     "float.to(), which triton's interpreter does not run"
 )
+INTERPRET_REASON = (
+    "on CPU Liger's Triton kernels need TRITON_INTERPRET=1 (set before liger_kernel is "
+    "imported); triton has no CPU driver"
+)
+UNEVEN_REASON = (
+    "Liger's vocab-parallel CE places rank r's shard at r x its own size (vocab_start = "
+    "rank * v_local) and smooths over v_local x TP: uneven shards ({sizes}) are misread"
+)
+
+
+def require_interpreted(kernel: Any) -> None:
+    """On CPU, liger's ``kernel`` must be an interpreter wrapper: ``@triton.jit`` reads
+    TRITON_INTERPRET at liger's import. Checked in ``build``, not ``availability``: the
+    runner sets it for the worker process only."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(kernel, InterpretedFunction):
+        raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
 
 
 def _import_loss() -> type:
@@ -88,12 +113,54 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
     return lambda ids: model(input_ids=ids, labels=ids, **extra).loss
 
 
-CAPS = Capabilities(
+def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
+    import torch.distributed as dist
+
+    try:
+        from liger_kernel.ops.vocab_parallel_cross_entropy import (
+            liger_vocab_parallel_ce_forward_kernel as kernel,
+        )
+        from liger_kernel.transformers.vocab_parallel_cross_entropy import (
+            LigerVocabParallelCrossEntropy,
+        )
+    except ImportError as err:  # too old (no vocab-parallel CE) or broken
+        raise Unavailable(f"liger_kernel has no usable vocab-parallel CE: {err}") from err
+    if c_shard.device.type == "cpu":
+        require_interpreted(kernel)
+    module = LigerVocabParallelCrossEntropy(
+        ignore_index=case.ignore_index, label_smoothing=case.beta
+    )
+    group = dist.group.WORLD if shard.group is None else shard.group
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = softcapped(sum_grad_over(e, shard.group) @ c.T, case.softcap)
+        losses = module(logits.unsqueeze(1), targets.unsqueeze(1), group)
+        return losses.sum() / (targets != case.ignore_index).sum()
+
+    return loss_fn
+
+
+_TP = AcrossRanks(
+    _build_tp,
+    "Liger LigerVocabParallelCrossEntropy on the shard logits (Triton kernels, fp32 exp "
+    "buffer, PyTorch smoothing over the global vocabulary)",
+    # The shard logits are torch's (softcap too), the backward a separate call.
+    caps=dict(grads_in_forward=False, holds=Holds(), softcap_off_cpu=None),
+    limits={
+        "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
+        "its single-device CE's only)",
+        "class_weights": "its vocab-parallel CE takes no class weights",
+    },
+    shard_check=equal_shards_only(UNEVEN_REASON),
+)
+
+PIP = ("liger-kernel==0.8.5",)
+CAPS = _method.Capabilities(
     label_smoothing=True,
     softcap=True,
     grads_in_forward=True,
     triton=True,
-    materializes_logits=False,
+    holds=Holds("fused"),
     # One Triton program per token row: ~5x ours per call under the interpreter.
     interpreter_cost=5.0,
     softcap_off_cpu=SOFTCAP_CPU_REASON,
@@ -106,10 +173,12 @@ METHODS = [
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
         build=_make_build(accum_fp32=False),
         caps=CAPS,
-        requires=("liger_kernel",),
-        distributions=("liger-kernel", "triton"),
-        tp=TP_LIGER,
-        step=StepPatch(_patch, holds="fused"),
+        requires=("liger_kernel", "triton"),
+        distributions=("liger-kernel",),
+        pip=PIP,
+        paper="liger",
+        tp=_TP,
+        step=StepPatch(_patch),
     ),
     SimpleMethod(
         name="liger-fp32acc",
@@ -118,6 +187,7 @@ METHODS = [
         build=_make_build(accum_fp32=True),
         caps=CAPS,
         requires=("liger_kernel",),
-        distributions=("liger-kernel", "triton"),
+        distributions=("liger-kernel",),
+        pip=PIP,
     ),
 ]

@@ -1,5 +1,9 @@
 """The in-house Triton kernel (``perfsuite.kernels``) in its benchmarked variants; plain
-``ours`` also across ranks (``tp_ours``) and in a model's step (``kernels.patch``)."""
+``ours`` also in a model's step (``kernels.patch``) and across ranks:
+``linear_cross_entropy(..., vocab_parallel=VocabParallel(...))``. No logits cross ranks
+there: two all-reduces of per-row statistics in the forward, and the fp32 dE summed
+across ranks in the backward (kernels/parallel.py). Every term runs: smoothing, softcap,
+z-loss, and class weights (this shard's slice of them)."""
 
 from __future__ import annotations
 
@@ -8,8 +12,7 @@ from typing import Any
 import torch
 
 from perfsuite import method as _method
-from perfsuite.baselines.tp_ours import TP_OURS
-from perfsuite.method import Capabilities, Case, LossFn, LossTerms, SimpleMethod, StepPatch
+from perfsuite.method import AcrossRanks, Capabilities, Case, Holds, LossFn, LossTerms, SimpleMethod
 
 
 def _builder(tiles: bool = False, **options: Any):
@@ -57,7 +60,7 @@ def _caps(fused: bool, triton_only: bool, devices: frozenset[str], tiles: bool) 
         class_weights=not tiles,
         # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
         triton=triton_only,
-        materializes_logits=False,
+        holds=Holds("none"),
         grads_in_forward=fused,
     )
 
@@ -69,12 +72,44 @@ def _patch(model: torch.nn.Module, preset: object, beta: float):
     return lambda ids: model(input_ids=ids, labels=ids).loss
 
 
-_KINDS = dict(tp=TP_OURS, step=StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
+def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
+    from perfsuite.kernels import VocabParallel, linear_cross_entropy
+
+    layout = VocabParallel(shard.start, shard.stop, group=shard.group, vocab_size=shard.vocab)
+    # As on one device: the slice backward natively on CPU, the Triton kernel on a GPU.
+    engine = "torch" if case.device == "cpu" else "triton"
+    weight = _method.class_weights(case, c_shard.device)
+    if weight is not None:
+        weight = weight[shard.start : shard.stop].contiguous()
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return linear_cross_entropy(
+            e, c, targets, label_smoothing=case.beta, softcap=case.softcap,
+            ignore_index=case.ignore_index, weight=weight, z_loss=case.z_loss,
+            vocab_parallel=layout, engine=engine,
+        )  # fmt: skip
+
+    return loss_fn
+
+
+_TP = AcrossRanks(
+    _build_tp,
+    "our kernel with vocab_parallel: per-row statistics all-reduced, exact slice backward, "
+    "fp32 dE summed across ranks",
+)
+_KINDS = dict(tp=_TP, step=_method.StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
 # PaLM's coefficient, and the variants' fixed training terms (method.LossTerms).
 Z_LOSS = 1e-4
 _TERMS = {
     "ours-zloss": LossTerms(z_loss=Z_LOSS),
     "ours-weighted": LossTerms(class_weights=True),
+}
+# The paper's names of the variants it measured (render/paper_compare.py).
+_PAPER = {
+    "ours": "ours",
+    "ours-fused": "ours_fused",
+    "ours-tiles": "ours_no_grad_filter",
+    "ours-tiles-no-sort": "ours_no_vocab_sorting",
 }
 _TILES = {"tiles": True}
 _FILTER = {**_TILES, "filter_eps": "auto"}
@@ -140,8 +175,8 @@ METHODS = [
         build=_builder(**options),
         caps=_caps(fused, triton_only, devices, tiles=bool(options.get("tiles"))),
         requires=("triton",),
-        distributions=("triton", "torch"),
         terms=_TERMS.get(name),
+        paper=_PAPER.get(name),
         # The paper's table has one row of ours; every variant is an ablation, by name.
         timed_by_default=name == "ours",
         **(_KINDS if name == "ours" else {}),

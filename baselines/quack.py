@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from perfsuite import method as _method
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, Unavailable
+from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, Unavailable
 
 CPU_REASON = (
     "needs CUDA: quack's CuTe-DSL kernels run on Hopper or Blackwell GPUs only "
@@ -100,7 +100,7 @@ CAPS = Capabilities(
     cpu_reason=CPU_REASON,
     dtypes=frozenset({"bf16", "fp16"}),
     grads_in_forward=True,
-    materializes_logits=False,
+    holds=Holds("none"),
 )
 
 METHODS = [

@@ -1,15 +1,23 @@
 """Methods built from torch alone: the fp32 reference, eager, torch.compile, torch-native;
-eager across ranks is ``tp_torch``'s, and in a step the model's ``forward(labels=...)``."""
+eager in a step is the model's ``forward(labels=...)``, and across ranks each rank's shard
+logits all-gathered to the full N x V, then eager's loss on them (every term): the naive
+baseline (it gets only the shard's part of dE from ``e @ c_shard.T``: ``sum_grad_over``)."""
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
-from perfsuite.baselines.tp_torch import FULL, TP_EAGER
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, class_weights
+from perfsuite import method as _method
+from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, class_weights
+from perfsuite.tp_method import Shard, check_layout, shard_ranges, sum_grad_over
+
+# Every option: on materialised logits each training term is a line of torch.
+FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
 
 
 def softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
@@ -140,15 +148,71 @@ def _build_native(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
+class _GatherColumns(torch.autograd.Function):
+    """All-gather the shard logits along V; the backward keeps this shard's columns.
+
+    Every rank computes the same loss from the same full logits, so the gradient of
+    its own columns is just their slice (no reduce-scatter: that would count the
+    replicated loss K times)."""
+
+    @staticmethod
+    def forward(ctx: Any, local: torch.Tensor, shard: Shard) -> torch.Tensor:
+        ranges = shard_ranges(shard.vocab, shard.world)
+        width = max(stop - start for start, stop in ranges)
+        padded = F.pad(local, (0, width - local.shape[1])).contiguous()
+        parts = [torch.empty_like(padded) for _ in ranges]
+        dist.all_gather(parts, padded, group=shard.group)
+        ctx.span = (shard.start, shard.stop)
+        columns = [p[:, : stop - start] for p, (start, stop) in zip(parts, ranges, strict=True)]
+        return torch.cat(columns, 1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        start, stop = ctx.span
+        return grad[:, start:stop].contiguous(), None
+
+
+def _build_eager_tp(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
+    check_layout(shard)
+    weight = class_weights(case, c_shard.device)
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = _GatherColumns.apply(sum_grad_over(e, shard.group) @ c.T, shard)
+        # Single-device eager on the gathered logits: same dtype, same ops, same terms.
+        return cross_entropy_terms(
+            softcapped(logits, case.softcap), targets, case.beta, case.ignore_index,
+            "mean", weight, case.z_loss,
+        )  # fmt: skip
+
+    return loss_fn
+
+
+def _build_reordered(case: Case, c: torch.Tensor) -> LossFn:
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        half = e.shape[0] // 2
+        args = (case.beta, case.ignore_index, "sum")
+        total = sum(
+            cross_entropy_terms(e[h] @ c.T, targets[h], *args, z_loss=case.z_loss)
+            for h in (slice(0, half), slice(half, None))
+        )
+        return total / (targets != case.ignore_index).sum()
+
+    return loss_fn
+
+
 # Its loss is the gate's torch error in bf16/fp16 (its memory counts in ``gate_bytes``).
 EAGER = SimpleMethod(
     name="eager",
     description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
     build=_case_builder(eager_loss),
     caps=Capabilities(**FULL),
-    distributions=("torch",),
-    tp=TP_EAGER,
-    step=StepPatch(_patch_eager, holds="logits"),
+    paper="torch_eager",
+    tp=_method.AcrossRanks(
+        _build_eager_tp,
+        "shard logits in the input dtype all-gathered to N x V, then eager's "
+        "F.cross_entropy (the naive baseline)",
+    ),
+    step=_method.StepPatch(_patch_eager),
 )
 
 METHODS = [
@@ -157,19 +221,26 @@ METHODS = [
         description="fp32 materialised logits + F.cross_entropy (the yardstick)",
         build=_case_builder(reference_loss),
         caps=Capabilities(**FULL),
-        distributions=("torch",),
         timed_by_default=False,
     ),
     EAGER,
+    SimpleMethod(
+        name="eager-reordered",
+        description="eager with the loss summed over two halves of the tokens (another "
+        "rounding: converge's yardstick of eager's own noise in fp32)",
+        build=_build_reordered,
+        caps=Capabilities(label_smoothing=True, z_loss=True),
+        timed_by_default=False,
+    ),
     SimpleMethod(
         name="torch-compile",
         description="eager under torch.compile (compiled before timing; a step compiles "
         "the whole model and its loss on the first step, measured once: compile_ms)",
         build=_build_compiled,
-        caps=Capabilities(**FULL, logit_copies=(2.0, 4.0)),
-        distributions=("torch",),
+        caps=Capabilities(**FULL, holds=Holds("compiled", (2.0, 4.0))),
         compiles=True,
-        step=StepPatch(_patch_compiled, holds="compiled"),
+        paper="torch_compile",
+        step=_method.StepPatch(_patch_compiled),
     ),
     SimpleMethod(
         name="torch-native",
@@ -180,10 +251,9 @@ METHODS = [
             label_smoothing=True,
             softcap=False,
             grads_in_forward=True,
-            materializes_logits=False,
+            holds=Holds("none"),
             smoothing_falls_back=True,
         ),
-        distributions=("torch",),
         extra_check=_native_check,
     ),
 ]

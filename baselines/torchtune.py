@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch, Unavailable
+from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
 
 NUM_OUTPUT_CHUNKS = 8
 
@@ -62,9 +62,24 @@ METHODS = [
         "output projection (as TransformerDecoder.chunked_output) + per-chunk fp32 CE, eager",
         build=_build_chunked,
         # Every chunk's logits stay alive: about eager's copies, softcap or not.
-        caps=Capabilities(label_smoothing=False, softcap=False, logit_copies=(4.0, 4.0)),
+        caps=Capabilities(label_smoothing=False, softcap=False, holds=Holds("chunks", (4.0, 4.0))),
         requires=("torchtune", "torchao"),
         distributions=("torchtune", "torchao"),
-        step=StepPatch(_patch, holds="chunks"),
+        # torchtune's import pulls in datasets and what follows it.
+        pip=(
+            "torchtune==0.6.1",
+            "torchao==0.17.0",
+            "torchdata==0.11.0",
+            "datasets",
+            "kagglehub",
+            "kagglesdk",
+            "omegaconf",
+            "blobfile",
+            "pycryptodomex",
+            "dill==0.4.1",
+            "multiprocess",
+        ),  # fmt: skip
+        paper="torchtune_chunked_8",
+        step=StepPatch(_patch),
     ),
 ]

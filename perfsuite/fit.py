@@ -1,13 +1,15 @@
-"""One rule for every console table: fit the terminal, fold text only after a space or a
-hyphen or plus between letters (rich folds at the column's edge or cuts with ``…``), never
-fold a number; a table that cannot fit is None for the caller to lay out another way."""
+"""The one table engine. A table is declared once (``Grid``: columns, cells, title and
+numbered ``Notes``) and drawn as a console table or markdown. The console rule: fit the
+terminal, fold text only after a space or a hyphen or plus between letters (rich folds at
+the column's edge or cuts with ``…``), never fold a number, drop optional columns before
+a name folds; what cannot fit is a block per row, nothing cut."""
 
 from __future__ import annotations
 
 import io
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Console
@@ -26,6 +28,67 @@ class Column:
     header: str
     justify: str = "left"  # "left" | "right"
     fold: bool = True  # text: folds at boundaries; False: never folds (numbers)
+    optional: bool = False  # left out, first, when the table does not fit the console
+
+
+class Notes(dict[str, list[str]]):
+    """A table's numbered notes: each reason once, numbered in first-seen order, with the
+    names (methods, cells) it applies to. The one numbering of every table's notes."""
+
+    def ref(self, reason: str, name: str = "") -> str:
+        """``(n)``, the reason's number, with ``name`` (if any) listed under it."""
+        names = self.setdefault(reason, [])
+        if name and name not in names:
+            names.append(name)
+        return f"({list(self).index(reason) + 1})"
+
+    def lines(self) -> list[str]:
+        """``(1) ours, liger: why``; ``(1) why`` where no name was given."""
+        return [
+            f"({i}) {', '.join(who) + ': ' if who else ''}{why}"
+            for i, (why, who) in enumerate(self.items(), 1)
+        ]
+
+
+@dataclass
+class Grid:
+    """A table declared once: its columns, its cells (console markup allowed, a style at
+    most), a title and the notes under it; ``print`` and ``markdown`` draw it."""
+
+    columns: Sequence[Column]
+    rows: list[list[str]]
+    title: str = ""
+    notes: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)  # rich ``Table``'s
+
+    def print(self, console: Console) -> bool:
+        """Fitted to ``console``, then its notes; True when optional columns were left out.
+        With optional columns, text does not fold until they are out."""
+        options = {**self.options, "title": self.title or None}
+        keep = [i for i, c in enumerate(self.columns) if not c.optional]
+        tries = [range(len(self.columns)), keep] if len(keep) < len(self.columns) else []
+        for shown in tries:
+            columns = [replace(self.columns[i], fold=False) for i in shown]
+            table = fit_table(columns, [[r[i] for i in shown] for r in self.rows],
+                              console.width, **options)  # fmt: skip
+            if table is not None:
+                console.print(table)
+                break
+        else:
+            print_fitted(console, self.columns, self.rows, **options)
+            shown = range(len(self.columns))
+        for note in self.notes:
+            console.print(note, markup=False, highlight=False)
+        return len(shown) < len(self.columns)
+
+    def markdown(self, left: Iterable[str] | None = None) -> list[str]:
+        """A pipe table of every column (no terminal to fit), styles dropped; ``left``: the
+        headers that align left (default: the columns declared so)."""
+        headers = [" ".join(c.header.split()) for c in self.columns]
+        if left is None:
+            left = [h for h, c in zip(headers, self.columns, strict=True) if c.justify == "left"]
+        rows = [[Text.from_markup(c).plain for c in row] for row in self.rows]
+        return pipe_table(headers, rows, left)
 
 
 def pieces(text: str, path: bool = False) -> list[str]:
@@ -143,7 +206,7 @@ def print_fitted(
     console: Console,
     columns: Sequence[Column],
     rows: Sequence[Sequence[str | Text]],
-    title: str = "",
+    title: str | None = None,
     **table_options: Any,
 ) -> None:
     """The table when it fits ``console``; else each row as a block of ``header: value``
@@ -194,7 +257,12 @@ def pipe_table(
     left = set(left)
 
     def row(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+        return "| " + " | ".join(map(md_escape, cells)) + " |"
 
     rule = "|" + "|".join(":--" if h in left else "--:" for h in headers) + "|"
     return [row(headers), rule, *(row(r) for r in rows)]
+
+
+def md_escape(text: str) -> str:
+    """``text`` as one markdown line that no ``|`` splits."""
+    return text.replace("|", "\\|").replace("\n", " ")

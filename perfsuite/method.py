@@ -79,6 +79,33 @@ class LossTerms:
         return replace(case, z_loss=self.z_loss, class_weights=self.class_weights)
 
 
+# What a loss holds at its peak, beyond its inputs and their gradients: every N x V
+# logit whole ("logits"; "compiled": fused by the compiler; "chunks": every chunk's logits
+# kept), token chunks of them ("fused"), or none ("none": the slices or tiles of ours, CCE).
+HOLDS = ("logits", "compiled", "chunks", "fused", "none")
+
+
+@dataclass(frozen=True)
+class Holds:
+    """A method's one memory declaration, which every estimator reads: the loss's
+    (``plan.memory_model``: ``copies`` of the N x V logits in the input dtype, (without,
+    with) softcap, where it holds them whole) and the training step's
+    (``step.estimate``, by ``kind``). Eager's: 4 and 7 copies (paper's Gemma2-2B
+    table: eager 28 GB ≈ 7 copies); the correctness gate's eager pass holds the same."""
+
+    kind: str = "logits"
+    copies: tuple[float, float] = (4.0, 7.0)
+
+    def __post_init__(self) -> None:
+        if self.kind not in HOLDS:
+            raise ValueError(f"Holds kind {self.kind!r}: one of {', '.join(HOLDS)}")
+
+    @property
+    def whole_logits(self) -> bool:
+        """Whether the N x V logits are held whole (the memory ours avoids)."""
+        return self.kind in ("logits", "compiled", "chunks")
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a method supports; the runner checks a case against it before running."""
@@ -93,10 +120,8 @@ class Capabilities:
     # Triton kernels: on CPU they run under TRITON_INTERPRET=1, so their
     # timings there say nothing about GPU speed.
     triton: bool = False
-    # Holds the N x V logits (the memory the in-house kernel avoids): ``logit_copies`` at its
-    # peak, (without, with) softcap (paper's Gemma2-2B table: eager 28 GB ≈ 7 copies).
-    materializes_logits: bool = True
-    logit_copies: tuple[float, float] = (4.0, 7.0)
+    # What it holds at its peak (``Holds``): eager's N x V logits unless said otherwise.
+    holds: Holds = Holds()
     # At beta > 0 a plain materialised path runs instead (torch's chunked
     # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
     smoothing_falls_back: bool = False
@@ -156,39 +181,82 @@ def package_version(dist: str) -> str | None:
 @dataclass(frozen=True)
 class StepPatch:
     """How a method trains a transformers model in ``perfsuite step``: ``patch(model, preset,
-    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's;
-    ``holds``: what the loss keeps at its peak (``perfsuite.step.estimate``)."""
+    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's (what
+    it holds is its ``caps.holds``, as for every kind)."""
 
     patch: Callable[[Any, Any, float], Callable[[torch.Tensor], torch.Tensor]]
-    holds: str = "none"
     requires: tuple[str, ...] = ()
+
+
+# The terms a case may ask for and a method may lack: what asks for one, and its words.
+_ASKED: dict[str, tuple[Callable[[Case], bool], Callable[[Case], str]]] = {
+    "label_smoothing": (lambda c: c.beta > 0, lambda c: f"asked beta={c.beta:g}"),
+    "softcap": (lambda c: c.softcap is not None, lambda c: f"asked softcap={c.softcap:g}"),
+    "z_loss": (lambda c: bool(c.z_loss), lambda c: f"asked z_loss={c.z_loss:g}"),
+    "class_weights": (lambda c: c.class_weights, lambda c: ""),
+}
+
+
+@dataclass(frozen=True)
+class AcrossRanks:
+    """How a method computes its loss across ranks (``run --tp``; perfsuite.tp_method):
+    ``build(case, c_shard, shard) -> loss_fn``, called on every rank. What differs there
+    from the method's own declaration is said here, not declared again: ``caps`` (fields
+    of its ``Capabilities`` replaced), ``limits`` (the library's reason for a term it
+    lacks), ``shard_check`` (a layout it cannot compute exactly), ``extra_check`` (the
+    library's own reason)."""
+
+    build: Callable[[Case, torch.Tensor, Any], LossFn]
+    description: str = ""
+    caps: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
+    shard_check: Callable[[Case, Any], str | None] | None = None
+    extra_check: Callable[[str], str | None] | None = None
 
 
 @dataclass
 class SimpleMethod:
     """A method's one declaration: its loss builder (``build``; None for a method measured
-    only across ranks), capabilities, and what it supports in the other kinds (``tp``,
-    ``step``); docs/development.md, "Add a method (one file)"."""
+    only across ranks), capabilities, and its other kinds as hooks on it (``tp``,
+    ``step``); docs/development.md, "Add a method (one file)". ``limits`` maps a
+    Capabilities term it lacks (label_smoothing, softcap, z_loss, class_weights) to the
+    library's own reason, so a result says more than "no z-loss"."""
 
     name: str
     description: str
     build: Callable[[Case, torch.Tensor], LossFn] | None = None
     caps: Capabilities = field(default_factory=Capabilities)
     requires: tuple[str, ...] = ()
-    # Distributions whose versions belong in the results' provenance.
+    # Distributions whose versions belong in the results' provenance (beyond its core:
+    # results.provenance.CORE_DISTRIBUTIONS, torch and triton among them).
     distributions: tuple[str, ...] = ()
+    # The pip requirements as tested, pinned: the lent GPU's wheels (.ci/gpu-wheels).
+    pip: tuple[str, ...] = ()
+    # Its row's name in the paper's table (render/paper_compare.py), if it has one.
+    paper: str | None = None
     # False: a row only when asked for by name (the fp32 reference, ablations).
     timed_by_default: bool = True
     extra_check: Callable[[str], str | None] | None = None
     # A variant that always adds these terms (the worker applies them to each case).
     terms: LossTerms | None = None
-    tp: Any = None  # perfsuite.tp_method.ParallelMethod: the loss across ranks
+    tp: AcrossRanks | None = None
     step: StepPatch | None = None
     compiles: bool = False
+    limits: dict[str, str] = field(default_factory=dict)
 
-    def across_ranks(self) -> Any:
-        """The declaration ``run --tp`` measures (a ``ParallelMethod``), or None."""
-        return self.tp
+    def across_ranks(self) -> SimpleMethod | None:
+        """This method as ``run --tp`` measures it (its ``tp`` hook's differences
+        applied), or None where it declares no ``tp``."""
+        tp = self.tp
+        if tp is None:
+            return None
+        return replace(
+            self,
+            description=tp.description or self.description,
+            caps=replace(self.caps, **tp.caps),
+            limits={**self.limits, **tp.limits},
+            extra_check=tp.extra_check or self.extra_check,
+        )
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -222,18 +290,15 @@ class SimpleMethod:
     def unsupported_reason(self, case: Case) -> str | None:
         """``None`` if the method computes ``case`` exactly as asked, else why not."""
         caps = self.caps
-        if case.beta > 0 and not caps.label_smoothing:
-            return f"no label smoothing (asked beta={case.beta:g})"
-        if case.softcap is not None and not caps.softcap:
-            return f"no softcap (asked softcap={case.softcap:g})"
+        for term, (asked, words) in _ASKED.items():
+            if asked(case) and not getattr(caps, term):
+                name, said = term.replace("_", " ").replace("z ", "z-"), words(case)
+                why = f": {self.limits[term]}" if term in self.limits else said and f" ({said})"
+                return f"no {name}{why}"
         if case.softcap is not None and case.device == "cpu" and caps.softcap_off_cpu:
             return caps.softcap_off_cpu
         if case.dtype not in caps.dtypes:
             return f"no {case.dtype} support"
-        if case.z_loss and not caps.z_loss:
-            return f"no z-loss (asked z_loss={case.z_loss:g})"
-        if case.class_weights and not caps.class_weights:
-            return "no class weights"
         return None
 
     def prepare(self, case: Case, c: torch.Tensor) -> LossFn:
@@ -243,3 +308,18 @@ class SimpleMethod:
             raise Unsupported(reason)
         assert self.build is not None
         return self.build(case, c)
+
+    def unsupported_at(self, case: Case, shard: Any) -> str | None:
+        """Why this method cannot compute ``case`` on this layout across ranks, or None."""
+        reason = self.lacks("tp") or self.unsupported_reason(case)
+        if reason is None and self.tp is not None and self.tp.shard_check is not None:
+            reason = self.tp.shard_check(case, shard)
+        return reason
+
+    def prepare_tp(self, case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
+        """Untimed set-up on every rank (``tp_method.Shard``); returns the rank's loss."""
+        reason = self.unsupported_at(case, shard)
+        if reason is not None:
+            raise Unsupported(reason)
+        assert self.tp is not None
+        return self.tp.build(case, c_shard, shard)

@@ -1,7 +1,8 @@
-"""What a method is across ranks: every rank holds E and the global targets and rows
-[start, stop) of C (``shard_ranges``); ``loss_fn(e, c_shard, targets)``, called by every
-rank together, gives each the global loss, and its backward the full dE and this shard's
-rows of dC (docs/scale-out.md)."""
+"""The layout across ranks: every rank holds E and the global targets and rows
+[start, stop) of C (``shard_ranges``); a method's ``tp`` hook (``method.AcrossRanks``)
+builds ``loss_fn(e, c_shard, targets)``, called by every rank together, which gives each
+the global loss, and its backward the full dE and this shard's rows of dC
+(docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.method import Case, LossFn, SimpleMethod, Unsupported
+from perfsuite.method import Case
 
 
 @dataclass(frozen=True)
@@ -45,34 +46,39 @@ def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
     return ranges
 
 
-@dataclass
-class ParallelMethod(SimpleMethod):
-    """A method measured across ranks: ``build_tp(case, c_shard, shard) -> loss_fn``.
+def check_layout(shard: Shard) -> None:
+    """Refuse a shard other than ``shard_ranges``'s (an all-gather and DTensor's
+    ``Shard(1)`` split V that way)."""
+    expected = shard_ranges(shard.vocab, shard.world)[shard.rank]
+    if (shard.start, shard.stop) != expected:
+        raise ValueError(
+            f"rank {shard.rank} holds [{shard.start}, {shard.stop}) but the all-gather "
+            f"assumes the shard_ranges layout {list(expected)}"
+        )
 
-    A method's ``tp``; listed in a module's ``METHODS`` itself, a method measured only
-    across ranks (its ``build``, the loss on one device, is None). ``shard_check`` adds a
-    reason a layout cannot be computed exactly (Megatron's loss on uneven shards)."""
 
-    build_tp: Callable[[Case, torch.Tensor, Shard], LossFn] | None = None
-    shard_check: Callable[[Case, Shard], str | None] | None = None
+class _SumGrad(torch.autograd.Function):
+    """Identity forward; the backward sums E's gradient over the group."""
 
-    def across_ranks(self) -> ParallelMethod:
-        return self
+    @staticmethod
+    def forward(ctx: Any, e: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        return e.view_as(e)
 
-    def unsupported_at(self, case: Case, shard: Shard) -> str | None:
-        """Why this method cannot compute ``case`` on this layout, or None."""
-        reason = self.unsupported_reason(case)
-        if reason is None and self.shard_check is not None:
-            reason = self.shard_check(case, shard)
-        return reason
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        import torch.distributed as dist
 
-    def prepare_tp(self, case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
-        """Untimed set-up on every rank; returns the rank's loss callable."""
-        reason = self.unsupported_at(case, shard)
-        if reason is not None:
-            raise Unsupported(reason)
-        assert self.build_tp is not None, f"{self.name}: no build_tp"
-        return self.build_tp(case, c_shard, shard)
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def sum_grad_over(e: torch.Tensor, group: Any) -> torch.Tensor:
+    """``e`` for a column-parallel head: ``e @ c_shard.T`` gives each rank only its
+    shard's part of dE, and this sums the parts (in E's dtype, as Megatron's
+    ``copy_to_tensor_model_parallel_region`` does) so every rank holds the full dE."""
+    return _SumGrad.apply(e, group)
 
 
 def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:

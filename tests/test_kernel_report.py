@@ -361,11 +361,12 @@ def test_failing_or_unreadable_ptxas_fails_the_report(tmp_path):
         script.chmod(0o755)
     out = _python(f"""
         from perfsuite import kernel_report
-        argv = ["--arch", "sm_80", "--kernel", "tile_keep", "--dtype", "fp32", "--no-cce",
-                "--jobs", "1"]
+        from perfsuite.cli import main
+        argv = ["kernel-report", "--arch", "sm_80", "--kernel", "tile_keep", "--dtype", "fp32",
+                "--no-cce", "--jobs", "1"]
         for script in ({str(failing)!r}, {str(silent)!r}):
             kernel_report.build.ptxas_path = lambda arch, s=script: s
-            print("RC", kernel_report.main(argv), flush=True)
+            print("RC", main(argv), flush=True)
     """)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("RC 1") == 2, out.stdout[-3000:]
@@ -377,7 +378,7 @@ def test_failing_or_unreadable_ptxas_fails_the_report(tmp_path):
 def test_cli_under_interpreter_env():
     """TRITON_INTERPRET=1 must not stop the build (a child process does it)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", "sm_80,sm_90a"]
+    cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--arch", "sm_80,sm_90a"]
     cmd += ["--kernel", "tile_threshold,tile_keep", "--dtype", "bf16", "--no-cce", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -407,7 +408,7 @@ def test_blackwell_is_accepted_and_launched_as_on_a_b200():
     fwd = slice_launches.our_launches(GEMMA, ["sm_100a"], ["bf16"], ["forward"])[0]
     splits = -(-GEMMA.v // fwd.args["split_size"])
     assert splits == forward.splits_for(GEMMA.n, GEMMA.v, 128, 148) != 33  # H100: 33
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", "sm_100a"]
+    cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--arch", "sm_100a"]
     cmd += ["--kernel", "column_sum,target_logit", "--dtype", "bf16", "--no-cce", "--json"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=300)
@@ -452,7 +453,7 @@ def test_blackwell_slice_kernel_runs_on_tcgen05():
 def test_launched_fraction_on_a_sample():
     """--launched runs the real tile-list kernels (interpreted) on a sample of rows:
     a flat softmax keeps every pair, and the modelled costs are the full ones."""
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--arch", "sm_90a", "--json"]
+    cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--arch", "sm_90a", "--json"]
     cmd += ["--shape", "256,2048,64", "--kernel", "target_logit", "--dtype", "bf16"]
     cmd += ["--no-cce", "--launched", "random", "--sample-rows", "256"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300)

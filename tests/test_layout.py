@@ -164,8 +164,8 @@ ORDER = (
     "__main__", "cli",
     "activations", "converge", "step", "filtering", "kernel_report",  # commands, kinds
     "render", "history", "regress",  # readers of results
-    "run", "tp_method", "harness", "plan", "args",  # measuring
-    "measure", "results", "method", "parser", "fit",  # primitives
+    "run", "tp_method", "harness", "args", "measure",  # measuring
+    "plan", "results", "method", "parser", "fit",  # the declarations, primitives
     "perfsuite", "checkout",  # the package's __init__: its version, the checkout's path
 )  # fmt: skip
 

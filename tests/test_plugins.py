@@ -49,23 +49,32 @@ def test_one_declaration_serves_every_kind(one_file):
     method = get_method(NAME)
     assert method.kinds == ("loss", "tp", "step", "train")
     assert all(NAME in methods_for(kind) for kind in ("loss", "tp", "step", "train"))
-    assert methods_for("tp")[NAME] is method.tp  # run --tp measures the shard declaration
+    assert methods_for("tp")[NAME].caps == method.caps  # one declaration, its tp a hook
     # Methods only across ranks are declared methods too, with no loss of their own.
     megatron = all_methods()["megatron"]
     assert megatron.kinds == ("tp",) and "megatron" not in methods_for("loss")
     assert "declares no loss" in (megatron.lacks("loss") or "")
 
 
+def test_a_file_in_the_tree_is_a_method(tmp_path, monkeypatch):
+    """The registry reads every module of perfsuite.baselines: no list to edit."""
+    from perfsuite import baselines
+
+    (tmp_path / "throwaway.py").write_text(PLUGIN.read_text().replace("one-file", "in-tree"))
+    monkeypatch.setattr(baselines, "__path__", [*baselines.__path__, str(tmp_path)])
+    assert get_method("in-tree").kinds == ("loss", "tp", "step", "train")
+
+
 def test_memory_and_compilation_are_declared_not_named():
-    from perfsuite.method import Capabilities
+    from perfsuite.method import Capabilities, Holds
     from perfsuite.plan.memory_model import predicted_peak
 
     methods = all_methods()
     assert methods["torch-compile"].compiles and not methods["eager"].compiles
-    assert methods["torch-compile"].caps.logit_copies == (2.0, 4.0)
+    assert methods["torch-compile"].caps.holds == Holds("compiled", (2.0, 4.0))
     size = (4096, 65536, 1024, "bf16")
     eager = predicted_peak(methods["eager"].caps, *size, softcap=True)
-    held = predicted_peak(Capabilities(logit_copies=(10.0, 12.0)), *size, softcap=True)
+    held = predicted_peak(Capabilities(holds=Holds(copies=(10.0, 12.0))), *size, softcap=True)
     assert "gate" in eager[1] and "~12 copies" in held[1] and held[0] > eager[0]
     # Liger's softcap needs CUDA: its declaration says so, for run and step alike.
     case = Case(64, 64, 64, "fp32", softcap=30.0, device="cpu")
@@ -121,14 +130,14 @@ QUICK = ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "0", "--timeout", 
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("tp", [[], ["--tp", "1"]], ids=["run", "run-tp"])
+@pytest.mark.parametrize("tp", [[], ["--tp", "2"]], ids=["run", "run-tp"])
 def test_run_measures_the_plugin(one_file, tmp_path, tp):
     out = tmp_path / "run.json"
     code, printed = cli("run", *SMALL, *QUICK, *tp, "--methods", NAME, "--out", str(out))
     assert code == 0, printed
     rows = load_results(out)["rows"]
     assert rows and {(r["method"], r["status"]) for r in rows} == {(NAME, "ok")}
-    assert all(r.get("tp") == (1 if tp else None) for r in rows)
+    assert all(r.get("tp") == (2 if tp else None) for r in rows)  # 2 gloo ranks, V uneven
 
 
 @pytest.mark.integration

@@ -226,6 +226,7 @@ def test_nightly_prints_the_kernel_diff_beside_its_timing_verdicts():
     assert "gemma2-2b" in job["strategy"]["matrix"]["shape"]
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_nightly_history_steps_run_against_a_local_remote(tmp_path):
     """The history job's shell steps, run in order for two nights with a bare local
@@ -245,7 +246,7 @@ def test_nightly_history_steps_run_against_a_local_remote(tmp_path):
     demo = tmp_path / "demo"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     subprocess.run(
-        [sys.executable, "-m", "perfsuite.history", "demo", "-o", str(demo), "--runs", "8",
+        [sys.executable, "-m", "perfsuite", "history", "demo", "-o", str(demo), "--runs", "8",
          "--step-at", "5"], check=True, env=env, capture_output=True,
     )  # fmt: skip
     env |= {

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.plan.registry import all_methods, pip_requirements
+
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +27,9 @@ IMPORT_NAMES = {"megatron-core": "megatron", "pycryptodomex": "Cryptodome"}
 
 
 def _names(bash_array: str) -> set[str]:
+    """The names in the script's array; PEERS's ``$DECLARED``: the methods' ``pip``."""
     body = re.search(rf"^{bash_array}=\(([^)]*)\)", SCRIPT, re.M | re.S).group(1)
+    body = body.replace("$DECLARED", " ".join(pip_requirements()))
     return {re.split(r"[=<>]", word)[0].lower() for word in body.split()}
 
 
@@ -46,6 +50,9 @@ def test_every_declared_dependency_is_on_the_image_or_among_the_wheels() -> None
     image, core, peers = _names("IMAGE"), _names("CORE"), _names("PEERS")
     assert not image & (core | peers) and not core & peers
     assert declared - image - core - peers == set()
+    # Every method's own library (its first ``pip``) is among pyproject's extras too.
+    own = {_requirement(m.pip[0]) for m in all_methods().values() if m.pip}
+    assert own and own <= declared, own - declared
 
 
 def test_core_dependencies_the_image_lacks_are_core_wheels() -> None:

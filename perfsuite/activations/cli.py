@@ -14,6 +14,7 @@ from typing import Any
 
 from perfsuite.args import positive_int
 from perfsuite.converge.presets import PRESETS
+from perfsuite.units import fmt_bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
             on_step=step,
             device=args.device,
         )
-    print(
-        f"wrote {args.out} ({info['bytes'] / 2**20:.1f} MiB) in {time.perf_counter() - start:.0f} s"
-    )
+    print(f"wrote {args.out} ({fmt_bytes(info['bytes'])}) in {time.perf_counter() - start:.0f} s")
     _print(summarize(args.out))
     return 0

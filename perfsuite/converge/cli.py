@@ -161,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
     from perfsuite.converge.report import read
     from perfsuite.converge.sweep import dry_run, report, sweep
-    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import methods_for
     from perfsuite.results.lock import claim
 
@@ -169,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.render is not None:  # the table and figures of a finished file, trained again by none
         report(args.render, read(args.render), console)
         return 0
-    known = {**methods_for("train"), **YARDSTICKS}
+    known = methods_for("train")
     config = resolve(args, known)
     if args.dry_run:
         return dry_run(config, known, console)
@@ -188,16 +187,3 @@ def run(args: argparse.Namespace) -> int:
         document = sweep(config, known, console)
         report(config.out, document, console)
     return exit_status(document["rows"])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perfsuite.converge``: bad input as ``perfsuite converge`` prints it."""
-    from perfsuite.parser import BAD_INPUT, Parser, print_error
-
-    parser = Parser(prog="python -m perfsuite.converge", description=__doc__)
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except BAD_INPUT as err:
-        print_error(err)
-        return 2

@@ -9,8 +9,9 @@ from typing import Any
 
 from rich.console import Console
 
-from perfsuite.fit import Column, fit_table, pipe_table, print_fitted
+from perfsuite.fit import Column, Grid, fit_table
 from perfsuite.results.results import read_json, require_kind
+from perfsuite.units import fmt_bytes
 
 V1 = "perfsuite.converge/1"  # the converge document before the results envelope held it
 
@@ -71,7 +72,7 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
     return {
         "train_loss": steps[-1]["loss"] if steps else None,
         "step_ms": statistics.median(times) * 1e3 if times else None,
-        "peak_mib": max(peaks) / 2**20 if peaks else None,
+        "peak_bytes": max(peaks) if peaks else None,
         **held,
         "verdict": parity.get("verdict", "—"),
         "loss_diff": parity.get("loss_max_rel_diff"),
@@ -88,7 +89,7 @@ TRAINING = (
     ("Δparams rel L2", "param_diff", ".1e"),
     ("final loss", "train_loss", ".4f"),
     ("ms/step", "step_ms", ".1f"),
-    ("peak MiB", "peak_mib", ".1f"),
+    ("peak MiB", "peak_bytes", "MiB"),  # fmt_bytes, as every table's
 )
 HELDOUT = (
     ("loss", "loss", ".4f"),
@@ -103,40 +104,36 @@ HELDOUT = (
 )
 
 
-def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool) -> tuple[list, list]:
-    """Headers and cells: per run its key, the verdict (``verdict``), each column's number."""
+def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool, title: str = "") -> Grid:
+    """Per run its key, the verdict (``verdict``, coloured), each column's number."""
     headers = [*KEY_COLUMNS, *(["parity"] if verdict else []), *(c[0] for c in columns)]
     rows = []
     for run in runs:
         s = summary(run)  # the verdict, or the status of a run that did not finish
         key = [run["method"], f"{run['beta']:g}", run["dtype"]]
-        key += [s["verdict"] if run["status"] == "ok" else run["status"]] if verdict else []
-        rows.append(key + ["—" if s.get(k) is None else format(s[k], f) for _, k, f in columns])
-    return headers, rows
+        if verdict:  # anything but a verdict is a status: yellow
+            said = s["verdict"] if run["status"] == "ok" else run["status"]
+            style = VERDICT_STYLE.get(said, "yellow")
+            key.append(f"[{style}]{said}[/{style}]")
+        show = lambda v, f: fmt_bytes(v, f) if f == "MiB" else format(v, f)  # noqa: E731
+        rows.append(key + ["—" if s.get(k) is None else show(s[k], f) for _, k, f in columns])
+    cols = [Column(h, "left", True) if h in LEFT else Column(h, "right", False) for h in headers]
+    return Grid(cols, rows, title, options={"title_justify": "left"})
 
 
-def _rich(
-    console: Console,
-    title: str,
-    table: tuple[list[str], list[list[str]]],
-    halves: tuple[str, str] | None = None,
-) -> None:
+def _rich(console: Console, table: Grid, halves: tuple[str, str] | None = None) -> None:
     """Fitted to the console (``perfsuite.fit``). With ``halves`` (two titles), a table
     too wide for the console is two tables of the same rows, split after
     ``HELDOUT_SPLIT`` columns: a block of lines per row was hard to compare."""
-
-    headers, rows = table
-    cols = [Column(h, "left", True) if h in LEFT else Column(h, "right", False) for h in headers]
-    if "parity" in headers:  # colour the verdict; anything but a verdict is a status: yellow
-        styles = [VERDICT_STYLE.get(row[3], "yellow") for row in rows]
-        rows = [[*r[:3], f"[{s}]{r[3]}[/{s}]", *r[4:]] for r, s in zip(rows, styles, strict=True)]
-    if halves and fit_table(cols, rows, console.width, title=title) is None:
+    cols, rows = table.columns, table.rows
+    if halves and fit_table(cols, rows, console.width, title=table.title) is None:
         key, cut = len(KEY_COLUMNS), len(KEY_COLUMNS) + HELDOUT_SPLIT
         for half, (start, end) in zip(halves, ((key, cut), (cut, len(cols))), strict=True):
             picked = [r[:key] + r[start:end] for r in rows]
-            print_fitted(console, cols[:key] + cols[start:end], picked, half, title_justify="left")
+            part = Grid([*cols[:key], *cols[start:end]], picked, half, options=table.options)
+            part.print(console)
         return
-    print_fitted(console, cols, rows, title, title_justify="left")
+    table.print(console)
 
 
 HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for ECE/RMS-CE/MCE)"
@@ -159,8 +156,8 @@ def title(document: dict[str, Any]) -> str:
 def print_report(console: Console, document: dict[str, Any]) -> None:
     """Both tables, then each unfinished run's reason on a line of its own."""
     runs = document["rows"]
-    _rich(console, f"{title(document)}: parity with eager", _table(runs, TRAINING, True))
-    _rich(console, HELDOUT_TITLE, _table(runs, HELDOUT, False), HELDOUT_HALVES)
+    _rich(console, _table(runs, TRAINING, True, f"{title(document)}: parity with eager"))
+    _rich(console, _table(runs, HELDOUT, False, HELDOUT_TITLE), HELDOUT_HALVES)
     for run in runs:
         if run.get("reason"):
             console.print(
@@ -175,9 +172,9 @@ def markdown(document: dict[str, Any]) -> str:
     runs = document["rows"]
     tol = document["env"].get("converge", {}).get("tolerances", {})
     lines = [f"## {title(document)}", "", "### Parity with eager", ""]
-    lines += pipe_table(*_table(runs, TRAINING, True), LEFT)
+    lines += _table(runs, TRAINING, True).markdown()
     lines += ["", f"### {HELDOUT_TITLE[0].upper()}{HELDOUT_TITLE[1:]}", ""]
-    lines += pipe_table(*_table(runs, HELDOUT, False), LEFT)
+    lines += _table(runs, HELDOUT, False).markdown()
     lines += ["", "Tolerances (" + tol.get("source", "") + "):"]
     if tol.get("noise rule"):
         lines.append(f"- {tol['noise rule']}")

@@ -26,11 +26,13 @@ LinesFn = Callable[[list[dict[str, Any]]], bool]
 
 
 def python_worker(module: str, *args: str) -> list[str]:
-    """The command that runs ``module``'s ``main(args)`` in a fresh Python, the collector
-    off until the worker freezes what its imports made (``freeze_what_exists``): its
-    passes over torch's and transformers' objects as they import cost 0.3-2 s a worker."""
-    boot = f"import gc, sys; gc.disable(); from {module} import main; sys.exit(main(sys.argv[1:]))"
-    return [sys.executable, "-c", boot, *args]
+    """The command that serves ``module``'s ``WORKER`` (``perfsuite.harness.worker.main``)
+    in a fresh Python, the collector off until the worker freezes what its imports made
+    (``freeze_what_exists``): its passes over torch's and transformers' objects as they
+    import cost 0.3-2 s a worker."""
+    boot = "import gc, sys; gc.disable(); from perfsuite.harness.worker import main; "
+    boot += "sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", boot, module, *args]
 
 
 @dataclass

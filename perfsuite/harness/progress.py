@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.plan.memory_model import fmt_size
+from perfsuite.units import fmt_bytes
 
 # Seconds a running cell may go without a line.
 HEARTBEAT_S = 30.0
@@ -139,7 +139,7 @@ class Tracker:
         parts = [f"cell {self.cells_started} of {self.total}"]
         peak = self.model.peak(method, case)
         if peak is not None:
-            parts.append(f"peak ~{fmt_size(peak)} predicted")
+            parts.append(f"peak ~{fmt_bytes(peak)} predicted")
         left, kinds = self.time_left(now)
         if left is not None:
             parts.append(f"~{duration(left)} left" + (f" for {kinds} cells" if kinds else ""))

@@ -1,20 +1,31 @@
-"""What every kind's worker shares: a measured row's columns, the status of a case that
-raised, the memory cap that provokes ``oom``, and a loss cell's phase bodies. Here, not
-in one kind's worker, so that step, converge and regress need not import the loss kind."""
+"""The one worker: ``serve`` reads a kind's spec, opens its JSON-lines file, freezes what
+the imports made, caps the memory and measures each case, a ``{"start": i}`` line before
+it (``perfsuite.harness.kind`` reads them). Besides, what every kind's worker shares: a
+measured row's columns, the status of a case that raised, the memory cap that provokes
+``oom``, and a loss cell's phase bodies. Here, not in one kind's worker, so that step,
+converge and regress need not import the loss kind."""
 
 from __future__ import annotations
 
+import gc
+import importlib
+import json
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import torch
+from perfsuite.harness.protocol import emitter
 
-from perfsuite.measure.memory import Peak
-from perfsuite.measure.timing import Timing
-from perfsuite.method import LossFn, Unavailable, Unsupported
-from perfsuite.results.results import Row
+if TYPE_CHECKING:  # torch loads in the worker, not in a parent that names its WORKER
+    import torch
+
+    from perfsuite.measure.memory import Peak
+    from perfsuite.measure.timing import Timing
+    from perfsuite.method import LossFn
+    from perfsuite.results.results import Row
 
 # Said next to a bf16 failure under the interpreter, whose casts differ from a GPU's.
 INTERPRETER_BF16_NOTE = (
@@ -33,6 +44,8 @@ def fill(row: Row, peak: Peak, timing: Timing) -> None:
 
 def failure(err: BaseException) -> tuple[str, str]:
     """``(status, reason)`` of a case whose measurement raised ``err``."""
+    from perfsuite.method import Unavailable, Unsupported
+
     if isinstance(err, Unsupported):
         return "unsupported", str(err)
     if isinstance(err, Unavailable):
@@ -41,6 +54,8 @@ def failure(err: BaseException) -> tuple[str, str]:
 
 
 def is_oom(err: BaseException) -> bool:
+    import torch
+
     if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
         return True
     text = str(err)
@@ -97,3 +112,73 @@ class Phase:
     @property
     def body(self) -> Callable[[], None]:
         return {"fwd": self._forward, "bwd": self._backward, "fwd+bwd": self._fwd_bwd}[self.name]
+
+
+Spec = TypeVar("Spec")
+State = TypeVar("State")
+Emit = Callable[[Any], None]
+Stage = Callable[[str], None]
+# One case: (spec, the session's state, its index, the case dict, emit, stage).
+CaseFn = Callable[[Spec, State, int, dict[str, Any], Emit, Stage], None]
+# What a worker sets up before its cases (imports, a model, a process group): entered
+# before the freeze, it yields the state each case gets and the emit this process writes
+# with (a cell's ranks: rank 0's writes, the others' say nothing).
+SessionFn = Callable[[Spec, Emit], AbstractContextManager[tuple[State, Emit]]]
+
+
+@dataclass(frozen=True)
+class Served(Generic[Spec, State]):
+    """What a kind's worker module declares (as ``WORKER``) for ``main`` to serve."""
+
+    spec_type: type[Spec]
+    run_case: CaseFn
+    session: SessionFn | None = None
+
+    def __call__(self, spec_path: str) -> int:
+        return serve(self.spec_type, self.run_case, spec_path, self.session)
+
+
+def serve(
+    spec_type: type[Spec],
+    run_case: CaseFn,
+    spec_path: str,
+    session: SessionFn | None = None,
+) -> int:
+    """The one worker loop over ``spec_type``'s JSON file at ``spec_path`` (its ``out``,
+    ``cases`` and optional ``memory_limit``): each case's lines reach ``out`` as they are
+    known, so that a crash loses only the case in flight."""
+    import torch
+
+    from perfsuite.measure.memory import freeze_what_exists
+
+    spec = spec_type(**json.loads(Path(spec_path).read_text()))
+    session = session or holding(lambda spec: None)
+    with emitter(spec.out) as out, session(spec, out) as (state, emit):
+        freeze_what_exists()  # and what the session imported
+        limit = getattr(spec, "memory_limit", None)
+        if limit is not None:
+            limit_memory(limit)
+        for i, raw in enumerate(spec.cases):  # type: ignore[attr-defined]
+            emit({"start": i})
+            run_case(spec, state, i, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
+            gc.collect()
+            if torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+    return 0
+
+
+def holding(make: Callable[[Any], Any]) -> SessionFn:
+    """A session whose state is ``make(spec)`` (the method measured, say), nothing to
+    tear down."""
+
+    @contextmanager
+    def session(spec: Any, emit: Emit) -> Iterator[tuple[Any, Emit]]:
+        yield make(spec), emit
+
+    return session
+
+
+def main(argv: list[str]) -> int:
+    """``MODULE SPEC.json``: MODULE's ``WORKER`` served on the spec (``python_worker``)."""
+    served: Served = importlib.import_module(argv[0]).WORKER
+    return served(argv[1])

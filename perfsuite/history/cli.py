@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ def db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The subcommands, on ``parser`` (``perfsuite history`` or ``python -m perfsuite.history``)."""
+    """The subcommands, on ``parser`` (``perfsuite history``)."""
     db_option(parser, None)
     sub = parser.add_subparsers(dest="history_command", metavar="COMMAND", required=True)
     p = sub.add_parser("add", help="store results files (idempotent; corrupt ones refused)")
@@ -312,11 +312,3 @@ def run(args: argparse.Namespace) -> int:
             return _fail(str(err).splitlines()[0])
         except sqlite3.DatabaseError as err:
             return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite history", description="Benchmark history and its regressions.")
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

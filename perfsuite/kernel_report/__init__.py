@@ -30,7 +30,7 @@ from perfsuite.results.outpath import check_output_dir
 
 from . import diff, names, options
 from .names import Shape, parse_shape
-from .options import add_arguments
+from .options import add_arguments as add_arguments  # perfsuite.cli's hook
 
 if TYPE_CHECKING:
     from .launches import Launch
@@ -240,7 +240,7 @@ def _report_in_child(
     from . import baseline
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report", "--json", "--jobs", str(jobs)]
+    cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--json", "--jobs", str(jobs)]
     cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}"]
     cmd += baseline.selection_args(archs, dtypes, kernels, with_cce)
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
@@ -329,11 +329,3 @@ def run(args: argparse.Namespace) -> int:
         saved = baseline.save(report, args.save)
         print(f"saved {saved}", file=sys.stderr if args.json else sys.stdout)
     return 1 if problems or (comparison and comparison.failing()) else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfsuite.parser import Parser
-
-    parser = Parser(prog="perfsuite kernel-report", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

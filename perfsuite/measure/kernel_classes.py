@@ -12,8 +12,6 @@ from pathlib import Path
 # In the order a stacked bar draws them; every breakdown has each key.
 CLASSES = ("gemm", "ours", "peer", "elementwise", "copy", "collective", "other")
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
-# Python packages whose Triton kernels are the peers' (liger-kernel, cut-cross-entropy).
-PEER_PACKAGES = ("liger_kernel", "cut_cross_entropy")
 
 GEMM_OPS = frozenset(
     "mm addmm bmm baddbmm addbmm matmul linear _scaled_mm addmv mv dot vdot einsum "
@@ -78,9 +76,12 @@ def ours_names() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def peer_names() -> frozenset[str]:
-    """The installed peers' Triton kernels (none when a peer is not installed)."""
+    """The installed peers' Triton kernels (none when a peer is not installed); which
+    packages are the peers' is the methods' declarations' (``triton_packages``)."""
+    from perfsuite.plan.registry import triton_packages
+
     files: list[Path] = []
-    for package in PEER_PACKAGES:
+    for package in triton_packages():
         spec = importlib.util.find_spec(package)  # finds, does not import
         for folder in (spec.submodule_search_locations or []) if spec else []:
             files += sorted(Path(folder).rglob("*.py"))

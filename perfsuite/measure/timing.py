@@ -15,8 +15,8 @@ from perfsuite.measure.stats import quantile
 
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3
-# Interpreted timings say nothing about the kernel: no timing pass, the one sample is the
-# memory pass's call (the row stays whole; the time goes to the gate and memory).
+# Interpreted timings say nothing about the kernel: one sample keeps the row whole, and the
+# time goes to the gate and memory (``sampling``).
 INTERPRETED_SAMPLES = 1
 CPU_FLUSH_CAP = 64 << 20
 
@@ -71,10 +71,35 @@ class CacheFlusher:
         self.buffer.zero_()
 
 
-def protocol(samples: int, warmup: int, interpreted: bool) -> tuple[int, int]:
-    """(samples, warm-up calls) of a phase's timing pass: the plan's, or none under the
-    interpreter (``INTERPRETED_SAMPLES`` come from the memory pass)."""
-    return (0, 0) if interpreted else (samples, warmup)
+@dataclass(frozen=True)
+class Sampling:
+    """How every kind samples a phase: ``samples`` timed calls after ``warmup`` untimed
+    ones; on ``cpu_time`` the process's CPU clock, not the wall clock."""
+
+    samples: int
+    warmup: int
+    cpu_time: bool = False
+
+
+def sampling(samples: int, warmup: int, interpreted: bool) -> Sampling:
+    """The one sampling protocol. Compiled (CPU or CUDA): the plan's samples and warm-up,
+    on the wall clock (CUDA events on a GPU). Interpreted: ``INTERPRETED_SAMPLES``
+    without warm-up on the CPU clock: the interpreter's time says nothing about a GPU,
+    and a worker's wall clock also runs while it is paused or waits for a core."""
+    return Sampling(INTERPRETED_SAMPLES, 0, True) if interpreted else Sampling(samples, warmup)
+
+
+def cpu_clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
+    """``body``, and the list its calls' CPU milliseconds go to: a pass that runs anyway
+    (the memory pass) gives an interpreted phase its sample without another call."""
+    times: list[float] = []
+
+    def clocked() -> None:
+        start = time.process_time()
+        body()
+        times.append((time.process_time() - start) * 1e3)
+
+    return clocked, times
 
 
 def time_samples(
@@ -85,9 +110,12 @@ def time_samples(
     warmup: int = DEFAULT_WARMUP,
     setup: Callable[[], object] | None = None,
     flush: CacheFlusher | None = None,
+    cpu_time: bool = False,
 ) -> Timing:
     """Run ``warmup`` untimed calls, then time ``samples`` calls of ``fn``."""
-    spans = time_spans([fn], device, samples=samples, warmup=warmup, setup=setup, flush=flush)
+    spans = time_spans(
+        [fn], device, samples=samples, warmup=warmup, setup=setup, flush=flush, cpu_time=cpu_time
+    )
     return Timing([ms for (ms,) in spans])
 
 
@@ -112,14 +140,15 @@ def time_spans(
     setup: Callable[[], object] | None = None,
     flush: CacheFlusher | None = None,
     barrier: Callable[[], object] | None = None,
+    cpu_time: bool = False,
 ) -> list[list[float]]:
     """Per sample, the milliseconds of each of ``phases`` run back to back, the clock read
     at each boundary, so a sample's phases add up to its whole; ``barrier`` (ranks of one
-    cell) runs before each sample's clock."""
+    cell) runs before each sample's clock; ``cpu_time``: the CPU clock (``sampling``)."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     flush = flush or CacheFlusher(device)
-    cuda = device.type == "cuda"
+    cuda = device.type == "cuda" and not cpu_time
     warm_up(phases, warmup, setup)
     if cuda:
         torch.cuda.synchronize(device)
@@ -132,10 +161,10 @@ def time_spans(
             barrier()
             if cuda:
                 torch.cuda.synchronize(device)
-        sample = [_mark(cuda)]
+        sample = [_mark(cuda, cpu_time)]
         for phase in phases:
             phase()
-            sample.append(_mark(cuda))
+            sample.append(_mark(cuda, cpu_time))
         marks.append(sample)
     if not cuda:
         return [[(b - a) * 1e3 for a, b in itertools.pairwise(m)] for m in marks]
@@ -143,9 +172,9 @@ def time_spans(
     return [[float(a.elapsed_time(b)) for a, b in itertools.pairwise(m)] for m in marks]
 
 
-def _mark(cuda: bool) -> Any:
+def _mark(cuda: bool, cpu_time: bool = False) -> Any:
     if cuda:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
-    return time.perf_counter()
+    return time.process_time() if cpu_time else time.perf_counter()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfsuite.units import fmt_bytes
+
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -42,34 +44,20 @@ CUDA_MEMORY_SHARE = 0.92
 def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
     """What every cell's worker needs at least: e, c and their gradients, then the
     correctness gate (the fp32 reference, ``reference_bytes``, and eager in the
-    input dtype, holding the logit copies its declaration says), whichever method it times."""
-    from perfsuite.baselines.torch_methods import EAGER  # torch: only where it is needed
+    input dtype, holding the logits whole: ``method.Holds``'s), whichever method it times."""
+    from perfsuite.method import Holds  # torch: only where it is needed
 
     size = DTYPE_BYTES[dtype]
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
-    eager = tensors + EAGER.caps.logit_copies[softcap] * tokens * vocab * size
+    eager = tensors + Holds().copies[softcap] * tokens * vocab * size
     return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
-
-
-_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-
-
-def fmt_size(nbytes: float) -> str:
-    """``512 B``, ``23.3 MiB``, ``131 KiB``: bytes in the largest binary unit they fill, to
-    the tables' three significant figures (a shape a typo made huge read "~2235179424.3
-    GiB"). The one formatter of a size that carries its own unit."""
-    scale = min((int(nbytes).bit_length() - 1) // 10, len(_UNITS))
-    if scale <= 0:
-        return f"{nbytes:.0f} B"
-    x, unit = nbytes / 1024**scale, _UNITS[scale - 1]
-    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:
     """The one wording of "this cell will not fit" (``run`` refuses the shape with it,
     ``sweep`` records it as a skipped cell's reason)."""
     return (
-        f"predicted peak ~{fmt_size(need)} ({what}) exceeds the {fmt_size(capacity)} this "
+        f"predicted peak ~{fmt_bytes(need)} ({what}) exceeds the {fmt_bytes(capacity)} this "
         f"{device} can give a cell (memory model, docs/math.md)"
     )
 
@@ -83,14 +71,14 @@ def predicted_peak(
     softcap: bool = False,
 ) -> tuple[int, str]:
     """Rough peak bytes of one cell in its worker, and what drives it: at least the
-    correctness gate's (``gate_bytes``), or the ``caps.logit_copies`` of the N x V
-    logits a method that materialises them holds; the others stay near the floor."""
+    correctness gate's (``gate_bytes``), or the ``caps.holds.copies`` of the N x V
+    logits a method that holds them whole keeps; the others stay near the floor."""
     size = DTYPE_BYTES[dtype]
     logits = tokens * vocab * size
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
     gate = gate_bytes(tokens, vocab, hidden, dtype, softcap)
-    if caps.materializes_logits:
-        copies = caps.logit_copies[softcap]
+    if caps.holds.whole_logits:
+        copies = caps.holds.copies[softcap]
         mine = tensors + copies * logits
         what = f"~{copies:g} copies of its N x V logits"
     else:

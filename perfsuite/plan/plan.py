@@ -10,7 +10,6 @@ from typing import Any
 from perfsuite.plan.memory_model import (
     device_capacity,
     exceeds,
-    fmt_size,
     gate_bytes,
     predicted_peak,
 )
@@ -18,6 +17,7 @@ from perfsuite.plan.registry import all_methods, methods_for
 from perfsuite.plan.shapes import Shape
 from perfsuite.results.kinds import DTYPES, TIMERS
 from perfsuite.results.results import PHASES
+from perfsuite.units import fmt_bytes
 
 
 class PlanError(ValueError):
@@ -181,8 +181,8 @@ def check_fits(plan: Plan) -> None:
         )
         if plan.memory_limit < need:
             raise PlanError(
-                f"--memory-limit {fmt_size(plan.memory_limit)} is below the smallest cell's "
-                f"predicted peak, ~{fmt_size(need)} ({what}; {method} on {shape}): every "
+                f"--memory-limit {fmt_bytes(plan.memory_limit)} is below the smallest cell's "
+                f"predicted peak, ~{fmt_bytes(need)} ({what}; {method} on {shape}): every "
                 "cell would be oom; raise the limit or leave it out"
             )
     capacity = device_capacity("cpu")  # not --memory-limit: over it a worker is ``oom``

@@ -1,4 +1,6 @@
-"""The methods the suite knows: the explicit list of adapter modules, plus plugins.
+"""The methods the suite knows: every module of ``perfsuite.baselines`` (in table order
+``ADAPTER_MODULES``, then any other by name: a method added in the tree is one file),
+plus plugins.
 
 Each module's ``METHODS`` declares each method once; importing it must not import the
 package it wraps, so a missing one makes its methods ``unavailable``. Plugins come from
@@ -15,12 +17,12 @@ if TYPE_CHECKING:  # perfsuite.method imports torch: loaded when methods are ask
     # so a command that renders rows (report, plot) parses its arguments without it
     from perfsuite.method import SimpleMethod
 
-# Table order; tp_torch and tp_megatron declare the methods measured only across ranks.
+# Table order; torch_parallel and megatron declare methods measured only across ranks.
 ADAPTER_MODULES = (
     "perfsuite.baselines.torch_methods",
-    "perfsuite.baselines.tp_torch",
+    "perfsuite.baselines.torch_parallel",
     "perfsuite.baselines.ours",
-    "perfsuite.baselines.tp_megatron",
+    "perfsuite.baselines.megatron",
     "perfsuite.baselines.liger",
     "perfsuite.baselines.cce",
     "perfsuite.baselines.torchtune",
@@ -48,9 +50,21 @@ def _entry_point(ep: importlib.metadata.EntryPoint) -> list[Any]:
     return list(loaded) if isinstance(loaded, list | tuple) else [loaded]
 
 
+def _tree_modules() -> list[str]:
+    """The tree's adapter modules: ``ADAPTER_MODULES``, then the others, by name."""
+    import pkgutil
+
+    from perfsuite import baselines
+
+    found = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
+    return [*ADAPTER_MODULES, *sorted(found - set(ADAPTER_MODULES))]
+
+
 def _declared() -> list[tuple[str, Any]]:
     """(where, method) of every declaration, in table order: the tree's, then plugins'."""
-    found = [(m, d) for m in ADAPTER_MODULES for d in importlib.import_module(m).METHODS]
+    found = [
+        (m, d) for m in _tree_modules() for d in getattr(importlib.import_module(m), "METHODS", ())
+    ]
     plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
     found += [(m, d) for m in plugins for d in _plugin(m)]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -68,9 +82,6 @@ def all_methods() -> dict[str, SimpleMethod]:
             raise ValueError(f"{where}: {method!r} is not a perfsuite.method.SimpleMethod")
         if method.name in methods:
             raise ValueError(f"method {method.name!r} registered twice ({where})")
-        tp = method.across_ranks()
-        if tp is not None and tp.name != method.name:
-            raise ValueError(f"{where}: {method.name!r} declares its tp as {tp.name!r}")
         methods[method.name] = method
     return methods
 
@@ -96,3 +107,22 @@ def get_method(name: str) -> SimpleMethod:
     if name not in methods:
         raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}")
     return methods[name]
+
+
+def pip_requirements() -> list[str]:
+    """Every method's pinned pip requirements, once each, in table order: the peer
+    wheels the lent GPU's image lacks (.ci/gpu-wheels reads them here)."""
+    return list(dict.fromkeys(r for m in all_methods().values() for r in m.pip))
+
+
+def paper_names() -> dict[str, str]:
+    """The paper's method name -> the method declared as it (render/paper_compare.py)."""
+    return {m.paper: name for name, m in all_methods().items() if m.paper}
+
+
+def triton_packages() -> list[str]:
+    """The import names of the packages whose Triton kernels the peers run (their
+    ``requires`` where ``caps.triton``; ours and triton itself aside)."""
+    methods = all_methods().values()
+    found = (r for m in methods if m.caps.triton for r in m.requires)
+    return [r for r in dict.fromkeys(found) if r != "triton" and not r.startswith("perfsuite")]

@@ -157,7 +157,7 @@ def read_log(scratch: str | os.PathLike[str]) -> list[Judgement]:
     return [Judgement(**json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
-def main(spec_path: str) -> int:
+def run_step(spec_path: str) -> int:
     """Measure and judge HEAD of the current directory; git bisect's exit code."""
     try:
         spec = Spec.load(spec_path)
@@ -179,11 +179,11 @@ def main(spec_path: str) -> int:
 
 
 def launcher(spec_path: Path) -> str:
-    """A script that runs ``main`` with this perfsuite, whatever the checked-out commit holds."""
+    """A script that runs ``run_step`` with this perfsuite, whatever the commit checked out."""
     root = Path(__file__).resolve().parents[2]
     return (
         "import sys\n"
         f"sys.path.insert(0, {str(root)!r})\n"
-        "from perfsuite.regress.bisect_step import main\n"
-        f"sys.exit(main({str(spec_path)!r}))\n"
+        "from perfsuite.regress.bisect_step import run_step\n"
+        f"sys.exit(run_step({str(spec_path)!r}))\n"
     )

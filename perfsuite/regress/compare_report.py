@@ -12,9 +12,20 @@ from rich import box
 from rich.console import Console
 from rich.text import Text
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table, fold, pipe_table, print_fitted
+from perfsuite.fit import (
+    Column,
+    Notes,
+    TrimmedConsole,
+    fit_table,
+    fold,
+    md_escape,
+    pipe_table,
+    print_fitted,
+)
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
+from perfsuite.render.table import SHORT_STATUS  # the run table's words for the widest
+from perfsuite.units import fmt_bytes
 
 # Per verdict: its console style and its markdown icon.
 LOOK = {
@@ -28,18 +39,9 @@ LOOK = {
 REFRESH_HINT = "refresh the stored baseline: `perfsuite baseline update RESULTS`"
 
 
-def fmt_number(value: float | None, spec: str, unit: str = "") -> str:
+def fmt_spec(value: float | None, spec: str, unit: str = "") -> str:
     """``value`` formatted, or ``-`` when there is none."""
     return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
-
-
-def fmt_mib(value: int | None) -> str:
-    if value is None:
-        return "-"
-    mib = value / 2**20
-    if 0 < mib < 0.01:  # a few bytes: "3.81e-06" widened every table's column
-        return "<0.01"
-    return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
 
 
 def fmt_p(value: float | None) -> str:
@@ -64,15 +66,11 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     return [method_label(row), shape, row["dtype"], beta, row["phase"]]
 
 
-# The console table's words for the widest statuses (the run table's: render.table).
-_SHORT = {"unavailable": "unavail", "unsupported": "N/A"}
-
-
 def _status(cell: CellComparison, short: bool = False) -> str:
     b = cell.baseline["status"] if cell.baseline else "-"
     c = cell.current["status"] if cell.current else "-"
     if short:
-        b, c = _SHORT.get(b, b), _SHORT.get(c, c)
+        b, c = SHORT_STATUS.get(b, b), SHORT_STATUS.get(c, c)
     return b if b == c else f"{b} → {c}"
 
 
@@ -87,13 +85,13 @@ def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]
     b, c = cell.baseline or {}, cell.current or {}
     return [
         _status(cell, short),
-        fmt_number(_time(cell.baseline, metric), ".4g"),
-        fmt_number(_time(cell.current, metric), ".4g"),
-        fmt_number(cell.time.ratio, ".3f", "×"),
+        fmt_spec(_time(cell.baseline, metric), ".4g"),
+        fmt_spec(_time(cell.current, metric), ".4g"),
+        fmt_spec(cell.time.ratio, ".3f", "×"),
         fmt_p(cell.time.p_slower),
-        fmt_mib(b.get("peak_bytes")),
-        fmt_mib(c.get("peak_bytes")),
-        fmt_number(cell.memory.ratio, ".3f", "×"),
+        fmt_bytes(b.get("peak_bytes"), "MiB"),
+        fmt_bytes(c.get("peak_bytes"), "MiB"),
+        fmt_spec(cell.memory.ratio, ".3f", "×"),
     ]
 
 
@@ -130,16 +128,6 @@ def _arrow(before: str, after: str) -> str:
     return before if before == after else f"{before} → {after}"
 
 
-def _footnote(footnotes: list[str], notes: list[str]) -> str:
-    """Notes go under the table, numbered, so that narrow terminals keep the columns."""
-    if not notes:
-        return ""
-    text = "; ".join(notes)
-    if text not in footnotes:  # one note per kind, not one per row
-        footnotes.append(text)
-    return f"[{footnotes.index(text) + 1}]"
-
-
 def _columns(metric: str) -> list[Column]:
     """The console table's columns; ``3.725 → 5.643`` never folds (a number pair). The
     verdict carries its note's number: a column of its own cost 4 characters."""
@@ -148,10 +136,13 @@ def _columns(metric: str) -> list[Column]:
     return [*words, *(Column(h, "right", fold=False) for h in numbers), Column("verdict")]
 
 
-def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
+def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
+    """A cell's console line; its notes go under the table, numbered (one per kind of
+    note, not one per row), so that narrow terminals keep the columns."""
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
     style = LOOK[cell.verdict][0]
     verdict = cell.verdict + (" ✗" if cell.failing else "")
+    ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""
     return [
         cell.row["method"],  # the TP size is in the title
         cell.row["phase"],
@@ -161,7 +152,7 @@ def _row(cell: CellComparison, metric: str, footnotes: list[str]) -> list[str]:
         p,
         _arrow(base_mib, cur_mib),
         mem_x,
-        f"[{style}]{verdict}[/{style}] {_footnote(footnotes, cell.notes)}".rstrip(),
+        f"[{style}]{verdict}[/{style}] {ref}".rstrip(),
     ]
 
 
@@ -219,7 +210,7 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
         groups.setdefault(_group(cell.row), []).append(cell)
     columns = _columns(metric)
     options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    notes: dict[str, list[str]] = {title: [] for title in groups}
+    notes = {title: Notes() for title in groups}
     rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
     every = [row for group in rows.values() for row in group]
     joint = fit_table(columns, every, console.width, **options)
@@ -239,8 +230,8 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
             print_fitted(console, columns, group, title=title, **options)
         else:
             console.print(table)
-        for i, note in enumerate(notes[title], 1):
-            console.print(f"  [{i}] {note}", highlight=False)
+        for note in notes[title].lines():
+            console.print(f"  {note}", highlight=False)
     for line in comparison.env_problems:
         console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")
     for line in [*comparison.env_warnings, *comparison.notes]:
@@ -255,10 +246,6 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
         console.print(f"[green]OK[/green]: {summary_line(comparison)}")
     if comparison.count("improvement"):
         console.print(f"[green]improvements[/green]: {REFRESH_HINT}")
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
@@ -285,9 +272,9 @@ def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
     if comparison.count("improvement"):
         lines += [f"> **{comparison.count('improvement')} improvement(s)**: {REFRESH_HINT}", ""]
     for line in comparison.env_problems:
-        lines.append(f"> ⚠️ environment differs (allowed): {_md_escape(line)}")
+        lines.append(f"> ⚠️ environment differs (allowed): {md_escape(line)}")
     for line in [*comparison.env_warnings, *comparison.notes]:
-        lines.append(f"> note: {_md_escape(line)}")
+        lines.append(f"> note: {md_escape(line)}")
     if comparison.env_problems or comparison.env_warnings or comparison.notes:
         lines.append("")
     shown = [c for c in comparison.cells if show_all or c.verdict != "same"]

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -17,8 +16,9 @@ from typing import Any
 
 from perfsuite.harness.deaths import death_reason, read_json_lines
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import run_worker
+from perfsuite.harness.lifecycle import python_worker, run_worker
 from perfsuite.harness.scratch import scratch
+from perfsuite.harness.worker import Served
 from perfsuite.measure.stats import quantile, summarize
 
 UNCHANGED = 0.0
@@ -166,13 +166,31 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     return runs
 
 
-def worker_main(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
-    cfg = HarnessConfig(**{**spec["config"], "slowdowns": tuple(spec["config"]["slowdowns"])})
-    calibrating = spec["mode"] == "calibrate"
-    result = calibrate(cfg) if calibrating else measure(cfg, spec["extra"], spec["proc"])
-    Path(spec["out"]).write_text(json.dumps(result))
-    return 0
+@dataclass
+class WorkerSpec:
+    """A worker's one job: ``calibrate``, or ``measure`` (process ``proc``) with the
+    calibrated ``extra`` tokens; its one case is the config."""
+
+    mode: str
+    config: dict[str, Any]
+    out: str
+    extra: dict[str, int] | None = None
+    proc: int = 0
+
+    @property
+    def cases(self) -> list[dict[str, Any]]:
+        return [self.config]
+
+
+def run_case(
+    spec: WorkerSpec, state: None, index: int, raw: dict[str, Any], emit: Any, stage: Any
+) -> None:
+    cfg = HarnessConfig(**{**raw, "slowdowns": tuple(raw["slowdowns"])})
+    calibrating = spec.mode == "calibrate"
+    emit({"result": calibrate(cfg) if calibrating else measure(cfg, spec.extra or {}, spec.proc)})
+
+
+WORKER = Served(WorkerSpec, run_case)
 
 
 # --------------------------------------------------------------------------
@@ -180,18 +198,18 @@ def worker_main(spec_path: str) -> int:
 
 
 def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
-    """One worker through the harness's worker life (own process group, killed with
-    the run); its one JSON line is its result."""
+    """One worker (``WORKER``) through the harness's worker life (own process group,
+    killed with the run); its ``result`` line is its result."""
     out, path = tmp / f"{name}.out.jsonl", tmp / f"{name}.spec.json"
     path.write_text(json.dumps({**spec, "out": str(out)}))
-    command = [sys.executable, "-m", "perfsuite.regress.sensitivity_collect", str(path)]
+    command = python_worker("perfsuite.regress.sensitivity_collect", str(path))
     env = child_env(spec["config"]["device"], jobs=1, triton=False, busy=False)
     ended = run_worker(command, env, out, math.inf, lambda lines: False)
-    lines = read_json_lines(out)
-    if ended.returncode != 0 or not lines:
+    results = [line["result"] for line in read_json_lines(out) if "result" in line]
+    if ended.returncode != 0 or not results:
         why = death_reason(ended.returncode, None, ended.stderr)[1]
         raise RuntimeError(f"sensitivity worker {name}: {why}")
-    return lines[0]
+    return results[0]
 
 
 def collect(cfg: HarnessConfig, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -220,7 +238,3 @@ def collect(cfg: HarnessConfig, log: Callable[[str], None] = lambda _: None) -> 
         "collect_s": time.perf_counter() - started,
         "load": {"before": load_before, "after": os.getloadavg()[0], "cores": os.cpu_count()},
     }
-
-
-if __name__ == "__main__":  # a worker: ``_spawn`` runs this module on a spec file
-    sys.exit(worker_main(sys.argv[1]))

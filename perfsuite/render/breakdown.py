@@ -11,6 +11,7 @@ from typing import Any
 from perfsuite.fit import Column, TrimmedConsole, fold, print_fitted
 from perfsuite.measure.kernel_classes import CLASSES
 from perfsuite.render.table import group_rows
+from perfsuite.units import fmt_number
 
 LETTERS = {"gemm": "G", "ours": "O", "peer": "P", "elementwise": "E", "copy": "C",
            "collective": "N", "other": "x"}  # fmt: skip
@@ -81,19 +82,10 @@ def _title(members: list[dict[str, Any]], width: int) -> list[str]:
     return fold(title, width).split("\n") + fold(legend, width).split("\n")
 
 
-def fmt_ms(ms: float) -> str:
-    """Milliseconds without an exponent: 3 significant figures down to 0.001."""
-    if ms >= 1000:
-        return f"{ms:,.0f}"
-    if ms >= 100:
-        return f"{ms:.1f}"
-    return f"{ms:.2f}" if ms >= 1 else f"{ms:.3f}"
-
-
 def _bars(members: list[dict[str, Any]], width: int) -> list[str]:
     heads = ("wall ms", "host ms", "launches")
     numbers = [
-        (fmt_ms(b["wall_ms"]), fmt_ms(max(b["host_ms"], 0.0)), str(b["launches"]))
+        (fmt_number(b["wall_ms"]), fmt_number(max(b["host_ms"], 0.0)), str(b["launches"]))
         for b in (m["breakdown"] for m in members)
     ]
     widths = [max(len(h), *(len(n[i]) for n in numbers)) for i, h in enumerate(heads)]
@@ -160,7 +152,7 @@ def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
                 short_name(top["name"]),
                 top["class"],
                 str(top["calls"]),
-                fmt_ms(top["ms"]),
+                fmt_number(top["ms"]),
                 f"{100 * top['ms'] / total:.1f}",
             ])  # fmt: skip
         if rows:

@@ -10,31 +10,15 @@ import csv
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from perfsuite.fit import pipe_table
 from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.registry import paper_names
 from perfsuite.results.results import ResultsError
 
 COLUMNS = [
     "paper method", "β", "ours as", "paper ×CCE", "ours ×CCE", "paper ×compile", "ours ×compile",
     "paper peak/floor", "ours peak/floor", "our status",
 ]  # fmt: skip
-
-# The paper's method names → ours (perfsuite methods).
-PAPER_METHODS = {
-    "ours": "ours",
-    "ours_no_vocab_sorting": "ours-tiles-no-sort",
-    "ours_no_grad_filter": "ours-tiles",
-    "ours_fused": "ours-fused",
-    "ours_fused_no_grad_filter": "ours-fused-no-filter",
-    "cce": "cce",
-    "cce_no_vocab_sorting": "cce-no-sort",
-    "cce_no_grad_filter": "cce-no-filter",
-    "liger": "liger",
-    "torch_compile": "torch-compile",
-    "torch_eager": "eager",
-    "torchtune_chunked_8": "torchtune-chunked",
-}
 
 
 # The columns of reports/paper/gemma2-2b-h100.csv that side_by_side reads.
@@ -83,7 +67,7 @@ def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict 
 
 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
-    """Markdown (``DataFrame.to_markdown``): per paper row, the paper's ratios and ours
+    """Markdown (``fit.pipe_table``): per paper row, the paper's ratios and ours
     from ``document``."""
     mine = [r for r in document["rows"] if r.get("tp") is None]
     if not mine:
@@ -110,8 +94,11 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
         return "–" if x is None else f"{x:.{digits}f}"
 
     records = []
+    # The paper's method names -> ours: each method's ``paper``, and a method since removed
+    # that older results files hold (reports/nvidia-h100-80gb-hbm3/).
+    declared = {"ours_fused_no_grad_filter": "ours-fused-no-filter", **paper_names()}
     for p in paper:
-        method = PAPER_METHODS.get(p["method"])
+        method = declared.get(p["method"])
         if method is None:
             continue
         positive = p["beta"] != "0"
@@ -137,9 +124,8 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
                 "our status": status,
             }
         )
-    table = pd.DataFrame.from_records(records, columns=COLUMNS)
-    align = ("left",) * 3 + ("right",) * 6 + ("left",)
-    lines = [table.to_markdown(index=False, colalign=align, disable_numparse=True)]
+    left = [*COLUMNS[:3], COLUMNS[-1]]
+    lines = pipe_table(COLUMNS, [[r[c] for c in COLUMNS] for r in records], left)
     cce_status = ours_cce["status"] if ours_cce else "not run"
     lines.append("")
     lines.append(

@@ -4,51 +4,25 @@ the best of each column marked. One-device cells only (``tp_table`` has the othe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
+from perfsuite.render.roofline import GPU, gpu_for_env
 from perfsuite.render.table import (
+    LOWER_BOUND,
+    Line,
+    bound_line,
     by_method,
-    cell_marks,
     footnotes,
-    grads_in_forward,
     group_rows,
     known_methods,
-    measured,
+    method_line,
     one_device,
     present_phases,
     shape_key,
     shape_title,
     status_label,
-    with_unit,
 )
-
-LOWER_BOUND = "lower bound"
-
-
-def fmt_flops(flops: float) -> str:
-    units = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
-    for scale, unit in units:
-        if flops >= scale:
-            return f"{flops / scale:.3g} {unit}"
-    return f"{flops:.3g} FLOP"
-
-
-@dataclass
-class Cell:
-    text: str = ""
-    value: float | None = None  # what "best" compares (lower is better)
-    best: bool = False
-    comparable: bool = True  # ‡ fwd/bwd split or † interpreted time: never "best"
-
-
-@dataclass
-class Line:
-    method: str  # or LOWER_BOUND
-    cells: list[Cell]  # per phase: memory, time, analytic
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> row
 
 
 @dataclass
@@ -77,59 +51,6 @@ def mean(values: list[float | None]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _method_line(
-    name: str,
-    by_phase: dict[str, dict[str, Any]],
-    phases: list[str],
-    key: tuple,
-    gpu: GPU | None,
-    known: dict[str, Any],
-    beta: float,
-) -> Line:
-    tokens, vocab, hidden, dtype = key[:4]
-    in_fwd = grads_in_forward(name, known, beta)
-    cells: list[Cell] = []
-    for phase in phases:
-        row = by_phase.get(phase)
-        if row is None or not measured(row):
-            cells += [Cell(status_label(row) if row else ""), Cell(), Cell()]
-            continue
-        marks = cell_marks(row, phase, in_fwd)
-        fair = not marks  # ‡: fwd/bwd split not comparable; †: interpreted; ✗: wrong
-        split_ok = not (in_fwd and phase != "fwd+bwd") and row["status"] == "ok"
-        ms = row.get("median_ms")
-        analytic = Cell()
-        # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
-        if ms and split_ok:
-            flops = phase_flops(phase, tokens, vocab, hidden)
-            if gpu is not None:
-                frac = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) / ms
-                analytic = Cell(f"{100 * frac:.0f}%{marks}", -frac, comparable=fair)
-            else:
-                rate = flops / (ms / 1e3)
-                analytic = Cell(fmt_flops(rate) + "/s" + marks, -rate, comparable=fair)
-        peak = row.get("peak_bytes")
-        cells += [
-            Cell(with_unit(peak, "MiB", 2**20), peak, comparable=split_ok),
-            Cell(with_unit(ms, "ms") + marks, ms, comparable=fair),
-            analytic,
-        ]
-    return Line(name, cells, dict(by_phase))
-
-
-def _bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
-    tokens, vocab, hidden, dtype = key[:4]
-    cells = []
-    for phase in phases:
-        roof = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) if gpu else None
-        cells += [
-            Cell(with_unit(floor_bytes(phase, tokens, vocab, hidden, dtype), "MiB", 2**20)),
-            Cell("" if roof is None else f"{roof:.3g} ms"),
-            Cell(fmt_flops(phase_flops(phase, tokens, vocab, hidden))),
-        ]
-    return Line(LOWER_BOUND, cells)
-
-
 def _mark_best(lines: list[Line]) -> None:
     """Bold the lowest value of each column among comparable measured cells."""
     methods = [line for line in lines if line.method != LOWER_BOUND]
@@ -155,9 +76,9 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
         sections = []
         betas = group_rows(members, key=lambda r: r["beta"])
         for beta in sorted(betas):  # β = 0 first, as the console table and the plan
-            lines = [_bound_line(phases, key, gpu)]
+            lines = [bound_line(phases, key, gpu)]
             for name, by_phase in by_method(betas[beta]).items():
-                lines.append(_method_line(name, by_phase, phases, key, gpu, known, beta))
+                lines.append(method_line(name, by_phase, phases, key, gpu, known, beta))
             _mark_best(lines)
             entropy = mean([r.get("entropy") for r in betas[beta]])
             sections.append(Section(beta, lines, entropy))

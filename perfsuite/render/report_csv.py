@@ -10,9 +10,10 @@ import pandas as pd
 
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
-from perfsuite.render.paper_table import LOWER_BOUND, build_report, mean
+from perfsuite.render.paper_table import build_report, mean
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.render.table import (
+    LOWER_BOUND,
     cell_marks,
     grads_in_forward,
     group_rows,

@@ -12,15 +12,16 @@ from typing import Any
 
 import pandas as pd
 
+from perfsuite.fit import md_escape, pipe_table
 from perfsuite.render.paper_table import (
-    LOWER_BOUND,
     PaperTable,
     build_report,
     entropy_note,
     general_notes,
 )
 from perfsuite.render.report_csv import render_csv
-from perfsuite.render.tp_table import COLUMNS, tp_footnotes, tp_tables
+from perfsuite.render.table import LOWER_BOUND
+from perfsuite.render.tp_table import tp_footnotes, tp_tables
 
 
 def _notes(table: PaperTable) -> list[str]:
@@ -61,20 +62,14 @@ def paper_frame(table: PaperTable) -> PaperFrame:
 # Markdown
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def markdown_table(frame: PaperFrame) -> str:
     """One pipe table: β shown once per section, best cells bold, lower bound italic."""
-    text = frame.text.map(_md_escape)
-    shown = text.mask(frame.best, "**" + text + "**")
+    shown = frame.text.mask(frame.best, "**" + frame.text + "**")
     shown.columns = [f"{phase} {what}" for phase, what in shown.columns]
     flat = shown.reset_index()
     flat[BETA] = flat[BETA].mask(flat[BETA].duplicated(), "")
     flat[METHOD] = flat[METHOD].mask(flat[METHOD] == LOWER_BOUND, f"*{LOWER_BOUND}*")
-    align = ("left", "left") + ("right",) * (len(flat.columns) - 2)
-    return flat.to_markdown(index=False, colalign=align, disable_numparse=True)
+    return "\n".join(pipe_table(list(flat.columns), flat.values.tolist(), [BETA, METHOD]))
 
 
 def tp_markdown(document: dict[str, Any]) -> list[str]:
@@ -82,21 +77,11 @@ def tp_markdown(document: dict[str, Any]) -> list[str]:
     numbers last; none without a TP cell."""
     tables = tp_tables(document["rows"])
     out = []
-    keys = [key for key, _ in COLUMNS]
     for table in tables:
-        refs = any(line.refs for line in table.lines)
-        headers = [table.headers[k] for k in keys] + (["note"] if refs else [])
-        data = [
-            [_md_escape(line.cells.get(k, "")) for k in keys] + ([line.refs] if refs else [])
-            for line in table.lines
-        ]
-        align = ("left",) + ("right",) * (len(headers) - 1)
-        frame = pd.DataFrame(data, columns=headers)
-        text = frame.to_markdown(index=False, colalign=align, disable_numparse=True)
-        out += [f"### {_md_escape(table.title)}\n", text, ""]
+        out += [f"### {md_escape(table.title)}\n", *table.grid().markdown(["method"]), ""]
         if table.notes:
-            out += [*(f"- {_md_escape(n)}" for n in table.notes), ""]
-    out.extend(f"{_md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
+            out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
+    out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
     return out
 
 
@@ -104,10 +89,10 @@ def render_md(document: dict[str, Any]) -> str:
     tables = build_report(document)
     out = []
     for table in tables:
-        out.append(f"### {_md_escape(table.title)}\n")
+        out.append(f"### {md_escape(table.title)}\n")
         out.append(markdown_table(paper_frame(table)))
         out.append("")
-        out.extend(f"- {_md_escape(n)}" for n in _notes(table))
+        out.extend(f"- {md_escape(n)}" for n in _notes(table))
         out.append("")
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))

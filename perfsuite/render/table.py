@@ -5,17 +5,20 @@ cells only: cells across ranks are ``tp_table``'s."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table
+from perfsuite.fit import Column, Notes, TrimmedConsole, fit_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
+from perfsuite.render.roofline import GPU, phase_flops, roofline_ms
 from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
+from perfsuite.units import fmt_bytes, fmt_flops, fmt_number
 
 GRADS_IN_FWD_MARK = "‡"
 INTERPRETED_MARK = "†"
@@ -23,21 +26,6 @@ WRONG_MARK = "✗"
 # Two fwd+bwd calls on the same inputs gave different bits (atomics, locks, split-K).
 NONDETERMINISTIC_MARK = "≈"
 BUSY_MARK = "!"
-
-
-class Notes(dict[str, list[str]]):
-    """A table's numbered notes: each reason once, numbered in first-seen order, with the
-    names (methods, cells) it applies to. The one numbering of every console table."""
-
-    def ref(self, reason: str, name: str) -> str:
-        """``(n)``, the reason's number, with ``name`` listed under it."""
-        names = self.setdefault(reason, [])
-        if name not in names:
-            names.append(name)
-        return f"({list(self).index(reason) + 1})"
-
-    def lines(self) -> list[str]:
-        return [f"({i}) {', '.join(who)}: {why}" for i, (why, who) in enumerate(self.items(), 1)]
 
 
 # Shared by the console table and perfsuite.render.report: how rows group into tables,
@@ -140,7 +128,7 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
 
 # Console words for cells without numbers: no longer than a number, so that the
 # number columns stay narrow (the notes under the table say the rest).
-_SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
+SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
 STATUS_COLOR = {
     "wrong": "red",
     "oom": "magenta",
@@ -153,7 +141,7 @@ STATUS_COLOR = {
 
 def short_status(row: dict[str, Any]) -> str:
     """A cell's status in no more room than a number (``unavail``, ``N/A``, ``oom``)."""
-    return _SHORT_STATUS.get(row["status"], row["status"])
+    return SHORT_STATUS.get(row["status"], row["status"])
 
 
 def status_cell(row: dict[str, Any]) -> str:
@@ -162,49 +150,102 @@ def status_cell(row: dict[str, Any]) -> str:
     return f"[{color}]{short_status(row)}[/{color}]"
 
 
-def fmt_number(value: float | None, unit_scale: float = 1) -> str:
-    """A cell's number without its unit (the unit is in the column header); in a scaled
-    unit two decimals, and ``<0.01`` for what would print as 0.00."""
-    if value is None:
-        return "-"
-    x = value / unit_scale
-    if unit_scale != 1 and 0 < x < 0.005:
-        return "<0.01"
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}" if unit_scale == 1 else f"{x:.2f}"
+# The layout of a loss cell, once for every format: per phase a memory, a time and an
+# analytic cell. The console shows the first two (units in the headers), the report all
+# three (units in the cells).
+
+LOWER_BOUND = "lower bound"
 
 
-def with_unit(value: float | None, unit: str, unit_scale: float = 1) -> str:
-    """``fmt_number`` with its unit, for a cell whose column does not say it (``-``: none)."""
-    return "-" if value is None else f"{fmt_number(value, unit_scale)} {unit}"
+@dataclass
+class Cell:
+    number: str = ""  # without its unit ("-": none measured)
+    unit: str = ""
+    marks: str = ""
+    value: float | None = None  # what "best" compares (lower is better)
+    best: bool = False
+    comparable: bool = True  # ‡ fwd/bwd split or † interpreted time: never "best"
+    style: str = ""  # the console's: "dim" for a ‡ split, "red" for a wrong cell
+    status: dict[str, Any] | None = None  # the row of a cell without numbers
+
+    @property
+    def text(self) -> str:
+        """The report's: the number with its unit and marks, or the status in full."""
+        if self.status is not None:
+            return status_label(self.status)
+        unit = f" {self.unit}" if self.unit and self.number not in ("", "-") else ""
+        return f"{self.number}{unit}{self.marks}"
+
+    def console(self) -> str:
+        """The console's: the number and marks in the cell's style, or the short status."""
+        if self.status is not None:
+            return status_cell(self.status)
+        text = self.number + self.marks
+        return f"[{self.style}]{text}[/{self.style}]" if self.style else text
 
 
-def _method_cells(
-    by_phase: dict[str, dict[str, Any]], phases: list[str], grads_in_fwd: bool, notes: Notes
-) -> tuple[list[str], list[str]]:
-    """(MiB, ms) cells per phase of one method, and its note references."""
-    cells, refs = [], []
+@dataclass
+class Line:
+    method: str  # or LOWER_BOUND
+    cells: list[Cell]  # per phase: memory, time, analytic
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> row
+
+
+def method_line(
+    name: str,
+    by_phase: dict[str, dict[str, Any]],
+    phases: list[str],
+    key: tuple,
+    gpu: GPU | None,
+    known: dict[str, Any],
+    beta: float,
+) -> Line:
+    """One method's cells; the analytic one a share of ``gpu``'s roofline, else a rate."""
+    tokens, vocab, hidden, dtype = key[:4]
+    in_fwd = grads_in_forward(name, known, beta)
+    cells: list[Cell] = []
     for phase in phases:
         row = by_phase.get(phase)
-        if row is None:
-            cells += ["", ""]
+        if row is None or not measured(row):
+            cells += [Cell(status=row), Cell(), Cell()]
             continue
-        if row["status"] != "ok":
-            ref = notes.ref(f"{row['status']}: {row['reason']}", row["method"])
-            if ref not in refs:
-                refs.append(ref)
-            if not measured(row):
-                cells += [status_cell(row), ""]
-                continue
-        mark = cell_marks(row, phase, grads_in_fwd)
-        style = "dim" if mark.startswith(GRADS_IN_FWD_MARK) else ""
-        style = "red" if row["status"] == "wrong" else style
-        mem = fmt_number(row["peak_bytes"], 2**20)
-        ms = fmt_number(row.get("median_ms")) + mark
+        marks = cell_marks(row, phase, in_fwd)
+        fair = not marks  # ‡: fwd/bwd split not comparable; †: interpreted; ✗: wrong
+        split_ok = not (in_fwd and phase != "fwd+bwd") and row["status"] == "ok"
+        style = "red" if row["status"] == "wrong" else "" if split_ok else "dim"  # ‡
+        ms = row.get("median_ms")
+        analytic = Cell()
+        # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
+        if ms and split_ok:
+            flops = phase_flops(phase, tokens, vocab, hidden)
+            if gpu is not None:
+                frac = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) / ms
+                analytic = Cell(f"{100 * frac:.0f}%", marks=marks, value=-frac, comparable=fair)
+            else:
+                rate = flops / (ms / 1e3)
+                analytic = Cell(fmt_flops(rate) + "/s", marks=marks, value=-rate, comparable=fair)
+        peak = row.get("peak_bytes")
         cells += [
-            f"[{style}]{mem}[/{style}]" if style else mem,
-            f"[{style}]{ms}[/{style}]" if style else ms,
+            Cell(fmt_bytes(peak, "MiB"), "MiB", "", peak, comparable=split_ok, style=style),
+            Cell(fmt_number(ms), "ms", marks, ms, comparable=fair, style=style),
+            analytic,
         ]
-    return cells, refs
+    return Line(name, cells, dict(by_phase))
+
+
+def bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
+    """The lower bound's cells: docs/math.md's memory floor, the roofline time on
+    ``gpu`` (none without one), the phase's FLOPs."""
+    tokens, vocab, hidden, dtype = key[:4]
+    cells = []
+    for phase in phases:
+        roof = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) if gpu else None
+        cells += [
+            Cell(fmt_bytes(floor_bytes(phase, tokens, vocab, hidden, dtype), "MiB"), "MiB"),
+            Cell("" if roof is None else f"{roof:.3g}", "ms"),
+            Cell(fmt_flops(phase_flops(phase, tokens, vocab, hidden))),
+        ]
+    return Line(LOWER_BOUND, cells)
 
 
 def _table(
@@ -224,15 +265,22 @@ def _table(
 
 
 def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> list:
-    tokens, vocab, hidden, dtype, _, _, beta = _group_key(members[0])
-    floor = [fmt_number(floor_bytes(p, tokens, vocab, hidden, dtype), 2**20) for p in phases]
-    lines = [("[italic]lower bound[/italic]", [c for f in floor for c in (f, "")], "")]
+    """(name, console cells, note references) per line: the lower bound, each method."""
+    key, beta = shape_key(members[0]), members[0]["beta"]
+    bound = bound_line(phases, key, None)
+    lines = [("[italic]lower bound[/italic]", _console(bound), "")]
     known = all_methods()
     for name, by_phase in by_method(members).items():
-        grads_in_fwd = grads_in_forward(name, known, beta)
-        cells, refs = _method_cells(by_phase, phases, grads_in_fwd, notes)
-        lines.append((name, cells, " ".join(refs)))
+        failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
+        refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
+        line = method_line(name, by_phase, phases, key, None, known, beta)
+        lines.append((name, _console(line), " ".join(refs)))
     return lines
+
+
+def _console(line: Line) -> list[str]:
+    """The memory and time cells of each phase, as the console shows them."""
+    return [cell.console() for i, cell in enumerate(line.cells) if i % 3 != 2]
 
 
 def build_tables(
@@ -285,19 +333,23 @@ MARK_NOTES = {
 }
 
 
-def mark_notes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
-    """What each mark the rows carry means (‡ † ≈ ! ✗), and how CPU memory was measured;
-    ``known``: the methods (default: the registry's)."""
-    known = all_methods() if known is None else known
+def mark_notes(
+    rows: list[dict[str, Any]], known: dict[str, Any] | None = None, kind: str = "loss"
+) -> list[str]:
+    """What each mark the rows carry means (‡ † ≈ ! ✗), the one wording of every table's;
+    for the loss, how CPU memory was measured. ``known``: the methods (default: the
+    registry's); ``kind``: a table of another kind has no fwd/bwd split (no ‡)."""
+    known = all_methods() if known is None and kind == "loss" else known
     carried = {
-        GRADS_IN_FWD_MARK: any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
+        GRADS_IN_FWD_MARK: kind == "loss"
+        and any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
         INTERPRETED_MARK: any(r.get("interpreted") for r in rows),
         NONDETERMINISTIC_MARK: any(r.get("deterministic") is False for r in rows),
         BUSY_MARK: any(r.get("busy") for r in rows),
         WRONG_MARK: any(r["status"] == "wrong" and measured(r) for r in rows),
     }
     notes = [f"{mark} {MARK_NOTES[mark]}" for mark, shown in carried.items() if shown]
-    if next((r.get("device") for r in rows), None) == "cpu":
+    if kind == "loss" and next((r.get("device") for r in rows), None) == "cpu":
         notes.append(
             "CPU run: memory is what torch tensors hold at the peak (CPU allocator events), "
             "the CPU counterpart of CUDA's max_memory_allocated; process RSS is in the results."

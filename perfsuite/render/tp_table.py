@@ -12,15 +12,13 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
-from perfsuite.fit import Column, fit_table, print_fitted
-from perfsuite.plan.memory_model import floor_bytes, fmt_size
+from perfsuite.fit import Column, Grid, Notes
+from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.roofline import phase_flops
 from perfsuite.render.table import (
     STATUS_COLOR,
-    Notes,
     cell_marks,
-    fmt_number,
     grads_in_forward,
     group_rows,
     mark_notes,
@@ -29,16 +27,15 @@ from perfsuite.render.table import (
     shape_title,
     short_status,
 )
+from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
 
-# (key, header): the columns of a TP table, in order; "unit" in a header is the table's.
+# (key, header): the columns of a TP table, in order; {rate} and {mem}: the table's units.
 COLUMNS = (
     ("method", "method"), ("tp", "TP"), ("ms", "p50 ms"), ("rate", "rank {rate}"),
     ("total", "all {rate}"), ("peak", "rank {mem}"), ("floor", "floor {mem}"), ("comm", "coll %"),
     ("colls", "colls"), ("speedup", "speedup"), ("memcut", "mem ÷"),
 )  # fmt: skip
-# Dropped, in this order, when the table does not fit the terminal.
-OPTIONAL = ("colls",)
-RATES = ((1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1.0, "FLOP/s"))
+OPTIONAL = ("colls",)  # left out first when the table does not fit the terminal
 
 
 @dataclass
@@ -58,6 +55,23 @@ class TpTable:
     lines: list[TpLine]
     notes: list[str] = field(default_factory=list)  # "(1) ours TP=2: oom: ..."
     marks: str = ""  # the marks its cells carry, for the footnotes
+
+    def grid(self) -> Grid:
+        """The table as the engine draws it: the note column only where a line has one."""
+        keys = [key for key, _ in COLUMNS] + (["note"] if any(ln.refs for ln in self.lines) else [])
+        columns = [
+            Column(key, fold=key == "method") if key in ("method", "note")
+            else Column(self.headers[key], "right", False, key in OPTIONAL)
+            for key in keys
+        ]  # fmt: skip
+
+        def cell(line: TpLine, key: str) -> str:
+            text = line.refs if key == "note" else line.cells.get(key, "")
+            return f"[{line.style}]{text}[/{line.style}]" if key == "ms" and line.style else text
+
+        rows = [[cell(line, key) for key in keys] for line in self.lines]
+        options = dict(title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        return Grid(columns, rows, self.title, self.notes, options | {"collapse_padding": True})
 
 
 def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -91,9 +105,7 @@ def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, s
             if r.get("median_ms"):
                 flops = phase_flops(phase, r["tokens"], r["vocab"], r["hidden"])
                 rates.append(flops / r["tp"] / (r["median_ms"] / 1e3))
-    rate_scale, rate_unit = next((s, u) for s, u in RATES if max(rates) >= s or s == 1.0)
-    mem_scale, mem_unit = (2**30, "GiB") if max(sizes) >= 2**30 else (2**20, "MiB")
-    return rate_scale, rate_unit, mem_scale, mem_unit
+    return (*largest(max(rates), RATES), *largest(max(sizes), BYTES[3:5]))
 
 
 def _line(
@@ -129,7 +141,7 @@ def _line(
         cells["comm"] = f"{share:.0f}%" if share >= 9.5 else f"{share:.1f}%"
     if row.get("collectives") is not None:
         moved = row.get("collective_bytes")
-        tail = "" if moved is None else f", {fmt_size(moved)}"
+        tail = "" if moved is None else f", {fmt_bytes(moved)}"
         cells["colls"] = str(row["collectives"]) + tail
     if reference is not None and measured(reference) and reference["status"] == "ok":
         cells["speedup"] = _ratio(reference.get("median_ms"), ms)
@@ -210,22 +222,6 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
     return notes
 
 
-def _layout(table: TpTable, keys: list[str], fold: bool) -> tuple[list[Column], list[list[str]]]:
-    """The columns and console rows (the time cell in its style) of ``keys``."""
-
-    def cell(line: TpLine, key: str) -> str:
-        text = line.refs if key == "note" else line.cells.get(key, "")
-        return f"[{line.style}]{text}[/{line.style}]" if key == "ms" and line.style else text
-
-    columns = [
-        Column(key, fold=fold and key == "method")
-        if key in ("method", "note")
-        else Column(table.headers[key], "right", fold=False)
-        for key in keys
-    ]
-    return columns, [[cell(line, key) for key in keys] for line in table.lines]
-
-
 def print_tp_tables(console: Console, document: dict[str, Any]) -> None:
     """The TP tables of ``document`` and their notes (nothing when it has no TP cell):
     optional columns go before a method name folds; too narrow even folded, each line
@@ -233,21 +229,8 @@ def print_tp_tables(console: Console, document: dict[str, Any]) -> None:
     tables = tp_tables(document["rows"])
     narrow = False
     for table in tables:
-        notes = ["note"] if any(line.refs for line in table.lines) else []
-        keys = [key for key, _ in COLUMNS] + notes
-        short = [key for key in keys if key not in OPTIONAL]
-        options = dict(title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        options |= dict(title=table.title, collapse_padding=True)
-        for shown in (keys, short):
-            fitted = fit_table(*_layout(table, shown, False), console.width, **options)
-            if fitted is not None:
-                console.print(fitted)
-                narrow |= shown is short and any(ln.cells.get("colls") for ln in table.lines)
-                break
-        else:
-            print_fitted(console, *_layout(table, keys, True), **options)
-        for note in table.notes:
-            console.print(note, markup=False, highlight=False)
+        dropped = table.grid().print(console)
+        narrow |= dropped and any(ln.cells.get("colls") for ln in table.lines)
     if narrow:
         console.print(
             f"colls left out at {console.width} columns (a wider terminal shows them; "

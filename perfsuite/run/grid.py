@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.measure.timing import protocol
+from perfsuite.measure.timing import sampling
 from perfsuite.plan.memory_model import exceeds, predicted_peak
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
@@ -91,8 +91,9 @@ def unit_cost(unit: Unit, plan: Plan, interpreted: bool) -> float:
     c = unit.case
     nvd = c["tokens"] * c["vocab"] * c["hidden"]
     per_phase = {"fwd": 2, "bwd": 6, "fwd+bwd": 8}
-    samples, warmup = protocol(plan.samples, plan.warmup, interpreted)
-    samples += warmup + 1  # and the memory pass
+    s = sampling(plan.samples, plan.warmup, interpreted)
+    # The memory pass, and a timing pass unless the memory pass's call is the sample.
+    samples = 1 if s.cpu_time else s.samples + s.warmup + 1
     flops = nvd * (24 + sum(per_phase[p] for p in plan.phases) * samples)
     return (flops * (50 if interpreted else 1)) + 1e10
 

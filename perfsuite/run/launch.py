@@ -17,10 +17,10 @@ import torch
 
 from perfsuite.harness.deaths import read_json_lines
 from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import describe, is_oom, limit_memory
+from perfsuite.harness.worker import describe, is_oom
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import QUANTITIES, gate_reference
-from perfsuite.run.ranks import peer_gone, rank_main, record_path, reference_path
+from perfsuite.run.ranks import peer_gone, record_path, reference_path, serve_rank
 from perfsuite.run.worker import WorkerSpec, method_case
 
 
@@ -91,18 +91,16 @@ def root_cause(failures: dict[int, Any], out: str, world: int, timeout_s: float)
     return "error", f"rank {rank} exited with code {first.exitcode}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def launch(spec_path: str) -> int:
+    """The multi-rank worker (``python -m perfsuite.run.launch SPEC.json``): K ranks, each
+    ``perfsuite.run.ranks.serve_rank`` started by torch's elastic launcher."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    argv = sys.argv[1:] if argv is None else argv
-    spec_path = argv[0]
     spec = WorkerSpec(**json.loads(Path(spec_path).read_text()))
     tp = int(spec.cases[0]["tp"])
-    write_references(spec)
-    if spec.memory_limit is not None:  # each rank inherits the cap (CPU only)
-        limit_memory(spec.memory_limit)
+    write_references(spec)  # each rank caps its own memory (``serve``)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -119,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         logs_specs=DefaultLogsSpecs(log_dir=str(Path(spec.out).parent / "elastic")),
     )
     try:
-        elastic_launch(config, rank_main)(spec_path)
+        elastic_launch(config, serve_rank)(spec_path)
     except ChildFailedError as err:
         status, reason = root_cause(err.failures, spec.out, tp, spec.collective_timeout_s)
         starts = [line["start"] for line in read_json_lines(Path(spec.out)) if "start" in line]
@@ -130,4 +128,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch(sys.argv[1]))

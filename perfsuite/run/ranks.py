@@ -5,11 +5,12 @@ the rank that failed first (docs/scale-out.md)."""
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,17 +18,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import Phase, failure, fill
+from perfsuite.harness.worker import Phase, failure, fill, serve
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
-from perfsuite.measure.timing import CacheFlusher, Timing, time_spans
-from perfsuite.method import Unavailable, Unsupported
+from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
+from perfsuite.method import SimpleMethod, Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
 from perfsuite.run.worker import WorkerSpec, case_rows, first_calls, method_case
-from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
+from perfsuite.tp_method import Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
 # What a rank says when a peer died under it: a consequence, not the cause.
@@ -83,9 +83,10 @@ def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> Verdict:
 
 
 def run_rank_case(
-    spec: WorkerSpec, method: ParallelMethod, index: int, raw: dict[str, Any], emit: Any
+    spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any
 ) -> None:
-    """Every phase of one case on this rank; rank 0 emits the rows."""
+    """Every phase of one case on this rank; rank 0 emits the rows (the others' ``emit``
+    says nothing)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     case = method_case(method, raw)
     device = torch.device(case.device)
@@ -98,7 +99,7 @@ def run_rank_case(
         return case_rows("tp", spec.method, raw, spec.phases, interpreted=interpreted, **fields)
 
     def decided(status: str, reason: str) -> None:
-        for row in rows(status=status, reason=reason) if rank == 0 else []:
+        for row in rows(status=status, reason=reason):
             emit(row)
 
     reference = torch.load(reference_path(spec.out, index), map_location=device)
@@ -124,7 +125,7 @@ def run_rank_case(
     del outcome, reference
     status, reason = ("ok", "") if verdict.passed else ("wrong", verdict.explain())
     gate = verdict.fields(compile_ms=compile_ms, entropy=mine.entropy)
-    samples, warmup = (min(spec.samples, 3), 0) if interpreted else (spec.samples, spec.warmup)
+    how = sampling(spec.samples, spec.warmup, interpreted)
     flush = CacheFlusher(device)
     for row in rows(status=status, reason=reason, deterministic=deterministic, **gate):
         phase = Phase(row.phase, loss_fn, mine)
@@ -136,8 +137,8 @@ def run_rank_case(
         delta, absolute, rss, comm_ms = _all_max([peak.delta, peak.absolute, rss, comms.ms], device)
         # Every sample starts after a barrier: a sample is the slowest rank's.
         spans = time_spans(
-            [phase.body], device, samples=samples, warmup=warmup, setup=phase.setup, flush=flush,
-            barrier=dist.barrier,
+            [phase.body], device, samples=how.samples, warmup=how.warmup, setup=phase.setup,
+            flush=flush, barrier=dist.barrier, cpu_time=how.cpu_time,
         )  # fmt: skip
         times = _all_max([ms for (ms,) in spans], device)
         phase.reset()
@@ -166,31 +167,42 @@ def _init(spec: WorkerSpec, device_type: str) -> torch.device:
     return torch.device("cpu")
 
 
-def rank_main(spec_path: str) -> int:
-    """A rank's whole life: join the group, measure each case, leave the group."""
-    # The SIGTERM that stops a rank after a peer failed must end it, never raise in it
-    # (torch's elastic handlers turn it into an exception: it would read as its error).
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    spec = WorkerSpec(**json.loads(Path(spec_path).read_text()))
-    device = _init(spec, spec.cases[0]["device"])
-    rank = dist.get_rank()
-    method = methods_for("tp")[spec.method]
-    index = -1
+def run_case(
+    spec: WorkerSpec,
+    method: SimpleMethod,
+    index: int,
+    raw: dict[str, Any],
+    emit: Any,
+    stage: Any,
+) -> None:
+    """One case on this rank; a rank that fails writes why to its record file first."""
     try:
-        with emitter(spec.out) as emit:
-            for index, raw in enumerate(spec.cases):
-                if rank == 0:
-                    emit({"start": index})
-                run_rank_case(spec, method, index, raw, emit)
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+        run_rank_case(spec, method, index, raw, emit)
     except BaseException as err:
         status, reason = failure(err)
         record = {"case": index, "status": status, "reason": reason, "time": time.time()}
-        record_path(spec.out, rank).write_text(json.dumps(record))
+        record_path(spec.out, dist.get_rank()).write_text(json.dumps(record))
         if peer_gone(record["reason"]):
             time.sleep(PEER_GONE_WAIT_S)
         raise
+
+
+@contextmanager
+def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
+    """A rank's life around its cases: join the group, leave it; rank 0 writes the lines."""
+    # The SIGTERM that stops a rank after a peer failed must end it, never raise in it
+    # (torch's elastic handlers turn it into an exception: it would read as its error).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _init(spec, spec.cases[0]["device"])
+    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else _silent
     dist.destroy_process_group()
-    return 0
+
+
+def _silent(line: Any) -> None:
+    """A rank but the first: its peers' lines are rank 0's to write."""
+
+
+def serve_rank(spec_path: str) -> int:
+    """Each of the K ranks torch's elastic launcher starts (``perfsuite.run.launch``), the
+    one worker loop around this rank's life (a function: the launcher names it)."""
+    return serve(WorkerSpec, run_case, spec_path, _rank)

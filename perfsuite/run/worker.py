@@ -1,11 +1,9 @@
-"""One method's loss cells, measured inside a fresh process (``main([SPEC.json])``, started
-by the harness's ``python_worker``): each case's rows are appended to the spec's ``out``
-file as they are known, so that a crash loses only the case in flight."""
+"""One method's loss cells, measured inside a fresh process (``WORKER``, served by
+``perfsuite.harness.worker``): each case's rows are appended to the spec's ``out`` file
+as they are known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
-import gc
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -15,12 +13,11 @@ from typing import Any
 import torch
 
 from perfsuite.harness.pause import paused
-from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, failure, fill, limit_memory
+from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, Served, failure, fill, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
-from perfsuite.measure.timing import INTERPRETED_SAMPLES, CacheFlusher, Timing, protocol
+from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling
 from perfsuite.method import Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
@@ -76,19 +73,6 @@ def method_case(method: Any, raw: dict[str, Any]) -> Case:
     return case_of(raw) if terms is None else terms.apply(case_of(raw))
 
 
-def _clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[float]]:
-    """``body``, and the list its calls' CPU milliseconds go to: an interpreted worker's
-    wall clock also runs while it is paused or waits for a core."""
-    times: list[float] = []
-
-    def clocked() -> None:
-        start = time.process_time()
-        body()
-        times.append((time.process_time() - start) * 1e3)
-
-    return clocked, times
-
-
 def first_calls(
     loss_fn: LossFn, inputs: Inputs, device: torch.device, interpreted: bool
 ) -> tuple[Outcome, float, bool | None]:
@@ -105,6 +89,7 @@ def first_calls(
 def run_case(
     spec: WorkerSpec,
     method: SimpleMethod,
+    index: int,
     raw: dict[str, Any],
     emit: Callable[[Row], None],
     stage: Callable[[str], None] = lambda text: None,
@@ -142,8 +127,9 @@ def run_case(
             status, reason = "wrong", verdict.explain()
             if interpreted and case.dtype == "bf16":
                 reason += f" ({INTERPRETER_BF16_NOTE})"
-        samples, warmup = protocol(spec.samples, spec.warmup, interpreted)
-        flush = CacheFlusher(device) if samples else None  # a 128 MiB buffer on CPU
+        how = sampling(spec.samples, spec.warmup, interpreted)
+        # Interpreted: the memory pass's call is the sample (``cpu_clocked``), no timing pass.
+        flush = None if how.cpu_time else CacheFlusher(device)  # a 128 MiB buffer on CPU
         # Interpreted: the fwd memory pass's loss, which is the bwd phase's set-up (its
         # graph, no gradients) without another interpreted forward.
         carried: torch.Tensor | None = None
@@ -156,15 +142,15 @@ def run_case(
                 phase.setup()
             carried = None
             stage(f"{row.phase} memory")
-            body, clocked = _clocked(phase.body)
+            body, clocked = cpu_clocked(phase.body)
             peak = measure_peak(body, device)
-            if samples:
-                stage(f"{row.phase} timing, {samples} sample(s)")
+            if not how.cpu_time:
+                stage(f"{row.phase} timing, {how.samples} sample(s)")
                 with paused():
                     try:
                         timing = time_with(
-                            spec.timer, phase.body, device, samples=samples, warmup=warmup,
-                            setup=phase.setup, flush=flush,
+                            spec.timer, phase.body, device, samples=how.samples,
+                            warmup=how.warmup, setup=phase.setup, flush=flush,
                         )  # fmt: skip
                     except TimerUnsupported as err:  # its memory is measured: keep it
                         timing = Timing()
@@ -181,7 +167,7 @@ def run_case(
                             trace=Path(spec.profile) / row.trace,
                         ))  # fmt: skip
             else:  # interpreted: the memory pass's call is its one sample
-                timing = Timing(clocked[:INTERPRETED_SAMPLES])
+                timing = Timing(clocked[: how.samples])
                 carried = phase.loss if row.phase == "fwd" else None
             phase.reset()
             fill(row, peak, timing)
@@ -191,20 +177,6 @@ def run_case(
             done.add(row.phase)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         rest(*failure(err))
-    finally:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
-def main(argv: list[str]) -> int:
-    spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
-    method = get_method(spec.method)
-    freeze_what_exists()
-    if spec.memory_limit is not None:
-        limit_memory(spec.memory_limit)
-    with emitter(spec.out) as emit:
-        for i, raw in enumerate(spec.cases):
-            emit({"start": i})
-            run_case(spec, method, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
-    return 0
+WORKER = Served(WorkerSpec, run_case, holding(lambda spec: get_method(spec.method)))

@@ -87,7 +87,8 @@ RUNTIME_BYTES = {"cpu": GIB // 2, "cuda": 0}
 
 
 def estimate(holds: str, preset: StepPreset, size: Size, dtype: str, device: str) -> Estimate:
-    """The step's memory with a loss that ``holds`` (``StepPatch.holds``), in ``dtype``."""
+    """The step's memory with a loss that ``holds`` (its method's ``caps.holds.kind``), in
+    ``dtype``."""
     width = BYTES[dtype]
     params = preset.parameters(size.layers)
     head = preset.vocab * preset.hidden

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from perfsuite.measure.memory import Peak, measure_peak
-from perfsuite.measure.timing import CacheFlusher, time_samples, time_spans
+from perfsuite.measure.timing import CacheFlusher, Sampling, time_samples, time_spans
 from perfsuite.results.results import STEP_PHASES
 
 
@@ -44,10 +44,13 @@ class Stepper:
 
 
 def time_steps(
-    stepper: Stepper, device: torch.device, samples: int, warmup: int, flush: CacheFlusher
+    stepper: Stepper, device: torch.device, how: Sampling, flush: CacheFlusher
 ) -> dict[str, list[float]]:
     """Milliseconds per sample of each phase and of the whole step (their sum)."""
-    spans = time_spans(stepper.phases(), device, samples=samples, warmup=warmup, flush=flush)
+    spans = time_spans(
+        stepper.phases(), device, samples=how.samples, warmup=how.warmup, flush=flush,
+        cpu_time=how.cpu_time,
+    )  # fmt: skip
     out = {p: [s[i] for s in spans] for i, p in enumerate(STEP_PHASES[:-1])}
     out["step"] = [sum(s) for s in spans]
     return out
@@ -58,15 +61,14 @@ def time_fwd_bwd(
     loss_of: Callable[[torch.Tensor], torch.Tensor],
     ids: torch.Tensor,
     device: torch.device,
-    samples: int,
-    warmup: int,
+    how: Sampling,
     flush: CacheFlusher,
 ) -> list[float]:
     """Milliseconds of ``loss_of(ids).backward()`` per sample, gradients cleared untimed."""
     clear = functools.partial(model.zero_grad, set_to_none=True)
     timing = time_samples(
-        lambda: loss_of(ids).backward(), device, samples=samples, warmup=warmup, setup=clear,
-        flush=flush,
+        lambda: loss_of(ids).backward(), device, samples=how.samples, warmup=how.warmup,
+        setup=clear, flush=flush, cpu_time=how.cpu_time,
     )  # fmt: skip
     clear()
     return timing.samples_ms

@@ -81,7 +81,7 @@ class StepKind(harness.Kind):
 
 def _estimate(method: SimpleMethod, case: dict[str, Any], device: str) -> Any:
     preset = get_preset(case["shape"])
-    return estimate(method.step.holds, preset, case_size(case), case["dtype"], device)
+    return estimate(method.caps.holds.kind, preset, case_size(case), case["dtype"], device)
 
 
 def _tracker(kind: StepKind, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:

@@ -9,18 +9,16 @@ from typing import Any
 from rich import box
 from rich.console import Console
 
-from perfsuite.fit import Column, TrimmedConsole, print_fitted
+from perfsuite.fit import Column, Grid, Notes, TrimmedConsole
 from perfsuite.render.table import (
-    BUSY_MARK,
-    INTERPRETED_MARK,
-    WRONG_MARK,
-    Notes,
     by_method,
     cell_marks,
-    fmt_number,
     group_rows,
+    mark_notes,
+    measured,
     status_cell,
 )
+from perfsuite.units import fmt_bytes, fmt_number
 
 PHASE_COLUMNS = ("fwd", "bwd", "opt", "step")
 # A first step this many times a measured one was mostly compilation: said in a note.
@@ -37,16 +35,16 @@ def loss_share(step: dict[str, Any]) -> float | None:
 
 def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     step = phases.get("step") or next(iter(phases.values()))
-    measured = step.get("median_ms") is not None and step["status"] in ("ok", "wrong")
+    timed = measured(step)
     refs = []
     if step["status"] != "ok" or (step.get("reason") and not step.get("interpreted")):
         refs.append(notes.ref(f"{step['status']}: {step['reason']}", method))
     compile_ms, median = step.get("compile_ms"), step.get("median_ms")
-    if measured and compile_ms and median and compile_ms > COMPILE_NOTE_RATIO * median:
+    if timed and compile_ms and median and compile_ms > COMPILE_NOTE_RATIO * median:
         first = f"first step {compile_ms / 1e3:,.1f} s (compilation, measured once: not a sample)"
         refs.append(notes.ref(first, method))
-    note = " ".join([cell_marks(step, "step", False) if measured else "", *refs]).strip()
-    if not measured:
+    note = " ".join([cell_marks(step, "step", False) if timed else "", *refs]).strip()
+    if not timed:
         return [method, status_cell(step), "", "", "", "", "", "", note]
     style = "red" if step["status"] == "wrong" else ""
     share = loss_share(step)
@@ -54,7 +52,7 @@ def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     cells = [fmt_number(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
     cells += [
         fmt_number(step["tokens"] / (median / 1e3) if median else None),
-        fmt_number(None if peak is None else peak / 2**20),
+        fmt_bytes(peak, "MiB"),
         "-" if share is None else f"{100 * share:.0f}",
     ]
     if style:
@@ -93,9 +91,7 @@ def print_step_tables(rows: list[dict[str, Any]], console: Console | None = None
         notes = Notes()
         lines = [_line(m, phases, notes) for m, phases in by_method(members).items()]
         options = dict(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        print_fitted(console, COLUMNS, lines, title(members[0]), **options)
-        for line in notes.lines():
-            console.print(line, markup=False, highlight=False)
+        Grid(COLUMNS, lines, title(members[0]), notes.lines(), options).print(console)
     for note in footnotes(rows):
         console.print(note, style="dim", markup=False, highlight=False)
 
@@ -110,21 +106,7 @@ def footnotes(rows: list[dict[str, Any]]) -> list[str]:
         "the weights and AdamW state; loss %: the loss's share of the step, measured "
         "against a trivial loss (docs/step.md)."
     ]
-    timed = [r for r in rows if r.get("median_ms") is not None]
-    if any(r.get("interpreted") for r in timed):
-        out.append(
-            f"{INTERPRETED_MARK} Triton interpreter on CPU: the loss's time says nothing about "
-            "GPU speed; memory and correctness do count."
-        )
-    if any(r.get("busy") for r in timed):
-        out.append(
-            f"{BUSY_MARK} measured on a busy machine (other processes on the cores, or a "
-            "throttled or shared GPU): its time is not trustworthy."
-        )
-    if any(r["status"] == "wrong" for r in rows):
-        out.append(
-            f"{WRONG_MARK} failed the correctness gate against eager in fp32 (see its note)."
-        )
+    out += mark_notes([r for r in rows if measured(r)], kind="step")
     if any(r.get("device") == "cpu" for r in rows):
         out.append(
             "CPU run: a CPU step says how the losses compare in memory and in arithmetic "

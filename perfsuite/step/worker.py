@@ -1,25 +1,20 @@
 """One method's training steps, measured inside a fresh process: each row is appended to
-the spec's ``out`` file as soon as it is known, so that a crash loses only the case in
-flight."""
+the spec's ``out`` file as soon as it is known (``WORKER``, served by
+``perfsuite.harness.worker``), so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
 import functools
-import gc
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, failure, fill, limit_memory
-from perfsuite.measure.memory import freeze_what_exists
+from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Served, failure, fill, holding
 from perfsuite.measure.stats import quantile
-from perfsuite.measure.timing import CacheFlusher, Timing
+from perfsuite.measure.timing import CacheFlusher, Sampling, Timing, sampling
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import Row
@@ -101,14 +96,14 @@ def measure_case(
         if interpreted and raw["dtype"] == "bf16":
             reason += f" ({INTERPRETER_BF16_NOTE})"
     peaks = step_memory(stepper, device)
-    samples = min(spec.samples, 3) if interpreted else spec.samples
+    how = sampling(spec.samples, spec.warmup, interpreted)
     flush = CacheFlusher(device)
-    stage(f"timing {samples} steps")
-    times = time_steps(stepper, device, samples, 0 if interpreted else spec.warmup, flush)
+    stage(f"timing {how.samples} steps")
+    times = time_steps(stepper, device, how, flush)
     # The same model without its loss, same protocol; its first call may compile.
-    warm = spec.warmup + method.compiles
+    warm = Sampling(how.samples, how.warmup + method.compiles, how.cpu_time)
     stage("timing the model without its loss")
-    trivial = time_fwd_bwd(model, trivial_of, ids, device, samples, warm, flush)
+    trivial = time_fwd_bwd(model, trivial_of, ids, device, warm, flush)
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
     gate = verdict.fields(compile_ms=first_ms)
     rows = case_rows(raw, method, status=status, reason=reason, **gate)
@@ -120,6 +115,8 @@ def measure_case(
 
 def run_case(
     spec: StepSpec,
+    method: SimpleMethod,
+    index: int,
     raw: dict[str, Any],
     emit: Callable[[Any], None],
     stage: Callable[[str], None] = lambda text: None,
@@ -127,29 +124,20 @@ def run_case(
     """Every row of one case reaches ``emit`` (with the lines the harness keeps besides,
     ``{"model": ...}``): measured, or with the status that says why not (the parent
     decided the cases the method cannot run)."""
-    method = methods_for("step")[spec.method]
     try:
         rows = measure_case(spec, method, raw, emit, stage)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         status, reason = failure(err)
         rows = case_rows(raw, method, status=status, reason=reason)
-    finally:
-        gc.collect()
-        if raw["device"] == "cuda":
-            torch.cuda.empty_cache()
     for row in rows:
         emit(row)
 
 
-def main(argv: list[str]) -> int:
-    spec = StepSpec(**json.loads(Path(argv[0]).read_text()))
-    for raw in spec.cases:  # transformers' model classes, imported before the freeze
+def _method(spec: StepSpec) -> SimpleMethod:
+    """The method, and transformers' model classes imported before the worker's freeze."""
+    for raw in spec.cases:
         model_class(get_preset(raw["shape"]))
-    freeze_what_exists()
-    if spec.memory_limit is not None:
-        limit_memory(spec.memory_limit)
-    with emitter(spec.out) as emit:
-        for i, raw in enumerate(spec.cases):
-            emit({"start": i})
-            run_case(spec, raw, emit, lambda text, i=i: emit({"stage": text, "case": i}))
-    return 0
+    return methods_for("step")[spec.method]
+
+
+WORKER = Served(StepSpec, run_case, holding(_method))

@@ -31,7 +31,7 @@ def test_declares_what_it_is():
         assert "cut-cross-entropy" in method.distributions
         caps = method.caps
         assert not caps.label_smoothing and caps.softcap and caps.triton
-        assert caps.devices == {"cuda"} and not caps.materializes_logits
+        assert caps.devices == {"cuda"} and not caps.holds.whole_logits
 
 
 @pytest.mark.integration

@@ -34,7 +34,7 @@ def test_declares_what_it_is():
         assert "liger-kernel" in method.distributions
         caps = method.caps
         assert caps.label_smoothing and caps.softcap and caps.grads_in_forward and caps.triton
-        assert not caps.materializes_logits
+        assert not caps.holds.whole_logits
 
 
 @pytest.mark.integration

@@ -22,7 +22,7 @@ def test_declares_what_it_is():
     assert set(METHOD.distributions) == {"torchtune", "torchao"}
     caps = METHOD.caps
     assert not caps.label_smoothing and not caps.softcap and not caps.grads_in_forward
-    assert not caps.triton and caps.materializes_logits
+    assert not caps.triton and caps.holds.whole_logits
 
 
 @pytest.mark.integration

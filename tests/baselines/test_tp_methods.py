@@ -1,4 +1,4 @@
-"""The methods across ranks (baselines/tp_*.py) in gloo process groups on CPU.
+"""The methods across ranks (each method's ``tp`` hook, baselines/) in gloo process groups on CPU.
 
 One process group per TP size runs every job: each rank builds the suite's full inputs
 (every 7th target ignored), keeps its shard_ranges rows of C, runs the method, and
@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from perfsuite.method import Case, Unsupported
-from perfsuite.tp_method import ParallelMethod, Shard, shard_ranges
+from perfsuite.method import AcrossRanks, Case, SimpleMethod, Unsupported
+from perfsuite.tp_method import Shard, shard_ranges
 
 N, D = 32, 32
 UNEVEN, EVEN = 301, 300
@@ -53,7 +53,7 @@ def _case(**kw: Any) -> Case:
     return Case(**{**base, **kw})
 
 
-def _method(name: str) -> ParallelMethod:
+def _method(name: str) -> SimpleMethod:
     from perfsuite.plan.registry import methods_for
 
     if name == "eager-no-dE-sum":
@@ -61,19 +61,19 @@ def _method(name: str) -> ParallelMethod:
     return methods_for("tp")[name]
 
 
-def _no_de_sum() -> ParallelMethod:
+def _no_de_sum() -> SimpleMethod:
     """Negative control: eager that forgets the dE all-reduce (each rank keeps only its
     shard's part of dE, as ``e @ c_shard.T`` alone gives)."""
-    from perfsuite.baselines import tp_torch
+    from perfsuite.baselines import torch_methods
 
     def build(case: Case, c_shard: torch.Tensor, shard: Shard):
         def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            logits = tp_torch._GatherColumns.apply(e @ c.T, shard)
+            logits = torch_methods._GatherColumns.apply(e @ c.T, shard)
             return torch.nn.functional.cross_entropy(logits, t, label_smoothing=case.beta)
 
         return loss_fn
 
-    return replace(_method("eager"), name="eager-no-dE-sum", build_tp=build)
+    return replace(_method("eager"), name="eager-no-dE-sum", tp=AcrossRanks(build))
 
 
 def _inputs(case: Case, all_ignored: bool = False):
@@ -164,7 +164,7 @@ def _library_facts(rank: int, world: int) -> None:
     from torch.distributed.tensor import Shard as DShard
     from torch.distributed.tensor.parallel import loss_parallel
 
-    from perfsuite.baselines.tp_torch import _mesh
+    from perfsuite.baselines.torch_parallel import _mesh
 
     torch.manual_seed(0)
     logits = torch.randn(8, EVEN)
@@ -187,7 +187,7 @@ def _library_facts(rank: int, world: int) -> None:
         parallel_ce(weight=torch.rand(EVEN), t=ignored)
 
     # Megatron's smoothing at TP > 1: each rank a different loss (Megatron-LM#737).
-    from perfsuite.baselines.tp_megatron import _init_parallel_state
+    from perfsuite.baselines.megatron import _init_parallel_state
 
     _init_parallel_state(Shard(rank, world, rank * per, (rank + 1) * per, EVEN))
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
@@ -309,6 +309,7 @@ def test_two_ranks_every_method() -> None:
     _spawn(2, _only_installed(TWO_RANKS))
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_four_uneven_ranks() -> None:
     _spawn(4, _only_installed(FOUR_RANKS))
@@ -339,6 +340,7 @@ def _grid(world: int) -> list[Job]:
     return _only_installed(jobs)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_grid(world: int) -> None:
@@ -348,7 +350,7 @@ def test_grid(world: int) -> None:
 @pytest.mark.integration
 def test_registry_and_availability() -> None:
     """Every adapter registers without importing its package; CCE says why it cannot run."""
-    from perfsuite.baselines import tp_cce
+    from perfsuite.baselines import cce as cce_module
     from perfsuite.plan.registry import methods_for
 
     packages = ("megatron", "liger_kernel", "cut_cross_entropy", "triton")
@@ -362,8 +364,8 @@ def test_registry_and_availability() -> None:
     assert list(methods) == ["eager", "torch-parallel", "ours", "megatron", "liger", "cce"]
     cce = methods["cce"]
     if _have("cut_cross_entropy"):
-        assert cce.availability("cpu") == tp_cce.CPU_REASON
-        if tp_cce._vp_check("cuda") is not None:
+        assert cce.availability("cpu") == cce_module.CPU_REASON
+        if cce_module._vp_check("cuda") is not None:
             assert "has no VocabParallelOptions" in cce.availability("cuda")
     assert methods["ours"].availability("cpu") is None
     assert methods["eager"].caps.class_weights and not methods["torch-parallel"].caps.z_loss

@@ -221,7 +221,7 @@ def test_outputs_are_checked_before_training(tmp_path: Path, capsys: pytest.Capt
 def test_python_dash_m_entry_point(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_PLUGINS"}
     proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite.converge", "--steps", "0"],
+        [sys.executable, "-m", "perfsuite", "converge", "--steps", "0"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -230,5 +230,5 @@ def test_python_dash_m_entry_point(tmp_path: Path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: argument --steps: must be positive, got 0 (see python -m perfsuite.converge --help)"
+        "error: argument --steps: must be positive, got 0 (see perfsuite converge --help)"
     ]

@@ -70,7 +70,6 @@ def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
     training without it; a method without z-loss is unsupported, never trained plainly."""
     from perfsuite.converge.parity import attach_verdicts as verdicts
     from perfsuite.converge.train import case_for, refusal
-    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.converge.yardstick import REORDERED
 
     set_deterministic(PRESET.seed)
@@ -78,7 +77,7 @@ def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
     with_z = replace(PRESET, z_loss=1e-2)
     eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")
     ours = train_run(get_method("ours"), with_z, data, 0.1, "fp32", "cpu")
-    yard = train_run(YARDSTICKS[REORDERED], with_z, data, 0.1, "fp32", "cpu")
+    yard = train_run(get_method(REORDERED), with_z, data, 0.1, "fp32", "cpu")
     plain = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert eager.status == ours.status == yard.status == "ok", (eager.reason, ours.reason)
     assert eager.losses[0] > plain.losses[0]  # z·lse² > 0 is in the loss

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from perfsuite.cli import main
 from perfsuite.history import store
 
 
@@ -97,3 +98,8 @@ def committed_reports(dest: Path) -> Path:
             (dest / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(REPO / path, dest / path)
     return dest / "reports"
+
+
+def history(argv: list[str]) -> int:
+    """``perfsuite history ARGV`` through the real entry point, as a user types it."""
+    return main(["history", *argv])

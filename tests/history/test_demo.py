@@ -9,25 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from history.histories import blocks, committed_reports
-from perfsuite.history.cli import main
+from history.histories import blocks, committed_reports, history
 
 
-def history(tmp_path: Path, step: float) -> tuple[Path, Path]:
+def demo_history(tmp_path: Path, step: float) -> tuple[Path, Path]:
     db, demo = tmp_path / "history.sqlite", tmp_path / "demo"
-    assert main(["import", "--db", str(db), str(committed_reports(tmp_path))]) == 0
+    assert history(["import", "--db", str(db), str(committed_reports(tmp_path))]) == 0
     argv = ["demo", "-o", str(demo), "--runs", "60", "--step", str(step), "--step-at", "40"]
-    assert main(argv) == 0
-    assert main(["import", "--db", str(db), str(demo)]) == 0
+    assert history(argv) == 0
+    assert history(["import", "--db", str(db), str(demo)]) == 0
     return db, demo
 
 
 def test_check_fails_on_the_step_at_its_commit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db, demo = history(tmp_path, 0.05)
+    db, demo = demo_history(tmp_path, 0.05)
     capsys.readouterr()
-    assert main(["check", "--db", str(db)]) == 1
+    assert history(["check", "--db", str(db)]) == 1
     lines = blocks(capsys.readouterr().out, "REGRESSION")
     sha = json.loads((demo / "demo-040.json").read_text())["env"]["git"]["sha"]
     before = json.loads((demo / "demo-039.json").read_text())["env"]["git"]["sha"]
@@ -41,12 +40,12 @@ def test_check_fails_on_the_step_at_its_commit(
 
 
 def test_check_passes_without_the_step(tmp_path: Path) -> None:
-    db, _ = history(tmp_path, 0.0)
-    assert main(["check", "--db", str(db)]) == 0
+    db, _ = demo_history(tmp_path, 0.0)
+    assert history(["check", "--db", str(db)]) == 0
 
 
 def test_demo_files_are_results_marked_synthetic(tmp_path: Path) -> None:
-    assert main(["demo", "-o", str(tmp_path), "--runs", "5", "--step-at", "3"]) == 0
+    assert history(["demo", "-o", str(tmp_path), "--runs", "5", "--step-at", "3"]) == 0
     files = sorted(tmp_path.glob("demo-*.json"))
     assert len(files) == 5
     first, last = (json.loads(p.read_text()) for p in (files[0], files[-1]))
@@ -69,7 +68,7 @@ def test_demo_files_are_results_marked_synthetic(tmp_path: Path) -> None:
 def test_demo_bad_arguments_one_line_exit_2(
     tmp_path: Path, extra: list[str], words: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "-o", str(tmp_path / "d"), *extra]) == 2
+    assert history(["demo", "-o", str(tmp_path / "d"), *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {words}") and err.count("\n") == 1
     assert not (tmp_path / "d").exists()
@@ -77,19 +76,17 @@ def test_demo_bad_arguments_one_line_exit_2(
 
 def test_demo_unwritable_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "file").write_text("x")
-    assert main(["demo", "-o", str(tmp_path / "file"), "--runs", "5", "--step-at", "2"]) == 2
+    assert history(["demo", "-o", str(tmp_path / "file"), "--runs", "5", "--step-at", "2"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
 
 
 def test_demo_places_its_step_within_the_runs_asked(tmp_path: Path, capsys) -> None:
     """`history demo --runs 5` said "--step-at 40: must be between 1 and --runs - 1",
     a flag never passed (issue 46): the step's default now follows --runs."""
-    from perfsuite.cli import main as perfsuite_main
-
-    assert perfsuite_main(["history", "demo", "--runs", "5", "-o", str(tmp_path / "d")]) == 0
+    assert history(["demo", "--runs", "5", "-o", str(tmp_path / "d")]) == 0
     out, err = capsys.readouterr()
     assert err == "" and "5 synthetic runs (+5% on ours from run 3)" in out
     assert len(list((tmp_path / "d").glob("demo-*.json"))) == 5
-    argv = ["history", "demo", "--runs", "5", "--step-at", "7", "-o", str(tmp_path / "e")]
-    assert perfsuite_main(argv) == 2
+    argv = ["demo", "--runs", "5", "--step-at", "7", "-o", str(tmp_path / "e")]
+    assert history(argv) == 2
     assert capsys.readouterr().err == ("error: --step-at 7: must be between 1 and --runs - 1 (4)\n")

@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from history.histories import blocks, count, write_history
+from history.histories import blocks, count, history, write_history
 from perfsuite.history import changepoints, rules, sensitivity
-from perfsuite.history.cli import main
 
 
 def series(values: list[float], metric: str = "time", kind: str = "cuda", noise: float = 0.003):
@@ -70,23 +69,23 @@ def test_check_exit_codes_and_ack(
     folder = tmp_path / "runs"
     folder.mkdir()
     write_history(folder, [1.0] * 8)
-    assert main(["import", "--db", str(db), str(folder)]) == 0
-    assert main(["check", "--db", str(db)]) == 0
+    assert history(["import", "--db", str(db), str(folder)]) == 0
+    assert history(["check", "--db", str(db)]) == 0
     write_history(folder, [1.0] * 8 + [1.10] * 3)
-    assert main(["import", "--db", str(db), str(folder)]) == 0
+    assert history(["import", "--db", str(db), str(folder)]) == 0
     capsys.readouterr()
-    assert main(["check", "--db", str(db)]) == 1
+    assert history(["check", "--db", str(db)]) == 1
     out = capsys.readouterr().out
     (line,) = blocks(out, "REGRESSION")
     assert max(map(len, out.splitlines())) <= 80  # COLUMNS=80: blocks fold to fit
     assert "time" in line and "+10." in line and "07abababab" in line and "08abababab" in line
     ident = line.split()[1]
-    assert main(["ack", "--db", str(db), ident, "--reason", "accepted: exactness first"]) == 0
+    assert history(["ack", "--db", str(db), ident, "--reason", "accepted: exactness first"]) == 0
     assert count(db, "acks") == 1
-    assert main(["check", "--db", str(db)]) == 0
+    assert history(["check", "--db", str(db)]) == 0
     assert "acknowledged: accepted" in capsys.readouterr().out
-    assert main(["ack", "--db", str(db), "nosuchcell/abc", "--reason", "x"]) == 2
-    assert main(["ack", "--db", str(db), "no-slash", "--reason", "x"]) == 2
+    assert history(["ack", "--db", str(db), "nosuchcell/abc", "--reason", "x"]) == 2
+    assert history(["ack", "--db", str(db), "no-slash", "--reason", "x"]) == 2
 
 
 def test_sensitivity_step_found_and_no_false_alarm() -> None:
@@ -102,9 +101,9 @@ def test_sensitivity_step_found_and_no_false_alarm() -> None:
 
 def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_history(tmp_path, [1.0] * 4)
-    assert main(["import", "--db", str(db), str(tmp_path)]) == 0
+    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
     capsys.readouterr()
-    assert main(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
+    assert history(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
     out = capsys.readouterr().out
     assert "drift +1%/run x10" in out and out.count("cuda ") >= 5
 
@@ -126,9 +125,9 @@ def test_sensitivity_bad_options_name_the_option(
     """`--cells -1` printed numpy's "Number of samples, -1, must be non-negative.";
     `--trials 0` named --runs."""
     write_history(tmp_path, [1.0] * 4)
-    assert main(["import", "--db", str(db), str(tmp_path)]) == 0
+    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
     capsys.readouterr()
-    assert main(["sensitivity", "--db", str(db), *extra]) == 2
+    assert history(["sensitivity", "--db", str(db), *extra]) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith(f"error: {words}") and captured.err.count("\n") == 1
     assert captured.out == ""
@@ -149,10 +148,10 @@ def test_check_leaves_out_the_times_of_busy_runs(
         busy = ["other processes used 1.0 of 2 cores (python3 100%)"]
         doc["env"]["machine"] = {"groups": [{"group": "ours", "busy": busy}]}
         path.write_text(json.dumps(doc))
-    assert main(["import", "--db", str(db), str(folder)]) == 0
+    assert history(["import", "--db", str(db), str(folder)]) == 0
     capsys.readouterr()
-    assert main(["check", "--db", str(db)]) == 0
+    assert history(["check", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert out.count("its times are left out") == 3 and "REGRESSION" not in out
-    assert main(["check", "--db", str(db), "--accept-busy"]) == 1
+    assert history(["check", "--db", str(db), "--accept-busy"]) == 1
     assert "REGRESSION" in capsys.readouterr().out

@@ -8,19 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from history.histories import committed_reports, count, make_document, write_history
+from history.histories import committed_reports, count, history, make_document, write_history
 from perfsuite.history import ingest, store
-from perfsuite.history.cli import main
 
 
 def test_add_is_idempotent(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (path,) = write_history(tmp_path, [1.0])
-    assert main(["add", "--db", str(db), str(path)]) == 0
-    assert main(["add", "--db", str(db), str(path)]) == 0
+    assert history(["add", "--db", str(db), str(path)]) == 0
+    assert history(["add", "--db", str(db), str(path)]) == 0
     # The same document re-indented under another name is the same run.
     copy = tmp_path / "copy.json"
     copy.write_text(json.dumps(json.loads(path.read_text()), indent=4))
-    assert main(["add", "--db", str(db), str(copy)]) == 0
+    assert history(["add", "--db", str(db), str(copy)]) == 0
     assert count(db, "runs") == 1 and count(db, "cells") == 1
     assert capsys.readouterr().out.count("already stored") == 2
 
@@ -34,7 +33,7 @@ def test_corrupt_file_refused_and_nothing_stored(
 ) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(text)
-    assert main(["add", "--db", str(db), str(bad)]) == 2
+    assert history(["add", "--db", str(db), str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "bad.json" in err
     assert count(db, "runs") == 0
@@ -45,7 +44,7 @@ def test_bad_row_refuses_whole_file(tmp_path: Path, db: Path) -> None:
     document["rows"].append({**document["rows"][0], "median_ms": "fast"})
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(document))
-    assert main(["add", "--db", str(db), str(bad)]) == 2
+    assert history(["add", "--db", str(db), str(bad)]) == 2
     assert count(db, "runs") == 0 and count(db, "cells") == 0
 
 
@@ -84,16 +83,16 @@ def test_import_repo_reports(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
     files = ingest.results_files(reports)
     results = [p for p in files if ingest.looks_like_results(p)]
     assert len(results) >= 5
-    assert main(["import", "--db", str(db), str(reports)]) == 0
+    assert history(["import", "--db", str(db), str(reports)]) == 0
     out = capsys.readouterr().out
     assert "skipped (not a results file)" in out  # the sensitivity reports
     distinct = {store.content_hash(json.loads(p.read_text())) for p in results}
     assert count(db, "runs") == len(distinct)
-    assert main(["list", "--db", str(db)]) == 0
+    assert history(["list", "--db", str(db)]) == 0
     listing = capsys.readouterr().out.splitlines()
     runs = [line for line in listing if re.match(r"[0-9a-f]{12} ", line)]
     assert listing[-1] == f"{len(distinct)} runs" and len(runs) == len(distinct)
-    assert main(["import", "--db", str(db), str(reports)]) == 0
+    assert history(["import", "--db", str(db), str(reports)]) == 0
     assert count(db, "runs") == len(distinct)
 
 
@@ -104,7 +103,7 @@ def test_import_skips_other_json(
     (tmp_path / "notes.json").write_text('{"report": "text"}')
     # Another command's document with rows of its own (perfsuite filtering's study).
     (tmp_path / "study.json").write_text('{"schema": "perfsuite-filtering/1", "rows": [{}]}')
-    assert main(["import", "--db", str(db), str(tmp_path)]) == 0
+    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "notes.json: skipped" in printed and "study.json: skipped" in printed
     assert count(db, "runs") == 2
@@ -121,7 +120,7 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
         ["import", "--db", str(tmp_path / "ok.sqlite"), str(tmp_path / "nowhere")],
     ]
     for argv in cases:
-        assert main(argv) == 2, argv
+        assert history(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, (argv, err)
 
@@ -177,7 +176,7 @@ def test_a_good_file_after_a_bad_one_is_stored(tmp_path, db, capsys):
     (good,) = write_history(tmp_path, [1.0])
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    assert main(["add", "--db", str(db), str(bad), str(good)]) == 2  # the bad one is named
+    assert history(["add", "--db", str(db), str(bad), str(good)]) == 2  # the bad one is named
     assert count(db, "runs") == 1 and "bad.json" in capsys.readouterr().err
 
 
@@ -188,7 +187,7 @@ def test_list_fits_80_columns(tmp_path, db, monkeypatch, capsys):
     folder = tmp_path / "results-from-a-long-night" / "of-sweeping"
     folder.mkdir(parents=True)
     paths = write_history(folder, [1.0, 1.0, 1.1])
-    assert main(["add", "--db", str(db), *map(str, paths)]) == 0
+    assert history(["add", "--db", str(db), *map(str, paths)]) == 0
     capsys.readouterr()
     monkeypatch.setenv("COLUMNS", "80")
     assert perfsuite(["history", "list", "--db", str(db)]) == 0
@@ -209,7 +208,7 @@ def test_a_version_1_file_keeps_the_hash_of_what_it_holds(tmp_path: Path, db: Pa
     """Databases made before version 2 hold a v1 file's hash of its content: the kind that
     reading adds to each row must not make the same file a new run."""
     (path,) = write_history(tmp_path, [1.0])
-    assert main(["add", "--db", str(db), str(path)]) == 0
+    assert history(["add", "--db", str(db), str(path)]) == 0
     conn = store.connect(db)
     try:
         stored = [run.content_hash for run in store.list_runs(conn)]

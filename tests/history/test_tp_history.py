@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from history.histories import blocks, make_document
+from history.histories import blocks, history, make_document
 from perfsuite.history import ingest, store, timelines
-from perfsuite.history.cli import main
 
 
 def write_runs(folder: Path, n: int = 10, step_at: int = 6) -> list[Path]:
@@ -55,11 +54,11 @@ def columns(path: Path) -> tuple[str, list[str]]:
 def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
     old_id = schema1_db(db, make_document(0))
     before = db.read_bytes()
-    assert main(["list", "--db", str(db)]) == 0 and main(["check", "--db", str(db)]) == 0
+    assert history(["list", "--db", str(db)]) == 0 and history(["check", "--db", str(db)]) == 0
     assert db.read_bytes() == before  # read-only commands leave it as it was
     assert "1 runs" in capsys.readouterr().out
     (tp_run,) = write_runs(tmp_path / "runs", n=1)[:1]
-    assert main(["add", "--db", str(db), str(tp_run)]) == 0
+    assert history(["add", "--db", str(db), str(tp_run)]) == 0
     assert columns(db) == ("2", columns(db)[1]) and "tp" in columns(db)[1]
     conn = store.connect(db, create=False, write=False)
     stored = {(r["cell_id"], r["tp"]) for r in store.cell_rows(conn)}
@@ -70,22 +69,22 @@ def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, cap
 
 
 def test_a_tp_cell_is_its_own_series_in_check(tmp_path, db, capsys):
-    assert main(["import", "--db", str(db), str(tmp_path / "runs")]) == 2  # no folder yet
+    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 2  # no folder yet
     write_runs(tmp_path / "runs")
-    assert main(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
+    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
     capsys.readouterr()
-    assert main(["check", "--db", str(db)]) == 1
+    assert history(["check", "--db", str(db)]) == 1
     out = capsys.readouterr().out
     (regression,) = blocks(out, "REGRESSION")
     assert "Test CUDA ours TP=2 fwd" in regression and "time +30" in regression
     assert "4 series checked: 1 open regressions" in out  # {one device, TP=2} x {time, memory}
-    assert main(["list", "--db", str(db)]) == 0
+    assert history(["list", "--db", str(db)]) == 0
     assert capsys.readouterr().out.count("2 cells (TP=2)") == 10
 
 
 def test_timelines_draw_one_line_per_method_and_tp_size(tmp_path, db):
     write_runs(tmp_path / "runs")
-    assert main(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
+    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
     conn = store.connect(db, create=False, write=False)
     (groups,) = timelines.load(conn).values()
     conn.close()
@@ -103,6 +102,6 @@ def test_a_malformed_tp_is_refused(tmp_path, db, capsys, tp):
     doc["rows"][0]["tp"] = tp
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
-    assert main(["add", "--db", str(db), str(path)]) == 2
+    assert history(["add", "--db", str(db), str(path)]) == 2
     err = capsys.readouterr().err  # the loader's words: the file, the row, the field
     assert err.startswith(f"error: {path}: row 0: tp is ") and err.count("\n") == 1

@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perfsuite.measure import kernel_classes
 from perfsuite.measure.kernel_classes import (
     CLASSES,
     classify,
@@ -204,7 +203,11 @@ def test_peer_kernels_are_read_from_the_installed_packages(tmp_path, monkeypatch
         "import triton\n@triton.jit\ndef _fake_ce_kernel(x): pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(kernel_classes, "PEER_PACKAGES", ("fake_peer", "not_installed_peer"))
+    from perfsuite.plan import registry
+
+    # The peers' packages are the Triton methods' declared requirements.
+    assert registry.triton_packages() == ["liger_kernel", "cut_cross_entropy"]
+    monkeypatch.setattr(registry, "triton_packages", lambda: ["fake_peer", "not_installed_peer"])
     peer_names.cache_clear()
     try:
         assert peer_names() == {"_fake_ce_kernel"}

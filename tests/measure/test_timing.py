@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from perfsuite.measure.stats import quantile
-from perfsuite.measure.timing import CacheFlusher, time_samples, time_spans
+from perfsuite.measure.timing import (
+    INTERPRETED_SAMPLES,
+    CacheFlusher,
+    Sampling,
+    sampling,
+    time_samples,
+    time_spans,
+)
 
 CPU = torch.device("cpu")
 
@@ -20,6 +27,20 @@ def test_times_a_known_duration():
     assert all(s >= 19.5 for s in timing.samples_ms), timing.samples_ms
     assert timing.median_ms < 30, timing.samples_ms
     assert timing.p20_ms <= timing.median_ms <= timing.p80_ms
+
+
+def test_one_protocol_interpreted_or_compiled():
+    """Compiled: the plan's samples and warm-up on the wall clock. Interpreted: one sample,
+    no warm-up, on the CPU clock, which a sleep (a paused worker, a core taken) leaves
+    alone while the wall clock counts it."""
+    assert sampling(7, 2, interpreted=False) == Sampling(7, 2, cpu_time=False)
+    how = sampling(7, 2, interpreted=True)
+    assert how == Sampling(INTERPRETED_SAMPLES, 0, cpu_time=True)
+    timing = time_samples(
+        lambda: time.sleep(0.05), CPU, samples=how.samples, warmup=how.warmup,
+        cpu_time=how.cpu_time,
+    )  # fmt: skip
+    assert len(timing.samples_ms) == INTERPRETED_SAMPLES and timing.median_ms < 25, timing
 
 
 def test_setup_and_flush_stay_outside_the_timed_region():

@@ -7,10 +7,11 @@ import pytest
 
 from perfsuite.measure.memory import measure_cpu_peak
 from perfsuite.method import Case
-from perfsuite.plan.memory_model import DTYPE_BYTES, exceeds, floor_bytes, fmt_size, gate_bytes
+from perfsuite.plan.memory_model import DTYPE_BYTES, exceeds, floor_bytes, gate_bytes
 from perfsuite.plan.registry import all_methods
 from perfsuite.run.correctness import gate_reference, run_once
 from perfsuite.run.inputs import make_inputs
+from perfsuite.units import fmt_bytes
 
 
 @pytest.mark.parametrize(("dtype", "softcap"), [("fp32", None), ("fp32", 30.0), ("bf16", 30.0)])
@@ -25,7 +26,7 @@ def test_measured_peaks_stay_within_the_predicted(dtype, softcap):
     loss_fn = eager.prepare(case, inputs.c)
     held = measure_cpu_peak(lambda: run_once(loss_fn, inputs)).delta
     size = DTYPE_BYTES[dtype]
-    declared = eager.caps.logit_copies[softcap is not None] * n * v * size + (n + v) * d * size
+    declared = eager.caps.holds.copies[softcap is not None] * n * v * size + (n + v) * d * size
     assert floor_bytes("fwd+bwd", n, v, d, dtype) <= held <= declared
     gate = measure_cpu_peak(lambda: gate_reference(case, 0, None)).delta
     predicted = gate_bytes(n, v, d, dtype, softcap is not None)
@@ -46,7 +47,7 @@ def test_measured_peaks_stay_within_the_predicted(dtype, softcap):
     ],
 )
 def test_a_size_reads_in_the_largest_unit_it_fills(nbytes, text):
-    assert fmt_size(nbytes) == text
+    assert fmt_bytes(nbytes) == text
 
 
 def test_the_too_big_wording_keeps_its_numbers_short():

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.baselines.tp_torch import TP_EAGER
-from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod, StepPatch
-from perfsuite.tp_method import ParallelMethod
+from perfsuite.baselines.torch_methods import EAGER, eager_loss
+from perfsuite.method import AcrossRanks, Capabilities, Case, Holds, LossFn, SimpleMethod, StepPatch
 
 
 def build(case: Case, c: torch.Tensor) -> LossFn:
@@ -28,7 +26,9 @@ def patch(model: torch.nn.Module, preset: object, beta: float):
     return lambda ids: model_loss(model, ids, beta)
 
 
-CAPS = Capabilities(label_smoothing=True, softcap=True, logit_copies=(4.0, 7.0))
+# What it supports, and what it holds at its peak (every memory estimator reads this):
+# eager's N x V logits, 4 copies of them (7 with a softcap).
+CAPS = Capabilities(label_smoothing=True, softcap=True, holds=Holds("logits", (4.0, 7.0)))
 
 METHODS = [
     SimpleMethod(
@@ -37,7 +37,7 @@ METHODS = [
         build=build,
         caps=CAPS,
         # Across ranks (``run --tp``): eager's all-gathered shard logits.
-        tp=ParallelMethod("one-file", "eager across ranks", caps=CAPS, build_tp=TP_EAGER.build_tp),
-        step=StepPatch(patch, holds="logits"),
+        tp=AcrossRanks(EAGER.tp.build, "eager across ranks"),
+        step=StepPatch(patch),
     ),
 ]

@@ -37,7 +37,7 @@ class Site:
 
 
 def build_site(root: Path) -> Site:
-    from perfsuite.history.cli import main as history
+    from history.histories import history
 
     db, demo, out = root / "history.sqlite", root / "demo", root / "site"
     assert history(["import", "--db", str(db), str(committed_reports(root))]) == 0

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from perfsuite.measure.kernel_classes import CLASSES
 from perfsuite.measure.profile import profile_call
-from perfsuite.render.breakdown import LETTERS, breakdown_lines, fmt_ms, stacked_bar
+from perfsuite.render.breakdown import LETTERS, breakdown_lines, stacked_bar
+from perfsuite.units import fmt_number
 
 CELL = dict(shape="gemma2-2b", tokens=8192, vocab=256000, hidden=2304, dtype="bf16", beta=0.1)
 LONG_KERNEL = (
@@ -50,10 +51,10 @@ def test_fits_the_width_and_never_cuts_a_number(rows, width):
     text = "\n".join(lines)
     for row in rows[:2]:
         b = row["breakdown"]
-        for number in (fmt_ms(b["wall_ms"]), fmt_ms(b["host_ms"]), str(b["launches"])):
+        for number in (fmt_number(b["wall_ms"]), fmt_number(b["host_ms"]), str(b["launches"])):
             assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d.])", text), number
         for top in b["top"]:
-            assert fmt_ms(top["ms"]) in text
+            assert fmt_number(top["ms"]) in text
 
 
 def test_one_bar_per_method_scaled_to_the_longest_wall_time(rows):

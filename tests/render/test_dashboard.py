@@ -19,7 +19,7 @@ plotly = pytest.importorskip("plotly")
 def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 12-run demo history with its step at run 8: the site's options and files, not
     its plots, are under test, and the full history's site took 12 s a build."""
-    from perfsuite.history.cli import main as history
+    from history.histories import history
 
     root = tmp_path_factory.mktemp("small")
     argv = ["demo", "-o", str(root / "demo"), "--runs", "12", "--step-at", "8"]
@@ -160,9 +160,7 @@ def test_the_index_and_history_check_give_one_answer_on_busy_runs(
 ) -> None:
     """A step measured only on a busy machine: `history check` left those times out and
     passed, while the index listed the step as an open regression (+700 %, +7,860 %)."""
-    from history.histories import make_document
-
-    from perfsuite.history.cli import main as history
+    from history.histories import history, make_document
 
     runs = tmp_path / "runs"
     runs.mkdir()

@@ -168,9 +168,8 @@ def test_the_check_sees_errors_and_missing_plots(
 
 def test_names_from_the_data_cannot_break_the_page(browser: Browser, tmp_path: Path) -> None:
     """A method and shape named like markup are shown as text, not run."""
-    from history.histories import make_document
+    from history.histories import history, make_document
 
-    from perfsuite.history.cli import main as history
     from render.conftest import dashboard
 
     hostile = "</script><script>console.error('injected')</script><!--"

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from history.histories import make_document
+from history.histories import history, make_document
 from history.test_tp_history import schema1_db, write_runs
 
-from perfsuite.history.cli import main as history
 from render.conftest import dashboard
 from render.test_dashboard import figures
 

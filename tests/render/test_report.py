@@ -69,7 +69,7 @@ def test_markdown_paper_layout_with_roofline():
     header = _md_cells(lines[at])
     assert header[:5] == ["β", "method", "fwd mem", "fwd time", "fwd % roofline"]
     assert len(header) == 2 + 3 * 3
-    # A pipe table (DataFrame.to_markdown): names left, numbers right-aligned.
+    # A pipe table (fit.pipe_table): names left, numbers right-aligned.
     align = _md_cells(lines[at + 1])
     assert align[0].startswith(":") and all(a.endswith(":") for a in align[2:])
     rows = _md_rows(text)

@@ -12,13 +12,13 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.render.table import (
     build_tables,
     cell_marks,
-    fmt_number,
     footnotes,
     grads_in_forward,
     measured,
     print_tables,
 )
 from perfsuite.results.results import Row
+from perfsuite.units import fmt_number
 
 
 def _rows():

@@ -134,7 +134,7 @@ def test_report_markdown_and_csv_carry_the_tp_cells(tmp_path, capsys):
     path = write_results(tmp_path / "r.json", doc)
     assert main(["report", str(path)]) == 0
     md = capsys.readouterr().out
-    assert "| torch-native |    4 |" in md and "fwd+bwd across ranks" in md
+    assert "| torch-native | 4 |" in md and "fwd+bwd across ranks" in md
     assert "4, 12 MiB" in md  # no terminal to fit: every column
     paper = md.split("fwd+bwd across ranks")[0]
     assert "torch-native" not in paper.split("left out of these tables")[0]

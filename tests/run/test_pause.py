@@ -160,7 +160,7 @@ def test_an_interpreted_case_calls_the_method_three_times():
         spec = WorkerSpec("counted", [raw], out="", samples=4, warmup=1)
         rows = []
         calls[0] = 0
-        run_case(spec, method, raw, rows.append)
+        run_case(spec, method, 0, raw, rows.append)
         assert [r.status for r in rows] == ["ok"] * 3
         assert calls[0] == want, (triton, calls[0])
         assert all(len(r.samples_ms) == (1 if triton else 4) for r in rows)

@@ -92,7 +92,7 @@ def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
     rows = {}
     for name in ("ours-zloss", "ours-weighted", "fake-zloss-ignored", "fake-weights-ignored"):
         spec = WorkerSpec(name, [raw], out="", phases=["fwd+bwd"], samples=1, warmup=0)
-        run_case(spec, get_method(name), raw, lambda row, n=name: rows.setdefault(n, row))
+        run_case(spec, get_method(name), 0, raw, lambda row, n=name: rows.setdefault(n, row))
     for name in ("ours-zloss", "ours-weighted"):
         assert rows[name].status == "ok", (name, rows[name].reason)
         assert rows[name].loss_err <= rows[name].tolerance["loss"]

@@ -41,7 +41,7 @@ def run(profile: Path | None) -> list:
         timer="graph", profile=None if profile is None else str(profile),
     )  # fmt: skip
     rows: list = []
-    run_case(spec, method, RAW, rows.append)
+    run_case(spec, method, 0, RAW, rows.append)
     return rows
 
 

@@ -42,7 +42,9 @@ def test_rows_carry_the_model_and_the_step(smoke_run):
         assert row["workload"] == "step(layers=1,seq=16,batch=1)"
         assert row["device"] == "cpu" and row["dtype"] == "fp32"
     for row in smoke_run.rows(shape="smoke", status="ok"):
-        assert len(row["samples_ms"]) == 2 and row["median_ms"] > 0
+        # the one protocol: an interpreted step gets one CPU-clock sample
+        assert len(row["samples_ms"]) == (1 if row["interpreted"] else 2)
+        assert row["median_ms"] > 0
         assert row["peak_bytes"] > 0 and row["compile_ms"] > 0
         assert row["interpreted"] == (row["method"] == "liger")
 

@@ -64,11 +64,11 @@ def test_sizes_default_by_device_and_refuse_what_the_model_cannot_take():
 
 def test_the_estimate_sees_eager_logits_and_the_dtype():
     p, size = get_preset("gemma2-2b"), Size(1, 4096, 2)
-    eager = estimate(methods_for("step")["eager"].step.holds, p, size, "bf16", "cuda")
-    ours = estimate(methods_for("step")["ours"].step.holds, p, size, "bf16", "cuda")
+    eager = estimate(methods_for("step")["eager"].caps.holds.kind, p, size, "bf16", "cuda")
+    ours = estimate(methods_for("step")["ours"].caps.holds.kind, p, size, "bf16", "cuda")
     assert eager.loss > 8192 * 256000 * 8 > 20 * ours.loss  # N x V logits, several copies
     assert eager.weights == ours.weights == 2 * p.parameters(1)
-    fp32 = estimate(methods_for("step")["ours"].step.holds, p, size, "fp32", "cuda")
+    fp32 = estimate(methods_for("step")["ours"].caps.holds.kind, p, size, "fp32", "cuda")
     assert fp32.weights == 2 * ours.weights and fp32.adamw == 2 * ours.adamw
     assert fp32.gate > fp32.weights * 4  # the fp64 pass: weights and grads in fp64
     assert too_big(ours, ours.need, "limit") is None

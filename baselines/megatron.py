@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from perfsuite import method as _method
 from perfsuite.baselines.torch_methods import softcapped
-from perfsuite.baselines.tp_torch import TPMethod
-from perfsuite.method import Capabilities, Case, LossFn, Unavailable, Unsupported
+from perfsuite.method import AcrossRanks, Capabilities, Case, LossFn, SimpleMethod, Unavailable
 from perfsuite.tp_method import Shard, equal_shards_only
 
 UNEVEN_REASON = (
@@ -29,7 +29,7 @@ def _init_parallel_state(shard: Shard) -> None:
 
     world = dist.get_world_size()
     if dist.get_world_size(shard.group) != world:
-        raise Unsupported(
+        raise _method.Unsupported(
             f"parallel_state builds its TP group over the default world ({world} ranks), "
             f"not over a {shard.world}-rank subgroup"
         )
@@ -66,15 +66,15 @@ def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
 
 
 METHODS = [  # measured only across ranks
-    TPMethod(
+    SimpleMethod(
         name="megatron",
         description="megatron-core tensor_parallel.vocab_parallel_cross_entropy on the "
         "shard logits (fp32 upcast; ignored rows masked by the adapter)",
         caps=Capabilities(softcap=True),
         requires=("megatron",),
-        distributions=("megatron-core", "torch"),
-        build_tp=_build,
-        shard_check=equal_shards_only(UNEVEN_REASON),
+        distributions=("megatron-core",),
+        pip=("megatron-core==0.16.1",),
+        tp=AcrossRanks(_build, shard_check=equal_shards_only(UNEVEN_REASON)),
         limits={
             "label_smoothing": "Megatron's vocab-parallel smoothing uses the rank's "
             "partition size and its local mean log-probability (no all-reduce): at TP > 1 "

@@ -1,3 +1,0 @@
-from perfsuite.kernel_report import main
-
-raise SystemExit(main())

@@ -100,14 +100,38 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return min(len(os.sched_getaffinity(0)), 4)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (by fixture scope)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests (kernel grids, end-to-end runs) need ``-m slow`` or PERFSUITE_SLOW=1."""
-    if "slow" in (config.option.markexpr or "") or os.environ.get("PERFSUITE_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="slow on a 2-core CPU: run with -m slow or PERFSUITE_SLOW=1")
+    """Slow tests (kernel grids, end-to-end runs) need ``-m slow`` or PERFSUITE_SLOW=1;
+    then the modules run in the order ``module_rank`` gives."""
+    if "slow" not in (config.option.markexpr or "") and os.environ.get("PERFSUITE_SLOW") != "1":
+        skip = pytest.mark.skip(reason="slow on a 2-core CPU: run with -m slow or PERFSUITE_SLOW=1")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
+    rank: dict[str, int] = {}
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        module = item.nodeid.split("::")[0]
+        rank[module] = min(rank.get(module, 2), item_rank(item))
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: modules whole
+
+
+def item_rank(item: pytest.Item) -> int:
+    """Where a test's module runs: the readers of the session's smoke step run first (0),
+    then the modules whose tests start processes (1), the in-process rest last (2).
+
+    xdist (``--dist load``) hands each worker a run of consecutive tests, then more as it
+    drains: the modules that take the smoke run as a fixture land on one worker, which
+    runs it while the other works on (not both, one waiting on the other's lock; the
+    readers that ask for it later find it made), and the long process-starting
+    tests come first, so that the suite ends on short ones, not on one worker's last
+    minute-long set-up while the other core idles. A module stays whole (its
+    module-scoped fixtures are made once)."""
+    if item.get_closest_marker("skip") is not None:
+        return 2
+    if "smoke_run" in getattr(item, "fixturenames", ()):
+        return 0
+    return 1 if item.get_closest_marker("integration") is not None else 2
 
 
 @pytest.fixture(autouse=True)

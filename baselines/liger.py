@@ -173,7 +173,7 @@ METHODS = [
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
         build=_make_build(accum_fp32=False),
         caps=CAPS,
-        requires=("liger_kernel", "triton"),
+        requires=("liger_kernel",),
         distributions=("liger-kernel",),
         pip=PIP,
         paper="liger",

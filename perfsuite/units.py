@@ -47,3 +47,7 @@ def fmt_flops(flops: float) -> str:
     """``9.66 TFLOP``: FLOPs in the largest unit they fill."""
     scale, unit = largest(flops, FLOPS)
     return f"{flops / scale:.3g} {unit}"
+
+
+# A cell's status in no more room than a number (the run table's and compare's words).
+SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}

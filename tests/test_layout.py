@@ -165,7 +165,7 @@ ORDER = (
     "activations", "converge", "step", "filtering", "kernel_report",  # commands, kinds
     "render", "history", "regress",  # readers of results
     "run", "tp_method", "harness", "args", "measure",  # measuring
-    "plan", "results", "method", "parser", "fit",  # the declarations, primitives
+    "plan", "results", "method", "parser", "fit", "units",  # the declarations, primitives
     "perfsuite", "checkout",  # the package's __init__: its version, the checkout's path
 )  # fmt: skip
 

@@ -210,12 +210,15 @@ def _other_cpu(cpu: dict[str, Any]) -> str:
     total = cpu["other_cores"]
     seconds = cpu.get("seconds")
     span = "" if seconds is None else f" over {seconds:.{1 if seconds < 10 else 0}f} s"
-    text = f"other processes used {total:.1f} of {cpu['cores']} cores{span}"
+    shown_total = f"{total:.1f}"
+    text = f"other processes used {shown_total} of {cpu['cores']} cores{span}"
     named = cpu.get("other_processes", [])[:3]
     if not named:
         return text
     cores = [p["cores"] for p in named]
-    shown = _tenths_adding_up([*cores, max(total - sum(cores), 0.0)], round(total * 10))
+    # The tenths of the total as printed: round(10.5) is 10 where 1.05 prints 1.1.
+    tenths = round(float(shown_total) * 10)
+    shown = _tenths_adding_up([*cores, max(total - sum(cores), 0.0)], tenths)
     parts = [f"{p['name']} {t / 10:.1f}" for p, t in zip(named, shown, strict=False)]
     if shown[-1]:
         parts.append(f"the rest {shown[-1] / 10:.1f}")

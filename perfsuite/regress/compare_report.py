@@ -24,8 +24,7 @@ from perfsuite.fit import (
 )
 from perfsuite.measure.stats import summarize
 from perfsuite.regress.verdicts import VERDICTS, CellComparison, Comparison
-from perfsuite.render.table import SHORT_STATUS  # the run table's words for the widest
-from perfsuite.units import fmt_bytes
+from perfsuite.units import SHORT_STATUS, fmt_bytes
 
 # Per verdict: its console style and its markdown icon.
 LOOK = {

@@ -18,7 +18,7 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.render.roofline import GPU, phase_flops, roofline_ms
 from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
-from perfsuite.units import fmt_bytes, fmt_flops, fmt_number
+from perfsuite.units import SHORT_STATUS, fmt_bytes, fmt_flops, fmt_number
 
 GRADS_IN_FWD_MARK = "‡"
 INTERPRETED_MARK = "†"
@@ -128,7 +128,6 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
 
 # Console words for cells without numbers: no longer than a number, so that the
 # number columns stay narrow (the notes under the table say the rest).
-SHORT_STATUS = {"unavailable": "unavail", "unsupported": "N/A"}
 STATUS_COLOR = {
     "wrong": "red",
     "oom": "magenta",

@@ -47,6 +47,7 @@ GRAPH44 = CALL1 / "gemma2-2b-graph.json"
 CUDA_TESTS44 = CALL1 / "cuda-tests.xml"
 MANIFEST44 = CALL1 / "manifest-1.json"
 KERNEL_REPORT44 = CALL1 / "r-kernel-report.log"
+TMA_CALL = RAW / "8-tma-candidates" / "tma.jsonl"
 # The first run's ours under --timer kernels, for the comparison.
 FIRST_KERNELS = RAW / "4-ours-kernels-timer" / "ours-kernels-timer.json"
 FIRST_TRACE = RAW / "4-ours-kernels-timer" / "ours__gemma2-2b__bf16__b0.1__fwd-bwd.trace.json.gz"
@@ -329,6 +330,30 @@ def issue44() -> None:
     print(f"  0 spills: {verdict(step['rc'] == 0 and not fails)}")
 
 
+def tma_candidates() -> None:
+    """The third call (32ea309): the TMA configs and both routes in one process."""
+    rows = [json.loads(line) for line in TMA_CALL.read_text().splitlines()]
+    by = {r["tma"]: r for r in rows if r["tma"] not in ("forward", "slices")}
+    flop = next(r for r in rows if r["tma"].startswith("cublas e@c.T"))
+    print(f"from {TMA_CALL.relative_to(HERE)} ({by['env']['device']}, torch {by['env']['torch']},")
+    print(f"Triton {by['env']['triton']}; do_bench of the op, β 0.1, softcap 30, one process)")
+    for kind in ("forward", "slices"):
+        print(f"{kind} configs ({'fwd' if kind == 'forward' else 'fwd+bwd'} ms):")
+        for r in (r for r in rows if r["tma"] == kind):
+            ms = r.get("fwd_ms", r.get("fwdbwd_ms"))
+            print(f"  {r['config']:<26} {ms:6.1f}  deterministic {r['deterministic']}")
+    best, cublas, portable = by["best pair"], by["cublas route"], by["portable (PERFSUITE_TMA=0)"]
+    print(f"best pair ({best['forward']} / {best['slices']}): {best['fwdbwd_ms']:.1f} ms")
+    print(f"cuBLAS route {cublas['fwdbwd_ms']:.1f} ms, ", end="")
+    print(f"portable kernels {portable['fwdbwd_ms']:.1f} ms")
+    print(f"cuBLAS e @ c.T: {flop['ms']:.2f} ms, {flop['tflops']:.0f} TFLOP/s")
+    for name in ("_tma_forward_kernel", "_tma_grad_slice_kernel"):
+        ms = best["kernels"][name]
+        print(f"  {name}: {ms:.2f} ms, {2 * 8192 * 256000 * 2304 / ms / 1e9:.0f} TFLOP/s")
+    ratio = best["fwdbwd_ms"] / TARGET44_MS
+    print(f"fwd+bwd <= 52 ms: {verdict(ratio <= 1)} ({best['fwdbwd_ms']:.1f} ms, {ratio:.2f}x)")
+
+
 def issue19() -> None:
     """The first run (45f5417): issue 19's targets, the gate for CCE, the tile sweep."""
     cell, peers = rows(CELL), rows(PEERS)
@@ -424,6 +449,11 @@ def issue19() -> None:
 
 def main() -> None:
     issue44()
+    print()
+    print("=" * 78)
+    print("The third call (commit 32ea309): the TMA path's configs")
+    print()
+    tma_candidates()
     print()
     print("=" * 78)
     print("The first run (commit 45f5417): issue 19's targets")

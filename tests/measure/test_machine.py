@@ -73,6 +73,11 @@ def test_the_figures_shown_add_up_where_rounding_each_would_not():
     assert reason.endswith("python 0.4, bash 0.3, the rest 0.7")
     total, shares = _parts(reason)
     assert sum(shares) == pytest.approx(total)
+    # A total on a half tenth: printed 1.1, so the parts add up to 1.1, not round()'s 1.0.
+    cpu = {**cpu, "other_cores": 1.05, "other_processes": [{"name": "python", "cores": 1.0}]}
+    (reason,) = busy_reasons({"cpu": cpu})
+    total, shares = _parts(reason)
+    assert total == 1.1 and sum(shares) == pytest.approx(total)
 
 
 def test_a_process_named_never_exceeds_the_total():

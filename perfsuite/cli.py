@@ -303,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             print_error(err)
             return 2
         except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)
+            from perfsuite.harness.scratch import remove_own
+
+            remove_own()
             hint = " (sweep --resume picks it up)" if args.subcommand == "sweep" else ""
             return _interrupted(args.subcommand, hint)
     except KeyboardInterrupt:  # before the command ran: nothing started, nothing to keep

@@ -32,6 +32,13 @@ def remove_stale() -> list[Path]:
     return gone
 
 
+def remove_own() -> None:
+    """Remove this process's folders: after an interrupt, one whose ``with`` it cut short
+    (made, never entered or not yet removed) would outlive the run."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}{os.getpid()}-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def scratch() -> tempfile.TemporaryDirectory:
     """A folder for one method's workers, named after this process."""
     remove_stale()

@@ -39,7 +39,9 @@ from pathlib import Path
 # Call 1 in the order that matters if it is cut short: is the kernel right (k), the
 # candidates at the targets' cell (g), where their time goes, per kernel (pk) and as one
 # captured graph (pg), what the device's Triton builds (r), the peers beside them (h).
-# Call 2, today's remaining checklist in priority order: a whole training step (9b), the
+# Call 2, today's remaining checklist in priority order: the TMA path's candidate configs
+# beside both routes in one process (t: the pinned slice build awaits its timing), a
+# whole training step (9b), the
 # multi-rank harness on one rank (9a), the regression threshold's false-alarm rate (6),
 # the slice backward's tile sweep (8b). Calls 3 and 4, for a session with more time: every
 # other method at Gemma2-2B, ours' determinism across budgets and its budget curve, the
@@ -47,7 +49,7 @@ from pathlib import Path
 # workloads, the CUDA test folders, converge, the training terms.
 CALLS = {
     "1": ["0a", "k", "g", "pk", "pg", "r", "h"],
-    "2": ["0a", "9b", "9a", "6", "8b"],
+    "2": ["0a", "t", "9b", "9a", "6", "8b"],
     "3": ["0a", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
     "4": ["0a", "0b", "3a", "4", "5", "8a", "3b"],
 }
@@ -237,6 +239,9 @@ ESTIMATES = {
            "first light's ours ~15 s a β with its compiles, +6 s parent"),
     "8b": (150, 200, 20, 150, "never run: 8 slice configs + 3 weighted at ~12 s each (a Triton "
            "compile and do_bench's 60 ms), the step's own --budget-s 140 stops it"),
+    "t": (40, 120, 20, 120, "reports/nvidia-h200/raw/8-tma-candidates: the same step, 11 "
+          "configs, best pair, cuBLAS route, portable kernels, in 36 s of wall on a fresh "
+          "H200 (cold caches); the CPU rehearsal (128x384x64, interpreted) 11 s here"),
     "8c": (60, 180, 120, 300, "never run on a GPU: converge's small preset trains 400 steps "
            "in ~25 s (its estimate, item 5), then a 4,096-row dump"),
     "8d": (90, 220, 40, 240, "never run on a GPU: 7 rows (1 + 3 filters x 2 orders at 2^-12, "
@@ -488,6 +493,11 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
              [py, ".ci/kernel_checks.py", *_checks_on(device), "slices",
               "--kinds", "random", "--budget-s", "140"],
              stdout="slice-tiles.jsonl", env=_interpreted(device)),
+        step("t", "tma-candidates", "the TMA path's configs, then the fastest pair beside "
+             "both routes and the portable kernels (β 0.1, softcap 30)",
+             [py, ".ci/kernel_checks.py", *_checks_on(device), "tma",
+              "--kinds", "random", "--budget-s", "90"],
+             stdout="tma.jsonl", env=_interpreted(device)),
         step("8c", "train-dump", "perfsuite workload train: converge's preset, trained on the "
              "device, dumped", [*ps, "workload", "train", "--device", device, *train,
                                 "--out", dump]),

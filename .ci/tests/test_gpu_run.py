@@ -107,8 +107,9 @@ def test_every_call_fits_its_limit_and_every_estimate_says_where_from() -> None:
         limit = gpu_plan.CALL_LIMITS_S.get(call, gpu_plan.DEFAULT_LIMIT_S)
         assert gpu_run.call_estimate([steps[i] for i in ids]) <= limit, call
         assert limit <= 570  # 9.5 min: the tool stops a command at 10
-    # The rest of today's checklist, in call 2: step, run --tp 1, sensitivity, the sweep.
-    assert gpu_plan.CALLS["2"][1:] == ["9b", "9a", "6", "8b"]
+    # The rest of today's checklist, in call 2: the TMA configs, step, run --tp 1,
+    # sensitivity, the sweep.
+    assert gpu_plan.CALLS["2"][1:] == ["t", "9b", "9a", "6", "8b"]
     placed = {steps[i].item for c in "1234" for i in gpu_plan.CALLS[c]}
     assert {str(n) for n in range(8)} <= placed  # setup and issue 18's items 1-7
     for sid in ("1a", "1b", "1c", "3a", "8a", "9a"):

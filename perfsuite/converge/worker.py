@@ -31,13 +31,12 @@ def _session(spec: WorkerSpec, emit: Callable[[Any], None]) -> Iterator[tuple[An
     from perfsuite.converge.data import build_dataset
     from perfsuite.converge.model import describe_model, set_deterministic
     from perfsuite.converge.presets import Preset
-    from perfsuite.converge.yardstick import METHODS as YARDSTICKS
     from perfsuite.plan.registry import get_method
 
     preset = Preset(**spec.preset)
     set_deterministic(preset.seed)
     data = build_dataset(preset, spec.data)
-    method = YARDSTICKS.get(spec.method) or get_method(spec.method)
+    method = get_method(spec.method)
     emit({"model": describe_model(preset)})  # transformers imported: frozen after
     yield (preset, data, method), emit
 

@@ -6,12 +6,8 @@ declared methods (baselines/torch_methods.py), as every method is."""
 
 from __future__ import annotations
 
-from typing import Any
-
 REORDERED = "eager-reordered"
 FP32_LOGITS = "reference"
-# Methods converge knows beyond the registry's: none now (converge/worker.py still asks).
-METHODS: dict[str, Any] = {}
 
 
 def yardstick_for(dtype: str) -> str:

@@ -386,16 +386,14 @@ def _tma_grad_slice_kernel(
         n_mask = offs_n < N
         a = tl.load(A + offs_n, mask=n_mask, other=0.0)
         b = tl.load(B + offs_n, mask=n_mask, other=0.0)
+        # Fused, every tile goes through the GEMM: a branch around the D loop keeps Triton
+        # from fusing it with the tile loop. Rows with zero coefficients (a = b = S = 0)
+        # then come out +0 by the arithmetic, as the skip below stores them.
         if FLATTEN:
-            # Every tile through the GEMM: a branch around the D loop keeps Triton from
-            # fusing it with the tile loop. Rows with zero coefficients (a = b = S = 0)
-            # come out +0 by the arithmetic, as the skip below stores them.
-            _slice_tile(
-                e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
-                softcap, N, D, v0, width, off_n, off_j, BLOCK_N, BLOCK_V, BLOCK_D,
-                HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, DOT_PRECISION, UPCAST_DOT, SUBTILES,
-            )  # fmt: skip
-        elif tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
+            live = True
+        else:
+            live = tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0
+        if live:
             _slice_tile(
                 e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
                 softcap, N, D, v0, width, off_n, off_j, BLOCK_N, BLOCK_V, BLOCK_D,

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cast, tanh, wide_offsets
+from .common import cast, grad_epilogue, tanh, wide_offsets
 from .configs import interpreting
 from .forward import ForwardResult
 from .slices import _fp32_out_mm, _gradient_scale, accumulate_mm, logit_slice, slice_width
@@ -165,8 +165,8 @@ def _grad_epilogue_kernel(
     HAS_WEIGHT: tl.constexpr,
     INTERPRETING: tl.constexpr,
 ):
-    """One (row block, column block) of G from fp32 logits ``Z``: the epilogue of
-    ``slices._grad_slice_kernel``, term for term and in its order."""
+    """One (row block, column block) of G from fp32 logits ``Z``: ``common.grad_epilogue``,
+    the Triton route's epilogue."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
     n_mask = offs_n < N
@@ -178,29 +178,16 @@ def _grad_epilogue_kernel(
     if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
         z_ptrs = Z + wide_offsets(offs_n, stride_zn)[:, None] + offs_j[None, :]
         acc = tl.load(z_ptrs, mask=n_mask[:, None] & j_mask[None, :], other=0.0)
-        if HAS_SOFTCAP:
-            t = tanh(acc / softcap)
-            acc = softcap * t
         row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
         log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
         y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
         y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
         inv = tl.load(InvScale)
-        # (z − max) − log-sum: a common logit offset cancels exactly.
-        grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * (a * inv)[:, None]
-        if HAS_SMOOTHING:
-            smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv
-            if HAS_WEIGHT:
-                w = tl.load(Weight + v0 + offs_j, mask=j_mask, other=0.0)
-                grad -= smooth[:, None] * w[None, :]
-            else:
-                grad -= smooth[:, None]
-        hit = offs_j[None, :] == y[:, None]
-        if HAS_SOFTCAP:
-            slope = 1.0 - t * t
-            grad = grad * slope - tl.where(hit, slope * (b * inv)[:, None], 0.0)
-        else:
-            grad -= tl.where(hit, (b * inv)[:, None], 0.0)
+        smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
+        grad = grad_epilogue(
+            acc, offs_j, row_max, log_sum, a * inv, b * inv, smooth, y, Weight, v0, width,
+            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
         out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
         mask = n_mask[:, None] & j_mask[None, :]
         tl.store(out, cast(grad, Out.dtype.element_ty, INTERPRETING), mask=mask)

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import cast, dot, tanh, wide_offsets
+from .common import cast, dot, grad_epilogue, tanh, wide_offsets
 from .configs import KernelConfig, arch_of, fit_to, interpreting, tma_config
 
 GROUP_N = 8
@@ -254,30 +254,6 @@ def _tma_forward_kernel(
 
 
 @triton.jit
-def _grad_half(acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
-               softcap, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-               HAS_SOFTCAP: tl.constexpr):  # fmt: skip
-    """The gradient of one half tile: ``slices._grad_slice_kernel``'s epilogue, same order."""
-    if HAS_SOFTCAP:
-        t = tanh(acc / softcap)
-        acc = softcap * t
-    grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * a_inv[:, None]
-    if HAS_SMOOTHING:
-        if HAS_WEIGHT:
-            w = tl.load(Weight + v0 + offs_j, mask=offs_j < width, other=0.0)
-            grad -= smooth[:, None] * w[None, :]
-        else:
-            grad -= smooth[:, None]
-    hit = offs_j[None, :] == y[:, None]
-    if HAS_SOFTCAP:
-        slope = 1.0 - t * t
-        grad = grad * slope - tl.where(hit, slope * b_inv[:, None], 0.0)
-    else:
-        grad -= tl.where(hit, b_inv[:, None], 0.0)
-    return grad
-
-
-@triton.jit
 def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
                 Weight, v0, width, softcap, ROWS: tl.constexpr, COLS: tl.constexpr,
                 SPLIT: tl.constexpr, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
@@ -288,18 +264,18 @@ def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smo
     if SPLIT:
         q0, q1 = _halves(acc, ROWS, COLS)
         offs_j = off_j + tl.arange(0, COLS // 2)
-        grad = _grad_half(
+        grad = grad_epilogue(
             q0, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
             softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
         )  # fmt: skip
         out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
-        grad = _grad_half(
+        grad = grad_epilogue(
             q1, offs_j + COLS // 2, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0,
             width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
         )  # fmt: skip
         out_desc.store([off_n, off_j + COLS // 2], cast(grad, out_desc.dtype, UPCAST_DOT))
     else:
-        grad = _grad_half(
+        grad = grad_epilogue(
             acc, off_j + tl.arange(0, COLS), row_max, log_sum, a_inv, b_inv, smooth, y,
             Weight, v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
         )  # fmt: skip

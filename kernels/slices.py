@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from . import hopper
-from .common import cast, logit_tile, tanh, wide_offsets
+from .common import cast, grad_epilogue, logit_tile, wide_offsets
 from .configs import interpreting, pinned_config
 from .forward import dot_precision
 from .terms import Coefficients
@@ -110,34 +110,18 @@ def _grad_slice_kernel(
             E, C, e_rows, c_rows, stride_ed, stride_cd, D,
             BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
-        if HAS_SOFTCAP:
-            t = tanh(acc / softcap)
-            acc = softcap * t
         row_max = tl.load(RowMax + offs_n % N)
         log_sum = tl.load(LogSum + offs_n % N)
-        # The target's column in this slice, -1 outside it: the hit test below compares
-        # int32 column indices, not int64 vocab ids (64 64-bit compares per thread fewer).
+        # The target's column in this slice, -1 outside it: the hit test compares int32
+        # column indices, not int64 vocab ids (64 64-bit compares per thread fewer).
         y = tl.load(Targets + offs_n % N) - v0
         y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
         inv = tl.load(InvScale)
-        # (z − max) − log-sum: a common logit offset cancels exactly.
-        grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * (a * inv)[:, None]
-        if HAS_SMOOTHING:
-            smooth = tl.load(S + offs_n % N) * inv
-            if HAS_WEIGHT:
-                w = tl.load(Weight + v0 + offs_j, mask=j_mask, other=0.0)
-                grad -= smooth[:, None] * w[None, :]
-            else:
-                grad -= smooth[:, None]
-        hit = offs_j[None, :] == y[:, None]
-        if HAS_SOFTCAP:
-            # The target term after the softcap factor, (1 − t²) taken at its column: the
-            # same sum in an order that keeps fewer registers live (sm_90a bf16 at
-            # Gemma2-2B: 207 → 186; with class weights 255 and an 84 B spill → 217).
-            slope = 1.0 - t * t
-            grad = grad * slope - tl.where(hit, slope * (b * inv)[:, None], 0.0)
-        else:
-            grad -= tl.where(hit, (b * inv)[:, None], 0.0)
+        smooth = tl.load(S + offs_n % N) * inv if HAS_SMOOTHING else a
+        grad = grad_epilogue(
+            acc, offs_j, row_max, log_sum, a * inv, b * inv, smooth, y, Weight, v0, width,
+            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
         # Output pointers and mask formed here, not before the GEMM: they were live
         # through it. With the int32 hit test this ends Triton 3.9's 8 B spill with
         # softcap and class weights (sm_90a, whose builds 3.9 hands to CUDA 13.4's

@@ -74,31 +74,21 @@ def refusal(method: SimpleMethod, case: Case) -> tuple[str, str] | None:
 
 
 def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
-    """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes."""
+    """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes above
+    its start, by measure.memory's meters (on CPU without its tensor profiler, which would
+    slow the timed step, nor a collection first: ~170 ms a step with transformers)."""
+    from perfsuite.measure.memory import cpu_meter_supported, measure_cuda_peak, measure_rss_peak
+
     if device == "cuda":
-
-        def cuda_peak(fn: Callable[[], Any]) -> int:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            fn()
-            torch.cuda.synchronize()
-            return int(torch.cuda.max_memory_allocated())
-
-        return "cuda max_memory_allocated (absolute, bytes)", cuda_peak
-    from perfsuite.measure.memory import cpu_meter_supported, measure_rss_peak
-
-    def rss_peak(fn: Callable[[], Any]) -> int:
-        # No gc.collect/malloc_trim first: ~170 ms a step once transformers is loaded.
-        return measure_rss_peak(fn, collect=False).delta
-
+        cuda = torch.device("cuda")
+        return "cuda max_memory_allocated above the step's start (bytes)", (
+            lambda fn: measure_cuda_peak(fn, cuda).delta
+        )
     if cpu_meter_supported() is None:
-        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", rss_peak
-
-    def no_meter(fn: Callable[[], Any]) -> None:
-        fn()
-        return None
-
-    return "none (no /proc/self/clear_refs here)", no_meter
+        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (
+            lambda fn: measure_rss_peak(fn, collect=False).delta
+        )
+    return "none (no /proc/self/clear_refs here)", lambda fn: fn() and None
 
 
 def grad_norm(model: torch.nn.Module) -> float:

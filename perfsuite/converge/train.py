@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
 from perfsuite.converge.data import Dataset
 from perfsuite.converge.evaluate import evaluate
-from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
+from perfsuite.converge.model import build_model, hooked_loss
 from perfsuite.converge.presets import Preset
 from perfsuite.harness.worker import failure
 from perfsuite.method import DTYPES, Case, SimpleMethod
@@ -161,5 +162,6 @@ def _train(
             result.status = "diverged"
             result.reason = f"non-finite loss {record['loss']} at step {step}"
             return
-    result.params = flat_parameters(model)
+    # Every parameter, fp32, on CPU, in one vector (for distances between runs).
+    result.params = parameters_to_vector(model.parameters()).detach().float().cpu()
     result.heldout = evaluate(model, data.heldout, data.source, device)

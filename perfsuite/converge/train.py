@@ -89,7 +89,7 @@ def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | 
         return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (
             lambda fn: measure_rss_peak(fn, collect=False).delta
         )
-    return "none (no /proc/self/clear_refs here)", lambda fn: fn() and None
+    return "none (no /proc/self/clear_refs here)", lambda fn: fn()  # a step returns None
 
 
 def grad_norm(model: torch.nn.Module) -> float:

@@ -126,7 +126,7 @@ def train_and_dump(
     (where a training step's gradient is taken); the record."""
     from torch.nn.utils import vector_to_parameters
 
-    from perfsuite.converge.data import make_text_dataset
+    from perfsuite.converge.data import build_dataset
     from perfsuite.converge.model import build_model, set_deterministic
     from perfsuite.converge.presets import PRESETS
     from perfsuite.converge.train import train_run
@@ -134,7 +134,7 @@ def train_and_dump(
 
     p = replace(PRESETS[preset_name], steps=steps or PRESETS[preset_name].steps)
     set_deterministic(p.seed)
-    data = make_text_dataset(p, split_words=False)
+    data = build_dataset(p, "text", split_words=False)
     seq = data.train.shape[-1] - 1
     sequences = data.train.reshape(-1, seq + 1)
     wanted = math.ceil(tokens / seq)

@@ -17,6 +17,7 @@ from perfsuite.converge.presets import Preset
 
 MAX_REDRAWS = 64
 HELDOUT_FRACTION = 0.1
+Sampler = Callable[[bool, int, torch.Generator], torch.Tensor]  # (heldout, count, generator)
 
 
 @dataclass
@@ -156,40 +157,6 @@ class Dataset:
         }
 
 
-def seeded_dataset(
-    sample: Callable[[bool, int, torch.Generator], torch.Tensor],
-    sizes: tuple[int, int, int, int, int | None],
-    seed: int,
-    info: dict[str, Any],
-    source: BigramSource | None = None,
-) -> Dataset:
-    """``sample(heldout, count, generator)`` sequences of ``seq + 1`` tokens, for
-    ``sizes = (steps, batch, seq, eval_batches, train_batches)``: the distinct training
-    batches from seed + 1, the held-out ones from seed + 2."""
-    steps, batch, seq, eval_batches, train_batches = sizes
-    distinct = steps if train_batches is None else min(train_batches, steps)
-    train = sample(False, distinct * batch, torch.Generator().manual_seed(seed + 1))
-    heldout = sample(True, eval_batches * batch, torch.Generator().manual_seed(seed + 2))
-    info = {**info, "train_seed": seed + 1, "heldout_seed": seed + 2}
-    shape = (batch, seq + 1)
-    heldout = heldout.view(eval_batches, *shape)
-    return Dataset(source, train.view(distinct, *shape), heldout, steps, info)
-
-
-def make_dataset(
-    source: BigramSource,
-    steps: int,
-    batch: int,
-    seq: int,
-    eval_batches: int,
-    train_batches: int | None = None,
-) -> Dataset:
-    """Sequences of ``seq + 1`` tokens: inputs are ``[:, :-1]``, targets ``[:, 1:]``."""
-    sizes = (steps, batch, seq, eval_batches, train_batches)
-    draw = lambda _, count, gen: source.sample(count, seq + 1, gen)  # noqa: E731
-    return seeded_dataset(draw, sizes, source.seed, source.describe(), source)
-
-
 def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Tensor, int]:
     """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size.
 
@@ -214,9 +181,8 @@ def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Ten
     return ids, tokenizer.get_vocab_size()
 
 
-def make_text_dataset(preset: Preset, split_words: bool = True) -> Dataset:
-    """The preset's batches of ``seq + 1`` tokens from the text, held-out ones from its
-    last tenth."""
+def _text_sampler(preset: Preset, split_words: bool) -> tuple[Sampler, dict[str, Any]]:
+    """Sequences of the help pages, held-out ones from their last tenth; what they are."""
     from pydoc_data.topics import topics
 
     text = "\n\n".join(topics[key] for key in sorted(topics))  # in a fixed order
@@ -239,16 +205,27 @@ def make_text_dataset(preset: Preset, split_words: bool = True) -> Dataset:
         "tokens": int(ids.numel()),
         "heldout": f"the last {HELDOUT_FRACTION:.0%} of the tokens",
     }
-    p = preset
-    return seeded_dataset(
-        draw, (p.steps, p.batch, p.seq, p.eval_batches, p.train_batches), p.seed, info
-    )
+    return draw, info
 
 
-def build_dataset(preset: Preset, kind: str) -> Dataset:
-    """The preset's batches of ``kind`` (``presets.DATA_KINDS``): the same tensors every call."""
+def build_dataset(preset: Preset, kind: str = "bigram", split_words: bool = True) -> Dataset:
+    """The preset's batches of ``kind`` (``presets.DATA_KINDS``), the same tensors every
+    call: sequences of ``seq + 1`` tokens (inputs ``[:, :-1]``, targets ``[:, 1:]``), the
+    distinct training batches drawn from seed + 1, the held-out ones from seed + 2."""
+    p, source = preset, None
     if kind == "text":
-        return make_text_dataset(preset)
-    p = preset
-    source = make_source(p.vocab, p.support, p.zipf, p.seed)
-    return make_dataset(source, p.steps, p.batch, p.seq, p.eval_batches, p.train_batches)
+        draw, info = _text_sampler(p, split_words)
+    else:
+        source = make_source(p.vocab, p.support, p.zipf, p.seed)
+        info = source.describe()
+
+        def draw(heldout: bool, count: int, gen: torch.Generator) -> torch.Tensor:
+            return source.sample(count, p.seq + 1, gen)
+
+    distinct = p.steps if p.train_batches is None else min(p.train_batches, p.steps)
+    train = draw(False, distinct * p.batch, torch.Generator().manual_seed(p.seed + 1))
+    heldout = draw(True, p.eval_batches * p.batch, torch.Generator().manual_seed(p.seed + 2))
+    info = {**info, "train_seed": p.seed + 1, "heldout_seed": p.seed + 2}
+    shape = (p.batch, p.seq + 1)
+    heldout = heldout.view(p.eval_batches, *shape)
+    return Dataset(source, train.view(distinct, *shape), heldout, p.steps, info)

@@ -120,8 +120,3 @@ def hooked_loss(
     hidden = hidden_states(model, inputs)
     e = hidden.reshape(-1, hidden.shape[-1])
     return loss_fn(e, model.lm_head.weight, targets.reshape(-1))
-
-
-def flat_parameters(model: torch.nn.Module) -> torch.Tensor:
-    """Every parameter, fp32, on CPU, in one vector (for distances between runs)."""
-    return torch.cat([p.detach().float().reshape(-1).cpu() for p in model.parameters()])

@@ -16,13 +16,12 @@ from rich.console import Console
 
 from perfsuite.converge.data import build_dataset
 from perfsuite.converge.model import describe_model, quiet_imports, set_deterministic
-from perfsuite.converge.parity import attach_verdicts, tolerances_doc
+from perfsuite.converge.parity import attach_verdicts, tolerances_doc, yardstick_for
 from perfsuite.converge.plots import artifact_paths, write_figures
 from perfsuite.converge.presets import Preset
 from perfsuite.converge.report import markdown, print_report, train_row
 from perfsuite.converge.runner import Cell, TrainKind, result
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
-from perfsuite.converge.yardstick import yardstick_for
 from perfsuite.harness.kind import run_kind
 from perfsuite.method import SimpleMethod
 from perfsuite.results.provenance import collect_env

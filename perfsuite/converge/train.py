@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
 from perfsuite.converge.data import Dataset
 from perfsuite.converge.evaluate import evaluate
-from perfsuite.converge.model import build_model, flat_parameters, hooked_loss
+from perfsuite.converge.model import build_model, hooked_loss
 from perfsuite.converge.presets import Preset
 from perfsuite.harness.worker import failure
 from perfsuite.method import DTYPES, Case, SimpleMethod
@@ -74,31 +75,21 @@ def refusal(method: SimpleMethod, case: Case) -> tuple[str, str] | None:
 
 
 def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
-    """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes."""
+    """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes above
+    its start, by measure.memory's meters (on CPU without its tensor profiler, which would
+    slow the timed step, nor a collection first: ~170 ms a step with transformers)."""
+    from perfsuite.measure.memory import cpu_meter_supported, measure_cuda_peak, measure_rss_peak
+
     if device == "cuda":
-
-        def cuda_peak(fn: Callable[[], Any]) -> int:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            fn()
-            torch.cuda.synchronize()
-            return int(torch.cuda.max_memory_allocated())
-
-        return "cuda max_memory_allocated (absolute, bytes)", cuda_peak
-    from perfsuite.measure.memory import cpu_meter_supported, measure_rss_peak
-
-    def rss_peak(fn: Callable[[], Any]) -> int:
-        # No gc.collect/malloc_trim first: ~170 ms a step once transformers is loaded.
-        return measure_rss_peak(fn, collect=False).delta
-
+        cuda = torch.device("cuda")
+        return "cuda max_memory_allocated above the step's start (bytes)", (
+            lambda fn: measure_cuda_peak(fn, cuda).delta
+        )
     if cpu_meter_supported() is None:
-        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", rss_peak
-
-    def no_meter(fn: Callable[[], Any]) -> None:
-        fn()
-        return None
-
-    return "none (no /proc/self/clear_refs here)", no_meter
+        return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (
+            lambda fn: measure_rss_peak(fn, collect=False).delta
+        )
+    return "none (no /proc/self/clear_refs here)", lambda fn: fn()  # a step returns None
 
 
 def grad_norm(model: torch.nn.Module) -> float:
@@ -171,5 +162,6 @@ def _train(
             result.status = "diverged"
             result.reason = f"non-finite loss {record['loss']} at step {step}"
             return
-    result.params = flat_parameters(model)
+    # Every parameter, fp32, on CPU, in one vector (for distances between runs).
+    result.params = parameters_to_vector(model.parameters()).detach().float().cpu()
     result.heldout = evaluate(model, data.heldout, data.source, device)

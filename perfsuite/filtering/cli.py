@@ -72,13 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     """``(case, inputs, workload description)`` for the arguments."""
     from perfsuite.method import Case
-    from perfsuite.plan.workloads import (
-        WorkloadError,
-        file_shape,
-        parse_workload,
-        synthetic_inputs,
-    )
-    from perfsuite.run.inputs import Inputs, make_inputs
+    from perfsuite.plan.workloads import WorkloadError, file_shape, parse_workload
+    from perfsuite.run.inputs import make_inputs
 
     axis = args.workload == "synthetic-axis"
     spec = parse_workload("synthetic" if axis else args.workload, args.entropy, args.zipf)
@@ -94,22 +89,11 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
         dims, softcap = tuple(x or y for x, y in zip(given, DEFAULT_SHAPE, strict=True)), None
         workload = {"kind": "random", "label": "random"}
         if spec is not None:
-            geometry = "axis" if axis else "trained"
-            label = f"synthetic(H={spec['entropy']:g},zipf={spec['zipf']:g},{geometry})"
-            workload = {**spec, "geometry": geometry, "label": label}
+            spec["geometry"] = "axis" if axis else "trained"
+            label = f"synthetic(H={spec['entropy']:g},zipf={spec['zipf']:g},{spec['geometry']})"
+            workload = {**spec, "label": label}
     case = Case(*dims, args.dtype, softcap=softcap, device=args.device)
-    if not axis:
-        return case, make_inputs(case, args.seed, spec), workload
-    e, c, targets, _ = synthetic_inputs(
-        *dims,
-        entropy=spec["entropy"],
-        zipf=spec["zipf"],
-        seed=args.seed,
-        geometry="axis",
-        device=args.device,
-    )
-    e, c = (x.to(case.torch_dtype).requires_grad_(True) for x in (e, c))
-    return case, Inputs(e, c, targets, workload="synthetic-axis"), workload
+    return case, make_inputs(case, args.seed, spec), workload
 
 
 def run(args: argparse.Namespace) -> int:

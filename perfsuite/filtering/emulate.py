@@ -11,8 +11,8 @@ import torch
 
 from perfsuite.filtering.rules import FILTERS as FILTERS  # the rules (rules.py: no torch)
 from perfsuite.filtering.rules import ORDERS, Filter
+from perfsuite.kernels.tiles import LEVELS, mass_budget
 
-LEVELS = 16
 FORWARD_TILE = 128
 
 
@@ -67,7 +67,7 @@ def tile_mass(tile_lse: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 
 def row_thresholds(mass: torch.Tensor, filter_eps: float, dtype: torch.dtype) -> torch.Tensor:
     """τ per row: the largest filter_eps·4^-k whose dropped mass fits the budget, else 0."""
-    budget = torch.finfo(dtype).eps / 8
+    budget = mass_budget(dtype)
     k = torch.arange(LEVELS, dtype=torch.float32, device=mass.device)
     levels = filter_eps * torch.exp2(-2.0 * k)
     dropped = torch.stack([(mass * (mass < lv)).sum(1) for lv in levels.tolist()], 1)

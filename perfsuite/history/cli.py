@@ -232,11 +232,8 @@ def _sample_sets(conn: sqlite3.Connection, per_kind: int) -> dict[str, list[list
 
 def _run_noise(conn: sqlite3.Connection, kind: str) -> float:
     """Median run-to-run scatter of the kind's time series with 4 runs or more."""
-    sigmas = []
-    for s in rules.load_series(conn, ["time"]):
-        if s.device_kind == kind and len(s.points) >= 4:
-            values = np.array([p.value for p in s.points])
-            sigmas.append(changepoints.robust_sigma(values / np.median(values)))
+    series = rules.load_series(conn, ["time"])
+    sigmas = [rules.scatter(s) for s in series if s.device_kind == kind and len(s.points) >= 4]
     return float(np.median(sigmas)) if sigmas else 0.0
 
 

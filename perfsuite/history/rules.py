@@ -87,13 +87,16 @@ def threshold_for(metric: str, device_kind: str) -> float:
     return default.memory_threshold if metric == "memory" else default.threshold_for(device_kind)
 
 
+def scatter(series: Series) -> float:
+    """Run-to-run scatter of a series' values relative to their median."""
+    values = np.array([p.value for p in series.points], dtype=float)
+    return changepoints.robust_sigma(values / (float(np.median(values)) or 1.0))
+
+
 def series_noise(series: Series) -> float:
     """Relative noise of one value: run-to-run scatter, floored by the per-run error."""
-    values = np.array([p.value for p in series.points], dtype=float)
-    level = float(np.median(values)) or 1.0
-    scatter = changepoints.robust_sigma(values / level)
     per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
-    return max(scatter, per_run, changepoints.SIGMA_FLOOR)
+    return max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
 
 
 def judge(series: Series) -> list[Change]:

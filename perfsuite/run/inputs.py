@@ -37,6 +37,7 @@ def make_inputs(case: Case, seed: int = 0, workload: dict[str, Any] | None = Non
         e, c, targets, _ = workloads.synthetic_inputs(
             case.tokens, case.vocab, case.hidden, entropy=workload["entropy"],
             zipf=workload["zipf"], softcap=case.softcap, seed=seed, device=case.device,
+            geometry=workload.get("geometry", "trained"),
         )  # fmt: skip
     elif kind == "file":
         e, c, targets = workloads.file_inputs(case, workload)

@@ -166,39 +166,15 @@ def test_workload_dump_from_a_saved_model_folder(tmp_path, capsys):
     _llama(vocab=tok.get_vocab_size()).save_pretrained(folder)
     (tmp_path / "t.txt").write_text(text)
     out = tmp_path / "mine.safetensors"
-    argv = [
-        "workload",
-        "dump",
-        "--model",
-        str(folder),
-        "--text",
-        str(tmp_path / "t.txt"),
-        "--tokens",
-        "24",
-        "--seq",
-        "8",
-        "--out",
-        str(out),
-    ]
+    text_file = ["--text", str(tmp_path / "t.txt")]
+    argv = ["workload", "dump", "--model", str(folder), *text_file]
+    argv += ["--tokens", "24", "--seq", "8", "--out", str(out)]
     assert main(argv) == 0
     dump = read_dump(out)
     assert dump["e"].shape == (24, 16) and dump["c"].shape[0] == tok.get_vocab_size()
     assert "mean_entropy" in _said(capsys)
     assert main(argv) == 2 and "exists; pass --force" in _said(capsys)
     assert main([*argv[:-2], "--out", str(tmp_path / "x.pt")]) == 2
-    assert (
-        main(
-            [
-                "workload",
-                "dump",
-                "--model",
-                str(tmp_path / "none"),
-                "--text",
-                str(tmp_path / "t.txt"),
-                "--out",
-                str(tmp_path / "y.safetensors"),
-            ]
-        )
-        == 2
-    )
+    nowhere = ["workload", "dump", "--model", str(tmp_path / "none"), *text_file]
+    assert main([*nowhere, "--out", str(tmp_path / "y.safetensors")]) == 2
     assert "not a folder" in _said(capsys)

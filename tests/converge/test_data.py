@@ -9,13 +9,10 @@ from dataclasses import replace
 
 import torch
 
-from perfsuite.converge.data import (
-    make_dataset,
-    make_source,
-    make_text_dataset,
-    successors_without_replacement,
-)
+from perfsuite.converge.data import build_dataset, make_source, successors_without_replacement
 from perfsuite.converge.presets import PRESETS
+
+SMOKE = PRESETS["smoke"]
 
 
 def dense(source) -> torch.Tensor:
@@ -38,7 +35,8 @@ def test_same_seed_same_source_and_batches():
     a, b = make_source(128, 4, 1.1, seed=1), make_source(128, 4, 1.1, seed=1)
     assert torch.equal(dense(a), dense(b))
     assert not torch.equal(dense(a), dense(make_source(128, 4, 1.1, seed=2)))
-    da, db = make_dataset(a, 3, 2, 16, 1), make_dataset(b, 3, 2, 16, 1)
+    tiny = replace(SMOKE, vocab=128, support=4, seed=1, steps=3, batch=2, seq=16, eval_batches=1)
+    da, db = build_dataset(tiny), build_dataset(tiny)
     assert torch.equal(da.train, db.train) and torch.equal(da.heldout, db.heldout)
     assert da.train.shape == (3, 2, 17) and da.heldout.shape == (1, 2, 17)
     assert not torch.equal(da.train[0], da.heldout[0])
@@ -66,8 +64,8 @@ def test_sampling_follows_the_true_distribution():
 
 
 def test_repeated_training_batches_cycle_in_order():
-    source = make_source(64, 4, 1.1, seed=0)
-    data = make_dataset(source, steps=7, batch=2, seq=8, eval_batches=1, train_batches=3)
+    cycled = dict(steps=7, batch=2, seq=8, eval_batches=1, train_batches=3)
+    data = build_dataset(replace(SMOKE, vocab=64, support=4, **cycled))
     assert data.train.shape == (3, 2, 9)
     seen = list(data.batches())
     assert len(seen) == 7
@@ -89,13 +87,13 @@ def test_a_32k_vocabulary_source_is_sparse_and_quick():
 
 
 def test_real_text_dataset():
-    preset = replace(PRESETS["smoke"], vocab=512, steps=3, batch=2, seq=16, eval_batches=2)
-    data = make_text_dataset(preset)
+    preset = replace(SMOKE, vocab=512, steps=3, batch=2, seq=16, eval_batches=2)
+    data = build_dataset(preset, "text")
     assert data.source is None and data.info["truth_known"] is False
     assert data.train.shape == (3, 2, 17) and data.heldout.shape == (2, 2, 17)
     assert 0 <= int(data.train.min()) and int(data.train.max()) < 512
     assert "pydoc_data" in data.info["kind"] and data.info["tokens"] > 100_000
-    again = make_text_dataset(preset)
+    again = build_dataset(preset, "text")
     assert torch.equal(data.train, again.train) and torch.equal(data.heldout, again.heldout)
 
 

@@ -9,7 +9,6 @@ import torch
 from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.train import RunResult
-from perfsuite.converge.yardstick import REORDERED
 from perfsuite.method import Case
 from perfsuite.plan.registry import get_method
 
@@ -71,7 +70,7 @@ def test_eager_reordered_is_eagers_loss_and_gradient_with_another_rounding():
     t = torch.randint(0, 50, (64,), generator=gen)
     t[3] = -100  # ignored, as in eager
     case = Case(tokens=64, vocab=50, hidden=16, dtype="fp32", beta=0.1)
-    reordered = get_method(REORDERED).prepare(case, c)(e, c, t)
+    reordered = get_method("eager-reordered").prepare(case, c)(e, c, t)
     (ge, gc) = torch.autograd.grad(reordered, (e, c))
     eager = eager_loss(e, c, t, 0.1, None)
     (ee, ec) = torch.autograd.grad(eager, (e, c))

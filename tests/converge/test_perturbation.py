@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.converge.data import make_dataset, make_source
+from perfsuite.converge.data import build_dataset
 from perfsuite.converge.model import set_deterministic
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.presets import PRESETS
@@ -59,8 +59,7 @@ def _planted(name: str, scale: float, share: float) -> SimpleMethod:
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, dict]:
     set_deterministic(PRESET.seed)
-    source = make_source(PRESET.vocab, PRESET.support, PRESET.zipf, PRESET.seed)
-    data = make_dataset(source, PRESET.steps, PRESET.batch, PRESET.seq, PRESET.eval_batches)
+    data = build_dataset(PRESET)
     methods = [
         get_method("eager"),
         _planted("unperturbed", 1.0, 0.5),  # the same wrapper, scale 1: must stay `same`

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import torch
 
-from perfsuite.converge.data import make_dataset, make_source
+from perfsuite.converge.data import build_dataset
 from perfsuite.converge.model import set_deterministic
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.presets import PRESETS
@@ -17,14 +17,9 @@ from perfsuite.plan.registry import get_method
 PRESET = replace(PRESETS["smoke"], steps=5)
 
 
-def _data():
-    source = make_source(PRESET.vocab, PRESET.support, PRESET.zipf, PRESET.seed)
-    return make_dataset(source, PRESET.steps, PRESET.batch, PRESET.seq, PRESET.eval_batches)
-
-
 def test_same_seed_gives_identical_eager_runs():
     set_deterministic(PRESET.seed)
-    data = _data()
+    data = build_dataset(PRESET)
     first = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     second = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert first.status == second.status == "ok", (first.reason, second.reason)
@@ -45,7 +40,7 @@ def test_same_seed_gives_identical_eager_runs():
 
 def test_smoothing_changes_the_training():
     set_deterministic(PRESET.seed)
-    data = _data()
+    data = build_dataset(PRESET)
     plain = train_run(get_method("eager"), PRESET, data, 0.0, "fp32", "cpu")
     smooth = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert plain.losses[0] != smooth.losses[0]
@@ -60,7 +55,7 @@ def test_out_of_memory_in_the_loss_is_recorded_as_oom():
         return loss_fn
 
     method = SimpleMethod("oom", "runs out of memory", build, Capabilities(label_smoothing=True))
-    run = train_run(method, PRESET, _data(), 0.1, "fp32", "cpu")
+    run = train_run(method, PRESET, build_dataset(PRESET), 0.1, "fp32", "cpu")
     assert run.status == "oom" and "9.00 GiB" in run.reason and "\n" not in run.reason
     assert run.steps == [] and run.params is None
 
@@ -70,14 +65,13 @@ def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
     training without it; a method without z-loss is unsupported, never trained plainly."""
     from perfsuite.converge.parity import attach_verdicts as verdicts
     from perfsuite.converge.train import case_for, refusal
-    from perfsuite.converge.yardstick import REORDERED
 
     set_deterministic(PRESET.seed)
-    data = _data()
+    data = build_dataset(PRESET)
     with_z = replace(PRESET, z_loss=1e-2)
     eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")
     ours = train_run(get_method("ours"), with_z, data, 0.1, "fp32", "cpu")
-    yard = train_run(get_method(REORDERED), with_z, data, 0.1, "fp32", "cpu")
+    yard = train_run(get_method("eager-reordered"), with_z, data, 0.1, "fp32", "cpu")
     plain = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert eager.status == ours.status == yard.status == "ok", (eager.reason, ours.reason)
     assert eager.losses[0] > plain.losses[0]  # z·lse² > 0 is in the loss

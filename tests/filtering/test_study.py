@@ -80,23 +80,8 @@ def test_stats_count_entries_and_measure_the_frequency_direction():
 @pytest.mark.integration
 def test_the_filtering_command_writes_tables_plot_and_provenance(tmp_path, capsys):
     out = tmp_path / "syn"
-    argv = [
-        "filtering",
-        "--workload",
-        "synthetic-axis",
-        "--tokens",
-        "128",
-        "--vocab",
-        "1024",
-        "--hidden",
-        "32",
-        "--thresholds",
-        "2^-12,2^-8",
-        "--orders",
-        "natural,sorted",
-        "--out",
-        str(out),
-    ]
+    argv = "filtering --workload synthetic-axis --tokens 128 --vocab 1024 --hidden 32".split()
+    argv += ["--thresholds", "2^-12,2^-8", "--orders", "natural,sorted", "--out", str(out)]
     assert main(argv) == 0
     doc = json.loads((tmp_path / "syn.json").read_text())
     assert doc["workload"]["geometry"] == "axis" and doc["env"]["git"]["sha"]

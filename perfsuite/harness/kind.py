@@ -12,9 +12,10 @@ from perfsuite.harness.busy import ProgressFn, watched
 from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
 from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import run_worker
-from perfsuite.harness.progress import Tracker
+from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.harness.schedule import schedule
 from perfsuite.harness.scratch import scratch
+from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import MEASURED, new_document
 
 Rows = list[dict[str, Any]]
@@ -32,18 +33,20 @@ class Kind:
     per_case: bool = False  # True: the timeout restarts after each finished case
     phases: tuple[str, ...] = ()
     case_keys: tuple[str, ...] = ()  # the fields that tell one case's rows from another's
+    methods: dict[str, Any] = {}  # name -> the declaration (``SimpleMethod``) it measures
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None."""
         return None
 
     def interpreted(self, method: str) -> bool:
-        """Whether the method's worker runs under the Triton interpreter."""
-        return False
+        """Whether the method's worker runs under the Triton interpreter: its Triton
+        kernels on a CPU."""
+        return self.device == "cpu" and method in self.methods and self.methods[method].caps.triton
 
     def cost(self, method: str) -> float:
         """Relative cost of an interpreted method's worker (costliest start first)."""
-        return 1.0
+        return self.methods[method].caps.interpreter_cost if method in self.methods else 1.0
 
     def beside(self) -> bool:
         """Whether interpreted workers may run beside native ones (memory allowing)."""
@@ -234,3 +237,62 @@ def checkpointed(
                 checkpoint(new_document({**env, "partial": True}, list(finished)))
 
     return report
+
+
+def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
+    """Rows in the order of ``cases`` (decided ones came first), each case's in the
+    kind's phase order."""
+    position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
+
+    def key(row: dict[str, Any]) -> tuple[int, int]:
+        case = position.get(tuple(row.get(k) for k in kind.case_keys), len(cases))
+        return case, kind.phases.index(row["phase"])
+
+    return sorted(rows, key=key)
+
+
+def make_tracker(
+    kind: Kind,
+    methods: list[str],
+    cases: list[dict[str, Any]],
+    notice: NoticeFn,
+    cost: Callable[[str, dict[str, Any]], float],
+    peak: Callable[[str, dict[str, Any]], int | None],
+) -> Tracker:
+    """Progress lines over the cells a worker will measure (not those decided here):
+    ``cost`` a cell's relative time, weighted by an interpreted method's declared cost
+    (they differ by far more than FLOPs), ``peak`` its predicted bytes."""
+    units = [(m, case) for m in methods for case in cases if kind.decided(m, case) is None]
+
+    def weighted(name: str, case: dict[str, Any]) -> float:
+        return (kind.cost(name) if kind.interpreted(name) else 1.0) * cost(name, case)
+
+    kinds = {True: "interpreted", False: "native"}
+    return Tracker(units, notice, Model(weighted, lambda name: kinds[kind.interpreted(name)], peak))
+
+
+def measure(
+    kind: Kind,
+    methods: list[str],
+    cases: list[dict[str, Any]],
+    env: dict[str, Any],
+    progress: ProgressFn | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    notice: NoticeFn | None = None,
+    model: tuple[Callable, Callable] | None = None,
+) -> dict[str, Any]:
+    """Every case of every method (``run_kind``), checkpointed after each, with progress
+    lines to ``notice`` (``make_tracker`` over ``model``, the cost and peak); the results
+    document of ``env`` (the machine's groups and, on CUDA, the GPU's state after added),
+    its rows by method, then in case order."""
+    track = None
+    if notice is not None and model is not None:
+        track = make_tracker(kind, methods, cases, notice, *model)
+    groups: list[dict[str, Any]] = []
+    env["machine"] = {"groups": groups}
+    report = checkpointed(env, progress, checkpoint, track)
+    by_method = run_kind(kind, {m: cases for m in methods}, report, groups, track)
+    rows = [row for m in methods for row in in_case_order(kind, by_method[m], cases)]
+    if kind.device == "cuda":
+        env["gpu_state_after"] = gpu_state()
+    return new_document(env, rows)

@@ -34,6 +34,16 @@ INTERPRETER_BF16_NOTE = (
 )
 
 
+def gate_status(verdict: Any, interpreted: bool, dtype: str, ok: str = "") -> tuple[str, str]:
+    """A gated case's status and reason by its ``run.correctness.Verdict``: ``ok`` (said
+    ``ok``), or ``wrong`` and what failed. A method that fails the gate is still measured
+    (its rows stay ``wrong``): how fast an inexact kernel runs is half of the finding."""
+    if verdict.passed:
+        return "ok", ok
+    said = f" ({INTERPRETER_BF16_NOTE})" if interpreted and dtype == "bf16" else ""
+    return "wrong", verdict.explain() + said
+
+
 def fill(row: Row, peak: Peak, timing: Timing) -> None:
     """A measured row's memory and time columns."""
     row.peak_bytes, row.peak_abs_bytes = peak.delta, peak.absolute

@@ -14,14 +14,13 @@ from typing import Any
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.harness.progress import Model, NoticeFn, Tracker
+from perfsuite.harness.progress import NoticeFn, Tracker
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.memory_model import device_capacity, gate_bytes, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
-from perfsuite.results.provenance import collect_env, gpu_state
+from perfsuite.results.provenance import collect_env
 from perfsuite.results.recorded import grads_in_forward_record
-from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec, case_rows
 from perfsuite.tp_method import case_reason
@@ -57,13 +56,6 @@ class LossKind(harness.Kind):
         if reason is None:
             return None
         return self.status_rows(method, case, self.phases, status, reason)
-
-    def interpreted(self, method: str) -> bool:
-        """Whether ``method`` runs under the Triton interpreter in this plan."""
-        return self.device == "cpu" and self.methods[method].caps.triton
-
-    def cost(self, method: str) -> float:
-        return self.methods[method].caps.interpreter_cost
 
     def beside(self) -> bool:
         """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
@@ -113,25 +105,9 @@ def run_method(
     tracker: Tracker | None = None,
 ) -> list[dict[str, Any]]:
     """All cases of one method (``perfsuite.harness.kind.run_cases``), in case order."""
-    rows = harness.run_cases(LossKind(plan), method, cases, progress, machine, env, tracker)
-    return in_case_order(rows, cases)
-
-
-def in_case_order(
-    rows: list[dict[str, Any]],
-    cases: list[dict[str, Any]],
-    keys: tuple[str, ...] = CASE_KEYS,
-    phases: tuple[str, ...] = PHASES,
-) -> list[dict[str, Any]]:
-    """Rows in the order of ``cases`` (decided ones came first), each case's in ``phases``'
-    order; ``keys`` identify a case in its rows."""
-    position = {tuple(case.get(k) for k in keys): i for i, case in enumerate(cases)}
-
-    def key(row: dict[str, Any]) -> tuple[int, int]:
-        case = position.get(tuple(row.get(k) for k in keys), len(cases))
-        return case, phases.index(row["phase"])
-
-    return sorted(rows, key=key)
+    kind = LossKind(plan)
+    rows = harness.run_cases(kind, method, cases, progress, machine, env, tracker)
+    return harness.in_case_order(kind, rows, cases)
 
 
 def run_plan(
@@ -142,19 +118,23 @@ def run_plan(
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
     the document so far after each case (a killed run keeps what it measured); ``notice``
-    the progress lines (perfsuite.harness.progress)."""
-    env = plan_env(plan)
-    cases = plan.cases()
-    tracker = None if notice is None else _tracker(plan, cases, notice)
-    report = harness.checkpointed(env, progress, checkpoint, tracker)
-    groups: list[dict[str, Any]] = []
-    env["machine"] = {"groups": groups}
-    all_cases = {m: cases for m in plan.methods}
-    by_method = harness.run_kind(LossKind(plan), all_cases, report, groups, tracker)
-    rows = [row for m in plan.methods for row in in_case_order(by_method[m], cases)]
-    if plan.device == "cuda":
-        env["gpu_state_after"] = gpu_state()
-    return new_document(env, rows)
+    the progress lines (perfsuite.harness.progress): ``grid.unit_cost`` as the time
+    model, ``memory_model.predicted_peak`` as the memory one (none across ranks)."""
+    kind, cases = LossKind(plan), plan.cases()
+
+    def cost(name: str, case: dict[str, Any]) -> float:
+        return unit_cost(Unit(0, name, case), plan, kind.interpreted(name))
+
+    def peak(name: str, case: dict[str, Any]) -> int | None:
+        if case.get("tp"):
+            return None
+        return predicted_peak(
+            kind.methods[name].caps, case["tokens"], case["vocab"], case["hidden"],
+            case["dtype"], case.get("softcap") is not None,
+        )[0]  # fmt: skip
+
+    env, model = plan_env(plan), (cost, peak)
+    return harness.measure(kind, plan.methods, cases, env, progress, checkpoint, notice, model)
 
 
 def plan_env(plan: Plan) -> dict[str, Any]:
@@ -165,29 +145,3 @@ def plan_env(plan: Plan) -> dict[str, Any]:
     if not plan.tps:  # the loss tables' ‡, for a reader without torch (report)
         env["grads_in_forward"] = grads_in_forward_record(methods, plan.methods, plan.betas)
     return env
-
-
-def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:
-    """Progress lines over the cells a worker will measure (not those decided here):
-    ``grid.unit_cost`` as the time model, ``memory_model.predicted_peak`` as the
-    memory one (per device: none for cells across ranks)."""
-    kind = LossKind(plan)
-    units = [(m, case) for m in plan.methods for case in cases if kind.decided(m, case) is None]
-    emulated = {name: kind.interpreted(name) for name in plan.methods}
-    methods = kind.methods
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        # Interpreted methods differ by far more than FLOPs: their declared relative cost.
-        weight = methods[name].caps.interpreter_cost if emulated[name] else 1.0
-        return weight * unit_cost(Unit(0, name, case), plan, emulated[name])
-
-    def peak(name: str, case: dict[str, Any]) -> int | None:
-        if case.get("tp"):
-            return None
-        return predicted_peak(
-            methods[name].caps, case["tokens"], case["vocab"], case["hidden"],
-            case["dtype"], case.get("softcap") is not None,
-        )[0]  # fmt: skip
-
-    kinds = {True: "interpreted", False: "native"}
-    return Tracker(units, notice, Model(cost, lambda name: kinds[emulated[name]], peak))

@@ -4,7 +4,6 @@ as they are known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -13,11 +12,11 @@ from typing import Any
 import torch
 
 from perfsuite.harness.pause import paused
-from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, Served, failure, fill, holding
+from perfsuite.harness.worker import Phase, Served, failure, fill, gate_status, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
-from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling
+from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling, wall_ms
 from perfsuite.method import Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 from perfsuite.plan.workloads import workload_label
@@ -78,11 +77,7 @@ def first_calls(
 ) -> tuple[Outcome, float, bool | None]:
     """The first call's outcome and milliseconds (it compiles: ``compile_ms``, never a
     sample), and whether a second gives every bit of it again (None: interpreted)."""
-    start = time.perf_counter()
-    outcome = run_once(loss_fn, inputs)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    ms = (time.perf_counter() - start) * 1e3
+    outcome, ms = wall_ms(lambda: run_once(loss_fn, inputs), device)
     return outcome, ms, None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
 
 
@@ -120,13 +115,7 @@ def run_case(
         freeze_what_exists()  # and what the method imported on its first calls
         verdict = judge(outcome, reference, bounds)
         del reference, outcome
-        # A method that fails the gate is still timed (its rows stay ``wrong``, never
-        # ``ok``): how fast an inexact kernel runs is half of the finding.
-        status, reason = "ok", ""
-        if not verdict.passed:
-            status, reason = "wrong", verdict.explain()
-            if interpreted and case.dtype == "bf16":
-                reason += f" ({INTERPRETER_BF16_NOTE})"
+        status, reason = gate_status(verdict, interpreted, case.dtype)
         how = sampling(spec.samples, spec.warmup, interpreted)
         # Interpreted: the memory pass's call is the sample (``cpu_clocked``), no timing pass.
         flush = None if how.cpu_time else CacheFlusher(device)  # a 128 MiB buffer on CPU

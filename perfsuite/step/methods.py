@@ -6,14 +6,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-from typing import Any
 
-from perfsuite.method import Case, SimpleMethod, package_version
-from perfsuite.plan.plan import PlanError, parse_list
-from perfsuite.plan.registry import methods_for
-from perfsuite.step.presets import get_preset
-
-DTYPES = ("fp32", "bf16")
+from perfsuite.method import SimpleMethod, package_version
 
 
 def availability(method: SimpleMethod, device: str) -> str | None:
@@ -54,24 +48,3 @@ def _distribution(package: str) -> str | None:
     except importlib.metadata.PackageNotFoundError:
         found = importlib.metadata.packages_distributions().get(package)
         return found[0] if found else None
-
-
-def case_reason(method: SimpleMethod, case: dict[str, Any]) -> str | None:
-    """Why ``method`` cannot compute a step case as asked (None: it can)."""
-    p = get_preset(case["shape"])
-    c = Case(1, p.vocab, p.hidden, case["dtype"], case["beta"], p.softcap, case["device"])
-    return method.unsupported_reason(c)
-
-
-def resolve(text: str | None) -> list[str]:
-    """Method names from ``--methods`` (default: all), in table order."""
-    known = methods_for("step")
-    if text is None:
-        return list(known)
-    names = parse_list(text, "methods")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise PlanError(
-            f"--methods: unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}"
-        )
-    return [n for n in known if n in names]

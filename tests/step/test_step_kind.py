@@ -18,7 +18,10 @@ SIZE = Size(layers=1, seq=16, batch=1)
 
 def _kind(**plan) -> tuple[StepKind, list[dict]]:
     smoke = get_preset("smoke")
-    step = StepPlan([smoke], {"smoke": SIZE}, ["eager", "cce"], ["fp32"], [0.0, 0.1], "cpu")
+    step = StepPlan(
+        ["eager", "cce"], [], ["fp32"], [0.0, 0.1], list(STEP_PHASES), "cpu",
+        presets=[smoke], sizes={"smoke": SIZE},
+    )  # fmt: skip
     for key, value in plan.items():
         setattr(step, key, value)
     return StepKind(step, {}), step.cases()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +15,7 @@ from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import run_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.harness.schedule import schedule
+from perfsuite.harness.worker import case_rows
 from perfsuite.harness.scratch import scratch
 from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import MEASURED, new_document
@@ -71,7 +73,8 @@ class Kind:
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> Rows:
         """Unmeasured rows of ``case``'s ``phases`` that say why."""
-        raise NotImplementedError
+        fields = {"status": status, "reason": reason, "interpreted": self.interpreted(method)}
+        return [asdict(r) for r in case_rows(self.name, method, case, phases, **fields)]
 
     def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
         """The rows of each finished case among ``lines``, from the first case on."""

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perfsuite.harness.worker import Phase, failure, fill, serve
+from perfsuite.harness.worker import Phase, case_rows, failure, fill, serve
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
@@ -26,7 +26,7 @@ from perfsuite.method import SimpleMethod, Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.worker import WorkerSpec, case_rows, first_calls, method_case
+from perfsuite.run.worker import WorkerSpec, first_calls, method_case
 from perfsuite.tp_method import Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None

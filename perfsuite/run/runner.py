@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.run.grid import Unit, unit_cost
-from perfsuite.run.worker import CASE_KEYS, WorkerSpec, case_rows
+from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
 
 
@@ -88,11 +88,6 @@ class LossKind(harness.Kind):
             return python_worker("perfsuite.run.worker", str(spec))
         return [sys.executable, "-m", "perfsuite.run.launch", str(spec)]  # it starts K ranks
 
-    def status_rows(
-        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
-    ) -> list[dict[str, Any]]:
-        fields = {"status": status, "reason": reason, "interpreted": self.interpreted(method)}
-        return [asdict(r) for r in case_rows(self.name, method, case, phases, **fields)]
 
 
 def run_method(

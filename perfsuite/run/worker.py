@@ -12,14 +12,13 @@ from typing import Any
 import torch
 
 from perfsuite.harness.pause import paused
-from perfsuite.harness.worker import Phase, Served, failure, fill, gate_status, holding
+from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
 from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling, wall_ms
 from perfsuite.method import Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
-from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
 from perfsuite.run.correctness import Outcome, bit_identical, gate_reference, judge, run_once
 from perfsuite.run.inputs import Inputs
@@ -53,16 +52,6 @@ INTERPRETED_REASON = (
     "Triton interpreter on CPU: timings say nothing about GPU speed (one sample per phase: "
     "the CPU time of its memory pass's call, profiler on; gate and memory as any row's)"
 )
-
-
-def case_rows(
-    kind: str, method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any
-) -> list[Row]:
-    """One ``kind`` row (loss or tp) per phase of ``case`` (a plan's case dict), ``fields`` set."""
-    base = {k: case.get(k) for k in CASE_KEYS}
-    base["timer"] = base["timer"] or "events"
-    base["workload"] = workload_label(case.get("workload"))
-    return [Row(kind=kind, method=method, phase=p, **base, **fields) for p in phases]
 
 
 def method_case(method: Any, raw: dict[str, Any]) -> Case:

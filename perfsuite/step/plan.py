@@ -19,13 +19,37 @@ from perfsuite.plan.plan import (
     resolve_methods,
 )
 from perfsuite.results.results import STEP_PHASES
-from perfsuite.step.cases import make_case
 from perfsuite.step.presets import Size, StepPreset, get_preset, size_for
 
 DTYPES = ("fp32", "bf16")
+# What identifies a case in a row (the busy-machine marks are keyed by it).
+CASE_KEYS = ("shape", "dtype", "beta", "workload")
 # ``env.plan`` of the results: what ``merge`` and ``compare`` check agree, and the rest.
 RECORDED = ("methods", "dtypes", "betas", "device", "samples", "warmup", "seed")
 RECORDED += ("memory_limit", "timeout_s", "capacity", "capacity_source")
+
+
+def make_case(preset: StepPreset, size: Size, dtype: str, beta: float, device: str) -> dict:
+    """The worker's case: its row's fields (N is batch x seq, V and D the model's: the
+    loss-only cell of the same last layer) and the model's size."""
+    return {
+        "shape": preset.name,
+        "layers": size.layers,
+        "seq": size.seq,
+        "batch": size.batch,
+        "dtype": dtype,
+        "beta": beta,
+        "device": device,
+        "tokens": size.tokens,
+        "vocab": preset.vocab,
+        "hidden": preset.hidden,
+        "workload": size.label(),
+        "softcap": preset.softcap,
+    }
+
+
+def case_size(case: dict[str, Any]) -> Size:
+    return Size(layers=case["layers"], seq=case["seq"], batch=case["batch"])
 
 
 @dataclass

@@ -5,7 +5,7 @@ memory model says cannot fit included (``oom``, nothing started)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,8 @@ from perfsuite.harness.progress import NoticeFn
 from perfsuite.plan.memory_model import Estimate, step_estimate
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.provenance import collect_env
-from perfsuite.step.cases import CASE_KEYS, case_rows, case_size
 from perfsuite.step.methods import availability
-from perfsuite.step.plan import StepPlan
+from perfsuite.step.plan import CASE_KEYS, StepPlan, case_size
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
 from perfsuite.tp_method import case_reason
@@ -67,12 +66,6 @@ class StepKind(harness.Kind):
         worker = StepSpec(method, cases, str(out), p.samples, p.warmup, p.seed, limit)
         spec.write_text(json.dumps(asdict(worker)))
         return python_worker("perfsuite.step.worker", str(spec))
-
-    def status_rows(
-        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
-    ) -> list[dict[str, Any]]:
-        rows = case_rows(case, self.methods[method], status=status, reason=reason)
-        return [asdict(r) for r in rows if r.phase in phases]
 
     def heard(self, method: str, lines: list[dict[str, Any]]) -> None:
         for line in lines:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.harness.worker import Served, failure, fill, gate_status, holding
+from perfsuite.harness.worker import Served, case_rows, failure, fill, gate_status, holding
 from perfsuite.measure.memory import measure_spans
 from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import (
@@ -25,7 +25,7 @@ from perfsuite.measure.timing import (
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import STEP_PHASES, Row
-from perfsuite.step.cases import case_rows, case_size
+from perfsuite.step.plan import case_size
 from perfsuite.step.model import model_class
 from perfsuite.step.presets import get_preset
 
@@ -111,8 +111,8 @@ def measure_case(
     ).samples_ms  # fmt: skip
     clear()
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
-    gate = verdict.fields(compile_ms=first_ms)
-    rows = case_rows(raw, method, status=status, reason=reason, **gate)
+    gate = verdict.fields(compile_ms=first_ms, status=status, reason=reason)
+    rows = case_rows("step", method.name, raw, STEP_PHASES, interpreted=interpreted, **gate)
     for row in rows:
         fill(row, peaks[row.phase], Timing(times[row.phase]))
     rows[-1].loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))  # the step
@@ -134,7 +134,9 @@ def run_case(
         rows = measure_case(spec, method, raw, emit, stage)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         status, reason = failure(err)
-        rows = case_rows(raw, method, status=status, reason=reason)
+        interpreted = method.caps.triton and raw["device"] == "cpu"
+        fields = dict(status=status, reason=reason, interpreted=interpreted)
+        rows = case_rows("step", method.name, raw, STEP_PHASES, **fields)
     for row in rows:
         emit(row)
 

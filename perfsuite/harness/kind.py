@@ -15,8 +15,8 @@ from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import run_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.harness.schedule import schedule
-from perfsuite.harness.worker import case_rows
 from perfsuite.harness.scratch import scratch
+from perfsuite.harness.worker import case_rows
 from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import MEASURED, new_document
 

@@ -19,7 +19,6 @@ from perfsuite.results.kinds import DTYPES, TIMERS
 from perfsuite.results.results import PHASES
 from perfsuite.units import fmt_bytes
 
-
 # Bounds that keep a typo from planning a run of days: 10,000 samples of the smoke
 # shape's slowest interpreted cell already take hours on a 2-core CPU.
 SAMPLES_MAX = 10_000
@@ -230,7 +229,6 @@ def check_fits(plan: Plan) -> None:
                 f"GPU (--device cuda), or run --shape smoke, or shrink it, e.g. "
                 f"--shape {shape.name.rstrip('*')} --tokens 256"
             )
-
 
 
 def default_jobs() -> int:

@@ -89,7 +89,6 @@ class LossKind(harness.Kind):
         return [sys.executable, "-m", "perfsuite.run.launch", str(spec)]  # it starts K ranks
 
 
-
 def run_method(
     plan: Plan,
     method: str,

@@ -4,6 +4,9 @@ memory model says cannot fit included (``oom``, nothing started)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -14,10 +17,10 @@ from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
 from perfsuite.harness.progress import NoticeFn
+from perfsuite.method import SimpleMethod, package_version
 from perfsuite.plan.memory_model import Estimate, step_estimate
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.provenance import collect_env
-from perfsuite.step.methods import availability
 from perfsuite.step.plan import CASE_KEYS, StepPlan, case_size
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
@@ -29,6 +32,46 @@ LOSS_SHARE = (
     "(mean of their squares; compiled alike for torch-compile); the share is loss_ms over "
     "the step's median. The optimizer is the same work for every loss and is left out."
 )
+
+
+def availability(method: SimpleMethod, device: str) -> str | None:
+    """None when ``method``'s step can run on ``device`` here, else why not."""
+    reason = method.lacks("step") or method.availability(device)
+    requires = method.step.requires if method.step else ()
+    return reason or ("; ".join(filter(None, map(why_missing, requires))) or None)
+
+
+def why_missing(module: str) -> str | None:
+    """None when ``module`` is there to import, else why not in the import system's own
+    words: not installed; installed without it (cut-cross-entropy 25.1.1's PyPI wheel has
+    no ``cut_cross_entropy.transformers``, apple/ml-cross-entropy#9, where issue 45's row
+    said only "not installed"); or the error its parent package raised. A module whose
+    spec is absent is imported only to hear that error, before any of its code runs."""
+    try:
+        if importlib.util.find_spec(module) is not None:  # imports the parent packages
+            return None
+        importlib.import_module(module)
+        return None
+    except ImportError as err:
+        said = f"{type(err).__name__}: {err}"
+        top = module.partition(".")[0]
+        if not isinstance(err, ModuleNotFoundError) or err.name not in (module, top):
+            return f"{module} failed to import ({said})"
+        dist = _distribution(top) if err.name == module and module != top else None
+        if dist is not None:
+            return f"{dist} {package_version(dist)} is installed without {module} ({said})"
+        return f"{module} not installed"
+
+
+def _distribution(package: str) -> str | None:
+    """The installed distribution that provides ``package``: the one of its name, as most
+    are (``cut_cross_entropy``: cut-cross-entropy), else the one whose files list it (a
+    scan of every distribution's metadata, over a second)."""
+    try:
+        return importlib.metadata.distribution(package).metadata["Name"]
+    except importlib.metadata.PackageNotFoundError:
+        found = importlib.metadata.packages_distributions().get(package)
+        return found[0] if found else None
 
 
 class StepKind(harness.Kind):

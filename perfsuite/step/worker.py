@@ -25,8 +25,8 @@ from perfsuite.measure.timing import (
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
 from perfsuite.results.results import STEP_PHASES, Row
-from perfsuite.step.plan import case_size
 from perfsuite.step.model import model_class
+from perfsuite.step.plan import case_size
 from perfsuite.step.presets import get_preset
 
 # AdamW at torch's defaults but a fine-tuning learning rate: the step's cost does not

@@ -16,13 +16,8 @@ SIZE = Size(layers=1, seq=16, batch=1)
 
 
 def _kind(**plan) -> tuple[StepKind, list[dict]]:
-    smoke = get_preset("smoke")
-    step = StepPlan(
-        ["eager", "cce"], [], ["fp32"], [0.0, 0.1], list(STEP_PHASES), "cpu",
-        presets=[smoke], sizes={"smoke": SIZE},
-    )  # fmt: skip
-    for key, value in plan.items():
-        setattr(step, key, value)
+    models = dict(presets=[get_preset("smoke")], sizes={"smoke": SIZE}, **plan)
+    step = StepPlan(["eager", "cce"], [], ["fp32"], [0.0, 0.1], list(STEP_PHASES), "cpu", **models)
     return StepKind(step, {}), step.cases()
 
 

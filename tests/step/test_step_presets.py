@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfsuite.plan.memory_model import step_estimate
+from perfsuite.plan.memory_model import held_bytes, step_estimate
 from perfsuite.plan.registry import methods_for
 from perfsuite.step.presets import PRESETS, Size, get_preset, size_for
 
@@ -63,18 +63,15 @@ def test_sizes_default_by_device_and_refuse_what_the_model_cannot_take():
 
 
 def test_the_estimate_sees_eager_logits_and_the_dtype():
-    """The memory model's one rule per declaration: eager's logits in the step as in its
-    loss cell (``held_bytes``), the rest the model's."""
-    from perfsuite.plan.memory_model import held_bytes
-
-    p, size, methods = get_preset("gemma2-2b"), Size(1, 4096, 2), methods_for("step")
-    net = p.network(size)
-    eager = step_estimate(methods["eager"].caps.holds, net, "bf16", "cuda")
-    ours = step_estimate(methods["ours"].caps.holds, net, "bf16", "cuda")
-    assert eager.loss == held_bytes(methods["eager"].caps.holds, 8192, 256000, 2304, 2, True)
+    p, net = get_preset("gemma2-2b"), get_preset("gemma2-2b").network(Size(1, 4096, 2))
+    holds = {name: m.caps.holds for name, m in methods_for("step").items()}
+    eager = step_estimate(holds["eager"], net, "bf16", "cuda")
+    ours = step_estimate(holds["ours"], net, "bf16", "cuda")
+    # the loss cell's rule (one memory model)
+    assert eager.loss == held_bytes(holds["eager"], 8192, 256000, 2304, 2, True)
     assert eager.loss > 8192 * 256000 * 8 > 20 * ours.loss  # N x V logits, several copies
     assert eager.weights == ours.weights == 2 * p.parameters(1)
-    fp32 = step_estimate(methods["ours"].caps.holds, net, "fp32", "cuda")
+    fp32 = step_estimate(holds["ours"], net, "fp32", "cuda")
     assert fp32.weights == 2 * ours.weights and fp32.adamw == 2 * ours.adamw
     assert fp32.gate > fp32.weights * 4  # the fp64 pass: weights and grads in fp64
     assert ours.too_big(ours.need, "limit") is None

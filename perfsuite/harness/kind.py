@@ -35,7 +35,7 @@ class Kind:
     per_case: bool = False  # True: the timeout restarts after each finished case
     phases: tuple[str, ...] = ()
     case_keys: tuple[str, ...] = ()  # the fields that tell one case's rows from another's
-    methods: dict[str, Any] = {}  # name -> the declaration (``SimpleMethod``) it measures
+    methods: dict[str, Any]  # name -> the declaration (``SimpleMethod``) it measures
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None."""
@@ -44,11 +44,11 @@ class Kind:
     def interpreted(self, method: str) -> bool:
         """Whether the method's worker runs under the Triton interpreter: its Triton
         kernels on a CPU."""
-        return self.device == "cpu" and method in self.methods and self.methods[method].caps.triton
+        return self.device == "cpu" and self.methods[method].caps.triton
 
     def cost(self, method: str) -> float:
         """Relative cost of an interpreted method's worker (costliest start first)."""
-        return self.methods[method].caps.interpreter_cost if method in self.methods else 1.0
+        return self.methods[method].caps.interpreter_cost
 
     def beside(self) -> bool:
         """Whether interpreted workers may run beside native ones (memory allowing)."""

@@ -104,7 +104,8 @@ def run_case(
         freeze_what_exists()  # and what the method imported on its first calls
         verdict = judge(outcome, reference, bounds)
         del reference, outcome
-        status, reason = gate_status(verdict, interpreted, case.dtype)
+        said = INTERPRETED_REASON if interpreted else ""
+        status, reason = gate_status(verdict, interpreted, case.dtype, said)
         how = sampling(spec.samples, spec.warmup, interpreted)
         # Interpreted: the memory pass's call is the sample (``cpu_clocked``), no timing pass.
         flush = None if how.cpu_time else CacheFlusher(device)  # a 128 MiB buffer on CPU
@@ -149,8 +150,6 @@ def run_case(
                 carried = phase.loss if row.phase == "fwd" else None
             phase.reset()
             fill(row, peak, timing)
-            if interpreted and status == "ok":
-                row.reason = INTERPRETED_REASON
             emit(row)
             done.add(row.phase)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results

@@ -67,8 +67,7 @@ def test_the_estimate_sees_eager_logits_and_the_dtype():
     holds = {name: m.caps.holds for name, m in methods_for("step").items()}
     eager = step_estimate(holds["eager"], net, "bf16", "cuda")
     ours = step_estimate(holds["ours"], net, "bf16", "cuda")
-    # the loss cell's rule (one memory model)
-    assert eager.loss == held_bytes(holds["eager"], 8192, 256000, 2304, 2, True)
+    assert eager.loss == held_bytes(holds["eager"], 8192, 256000, 2304, 2, True)  # run's rule
     assert eager.loss > 8192 * 256000 * 8 > 20 * ours.loss  # N x V logits, several copies
     assert eager.weights == ours.weights == 2 * p.parameters(1)
     fp32 = step_estimate(holds["ours"], net, "fp32", "cuda")

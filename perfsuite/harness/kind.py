@@ -50,6 +50,14 @@ class Kind:
         """Relative cost of an interpreted method's worker (costliest start first)."""
         return self.methods[method].caps.interpreter_cost
 
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        """A cell's relative time (the progress lines' model)."""
+        return 1.0
+
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        """A cell's predicted peak bytes (None: no prediction)."""
+        return None
+
     def beside(self) -> bool:
         """Whether interpreted workers may run beside native ones (memory allowing)."""
         return False
@@ -255,23 +263,19 @@ def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
 
 
 def make_tracker(
-    kind: Kind,
-    methods: list[str],
-    cases: list[dict[str, Any]],
-    notice: NoticeFn,
-    cost: Callable[[str, dict[str, Any]], float],
-    peak: Callable[[str, dict[str, Any]], int | None],
+    kind: Kind, methods: list[str], cases: list[dict[str, Any]], notice: NoticeFn
 ) -> Tracker:
-    """Progress lines over the cells a worker will measure (not those decided here):
-    ``cost`` a cell's relative time, weighted by an interpreted method's declared cost
-    (they differ by far more than FLOPs), ``peak`` its predicted bytes."""
+    """Progress lines over the cells a worker will measure (not those decided here): the
+    kind's ``work`` a cell's relative time, weighted by an interpreted method's declared
+    cost (they differ by far more than FLOPs), its ``peak`` the predicted bytes."""
     units = [(m, case) for m in methods for case in cases if kind.decided(m, case) is None]
 
-    def weighted(name: str, case: dict[str, Any]) -> float:
-        return (kind.cost(name) if kind.interpreted(name) else 1.0) * cost(name, case)
+    def cost(name: str, case: dict[str, Any]) -> float:
+        return (kind.cost(name) if kind.interpreted(name) else 1.0) * kind.work(name, case)
 
     kinds = {True: "interpreted", False: "native"}
-    return Tracker(units, notice, Model(weighted, lambda name: kinds[kind.interpreted(name)], peak))
+    model = Model(cost, lambda name: kinds[kind.interpreted(name)], kind.peak)
+    return Tracker(units, notice, model)
 
 
 def measure(
@@ -282,15 +286,12 @@ def measure(
     progress: ProgressFn | None = None,
     checkpoint: Callable[[dict[str, Any]], None] | None = None,
     notice: NoticeFn | None = None,
-    model: tuple[Callable, Callable] | None = None,
 ) -> dict[str, Any]:
     """Every case of every method (``run_kind``), checkpointed after each, with progress
-    lines to ``notice`` (``make_tracker`` over ``model``, the cost and peak); the results
-    document of ``env`` (the machine's groups and, on CUDA, the GPU's state after added),
-    its rows by method, then in case order."""
-    track = None
-    if notice is not None and model is not None:
-        track = make_tracker(kind, methods, cases, notice, *model)
+    lines to ``notice`` (``make_tracker``); the results document of ``env`` (the
+    machine's groups and, on CUDA, the GPU's state after added), its rows by method,
+    then in case order."""
+    track = None if notice is None else make_tracker(kind, methods, cases, notice)
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
     report = checkpointed(env, progress, checkpoint, track)

@@ -57,6 +57,18 @@ class LossKind(harness.Kind):
             return None
         return self.status_rows(method, case, self.phases, status, reason)
 
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        return unit_cost(Unit(0, method, case), self.plan, self.interpreted(method))
+
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        """``memory_model.predicted_peak`` on one device (none across ranks)."""
+        if case.get("tp"):
+            return None
+        return predicted_peak(
+            self.methods[method].caps, case["tokens"], case["vocab"], case["hidden"],
+            case["dtype"], case.get("softcap") is not None,
+        )[0]  # fmt: skip
+
     def beside(self) -> bool:
         """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
         by the memory model, for a native worker and ``plan.jobs`` interpreted ones at once."""
@@ -112,23 +124,9 @@ def run_plan(
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
     the document so far after each case (a killed run keeps what it measured); ``notice``
-    the progress lines (perfsuite.harness.progress): ``grid.unit_cost`` as the time
-    model, ``memory_model.predicted_peak`` as the memory one (none across ranks)."""
-    kind, cases = LossKind(plan), plan.cases()
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        return unit_cost(Unit(0, name, case), plan, kind.interpreted(name))
-
-    def peak(name: str, case: dict[str, Any]) -> int | None:
-        if case.get("tp"):
-            return None
-        return predicted_peak(
-            kind.methods[name].caps, case["tokens"], case["vocab"], case["hidden"],
-            case["dtype"], case.get("softcap") is not None,
-        )[0]  # fmt: skip
-
-    env, model = plan_env(plan), (cost, peak)
-    return harness.measure(kind, plan.methods, cases, env, progress, checkpoint, notice, model)
+    the progress lines (perfsuite.harness.progress)."""
+    kind, env = LossKind(plan), plan_env(plan)
+    return harness.measure(kind, plan.methods, plan.cases(), env, progress, checkpoint, notice)
 
 
 def plan_env(plan: Plan) -> dict[str, Any]:

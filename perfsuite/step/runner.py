@@ -103,6 +103,13 @@ class StepKind(harness.Kind):
             return None
         return self.status_rows(method, case, self.phases, status, reason)
 
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        """A step's cost: 6 x parameters x tokens."""
+        return 6.0 * get_preset(case["shape"]).parameters(case["layers"]) * case["tokens"]
+
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        return self.estimate(method, case).need
+
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         p = self.plan
         limit = p.memory_limit if p.device == "cpu" else None
@@ -123,8 +130,7 @@ def run_step_plan(
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Measure every (method, case) of ``plan``; returns the results document.
-    ``notice``: the progress lines while workers run (a model's step may take minutes),
-    a step's cost as 6 x parameters x tokens, its peak the memory model's."""
+    ``notice``: the progress lines while workers run (a model's step may take minutes)."""
     models: dict[str, Any] = {}
     kind, cases = StepKind(plan, models), plan.cases()
     distributions = [d for name in plan.methods for d in kind.methods[name].distributions]
@@ -141,12 +147,4 @@ def run_step_plan(
         "models": models,
         "memory_estimates": estimates,
     }
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        return 6.0 * get_preset(case["shape"]).parameters(case["layers"]) * case["tokens"]
-
-    def peak(name: str, case: dict[str, Any]) -> int | None:
-        return kind.estimate(name, case).need
-
-    model = (cost, peak)
-    return harness.measure(kind, plan.methods, cases, env, progress, checkpoint, notice, model)
+    return harness.measure(kind, plan.methods, cases, env, progress, checkpoint, notice)

@@ -29,25 +29,6 @@ RECORDED = ("methods", "dtypes", "betas", "device", "samples", "warmup", "seed")
 RECORDED += ("memory_limit", "timeout_s", "capacity", "capacity_source")
 
 
-def make_case(preset: StepPreset, size: Size, dtype: str, beta: float, device: str) -> dict:
-    """The worker's case: its row's fields (N is batch x seq, V and D the model's: the
-    loss-only cell of the same last layer) and the model's size."""
-    return {
-        "shape": preset.name,
-        "layers": size.layers,
-        "seq": size.seq,
-        "batch": size.batch,
-        "dtype": dtype,
-        "beta": beta,
-        "device": device,
-        "tokens": size.tokens,
-        "vocab": preset.vocab,
-        "hidden": preset.hidden,
-        "workload": size.label(),
-        "softcap": preset.softcap,
-    }
-
-
 def case_size(case: dict[str, Any]) -> Size:
     return Size(layers=case["layers"], seq=case["seq"], batch=case["batch"])
 
@@ -64,13 +45,20 @@ class StepPlan(Plan):
     capacity_source: str = ""
 
     def cases(self) -> list[dict[str, Any]]:
-        """Every (model, dtype, β) in table order."""
-        return [
-            make_case(p, self.sizes[p.name], dtype, beta, self.device)
-            for p in self.presets
-            for dtype in self.dtypes
-            for beta in self.betas
-        ]
+        """Every (model, dtype, β) in table order, as a worker's case: its rows' fields
+        (N is batch x seq, V and D the model's: the loss-only cell of the same last
+        layer) and the model's size."""
+        cases = []
+        for p in self.presets:
+            size = self.sizes[p.name]
+            model = dict(shape=p.name, **vars(size), tokens=size.tokens, vocab=p.vocab)
+            model.update(hidden=p.hidden, workload=size.label(), softcap=p.softcap)
+            cases += [
+                {**model, "dtype": dtype, "beta": beta, "device": self.device}
+                for dtype in self.dtypes
+                for beta in self.betas
+            ]
+        return cases
 
     def as_dict(self) -> dict[str, Any]:
         models = [p.name for p in self.presets]

@@ -35,7 +35,7 @@ class Kind:
     per_case: bool = False  # True: the timeout restarts after each finished case
     phases: tuple[str, ...] = ()
     case_keys: tuple[str, ...] = ()  # the fields that tell one case's rows from another's
-    methods: dict[str, Any]  # name -> the declaration (``SimpleMethod``) it measures
+    methods: dict[str, Any]  # name -> the ``SimpleMethod`` it measures (if any)
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None."""
@@ -44,11 +44,18 @@ class Kind:
     def interpreted(self, method: str) -> bool:
         """Whether the method's worker runs under the Triton interpreter: its Triton
         kernels on a CPU."""
-        return self.device == "cpu" and self.methods[method].caps.triton
+        caps = self._caps(method)
+        return self.device == "cpu" and caps is not None and caps.triton
 
     def cost(self, method: str) -> float:
         """Relative cost of an interpreted method's worker (costliest start first)."""
-        return self.methods[method].caps.interpreter_cost
+        caps = self._caps(method)
+        return 1.0 if caps is None else caps.interpreter_cost
+
+    def _caps(self, method: str) -> Any:
+        """The method's declared capabilities (None: a kind that measures no method)."""
+        declared = getattr(self, "methods", {}).get(method)
+        return None if declared is None else declared.caps
 
     def work(self, method: str, case: dict[str, Any]) -> float:
         """A cell's relative time (the progress lines' model)."""

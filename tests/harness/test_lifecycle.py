@@ -20,7 +20,6 @@ import pytest
 from perfsuite.harness.kind import Kind, run_cases
 from perfsuite.harness.schedule import CANCEL, Cancelled
 from perfsuite.harness.scratch import PREFIX
-from perfsuite.method import SimpleMethod
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +50,7 @@ with open(spec["out"], "a", buffering=1) as out:
 class Tiny(Kind):
     """One phase per case; a case with action "unsupported" is decided without a worker."""
 
-    phases, methods = ("x",), {"m": SimpleMethod("m", "a worker of no Triton kernel")}
+    phases = ("x",)
 
     def __init__(self, timeout_s: float = 60.0, per_case: bool = False) -> None:
         self.timeout_s, self.per_case = timeout_s, per_case

@@ -7,6 +7,7 @@ load is ``main``'s to answer."""
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import signal
 import sys
@@ -69,19 +70,12 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from perfsuite.args import measurement_options
-    from perfsuite.harness.progress import finished_lines
+    from perfsuite.harness.command import Checkpoint, command, ended
+    from perfsuite.harness.progress import cell_label
     from perfsuite.plan.plan import PlanError, build_plan
     from perfsuite.plan.workloads import file_shape, parse_workload
-    from perfsuite.render.table import print_tables
-    from perfsuite.results.results import (
-        Checkpoint,
-        nothing_measured,
-        status_counts,
-    )
-    from perfsuite.run.runner import run_plan
+    from perfsuite.run import runner
 
     workload = parse_workload(args.workload, args.entropy, args.zipf)
     if workload is not None and workload["kind"] == "file":
@@ -109,51 +103,24 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
-    # Checked, and held by this run alone until its last write, before anything is measured:
-    # a second run on the same --out is refused (it would replace this one's rows).
-    checkpoint = Checkpoint(out, overwrite=args.force)
+    checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
 
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
+    document = command(
+        checkpoint,
+        lambda progress, notice: runner.run_plan(plan, progress, checkpoint, notice),
+        console,
+        [(method, case) for method in plan.methods for case in plan.cases()],
+        label=functools.partial(cell_label, tokens=False),
     )
-    try:
-        with checkpoint, Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task(plan.methods[0], total=len(plan.methods) * len(plan.cases()))
-
-            def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-                tp = f" TP={case['tp']}" if case.get("tp") else ""
-                label = f"{method + tp:<22} {case['shape']} {case['dtype']} β={case['beta']:g}"
-                for line in finished_lines(label, rows):
-                    bar.console.log(line)
-                bar.update(task, advance=1, description=method)
-
-            # A line per worker and cell start, and while a long cell runs.
-            document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
-            checkpoint(document)  # the whole document, while the file is still held
-    except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
-        if kept := checkpoint.kept():
-            console.print(
-                f"[red]interrupted[/red]: {kept} finished cell row(s) kept in {out} "
-                "(a partial results file: `perfsuite report` reads it)",
-                soft_wrap=True,  # the path whole, however deep (rich cut it mid-name)
-            )
-        else:
-            console.print("[red]interrupted[/red] before any cell finished: nothing written")
-        raise
     if plan.tps:
         from perfsuite.render.tp_table import print_tp_tables
 
         print_tp_tables(console, document)
     else:
+        from perfsuite.render.table import print_tables
+
         print_tables(document["rows"], console)
-    console.print(f"results: {out}", soft_wrap=True)  # a path stays whole
-    if nothing_measured(document["rows"]):
-        print_error(f"no cell was measured ({status_counts(document['rows'])})")
-        return 1
-    return 0
+    return ended(document, out, console)
 
 
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:

@@ -142,15 +142,6 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     )
 
 
-def check_outputs(config: Config, force: bool) -> None:
-    """Refuse now, before training, outputs that cannot be written or would be clobbered."""
-    from perfsuite.converge.plots import artifact_paths
-    from perfsuite.results.outpath import check_output_file
-
-    for path in (config.out, *artifact_paths(config.out).values()):
-        check_output_file(path, "--out", overwrite=force)
-
-
 def exit_status(rows: list[dict[str, Any]]) -> int:
     """1 if a run crashed, ran out of memory, diverged or differs from eager; else 0."""
     failed = ("error", "oom", "diverged")
@@ -159,10 +150,11 @@ def exit_status(rows: list[dict[str, Any]]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
+    from perfsuite.converge.plots import artifact_paths
     from perfsuite.converge.report import read
-    from perfsuite.converge.sweep import dry_run, report, sweep
+    from perfsuite.converge.sweep import dry_run, plan_cells, report, sweep
+    from perfsuite.harness.command import Checkpoint, command
     from perfsuite.plan.registry import methods_for
-    from perfsuite.results.lock import claim
 
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
     if args.render is not None:  # the table and figures of a finished file, trained again by none
@@ -172,18 +164,24 @@ def run(args: argparse.Namespace) -> int:
     config = resolve(args, known)
     if args.dry_run:
         return dry_run(config, known, console)
-    check_outputs(config, args.force)
-    # Held by this sweep alone to its last write (checked again once held): a second
-    # writer of the same --out is refused, as `run`, `sweep` and `step` refuse it.
-    with claim(config.out, lambda: check_outputs(config, args.force)):
-        p = config.preset
-        console.print(
-            f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
-            f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
-            + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
-            + f" -> {config.out}",
-            highlight=False,
-        )
-        document = sweep(config, known, console)
-        report(config.out, document, console)
+    # Every output refused now, before training, if it cannot be written or would be
+    # clobbered; the results file held by this sweep alone to its last write.
+    outputs = artifact_paths(config.out).values()
+    checkpoint = Checkpoint(config.out, overwrite=args.force, outputs=outputs)
+    p = config.preset
+    console.print(
+        f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
+        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
+        + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
+        + f" -> {config.out}",
+        highlight=False,
+    )
+    units = [(cell.method, {}) for cell in plan_cells(config, known)]
+    document = command(
+        checkpoint,
+        lambda progress, notice: sweep(config, known, console, progress, checkpoint),
+        console,
+        units,
+    )
+    report(config.out, document, console)
     return exit_status(document["rows"])

@@ -235,13 +235,12 @@ def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> di
     job = sweep.from_args(args, shard, Path(part))
     print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)
 
-    def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:
-        print(finished_lines(cell_label(unit.method, unit.case), rows)[0], flush=True)
+    def on_cell(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        print(finished_lines(cell_label(method, case), rows)[0], flush=True)
 
-    try:
+    with job.checkpoint:
         document = job.run(on_cell)
-    finally:
-        job.writer.release()
+        job.checkpoint.save(document)
     return {"rows": status_counts(document["rows"]) or "no"}
 
 

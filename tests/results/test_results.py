@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.harness.command import Checkpoint
 from perfsuite.results.results import (
-    Checkpoint,
     ResultsError,
     Row,
     load_dataframe,
@@ -138,7 +138,7 @@ def test_a_checkpoint_counts_the_rows_its_file_holds(tmp_path):
     with Checkpoint(path, overwrite=True) as checkpoint:  # as `run --force` over it
         assert checkpoint.kept() == 0  # nothing written by this run yet
         document = _doc()
-        checkpoint(document)
+        checkpoint.save(document)
         assert checkpoint.kept() == len(document["rows"]) > 0
         document["rows"].append(dict(document["rows"][0]))  # told, not yet written
         assert checkpoint.kept() == len(document["rows"]) - 1

@@ -231,15 +231,15 @@ def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
     out = tmp_path / "s.json"
     _git(monkeypatch, dirty=True, diff="aaaa")
     first = Sweep(plan, out)
-    first.save()
-    first.writer.release()
-    Sweep(plan, out, resume=True).writer.release()  # the same uncommitted changes: fine
+    first.checkpoint.save()
+    first.checkpoint.release()
+    Sweep(plan, out, resume=True).checkpoint.release()  # the same uncommitted changes: fine
     for dirty, diff in ((False, None), (True, "bbbb")):
         _git(monkeypatch, dirty=dirty, diff=diff)
         with pytest.raises(PlanError, match="git.dirty|git.diff"):
             Sweep(plan, out, resume=True)
         # --force takes the user's word (and the refused sweep left the file free)
-        Sweep(plan, out, resume=True, force=True).writer.release()
+        Sweep(plan, out, resume=True, force=True).checkpoint.release()
 
 
 @pytest.mark.integration
@@ -278,8 +278,8 @@ def _started(path: Path, *extra: str) -> bytes:
     """A sweep's file as the sweep writes it before its first cell, nothing measured."""
     plan, grid = sweep.plan_from_args(_args(*extra))
     job = Sweep(plan, path, grid=grid)
-    job.save()
-    job.writer.release()
+    job.checkpoint.save()
+    job.checkpoint.release()
     return path.read_bytes()
 
 
@@ -363,4 +363,4 @@ def test_sigterm_keeps_the_finished_cells_marked_partial(plugins, tmp_path):
     doc = load_results(out)
     kept = len(doc["rows"])
     assert doc["env"]["partial"] is True and 0 < kept < CELLS * PHASES
-    assert f"{kept} rows kept in {out}" in " ".join(err.decode().split())
+    assert f"{kept} finished cell row(s) kept in {out}" in " ".join(err.decode().split())

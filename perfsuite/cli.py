@@ -12,9 +12,7 @@ import importlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite import __version__
@@ -23,11 +21,9 @@ from perfsuite.parser import BAD_INPUT, DESCRIPTION, MODULE_COMMANDS, Parser, pr
 if TYPE_CHECKING:
     from rich.console import Console
 
-DEFAULT_OUT_DIR = Path("reports") / "runs"
-
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from perfsuite.args import add_measurement_arguments, positive_int
+    from perfsuite.args import add_measurement_arguments, add_out_arguments, positive_int
 
     p.add_argument(
         "--shape",
@@ -44,12 +40,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="apply a logit softcap: the preset's (bare flag) or the given value",
     )
     add_measurement_arguments(p)
-    p.add_argument(
-        "--out",
-        type=Path,
-        help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-<shape>-<device>.json)",
-    )
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    add_out_arguments(p, "<shape>-<device>.json")
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -70,7 +61,7 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from perfsuite.args import measurement_options
+    from perfsuite.args import measurement_options, out_file
     from perfsuite.harness.command import Checkpoint, command, ended
     from perfsuite.harness.progress import cell_label
     from perfsuite.plan.plan import PlanError, build_plan
@@ -99,10 +90,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         softcap = _softcap(args, shapes)
     extra = measurement_options(args)
     plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
-    out = args.out
-    if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
+    out = out_file(args.out, "+".join(s.name for s in shapes), plan.device)
     checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
 
     document = command(

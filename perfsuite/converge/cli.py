@@ -4,14 +4,15 @@ crashed, ran out of memory, diverged or differs from eager, else 0."""
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.args import (
+    add_out_arguments,
     non_negative_float,
     non_negative_int,
+    out_file,
     positive_float,
     positive_int,
     seed_int,
@@ -77,13 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=positive_float, help="seconds one run may take (default: the preset's)"
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="results JSON (default: reports/runs/TIME-converge-PRESET-DEVICE.json); the "
-        "table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
-    )
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    add_out_arguments(
+        parser, "converge-<preset>-<device>.json", "results JSON", "overwrite existing outputs",
+        "; the table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
+    )  # fmt: skip
     parser.add_argument(
         "--render",
         metavar="RESULTS",
@@ -127,15 +125,13 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise PlanError(f"--dtype: unknown {', '.join(bad)}; known: {', '.join(DTYPES)}")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path("reports/runs") / f"{stamp}-converge-{preset.name}-{device}.json"
     return Config(
         preset=preset,
         methods=_methods(args.methods, device, known, preset.methods),
         betas=parse_betas(args.beta),
         dtypes=list(dict.fromkeys(dtypes)),
         device=device,
-        out=args.out or out,  # as ``run`` names its files; git ignores reports/runs/
+        out=out_file(args.out, "converge", preset.name, device),
         data=args.data,
         jobs=args.jobs or default_jobs(),
         timeout_s=args.timeout or preset.timeout_s,

@@ -59,6 +59,8 @@ class Sweep:
         # Locked before the file is read: two resumes of it would keep one's rows only.
         start = lambda: self._start(resume, redo, grid)  # noqa: E731
         self.checkpoint = Checkpoint(self.out, overwrite=True, start=start)
+        self.checkpoint.env, self.checkpoint.rows = self.env, self.resumed
+        self.checkpoint.shape = lambda rows: canonical_order(rows, self.env["plan"])
 
     def _start(self, resume: bool, redo: tuple[str, ...], grid: dict[str, Any] | None) -> None:
         """Read back the file to resume (refusing other code), then list what is left."""
@@ -97,8 +99,7 @@ class Sweep:
             "units": len(self.units),
             "units_kept": self.kept,
         }
-        self.checkpoint.env, self.checkpoint.rows = env, rows
-        self.checkpoint.shape = lambda rows: canonical_order(rows, env["plan"])
+        self.env, self.resumed = env, rows
 
     def run(self, progress: ProgressFn | None = None) -> dict[str, Any]:
         """Every cell to go, ``progress`` told of each: those predicted not to fit

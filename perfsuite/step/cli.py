@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
-from pathlib import Path
 
-from perfsuite.args import non_negative_int, parse_size, positive_float, positive_int, seed_int
+from perfsuite.args import (
+    add_out_arguments,
+    non_negative_int,
+    out_file,
+    parse_size,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from perfsuite.fit import TrimmedConsole
 from perfsuite.harness.progress import cell_label
 from perfsuite.step.presets import DEFAULT_SIZE, PRESETS
-
-DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,9 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     limit = "a worker's memory (e.g. 8G; default: 80%% of the RAM available, or of the GPU): "
     arg("--memory-limit", type=parse_size, help=limit + "a model estimated over it is an oom row")
     arg("--timeout", type=positive_float, default=3600.0, help="seconds per method's worker")
-    out = f"results file (default: {DEFAULT_OUT_DIR}/<time>-step-<models>-<device>.json)"
-    arg("--out", type=Path, help=out)
-    arg("--force", action="store_true", help="overwrite an existing --out file")
+    add_out_arguments(p, "step-<models>-<device>.json")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,11 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = TrimmedConsole(log_path=False)
     plan = build_step_plan(args)
-    out = args.out
-    if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        names = "+".join(p.name for p in plan.presets)
-        out = DEFAULT_OUT_DIR / f"{stamp}-step-{names}-{plan.device}.json"
+    out = out_file(args.out, "step", "+".join(p.name for p in plan.presets), plan.device)
     checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
     for preset in plan.presets:
         size = plan.sizes[preset.name]

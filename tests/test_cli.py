@@ -23,29 +23,8 @@ from perfsuite.results.results import load_dataframe, load_results
 @pytest.mark.integration
 def test_run_prints_table_and_writes_results(tmp_path, capsys):
     out = tmp_path / "r.json"
-    code = main(
-        [
-            "run",
-            "--shape",
-            "smoke",
-            "--tokens",
-            "32",
-            "--vocab",
-            "300",
-            "--hidden",
-            "16",
-            "--methods",
-            "eager",
-            "--beta",
-            "0.1",
-            "--samples",
-            "2",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ]
-    )
+    argv = "run --shape smoke --tokens 32 --vocab 300 --hidden 16 --methods eager --beta 0.1"
+    code = main([*argv.split(), "--samples", "2", "--device", "cpu", "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out
     assert "lower bound" in text and "eager" in text and "β=0.1" in text
@@ -104,23 +83,8 @@ def test_smoke_peaks_eager_holds_logits_native_and_ours_stay_near_floor(tmp_path
     the floor; at β = 0.1 in fp32 ours holds dE + dC and little else (its default slice:
     a sixteenth of the vocabulary's logits, timed natively)."""
     out = tmp_path / "smoke.json"
-    argv = [
-        "run",
-        "--shape",
-        "smoke",
-        "--dtype",
-        "fp32",
-        "--methods",
-        "eager,torch-native,ours",
-        "--beta",
-        "0,0.1",
-        "--phases",
-        "fwd+bwd",
-        "--samples",
-        "3",
-        "--out",
-        str(out),
-    ]
+    argv = "run --shape smoke --dtype fp32 --methods eager,torch-native,ours --beta 0,0.1"
+    argv = [*argv.split(), "--phases", "fwd+bwd", "--samples", "3", "--out", str(out)]
     assert main(argv) == 0
     df = load_dataframe(out).set_index(["method", "beta"])
     s = get_shape("smoke")

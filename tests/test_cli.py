@@ -329,11 +329,18 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
     assert "exceeds the 16 GiB this cpu can give a cell" in words and "available" not in ran
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+# A sweep's grid: the smoke shape's cells, fp32.
+SWEEP = ["sweep", "--tokens", "256", "--vocab", "2048", "--hidden", "128", "--dtype", "fp32"]
+
+
+@pytest.mark.parametrize(
+    ("cells", "how"), [(CHEAP[:3], "ctrl-c"), (CHEAP[:3], "sigterm"), (SWEEP, "sigterm")]
+)
 @pytest.mark.integration
-def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
+def test_an_interrupted_command_keeps_its_finished_cells(tmp_path, cells, how):
     """Ctrl-C used to discard every finished cell; SIGTERM also left the worker's
-    temporary folder behind and the terminal's cursor hidden."""
+    temporary folder behind and the terminal's cursor hidden, and a sweep said nothing of
+    its file. One driver, one wording: run and sweep alike."""
     import json
     import signal
     import time
@@ -342,7 +349,7 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "FORCE_COLOR": "1", "COLUMNS": "100"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsuite", *CHEAP[:3], "--methods", "eager,torch-compile",
+        [sys.executable, "-m", "perfsuite", *cells, "--methods", "eager,torch-compile",
          "--phases", "fwd", "--samples", "2", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True,  # a process group of its own, as a terminal's job
@@ -366,6 +373,7 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
     assert f"{len(kept['rows'])} finished cell row(s) kept in {out}" in plain
     assert list(tmp.glob("perfsuite-*")) == []  # the worker's folder is gone with it
     assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l") >= 0  # cursor shown again
+    assert f"perfsuite {cells[0]} stopped" in plain
 
 
 @pytest.mark.parametrize(

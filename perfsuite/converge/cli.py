@@ -37,62 +37,35 @@ def _preset_help() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``perfsuite converge``."""
-    parser.add_argument("--preset", default="smoke", choices=PRESETS, help=_preset_help())
-    parser.add_argument(
-        "--methods",
-        help=f"comma-separated method names; {REFERENCE} (the reference) is always added "
-        "(default: the preset's, else the paper table's methods that train, without those "
-        "that compile on a CPU: see perfsuite methods)",
-    )
-    parser.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
-    parser.add_argument(
-        "--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)"
-    )
-    parser.add_argument("--steps", type=positive_int, help="training steps (default: the preset's)")
-    parser.add_argument(
-        "--z-loss",
-        type=non_negative_float,
-        help="train with PaLM's z_loss·lse² added (e.g. 1e-4; default 0). Methods without "
-        "it are recorded as unsupported",
-    )
-    parser.add_argument("--seed", type=seed_int, help="model, data and order seed (default 0)")
-    parser.add_argument(
-        "--train-batches",
-        type=non_negative_int,
-        help="distinct training batches, cycled (0: a fresh batch every step; default: the "
-        "preset's). Repeated data makes a model overconfident, as fine-tuning does",
-    )
-    parser.add_argument(
-        "--data",
-        default="bigram",
-        choices=DATA_KINDS,
-        help="bigram (synthetic, true distribution known; default) or text (Python's "
-        "bundled help pages, BPE-tokenised here; no truth)",
-    )
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument(
-        "--jobs",
-        type=positive_int,
-        help="Triton methods interpreted on CPU at a time (default: 2 on 2+ cores)",
-    )
-    parser.add_argument(
-        "--timeout", type=positive_float, help="seconds one run may take (default: the preset's)"
-    )
+    arg = parser.add_argument
+    arg("--preset", default="smoke", choices=PRESETS, help=_preset_help())
+    methods = f"comma-separated method names; {REFERENCE} (the reference) is always added "
+    methods += "(default: the preset's, else the paper table's methods that train, without "
+    arg("--methods", help=methods + "those that compile on a CPU: see perfsuite methods)")
+    arg("--beta", default="0,0.1", help="label smoothing values, comma-separated")
+    arg("--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)")
+    arg("--steps", type=positive_int, help="training steps (default: the preset's)")
+    z_loss = "train with PaLM's z_loss·lse² added (e.g. 1e-4; default 0). Methods without "
+    arg("--z-loss", type=non_negative_float, help=z_loss + "it are recorded as unsupported")
+    arg("--seed", type=seed_int, help="model, data and order seed (default 0)")
+    batches = "distinct training batches, cycled (0: a fresh batch every step; default: the "
+    batches += "preset's). Repeated data makes a model overconfident, as fine-tuning does"
+    arg("--train-batches", type=non_negative_int, help=batches)
+    data = "bigram (synthetic, true distribution known; default) or text (Python's bundled "
+    data += "help pages, BPE-tokenised here; no truth)"
+    arg("--data", default="bigram", choices=DATA_KINDS, help=data)
+    arg("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    jobs = "Triton methods interpreted on CPU at a time (default: 2 on 2+ cores)"
+    arg("--jobs", type=positive_int, help=jobs)
+    arg("--timeout", type=positive_float, help="seconds one run may take (default: the preset's)")
     add_out_arguments(
         parser, "converge-<preset>-<device>.json", "results JSON", "overwrite existing outputs",
         "; the table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
     )  # fmt: skip
-    parser.add_argument(
-        "--render",
-        metavar="RESULTS",
-        type=Path,
-        help="rewrite the table and plots next to a finished results JSON; train nothing",
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="build the data and the model (on the meta device), print the plan, train nothing",
-    )
+    render = "rewrite the table and plots next to a finished results JSON; train nothing"
+    arg("--render", metavar="RESULTS", type=Path, help=render)
+    dry = "build the data and the model (on the meta device), print the plan, train nothing"
+    arg("--dry-run", action="store_true", help=dry)
 
 
 def _methods(

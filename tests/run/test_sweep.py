@@ -339,28 +339,3 @@ def test_sweep_force_is_gone(plugins, tmp_path, capsys):
     assert _cli(*GRID, "--out", str(out), "--force") == 2
     assert "unrecognized arguments: --force" in capsys.readouterr().err
     assert not out.exists()
-
-
-@pytest.mark.integration
-def test_sigterm_keeps_the_finished_cells_marked_partial(plugins, tmp_path):
-    """A sweep stopped by SIGTERM said nothing of its file, which did not say it was partial."""
-    out = tmp_path / "s.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsuite", "sweep", *GRID, "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        _first_cell(proc, out)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 130, err.decode()
-    doc = load_results(out)
-    kept = len(doc["rows"])
-    assert doc["env"]["partial"] is True and 0 < kept < CELLS * PHASES
-    assert f"{kept} finished cell row(s) kept in {out}" in " ".join(err.decode().split())

@@ -3,10 +3,9 @@ another until every case is done (a worker that dies costs the case it was on)."
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from perfsuite.harness.busy import ProgressFn, watched
 from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
@@ -15,7 +14,10 @@ from perfsuite.harness.lifecycle import run_worker
 from perfsuite.harness.progress import Tracker
 from perfsuite.harness.schedule import schedule
 from perfsuite.harness.scratch import scratch
-from perfsuite.results.results import MEASURED, new_document
+from perfsuite.results.results import MEASURED
+
+if TYPE_CHECKING:
+    from perfsuite.harness.command import Checkpoint
 
 Rows = list[dict[str, Any]]
 T = TypeVar("T")
@@ -214,14 +216,14 @@ def schedule_kind(
 def checkpointed(
     env: dict[str, Any],
     progress: ProgressFn | None,
-    checkpoint: Callable[[dict[str, Any]], None] | None,
+    checkpoint: Checkpoint | None,
     tracker: Tracker | None = None,
 ) -> ProgressFn:
     """``tracker`` told of a measured case (its time model), ``progress``, then
-    ``checkpoint`` with the document of every case finished so far (a run killed
-    half-way keeps what it measured)."""
-    finished: Rows = []
-    lock = threading.Lock()
+    ``checkpoint`` given the case's rows: the file holds every case finished so far, with
+    ``env`` (a run killed half-way keeps what it measured)."""
+    if checkpoint is not None:
+        checkpoint.env = env
 
     def report(method: str, case: dict[str, Any], rows: Rows) -> None:
         if tracker is not None and any(r["status"] in MEASURED for r in rows):
@@ -229,8 +231,6 @@ def checkpointed(
         if progress is not None:
             progress(method, case, rows)
         if checkpoint is not None:
-            with lock:
-                finished.extend(rows)
-                checkpoint(new_document({**env, "partial": True}, list(finished)))
+            checkpoint.add(rows)
 
     return report

@@ -10,6 +10,7 @@ import types
 import pytest
 
 from perfsuite.harness import environment, lifecycle
+from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
 from perfsuite.harness.kind import schedule_kind
@@ -303,12 +304,13 @@ def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
 
 
 @pytest.mark.integration
-def test_checkpoint_gets_each_finished_case_as_a_partial_document():
+def test_checkpoint_gets_each_finished_case_as_a_partial_document(tmp_path, monkeypatch):
     plan = build_plan(
         shapes=[TINY], methods="eager", betas="0,0.1", device="cpu", samples=3, warmup=1
     )
     seen = []
-    final = run_plan(plan, checkpoint=lambda doc: seen.append(doc))
+    monkeypatch.setattr("perfsuite.harness.command.write_results", lambda _, d: seen.append(d))
+    final = run_plan(plan, checkpoint=Checkpoint(tmp_path / "r.json"))
     assert [len(d["rows"]) for d in seen] == [3, 6]  # three phases per finished case
     assert all(d["env"]["partial"] for d in seen)
     assert "partial" not in final["env"] and len(final["rows"]) == 6

@@ -14,7 +14,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import perfsuite.method
 from perfsuite.baselines import cce as cce_adapter
 from perfsuite.baselines.cce import CPU_REASON, METHODS
 from perfsuite.method import Case, Unsupported
@@ -49,11 +48,6 @@ def test_missing_package_is_unavailable(monkeypatch, name):
     )
     for device in ("cpu", "cuda"):
         assert BY_NAME[name].availability(device) == "cut_cross_entropy not installed"
-
-
-def test_missing_package_via_missing_packages(monkeypatch):
-    monkeypatch.setattr(perfsuite.method, "missing_packages", lambda *mods: list(mods))
-    assert BY_NAME["cce"].availability("cuda") == "cut_cross_entropy not installed"
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))

@@ -7,7 +7,6 @@ import importlib.util
 import pytest
 import torch
 
-import perfsuite.method
 from perfsuite.baselines.torchtune import METHODS, NUM_OUTPUT_CHUNKS
 from perfsuite.method import Case, Unsupported
 
@@ -32,11 +31,6 @@ def test_missing_package_is_unavailable(monkeypatch, absent):
         importlib.util, "find_spec", lambda mod, *a: None if mod == absent else real(mod, *a)
     )
     assert METHOD.availability("cpu") == f"{absent} not installed"
-
-
-def test_missing_package_via_missing_packages(monkeypatch):
-    monkeypatch.setattr(perfsuite.method, "missing_packages", lambda *mods: ["torchtune"])
-    assert METHOD.availability("cpu") == "torchtune not installed"
 
 
 def test_smoothing_is_unsupported_not_a_beta0_number():

@@ -12,6 +12,7 @@ with that rank's traceback. V = 301 splits unevenly (151/150 over 2, 76/76/76/73
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import os
 import re
@@ -321,22 +322,17 @@ def _grid(world: int) -> list[Job]:
     from perfsuite.plan.registry import methods_for
 
     jobs = []
-    for name, method in methods_for("tp").items():
+    terms = ({}, {"z_loss": 1e-3, "class_weights": True})
+    grid = itertools.product(("fp32", "bf16"), (0.0, 0.1), (None, SOFTCAP), terms, (UNEVEN, EVEN))
+    for (name, method), (dtype, beta, softcap, extra, vocab) in itertools.product(
+        methods_for("tp").items(), list(grid)
+    ):
         if method.availability("cpu") is not None:  # cce: CUDA only
             continue
-        for dtype in ("fp32", "bf16"):
-            for beta in (0.0, 0.1):
-                for softcap in (None, SOFTCAP):
-                    for terms in ({}, {"z_loss": 1e-3, "class_weights": True}):
-                        for vocab in (UNEVEN, EVEN):
-                            kw = dict(dtype=dtype, beta=beta, softcap=softcap, vocab=vocab)
-                            case = _case(**kw, **terms)
-                            start, stop = shard_ranges(vocab, world)[0]
-                            reason = method.unsupported_at(
-                                case, Shard(0, world, start, stop, vocab)
-                            )
-                            expect = "pass" if reason is None else "unsupported"
-                            jobs.append(Job(name, {**kw, **terms}, expect, reason or ""))
+        kw = dict(dtype=dtype, beta=beta, softcap=softcap, vocab=vocab, **extra)
+        start, stop = shard_ranges(vocab, world)[0]
+        reason = method.unsupported_at(_case(**kw), Shard(0, world, start, stop, vocab))
+        jobs.append(Job(name, kw, "pass" if reason is None else "unsupported", reason or ""))
     return _only_installed(jobs)
 
 

@@ -131,19 +131,13 @@ def _no_sort_function() -> tuple[type, Any, Any]:
         raise Unavailable(
             f"this cut_cross_entropy lacks the kernels cce-no-sort uses: {err}"
         ) from err
-    expected = {
+    for fn, names in {
         cce_lse_forward_kernel: "e c valids softcap return_logit_avg",
         cce_backward_kernel: "do e c lse valids softcap filter_eps targets shift vocab_ordering "
         "grad_scale",
         indexed_neg_dot_forward_kernel: "e c inds shift valids softcap out_dtype",
-    }
-    for fn, words in expected.items():
-        names, have = tuple(words.split()), tuple(inspect.signature(fn).parameters)
-        if have[: len(names)] != names:
-            raise Unavailable(
-                f"cut_cross_entropy.{fn.__name__}{have} differs from the 25.1.1 signature "
-                "cce-no-sort was written against"
-            )
+    }.items():
+        _method.check_signature(fn, names, "cce-no-sort was written against (25.1.1)")
     default_eps = inspect.signature(linear_cross_entropy).parameters["filter_eps"].default
 
     class NoSortCCE(torch.autograd.Function):

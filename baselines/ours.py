@@ -50,21 +50,6 @@ def _builder(tiles: bool = False, **options: Any):
     return build
 
 
-def _caps(fused: bool, triton_only: bool, devices: frozenset[str], tiles: bool) -> Capabilities:
-    return Capabilities(
-        devices=devices,
-        label_smoothing=True,
-        softcap=True,
-        # The slice backward's per-row coefficients carry them; the tile ablation does not.
-        z_loss=not tiles,
-        class_weights=not tiles,
-        # The slice backward runs natively on CPU (engine="torch"); the tile one is Triton.
-        triton=triton_only,
-        holds=Holds("none"),
-        grads_in_forward=fused,
-    )
-
-
 def _patch(model: torch.nn.Module, preset: object, beta: float):
     from perfsuite.kernels import patch
 
@@ -113,67 +98,62 @@ _PAPER = {
 }
 _TILES = {"tiles": True}
 _FILTER = {**_TILES, "filter_eps": "auto"}
-_ANY = frozenset({"cpu", "cuda"})
-# (name, description, options, grads in forward, Triton only[, devices])
-_VARIANTS = (
-    ("ours", "exact slice backward: fused gradient slices, plain GEMMs", {}, False, False),
-    ("ours-fused", "slice backward run inside the forward call", {"impl": "fused"}, True, False),
-    ("ours-zloss", f"ours with z-loss {Z_LOSS:g}·lse² (its cost over plain)", {}, False, False),
-    ("ours-weighted", "ours with class weights (its cost over plain)", {}, False, False),
-    (
-        "ours-cublas",
+# name -> (description, options). Each route of the slice algorithm forced
+# (kernels/routes.py) keeps measurable whichever one the rule does not pick for ours.
+_VARIANTS = {
+    "ours": ("exact slice backward: fused gradient slices, plain GEMMs", {}),
+    "ours-fused": ("slice backward run inside the forward call", {"impl": "fused"}),
+    "ours-zloss": (f"ours with z-loss {Z_LOSS:g}·lse² (its cost over plain)", {}),
+    "ours-weighted": ("ours with class weights (its cost over plain)", {}),
+    # On a CPU it is ours itself: CUDA only.
+    "ours-cublas": (
         "design probe: ours-route-cublas with its epilogues in torch ops (engine torch)",
         {"engine": "torch"},
-        False,
-        False,
-        frozenset({"cuda"}),  # on a CPU it is ours itself
     ),
-    # Each route of the slice algorithm forced (kernels/routes.py): whichever the rule
-    # does not pick for ours stays measurable. Triton on a CPU: under the interpreter.
-    (
-        "ours-route-triton",
+    "ours-route-triton": (
         "route ablation: Triton GEMMs with the softmax fused in (forward, gradient slices)",
         {"engine": "triton"},
-        False,
-        True,
     ),
-    (
-        "ours-route-cublas",
+    "ours-route-cublas": (
         "route ablation: cuBLAS fp32 logit slices, one Triton epilogue per slice",
         {"engine": "cublas"},
-        False,
-        True,
     ),
-    ("ours-tiles", "ablation: atomic-tile backward, no filtering (exact)", _TILES, False, True),
-    (
-        "ours-tiles-list",
-        "ablation: atomic tiles, filtered over the mass-budget tile list",
-        _FILTER,
-        False,
-        True,
-    ),
-    (
-        "ours-tiles-sort",
+    "ours-tiles": ("ablation: atomic-tile backward, no filtering (exact)", _TILES),
+    "ours-tiles-list": ("ablation: atomic tiles, filtered over the mass-budget tile list", _FILTER),
+    "ours-tiles-sort": (
         "ablation: atomic tiles, CCE-style element filter, vocab sorting",
         {**_FILTER, "tile_list": False},
-        False,
-        True,
     ),
-    (
-        "ours-tiles-no-sort",
+    "ours-tiles-no-sort": (
         "ablation: atomic tiles, element filter without sorting",
         {**_FILTER, "tile_list": False, "sort_vocab": False},
-        False,
-        True,
     ),
-)
+}
+
+
+def _caps(name: str, options: dict[str, Any]) -> Capabilities:
+    tiles = bool(options.get("tiles"))
+    return Capabilities(
+        devices=frozenset({"cuda"} if name == "ours-cublas" else {"cpu", "cuda"}),
+        label_smoothing=True,
+        softcap=True,
+        # The slice backward's per-row coefficients carry them; the tile ablation does not.
+        z_loss=not tiles,
+        class_weights=not tiles,
+        # The slice backward runs natively on CPU (engine="torch"); the routes forced to
+        # Triton kernels and the tile backward are Triton (under the interpreter on a CPU).
+        triton=tiles or options.get("engine") in ("triton", "cublas"),
+        holds=Holds("none"),
+        grads_in_forward=options.get("impl") == "fused",
+    )
+
 
 METHODS = [
     SimpleMethod(
         name=name,
         description=description,
         build=_builder(**options),
-        caps=_caps(fused, triton_only, devices, tiles=bool(options.get("tiles"))),
+        caps=_caps(name, options),
         requires=("triton",),
         terms=_TERMS.get(name),
         paper=_PAPER.get(name),
@@ -181,6 +161,5 @@ METHODS = [
         timed_by_default=name == "ours",
         **(_KINDS if name == "ours" else {}),
     )
-    for name, description, options, fused, triton_only, *more in _VARIANTS
-    for devices in [more[0] if more else _ANY]
+    for name, (description, options) in _VARIANTS.items()
 ]

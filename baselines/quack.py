@@ -12,7 +12,6 @@ aligned rows and it asserts N % 8 == 0: N, V and D multiples of 8, 16-bit dtypes
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +72,11 @@ def _import_loss() -> Any:
         from quack.linear_cross_entropy import chunked_linear_cross_entropy
     except Exception as err:  # noqa: BLE001 - CuTe DSL / CUDA mismatches fail at import
         raise Unavailable(f"quack failed to import: {type(err).__name__}: {err}") from err
-    expected = ("x", "weight", "target", "chunk_size", "ignore_index", "reduction")
-    have = tuple(inspect.signature(chunked_linear_cross_entropy).parameters)
-    if have[: len(expected)] != expected:
-        raise Unavailable(
-            f"quack's chunked_linear_cross_entropy{have} differs from the 0.6.5 signature "
-            "this adapter was written against"
-        )
+    _method.check_signature(
+        chunked_linear_cross_entropy,
+        "x weight target chunk_size ignore_index reduction",
+        "this adapter was written against (0.6.5)",
+    )
     return chunked_linear_cross_entropy
 
 

@@ -51,22 +51,6 @@ def cross_entropy_terms(
     return loss + (total / valid.sum() if reduction == "mean" else total)
 
 
-def reference_loss(
-    e: torch.Tensor,
-    c: torch.Tensor,
-    targets: torch.Tensor,
-    beta: float = 0.0,
-    softcap: float | None = None,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-    weight: torch.Tensor | None = None,
-    z_loss: float = 0.0,
-) -> torch.Tensor:
-    """The yardstick: fp32 materialised logits through ``F.cross_entropy``."""
-    logits = softcapped(e.float() @ c.float().T, softcap)
-    return cross_entropy_terms(logits, targets, beta, ignore_index, reduction, weight, z_loss)
-
-
 def eager_loss(
     e: torch.Tensor,
     c: torch.Tensor,
@@ -76,10 +60,16 @@ def eager_loss(
     ignore_index: int = -100,
     weight: torch.Tensor | None = None,
     z_loss: float = 0.0,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """The paper's "Baseline": logits in the input dtype, then ``F.cross_entropy``."""
     logits = softcapped(e @ c.T, softcap)
-    return cross_entropy_terms(logits, targets, beta, ignore_index, "mean", weight, z_loss)
+    return cross_entropy_terms(logits, targets, beta, ignore_index, reduction, weight, z_loss)
+
+
+def reference_loss(e: torch.Tensor, c: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The yardstick: eager's loss (same arguments) on fp32 materialised logits."""
+    return eager_loss(e.float(), c.float(), *args, **kwargs)
 
 
 def case_loss(

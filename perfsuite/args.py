@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from perfsuite.results.kinds import TIMERS
 from perfsuite.results.results import PHASES
 
+# Where a results file goes without --out: git ignores it.
+DEFAULT_OUT_DIR = Path("reports") / "runs"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
 
 
@@ -169,3 +173,25 @@ def measurement_options(args: argparse.Namespace) -> dict[str, Any]:
     """``build_plan`` keywords from the arguments ``add_measurement_arguments`` defines."""
     names = {**{k: k for k in _PLAN_KEYWORDS}, **_RENAMED}
     return {keyword: getattr(args, name) for keyword, name in names.items()}
+
+
+def add_out_arguments(
+    p: argparse.ArgumentParser,
+    name: str,
+    what: str = "results file",
+    force: str | None = "overwrite an existing --out file",
+    beside: str = "",
+) -> None:
+    """``--out`` (default: ``out_file``'s, ``<time>-`` then ``name``; ``beside``: what
+    else goes next to it) and ``--force``."""
+    where = f"{what} (default: {DEFAULT_OUT_DIR}/<time>-{name}){beside}"
+    p.add_argument("--out", type=Path, help=where)
+    if force is not None:
+        p.add_argument("--force", action="store_true", help=force)
+
+
+def out_file(out: Path | None, *words: str) -> Path:
+    """``--out``, or a new file under ``DEFAULT_OUT_DIR`` named by the time and ``words``."""
+    if out is not None:
+        return Path(out)
+    return DEFAULT_OUT_DIR / f"{'-'.join([time.strftime('%Y%m%d-%H%M%S'), *words])}.json"

@@ -7,13 +7,12 @@ load is ``main``'s to answer."""
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite import __version__
@@ -22,11 +21,9 @@ from perfsuite.parser import BAD_INPUT, DESCRIPTION, MODULE_COMMANDS, Parser, pr
 if TYPE_CHECKING:
     from rich.console import Console
 
-DEFAULT_OUT_DIR = Path("reports") / "runs"
-
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from perfsuite.args import add_measurement_arguments, positive_int
+    from perfsuite.args import add_measurement_arguments, add_out_arguments, positive_int
 
     p.add_argument(
         "--shape",
@@ -43,12 +40,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="apply a logit softcap: the preset's (bare flag) or the given value",
     )
     add_measurement_arguments(p)
-    p.add_argument(
-        "--out",
-        type=Path,
-        help=f"results file (default: {DEFAULT_OUT_DIR}/<time>-<shape>-<device>.json)",
-    )
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    add_out_arguments(p, "<shape>-<device>.json")
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -69,19 +61,12 @@ def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from perfsuite.args import measurement_options
-    from perfsuite.harness.progress import finished_lines
+    from perfsuite.args import measurement_options, out_file
+    from perfsuite.harness.command import Checkpoint, command, ended
+    from perfsuite.harness.progress import cell_label
     from perfsuite.plan.plan import PlanError, build_plan
     from perfsuite.plan.workloads import file_shape, parse_workload
-    from perfsuite.render.table import print_tables
-    from perfsuite.results.results import (
-        Checkpoint,
-        nothing_measured,
-        status_counts,
-    )
-    from perfsuite.run.runner import run_plan
+    from perfsuite.run import runner
 
     workload = parse_workload(args.workload, args.entropy, args.zipf)
     if workload is not None and workload["kind"] == "file":
@@ -105,55 +90,25 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         softcap = _softcap(args, shapes)
     extra = measurement_options(args)
     plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
-    out = args.out
-    if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = DEFAULT_OUT_DIR / f"{stamp}-{'+'.join(s.name for s in shapes)}-{plan.device}.json"
-    # Checked, and held by this run alone until its last write, before anything is measured:
-    # a second run on the same --out is refused (it would replace this one's rows).
-    checkpoint = Checkpoint(out, overwrite=args.force)
+    out = out_file(args.out, "+".join(s.name for s in shapes), plan.device)
+    checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
 
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
+    document = command(
+        checkpoint,
+        lambda progress, notice: runner.run_plan(plan, progress, checkpoint, notice),
+        console,
+        [(method, case) for method in plan.methods for case in plan.cases()],
+        label=functools.partial(cell_label, tokens=False),
     )
-    try:
-        with checkpoint, Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task(plan.methods[0], total=len(plan.methods) * len(plan.cases()))
-
-            def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-                tp = f" TP={case['tp']}" if case.get("tp") else ""
-                label = f"{method + tp:<22} {case['shape']} {case['dtype']} β={case['beta']:g}"
-                for line in finished_lines(label, rows):
-                    bar.console.log(line)
-                bar.update(task, advance=1, description=method)
-
-            # A line per worker and cell start, and while a long cell runs.
-            document = run_plan(plan, progress, checkpoint=checkpoint, notice=bar.console.log)
-            checkpoint(document)  # the whole document, while the file is still held
-    except KeyboardInterrupt:  # said after the progress bar is gone, or it is erased with it
-        if kept := checkpoint.kept():
-            console.print(
-                f"[red]interrupted[/red]: {kept} finished cell row(s) kept in {out} "
-                "(a partial results file: `perfsuite report` reads it)",
-                soft_wrap=True,  # the path whole, however deep (rich cut it mid-name)
-            )
-        else:
-            console.print("[red]interrupted[/red] before any cell finished: nothing written")
-        raise
     if plan.tps:
         from perfsuite.render.tp_table import print_tp_tables
 
         print_tp_tables(console, document)
     else:
+        from perfsuite.render.table import print_tables
+
         print_tables(document["rows"], console)
-    console.print(f"results: {out}", soft_wrap=True)  # a path stays whole
-    if nothing_measured(document["rows"]):
-        print_error(f"no cell was measured ({status_counts(document['rows'])})")
-        return 1
-    return 0
+    return ended(document, out, console)
 
 
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import shutil
 from collections.abc import Callable
@@ -164,6 +165,17 @@ def missing_packages(*modules: str) -> list[str]:
             return True
 
     return [m for m in modules if absent(m)]
+
+
+def check_signature(fn: Callable[..., Any], names: str, against: str) -> None:
+    """``Unavailable`` unless ``fn``'s leading parameters are ``names`` (space-separated):
+    the library changed under the adapter (``against``: who was written against which
+    version)."""
+    expected, have = tuple(names.split()), tuple(inspect.signature(fn).parameters)
+    if have[: len(expected)] != expected:
+        raise Unavailable(
+            f"{fn.__module__}.{fn.__name__}{have} differs from the signature {against}"
+        )
 
 
 def has_cxx() -> bool:

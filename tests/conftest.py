@@ -142,16 +142,19 @@ def unit_tests_stay_in_process(
     a compiler, Chromium, a wheel build; git's and uname's reads and a library's own
     build steps and probes aside, tests/process_guard.py) is marked ``integration``, and
     ``-m "not integration"`` is the fast in-process set. ``PERFSUITE_SPAWN_LOG=FILE``
-    lists the unmarked tests that start one instead of failing them."""
-    if request.node.get_closest_marker("integration") is not None:
+    lists every process a test starts, marked or not (the suite's process count: the
+    processes those start are not in it), instead of failing the unmarked."""
+    marked = request.node.get_closest_marker("integration") is not None
+    log = os.environ.get("PERFSUITE_SPAWN_LOG")
+    if marked and not log:
         yield
         return
     started = watch(monkeypatch)
     yield
-    log = os.environ.get("PERFSUITE_SPAWN_LOG")
-    if started and log:
+    if log:
         with open(log, "a") as f:
-            f.write(f"{request.node.nodeid}\t{started[0]}\n")
+            mark = "integration" if marked else "UNMARKED"
+            f.writelines(f"{request.node.nodeid}\t{mark}\t{words}\n" for words in started)
     elif started:
         pytest.fail(f"starts a process ({started[0]}): mark it @pytest.mark.integration")
 

@@ -79,6 +79,11 @@ def _program(words: list) -> str:
     return os.path.basename(os.fsdecode(words[0]).split()[0]) if words else ""
 
 
+def _words(words: list) -> str:
+    """A process's first four words (a worker's module is its fourth), one line each."""
+    return " ".join((os.fsdecode(w).splitlines() or [""])[0] for w in words[:4])
+
+
 def triton_step(program: str, frame: FrameType | None) -> bool:
     """Whether Triton's own code starts ``program`` as one of its tools (``frame``: the
     start's frame); if not, the process is the test's."""
@@ -91,7 +96,7 @@ def triton_step(program: str, frame: FrameType | None) -> bool:
 
 def watch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record, from now until ``monkeypatch`` undoes it, each process started that is the
-    test's own (its first three words), in the list returned."""
+    test's own (its first four words, each its first line), in the list returned."""
     started: list[str] = []
     execute: Callable = subprocess.Popen._execute_child  # type: ignore[attr-defined]
     spawn = multiprocessing.util.spawnv_passfds
@@ -100,11 +105,11 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         words = [args] if isinstance(args, (str, bytes)) else list(args)
         program = _program(words)
         if program not in READS and not triton_step(program, sys._getframe(1)):
-            started.append(" ".join(os.fsdecode(w) for w in words[:3]).splitlines()[0])
+            started.append(_words(words))
         return execute(self, args, *rest, **kw)
 
     def spawnv_passfds(path, args, passfds):  # noqa: ANN001, ANN202
-        started.append(" ".join(os.fsdecode(a) for a in list(args)[:3]).splitlines()[0])
+        started.append(_words(list(args)))
         return spawn(path, args, passfds)
 
     monkeypatch.setattr(subprocess.Popen, "_execute_child", execute_child)

@@ -23,29 +23,8 @@ from perfsuite.results.results import load_dataframe, load_results
 @pytest.mark.integration
 def test_run_prints_table_and_writes_results(tmp_path, capsys):
     out = tmp_path / "r.json"
-    code = main(
-        [
-            "run",
-            "--shape",
-            "smoke",
-            "--tokens",
-            "32",
-            "--vocab",
-            "300",
-            "--hidden",
-            "16",
-            "--methods",
-            "eager",
-            "--beta",
-            "0.1",
-            "--samples",
-            "2",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ]
-    )
+    argv = "run --shape smoke --tokens 32 --vocab 300 --hidden 16 --methods eager --beta 0.1"
+    code = main([*argv.split(), "--samples", "2", "--device", "cpu", "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out
     assert "lower bound" in text and "eager" in text and "β=0.1" in text
@@ -104,23 +83,8 @@ def test_smoke_peaks_eager_holds_logits_native_and_ours_stay_near_floor(tmp_path
     the floor; at β = 0.1 in fp32 ours holds dE + dC and little else (its default slice:
     a sixteenth of the vocabulary's logits, timed natively)."""
     out = tmp_path / "smoke.json"
-    argv = [
-        "run",
-        "--shape",
-        "smoke",
-        "--dtype",
-        "fp32",
-        "--methods",
-        "eager,torch-native,ours",
-        "--beta",
-        "0,0.1",
-        "--phases",
-        "fwd+bwd",
-        "--samples",
-        "3",
-        "--out",
-        str(out),
-    ]
+    argv = "run --shape smoke --dtype fp32 --methods eager,torch-native,ours --beta 0,0.1"
+    argv = [*argv.split(), "--phases", "fwd+bwd", "--samples", "3", "--out", str(out)]
     assert main(argv) == 0
     df = load_dataframe(out).set_index(["method", "beta"])
     s = get_shape("smoke")
@@ -365,11 +329,18 @@ def test_run_and_sweep_word_a_shape_too_big_alike(monkeypatch, capsys, tmp_path)
     assert "exceeds the 16 GiB this cpu can give a cell" in words and "available" not in ran
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+# A sweep's grid: the smoke shape's cells, fp32.
+SWEEP = ["sweep", "--tokens", "256", "--vocab", "2048", "--hidden", "128", "--dtype", "fp32"]
+
+
+@pytest.mark.parametrize(
+    ("cells", "how"), [(CHEAP[:3], "ctrl-c"), (CHEAP[:3], "sigterm"), (SWEEP, "sigterm")]
+)
 @pytest.mark.integration
-def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
+def test_an_interrupted_command_keeps_its_finished_cells(tmp_path, cells, how):
     """Ctrl-C used to discard every finished cell; SIGTERM also left the worker's
-    temporary folder behind and the terminal's cursor hidden."""
+    temporary folder behind and the terminal's cursor hidden, and a sweep said nothing of
+    its file. One driver, one wording: run and sweep alike."""
     import json
     import signal
     import time
@@ -378,7 +349,7 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "FORCE_COLOR": "1", "COLUMNS": "100"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsuite", *CHEAP[:3], "--methods", "eager,torch-compile",
+        [sys.executable, "-m", "perfsuite", *cells, "--methods", "eager,torch-compile",
          "--phases", "fwd", "--samples", "2", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True,  # a process group of its own, as a terminal's job
@@ -402,6 +373,7 @@ def test_an_interrupted_run_keeps_its_finished_cells(tmp_path, how):
     assert f"{len(kept['rows'])} finished cell row(s) kept in {out}" in plain
     assert list(tmp.glob("perfsuite-*")) == []  # the worker's folder is gone with it
     assert text.rfind("\x1b[?25h") > text.rfind("\x1b[?25l") >= 0  # cursor shown again
+    assert f"perfsuite {cells[0]} stopped" in plain
 
 
 @pytest.mark.parametrize(

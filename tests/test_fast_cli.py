@@ -15,34 +15,44 @@ import pytest
 
 from perfsuite.cli import main
 
-CODE = """
-import contextlib, io, sys
+# A fresh interpreter runs each argv in turn as the console script would and prints, for
+# each, its exit code, the heavy modules loaded by then (so the first command to load one
+# is the one named), its stderr and its stdout.
+FRESH = """
+import contextlib, io, json, sys
 from perfsuite.cli import main
-with contextlib.redirect_stdout(io.StringIO()) as out:
-    try:
-        main({argv!r})
-    except SystemExit as exc:
-        assert exc.code == 0, exc.code
-assert {expect!r} in out.getvalue(), out.getvalue()
 heavy = ("torch", "numpy", "perfsuite.plan.registry", "perfsuite.regress.compare")
-print(sorted(m for m in heavy if m in sys.modules))
+for argv in {argvs!r}:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    loaded = [m for m in heavy if m in sys.modules]
+    print(json.dumps([code, loaded, err.getvalue(), out.getvalue()]))
 """
 
 
-@pytest.mark.parametrize(
-    ("argv", "expect"),
-    [(["--help"], "kernel-report"), (["shapes"], "gemma2-2b"), (["--version"], "perfsuite")],
-)
-@pytest.mark.integration
-def test_help_and_shapes_import_no_torch(argv, expect):
+def _fresh(argvs: list[list[str]], cwd: Path | None = None) -> list[tuple]:
+    """(exit code, heavy modules loaded, stderr, stdout) of each argv, in one interpreter."""
     done = subprocess.run(
-        [sys.executable, "-c", CODE.format(argv=argv, expect=expect)],
+        [sys.executable, "-c", FRESH.format(argvs=argvs)],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]", done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [tuple(json.loads(line)) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.integration
+def test_help_and_shapes_import_no_torch():
+    argvs = [["--help"], ["shapes"], ["--version"]]
+    expected = ["kernel-report", "gemma2-2b", "perfsuite"]
+    for argv, expect, (code, heavy, _, out) in zip(argvs, expected, _fresh(argvs), strict=True):
+        assert (code, heavy) == (0, []) and expect in out, (argv, code, heavy)
 
 
 def test_top_level_help_lists_every_subcommand_with_its_line(capsys):
@@ -108,20 +118,6 @@ def test_an_interrupt_while_the_command_loads_exits_130_without_a_traceback(argv
     assert f"interrupted: perfsuite {argv[0]} stopped" in out
 
 
-# A fresh interpreter runs `main(argv)` as the console script would, then says whether
-# torch was imported (it took ~40 s under load before a bad argument was refused).
-TORCH_FREE = """
-import contextlib, io, json, sys
-from perfsuite.cli import main
-out, err = io.StringIO(), io.StringIO()
-with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-        code = main({argv!r})
-    except SystemExit as exc:
-        code = exc.code
-print(json.dumps([code, "torch" in sys.modules, err.getvalue(), out.getvalue()]))
-"""
-
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 SMOKE = str(REPORTS / "cpu-smoke" / "results.json")
 BAD_ARGUMENTS = [
@@ -145,40 +141,27 @@ BAD_ARGUMENTS = [
 ]
 
 
-def _torch_free(argv: list[str], cwd: Path) -> tuple[int, bool, str, str]:
-    """(exit code, whether torch was imported, stderr, stdout)."""
-    done = subprocess.run(
-        [sys.executable, "-c", TORCH_FREE.format(argv=argv)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return tuple(json.loads(done.stdout))
-
-
-@pytest.mark.parametrize("argv", BAD_ARGUMENTS, ids=[a[0] for a in BAD_ARGUMENTS])
 @pytest.mark.integration
-def test_bad_arguments_are_refused_before_torch_loads(argv, tmp_path):
+def test_bad_arguments_are_refused_before_torch_loads(tmp_path):
     """Every command that imported torch to build its parser did so before refusing a bad
-    argument (issue 46): the refusal comes first."""
-    code, torch, err, _ = _torch_free(argv, tmp_path)
-    assert code == 2 and err.startswith("error: "), (code, err)
-    assert not torch, f"perfsuite {' '.join(argv)} imported torch"
+    argument (issue 46): the refusal comes first (it took ~40 s under load)."""
+    ran = _fresh(BAD_ARGUMENTS, tmp_path)
+    for argv, (code, heavy, err, _) in zip(BAD_ARGUMENTS, ran, strict=True):
+        assert code == 2 and err.startswith("error: "), (argv, code, err)
+        assert "torch" not in heavy, f"perfsuite {' '.join(argv)} imported torch"
 
 
 @pytest.mark.integration
 def test_compare_and_history_read_rows_without_torch(tmp_path):
     """compare and history judge rows already measured: no torch (report on 24 rows took
     13-25 s under load, issue 46)."""
-    assert _torch_free(["compare", SMOKE, SMOKE], tmp_path)[:2] == (0, False)
-    demo = tmp_path / "demo"
+    demo, db = tmp_path / "demo", str(tmp_path / "h.sqlite")
     assert main(["history", "demo", "-o", str(demo), "--runs", "4", "--step-at", "2"]) == 0
-    db = str(tmp_path / "h.sqlite")
-    assert _torch_free(["history", "--db", db, "import", str(demo)], tmp_path)[:2] == (0, False)
-    assert _torch_free(["history", "--db", db, "list"], tmp_path)[:2] == (0, False)
-    assert _torch_free(["history", "--db", db, "check"], tmp_path)[1] is False
+    history = [["import", str(demo)], ["list"], ["check"]]
+    argvs = [["compare", SMOKE, SMOKE], *(["history", "--db", db, *a] for a in history)]
+    ran = _fresh(argvs, tmp_path)
+    assert [code for code, *_ in ran[:3]] == [0, 0, 0]  # check: 1 on an open regression
+    assert not [heavy for _, heavy, *_ in ran if "torch" in heavy]
 
 
 @pytest.mark.integration
@@ -196,8 +179,9 @@ def test_report_reads_a_runs_record_without_torch(tmp_path, capsys):
     document["env"]["grads_in_forward"] = record
     recorded = tmp_path / "recorded.json"
     recorded.write_text(json.dumps(document))
-    for fmt in ("md", "csv"):
+    formats = ["md", "csv"]
+    ran = _fresh([["report", str(recorded), "--format", fmt] for fmt in formats], tmp_path)
+    for fmt, (code, heavy, err, out) in zip(formats, ran, strict=True):
         assert main(["report", SMOKE, "--format", fmt]) == 0  # no record: the registry
-        code, torch, err, out = _torch_free(["report", str(recorded), "--format", fmt], tmp_path)
-        assert (code, torch, err) == (0, False, "")
+        assert (code, "torch" in heavy, err) == (0, False, "")
         assert out == capsys.readouterr().out and "‡" in out

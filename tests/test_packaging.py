@@ -11,6 +11,7 @@ import shutil
 import site
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -110,14 +111,7 @@ def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) 
     python = venv / "bin" / "python"
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps"]
     subprocess.run([*install, "--no-index", "-q", str(wheel)], check=True, capture_output=True)
-    site_dir = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
+    site_dir = Path(sysconfig.get_path("purelib", vars={"base": venv, "platbase": venv}))
     (site_dir / "system_packages.pth").write_text("".join(f"{d}\n" for d in _system_packages()))
     blocked = sorted(TEST_TOOLS.values())
     (site_dir / "no_test_tools.pth").write_text(

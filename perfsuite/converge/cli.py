@@ -4,14 +4,15 @@ crashed, ran out of memory, diverged or differs from eager, else 0."""
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.args import (
+    add_out_arguments,
     non_negative_float,
     non_negative_int,
+    out_file,
     positive_float,
     positive_int,
     seed_int,
@@ -36,65 +37,35 @@ def _preset_help() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``perfsuite converge``."""
-    parser.add_argument("--preset", default="smoke", choices=PRESETS, help=_preset_help())
-    parser.add_argument(
-        "--methods",
-        help=f"comma-separated method names; {REFERENCE} (the reference) is always added "
-        "(default: the preset's, else the paper table's methods that train, without those "
-        "that compile on a CPU: see perfsuite methods)",
-    )
-    parser.add_argument("--beta", default="0,0.1", help="label smoothing values, comma-separated")
-    parser.add_argument(
-        "--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)"
-    )
-    parser.add_argument("--steps", type=positive_int, help="training steps (default: the preset's)")
-    parser.add_argument(
-        "--z-loss",
-        type=non_negative_float,
-        help="train with PaLM's z_loss·lse² added (e.g. 1e-4; default 0). Methods without "
-        "it are recorded as unsupported",
-    )
-    parser.add_argument("--seed", type=seed_int, help="model, data and order seed (default 0)")
-    parser.add_argument(
-        "--train-batches",
-        type=non_negative_int,
-        help="distinct training batches, cycled (0: a fresh batch every step; default: the "
-        "preset's). Repeated data makes a model overconfident, as fine-tuning does",
-    )
-    parser.add_argument(
-        "--data",
-        default="bigram",
-        choices=DATA_KINDS,
-        help="bigram (synthetic, true distribution known; default) or text (Python's "
-        "bundled help pages, BPE-tokenised here; no truth)",
-    )
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument(
-        "--jobs",
-        type=positive_int,
-        help="Triton methods interpreted on CPU at a time (default: 2 on 2+ cores)",
-    )
-    parser.add_argument(
-        "--timeout", type=positive_float, help="seconds one run may take (default: the preset's)"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="results JSON (default: reports/runs/TIME-converge-PRESET-DEVICE.json); the "
-        "table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
-    )
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
-    parser.add_argument(
-        "--render",
-        metavar="RESULTS",
-        type=Path,
-        help="rewrite the table and plots next to a finished results JSON; train nothing",
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="build the data and the model (on the meta device), print the plan, train nothing",
-    )
+    arg = parser.add_argument
+    arg("--preset", default="smoke", choices=PRESETS, help=_preset_help())
+    methods = f"comma-separated method names; {REFERENCE} (the reference) is always added "
+    methods += "(default: the preset's, else the paper table's methods that train, without "
+    arg("--methods", help=methods + "those that compile on a CPU: see perfsuite methods)")
+    arg("--beta", default="0,0.1", help="label smoothing values, comma-separated")
+    arg("--dtype", help=f"comma-separated, of {','.join(DTYPES)} (default: the preset's)")
+    arg("--steps", type=positive_int, help="training steps (default: the preset's)")
+    z_loss = "train with PaLM's z_loss·lse² added (e.g. 1e-4; default 0). Methods without "
+    arg("--z-loss", type=non_negative_float, help=z_loss + "it are recorded as unsupported")
+    arg("--seed", type=seed_int, help="model, data and order seed (default 0)")
+    batches = "distinct training batches, cycled (0: a fresh batch every step; default: the "
+    batches += "preset's). Repeated data makes a model overconfident, as fine-tuning does"
+    arg("--train-batches", type=non_negative_int, help=batches)
+    data = "bigram (synthetic, true distribution known; default) or text (Python's bundled "
+    data += "help pages, BPE-tokenised here; no truth)"
+    arg("--data", default="bigram", choices=DATA_KINDS, help=data)
+    arg("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    jobs = "Triton methods interpreted on CPU at a time (default: 2 on 2+ cores)"
+    arg("--jobs", type=positive_int, help=jobs)
+    arg("--timeout", type=positive_float, help="seconds one run may take (default: the preset's)")
+    add_out_arguments(
+        parser, "converge-<preset>-<device>.json", "results JSON", "overwrite existing outputs",
+        "; the table (.md) and the plots (-loss, -reliability, -calibration .png) go next to it",
+    )  # fmt: skip
+    render = "rewrite the table and plots next to a finished results JSON; train nothing"
+    arg("--render", metavar="RESULTS", type=Path, help=render)
+    dry = "build the data and the model (on the meta device), print the plan, train nothing"
+    arg("--dry-run", action="store_true", help=dry)
 
 
 def _methods(
@@ -119,28 +90,17 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     if args.train_batches is not None:
         preset = replace(preset, train_batches=args.train_batches or None)
     dtypes = list(preset.dtypes) if args.dtype is None else parse_dtypes(args.dtype)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path("reports/runs") / f"{stamp}-converge-{preset.name}-{device}.json"
     return Config(
         preset=preset,
         methods=_methods(args.methods, device, known, preset.methods),
         betas=parse_betas(args.beta),
         dtypes=list(dict.fromkeys(dtypes)),
         device=device,
-        out=args.out or out,  # as ``run`` names its files; git ignores reports/runs/
+        out=out_file(args.out, "converge", preset.name, device),
         data=args.data,
         jobs=args.jobs or default_jobs(),
         timeout_s=args.timeout or preset.timeout_s,
     )
-
-
-def check_outputs(config: Config, force: bool) -> None:
-    """Refuse now, before training, outputs that cannot be written or would be clobbered."""
-    from perfsuite.converge.plots import artifact_paths
-    from perfsuite.results.outpath import check_output_file
-
-    for path in (config.out, *artifact_paths(config.out).values()):
-        check_output_file(path, "--out", overwrite=force)
 
 
 def exit_status(rows: list[dict[str, Any]]) -> int:
@@ -151,10 +111,11 @@ def exit_status(rows: list[dict[str, Any]]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
+    from perfsuite.converge.plots import artifact_paths
     from perfsuite.converge.report import read
-    from perfsuite.converge.sweep import dry_run, report, sweep
+    from perfsuite.converge.sweep import dry_run, plan_cells, report, sweep
+    from perfsuite.harness.command import Checkpoint, command
     from perfsuite.plan.registry import methods_for
-    from perfsuite.results.lock import claim
 
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
     if args.render is not None:  # the table and figures of a finished file, trained again by none
@@ -164,18 +125,24 @@ def run(args: argparse.Namespace) -> int:
     config = resolve(args, known)
     if args.dry_run:
         return dry_run(config, known, console)
-    check_outputs(config, args.force)
-    # Held by this sweep alone to its last write (checked again once held): a second
-    # writer of the same --out is refused, as `run`, `sweep` and `step` refuse it.
-    with claim(config.out, lambda: check_outputs(config, args.force)):
-        p = config.preset
-        console.print(
-            f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
-            f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
-            + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
-            + f" -> {config.out}",
-            highlight=False,
-        )
-        document = sweep(config, known, console)
-        report(config.out, document, console)
+    # Every output refused now, before training, if it cannot be written or would be
+    # clobbered; the results file held by this sweep alone to its last write.
+    outputs = artifact_paths(config.out).values()
+    checkpoint = Checkpoint(config.out, overwrite=args.force, outputs=outputs)
+    p = config.preset
+    console.print(
+        f"converge {p.name}: {', '.join(config.methods)} x β {config.betas} x {config.dtypes} "
+        f"on {config.device}, {p.steps} steps of {p.batch}x{p.seq} tokens, {config.data} data"
+        + (f", z-loss {p.z_loss:g}" if p.z_loss else "")
+        + f" -> {config.out}",
+        highlight=False,
+    )
+    units = [(cell.method, {}) for cell in plan_cells(config, known)]
+    document = command(
+        checkpoint,
+        lambda progress, notice: sweep(config, known, console, progress, checkpoint),
+        console,
+        units,
+    )
+    report(config.out, document, console)
     return exit_status(document["rows"])

@@ -1,11 +1,10 @@
 """The converge sweep: every method x beta x dtype a run, eager's yardstick after eager;
-the results file rewritten after each run (``partial`` until the last), then the
-markdown table and the figures."""
+the results file rewritten after each run (``partial`` until the last: the driver's
+``Checkpoint``), then the markdown table and the figures."""
 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,12 @@ from perfsuite.converge.presets import Preset
 from perfsuite.converge.report import markdown, print_report, train_row
 from perfsuite.converge.runner import Cell, TrainKind, result
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
+from perfsuite.harness.busy import ProgressFn
+from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.kind import run_kind
 from perfsuite.method import SimpleMethod
 from perfsuite.results.provenance import collect_env
-from perfsuite.results.results import new_document, write_results
+from perfsuite.results.results import new_document
 
 # Provenance: the versions of what a run's numbers depend on, beyond the methods' own.
 DISTRIBUTIONS = ("transformers", "torchmetrics", "tokenizers", "numpy", "matplotlib")
@@ -83,38 +84,43 @@ def _env(config: Config, known: dict[str, SimpleMethod], data_info: dict[str, An
     return env
 
 
-def sweep(config: Config, known: dict[str, SimpleMethod], console: Console) -> dict[str, Any]:
-    """Train every cell in workers; rewrites ``config.out`` after each finished run (the
-    document ``partial`` until the last) and returns the results document."""
+def sweep(
+    config: Config,
+    known: dict[str, SimpleMethod],
+    console: Console,
+    progress: ProgressFn,
+    checkpoint: Checkpoint,
+) -> dict[str, Any]:
+    """Train every cell in workers, ``progress`` told of each, ``checkpoint`` given every
+    run so far after each (eager's first, so a printed verdict is final); the results
+    document."""
     start = time.perf_counter()
     cells = plan_cells(config, known)
     env = _env(config, known, build_dataset(config.preset, config.data).describe())
     preset = config.preset.to_dict()
     results: dict[Cell, RunResult] = {}
-    lock = threading.Lock()
 
-    def save(partial: bool) -> dict[str, Any]:
+    def rows(_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows of every run so far, in table order, their verdicts attached."""
         runs = [results[c] for c in cells if c in results]
-        attach_verdicts(runs)  # eager runs first, so a printed verdict is final
-        rows = [
+        attach_verdicts(runs)
+        return [
             train_row(r.to_dict(), preset, config.device, config.data, kind.interpreted(r.method))
             for r in runs
         ]
-        document = new_document({**env, "partial": True} if partial else env, rows)
-        write_results(config.out, document)
-        return document
 
-    def on_result(run: RunResult) -> None:
-        with lock:
-            results[Cell(run.method, run.beta, run.dtype)] = run
-            save(partial=True)
-            verdict = (run.parity or {}).get("verdict", "—")
-            note = f" ({run.reason})" if run.reason else ""
-            console.print(
-                f"{run.method} β={run.beta:g} {run.dtype}: {run.status}{note}, parity "
-                f"{verdict}, {run.wall_s:.1f} s",
-                highlight=False,
-            )
+    def on_result(method: str, case: dict[str, Any], finished: list[dict[str, Any]]) -> None:
+        run = result(finished[0])
+        results[Cell(run.method, run.beta, run.dtype)] = run
+        checkpoint.add(finished)
+        progress(method, case, finished)
+        verdict = (run.parity or {}).get("verdict", "—")
+        note = f" ({run.reason})" if run.reason else ""
+        console.print(
+            f"{run.method} β={run.beta:g} {run.dtype}: {run.status}{note}, parity "
+            f"{verdict}, {run.wall_s:.1f} s",
+            highlight=False,
+        )
 
     settings = env["converge"]
     kind = TrainKind(
@@ -126,9 +132,10 @@ def sweep(config: Config, known: dict[str, SimpleMethod], console: Console) -> d
         cases.setdefault(cell.method, []).append(kind.case(cell))
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
-    run_kind(kind, cases, lambda method, case, rows: on_result(result(rows[0])), groups)
+    checkpoint.env, checkpoint.shape = env, rows
+    run_kind(kind, cases, on_result, groups)
     settings["wall_s"] = round(time.perf_counter() - start, 1)
-    return save(partial=False)
+    return new_document(env, rows([]))
 
 
 def report(out: Path, document: dict[str, Any], console: Console) -> None:

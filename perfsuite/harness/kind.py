@@ -3,11 +3,10 @@ another until every case is done (a worker that dies costs the case it was on)."
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from perfsuite.harness.busy import ProgressFn, watched
 from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
@@ -19,6 +18,9 @@ from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import case_rows
 from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import MEASURED, new_document
+
+if TYPE_CHECKING:
+    from perfsuite.harness.command import Checkpoint
 
 Rows = list[dict[str, Any]]
 T = TypeVar("T")
@@ -235,14 +237,14 @@ def schedule_kind(
 def checkpointed(
     env: dict[str, Any],
     progress: ProgressFn | None,
-    checkpoint: Callable[[dict[str, Any]], None] | None,
+    checkpoint: Checkpoint | None,
     tracker: Tracker | None = None,
 ) -> ProgressFn:
     """``tracker`` told of a measured case (its time model), ``progress``, then
-    ``checkpoint`` with the document of every case finished so far (a run killed
-    half-way keeps what it measured)."""
-    finished: Rows = []
-    lock = threading.Lock()
+    ``checkpoint`` given the case's rows: the file holds every case finished so far, with
+    ``env`` (a run killed half-way keeps what it measured)."""
+    if checkpoint is not None:
+        checkpoint.env = env
 
     def report(method: str, case: dict[str, Any], rows: Rows) -> None:
         if tracker is not None and any(r["status"] in MEASURED for r in rows):
@@ -250,9 +252,7 @@ def checkpointed(
         if progress is not None:
             progress(method, case, rows)
         if checkpoint is not None:
-            with lock:
-                finished.extend(rows)
-                checkpoint(new_document({**env, "partial": True}, list(finished)))
+            checkpoint.add(rows)
 
     return report
 
@@ -291,7 +291,7 @@ def measure(
     cases: list[dict[str, Any]],
     env: dict[str, Any],
     progress: ProgressFn | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Every case of every method (``run_kind``), checkpointed after each, with progress

@@ -10,7 +10,6 @@ import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 
@@ -23,8 +22,7 @@ def lock_path(path: Path) -> Path:
 
 
 class WriterLock:
-    """Held from construction until ``release`` (or the end of a ``with`` block, or until
-    the object is collected)."""
+    """Held from construction until ``release`` (or until the object is collected)."""
 
     def __init__(self, path: Path) -> None:
         self.path = lock_path(Path(path))
@@ -59,14 +57,6 @@ class WriterLock:
         finally:
             self._file.close()
             self._file = None
-
-    def __enter__(self) -> WriterLock:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
 
     def __del__(self) -> None:
         self.release()

@@ -26,7 +26,6 @@ from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import
     require_kind,
     to_disk,
 )
-from perfsuite.results.lock import claim
 from perfsuite.results.outpath import OutputPathError, check_output_file
 
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
@@ -99,35 +98,6 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
     if document.get("schema_version") == SCHEMA_VERSION and isinstance(document.get("rows"), list):
         document = to_disk(document)
     return write_atomically(path, json.dumps(document, indent=1, allow_nan=True) + "\n")
-
-
-class Checkpoint:
-    """A results file a command writes as it goes (``run``, ``step``): ``path`` checked
-    (``check_writable``) and held by this process alone (``lock.claim``: a second command on
-    the same file is refused, never left to replace this one's rows) until ``release`` or the
-    ``with`` block's end. Called, it writes a partial document; ``kept()`` counts the
-    file's rows (an interrupt may land between a write and anything after it)."""
-
-    def __init__(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-        self.path, self.wrote = check_writable(path, overwrite=overwrite), False  # makes its folder
-        # Checked again once held: a command that wrote it in between is not overwritten.
-        self.writer = claim(self.path, lambda: check_writable(path, overwrite=overwrite))
-
-    def __call__(self, document: dict[str, Any]) -> None:
-        self.wrote = True
-        write_results(self.path, document)
-
-    def kept(self) -> int:
-        return len(read_json(self.path)["rows"]) if self.wrote and self.path.exists() else 0
-
-    def release(self) -> None:
-        self.writer.release()
-
-    def __enter__(self) -> Checkpoint:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def json_error(text: str, err: json.JSONDecodeError) -> str:

@@ -30,7 +30,6 @@ from perfsuite.results.results import (
     check_writable,
     load_results,
     new_document,
-    nothing_measured,
     status_counts,
     write_results,
 )
@@ -235,13 +234,12 @@ def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> di
     job = sweep.from_args(args, shard, Path(part))
     print(f"shard {shard[0]}/{shard[1]}: {len(job.todo)} of {len(job.units)} cells", flush=True)
 
-    def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:
-        print(finished_lines(cell_label(unit.method, unit.case), rows)[0], flush=True)
+    def on_cell(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        print(finished_lines(cell_label(method, case), rows)[0], flush=True)
 
-    try:
+    with job.checkpoint:
         document = job.run(on_cell)
-    finally:
-        job.writer.release()
+        job.checkpoint.save(document)
     return {"rows": status_counts(document["rows"]) or "no"}
 
 
@@ -338,6 +336,7 @@ def _run_array(submitit: Any, array: ArraySweep, console: Any) -> dict[int, str]
 def run(args: argparse.Namespace) -> int:
     """``perfsuite sweep``: in this process, or as a job array with ``--executor``."""
     from perfsuite.fit import TrimmedConsole
+    from perfsuite.harness.command import ended
 
     if args.executor is None and _given(args, CLUSTER_ONLY):
         raise PlanError(f"{', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
@@ -364,16 +363,13 @@ def run(args: argparse.Namespace) -> int:
         write_results(array.out, document)
     finally:
         array.writer.release()
+    if not failed:
+        return ended(document, array.out, console)
     console.print(f"results: {array.out} ({status_counts(document['rows']) or 'no'} rows)")
-    if failed:
-        console.print(
-            f"[red]error:[/red] {len(failed)} of {len(array.todo)} shard(s) failed "
-            f"({', '.join(f'{i}/{array.n}' for i in sorted(failed))}); the others' cells are "
-            "in --out: fix the cause, then the same command with --resume resubmits the rest",
-            soft_wrap=True,
-        )
-        return 1
-    if nothing_measured(document["rows"]):
-        console.print("[red]error:[/red] no cell was measured")
-        return 1
-    return 0
+    console.print(
+        f"[red]error:[/red] {len(failed)} of {len(array.todo)} shard(s) failed "
+        f"({', '.join(f'{i}/{array.n}' for i in sorted(failed))}); the others' cells are "
+        "in --out: fix the cause, then the same command with --resume resubmits the rest",
+        soft_wrap=True,
+    )
+    return 1

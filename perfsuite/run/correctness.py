@@ -11,14 +11,8 @@ from typing import Any
 
 import torch
 
-from perfsuite.baselines.torch_methods import (
-    case_loss,
-    cross_entropy_terms,
-    eager_loss,
-    reference_loss,
-    softcapped,
-)
-from perfsuite.method import Case, LossFn, class_weights
+from perfsuite.baselines.torch_methods import case_loss, eager_loss, reference_loss
+from perfsuite.method import Case, LossFn
 from perfsuite.run.inputs import Inputs, make_inputs
 
 # Relative slack (times the reference's largest magnitude) per dtype.
@@ -123,12 +117,7 @@ def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
         return run_once(functools.partial(case_loss, eager_loss, case), inputs)
 
     def fp64(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(e.double() @ c.double().T, case.softcap)
-        weight = class_weights(case, e.device)
-        return cross_entropy_terms(
-            logits, t, case.beta, case.ignore_index, "mean",
-            None if weight is None else weight.double(), case.z_loss,
-        )  # fmt: skip
+        return case_loss(eager_loss, case, e.double(), c.double(), t)  # weights in fp64 too
 
     return run_once(fp64, inputs)
 

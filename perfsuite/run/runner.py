@@ -6,10 +6,9 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
@@ -24,6 +23,9 @@ from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.run.grid import Unit, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
+
+if TYPE_CHECKING:
+    from perfsuite.harness.command import Checkpoint
 
 
 def measured(plan: Plan) -> dict[str, SimpleMethod]:
@@ -119,7 +121,7 @@ def run_method(
 def run_plan(
     plan: Plan,
     progress: ProgressFn | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets

@@ -6,25 +6,18 @@ from __future__ import annotations
 
 import argparse
 import queue
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.kind import schedule_kind
+from perfsuite.harness.busy import ProgressFn
+from perfsuite.harness.command import Checkpoint
+from perfsuite.harness.kind import checkpointed, schedule_kind
 from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.registry import methods_for
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
-from perfsuite.results.lock import claim
-from perfsuite.results.results import (
-    check_writable,
-    new_document,
-    nothing_measured,
-    status_counts,
-    write_results,
-)
+from perfsuite.results.results import new_document
 from perfsuite.run import runner
 from perfsuite.run.grid import (
     Unit,
@@ -44,12 +37,10 @@ from perfsuite.run.sweep_args import (  # the command line's half, re-exported f
     plan_from_args,
 )
 
-# (method, case dict, rows of that case) after every finished or skipped case.
-CellFn = Callable[["Unit", list[dict[str, Any]]], None]
-
 
 class Sweep:
-    """One sweep's state: the document on disk, what is done, what to run."""
+    """One sweep's state: its file (``checkpoint``: resumed rows first), what is done,
+    what to run."""
 
     def __init__(
         self,
@@ -65,10 +56,11 @@ class Sweep:
     ) -> None:
         self.plan, self.out, self.shard, self.force = plan, Path(out), shard, force
         self.slots = slots or [{}]
-        self.lock = threading.Lock()
-        check_writable(self.out, overwrite=True)  # a folder: said now, not after a cell
         # Locked before the file is read: two resumes of it would keep one's rows only.
-        self.writer = claim(self.out, lambda: self._start(resume, redo, grid))
+        start = lambda: self._start(resume, redo, grid)  # noqa: E731
+        self.checkpoint = Checkpoint(self.out, overwrite=True, start=start)
+        self.checkpoint.env, self.checkpoint.rows = self.env, self.resumed
+        self.checkpoint.shape = lambda rows: canonical_order(rows, self.env["plan"])
 
     def _start(self, resume: bool, redo: tuple[str, ...], grid: dict[str, Any] | None) -> None:
         """Read back the file to resume (refusing other code), then list what is left."""
@@ -93,40 +85,29 @@ class Sweep:
             env["created_first"] = previous["env"].get(
                 "created_first", previous["env"].get("created")
             )
-        shard_text = None if shard is None else f"{shard[0]}/{shard[1]}"
-        env["sweep"] = {
-            "grid": grid or {},
-            "shard": shard_text,
-            "workload": workload_label(plan.workload),
-            "gpus": [s.get("CUDA_VISIBLE_DEVICES") for s in self.slots if s],
-            "forced": force,
-            "resumed": resumed,
-        }
-        self.document = new_document(env, rows)
         self.units = grid_units(plan, shard)
         done = {cell_key(r) for r in rows}
         self.todo = [u for u in self.units if not set(unit_keys(u, plan.phases)) <= done]
         self.kept = len(self.units) - len(self.todo)
-        self.document["env"]["sweep"]["units"] = len(self.units)
-        self.document["env"]["sweep"]["units_kept"] = self.kept
+        env["sweep"] = {
+            "grid": grid or {},
+            "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+            "workload": workload_label(plan.workload),
+            "gpus": [s.get("CUDA_VISIBLE_DEVICES") for s in self.slots if s],
+            "forced": force,
+            "resumed": resumed,
+            "units": len(self.units),
+            "units_kept": self.kept,
+        }
+        self.env, self.resumed = env, rows
 
-    def save(self) -> None:
-        with self.lock:
-            doc = self.document
-            doc["rows"] = canonical_order(doc["rows"], doc["env"]["plan"])
-            write_results(self.out, doc)
-
-    def _add(self, rows: list[dict[str, Any]]) -> None:
-        with self.lock:  # a case told twice (Ctrl-C while it was told) is kept once
-            have = {cell_key(r) for r in self.document["rows"]}
-            self.document["rows"].extend(r for r in rows if cell_key(r) not in have)
-        self.save()
-
-    def run(self, on_cell: CellFn | None = None) -> dict[str, Any]:
+    def run(self, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """Every cell to go, ``progress`` told of each: those predicted not to fit
+        recorded ``skipped``, the others measured, the file rewritten after each; the
+        finished document."""
         known = methods_for(bool(self.plan.tps))
         capacity = None if self.force else device_capacity(self.plan.device, self.plan.memory_limit)
         pending: list[Unit] = []
-        skipped: list[dict[str, Any]] = []
         kind = runner.LossKind(self.plan)  # a skipped row is any row decided without a worker
         for unit in self.todo:
             reason = skip_reason(unit, capacity, known)
@@ -134,20 +115,17 @@ class Sweep:
                 pending.append(unit)
                 continue
             rows = kind.status_rows(unit.method, unit.case, self.plan.phases, "skipped", reason)
-            skipped.extend(rows)
-            if on_cell is not None:
-                on_cell(unit, rows)
-        self.document["rows"].extend(skipped)
-        self.document["env"]["partial"] = True  # until every cell is in: as run's checkpoints
-        self.save()
-        self._execute(pending, on_cell)
-        del self.document["env"]["partial"]
+            self.checkpoint.rows.extend(rows)
+            if progress is not None:
+                progress(unit.method, unit.case, rows)
+        self.checkpoint.save()  # resumed and skipped rows: the file before the first cell
+        env = self.checkpoint.env
+        self._execute(pending, checkpointed(env, progress, self.checkpoint))
         if self.plan.device == "cuda":
             from perfsuite.results.provenance import gpu_state
 
-            self.document["env"]["gpu_state_after"] = gpu_state()
-        self.save()
-        return self.document
+            env["gpu_state_after"] = gpu_state()
+        return new_document(env, self.checkpoint.shape(self.checkpoint.rows))
 
     def _batches(self, pending: list[Unit]) -> list[tuple[str, list[Unit]]]:
         """Work items for the slots: per method its pending cases, split round-robin
@@ -162,7 +140,7 @@ class Sweep:
             for k in range(min(n, len(units)))
         ]
 
-    def _execute(self, pending: list[Unit], on_cell: CellFn | None) -> None:
+    def _execute(self, pending: list[Unit], report: ProgressFn) -> None:
         from perfsuite.harness.schedule import run_parallel
 
         free: queue.Queue[dict[str, str]] = queue.Queue()
@@ -171,16 +149,9 @@ class Sweep:
 
         def measure(item: tuple[str, list[Unit]], slot: dict[str, str]) -> None:
             method, units = item
-            by_case = {id(u.case): u for u in units}
-
-            def progress(m: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-                self._add(rows)
-                if on_cell is not None:
-                    on_cell(by_case[id(case)], rows)
-
-            groups = self.document["env"].setdefault("machine", {"groups": []})["groups"]
+            groups = self.checkpoint.env.setdefault("machine", {"groups": []})["groups"]
             cases = [u.case for u in units]
-            runner.run_method(self.plan, method, cases, progress, env=slot, machine=groups)
+            runner.run_method(self.plan, method, cases, report, env=slot, machine=groups)
 
         def on_free_slot(item: tuple[str, list[Unit]]) -> None:
             slot = free.get()
@@ -215,66 +186,24 @@ def from_args(
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from perfsuite.fit import TrimmedConsole
-    from perfsuite.harness.progress import cell_label, finished_lines
+    from perfsuite.harness.command import command, ended
+    from perfsuite.harness.progress import cell_label
 
     console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     shard = parse_shard(args.shard)
     sweep = from_args(args, shard)  # bad input: a ValueError, said by perfsuite.cli
     plan, out, kind = sweep.plan, sweep.out, runner.LossKind(sweep.plan)
-    costs = {u.index: unit_cost(u, plan, kind.interpreted(u.method)) for u in sweep.todo}
-    total_cost = sum(costs.values()) or 1.0
     console.print(
         f"sweep: {len(sweep.units)} cells (method x case) in this "
         f"{'shard' if shard else 'grid'}, {sweep.kept} already in {out}, "
         f"{len(sweep.todo)} to go → {out}"
     )
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[cells]}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    )
-    done = 0
-    # Not a terminal (a log, a CI job): the per-cell lines only, no bar's characters.
-    with Progress(
-        *columns, console=console, transient=False, disable=not console.is_terminal
-    ) as bar:
-        task = bar.add_task("sweep", total=total_cost, cells=f"0/{len(sweep.todo)} cells")
 
-        def on_cell(unit: Unit, rows: list[dict[str, Any]]) -> None:
-            nonlocal done
-            done += 1
-            for line in finished_lines(cell_label(unit.method, unit.case), rows):
-                bar.console.log(line)
-            bar.update(
-                task,
-                advance=costs.get(unit.index, 0.0),
-                description=unit.method,
-                cells=f"{done}/{len(sweep.todo)} cells",
-            )
+    def cost(method: str, case: dict[str, Any]) -> float:
+        return unit_cost(Unit(0, method, case), plan, kind.interpreted(method))
 
-        try:
-            document = sweep.run(on_cell)
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the file holds every finished cell
-            sweep.save()  # one told while the signal came in: in the file, not only here
-            kept = len(sweep.document["rows"])
-            console.print(f"[red]interrupted[/red]: {kept} rows kept in {out}", soft_wrap=True)
-            raise
-        finally:
-            sweep.writer.release()
-    console.print(f"results: {out} ({status_counts(document['rows'])} rows)")
-    if nothing_measured(document["rows"]):
-        console.print("[red]error:[/red] no cell was measured")
-        return 1
-    return 0
+    units = [(u.method, u.case) for u in sweep.todo]
+    run = lambda progress, notice: sweep.run(progress)  # noqa: E731
+    document = command(sweep.checkpoint, run, console, units, label=cell_label, cost=cost)
+    return ended(document, out, console)

@@ -5,18 +5,22 @@ says: else the file would describe cells it does not hold)."""
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
-from perfsuite.args import add_measurement_arguments, measurement_options, positive_float
+from perfsuite.args import (
+    add_measurement_arguments,
+    add_out_arguments,
+    measurement_options,
+    out_file,
+    positive_float,
+)
 from perfsuite.plan.plan import Plan, PlanError, build_plan, parse_ints
 from perfsuite.results.results import STATUSES, load_results
 
 DEFAULT_TOKENS = "1024,4096,8192"
 DEFAULT_VOCAB = "32768,128256,256000"
 DEFAULT_HIDDEN = "2048,4096"
-DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 # ``ok`` would measure the whole sweep again: that is a new --out.
 REDO_STATUSES = tuple(s for s in STATUSES if s != "ok")
@@ -31,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     p.add_argument("--softcap", type=positive_float, help="apply this logit softcap to every cell")
     add_measurement_arguments(p)
-    p.add_argument("--out", type=Path, help=f"results file (default: {DEFAULT_OUT_DIR}/…)")
+    add_out_arguments(p, "sweep-<device>.json", force=None)
     p.add_argument("--resume", action="store_true", help="finish the sweep in --out")
     p.add_argument(
         "--redo", default="", help="with --resume: statuses to measure again, e.g. error,oom"
@@ -147,11 +151,10 @@ def load_resumable(path: Path, plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def out_path(args: argparse.Namespace, name: str) -> Path:
-    """``--out``, or a new file under ``DEFAULT_OUT_DIR``; ``--resume`` needs ``--out``."""
+    """``--out``, or a new file (``args.out_file``); ``--resume`` needs ``--out``."""
     if args.resume and args.out is None:
         raise PlanError("--resume needs --out: the results file of the sweep to finish")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(args.out or DEFAULT_OUT_DIR / f"{stamp}-sweep-{name}.json")
+    return out_file(args.out, "sweep", name)
 
 
 def check_resume(out: Path, resume: bool, parts: bool = False) -> None:

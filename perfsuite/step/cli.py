@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
-from pathlib import Path
-from typing import Any
 
-from perfsuite.args import non_negative_int, parse_size, positive_float, positive_int, seed_int
+from perfsuite.args import (
+    add_out_arguments,
+    non_negative_int,
+    out_file,
+    parse_size,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from perfsuite.fit import TrimmedConsole
-from perfsuite.harness.progress import finished_lines
-from perfsuite.parser import print_error
-from perfsuite.results.results import nothing_measured, status_counts
+from perfsuite.harness.progress import cell_label
 from perfsuite.step.presets import DEFAULT_SIZE, PRESETS
-
-DEFAULT_OUT_DIR = Path("reports") / "runs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,27 +43,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     limit = "a worker's memory (e.g. 8G; default: 80%% of the RAM available, or of the GPU): "
     arg("--memory-limit", type=parse_size, help=limit + "a model estimated over it is an oom row")
     arg("--timeout", type=positive_float, default=3600.0, help="seconds per method's worker")
-    out = f"results file (default: {DEFAULT_OUT_DIR}/<time>-step-<models>-<device>.json)"
-    arg("--out", type=Path, help=out)
-    arg("--force", action="store_true", help="overwrite an existing --out file")
+    add_out_arguments(p, "step-<models>-<device>.json")
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.results.results import Checkpoint
+    from perfsuite.harness.command import Checkpoint, command, ended
     from perfsuite.step.plan import build_step_plan
     from perfsuite.step.runner import run_step_plan
     from perfsuite.step.table import print_step_tables
 
     console = TrimmedConsole(log_path=False)
     plan = build_step_plan(args)
-    out = args.out
-    if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        names = "+".join(p.name for p in plan.presets)
-        out = DEFAULT_OUT_DIR / f"{stamp}-step-{names}-{plan.device}.json"
-    # Checked, and held by this command alone until its last write, before anything is
-    # measured: a second writer of the same --out is refused (it would replace these rows).
-    checkpoint = Checkpoint(out, overwrite=args.force)
+    out = out_file(args.out, "step", "+".join(p.name for p in plan.presets), plan.device)
+    checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
     for preset in plan.presets:
         size = plan.sizes[preset.name]
         console.print(
@@ -71,26 +64,12 @@ def run(args: argparse.Namespace) -> int:
             f"batch {size.batch} x seq {size.seq}",
             highlight=False,
         )
-
-    def progress(method: str, case: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        label = f"{method:<18} {case['shape']} {case['dtype']} β={case['beta']:g}"
-        for line in finished_lines(label, rows):
-            console.log(line, highlight=False)
-
-    try:
-        with checkpoint:
-            # A line per worker and case start, and while a long case runs (minutes on CPU).
-            notice = functools.partial(console.log, highlight=False)
-            document = run_step_plan(plan, progress, checkpoint, notice)
-            checkpoint(document)  # the whole document, while the file is still held
-    except KeyboardInterrupt:
-        if kept := checkpoint.kept():
-            said = f"[red]interrupted[/red]: {kept} finished row(s) kept in {out}"
-            console.print(said, soft_wrap=True)  # the path whole, however deep
-        raise
+    document = command(
+        checkpoint,
+        lambda progress, notice: run_step_plan(plan, progress, checkpoint, notice),
+        console,
+        [(method, case) for method in plan.methods for case in plan.cases()],
+        label=functools.partial(cell_label, width=18, tokens=False),
+    )
     print_step_tables(document["rows"], console)
-    console.print(f"results: {out}", soft_wrap=True)
-    if nothing_measured(document["rows"]):
-        print_error(f"no case was measured ({status_counts(document['rows'])})")
-        return 1
-    return 0
+    return ended(document, out, console, "case")

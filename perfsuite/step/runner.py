@@ -8,10 +8,9 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
@@ -25,6 +24,9 @@ from perfsuite.step.plan import CASE_KEYS, StepPlan, case_size
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
 from perfsuite.tp_method import case_reason
+
+if TYPE_CHECKING:
+    from perfsuite.harness.command import Checkpoint
 
 LOSS_SHARE = (
     "loss_ms: median over samples of the step's fwd+bwd, less the median fwd+bwd of the "
@@ -126,7 +128,7 @@ class StepKind(harness.Kind):
 def run_step_plan(
     plan: StepPlan,
     progress: ProgressFn | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Measure every (method, case) of ``plan``; returns the results document.

@@ -7,7 +7,6 @@ import importlib.util
 import pytest
 import torch
 
-import perfsuite.method
 from perfsuite.baselines.torchtune import METHODS, NUM_OUTPUT_CHUNKS
 from perfsuite.method import Case, Unsupported
 
@@ -25,18 +24,6 @@ def test_declares_what_it_is():
     assert not caps.triton and caps.holds.whole_logits
 
 
-@pytest.mark.integration
-def test_registry_module_does_not_import_torchtune():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, perfsuite.baselines.torchtune as m; "
-        "assert m.METHODS; assert 'torchtune' not in sys.modules, 'imported torchtune'"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 @pytest.mark.parametrize("absent", ["torchtune", "torchao"])
 def test_missing_package_is_unavailable(monkeypatch, absent):
     real = importlib.util.find_spec
@@ -44,11 +31,6 @@ def test_missing_package_is_unavailable(monkeypatch, absent):
         importlib.util, "find_spec", lambda mod, *a: None if mod == absent else real(mod, *a)
     )
     assert METHOD.availability("cpu") == f"{absent} not installed"
-
-
-def test_missing_package_via_missing_packages(monkeypatch):
-    monkeypatch.setattr(perfsuite.method, "missing_packages", lambda *mods: ["torchtune"])
-    assert METHOD.availability("cpu") == "torchtune not installed"
 
 
 def test_smoothing_is_unsupported_not_a_beta0_number():

@@ -12,6 +12,7 @@ with that rank's traceback. V = 301 splits unevenly (151/150 over 2, 76/76/76/73
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import os
 import re
@@ -321,22 +322,17 @@ def _grid(world: int) -> list[Job]:
     from perfsuite.plan.registry import methods_for
 
     jobs = []
-    for name, method in methods_for("tp").items():
+    terms = ({}, {"z_loss": 1e-3, "class_weights": True})
+    grid = itertools.product(("fp32", "bf16"), (0.0, 0.1), (None, SOFTCAP), terms, (UNEVEN, EVEN))
+    for (name, method), (dtype, beta, softcap, extra, vocab) in itertools.product(
+        methods_for("tp").items(), list(grid)
+    ):
         if method.availability("cpu") is not None:  # cce: CUDA only
             continue
-        for dtype in ("fp32", "bf16"):
-            for beta in (0.0, 0.1):
-                for softcap in (None, SOFTCAP):
-                    for terms in ({}, {"z_loss": 1e-3, "class_weights": True}):
-                        for vocab in (UNEVEN, EVEN):
-                            kw = dict(dtype=dtype, beta=beta, softcap=softcap, vocab=vocab)
-                            case = _case(**kw, **terms)
-                            start, stop = shard_ranges(vocab, world)[0]
-                            reason = method.unsupported_at(
-                                case, Shard(0, world, start, stop, vocab)
-                            )
-                            expect = "pass" if reason is None else "unsupported"
-                            jobs.append(Job(name, {**kw, **terms}, expect, reason or ""))
+        kw = dict(dtype=dtype, beta=beta, softcap=softcap, vocab=vocab, **extra)
+        start, stop = shard_ranges(vocab, world)[0]
+        reason = method.unsupported_at(_case(**kw), Shard(0, world, start, stop, vocab))
+        jobs.append(Job(name, kw, "pass" if reason is None else "unsupported", reason or ""))
     return _only_installed(jobs)
 
 
@@ -347,18 +343,35 @@ def test_grid(world: int) -> None:
     _spawn(world, _grid(world))
 
 
-@pytest.mark.integration
-def test_registry_and_availability() -> None:
-    """Every adapter registers without importing its package; CCE says why it cannot run."""
-    from perfsuite.baselines import cce as cce_module
-    from perfsuite.plan.registry import methods_for
+# Run in a fresh interpreter, with every wrapped library (but triton, which torch may
+# probe) shadowed by a package that raises on import: the registry and every method's
+# availability import none of them, so a missing or broken one breaks no method list.
+NO_LIBRARY = """
+import sys
+from perfsuite.plan.registry import all_methods
+methods = all_methods()
+for method in methods.values():
+    method.availability("cpu"), method.availability("cuda")
+print(sorted({r.split(".")[0] for m in methods.values() for r in m.requires} & set(sys.modules)))
+"""
 
-    packages = ("megatron", "liger_kernel", "cut_cross_entropy", "triton")
-    code = (
-        "import sys; from perfsuite.plan.registry import methods_for; methods_for('tp'); "
-        f"print([m for m in {packages!r} if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+@pytest.mark.integration
+def test_registry_and_availability(tmp_path) -> None:
+    """Every adapter registers without importing its package (NO_LIBRARY); CCE says why
+    it cannot run."""
+    from perfsuite.baselines import cce as cce_module
+    from perfsuite.plan.registry import all_methods, methods_for
+
+    wrapped = {r.split(".")[0] for m in all_methods().values() for r in m.requires}
+    assert wrapped >= {"megatron", "liger_kernel", "cut_cross_entropy", "torchtune", "quack"}
+    for name in wrapped - {"triton", "perfsuite"}:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise RuntimeError('imported {name}')\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    run = [sys.executable, "-c", NO_LIBRARY]
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run(run, capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]", out.stdout
     methods = methods_for("tp")
     assert list(methods) == ["eager", "torch-parallel", "ours", "megatron", "liger", "cce"]

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main as perfsuite
-from perfsuite.converge import sweep
 from perfsuite.converge.presets import PRESETS
 from perfsuite.results.results import load_results, write_results
 
@@ -66,7 +65,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int, lis
         return write_results(path, document)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sweep, "write_results", write)
+        mp.setattr("perfsuite.harness.command.write_results", write)
         mp.setitem(PRESETS, "smoke", TINY)
         mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.one_file_method")
         path = os.environ.get("PYTHONPATH", "")

@@ -64,20 +64,15 @@ def _refuses_at_prepare(case: Case, c: torch.Tensor) -> LossFn:
     return _eager(case, c)
 
 
-def _sleeps(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        time.sleep(60)
-        return eager_loss(e, c, t, case.beta, case.softcap)
+def _sleeping(seconds: float):
+    def build(case: Case, c: torch.Tensor) -> LossFn:
+        def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            time.sleep(seconds)
+            return eager_loss(e, c, t, case.beta, case.softcap)
 
-    return loss_fn
+        return loss_fn
 
-
-def _slow(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        time.sleep(0.4)
-        return eager_loss(e, c, t, case.beta, case.softcap)
-
-    return loss_fn
+    return build
 
 
 _TERMS = Capabilities(label_smoothing=True, z_loss=True, class_weights=True)
@@ -124,9 +119,9 @@ METHODS = [
         _refuses_at_prepare,
         caps=Capabilities(label_smoothing=True),
     ),
-    SimpleMethod("fake-sleeps", "takes a minute per call", _sleeps),
+    SimpleMethod("fake-sleeps", "takes a minute per call", _sleeping(60)),
     # A cell of a few seconds: progress lines while it runs (progress.HEARTBEAT_S patched).
-    SimpleMethod("fake-slow", "0.4 s per call", _slow, timed_by_default=False),
+    SimpleMethod("fake-slow", "0.4 s per call", _sleeping(0.4), timed_by_default=False),
     # Eager, declared a Triton method: on a CPU the runner treats it as interpreted
     # (TRITON_INTERPRET, its protocol, beside the native workers) without Triton's cost.
     SimpleMethod(

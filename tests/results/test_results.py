@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from perfsuite.results.results import (
-    Checkpoint,
     ResultsError,
     Row,
     load_dataframe,
@@ -128,17 +127,3 @@ def test_json_errors_read_as_one_plain_line(tmp_path, capsys, cut, message):
     captured = capsys.readouterr()
     err = " ".join((captured.out + captured.err).split())
     assert message in err and " at at " not in err and "Traceback" not in err
-
-
-def test_a_checkpoint_counts_the_rows_its_file_holds(tmp_path):
-    """What an interrupted run says it kept is the file's, never a document it has not
-    written; an old file at the path is not this run's until it writes."""
-    path = tmp_path / "r.json"
-    write_results(path, _doc())
-    with Checkpoint(path, overwrite=True) as checkpoint:  # as `run --force` over it
-        assert checkpoint.kept() == 0  # nothing written by this run yet
-        document = _doc()
-        checkpoint(document)
-        assert checkpoint.kept() == len(document["rows"]) > 0
-        document["rows"].append(dict(document["rows"][0]))  # told, not yet written
-        assert checkpoint.kept() == len(document["rows"]) - 1

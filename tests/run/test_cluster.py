@@ -236,8 +236,8 @@ def _sweep_file(path: Path, *extra: str) -> bytes:
     sweep.add_arguments(parser)
     plan, grid = sweep.plan_from_args(parser.parse_args([*TINY, *extra]))
     job = sweep.Sweep(plan, path, grid=grid)
-    job.save()
-    job.writer.release()
+    job.checkpoint.save()
+    job.checkpoint.release()
     return path.read_bytes()
 
 

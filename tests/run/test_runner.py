@@ -10,6 +10,7 @@ import types
 import pytest
 
 from perfsuite.harness import environment, lifecycle
+from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
 from perfsuite.harness.kind import schedule_kind
@@ -60,7 +61,7 @@ def test_ok_rows_carry_timing_memory_and_errors():
 
 @pytest.mark.integration
 def test_wrong_unsupported_unavailable_error(fake_plugins):
-    rows = _run("fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises", betas="0,0.1")
+    rows = _run("fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises", betas="0.1,0")
     assert _status(rows, "fake-wrong") == "wrong"
     wrong = next(r for r in rows if r["method"] == "fake-wrong")
     # Timed all the same (never counted ok): how fast an inexact method is, is news too.
@@ -69,6 +70,9 @@ def test_wrong_unsupported_unavailable_error(fake_plugins):
     assert _status(rows, "fake-no-smoothing", 0.1) == "unsupported"
     unsupported = next(r for r in rows if r["method"] == "fake-no-smoothing" and r["beta"] == 0.1)
     assert "no label smoothing" in unsupported["reason"] and unsupported["median_ms"] is None
+    # Rows keep the case order, a case decided up front (β 0.1) or measured (β 0).
+    order = [(r["beta"], r["status"]) for r in rows if r["method"] == "fake-no-smoothing"]
+    assert order == [(0.1, "unsupported")] * 3 + [(0.0, "ok")] * 3
     assert _status(rows, "fake-missing-package") == "unavailable"
     missing = next(r for r in rows if r["method"] == "fake-missing-package")
     assert missing["reason"] == "perfsuite_no_such_package not installed"
@@ -159,12 +163,6 @@ def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
         ("fake-no-smoothing", "fwd", "unsupported"),
         ("fake-no-smoothing", "fwd+bwd", "unsupported"),
     ]
-
-
-@pytest.mark.integration
-def test_rows_keep_case_order_when_some_are_decided_up_front(fake_plugins):
-    rows = _run("fake-no-smoothing", betas="0.1,0", phases="fwd")
-    assert [(r["beta"], r["status"]) for r in rows] == [(0.1, "unsupported"), (0.0, "ok")]
 
 
 def _spans(plan) -> dict[str, tuple[float, float]]:
@@ -303,12 +301,13 @@ def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
 
 
 @pytest.mark.integration
-def test_checkpoint_gets_each_finished_case_as_a_partial_document():
+def test_checkpoint_gets_each_finished_case_as_a_partial_document(tmp_path, monkeypatch):
     plan = build_plan(
         shapes=[TINY], methods="eager", betas="0,0.1", device="cpu", samples=3, warmup=1
     )
     seen = []
-    final = run_plan(plan, checkpoint=lambda doc: seen.append(doc))
+    monkeypatch.setattr("perfsuite.harness.command.write_results", lambda _, d: seen.append(d))
+    final = run_plan(plan, checkpoint=Checkpoint(tmp_path / "r.json"))
     assert [len(d["rows"]) for d in seen] == [3, 6]  # three phases per finished case
     assert all(d["env"]["partial"] for d in seen)
     assert "partial" not in final["env"] and len(final["rows"]) == 6

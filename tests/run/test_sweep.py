@@ -231,15 +231,15 @@ def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
     out = tmp_path / "s.json"
     _git(monkeypatch, dirty=True, diff="aaaa")
     first = Sweep(plan, out)
-    first.save()
-    first.writer.release()
-    Sweep(plan, out, resume=True).writer.release()  # the same uncommitted changes: fine
+    first.checkpoint.save()
+    first.checkpoint.release()
+    Sweep(plan, out, resume=True).checkpoint.release()  # the same uncommitted changes: fine
     for dirty, diff in ((False, None), (True, "bbbb")):
         _git(monkeypatch, dirty=dirty, diff=diff)
         with pytest.raises(PlanError, match="git.dirty|git.diff"):
             Sweep(plan, out, resume=True)
         # --force takes the user's word (and the refused sweep left the file free)
-        Sweep(plan, out, resume=True, force=True).writer.release()
+        Sweep(plan, out, resume=True, force=True).checkpoint.release()
 
 
 @pytest.mark.integration
@@ -278,8 +278,8 @@ def _started(path: Path, *extra: str) -> bytes:
     """A sweep's file as the sweep writes it before its first cell, nothing measured."""
     plan, grid = sweep.plan_from_args(_args(*extra))
     job = Sweep(plan, path, grid=grid)
-    job.save()
-    job.writer.release()
+    job.checkpoint.save()
+    job.checkpoint.release()
     return path.read_bytes()
 
 
@@ -339,28 +339,3 @@ def test_sweep_force_is_gone(plugins, tmp_path, capsys):
     assert _cli(*GRID, "--out", str(out), "--force") == 2
     assert "unrecognized arguments: --force" in capsys.readouterr().err
     assert not out.exists()
-
-
-@pytest.mark.integration
-def test_sigterm_keeps_the_finished_cells_marked_partial(plugins, tmp_path):
-    """A sweep stopped by SIGTERM said nothing of its file, which did not say it was partial."""
-    out = tmp_path / "s.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "perfsuite", "sweep", *GRID, "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        _first_cell(proc, out)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 130, err.decode()
-    doc = load_results(out)
-    kept = len(doc["rows"])
-    assert doc["env"]["partial"] is True and 0 < kept < CELLS * PHASES
-    assert f"{kept} rows kept in {out}" in " ".join(err.decode().split())

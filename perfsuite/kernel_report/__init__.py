@@ -16,7 +16,6 @@ or the total past ``--threshold``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import multiprocessing
 import os
@@ -28,25 +27,14 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.harness.progress import Countdown, NoticeFn
 from perfsuite.results.outpath import check_output_dir
 
-from . import diff, names, options
-from .names import Shape, parse_shape
+from . import diff, options
+from .options import DEFAULT_ROWS, Shape, capability, cfg_arch, parse_shape
 from .options import add_arguments as add_arguments  # perfsuite.cli's hook
 
+# Submodules that import torch or Triton are imported by the functions that use them, so
+# that the options are parsed and checked first (issue 46).
 if TYPE_CHECKING:
     from .launches import Launch
-
-# Submodules that import torch or Triton: each function imports those it uses, so that
-# the options are parsed and checked first (issue 46); ``kernel_report.build`` still names
-# one, imported then.
-_HEAVY = ("baseline", "build", "cce", "costs", "launched", "launches", "render")
-_HEAVY += ("slice_launches", "tma_launches")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HEAVY:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 # What a stored baseline records of the selection (baseline.load checks it covers a run).
 _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "kernels_asked", "cce")
@@ -58,30 +46,6 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1" or (
         type(tl.cdiv).__name__ == "InterpretedFunction"
     )
-
-
-def collect(
-    shape: Shape,
-    archs: list[str],
-    *,
-    dtypes: list[str] | None = None,
-    kernels: list[str] | None = None,
-    with_cce: bool = True,
-) -> tuple[list[Launch], str | None]:
-    """The launches to build, and why CCE's are missing (None when they are there)."""
-    from . import cce, launches, slice_launches, tma_launches
-
-    dtypes = dtypes or list(launches.DTYPES)
-    todo = slice_launches.our_launches(shape, archs, dtypes, kernels)
-    todo += tma_launches.tma_launches(shape, archs, dtypes, kernels)
-    note = cce.available() if with_cce else "not asked for"
-    if note is None:
-        todo += [
-            la
-            for la in cce.launches(shape, archs, dtypes)
-            if kernels is None or la.kernel in kernels
-        ]
-    return todo, note
 
 
 def _row(launch: Launch) -> dict[str, Any]:
@@ -156,7 +120,7 @@ def kernel_report(
     with_cce: bool = True,
     jobs: int = 1,
     workloads: list[str] | None = None,
-    sample_rows: int = names.DEFAULT_ROWS,
+    sample_rows: int = DEFAULT_ROWS,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes;
@@ -166,14 +130,14 @@ def kernel_report(
 
     shape = parse_shape(shape) if isinstance(shape, str) else shape
     for arch in archs:
-        names.capability(arch)
+        capability(arch)
     if _interpreted():
         report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
     else:
-        todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
+        todo, cce_note = launches.collect(shape, archs, dtypes, kernels, with_cce=with_cce)
         rows = build_rows(todo, jobs, notice)
         measured = {
-            (r["kernel"], launches.cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
+            (r["kernel"], cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
             for r in rows
             if r["ok"] and r["variant"] in ("plain", "train")
         }
@@ -202,9 +166,9 @@ def _launched(
 ) -> list[dict[str, Any]]:
     """Launched fraction per arch × workload, with the backward's costs scaled by it
     (minutes each at a real vocabulary: ``notice`` hears each as it starts)."""
-    from . import launched, launches
+    from . import launched
 
-    keys = sorted({launches.cfg_arch(a) for a in archs})
+    keys = sorted({cfg_arch(a) for a in archs})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     out = []
     for i, workload in enumerate(workloads, 1):

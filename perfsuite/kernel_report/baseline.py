@@ -18,7 +18,7 @@ import triton
 from perfsuite.results.results import write_atomically
 
 from . import build
-from .names import SHAPES, arch_set
+from .options import SHAPES, arch_set
 
 # Other JSON under reports/ names its schema: never taken for a results file.
 SCHEMA = "perfsuite-kernel-report/1"

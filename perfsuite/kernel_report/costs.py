@@ -18,7 +18,7 @@ from typing import Any
 import triton
 
 from . import cce
-from .launches import DTYPES, GPUS, Shape, cfg_arch, native_atomics
+from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_count
 
 
 def _waves(ctas: int, slots: int) -> dict[str, Any]:
@@ -68,7 +68,6 @@ def cost_rows(
     ``measured_ctas`` maps (kernel, arch key, dtype) to the CTAs per SM the build
     measured, shown next to the declared occupancy the launcher sizes its grid by.
     """
-    from perfsuite.kernels import forward
     from perfsuite.kernels.configs import PINNED
 
     measured = measured_ctas or {}
@@ -77,9 +76,7 @@ def cost_rows(
     for arch, (gpu, sms) in GPUS.items():
         fwd = PINNED["forward", arch, shape.dtype]
         bwd = PINNED["backward", arch, shape.dtype]
-        slots = sms * fwd.ctas_per_sm
-        splits = forward.splits_for(shape.n, shape.v, fwd.block_n, slots)
-        ctas = triton.cdiv(shape.n, fwd.block_n) * splits
+        splits, _, ctas = forward_grid(shape, arch, fwd)
         # dE is an fp32 buffer (hardware atomics everywhere); dC is in the input dtype.
         locked = int(not native_atomics(shape.dtype, arch))
         where = {"gpu": gpu, "sms": sms, "arch": arch}
@@ -93,7 +90,7 @@ def cost_rows(
                 "fwd_splits": splits,
                 "ctas_per_sm": fwd.ctas_per_sm,
                 "measured_ctas_per_sm": measured.get(("forward", arch, shape.dtype)),
-                **_waves(ctas, slots),
+                **_waves(ctas, sms * fwd.ctas_per_sm),
                 "fwd_lock_trips_per_1k_logits": 0.0,
                 **pair_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem),
             }
@@ -149,8 +146,6 @@ RATES: dict[str, dict[str, Any]] = {
 
 def _slices(shape: Shape, arch: str) -> dict[str, Any]:
     from perfsuite.kernels.configs import PINNED
-
-    from .slice_launches import slice_count
 
     n, v, d = shape.n, shape.v, shape.d
     e = DTYPES[shape.dtype].itemsize

@@ -14,31 +14,23 @@ from typing import Any
 
 DEFAULT_THRESHOLD = 0.05
 
-# (label, row key, unit): resources, then occupancy.
-RESOURCES = (
+# (label, row key, unit): resources and occupancy (a unit: never gated on growth), then
+# the instruction classes (sass.counts; no unit: gated on growth), the total last.
+COUNTS = (
     ("registers", "registers", ""),
     ("spill stores", "spill_store_bytes", " B"),
     ("spill loads", "spill_load_bytes", " B"),
     ("smem", "shared_bytes", " B"),
     ("TMEM", "tmem_cols", " cols"),
     ("CTAs/SM", "ctas_per_sm", ""),
-)
-# Instruction classes (sass.counts), gated on growth; the total last.
-CLASSES = (
-    ("HGMMA", "hgmma"),
-    ("HMMA", "hmma"),
-    ("UTCMMA", "utcmma"),
-    ("LDTM", "ldtm"),
-    ("LDGSTS", "ldgsts"),
-    ("MEMBAR", "membar"),
-    ("CAS", "cas"),
-    ("EXCH", "exch"),
-    ("atomic adds", "atomic_adds"),
-    ("NANOSLEEP", "nanosleep"),
-    ("TMA loads", "tma_loads"),
-    ("TMA stores", "tma_stores"),
-    ("TC in lock", "critical_tensor_ops"),
-    ("instructions", "instructions"),
+    *((label, label.lower(), None) for label in ("HGMMA", "HMMA", "UTCMMA", "LDTM", "LDGSTS")),
+    *((label, label.lower(), None) for label in ("MEMBAR", "CAS", "EXCH")),
+    ("atomic adds", "atomic_adds", None),
+    ("NANOSLEEP", "nanosleep", None),
+    ("TMA loads", "tma_loads", None),
+    ("TMA stores", "tma_stores", None),
+    ("TC in lock", "critical_tensor_ops", None),
+    ("instructions", "instructions", None),
 )
 _KEY = ("kernel", "variant", "config", "dtype", "arch")
 
@@ -104,21 +96,16 @@ def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple
     if not old.get("ok", True):
         return ["builds now (the baseline's did not)"], []
     moved, reasons = [], []
-    for label, key, unit in RESOURCES:
+    for label, key, unit in COUNTS:
         a, b = old.get(key), new.get(key)
         if a is None or b is None or a == b:
             continue
-        moved.append(f"{label} {a} → {b}{unit}")
+        moved.append(f"{label} {a} → {b}{_pct(a, b) if unit is None else unit}")
         if key.startswith("spill") and b > a:
             reasons.append(f"new {label[:-1]}" if a == 0 else f"more {label}")
         if key == "ctas_per_sm" and b < a:
             reasons.append("fewer CTAs/SM")
-    for label, key in CLASSES:
-        a, b = old.get(key), new.get(key)
-        if a is None or b is None or a == b:
-            continue
-        moved.append(f"{label} {a} → {b}{_pct(a, b)}")
-        if b > a * (1 + threshold):
+        if unit is None and b > a * (1 + threshold):
             reasons.append(f"{label} {(b - a) / a:+.1%}" if a else f"new {label}")
     if not moved:
         moved.append("other SASS, same counts")

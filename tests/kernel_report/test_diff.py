@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from perfsuite import kernel_report
-from perfsuite.kernel_report import cce, costs, diff, launches
+from perfsuite.kernel_report import cce, costs, diff, options
 
 
 def row(variant: str = "plain", **over) -> dict:
@@ -100,7 +100,7 @@ def test_a_build_that_no_longer_builds_fails():
 
 
 def _report(rows: list[dict]) -> dict:
-    gemma = launches.SHAPES["gemma2-2b"]
+    gemma = options.SHAPES["gemma2-2b"]
     return {
         "shape": vars(gemma),
         "rows": rows,

@@ -93,8 +93,7 @@ def grid_sizes(shape: Shape) -> dict[str, Any]:
         "fwd_config": _describe(fmeta, fwarps, fstages),
         "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
         "bwd_config": _describe(bmeta, bwarps, bstages),
-        "block_n": bmeta["BLOCK_B"],
-        "block_v": bmeta["BLOCK_V"],
-        # _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE and for dC.
-        "block_dd": 2 * bmeta["BLOCK_D"],
+        # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE
+        # and for dC.
+        "tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"]),
     }

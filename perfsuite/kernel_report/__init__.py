@@ -28,7 +28,7 @@ from perfsuite.harness.progress import Countdown, NoticeFn
 from perfsuite.results.outpath import check_output_dir
 
 from . import diff, options
-from .options import DEFAULT_ROWS, Shape, capability, cfg_arch, parse_shape
+from .options import Shape, cfg_arch, parse_shape
 from .options import add_arguments as add_arguments  # perfsuite.cli's hook
 
 # Submodules that import torch or Triton are imported by the functions that use them, so
@@ -51,17 +51,8 @@ def _interpreted() -> bool:
 def _row(launch: Launch) -> dict[str, Any]:
     from . import build, launches
 
-    row: dict[str, Any] = {
-        "kernel": launch.kernel,
-        "variant": launch.variant,
-        "config": launch.config,
-        "dtype": launch.dtype,
-        "arch": launch.arch,
-        "ours": launch.ours,
-        "declared_ctas_per_sm": launch.declared_ctas,
-        "ok": False,
-        "error": None,
-    }
+    row = {k: getattr(launch, k) for k in ("kernel", "variant", "config", "dtype", "arch", "ours")}
+    row |= {"declared_ctas_per_sm": launch.declared_ctas, "ok": False, "error": None}
     try:
         row.update(build.build(launch), ok=True)
         row.update(launches.persistent_grid(launch, row["ctas_per_sm"]))
@@ -82,20 +73,16 @@ def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def build_rows(
-    todo: list[Launch], jobs: int = 1, notice: NoticeFn | None = None
-) -> list[dict[str, Any]]:
+def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str, Any]]:
     """Build every launch, ``jobs`` at a time (forked workers; 1: in this process);
     ``notice`` hears a line per build done (a full report takes minutes: 400 s went by
     without a word)."""
     jobs = max(1, min(jobs, len(todo)))
-    countdown = None if notice is None else Countdown(len(todo), notice)
-    if notice is not None:
-        notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
+    countdown = Countdown(len(todo), notice)
+    notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
 
     def told(row: dict[str, Any]) -> dict[str, Any]:
-        if countdown is not None:
-            countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
+        countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
         return row
 
     if jobs == 1:
@@ -112,29 +99,21 @@ def build_rows(
 
 
 def kernel_report(
-    archs: list[str],
-    shape: Shape | str = "gemma2-2b",
-    *,
-    dtypes: list[str] | None = None,
-    kernels: list[str] | None = None,
-    with_cce: bool = True,
-    jobs: int = 1,
-    workloads: list[str] | None = None,
-    sample_rows: int = DEFAULT_ROWS,
-    notice: NoticeFn | None = None,
+    sel: dict[str, Any], shape: Shape, jobs: int = 1, notice: NoticeFn | None = None
 ) -> dict[str, Any]:
-    """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes;
-    with ``workloads``, the tile list's launched fraction on a sample of each.
-    ``notice``: progress lines while it builds."""
-    from . import baseline, costs, launches
+    """The report of selection ``sel`` (``options.selection``) at ``shape``: rows (one per
+    kernel × variant × config × dtype × arch), the cost table, notes; with ``--launched``
+    workloads, the tile list's launched fraction on a sample of each. ``notice``: progress
+    lines while it builds."""
+    from . import baseline, costs, launched, launches
 
-    shape = parse_shape(shape) if isinstance(shape, str) else shape
-    for arch in archs:
-        capability(arch)
+    notice = notice or (lambda line: None)
+    archs = sel["arch_order"]
     if _interpreted():
-        report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
+        report = _report_in_child(sel, shape, jobs)
     else:
-        todo, cce_note = launches.collect(shape, archs, dtypes, kernels, with_cce=with_cce)
+        kernels = sel["kernels"] + sel["peers"]
+        todo, cce_note = launches.collect(shape, archs, sel["dtypes"], kernels, with_cce=sel["cce"])
         rows = build_rows(todo, jobs, notice)
         measured = {
             (r["kernel"], cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
@@ -149,55 +128,14 @@ def kernel_report(
             "designs": costs.design_rows(shape, cce_note is None),
             "notes": notes + costs.rate_notes(),
         }
-    report["launched"] = _launched(
-        shape, archs, report["costs"], workloads or [], sample_rows, notice
-    )
+    workloads, sample = sel["workloads"], sel["sample_rows"]
+    report["launched"] = launched.rows(shape, archs, report["costs"], workloads, sample, notice)
     report["toolchain"] = baseline.toolchain(archs)
+    report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
     return report
 
 
-def _launched(
-    shape: Shape,
-    archs: list[str],
-    cost_rows: list[dict],
-    workloads: list[str],
-    rows: int,
-    notice: NoticeFn | None = None,
-) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload, with the backward's costs scaled by it
-    (minutes each at a real vocabulary: ``notice`` hears each as it starts)."""
-    from . import launched
-
-    keys = sorted({cfg_arch(a) for a in archs})
-    full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
-    out = []
-    for i, workload in enumerate(workloads, 1):
-        if notice is not None:
-            notice(
-                f"launched fraction: {workload} ({i} of {len(workloads)}), "
-                f"{min(rows, shape.n)} rows at V={shape.v}…"
-            )
-        for row in launched.measure_in_child(shape, keys, workload, min(rows, shape.n)):
-            cost, frac = full[row["arch"]], row["launched_fraction"]
-            out.append(
-                {
-                    **row,
-                    "bwd_config": cost["bwd_config"],
-                    "recompute_gb": frac * cost["recompute_gb"],
-                    "bwd_l2_gb": frac * cost["bwd_l2_gb"],
-                }
-            )
-    return out
-
-
-def _report_in_child(
-    archs: list[str],
-    shape: Shape,
-    dtypes: list[str] | None,
-    kernels: list[str] | None,
-    with_cce: bool,
-    jobs: int,
-) -> dict[str, Any]:
+def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, Any]:
     """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
     are interpreter wrappers fixed at import. Its stderr is ours: its progress lines and
     any error are seen as they come."""
@@ -205,8 +143,7 @@ def _report_in_child(
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--json", "--jobs", str(jobs)]
-    cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}"]
-    cmd += baseline.selection_args(archs, dtypes, kernels, with_cce)
+    cmd += baseline.command_args(sel, vars(shape), sel["arch_order"])
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
     try:
         report = json.loads(out.stdout)
@@ -260,18 +197,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # OutputPathError and BaselineError too: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = kernel_report(
-        sel["arch_order"],
-        shape,
-        dtypes=sel["dtypes"] if sel["dtypes_asked"] else None,
-        kernels=sel["kernels"] + sel["peers"] if sel["kernels_asked"] else None,
-        with_cce=sel["cce"],
-        jobs=args.jobs,
-        workloads=sel["workloads"],
-        sample_rows=sel["sample_rows"],
-        notice=lambda line: print(line, file=sys.stderr, flush=True),  # stdout: --json's
-    )
-    report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
+    # Progress lines on stderr: stdout is --json's.
+    report = kernel_report(sel, shape, args.jobs, lambda s: print(s, file=sys.stderr, flush=True))
     problems = failures(report["rows"])
     comparison = None
     if stored is not None:

@@ -41,32 +41,20 @@ def toolchain(archs: list[str]) -> dict[str, Any]:
     return {"triton": triton.__version__, "ptxas": ptxas}
 
 
-def selection_args(
-    archs: list[str], dtypes: list[str] | None, kernels: list[str] | None, cce: bool
+def command_args(
+    sel: dict[str, Any], shape: dict[str, Any], archs: list[str] | None = None
 ) -> list[str]:
-    """The options naming a selection (a baseline's command line, the interpreter's child)."""
-    args = ["--arch", ",".join(archs)]
-    if dtypes:
-        args += ["--dtype", ",".join(dtypes)]
-    if kernels:
-        args += ["--kernel", ",".join(kernels)]
-    return args if cce else [*args, "--no-cce"]
-
-
-def make_command(selection: dict[str, Any], shape: dict[str, Any], folder: str) -> str:
-    """The command line that stores a baseline for ``selection`` in ``folder``."""
-    cmd = ["perfsuite kernel-report"]
-    if shape["name"] in SHAPES and shape["name"] != "gemma2-2b":
-        cmd += ["--shape", shape["name"]]
-    elif shape["name"] not in SHAPES:
-        cmd += ["--shape", f"{shape['n']},{shape['v']},{shape['d']},{shape['dtype']}"]
-    cmd += selection_args(
-        selection["archs"],
-        selection["dtypes"] if selection.get("dtypes_asked") else None,
-        selection["kernels"] + selection["peers"] if selection.get("kernels_asked") else None,
-        selection["cce"],
-    )
-    return " ".join([*cmd, "--save", folder])
+    """The options naming selection ``sel`` at ``shape`` (``archs``: in this order): a
+    baseline's command line, the interpreter's child."""
+    args = ["--arch", ",".join(archs or sel["archs"])]
+    if shape["name"] != "gemma2-2b":
+        named = shape["name"] in SHAPES
+        args[:0] = ["--shape", shape["name"] if named else "{n},{v},{d},{dtype}".format(**shape)]
+    if sel.get("dtypes_asked"):
+        args += ["--dtype", ",".join(sel["dtypes"])]
+    if sel.get("kernels_asked"):
+        args += ["--kernel", ",".join(sel["kernels"] + sel["peers"])]
+    return args if sel["cce"] else [*args, "--no-cce"]
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -113,7 +101,8 @@ def load(
     """
     version = triton.__version__
     archs = selection["archs"]
-    make = f"make one: {make_command(selection, shape, folder)}"
+    make = " ".join(["make one: perfsuite kernel-report", *command_args(selection, shape)])
+    make += f" --save {folder}"
     if Path(folder).is_file():  # "no such folder" about a file that exists (issue 46)
         named = _NAME.fullmatch(Path(folder).name)
         hint = f": the folder that holds it is {Path(folder).parent}" if named else ""

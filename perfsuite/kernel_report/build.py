@@ -60,15 +60,6 @@ def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def ptxas_command(arch: str, ptx: str, out: str, fp_fusion: bool = True) -> list[str]:
-    """Triton's ``make_cubin`` command line (line info, ``-v``, its register-allocator flag;
-    ``--fmad=false`` when FP fusion is off, Triton 3.10's announced default)."""
-    return [
-        ptxas_path(arch), "-lineinfo", *([] if fp_fusion else ["--fmad=false"]), "-v",
-        "--regAllocOptLevel=2", f"--gpu-name={gpu_name(arch)}", ptx, "-o", out,
-    ]  # fmt: skip
-
-
 def unwrap(obj: Any) -> tuple[JITFunction, list[dict[str, Any]]]:
     """The ``JITFunction`` under heuristics / autotuners, and the heuristics outermost first."""
     layers = []
@@ -211,8 +202,11 @@ def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(ptx, "w") as fh:
             fh.write(compiled.asm["ptx"])
-        fusion = bool(spec.options.get("enable_fp_fusion", True))
-        out = _run(ptxas_command(launch.arch, ptx, cubin, fusion), "ptxas")
+        # Triton's make_cubin command line: line info, -v, its register-allocator flag;
+        # --fmad=false when FP fusion is off (Triton 3.10's announced default).
+        fmad = [] if spec.options.get("enable_fp_fusion", True) else ["--fmad=false"]
+        cmd = [ptxas_path(launch.arch), "-lineinfo", *fmad, "-v", "--regAllocOptLevel=2"]
+        out = _run([*cmd, f"--gpu-name={gpu_name(launch.arch)}", ptx, "-o", cubin], "ptxas")
         usage = parse_ptxas(out.stdout + out.stderr, name)
         res = parse_res_usage(_run([tool("cuobjdump"), "-res-usage", cubin], "cuobjdump").stdout)
         text = _run([tool("cuobjdump"), "-sass", cubin], "cuobjdump -sass").stdout

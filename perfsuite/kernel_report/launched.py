@@ -20,21 +20,6 @@ from perfsuite.harness.progress import NoticeFn
 from .launches import DTYPES, GPUS, Shape, cfg_arch
 
 
-def _inputs(shape: Shape, workload: str, rows: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """``e`` (rows, D), ``c`` (V, D) and their mean entropy, made as ``perfsuite run``
-    makes them (``run.inputs.make_inputs``, seed 0)."""
-    from perfsuite.method import Case
-    from perfsuite.plan.workloads import DEFAULT_ENTROPY, DEFAULT_ZIPF
-    from perfsuite.run.inputs import make_inputs
-
-    case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
-    spec = None
-    if workload == "synthetic":
-        spec = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
-    made = make_inputs(case, workload=spec)
-    return made.e.detach(), made.c.detach(), made.entropy
-
-
 @torch.no_grad()
 def _row_stats(
     e: torch.Tensor, c: torch.Tensor, softcap: float | None, tile_width: int
@@ -56,9 +41,16 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
     from perfsuite.kernels import tiles
     from perfsuite.kernels.backward import GROUP_N, default_filter_eps
     from perfsuite.kernels.configs import PINNED
+    from perfsuite.method import Case
+    from perfsuite.plan.workloads import DEFAULT_ENTROPY, DEFAULT_ZIPF
+    from perfsuite.run.inputs import make_inputs
 
     dtype = DTYPES[shape.dtype]
-    e, c, entropy = _inputs(shape, workload, rows)
+    # The inputs ``perfsuite run`` makes (seed 0), ``rows`` of them.
+    case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
+    synthetic = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
+    made = make_inputs(case, workload=synthetic if workload == "synthetic" else None)
+    e, c = made.e.detach(), made.c.detach()
     g = torch.full((rows,), 1.0 / rows)
     eps = default_filter_eps(dtype)
     out = []
@@ -78,7 +70,7 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
                 "arch": arch,
                 "gpu": GPUS[arch][0],
                 "workload": workload,
-                "entropy": entropy,
+                "entropy": made.entropy,
                 "rows": rows,
                 "pairs": listed.total,
                 "launched": int(listed.count.item()),

@@ -106,7 +106,7 @@ def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]
         print_fitted(console, columns, rows, title, **options)
         return
     gpu, name = heads.index("GPU"), heads.index("design" if "design" in heads else "impl")
-    console.print(title, highlight=False)
+    console.print(title)
     for where in dict.fromkeys(r[gpu] for r in rows):
         mine = [r for r in rows if r[gpu] == where]
         turned = [Column(where, "left", False), *(Column(r[name], "right", True) for r in mine)]
@@ -122,7 +122,8 @@ def _where(report: dict[str, Any]) -> str:
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
-    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fit or list
+    # The terminal's width, $COLUMNS, else 80: tables fit or list.
+    console = TrimmedConsole(highlight=False)
     shape, where = report["shape"], _where(report)
     render_builds(console, report, where)
     _print(
@@ -156,9 +157,9 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
 
 def _footer(console: Any, notes: list[str], problems: list[str]) -> None:
     for note in notes:
-        console.print(f"note: {escape(note)}", highlight=False)
+        console.print(f"note: {escape(note)}")
     for p in problems:
-        console.print(f"[red]FAIL[/red] {escape(p)}", highlight=False)
+        console.print(f"[red]FAIL[/red] {escape(p)}")
 
 
 BUILD_COLUMNS = (
@@ -239,7 +240,7 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         parts.append(f"0 in every build: {', '.join(zero)}")
     if left_out:
         parts.append(f"left out at this width (in --json): {', '.join(left_out)}")
-    console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""), highlight=False)
+    console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""))
     if table is not None:
         console.print(table)
     else:  # one block per build: nothing is cut at any width
@@ -247,8 +248,8 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
 
 
 def render_builds(console: Any, report: dict[str, Any], where: str) -> None:
-    console.print(f"Triton kernels built as launched at {where}", style="bold", highlight=False)
-    console.print(LEGEND, highlight=False)
+    console.print(f"Triton kernels built as launched at {where}", style="bold")
+    console.print(LEGEND)
     for kernel, rows in by_kernel(report["rows"]).items():
         console.print()
         kernel_table(console, kernel, rows)
@@ -273,20 +274,15 @@ def render_diff(
     path: Path,
     report: dict[str, Any],
     problems: list[str],
-    console: Any = None,
 ) -> None:
     """Print ``comparison`` of this run (``report``) with the stored ``baseline``."""
-    console = console or TrimmedConsole()
-    console.print(
-        f"kernel-report at {_where(report)}, threshold {comparison.threshold:.0%}", highlight=False
-    )
+    console = TrimmedConsole(highlight=False)
+    console.print(f"kernel-report at {_where(report)}, threshold {comparison.threshold:.0%}")
     stored = fold(f"stored in {path}", console.width, path=True)
-    console.print(escape(stored), highlight=False, soft_wrap=True)
-    console.print(
-        f"baseline: {_toolchain(baseline)}; this run: {_toolchain(report)}", highlight=False
-    )
+    console.print(escape(stored), soft_wrap=True)
+    console.print(f"baseline: {_toolchain(baseline)}; this run: {_toolchain(report)}")
     if comparison.across:
-        console.print("across Triton versions: reported, never failing", highlight=False)
+        console.print("across Triton versions: reported, never failing")
     if comparison.changed:
         rows = [
             [escape(c.build), escape(", ".join(c.changes)), escape(c.verdict)]
@@ -297,15 +293,14 @@ def render_diff(
             f"class or the total up more than {comparison.threshold:.0%})"
         )
         print_fitted(console, DIFF_COLUMNS, rows, title, **_BOX, title_justify="left")
-    console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)", highlight=False)
+    console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)")
     failing = len(comparison.failing())
-    changed = f"changed: {_plural(len(comparison.changed))}, {failing} failing"
-    console.print(changed, highlight=False)
+    console.print(f"changed: {_plural(len(comparison.changed))}, {failing} failing")
     for label, names in (
         ("only in this run", comparison.only_new),
         ("only in the baseline", comparison.only_old),
     ):
         for name in names:
-            console.print(f"{label} (not gated): {escape(name)}", highlight=False)
+            console.print(f"{label} (not gated): {escape(name)}")
     # Of the notes, why CCE's stored builds are only in the baseline.
     _footer(console, [n for n in report.get("notes", []) if n.startswith("CCE")], problems)

@@ -13,8 +13,9 @@ picks on a GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -356,12 +357,11 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         )  # fmt: skip
 
 
-def _tma(table: Callable[..., Iterator[Launch]]) -> Callable[..., Iterator[Launch]]:
-    return lambda shape, dtype, arch: table(shape, dtype, arch, tma=True)
-
-
 # Ours (portable, then the TMA path on sm_90a / sm_100a), then CCE's: a report's order.
-TABLES = ((_forward, _slices, _backward, _helpers), (_tma(_forward), _tma(_slices)))
+TABLES = (
+    (_forward, _slices, _backward, _helpers),
+    (partial(_forward, tma=True), partial(_slices, tma=True)),
+)
 
 
 def collect(

@@ -32,7 +32,7 @@ GEMMA = options.SHAPES["gemma2-2b"]
 
 
 def ours(shape, arch, dtype, kernels):
-    return launches.collect(shape, [arch], [dtype], kernels, with_cce=False)[0]
+    return kernel_report.collect(shape, [arch], [dtype], kernels, with_cce=False)[0]
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -202,9 +202,10 @@ def probe() -> dict:
     that passes an argument its kernel does not take, in one child process."""
     out = _python("""
         import dataclasses, json
-        from perfsuite.kernel_report import build, launches, options
+        from perfsuite import kernel_report
+        from perfsuite.kernel_report import build, options
         shape = options.SHAPES["gemma2-2b"]
-        ours = lambda arch, k: launches.collect(shape, [arch], ["bf16"], [k], with_cce=False)[0]
+        ours = lambda a, k: kernel_report.collect(shape, [a], ["bf16"], [k], with_cce=False)[0]
         res = {}
         first = {"forward": "plain", "backward": "list", "slices": "smooth+softcap"}
         for arch in ("sm_80", "sm_90a"):
@@ -430,9 +431,10 @@ def test_blackwell_slice_kernel_runs_on_tcgen05():
     accumulator in 128 TMEM columns, no wgmma, no spill."""
     out = _python("""
         import dataclasses, json
-        from perfsuite.kernel_report import build, launches, options
-        la = launches.collect(options.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"], ["slices"],
-                              with_cce=False)[0][-1]
+        from perfsuite import kernel_report
+        from perfsuite.kernel_report import build, options
+        la = kernel_report.collect(options.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
+                                   ["slices"], with_cce=False)[0][-1]
         print(json.dumps({"variant": la.variant, **build.build(la)}))
     """)
     assert out.returncode == 0, out.stderr[-3000:]

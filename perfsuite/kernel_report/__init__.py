@@ -48,6 +48,31 @@ def _interpreted() -> bool:
     )
 
 
+def collect(
+    shape: Shape,
+    archs: list[str],
+    dtypes: list[str] | None = None,
+    kernels: list[str] | None = None,
+    *,
+    with_cce: bool = True,
+) -> tuple[list[Launch], str | None]:
+    """Every shipped (kernel, arch, dtype) config × variant to build, optionally for some
+    kernels only, and why CCE's are missing (None when they are there)."""
+    from . import cce, launches
+
+    note = cce.available() if with_cce else "not asked for"
+    tables = launches.TABLES + (((cce.launches,),) if note is None else ())
+    todo = [
+        la
+        for family in tables
+        for arch in archs
+        for dtype in dtypes or list(options.DTYPES)
+        for table in family
+        for la in table(shape, dtype, arch)
+    ]
+    return [la for la in todo if kernels is None or la.kernel in kernels], note
+
+
 def _row(launch: Launch) -> dict[str, Any]:
     from . import build, launches
 
@@ -105,7 +130,7 @@ def kernel_report(
     kernel × variant × config × dtype × arch), the cost table, notes; with ``--launched``
     workloads, the tile list's launched fraction on a sample of each. ``notice``: progress
     lines while it builds."""
-    from . import baseline, costs, launched, launches
+    from . import baseline, costs, launched
 
     notice = notice or (lambda line: None)
     archs = sel["arch_order"]
@@ -113,7 +138,7 @@ def kernel_report(
         report = _report_in_child(sel, shape, jobs)
     else:
         kernels = sel["kernels"] + sel["peers"]
-        todo, cce_note = launches.collect(shape, archs, sel["dtypes"], kernels, with_cce=sel["cce"])
+        todo, cce_note = collect(shape, archs, sel["dtypes"], kernels, with_cce=sel["cce"])
         rows = build_rows(todo, jobs, notice)
         measured = {
             (r["kernel"], cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]

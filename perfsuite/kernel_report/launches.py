@@ -362,28 +362,3 @@ TABLES = (
     (_forward, _slices, _backward, _helpers),
     (partial(_forward, tma=True), partial(_slices, tma=True)),
 )
-
-
-def collect(
-    shape: Shape,
-    archs: list[str],
-    dtypes: list[str] | None = None,
-    kernels: list[str] | None = None,
-    *,
-    with_cce: bool = True,
-) -> tuple[list[Launch], str | None]:
-    """Every shipped (kernel, arch, dtype) config × variant to build, optionally for some
-    kernels only, and why CCE's are missing (None when they are there)."""
-    from . import cce
-
-    note = cce.available() if with_cce else "not asked for"
-    tables = TABLES + (((cce.launches,),) if note is None else ())
-    todo = [
-        la
-        for family in tables
-        for arch in archs
-        for dtype in dtypes or list(DTYPES)
-        for table in family
-        for la in table(shape, dtype, arch)
-    ]
-    return [la for la in todo if kernels is None or la.kernel in kernels], note

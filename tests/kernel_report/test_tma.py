@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from perfsuite import kernel_report
 from perfsuite.kernel_report import build, launches, options, render, sass
 from perfsuite.kernels.configs import tma_config
 
@@ -20,7 +21,7 @@ GEMMA = options.SHAPES["gemma2-2b"]
 
 def tma(dtype: str, arch: str) -> list[launches.Launch]:
     kernels = ["forward_tma", "slices_tma"]
-    return launches.collect(GEMMA, [arch], [dtype], kernels, with_cce=False)[0]
+    return kernel_report.collect(GEMMA, [arch], [dtype], kernels, with_cce=False)[0]
 
 
 # From `cuobjdump -sass` of slices_tma[smooth+softcap] bf16 sm_90a (Triton 3.7.1).
@@ -154,11 +155,12 @@ def test_tma_launches_specialise_with_tensor_descriptors():
     the kernels must not be interpreter wrappers)."""
     code = """
         import json
-        from perfsuite.kernel_report import build, launches, options
+        from perfsuite import kernel_report
+        from perfsuite.kernel_report import build, options
         out = {}
         kernels = ["forward_tma", "slices_tma"]
         shape = options.SHAPES["gemma2-2b"]
-        for la in launches.collect(shape, ["sm_90a"], ["bf16"], kernels, with_cce=False)[0]:
+        for la in kernel_report.collect(shape, ["sm_90a"], ["bf16"], kernels, with_cce=False)[0]:
             spec = build.specialise(la)
             out[f"{la.kernel}[{la.variant}]"] = {
                 "signature": {k: str(v) for k, v in spec.signature.items()},

@@ -121,14 +121,20 @@ def forward_grid(shape: Shape, arch: str, cfg: Any) -> tuple[int, int, int]:
     return splits, split_size, triton.cdiv(shape.n, cfg.block_n) * splits
 
 
-def _strides(d: int) -> dict[str, int]:
-    return {"stride_en": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1}
-
-
 def _desc(dtype: str, rows: int, cols: int, stride: int, block: list[int]) -> Any:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return TensorDescriptor(T(dtype, rows * stride), [rows, cols], [stride, 1], block)
+
+
+def _operands(shape: Shape, dtype: str, cfg: Any = None) -> dict[str, Any]:
+    """E (N, D) and C (V, D), row-major: pointers and strides, or with ``cfg`` TMA
+    descriptors over its (BLOCK_N | BLOCK_V, BLOCK_D) tiles."""
+    n, v, d = shape.n, shape.v, shape.d
+    if cfg is None:
+        return dict(E=T(dtype), C=T(dtype), stride_en=d, stride_ed=1, stride_cv=d, stride_cd=1)
+    e_desc = _desc(dtype, n, d, d, [cfg.block_n, cfg.block_d])
+    return {"e_desc": e_desc, "c_desc": _desc(dtype, v, d, d, [cfg.block_v, cfg.block_d])}
 
 
 def _shipped(kernel: str, dtype: str, arch: str, tma: bool) -> bool:
@@ -176,20 +182,17 @@ def _forward(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator
         }
         args |= dict(N=n, V=v, D=d, split_size=split_size)
         if tma:
-            args["e_desc"] = _desc(dtype, n, d, d, [cfg.block_n, cfg.block_d])
-            args["c_desc"] = _desc(dtype, v, d, d, [cfg.block_v, cfg.block_d])
-            args |= {"num_splits": splits, **cfg.meta("forward_tma")}
+            args |= _operands(shape, dtype, cfg) | cfg.meta("forward_tma")
+            args["num_splits"] = splits
             yield _pinned("forward_tma", name, dtype, arch, hopper._forward, args, cfg,
                           work=programs)  # fmt: skip
             continue
         args |= {
-            "E": T(dtype),
-            "C": T(dtype),
+            **_operands(shape, dtype),
             "inv_n": 1.0 / n,
             "LogitAvg": T(F32) if avg else None,
             "TileLSE": T(torch.bfloat16) if tiles else None,
             "num_tiles": triton.cdiv(v, cfg.block_v) if tiles else 0,
-            **_strides(d),
             **cfg.meta("forward"),
         }
         yield _pinned("forward", name, dtype, arch, forward._forward, args, cfg)
@@ -247,16 +250,15 @@ def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[
             args |= dict(N=n, D=d, v0=v0, width=cols)
             if tma:
                 sub = cfg.block_v // hopper.slice_subtiles(weighted)
-                args["e_desc"] = _desc(dtype, n, d, d, [cfg.block_n, cfg.block_d])
-                args["c_desc"] = _desc(dtype, shape.v, d, d, [cfg.block_v, cfg.block_d])
+                args |= _operands(shape, dtype, cfg)
                 args["out_desc"] = _desc(dtype, n, cols, width, [cfg.block_n, sub])
                 tiles = triton.cdiv(n, cfg.block_n) * triton.cdiv(cols, cfg.block_v)
                 args |= cfg.meta("slices_tma")
                 yield _pinned("slices_tma", name + suffix, dtype, arch, hopper._grad_slice,
                               args, cfg, width, work=tiles)  # fmt: skip
                 continue
-            args |= dict(E=T(dtype), C=T(dtype), Out=T(dtype, n * width), stride_on=width)
-            args |= {**_strides(d), **cfg.meta("slices")}
+            args |= {**_operands(shape, dtype), "Out": T(dtype, n * width), "stride_on": width}
+            args |= cfg.meta("slices")
             yield _pinned("slices", name + suffix, dtype, arch, slices._grad_slice, args, cfg,
                           width)  # fmt: skip
 
@@ -289,7 +291,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             parts, "smooth", "softcap", "list", "filter", "accum"
         )
         dc_dtype = "fp32" if accum else dtype
-        args = dict(E=T(dtype), C=T(dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32))
+        args = dict(_operands(shape, dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32))
         args |= {
             "Order": T(torch.int32) if filt else None,
             "TileList": T(torch.int32, pairs + 1) if use_list else None,
@@ -302,7 +304,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             "smooth_w": shape.beta / v if smooth else 0.0,
             "RowEps": T(F32) if filt else None,
         }
-        args |= {"N": n, "V": v, "D": d, **_strides(d), **cfg.meta("backward")}
+        args |= {"N": n, "V": v, "D": d, **cfg.meta("backward")}
         overrides = {
             "DE_ATOMIC": native_atomics("fp32", arch),  # dE is always an fp32 buffer
             "DC_ATOMIC": native_atomics(dc_dtype, arch),
@@ -348,8 +350,8 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4",
     )  # fmt: skip
     for name, cap in (("plain", None), ("softcap", shape.softcap or 30.0)):
-        args = dict(E=T(dtype), C=T(dtype), Targets=T(torch.int64), Out=T(F32), softcap=cap)
-        args |= {"N": n, "V": v, "D": d, **_strides(d), "stride_t": 1}
+        args = dict(_operands(shape, dtype), Targets=T(torch.int64), Out=T(F32), softcap=cap)
+        args |= {"N": n, "V": v, "D": d, "stride_t": 1}
         args |= dict(BLOCK_N=targets.BLOCK_N, BLOCK_D=targets.BLOCK_D)
         yield Launch(
             "target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,

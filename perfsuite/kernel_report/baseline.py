@@ -83,13 +83,6 @@ def _version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
 
 
-def stored(folder: str | os.PathLike[str], archs: list[str]) -> dict[str, Path]:
-    """Triton version -> baseline file in ``folder`` for this arch set."""
-    wanted = "-".join(arch_set(archs))
-    found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
-    return {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
-
-
 def load(
     folder: str, selection: dict[str, Any], shape: dict[str, Any], *, across: bool = False
 ) -> tuple[dict[str, Any], Path]:
@@ -112,7 +105,9 @@ def load(
         )
     if not Path(folder).is_dir():
         raise BaselineError(f"--baseline {folder}: no such folder; {make}")
-    files = stored(folder, archs)
+    found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
+    wanted = "-".join(arch_set(archs))
+    files = {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
     others = sorted((v for v in files if v != version), key=_version_key)
     if across and others:
         path = files[others[-1]]

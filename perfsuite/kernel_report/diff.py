@@ -130,17 +130,16 @@ def compare(
             out.unchanged += 1
             continue
         moved, reasons = changes(base, row, threshold)
-        out.changed.append(Change(where(row), moved, reasons, _ungated(row, across)))
+        ungated = (
+            "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
+        )
+        out.changed.append(Change(where(row), moved, reasons, ungated))
     _pair_retuned(
         [r for k, r in old.items() if k not in new],
         [r for k, r in new.items() if k not in old],
         out,
     )
     return out
-
-
-def _ungated(row: dict[str, Any], across: bool) -> str:
-    return "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
 
 
 def _pair_retuned(gone: list[dict], added: list[dict], out: Comparison) -> None:

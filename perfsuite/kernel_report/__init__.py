@@ -93,11 +93,6 @@ def _row_at(index: int) -> tuple[int, dict[str, Any]]:
     return index, _row(_POOL_LAUNCHES[index])
 
 
-def _default_sigterm() -> None:
-    """Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends them)."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str, Any]]:
     """Build every launch, ``jobs`` at a time (forked workers; 1: in this process);
     ``notice`` hears a line per build done (a full report takes minutes: 400 s went by
@@ -115,7 +110,10 @@ def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str
     _POOL_LAUNCHES[:] = todo
     rows: list[dict[str, Any]] = [{} for _ in todo]
     try:
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_default_sigterm) as pool:
+        # Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends
+        # them): the default's back.
+        default = (signal.SIGTERM, signal.SIG_DFL)
+        with multiprocessing.get_context("fork").Pool(jobs, signal.signal, default) as pool:
             for index, row in pool.imap_unordered(_row_at, range(len(todo)), chunksize=1):
                 rows[index] = told(row)
     finally:

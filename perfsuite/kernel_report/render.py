@@ -94,18 +94,17 @@ def _columns(columns: tuple) -> list[Column]:
 
 def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
     """Fitted to the console (``perfsuite.fit``): a table; when it is too wide, the same
-    cells turned on their side per GPU (a row per figure, a column per impl or design);
-    else one block per row."""
+    cells turned on their side per GPU (a row per figure, a column per impl, design or
+    workload), each fitted in turn."""
     options = dict(_BOX, title_justify="left")
     table = fit_table(columns, rows, console.width, title=title, **options)
     if table is not None:
         console.print(table)
         return
     heads = [c.header for c in columns]
-    if "GPU" not in heads:
-        print_fitted(console, columns, rows, title, **options)
-        return
-    gpu, name = heads.index("GPU"), heads.index("design" if "design" in heads else "impl")
+    # A column per impl, design or workload: the first text column other than the GPU.
+    gpu = heads.index("GPU")
+    name = next(i for i, c in enumerate(columns) if c.fold and i != gpu)
     console.print(title)
     for where in dict.fromkeys(r[gpu] for r in rows):
         mine = [r for r in rows if r[gpu] == where]

@@ -99,19 +99,17 @@ def test_a_build_that_no_longer_builds_fails():
     assert change.fails and change.changes == ["did not build"]
 
 
-def _report(rows: list[dict]) -> dict:
-    gemma = options.SHAPES["gemma2-2b"]
-    return {
-        "shape": vars(gemma),
-        "rows": rows,
-        "costs": costs.cost_rows(gemma, with_cce=cce.available() is None),
-        "designs": costs.design_rows(gemma, with_cce=cce.available() is None),
-        "notes": [],
-    }
-
-
 def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys):
-    """Issue 36: one 20-column table became a block of key/value lines per build."""
+    """Issue 36: one 20-column table became a block of key/value lines per build. The
+    launched-fraction table, too wide with two workloads, is turned per GPU (it was a
+    ValueError: it names no impl)."""
+    gemma = options.SHAPES["gemma2-2b"]
+    cce_too = cce.available() is None
+    report = {"shape": vars(gemma), "costs": costs.cost_rows(gemma, with_cce=cce_too)}
+    report |= {"designs": costs.design_rows(gemma, with_cce=cce_too), "notes": []}
+    sampled = dict(gpu="H100", entropy=5.5, rows=256, bwd_config="N128-V256-D64x32-w8-s3")
+    sampled |= dict(pairs=10**5, launched=9 * 10**4, launched_fraction=0.9, recompute_gb=1.5)
+    report["launched"] = [{**sampled, "workload": w, "bwd_l2_gb": 45678.9} for w in ("a", "b")]
     rows = []
     for arch, mma in (("sm_80", "hmma"), ("sm_90a", "hgmma"), ("sm_100a", "utcmma")):
         for dtype in ("bf16", "fp16", "fp32"):
@@ -121,7 +119,7 @@ def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys)
                 for kernel in ("forward", "backward"):
                     rows.append(row(variant, kernel=kernel, arch=arch, dtype=dtype, config=cfg))
                     rows[-1].update(counts)
-    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: _report(rows))
+    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: {**report, "rows": rows})
     monkeypatch.setenv("COLUMNS", "80")
     parser = argparse.ArgumentParser()
     kernel_report.add_arguments(parser)
@@ -135,7 +133,7 @@ def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys)
     assert len(builds) < 2 * len(rows) + 20
     assert "forward: " in text and "backward: " in text
     assert "0 in every build: spill" in text
-    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "152"):
+    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "152", "45,678.9"):
         assert cell in text
 
 

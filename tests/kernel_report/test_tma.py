@@ -19,8 +19,7 @@ from perfsuite.kernels.configs import tma_config
 GEMMA = options.SHAPES["gemma2-2b"]
 
 
-def tma(dtype: str, arch: str) -> list[launches.Launch]:
-    kernels = ["forward_tma", "slices_tma"]
+def tma(dtype: str, arch: str, kernels=("forward_tma", "slices_tma")) -> list[launches.Launch]:
     return kernel_report.collect(GEMMA, [arch], [dtype], kernels, with_cce=False)[0]
 
 
@@ -85,11 +84,9 @@ def test_tma_launches_only_where_the_path_runs():
 
 
 def test_persistent_grid_is_one_wave_at_gemma():
-    fwd = tma("bf16", "sm_90a")[0]
-    splits, split_size, items = launches.forward_grid(
-        GEMMA, "sm_90a", tma_config("forward", "sm_90")
-    )
-    row_blocks = GEMMA.n // tma_config("forward", "sm_90").block_n
+    fwd, cfg = tma("bf16", "sm_90a")[0], tma_config("forward", "sm_90")
+    splits, split_size, items = launches.forward_grid(GEMMA, "sm_90a", cfg)
+    row_blocks = GEMMA.n // cfg.block_n
     assert items == row_blocks * splits and split_size % 256 == 0
     assert splits * split_size >= GEMMA.v > (splits - 1) * split_size
     grid = launches.persistent_grid(fwd, measured_ctas=1)
@@ -100,14 +97,9 @@ def test_persistent_grid_is_one_wave_at_gemma():
     assert launches.persistent_grid(fwd, measured_ctas=2)["waves"] == 1.0
     assert launches.persistent_grid(fwd, measured_ctas=0) == {}  # fits no CTA: no grid
     small = launches.Launch("k", "v", "bf16", "sm_90a", None, {}, 8, work=20)
-    assert launches.persistent_grid(small, 1) == {
-        "grid": 20,
-        "waves": 20 / 132,
-        "work_per_cta": 1.0,
-    }
-    assert (
-        launches.persistent_grid(launches.Launch("k", "v", "bf16", "sm_80", None, {}, 8), 1) == {}
-    )
+    assert launches.persistent_grid(small, 1) == {"grid": 20, "waves": 20 / 132, "work_per_cta": 1}
+    no_work = launches.Launch("k", "v", "bf16", "sm_80", None, {}, 8)
+    assert launches.persistent_grid(no_work, 1) == {}
 
 
 def _row(**over) -> dict:

@@ -24,18 +24,16 @@ def available() -> str | None:
     return None
 
 
-def _configs() -> list[tuple[dict[str, Any], int, int]]:
-    """(meta, warps, stages) of CCE's forward, then its backward."""
+def _configs() -> list[tuple[dict[str, Any], int, int, str]]:
+    """(meta, warps, stages, its name) of CCE's forward, then its backward."""
     from cut_cross_entropy import tl_autotune
 
-    return [
-        (dict(cfg.kwargs), cfg.num_warps, cfg.num_stages)
-        for cfg in (tl_autotune._cce_forward_best_config(), tl_autotune._cce_backward_best_config())
-    ]
-
-
-def _describe(meta: dict[str, Any], warps: int, stages: int) -> str:
-    return f"B{meta['BLOCK_B']}-V{meta['BLOCK_V']}-D{meta['BLOCK_D']}-w{warps}-s{stages}"
+    out = []
+    for cfg in (tl_autotune._cce_forward_best_config(), tl_autotune._cce_backward_best_config()):
+        meta, warps, stages = cfg.kwargs, cfg.num_warps, cfg.num_stages
+        name = f"B{meta['BLOCK_B']}-V{meta['BLOCK_V']}-D{meta['BLOCK_D']}-w{warps}-s{stages}"
+        out.append((dict(meta), warps, stages, name))
+    return out
 
 
 def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
@@ -46,7 +44,7 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     if dtype not in DTYPES:
         return
     n, v, d = shape.n, shape.v, shape.d
-    (fmeta, fwarps, fstages), (bmeta, bwarps, bstages) = _configs()
+    (fmeta, fwarps, fstages, fname), (bmeta, bwarps, bstages, bname) = _configs()
     nd_locks = triton.cdiv(d, 64)
     common = {"E": T(dtype), "C": T(dtype), "LSE": T(torch.float32), "Valids": None}
     common |= {"B": n, "V": v, "D": d, "B_BIN": b_bin_fn(n)}
@@ -56,7 +54,7 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         fwd |= {"stride_lse_b": 1, "num_locks": triton.cdiv(n, 128), **fmeta}
         yield Launch(
             "cce_lse_forward", variant, dtype, arch, cce_lse_forward._cce_lse_forward_kernel,
-            fwd, fwarps, fstages, config=_describe(fmeta, fwarps, fstages), ours=False,
+            fwd, fwarps, fstages, config=fname, ours=False,
         )  # fmt: skip
         bwd = {
             **common,
@@ -81,18 +79,18 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         }
         yield Launch(
             "cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
-            bwd, bwarps, bstages, config=_describe(bmeta, bwarps, bstages), ours=False,
+            bwd, bwarps, bstages, config=bname, ours=False,
         )  # fmt: skip
 
 
 def grid_sizes(shape: Shape) -> dict[str, Any]:
     """CCE's forward grid and backward tile sizes at ``shape`` (for the cost table)."""
-    (fmeta, fwarps, fstages), (bmeta, bwarps, bstages) = _configs()
+    (fmeta, fwarps, fstages, fname), (bmeta, bwarps, bstages, bname) = _configs()
     return {
         "fwd_ctas": triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"]),
-        "fwd_config": _describe(fmeta, fwarps, fstages),
+        "fwd_config": fname,
         "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
-        "bwd_config": _describe(bmeta, bwarps, bstages),
+        "bwd_config": bname,
         # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE
         # and for dC.
         "tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"]),

@@ -86,18 +86,18 @@ def rows(
     archs: list[str],
     cost_rows: list[dict[str, Any]],
     workloads: list[str],
-    rows: int,
+    sample: int,
     notice: NoticeFn,
 ) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload, with the backward's costs scaled by it;
-    ``measure`` in a child process under ``TRITON_INTERPRET=1``, minutes each at a real
-    vocabulary (``notice`` hears each as it starts)."""
+    """Launched fraction per arch × workload on its first ``sample`` rows, with the
+    backward's costs scaled by it: ``measure`` in a child under ``TRITON_INTERPRET=1``,
+    minutes each at a real vocabulary (``notice`` hears each as it starts)."""
     keys = sorted({cfg_arch(a) for a in archs})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = []
     for i, workload in enumerate(workloads, 1):
-        n = min(rows, shape.n)
+        n = min(sample, shape.n)
         notice(f"launched fraction: {workload} ({i} of {len(workloads)}), {n} rows at V={shape.v}…")
         job = json.dumps([vars(shape), keys, workload, n])
         cmd = [sys.executable, "-m", "perfsuite.kernel_report.launched", job]

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.plan.shapes import PRESETS
+
 from .diff import DEFAULT_THRESHOLD
 
 # Archs with shipped configs (configs.arch_of: Ampere-class, Hopper and datacenter
@@ -49,9 +51,11 @@ class Shape:
     softcap: float = 30.0
 
 
+# The model shapes (perfsuite.plan.shapes) a report is built at by name.
 SHAPES = {
-    "gemma2-2b": Shape("gemma2-2b", 8192, 256000, 2304),
-    "llama3-8b": Shape("llama3-8b", 8192, 128256, 4096),
+    name: Shape(name, p.tokens, p.vocab, p.hidden)
+    for name, p in PRESETS.items()
+    if name in ("gemma2-2b", "llama3-8b")
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import triton
 
 from . import cce
-from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_count
+from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_width
 
 
 def _waves(ctas: int, slots: int) -> dict[str, Any]:
@@ -157,7 +157,8 @@ def _slices(shape: Shape, arch: str) -> dict[str, Any]:
     n, v, d = shape.n, shape.v, shape.d
     e = DTYPES[shape.dtype].itemsize
     cfg = PINNED["slices", arch, shape.dtype]
-    width, slices = slice_count(shape, shape.dtype)
+    width = slice_width(shape, shape.dtype)
+    slices = triton.cdiv(v, width)  # the S of the design table
     tm, tn = CUBLAS_TILE
     nvd = n * v * d * e
     g_trip = 3 * n * v * e  # G: written once, read by each GEMM

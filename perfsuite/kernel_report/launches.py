@@ -263,12 +263,6 @@ def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[
                           width)  # fmt: skip
 
 
-def slice_count(shape: Shape, dtype: str) -> tuple[int, int]:
-    """(width, number of slices) at ``shape``: the design cost table's S."""
-    width = slice_width(shape, dtype)
-    return width, triton.cdiv(shape.v, width)
-
-
 def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     """backward="tiles" (an ablation since the slice backward): β = 0 / β > 0 × softcap
     off / on without filtering (ours-tiles), the tile list and CCE's element filter

@@ -124,7 +124,11 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
     # The terminal's width, $COLUMNS, else 80: tables fit or list.
     console = TrimmedConsole(highlight=False)
     shape, where = report["shape"], _where(report)
-    render_builds(console, report, where)
+    console.print(f"Triton kernels built as launched at {where}", style="bold")
+    console.print(LEGEND)
+    for kernel, rows in by_kernel(report["rows"]).items():
+        console.print()
+        kernel_table(console, kernel, rows)
     _print(
         console,
         f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
@@ -244,14 +248,6 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         console.print(table)
     else:  # one block per build: nothing is cut at any width
         print_fitted(console, columns, table_rows, **_BOX)
-
-
-def render_builds(console: Any, report: dict[str, Any], where: str) -> None:
-    console.print(f"Triton kernels built as launched at {where}", style="bold")
-    console.print(LEGEND)
-    for kernel, rows in by_kernel(report["rows"]).items():
-        console.print()
-        kernel_table(console, kernel, rows)
 
 
 DIFF_COLUMNS = (Column("build"), Column("what changed"), Column("verdict"))

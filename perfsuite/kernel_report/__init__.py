@@ -40,14 +40,6 @@ if TYPE_CHECKING:
 _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "kernels_asked", "cce")
 
 
-def _interpreted() -> bool:
-    import triton.language as tl
-
-    return os.environ.get("TRITON_INTERPRET", "0") == "1" or (
-        type(tl.cdiv).__name__ == "InterpretedFunction"
-    )
-
-
 def collect(
     shape: Shape,
     archs: list[str],
@@ -128,11 +120,15 @@ def kernel_report(
     kernel × variant × config × dtype × arch), the cost table, notes; with ``--launched``
     workloads, the tile list's launched fraction on a sample of each. ``notice``: progress
     lines while it builds."""
+    import triton.language as tl
+
     from . import baseline, costs, launched
 
     notice = notice or (lambda line: None)
     archs = sel["arch_order"]
-    if _interpreted():
+    # Interpreted, the kernels are interpreter wrappers fixed at import: a child builds.
+    interpreted = type(tl.cdiv).__name__ == "InterpretedFunction"
+    if os.environ.get("TRITON_INTERPRET") == "1" or interpreted:
         report = _report_in_child(sel, shape, jobs)
     else:
         kernels = sel["kernels"] + sel["peers"]

@@ -85,10 +85,6 @@ class Comparison:
         }
 
 
-def _pct(old: int, new: int) -> str:
-    return f" ({(new - old) / old:+.1%})" if old else ""
-
-
 def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[list, list]:
     """(what moved, why it fails) between two builds of one launch."""
     if not new.get("ok", True):
@@ -100,7 +96,8 @@ def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple
         a, b = old.get(key), new.get(key)
         if a is None or b is None or a == b:
             continue
-        moved.append(f"{label} {a} → {b}{_pct(a, b) if unit is None else unit}")
+        growth = f" ({(b - a) / a:+.1%})" if a else ""
+        moved.append(f"{label} {a} → {b}{growth if unit is None else unit}")
         if key.startswith("spill") and b > a:
             reasons.append(f"new {label[:-1]}" if a == 0 else f"more {label}")
         if key == "ctas_per_sm" and b < a:

@@ -492,61 +492,6 @@ def test_cli_hooks():
     assert kernel_report.run(parser.parse_args(["--arch", "sm80"])) == 2
 
 
-def _row(kernel: str, variant: str, **over) -> dict:
-    row = {
-        "kernel": kernel, "variant": variant, "config": "N64-V64-D32x32-w8-s3",
-        "dtype": "bf16", "arch": "sm_80", "ours": True, "declared_ctas_per_sm": 1,
-        "ok": True, "error": None, "registers": 128, "spill_store_bytes": 0,
-        "spill_load_bytes": 0, "shared_bytes": 32768, "ctas_per_sm": 2, "hgmma": 0,
-        "hmma": 24, "ldgsts": 9, "membar": 2, "cas": 1, "exch": 1, "atomic_adds": 8,
-        "nanosleep": 1,
-        "critical_tensor_ops": 0,
-    }  # fmt: skip
-    return {**row, **over}
-
-
-def test_failures_name_the_reason():
-    rows = [
-        _row("backward", "list"),
-        _row("backward", "spilly", spill_store_bytes=8),
-        _row("backward", "locked", critical_tensor_ops=2),
-        _row("forward", "crowded", ctas_per_sm=1, declared_ctas_per_sm=2),
-        _row("backward", "broken", ok=False, error="BuildError: ptxas failed"),
-        _row("cce_backward", "train", ours=False, spill_store_bytes=512),
-    ]
-    problems = kernel_report.failures(rows)
-    assert len(problems) == 4
-    assert "spills 8B" in problems[0] and "tensor-core ops inside a spin lock" in problems[1]
-    assert "fits 1 CTAs per SM, config declares 2" in problems[2]
-    assert "ptxas failed" in problems[3]
-
-
-def test_table_names_every_variant(monkeypatch, capsys):
-    """Variant names such as "[plain]" must not vanish as rich markup."""
-    report = {
-        "shape": vars(GEMMA),
-        "rows": [_row("forward", "plain"), _row("cce_backward", "train", ours=False)],
-        "costs": costs.cost_rows(GEMMA, with_cce=cce.available() is None),
-        "designs": costs.design_rows(GEMMA, with_cce=cce.available() is None),
-        "notes": ["CCE side by side skipped: test"],
-    }
-    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: report)
-    parser = argparse.ArgumentParser()
-    kernel_report.add_arguments(parser)
-    assert kernel_report.run(parser.parse_args([])) == 0
-    monkeypatch.setenv("COLUMNS", "80")
-    assert kernel_report.run(parser.parse_args([])) == 0
-    text = capsys.readouterr().out
-    assert max(map(len, text.splitlines())) <= 80 and "…" not in text  # issue 20: hundreds
-    assert " plain" in text and " train" in text and "(CCE)" in text
-    assert "N64-V64-D32x32-w8-s3" in text  # a config folds nowhere: whole at 80 columns
-    assert "H100" in text and "A100" in text and "100.0%" in text
-    assert "CCE side by side skipped" in text
-    flat = " ".join(text.split())  # titles and headers fold at 80 columns
-    assert "a MODEL, not a measurement" in flat and "total bwd L2 GB" in flat
-    assert " slices " in flat and "modelled ms" in flat
-
-
 @pytest.mark.parametrize("arch", ["sm_800", "sm_70", "sm_99x", "sm_120a", "sm100a"])
 def test_unsupported_arch_is_a_one_line_error(capsys, arch):
     from perfsuite.cli import main

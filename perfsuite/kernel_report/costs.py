@@ -21,12 +21,6 @@ from . import cce
 from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_width
 
 
-def _waves(ctas: int, slots: int) -> dict[str, Any]:
-    from perfsuite.kernels.forward import wave_efficiency
-
-    return {"fwd_waves": triton.cdiv(ctas, slots), "last_wave_eff": wave_efficiency(ctas, slots)}
-
-
 Tiles = tuple[int, int, int]  # a pair backward's BLOCK_N, BLOCK_V and D chunk
 
 

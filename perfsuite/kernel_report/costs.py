@@ -20,7 +20,6 @@ import triton
 from . import cce
 from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_width
 
-
 Tiles = tuple[int, int, int]  # a pair backward's BLOCK_N, BLOCK_V and D chunk
 
 

@@ -18,14 +18,7 @@ import pytest
 import torch
 
 from perfsuite import kernel_report
-from perfsuite.kernel_report import (
-    build,
-    cce,
-    costs,
-    launches,
-    sass,
-    slice_launches,
-)
+from perfsuite.kernel_report import build, cce, costs, launches, options, sass
 
 # Every test here compiles through ptxas and cuobjdump: other processes.
 pytestmark = [
@@ -35,7 +28,11 @@ pytestmark = [
     ),
 ]
 
-GEMMA = launches.SHAPES["gemma2-2b"]
+GEMMA = options.SHAPES["gemma2-2b"]
+
+
+def ours(shape, arch, dtype, kernels):
+    return kernel_report.collect(shape, [arch], [dtype], kernels, with_cce=False)[0]
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -205,13 +202,15 @@ def probe() -> dict:
     that passes an argument its kernel does not take, in one child process."""
     out = _python("""
         import dataclasses, json
-        from perfsuite.kernel_report import build, launches, slice_launches
-        shape = launches.SHAPES["gemma2-2b"]
+        from perfsuite import kernel_report
+        from perfsuite.kernel_report import build, options
+        shape = options.SHAPES["gemma2-2b"]
+        ours = lambda a, k: kernel_report.collect(shape, [a], ["bf16"], [k], with_cce=False)[0]
         res = {}
         first = {"forward": "plain", "backward": "list", "slices": "smooth+softcap"}
         for arch in ("sm_80", "sm_90a"):
             for kernel in ("forward", "backward", "slices"):
-                for la in slice_launches.our_launches(shape, [arch], ["bf16"], [kernel]):
+                for la in ours(arch, kernel):
                     spec = build.specialise(la)
                     name = "" if la.variant == first[kernel] else f"[{la.variant}]"
                     res[f"{kernel}{name} {arch}"] = {
@@ -219,18 +218,15 @@ def probe() -> dict:
                                       for k, v in spec.constexprs.items() if len(k) == 1},
                         "divisible": spec.divisible(),
                     }
-            bwd = [
-                la for la in slice_launches.our_launches(shape, [arch], ["bf16"], ["backward"])
-                if la.variant == "list"
-            ][0]
+            bwd = [la for la in ours(arch, "backward") if la.variant == "list"][0]
             res[f"build backward {arch}"] = build.build(bwd)
         # The default backward's slice GEMM, its heaviest variant, on Hopper.
-        grad = slice_launches.our_launches(shape, ["sm_90a"], ["bf16"], ["slices"])[-1]
+        grad = ours("sm_90a", "slices")[-1]
         res["build slices sm_90a"] = {"variant": grad.variant, **build.build(grad)}
-        colsum = slice_launches.our_launches(shape, ["sm_80"], ["bf16"], ["column_sum"])[0]
+        colsum = ours("sm_80", "column_sum")[0]
         res["hints"] = build.build(colsum)["sass_hash"]
         res["no hints"] = build.build(colsum, hints=False)["sass_hash"]
-        bwd = slice_launches.our_launches(shape, ["sm_90a"], ["bf16"], ["backward"])[0]
+        bwd = ours("sm_90a", "backward")[0]
         try:
             build.specialise(dataclasses.replace(bwd, args={**bwd.args, "Targets": None}))
         except build.BuildError as exc:
@@ -262,7 +258,8 @@ def test_slice_kernel_specialised_and_built_without_spills(probe):
     """The default backward's Triton GEMM: every variant's flags, the slice's ints
     divisible by 16 (v0 = 0 and width 4096 at Gemma2-2B bf16), no spill on sm_90a."""
     for arch in ("sm_80", "sm_90a"):
-        for variant, (smooth, cap, weighted) in slice_launches.VARIANTS.items():
+        for variant in launches.VARIANTS:
+            smooth, cap, weighted = launches.flags(variant, "smooth", "softcap", "weight")
             key = "slices" if variant == "smooth+softcap" else f"slices[{variant}]"
             spec = probe[f"{key} {arch}"]
             assert spec["constants"]["HAS_SMOOTHING"] is smooth
@@ -294,30 +291,28 @@ def test_every_variant_listed_for_every_dtype_and_arch():
     variants the report used to skip, for every dtype and arch, at the slice width."""
     for arch in ("sm_80", "sm_90a"):
         for dtype in ("bf16", "fp16", "fp32"):
-            todo = slice_launches.our_launches(
-                GEMMA, [arch], [dtype], ["forward", "backward", "slices"]
-            )
+            todo = ours(GEMMA, arch, dtype, ["forward", "backward", "slices"])
             by_kernel: dict[str, set[str]] = {}
             for la in todo:
                 by_kernel.setdefault(la.kernel, set()).add(la.variant)
-            assert by_kernel["slices"] == set(slice_launches.VARIANTS)
+            assert by_kernel["slices"] == set(launches.VARIANTS)
             for kernel in ("forward", "backward"):
                 assert {"plain", "softcap", "smooth", "smooth+softcap"} <= by_kernel[kernel]
-            width = slice_launches.slice_width(GEMMA, dtype)
+            width = launches.slice_width(GEMMA, dtype)
             for la in todo:
                 if la.kernel == "slices":
                     assert la.args["v0"] == 0 and la.args["width"] == width
                     assert la.args["stride_on"] == width and la.config.endswith(f"-W{width}")
     # 64 MiB of bf16 G over N = 8192 rows: 4096 columns, 63 slices (the default's).
-    assert slice_launches.slice_count(GEMMA, "bf16") == (4096, 63)
+    assert launches.slice_width(GEMMA, "bf16") == 4096  # 63 slices: test_design_cost_table
 
 
 def test_slice_specialisations_split_off_an_odd_last_slice():
-    odd = launches.Shape("odd", 8192, 256008, 2304)
-    starts = slice_launches.slice_starts(odd, 4096)
+    odd = options.Shape("odd", 8192, 256008, 2304)
+    starts = launches.slice_starts(odd, 4096)
     assert [(s, v0) for s, v0, _ in starts] == [("", 0), ("+last", 62 * 4096)]
     assert starts[-1][2] == 256008 - 62 * 4096
-    assert len(slice_launches.slice_starts(GEMMA, 4096)) == 1
+    assert len(launches.slice_starts(GEMMA, 4096)) == 1
 
 
 @pytest.mark.skipif(cce.available() is not None, reason="cut-cross-entropy not importable")
@@ -327,7 +322,7 @@ def test_cce_backward_gets_the_int32_vocab_order_cce_passes():
     from cut_cross_entropy import cce as cce_module
 
     assert "torch.int32" in inspect.getsource(cce_module.sort_logit_avg)
-    for la in cce.launches(GEMMA, ["sm_90a"], ["bf16"]):
+    for la in cce.launches(GEMMA, "bf16", "sm_90a"):
         if la.kernel == "cce_backward":
             assert la.args["VocabOrdering"].dtype == torch.int32
             assert la.args["grad_scale"] == 1.0 / GEMMA.n
@@ -360,12 +355,12 @@ def test_failing_or_unreadable_ptxas_fails_the_report(tmp_path):
     for script in (failing, silent):
         script.chmod(0o755)
     out = _python(f"""
-        from perfsuite import kernel_report
         from perfsuite.cli import main
+        from perfsuite.kernel_report import build
         argv = ["kernel-report", "--arch", "sm_80", "--kernel", "tile_keep", "--dtype", "fp32",
                 "--no-cce", "--jobs", "1"]
         for script in ({str(failing)!r}, {str(silent)!r}):
-            kernel_report.build.ptxas_path = lambda arch, s=script: s
+            build.ptxas_path = lambda arch, s=script: s
             print("RC", main(argv), flush=True)
     """)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -399,13 +394,13 @@ def test_blackwell_is_accepted_and_launched_as_on_a_b200():
     from perfsuite.kernels import forward
     from perfsuite.kernels.configs import PINNED
 
-    assert launches.cfg_arch("sm_100a") == "sm_100" and launches.GPUS["sm_100"][1] == 148
+    assert options.cfg_arch("sm_100a") == "sm_100" and launches.GPUS["sm_100"][1] == 148
     assert os.path.basename(build.ptxas_path("sm_100a")) == "ptxas-blackwell"
     for kernel in ("forward", "backward", "slices"):
-        for la in slice_launches.our_launches(GEMMA, ["sm_100a"], ["bf16"], [kernel]):
+        for la in ours(GEMMA, "sm_100a", "bf16", [kernel]):
             assert la.config.startswith(PINNED[kernel, "sm_100", "bf16"].describe())
             assert la.overrides.get("DC_ATOMIC", True) is True  # as backward.native_atomics
-    fwd = slice_launches.our_launches(GEMMA, ["sm_100a"], ["bf16"], ["forward"])[0]
+    fwd = ours(GEMMA, "sm_100a", "bf16", ["forward"])[0]
     splits = -(-GEMMA.v // fwd.args["split_size"])
     assert splits == forward.splits_for(GEMMA.n, GEMMA.v, 128, 148) != 33  # H100: 33
     cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--arch", "sm_100a"]
@@ -427,7 +422,7 @@ def test_report_keys_configs_as_the_launcher_does(monkeypatch, capability, arch)
     from perfsuite.kernels import configs
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert configs.arch_of(torch.device("cuda", 0)) == launches.cfg_arch(arch)
+    assert configs.arch_of(torch.device("cuda", 0)) == options.cfg_arch(arch)
 
 
 @pytest.mark.slow
@@ -436,9 +431,10 @@ def test_blackwell_slice_kernel_runs_on_tcgen05():
     accumulator in 128 TMEM columns, no wgmma, no spill."""
     out = _python("""
         import dataclasses, json
-        from perfsuite.kernel_report import build, launches, slice_launches
-        la = slice_launches.our_launches(launches.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
-                                  ["slices"])[-1]
+        from perfsuite import kernel_report
+        from perfsuite.kernel_report import build, options
+        la = kernel_report.collect(options.SHAPES["gemma2-2b"], ["sm_100a"], ["bf16"],
+                                   ["slices"], with_cce=False)[0][-1]
         print(json.dumps({"variant": la.variant, **build.build(la)}))
     """)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -474,13 +470,10 @@ def test_launch_table_args_must_exist(probe):
 @pytest.mark.slow
 def test_every_shipped_config_builds_without_spills():
     out = _python("""
-        import json
-        from perfsuite import kernel_report
-        rep = kernel_report.kernel_report(["sm_80", "sm_90a", "sm_100a"], jobs=2)
-        print(json.dumps(kernel_report.failures(rep["rows"])))
+        from perfsuite.cli import main
+        raise SystemExit(main(["kernel-report", "--arch", "sm_80,sm_90a,sm_100a", "--jobs", "2"]))
     """)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout) == []
+    assert out.returncode == 0 and "FAIL" not in out.stdout, out.stdout[-3000:]
 
 
 # --- CLI, tables ------------------------------------------------------------------
@@ -491,67 +484,12 @@ def test_cli_hooks():
     kernel_report.add_arguments(parser)
     args = parser.parse_args(["--arch", "sm_80", "--json", "--shape", "8192,128256,4096"])
     assert args.arch == "sm_80" and args.json
-    assert launches.parse_shape(args.shape).d == 4096
+    assert options.parse_shape(args.shape).d == 4096
     defaults = parser.parse_args([])
-    assert defaults.arch == "sm_80,sm_90a" and launches.parse_shape(defaults.shape) == GEMMA
+    assert defaults.arch == "sm_80,sm_90a" and options.parse_shape(defaults.shape) == GEMMA
     with pytest.raises(ValueError):
-        launches.parse_shape("8192,abc,2304")
+        options.parse_shape("8192,abc,2304")
     assert kernel_report.run(parser.parse_args(["--arch", "sm80"])) == 2
-
-
-def _row(kernel: str, variant: str, **over) -> dict:
-    row = {
-        "kernel": kernel, "variant": variant, "config": "N64-V64-D32x32-w8-s3",
-        "dtype": "bf16", "arch": "sm_80", "ours": True, "declared_ctas_per_sm": 1,
-        "ok": True, "error": None, "registers": 128, "spill_store_bytes": 0,
-        "spill_load_bytes": 0, "shared_bytes": 32768, "ctas_per_sm": 2, "hgmma": 0,
-        "hmma": 24, "ldgsts": 9, "membar": 2, "cas": 1, "exch": 1, "atomic_adds": 8,
-        "nanosleep": 1,
-        "critical_tensor_ops": 0,
-    }  # fmt: skip
-    return {**row, **over}
-
-
-def test_failures_name_the_reason():
-    rows = [
-        _row("backward", "list"),
-        _row("backward", "spilly", spill_store_bytes=8),
-        _row("backward", "locked", critical_tensor_ops=2),
-        _row("forward", "crowded", ctas_per_sm=1, declared_ctas_per_sm=2),
-        _row("backward", "broken", ok=False, error="BuildError: ptxas failed"),
-        _row("cce_backward", "train", ours=False, spill_store_bytes=512),
-    ]
-    problems = kernel_report.failures(rows)
-    assert len(problems) == 4
-    assert "spills 8B" in problems[0] and "tensor-core ops inside a spin lock" in problems[1]
-    assert "fits 1 CTAs per SM, config declares 2" in problems[2]
-    assert "ptxas failed" in problems[3]
-
-
-def test_table_names_every_variant(monkeypatch, capsys):
-    """Variant names such as "[plain]" must not vanish as rich markup."""
-    report = {
-        "shape": vars(GEMMA),
-        "rows": [_row("forward", "plain"), _row("cce_backward", "train", ours=False)],
-        "costs": costs.cost_rows(GEMMA, with_cce=cce.available() is None),
-        "designs": costs.design_rows(GEMMA, with_cce=cce.available() is None),
-        "notes": ["CCE side by side skipped: test"],
-    }
-    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: report)
-    parser = argparse.ArgumentParser()
-    kernel_report.add_arguments(parser)
-    assert kernel_report.run(parser.parse_args([])) == 0
-    monkeypatch.setenv("COLUMNS", "80")
-    assert kernel_report.run(parser.parse_args([])) == 0
-    text = capsys.readouterr().out
-    assert max(map(len, text.splitlines())) <= 80 and "…" not in text  # issue 20: hundreds
-    assert " plain" in text and " train" in text and "(CCE)" in text
-    assert "N64-V64-D32x32-w8-s3" in text  # a config folds nowhere: whole at 80 columns
-    assert "H100" in text and "A100" in text and "100.0%" in text
-    assert "CCE side by side skipped" in text
-    flat = " ".join(text.split())  # titles and headers fold at 80 columns
-    assert "a MODEL, not a measurement" in flat and "total bwd L2 GB" in flat
-    assert " slices " in flat and "modelled ms" in flat
 
 
 @pytest.mark.parametrize("arch", ["sm_800", "sm_70", "sm_99x", "sm_120a", "sm100a"])

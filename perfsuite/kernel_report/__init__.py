@@ -16,7 +16,6 @@ or the total past ``--threshold``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import multiprocessing
 import os
@@ -28,76 +27,49 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.harness.progress import Countdown, NoticeFn
 from perfsuite.results.outpath import check_output_dir
 
-from . import diff, names, options
-from .names import Shape, parse_shape
+from . import diff, options
+from .options import Shape, cfg_arch, parse_shape
 from .options import add_arguments as add_arguments  # perfsuite.cli's hook
 
+# Submodules that import torch or Triton are imported by the functions that use them, so
+# that the options are parsed and checked first (issue 46).
 if TYPE_CHECKING:
     from .launches import Launch
-
-# Submodules that import torch or Triton: each function imports those it uses, so that
-# the options are parsed and checked first (issue 46); ``kernel_report.build`` still names
-# one, imported then.
-_HEAVY = ("baseline", "build", "cce", "costs", "launched", "launches", "render")
-_HEAVY += ("slice_launches", "tma_launches")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HEAVY:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 # What a stored baseline records of the selection (baseline.load checks it covers a run).
 _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "kernels_asked", "cce")
 
 
-def _interpreted() -> bool:
-    import triton.language as tl
-
-    return os.environ.get("TRITON_INTERPRET", "0") == "1" or (
-        type(tl.cdiv).__name__ == "InterpretedFunction"
-    )
-
-
 def collect(
     shape: Shape,
     archs: list[str],
-    *,
     dtypes: list[str] | None = None,
     kernels: list[str] | None = None,
+    *,
     with_cce: bool = True,
 ) -> tuple[list[Launch], str | None]:
-    """The launches to build, and why CCE's are missing (None when they are there)."""
-    from . import cce, launches, slice_launches, tma_launches
+    """Every shipped (kernel, arch, dtype) config × variant to build, optionally for some
+    kernels only, and why CCE's are missing (None when they are there)."""
+    from . import cce, launches
 
-    dtypes = dtypes or list(launches.DTYPES)
-    todo = slice_launches.our_launches(shape, archs, dtypes, kernels)
-    todo += tma_launches.tma_launches(shape, archs, dtypes, kernels)
     note = cce.available() if with_cce else "not asked for"
-    if note is None:
-        todo += [
-            la
-            for la in cce.launches(shape, archs, dtypes)
-            if kernels is None or la.kernel in kernels
-        ]
-    return todo, note
+    tables = launches.TABLES + (((cce.launches,),) if note is None else ())
+    todo = [
+        la
+        for family in tables
+        for arch in archs
+        for dtype in dtypes or list(options.DTYPES)
+        for table in family
+        for la in table(shape, dtype, arch)
+    ]
+    return [la for la in todo if kernels is None or la.kernel in kernels], note
 
 
 def _row(launch: Launch) -> dict[str, Any]:
     from . import build, launches
 
-    row: dict[str, Any] = {
-        "kernel": launch.kernel,
-        "variant": launch.variant,
-        "config": launch.config,
-        "dtype": launch.dtype,
-        "arch": launch.arch,
-        "ours": launch.ours,
-        "declared_ctas_per_sm": launch.declared_ctas,
-        "ok": False,
-        "error": None,
-    }
+    row = {k: getattr(launch, k) for k in ("kernel", "variant", "config", "dtype", "arch", "ours")}
+    row |= {"declared_ctas_per_sm": launch.declared_ctas, "ok": False, "error": None}
     try:
         row.update(build.build(launch), ok=True)
         row.update(launches.persistent_grid(launch, row["ctas_per_sm"]))
@@ -113,25 +85,16 @@ def _row_at(index: int) -> tuple[int, dict[str, Any]]:
     return index, _row(_POOL_LAUNCHES[index])
 
 
-def _default_sigterm() -> None:
-    """Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends them)."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def build_rows(
-    todo: list[Launch], jobs: int = 1, notice: NoticeFn | None = None
-) -> list[dict[str, Any]]:
+def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str, Any]]:
     """Build every launch, ``jobs`` at a time (forked workers; 1: in this process);
     ``notice`` hears a line per build done (a full report takes minutes: 400 s went by
     without a word)."""
     jobs = max(1, min(jobs, len(todo)))
-    countdown = None if notice is None else Countdown(len(todo), notice)
-    if notice is not None:
-        notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
+    countdown = Countdown(len(todo), notice)
+    notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
 
     def told(row: dict[str, Any]) -> dict[str, Any]:
-        if countdown is not None:
-            countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
+        countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
         return row
 
     if jobs == 1:
@@ -139,7 +102,10 @@ def build_rows(
     _POOL_LAUNCHES[:] = todo
     rows: list[dict[str, Any]] = [{} for _ in todo]
     try:
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_default_sigterm) as pool:
+        # Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends
+        # them): the default's back.
+        default = (signal.SIGTERM, signal.SIG_DFL)
+        with multiprocessing.get_context("fork").Pool(jobs, signal.signal, default) as pool:
             for index, row in pool.imap_unordered(_row_at, range(len(todo)), chunksize=1):
                 rows[index] = told(row)
     finally:
@@ -148,32 +114,28 @@ def build_rows(
 
 
 def kernel_report(
-    archs: list[str],
-    shape: Shape | str = "gemma2-2b",
-    *,
-    dtypes: list[str] | None = None,
-    kernels: list[str] | None = None,
-    with_cce: bool = True,
-    jobs: int = 1,
-    workloads: list[str] | None = None,
-    sample_rows: int = names.DEFAULT_ROWS,
-    notice: NoticeFn | None = None,
+    sel: dict[str, Any], shape: Shape, jobs: int = 1, notice: NoticeFn | None = None
 ) -> dict[str, Any]:
-    """Rows (one per kernel × variant × config × dtype × arch), the cost table, notes;
-    with ``workloads``, the tile list's launched fraction on a sample of each.
-    ``notice``: progress lines while it builds."""
-    from . import baseline, costs, launches
+    """The report of selection ``sel`` (``options.selection``) at ``shape``: rows (one per
+    kernel × variant × config × dtype × arch), the cost table, notes; with ``--launched``
+    workloads, the tile list's launched fraction on a sample of each. ``notice``: progress
+    lines while it builds."""
+    import triton.language as tl
 
-    shape = parse_shape(shape) if isinstance(shape, str) else shape
-    for arch in archs:
-        names.capability(arch)
-    if _interpreted():
-        report = _report_in_child(archs, shape, dtypes, kernels, with_cce, jobs)
+    from . import baseline, costs, launched
+
+    notice = notice or (lambda line: None)
+    archs = sel["arch_order"]
+    # Interpreted, the kernels are interpreter wrappers fixed at import: a child builds.
+    interpreted = type(tl.cdiv).__name__ == "InterpretedFunction"
+    if os.environ.get("TRITON_INTERPRET") == "1" or interpreted:
+        report = _report_in_child(sel, shape, jobs)
     else:
-        todo, cce_note = collect(shape, archs, dtypes=dtypes, kernels=kernels, with_cce=with_cce)
+        kernels = sel["kernels"] + sel["peers"]
+        todo, cce_note = collect(shape, archs, sel["dtypes"], kernels, with_cce=sel["cce"])
         rows = build_rows(todo, jobs, notice)
         measured = {
-            (r["kernel"], launches.cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
+            (r["kernel"], cfg_arch(r["arch"]), r["dtype"]): r["ctas_per_sm"]
             for r in rows
             if r["ok"] and r["variant"] in ("plain", "train")
         }
@@ -185,55 +147,14 @@ def kernel_report(
             "designs": costs.design_rows(shape, cce_note is None),
             "notes": notes + costs.rate_notes(),
         }
-    report["launched"] = _launched(
-        shape, archs, report["costs"], workloads or [], sample_rows, notice
-    )
+    workloads, sample = sel["workloads"], sel["sample_rows"]
+    report["launched"] = launched.rows(shape, archs, report["costs"], workloads, sample, notice)
     report["toolchain"] = baseline.toolchain(archs)
+    report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
     return report
 
 
-def _launched(
-    shape: Shape,
-    archs: list[str],
-    cost_rows: list[dict],
-    workloads: list[str],
-    rows: int,
-    notice: NoticeFn | None = None,
-) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload, with the backward's costs scaled by it
-    (minutes each at a real vocabulary: ``notice`` hears each as it starts)."""
-    from . import launched, launches
-
-    keys = sorted({launches.cfg_arch(a) for a in archs})
-    full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
-    out = []
-    for i, workload in enumerate(workloads, 1):
-        if notice is not None:
-            notice(
-                f"launched fraction: {workload} ({i} of {len(workloads)}), "
-                f"{min(rows, shape.n)} rows at V={shape.v}…"
-            )
-        for row in launched.measure_in_child(shape, keys, workload, min(rows, shape.n)):
-            cost, frac = full[row["arch"]], row["launched_fraction"]
-            out.append(
-                {
-                    **row,
-                    "bwd_config": cost["bwd_config"],
-                    "recompute_gb": frac * cost["recompute_gb"],
-                    "bwd_l2_gb": frac * cost["bwd_l2_gb"],
-                }
-            )
-    return out
-
-
-def _report_in_child(
-    archs: list[str],
-    shape: Shape,
-    dtypes: list[str] | None,
-    kernels: list[str] | None,
-    with_cce: bool,
-    jobs: int,
-) -> dict[str, Any]:
+def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, Any]:
     """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
     are interpreter wrappers fixed at import. Its stderr is ours: its progress lines and
     any error are seen as they come."""
@@ -241,8 +162,7 @@ def _report_in_child(
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--json", "--jobs", str(jobs)]
-    cmd += ["--shape", f"{shape.n},{shape.v},{shape.d},{shape.dtype}"]
-    cmd += baseline.selection_args(archs, dtypes, kernels, with_cce)
+    cmd += baseline.command_args(sel, vars(shape), sel["arch_order"])
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
     try:
         report = json.loads(out.stdout)
@@ -296,18 +216,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # OutputPathError and BaselineError too: one line, exit 2
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    report = kernel_report(
-        sel["arch_order"],
-        shape,
-        dtypes=sel["dtypes"] if sel["dtypes_asked"] else None,
-        kernels=sel["kernels"] + sel["peers"] if sel["kernels_asked"] else None,
-        with_cce=sel["cce"],
-        jobs=args.jobs,
-        workloads=sel["workloads"],
-        sample_rows=sel["sample_rows"],
-        notice=lambda line: print(line, file=sys.stderr, flush=True),  # stdout: --json's
-    )
-    report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
+    # Progress lines on stderr: stdout is --json's.
+    report = kernel_report(sel, shape, args.jobs, lambda s: print(s, file=sys.stderr, flush=True))
     problems = failures(report["rows"])
     comparison = None
     if stored is not None:

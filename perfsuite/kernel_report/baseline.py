@@ -18,7 +18,7 @@ import triton
 from perfsuite.results.results import write_atomically
 
 from . import build
-from .names import SHAPES, arch_set
+from .options import SHAPES, arch_set
 
 # Other JSON under reports/ names its schema: never taken for a results file.
 SCHEMA = "perfsuite-kernel-report/1"
@@ -41,32 +41,20 @@ def toolchain(archs: list[str]) -> dict[str, Any]:
     return {"triton": triton.__version__, "ptxas": ptxas}
 
 
-def selection_args(
-    archs: list[str], dtypes: list[str] | None, kernels: list[str] | None, cce: bool
+def command_args(
+    sel: dict[str, Any], shape: dict[str, Any], archs: list[str] | None = None
 ) -> list[str]:
-    """The options naming a selection (a baseline's command line, the interpreter's child)."""
-    args = ["--arch", ",".join(archs)]
-    if dtypes:
-        args += ["--dtype", ",".join(dtypes)]
-    if kernels:
-        args += ["--kernel", ",".join(kernels)]
-    return args if cce else [*args, "--no-cce"]
-
-
-def make_command(selection: dict[str, Any], shape: dict[str, Any], folder: str) -> str:
-    """The command line that stores a baseline for ``selection`` in ``folder``."""
-    cmd = ["perfsuite kernel-report"]
-    if shape["name"] in SHAPES and shape["name"] != "gemma2-2b":
-        cmd += ["--shape", shape["name"]]
-    elif shape["name"] not in SHAPES:
-        cmd += ["--shape", f"{shape['n']},{shape['v']},{shape['d']},{shape['dtype']}"]
-    cmd += selection_args(
-        selection["archs"],
-        selection["dtypes"] if selection.get("dtypes_asked") else None,
-        selection["kernels"] + selection["peers"] if selection.get("kernels_asked") else None,
-        selection["cce"],
-    )
-    return " ".join([*cmd, "--save", folder])
+    """The options naming selection ``sel`` at ``shape`` (``archs``: in this order): a
+    baseline's command line, the interpreter's child."""
+    args = ["--arch", ",".join(archs or sel["archs"])]
+    if shape["name"] != "gemma2-2b":
+        named = shape["name"] in SHAPES
+        args[:0] = ["--shape", shape["name"] if named else "{n},{v},{d},{dtype}".format(**shape)]
+    if sel.get("dtypes_asked"):
+        args += ["--dtype", ",".join(sel["dtypes"])]
+    if sel.get("kernels_asked"):
+        args += ["--kernel", ",".join(sel["kernels"] + sel["peers"])]
+    return args if sel["cce"] else [*args, "--no-cce"]
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -95,13 +83,6 @@ def _version_key(version: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
 
 
-def stored(folder: str | os.PathLike[str], archs: list[str]) -> dict[str, Path]:
-    """Triton version -> baseline file in ``folder`` for this arch set."""
-    wanted = "-".join(arch_set(archs))
-    found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
-    return {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
-
-
 def load(
     folder: str, selection: dict[str, Any], shape: dict[str, Any], *, across: bool = False
 ) -> tuple[dict[str, Any], Path]:
@@ -113,7 +94,8 @@ def load(
     """
     version = triton.__version__
     archs = selection["archs"]
-    make = f"make one: {make_command(selection, shape, folder)}"
+    make = " ".join(["make one: perfsuite kernel-report", *command_args(selection, shape)])
+    make += f" --save {folder}"
     if Path(folder).is_file():  # "no such folder" about a file that exists (issue 46)
         named = _NAME.fullmatch(Path(folder).name)
         hint = f": the folder that holds it is {Path(folder).parent}" if named else ""
@@ -123,7 +105,9 @@ def load(
         )
     if not Path(folder).is_dir():
         raise BaselineError(f"--baseline {folder}: no such folder; {make}")
-    files = stored(folder, archs)
+    found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
+    wanted = "-".join(arch_set(archs))
+    files = {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
     others = sorted((v for v in files if v != version), key=_version_key)
     if across and others:
         path = files[others[-1]]

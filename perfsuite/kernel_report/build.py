@@ -19,8 +19,7 @@ from triton.runtime.jit import JITFunction
 
 from . import sass
 from .launches import Launch
-from .names import SUPPORTED as SUPPORTED  # named in names.py (no Triton), used from here too
-from .names import capability
+from .options import capability, cfg_arch
 
 
 class BuildError(RuntimeError):
@@ -59,15 +58,6 @@ def ptxas_version(arch: str) -> str:
 
 def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def ptxas_command(arch: str, ptx: str, out: str, fp_fusion: bool = True) -> list[str]:
-    """Triton's ``make_cubin`` command line (line info, ``-v``, its register-allocator flag;
-    ``--fmad=false`` when FP fusion is off, Triton 3.10's announced default)."""
-    return [
-        ptxas_path(arch), "-lineinfo", *([] if fp_fusion else ["--fmad=false"]), "-v",
-        "--regAllocOptLevel=2", f"--gpu-name={gpu_name(arch)}", ptx, "-o", out,
-    ]  # fmt: skip
 
 
 def unwrap(obj: Any) -> tuple[JITFunction, list[dict[str, Any]]]:
@@ -140,13 +130,6 @@ def specialise(launch: Launch, *, hints: bool = True) -> Spec:
     return Spec(jit, signature, constexprs, attrs, dict(parsed.__dict__))
 
 
-def compile_spec(spec: Spec, arch: str) -> Any:
-    from triton.compiler import ASTSource
-
-    src = ASTSource(spec.jit, spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
-    return triton.compile(src, target=target(arch), options=spec.options)
-
-
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
@@ -204,22 +187,26 @@ def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: in
     is the TMA launcher's (``kernels.hopper.fitting_ctas``), at ``arch``'s limits."""
     from perfsuite.kernels.hopper import fitting_ctas
 
-    cap = capability(arch)
-    lim = LIMITS["sm_100" if cap >= 100 else "sm_90" if cap >= 90 else "sm_80"]
-    return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **lim})
+    return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **LIMITS[cfg_arch(arch)]})
 
 
 def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
     """Compile ``launch``, run ptxas and cuobjdump; the numbers of one report row."""
+    from triton.compiler import ASTSource
+
     spec = specialise(launch, hints=hints)
-    compiled = compile_spec(spec, launch.arch)
+    src = ASTSource(spec.jit, spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
+    compiled = triton.compile(src, target=target(launch.arch), options=spec.options)
     name = compiled.metadata.name
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         with open(ptx, "w") as fh:
             fh.write(compiled.asm["ptx"])
-        fusion = bool(spec.options.get("enable_fp_fusion", True))
-        out = _run(ptxas_command(launch.arch, ptx, cubin, fusion), "ptxas")
+        # Triton's make_cubin command line: line info, -v, its register-allocator flag;
+        # --fmad=false when FP fusion is off (Triton 3.10's announced default).
+        fmad = [] if spec.options.get("enable_fp_fusion", True) else ["--fmad=false"]
+        cmd = [ptxas_path(launch.arch), "-lineinfo", *fmad, "-v", "--regAllocOptLevel=2"]
+        out = _run([*cmd, f"--gpu-name={gpu_name(launch.arch)}", ptx, "-o", cubin], "ptxas")
         usage = parse_ptxas(out.stdout + out.stderr, name)
         res = parse_res_usage(_run([tool("cuobjdump"), "-res-usage", cubin], "cuobjdump").stdout)
         text = _run([tool("cuobjdump"), "-sass", cubin], "cuobjdump -sass").stdout

@@ -24,97 +24,74 @@ def available() -> str | None:
     return None
 
 
-def _config(fn_name: str) -> tuple[dict[str, Any], int, int]:
+def _configs() -> list[tuple[dict[str, Any], int, int, str]]:
+    """(meta, warps, stages, its name) of CCE's forward, then its backward."""
     from cut_cross_entropy import tl_autotune
 
-    cfg = getattr(tl_autotune, fn_name)()
-    return dict(cfg.kwargs), cfg.num_warps, cfg.num_stages
+    out = []
+    for cfg in (tl_autotune._cce_forward_best_config(), tl_autotune._cce_backward_best_config()):
+        meta, warps, stages = cfg.kwargs, cfg.num_warps, cfg.num_stages
+        name = f"B{meta['BLOCK_B']}-V{meta['BLOCK_V']}-D{meta['BLOCK_D']}-w{warps}-s{stages}"
+        out.append((dict(meta), warps, stages, name))
+    return out
 
 
-def _describe(meta: dict[str, Any], warps: int, stages: int) -> str:
-    return f"B{meta['BLOCK_B']}-V{meta['BLOCK_V']}-D{meta['BLOCK_D']}-w{warps}-s{stages}"
-
-
-def launches(shape: Shape, archs: list[str], dtypes: list[str]) -> Iterator[Launch]:
+def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
+    """CCE's forward and backward, without and with softcap (16-bit only)."""
     from cut_cross_entropy import cce_backward, cce_lse_forward
     from cut_cross_entropy.tl_utils import b_bin_fn
 
+    if dtype not in DTYPES:
+        return
     n, v, d = shape.n, shape.v, shape.d
-    fmeta, fwarps, fstages = _config("_cce_forward_best_config")
-    bmeta, bwarps, bstages = _config("_cce_backward_best_config")
+    (fmeta, fwarps, fstages, fname), (bmeta, bwarps, bstages, bname) = _configs()
     nd_locks = triton.cdiv(d, 64)
-    strides = {"stride_eb": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_vb": 1}
-    for arch in archs:
-        for dtype in [dt for dt in dtypes if dt in DTYPES]:
-            for variant, cap in (("train", None), ("softcap", shape.softcap)):
-                fwd = {
-                    "E": T(dtype),
-                    "C": T(dtype),
-                    "LSE": T(torch.float32),
-                    "LA": T(torch.float32),
-                    "Locks": T(torch.uint32),
-                    "Valids": None,
-                    "softcap": cap,
-                    "B": n,
-                    "V": v,
-                    "D": d,
-                    **strides,
-                    "stride_lse_b": 1,
-                    "num_locks": triton.cdiv(n, 128),
-                    "B_BIN": b_bin_fn(n),
-                    **fmeta,
-                }
-                kernel = cce_lse_forward._cce_lse_forward_kernel
-                yield Launch(
-                    "cce_lse_forward", variant, dtype, arch, kernel,
-                    fwd, fwarps, fstages, config=_describe(fmeta, fwarps, fstages), ours=False,
-                )  # fmt: skip
-                bwd = {
-                    "E": T(dtype),
-                    "C": T(dtype),
-                    "LSE": T(torch.float32),
-                    "dOut": T(torch.float32, numel=1),  # mean reduction: a scalar
-                    "grad_scale": 1.0 / n,  # cce.py: 1 / lse.numel() for a mean
-                    "Valids": None,
-                    # cce.py's sort_logit_avg: torch.argsort(logit_avg).to(torch.int32)
-                    "VocabOrdering": T(torch.int32),
-                    "softcap": cap,
-                    "Targets": T(torch.int64),
-                    "dE": T(dtype),
-                    "dELocks": T(torch.int32),
-                    "dC": T(dtype),
-                    "dCLocks": T(torch.int32),
-                    "B": n,
-                    "D": d,
-                    "V": v,
-                    "n_de_locks_0": triton.cdiv(n, nd_locks),
-                    "n_de_locks_1": nd_locks,
-                    "n_dc_locks_0": triton.cdiv(v, nd_locks),
-                    "n_dc_locks_1": nd_locks,
-                    **strides,
-                    "filter_eps": 2.0**-12,
-                    "B_BIN": b_bin_fn(n),
-                    "SHIFT": False,
-                    "REQUIRES_GRAD": True,
-                    **bmeta,
-                }
-                yield Launch(
-                    "cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
-                    bwd, bwarps, bstages, config=_describe(bmeta, bwarps, bstages), ours=False,
-                )  # fmt: skip
+    common = {"E": T(dtype), "C": T(dtype), "LSE": T(torch.float32), "Valids": None}
+    common |= {"B": n, "V": v, "D": d, "B_BIN": b_bin_fn(n)}
+    common |= {"stride_eb": d, "stride_ed": 1, "stride_cv": d, "stride_cd": 1, "stride_vb": 1}
+    for variant, cap in (("train", None), ("softcap", shape.softcap)):
+        fwd = {**common, "LA": T(torch.float32), "Locks": T(torch.uint32), "softcap": cap}
+        fwd |= {"stride_lse_b": 1, "num_locks": triton.cdiv(n, 128), **fmeta}
+        yield Launch(
+            "cce_lse_forward", variant, dtype, arch, cce_lse_forward._cce_lse_forward_kernel,
+            fwd, fwarps, fstages, config=fname, ours=False,
+        )  # fmt: skip
+        bwd = {
+            **common,
+            "dOut": T(torch.float32, numel=1),  # mean reduction: a scalar
+            "grad_scale": 1.0 / n,  # cce.py: 1 / lse.numel() for a mean
+            # cce.py's sort_logit_avg: torch.argsort(logit_avg).to(torch.int32)
+            "VocabOrdering": T(torch.int32),
+            "softcap": cap,
+            "Targets": T(torch.int64),
+            "dE": T(dtype),
+            "dELocks": T(torch.int32),
+            "dC": T(dtype),
+            "dCLocks": T(torch.int32),
+            "n_de_locks_0": triton.cdiv(n, nd_locks),
+            "n_de_locks_1": nd_locks,
+            "n_dc_locks_0": triton.cdiv(v, nd_locks),
+            "n_dc_locks_1": nd_locks,
+            "filter_eps": 2.0**-12,
+            "SHIFT": False,
+            "REQUIRES_GRAD": True,
+            **bmeta,
+        }
+        yield Launch(
+            "cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
+            bwd, bwarps, bstages, config=bname, ours=False,
+        )  # fmt: skip
 
 
 def grid_sizes(shape: Shape) -> dict[str, Any]:
     """CCE's forward grid and backward tile sizes at ``shape`` (for the cost table)."""
-    fmeta, fwarps, fstages = _config("_cce_forward_best_config")
-    bmeta, bwarps, bstages = _config("_cce_backward_best_config")
+    (fmeta, fwarps, fstages, fname), (bmeta, bwarps, bstages, bname) = _configs()
     return {
         "fwd_ctas": triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"]),
-        "fwd_config": _describe(fmeta, fwarps, fstages),
+        "fwd_config": fname,
         "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
-        "bwd_config": _describe(bmeta, bwarps, bstages),
-        "block_n": bmeta["BLOCK_B"],
-        "block_v": bmeta["BLOCK_V"],
-        # _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE and for dC.
-        "block_dd": 2 * bmeta["BLOCK_D"],
+        "bwd_config": bname,
+        # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE
+        # and for dC.
+        "tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"]),
     }

@@ -18,7 +18,9 @@ from typing import Any
 import triton
 
 from . import cce
-from .launches import DTYPES, GPUS, Shape, cfg_arch, native_atomics
+from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_width
+
+Tiles = tuple[int, int, int]  # a pair backward's BLOCK_N, BLOCK_V and D chunk
 
 
 def _waves(ctas: int, slots: int) -> dict[str, Any]:
@@ -27,32 +29,34 @@ def _waves(ctas: int, slots: int) -> dict[str, Any]:
     return {"fwd_waves": triton.cdiv(ctas, slots), "last_wave_eff": wave_efficiency(ctas, slots)}
 
 
-def pair_costs(
-    shape: Shape,
-    block_n: int,
-    block_v: int,
-    block_dd: int,
-    locked: int,
-    elem: int,
-    de_elem: int,
-    dc_elem: int,
-) -> dict[str, Any]:
-    """``locked``: how many of dE/dC go through a lock (0, 1 or 2); ``*_elem``: bytes
-    per element of the dE and dC buffers the updates add into."""
+def _tiles(cfg: Any) -> Tiles:
+    return cfg.block_n, cfg.block_v, cfg.block_dd
+
+
+def _locked(shape: Shape, arch: str) -> int:
+    """How many of dE/dC the tile backward locks: dE is an fp32 buffer (hardware atomics
+    everywhere); dC is in the input dtype (locked without 16-bit atomics)."""
+    return int(not native_atomics(shape.dtype, arch))
+
+
+def pair_costs(shape: Shape, tiles: Tiles, locked: int, de_elem: int) -> dict[str, Any]:
+    """Traffic of one launch over every (row block, vocab tile) pair; ``locked``: how many
+    of dE/dC go through a lock (0, 1 or 2); ``de_elem``: bytes per element of the dE
+    buffer the updates add into (dC's: the input dtype's)."""
     n, v, d = shape.n, shape.v, shape.d
+    elem = DTYPES[shape.dtype].itemsize
+    block_n, block_v, block_dd = tiles
     pairs = triton.cdiv(n, block_n) * triton.cdiv(v, block_v)
     acquisitions = locked * triton.cdiv(d, block_dd)  # per pair
     rmw_rows = {0: 0, 1: block_v, 2: block_v + block_n}[locked]
+    update = block_n * de_elem + block_v * elem
     return {
         "bwd_pairs": pairs,
         "recompute_gb": pairs * (block_n + block_v) * d * elem / 1e9,
-        "update_gb": pairs * (block_n * de_elem + block_v * dc_elem) * d / 1e9,
+        "update_gb": pairs * update * d / 1e9,
         "locked_rmw_gb": pairs * rmw_rows * d * elem / 1e9,
         # The update loops re-read the pair's C slice (for dE) and E slice (for dC).
-        "bwd_l2_gb": pairs
-        * ((2 * (block_n + block_v) + rmw_rows) * elem + block_n * de_elem + block_v * dc_elem)
-        * d
-        / 1e9,
+        "bwd_l2_gb": pairs * ((2 * (block_n + block_v) + rmw_rows) * elem + update) * d / 1e9,
         "locks_per_pair": acquisitions,
         "lock_trips_per_1k_logits": 2 * acquisitions * 1000 / (block_n * block_v),
     }
@@ -68,7 +72,6 @@ def cost_rows(
     ``measured_ctas`` maps (kernel, arch key, dtype) to the CTAs per SM the build
     measured, shown next to the declared occupancy the launcher sizes its grid by.
     """
-    from perfsuite.kernels import forward
     from perfsuite.kernels.configs import PINNED
 
     measured = measured_ctas or {}
@@ -77,11 +80,7 @@ def cost_rows(
     for arch, (gpu, sms) in GPUS.items():
         fwd = PINNED["forward", arch, shape.dtype]
         bwd = PINNED["backward", arch, shape.dtype]
-        slots = sms * fwd.ctas_per_sm
-        splits = forward.splits_for(shape.n, shape.v, fwd.block_n, slots)
-        ctas = triton.cdiv(shape.n, fwd.block_n) * splits
-        # dE is an fp32 buffer (hardware atomics everywhere); dC is in the input dtype.
-        locked = int(not native_atomics(shape.dtype, arch))
+        splits, _, ctas = forward_grid(shape, arch, fwd)
         where = {"gpu": gpu, "sms": sms, "arch": arch}
         rows.append(
             {
@@ -93,9 +92,9 @@ def cost_rows(
                 "fwd_splits": splits,
                 "ctas_per_sm": fwd.ctas_per_sm,
                 "measured_ctas_per_sm": measured.get(("forward", arch, shape.dtype)),
-                **_waves(ctas, slots),
+                **_waves(ctas, sms * fwd.ctas_per_sm),
                 "fwd_lock_trips_per_1k_logits": 0.0,
-                **pair_costs(shape, bwd.block_n, bwd.block_v, bwd.block_dd, locked, elem, 4, elem),
+                **pair_costs(shape, _tiles(bwd), _locked(shape, arch), 4),
             }
         )
         if with_cce and shape.dtype in cce.DTYPES:
@@ -115,9 +114,7 @@ def cost_rows(
                     # One LSE lock per (row block, vocab tile) program.
                     "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
                     # CCE locks both dE and dC, in the input dtype.
-                    **pair_costs(
-                        shape, g["block_n"], g["block_v"], g["block_dd"], 2, elem, elem, elem
-                    ),
+                    **pair_costs(shape, g["tiles"], 2, elem),
                 }
             )
     return rows
@@ -150,12 +147,11 @@ RATES: dict[str, dict[str, Any]] = {
 def _slices(shape: Shape, arch: str) -> dict[str, Any]:
     from perfsuite.kernels.configs import PINNED
 
-    from .slice_launches import slice_count
-
     n, v, d = shape.n, shape.v, shape.d
     e = DTYPES[shape.dtype].itemsize
     cfg = PINNED["slices", arch, shape.dtype]
-    width, slices = slice_count(shape, shape.dtype)
+    width = slice_width(shape, shape.dtype)
+    slices = triton.cdiv(v, width)  # the S of the design table
     tm, tn = CUBLAS_TILE
     nvd = n * v * d * e
     g_trip = 3 * n * v * e  # G: written once, read by each GEMM
@@ -184,29 +180,20 @@ def _slices(shape: Shape, arch: str) -> dict[str, Any]:
     }
 
 
-def _pairs_design(
-    name: str,
-    config: str,
-    shape: Shape,
-    tiles: tuple[int, int, int],
-    locked: int,
-    de_e: int,
-    dc_e: int,
-) -> dict[str, Any]:
+def _pairs_design(name: str, config: str, shape: Shape, tiles: Tiles, locked: int,
+                  de_e: int) -> dict[str, Any]:  # fmt: skip
     """The tile and CCE designs: one launch over (row block, vocab tile) pairs.
 
     ``locked``: 0 (hardware adds into both), 1 (dC under a lock) or 2 (both locked).
     """
     n, v, d = shape.n, shape.v, shape.d
     e = DTYPES[shape.dtype].itemsize
-    bn, bv, bdd = tiles
-    c = pair_costs(shape, bn, bv, bdd, locked, e, de_e, dc_e)
-    pairs = c["bwd_pairs"]
-    de_upd, dc_upd = pairs * bn * d * de_e, pairs * bv * d * dc_e
+    c = pair_costs(shape, tiles, locked, de_e)
+    de_upd, dc_upd = c["bwd_pairs"] * tiles[0] * d * de_e, c["bwd_pairs"] * tiles[1] * d * e
     atomic = {0: de_upd + dc_upd, 1: de_upd, 2: 0}[locked]
     locked_bytes = c["update_gb"] * 1e9 - atomic + c["locked_rmw_gb"] * 1e9
     # E, C read; dE and dC zeroed, updated in place (read + write once), dE cast if fp32.
-    hbm = (n + v) * d * e + 3 * (n * d * de_e + v * d * dc_e)
+    hbm = (n + v) * d * e + 3 * (n * d * de_e + v * d * e)
     if de_e != e:
         hbm += n * d * (de_e + e)
     return {
@@ -256,17 +243,11 @@ def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
         if gpu not in RATES:  # no sourced rates (B200): not modelled, rate_notes says so
             continue
         bwd = PINNED["backward", arch, shape.dtype]
-        rows = [
-            _slices(shape, arch),
-            _pairs_design(
-                "tiles", bwd.describe(), shape, (bwd.block_n, bwd.block_v, bwd.block_dd),
-                int(not native_atomics(shape.dtype, arch)), 4, e,
-            ),
-        ]  # fmt: skip
+        tiles = _pairs_design("tiles", bwd.describe(), shape, _tiles(bwd), _locked(shape, arch), 4)
+        rows = [_slices(shape, arch), tiles]
         if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
-            tiles = (g["block_n"], g["block_v"], g["block_dd"])
-            rows.append(_pairs_design("cce", g["bwd_config"], shape, tiles, 2, e, e))
+            rows.append(_pairs_design("cce", g["bwd_config"], shape, g["tiles"], 2, e))
         for row in rows:
             out.append({"gpu": gpu, "arch": cfg_arch(arch), **_timed(row, flops, gpu)})
     return out

@@ -14,31 +14,23 @@ from typing import Any
 
 DEFAULT_THRESHOLD = 0.05
 
-# (label, row key, unit): resources, then occupancy.
-RESOURCES = (
+# (label, row key, unit): resources and occupancy (a unit: never gated on growth), then
+# the instruction classes (sass.counts; no unit: gated on growth), the total last.
+COUNTS = (
     ("registers", "registers", ""),
     ("spill stores", "spill_store_bytes", " B"),
     ("spill loads", "spill_load_bytes", " B"),
     ("smem", "shared_bytes", " B"),
     ("TMEM", "tmem_cols", " cols"),
     ("CTAs/SM", "ctas_per_sm", ""),
-)
-# Instruction classes (sass.counts), gated on growth; the total last.
-CLASSES = (
-    ("HGMMA", "hgmma"),
-    ("HMMA", "hmma"),
-    ("UTCMMA", "utcmma"),
-    ("LDTM", "ldtm"),
-    ("LDGSTS", "ldgsts"),
-    ("MEMBAR", "membar"),
-    ("CAS", "cas"),
-    ("EXCH", "exch"),
-    ("atomic adds", "atomic_adds"),
-    ("NANOSLEEP", "nanosleep"),
-    ("TMA loads", "tma_loads"),
-    ("TMA stores", "tma_stores"),
-    ("TC in lock", "critical_tensor_ops"),
-    ("instructions", "instructions"),
+    *((label, label.lower(), None) for label in ("HGMMA", "HMMA", "UTCMMA", "LDTM", "LDGSTS")),
+    *((label, label.lower(), None) for label in ("MEMBAR", "CAS", "EXCH")),
+    ("atomic adds", "atomic_adds", None),
+    ("NANOSLEEP", "nanosleep", None),
+    ("TMA loads", "tma_loads", None),
+    ("TMA stores", "tma_stores", None),
+    ("TC in lock", "critical_tensor_ops", None),
+    ("instructions", "instructions", None),
 )
 _KEY = ("kernel", "variant", "config", "dtype", "arch")
 
@@ -93,10 +85,6 @@ class Comparison:
         }
 
 
-def _pct(old: int, new: int) -> str:
-    return f" ({(new - old) / old:+.1%})" if old else ""
-
-
 def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[list, list]:
     """(what moved, why it fails) between two builds of one launch."""
     if not new.get("ok", True):
@@ -104,21 +92,17 @@ def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple
     if not old.get("ok", True):
         return ["builds now (the baseline's did not)"], []
     moved, reasons = [], []
-    for label, key, unit in RESOURCES:
+    for label, key, unit in COUNTS:
         a, b = old.get(key), new.get(key)
         if a is None or b is None or a == b:
             continue
-        moved.append(f"{label} {a} → {b}{unit}")
+        growth = f" ({(b - a) / a:+.1%})" if a else ""
+        moved.append(f"{label} {a} → {b}{growth if unit is None else unit}")
         if key.startswith("spill") and b > a:
             reasons.append(f"new {label[:-1]}" if a == 0 else f"more {label}")
         if key == "ctas_per_sm" and b < a:
             reasons.append("fewer CTAs/SM")
-    for label, key in CLASSES:
-        a, b = old.get(key), new.get(key)
-        if a is None or b is None or a == b:
-            continue
-        moved.append(f"{label} {a} → {b}{_pct(a, b)}")
-        if b > a * (1 + threshold):
+        if unit is None and b > a * (1 + threshold):
             reasons.append(f"{label} {(b - a) / a:+.1%}" if a else f"new {label}")
     if not moved:
         moved.append("other SASS, same counts")
@@ -143,17 +127,16 @@ def compare(
             out.unchanged += 1
             continue
         moved, reasons = changes(base, row, threshold)
-        out.changed.append(Change(where(row), moved, reasons, _ungated(row, across)))
+        ungated = (
+            "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
+        )
+        out.changed.append(Change(where(row), moved, reasons, ungated))
     _pair_retuned(
         [r for k, r in old.items() if k not in new],
         [r for k, r in new.items() if k not in old],
         out,
     )
     return out
-
-
-def _ungated(row: dict[str, Any], across: bool) -> str:
-    return "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
 
 
 def _pair_retuned(gone: list[dict], added: list[dict], out: Comparison) -> None:

@@ -15,22 +15,9 @@ from typing import Any
 
 import torch
 
-from .launches import DTYPES, GPUS, Shape
+from perfsuite.harness.progress import NoticeFn
 
-
-def _inputs(shape: Shape, workload: str, rows: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """``e`` (rows, D), ``c`` (V, D) and their mean entropy, made as ``perfsuite run``
-    makes them (``run.inputs.make_inputs``, seed 0)."""
-    from perfsuite.method import Case
-    from perfsuite.plan.workloads import DEFAULT_ENTROPY, DEFAULT_ZIPF
-    from perfsuite.run.inputs import make_inputs
-
-    case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
-    spec = None
-    if workload == "synthetic":
-        spec = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
-    made = make_inputs(case, workload=spec)
-    return made.e.detach(), made.c.detach(), made.entropy
+from .launches import DTYPES, GPUS, Shape, cfg_arch
 
 
 @torch.no_grad()
@@ -54,9 +41,16 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
     from perfsuite.kernels import tiles
     from perfsuite.kernels.backward import GROUP_N, default_filter_eps
     from perfsuite.kernels.configs import PINNED
+    from perfsuite.method import Case
+    from perfsuite.plan.workloads import DEFAULT_ENTROPY, DEFAULT_ZIPF
+    from perfsuite.run.inputs import make_inputs
 
     dtype = DTYPES[shape.dtype]
-    e, c, entropy = _inputs(shape, workload, rows)
+    # The inputs ``perfsuite run`` makes (seed 0), ``rows`` of them.
+    case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
+    synthetic = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
+    made = make_inputs(case, workload=synthetic if workload == "synthetic" else None)
+    e, c = made.e.detach(), made.c.detach()
     g = torch.full((rows,), 1.0 / rows)
     eps = default_filter_eps(dtype)
     out = []
@@ -76,7 +70,7 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
                 "arch": arch,
                 "gpu": GPUS[arch][0],
                 "workload": workload,
-                "entropy": entropy,
+                "entropy": made.entropy,
                 "rows": rows,
                 "pairs": listed.total,
                 "launched": int(listed.count.item()),
@@ -87,19 +81,36 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
     return out
 
 
-def measure_in_child(
-    shape: Shape, archs: list[str], workload: str, rows: int
+def rows(
+    shape: Shape,
+    archs: list[str],
+    cost_rows: list[dict[str, Any]],
+    workloads: list[str],
+    sample: int,
+    notice: NoticeFn,
 ) -> list[dict[str, Any]]:
-    """``measure`` in a child process under ``TRITON_INTERPRET=1``."""
+    """Launched fraction per arch × workload on its first ``sample`` rows, with the
+    backward's costs scaled by it: ``measure`` in a child under ``TRITON_INTERPRET=1``,
+    minutes each at a real vocabulary (``notice`` hears each as it starts)."""
+    keys = sorted({cfg_arch(a) for a in archs})
+    full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    job = json.dumps([vars(shape), archs, workload, rows])
-    cmd = [sys.executable, "-m", "perfsuite.kernel_report.launched", job]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"launched-fraction child failed: {out.stderr.strip()[-1500:]}")
-    return json.loads(out.stdout)
+    out = []
+    for i, workload in enumerate(workloads, 1):
+        n = min(sample, shape.n)
+        notice(f"launched fraction: {workload} ({i} of {len(workloads)}), {n} rows at V={shape.v}…")
+        job = json.dumps([vars(shape), keys, workload, n])
+        cmd = [sys.executable, "-m", "perfsuite.kernel_report.launched", job]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"launched-fraction child failed: {done.stderr.strip()[-1500:]}")
+        for row in json.loads(done.stdout):
+            cost, frac = full[row["arch"]], row["launched_fraction"]
+            scaled = {k: frac * cost[k] for k in ("recompute_gb", "bwd_l2_gb")}
+            out.append({**row, "bwd_config": cost["bwd_config"], **scaled})
+    return out
 
 
-if __name__ == "__main__":  # measure_in_child's child: its arguments as one JSON list
+if __name__ == "__main__":  # rows' child: its arguments as one JSON list
     shape, archs, workload, rows = json.loads(sys.argv[1])
     print(json.dumps(measure(Shape(**shape), archs, workload, rows)))

@@ -4,7 +4,6 @@ fraction; with ``--baseline``, the builds that changed (layout: docs/kernel.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,19 @@ from .diff import Comparison
 
 _BOX: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False)
 
-_TEXT_COSTS = {"impl", "gpu", "workload", "fwd_config", "bwd_config", "design", "config", "bound"}
-
+# (header, row key, format): a format of None is a text column (left, folding); a key
+# ``a+b`` sums the row's counts, ``a/b`` pairs them.
 COST_COLUMNS = (
-    ("impl", "impl", "{}"),
-    ("GPU", "gpu", "{}"),
-    ("fwd config", "fwd_config", "{}"),
+    ("impl", "impl", None),
+    ("GPU", "gpu", None),
+    ("fwd config", "fwd_config", None),
     ("fwd CTAs", "fwd_ctas", "{}"),
     ("splits", "fwd_splits", "{}"),
     ("CTA/SM", "ctas_per_sm", "{}"),
     ("waves", "fwd_waves", "{}"),
     ("last wave", "last_wave_eff", "{:.1%}"),
     ("fwd locks/1k", "fwd_lock_trips_per_1k_logits", "{:.2f}"),
-    ("bwd config", "bwd_config", "{}"),
+    ("bwd config", "bwd_config", None),
     ("bwd pairs", "bwd_pairs", "{:,}"),
     ("recompute GB", "recompute_gb", "{:,.1f}"),
     ("update GB", "update_gb", "{:,.1f}"),
@@ -40,11 +39,11 @@ COST_COLUMNS = (
 
 
 LAUNCHED_COLUMNS = (
-    ("GPU", "gpu", "{}"),
-    ("workload", "workload", "{}"),
+    ("GPU", "gpu", None),
+    ("workload", "workload", None),
     ("entropy", "entropy", "{:.2f}"),
     ("rows", "rows", "{:,}"),
-    ("bwd config", "bwd_config", "{}"),
+    ("bwd config", "bwd_config", None),
     ("pairs", "pairs", "{:,}"),
     ("launched", "launched", "{:,}"),
     ("fraction", "launched_fraction", "{:.1%}"),
@@ -53,9 +52,9 @@ LAUNCHED_COLUMNS = (
 )
 
 DESIGN_COLUMNS = (
-    ("GPU", "gpu", "{}"),
-    ("design", "design", "{}"),
-    ("config", "config", "{}"),
+    ("GPU", "gpu", None),
+    ("design", "design", None),
+    ("config", "config", None),
     ("slices", "slices", "{}"),
     ("width", "width", "{}"),
     ("TFLOP", "gemm_tflop", "{:,.1f}"),
@@ -69,31 +68,44 @@ DESIGN_COLUMNS = (
     ("HBM ms", "hbm_ms", "{:,.1f}"),
     ("L2 ms", "l2_ms", "{:,.1f}"),
     ("modelled ms", "modelled_ms", "{:,.1f}"),
-    ("bound", "bound", "{}"),
+    ("bound", "bound", None),
 )
 
 
-def _cell(value: Any, fmt: str = "{}") -> str:
-    if value is None:
+def _cell(row: dict[str, Any], key: str, fmt: str | None) -> str:
+    """``row``'s value under ``key`` (see the columns), formatted; "-" when it has none."""
+    sep = "/" if "/" in key else "+"
+    values = [row.get(k) for k in key.split(sep)]
+    if None in values:
         return "-"
-    return escape(fmt.format(value))
+    if sep == "/":
+        return escape("/".join(map(str, values)))
+    return escape((fmt or "{}").format(sum(values) if len(values) > 1 else values[0]))
+
+
+def _table(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
+    """(header, key, format) ``columns`` of ``rows`` as fitted columns and cells."""
+    return _columns(columns), [[_cell(r, k, f) for _, k, f in columns] for r in rows]
+
+
+def _columns(columns: tuple) -> list[Column]:
+    return [Column(h, "left" if f is None else "right", f is None) for h, _, f in columns]
 
 
 def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
     """Fitted to the console (``perfsuite.fit``): a table; when it is too wide, the same
-    cells turned on their side per GPU (a row per figure, a column per impl or design);
-    else one block per row."""
+    cells turned on their side per GPU (a row per figure, a column per impl, design or
+    workload), each fitted in turn."""
     options = dict(_BOX, title_justify="left")
     table = fit_table(columns, rows, console.width, title=title, **options)
     if table is not None:
         console.print(table)
         return
     heads = [c.header for c in columns]
-    if "GPU" not in heads:
-        print_fitted(console, columns, rows, title, **options)
-        return
-    gpu, name = heads.index("GPU"), heads.index("design" if "design" in heads else "impl")
-    console.print(title, highlight=False)
+    # A column per impl, design or workload: the first text column other than the GPU.
+    gpu = heads.index("GPU")
+    name = next(i for i, c in enumerate(columns) if c.fold and i != gpu)
+    console.print(title)
     for where in dict.fromkeys(r[gpu] for r in rows):
         mine = [r for r in rows if r[gpu] == where]
         turned = [Column(where, "left", False), *(Column(r[name], "right", True) for r in mine)]
@@ -103,30 +115,26 @@ def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]
         print_fitted(console, turned, cells, **options)
 
 
-def _costs(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
-    """(header, key, format) ``columns`` of ``rows`` as fitted columns and cells."""
-    cols = [
-        Column(h, "left", True) if k in _TEXT_COSTS else Column(h, "right", False)
-        for h, k, _ in columns
-    ]
-    return cols, [[_cell(r.get(k), fmt) for _, k, fmt in columns] for r in rows]
-
-
 def _where(report: dict[str, Any]) -> str:
     shape = report["shape"]
     return f"{shape['name']} (N={shape['n']}, V={shape['v']}, D={shape['d']})"
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
-    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fit or list
+    # The terminal's width, $COLUMNS, else 80: tables fit or list.
+    console = TrimmedConsole(highlight=False)
     shape, where = report["shape"], _where(report)
-    render_builds(console, report, where)
+    console.print(f"Triton kernels built as launched at {where}", style="bold")
+    console.print(LEGEND)
+    for kernel, rows in by_kernel(report["rows"]).items():
+        console.print()
+        kernel_table(console, kernel, rows)
     _print(
         console,
         f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
         "atomic-tile backward (backward='tiles', an ablation) and CCE's, every pair "
         "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
-        *_costs(COST_COLUMNS, report["costs"]),
+        *_table(COST_COLUMNS, report["costs"]),
     )
     if report.get("designs"):
         _print(
@@ -137,7 +145,7 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
             "operands read and outputs written once (a lower bound); G trip: the slice "
             "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
             "updates and reads under a spin lock",
-            *_costs(DESIGN_COLUMNS, report["designs"]),
+            *_table(DESIGN_COLUMNS, report["designs"]),
         )
     if report.get("launched"):
         _print(
@@ -145,55 +153,39 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
             f"Backward tile list on the first rows of each workload at {where}: launched "
             "pairs of the sample (per-row mass budget, kernels/tiles.py); modelled = the "
             "cost table's full figures × fraction",
-            *_costs(LAUNCHED_COLUMNS, report["launched"]),
+            *_table(LAUNCHED_COLUMNS, report["launched"]),
         )
-    for note in report.get("notes", []):
-        console.print(f"note: {_cell(note)}")
+    _footer(console, report.get("notes", []), problems)
+
+
+def _footer(console: Any, notes: list[str], problems: list[str]) -> None:
+    for note in notes:
+        console.print(f"note: {escape(note)}")
     for p in problems:
-        console.print(f"[red]FAIL[/red] {_cell(p)}")
+        console.print(f"[red]FAIL[/red] {escape(p)}")
 
 
-def _count(*keys: str) -> Callable[[dict[str, Any]], Any]:
-    def get(row: dict[str, Any]) -> Any:
-        values = [row.get(k) for k in keys]
-        return None if any(v is None for v in values) else sum(values)
-
-    return get
-
-
-def _pair(first: str, second: str) -> Callable[[dict[str, Any]], Any]:
-    def get(row: dict[str, Any]) -> Any:
-        a, b = row.get(first), row.get(second)
-        return None if a is None or b is None else f"{a}/{b}"
-
-    return get
-
-
-_spill = _pair("spill_store_bytes", "spill_load_bytes")
-
-
-# (header, value of a row, text?): the text columns name the build.
-BUILD_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], Any], bool], ...] = (
-    ("variant", lambda r: r["variant"], True),
-    ("dtype", lambda r: r["dtype"], True),
-    ("arch", lambda r: r["arch"], True),
-    ("config", lambda r: r["config"], True),
-    ("regs", _count("registers"), False),
-    ("spill", _spill, False),
-    ("smem", _count("shared_bytes"), False),
-    ("CTA/SM", _count("ctas_per_sm"), False),
-    ("MMA", _count("hgmma", "hmma", "utcmma"), False),
-    ("MMA shape", lambda r: r.get("mma_shape"), True),
-    ("TMA", _pair("tma_loads", "tma_stores"), False),
-    ("TMEM", _count("tmem_cols"), False),
-    ("LDGSTS", _count("ldgsts"), False),
-    ("MEMBAR", _count("membar"), False),
-    ("CAS", _count("cas"), False),
-    ("adds", _count("atomic_adds"), False),
-    ("TC in lock", _count("critical_tensor_ops"), False),
-    ("instrs", _count("instructions"), False),
-    ("grid", _count("grid"), False),
-    ("waves", lambda r: None if r.get("waves") is None else f"{r['waves']:.2f}", False),
+BUILD_COLUMNS = (
+    ("variant", "variant", None),
+    ("dtype", "dtype", None),
+    ("arch", "arch", None),
+    ("config", "config", None),
+    ("regs", "registers", "{}"),
+    ("spill", "spill_store_bytes/spill_load_bytes", "{}"),
+    ("smem", "shared_bytes", "{}"),
+    ("CTA/SM", "ctas_per_sm", "{}"),
+    ("MMA", "hgmma+hmma+utcmma", "{}"),
+    ("MMA shape", "mma_shape", None),
+    ("TMA", "tma_loads/tma_stores", "{}"),
+    ("TMEM", "tmem_cols", "{}"),
+    ("LDGSTS", "ldgsts", "{}"),
+    ("MEMBAR", "membar", "{}"),
+    ("CAS", "cas", "{}"),
+    ("adds", "atomic_adds", "{}"),
+    ("TC in lock", "critical_tensor_ops", "{}"),
+    ("instrs", "instructions", "{}"),
+    ("grid", "grid", "{}"),
+    ("waves", "waves", "{:.2f}"),
 )
 # Left out first when a kernel's table is too wide for the terminal.
 DROP_ORDER = ("adds", "MEMBAR", "LDGSTS", "TMEM", "smem", "CAS", "instrs", "config")
@@ -219,13 +211,13 @@ def by_kernel(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
     """``rows`` of one kernel: a line naming what every build shares (its dtype, arch or
     config; the counts that are 0 in every build), then the widest table that fits."""
-    cells = {h: [_cell(get(r)) for r in rows] for h, get, _ in BUILD_COLUMNS}
+    cells = {h: [_cell(r, key, fmt) for r in rows] for h, key, fmt in BUILD_COLUMNS}
     shared = [
         cells[h][0]
-        for h, _, text in BUILD_COLUMNS
-        if text and h != "variant" and len(set(cells[h])) == 1
+        for h, _, fmt in BUILD_COLUMNS
+        if fmt is None and h != "variant" and len(set(cells[h])) == 1
     ]
-    zero = [h for h, _, text in BUILD_COLUMNS if not text and set(cells[h]) <= {"0", "0/0"}]
+    zero = [h for h, _, fmt in BUILD_COLUMNS if fmt and set(cells[h]) <= {"0", "0/0"}]
     absent = {h for h, _, _ in BUILD_COLUMNS if set(cells[h]) == {"-"}}  # not this kernel's
     shared = [s for s in shared if s != "-"]
     shown = [
@@ -238,7 +230,7 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
     sections = [i for i in range(len(rows) - 1) if rows[i]["arch"] != rows[i + 1]["arch"]]
     left_out: list[str] = []
     while True:
-        columns = [Column(h, "left" if text else "right", text) for h, _, text in shown]
+        columns = _columns(shown)
         table_rows = [[cells[h][i] for h, _, _ in shown] for i in range(len(rows))]
         table = fit_table(columns, table_rows, console.width, sections, **_BOX)
         drop = next((h for h in DROP_ORDER if h in {c[0] for c in shown}), None)
@@ -251,19 +243,11 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         parts.append(f"0 in every build: {', '.join(zero)}")
     if left_out:
         parts.append(f"left out at this width (in --json): {', '.join(left_out)}")
-    console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""), highlight=False)
+    console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""))
     if table is not None:
         console.print(table)
     else:  # one block per build: nothing is cut at any width
         print_fitted(console, columns, table_rows, **_BOX)
-
-
-def render_builds(console: Any, report: dict[str, Any], where: str) -> None:
-    console.print(f"Triton kernels built as launched at {where}", style="bold", highlight=False)
-    console.print(LEGEND, highlight=False)
-    for kernel, rows in by_kernel(report["rows"]).items():
-        console.print()
-        kernel_table(console, kernel, rows)
 
 
 DIFF_COLUMNS = (Column("build"), Column("what changed"), Column("verdict"))
@@ -285,20 +269,15 @@ def render_diff(
     path: Path,
     report: dict[str, Any],
     problems: list[str],
-    console: Any = None,
 ) -> None:
     """Print ``comparison`` of this run (``report``) with the stored ``baseline``."""
-    console = console or TrimmedConsole()
-    console.print(
-        f"kernel-report at {_where(report)}, threshold {comparison.threshold:.0%}", highlight=False
-    )
+    console = TrimmedConsole(highlight=False)
+    console.print(f"kernel-report at {_where(report)}, threshold {comparison.threshold:.0%}")
     stored = fold(f"stored in {path}", console.width, path=True)
-    console.print(escape(stored), highlight=False, soft_wrap=True)
-    console.print(
-        f"baseline: {_toolchain(baseline)}; this run: {_toolchain(report)}", highlight=False
-    )
+    console.print(escape(stored), soft_wrap=True)
+    console.print(f"baseline: {_toolchain(baseline)}; this run: {_toolchain(report)}")
     if comparison.across:
-        console.print("across Triton versions: reported, never failing", highlight=False)
+        console.print("across Triton versions: reported, never failing")
     if comparison.changed:
         rows = [
             [escape(c.build), escape(", ".join(c.changes)), escape(c.verdict)]
@@ -309,18 +288,14 @@ def render_diff(
             f"class or the total up more than {comparison.threshold:.0%})"
         )
         print_fitted(console, DIFF_COLUMNS, rows, title, **_BOX, title_justify="left")
-    console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)", highlight=False)
+    console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)")
     failing = len(comparison.failing())
-    changed = f"changed: {_plural(len(comparison.changed))}, {failing} failing"
-    console.print(changed, highlight=False)
+    console.print(f"changed: {_plural(len(comparison.changed))}, {failing} failing")
     for label, names in (
         ("only in this run", comparison.only_new),
         ("only in the baseline", comparison.only_old),
     ):
         for name in names:
-            console.print(f"{label} (not gated): {escape(name)}", highlight=False)
-    for note in report.get("notes", []):
-        if note.startswith("CCE"):  # why CCE's stored builds are only in the baseline
-            console.print(f"note: {escape(note)}", highlight=False)
-    for p in problems:
-        console.print(f"[red]FAIL[/red] {escape(p)}", highlight=False)
+            console.print(f"{label} (not gated): {escape(name)}")
+    # Of the notes, why CCE's stored builds are only in the baseline.
+    _footer(console, [n for n in report.get("notes", []) if n.startswith("CCE")], problems)

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from perfsuite import kernel_report
-from perfsuite.kernel_report import cce, costs, diff, launches
+from perfsuite.kernel_report import cce, costs, diff, options
 
 
 def row(variant: str = "plain", **over) -> dict:
@@ -99,19 +99,58 @@ def test_a_build_that_no_longer_builds_fails():
     assert change.fails and change.changes == ["did not build"]
 
 
-def _report(rows: list[dict]) -> dict:
-    gemma = launches.SHAPES["gemma2-2b"]
-    return {
-        "shape": vars(gemma),
-        "rows": rows,
-        "costs": costs.cost_rows(gemma, with_cce=cce.available() is None),
-        "designs": costs.design_rows(gemma, with_cce=cce.available() is None),
-        "notes": [],
-    }
+def _run(monkeypatch, rows: list[dict], **more) -> int:
+    """``kernel-report`` as typed (its defaults), with this report of ``rows`` at Gemma2-2B."""
+    gemma = options.SHAPES["gemma2-2b"]
+    cce_too = cce.available() is None
+    report = {"shape": vars(gemma), "rows": rows, "costs": costs.cost_rows(gemma, with_cce=cce_too)}
+    report |= {"designs": costs.design_rows(gemma, with_cce=cce_too), "notes": [], **more}
+    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: report)
+    parser = argparse.ArgumentParser()
+    kernel_report.add_arguments(parser)
+    return kernel_report.run(parser.parse_args([]))
+
+
+def test_failures_name_the_reason():
+    rows = [
+        row("list"),
+        row("spilly", spill_store_bytes=8),
+        row("locked", critical_tensor_ops=2),
+        row("crowded", ctas_per_sm=1, declared_ctas_per_sm=2),
+        row("broken", ok=False, error="BuildError: ptxas failed"),
+        row("train", kernel="cce_backward", ours=False, spill_store_bytes=512),
+    ]
+    problems = kernel_report.failures(rows)
+    assert len(problems) == 4
+    assert "spills 8B" in problems[0] and "tensor-core ops inside a spin lock" in problems[1]
+    assert "fits 1 CTAs per SM, config declares 2" in problems[2]
+    assert "ptxas failed" in problems[3]
+
+
+def test_table_names_every_variant(monkeypatch, capsys):
+    """Variant names such as "[plain]" must not vanish as rich markup."""
+    rows = [row(config="N64-V64-D32x32-w8-s3"), row("train", kernel="cce_backward", ours=False)]
+    assert _run(monkeypatch, rows, notes=["CCE side by side skipped: test"]) == 0
+    monkeypatch.setenv("COLUMNS", "80")
+    assert _run(monkeypatch, rows, notes=["CCE side by side skipped: test"]) == 0
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text  # issue 20: hundreds
+    assert " plain" in text and " train" in text and "(CCE)" in text
+    assert "N64-V64-D32x32-w8-s3" in text  # a config folds nowhere: whole at 80 columns
+    assert "H100" in text and "A100" in text and "100.0%" in text
+    assert "CCE side by side skipped" in text
+    flat = " ".join(text.split())  # titles and headers fold at 80 columns
+    assert "a MODEL, not a measurement" in flat and "total bwd L2 GB" in flat
+    assert " slices " in flat and "modelled ms" in flat
 
 
 def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys):
-    """Issue 36: one 20-column table became a block of key/value lines per build."""
+    """Issue 36: one 20-column table became a block of key/value lines per build. The
+    launched-fraction table, too wide with two workloads, is turned per GPU (it was a
+    ValueError: it names no impl)."""
+    sampled = dict(gpu="H100", entropy=5.5, rows=256, bwd_config="N128-V256-D64x32-w8-s3")
+    sampled |= dict(pairs=10**5, launched=9 * 10**4, launched_fraction=0.9, recompute_gb=1.5)
+    launched = [{**sampled, "workload": w, "bwd_l2_gb": 45678.9} for w in ("a", "b")]
     rows = []
     for arch, mma in (("sm_80", "hmma"), ("sm_90a", "hgmma"), ("sm_100a", "utcmma")):
         for dtype in ("bf16", "fp16", "fp32"):
@@ -121,11 +160,8 @@ def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys)
                 for kernel in ("forward", "backward"):
                     rows.append(row(variant, kernel=kernel, arch=arch, dtype=dtype, config=cfg))
                     rows[-1].update(counts)
-    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: _report(rows))
     monkeypatch.setenv("COLUMNS", "80")
-    parser = argparse.ArgumentParser()
-    kernel_report.add_arguments(parser)
-    assert kernel_report.run(parser.parse_args([])) == 0
+    assert _run(monkeypatch, rows, launched=launched) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in text
@@ -135,7 +171,7 @@ def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys)
     assert len(builds) < 2 * len(rows) + 20
     assert "forward: " in text and "backward: " in text
     assert "0 in every build: spill" in text
-    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "152"):
+    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "152", "45,678.9"):
         assert cell in text
 
 

@@ -12,10 +12,16 @@ import textwrap
 
 import pytest
 
-from perfsuite.kernel_report import build, launches, render, sass, tma_launches
+from perfsuite import kernel_report
+from perfsuite.kernel_report import build, launches, options, render, sass
 from perfsuite.kernels.configs import tma_config
 
-GEMMA = launches.SHAPES["gemma2-2b"]
+GEMMA = options.SHAPES["gemma2-2b"]
+
+
+def tma(dtype: str, arch: str, kernels=("forward_tma", "slices_tma")) -> list[launches.Launch]:
+    return kernel_report.collect(GEMMA, [arch], [dtype], kernels, with_cce=False)[0]
+
 
 # From `cuobjdump -sass` of slices_tma[smooth+softcap] bf16 sm_90a (Triton 3.7.1).
 _HOPPER = """
@@ -59,15 +65,14 @@ def test_mma_shape_and_tma_counts_from_sass():
 
 
 def test_tma_launches_only_where_the_path_runs():
-    assert list(tma_launches.launches(GEMMA, "bf16", "sm_80")) == []
-    assert list(tma_launches.launches(GEMMA, "fp32", "sm_90a")) == []
+    assert tma("bf16", "sm_80") == [] and tma("fp32", "sm_90a") == []
     for arch in ("sm_90a", "sm_100a"):
-        todo = list(tma_launches.launches(GEMMA, "bf16", arch))
+        todo = tma("bf16", arch)
         kernels = {la.kernel for la in todo}
         assert kernels == {"forward_tma", "slices_tma"}
         for la in todo:
             weighted = "weight" in la.variant
-            cfg = tma_config(la.kernel.removesuffix("_tma"), launches.cfg_arch(arch), weighted)
+            cfg = tma_config(la.kernel.removesuffix("_tma"), options.cfg_arch(arch), weighted)
             tile = (la.args["BLOCK_N"], la.args["BLOCK_V"], la.args["BLOCK_D"])
             assert tile == (cfg.block_n, cfg.block_v, cfg.block_d)
             assert tile[2] == 64 and {tile[0], tile[1]} <= {128, 256}  # over BLOCK_D 64
@@ -79,9 +84,9 @@ def test_tma_launches_only_where_the_path_runs():
 
 
 def test_persistent_grid_is_one_wave_at_gemma():
-    fwd = next(tma_launches.launches(GEMMA, "bf16", "sm_90a"))
-    splits, split_size, items = tma_launches.forward_work(GEMMA, "sm_90a")
-    row_blocks = GEMMA.n // tma_config("forward", "sm_90").block_n
+    fwd, cfg = tma("bf16", "sm_90a")[0], tma_config("forward", "sm_90")
+    splits, split_size, items = launches.forward_grid(GEMMA, "sm_90a", cfg)
+    row_blocks = GEMMA.n // cfg.block_n
     assert items == row_blocks * splits and split_size % 256 == 0
     assert splits * split_size >= GEMMA.v > (splits - 1) * split_size
     grid = launches.persistent_grid(fwd, measured_ctas=1)
@@ -92,14 +97,9 @@ def test_persistent_grid_is_one_wave_at_gemma():
     assert launches.persistent_grid(fwd, measured_ctas=2)["waves"] == 1.0
     assert launches.persistent_grid(fwd, measured_ctas=0) == {}  # fits no CTA: no grid
     small = launches.Launch("k", "v", "bf16", "sm_90a", None, {}, 8, work=20)
-    assert launches.persistent_grid(small, 1) == {
-        "grid": 20,
-        "waves": 20 / 132,
-        "work_per_cta": 1.0,
-    }
-    assert (
-        launches.persistent_grid(launches.Launch("k", "v", "bf16", "sm_80", None, {}, 8), 1) == {}
-    )
+    assert launches.persistent_grid(small, 1) == {"grid": 20, "waves": 20 / 132, "work_per_cta": 1}
+    no_work = launches.Launch("k", "v", "bf16", "sm_80", None, {}, 8)
+    assert launches.persistent_grid(no_work, 1) == {}
 
 
 def _row(**over) -> dict:
@@ -147,9 +147,12 @@ def test_tma_launches_specialise_with_tensor_descriptors():
     the kernels must not be interpreter wrappers)."""
     code = """
         import json
-        from perfsuite.kernel_report import build, launches, tma_launches
+        from perfsuite import kernel_report
+        from perfsuite.kernel_report import build, options
         out = {}
-        for la in tma_launches.launches(launches.SHAPES["gemma2-2b"], "bf16", "sm_90a"):
+        kernels = ["forward_tma", "slices_tma"]
+        shape = options.SHAPES["gemma2-2b"]
+        for la in kernel_report.collect(shape, ["sm_90a"], ["bf16"], kernels, with_cce=False)[0]:
             spec = build.specialise(la)
             out[f"{la.kernel}[{la.variant}]"] = {
                 "signature": {k: str(v) for k, v in spec.signature.items()},

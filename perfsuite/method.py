@@ -88,11 +88,11 @@ HOLDS = ("logits", "compiled", "chunks", "fused", "none")
 
 @dataclass(frozen=True)
 class Holds:
-    """A method's one memory declaration, which every estimator reads: the loss's
-    (``plan.memory_model``: ``copies`` of the N x V logits in the input dtype, (without,
-    with) softcap, where it holds them whole) and the training step's
-    (``step.estimate``, by ``kind``). Eager's: 4 and 7 copies (paper's Gemma2-2B
-    table: eager 28 GB ≈ 7 copies); the correctness gate's eager pass holds the same."""
+    """A method's one memory declaration, which the one memory model reads for every
+    kind (``plan.memory_model.held_bytes``): ``copies`` of the N x V logits in the input
+    dtype, (without, with) softcap, where it holds them whole, else by ``kind``. Eager's:
+    4 and 7 copies (paper's Gemma2-2B table: eager 28 GB ≈ 7 copies); the correctness
+    gate's eager pass holds the same."""
 
     kind: str = "logits"
     copies: tuple[float, float] = (4.0, 7.0)

@@ -97,8 +97,8 @@ def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:
     return check
 
 
-# Keys of a worker's case dict that are not ``Case`` fields.
-CASE_EXTRAS = ("shape", "workload", "tp", "timer")
+# Keys of a worker's case dict that are not ``Case`` fields (a step's: its model's size).
+CASE_EXTRAS = ("shape", "workload", "tp", "timer", "layers", "seq", "batch")
 
 
 def case_of(raw: dict[str, Any]) -> Case:

@@ -19,7 +19,7 @@ from perfsuite.args import (
 )
 from perfsuite.converge.presets import DATA_KINDS, PRESETS, REFERENCE, default_methods
 from perfsuite.fit import TrimmedConsole
-from perfsuite.plan.plan import PlanError, parse_betas, parse_list
+from perfsuite.plan.plan import parse_betas, parse_dtypes, resolve_methods
 from perfsuite.results.kinds import DTYPES
 
 if TYPE_CHECKING:  # both import torch: the parser and its checks need neither
@@ -69,17 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _methods(
-    text: str | None, device: str, known: dict[str, SimpleMethod], preset_methods: tuple | None
+    text: str | None, device: str, known: dict[str, SimpleMethod], preset: tuple | None
 ) -> list[str]:
     if text is None:
-        methods = [m for m in preset_methods or default_methods(device) if m in known]
+        methods = [m for m in preset or default_methods(device) if m in known]
     else:
-        methods = parse_list(text, "methods")
-        unknown = [m for m in methods if m not in known]
-        if unknown:
-            raise PlanError(
-                f"--methods: unknown {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
-            )
+        methods = resolve_methods(text, "train")
     return [REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]]
 
 
@@ -94,10 +89,7 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     preset = replace(preset, **{k: v for k, v in given.items() if v is not None})
     if args.train_batches is not None:
         preset = replace(preset, train_batches=args.train_batches or None)
-    dtypes = list(preset.dtypes) if args.dtype is None else parse_list(args.dtype, "dtype")
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise PlanError(f"--dtype: unknown {', '.join(bad)}; known: {', '.join(DTYPES)}")
+    dtypes = list(preset.dtypes) if args.dtype is None else parse_dtypes(args.dtype)
     return Config(
         preset=preset,
         methods=_methods(args.methods, device, known, preset.methods),

@@ -55,12 +55,6 @@ class TrainKind(Kind):
         refused = refusal(self.methods[method], case_for(self.preset, beta, dtype, self.device))
         return None if refused is None else [RunResult(method, beta, dtype, *refused).to_dict()]
 
-    def interpreted(self, method: str) -> bool:
-        return self.device == "cpu" and self.methods[method].caps.triton
-
-    def cost(self, method: str) -> float:
-        return self.methods[method].caps.interpreter_cost
-
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         runs = [{"beta": c["beta"], "dtype": c["dtype"]} for c in cases]
         worker = WorkerSpec(

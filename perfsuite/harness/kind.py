@@ -4,6 +4,7 @@ another until every case is done (a worker that dies costs the case it was on)."
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -11,10 +12,12 @@ from perfsuite.harness.busy import ProgressFn, watched
 from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
 from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import run_worker
-from perfsuite.harness.progress import Tracker
+from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.harness.schedule import schedule
 from perfsuite.harness.scratch import scratch
-from perfsuite.results.results import MEASURED
+from perfsuite.harness.worker import case_rows
+from perfsuite.results.provenance import gpu_state
+from perfsuite.results.results import MEASURED, new_document
 
 if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
@@ -34,18 +37,35 @@ class Kind:
     per_case: bool = False  # True: the timeout restarts after each finished case
     phases: tuple[str, ...] = ()
     case_keys: tuple[str, ...] = ()  # the fields that tell one case's rows from another's
+    methods: dict[str, Any]  # name -> the ``SimpleMethod`` it measures (if any)
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None."""
         return None
 
     def interpreted(self, method: str) -> bool:
-        """Whether the method's worker runs under the Triton interpreter."""
-        return False
+        """Whether the method's worker runs under the Triton interpreter: its Triton
+        kernels on a CPU."""
+        caps = self._caps(method)
+        return self.device == "cpu" and caps is not None and caps.triton
 
     def cost(self, method: str) -> float:
         """Relative cost of an interpreted method's worker (costliest start first)."""
+        caps = self._caps(method)
+        return 1.0 if caps is None else caps.interpreter_cost
+
+    def _caps(self, method: str) -> Any:
+        """The method's declared capabilities (None: a kind that measures no method)."""
+        declared = getattr(self, "methods", {}).get(method)
+        return None if declared is None else declared.caps
+
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        """A cell's relative time (the progress lines' model)."""
         return 1.0
+
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        """A cell's predicted peak bytes (None: no prediction)."""
+        return None
 
     def beside(self) -> bool:
         """Whether interpreted workers may run beside native ones (memory allowing)."""
@@ -70,7 +90,8 @@ class Kind:
         self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> Rows:
         """Unmeasured rows of ``case``'s ``phases`` that say why."""
-        raise NotImplementedError
+        fields = {"status": status, "reason": reason, "interpreted": self.interpreted(method)}
+        return [asdict(r) for r in case_rows(self.name, method, case, phases, **fields)]
 
     def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
         """The rows of each finished case among ``lines``, from the first case on."""
@@ -234,3 +255,55 @@ def checkpointed(
             checkpoint.add(rows)
 
     return report
+
+
+def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
+    """Rows in the order of ``cases`` (decided ones came first), each case's in the
+    kind's phase order."""
+    position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
+
+    def key(row: dict[str, Any]) -> tuple[int, int]:
+        case = position.get(tuple(row.get(k) for k in kind.case_keys), len(cases))
+        return case, kind.phases.index(row["phase"])
+
+    return sorted(rows, key=key)
+
+
+def make_tracker(
+    kind: Kind, methods: list[str], cases: list[dict[str, Any]], notice: NoticeFn
+) -> Tracker:
+    """Progress lines over the cells a worker will measure (not those decided here): the
+    kind's ``work`` a cell's relative time, weighted by an interpreted method's declared
+    cost (they differ by far more than FLOPs), its ``peak`` the predicted bytes."""
+    units = [(m, case) for m in methods for case in cases if kind.decided(m, case) is None]
+
+    def cost(name: str, case: dict[str, Any]) -> float:
+        return (kind.cost(name) if kind.interpreted(name) else 1.0) * kind.work(name, case)
+
+    kinds = {True: "interpreted", False: "native"}
+    model = Model(cost, lambda name: kinds[kind.interpreted(name)], kind.peak)
+    return Tracker(units, notice, model)
+
+
+def measure(
+    kind: Kind,
+    methods: list[str],
+    cases: list[dict[str, Any]],
+    env: dict[str, Any],
+    progress: ProgressFn | None = None,
+    checkpoint: Checkpoint | None = None,
+    notice: NoticeFn | None = None,
+) -> dict[str, Any]:
+    """Every case of every method (``run_kind``), checkpointed after each, with progress
+    lines to ``notice`` (``make_tracker``); the results document of ``env`` (the
+    machine's groups and, on CUDA, the GPU's state after added), its rows by method,
+    then in case order."""
+    track = None if notice is None else make_tracker(kind, methods, cases, notice)
+    groups: list[dict[str, Any]] = []
+    env["machine"] = {"groups": groups}
+    report = checkpointed(env, progress, checkpoint, track)
+    by_method = run_kind(kind, {m: cases for m in methods}, report, groups, track)
+    rows = [row for m in methods for row in in_case_order(kind, by_method[m], cases)]
+    if kind.device == "cuda":
+        env["gpu_state_after"] = gpu_state()
+    return new_document(env, rows)

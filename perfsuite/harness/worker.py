@@ -11,7 +11,7 @@ import gc
 import importlib
 import json
 import resource
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,31 @@ INTERPRETER_BF16_NOTE = (
     "under the Triton interpreter, whose fp32->bf16 casts truncate where GPUs round to "
     "nearest: may pass on a GPU"
 )
+
+
+def gate_status(verdict: Any, interpreted: bool, dtype: str, ok: str = "") -> tuple[str, str]:
+    """A gated case's status and reason by its ``run.correctness.Verdict``: ``ok`` (said
+    ``ok``), or ``wrong`` and what failed. A method that fails the gate is still measured
+    (its rows stay ``wrong``): how fast an inexact kernel runs is half of the finding."""
+    if verdict.passed:
+        return "ok", ok
+    said = f" ({INTERPRETER_BF16_NOTE})" if interpreted and dtype == "bf16" else ""
+    return "wrong", verdict.explain() + said
+
+
+def case_rows(
+    kind: str, method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any
+) -> list[Row]:
+    """One ``kind`` row per phase of ``case`` (a plan's case dict: the keys of it that
+    are a row's, its workload spec as its label), ``fields`` set."""
+    from perfsuite.results.results import Row
+
+    given = {k: v for k, v in case.items() if k in Row.__dataclass_fields__}
+    if isinstance(given.get("workload"), dict):
+        from perfsuite.plan.workloads import workload_label  # torch
+
+        given["workload"] = workload_label(given["workload"])
+    return [Row(kind=kind, method=method, phase=p, **given, **fields) for p in phases]
 
 
 def fill(row: Row, peak: Peak, timing: Timing) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
@@ -128,3 +128,17 @@ def measure_cuda_peak(fn: Callable[[], object], device: torch.device) -> Peak:
 
 def measure_peak(fn: Callable[[], object], device: torch.device) -> Peak:
     return measure_cuda_peak(fn, device) if device.type == "cuda" else measure_cpu_peak(fn)
+
+
+def measure_spans(phases: Sequence[Callable[[], object]], device: torch.device) -> list[Peak]:
+    """The peak of each of ``phases``, run in turn, above its start; then of them all
+    above the first one's start: each phase's peak over what the phases before it left
+    (on CPU process RSS too, cumulative alike)."""
+    gc.collect()
+    spans = [measure_peak(phase, device) for phase in phases]
+    peak = base = rss = rss_base = 0
+    for span in spans:
+        peak, base = max(peak, base + span.delta), base + span.net
+        rss, rss_base = max(rss, rss_base + (span.rss_delta or 0)), rss_base + span.rss_net
+    cpu = device.type != "cuda"
+    return [*spans, Peak(peak, max(s.absolute for s in spans), rss if cpu else None)]

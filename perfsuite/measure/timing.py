@@ -7,12 +7,13 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from perfsuite.measure.stats import quantile
 
+T = TypeVar("T")
 DEFAULT_SAMPLES = 20
 DEFAULT_WARMUP = 3
 # Interpreted timings say nothing about the kernel: one sample keeps the row whole, and the
@@ -100,6 +101,19 @@ def cpu_clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[floa
         times.append((time.process_time() - start) * 1e3)
 
     return clocked, times
+
+
+def wall_ms(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    """What one call of ``fn`` returns, and its milliseconds on the wall clock with the
+    device drained before and after (a first call: compilation and autotuning, never a
+    sample)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, (time.perf_counter() - start) * 1e3
 
 
 def time_samples(

@@ -19,6 +19,11 @@ from perfsuite.results.kinds import DTYPES, TIMERS
 from perfsuite.results.results import PHASES
 from perfsuite.units import fmt_bytes
 
+# Bounds that keep a typo from planning a run of days: 10,000 samples of the smoke
+# shape's slowest interpreted cell already take hours on a 2-core CPU.
+SAMPLES_MAX = 10_000
+WARMUP_MAX = 1_000
+
 
 class PlanError(ValueError):
     """Bad arguments, named precisely; the CLI prints it and exits non-zero."""
@@ -85,6 +90,21 @@ class Plan:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)  # the shapes too
 
+    def check(self) -> None:
+        """The bounds of the options every measuring command shares."""
+        samples, warmup, limit = self.samples, self.warmup, self.memory_limit
+        if not 1 <= samples <= SAMPLES_MAX:
+            raise PlanError(f"--samples must be in [1, {SAMPLES_MAX:,}], got {samples:,}")
+        if not 0 <= warmup <= WARMUP_MAX:
+            raise PlanError(f"--warmup must be in [0, {WARMUP_MAX:,}], got {warmup:,}")
+        if limit is not None and limit <= 0:
+            raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {limit}")
+        if not 0 <= self.seed < 2**32:
+            raise PlanError(f"--seed must be in [0, 2**32 - 1], got {self.seed}")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            got = f"{self.timeout_s:g}"
+            raise PlanError(f"--timeout must be a finite number of seconds > 0, got {got}")
+
 
 def parse_list(text: str, what: str) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
@@ -144,21 +164,30 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_methods(text: str | None, tp: bool = False) -> list[str]:
-    """Method names, checked against the registry's view for the cell kind (``tp`` with
-    ``--tp``): none given is the default set (the paper's table: ours and each peer, one
-    row each), ``all`` every method of the kind, ablations included."""
-    known: dict[str, Any] = methods_for("tp" if tp else "loss")
+def resolve_methods(text: str | None, kind: str = "loss", table_order: bool = False) -> list[str]:
+    """The one method resolver: names checked against the registry's view for the cell
+    ``kind``; none given is the default set (the paper's table: ours and each peer, one
+    row each), ``all`` every method of the kind, ablations included. ``table_order``: in
+    the registry's order, else as given."""
+    known: dict[str, Any] = methods_for(kind)
     if text is None:
         return [name for name, m in known.items() if m.timed_by_default]
-    if text.strip() == "all":
-        return list(known)
-    names = parse_list(text, "methods")
+    names = list(known) if text.strip() == "all" else parse_list(text, "methods")
     unknown = [n for n in names if n not in known]
     if unknown:
-        kind = "TP method(s)" if tp else "method(s)"
-        raise PlanError(f"unknown {kind} {', '.join(unknown)}; known: {', '.join(known)}")
-    return list(dict.fromkeys(names))
+        what = "TP method(s)" if kind == "tp" else "method(s)"
+        known_list = ", ".join(known)
+        raise PlanError(f"--methods: unknown {what} {', '.join(unknown)}; known: {known_list}")
+    return [n for n in known if n in names] if table_order else list(dict.fromkeys(names))
+
+
+def parse_dtypes(text: str, known: tuple[str, ...] = DTYPES) -> list[str]:
+    """``--dtype a,b``: distinct names, each one of ``known``."""
+    dtypes = list(dict.fromkeys(parse_list(text, "dtype")))
+    bad = [d for d in dtypes if d not in known]
+    if bad:
+        raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    return dtypes
 
 
 def check_fits(plan: Plan) -> None:
@@ -202,22 +231,6 @@ def check_fits(plan: Plan) -> None:
             )
 
 
-# Bounds that keep a typo from planning a run of days: 10,000 samples of the smoke
-# shape's slowest interpreted cell already take hours on a 2-core CPU.
-SAMPLES_MAX = 10_000
-WARMUP_MAX = 1_000
-
-
-def check_measurement(samples: int, warmup: int, memory_limit: int | None) -> None:
-    """The bounds of the options every measuring command shares."""
-    if not 1 <= samples <= SAMPLES_MAX:
-        raise PlanError(f"--samples must be in [1, {SAMPLES_MAX:,}], got {samples:,}")
-    if not 0 <= warmup <= WARMUP_MAX:
-        raise PlanError(f"--warmup must be in [0, {WARMUP_MAX:,}], got {warmup:,}")
-    if memory_limit is not None and memory_limit <= 0:
-        raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {memory_limit}")
-
-
 def default_jobs() -> int:
     """Two interpreter workers where there are two cores: the interpreter is one Python
     thread, so a second worker roughly halves a CPU run of the Triton methods."""
@@ -242,16 +255,12 @@ def build_plan(
     bad = [p for p in phase_list if p not in PHASES]
     if bad:
         raise PlanError(f"--phases: unknown {', '.join(bad)}; choose from {', '.join(PHASES)}")
-    dtype = fields.get("dtype")
-    dtypes = [dtype] if dtype else list(dict.fromkeys(s.dtype for s in shapes))
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
+    dtypes = parse_dtypes(fields.get("dtype") or ",".join(s.dtype for s in shapes))
     if jobs is not None and jobs < 1:
         raise PlanError(f"--jobs must be >= 1, got {jobs}")
     tp_sizes = parse_tps(tps, device) if tps is not None else None
     plan = Plan(
-        methods=resolve_methods(methods, tp=tp_sizes is not None),
+        methods=resolve_methods(methods, "loss" if tp_sizes is None else "tp"),
         shapes=shapes,
         dtypes=dtypes,
         betas=parse_betas(betas),
@@ -261,13 +270,9 @@ def build_plan(
         tps=tp_sizes,
         **fields,
     )
-    check_measurement(plan.samples, plan.warmup, plan.memory_limit)
+    plan.check()
     if plan.softcap is not None and plan.softcap <= 0:
         raise PlanError(f"--softcap must be positive, got {plan.softcap:g}")
-    if not 0 <= plan.seed < 2**32:
-        raise PlanError(f"--seed must be in [0, 2**32 - 1], got {plan.seed}")
-    if not (math.isfinite(plan.timeout_s) and plan.timeout_s > 0):
-        raise PlanError(f"--timeout must be a finite number of seconds > 0, got {plan.timeout_s:g}")
     if plan.workload is not None and plan.workload.get("kind") == "synthetic":
         from perfsuite.plan.workloads import WorkloadError, check_synthetic  # imports torch
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perfsuite.harness.worker import Phase, failure, fill, serve
+from perfsuite.harness.worker import Phase, case_rows, failure, fill, gate_status, serve
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
@@ -26,7 +26,7 @@ from perfsuite.method import SimpleMethod, Unavailable, Unsupported
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import Outcome, Verdict, judge
 from perfsuite.run.inputs import Inputs, make_inputs
-from perfsuite.run.worker import WorkerSpec, case_rows, first_calls, method_case
+from perfsuite.run.worker import WorkerSpec, first_calls, method_case
 from perfsuite.tp_method import Shard, shard_ranges
 
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
@@ -123,7 +123,8 @@ def run_rank_case(
     deterministic = None if same is None else differs == 0.0
     verdict = _gate(outcome, reference, shard)
     del outcome, reference
-    status, reason = ("ok", "") if verdict.passed else ("wrong", verdict.explain())
+    said = "Triton interpreter on CPU: timings say nothing about GPU speed" if interpreted else ""
+    status, reason = gate_status(verdict, interpreted, case.dtype, said)
     gate = verdict.fields(compile_ms=compile_ms, entropy=mine.entropy)
     how = sampling(spec.samples, spec.warmup, interpreted)
     flush = CacheFlusher(device)
@@ -147,8 +148,6 @@ def run_rank_case(
             fill(row, peak, Timing(times))
             row.collectives, row.collective_bytes = comms.count, comms.nbytes
             row.collective_ms = comm_ms
-            if interpreted and status == "ok":
-                row.reason = "Triton interpreter on CPU: timings say nothing about GPU speed"
             emit(row)
 
 

@@ -6,25 +6,26 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.harness.progress import Model, NoticeFn, Tracker
+from perfsuite.harness.progress import NoticeFn, Tracker
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.memory_model import device_capacity, gate_bytes, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
-from perfsuite.results.provenance import collect_env, gpu_state
+from perfsuite.results.provenance import collect_env
 from perfsuite.results.recorded import grads_in_forward_record
-from perfsuite.results.results import PHASES, new_document
 from perfsuite.run.grid import Unit, unit_cost
-from perfsuite.run.worker import CASE_KEYS, WorkerSpec, case_rows
+from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 from perfsuite.tp_method import case_reason
+
+if TYPE_CHECKING:
+    from perfsuite.harness.command import Checkpoint
 
 
 def measured(plan: Plan) -> dict[str, SimpleMethod]:
@@ -58,12 +59,17 @@ class LossKind(harness.Kind):
             return None
         return self.status_rows(method, case, self.phases, status, reason)
 
-    def interpreted(self, method: str) -> bool:
-        """Whether ``method`` runs under the Triton interpreter in this plan."""
-        return self.device == "cpu" and self.methods[method].caps.triton
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        return unit_cost(Unit(0, method, case), self.plan, self.interpreted(method))
 
-    def cost(self, method: str) -> float:
-        return self.methods[method].caps.interpreter_cost
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        """``memory_model.predicted_peak`` on one device (none across ranks)."""
+        if case.get("tp"):
+            return None
+        return predicted_peak(
+            self.methods[method].caps, case["tokens"], case["vocab"], case["hidden"],
+            case["dtype"], case.get("softcap") is not None,
+        )[0]  # fmt: skip
 
     def beside(self) -> bool:
         """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
@@ -96,12 +102,6 @@ class LossKind(harness.Kind):
             return python_worker("perfsuite.run.worker", str(spec))
         return [sys.executable, "-m", "perfsuite.run.launch", str(spec)]  # it starts K ranks
 
-    def status_rows(
-        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
-    ) -> list[dict[str, Any]]:
-        fields = {"status": status, "reason": reason, "interpreted": self.interpreted(method)}
-        return [asdict(r) for r in case_rows(self.name, method, case, phases, **fields)]
-
 
 def run_method(
     plan: Plan,
@@ -113,48 +113,22 @@ def run_method(
     tracker: Tracker | None = None,
 ) -> list[dict[str, Any]]:
     """All cases of one method (``perfsuite.harness.kind.run_cases``), in case order."""
-    rows = harness.run_cases(LossKind(plan), method, cases, progress, machine, env, tracker)
-    return in_case_order(rows, cases)
-
-
-def in_case_order(
-    rows: list[dict[str, Any]],
-    cases: list[dict[str, Any]],
-    keys: tuple[str, ...] = CASE_KEYS,
-    phases: tuple[str, ...] = PHASES,
-) -> list[dict[str, Any]]:
-    """Rows in the order of ``cases`` (decided ones came first), each case's in ``phases``'
-    order; ``keys`` identify a case in its rows."""
-    position = {tuple(case.get(k) for k in keys): i for i, case in enumerate(cases)}
-
-    def key(row: dict[str, Any]) -> tuple[int, int]:
-        case = position.get(tuple(row.get(k) for k in keys), len(cases))
-        return case, phases.index(row["phase"])
-
-    return sorted(rows, key=key)
+    kind = LossKind(plan)
+    rows = harness.run_cases(kind, method, cases, progress, machine, env, tracker)
+    return harness.in_case_order(kind, rows, cases)
 
 
 def run_plan(
     plan: Plan,
     progress: ProgressFn | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
     the document so far after each case (a killed run keeps what it measured); ``notice``
     the progress lines (perfsuite.harness.progress)."""
-    env = plan_env(plan)
-    cases = plan.cases()
-    tracker = None if notice is None else _tracker(plan, cases, notice)
-    report = harness.checkpointed(env, progress, checkpoint, tracker)
-    groups: list[dict[str, Any]] = []
-    env["machine"] = {"groups": groups}
-    all_cases = {m: cases for m in plan.methods}
-    by_method = harness.run_kind(LossKind(plan), all_cases, report, groups, tracker)
-    rows = [row for m in plan.methods for row in in_case_order(by_method[m], cases)]
-    if plan.device == "cuda":
-        env["gpu_state_after"] = gpu_state()
-    return new_document(env, rows)
+    kind, env = LossKind(plan), plan_env(plan)
+    return harness.measure(kind, plan.methods, plan.cases(), env, progress, checkpoint, notice)
 
 
 def plan_env(plan: Plan) -> dict[str, Any]:
@@ -165,29 +139,3 @@ def plan_env(plan: Plan) -> dict[str, Any]:
     if not plan.tps:  # the loss tables' ‡, for a reader without torch (report)
         env["grads_in_forward"] = grads_in_forward_record(methods, plan.methods, plan.betas)
     return env
-
-
-def _tracker(plan: Plan, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:
-    """Progress lines over the cells a worker will measure (not those decided here):
-    ``grid.unit_cost`` as the time model, ``memory_model.predicted_peak`` as the
-    memory one (per device: none for cells across ranks)."""
-    kind = LossKind(plan)
-    units = [(m, case) for m in plan.methods for case in cases if kind.decided(m, case) is None]
-    emulated = {name: kind.interpreted(name) for name in plan.methods}
-    methods = kind.methods
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        # Interpreted methods differ by far more than FLOPs: their declared relative cost.
-        weight = methods[name].caps.interpreter_cost if emulated[name] else 1.0
-        return weight * unit_cost(Unit(0, name, case), plan, emulated[name])
-
-    def peak(name: str, case: dict[str, Any]) -> int | None:
-        if case.get("tp"):
-            return None
-        return predicted_peak(
-            methods[name].caps, case["tokens"], case["vocab"], case["hidden"],
-            case["dtype"], case.get("softcap") is not None,
-        )[0]  # fmt: skip
-
-    kinds = {True: "interpreted", False: "native"}
-    return Tracker(units, notice, Model(cost, lambda name: kinds[emulated[name]], peak))

@@ -4,8 +4,7 @@ as they are known, so that a crash loses only the case in flight."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,13 @@ from typing import Any
 import torch
 
 from perfsuite.harness.pause import paused
-from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Phase, Served, failure, fill, holding
+from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
-from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling
+from perfsuite.measure.timing import CacheFlusher, Timing, cpu_clocked, sampling, wall_ms
 from perfsuite.method import Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
-from perfsuite.plan.workloads import workload_label
 from perfsuite.results.results import PHASES, Row
 from perfsuite.run.correctness import Outcome, bit_identical, gate_reference, judge, run_once
 from perfsuite.run.inputs import Inputs
@@ -56,16 +54,6 @@ INTERPRETED_REASON = (
 )
 
 
-def case_rows(
-    kind: str, method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any
-) -> list[Row]:
-    """One ``kind`` row (loss or tp) per phase of ``case`` (a plan's case dict), ``fields`` set."""
-    base = {k: case.get(k) for k in CASE_KEYS}
-    base["timer"] = base["timer"] or "events"
-    base["workload"] = workload_label(case.get("workload"))
-    return [Row(kind=kind, method=method, phase=p, **base, **fields) for p in phases]
-
-
 def method_case(method: Any, raw: dict[str, Any]) -> Case:
     """The ``Case`` of a worker's case dict as ``method`` computes it: with the terms a
     variant always trains with (ours-zloss)."""
@@ -78,11 +66,7 @@ def first_calls(
 ) -> tuple[Outcome, float, bool | None]:
     """The first call's outcome and milliseconds (it compiles: ``compile_ms``, never a
     sample), and whether a second gives every bit of it again (None: interpreted)."""
-    start = time.perf_counter()
-    outcome = run_once(loss_fn, inputs)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    ms = (time.perf_counter() - start) * 1e3
+    outcome, ms = wall_ms(lambda: run_once(loss_fn, inputs), device)
     return outcome, ms, None if interpreted else bit_identical(outcome, run_once(loss_fn, inputs))
 
 
@@ -120,13 +104,8 @@ def run_case(
         freeze_what_exists()  # and what the method imported on its first calls
         verdict = judge(outcome, reference, bounds)
         del reference, outcome
-        # A method that fails the gate is still timed (its rows stay ``wrong``, never
-        # ``ok``): how fast an inexact kernel runs is half of the finding.
-        status, reason = "ok", ""
-        if not verdict.passed:
-            status, reason = "wrong", verdict.explain()
-            if interpreted and case.dtype == "bf16":
-                reason += f" ({INTERPRETER_BF16_NOTE})"
+        said = INTERPRETED_REASON if interpreted else ""
+        status, reason = gate_status(verdict, interpreted, case.dtype, said)
         how = sampling(spec.samples, spec.warmup, interpreted)
         # Interpreted: the memory pass's call is the sample (``cpu_clocked``), no timing pass.
         flush = None if how.cpu_time else CacheFlusher(device)  # a 128 MiB buffer on CPU
@@ -171,8 +150,6 @@ def run_case(
                 carried = phase.loss if row.phase == "fwd" else None
             phase.reset()
             fill(row, peak, timing)
-            if interpreted and status == "ok":
-                row.reason = INTERPRETED_REASON
             emit(row)
             done.add(row.phase)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results

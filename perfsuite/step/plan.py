@@ -1,70 +1,70 @@
 """From ``perfsuite step``'s arguments to the cases to measure, validated before anything
-runs: every bad value is a ``PlanError`` naming its flag (one line, exit 2)."""
+runs by the shared planner (``perfsuite.plan.plan``): every bad value is a ``PlanError``
+naming its flag (one line, exit 2)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.plan.memory_model import CPU_MEMORY_SHARE, CUDA_MEMORY_SHARE, device_capacity
+from perfsuite.plan.memory_model import capacity_for
 from perfsuite.plan.plan import (
+    Plan,
     PlanError,
-    check_measurement,
     parse_betas,
+    parse_dtypes,
     parse_list,
     resolve_device,
+    resolve_methods,
 )
 from perfsuite.results.results import STEP_PHASES
-from perfsuite.step.cases import make_case
-from perfsuite.step.methods import DTYPES, resolve
 from perfsuite.step.presets import Size, StepPreset, get_preset, size_for
+
+DTYPES = ("fp32", "bf16")
+# What identifies a case in a row (the busy-machine marks are keyed by it).
+CASE_KEYS = ("shape", "dtype", "beta", "workload")
+# ``env.plan`` of the results: what ``merge`` and ``compare`` check agree, and the rest.
+RECORDED = ("methods", "dtypes", "betas", "device", "samples", "warmup", "seed")
+RECORDED += ("memory_limit", "timeout_s", "capacity", "capacity_source")
+
+
+def case_size(case: dict[str, Any]) -> Size:
+    return Size(layers=case["layers"], seq=case["seq"], batch=case["batch"])
 
 
 @dataclass
-class StepPlan:
-    presets: list[StepPreset]
-    sizes: dict[str, Size]
-    methods: list[str]
-    dtypes: list[str]
-    betas: list[float]
-    device: str
-    samples: int = 10
-    warmup: int = 2
-    seed: int = 0
-    memory_limit: int | None = None
-    timeout_s: float = 3600.0
+class StepPlan(Plan):
+    """The shared ``Plan`` with the models a step trains, at their sizes (``shapes`` stays
+    empty: a step's N, V and D are its model's)."""
+
+    presets: list[StepPreset] = field(default_factory=list)
+    sizes: dict[str, Size] = field(default_factory=dict)
     # Bytes a worker may plan on, and what bounds it (for the oom rows' reasons).
     capacity: int | None = None
     capacity_source: str = ""
 
     def cases(self) -> list[dict[str, Any]]:
-        """Every (model, dtype, β) in table order."""
-        return [
-            make_case(p, self.sizes[p.name], dtype, beta, self.device)
-            for p in self.presets
-            for dtype in self.dtypes
-            for beta in self.betas
-        ]
+        """Every (model, dtype, β) in table order, as a worker's case: its rows' fields
+        (N is batch x seq, V and D the model's: the loss-only cell of the same last
+        layer) and the model's size."""
+        cases = []
+        for p in self.presets:
+            size = self.sizes[p.name]
+            model = dict(shape=p.name, **vars(size), tokens=size.tokens, vocab=p.vocab)
+            model.update(hidden=p.hidden, workload=size.label(), softcap=p.softcap)
+            cases += [
+                {**model, "dtype": dtype, "beta": beta, "device": self.device}
+                for dtype in self.dtypes
+                for beta in self.betas
+            ]
+        return cases
 
     def as_dict(self) -> dict[str, Any]:
-        """``env.plan`` of the results (``phases``, ``samples``, ``warmup``, ``seed``: what
-        ``merge`` and ``compare`` check agree)."""
-        rest = {k: v for k, v in vars(self).items() if k not in ("presets", "sizes")}
         models = [p.name for p in self.presets]
         sizes = {name: vars(size) for name, size in self.sizes.items()}
-        return dict(command="step", models=models, sizes=sizes, phases=list(STEP_PHASES), **rest)
-
-
-def capacity_for(device: str, memory_limit: int | None) -> tuple[int | None, str]:
-    """What a worker may take and why: ``--memory-limit`` when it is the smaller bound,
-    else a share of the RAM available now (CPU) or of the GPU's memory."""
-    capacity = device_capacity(device)
-    if memory_limit is not None and (capacity is None or memory_limit <= capacity):
-        return memory_limit, "--memory-limit"
-    if device == "cpu":
-        return capacity, f"{CPU_MEMORY_SHARE:.0%} of the RAM available now"
-    return capacity, f"{CUDA_MEMORY_SHARE:.0%} of the GPU's memory"
+        rest = {k: getattr(self, k) for k in RECORDED}
+        return dict(command="step", models=models, sizes=sizes, phases=self.phases, **rest)
 
 
 def build_step_plan(args: argparse.Namespace) -> StepPlan:
@@ -77,25 +77,21 @@ def build_step_plan(args: argparse.Namespace) -> StepPlan:
         raise PlanError(f"--model: {err}") from None
     # size_for's ValueError names its flag: bad input as it stands (cli.main)
     sizes = {p.name: size_for(p, device, args.layers, args.seq, args.batch) for p in presets}
-    default_dtype = "bf16" if device == "cuda" else "fp32"
-    dtypes = list(dict.fromkeys(parse_list(args.dtype or default_dtype, "dtype")))
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(DTYPES)}")
-    check_measurement(args.samples, args.warmup, args.memory_limit)
-    capacity, source = capacity_for(device, args.memory_limit)
-    return StepPlan(
-        presets=presets,
-        sizes=sizes,
-        methods=resolve(args.methods),
-        dtypes=dtypes,
+    plan = StepPlan(
+        dtypes=parse_dtypes(args.dtype or ("bf16" if device == "cuda" else "fp32"), DTYPES),
+        methods=resolve_methods(args.methods, "step", table_order=True),
+        shapes=[],
         betas=parse_betas(args.beta),
+        phases=list(STEP_PHASES),
         device=device,
         samples=args.samples,
         warmup=args.warmup,
         seed=args.seed,
         memory_limit=args.memory_limit,
         timeout_s=args.timeout,
-        capacity=capacity,
-        capacity_source=source,
+        presets=presets,
+        sizes=sizes,
     )
+    plan.check()
+    plan.capacity, plan.capacity_source = capacity_for(device, args.memory_limit)
+    return plan

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite.plan.memory_model import Network
+
 # Llama 3.1/3.2's long-context RoPE (``rope_scaling`` of their configs).
 LLAMA3_ROPE = {
     "rope_type": "llama3",
@@ -50,6 +52,21 @@ class StepPreset:
         layer = attention + 3 * d * self.intermediate + norms
         heads = 1 if self.tied else 2
         return heads * self.vocab * d + layers * layer + d
+
+    def network(self, size: Size) -> Network:
+        """What the memory model needs of this model at ``size``. Saved for the backward,
+        per token and layer: the norms' inputs, q/k/v/o, the MLP's gate, up and product,
+        plus the scores of eager attention (Gemma2); SDPA keeps none of the S x S."""
+        d = self.hidden
+        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
+        per_token = 10 * d + 4 * qkv + 5 * self.intermediate
+        if self.attn_softcap is not None:  # eager attention: scores, capped, softmax
+            per_token += 3 * self.heads * size.seq
+        activations = size.tokens * (size.layers * per_token + 4 * d)
+        return Network(
+            self.parameters(size.layers), activations, size.tokens, self.vocab, d, self.tied,
+            self.softcap is not None,
+        )  # fmt: skip
 
 
 PRESETS: dict[str, StepPreset] = {

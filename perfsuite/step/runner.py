@@ -1,30 +1,32 @@
 """The step cell kind: a step plan's cases measured by ``perfsuite.step.worker``
 processes, through the harness. The parent decides alone what it can, a model the
-memory estimate says cannot fit included (``oom``, nothing started)."""
+memory model says cannot fit included (``oom``, nothing started)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import importlib.util
 import json
-from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
 from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.harness.progress import Model, NoticeFn, Tracker
-from perfsuite.method import SimpleMethod
+from perfsuite.harness.progress import NoticeFn
+from perfsuite.method import SimpleMethod, package_version
+from perfsuite.plan.memory_model import Estimate, step_estimate
 from perfsuite.plan.registry import methods_for
-from perfsuite.results.provenance import collect_env, gpu_state
-from perfsuite.results.results import STEP_PHASES, new_document
-from perfsuite.run.runner import in_case_order
-from perfsuite.step.cases import CASE_KEYS, case_rows, case_size
-from perfsuite.step.estimate import estimate, too_big
-from perfsuite.step.methods import availability, case_reason
-from perfsuite.step.plan import StepPlan
+from perfsuite.results.provenance import collect_env
+from perfsuite.step.plan import CASE_KEYS, StepPlan, case_size
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
+from perfsuite.tp_method import case_reason
+
+if TYPE_CHECKING:
+    from perfsuite.harness.command import Checkpoint
 
 LOSS_SHARE = (
     "loss_ms: median over samples of the step's fwd+bwd, less the median fwd+bwd of the "
@@ -34,15 +36,61 @@ LOSS_SHARE = (
 )
 
 
+def availability(method: SimpleMethod, device: str) -> str | None:
+    """None when ``method``'s step can run on ``device`` here, else why not."""
+    reason = method.lacks("step") or method.availability(device)
+    requires = method.step.requires if method.step else ()
+    return reason or ("; ".join(filter(None, map(why_missing, requires))) or None)
+
+
+def why_missing(module: str) -> str | None:
+    """None when ``module`` is there to import, else why not in the import system's own
+    words: not installed; installed without it (cut-cross-entropy 25.1.1's PyPI wheel has
+    no ``cut_cross_entropy.transformers``, apple/ml-cross-entropy#9, where issue 45's row
+    said only "not installed"); or the error its parent package raised. A module whose
+    spec is absent is imported only to hear that error, before any of its code runs."""
+    try:
+        if importlib.util.find_spec(module) is not None:  # imports the parent packages
+            return None
+        importlib.import_module(module)
+        return None
+    except ImportError as err:
+        said = f"{type(err).__name__}: {err}"
+        top = module.partition(".")[0]
+        if not isinstance(err, ModuleNotFoundError) or err.name not in (module, top):
+            return f"{module} failed to import ({said})"
+        dist = _distribution(top) if err.name == module and module != top else None
+        if dist is not None:
+            return f"{dist} {package_version(dist)} is installed without {module} ({said})"
+        return f"{module} not installed"
+
+
+def _distribution(package: str) -> str | None:
+    """The installed distribution that provides ``package``: the one of its name, as most
+    are (``cut_cross_entropy``: cut-cross-entropy), else the one whose files list it (a
+    scan of every distribution's metadata, over a second)."""
+    try:
+        return importlib.metadata.distribution(package).metadata["Name"]
+    except importlib.metadata.PackageNotFoundError:
+        found = importlib.metadata.packages_distributions().get(package)
+        return found[0] if found else None
+
+
 class StepKind(harness.Kind):
     """A training step of a model: one worker per method, four phases per case."""
 
-    name, phases, case_keys = "step", STEP_PHASES, CASE_KEYS
+    name, case_keys = "step", CASE_KEYS
 
     def __init__(self, plan: StepPlan, models: dict[str, Any]) -> None:
         self.plan, self.device, self.timeout_s = plan, plan.device, plan.timeout_s
+        self.phases = tuple(plan.phases)
         self.models = models
         self.methods = methods_for("step")
+
+    def estimate(self, method: str, case: dict[str, Any]) -> Estimate:
+        """The memory model's estimate of ``method``'s step on ``case``."""
+        network = get_preset(case["shape"]).network(case_size(case))
+        return step_estimate(self.methods[method].caps.holds, network, case["dtype"], self.device)
 
     def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
         """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
@@ -51,14 +99,18 @@ class StepKind(harness.Kind):
         if reason is None:
             status, reason = "unsupported", case_reason(m, case)
         if reason is None:
-            est = _estimate(m, case, plan.device)
-            status, reason = "oom", too_big(est, plan.capacity, plan.capacity_source)
+            est = self.estimate(method, case)
+            status, reason = "oom", est.too_big(plan.capacity, plan.capacity_source)
         if reason is None:
             return None
-        return self.status_rows(method, case, STEP_PHASES, status, reason)
+        return self.status_rows(method, case, self.phases, status, reason)
 
-    def interpreted(self, method: str) -> bool:
-        return self.methods[method].caps.triton and self.device == "cpu"
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        """A step's cost: 6 x parameters x tokens."""
+        return 6.0 * get_preset(case["shape"]).parameters(case["layers"]) * case["tokens"]
+
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        return self.estimate(method, case).need
 
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         p = self.plan
@@ -67,75 +119,34 @@ class StepKind(harness.Kind):
         spec.write_text(json.dumps(asdict(worker)))
         return python_worker("perfsuite.step.worker", str(spec))
 
-    def status_rows(
-        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
-    ) -> list[dict[str, Any]]:
-        rows = case_rows(case, self.methods[method], status=status, reason=reason)
-        return [asdict(r) for r in rows if r.phase in phases]
-
     def heard(self, method: str, lines: list[dict[str, Any]]) -> None:
         for line in lines:
             if "model" in line:
                 self.models.setdefault(line["model"], line["info"])
 
 
-def _estimate(method: SimpleMethod, case: dict[str, Any], device: str) -> Any:
-    preset = get_preset(case["shape"])
-    return estimate(method.caps.holds.kind, preset, case_size(case), case["dtype"], device)
-
-
-def _tracker(kind: StepKind, cases: list[dict[str, Any]], notice: NoticeFn) -> Tracker:
-    """Progress lines over the cases a worker will measure (``run``'s, from
-    ``perfsuite.harness.progress``): a step's cost as 6 x parameters x tokens, weighted
-    by a method's interpreter cost where it is interpreted; the memory estimate's peak."""
-    plan = kind.plan
-    units = [(m, case) for m in plan.methods for case in cases if kind.decided(m, case) is None]
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        size = case_size(case)
-        flops = 6.0 * get_preset(case["shape"]).parameters(size.layers) * size.tokens
-        return flops * (kind.methods[name].caps.interpreter_cost if kind.interpreted(name) else 1)
-
-    def peak(name: str, case: dict[str, Any]) -> int | None:
-        return _estimate(kind.methods[name], case, plan.device).need
-
-    kinds = {True: "interpreted", False: "native"}
-    return Tracker(units, notice, Model(cost, lambda name: kinds[kind.interpreted(name)], peak))
-
-
 def run_step_plan(
     plan: StepPlan,
     progress: ProgressFn | None = None,
-    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
     """Measure every (method, case) of ``plan``; returns the results document.
     ``notice``: the progress lines while workers run (a model's step may take minutes)."""
-    methods = methods_for("step")
-    distributions = [d for name in plan.methods for d in methods[name].distributions]
+    models: dict[str, Any] = {}
+    kind, cases = StepKind(plan, models), plan.cases()
+    distributions = [d for name in plan.methods for d in kind.methods[name].distributions]
     env = collect_env(plan.device, ["transformers", *distributions])
     env["plan"] = plan.as_dict()
-    models: dict[str, Any] = {}
     estimates: dict[str, Any] = {}
-    cases = plan.cases()
     for case in cases:
         per_method = estimates.setdefault(case["shape"], {}).setdefault(case["dtype"], {})
         for name in plan.methods:
-            per_method[name] = _estimate(methods[name], case, plan.device).as_dict()
+            per_method[name] = kind.estimate(name, case).as_dict()
     env["step"] = {
         "optimizer": f"torch.optim.AdamW(lr={LR:g}), torch's defaults otherwise",
         "loss_share": LOSS_SHARE,
         "models": models,
         "memory_estimates": estimates,
     }
-    groups: list[dict[str, Any]] = []
-    env["machine"] = {"groups": groups}
-    kind = StepKind(plan, models)
-    tracker = None if notice is None else _tracker(kind, cases, notice)
-    report = harness.checkpointed(env, progress, checkpoint, tracker)
-    by_method = harness.run_kind(kind, {m: cases for m in plan.methods}, report, groups, tracker)
-    order = [in_case_order(by_method[m], cases, CASE_KEYS, STEP_PHASES) for m in plan.methods]
-    rows = [row for rows in order for row in rows]
-    if plan.device == "cuda":
-        env["gpu_state_after"] = gpu_state()
-    return new_document(env, rows)
+    return harness.measure(kind, plan.methods, cases, env, progress, checkpoint, notice)

@@ -5,22 +5,28 @@ the spec's ``out`` file as soon as it is known (``WORKER``, served by
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from perfsuite.harness.worker import INTERPRETER_BF16_NOTE, Served, failure, fill, holding
+from perfsuite.harness.worker import Served, case_rows, failure, fill, gate_status, holding
+from perfsuite.measure.memory import measure_spans
 from perfsuite.measure.stats import quantile
-from perfsuite.measure.timing import CacheFlusher, Sampling, Timing, sampling
+from perfsuite.measure.timing import (
+    CacheFlusher,
+    Timing,
+    sampling,
+    time_samples,
+    time_spans,
+    wall_ms,
+)
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
-from perfsuite.results.results import Row
-from perfsuite.step.cases import case_rows, case_size
-from perfsuite.step.measure import Stepper, step_memory, time_fwd_bwd, time_steps
+from perfsuite.results.results import STEP_PHASES, Row
 from perfsuite.step.model import model_class
+from perfsuite.step.plan import case_size
 from perfsuite.step.presets import get_preset
 
 # AdamW at torch's defaults but a fine-tuning learning rate: the step's cost does not
@@ -41,11 +47,6 @@ class StepSpec:
     memory_limit: int | None = None  # CPU: extra data bytes the worker may take
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_case(
     spec: StepSpec,
     method: SimpleMethod,
@@ -54,7 +55,8 @@ def measure_case(
     stage: Callable[[str], None] = lambda text: None,
 ) -> list[Row]:
     """Gate and measure one case; returns its four rows (raises on a failure). ``stage``
-    names what it does now, for the parent's progress lines (a stage may take minutes)."""
+    names what it does now, for the parent's progress lines (a stage may take minutes).
+    A sample is a whole step, the clock read between its phases (fwd + bwd + opt = step)."""
     from perfsuite.step.gate import one_pass, reference, step_verdict
     from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
 
@@ -73,40 +75,44 @@ def measure_case(
     if method.compiles:
         trivial_of = torch.compile(trivial_of)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    pending: list[torch.Tensor] = []  # the forward's loss, until the backward
+
+    def optimize() -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    phases = [lambda: pending.append(loss_of(ids)), lambda: pending.pop().backward(), optimize]
     # The first step, gated: compilation, autotuning and AdamW's state all happen here.
     stage("the first step, gated")
-    _sync(device)
-    start = time.perf_counter()
-    loss, grads = one_pass(model, ids, loss_of)
-    _sync(device)
-    first_ms = (time.perf_counter() - start) * 1e3
+    (loss, grads), first_ms = wall_ms(lambda: one_pass(model, ids, loss_of), device)
     verdict = step_verdict(loss, grads, ref)
     del ref, loss
     for name, p in model.named_parameters():
         p.grad = grads.pop(name, None)
-    stepper = Stepper(model, optimizer, loss_of, ids)
-    start = time.perf_counter()
-    stepper.optimize()
-    _sync(device)
-    first_ms += (time.perf_counter() - start) * 1e3
+    first_ms += wall_ms(optimize, device)[1]
     interpreted = method.caps.triton and device.type == "cpu"
-    status, reason = "ok", INTERPRETED_NOTE if interpreted else ""
-    if not verdict.passed:
-        status, reason = "wrong", verdict.explain()
-        if interpreted and raw["dtype"] == "bf16":
-            reason += f" ({INTERPRETER_BF16_NOTE})"
-    peaks = step_memory(stepper, device)
+    said = INTERPRETED_NOTE if interpreted else ""
+    status, reason = gate_status(verdict, interpreted, raw["dtype"], said)
+    peaks = dict(zip(STEP_PHASES, measure_spans(phases, device), strict=True))
     how = sampling(spec.samples, spec.warmup, interpreted)
     flush = CacheFlusher(device)
     stage(f"timing {how.samples} steps")
-    times = time_steps(stepper, device, how, flush)
+    spans = time_spans(
+        phases, device, samples=how.samples, warmup=how.warmup, flush=flush, cpu_time=how.cpu_time
+    )
+    times = {p: [s[i] for s in spans] for i, p in enumerate(STEP_PHASES[:-1])}
+    times["step"] = [sum(s) for s in spans]
     # The same model without its loss, same protocol; its first call may compile.
-    warm = Sampling(how.samples, how.warmup + method.compiles, how.cpu_time)
     stage("timing the model without its loss")
-    trivial = time_fwd_bwd(model, trivial_of, ids, device, warm, flush)
+    clear = functools.partial(model.zero_grad, set_to_none=True)
+    trivial = time_samples(
+        lambda: trivial_of(ids).backward(), device, samples=how.samples,
+        warmup=how.warmup + method.compiles, setup=clear, flush=flush, cpu_time=how.cpu_time,
+    ).samples_ms  # fmt: skip
+    clear()
     fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
-    gate = verdict.fields(compile_ms=first_ms)
-    rows = case_rows(raw, method, status=status, reason=reason, **gate)
+    gate = verdict.fields(compile_ms=first_ms, status=status, reason=reason)
+    rows = case_rows("step", method.name, raw, STEP_PHASES, interpreted=interpreted, **gate)
     for row in rows:
         fill(row, peaks[row.phase], Timing(times[row.phase]))
     rows[-1].loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))  # the step
@@ -128,7 +134,9 @@ def run_case(
         rows = measure_case(spec, method, raw, emit, stage)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         status, reason = failure(err)
-        rows = case_rows(raw, method, status=status, reason=reason)
+        interpreted = method.caps.triton and raw["device"] == "cpu"
+        fields = dict(status=status, reason=reason, interpreted=interpreted)
+        rows = case_rows("step", method.name, raw, STEP_PHASES, **fields)
     for row in rows:
         emit(row)
 

@@ -176,7 +176,7 @@ def test_the_gpu_preset_plans_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--methods", "eager,nope"], "unknown 'nope'"),
+        (["--methods", "eager,nope"], "unknown method(s) nope"),
         (["--steps", "0"], "--steps: must be positive, got 0"),
         (["--steps", "x"], "--steps: not an integer"),
         (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from perfsuite.plan.registry import methods_for
+from perfsuite.harness.worker import case_rows
 from perfsuite.results.results import STEP_PHASES
-from perfsuite.step.cases import case_rows
 from perfsuite.step.plan import StepPlan
 from perfsuite.step.presets import Size, get_preset
 from perfsuite.step.runner import StepKind
@@ -17,17 +16,15 @@ SIZE = Size(layers=1, seq=16, batch=1)
 
 
 def _kind(**plan) -> tuple[StepKind, list[dict]]:
-    smoke = get_preset("smoke")
-    step = StepPlan([smoke], {"smoke": SIZE}, ["eager", "cce"], ["fp32"], [0.0, 0.1], "cpu")
-    for key, value in plan.items():
-        setattr(step, key, value)
+    models = dict(presets=[get_preset("smoke")], sizes={"smoke": SIZE}, **plan)
+    step = StepPlan(["eager", "cce"], [], ["fp32"], [0.0, 0.1], list(STEP_PHASES), "cpu", **models)
     return StepKind(step, {}), step.cases()
 
 
 def test_a_case_lost_with_its_worker_keeps_its_rows_and_says_why_for_the_rest():
     kind, cases = _kind()
-    done = [asdict(r) for r in case_rows(cases[0], methods_for("step")["eager"], status="ok")]
-    half = [asdict(r) for r in case_rows(cases[1], methods_for("step")["eager"], status="ok")][:2]
+    done = [asdict(r) for r in case_rows("step", "eager", cases[0], STEP_PHASES, status="ok")]
+    half = [asdict(r) for r in case_rows("step", "eager", cases[1], STEP_PHASES, status="ok")][:2]
     lines = [{"start": 0}, *done, {"start": 1}, {"model": "smoke", "info": {}}, *half]
     assert kind.finished(lines, cases) == [done]  # the second lacks opt and step
     reason = "worker timed out after 0.2 s"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.method import Capabilities, SimpleMethod, StepPatch
-from perfsuite.step.methods import availability, why_missing
+from perfsuite.step.runner import availability, why_missing
 
 PACKAGES = ("fakedist_pkg", "broken_pkg", "needs_dep_pkg")
 

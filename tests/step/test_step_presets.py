@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from perfsuite.plan.memory_model import held_bytes, step_estimate
 from perfsuite.plan.registry import methods_for
-from perfsuite.step.estimate import estimate, too_big
 from perfsuite.step.presets import PRESETS, Size, get_preset, size_for
 
 REAL = [name for name in PRESETS if name != "smoke"]
@@ -63,14 +63,16 @@ def test_sizes_default_by_device_and_refuse_what_the_model_cannot_take():
 
 
 def test_the_estimate_sees_eager_logits_and_the_dtype():
-    p, size = get_preset("gemma2-2b"), Size(1, 4096, 2)
-    eager = estimate(methods_for("step")["eager"].caps.holds.kind, p, size, "bf16", "cuda")
-    ours = estimate(methods_for("step")["ours"].caps.holds.kind, p, size, "bf16", "cuda")
+    p, net = get_preset("gemma2-2b"), get_preset("gemma2-2b").network(Size(1, 4096, 2))
+    holds = {name: m.caps.holds for name, m in methods_for("step").items()}
+    eager = step_estimate(holds["eager"], net, "bf16", "cuda")
+    ours = step_estimate(holds["ours"], net, "bf16", "cuda")
+    assert eager.loss == held_bytes(holds["eager"], 8192, 256000, 2304, 2, True)  # run's rule
     assert eager.loss > 8192 * 256000 * 8 > 20 * ours.loss  # N x V logits, several copies
     assert eager.weights == ours.weights == 2 * p.parameters(1)
-    fp32 = estimate(methods_for("step")["ours"].caps.holds.kind, p, size, "fp32", "cuda")
+    fp32 = step_estimate(holds["ours"], net, "fp32", "cuda")
     assert fp32.weights == 2 * ours.weights and fp32.adamw == 2 * ours.adamw
     assert fp32.gate > fp32.weights * 4  # the fp64 pass: weights and grads in fp64
-    assert too_big(ours, ours.need, "limit") is None
-    reason = too_big(ours, ours.need - 1, "--memory-limit")
+    assert ours.too_big(ours.need, "limit") is None
+    reason = ours.too_big(ours.need - 1, "--memory-limit")
     assert reason and "AdamW" in reason and "--memory-limit" in reason

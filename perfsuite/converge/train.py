@@ -76,14 +76,15 @@ def refusal(method: SimpleMethod, case: Case) -> tuple[str, str] | None:
 
 def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
     """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes above
-    its start, by measure.memory's meters (on CPU without its tensor profiler, which would
-    slow the timed step, nor a collection first: ~170 ms a step with transformers)."""
+    its start, by measure.memory's meters: on CPU without its tensor profiler, which would
+    slow the timed step; on either device without a collection first (~170 ms a step with
+    transformers on CPU; on CUDA an emptied cache would put allocations in the step's time)."""
     from perfsuite.measure.memory import cpu_meter_supported, measure_cuda_peak, measure_rss_peak
 
     if device == "cuda":
         cuda = torch.device("cuda")
         return "cuda max_memory_allocated above the step's start (bytes)", (
-            lambda fn: measure_cuda_peak(fn, cuda).delta
+            lambda fn: measure_cuda_peak(fn, cuda, collect=False).delta
         )
     if cpu_meter_supported() is None:
         return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (

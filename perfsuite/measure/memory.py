@@ -113,11 +113,16 @@ def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
     return Peak(delta, rss.absolute, rss.delta, net, rss.rss_net)
 
 
-def measure_cuda_peak(fn: Callable[[], object], device: torch.device) -> Peak:
-    """Peak bytes held by tensors while ``fn`` runs, above those held at its start."""
+def measure_cuda_peak(
+    fn: Callable[[], object], device: torch.device, collect: bool = True
+) -> Peak:
+    """Peak bytes held by tensors while ``fn`` runs, above those held at its start.
+    ``collect=False`` keeps the allocator's cache: a timed ``fn`` would otherwise pay the
+    driver's allocations again inside its time."""
     torch.cuda.synchronize(device)
-    gc.collect()
-    torch.cuda.empty_cache()
+    if collect:
+        gc.collect()
+        torch.cuda.empty_cache()
     start = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()

@@ -1,6 +1,8 @@
-"""The console table, laid out as the paper's: one table per (shape, dtype, β), method
-rows, fwd / bwd / fwd+bwd columns of memory and time, the lower bound first. One-device
-cells only: cells across ranks are ``tp_table``'s."""
+"""The paper's table, laid out once: per (shape, dtype) a table of β sections, the lower
+bound first, a line per method of memory, time and an analytic cell per phase, the best
+of each column marked (``build_report``, which every report format writes), and the
+console table of its memory and time cells (``print_tables``). One-device cells only:
+cells across ranks are ``tp_table``'s."""
 
 from __future__ import annotations
 
@@ -8,14 +10,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
-from perfsuite.fit import Column, Notes, TrimmedConsole, fit_table
+from perfsuite.fit import BOX, Column, Grid, Notes, TrimmedConsole
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
-from perfsuite.render.roofline import GPU, phase_flops, roofline_ms
+from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.results.recorded import recorded_methods
 from perfsuite.results.results import PHASES
 from perfsuite.units import SHORT_STATUS, fmt_bytes, fmt_flops, fmt_number
@@ -247,64 +247,139 @@ def bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
     return Line(LOWER_BOUND, cells)
 
 
-def _table(
-    title: str, phases: list[str], lines: list[tuple[str, list[str], str]], width: int | None
-) -> Table | None:
-    """Numbers never wrap or get cut: headers go on two lines, method names fold at
-    hyphens (``perfsuite.fit``), and the note column is there only when a line
-    has a note. None when it cannot fit ``width``."""
-    columns = [Column("method")]
-    for phase in phases:
-        columns += [Column(f"{phase}\nMiB", "right", False), Column(f"{phase}\nms", "right", False)]
-    with_note = any(refs for _, _, refs in lines)
-    columns += [Column("note", fold=False)] if with_note else []
-    rows = [[name, *cells, *([refs] if with_note else [])] for name, cells, refs in lines]
-    options = dict(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    return fit_table(columns, rows, width or 10_000, sections=[0], collapse_padding=True, **options)
+@dataclass
+class Section:
+    beta: float
+    lines: list[Line]
+    entropy: float | None = None
 
 
-def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> list:
-    """(name, console cells, note references) per line: the lower bound, each method."""
-    key, beta = shape_key(members[0]), members[0]["beta"]
-    bound = bound_line(phases, key, None)
-    lines = [("[italic]lower bound[/italic]", _console(bound), "")]
-    known = all_methods()
-    for name, by_phase in by_method(members).items():
-        failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
-        refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
-        line = method_line(name, by_phase, phases, key, None, known, beta)
-        lines.append((name, _console(line), " ".join(refs)))
-    return lines
+@dataclass
+class PaperTable:
+    title: str
+    key: tuple  # (N, V, D, dtype, softcap, workload)
+    phases: list[str]
+    analytic: str  # header of each phase's third column
+    sections: list[Section]
+    notes: list[str]
+    gpu: GPU | None
+    shape: str = ""
+    device: str = ""
 
 
-def _console(line: Line) -> list[str]:
-    """The memory and time cells of each phase, as the console shows them."""
-    return [cell.console() for i, cell in enumerate(line.cells) if i % 3 != 2]
+def mean(values: list[float | None]) -> float | None:
+    """The mean of the numbers among ``values`` (None and NaN left out)."""
+    values = [v for v in values if v is not None and v == v]
+    return sum(values) / len(values) if values else None
 
 
-def build_tables(
-    rows: Iterable[dict[str, Any]], width: int | None = None
-) -> list[tuple[Table, list[str]]]:
-    """One table per (shape, dtype, β), each with its numbered notes; one wider than
-    ``width`` is printed a phase at a time rather than cut."""
-    out = []
-    for members in group_rows(one_device(rows)).values():
-        beta = members[0]["beta"]
-        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
-        phases = present_phases(members)
-        notes = Notes()
-        lines = _lines(members, phases, notes)
-        numbered = notes.lines()
-        table = _table(title, phases, lines, width)
-        if table is not None or len(phases) == 1:
-            out.append((table or _table(title, phases, lines, None), numbered))
+def _mark_best(lines: list[Line]) -> None:
+    """Bold the lowest value of each column among comparable measured cells."""
+    methods = [line for line in lines if line.method != LOWER_BOUND]
+    for column in zip(*(line.cells for line in methods), strict=True):
+        candidates = [c for c in column if c.value is not None and c.comparable]
+        if not candidates:
             continue
-        for i, phase in enumerate(phases):  # too wide: one phase at a time
-            one = [(name, cells[2 * i : 2 * i + 2], refs) for name, cells, refs in lines]
-            part_title = f"{title}, {phase}"
-            part = _table(part_title, [phase], one, width) or _table(part_title, [phase], one, None)
-            out.append((part, numbered if i == len(phases) - 1 else []))
-    return out
+        # Best is what the reader sees: every cell that prints as the lowest does (five
+        # rows that all print 1.17 MiB are all best, not the one a few bytes lower).
+        shown = min(candidates, key=lambda c: c.value).text
+        for c in candidates:
+            c.best = c.text == shown
+
+
+def build_report(document: dict[str, Any]) -> list[PaperTable]:
+    """The paper tables of a results document, format-independent."""
+    rows, env = document["rows"], document["env"]
+    gpu = gpu_for_env(env)
+    known = known_methods(document)  # the file's record: no torch
+    tables = []
+    for key, members in group_rows(one_device(rows), key=shape_key).items():
+        phases = present_phases(members)
+        sections = []
+        betas = group_rows(members, key=lambda r: r["beta"])
+        for beta in sorted(betas):  # β = 0 first, as the console table and the plan
+            lines = [bound_line(phases, key, gpu)]
+            for name, by_phase in by_method(betas[beta]).items():
+                lines.append(method_line(name, by_phase, phases, key, gpu, known, beta))
+            _mark_best(lines)
+            entropy = mean([r.get("entropy") for r in betas[beta]])
+            sections.append(Section(beta, lines, entropy))
+        failed = (r for r in members if r["status"] != "ok" and r.get("reason"))
+        reasons = group_rows(
+            failed, key=lambda r: (r["method"], r["beta"], status_label(r), r["reason"])
+        )
+        notes = [
+            f"{method} β={beta:g} ({', '.join(r['phase'] for r in rows)}): {label}: {reason}"
+            for (method, beta, label, reason), rows in reasons.items()
+        ]
+        analytic = "% roofline" if gpu else "FLOP/s"
+        device = members[0].get("device", "?")
+        where = gpu.name if gpu else (env.get("device") or {}).get("name") or device
+        title, shape = f"{shape_title(members)} on {where}", members[0].get("shape") or "custom"
+        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, shape, device))
+    return tables
+
+
+def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[str]:
+    notes = footnotes(document["rows"], known_methods(document))
+    gpu = tables[0].gpu if tables else None
+    notes.append(
+        "lower bound: docs/math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
+        "dtype with a backward) and the FLOPs of each phase (2NVD fwd, 6NVD bwd without "
+        "stored logits, 8NVD fwd+bwd)."
+    )
+    if gpu is not None:
+        peaks = ", ".join(f"{d} {t:g}" for d, t in gpu.tflops.items())
+        notes.append(
+            f"roofline on {gpu.name} (datasheet, dense): max(FLOPs / peak, bytes / "
+            f"{gpu.hbm_tb_s:g} TB/s) with peaks {peaks} TFLOP/s; % roofline = roofline time / "
+            "measured median (filtering can beat 100%)."
+        )
+    else:
+        notes.append(
+            "FLOP/s: the phase's FLOPs over the measured median (no roofline: not a known GPU)."
+        )
+    notes.append(
+        "Bold: the best of its column as printed (ties all bold); times and rates leave ‡ and "
+        "† cells out, memory "
+        "leaves out ‡ fwd/bwd cells. Times are medians."
+    )
+    return notes
+
+
+def entropy_note(table: PaperTable) -> str:
+    parts = [f"β={s.beta:g}: {s.entropy:.2f} nats" for s in table.sections if s.entropy is not None]
+    return "inputs' mean token entropy " + ", ".join(parts) if parts else ""
+
+
+def loss_grids(rows: Iterable[dict[str, Any]]) -> list[Grid]:
+    """One table per (shape, dtype, β): the lower bound, then a line per method of each
+    phase's memory and time (units in the headers, names folding at hyphens), its reasons
+    numbered in a note column; too wide, it is printed a phase at a time."""
+    grids, known = [], all_methods()
+    for members in group_rows(one_device(rows)).values():
+        key, beta, notes = shape_key(members[0]), members[0]["beta"], Notes()
+        phases = present_phases(members)
+        lines = [("[italic]lower bound[/italic]", bound_line(phases, key, None), "")]
+        for name, by_phase in by_method(members).items():
+            failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
+            refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
+            line = method_line(name, by_phase, phases, key, None, known, beta)
+            lines.append((name, line, " ".join(refs)))
+        columns = [Column("method")]
+        for unit in (f"{phase}\n{u}" for phase in phases for u in ("MiB", "ms")):
+            columns.append(Column(unit, "right", False))
+        note = [len(columns)] if any(refs for _, _, refs in lines) else []
+        columns += [Column("note", fold=False)] if note else []
+        cells = [[name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)]
+                 + [refs] * len(note) for name, line, refs in lines]  # fmt: skip
+        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
+        parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note]) for i, p in enumerate(phases)]
+        grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
+    return grids
+
+
+LOSS_BOX = {**BOX, "sections": [0]}  # a rule under the lower bound
 
 
 def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
@@ -360,11 +435,9 @@ def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> 
     """The one-device tables and their notes (``tp_table.print_tp_tables`` prints the
     cells measured across ranks)."""
     console = console or TrimmedConsole()
-    for i, (table, notes) in enumerate(build_tables(rows, console.width)):
+    for i, grid in enumerate(loss_grids(rows)):
         if i:  # the next table's title was the line after the last one's notes
             console.print()
-        console.print(table)
-        for note in notes:
-            console.print(note, markup=False, highlight=False)
+        grid.print(console)
     for note in footnotes(rows) if one_device(rows) else [tp_note(rows)] if rows else []:
         console.print(note, style="dim")

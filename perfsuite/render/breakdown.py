@@ -10,7 +10,7 @@ from typing import Any
 
 from perfsuite.fit import Column, TrimmedConsole, fold, print_fitted
 from perfsuite.measure.kernel_classes import CLASSES
-from perfsuite.render.table import group_rows
+from perfsuite.render.cells import group_rows
 from perfsuite.units import fmt_number
 
 LETTERS = {"gemm": "G", "ours": "O", "peer": "P", "elementwise": "E", "copy": "C",

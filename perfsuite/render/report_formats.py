@@ -18,21 +18,23 @@ import pandas as pd
 from perfsuite.fit import md_escape, pipe_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
+from perfsuite.render.cells import (
+    cell_marks,
+    grads_in_forward,
+    group_rows,
+    known_methods,
+    measured,
+    shape_key,
+    status_label,
+)
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.render.table import (
     LOWER_BOUND,
     PaperTable,
     build_report,
-    cell_marks,
     entropy_note,
     general_notes,
-    grads_in_forward,
-    group_rows,
-    known_methods,
     mean,
-    measured,
-    shape_key,
-    status_label,
 )
 from perfsuite.render.tp_table import shard_rows, tp_footnotes, tp_rows, tp_tables
 

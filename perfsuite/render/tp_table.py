@@ -15,8 +15,7 @@ from rich.console import Console
 from perfsuite.fit import Column, Grid, Notes
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
-from perfsuite.render.roofline import phase_flops
-from perfsuite.render.table import (
+from perfsuite.render.cells import (
     STATUS_COLOR,
     cell_marks,
     grads_in_forward,
@@ -27,6 +26,7 @@ from perfsuite.render.table import (
     shape_title,
     short_status,
 )
+from perfsuite.render.roofline import phase_flops
 from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
 
 # (key, header): the columns of a TP table, in order; {rate} and {mem}: the table's units.

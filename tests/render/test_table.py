@@ -9,14 +9,8 @@ from fake_results import paper_document
 from rich.console import Console
 
 from perfsuite.plan.registry import all_methods
-from perfsuite.render.table import (
-    cell_marks,
-    footnotes,
-    grads_in_forward,
-    loss_grids,
-    measured,
-    print_tables,
-)
+from perfsuite.render.cells import cell_marks, grads_in_forward, measured
+from perfsuite.render.table import footnotes, loss_grids, print_tables
 from perfsuite.results.results import Row
 from perfsuite.units import fmt_number
 

@@ -93,7 +93,7 @@ def tp_markdown(document: dict[str, Any]) -> list[str]:
     tables = tp_tables(document["rows"])
     out = []
     for table in tables:
-        out += [f"### {md_escape(table.title)}\n", *table.grid().markdown(["method"]), ""]
+        out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
         if table.notes:
             out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
     out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))

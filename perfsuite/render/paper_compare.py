@@ -109,23 +109,16 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
         status = mine["status"] if mine else "not run"
         mark = " ✗" if status == "wrong" else ""
         cce_ms = ours_cce.get("median_ms") if ours_cce else None
-        records.append(
-            {
-                "paper method": p["method"],
-                "β": p["beta"],
-                "ours as": method,
-                "paper ×CCE": fmt(_ratio(_num(p["fwdbwd_ms"]), paper_cce)),
-                "ours ×CCE": fmt(_ratio(ms, cce_ms)) + mark,
-                "paper ×compile": fmt(_ratio(_num(p["fwdbwd_ms"]), paper_compile(p["beta"]))),
-                "ours ×compile": fmt(_ratio(ms, compile_mine and compile_mine.get("median_ms")))
-                + mark,
-                "paper peak/floor": fmt(_ratio(_num(p["fwdbwd_mem_mb"]), paper_floor)),
-                "ours peak/floor": fmt(_ratio(peak, floor)),
-                "our status": status,
-            }
-        )
+        paper_ms = _num(p["fwdbwd_ms"])
+        compile_ms = compile_mine and compile_mine.get("median_ms")
+        records.append([  # COLUMNS' order
+            p["method"], p["beta"], method,
+            fmt(_ratio(paper_ms, paper_cce)), fmt(_ratio(ms, cce_ms)) + mark,
+            fmt(_ratio(paper_ms, paper_compile(p["beta"]))), fmt(_ratio(ms, compile_ms)) + mark,
+            fmt(_ratio(_num(p["fwdbwd_mem_mb"]), paper_floor)), fmt(_ratio(peak, floor)), status,
+        ])  # fmt: skip
     left = [*COLUMNS[:3], COLUMNS[-1]]
-    lines = pipe_table(COLUMNS, [[r[c] for c in COLUMNS] for r in records], left)
+    lines = pipe_table(COLUMNS, records, left)
     cce_status = ours_cce["status"] if ours_cce else "not run"
     lines.append("")
     lines.append(

@@ -119,7 +119,7 @@ TERMS = "ours,ours-zloss,ours-weighted"
 # ours-tiles-sort only in speed, and item 1 times it), the peers that filter or not.
 ABLATION = "ours,ours-tiles,ours-tiles-list,ours-tiles-sort,cce,cce-no-filter,liger"
 # Sensitivity: with 0 false alarms in n trials the Wilson 95 % upper bound
-# (sensitivity_analyse.rate_bounds) is z²/(n + z²): < 2 % needs n >= 189; with one false
+# (sensitivity.rate_bounds) is z²/(n + z²): < 2 % needs n >= 189; with one false
 # alarm it needs n >= 280. A trial pairs two different processes in one round:
 # P·(P-1)·R trials, so 5 processes x 14 rounds = 280 (the first light had 3 x 6 = 36, < 9.6 %).
 SENS_PROCESSES, SENS_ROUNDS = 5, 14

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.segment import Segment
 from rich.table import Table
@@ -21,6 +22,11 @@ from rich.text import Text
 _PIECE = re.compile(r"\S+?(?:(?<=[A-Za-z][-+])(?=[A-Za-z])|(?=\s)|$)\s*")
 # ... and, in a path, after a slash.
 _PATH_PIECE = re.compile(r"\S+?(?:(?<=[A-Za-z][-+])(?=[A-Za-z])|(?<=/)(?=[^/\s])|(?=\s)|$)\s*")
+
+
+# The suite's table look: a rule under the headers, no edges, one space between columns.
+BOX: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                           title_justify="left")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,30 +59,39 @@ class Notes(dict[str, list[str]]):
 @dataclass
 class Grid:
     """A table declared once: its columns, its cells (console markup allowed, a style at
-    most), a title and the notes under it; ``print`` and ``markdown`` draw it."""
+    most), a title and the notes under it; ``print`` and ``markdown`` draw it. ``parts``:
+    (title, column indices) of the tables it is drawn as, a blank line apart, when it is
+    too wide whole (the loss table a phase at a time)."""
 
     columns: Sequence[Column]
     rows: list[list[str]]
     title: str = ""
     notes: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)  # rich ``Table``'s
+    parts: Sequence[tuple[str, Sequence[int]]] = ()
 
     def print(self, console: Console) -> bool:
         """Fitted to ``console``, then its notes; True when optional columns were left out.
         With optional columns, text does not fold until they are out."""
         options = {**self.options, "title": self.title or None}
-        keep = [i for i, c in enumerate(self.columns) if not c.optional]
-        tries = [range(len(self.columns)), keep] if len(keep) < len(self.columns) else []
-        for shown in tries:
-            columns = [replace(self.columns[i], fold=False) for i in shown]
+        folds = not any(c.optional for c in self.columns)
+        every = range(len(self.columns))
+        keep = [i for i in every if not self.columns[i].optional]
+        for shown in [every] if folds else [every, keep]:
+            columns = [replace(self.columns[i], fold=self.columns[i].fold and folds) for i in shown]
             table = fit_table(columns, [[r[i] for i in shown] for r in self.rows],
                               console.width, **options)  # fmt: skip
             if table is not None:
                 console.print(table)
                 break
         else:
-            print_fitted(console, self.columns, self.rows, **options)
-            shown = range(len(self.columns))
+            for i, (title, shown) in enumerate(self.parts or [(self.title, every)]):
+                if i:
+                    console.print()
+                rows = [[r[j] for j in shown] for r in self.rows]
+                part = [self.columns[j] for j in shown]
+                print_fitted(console, part, rows, **{**options, "title": title or None})
+            shown = every
         for note in self.notes:
             console.print(note, markup=False, highlight=False)
         return len(shown) < len(self.columns)

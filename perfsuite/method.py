@@ -244,7 +244,7 @@ class SimpleMethod:
     distributions: tuple[str, ...] = ()
     # The pip requirements as tested, pinned: the lent GPU's wheels (.ci/gpu-wheels).
     pip: tuple[str, ...] = ()
-    # Its row's name in the paper's table (render/paper_compare.py), if it has one.
+    # Its row's name in the paper's table (render/report.py's --paper), if it has one.
     paper: str | None = None
     # False: a row only when asked for by name (the fp32 reference, ablations).
     timed_by_default: bool = True

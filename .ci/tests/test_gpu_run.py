@@ -135,7 +135,7 @@ def test_dry_run_prints_each_estimate_and_the_calls_total(capsys) -> None:
 
 
 def test_sensitivity_trials_bound_false_alarms_below_two_percent() -> None:
-    from perfsuite.regress.sensitivity_analyse import rate_bounds
+    from perfsuite.regress.sensitivity import rate_bounds
 
     p, r = gpu_plan.SENS_PROCESSES, gpu_plan.SENS_ROUNDS
     trials = p * (p - 1) * r

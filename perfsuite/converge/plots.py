@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.converge.presets import REFERENCE
+from perfsuite.render.cells import INTERPRETED_MARK
 from perfsuite.render.plot import figure_legend
-from perfsuite.render.table import INTERPRETED_MARK
 
 FLOOR = 1e-10  # where an exactly-zero difference is drawn on the log axis
 METRICS = (("ece", "ECE"), ("rms_ce", "RMS-CE"), ("sce", "SCE"), ("ace", "ACE"))

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from perfsuite.fit import Column, Grid, fit_table
+from perfsuite.fit import Column, Grid
 from perfsuite.results.results import read_json, require_kind
 from perfsuite.units import fmt_bytes
 
@@ -105,7 +105,9 @@ HELDOUT = (
 
 
 def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool, title: str = "") -> Grid:
-    """Per run its key, the verdict (``verdict``, coloured), each column's number."""
+    """Per run its key, the verdict (``verdict``, coloured), each column's number. The
+    held-out table, too wide for the console, is two tables of the same rows
+    (``HELDOUT_HALVES``: a block of lines per row was hard to compare)."""
     headers = [*KEY_COLUMNS, *(["parity"] if verdict else []), *(c[0] for c in columns)]
     rows = []
     for run in runs:
@@ -118,29 +120,16 @@ def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool, title: str
         show = lambda v, f: fmt_bytes(v, f) if f == "MiB" else format(v, f)  # noqa: E731
         rows.append(key + ["—" if s.get(k) is None else show(s[k], f) for _, k, f in columns])
     cols = [Column(h, "left", True) if h in LEFT else Column(h, "right", False) for h in headers]
-    return Grid(cols, rows, title, options={"title_justify": "left"})
-
-
-def _rich(console: Console, table: Grid, halves: tuple[str, str] | None = None) -> None:
-    """Fitted to the console (``perfsuite.fit``). With ``halves`` (two titles), a table
-    too wide for the console is two tables of the same rows, split after
-    ``HELDOUT_SPLIT`` columns: a block of lines per row was hard to compare."""
-    cols, rows = table.columns, table.rows
-    if halves and fit_table(cols, rows, console.width, title=table.title) is None:
-        key, cut = len(KEY_COLUMNS), len(KEY_COLUMNS) + HELDOUT_SPLIT
-        for half, (start, end) in zip(halves, ((key, cut), (cut, len(cols))), strict=True):
-            picked = [r[:key] + r[start:end] for r in rows]
-            part = Grid([*cols[:key], *cols[start:end]], picked, half, options=table.options)
-            part.print(console)
-        return
-    table.print(console)
+    key = [*range(len(KEY_COLUMNS))]
+    parts = [] if verdict else [(t, key + [*range(*cut)]) for t, cut in HELDOUT_HALVES]
+    return Grid(cols, rows, title, options={"title_justify": "left"}, parts=parts)
 
 
 HELDOUT_TITLE = "held-out (plain CE, fp32 logits; 15-bin calibration, top-1 for ECE/RMS-CE/MCE)"
-HELDOUT_SPLIT = 4  # loss, ppl, acc, KL→truth | the calibration errors
+# (title, columns) of its halves: loss, ppl, acc, KL→truth | the calibration errors.
 HELDOUT_HALVES = (
-    "held-out (plain CE, fp32 logits)",
-    "held-out calibration (15 bins, top-1 for ECE/RMS-CE/MCE)",
+    ("held-out (plain CE, fp32 logits)", (3, 7)),
+    ("held-out calibration (15 bins, top-1 for ECE/RMS-CE/MCE)", (7, 12)),
 )
 
 
@@ -156,8 +145,8 @@ def title(document: dict[str, Any]) -> str:
 def print_report(console: Console, document: dict[str, Any]) -> None:
     """Both tables, then each unfinished run's reason on a line of its own."""
     runs = document["rows"]
-    _rich(console, _table(runs, TRAINING, True, f"{title(document)}: parity with eager"))
-    _rich(console, _table(runs, HELDOUT, False, HELDOUT_TITLE), HELDOUT_HALVES)
+    _table(runs, TRAINING, True, f"{title(document)}: parity with eager").print(console)
+    _table(runs, HELDOUT, False, HELDOUT_TITLE).print(console)
     for run in runs:
         if run.get("reason"):
             console.print(

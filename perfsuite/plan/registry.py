@@ -116,7 +116,7 @@ def pip_requirements() -> list[str]:
 
 
 def paper_names() -> dict[str, str]:
-    """The paper's method name -> the method declared as it (render/paper_compare.py)."""
+    """The paper's method name -> the method declared as it (render/report.py's --paper)."""
     return {m.paper: name for name, m in all_methods().items() if m.paper}
 
 

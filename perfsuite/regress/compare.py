@@ -1,30 +1,50 @@
 """``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts
-(``verdicts`` has the rule), exit 1 on a regression; BASELINE may be a stored-baselines folder."""
+(``verdicts`` has the rule), exit 1 on a regression; BASELINE may be a stored-baselines
+folder. The verdicts as a console table, or markdown fit for ``$GITHUB_STEP_SUMMARY``."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.text import Text
+
 from perfsuite.args import level
+from perfsuite.fit import (
+    BOX,
+    Column,
+    Grid,
+    Notes,
+    TrimmedConsole,
+    fit_table,
+    fold,
+    md_escape,
+    pipe_table,
+)
 from perfsuite.measure.machine import refuse_busy
+from perfsuite.measure.stats import summarize
 from perfsuite.regress.baseline_store import stored_baseline
-from perfsuite.regress.compare_report import print_table, render_markdown
 from perfsuite.regress.verdicts import (
     DEFAULT_ALPHA,
     DEFAULT_MEMORY_THRESHOLD,
     DEFAULT_TIME_THRESHOLDS,
     METRICS,
+    VERDICTS,
+    CellComparison,
     CompareError,
+    Comparison,
     Settings,
     compare_documents,
 )
 from perfsuite.results.kinds import TIMED_KINDS
 from perfsuite.results.results import ResultsError, document_kinds, load_results, require_kind
+from perfsuite.units import SHORT_STATUS, fmt_bytes
 
 
 def parse_fraction(text: str) -> float:
@@ -137,3 +157,240 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(comparison)
     return comparison.exit_code
+
+
+# Per verdict: its console style and its markdown icon.
+LOOK = {
+    "regression": ("bold red", "🔴"),
+    "status-changed": ("bold red", "🔴"),
+    "missing": ("yellow", "🟡"),
+    "improvement": ("green", "🟢"),
+    "new": ("cyan", "🆕"),
+    "same": ("dim", "⚪"),
+}
+REFRESH_HINT = "refresh the stored baseline: `perfsuite baseline update RESULTS`"
+
+
+def fmt_spec(value: float | None, spec: str, unit: str = "") -> str:
+    """``value`` formatted, or ``-`` when there is none."""
+    return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
+
+
+def fmt_p(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.0e}" if value < 1e-3 else f"{value:.2g}"  # 7e-12, not 7.3e-12
+
+
+def method_label(row: dict[str, Any]) -> str:
+    """``ours``, or ``ours TP=2`` for a cell measured across ranks (tp None: one device)."""
+    tp = row.get("tp")
+    return row["method"] if tp is None else f"{row['method']} TP={tp}"
+
+
+def cell_label(row: dict[str, Any]) -> list[str]:
+    shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
+    softcap = row.get("softcap")
+    beta = f"{row['beta']:g}" + ("" if softcap is None else f" cap {softcap:g}")
+    workload = row.get("workload") or "random"
+    if workload != "random":
+        shape = f"{shape} {Path(workload).name}"
+    return [method_label(row), shape, row["dtype"], beta, row["phase"]]
+
+
+def _status(cell: CellComparison, short: bool = False) -> str:
+    b = cell.baseline["status"] if cell.baseline else "-"
+    c = cell.current["status"] if cell.current else "-"
+    if short:
+        b, c = SHORT_STATUS.get(b, b), SHORT_STATUS.get(c, c)
+    return b if b == c else f"{b} → {c}"
+
+
+def _time(row: dict[str, Any] | None, metric: str) -> float | None:
+    if not row or row.get("status") != "ok":
+        return None
+    samples = row.get("samples_ms") or []
+    return summarize(samples, metric) if samples else row.get("median_ms")
+
+
+def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]:
+    b, c = cell.baseline or {}, cell.current or {}
+    return [
+        _status(cell, short),
+        fmt_spec(_time(cell.baseline, metric), ".4g"),
+        fmt_spec(_time(cell.current, metric), ".4g"),
+        fmt_spec(cell.time.ratio, ".3f", "×"),
+        fmt_p(cell.time.p_slower),
+        fmt_bytes(b.get("peak_bytes"), "MiB"),
+        fmt_bytes(c.get("peak_bytes"), "MiB"),
+        fmt_spec(cell.memory.ratio, ".3f", "×"),
+    ]
+
+
+HEADERS = [*"method shape dtype β phase status".split(), "base ms", "cur ms", "time ×"]
+HEADERS += ["p(slower)", "base MiB", "cur MiB", "mem ×", "verdict", "note"]
+
+
+def summary_line(comparison: Comparison) -> str:
+    counts = [f"{comparison.count(v)} {v}" for v in VERDICTS if comparison.count(v)]
+    return ", ".join(counts) if counts else "no cells"
+
+
+def settings_line(comparison: Comparison) -> str:
+    s = comparison.settings
+    if s.time_threshold is not None:
+        threshold = f"{s.time_threshold:.3g}"
+    else:
+        devices = sorted({c.row.get("device", "cpu") for c in comparison.cells} or {"cuda"})
+        threshold = ", ".join(f"{s.threshold_for(d):.3g} ({d})" for d in devices)
+    return (
+        f"time: {s.metric} ratio ≥ 1 + {threshold} and one-sided Mann-Whitney "
+        f"p < {s.alpha:g}; memory: peak growth > {s.memory_threshold:.1%}"
+    )
+
+
+def _group(row: dict[str, Any]) -> str:
+    """A console table's title: one per shape, dtype, β and TP size."""
+    method, shape, dtype, beta, _ = cell_label(row)
+    tp = row.get("tp")
+    return f"{shape} {dtype} β={beta}" + ("" if tp is None else f", TP={tp} (across {tp} ranks)")
+
+
+def _arrow(before: str, after: str) -> str:
+    return before if before == after else f"{before} → {after}"
+
+
+def _columns(metric: str) -> list[Column]:
+    """The console table's columns; ``3.725 → 5.643`` never folds (a number pair). The
+    verdict carries its note's number: a column of its own cost 4 characters."""
+    numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
+    words = [Column("method"), Column("phase"), Column("status")]
+    return [*words, *(Column(h, "right", fold=False) for h in numbers), Column("verdict")]
+
+
+def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
+    """A cell's console line; its notes go under the table, numbered (one per kind of
+    note, not one per row), so that narrow terminals keep the columns."""
+    status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
+    style = LOOK[cell.verdict][0]
+    verdict = cell.verdict + (" ✗" if cell.failing else "")
+    ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""
+    times, sizes = _arrow(base_ms, cur_ms), _arrow(base_mib, cur_mib)
+    verdict = f"[{style}]{verdict}[/{style}] {ref}".rstrip()
+    # the method without its TP size: the title has it
+    return [cell.row["method"], cell.row["phase"], status, times, time_x, p, sizes, mem_x, verdict]
+
+
+def _relative(label: str) -> str:
+    """Each path of a label (``a.json`` or a store's ``x.json, y.json``) relative to the
+    working folder where that is shorter."""
+    paths = label.split(", ")
+    return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
+
+
+def _names(label: str) -> str:
+    return ", ".join(Path(p).name or p for p in label.split(", "))
+
+
+def _elide(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle replaced by "…" (its end, a
+    file's name, keeps more than its start)."""
+    if len(text) <= width:
+        return text
+    keep = max(width - 1, 2)
+    head = keep // 3
+    return f"{text[:head]}…{text[len(text) - (keep - head) :]}"
+
+
+def title_lines(comparison: Comparison, width: int) -> list[str]:
+    """``baseline → current`` on one line whatever the paths' length (it folded after the
+    arrow in a deep temporary folder): as given, or relative to the working folder, else
+    the file names with the whole paths below, folded at their slashes; names too long
+    even so are elided in their middle."""
+    base, cur = comparison.baseline_label, comparison.current_label
+    for b, c in ((base, cur), (_relative(base), _relative(cur))):
+        if len(b) + 3 + len(c) <= width:
+            return [f"{b} → {c}"]
+    b, c = _names(base), _names(cur)
+    if len(b) + 3 + len(c) > width:
+        room = max(width - 3, 8)
+        b = _elide(b, min(len(b), max(room // 2, room - len(c))))
+        c = _elide(c, room - len(b))
+    lines = [f"{b} → {c}"]
+    for name, label in (("baseline", base), ("current", cur)):
+        lines += fold(f"{name}: {label}", width, path=True).split("\n")
+    return lines
+
+
+def print_table(comparison: Comparison, console: Console | None = None) -> None:
+    """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
+    all laid out alike: folded as the table of every row would be, or all as records."""
+    if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
+        console = TrimmedConsole()
+    metric = comparison.settings.metric
+    for i, line in enumerate(title_lines(comparison, console.width)):
+        console.print(Text(line, style="bold" if i == 0 else "dim"))
+    groups: dict[str, list[CellComparison]] = {}
+    for cell in comparison.cells:
+        groups.setdefault(_group(cell.row), []).append(cell)
+    columns = _columns(metric)
+    notes = {title: Notes() for title in groups}
+    rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
+    joint = fit_table(columns, [row for group in rows.values() for row in group], console.width,
+                      **BOX)  # fmt: skip
+    # Each group's cells as the table of every row folds them: one layout for all.
+    folded = joint and list(zip(*(list(c.cells) for c in joint.columns), strict=True))
+    start = 0
+    for title, group in rows.items():
+        mine = [list(row) for row in folded[start : start + len(group)]] if folded else group
+        start += len(group)
+        Grid(columns, mine, title, [f"  {n}" for n in notes[title].lines()], BOX).print(console)
+    for line in comparison.env_problems:
+        console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")
+    for line in [*comparison.env_warnings, *comparison.notes]:
+        console.print(f"[dim]note:[/dim] {line}")
+    console.print(settings_line(comparison), style="dim")
+    failures = len(comparison.failures)
+    said = f"[bold red]FAIL[/bold red]: {failures} failing cell(s); " if failures else ""
+    console.print((said or "[green]OK[/green]: ") + summary_line(comparison))
+    if comparison.count("improvement"):
+        console.print(f"[green]improvements[/green]: {REFRESH_HINT}")
+
+
+def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
+    rows = []
+    for cell in cells:
+        fails = " **(fails)**" if cell.failing else ""
+        verdict = f"{LOOK[cell.verdict][1]} {cell.verdict}{fails}"
+        rows.append([*cell_label(cell.row), *_values(cell, metric), verdict, "; ".join(cell.notes)])
+    return pipe_table(HEADERS, rows, left=[*HEADERS[:6], "verdict", "note"])
+
+
+def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
+    failures = comparison.failures
+    head = "❌ regression" if failures else "✅ no regression"
+    lines = [
+        f"### perfsuite compare: {head}",
+        "",
+        f"`{comparison.baseline_label}` → `{comparison.current_label}`: "
+        f"{summary_line(comparison)}.",
+        "",
+        f"_{settings_line(comparison)}._",
+        "",
+    ]
+    if comparison.count("improvement"):
+        lines += [f"> **{comparison.count('improvement')} improvement(s)**: {REFRESH_HINT}", ""]
+    for line in comparison.env_problems:
+        lines.append(f"> ⚠️ environment differs (allowed): {md_escape(line)}")
+    for line in [*comparison.env_warnings, *comparison.notes]:
+        lines.append(f"> note: {md_escape(line)}")
+    if comparison.env_problems or comparison.env_warnings or comparison.notes:
+        lines.append("")
+    shown = [c for c in comparison.cells if show_all or c.verdict != "same"]
+    rest = [c for c in comparison.cells if c not in shown]
+    if shown:
+        lines += [*_md_table(shown, comparison.settings.metric), ""]
+    if rest:
+        lines += [f"<details><summary>{len(rest)} unchanged cell(s)</summary>", ""]
+        lines += [*_md_table(rest, comparison.settings.metric), "", "</details>", ""]
+    return "\n".join(lines)

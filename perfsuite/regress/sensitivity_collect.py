@@ -51,17 +51,8 @@ class HarnessConfig:
         return [UNCHANGED, *self.slowdowns]
 
 
-QUICK = HarnessConfig(
-    tokens=64,
-    vocab=1024,
-    hidden=64,
-    processes=2,
-    runs=3,
-    samples=10,
-    warmup=1,
-    calibration_rounds=2,
-    flush=False,
-)
+QUICK = HarnessConfig(tokens=64, vocab=1024, hidden=64, processes=2, runs=3, samples=10,
+                      warmup=1, calibration_rounds=2, flush=False)  # fmt: skip
 
 
 # --------------------------------------------------------------------------

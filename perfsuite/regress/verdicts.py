@@ -61,8 +61,10 @@ class Settings:
 
 
 @dataclass
-class TimeDecision:
-    verdict: str | None  # regression / improvement / same; None: not compared
+class Decision:
+    """A time or a memory verdict: regression / improvement / same; None: not compared."""
+
+    verdict: str | None
     ratio: float | None = None
     p_slower: float | None = None
     note: str = ""
@@ -87,20 +89,17 @@ def compare_time(
     base_value: float | None = None,
     cur_value: float | None = None,
     device: str = "cuda",
-) -> TimeDecision:
+) -> Decision:
     """Time verdict for two sample sets (``*_value``: fallbacks without samples)."""
     b = summarize(base_samples, settings.metric) if base_samples else base_value
     c = summarize(cur_samples, settings.metric) if cur_samples else cur_value
     if b is None or c is None or not (b > 0 and math.isfinite(c)):
-        return TimeDecision(None, note="no time to compare")
+        return Decision(None, note="no time to compare")
     ratio = c / b
     n1, n2 = len(cur_samples), len(base_samples)
     if min_p_value(n1, n2) >= settings.alpha:
-        return TimeDecision(
-            "same",
-            ratio,
-            note=f"too few samples ({n2} vs {n1}) for a test at alpha={settings.alpha:g}",
-        )
+        few = f"too few samples ({n2} vs {n1}) for a test at alpha={settings.alpha:g}"
+        return Decision("same", ratio, note=few)
     p_slower = mann_whitney_greater(cur_samples, base_samples)
     p_faster = mann_whitney_greater(base_samples, cur_samples)
     threshold = settings.threshold_for(device)
@@ -110,28 +109,20 @@ def compare_time(
         note = f"slower but not significant (p={p_slower:.2g})"
     elif verdict == "same" and p_slower < settings.alpha and ratio > 1:
         note = "significantly slower, below the threshold"
-    return TimeDecision(verdict, ratio, p_slower, note)
+    return Decision(verdict, ratio, p_slower, note)
 
 
-@dataclass
-class MemoryDecision:
-    verdict: str | None
-    ratio: float | None = None
-
-
-def compare_memory(
-    base: int | None, cur: int | None, device: str, settings: Settings
-) -> MemoryDecision:
+def compare_memory(base: int | None, cur: int | None, device: str, settings: Settings) -> Decision:
     if base is None or cur is None:
-        return MemoryDecision(None)
+        return Decision(None)
     slack = CPU_MEMORY_SLACK_BYTES if device == "cpu" else 0
     ratio = cur / base if base > 0 else (1.0 if cur == base else math.inf)
     margin = settings.memory_threshold * max(base, 0) + slack
     if cur > base + margin:
-        return MemoryDecision("regression", ratio)
+        return Decision("regression", ratio)
     if cur < base - margin:
-        return MemoryDecision("improvement", ratio)
-    return MemoryDecision("same", ratio)
+        return Decision("improvement", ratio)
+    return Decision("same", ratio)
 
 
 @dataclass
@@ -141,8 +132,8 @@ class CellComparison:
     current: dict[str, Any] | None
     verdict: str
     failing: bool
-    time: TimeDecision = field(default_factory=lambda: TimeDecision(None))
-    memory: MemoryDecision = field(default_factory=lambda: MemoryDecision(None))
+    time: Decision = field(default_factory=lambda: Decision(None))
+    memory: Decision = field(default_factory=lambda: Decision(None))
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -178,11 +169,10 @@ def compare_cell(
 
     if timed(base) and not timed(cur) and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
-        return CellComparison(
-            key, base, cur, "regression", True, notes=["ok but no time was recorded"]
-        )
+        notes = ["ok but no time was recorded"]
+        return CellComparison(key, base, cur, "regression", True, notes=notes)
     if base.get("interpreted") or cur.get("interpreted"):
-        time = TimeDecision(None, note="interpreted: time not compared")
+        time = Decision(None, note="interpreted: time not compared")
     else:
         time = compare_time(
             base.get("samples_ms") or [],
@@ -199,10 +189,8 @@ def compare_cell(
     )
     verdicts = {time.verdict, memory.verdict}
     verdict = next((v for v in ("regression", "improvement") if v in verdicts), "same")
-    if time.verdict == "regression" and memory.verdict == "improvement":
-        notes.append("memory improved")
-    if memory.verdict == "regression" and time.verdict == "improvement":
-        notes.append("time improved")
+    if verdicts == {"regression", "improvement"}:
+        notes.append(f"{'memory' if memory.verdict == 'improvement' else 'time'} improved")
     return CellComparison(
         key, base, cur, verdict, verdict == "regression", time=time, memory=memory, notes=notes
     )

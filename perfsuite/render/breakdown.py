@@ -8,9 +8,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from perfsuite.fit import Column, TrimmedConsole, fold, print_fitted
+from perfsuite.fit import BOX, Column, TrimmedConsole, fold, print_fitted
 from perfsuite.measure.kernel_classes import CLASSES
-from perfsuite.render.table import group_rows
+from perfsuite.render.cells import group_rows
 from perfsuite.units import fmt_number
 
 LETTERS = {"gemm": "G", "ours": "O", "peer": "P", "elementwise": "E", "copy": "C",
@@ -159,9 +159,6 @@ def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
             sections.append(len(rows) - 1)
     if not rows:
         return []
-    from rich import box
-
     console = TrimmedConsole(file=io.StringIO(), width=width, color_system=None, highlight=False)
-    options = dict(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    print_fitted(console, columns, rows, sections=sections[:-1], **options)
+    print_fitted(console, columns, rows, sections=sections[:-1], **BOX)
     return console.file.getvalue().strip("\n").split("\n")

@@ -12,8 +12,8 @@ from typing import Any
 
 from perfsuite.args import int_between
 from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.render.cells import BUSY_MARK, INTERPRETED_MARK, group_rows
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
-from perfsuite.render.table import BUSY_MARK, INTERPRETED_MARK, group_rows
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import PHASES, ResultsError, load_results, require_kind
 

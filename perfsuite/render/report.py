@@ -2,14 +2,24 @@
 
 Analytic columns (docs/math.md, ``roofline``): the lower-bound row holds the memory floor
 and each phase's FLOPs; the methods' third column the fraction of the roofline on a known
-GPU (H100, H200, A100), else the achieved FLOP rate. The CSV spells every number out."""
+GPU (H100, H200, A100), else the achieved FLOP rate. The CSV spells every number out.
+
+``--paper``: a results file next to the paper's table, as ratios measured within each run.
+Absolute times move with clocks, drivers and library versions; the paper's claims are
+relative (ours against CCE and torch.compile, memory against the floor), so each paper row
+gets the paper's ratios beside ours. The paper measured one device: TP cells are left out."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
+from typing import Any
 
+from perfsuite.fit import pipe_table
+from perfsuite.plan.memory_model import floor_bytes
+from perfsuite.plan.registry import paper_names
 from perfsuite.render.report_formats import FORMATS, render
 from perfsuite.results.results import ResultsError, check_writable, load_results, require_kind
 
@@ -18,6 +28,121 @@ _SUFFIX_FORMAT = {".md": "md", ".tex": "latex", ".csv": "csv", ".html": "html", 
 
 # The paper's Gemma2-2B H100 table, committed with the results it is set beside.
 PAPER_TABLE = Path(__file__).resolve().parents[2] / "reports" / "paper" / "gemma2-2b-h100.csv"
+
+
+COLUMNS = [
+    "paper method", "β", "ours as", "paper ×CCE", "ours ×CCE", "paper ×compile", "ours ×compile",
+    "paper peak/floor", "ours peak/floor", "our status",
+]  # fmt: skip
+
+
+# The columns of reports/paper/gemma2-2b-h100.csv that side_by_side reads.
+PAPER_COLUMNS = ("method", "beta", "fwdbwd_mem_mb", "fwdbwd_ms")
+
+
+def read_paper(path: Path) -> list[dict[str, str]]:
+    """The paper's table as CSV rows; ``ResultsError`` (one line) for another file (a
+    results JSON given as ``--paper`` raised ``KeyError: 'method'``)."""
+    usage = f"--paper {path}: not a paper table (a CSV of columns {', '.join(PAPER_COLUMNS)})"
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            columns = reader.fieldnames or []
+    except (UnicodeDecodeError, csv.Error):
+        raise ResultsError(usage) from None
+    except OSError as err:
+        raise ResultsError(f"--paper {path}: cannot read ({err.strerror})") from None
+    missing = [c for c in PAPER_COLUMNS if c not in columns]
+    if missing or not rows:
+        raise ResultsError(usage + (f"; no {missing[0]!r} column" if missing else "; no rows"))
+    for i, row in enumerate(rows, 2):  # the line in the file, after the header
+        for column in PAPER_COLUMNS[2:]:
+            try:
+                _num(row[column])
+            except (TypeError, ValueError):
+                raise ResultsError(
+                    f"--paper {path}: line {i}: {column} is {row[column]!r}, not a number"
+                ) from None
+    return rows
+
+
+def _num(text: str | None) -> float | None:
+    return float(text) if text not in (None, "") else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict | None:
+    """Our fwd+bwd cell for ``method`` at β = 0 or the run's β > 0."""
+    mine = (r for r in rows if r["method"] == method and r["phase"] == "fwd+bwd")
+    return next((r for r in mine if (r["beta"] > 0) == positive_beta), None)
+
+
+def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
+    """Markdown (``fit.pipe_table``): per paper row, the paper's ratios and ours
+    from ``document``."""
+    mine = [r for r in document["rows"] if r.get("tp") is None]
+    if not mine:
+        raise ResultsError("no one-device cell to set beside the paper (only cells across ranks)")
+    rows = [r for r in mine if r.get("median_ms") is not None or r["status"] != "ok"]
+    first = mine[0]
+    floor = floor_bytes("fwd+bwd", first["tokens"], first["vocab"], first["hidden"], first["dtype"])
+    floor_mb = floor / 2**20
+    # The paper's own lower-bound row, when it has one, for its peak/floor ratios.
+    paper_floor = next(
+        (_num(p["fwdbwd_mem_mb"]) for p in paper if p["method"] == "lower_bound"), floor_mb
+    )
+    paper_cce = next(
+        _num(p["fwdbwd_ms"]) for p in paper if p["method"] == "cce" and p["beta"] == "0"
+    )
+    ours_cce = _ours(rows, "cce", False)
+
+    def paper_compile(beta: str) -> float | None:
+        rows = [p for p in paper if p["method"] == "torch_compile"]
+        exact = [p for p in rows if p["beta"] == beta]
+        return _num((exact or rows or [{}])[0].get("fwdbwd_ms"))
+
+    def fmt(x: float | None, digits: int = 2) -> str:
+        return "–" if x is None else f"{x:.{digits}f}"
+
+    records = []
+    # The paper's method names -> ours: each method's ``paper``, and a method since removed
+    # that older results files hold (reports/nvidia-h100-80gb-hbm3/).
+    declared = {"ours_fused_no_grad_filter": "ours-fused-no-filter", **paper_names()}
+    for p in paper:
+        method = declared.get(p["method"])
+        if method is None:
+            continue
+        positive = p["beta"] != "0"
+        mine = _ours(rows, method, positive)
+        compile_mine = _ours(rows, "torch-compile", positive)
+        ms = mine.get("median_ms") if mine else None
+        peak = mine.get("peak_bytes") if mine else None
+        status = mine["status"] if mine else "not run"
+        mark = " ✗" if status == "wrong" else ""
+        cce_ms = ours_cce.get("median_ms") if ours_cce else None
+        paper_ms = _num(p["fwdbwd_ms"])
+        compile_ms = compile_mine and compile_mine.get("median_ms")
+        records.append([  # COLUMNS' order
+            p["method"], p["beta"], method,
+            fmt(_ratio(paper_ms, paper_cce)), fmt(_ratio(ms, cce_ms)) + mark,
+            fmt(_ratio(paper_ms, paper_compile(p["beta"]))), fmt(_ratio(ms, compile_ms)) + mark,
+            fmt(_ratio(_num(p["fwdbwd_mem_mb"]), paper_floor)), fmt(_ratio(peak, floor)), status,
+        ])  # fmt: skip
+    left = [*COLUMNS[:3], COLUMNS[-1]]
+    lines = pipe_table(COLUMNS, records, left)
+    cce_status = ours_cce["status"] if ours_cce else "not run"
+    lines.append("")
+    lines.append(
+        f"×CCE: fwd+bwd time over CCE's at β = 0 in the same run (ours: CCE {cce_status}"
+        + (", ✗ = failed our correctness gate, timed anyway" if cce_status == "wrong" else "")
+        + "); ×compile: over torch.compile's at the same β; peak/floor: fwd+bwd peak over "
+        f"the floor of {floor_mb:,.0f} MiB (dE + dC in the input dtype)."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,8 +181,6 @@ def run(args: argparse.Namespace) -> int:
     document = load_results(args.results)
     require_kind(document, args.results, {"loss", "tp"}, "report")  # step: other FLOPs
     if args.paper is not None:
-        from perfsuite.render.paper_compare import read_paper, side_by_side
-
         if not args.paper.is_file():
             raise ResultsError(f"--paper {args.paper}: no such file")
         text = side_by_side(document, read_paper(args.paper))

@@ -1,6 +1,8 @@
-"""The console table, laid out as the paper's: one table per (shape, dtype, β), method
-rows, fwd / bwd / fwd+bwd columns of memory and time, the lower bound first. One-device
-cells only: cells across ranks are ``tp_table``'s."""
+"""The paper's table, laid out once: per (shape, dtype) a table of β sections, the lower
+bound first, a line per method of memory, time and an analytic cell per phase, the best
+of each column marked (``build_report``, which every report format writes), and the
+console table of its memory and time cells (``print_tables``). One-device cells only:
+cells across ranks are ``tp_table``'s."""
 
 from __future__ import annotations
 
@@ -8,146 +10,29 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
-from perfsuite.fit import Column, Notes, TrimmedConsole, fit_table
+from perfsuite.fit import BOX, Column, Grid, Notes, TrimmedConsole
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import all_methods
-from perfsuite.render.roofline import GPU, phase_flops, roofline_ms
-from perfsuite.results.recorded import recorded_methods
-from perfsuite.results.results import PHASES
-from perfsuite.units import SHORT_STATUS, fmt_bytes, fmt_flops, fmt_number
-
-GRADS_IN_FWD_MARK = "‡"
-INTERPRETED_MARK = "†"
-WRONG_MARK = "✗"
-# Two fwd+bwd calls on the same inputs gave different bits (atomics, locks, split-K).
-NONDETERMINISTIC_MARK = "≈"
-BUSY_MARK = "!"
-
-
-# Shared by the console table and perfsuite.render.report: how rows group into tables,
-# what a non-ok cell says, and which marks a measured cell carries.
-
-
-def one_device(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows measured on one device (``tp`` None): what the paper's tables hold."""
-    return [r for r in rows if r.get("tp") is None]
-
-
-def tp_note(rows: Iterable[dict[str, Any]]) -> str:
-    """What a one-device table leaves out when ``rows`` hold cells measured across ranks
-    ("" when they hold none): they must not read as missing, nor be mixed in."""
-    sizes = sorted({r["tp"] for r in rows if r.get("tp") is not None})
-    if not sizes:
-        return ""
-    n = sum(r.get("tp") is not None for r in rows)
-    return (
-        f"{n} cells measured across ranks (TP={','.join(map(str, sizes))}) are left out of "
-        "these tables: the TP tables show them (per rank, max over ranks)."
-    )
-
-
-def shape_key(row: dict[str, Any]) -> tuple:
-    """(N, V, D, dtype, softcap, workload): one paper table, β as its sections."""
-    dims = (row[k] for k in ("tokens", "vocab", "hidden", "dtype", "softcap"))
-    return (*dims, row.get("workload") or "random")
-
-
-def _group_key(row: dict[str, Any]) -> tuple:
-    return (*shape_key(row), row["beta"])
-
-
-def group_rows(rows: Iterable[dict[str, Any]], key: Any = _group_key) -> dict[Any, list]:
-    """Rows grouped by ``key(row)``, groups and members in first-seen order."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(key(row), []).append(row)
-    return groups
-
-
-def shape_title(members: list[dict[str, Any]]) -> str:
-    first = members[0]
-    shape = first.get("shape") or "custom"
-    softcap, workload = first["softcap"], first.get("workload") or "random"
-    cap = "" if softcap is None else f", softcap {softcap:g}"
-    load = "" if workload == "random" else f", {workload} inputs"
-    return (
-        f"{shape}: N={first['tokens']} V={first['vocab']} D={first['hidden']} "
-        f"{first['dtype']}{cap}{load}"
-    )
-
-
-def present_phases(members: list[dict[str, Any]]) -> list[str]:
-    return [p for p in PHASES if any(r["phase"] == p for r in members)]
-
-
-def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """method -> phase -> row."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in members:
-        out.setdefault(row["method"], {})[row["phase"]] = row
-    return out
-
-
-def status_label(row: dict[str, Any]) -> str:
-    """What a cell without a measurement shows: N/A where the method does not apply."""
-    return "N/A" if row["status"] == "unsupported" else row["status"]
-
-
-def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float = 0.0) -> bool:
-    """Whether ``name``'s forward computes the gradients at this β (‡ in the tables)."""
-    method = (all_methods() if known is None else known).get(name)
-    return method is not None and method.caps.grads_in_forward_at(beta)
-
-
-def known_methods(document: dict[str, Any]) -> dict[str, Any]:
-    """The methods, as ``grads_in_forward`` asks of them, for ``document``'s tables: its
-    record where that covers every row's method and β (no torch), else the registry (older
-    files, files merged from different plans)."""
-    return recorded_methods(document) or all_methods()
-
-
-def measured(row: dict[str, Any]) -> bool:
-    """Whether a cell has numbers to show: ``ok``, or ``wrong`` and timed anyway."""
-    return row["status"] == "ok" or (row["status"] == "wrong" and row.get("median_ms") is not None)
-
-
-def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
-    """‡ where fwd/bwd are not comparable, † where Triton was interpreted, ≈ where two
-    identical calls differed in a bit, ✗ where the method failed the correctness gate
-    (timed, never best)."""
-    mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
-    mark += INTERPRETED_MARK if row.get("interpreted") else ""
-    mark += NONDETERMINISTIC_MARK if row.get("deterministic") is False else ""
-    mark += BUSY_MARK if row.get("busy") else ""
-    return mark + (WRONG_MARK if row["status"] == "wrong" else "")
-
-
-# Console words for cells without numbers: no longer than a number, so that the
-# number columns stay narrow (the notes under the table say the rest).
-STATUS_COLOR = {
-    "wrong": "red",
-    "oom": "magenta",
-    "error": "red",
-    "unavailable": "dim",
-    "skipped": "yellow",
-    "unsupported": "dim",
-}
-
-
-def short_status(row: dict[str, Any]) -> str:
-    """A cell's status in no more room than a number (``unavail``, ``N/A``, ``oom``)."""
-    return SHORT_STATUS.get(row["status"], row["status"])
-
-
-def status_cell(row: dict[str, Any]) -> str:
-    """``short_status`` in its colour (console markup)."""
-    color = STATUS_COLOR[row["status"]]
-    return f"[{color}]{short_status(row)}[/{color}]"
-
+from perfsuite.render.cells import (
+    by_method,
+    cell_marks,
+    grads_in_forward,
+    group_rows,
+    known_methods,
+    mark_notes,
+    measured,
+    one_device,
+    present_phases,
+    shape_key,
+    shape_title,
+    status_cell,
+    status_label,
+    tp_note,
+)
+from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
+from perfsuite.units import fmt_bytes, fmt_flops, fmt_number
 
 # The layout of a loss cell, once for every format: per phase a memory, a time and an
 # analytic cell. The console shows the first two (units in the headers), the report all
@@ -247,64 +132,139 @@ def bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
     return Line(LOWER_BOUND, cells)
 
 
-def _table(
-    title: str, phases: list[str], lines: list[tuple[str, list[str], str]], width: int | None
-) -> Table | None:
-    """Numbers never wrap or get cut: headers go on two lines, method names fold at
-    hyphens (``perfsuite.fit``), and the note column is there only when a line
-    has a note. None when it cannot fit ``width``."""
-    columns = [Column("method")]
-    for phase in phases:
-        columns += [Column(f"{phase}\nMiB", "right", False), Column(f"{phase}\nms", "right", False)]
-    with_note = any(refs for _, _, refs in lines)
-    columns += [Column("note", fold=False)] if with_note else []
-    rows = [[name, *cells, *([refs] if with_note else [])] for name, cells, refs in lines]
-    options = dict(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    return fit_table(columns, rows, width or 10_000, sections=[0], collapse_padding=True, **options)
+@dataclass
+class Section:
+    beta: float
+    lines: list[Line]
+    entropy: float | None = None
 
 
-def _lines(members: list[dict[str, Any]], phases: list[str], notes: Notes) -> list:
-    """(name, console cells, note references) per line: the lower bound, each method."""
-    key, beta = shape_key(members[0]), members[0]["beta"]
-    bound = bound_line(phases, key, None)
-    lines = [("[italic]lower bound[/italic]", _console(bound), "")]
-    known = all_methods()
-    for name, by_phase in by_method(members).items():
-        failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
-        refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
-        line = method_line(name, by_phase, phases, key, None, known, beta)
-        lines.append((name, _console(line), " ".join(refs)))
-    return lines
+@dataclass
+class PaperTable:
+    title: str
+    key: tuple  # (N, V, D, dtype, softcap, workload)
+    phases: list[str]
+    analytic: str  # header of each phase's third column
+    sections: list[Section]
+    notes: list[str]
+    gpu: GPU | None
+    shape: str = ""
+    device: str = ""
 
 
-def _console(line: Line) -> list[str]:
-    """The memory and time cells of each phase, as the console shows them."""
-    return [cell.console() for i, cell in enumerate(line.cells) if i % 3 != 2]
+def mean(values: list[float | None]) -> float | None:
+    """The mean of the numbers among ``values`` (None and NaN left out)."""
+    values = [v for v in values if v is not None and v == v]
+    return sum(values) / len(values) if values else None
 
 
-def build_tables(
-    rows: Iterable[dict[str, Any]], width: int | None = None
-) -> list[tuple[Table, list[str]]]:
-    """One table per (shape, dtype, β), each with its numbered notes; one wider than
-    ``width`` is printed a phase at a time rather than cut."""
-    out = []
-    for members in group_rows(one_device(rows)).values():
-        beta = members[0]["beta"]
-        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
-        phases = present_phases(members)
-        notes = Notes()
-        lines = _lines(members, phases, notes)
-        numbered = notes.lines()
-        table = _table(title, phases, lines, width)
-        if table is not None or len(phases) == 1:
-            out.append((table or _table(title, phases, lines, None), numbered))
+def _mark_best(lines: list[Line]) -> None:
+    """Bold the lowest value of each column among comparable measured cells."""
+    methods = [line for line in lines if line.method != LOWER_BOUND]
+    for column in zip(*(line.cells for line in methods), strict=True):
+        candidates = [c for c in column if c.value is not None and c.comparable]
+        if not candidates:
             continue
-        for i, phase in enumerate(phases):  # too wide: one phase at a time
-            one = [(name, cells[2 * i : 2 * i + 2], refs) for name, cells, refs in lines]
-            part_title = f"{title}, {phase}"
-            part = _table(part_title, [phase], one, width) or _table(part_title, [phase], one, None)
-            out.append((part, numbered if i == len(phases) - 1 else []))
-    return out
+        # Best is what the reader sees: every cell that prints as the lowest does (five
+        # rows that all print 1.17 MiB are all best, not the one a few bytes lower).
+        shown = min(candidates, key=lambda c: c.value).text
+        for c in candidates:
+            c.best = c.text == shown
+
+
+def build_report(document: dict[str, Any]) -> list[PaperTable]:
+    """The paper tables of a results document, format-independent."""
+    rows, env = document["rows"], document["env"]
+    gpu = gpu_for_env(env)
+    known = known_methods(document)  # the file's record: no torch
+    tables = []
+    for key, members in group_rows(one_device(rows), key=shape_key).items():
+        phases = present_phases(members)
+        sections = []
+        betas = group_rows(members, key=lambda r: r["beta"])
+        for beta in sorted(betas):  # β = 0 first, as the console table and the plan
+            lines = [bound_line(phases, key, gpu)]
+            for name, by_phase in by_method(betas[beta]).items():
+                lines.append(method_line(name, by_phase, phases, key, gpu, known, beta))
+            _mark_best(lines)
+            entropy = mean([r.get("entropy") for r in betas[beta]])
+            sections.append(Section(beta, lines, entropy))
+        failed = (r for r in members if r["status"] != "ok" and r.get("reason"))
+        reasons = group_rows(
+            failed, key=lambda r: (r["method"], r["beta"], status_label(r), r["reason"])
+        )
+        notes = [
+            f"{method} β={beta:g} ({', '.join(r['phase'] for r in rows)}): {label}: {reason}"
+            for (method, beta, label, reason), rows in reasons.items()
+        ]
+        analytic = "% roofline" if gpu else "FLOP/s"
+        device = members[0].get("device", "?")
+        where = gpu.name if gpu else (env.get("device") or {}).get("name") or device
+        title, shape = f"{shape_title(members)} on {where}", members[0].get("shape") or "custom"
+        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, shape, device))
+    return tables
+
+
+def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[str]:
+    notes = footnotes(document["rows"], known_methods(document))
+    gpu = tables[0].gpu if tables else None
+    notes.append(
+        "lower bound: docs/math.md's memory floor (N fp32 losses for fwd; dE + dC in the input "
+        "dtype with a backward) and the FLOPs of each phase (2NVD fwd, 6NVD bwd without "
+        "stored logits, 8NVD fwd+bwd)."
+    )
+    if gpu is not None:
+        peaks = ", ".join(f"{d} {t:g}" for d, t in gpu.tflops.items())
+        notes.append(
+            f"roofline on {gpu.name} (datasheet, dense): max(FLOPs / peak, bytes / "
+            f"{gpu.hbm_tb_s:g} TB/s) with peaks {peaks} TFLOP/s; % roofline = roofline time / "
+            "measured median (filtering can beat 100%)."
+        )
+    else:
+        notes.append(
+            "FLOP/s: the phase's FLOPs over the measured median (no roofline: not a known GPU)."
+        )
+    notes.append(
+        "Bold: the best of its column as printed (ties all bold); times and rates leave ‡ and "
+        "† cells out, memory "
+        "leaves out ‡ fwd/bwd cells. Times are medians."
+    )
+    return notes
+
+
+def entropy_note(table: PaperTable) -> str:
+    parts = [f"β={s.beta:g}: {s.entropy:.2f} nats" for s in table.sections if s.entropy is not None]
+    return "inputs' mean token entropy " + ", ".join(parts) if parts else ""
+
+
+def loss_grids(rows: Iterable[dict[str, Any]]) -> list[Grid]:
+    """One table per (shape, dtype, β): the lower bound, then a line per method of each
+    phase's memory and time (units in the headers, names folding at hyphens), its reasons
+    numbered in a note column; too wide, it is printed a phase at a time."""
+    grids, known = [], all_methods()
+    for members in group_rows(one_device(rows)).values():
+        key, beta, notes = shape_key(members[0]), members[0]["beta"], Notes()
+        phases = present_phases(members)
+        lines = [("[italic]lower bound[/italic]", bound_line(phases, key, None), "")]
+        for name, by_phase in by_method(members).items():
+            failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
+            refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
+            line = method_line(name, by_phase, phases, key, None, known, beta)
+            lines.append((name, line, " ".join(refs)))
+        columns = [Column("method")]
+        for unit in (f"{phase}\n{u}" for phase in phases for u in ("MiB", "ms")):
+            columns.append(Column(unit, "right", False))
+        note = [len(columns)] if any(refs for _, _, refs in lines) else []
+        columns += [Column("note", fold=False)] if note else []
+        cells = [[name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)]
+                 + [refs] * len(note) for name, line, refs in lines]  # fmt: skip
+        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
+        parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note]) for i, p in enumerate(phases)]
+        grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
+    return grids
+
+
+LOSS_BOX = {**BOX, "sections": [0]}  # a rule under the lower bound
 
 
 def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
@@ -318,53 +278,13 @@ def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -
     return notes + ([tp_note(rows)] if tp_note(rows) else [])
 
 
-# What each mark means, said once under the tables that carry it.
-MARK_NOTES = {
-    GRADS_IN_FWD_MARK: "computes gradients inside forward: its fwd/bwd split is not comparable, "
-    "fwd+bwd is the fair column.",
-    INTERPRETED_MARK: "Triton interpreter on CPU: timing says nothing about GPU speed; memory "
-    "and correctness do count.",
-    NONDETERMINISTIC_MARK: "not bit-deterministic: two fwd+bwd calls on the same inputs gave "
-    "different loss or gradient bits.",
-    BUSY_MARK: "measured on a busy machine (other processes on the cores, or a throttled or "
-    "shared GPU): its time is not trustworthy; compare will not judge it.",
-    WRONG_MARK: "failed the correctness gate (see its note): timed, never counted best.",
-}
-
-
-def mark_notes(
-    rows: list[dict[str, Any]], known: dict[str, Any] | None = None, kind: str = "loss"
-) -> list[str]:
-    """What each mark the rows carry means (‡ † ≈ ! ✗), the one wording of every table's;
-    for the loss, how CPU memory was measured. ``known``: the methods (default: the
-    registry's); ``kind``: a table of another kind has no fwd/bwd split (no ‡)."""
-    known = all_methods() if known is None and kind == "loss" else known
-    carried = {
-        GRADS_IN_FWD_MARK: kind == "loss"
-        and any(grads_in_forward(r["method"], known, r["beta"]) for r in rows),
-        INTERPRETED_MARK: any(r.get("interpreted") for r in rows),
-        NONDETERMINISTIC_MARK: any(r.get("deterministic") is False for r in rows),
-        BUSY_MARK: any(r.get("busy") for r in rows),
-        WRONG_MARK: any(r["status"] == "wrong" and measured(r) for r in rows),
-    }
-    notes = [f"{mark} {MARK_NOTES[mark]}" for mark, shown in carried.items() if shown]
-    if kind == "loss" and next((r.get("device") for r in rows), None) == "cpu":
-        notes.append(
-            "CPU run: memory is what torch tensors hold at the peak (CPU allocator events), "
-            "the CPU counterpart of CUDA's max_memory_allocated; process RSS is in the results."
-        )
-    return notes
-
-
 def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
     """The one-device tables and their notes (``tp_table.print_tp_tables`` prints the
     cells measured across ranks)."""
     console = console or TrimmedConsole()
-    for i, (table, notes) in enumerate(build_tables(rows, console.width)):
+    for i, grid in enumerate(loss_grids(rows)):
         if i:  # the next table's title was the line after the last one's notes
             console.print()
-        console.print(table)
-        for note in notes:
-            console.print(note, markup=False, highlight=False)
+        grid.print(console)
     for note in footnotes(rows) if one_device(rows) else [tp_note(rows)] if rows else []:
         console.print(note, style="dim")

@@ -9,15 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich import box
 from rich.console import Console
 
-from perfsuite.fit import Column, Grid, Notes
+from perfsuite.fit import BOX, Column, Grid, Notes
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
-from perfsuite.render.roofline import phase_flops
-from perfsuite.render.table import (
-    STATUS_COLOR,
+from perfsuite.render.cells import (
     cell_marks,
     grads_in_forward,
     group_rows,
@@ -25,8 +22,9 @@ from perfsuite.render.table import (
     measured,
     present_phases,
     shape_title,
-    short_status,
+    status_cell,
 )
+from perfsuite.render.roofline import phase_flops
 from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
 
 # (key, header): the columns of a TP table, in order; {rate} and {mem}: the table's units.
@@ -39,39 +37,13 @@ OPTIONAL = ("colls",)  # left out first when the table does not fit the terminal
 
 
 @dataclass
-class TpLine:
-    method: str
-    tp: int
-    cells: dict[str, str]  # column key -> plain text
-    style: str = ""  # rich style of the time cell ("red": wrong; a status colour)
-    refs: str = ""  # "(1) (2)": the table's numbered notes that apply
+class TpTable(Grid):
+    """A TP table as the engine draws it, with what its notes need: the phase it shows,
+    its headers by column key (units filled in) and the marks its cells carry."""
 
-
-@dataclass
-class TpTable:
-    title: str
-    phase: str
-    headers: dict[str, str]  # column key -> header, units filled in
-    lines: list[TpLine]
-    notes: list[str] = field(default_factory=list)  # "(1) ours TP=2: oom: ..."
-    marks: str = ""  # the marks its cells carry, for the footnotes
-
-    def grid(self) -> Grid:
-        """The table as the engine draws it: the note column only where a line has one."""
-        keys = [key for key, _ in COLUMNS] + (["note"] if any(ln.refs for ln in self.lines) else [])
-        columns = [
-            Column(key, fold=key == "method") if key in ("method", "note")
-            else Column(self.headers[key], "right", False, key in OPTIONAL)
-            for key in keys
-        ]  # fmt: skip
-
-        def cell(line: TpLine, key: str) -> str:
-            text = line.refs if key == "note" else line.cells.get(key, "")
-            return f"[{line.style}]{text}[/{line.style}]" if key == "ms" and line.style else text
-
-        rows = [[cell(line, key) for key in keys] for line in self.lines]
-        options = dict(title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        return Grid(columns, rows, self.title, self.notes, options | {"collapse_padding": True})
+    phase: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    marks: str = ""
 
 
 def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -114,22 +86,18 @@ def _line(
     reference: dict[str, Any] | None,
     units: tuple[float, str, float, str],
     in_fwd: bool,
-) -> TpLine:
+) -> dict[str, str]:
+    """A line's cells by column key, the time's in its style (red: wrong; dim: ‡)."""
     rate_scale, _, mem_scale, _ = units
     k = row["tp"]
-    cells = {
-        "method": row["method"],
-        "tp": str(k),
-        "floor": fmt_number(rank_floor(phase, row), mem_scale),
-    }
-    line = TpLine(row["method"], k, cells)
+    cells = {"method": row["method"], "tp": str(k)}
+    cells["floor"] = fmt_number(rank_floor(phase, row), mem_scale)
     if not measured(row):
-        cells["ms"], line.style = short_status(row), STATUS_COLOR[row["status"]]
-        return line
+        return cells | {"ms": status_cell(row)}
     marks = cell_marks(row, phase, in_fwd)
     ms, peak = row.get("median_ms"), row.get("peak_bytes")
-    line.style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
-    cells["ms"] = fmt_number(ms) + marks
+    style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
+    cells["ms"] = f"[{style}]{fmt_number(ms)}{marks}[/{style}]" if style else fmt_number(ms) + marks
     if ms and not (in_fwd and phase != "fwd+bwd"):  # a ‡ split does other FLOPs than these
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
         cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)
@@ -146,7 +114,7 @@ def _line(
     if reference is not None and measured(reference) and reference["status"] == "ok":
         cells["speedup"] = _ratio(reference.get("median_ms"), ms)
         cells["memcut"] = _ratio(reference.get("peak_bytes"), peak)
-    return line
+    return cells
 
 
 def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
@@ -164,27 +132,31 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
     units = _units([by[phase] for by in cells.values() if phase in by], phase)
     _, rate_unit, _, mem_unit = units
     headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
-    table = TpTable(title, phase, headers, [])
-    reasons = Notes()
+    reasons, lines, marks = Notes(), [], ""
     for method in dict.fromkeys(r["method"] for r in members):
         for k in sorted(k for m, k in cells if m == method):
             by_phase = cells[(method, k)]
             row = by_phase.get(phase)
             in_fwd = grads_in_forward(method, known, beta)
             if row is None:
-                line = TpLine(method, k, {"method": method, "tp": str(k), "ms": "-"})
+                line = {"method": method, "tp": str(k), "ms": "-"}
                 why = f"no {phase} row ({', '.join(by_phase)} measured)"
             else:
                 reference = cells.get((method, 1), {}).get(phase)
                 line = _line(row, phase, reference, units, in_fwd)
                 why = "" if row["status"] == "ok" else row["status"]
                 why += f": {row['reason']}" if why and row.get("reason") else ""
-                table.marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
-            if why:
-                line.refs = reasons.ref(why, f"{method} TP={k}")
-            table.lines.append(line)
-    table.notes = reasons.lines()
-    return table
+                marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
+            lines.append(line | {"note": reasons.ref(why, f"{method} TP={k}") if why else ""})
+    # the note column only where a line has a note
+    keys = [key for key, _ in COLUMNS] + (["note"] if any(ln["note"] for ln in lines) else [])
+    columns = [
+        Column(key, fold=key == "method") if key in ("method", "note")
+        else Column(headers[key], "right", False, key in OPTIONAL)
+        for key in keys
+    ]  # fmt: skip
+    rows = [[line.get(key, "") for key in keys] for line in lines]
+    return TpTable(columns, rows, title, reasons.lines(), BOX, (), phase, headers, marks)
 
 
 def tp_tables(rows: Iterable[dict[str, Any]]) -> list[TpTable]:
@@ -229,8 +201,8 @@ def print_tp_tables(console: Console, document: dict[str, Any]) -> None:
     tables = tp_tables(document["rows"])
     narrow = False
     for table in tables:
-        dropped = table.grid().print(console)
-        narrow |= dropped and any(ln.cells.get("colls") for ln in table.lines)
+        colls = [i for i, c in enumerate(table.columns) if c.header == "colls"]
+        narrow |= table.print(console) and any(r[i] for r in table.rows for i in colls)
     if narrow:
         console.print(
             f"colls left out at {console.width} columns (a wider terminal shows them; "

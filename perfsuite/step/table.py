@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 
 from perfsuite.fit import Column, Grid, Notes, TrimmedConsole
-from perfsuite.render.table import (
+from perfsuite.render.cells import (
     by_method,
     cell_marks,
     group_rows,

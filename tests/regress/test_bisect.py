@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main as perfsuite_main
-from perfsuite.regress.bisect_step import Spec, read_log, time_command
-from perfsuite.regress.bisect_step import run_step as step_main
+from perfsuite.regress.bisect import Spec, read_log, time_command
+from perfsuite.regress.bisect import run_step as step_main
 
 # A 50 ms floor, so that a few ms of process start-up jitter stay well under 20 %.
 FAST = "sleep 0.05\necho done\n"

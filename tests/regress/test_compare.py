@@ -15,8 +15,7 @@ import pytest
 
 from perfsuite.cli import main as perfsuite_main
 from perfsuite.measure.stats import summarize
-from perfsuite.regress.compare import parse_fraction
-from perfsuite.regress.compare_report import render_markdown
+from perfsuite.regress.compare import parse_fraction, render_markdown
 from perfsuite.regress.verdicts import (
     CompareError,
     EnvMismatch,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from perfsuite.cli import main as perfsuite_main
-from perfsuite.regress.compare_report import render_markdown
+from perfsuite.regress.compare import render_markdown
 from perfsuite.regress.verdicts import CompareError, compare_documents
 from perfsuite.results.results import write_results
 from regress.test_compare import ENV, make_doc, slower

@@ -13,7 +13,7 @@ import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.regress import sensitivity
-from perfsuite.regress.sensitivity_analyse import analyse, rate_bounds, recommend_threshold
+from perfsuite.regress.sensitivity import analyse, rate_bounds, recommend_threshold
 from perfsuite.regress.sensitivity_collect import HarnessConfig, slowed
 
 

@@ -8,7 +8,7 @@ import pytest
 from fake_results import paper_document
 
 from perfsuite.cli import main
-from perfsuite.render.paper_compare import side_by_side
+from perfsuite.render.report import side_by_side
 
 PAPER = [
     {"method": "lower_bound", "beta": "any", "fwdbwd_ms": "", "fwdbwd_mem_mb": "1161"},

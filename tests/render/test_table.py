@@ -9,14 +9,8 @@ from fake_results import paper_document
 from rich.console import Console
 
 from perfsuite.plan.registry import all_methods
-from perfsuite.render.table import (
-    build_tables,
-    cell_marks,
-    footnotes,
-    grads_in_forward,
-    measured,
-    print_tables,
-)
+from perfsuite.render.cells import cell_marks, grads_in_forward, measured
+from perfsuite.render.table import footnotes, loss_grids, print_tables
 from perfsuite.results.results import Row
 from perfsuite.units import fmt_number
 
@@ -41,9 +35,9 @@ def _render(rows) -> str:
 
 
 def test_one_table_per_beta_with_lower_bound_first():
-    tables = build_tables(_rows())
+    tables = loss_grids(_rows())
     assert len(tables) == 2
-    headers = [str(c.header).replace("\n", " ") for c in tables[0][0].columns]
+    headers = [c.header.replace("\n", " ") for c in tables[0].columns]
     assert headers[:7] == [
         "method",
         "fwd MiB",
@@ -67,9 +61,9 @@ def test_statuses_and_markers():
 
 
 def test_reasons_are_numbered_notes_under_the_table():
-    tables = build_tables(_rows())
-    assert tables[0][1] == ["(1) fake: oom: because"]
-    assert tables[1][1] == ["(1) fake: unsupported: because"]
+    tables = loss_grids(_rows())
+    assert tables[0].notes == ["(1) fake: oom: because"]
+    assert tables[1].notes == ["(1) fake: unsupported: because"]
     text = _render(_rows())
     fake_line = next(line for line in text.splitlines() if line.startswith(" fake"))
     assert "(1)" in fake_line and "because" not in fake_line

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cast, dot, locked_add, logit_tile, tanh, wide_offsets
+from .common import cast, dot, grouped, locked_add, logit_tile, tanh, tanh_scale, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 from .forward import dot_precision
 from .reductions import column_sum
@@ -82,15 +82,15 @@ def _update(
 
 
 @triton.jit
-def _backward_tile(
-    pid_n,
-    pid_v,
+def _backward_kernel(
     E,
     C,
     RowMax,
     LogSum,
     G,
     Order,
+    TileList,
+    TileCount,
     dE,
     dC,
     dELocks,
@@ -109,22 +109,38 @@ def _backward_tile(
     BLOCK_V: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DD: tl.constexpr,
+    GROUP_N: tl.constexpr,
     EVEN_D: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     FILTER: tl.constexpr,
     SORTED: tl.constexpr,
+    USE_LIST: tl.constexpr,
     DE_ATOMIC: tl.constexpr,
     DC_ATOMIC: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
     BACKOFF: tl.constexpr,
 ):
-    """Recompute one (row block, vocab tile) of logits and add its dE/dC parts."""
+    """Recompute one (row block, vocab tile) of logits and add its dE/dC parts.
+
+    Which pair: the ``pid``-th of the tile list (tiles.py; the grid is sized for every
+    pair and programs past the device-side count exit at once), or of the grouped order
+    (GROUP_N row blocks sweep the vocab together: L2 reuse of C)."""
+    pid = tl.program_id(0)
+    num_v = tl.cdiv(V, BLOCK_V)
+    listed = True
+    if USE_LIST:
+        listed = pid < tl.load(TileCount)
+        entry = tl.load(TileList + pid, mask=listed, other=0)
+        pid_n = entry // num_v
+        pid_v = entry % num_v
+    else:
+        pid_n, pid_v = grouped(pid, tl.cdiv(N, BLOCK_N), num_v, GROUP_N)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    g = tl.load(G + offs_n, mask=n_mask, other=0.0)
-    # Blocks of ignored rows (a masked prompt) cost one load.
+    g = tl.load(G + offs_n, mask=n_mask & listed, other=0.0)
+    # Blocks of ignored rows (a masked prompt) and unlisted programs cost one load.
     if tl.max(tl.abs(g), axis=0) > 0:
         offs_lin = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
         v_mask = offs_lin < V
@@ -140,7 +156,7 @@ def _backward_tile(
         )  # fmt: skip
 
         if HAS_SOFTCAP:
-            t = tanh(acc / softcap)
+            t = tanh(acc, tanh_scale(softcap))
             acc = softcap * t
         row_max = tl.load(RowMax + offs_n % N)
         log_sum = tl.load(LogSum + offs_n % N)
@@ -192,80 +208,6 @@ def _backward_tile(
                 dc_mask = v_mask[:, None] & dd_mask[None, :]
                 lock = dCLocks + pid_v * n_dd + dd
                 _update(dc_ptrs, dc, dc_mask, lock, DC_ATOMIC, UPCAST_DOT, BACKOFF)
-
-
-@triton.jit
-def _backward_kernel(
-    E,
-    C,
-    RowMax,
-    LogSum,
-    G,
-    Order,
-    TileList,
-    TileCount,
-    dE,
-    dC,
-    dELocks,
-    dCLocks,
-    softcap,
-    smooth_w,
-    RowEps,
-    N,
-    V,
-    D,
-    stride_en,
-    stride_ed,
-    stride_cv,
-    stride_cd,
-    BLOCK_N: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DD: tl.constexpr,
-    GROUP_N: tl.constexpr,
-    EVEN_D: tl.constexpr,
-    HAS_SMOOTHING: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    FILTER: tl.constexpr,
-    SORTED: tl.constexpr,
-    USE_LIST: tl.constexpr,
-    DE_ATOMIC: tl.constexpr,
-    DC_ATOMIC: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
-    BACKOFF: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    num_v = tl.cdiv(V, BLOCK_V)
-    if USE_LIST:
-        # One program per listed (row block, vocab tile) pair (tiles.py); the grid is
-        # sized for every pair and programs past the device-side count exit at once.
-        if pid < tl.load(TileCount):
-            entry = tl.load(TileList + pid)
-            _backward_tile(
-                entry // num_v, entry % num_v,
-                E, C, RowMax, LogSum, G, Order, dE, dC, dELocks, dCLocks,
-                softcap, smooth_w, RowEps, N, V, D,
-                stride_en, stride_ed, stride_cv, stride_cd,
-                BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
-                FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT, BACKOFF,
-            )  # fmt: skip
-    else:
-        # Grouped ordering: GROUP_N row blocks sweep the vocab together (L2 reuse of C).
-        num_n = tl.cdiv(N, BLOCK_N)
-        per_group = GROUP_N * num_v
-        first_n = (pid // per_group) * GROUP_N
-        group_size = tl.minimum(num_n - first_n, GROUP_N)
-        pid_n = first_n + (pid % per_group) % group_size
-        pid_v = (pid % per_group) // group_size
-        _backward_tile(
-            pid_n, pid_v,
-            E, C, RowMax, LogSum, G, Order, dE, dC, dELocks, dCLocks,
-            softcap, smooth_w, RowEps, N, V, D,
-            stride_en, stride_ed, stride_cv, stride_cd,
-            BLOCK_N, BLOCK_V, BLOCK_D, BLOCK_DD, EVEN_D, HAS_SMOOTHING, HAS_SOFTCAP,
-            FILTER, SORTED, DE_ATOMIC, DC_ATOMIC, DOT_PRECISION, UPCAST_DOT, BACKOFF,
-        )  # fmt: skip
 
 
 _backward = triton.heuristics(_HEURISTICS)(_backward_kernel)

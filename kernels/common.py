@@ -16,12 +16,15 @@ def wide_offsets(index, stride):
 
 
 @triton.jit
-def tanh(x):
-    """tanh from ``exp`` only (no libdevice), so the interpreter and every arch agree.
+def tanh(x, k):
+    """``tanh(x/s)`` for ``k = −2/s`` (``tanh_scale``), from ``exp`` only (no libdevice),
+    so the interpreter and every arch agree.
 
-    Written on ``-2|x|`` so ``exp`` never overflows; the sign is restored afterwards.
+    Written on ``exp(−2|x/s|)`` so ``exp`` never overflows, its argument formed as
+    ``|x|·k``: the same bits as ``−2·|x·(1/s)|`` (a factor of 2 is exact), one multiply per
+    element; the sign is restored afterwards.
     """
-    t = tl.exp(-2.0 * tl.abs(x))
+    t = tl.exp(tl.abs(x) * k)
     y = (1.0 - t) / (1.0 + t)
     return tl.where(x < 0, -y, y)
 
@@ -123,18 +126,111 @@ def logit_tile(
 
 
 @triton.jit
+def grouped(pid, num_n, num_v, GROUP_N: tl.constexpr):
+    """(row block, column block) of the ``pid``-th tile in grouped order: GROUP_N row
+    blocks sweep the columns together, so the column operand's tiles are reused in L2."""
+    per_group = GROUP_N * num_v
+    first_n = (pid // per_group) * GROUP_N
+    group_size = tl.minimum(num_n - first_n, GROUP_N)
+    return first_n + (pid % per_group) % group_size, (pid % per_group) // group_size
+
+
+@triton.jit
+def store_tile(Out, values, offs_n, offs_j, n_mask, j_mask, stride_on, FIX_BF16: tl.constexpr):
+    """``Out[offs_n, offs_j] = values`` in Out's dtype, masked; the pointers are formed
+    here, at the store: formed before a GEMM they stayed live through it (spills)."""
+    out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
+    mask = n_mask[:, None] & j_mask[None, :]
+    tl.store(out, cast(values, Out.dtype.element_ty, FIX_BF16), mask=mask)
+
+
+@triton.jit
+def tanh_scale(softcap):
+    """``k = −2/softcap`` for ``tanh``, once per program: ``−2·(1/s)`` with ``1/s`` correctly
+    rounded (``div_rn``; numpy under the interpreter and ``slices.inverse_cap`` give the
+    same fp32); called only with a softcap. ``x/s`` per element (``div.full.f32``)
+    compiled to a product by a hoisted MUFU.RCP(s) plus range fixups per element; ``|x|·k``
+    is one multiply: fewer instructions, the same MUFU count (docs/kernel.md, "Softcap")."""
+    return -2.0 * tl.math.div_rn(1.0, softcap)
+
+
+@triton.jit
+def softcapped(x, softcap, tanh_k, HAS_SOFTCAP: tl.constexpr):
+    """``s·tanh(x/s)`` (``tanh_k``: ``tanh_scale``); ``x`` itself without a softcap."""
+    if HAS_SOFTCAP:
+        x = softcap * tanh(x, tanh_k)
+    return x
+
+
+@triton.jit
+def online_softmax(acc, first, limit, row_max, row_sum, smooth, seen, Weight,
+                   EVEN: tl.constexpr, SUMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
+    """Fold (softcapped) fp32 logits ``acc``, columns ``first + [0, COLS)``, those from
+    ``limit`` on padding, into the online statistics of its rows: every route's forward
+    update, one order of operations, so the routes agree to the bit.
+
+    The state is the running max, Σ exp(z − max) and, with ``SUMS``, Σ_v w_v (z − max)
+    (relative to the running max, so a common logit offset cancels as torch's log_softmax
+    does; ``seen``: Σ w_v, or the column count, folded so far). ``EVEN``: no padding
+    columns (no masked copy of the tile: registers). ``Weight``: class weights indexed by
+    column; padded columns get w = 0 and ``acc`` is finite there. Returns the new max
+    (the state's max from now on), the sums, ``seen``, and the tile's shift and Σ exp."""
+    cols = first + tl.arange(0, acc.shape[1])
+    mask = cols < limit
+    if EVEN:
+        z = acc
+    else:
+        z = tl.where(mask[None, :], acc, float("-inf"))
+    new_max = tl.maximum(row_max, tl.max(z, axis=1))
+    # A tile past the end (or rows past N) leaves new_max = -inf: shift by 0.
+    shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+    tile_sum = tl.sum(tl.exp(z - shift[:, None]), axis=1)
+    row_sum = row_sum * tl.exp(row_max - shift) + tile_sum
+    if SUMS:
+        moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
+        if HAS_WEIGHT:
+            w = tl.load(Weight + cols, mask=mask, other=0.0)
+            inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
+            seen_here = tl.sum(w, axis=0)
+        else:
+            if EVEN:
+                inside = tl.sum(acc - shift[:, None], axis=1)
+            else:
+                inside = tl.sum(tl.where(mask[None, :], acc - shift[:, None], 0.0), axis=1)
+            seen_here = tl.sum(mask.to(tl.float32), axis=0)
+        smooth = smooth + seen * moved + inside
+        seen += seen_here
+    return new_max, row_sum, smooth, seen, shift, tile_sum
+
+
+@triton.jit
+def row_terms(RowMax, LogSum, S, Targets, a, b, inv, offs_n, n_mask, v0, width,
+              HAS_SMOOTHING: tl.constexpr):  # fmt: skip
+    """The per-row inputs of ``grad_epilogue`` for rows ``offs_n``: row max, log-sum, the
+    coefficients over the scale (``inv`` = 1/σ) and the target's column in the slice at
+    ``v0``, -1 outside it (int32 compares, not int64 vocab ids: 64 64-bit compares per
+    thread fewer). Loaded after the GEMM, where they are not live through it. Rows past N
+    get row max +inf, so exp(z − max) is 0 there whatever logits their wrapped rows had."""
+    row_max = tl.load(RowMax + offs_n, mask=n_mask, other=float("inf"))
+    log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
+    y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
+    y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
+    smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
+    return row_max, log_sum, a * inv, b * inv, smooth, y
+
+
+@triton.jit
 def grad_epilogue(acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
-                  softcap, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                  softcap, tanh_k, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                   HAS_SOFTCAP: tl.constexpr):  # fmt: skip
     """G of one tile from its fp32 logits ``acc`` (columns ``offs_j`` of the slice at
     ``v0``): every route's gradient epilogue, one order of operations, so the routes
-    agree to the bit. ``a_inv``, ``b_inv``, ``smooth``: the row coefficients over the
-    scale; ``y``: the target's slice column, -1 outside. The target term goes after the
-    softcap factor, (1 − t²) taken at its column: the same sum in an order that keeps
-    fewer registers live (the portable slice kernel, sm_90a bf16 at Gemma2-2B: 207 → 186;
-    with class weights 255 and an 84 B spill → 217)."""
+    agree to the bit. ``a_inv``, ``b_inv``, ``smooth``, ``y``: ``row_terms``. The target
+    term goes after the softcap factor, (1 − t²) taken at its column: the same sum in an
+    order that keeps fewer registers live (the portable slice kernel, sm_90a bf16 at
+    Gemma2-2B: 207 → 186; with class weights 255 and an 84 B spill → 217)."""
     if HAS_SOFTCAP:
-        t = tanh(acc / softcap)
+        t = tanh(acc, tanh_k)
         acc = softcap * t
     # (z − max) − log-sum: a common logit offset cancels exactly.
     grad = tl.exp((acc - row_max[:, None]) - log_sum[:, None]) * a_inv[:, None]

@@ -26,9 +26,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cast, grad_epilogue, tanh, wide_offsets
+from .common import (
+    grad_epilogue,
+    online_softmax,
+    row_terms,
+    softcapped,
+    store_tile,
+    tanh_scale,
+    wide_offsets,
+)
 from .configs import interpreting
-from .forward import ForwardResult
+from .forward import ForwardResult, chunk_sums
 from .slices import _fp32_out_mm, _gradient_scale, accumulate_mm, logit_slice, slice_width
 from .targets import target_logits
 from .terms import Coefficients
@@ -94,38 +102,24 @@ def _lse_epilogue_kernel(
     n_mask = offs_n < N
     row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
     row_sum = tl.load(RowSum + offs_n, mask=n_mask, other=0.0)
+    smooth = row_sum  # unused without smoothing
+    seen = tl.zeros((), dtype=tl.float32) + v0
     if HAS_SMOOTHING:
         smooth = tl.load(RelSum + offs_n, mask=n_mask, other=0.0)
         if HAS_WEIGHT:
             seen = tl.load(Seen)
-        else:
-            seen = tl.zeros((), dtype=tl.float32) + v0
     z_rows = wide_offsets(offs_n, stride_zn)
+    tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
+    if HAS_WEIGHT:
+        Weight += v0  # indexed by the slice's columns below
     for j0 in range(0, width, BLOCK_V):
         offs_j = j0 + tl.arange(0, BLOCK_V)
-        j_mask = offs_j < width
-        mask = n_mask[:, None] & j_mask[None, :]
+        mask = n_mask[:, None] & (offs_j < width)[None, :]
         acc = tl.load(Z + z_rows[:, None] + offs_j[None, :], mask=mask, other=0.0)
-        if HAS_SOFTCAP:
-            acc = softcap * tanh(acc / softcap)
-        z = tl.where(j_mask[None, :], acc, float("-inf"))
-        new_max = tl.maximum(row_max, tl.max(z, axis=1))
-        # Masked rows (past N) stay at -inf: shift by 0 there, their results are dropped.
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
-        row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
-        if HAS_SMOOTHING:
-            moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
-            if HAS_WEIGHT:
-                w = tl.load(Weight + v0 + offs_j, mask=j_mask, other=0.0)
-                # w = 0 on padded columns, where acc is 0: no masked copy needed.
-                inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
-                smooth = smooth + seen * moved + inside
-                seen += tl.sum(w, axis=0)
-            else:
-                inside = tl.sum(tl.where(j_mask[None, :], acc - shift[:, None], 0.0), axis=1)
-                smooth = smooth + seen * moved + inside
-                seen += tl.minimum(BLOCK_V, width - j0).to(tl.float32)
-        row_max = new_max
+        row_max, row_sum, smooth, seen, _, _ = online_softmax(
+            softcapped(acc, softcap, tanh_k, HAS_SOFTCAP), j0, width, row_max, row_sum,
+            smooth, seen, Weight, False, HAS_SMOOTHING, HAS_WEIGHT,
+        )  # fmt: skip
     tl.store(RowMax + offs_n, row_max, mask=n_mask)
     tl.store(RowSum + offs_n, row_sum, mask=n_mask)
     if HAS_SMOOTHING:
@@ -178,23 +172,19 @@ def _grad_epilogue_kernel(
     if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
         z_ptrs = Z + wide_offsets(offs_n, stride_zn)[:, None] + offs_j[None, :]
         acc = tl.load(z_ptrs, mask=n_mask[:, None] & j_mask[None, :], other=0.0)
-        row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
-        log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
-        y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
-        y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
-        inv = tl.load(InvScale)
-        smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
-        grad = grad_epilogue(
-            acc, offs_j, row_max, log_sum, a * inv, b * inv, smooth, y, Weight, v0, width,
-            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
+            RowMax, LogSum, S, Targets, a, b, tl.load(InvScale), offs_n, n_mask, v0, width,
+            HAS_SMOOTHING,
         )  # fmt: skip
-        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
-        mask = n_mask[:, None] & j_mask[None, :]
-        tl.store(out, cast(grad, Out.dtype.element_ty, INTERPRETING), mask=mask)
+        tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
+        grad = grad_epilogue(
+            acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+            softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        store_tile(Out, grad, offs_n, offs_j, n_mask, j_mask, stride_on, INTERPRETING)
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
-        tl.store(out, zeros.to(Out.dtype.element_ty), mask=n_mask[:, None] & j_mask[None, :])
+        store_tile(Out, zeros, offs_n, offs_j, n_mask, j_mask, stride_on, INTERPRETING)
 
 
 def bytes_per_column(n_rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> int:
@@ -225,10 +215,7 @@ def _slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
 
 def _seen_before(weight: torch.Tensor, vocab: int, width: int) -> torch.Tensor:
     """Σ w over the columns before each slice, fp32 on the device (no host sync)."""
-    slices = triton.cdiv(vocab, width)
-    padded = torch.zeros(slices * width, device=weight.device, dtype=torch.float32)
-    padded[:vocab] = weight
-    totals = padded.view(slices, width).sum(1)
+    totals = chunk_sums(weight, width, triton.cdiv(vocab, width))
     return torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
 
 

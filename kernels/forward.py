@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from . import hopper
-from .common import cast, logit_tile, tanh, wide_offsets
+from .common import cast, logit_tile, online_softmax, softcapped, tanh_scale, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
 from .targets import target_logits
 
@@ -91,58 +91,35 @@ def _forward_kernel(
 
     row_max = tl.full((BLOCK_N,), float("-inf"), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    # With softcap, Σ_v (z − row_max): relative to the running max so a large
-    # common offset in the logits cancels exactly (as torch's log_softmax does).
+    # With softcap, Σ_v (z − row_max) in-kernel (common.online_softmax).
     smooth = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    seen = 0.0
+    seen = tl.zeros((), dtype=tl.float32)
+    tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
 
     v_start = pid_s * split_size
     # split_size is a multiple of every BLOCK_V; the last split stops at V.
     for t in range(0, tl.cdiv(tl.minimum(split_size, V - v_start), BLOCK_V)):
-        offs_v = v_start + t * BLOCK_V + tl.arange(0, BLOCK_V)
-        v_mask = offs_v < V
+        first = v_start + t * BLOCK_V
+        offs_v = first + tl.arange(0, BLOCK_V)
         c_rows = wide_offsets(offs_v % V, stride_cv)
         acc = logit_tile(
             E, C, e_rows, c_rows, stride_ed, stride_cd, D,
             BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
-        if HAS_SOFTCAP:
-            acc = softcap * tanh(acc / softcap)
+        acc = softcapped(acc, softcap, tanh_k, HAS_SOFTCAP)
         if HAS_LOGIT_AVG:
             col = tl.sum(tl.where(n_mask[:, None], acc, 0.0), axis=0) * inv_n
-            tl.atomic_add(LogitAvg + offs_v, col, mask=v_mask, sem="relaxed")
-        if EVEN_V:  # no padded columns: no masked copy of the tile (registers)
-            z = acc
-        else:
-            z = tl.where(v_mask[None, :], acc, float("-inf"))
-        new_max = tl.maximum(row_max, tl.max(z, axis=1))
-        # A tile past V (last split overshooting) leaves new_max = -inf: shift by 0.
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
-        tile_sum = tl.sum(tl.exp(z - shift[:, None]), axis=1)
-        row_sum = row_sum * tl.exp(row_max - shift) + tile_sum
+            tl.atomic_add(LogitAvg + offs_v, col, mask=offs_v < V, sem="relaxed")
+        row_max, row_sum, smooth, seen, shift, tile_sum = online_softmax(
+            acc, first, V, row_max, row_sum, smooth, seen, Weight,
+            EVEN_V, HAS_SMOOTHING and HAS_SOFTCAP, HAS_WEIGHT,
+        )  # fmt: skip
         if HAS_TILE_LSE:
             # log Σ_{v in tile} exp z: the tile's softmax mass is exp(tile_lse − lse).
             tile_lse = tl.where(tile_sum > 0, shift + tl.log(tl.maximum(tile_sum, 1e-38)), -1e30)
             tile_id = v_start // BLOCK_V + t
             tile_lse = cast(tile_lse.to(tl.float32), TileLSE.dtype.element_ty, INTERPRETING)
             tl.store(TileLSE + wide_offsets(offs_n, num_tiles) + tile_id, tile_lse, mask=n_mask)
-        if HAS_SMOOTHING and HAS_SOFTCAP:
-            moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
-            if HAS_WEIGHT:  # Σ_v w_v (z − max); `seen` is the weight seen so far
-                # Padded columns get w = 0, and acc is finite there (softcapped, rows of C
-                # wrapped mod V): no masked copy of the tile.
-                w = tl.load(Weight + offs_v, mask=v_mask, other=0.0)
-                inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
-                smooth = smooth + seen * moved + inside
-                seen += tl.sum(w, axis=0)
-            else:
-                if EVEN_V:
-                    inside = tl.sum(acc - shift[:, None], axis=1)
-                else:
-                    inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0), axis=1)
-                smooth = smooth + seen * moved + inside
-                seen += tl.minimum(BLOCK_V, V - v_start - t * BLOCK_V).to(tl.float32)
-        row_max = new_max
 
     if HAS_SMOOTHING and not HAS_SOFTCAP:
         # Σ_v z[n, v] = E_n · c̄ (math.md), once per row: split 0 does it.
@@ -262,14 +239,14 @@ def lse_forward(
     With class weights ``weight`` (fp32 (V,)) the smoothing sum is Σ_v w_v (z − max)
     (``cbar`` then is the weighted column sum Σ_v w_v C_v).
     """
+    if smoothing and softcap is None and cbar is None:
+        raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
     if not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c):
         # sm_90/sm_100, 16-bit, TMA-aligned: the persistent TMA kernel (hopper.py).
         kw = dict(cbar=cbar, smoothing=smoothing, softcap=softcap, weight=weight)
         return hopper.lse_forward(e, c, targets, **kw)
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    if smoothing and softcap is None and cbar is None:
-        raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
     sizes = (n_rows, vocab, dim)
     cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
     block_n = 128 if cfg is None else cfg.block_n
@@ -316,6 +293,13 @@ def lse_forward(
     return ForwardResult(row_max, log_sum, target_logit, rel_sum, avg, tmax, tile_width)
 
 
+def chunk_sums(weight: torch.Tensor, size: int, chunks: int) -> torch.Tensor:
+    """fp32 Σ w over each of ``chunks`` runs of ``size`` columns (zeros past the end)."""
+    padded = torch.zeros(chunks * size, device=weight.device, dtype=torch.float32)
+    padded[: weight.shape[0]] = weight
+    return padded.view(chunks, size).sum(1)
+
+
 def _combine(
     max_part: torch.Tensor,
     sum_part: torch.Tensor,
@@ -346,9 +330,7 @@ def _combine(
                 first = torch.arange(splits, device=max_part.device) * split_size
                 count = (vocab - first).clamp(0, split_size).to(torch.float32)
             else:  # each split's weight
-                padded = torch.zeros(splits * split_size, device=weight.device)
-                padded[:vocab] = weight
-                count = padded.view(splits, split_size).sum(1)
+                count = chunk_sums(weight, split_size, splits)
             moved = torch.where(max_part > float("-inf"), max_part - safe, 0.0)
             rel_sum = (smooth_part + count[:, None] * moved).sum(0)
     return row_max, log_sum, rel_sum

@@ -80,16 +80,10 @@ def _forward(
     """Either engine's forward, and c̄ (the weighted column sum with class weights) when
     the forward or the tile backward uses it."""
     smoothing = p.beta > 0
-    if p.engine == "torch":
-        out = torch_forward(
-            e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget, weight=weight
-        )
-        return out, None
-    if p.engine == "cublas":
-        out = cublas_forward(
-            e, c, targets, smoothing=smoothing, softcap=p.softcap, budget=p.budget, weight=weight
-        )
-        return out, None
+    if p.engine in ("torch", "cublas"):  # the slice forwards: torch ops, cuBLAS + epilogue
+        run = torch_forward if p.engine == "torch" else cublas_forward
+        kw = dict(smoothing=smoothing, softcap=p.softcap, budget=p.budget, weight=weight)
+        return run(e, c, targets, **kw), None
     # c̄ serves the forward (no softcap) and the tile backward's rank-one part.
     tiles = p.backward == "tiles"
     use_cbar = smoothing and (p.softcap is None or needs_grad and tiles)

@@ -33,7 +33,17 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import cast, dot, grad_epilogue, tanh, wide_offsets
+from .common import (
+    cast,
+    dot,
+    grad_epilogue,
+    grouped,
+    online_softmax,
+    row_terms,
+    tanh,
+    tanh_scale,
+    wide_offsets,
+)
 from .configs import KernelConfig, arch_of, fit_to, interpreting, tma_config
 
 GROUP_N = 8
@@ -100,37 +110,16 @@ def _halves(x, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 
 @triton.jit
-def _softmax_part(acc, offs_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
-                  EVEN_V: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
-                  HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
-    """One subtile into the online (max, sum-exp, smoothing sum) of its rows: the loop
-    body of ``forward._forward_kernel`` on a tile of columns ``offs_v``."""
-    v_mask = offs_v < V
+def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
+    """``s·tanh(x/s)`` with ``x/s`` per element, where the other epilogues multiply by
+    ``tanh_scale``'s −2/s: this forward takes 255 registers, and the product form spilled
+    12–28 B under Triton 3.6 or 3.7.1 (sm_90a) in each of five orders tried (softcap per
+    quarter, per half, per tile; two forms of the column count); the division spills under
+    neither. Bits differ from the portable forward's in the last place, within the
+    forward's fp32 rounding (tests/kernels/test_hopper.py)."""
     if HAS_SOFTCAP:
-        acc = softcap * tanh(acc / softcap)
-    if EVEN_V:
-        z = acc
-    else:
-        z = tl.where(v_mask[None, :], acc, float("-inf"))
-    new_max = tl.maximum(row_max, tl.max(z, axis=1))
-    # A subtile past V (in the last tile) leaves new_max = -inf: shift by 0.
-    shift = tl.where(new_max == float("-inf"), 0.0, new_max)
-    row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
-    if HAS_SMOOTHING and HAS_SOFTCAP:
-        moved = tl.where(row_max == float("-inf"), 0.0, row_max - shift)
-        if HAS_WEIGHT:  # padded columns: w = 0 and acc = softcap·tanh(0) = 0
-            w = tl.load(Weight + offs_v, mask=v_mask, other=0.0)
-            inside = tl.sum((acc - shift[:, None]) * w[None, :], axis=1)
-            smooth = smooth + seen * moved + inside
-            seen += tl.sum(w, axis=0)
-        else:
-            if EVEN_V:
-                inside = tl.sum(acc - shift[:, None], axis=1)
-            else:
-                inside = tl.sum(tl.where(v_mask[None, :], acc - shift[:, None], 0.0), axis=1)
-            smooth = smooth + seen * moved + inside
-            seen += tl.sum(v_mask.to(tl.float32), axis=0)
-    return new_max, row_sum, smooth, seen
+        x = softcap * tanh(x / softcap, -2.0)
+    return x
 
 
 @triton.jit
@@ -139,24 +128,25 @@ def _softmax_sub(acc, off_v, V, row_max, row_sum, smooth, seen, Weight, softcap,
                  EVEN_V: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
     """``acc`` (columns from ``off_v``) into the online statistics as ``PARTS`` (1 or 2)
-    column blocks in turn: the fewer columns at a time, the fewer temporaries live."""
+    column blocks in turn (``common.online_softmax``, the portable forward's loop body):
+    the fewer columns at a time, the fewer temporaries live."""
+    SUMS: tl.constexpr = HAS_SMOOTHING and HAS_SOFTCAP
     if PARTS == 1:
-        out = _softmax_part(
-            acc, off_v + tl.arange(0, COLS), V, row_max, row_sum, smooth, seen, Weight,
-            softcap, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        row_max, row_sum, smooth, seen, _, _ = online_softmax(
+            _capped(acc, softcap, HAS_SOFTCAP), off_v, V, row_max, row_sum,
+            smooth, seen, Weight, EVEN_V, SUMS, HAS_WEIGHT,
         )  # fmt: skip
     else:
-        HALF: tl.constexpr = COLS // 2
         left, right = _halves(acc, ROWS, COLS)
-        row_max, row_sum, smooth, seen = _softmax_part(
-            left, off_v + tl.arange(0, HALF), V, row_max, row_sum, smooth, seen, Weight,
-            softcap, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        row_max, row_sum, smooth, seen, _, _ = online_softmax(
+            _capped(left, softcap, HAS_SOFTCAP), off_v, V, row_max, row_sum,
+            smooth, seen, Weight, EVEN_V, SUMS, HAS_WEIGHT,
         )  # fmt: skip
-        out = _softmax_part(
-            right, off_v + HALF + tl.arange(0, HALF), V, row_max, row_sum, smooth, seen,
-            Weight, softcap, EVEN_V, HAS_SMOOTHING, HAS_SOFTCAP, HAS_WEIGHT,
+        row_max, row_sum, smooth, seen, _, _ = online_softmax(
+            _capped(right, softcap, HAS_SOFTCAP), off_v + COLS // 2, V, row_max,
+            row_sum, smooth, seen, Weight, EVEN_V, SUMS, HAS_WEIGHT,
         )  # fmt: skip
-    return out
+    return row_max, row_sum, smooth, seen
 
 
 @triton.jit
@@ -217,11 +207,8 @@ def _tma_forward_kernel(
         row_sum = tl.where(fresh, 0.0, row_sum)
         smooth = tl.where(fresh, 0.0, smooth)
         seen = tl.where(fresh, 0.0, seen)
-        acc = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        for k in range(0, k_tiles):
-            e = e_desc.load([off_n, k * BLOCK_D])
-            c = c_desc.load([off_v, k * BLOCK_D])
-            acc = dot(e, c.T, acc, DOT_PRECISION, UPCAST_DOT)
+        acc = _logits(e_desc, c_desc, off_n, off_v, D, BLOCK_N, BLOCK_V, BLOCK_D,
+                      DOT_PRECISION, UPCAST_DOT)  # fmt: skip
         # The tile's columns in SUBTILES blocks, left to right (each block's temporaries
         # live alone: the accumulator already takes half of a thread's registers).
         lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
@@ -255,7 +242,7 @@ def _tma_forward_kernel(
 
 @triton.jit
 def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
-                Weight, v0, width, softcap, ROWS: tl.constexpr, COLS: tl.constexpr,
+                Weight, v0, width, softcap, tanh_k, ROWS: tl.constexpr, COLS: tl.constexpr,
                 SPLIT: tl.constexpr, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                 HAS_SOFTCAP: tl.constexpr, UPCAST_DOT: tl.constexpr):  # fmt: skip
     """The gradient of a half tile (slice columns from ``off_j``) stored through TMA:
@@ -266,25 +253,25 @@ def _grad_store(acc, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smo
         offs_j = off_j + tl.arange(0, COLS // 2)
         grad = grad_epilogue(
             q0, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
-            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+            softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
         )  # fmt: skip
         out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
         grad = grad_epilogue(
             q1, offs_j + COLS // 2, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0,
-            width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+            width, softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
         )  # fmt: skip
         out_desc.store([off_n, off_j + COLS // 2], cast(grad, out_desc.dtype, UPCAST_DOT))
     else:
         grad = grad_epilogue(
             acc, off_j + tl.arange(0, COLS), row_max, log_sum, a_inv, b_inv, smooth, y,
-            Weight, v0, width, softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+            Weight, v0, width, softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
         )  # fmt: skip
         out_desc.store([off_n, off_j], cast(grad, out_desc.dtype, UPCAST_DOT))
 
 
 @triton.jit
 def _slice_tile(e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
-                softcap, N, D, v0, width, off_n, off_j, BLOCK_N: tl.constexpr,
+                softcap, tanh_k, N, D, v0, width, off_n, off_j, BLOCK_N: tl.constexpr,
                 BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SMOOTHING: tl.constexpr,
                 HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                 DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -294,24 +281,18 @@ def _slice_tile(e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a,
     acc = _logits(e_desc, c_desc, off_n, v0 + off_j, D, BLOCK_N, BLOCK_V, BLOCK_D,
                   DOT_PRECISION, UPCAST_DOT)  # fmt: skip
     offs_n = off_n + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
-    log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
-    # The target's column in this slice, -1 outside it (int32 compares).
-    y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
-    y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
-    smooth = tl.load(S + offs_n, mask=n_mask, other=0.0) * inv if HAS_SMOOTHING else a
-    a_inv = a * inv
-    b_inv = b * inv
+    row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
+        RowMax, LogSum, S, Targets, a, b, inv, offs_n, offs_n < N, v0, width, HAS_SMOOTHING
+    )
     lo, hi = _halves(acc, BLOCK_N, BLOCK_V)
     _grad_store(
         lo, out_desc, off_n, off_j, row_max, log_sum, a_inv, b_inv, smooth, y,
-        Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+        Weight, v0, width, softcap, tanh_k, BLOCK_N, HALF, SUBTILES == 4,
         HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
     )  # fmt: skip
     _grad_store(
         hi, out_desc, off_n, off_j + HALF, row_max, log_sum, a_inv, b_inv, smooth, y,
-        Weight, v0, width, softcap, BLOCK_N, HALF, SUBTILES == 4,
+        Weight, v0, width, softcap, tanh_k, BLOCK_N, HALF, SUBTILES == 4,
         HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, UPCAST_DOT,
     )  # fmt: skip
 
@@ -350,14 +331,12 @@ def _tma_grad_slice_kernel(
     blocks with zero coefficients (all rows ignored) store zeros without a GEMM."""
     num_n = tl.cdiv(N, BLOCK_N)
     num_v = tl.cdiv(width, BLOCK_V)
-    per_group = GROUP_N * num_v
     inv = tl.load(InvScale)
+    tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
     for tile in tl.range(tl.program_id(0), num_n * num_v, tl.num_programs(0), flatten=FLATTEN):
-        # Grouped ordering: GROUP_N row blocks sweep the slice together (L2 reuse of C_s).
-        first_n = (tile // per_group) * GROUP_N
-        group_size = tl.minimum(num_n - first_n, GROUP_N)
-        off_n = (first_n + (tile % per_group) % group_size) * BLOCK_N
-        off_j = ((tile % per_group) // group_size) * BLOCK_V
+        pid_n, pid_j = grouped(tile, num_n, num_v, GROUP_N)  # L2 reuse of C_s
+        off_n = pid_n * BLOCK_N
+        off_j = pid_j * BLOCK_V
         offs_n = off_n + tl.arange(0, BLOCK_N)
         n_mask = offs_n < N
         a = tl.load(A + offs_n, mask=n_mask, other=0.0)
@@ -372,7 +351,7 @@ def _tma_grad_slice_kernel(
         if live:
             _slice_tile(
                 e_desc, c_desc, out_desc, RowMax, LogSum, S, Weight, Targets, a, b, inv,
-                softcap, N, D, v0, width, off_n, off_j, BLOCK_N, BLOCK_V, BLOCK_D,
+                softcap, tanh_k, N, D, v0, width, off_n, off_j, BLOCK_N, BLOCK_V, BLOCK_D,
                 HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP, DOT_PRECISION, UPCAST_DOT, SUBTILES,
             )  # fmt: skip
         else:
@@ -515,14 +494,13 @@ def lse_forward(
     softcap: float | None,
     weight: torch.Tensor | None = None,
 ):
-    """``forward.lse_forward`` (no logit sums, no tile LSEs) on the TMA kernel."""
+    """``forward.lse_forward`` (no logit sums, no tile LSEs; its arguments checked there) on
+    the TMA kernel."""
     from .forward import SPLIT_GRAIN, ForwardResult, _combine
     from .targets import target_logits
 
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    if smoothing and softcap is None and cbar is None:
-        raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
     cfg = config("forward", (n_rows, vocab, dim), e.device, weight is not None)
     splits = forward_splits(n_rows, vocab, e.device, cfg)
     grain = max(SPLIT_GRAIN, cfg.block_v)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .forward import ForwardResult
-from .slices import bytes_per_column, logit_slice, row_chunks, slice_width
+from .slices import bytes_per_column, inverse_cap, logit_slice, row_chunks, slice_width
 
 
 def _target_logits(
@@ -26,7 +26,7 @@ def _target_logits(
         rows = c.index_select(0, ids[part]).float()
         out[part] = torch.einsum("nd,nd->n", e[part].float(), rows)
     if softcap is not None:
-        out = softcap * torch.tanh(out / softcap)
+        out = softcap * torch.tanh(out * inverse_cap(softcap))
     return torch.where(valid, out, 0.0)
 
 
@@ -57,7 +57,7 @@ def torch_forward(
         cols = min(width, vocab - v0)
         z = logit_slice(buf[:, :cols], e, c[v0 : v0 + cols])
         if softcap is not None:
-            z.div_(softcap).tanh_().mul_(softcap)
+            z.mul_(inverse_cap(softcap)).tanh_().mul_(softcap)
         new_max = torch.maximum(row_max, z.amax(1))
         # Σ (z − max) relative to the running max: a common logit offset cancels.
         shifted = torch.sub(z, new_max[:, None], out=spare[:, :cols])

@@ -28,7 +28,15 @@ import triton
 import triton.language as tl
 
 from . import hopper
-from .common import cast, grad_epilogue, logit_tile, wide_offsets
+from .common import (
+    grad_epilogue,
+    grouped,
+    logit_tile,
+    row_terms,
+    store_tile,
+    tanh_scale,
+    wide_offsets,
+)
 from .configs import interpreting, pinned_config
 from .forward import dot_precision
 from .terms import Coefficients
@@ -87,15 +95,9 @@ def _grad_slice_kernel(
 ):
     """One (row block, slice tile) of G; row blocks with zero coefficients (all rows
     ignored) store zeros without a GEMM."""
-    pid = tl.program_id(0)
-    num_n = tl.cdiv(N, BLOCK_N)
-    num_v = tl.cdiv(width, BLOCK_V)
-    # Grouped ordering: GROUP_N row blocks sweep the slice together (L2 reuse of C_s).
-    per_group = GROUP_N * num_v
-    first_n = (pid // per_group) * GROUP_N
-    group_size = tl.minimum(num_n - first_n, GROUP_N)
-    pid_n = first_n + (pid % per_group) % group_size
-    pid_v = (pid % per_group) // group_size
+    pid_n, pid_v = grouped(
+        tl.program_id(0), tl.cdiv(N, BLOCK_N), tl.cdiv(width, BLOCK_V), GROUP_N
+    )  # L2 reuse of C_s
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_j = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -110,29 +112,23 @@ def _grad_slice_kernel(
             E, C, e_rows, c_rows, stride_ed, stride_cd, D,
             BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
-        row_max = tl.load(RowMax + offs_n % N)
-        log_sum = tl.load(LogSum + offs_n % N)
-        # The target's column in this slice, -1 outside it: the hit test compares int32
-        # column indices, not int64 vocab ids (64 64-bit compares per thread fewer).
-        y = tl.load(Targets + offs_n % N) - v0
-        y = tl.where((y >= 0) & (y < width), y, -1).to(tl.int32)
-        inv = tl.load(InvScale)
-        smooth = tl.load(S + offs_n % N) * inv if HAS_SMOOTHING else a
-        grad = grad_epilogue(
-            acc, offs_j, row_max, log_sum, a * inv, b * inv, smooth, y, Weight, v0, width,
-            softcap, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
+            RowMax, LogSum, S, Targets, a, b, tl.load(InvScale), offs_n, n_mask, v0, width,
+            HAS_SMOOTHING,
         )  # fmt: skip
-        # Output pointers and mask formed here, not before the GEMM: they were live
-        # through it. With the int32 hit test this ends Triton 3.9's 8 B spill with
-        # softcap and class weights (sm_90a, whose builds 3.9 hands to CUDA 13.4's
-        # ptxas, and sm_80); every slice build is spill-free under 3.6, 3.7 and 3.9.
-        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
-        mask = n_mask[:, None] & j_mask[None, :]
-        tl.store(out, cast(grad, Out.dtype.element_ty, UPCAST_DOT), mask=mask)
+        tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
+        grad = grad_epilogue(
+            acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+            softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+        )  # fmt: skip
+        # The int32 hit test (row_terms) and the output pointers formed at the store ended
+        # Triton 3.9's 8 B spill with softcap and class weights (sm_90a, whose builds 3.9
+        # hands to CUDA 13.4's ptxas, and sm_80); every slice build is spill-free under
+        # 3.6, 3.7 and 3.9.
+        store_tile(Out, grad, offs_n, offs_j, n_mask, j_mask, stride_on, UPCAST_DOT)
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
-        out = Out + wide_offsets(offs_n, stride_on)[:, None] + offs_j[None, :]
-        tl.store(out, zeros.to(Out.dtype.element_ty), mask=n_mask[:, None] & j_mask[None, :])
+        store_tile(Out, zeros, offs_n, offs_j, n_mask, j_mask, stride_on, UPCAST_DOT)
 
 
 _grad_slice = triton.heuristics(_HEURISTICS)(_grad_slice_kernel)
@@ -182,6 +178,14 @@ def logit_slice(out: torch.Tensor, e: torch.Tensor, c_s: torch.Tensor) -> torch.
     return out
 
 
+def inverse_cap(softcap: float) -> float:
+    """``1/softcap``, by which the torch engine multiplies where the kernels do. torch rounds
+    it to fp32 at the multiply: the kernels' correctly rounded fp32 ``1/s`` whenever ``s``
+    is an fp32 number (rounding a double quotient to fp32 is exact rounding). Plain Python
+    arithmetic, so torch.compile traces it without a break."""
+    return 1.0 / softcap
+
+
 def _torch_grad_slice(
     buf: torch.Tensor, spare: torch.Tensor | None, e, c, targets, row_max, log_sum, k,
     weight, inv_scale, v0: int, *, p,
@@ -190,7 +194,7 @@ def _torch_grad_slice(
     width = buf.shape[1]
     logit_slice(buf, e, c[v0 : v0 + width])
     if p.softcap is not None:
-        t = buf.div_(p.softcap).tanh_()
+        t = buf.mul_(inverse_cap(p.softcap)).tanh_()
         grad = torch.mul(t, p.softcap, out=spare)
     else:
         t, grad = None, buf

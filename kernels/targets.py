@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import tanh, wide_offsets
+from .common import tanh, tanh_scale, wide_offsets
 from .configs import interpreting
 
 BLOCK_N = 32
@@ -53,7 +53,7 @@ def _target_logit_kernel(
         c = tl.load(C + c_rows[:, None] + offs_d[None, :] * stride_cd, mask=mask, other=0.0)
         acc += tl.sum(e.to(tl.float32) * c.to(tl.float32), axis=1)
     if HAS_SOFTCAP:
-        acc = softcap * tanh(acc / softcap)
+        acc = softcap * tanh(acc, tanh_scale(softcap))
     tl.store(Out + offs_n, tl.where(valid, acc, 0.0), mask=n_mask)
 
 

@@ -38,12 +38,11 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
 def mann_whitney_greater_many(
     pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
 ) -> list[float]:
-    """``mann_whitney_greater`` of each ``(x, y)``: one scipy call per sample sizes and
-    method (the sensitivity harness's thousands of trials spent ~1 ms each in scipy's
-    per-call checks). ``scipy.stats.mannwhitneyu(x, y, alternative="greater")``, exact
-    without ties while ``len(x) * len(y) <= EXACT_LIMIT`` (scipy's own switch is at 8 per
-    sample: too early for 20-sample cells), else the normal approximation with tie and
-    continuity correction; NaN where a side is empty."""
+    """Each ``(x, y)``'s ``scipy.stats.mannwhitneyu(x, y, alternative="greater")``, one
+    call per sample sizes and method (sensitivity's thousands of trials: ~1 ms each alone);
+    exact without ties while ``len(x) * len(y) <= EXACT_LIMIT`` (scipy's own switch is at
+    8 per sample: too early for 20-sample cells), else the normal approximation with tie
+    and continuity correction; NaN where a side is empty."""
     groups: dict[tuple[int, int, str], list[int]] = {}
     for i, (x, y) in enumerate(pairs):
         if x and y:

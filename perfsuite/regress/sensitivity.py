@@ -140,12 +140,8 @@ def analyse(
 
     scaled = []
     for delta in SCALED_GRID:
-        stats = trials_of(
-            [
-                (base_runs[(a, r)], [x * (1 + delta) for x in current(UNCHANGED, b, r)])
-                for a, b, r in pairs
-            ]
-        )
+        scale = [(a, [x * (1 + delta) for x in current(UNCHANGED, b, r)], r) for a, b, r in pairs]
+        stats = trials_of([(base_runs[(a, r)], cur) for a, cur, r in scale])
         scaled.append({"slowdown": delta, "detected": flagged(stats, threshold) / len(pairs)})
     smallest = next((s["slowdown"] for s in scaled if s["detected"] >= TARGET_DETECTION), None)
 

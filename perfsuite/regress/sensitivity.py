@@ -17,7 +17,7 @@ from typing import Any
 
 from perfsuite.args import int_between, level, positive_int
 from perfsuite.fit import pipe_table
-from perfsuite.measure.stats import mann_whitney_greater, quantile, summarize
+from perfsuite.measure.stats import mann_whitney_greater_many, quantile, summarize
 from perfsuite.parser import print_error
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_collect import QUICK, UNCHANGED, HarnessConfig, collect
@@ -107,15 +107,17 @@ def analyse(
 
     # Per trial: the ratio and p(slower), once; compare's time rule judges them at any
     # threshold (a cell's whole verdict here: one ok row a side, no memory).
-    def trial(base: list[float], cur: list[float]) -> tuple[float, float]:
-        ratio = summarize(cur, "median") / summarize(base, "median")
-        return ratio, mann_whitney_greater(cur, base)
+    def trials_of(sides: list[tuple[list[float], list[float]]]) -> list[tuple[float, float]]:
+        ratios = [summarize(cur, "median") / summarize(base, "median") for base, cur in sides]
+        p_slower = mann_whitney_greater_many([(cur, base) for base, cur in sides])
+        return list(zip(ratios, p_slower, strict=True))
 
     def flagged(stats: list[tuple[float, float]], t: float) -> int:
         return sum(classify_time(x, p, 1.0, t, alpha) == "regression" for x, p in stats)
 
     trials = {
-        c: [trial(base_runs[(a, r)], current(c, b, r)) for a, b, r in pairs] for c in conditions
+        c: trials_of([(base_runs[(a, r)], current(c, b, r)) for a, b, r in pairs])
+        for c in conditions
     }
     rates = []
     for cond in conditions:
@@ -138,10 +140,8 @@ def analyse(
 
     scaled = []
     for delta in SCALED_GRID:
-        stats = [
-            trial(base_runs[(a, r)], [x * (1 + delta) for x in current(UNCHANGED, b, r)])
-            for a, b, r in pairs
-        ]
+        scale = [(a, [x * (1 + delta) for x in current(UNCHANGED, b, r)], r) for a, b, r in pairs]
+        stats = trials_of([(base_runs[(a, r)], cur) for a, cur, r in scale])
         scaled.append({"slowdown": delta, "detected": flagged(stats, threshold) / len(pairs)})
     smallest = next((s["slowdown"] for s in scaled if s["detected"] >= TARGET_DETECTION), None)
 

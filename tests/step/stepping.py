@@ -12,7 +12,7 @@ from typing import Any
 from perfsuite.cli import main
 from perfsuite.results.results import load_results
 
-QUICK = ["--layers", "1", "--seq", "16", "--batch", "1", "--samples", "2", "--warmup", "0"]
+QUICK = ["--layers", "1", "--seq", "4", "--batch", "1", "--samples", "2", "--warmup", "0"]
 METHODS = "eager,ours,liger,cce,torchtune-chunked,one-file"
 
 

@@ -38,8 +38,8 @@ def test_every_method_gets_every_case(smoke_run):
 def test_rows_carry_the_model_and_the_step(smoke_run):
     assert {r["kind"] for r in smoke_run.document["rows"]} == {"step"}  # oom ones too
     for row in smoke_run.rows(shape="smoke"):
-        assert (row["tokens"], row["vocab"], row["hidden"]) == (16, 2048, 128)
-        assert row["workload"] == "step(layers=1,seq=16,batch=1)"
+        assert (row["tokens"], row["vocab"], row["hidden"]) == (4, 2048, 128)
+        assert row["workload"] == "step(layers=1,seq=4,batch=1)"
         assert row["device"] == "cpu" and row["dtype"] == "fp32"
     for row in smoke_run.rows(shape="smoke", status="ok"):
         # the one protocol: an interpreted step gets one CPU-clock sample
@@ -90,7 +90,7 @@ def test_a_model_over_the_memory_limit_is_oom_and_nothing_is_lost(smoke_run):
 @pytest.mark.integration
 def test_the_console_table_fits_80_columns(smoke_run):
     out = smoke_run.out
-    assert "smoke step(layers=1,seq=16,batch=1): N=16 V=2048 D=128 fp32, β=0 on cpu" in out
+    assert "smoke step(layers=1,seq=4,batch=1): N=4 V=2048 D=128 fp32, β=0 on cpu" in out
     assert "tok/s" in out and "loss" in out and "unavail" in out and "N/A" in out
     assert "†" in out and "Triton interpreter" in out
     assert "oom" in out and "Traceback" not in out
@@ -107,10 +107,10 @@ def test_progress_lines_while_workers_run(smoke_run):
     out = " ".join(smoke_run.out.split())
     for method in MEASURED:
         assert f"{method}: worker starting (2 cell(s) to measure)" in out
-    started = re.findall(r"smoke N=16 fp32 β=0(?:\.1)?: started \(cell (\d+) of (\d+); peak ~", out)
+    started = re.findall(r"smoke N=4 fp32 β=0(?:\.1)?: started \(cell (\d+) of (\d+); peak ~", out)
     total = {int(n) for _, n in started}
     assert len(total) == 1 and sorted(int(i) for i, _ in started) == list(range(1, total.pop() + 1))
-    assert "llama3.2-1b N=16" not in out  # its cases were decided (oom): no worker, no line
+    assert "llama3.2-1b N=4" not in out  # its cases were decided (oom): no worker, no line
 
 
 def test_all_oom_exits_1_and_keeps_the_file(tmp_path):

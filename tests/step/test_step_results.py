@@ -29,7 +29,7 @@ def test_compare_reads_a_step_file_cell_by_cell(smoke_run, capsys):
     capsys.readouterr()
     assert main(["compare", path, path, "--accept-busy"]) == 0
     out = capsys.readouterr().out
-    assert "step(layers=1,seq=16,batch=1)" in out and " opt " in out and " step " in out
+    assert "step(layers=1,seq=4,batch=1)" in out and " opt " in out and " step " in out
     assert "same" in out and "Traceback" not in out
 
 
@@ -54,7 +54,7 @@ def test_history_stores_every_step_cell(smoke_run, tmp_path, capsys):
     phases = {row[0] for row in conn.execute("SELECT DISTINCT phase FROM cells")}
     workloads = {row[0] for row in conn.execute("SELECT DISTINCT workload FROM cells")}
     assert phases == set(STEP_PHASES)
-    assert "step(layers=1,seq=16,batch=1)" in workloads
+    assert "step(layers=1,seq=4,batch=1)" in workloads
     assert main(["history", "check", "--db", str(db)]) == 0
 
 

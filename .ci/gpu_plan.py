@@ -239,9 +239,10 @@ ESTIMATES = {
            "first light's ours ~15 s a β with its compiles, +6 s parent"),
     "8b": (150, 200, 20, 150, "never run: 8 slice configs + 3 weighted at ~12 s each (a Triton "
            "compile and do_bench's 60 ms), the step's own --budget-s 140 stops it"),
-    "t": (40, 120, 20, 120, "reports/nvidia-h200/raw/8-tma-candidates: the same step, 11 "
+    "t": (45, 120, 20, 120, "reports/nvidia-h200/raw/8-tma-candidates: the same step, 11 "
           "configs, best pair, cuBLAS route, portable kernels, in 36 s of wall on a fresh "
-          "H200 (cold caches); the CPU rehearsal (128x384x64, interpreted) 11 s here"),
+          "H200 (cold caches; 12 configs now, two of them 2 CTAs/SM); the CPU rehearsal "
+          "(128x384x64, interpreted) 11 s here"),
     "8c": (60, 180, 120, 300, "never run on a GPU: converge's small preset trains 400 steps "
            "in ~25 s (its estimate, item 5), then a 4,096-row dump"),
     "8d": (90, 220, 40, 240, "never run on a GPU: 7 rows (1 + 3 filters x 2 orders at 2^-12, "

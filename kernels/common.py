@@ -247,3 +247,22 @@ def grad_epilogue(acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight
     else:
         grad -= tl.where(hit, b_inv[:, None], 0.0)
     return grad
+
+
+@triton.jit
+def grad_tile(Out, acc, RowMax, LogSum, S, Targets, Weight, a, b, inv, offs_n, offs_j, n_mask,
+              j_mask, v0, width, stride_on, softcap, HAS_SMOOTHING: tl.constexpr,
+              HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+              FIX_BF16: tl.constexpr):  # fmt: skip
+    """A tile's gradient from its fp32 logits ``acc``, stored: ``row_terms`` after the GEMM,
+    ``grad_epilogue``, ``store_tile`` (the portable slice kernel and the cuBLAS route's
+    epilogue, whose tiles differ only in where ``acc`` comes from)."""
+    row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
+        RowMax, LogSum, S, Targets, a, b, inv, offs_n, n_mask, v0, width, HAS_SMOOTHING
+    )
+    tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
+    grad = grad_epilogue(
+        acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
+        softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
+    )  # fmt: skip
+    store_tile(Out, grad, offs_n, offs_j, n_mask, j_mask, stride_on, FIX_BF16)

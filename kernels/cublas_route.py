@@ -27,9 +27,8 @@ import triton
 import triton.language as tl
 
 from .common import (
-    grad_epilogue,
+    grad_tile,
     online_softmax,
-    row_terms,
     softcapped,
     store_tile,
     tanh_scale,
@@ -172,16 +171,11 @@ def _grad_epilogue_kernel(
     if tl.max(tl.abs(a) + tl.abs(b), axis=0) > 0:
         z_ptrs = Z + wide_offsets(offs_n, stride_zn)[:, None] + offs_j[None, :]
         acc = tl.load(z_ptrs, mask=n_mask[:, None] & j_mask[None, :], other=0.0)
-        row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
-            RowMax, LogSum, S, Targets, a, b, tl.load(InvScale), offs_n, n_mask, v0, width,
-            HAS_SMOOTHING,
+        grad_tile(
+            Out, acc, RowMax, LogSum, S, Targets, Weight, a, b, tl.load(InvScale), offs_n,
+            offs_j, n_mask, j_mask, v0, width, stride_on, softcap, HAS_SMOOTHING, HAS_WEIGHT,
+            HAS_SOFTCAP, INTERPRETING,
         )  # fmt: skip
-        tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
-        grad = grad_epilogue(
-            acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
-            softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
-        )  # fmt: skip
-        store_tile(Out, grad, offs_n, offs_j, n_mask, j_mask, stride_on, INTERPRETING)
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
         store_tile(Out, zeros, offs_n, offs_j, n_mask, j_mask, stride_on, INTERPRETING)

@@ -29,12 +29,10 @@ import triton.language as tl
 
 from . import hopper
 from .common import (
-    grad_epilogue,
+    grad_tile,
     grouped,
     logit_tile,
-    row_terms,
     store_tile,
-    tanh_scale,
     wide_offsets,
 )
 from .configs import interpreting, pinned_config
@@ -112,20 +110,15 @@ def _grad_slice_kernel(
             E, C, e_rows, c_rows, stride_ed, stride_cd, D,
             BLOCK_N, BLOCK_V, BLOCK_D, EVEN_D, DOT_PRECISION, UPCAST_DOT,
         )  # fmt: skip
-        row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
-            RowMax, LogSum, S, Targets, a, b, tl.load(InvScale), offs_n, n_mask, v0, width,
-            HAS_SMOOTHING,
-        )  # fmt: skip
-        tanh_k = tanh_scale(softcap) if HAS_SOFTCAP else softcap
-        grad = grad_epilogue(
-            acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight, v0, width,
-            softcap, tanh_k, HAS_SMOOTHING, HAS_WEIGHT, HAS_SOFTCAP,
-        )  # fmt: skip
         # The int32 hit test (row_terms) and the output pointers formed at the store ended
         # Triton 3.9's 8 B spill with softcap and class weights (sm_90a, whose builds 3.9
         # hands to CUDA 13.4's ptxas, and sm_80); every slice build is spill-free under
         # 3.6, 3.7 and 3.9.
-        store_tile(Out, grad, offs_n, offs_j, n_mask, j_mask, stride_on, UPCAST_DOT)
+        grad_tile(
+            Out, acc, RowMax, LogSum, S, Targets, Weight, a, b, tl.load(InvScale), offs_n,
+            offs_j, n_mask, j_mask, v0, width, stride_on, softcap, HAS_SMOOTHING, HAS_WEIGHT,
+            HAS_SOFTCAP, UPCAST_DOT,
+        )  # fmt: skip
     else:
         zeros = tl.zeros((BLOCK_N, BLOCK_V), dtype=tl.float32)
         store_tile(Out, zeros, offs_n, offs_j, n_mask, j_mask, stride_on, UPCAST_DOT)

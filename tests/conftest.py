@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
+import io
 import json
 import os
 import shutil
@@ -39,7 +41,6 @@ write_bytecode()
 # (they found nothing to free, ~1 s a process): pytest_collection_finish turns them on.
 gc.disable()
 
-TESTS = Path(__file__).resolve().parent
 # This session's temporary folder (TMPDIR for it and every process it starts): what a
 # test leaves there is seen, and the whole folder goes at the end (issue 20: a test
 # run left /tmp/perfsuite-* folders behind).
@@ -89,8 +90,6 @@ def no_leftover_temporary_folders() -> Iterator[None]:
 @pytest.fixture
 def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registers tests/plugins/fake_methods.py, here and in every worker started."""
-    from plugins import use_plugins
-
     use_plugins(monkeypatch, "plugins.fake_methods")
 
 
@@ -182,6 +181,26 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
             ran = step([*argv, *QUICK], out)
         said.write_text(json.dumps({"code": ran.code, "out": ran.out, "err": ran.err}))
         return ran
+
+
+@pytest.fixture(scope="session")
+def cheap_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One cheap run through the real entry point (tests/test_cli.py, test_every_command.py
+    read it): over an existing file with --force, under umask 022, the shape named twice,
+    eager at β 0 and 0.1, every phase; its file and its console output."""
+    from perfsuite.cli import main
+
+    out = tmp_path_factory.mktemp("cheap") / "r.json"
+    out.write_text("old")
+    argv = ["run", "--shape", "smoke, smoke", "--methods", "eager", "--samples", "2", "--force"]
+    old, printed = os.umask(0o022), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = main([*argv, "--out", str(out)])
+    finally:
+        os.umask(old)
+    assert code == 0, printed.getvalue()
+    return out, printed.getvalue()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -1,9 +1,12 @@
-"""Bad input, for every command, as a user types it: one ``error:`` line on stderr,
-nothing on stdout, exit status 2, and nothing written or changed on disk.
+"""Bad input, for every command, as a user types it: one ``error:`` line on stderr
+(saying what the case gives, where it gives it), nothing on stdout, exit status 2, no
+process started (the suite's guard) and nothing written or changed on disk. Parser
+errors' own wording: tests/test_parser.py.
 
 Placeholders in an argv: ``{T}`` a scratch folder (the working directory too), ``{M}`` a
 folder that does not exist, ``{F}`` a plain file, ``{J}`` a file that is not JSON,
-``{R}`` a copy of a committed results file, ``{G}`` a committed sweep's results."""
+``{R}`` a copy of a committed results file, ``{G}`` a committed sweep's results, ``{H}``
+a history database holding ``{R}``."""
 
 from __future__ import annotations
 
@@ -19,31 +22,53 @@ REPORTS = Path(__file__).resolve().parents[1] / "reports"
 SMOKE = REPORTS / "cpu-smoke" / "results.json"
 GRID = REPORTS / "cpu-sweep-small" / "results.json"
 TINY = ["--tokens", "16", "--vocab", "64", "--hidden", "8"]
+CELL = ["--shape", "smoke", "--methods", "eager", "--phases", "fwd"]  # smallest: ~23.2 MiB
+FILE = "{F} is a file, not a folder"  # one check, one wording for every outputs folder
+BELOW = "is below the smallest cell's predicted peak, ~23.2 MiB"
 
-# command -> bad invocations (argv after the command; a dict adds environment variables)
-CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
+# command -> bad invocations: argv after the command, or (argv, what the error line says),
+# or (argv, environment variables, what it says)
+Case = list[str] | tuple[list[str], str] | tuple[list[str], dict[str, str], str]
+CASES: dict[str, list[Case]] = {
     "run": [
-        ["--methods", "nosuch"],
-        ["--shape", "nope"],
+        (["--methods", "nosuch"], "unknown method"),
+        (["--shape", "nope"], "unknown shape"),
         ["--shape", ","],
-        ["--tokens", "-3"],
-        ["--beta", "2"],
+        (["--tokens", "-3"], "must be positive"),
+        (["--beta", "2"], "outside"),
         ["--phases", "sideways"],
-        ["--softcap", "nan"],
+        *((["--softcap", value], "--softcap") for value in ("nan", "inf", "-1", "0")),
         ["--samples", "x"],
-        ["--memory-limit", "1", "--device", "cpu"],
+        (["--samples", "100000000000"], "--samples must be in ["),
+        (["--warmup", "5000000"], "--warmup must be in ["),
+        (["--warmup", "-1"], "0 or more"),
+        (["--timeout", "0"], "finite number > 0"),
+        (["--timeout", "nan"], "finite number > 0"),
+        (["--seed", "12345678901234567890"], "2**32 - 1"),
+        (["--seed", "-1"], "0 or more"),
+        (["--memory-limit", "0"], "--memory-limit must be a size > 0"),
+        ([*CELL, "--memory-limit", "1", "--device", "cpu"], f"--memory-limit 1 B {BELOW}"),
+        ([*CELL, "--memory-limit", "1K", "--device", "cpu"], f"--memory-limit 1 KiB {BELOW}"),
+        ([*CELL, "--memory-limit", "20M", "--device", "cpu"], f"--memory-limit 20 MiB {BELOW}"),
         ["--memory-limit", "lots"],
+        (["--shape", "gemma2-9b", "--device", "cpu"], "N x V logits"),
         ["--tokens", "100000000", "--shape", "gemma2-9b", "--device", "cpu"],
+        # impossible synthetic workloads: they used to reach the workers as error rows
+        ([*CELL, "--vocab", "256", "--entropy", "100"], "outside [0, log V = 5.55] nats for V=256"),
+        ([*CELL, "--zipf", "nan"], "--zipf must be a finite number"),
+        ([*CELL, "--entropy", "inf"], "--entropy must be a finite number"),
         ["--tp", "0"],
         ["--workload", "{M}/e.safetensors"],
-        ["--out", "{F}/r.json"],
-        ["--methods", "eager", "--out", "{R}"],
+        (["--out", "{F}/r.json"], FILE),
+        (["--methods", "eager", "--out", "{R}"], "--out"),
+        ([*CELL, "--out", "{T}"], "--out"),
     ],
     "sweep": [
         [*TINY, "--methods", "nosuch"],
         ["--tokens", "x"],
         [*TINY, "--beta", "2"],
-        [*TINY, "--out", "{F}/s.json"],
+        ([*TINY, "--out", "{F}/s.json"], FILE),
+        ([*TINY, "--out", "{T}"], "--out"),  # not an existing sweep to --resume
         [*TINY, "--resume"],
         [*TINY, "--redo", "error"],
         [*TINY, "--shard", "3/3"],
@@ -55,7 +80,7 @@ CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
         ["--memory-limit", "lots"],
         ["--methods", "nosuch"],
         ["--beta", "x"],
-        ["--out", "{F}/st.json"],
+        (["--out", "{F}/st.json"], FILE),
     ],
     "converge": [
         ["--steps", "0"],
@@ -64,21 +89,22 @@ CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
         ["--beta", "2"],
         ["--dtype", "fp8"],
         ["--data", "poems"],
-        ["--out", "{F}/c.json"],
+        (["--out", "{F}/c.json"], FILE),
         ["--render", "{M}/c.json"],
     ],
-    "shapes": [["extra"], ["--no-such-option"]],
+    "shapes": [["extra"]],
     "methods": [
         ["--tp", "x"],
-        ["--bogus"],
-        ([], {"PERFSUITE_PLUGINS": "no_such_plugin_module"}),
+        ([], {"PERFSUITE_PLUGINS": "no_such_plugin_module"}, "no_such_plugin_module"),
+        ([], {"PERFSUITE_PLUGINS": "perfsuite.fit"}, "'perfsuite.fit' has no METHODS list"),
     ],
     "report": [
         ["{M}/r.json"],
         ["{J}"],
         ["{R}", "--format", "pdf"],
         ["{R}", "-o", "{R}"],
-        ["{R}", "-o", "{F}/t.md"],
+        (["{R}", "-o", "{F}/t.md"], FILE),
+        ["{R}", "-o", "{T}"],
         ["{R}", "--paper", "{M}/paper.csv"],
     ],
     "plot": [
@@ -86,27 +112,25 @@ CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
         ["{J}", "-o", "{T}/plots"],
         ["{G}", "-o", "{T}/plots", "--dpi", "1e5"],
         ["{G}", "-o", "{T}/plots", "--phase", "sideways"],
-        ["{G}", "-o", "{F}/plots"],
+        (["{G}", "-o", "{F}/plots"], FILE),
     ],
     "merge": [
         [],
         ["{M}/r.json", "-o", "{T}/m.json"],
         ["{J}", "-o", "{T}/m.json"],
         ["{R}", "--duplicates", "maybe", "-o", "{T}/m.json"],
-        ["{R}", "-o", "{F}/m.json"],
+        (["{R}", "-o", "{F}/m.json"], FILE),
+        ["{R}", "-o", "{T}"],
         ["{R}", "-o", "{R}"],
     ],
     "compare": [
-        [],
         ["{R}", "{M}/r.json"],
         ["{R}", "{J}"],
-        ["{R}", "{R}", "--metric", "mode"],
         ["{R}", "{R}", "--alpha", "2"],
         ["{R}", "{R}", "--time-threshold", "-1"],
     ],
     "baseline": [
         [],
-        ["update"],
         ["update", "{M}/r.json", "--root", "{T}/bl"],
         ["update", "{J}", "--root", "{T}/bl"],
         ["update", "{R}", "--root", "{F}"],
@@ -120,16 +144,17 @@ CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
         ["--good", "a", "--bad", "b", "--phase", "sideways"],
     ],
     "sensitivity": [
-        ["--slowdowns", "abc"],
-        ["--method", "nope"],
+        (["--slowdowns", "abc"], "--slowdowns"),
+        (["--method", "nope"], "no such method"),
+        (["--method", "ours-tiles"], "interpreter"),
         ["--runs", "0"],
         ["--samples", "0"],
         ["--reanalyse", "{M}/s.json"],
-        ["--reanalyse", "{R}"],
+        (["--reanalyse", "{R}"], "not a file written"),
+        (["--quick", "--out", "{T}"], "is a folder; give a file name"),
+        (["--quick", "--out", "{F}/s.json"], FILE),
     ],
     "history": [
-        [],
-        ["nope"],
         ["add", "--db", "{T}/h.sqlite", "{M}/r.json"],
         ["add", "--db", "{T}/h.sqlite", "{J}"],
         ["list", "--db", "{J}"],
@@ -137,11 +162,12 @@ CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
         ["sensitivity", "--trials", "0"],
         ["demo", "--runs", "0", "-o", "{T}/demo"],
         ["demo", "--runs", "1000000", "-o", "{T}/demo"],
+        (["demo", "-o", "{F}/demo"], FILE),
     ],
     "dashboard": [
         ["--db", "{M}/h.sqlite", "-o", "{T}/site"],
         ["--db", "{J}", "-o", "{T}/site"],
-        ["--bogus"],
+        (["--db", "{H}", "-o", "{F}/site"], FILE),
     ],
     "workload": [
         [],
@@ -154,17 +180,30 @@ CASES: dict[str, list[list[str] | tuple[list[str], dict[str, str]]]] = {
         ["--vocab", "0", "--out", "{T}/f"],
         ["--thresholds", "2", "--out", "{T}/f"],
         ["--dtype", "fp8"],
-        [*TINY, "--out", "{F}/f"],
+        ([*TINY, "--out", "{F}/f"], FILE),
     ],
     "kernel-report": [
-        ["--arch", "sm_1"],
-        ["--jobs", "x"],
-        ["--bogus"],
+        *(
+            (["--arch", a], f"unsupported arch '{a}'")
+            for a in ("sm_1", "sm_800", "sm_70", "sm_99x", "sm_120a", "sm100a")
+        ),
+        # issue 30: `--kernel nope` built nothing and exited 0 (a CI gate passed vacuously)
+        (["--kernel", "nope"], "--kernel 'nope': unknown; known: forward, slices, backward"),
+        (["--kernel", "forward,fwd"], "--kernel 'fwd': unknown; known: forward"),
+        (["--dtype", "fp8"], "--dtype 'fp8': unknown; known: bf16, fp16, fp32"),
     ],
 }
 
+
+def _unpacked(case: Case) -> tuple[list[str], dict[str, str], str]:
+    """(argv, environment, what the error line says) of a case."""
+    if isinstance(case, list):
+        return case, {}, ""
+    return case[0], case[1] if len(case) == 3 else {}, case[-1]
+
+
 PARAMS = [
-    pytest.param(command, *(case if isinstance(case, tuple) else (case, {})), id=f"{command}-{i}")
+    pytest.param(command, *_unpacked(case), id=f"{command}-{i}")
     for command, cases in CASES.items()
     for i, case in enumerate(cases)
 ]
@@ -178,8 +217,10 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize(("command", "argv", "env"), PARAMS)
-def test_bad_input_is_one_error_line_and_exit_2(command, argv, env, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(("command", "argv", "env", "says"), PARAMS)
+def test_bad_input_is_one_error_line_and_exit_2(
+    command, argv, env, says, tmp_path, monkeypatch, capsys
+):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     plain, not_json, results = scratch / "afile", scratch / "notjson.json", scratch / "r.json"
@@ -187,6 +228,10 @@ def test_bad_input_is_one_error_line_and_exit_2(command, argv, env, tmp_path, mo
     not_json.write_text("{ this is not json")
     shutil.copyfile(SMOKE, results)
     places = dict(T=scratch, M=tmp_path / "missing", F=plain, J=not_json, R=results, G=GRID)
+    places["H"] = db = tmp_path / "h.sqlite"
+    if "{H}" in argv:
+        assert main(["history", "add", "--db", str(db), str(SMOKE)]) == 0
+        capsys.readouterr()
     filled = [command, *(a.format(**places) for a in argv)]
     monkeypatch.chdir(scratch)  # a default output lands here, and is caught below
     monkeypatch.setenv("PERFSUITE_HISTORY_DB", str(scratch / "default.sqlite"))
@@ -202,4 +247,5 @@ def test_bad_input_is_one_error_line_and_exit_2(command, argv, env, tmp_path, mo
     assert code == 2, said
     assert out == "", said
     assert err.startswith("error: ") and err.count("\n") == 1, said
+    assert says.format(**places) in err, said
     assert _files(scratch) == before, said  # nothing written, nothing changed

@@ -40,10 +40,10 @@ def argvs(tmp: Path) -> dict[str, tuple[list[str], int]]:
     """Per subcommand: a real invocation and the exit code it must give."""
     db = tmp / "history.sqlite"
     return {
-        "run": (["run", "--shape", "smoke", *TINY, *QUICK, "--out", str(tmp / "r.json")], 0),
+        "run": ([], 0),  # the session's cheap run instead (tests/conftest.py)
         "shapes": (["shapes"], 0),
         "methods": (["methods"], 0),
-        "step": ([], 0),  # the session's smoke step run instead (tests/conftest.py)
+        "step": ([], 0),  # the session's smoke step run instead
         "sweep": (
             ["sweep", *TINY, "--beta", "0", "--dtype", "fp32", *QUICK]
             + ["--out", str(tmp / "s.json")],
@@ -88,27 +88,28 @@ def test_the_table_names_every_subcommand(tmp_path):
 )
 @pytest.mark.integration
 def test_every_subcommand_runs_from_the_entry_point(command, tmp_path, capsys, request):
-    if command == "step":  # the session's smoke step run, typed through main (conftest.py)
-        ran = request.getfixturevalue("smoke_run")
-        assert ran.code == 0 and "Traceback" not in ran.out + ran.err and ran.out.strip()
-        padded = [line for line in (ran.out + ran.err).splitlines() if line.endswith(" ")]
-        assert not padded, padded[:3]
-        return
     if command in ("history", "dashboard"):  # a database to read
         demo = tmp_path / "demo"
         assert main(["history", "demo", "-o", str(demo), "--runs", "8", "--step-at", "4"]) == 0
         assert main(["history", "import", str(demo), "--db", str(tmp_path / "history.sqlite")]) == 0
         capsys.readouterr()
-    argv, code = argvs(tmp_path)[command]
-    assert main(argv) == code
-    out = capsys.readouterr()
-    text = out.out + out.err
+    if command == "run":  # the session's runs, typed through main (tests/conftest.py)
+        text = request.getfixturevalue("cheap_run")[1]
+    elif command == "step":
+        ran = request.getfixturevalue("smoke_run")
+        assert ran.code == 0, ran.out + ran.err
+        text = ran.out + ran.err
+    else:
+        argv, code = argvs(tmp_path)[command]
+        assert main(argv) == code
+        out = capsys.readouterr()
+        text = out.out + out.err
     assert "Traceback" not in text and text.strip()
     # Issue 30: rich padded every line to the width in a file or a pipe.
     padded = [line for line in text.splitlines() if line.endswith(" ")]
     assert not padded, padded[:3]
     if command == "bisect":  # the same bisection names the slow commit
-        assert "first slow commit: " + git(tmp_path / "repo", "rev-parse", "HEAD") in out.out
+        assert "first slow commit: " + git(tmp_path / "repo", "rev-parse", "HEAD") in text
 
 
 def test_bisect_with_a_cell_reaches_the_command(tmp_path, capsys):

@@ -29,21 +29,19 @@ drop_checkout_root()
 
 
 def write_bytecode() -> None:
-    """Compiled modules cached for this session and every process it starts (~130
-    Pythons, which in a fresh clone under PYTHONDONTWRITEBYTECODE would each compile
-    perfsuite again, ~0.5 s apiece); ``__pycache__`` is git-ignored."""
+    """Compiled modules cached for every process the session starts (under
+    PYTHONDONTWRITEBYTECODE each would compile perfsuite again, ~0.5 s apiece)."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
 
 
 write_bytecode()
-# No collections while collection imports torch, transformers and every test module
-# (they found nothing to free, ~1 s a process): pytest_collection_finish turns them on.
+# No collections while collection imports torch and the rest (they found nothing to
+# free, ~1 s a process): pytest_collection_finish turns them on.
 gc.disable()
 
-# This session's temporary folder (TMPDIR for it and every process it starts): what a
-# test leaves there is seen, and the whole folder goes at the end (issue 20: a test
-# run left /tmp/perfsuite-* folders behind).
+# This session's TMPDIR, for it and every process it starts, removed at the end (issue
+# 20: a test run left /tmp/perfsuite-* folders behind).
 SESSION_TMP: Path | None = None
 
 
@@ -59,11 +57,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def one_thread() -> None:
-    """torch and the BLAS and OpenMP pools (numpy's OpenBLAS computes every tile of
-    Triton's interpreter) on one thread in the test process: its ops are small, and on
-    2 cores shared by the xdist workers a thread team waits for a descheduled member,
-    which doubled the CPU time of the kernel tests. The processes a test starts are
-    untouched (the harness sets the workers' threads)."""
+    """torch and the BLAS and OpenMP pools on one thread in the test process: on 2 cores
+    shared by the xdist workers a thread team waits for a descheduled member, which
+    doubled the kernel tests' CPU time (the harness sets the workers' threads)."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -116,16 +112,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def item_rank(item: pytest.Item) -> int:
-    """Where a test's module runs: the readers of the session's smoke step run first (0),
-    then the modules whose tests start processes (1), the in-process rest last (2).
-
-    xdist (``--dist load``) hands each worker a run of consecutive tests, then more as it
-    drains: the modules that take the smoke run as a fixture land on one worker, which
-    runs it while the other works on (not both, one waiting on the other's lock; the
-    readers that ask for it later find it made), and the long process-starting
-    tests come first, so that the suite ends on short ones, not on one worker's last
-    minute-long set-up while the other core idles. A module stays whole (its
-    module-scoped fixtures are made once)."""
+    """Where a test's module runs: the smoke step's readers first (0), then the modules
+    whose tests start processes (1), the in-process rest last (2). xdist hands each worker
+    consecutive tests: the smoke readers land on one worker (the other does not wait on its
+    lock), and the suite ends on short tests, not on one worker's minute-long set-up while
+    the other core idles. A module stays whole (its fixtures are made once)."""
     if item.get_closest_marker("skip") is not None:
         return 2
     if "smoke_run" in getattr(item, "fixturenames", ()):
@@ -137,12 +128,9 @@ def item_rank(item: pytest.Item) -> int:
 def unit_tests_stay_in_process(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """The two sets stay apart: a test that starts a process (a worker, torchrun's ranks,
-    a compiler, Chromium, a wheel build; git's and uname's reads and a library's own
-    build steps and probes aside, tests/process_guard.py) is marked ``integration``, and
-    ``-m "not integration"`` is the fast in-process set. ``PERFSUITE_SPAWN_LOG=FILE``
-    lists every process a test starts, marked or not (the suite's process count: the
-    processes those start are not in it), instead of failing the unmarked."""
+    """A test that starts a process (tests/process_guard.py says which count) is marked
+    ``integration``: ``-m "not integration"`` is the fast in-process set.
+    ``PERFSUITE_SPAWN_LOG=FILE`` lists every process a test starts instead of failing."""
     marked = request.node.get_closest_marker("integration") is not None
     log = os.environ.get("PERFSUITE_SPAWN_LOG")
     if marked and not log:
@@ -160,11 +148,9 @@ def unit_tests_stay_in_process(
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
-    """One smoke step run through the real entry point, shared by the tests that read it
-    (tests/step/, the entry-point and plugin tests): every method here (torch-compile
-    is the slow tests'; one-file is the plugin declared in one file), β 0 and 0.1, and a
-    real preset too big for the memory limit beside it. Under xdist the first worker to
-    ask runs it and the others read what it left (a session fixture is per worker)."""
+    """One smoke step run through the real entry point for the tests that read it: every
+    method (one-file: the plugin), β 0 and 0.1, and a real preset over the memory limit.
+    Under xdist the first worker to ask runs it and the others read what it left."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
     out, said = shared / "step-smoke.json", shared / "step-smoke.console.json"
@@ -204,9 +190,8 @@ def cheap_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """What collection imported (torch, transformers, every test module) lives as long as
-    the session: out of the collector's full passes, which scanned it again and again
-    (in-process tests spent ~13% of their time there)."""
+    """What collection imported lives as long as the session: out of the collector's
+    full passes (in-process tests spent ~13% of their time there)."""
     gc.collect()
     gc.freeze()
     gc.enable()

@@ -79,6 +79,9 @@ def test_an_interrupt_while_the_command_loads_exits_130_without_a_traceback(argv
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGINT's default action even when the suite runs in the background (`pytest &`:
+        # the shell ignores SIGINT, and so would the child)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     maps = Path(f"/proc/{proc.pid}/maps")

@@ -1,12 +1,13 @@
 """A method declared once, in one file (docs/development.md, "Add a method (one file)"):
-listed by ``methods`` and measured by ``run``, ``run --tp``, ``step`` and ``converge`` (the
-last in tests/converge/test_cli.py's sweep),
-through ``PERFSUITE_PLUGINS`` and through the ``perfsuite.methods`` entry-point group."""
+listed by ``methods`` and measured by ``run --tp``, ``step`` and ``converge`` (the last in
+tests/converge/test_cli.py's sweep), through ``PERFSUITE_PLUGINS`` and through the
+``perfsuite.methods`` entry-point group."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 from pathlib import Path
 
@@ -46,6 +47,11 @@ def test_the_recipe_is_the_plugin_file():
 
 
 def test_one_declaration_serves_every_kind(one_file):
+    """Listed by ``methods`` and ``methods --tp``; its one declaration serves each kind.
+    A plugin without methods: tests/test_bad_input.py."""
+    for argv in (["methods"], ["methods", "--tp"]):
+        code, printed = cli(*argv)
+        assert code == 0 and NAME in printed
     method = get_method(NAME)
     assert method.kinds == ("loss", "tp", "step", "train")
     assert all(NAME in methods_for(kind) for kind in ("loss", "tp", "step", "train"))
@@ -81,20 +87,6 @@ def test_memory_and_compilation_are_declared_not_named():
     assert "interpreter" in (methods["liger"].unsupported_reason(case) or "")
 
 
-def test_methods_lists_the_plugin(one_file):
-    code, printed = cli("methods")
-    assert code == 0 and NAME in printed
-    code, printed = cli("methods", "--tp")
-    assert code == 0 and NAME in printed
-
-
-def test_a_plugin_without_methods_is_one_line(monkeypatch, capsys):
-    monkeypatch.setenv("PERFSUITE_PLUGINS", "perfsuite.fit")
-    assert main(["methods"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "no METHODS" in err and len(err.splitlines()) == 1
-
-
 def _entry_point(root: Path) -> None:
     """An installed distribution whose ``perfsuite.methods`` entry point names a module."""
     (root / "ep_method.py").write_text(PLUGIN.read_text().replace('"one-file"', '"ep-method"'))
@@ -113,30 +105,23 @@ def test_an_entry_point_plugin_is_listed(tmp_path, monkeypatch):
     assert code == 0 and "ep-method" in printed
 
 
-@pytest.mark.integration
-def test_an_entry_point_plugin_is_measured_by_a_worker(tmp_path, monkeypatch):
-    """The worker finds the entry point too (PYTHONPATH): its cell is measured."""
-    _entry_point(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    out = tmp_path / "ep.json"
-    code, printed = cli("run", *SMALL, *QUICK, "--methods", "ep-method", "--out", str(out))
-    assert code == 0, printed
-    assert {r["status"] for r in load_results(out)["rows"]} == {"ok"}
-
-
 SMALL = ["--tokens", "48", "--vocab", "301", "--hidden", "16", "--dtype", "fp32", "--beta", "0"]
 QUICK = ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "0", "--timeout", "300"]
 
 
 @pytest.mark.integration
-def test_run_tp_measures_the_plugin(one_file, tmp_path):
-    """``run`` measures this file as ``ep-method`` above; here across 2 gloo ranks, V uneven."""
+def test_run_measures_the_plugin_and_an_entry_point_across_ranks(one_file, tmp_path, monkeypatch):
+    """This file through PERFSUITE_PLUGINS and as ``ep-method`` through an entry point
+    (the ranks find it too: PYTHONPATH), across 2 gloo ranks, V uneven."""
+    _entry_point(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ['PYTHONPATH']}")
     out = tmp_path / "run.json"
-    code, printed = cli("run", *SMALL, *QUICK, "--tp", "2", "--methods", NAME, "--out", str(out))
+    argv = ["run", *SMALL, *QUICK, "--tp", "2", "--methods", f"{NAME},ep-method"]
+    code, printed = cli(*argv, "--out", str(out))
     assert code == 0, printed
-    rows = load_results(out)["rows"]
-    assert rows and {(r["method"], r["status"], r["tp"]) for r in rows} == {(NAME, "ok", 2)}
+    cells = {(r["method"], r["status"], r["tp"]) for r in load_results(out)["rows"]}
+    assert cells == {(NAME, "ok", 2), ("ep-method", "ok", 2)}
 
 
 @pytest.mark.integration

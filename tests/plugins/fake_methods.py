@@ -3,6 +3,7 @@ every status the suite reports is provoked by a test."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -21,35 +22,28 @@ from perfsuite.method import (
 )
 
 
+def _eager(case: Case, c: torch.Tensor, before=lambda case: None, scale: float = 1.0) -> LossFn:
+    """Eager's loss, after ``before(case)`` (the misbehaviour) and times ``scale``."""
+
+    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        before(case)
+        return eager_loss(e, c, t, case.beta, case.softcap) * scale
+
+    return loss_fn
+
+
 def _wrong(case: Case, c: torch.Tensor) -> LossFn:
     # Drops the smoothing term and adds a bias: a plausible-looking wrong loss.
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return eager_loss(e, c, t, 0.0, case.softcap) * 1.01
-
-    return loss_fn
+    return _eager(dataclasses.replace(case, beta=0.0), c, scale=1.01)
 
 
-def _eager(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return eager_loss(e, c, t, case.beta, case.softcap)
-
-    return loss_fn
+def _raise(case: Case) -> None:
+    raise RuntimeError("deliberate failure inside the loss")
 
 
-def _raises(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError("deliberate failure inside the loss")
-
-    return loss_fn
-
-
-def _crashes_at_smoothing(case: Case, c: torch.Tensor) -> LossFn:
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        if case.beta > 0:
-            os.kill(os.getpid(), signal.SIGSEGV)
-        return eager_loss(e, c, t, case.beta, case.softcap)
-
-    return loss_fn
+def _crash_at_smoothing(case: Case) -> None:
+    if case.beta > 0:
+        os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def _broken_import(case: Case, c: torch.Tensor) -> LossFn:
@@ -64,71 +58,40 @@ def _refuses_at_prepare(case: Case, c: torch.Tensor) -> LossFn:
     return _eager(case, c)
 
 
+def _after(before):
+    return lambda case, c: _eager(case, c, before)
+
+
 def _sleeping(seconds: float):
-    def build(case: Case, c: torch.Tensor) -> LossFn:
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            time.sleep(seconds)
-            return eager_loss(e, c, t, case.beta, case.softcap)
-
-        return loss_fn
-
-    return build
+    return _after(lambda case: time.sleep(seconds))
 
 
+SMOOTHS = Capabilities(label_smoothing=True)
 _TERMS = Capabilities(label_smoothing=True, z_loss=True, class_weights=True)
 
 METHODS = [
-    SimpleMethod("fake-wrong", "biased loss", _wrong, caps=Capabilities(label_smoothing=True)),
+    SimpleMethod("fake-wrong", "biased loss", _wrong, caps=SMOOTHS),
     # Claims z-loss and class weights, computes plain eager: the gate must see it.
-    SimpleMethod(
-        "fake-zloss-ignored",
-        "z-loss variant without z-loss",
-        _eager,
-        caps=_TERMS,
-        terms=LossTerms(z_loss=0.05),
-    ),
-    SimpleMethod(
-        "fake-weights-ignored",
-        "weighted variant without weights",
-        _eager,
-        caps=_TERMS,
-        terms=LossTerms(class_weights=True),
-    ),
-    SimpleMethod(
-        "fake-no-smoothing", "eager without smoothing support", _eager, caps=Capabilities()
-    ),
-    SimpleMethod(
-        "fake-missing-package",
-        "needs a package that does not exist",
-        _eager,
-        requires=("perfsuite_no_such_package",),
-    ),
-    SimpleMethod(
-        "fake-raises", "raises in forward", _raises, caps=Capabilities(label_smoothing=True)
-    ),
-    SimpleMethod(
-        "fake-crash",
-        "segfaults at beta > 0",
-        _crashes_at_smoothing,
-        caps=Capabilities(label_smoothing=True),
-    ),
+    SimpleMethod("fake-zloss-ignored", "z-loss variant without z-loss", _eager, caps=_TERMS,
+                 terms=LossTerms(z_loss=0.05)),
+    SimpleMethod("fake-weights-ignored", "weighted variant without weights", _eager,
+                 caps=_TERMS, terms=LossTerms(class_weights=True)),
+    SimpleMethod("fake-no-smoothing", "eager without smoothing support", _eager,
+                 caps=Capabilities()),
+    SimpleMethod("fake-missing-package", "needs a package that does not exist", _eager,
+                 requires=("perfsuite_no_such_package",)),
+    SimpleMethod("fake-raises", "raises in forward", _after(_raise), caps=SMOOTHS),
+    SimpleMethod("fake-crash", "segfaults at beta > 0", _after(_crash_at_smoothing),
+                 caps=SMOOTHS),
     SimpleMethod("fake-broken-import", "import fails in the worker", _broken_import),
-    SimpleMethod(
-        "fake-refuses",
-        "refuses beta > 0 at prepare",
-        _refuses_at_prepare,
-        caps=Capabilities(label_smoothing=True),
-    ),
+    SimpleMethod("fake-refuses", "refuses beta > 0 at prepare", _refuses_at_prepare,
+                 caps=SMOOTHS),
     SimpleMethod("fake-sleeps", "takes a minute per call", _sleeping(60)),
     # A cell of a few seconds: progress lines while it runs (progress.HEARTBEAT_S patched).
     SimpleMethod("fake-slow", "0.4 s per call", _sleeping(0.4), timed_by_default=False),
     # Eager, declared a Triton method: on a CPU the runner treats it as interpreted
     # (TRITON_INTERPRET, its protocol, beside the native workers) without Triton's cost.
-    SimpleMethod(
-        "fake-interpreted",
-        "eager, scheduled and measured as an interpreted Triton method",
-        _eager,
-        caps=Capabilities(label_smoothing=True, triton=True),
-        timed_by_default=False,
-    ),
-]
+    SimpleMethod("fake-interpreted",
+                 "eager, scheduled and measured as an interpreted Triton method", _eager,
+                 caps=Capabilities(label_smoothing=True, triton=True), timed_by_default=False),
+]  # fmt: skip

@@ -1,14 +1,8 @@
-"""The suite's process guard (tests/conftest.py): which processes a test starts, less the
-ones that are no test's doing.
-
-Reads, not processes that measure: git and uname, the provenance a results file records.
-Triton's build steps and probes, not the test's: compiling a kernel for a GPU it runs
-ptxas (and its ``--version``), the C compiler (and ``file``) for its launcher,
-``/sbin/ldconfig -p`` to find libcuda, and cuobjdump or nvdisasm when SASS is asked
-for. On the H200 these failed 5 of the kernel's 14 CUDA tests at teardown (issue 45).
-They pass only when Triton's own code starts them (the first frame outside the standard
-library is in its package) and the program is one of its tools: the same program started
-by a test, or another program started by Triton, still counts."""
+"""The suite's process guard (tests/conftest.py): which processes a test starts, less
+git's and uname's reads (a results file's provenance) and Triton's own build steps and
+probes (ptxas, its launcher's C compiler and ``file``, ``ldconfig -p``, cuobjdump: they
+failed 5 of the kernel's CUDA tests at teardown on the H200, issue 45). Those pass only
+when Triton's code starts one of its tools; the same program started by a test counts."""
 
 from __future__ import annotations
 
@@ -26,10 +20,8 @@ from types import FrameType
 import pytest
 
 READS = ("git", "uname")
-# The programs Triton's own code may start: its NVIDIA toolchain (bundled in
-# triton/backends/nvidia/bin), the loader's cache (backends/nvidia/driver.py), and for
-# its launcher module the C compiler runtime/build.py picks ($CC, else gcc or clang) and
-# `file` (platform.architecture() in the cache key it gives the module).
+# Triton's own: its bundled NVIDIA toolchain, the loader's cache (libcuda), and for its
+# launcher the C compiler runtime/build.py picks ($CC, else gcc or clang) and `file`.
 TRITON_TOOLS = frozenset({"ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm", "ldconfig", "file"})
 COMPILERS = frozenset({"gcc", "clang", "cc"})
 

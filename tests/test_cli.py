@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -158,10 +160,6 @@ def test_an_interrupted_command_keeps_its_finished_cells(tmp_path, cells, how):
     """Ctrl-C used to discard every finished cell; SIGTERM also left the worker's
     temporary folder behind and the terminal's cursor hidden, and a sweep said nothing of
     its file. One driver, one wording: run and sweep alike."""
-    import json
-    import signal
-    import time
-
     out, tmp = tmp_path / "r.json", tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "FORCE_COLOR": "1", "COLUMNS": "100"}
@@ -252,24 +250,24 @@ def test_help_shows_defaults_and_speaks_to_users(capsys):
     assert all(f" {name} " in text for name in ("run", "shapes", "methods"))
 
 
-@pytest.mark.parametrize("flag", ["--attempt-all", None])
-def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path, flag):
+def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path):
     """Issue 30: `--force` meant "overwrite" to run and "attempt cells predicted not to
     fit" to sweep; sweep's is `--attempt-all`, and `--force` (an alias for a while,
     before any release) is no sweep option."""
     from perfsuite.plan.plan import PlanError
 
-    seen = {}
+    seen = []
 
     def stop(*args, **kwargs):
-        seen.update(kwargs)
+        seen.append(kwargs["force"])
         raise PlanError("stopped before measuring")
 
     monkeypatch.setattr("perfsuite.run.sweep.Sweep", stop)
     argv = ["sweep", "--tokens", "16", "--vocab", "64", "--hidden", "8", "--methods", "eager"]
     argv += ["--device", "cpu", "--out", str(tmp_path / "s.json")]
-    assert main(argv + ([flag] if flag else [])) == 2
-    assert seen["force"] is (flag is not None) and "stopped before measuring" in _error(capsys)
+    for extra in ([], ["--attempt-all"]):
+        assert main(argv + extra) == 2 and "stopped before measuring" in _error(capsys)
+    assert seen == [False, True]
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--force"])
     assert exc.value.code == 2 and "unrecognized arguments: --force" in _error(capsys)

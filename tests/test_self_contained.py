@@ -47,15 +47,16 @@ def test_report_paper_works_in_a_copy_of_the_checkout(tmp_path):
             shutil.copy2(source, clone / name)
     assert not (clone.parent / "shared").exists()
     env = {**os.environ, "PYTHONPATH": str(clone), "COLUMNS": "200"}
-    argv = [sys.executable, "-m", "perfsuite", "report", "reports/cpu-smoke/results.json"]
+    # the console script's call, after naming the perfsuite it runs
+    script = "import perfsuite, sys; print(perfsuite.__file__); from perfsuite.cli import main"
+    argv = [sys.executable, "-c", f"{script}; sys.exit(main())", "report", "--paper"]
     proc = subprocess.run(
-        [*argv, "--paper"], cwd=clone, env=env, capture_output=True, text=True, timeout=300
-    )
+        [*argv, "reports/cpu-smoke/results.json"], cwd=clone, env=env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(str(clone))  # the copy's code ran, not the checkout's
     assert "paper ×CCE" in proc.stdout and "ours_no_grad_filter" in proc.stdout
-    probe = [sys.executable, "-c", "import perfsuite; print(perfsuite.__file__)"]
-    where = subprocess.run(probe, cwd=clone, env=env, capture_output=True, text=True)
-    assert where.stdout.startswith(str(clone))  # the copy's code ran, not the checkout's
 
 
 def test_readme_is_a_front_page_whose_links_resolve():

@@ -252,8 +252,7 @@ def test_help_shows_defaults_and_speaks_to_users(capsys):
 
 def test_sweep_attempt_all_is_its_own_flag(monkeypatch, capsys, tmp_path):
     """Issue 30: `--force` meant "overwrite" to run and "attempt cells predicted not to
-    fit" to sweep; sweep's is `--attempt-all`, and `--force` (an alias for a while,
-    before any release) is no sweep option."""
+    fit" to sweep; sweep's is `--attempt-all`, and `--force` is no sweep option."""
     from perfsuite.plan.plan import PlanError
 
     seen = []

@@ -1,10 +1,7 @@
-"""Our top-level ``kernels/`` is not Hugging Face's ``kernels`` (issue 20).
-
-With the checkout's root on ``sys.path`` (``python -m pytest`` and ``python -m
-perfsuite`` run from it put it there), transformers' probe for the ``kernels``
-package imported ours as a top-level module. perfsuite drops the root when it loads
-(``perfsuite.checkout``); these tests import transformers first and then run a
-Triton method, in fresh interpreters started from the checkout's root."""
+"""Our top-level ``kernels/`` is not Hugging Face's ``kernels`` (issue 20): with the
+checkout's root on ``sys.path`` (``python -m pytest`` and ``-m perfsuite`` put it there),
+transformers' probe imported ours. perfsuite drops the root when it loads; these tests
+import transformers, then run a Triton method, in interpreters started from the root."""
 
 from __future__ import annotations
 

@@ -21,11 +21,7 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[1]
 # Distributions only the tests use, and their import names.
-TEST_TOOLS = {
-    "pytest": "pytest",
-    "pytest-xdist": "xdist",
-    "threadpoolctl": "threadpoolctl",
-}
+TEST_TOOLS = {"pytest": "pytest", "pytest-xdist": "xdist", "threadpoolctl": "threadpoolctl"}
 
 
 def _package_modules() -> set[str]:
@@ -100,12 +96,10 @@ def _system_packages() -> list[str]:
 
 @pytest.mark.integration
 def test_installed_wheel_runs_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
-    """Installed into a fresh venv and run from a folder outside the checkout with no
-    PYTHONPATH: the venv's perfsuite measures a cell and answers the help of the commands
-    that import the most of it. torch and the rest come from this interpreter's
-    site-packages, put on the venv's path by a .pth line, so that their .pth hooks do not
-    run: the checkout's editable install is one, and it would lend the wheel's perfsuite
-    the subpackages it lacks (the test passed on 45f5417 through it)."""
+    """Installed into a fresh venv, run outside the checkout with no PYTHONPATH: it
+    measures a cell and answers the help of the commands that import the most of it.
+    torch and the rest come from this interpreter's site-packages on a .pth line, so that
+    their .pth hooks (the checkout's editable install) lend it nothing it lacks."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"

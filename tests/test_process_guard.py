@@ -27,11 +27,9 @@ PyMODINIT_FUNC PyInit_guard_probe(void) { return PyModule_Create(&probe); }
 """
 
 
-# Triton's interpreter (TRITON_INTERPRET=1, which tests/kernels/ sets for the process)
-# patches triton.language while it runs a kernel and undoes it after, but a device
-# function the kernel calls (tl.max, tl.sum: jit functions of triton.language.standard)
-# patches tl.core again and never undoes that: a real compile later in the same process
-# then fails. The language as collection found it is put back for the compile.
+# Triton's interpreter (TRITON_INTERPRET=1, set by tests/kernels/) leaves tl.core patched
+# after a kernel's device function (tl.max, tl.sum) ran, and a real compile later in the
+# process fails: the language as collection found it is put back for the compile.
 _LANGUAGE = (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.tensor_descriptor_base)
 _AS_COLLECTED = [dict(vars(obj)) for obj in _LANGUAGE]
 

@@ -37,19 +37,9 @@ def _gathered(misbehave: str = ""):
     return build
 
 
-def _method(name: str, misbehave: str = "") -> SimpleMethod:
-    return SimpleMethod(
-        name=name,
-        description=f"all-gathered logits, {misbehave or 'exact'}",
-        caps=Capabilities(label_smoothing=True),
-        tp=AcrossRanks(_gathered(misbehave)),
-    )
-
-
 METHODS = [
-    _method("tp-gather"),
-    _method("tp-wrong", "wrong"),
-    _method("tp-raises", "raise"),
-    _method("tp-killed", "kill"),
-    _method("tp-hangs", "hang"),
-]
+    SimpleMethod(name, f"all-gathered logits, {misbehave or 'exact'}",
+                 caps=Capabilities(label_smoothing=True), tp=AcrossRanks(_gathered(misbehave)))
+    for name, misbehave in [("tp-gather", ""), ("tp-wrong", "wrong"), ("tp-raises", "raise"),
+                            ("tp-killed", "kill"), ("tp-hangs", "hang")]
+]  # fmt: skip

@@ -49,10 +49,10 @@ def test_report_paper_works_in_a_copy_of_the_checkout(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(clone), "COLUMNS": "200"}
     # the console script's call, after naming the perfsuite it runs
     script = "import perfsuite, sys; print(perfsuite.__file__); from perfsuite.cli import main"
-    argv = [sys.executable, "-c", f"{script}; sys.exit(main())", "report", "--paper"]
+    argv = [sys.executable, "-c", f"{script}; sys.exit(main())", "report"]
     proc = subprocess.run(
-        [*argv, "reports/cpu-smoke/results.json"], cwd=clone, env=env, capture_output=True,
-        text=True, timeout=300,
+        [*argv, "reports/cpu-smoke/results.json", "--paper"], cwd=clone, env=env,
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(str(clone))  # the copy's code ran, not the checkout's

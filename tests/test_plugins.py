@@ -46,12 +46,15 @@ def test_the_recipe_is_the_plugin_file():
     assert block is not None and block.group(1) == PLUGIN.read_text()
 
 
-def test_one_declaration_serves_every_kind(one_file):
-    """Listed by ``methods`` and ``methods --tp``; its one declaration serves each kind.
-    A plugin without methods: tests/test_bad_input.py."""
+def test_one_declaration_serves_every_kind(one_file, tmp_path, monkeypatch):
+    """Listed by ``methods`` and ``methods --tp``, beside an entry point's; its one
+    declaration serves each kind. A plugin without methods: tests/test_bad_input.py."""
+    _entry_point(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
     for argv in (["methods"], ["methods", "--tp"]):
         code, printed = cli(*argv)
-        assert code == 0 and NAME in printed
+        assert code == 0 and NAME in printed and "ep-method" in printed
+    assert get_method("ep-method").kinds == ("loss", "tp", "step", "train")
     method = get_method(NAME)
     assert method.kinds == ("loss", "tp", "step", "train")
     assert all(NAME in methods_for(kind) for kind in ("loss", "tp", "step", "train"))
@@ -94,15 +97,6 @@ def _entry_point(root: Path) -> None:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-method\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[perfsuite.methods]\nep = ep_method\n")
-
-
-def test_an_entry_point_plugin_is_listed(tmp_path, monkeypatch):
-    _entry_point(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("COLUMNS", "200")
-    assert get_method("ep-method").kinds == ("loss", "tp", "step", "train")
-    code, printed = cli("methods")
-    assert code == 0 and "ep-method" in printed
 
 
 SMALL = ["--tokens", "48", "--vocab", "301", "--hidden", "16", "--dtype", "fp32", "--beta", "0"]

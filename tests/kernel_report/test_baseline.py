@@ -2,14 +2,14 @@
 
 The smallest selection that has two variants (the target-logit kernel, bf16, sm_90a:
 two builds, each one ptxas and two cuobjdump runs) is built once per module and stored;
-each test then builds it again, through ``perfsuite.cli.main`` as a user types it
-(Triton's cache makes the rebuild of an unchanged tree cheap). Changed kernels are built
-from a temporary copy of the tree (``kernels/`` copied, then edited), in a child process
-started in that copy.
+the comparisons run ``perfsuite.cli.main`` as a user types it on that build. Edited
+kernels (a comment, a smaller tile) are built again from a temporary copy of the tree,
+in a child process started in that copy.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import triton
 
+from perfsuite import kernel_report
 from perfsuite.cli import main
 from perfsuite.kernel_report import build
 
@@ -74,11 +75,18 @@ def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
     assert sum('"kernel": "target_logit"' in line for line in lines) == BUILDS
 
 
-def test_an_unchanged_tree_compares_unchanged(stored, capsys, monkeypatch):
+def _compare(stored, folder: Path, monkeypatch, *extra: str) -> int:
+    """``kernel-report --baseline FOLDER`` as typed, its build the stored one's (building
+    this tree again is the tests' below, in a copy of it): the comparison and its table."""
+    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: copy.deepcopy(stored[1]))
+    return main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder), *extra])
+
+
+def test_the_same_builds_compare_unchanged(stored, capsys, monkeypatch):
     folder, _, _ = stored
     before = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 0
+    assert _compare(stored, folder, monkeypatch) == 0
     out = capsys.readouterr().out
     assert f"unchanged: {BUILDS} builds (same SASS)" in out, out
     assert "changed: 0 builds, 0 failing" in out and "only in" not in out
@@ -102,9 +110,9 @@ def _doctored(folder: Path, dest: Path, name: str = FILE) -> Path:
 
 
 def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monkeypatch):
-    folder = _doctored(stored[0], tmp_path / "doctored")
+    """... unless it is another Triton's, compared with --across-triton: never failed."""
     monkeypatch.setenv("COLUMNS", "200")  # a table row on one line
-    assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 1
+    assert _compare(stored, _doctored(stored[0], tmp_path / "same"), monkeypatch) == 1
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "FAIL" in line]
     (row,) = [r for r in stored[1]["rows"] if r["variant"] == "softcap"]
@@ -114,6 +122,14 @@ def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monk
     assert "FAIL: fewer CTAs/SM, instructions +10." in line
     assert "unchanged: 1 build (same SASS)" in out  # the other variant
     assert "changed: 1 build, 1 failing" in out
+    other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
+    assert _compare(stored, other, monkeypatch, "--across-triton") == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "gated" in line]
+    assert line.split()[:4] == HEAVY.split(), out
+    assert "not gated (across Triton versions); would fail: fewer CTAs/SM" in line
+    assert "baseline: Triton 0.0.1" in out
+    assert "changed: 1 build, 0 failing" in out
 
 
 def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, capsys):
@@ -127,20 +143,6 @@ def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, caps
         assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
         assert named in err and f"--save {folder}" in err and "--kernel target_logit" in err
         assert ("--across-triton" in err) == (folder == other)
-
-
-@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
-def test_across_triton_reports_and_never_fails(stored, tmp_path, capsys, monkeypatch):
-    other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
-    monkeypatch.setenv("COLUMNS", "200")
-    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(other)]
-    assert main([*argv, "--across-triton"]) == 0
-    out = capsys.readouterr().out
-    (line,) = [line for line in out.splitlines() if "gated" in line]
-    assert line.split()[:4] == HEAVY.split(), out
-    assert "not gated (across Triton versions); would fail: fewer CTAs/SM" in line
-    assert "baseline: Triton 0.0.1" in out
-    assert "changed: 1 build, 0 failing" in out
 
 
 @pytest.mark.parametrize(

@@ -4,23 +4,17 @@ tests/harness/test_lifecycle.py, tests/converge/test_kind.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from plugins import use_plugins
 
 from perfsuite.cli import main as perfsuite
 from perfsuite.converge.presets import PRESETS
 from perfsuite.results.results import load_results, write_results
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-TESTS = ROOT / "tests"
 # One sweep for the tests below, a worker a method (~7 CPU-s each: transformers' Llama)
 # but fake-missing-package's runs, decided in the parent (as an unsupported run is:
 # tests/converge/test_kind.py). one-file: the plugin declared in one file (test_plugins).
@@ -50,39 +44,27 @@ def _runs(path: Path) -> dict[tuple[str, float], dict]:
     return {(run["method"], run["beta"]): run for run in _document(path)["rows"]}
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int, list]:
-    """(results path, what was printed, exit code, each write's (partial, rows)) of one
-    converge sweep over the fake-method plugin, ours and eager at β 0 then 0.1."""
-    out = tmp_path_factory.mktemp("converge") / "converge.json"
-    argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
-    printed = io.StringIO()
+@pytest.mark.integration
+def test_ours_trains_like_eager_and_failures_are_recorded(tmp_path, monkeypatch, capsys):
+    """One sweep over the fake-method plugin, ours and eager at β 0 then 0.1: ours (its
+    torch engine, in its own worker) gets a `same` verdict, while a method that raises
+    and one whose package is missing are recorded without losing the others; the table
+    and the three figures land next to the JSON and are printed. The results are the
+    version 2 envelope, rewritten after each run, ``partial`` until the last."""
+    out = tmp_path / "converge.json"
     writes = []
 
     def write(path: Path, document: dict) -> Path:
         writes.append((document["env"].get("partial"), len(document["rows"])))
         return write_results(path, document)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("perfsuite.harness.command.write_results", write)
-        mp.setitem(PRESETS, "smoke", TINY)
-        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.one_file_method")
-        path = os.environ.get("PYTHONPATH", "")
-        mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
-        mp.syspath_prepend(str(TESTS))
-        mp.setenv("COLUMNS", "120")
-        with contextlib.redirect_stdout(printed):
-            code = main([*argv, "--out", str(out)])
-    return out, printed.getvalue(), code, writes
-
-
-@pytest.mark.integration
-def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str, int]):
-    """ours (its torch engine, in its own worker) gets a `same` verdict, while a method
-    that raises and one whose package is missing are recorded without losing the others;
-    the table and the three figures land next to the JSON and are printed."""
-    out, printed, code, _ = swept
-    assert code == 1  # fake-raises crashed
+    monkeypatch.setattr("perfsuite.harness.command.write_results", write)
+    monkeypatch.setitem(PRESETS, "smoke", TINY)
+    use_plugins(monkeypatch, "plugins.fake_methods,plugins.one_file_method")
+    monkeypatch.setenv("COLUMNS", "120")
+    argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
+    assert main([*argv, "--out", str(out)]) == 1  # fake-raises crashed
+    printed = capsys.readouterr().out
     runs = _runs(out)
     order = list(dict.fromkeys(m for m, _ in runs))
     assert order == ["eager", "eager-reordered", *METHODS], order
@@ -119,13 +101,6 @@ def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str
     assert runs["one-file", 0.0]["parity"]["verdict"] == "same"
     assert "busy" in runs["ours", 0.0]
     assert any(g["group"].startswith("ours N=") for g in env["machine"]["groups"])
-
-
-@pytest.mark.integration
-def test_the_results_are_the_envelope_written_after_every_run(swept, capsys):
-    """Version 2, a ``train`` row a run, its metrics nested; rewritten after each run,
-    ``partial`` until the last; the loss commands refuse it in one line."""
-    out, writes = swept[0], swept[3]
     raw = json.loads(out.read_text())
     assert raw["schema_version"] == 2 and "partial" not in raw["env"]
     assert all(r["kind"] == "train" and "steps" in r["metrics"] for r in raw["rows"])

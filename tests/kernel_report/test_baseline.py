@@ -60,8 +60,8 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     return folder, json.loads(out.stdout), out.stderr
 
 
-def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
-    folder, printed, _ = stored
+def test_save_writes_the_json_rows_and_says_its_progress(stored):
+    folder, printed, stderr = stored
     assert [p.name for p in folder.iterdir()] == [FILE]  # one file per Triton and arch set
     doc = json.loads((folder / FILE).read_text())
     assert doc["rows"] == printed["rows"] and len(doc["rows"]) == BUILDS
@@ -73,6 +73,15 @@ def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
     # one build per line, so a renewal's git diff names the builds it changes
     lines = (folder / FILE).read_text().splitlines()
     assert sum('"kernel": "target_logit"' in line for line in lines) == BUILDS
+    # Progress on stderr (stdout is --json's): `--save DIR` printed nothing for 400 s
+    # (issue 46). A line as it starts, then one per build with the count, the time so far
+    # and the time left.
+    lines = stderr.splitlines()
+    assert lines[0] == f"building {BUILDS} kernel launch(es), 2 at a time"
+    built = [line for line in lines if line.startswith("built target_logit[")]
+    variants = {line.split("[")[1].split("]")[0] for line in built}
+    assert len(built) == BUILDS and variants == set(VARIANTS)
+    assert f"({BUILDS} of {BUILDS}; " in built[-1] and "left)" in built[0]
 
 
 def _compare(stored, folder: Path, monkeypatch, *extra: str) -> int:
@@ -174,19 +183,6 @@ def test_a_stored_file_as_baseline_names_its_folder(stored, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: --baseline {folder / FILE}: is a file")
     assert err.endswith(f"the folder that holds it is {folder}\n")
-
-
-def test_builds_say_their_progress(stored):
-    """`kernel-report --save DIR` printed nothing for 400 s (issue 46): a line as it
-    starts, then one per build with the count, the time so far and the time left, on
-    stderr (stdout is the --json document's)."""
-    lines = stored[2].splitlines()
-    assert lines[0] == f"building {BUILDS} kernel launch(es), 2 at a time"
-    built = [line for line in lines if line.startswith("built target_logit[")]
-    assert len(built) == BUILDS and {line.split("[")[1].split("]")[0] for line in built} == set(
-        VARIANTS
-    )
-    assert f"({BUILDS} of {BUILDS}; " in built[-1] and "left)" in built[0]
 
 
 def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:

@@ -47,7 +47,7 @@ def test_missing_package_is_unavailable_on_either_device(monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
-def test_smoothing_is_unsupported_not_a_beta0_number(name):
+def test_smoothing_and_fp32_are_unsupported_not_another_number(name):
     method = BY_NAME[name]
     case = Case(**SMALL, dtype="bf16", beta=0.1, device="cuda")
     reason = method.unsupported_reason(case)
@@ -55,11 +55,8 @@ def test_smoothing_is_unsupported_not_a_beta0_number(name):
     with pytest.raises(Unsupported, match="no label smoothing"):
         method.prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"], dtype=torch.bfloat16))
     assert method.unsupported_reason(Case(**SMALL, dtype="bf16", beta=0.0)) is None
-
-
-def test_fp32_is_unsupported():
     # cce_backward_kernel asserts bf16/fp16 embeddings.
-    assert BY_NAME["cce"].unsupported_reason(Case(**SMALL, dtype="fp32")) == "no fp32 support"
+    assert method.unsupported_reason(Case(**SMALL, dtype="fp32")) == "no fp32 support"
 
 
 def test_no_sort_wiring_with_torch_kernels(monkeypatch):

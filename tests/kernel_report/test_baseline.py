@@ -141,7 +141,7 @@ def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monk
     assert "changed: 1 build, 0 failing" in out
 
 
-def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, capsys):
+def test_another_triton_version_none_or_a_file_is_one_error_line(stored, tmp_path, capsys):
     """No build: the baseline is looked for before any work."""
     other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
     cases = ((other, "Triton 0.0.1's baseline"), (tmp_path / "empty", "no baseline for Triton"))
@@ -152,6 +152,11 @@ def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, caps
         assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
         assert named in err and f"--save {folder}" in err and "--kernel target_logit" in err
         assert ("--across-triton" in err) == (folder == other)
+    saved = stored[0] / FILE  # the file, not its folder
+    assert main(["kernel-report", *SELECTION, "--baseline", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --baseline {saved}: is a file")
+    assert err.endswith(f"the folder that holds it is {stored[0]}\n")
 
 
 @pytest.mark.parametrize(
@@ -175,14 +180,6 @@ def test_bad_options_are_one_error_line(capsys, monkeypatch, extra, says):
     out, err = capsys.readouterr()
     assert out == "" and err == f"error: {err[7:]}" and err.count("\n") == 1, err
     assert says in err
-
-
-def test_a_stored_file_as_baseline_names_its_folder(stored, capsys):
-    folder, _, _ = stored
-    assert main(["kernel-report", *SELECTION, "--baseline", str(folder / FILE)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: --baseline {folder / FILE}: is a file")
-    assert err.endswith(f"the folder that holds it is {folder}\n")
 
 
 def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:

@@ -13,9 +13,18 @@ import torch.nn.functional as F
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.kernels import linear_cross_entropy
 from perfsuite.kernels.ablations import tiled_linear_cross_entropy
+from perfsuite.kernels.configs import KernelConfig
 
 # The tile ablation's knobs (kernels/ablations.py): off the public signature.
 TILE_OPTIONS = {"filter_eps", "sort_vocab", "accum_fp32", "tile_list"}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Small tiles: several row blocks, vocab tiles and D steps on tiny problems.
+TILE = KernelConfig(16, 32, 16, num_warps=4, num_stages=1)
+SMALL = dict(
+    forward=TILE,
+    backward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1, block_dd=16),
+    slices=TILE,
+)
 
 
 def lce(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor, **options) -> torch.Tensor:
@@ -53,6 +62,20 @@ def full_loss(e, c, targets, beta, softcap, reduction, weight=None, z_loss=0.0, 
     if reduction == "none":
         return loss + rows
     return loss + (rows.sum() / valid.sum() if reduction == "mean" else rows.sum())
+
+
+def grads(e, c, t, **options) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ours' loss (detached), dE and dC."""
+    e = e.detach().clone().requires_grad_()
+    c = c.detach().clone().requires_grad_()
+    loss = lce(e, c, t, **options)
+    loss.backward()
+    return loss.detach(), e.grad, c.grad
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """Bit patterns, so that two NaNs or -0.0 and 0.0 compare as what they are."""
+    return x.contiguous().view({2: torch.int16, 4: torch.int32}[x.element_size()])
 
 
 def _run(fn, e, c, targets, upstream):

@@ -22,16 +22,18 @@ SMALL = KernelConfig(16, 32, 16, num_warps=4, num_stages=1)
 # arithmetic where the unfused kernel skips them).
 SMALL_FLAT = KernelConfig(16, 32, 16, num_warps=4, num_stages=1, flatten=True)
 
-# (smoothing, softcap, class weights): weights reach both kernels only through smoothing.
-VARIANTS = [
-    (False, None, False),
-    (False, 20.0, False),
-    (True, None, False),
-    (True, 20.0, False),
-    (True, 20.0, True),
+# (dtype, smoothing, softcap, class weights, loops): weights reach both kernels only through
+# smoothing. Every variant once (fp16 on the heaviest), half of them with the loops fused;
+# smoothing with softcap, and class weights, run both ways.
+CASES = [
+    ("bf16", False, None, False, SMALL),
+    ("bf16", False, 20.0, False, SMALL_FLAT),
+    ("bf16", True, None, False, SMALL_FLAT),
+    ("bf16", True, 20.0, False, SMALL),
+    ("bf16", True, 20.0, True, SMALL_FLAT),
+    ("fp16", True, 20.0, True, SMALL),
 ]
-# bf16 over every variant, fp16 on the heaviest (the interpreter's cost is per case).
-CASES = [("bf16", *v) for v in VARIANTS] + [("fp16", True, 20.0, True)]
+IDS = [f"{d}-{s}-{c}-{w}-{'flat' if f.flatten else 'nest'}" for d, s, c, w, f in CASES]
 ALIGNED = [(1 << 20, 2304, 1), (1 << 21, 2304, 1)]
 
 
@@ -79,8 +81,7 @@ def _forward_inputs(dtype, smoothing, softcap, weighted, n=37, v=200, d=40):
     return e, c, t, kw
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_FLAT], ids=["nest", "flat"])
-@pytest.mark.parametrize("dtype, smoothing, softcap, weighted", CASES)
+@pytest.mark.parametrize("dtype, smoothing, softcap, weighted, cfg", CASES, ids=IDS)
 def test_forward_matches_portable_kernel_and_fp64(dtype, smoothing, softcap, weighted, cfg):
     e, c, t, kw = _forward_inputs(HALF[dtype], smoothing, softcap, weighted)
     with use_config(forward=cfg):
@@ -131,8 +132,7 @@ def _slice_inputs(dtype, smoothing, softcap, weighted, n=37, v=150, d=40):
     return e, c, t, row_max, log_sum, k, weight
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_FLAT], ids=["nest", "flat"])
-@pytest.mark.parametrize("dtype, smoothing, softcap, weighted", CASES)
+@pytest.mark.parametrize("dtype, smoothing, softcap, weighted, cfg", CASES, ids=IDS)
 def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, weighted, cfg):
     """Same logits (fp64 dots under the interpreter), same epilogue order: same bits, on a
     middle slice and on the short last one (its stores clipped at the slice's width)."""

@@ -2,19 +2,21 @@
 
 The reference is ``F.cross_entropy(weight=...)`` on materialised logits plus
 ``z_loss·lse²`` per valid row; the tolerance rule is the one every kernel test uses
-(helpers.check). Both engines, every reduction, β, softcap and dtype.
+(helpers.check). Both engines, every reduction, β, softcap and dtype; the engine is
+spread over the other axes so that each of its values meets every value of every other.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from helpers import check, full_loss, lce, make_inputs
+from helpers import DTYPES, check, full_loss, lce, make_inputs
 
 from perfsuite.kernels import LinearCrossEntropy, linear_cross_entropy
 from perfsuite.kernels.configs import interpreting
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ENGINES = ["triton", "torch"]
 
 
@@ -30,10 +32,15 @@ def _engine_ok(engine: str, device: str) -> None:
         pytest.skip("Triton on CPU needs the interpreter")
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("softcap", [None, 20.0])
-@pytest.mark.parametrize("beta", [0.0, 0.1])
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize(
+    ("dtype", "beta", "softcap", "engine"),
+    [
+        (dtype, beta, cap, ENGINES[(i + j + k) % 2])
+        for (i, dtype), (j, beta), (k, cap) in itertools.product(
+            enumerate(DTYPES), enumerate([0.0, 0.1]), enumerate([None, 20.0])
+        )
+    ],
+)
 def test_weight_and_z_loss_with_beta_softcap_dtype(device, dtype, beta, softcap, engine):
     _engine_ok(engine, device)
     e, c, t = make_inputs(29, 50, 40, DTYPES[dtype], device)  # two slices: 32, then 18
@@ -43,9 +50,15 @@ def test_weight_and_z_loss_with_beta_softcap_dtype(device, dtype, beta, softcap,
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("terms", ["weight", "z", "both"])
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize(
+    ("reduction", "terms", "engine"),
+    [
+        (reduction, terms, ENGINES[(i + j) % 2])
+        for (i, reduction), (j, terms) in itertools.product(
+            enumerate(["mean", "sum", "none"]), enumerate(["weight", "z", "both"])
+        )
+    ],
+)
 def test_each_term_through_each_reduction(device, reduction, terms, engine):
     _engine_ok(engine, device)
     e, c, t = make_inputs(29, 50, 40, torch.float32, device)
@@ -146,16 +159,22 @@ def test_per_token_weights_through_reduction_none(device):
 
 def test_module_keeps_weights_as_a_buffer(device):
     weight = _weights(64, device)
-    module = LinearCrossEntropy(weight=weight, z_loss=1e-3, label_smoothing=0.1)
-    assert "weight" in module.state_dict()
+    module = LinearCrossEntropy(weight=weight, z_loss=1e-3, label_smoothing=0.1, reduction="sum")
+    assert "weight" in module.state_dict() and "label_smoothing=0.1" in repr(module)
     e, c, t = make_inputs(16, 64, 8, torch.float32, device)
-    expected = full_loss(e, c, t, 0.1, None, "mean", weight, 1e-3)
+    expected = full_loss(e, c, t, 0.1, None, "sum", weight, 1e-3)
     torch.testing.assert_close(module(e, c, t), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "words"),
     [
+        (dict(label_smoothing=1.5), ValueError, "label_smoothing must be a float in [0, 1]"),
+        (dict(label_smoothing=-0.1), ValueError, "label_smoothing must be a float in [0, 1]"),
+        (dict(reduction="avg"), ValueError, "unknown reduction"),
+        (dict(impl="magic"), ValueError, "unknown impl"),
+        (dict(softcap=-1.0), ValueError, "softcap must be None or a positive float"),
+        (dict(filter_eps="high"), ValueError, "filter_eps must be"),  # the tile ablation's
         (dict(weight=torch.ones(5)), ValueError, "weight must have shape (64,)"),
         (dict(weight=torch.ones(64, 1)), ValueError, "weight must have shape"),
         (dict(weight=-torch.ones(64)), ValueError, "negative class weight"),

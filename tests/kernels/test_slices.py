@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import DTYPES, SMALL, bits, check, full_loss, grads, lce, make_inputs
 
-from perfsuite.kernels import slices
+from perfsuite.kernels import cublas_route, slices
 from perfsuite.kernels.configs import use_config
 
 
@@ -28,20 +28,23 @@ def test_triton_engine_matches_reference_over_several_slices(device, dtype, beta
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_engines_agree(device, dtype):
-    """The torch engine is the same algorithm: equal to the Triton path up to rounding."""
+def test_engines_agree(device, dtype, monkeypatch):
+    """The torch engine and the cuBLAS route (bf16, its small epilogue blocks) are the same
+    algorithm: equal to the Triton path up to the order of fp32 sums and one rounding of G
+    and of the output in 16-bit types."""
     if device != "cpu":
         pytest.skip("the torch engine is the CPU path")
+    monkeypatch.setattr(cublas_route, "INTERPRETER_BLOCK", (16, 32))
     e, c, t = make_inputs(40, 200, 48, DTYPES[dtype], device)  # budget 1: slices of 128, 72
     options = dict(label_smoothing=0.1, softcap=20.0, memory_budget=1)
     with use_config(**SMALL):
         tri = grads(e, c, t, engine="triton", **options)
-        nat = grads(e, c, t, engine="torch", **options)
-    for name, a, b in zip(("loss", "dE", "dC"), tri, nat, strict=True):
-        scale = b.float().abs().max().item()
-        # fp32: reassociation only; 16-bit: one rounding of G and of the output.
-        tol = 1e-5 if dtype == "fp32" else 2 * 2**-8
-        assert (a.float() - b.float()).abs().max().item() <= tol * scale, name
+    for engine in ("torch", "cublas") if dtype == "bf16" else ("torch",):
+        other = grads(e, c, t, engine=engine, **options)
+        for name, a, b in zip(("loss", "dE", "dC"), other, tri, strict=True):
+            scale = b.float().abs().max().item()
+            tol = 1e-5 if dtype == "fp32" else 2 * 2**-8
+            assert (a.float() - b.float()).abs().max().item() <= tol * scale, (engine, name)
 
 
 @pytest.mark.parametrize("engine", ["triton", "torch"])

@@ -20,7 +20,7 @@ from perfsuite.kernels.common import wide_offsets
         (lambda e, c, t: (e, c, t[:-1]), ValueError, "leading shape"),
         (lambda e, c, t: (e, c.double(), t), TypeError, "dtype"),
         (lambda e, c, t: (e.double(), c.double(), t), TypeError, "unsupported"),
-        (lambda e, c, t: (e, c, torch.where(t == 1, 10**6, t)), ValueError, "out of range"),
+        (lambda e, c, t: (e, c, torch.where(t == 1, 20, t)), ValueError, r"20 not in \[0, 20\)"),
     ],
 )
 def test_bad_tensors(device, mutate, error, match, monkeypatch):
@@ -40,16 +40,12 @@ def test_the_public_function_has_no_ablation_knobs(device):
             linear_cross_entropy(e, c, t, **{knob: None})
 
 
-def test_non_contiguous_e(device):
+def test_non_contiguous_e_leading_dims_and_transposed(device):
     e, c, t = make_inputs(24, 50, 64, torch.float32, device)
     check(e[:, ::2], c[:, :32], t, beta=0.1)  # inner stride 2, viewed in place
-
-
-def test_leading_dims_and_transposed(device):
-    e, c, t = make_inputs(24, 50, 32, torch.float32, device)
-    e3, t3 = e.reshape(4, 6, 32), t.reshape(4, 6)
-    check(e3, c, t3, beta=0.1, reduction="none")
-    check(e3.transpose(0, 1), c, t3.transpose(0, 1), beta=0.1, softcap=10.0, impl="fused")
+    e3, t3 = e[:, :32].reshape(4, 6, 32), t.reshape(4, 6)
+    check(e3, c[:, :32], t3, beta=0.1, reduction="none")
+    check(e3.transpose(0, 1), c[:, :32], t3.transpose(0, 1), beta=0.1, softcap=10.0, impl="fused")
 
 
 @pytest.mark.parametrize("impl", ["split", "fused"])

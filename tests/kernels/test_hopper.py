@@ -155,17 +155,16 @@ def test_launchers_dispatch_to_the_tma_kernels_when_eligible():
     """The one branch in each portable launcher: ``use_tma`` true → the TMA launcher runs
     (and gives what the portable kernel gives); false → it does not."""
     e, c, t, kw = _forward_inputs(torch.bfloat16, True, 20.0, False)
-    with use_config(forward=SMALL):
-        today = forward.lse_forward(e, c, t, logit_avg=False, **kw)
-        with (
-            mock.patch.object(hopper, "use_tma", return_value=True),
-            mock.patch.object(hopper, "lse_forward", wraps=hopper.lse_forward) as fast,
-        ):
-            ours = forward.lse_forward(e, c, t, logit_avg=False, **kw)
-            assert fast.call_count == 1
-            # The ablations' extras (logit sums, tile LSEs) stay on the portable kernel.
-            forward.lse_forward(e, c, t, logit_avg=True, **kw)
-            assert fast.call_count == 1
+    with (
+        use_config(forward=SMALL),
+        mock.patch.object(hopper, "use_tma", return_value=True),
+        mock.patch.object(hopper, "lse_forward", wraps=hopper.lse_forward) as fast,
+    ):
+        ours = forward.lse_forward(e, c, t, logit_avg=False, **kw)
+        assert fast.call_count == 1
+        # The ablations' extras (logit sums, tile LSEs) stay on the portable kernel.
+        today = forward.lse_forward(e, c, t, logit_avg=True, **kw)
+        assert fast.call_count == 1
     torch.testing.assert_close(ours.lse, today.lse, rtol=0, atol=4e-6)
 
     # The TMA kernel twice: bit-identical run to run too.

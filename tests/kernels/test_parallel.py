@@ -1,10 +1,6 @@
-"""Vocab-parallel over torch.distributed (gloo on CPU) against the unsharded kernel.
-
-Each test spawns one process group (2 or 4 ranks) and runs every case inside it:
-every rank builds the same full inputs, takes its rows of C (and of the class
-weights), and checks its loss, LSE, dE and its dC rows against the fp32 reference
-on the whole classifier (the tolerance rule of helpers.check) and against one
-device running our own kernel. A failing assertion in any rank fails the test.
+"""Vocab-parallel over torch.distributed (gloo on CPU) against the unsharded kernel: one
+process group per test runs every case; each rank checks its loss, LSE, dE and dC rows
+against the fp32 reference (helpers' tolerance rule) and against one device's kernel.
 """
 
 from __future__ import annotations

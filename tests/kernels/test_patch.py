@@ -1,12 +1,9 @@
 """``patch(model)``: a transformers causal LM trains on our kernel with its own semantics.
 
-Tiny models built from configs (no download), in fp32 on the CPU (the torch engine).
-Loss and every parameter's gradient are compared as perfsuite/run/correctness.py
-compares a method: the reference is the unpatched fp32 model (transformers' own loss,
-or, for β > 0, ``F.cross_entropy`` with ``label_smoothing`` on its shifted logits, which
-transformers cannot take), and the bound is twice torch's own error (that fp32 model
-against its fp64 copy) plus 1e-5 of the reference's largest magnitude; in bf16 (slow
-tests) torch's own error is the unpatched model's in bf16, the slack 1e-3.
+Tiny models from configs (no download), fp32 on the CPU. Loss and every gradient are
+compared as perfsuite/run/correctness.py does: against the unpatched model (for β > 0,
+``F.cross_entropy`` on its shifted logits), within twice torch's own error (fp32 vs
+fp64; bf16 in the slow tests) plus a slack of 1e-5 (1e-3 in bf16) of the largest value.
 """
 
 from __future__ import annotations
@@ -293,27 +290,21 @@ def extra_argument() -> torch.nn.Module:
     return ExtraArgument(tiny("llama").config)
 
 
-def phi() -> torch.nn.Module:
-    return transformers.PhiForCausalLM(transformers.PhiConfig(**TINY))
-
-
-def biogpt() -> torch.nn.Module:
-    return transformers.BioGptForCausalLM(transformers.BioGptConfig(**TINY))
-
-
-def neox() -> torch.nn.Module:
-    config = transformers.GPTNeoXConfig(**{**TINY, "num_key_value_heads": 2})
-    return transformers.GPTNeoXForCausalLM(config)
-
-
-def cohere() -> torch.nn.Module:
-    return transformers.CohereForCausalLM(transformers.CohereConfig(**TINY))
-
-
 def replaced_forward() -> torch.nn.Module:
     model = tiny("llama")
     model.forward = model.forward  # what accelerate and peft do, in effect
     return model
+
+
+def build(name: str, **overrides):
+    """A builder of a transformers causal LM on the tiny config (its classes are looked up
+    when it is called, not at collection)."""
+    return lambda: getattr(transformers, f"{name}ForCausalLM")(
+        getattr(transformers, f"{name}Config")(**{**TINY, **overrides})
+    )
+
+
+cohere = build("Cohere")
 
 
 @pytest.mark.parametrize(
@@ -321,9 +312,9 @@ def replaced_forward() -> torch.nn.Module:
     [
         (lambda: tiny("llama").model, "LlamaModel is not a causal LM"),
         (lambda: torch.nn.Linear(2, 2), "takes a transformers causal LM, got Linear"),
-        (biogpt, "BioGptForCausalLM has no lm_head"),
-        (neox, r"GPTNeoXForCausalLM has no \.model decoder"),
-        (phi, "lm_head has a bias"),
+        (build("BioGpt"), "BioGptForCausalLM has no lm_head"),
+        (build("GPTNeoX", num_key_value_heads=2), r"GPTNeoXForCausalLM has no \.model decoder"),
+        (build("Phi"), "lm_head has a bias"),
         (extra_argument, r"parameters \['temperature'\]"),
         (cohere, "CohereForCausalLM.forward is untested"),
         (lambda: torch.compile(tiny("llama")), "patch\\(model\\) first, then torch.compile"),

@@ -164,6 +164,7 @@ def test_module_keeps_weights_as_a_buffer(device):
         (dict(label_smoothing=-0.1), ValueError, "label_smoothing must be a float in [0, 1]"),
         (dict(reduction="avg"), ValueError, "unknown reduction"),
         (dict(impl="magic"), ValueError, "unknown impl"),
+        (dict(engine="cuBLAS"), ValueError, "unknown engine"),
         (dict(softcap=-1.0), ValueError, "softcap must be None or a positive float"),
         (dict(filter_eps="high"), ValueError, "filter_eps must be"),  # the tile ablation's
         (dict(weight=torch.ones(5)), ValueError, "weight must have shape (64,)"),

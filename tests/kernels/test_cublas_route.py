@@ -61,7 +61,6 @@ def test_matches_reference(device, monkeypatch, dtype, beta, softcap, terms, imp
     monkeypatch.setattr(function, "cublas_forward", spy("fwd", cublas_route.cublas_forward))
     monkeypatch.setattr(cublas_route, "cublas_backward", spy("bwd", cublas_route.cublas_backward))
     e, c, t = make_inputs(37, 200, 45, DTYPES[dtype], device)
-    assert 37 > 2 * SMALL_BLOCKS[0]
     weight = torch.rand(200, device=device) + 0.5 if terms else None
     check(
         e, c, t, beta=beta, softcap=softcap, weight=weight, z_loss=1e-3 if terms else 0.0,

@@ -8,6 +8,7 @@ from unittest import mock
 
 import pytest
 import torch
+from helpers import make_inputs
 
 from perfsuite.kernels import forward, hopper, slices
 from perfsuite.kernels.configs import KernelConfig, use_config
@@ -66,9 +67,7 @@ def _logits(e, c, softcap):
 
 
 def _forward_inputs(dtype, smoothing, softcap, weighted, n=37, v=200, d=40):
-    e = (torch.randn(n, d) / d**0.25).to(dtype)
-    c = (torch.randn(v, d) / d**0.25).to(dtype)
-    t = torch.randint(0, v, (n,))
+    e, c, t = make_inputs(n, v, d, dtype, "cpu", ignore="none")
     weight = torch.rand(v) if weighted else None
     cbar = None
     if smoothing and softcap is None:
@@ -112,14 +111,11 @@ def test_forward_splits_and_padded_vocab():
 
 
 def _slice_inputs(dtype, smoothing, softcap, weighted, n=37, v=150, d=40):
-    e = (torch.randn(n, d) / d**0.25).to(dtype)
-    c = (torch.randn(v, d) / d**0.25).to(dtype)
-    t = torch.randint(0, v, (n,))
+    e, c, t = make_inputs(n, v, d, dtype, "cpu", ignore="none")
     z = _logits(e, c, softcap).float()
     row_max = z.amax(1)
     log_sum = (z - row_max[:, None]).exp().sum(1).log()
-    a, b = torch.rand(n), torch.rand(n)
-    s = torch.rand(n)
+    a, b, s = torch.rand(3, n)
     # The first row block: zero coefficients (S too, as terms.coefficients gives an
     # ignored row), no GEMM in the unfused kernel.
     a[:16], b[:16], s[:16] = 0.0, 0.0, 0.0

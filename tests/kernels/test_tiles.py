@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import lce, make_inputs
+from helpers import SMALL, grads, make_inputs
 
 from perfsuite.kernels import function
 from perfsuite.kernels.configs import KernelConfig, use_config
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
-SMALL = dict(
-    forward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1),
-    backward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1, block_dd=16),
-)
 # Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
 WIDE = dict(SMALL, backward=KernelConfig(16, 64, 16, num_warps=4, num_stages=1, block_dd=16))
 NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1, block_dd=16))
@@ -22,10 +18,8 @@ NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1
 def _grads(e, c, t, **options):
     """The tile backward (filtered over its list unless ``filter_eps`` says otherwise)."""
     options = {"tiles": True, "filter_eps": "auto", **options}
-    e = e.detach().clone().requires_grad_()
-    c = c.detach().clone().requires_grad_()
-    lce(e, c, t, sort_vocab=False, **options).backward()
-    return e.grad, c.grad, function.LAST_TILES[0]
+    _, de, dc = grads(e, c, t, sort_vocab=False, **options)
+    return de, dc, function.LAST_TILES[0]
 
 
 def peaked_inputs(n: int, v: int, d: int, device: str, ignore: str = "some"):

@@ -192,6 +192,7 @@ def test_two_ranks_every_case_and_bad_layouts(tmp_path: Path) -> None:
     _spawn(2, _cases(*range(len(CASES))) + ["bad", "cached", "compiled"], tmp_path)
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
 def test_four_uneven_ranks(tmp_path: Path) -> None:
     _spawn(4, _cases(0, 2, 4), tmp_path)

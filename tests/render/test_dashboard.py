@@ -1,5 +1,6 @@
 """`perfsuite dashboard`: the site's files, its plots against the history, its links,
-offline use, and one-line errors. (The browser tests are in test_dashboard_browser.py.)"""
+offline use, TP series, and one-line errors. (The browser tests are in
+test_dashboard_browser.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from history.histories import history, make_document
+from history.test_tp_history import schema1_db, write_runs
 
 from render.conftest import STEP_AT, Site, dashboard
 
@@ -19,8 +22,6 @@ plotly = pytest.importorskip("plotly")
 def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 12-run demo history with its step at run 8: the site's options and files, not
     its plots, are under test, and the full history's site took 12 s a build."""
-    from history.histories import history
-
     root = tmp_path_factory.mktemp("small")
     argv = ["demo", "-o", str(root / "demo"), "--runs", "12", "--step-at", "8"]
     assert history(argv) == 0
@@ -54,7 +55,7 @@ def test_one_plot_per_drawable_configuration(history_site: Site) -> None:
         assert f'href="{page.name}"' in index
 
 
-def test_the_demo_step_is_marked_at_its_run(history_site: Site) -> None:
+def test_the_demo_step_is_marked_at_its_run_and_points_name_commits(history_site: Site) -> None:
     page = (history_site.out / "shape-demo.html").read_text()
     marks = re.findall(r'<tr class="mark (\w+)" data-position="(\d+)" data-metric="(\w+)" '
                        r'data-method="([\w-]+)"', page)  # fmt: skip
@@ -63,6 +64,10 @@ def test_the_demo_step_is_marked_at_its_run(history_site: Site) -> None:
     assert len(opened) == 6
     assert all(abs(pos - STEP_AT) <= 1 and m == "time" and who == "ours" for pos, m, who in opened)
     for fig in figures(history_site.out / "shape-demo.html"):
+        line = next(t for t in fig["data"] if t.get("mode") == "lines+markers")
+        commits = [c[0] for c in line["customdata"]]  # each point names its commit
+        assert len(commits) == 60 == len(set(commits))
+        assert "commit %{customdata[0]}" in line["hovertemplate"]
         lines = [s for s in fig["layout"]["shapes"] if s["line"]["color"] == "#d62728"]
         # on the time panel and again on the relative one
         assert len(lines) == 2 and all(abs(line["x0"] - STEP_AT) <= 1 for line in lines)
@@ -88,36 +93,22 @@ def test_offline_plotly_next_to_the_pages(history_site: Site) -> None:
             assert '<script src="plotly.min.js"></script>' in text
 
 
-def test_each_point_names_its_commit(history_site: Site) -> None:
-    (fig, *_) = figures(history_site.out / "shape-demo.html")
-    line = next(t for t in fig["data"] if t.get("mode") == "lines+markers")
-    commits = [c[0] for c in line["customdata"]]
-    assert (
-        len(commits) == 60 == len(set(commits))
-        and "commit %{customdata[0]}" in (line["hovertemplate"])
-    )
-
-
-def test_commit_url_template_and_github_default(
+def test_commit_url_template_github_default_and_stale_pages(
     small_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    out = tmp_path / "site"
-    template = "https://git.example/repo/-/commit/{sha}"
-    assert dashboard(["--db", str(small_db), "-o", str(out), "--commit-url", template]) == 0
-    assert 'href="https://git.example/repo/-/commit/' in (out / "shape-demo.html").read_text()
-    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
-    monkeypatch.setenv("GITHUB_REPOSITORY", "owner/perfsuite")
-    assert dashboard(["--db", str(small_db), "-o", str(out)]) == 0
-    assert 'href="https://github.com/owner/perfsuite/commit/' in (out / "index.html").read_text()
-
-
-def test_stale_pages_removed_others_kept(small_db: Path, tmp_path: Path) -> None:
+    """A rebuild removes the pages of shapes gone from the history, and nothing else."""
     out = tmp_path / "site"
     out.mkdir()
     (out / "shape-gone.html").write_text("old")
     (out / "notes.txt").write_text("mine")
-    assert dashboard(["--db", str(small_db), "-o", str(out)]) == 0
+    template = "https://git.example/repo/-/commit/{sha}"
+    assert dashboard(["--db", str(small_db), "-o", str(out), "--commit-url", template]) == 0
+    assert 'href="https://git.example/repo/-/commit/' in (out / "shape-demo.html").read_text()
     assert not (out / "shape-gone.html").exists() and (out / "notes.txt").exists()
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "owner/perfsuite")
+    assert dashboard(["--db", str(small_db), "-o", str(out)]) == 0
+    assert 'href="https://github.com/owner/perfsuite/commit/' in (out / "index.html").read_text()
 
 
 @pytest.mark.parametrize(
@@ -160,8 +151,6 @@ def test_the_index_and_history_check_give_one_answer_on_busy_runs(
 ) -> None:
     """A step measured only on a busy machine: `history check` left those times out and
     passed, while the index listed the step as an open regression (+700 %, +7,860 %)."""
-    from history.histories import history, make_document
-
     runs = tmp_path / "runs"
     runs.mkdir()
     for i in range(30):
@@ -185,3 +174,28 @@ def test_the_index_and_history_check_give_one_answer_on_busy_runs(
     assert answers() == (0, 0)
     opened, listed = answers("--accept-busy")
     assert opened == listed == 1
+
+
+# Cells measured across ranks: a series per method and TP size, labelled; a history
+# file from before `tp` still builds, untouched.
+
+
+def test_series_are_keyed_by_tp_and_labelled(tmp_path: Path) -> None:
+    db, out = tmp_path / "h.sqlite", tmp_path / "site"
+    write_runs(tmp_path / "runs")
+    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
+    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
+    page = out / "shape-gemma2-2b.html"
+    (fig,) = figures(page)
+    names = {t["name"] for t in fig["data"] if t.get("showlegend", True) is not False}
+    assert {"ours", "ours TP=2"} <= names
+    assert any("ours TP=2 @" in a["text"] for a in fig["layout"]["annotations"])  # the step
+    assert 'data-method="ours TP=2" data-state="open"' in page.read_text()
+
+
+def test_a_schema1_history_builds_and_stays_as_it_was(tmp_path: Path) -> None:
+    db, out = tmp_path / "old" / "h.sqlite", tmp_path / "site"
+    schema1_db(db, make_document(0))
+    before = db.read_bytes()
+    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
+    assert db.read_bytes() == before and (out / "shape-gemma2-2b.html").is_file()

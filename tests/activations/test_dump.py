@@ -13,21 +13,18 @@ from perfsuite.activations.dump import dump_workload
 from perfsuite.cli import main
 from perfsuite.plan.workloads import WorkloadError, read_dump
 
+# One layer, hidden size 16: the head's input is what matters, not the model.
+TINY = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+    max_position_embeddings=32,
+)  # fmt: skip
+
 
 def _llama(vocab: int = 96, bias: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=False,
-    )
+    cfg = LlamaConfig(vocab_size=vocab, num_key_value_heads=2, tie_word_embeddings=False, **TINY)
     model = LlamaForCausalLM(cfg).eval()
     if bias:
         model.lm_head = torch.nn.Linear(16, vocab, bias=True)
@@ -59,17 +56,8 @@ def test_a_softcapped_model_records_its_softcap(tmp_path):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Gemma2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        final_logit_softcapping=5.0,
-        max_position_embeddings=32,
-    )
+    cap = dict(num_key_value_heads=1, head_dim=8, final_logit_softcapping=5.0)
+    cfg = Gemma2Config(vocab_size=64, **cap, **TINY)
     model = Gemma2ForCausalLM(cfg).eval()
     ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(2))
     dump_workload(model, ids, tmp_path / "g.safetensors", dtype="bf16")
@@ -105,37 +93,21 @@ def _said(capsys) -> str:
 
 
 @pytest.mark.parametrize(
-    ("tensors", "message"),
+    ("field", "value", "message"),
     [
-        (
-            {
-                "e": torch.randn(4, 8),
-                "c": torch.randn(10, 8),
-                "targets": torch.tensor([0, 1, 12, 2]),
-            },
-            "target ids must lie in [0, V=10)",
-        ),
-        (
-            {"e": torch.randn(4, 8), "c": torch.randn(10, 6), "targets": torch.zeros(4).long()},
-            "hidden sizes disagree",
-        ),
-        (
-            {
-                "e": torch.full((4, 8), float("nan")),
-                "c": torch.randn(10, 8),
-                "targets": torch.zeros(4).long(),
-            },
-            "e holds 32 NaN/inf",
-        ),
-        (
-            {"e": torch.randn(4, 8), "c": torch.randn(10, 8), "targets": torch.full((4,), -100)},
-            "every target is -100",
-        ),
+        ("targets", torch.tensor([0, 1, 12, 2]), "target ids must lie in [0, V=10)"),
+        ("c", torch.randn(10, 6), "hidden sizes disagree"),
+        ("e", torch.full((4, 8), float("nan")), "e holds 32 NaN/inf"),
+        ("targets", torch.full((4,), -100), "every target is -100"),
     ],
 )
-def test_inspect_and_filtering_refuse_bad_dumps_in_one_line(tmp_path, capsys, tensors, message):
+def test_inspect_and_filtering_refuse_bad_dumps_in_one_line(
+    tmp_path, capsys, field, value, message
+):
+    """A good dump (N 4, V 10, D 8) with one tensor replaced by a bad one."""
     path = tmp_path / "bad.safetensors"
-    save_file(tensors, str(path))
+    tensors = {"e": torch.randn(4, 8), "c": torch.randn(10, 8), "targets": torch.zeros(4).long()}
+    save_file({**tensors, field: value}, str(path))
     for argv in (
         ["workload", "inspect", str(path)],
         ["filtering", "--workload", str(path), "--out", str(tmp_path / "s")],

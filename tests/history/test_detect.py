@@ -131,27 +131,3 @@ def test_sensitivity_bad_options_name_the_option(
     captured = capsys.readouterr()
     assert captured.err.startswith(f"error: {words}") and captured.err.count("\n") == 1
     assert captured.out == ""
-
-
-def test_check_leaves_out_the_times_of_busy_runs(
-    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Issue 20: a +10 % step measured while the machine was busy is the other load,
-    not the code; `check` calls it only with --accept-busy."""
-    import json
-
-    folder = tmp_path / "runs"
-    folder.mkdir()
-    paths = write_history(folder, [1.0] * 8 + [1.10] * 3)
-    for path in paths[8:]:
-        doc = json.loads(path.read_text())
-        busy = ["other processes used 1.0 of 2 cores (python3 100%)"]
-        doc["env"]["machine"] = {"groups": [{"group": "ours", "busy": busy}]}
-        path.write_text(json.dumps(doc))
-    assert history(["import", "--db", str(db), str(folder)]) == 0
-    capsys.readouterr()
-    assert history(["check", "--db", str(db)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("its times are left out") == 3 and "REGRESSION" not in out
-    assert history(["check", "--db", str(db), "--accept-busy"]) == 1
-    assert "REGRESSION" in capsys.readouterr().out

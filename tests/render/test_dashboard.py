@@ -149,8 +149,9 @@ def test_the_relative_panel_shows_the_step_at_a_glance(history_site: Site) -> No
 def test_the_index_and_history_check_give_one_answer_on_busy_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A step measured only on a busy machine: `history check` left those times out and
-    passed, while the index listed the step as an open regression (+700 %, +7,860 %)."""
+    """A step measured only on a busy machine is the other load, not the code (issue 20):
+    `history check` leaves those times out, says so, and calls it only with --accept-busy;
+    the index listed it as an open regression all the same (+700 %, +7,860 %)."""
     runs = tmp_path / "runs"
     runs.mkdir()
     for i in range(30):
@@ -161,19 +162,19 @@ def test_the_index_and_history_check_give_one_answer_on_busy_runs(
     db = tmp_path / "history.sqlite"
     assert history(["import", "--db", str(db), str(runs)]) == 0
 
-    def answers(*busy: str) -> tuple[int, int]:
+    def answers(*busy: str) -> tuple[int, int, int]:
         capsys.readouterr()
         code = history(["check", "--db", str(db), *busy])
-        opened = int(re.search(r"(\d+) open regressions", capsys.readouterr().out).group(1))
+        out = capsys.readouterr().out
+        opened = int(re.search(r"(\d+) open regressions", out).group(1))
         site = tmp_path / f"site{len(busy)}"
         assert dashboard(["--db", str(db), "-o", str(site), *busy]) == 0
         listed = (site / "index.html").read_text().count('class="open-regression"')
         assert (code == 1) == (opened > 0)
-        return opened, listed
+        return opened, listed, out.count("its times are left out")
 
-    assert answers() == (0, 0)
-    opened, listed = answers("--accept-busy")
-    assert opened == listed == 1
+    assert answers() == (0, 0, 10)  # a note a busy run
+    assert answers("--accept-busy") == (1, 1, 0)
 
 
 # Cells measured across ranks: a series per method and TP size, labelled; a history

@@ -64,14 +64,6 @@ def test_statuses_marks_and_numbered_reasons_under_each_table():
     assert not lines[0].strip() == "" and "β=0 " in lines[0]  # none before the first
 
 
-def test_fits_an_80_column_log_without_wrapping_numbers():
-    console = Console(width=80, record=True)
-    print_tables(_rows(), console)
-    lines = console.export_text().splitlines()
-    eager = [line for line in lines if line.startswith(" eager")]
-    assert len(eager) == 2 and all("3.00" in line and "2 " in line for line in eager)
-
-
 def test_fallback_path_at_smoothing_is_not_marked_grads_in_forward():
     """torch's chunked path computes gradients in forward only at β = 0; at β > 0 it
     falls back to plain autograd on full logits, whose fwd/bwd split is comparable."""

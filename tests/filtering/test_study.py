@@ -14,12 +14,9 @@ from perfsuite.method import Case
 from perfsuite.run.inputs import Inputs, make_inputs
 
 
-def _row(result, name, order, threshold):
-    return next(
-        r
-        for r in result["rows"]
-        if (r["filter"], r["order"], r["threshold"]) == (name, order, threshold)
-    )
+def _row(result, *cell):
+    """The row of (filter, order, threshold) ``cell``."""
+    return next(r for r in result["rows"] if (r["filter"], r["order"], r["threshold"]) == cell)
 
 
 def test_a_flat_softmax_keeps_every_tile_and_loses_nothing():
@@ -90,9 +87,7 @@ def test_the_filtering_command_writes_tables_plot_and_provenance(tmp_path, capsy
     table = (tmp_path / "syn.md").read_text()
     assert "| tile-list | sorted | 2^-8 |" in table and "perfsuite filtering" in table
     assert main(argv) == 2 and "exists; pass --force" in capsys.readouterr().err
-    assert (
-        main([*argv[:-2], "--out", str(tmp_path / "r"), "--workload", "random", "--entropy", "2"])
-        == 2
-    )
+    random = ["--workload", "random", "--entropy", "2"]
+    assert main([*argv[:-2], "--out", str(tmp_path / "r"), *random]) == 2
     with pytest.raises(SystemExit):
         main([*argv, "--thresholds", "2"])

@@ -68,7 +68,7 @@ def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, cap
     assert len({c for c, tp in stored if tp == 2}) == 1
 
 
-def test_a_tp_cell_is_its_own_series_in_check(tmp_path, db, capsys):
+def test_a_tp_cell_is_its_own_series_in_check_list_and_timelines(tmp_path, db, capsys):
     assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 2  # no folder yet
     write_runs(tmp_path / "runs")
     assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
@@ -80,15 +80,10 @@ def test_a_tp_cell_is_its_own_series_in_check(tmp_path, db, capsys):
     assert "4 series checked: 1 open regressions" in out  # {one device, TP=2} x {time, memory}
     assert history(["list", "--db", str(db)]) == 0
     assert capsys.readouterr().out.count("2 cells (TP=2)") == 10
-
-
-def test_timelines_draw_one_line_per_method_and_tp_size(tmp_path, db):
-    write_runs(tmp_path / "runs")
-    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
     conn = store.connect(db, create=False, write=False)
     (groups,) = timelines.load(conn).values()
     conn.close()
-    (group,) = groups
+    (group,) = groups  # a line per method and TP size on the one plot
     assert {(line.method, line.metric) for line in group.lines} == {
         (name, metric) for name in ("ours", "ours TP=2") for metric in ("time", "memory")
     }

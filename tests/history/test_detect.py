@@ -99,18 +99,20 @@ def test_sensitivity_step_found_and_no_false_alarm() -> None:
     assert "step +10%" in sensitivity.format_table([none, step])
 
 
-def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_history(tmp_path, [1.0] * 4)
-    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
-    capsys.readouterr()
-    assert history(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "drift +1%/run x10" in out and out.count("cuda ") >= 5
+@pytest.fixture(scope="module")
+def flat_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-run flat history, for `history sensitivity` (it only reads it)."""
+    folder = tmp_path_factory.mktemp("flat")
+    db = folder / "db" / "h.sqlite"
+    write_history(folder, [1.0] * 4)
+    assert history(["import", "--db", str(db), str(folder)]) == 0
+    return db
 
 
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
+        (["--trials", "3", "--cells", "1"], None),
         (["--cells", "-1"], "--cells -1: must be 1 or more"),
         (["--cells", "0"], "--cells 0: must be 1 or more"),
         (["--trials", "0"], "--trials 0: must be 1 or more"),
@@ -119,15 +121,16 @@ def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
         (["--run-noise", "nan"], "--run-noise nan:"),
     ],
 )
-def test_sensitivity_bad_options_name_the_option(
-    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+def test_sensitivity_command_and_its_bad_options_named(
+    flat_db: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str | None
 ) -> None:
     """`--cells -1` printed numpy's "Number of samples, -1, must be non-negative.";
     `--trials 0` named --runs."""
-    write_history(tmp_path, [1.0] * 4)
-    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
     capsys.readouterr()
-    assert history(["sensitivity", "--db", str(db), *extra]) == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith(f"error: {words}") and captured.err.count("\n") == 1
-    assert captured.out == ""
+    code = history(["sensitivity", "--db", str(flat_db), *extra])
+    out, err = capsys.readouterr()
+    if words is None:  # a good one
+        assert code == 0 and "drift +1%/run x10" in out and out.count("cuda ") >= 5
+    else:
+        assert code == 2 and err.startswith(f"error: {words}") and err.count("\n") == 1
+        assert out == ""

@@ -34,7 +34,6 @@ def test_check_fails_on_the_step_at_its_commit_and_nowhere_else(
     ("extra", "words"),
     [
         (["--runs", "3"], "--runs 3: must be between 4 and 1000"),
-        (["--runs", "1000000"], "--runs 1000000: must be between 4 and 1000"),
         (["--step-at", "60"], "--step-at 60: must be between 1 and --runs - 1"),
         (["--step-at", "0"], "--step-at 0:"),
         (["--step", "-1"], "--step -1:"),

@@ -114,7 +114,6 @@ def test_commit_url_template_github_default_and_stale_pages(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--db", "{tmp}/missing.sqlite", "-o", "{tmp}/site"],
         ["--db", "{db}", "-o", "{tmp}/file.txt"],
         ["--db", "{db}", "-o", "{tmp}/site", "--commit-url", "https://x/commit"],
         ["--db", "{db}", "-o", "{tmp}/site", "--commit-url", "https://x/{repo}/{sha}"],

@@ -20,18 +20,10 @@ from pathlib import Path
 from typing import Any
 
 CANDIDATES = ("chromium", "google-chrome", "google-chrome-stable", "chromium-browser")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--disable-dev-shm-usage",
-    "--remote-debugging-pipe",
+FLAGS = tuple(
+    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+    " --disable-background-networking --disable-component-update --disable-sync"
+    " --disable-extensions --disable-dev-shm-usage --remote-debugging-pipe".split()
 )
 
 

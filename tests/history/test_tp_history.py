@@ -1,5 +1,6 @@
-"""The TP size in the history: its own column (schema 2, migrated from 1), its own cells
-and series, and one-device cells that keep their names."""
+"""The TP size in the history: its own column (schema 2, migrated from 1; a schema 1 file
+is read and drawn as it is), its own cells and series (on the dashboard too), and
+one-device cells that keep their names."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from render.conftest import dashboard, figures
 
 from history.histories import blocks, history, make_document
 from perfsuite.history import ingest, store, timelines
@@ -51,10 +53,12 @@ def columns(path: Path) -> tuple[str, list[str]]:
         conn.close()
 
 
-def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
+def test_schema1_is_read_and_drawn_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
     old_id = schema1_db(db, make_document(0))
     before = db.read_bytes()
     assert history(["list", "--db", str(db)]) == 0 and history(["check", "--db", str(db)]) == 0
+    assert dashboard(["--db", str(db), "-o", str(tmp_path / "site")]) == 0
+    assert (tmp_path / "site" / "shape-gemma2-2b.html").is_file()
     assert db.read_bytes() == before  # read-only commands leave it as it was
     assert "1 runs" in capsys.readouterr().out
     (tp_run,) = write_runs(tmp_path / "runs", n=1)[:1]
@@ -68,7 +72,7 @@ def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, cap
     assert len({c for c, tp in stored if tp == 2}) == 1
 
 
-def test_a_tp_cell_is_its_own_series_in_check_list_and_timelines(tmp_path, db, capsys):
+def test_a_tp_cell_is_its_own_series_in_check_list_timelines_and_dashboard(tmp_path, db, capsys):
     assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 2  # no folder yet
     write_runs(tmp_path / "runs")
     assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
@@ -80,6 +84,13 @@ def test_a_tp_cell_is_its_own_series_in_check_list_and_timelines(tmp_path, db, c
     assert "4 series checked: 1 open regressions" in out  # {one device, TP=2} x {time, memory}
     assert history(["list", "--db", str(db)]) == 0
     assert capsys.readouterr().out.count("2 cells (TP=2)") == 10
+    assert dashboard(["--db", str(db), "-o", str(tmp_path / "site")]) == 0
+    page = tmp_path / "site" / "shape-gemma2-2b.html"
+    (fig,) = figures(page)  # a series per method and TP size, labelled
+    names = {t["name"] for t in fig["data"] if t.get("showlegend", True) is not False}
+    assert {"ours", "ours TP=2"} <= names
+    assert any("ours TP=2 @" in a["text"] for a in fig["layout"]["annotations"])  # the step
+    assert 'data-method="ours TP=2" data-state="open"' in page.read_text()
     conn = store.connect(db, create=False, write=False)
     (groups,) = timelines.load(conn).values()
     conn.close()

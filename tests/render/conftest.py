@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,13 @@ def dashboard(argv: list[str]) -> int:
     from perfsuite.cli import main
 
     return main(["dashboard", *argv])
+
+
+def figures(page: Path) -> list[dict]:
+    """The plotly figures a dashboard page holds."""
+    blocks = re.findall(r'<script type="application/json" class="figure"[^>]*>(.*?)</script>',
+                        page.read_text(), flags=re.S)  # fmt: skip
+    return [json.loads(b) for b in blocks]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`perfsuite dashboard`: the site's files, its plots against the history, its links,
-offline use, TP series, and one-line errors. (The browser tests are in
-test_dashboard_browser.py.)"""
+offline use, and one-line errors. (The browser tests are in test_dashboard_browser.py,
+the TP series in tests/history/test_tp_history.py.)"""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from history.histories import history, make_document
-from history.test_tp_history import schema1_db, write_runs
 
-from render.conftest import STEP_AT, Site, dashboard
+from render.conftest import STEP_AT, Site, dashboard, figures
 
 plotly = pytest.importorskip("plotly")
 
@@ -27,12 +26,6 @@ def small_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert history(argv) == 0
     assert history(["import", "--db", str(root / "db.sqlite"), str(root / "demo")]) == 0
     return root / "db.sqlite"
-
-
-def figures(page: Path) -> list[dict]:
-    blocks = re.findall(r'<script type="application/json" class="figure"[^>]*>(.*?)</script>',
-                        page.read_text(), flags=re.S)  # fmt: skip
-    return [json.loads(b) for b in blocks]
 
 
 def test_one_plot_per_drawable_configuration(history_site: Site) -> None:
@@ -174,28 +167,3 @@ def test_the_index_and_history_check_give_one_answer_on_busy_runs(
 
     assert answers() == (0, 0, 10)  # a note a busy run
     assert answers("--accept-busy") == (1, 1, 0)
-
-
-# Cells measured across ranks: a series per method and TP size, labelled; a history
-# file from before `tp` still builds, untouched.
-
-
-def test_series_are_keyed_by_tp_and_labelled(tmp_path: Path) -> None:
-    db, out = tmp_path / "h.sqlite", tmp_path / "site"
-    write_runs(tmp_path / "runs")
-    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
-    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
-    page = out / "shape-gemma2-2b.html"
-    (fig,) = figures(page)
-    names = {t["name"] for t in fig["data"] if t.get("showlegend", True) is not False}
-    assert {"ours", "ours TP=2"} <= names
-    assert any("ours TP=2 @" in a["text"] for a in fig["layout"]["annotations"])  # the step
-    assert 'data-method="ours TP=2" data-state="open"' in page.read_text()
-
-
-def test_a_schema1_history_builds_and_stays_as_it_was(tmp_path: Path) -> None:
-    db, out = tmp_path / "old" / "h.sqlite", tmp_path / "site"
-    schema1_db(db, make_document(0))
-    before = db.read_bytes()
-    assert dashboard(["--db", str(db), "-o", str(out)]) == 0
-    assert db.read_bytes() == before and (out / "shape-gemma2-2b.html").is_file()

@@ -145,7 +145,6 @@ def test_read_only_commands_never_make_or_change_a_database(tmp_path, capsys, co
         ["add", "--db", "{tmp}", "{tmp}/x.json"],  # a folder as the db
         ["import", "--db", "{db}", "/nonexistent"],
         ["import", "--db", "{db}", "{only_bad}"],
-        ["check", "--db", "{db}"],
     ],
 )
 def test_bad_input_one_line_exit_2_and_no_database(tmp_path, db, capsys, argv):

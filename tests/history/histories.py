@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,8 @@ def write_history(folder: Path, factors: list[float]) -> list[Path]:
 
 
 def count(db_path: Path, table: str) -> int:
-    conn = store.connect(db_path)
-    try:
+    with closing(store.connect(db_path)) as conn:
         return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-    finally:
-        conn.close()
 
 
 def blocks(out: str, head: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -44,15 +45,6 @@ def schema1_db(path: Path, document: dict) -> str:
     return cells[0]["cell_id"]
 
 
-def columns(path: Path) -> tuple[str, list[str]]:
-    conn = sqlite3.connect(path)
-    try:
-        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        return version[0], [r[1] for r in conn.execute("PRAGMA table_info(cells)")]
-    finally:
-        conn.close()
-
-
 def test_schema1_is_read_and_drawn_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
     old_id = schema1_db(db, make_document(0))
     before = db.read_bytes()
@@ -63,10 +55,11 @@ def test_schema1_is_read_and_drawn_as_is_and_migrated_by_the_first_write(tmp_pat
     assert "1 runs" in capsys.readouterr().out
     (tp_run,) = write_runs(tmp_path / "runs", n=1)[:1]
     assert history(["add", "--db", str(db), str(tp_run)]) == 0
-    assert columns(db) == ("2", columns(db)[1]) and "tp" in columns(db)[1]
-    conn = store.connect(db, create=False, write=False)
-    stored = {(r["cell_id"], r["tp"]) for r in store.cell_rows(conn)}
-    conn.close()
+    with closing(store.connect(db, create=False, write=False)) as conn:
+        ((version,),) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+        names = [r[1] for r in conn.execute("PRAGMA table_info(cells)")]
+        assert version == "2" and "tp" in names
+        stored = {(r["cell_id"], r["tp"]) for r in store.cell_rows(conn)}
     # The old cell keeps its name (acks hold it); run 0 again on one device is that cell.
     assert (old_id, None) in stored and len({c for c, tp in stored if tp is None}) == 1
     assert len({c for c, tp in stored if tp == 2}) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -119,8 +120,6 @@ def test_inspect_and_filtering_refuse_bad_dumps_in_one_line(
 
 def test_workload_dump_from_a_saved_model_folder(tmp_path, capsys):
     """The command a user runs on their own model: save_pretrained folder + text file."""
-    import re
-
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -70,9 +72,6 @@ def committed_reports(dest: Path) -> Path:
     """A copy of the results files committed under ``reports/``, and only those: a user's
     ``perfsuite run`` writes into the git-ignored ``reports/runs/`` of the same checkout,
     and a test that imported the whole tree counted them (``assert 10 == 6``)."""
-    import shutil
-    import subprocess
-
     try:
         listed = subprocess.run(
             ["git", "-C", str(REPO), "ls-files", "-z", "--", "reports"],

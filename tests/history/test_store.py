@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from history.histories import committed_reports, count, history, make_document, write_history
+from perfsuite.cli import main as perfsuite
 from perfsuite.history import ingest, store
 
 
@@ -116,8 +117,6 @@ def test_import_skips_other_json(
 )
 def test_read_only_commands_never_make_or_change_a_database(tmp_path, capsys, content, argv):
     """Issue 20: `history list --db empty-file` turned the file into a 40 KB database."""
-    from perfsuite.cli import main as perfsuite
-
     pytest.importorskip("plotly")
     path = tmp_path / "mine.db"
     path.write_bytes(content)
@@ -167,8 +166,6 @@ def test_a_good_file_after_a_bad_one_is_stored(tmp_path, db, capsys):
 
 def test_list_fits_80_columns(tmp_path, db, monkeypatch, capsys):
     """Issue 30: `history list` lines were 100-121 characters at 80 columns."""
-    from perfsuite.cli import main as perfsuite
-
     folder = tmp_path / "results-from-a-long-night" / "of-sweeping"
     folder.mkdir(parents=True)
     paths = write_history(folder, [1.0, 1.0, 1.1])

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from history.histories import committed_reports
+from history.histories import committed_reports, history
+
+from perfsuite.cli import main
 
 STEP_AT = 40
 
 
 def dashboard(argv: list[str]) -> int:
     """``perfsuite dashboard ARGV`` as a user types it."""
-    from perfsuite.cli import main
-
     return main(["dashboard", *argv])
 
 
@@ -45,8 +45,6 @@ class Site:
 
 
 def build_site(root: Path) -> Site:
-    from history.histories import history
-
     db, demo, out = root / "history.sqlite", root / "demo", root / "site"
     assert history(["import", "--db", str(db), str(committed_reports(root))]) == 0
     argv = ["demo", "-o", str(demo), "--runs", "60", "--step", "0.05", "--step-at", str(STEP_AT)]

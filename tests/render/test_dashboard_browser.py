@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from history.histories import history, make_document
 
 from render.browser import Browser, PageReport, find_browser
-from render.conftest import STEP_AT, Site
+from render.conftest import STEP_AT, Site, dashboard
 
 EXECUTABLE = find_browser()
 pytestmark = pytest.mark.skipif(
@@ -171,10 +172,6 @@ def test_the_check_sees_errors_and_missing_plots(
 
 def test_names_from_the_data_cannot_break_the_page(browser: Browser, tmp_path: Path) -> None:
     """A method and shape named like markup are shown as text, not run."""
-    from history.histories import history, make_document
-
-    from render.conftest import dashboard
-
     hostile = "</script><script>console.error('injected')</script><!--"
     for i in range(3):
         document = make_document(i)

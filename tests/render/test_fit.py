@@ -8,9 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from perfsuite.cli import main
 from perfsuite.fit import Column, fit_table, fold, pieces
+from perfsuite.plan.registry import all_methods
+from perfsuite.render.table import print_tables
+from perfsuite.results.results import load_results
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 SMOKE = REPORTS / "cpu-smoke" / "results.json"
@@ -60,11 +64,6 @@ def test_compare_at_80_columns_keeps_every_number_and_verdict(monkeypatch, capsy
 
 def test_run_table_folds_method_names_at_hyphens(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "34")  # a phase at a time, and still the names fold
-    from rich.console import Console
-
-    from perfsuite.render.table import print_tables
-    from perfsuite.results.results import load_results
-
     print_tables(load_results(SMOKE)["rows"], Console())
     out = lines_of(capsys)
     table = [line for line in out if line.startswith(" ") and line.split()]
@@ -103,8 +102,6 @@ def test_other_tables_fit_80_columns_without_cutting(monkeypatch, capsys, argv, 
     if argv == ["methods"]:
         assert "F.linear_cross_entropy" in text  # issue 20: F.linear_cross_ / entropy
         # issue 30: a folded description went on at column 0, after a dangling space
-        from perfsuite.plan.registry import all_methods
-
         blocks = out[out.index("methods on this machine") + 1 :]
         assert not [x for x in blocks if not x.startswith("  ") and x not in all_methods()]
         assert any(x.startswith("    ") for x in blocks)  # a folded line, indented

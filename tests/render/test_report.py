@@ -8,12 +8,13 @@ import json
 import re
 
 import pytest
-from fake_results import CPU_ENV, paper_document
+from fake_results import CPU_ENV, paper_document, row
 
 from perfsuite.cli import main
 from perfsuite.render.report import side_by_side
 from perfsuite.render.report_formats import render
 from perfsuite.render.roofline import GPUS, identify_gpu, phase_flops, roofline_ms
+from perfsuite.results.results import new_document, write_results
 
 N, V, D = 8192, 256000, 2304
 
@@ -181,10 +182,6 @@ def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
 
 def test_every_row_that_prints_the_best_is_bold(tmp_path, capsys):
     """Issue 20: bold went by exact bytes, so one of five rows printing 1.17 MiB was bold."""
-    from fake_results import row
-
-    from perfsuite.results.results import new_document, write_results
-
     rows = []
     for i, method in enumerate(["eager", "ours", "ours-no-sort", "cce", "torch-compile"]):
         peak_mib = 1.17 + i * 1e-4  # differs in bytes, prints alike

@@ -1,13 +1,16 @@
-"""Change points, the regression rule, `check` and `ack`, and the detector's rates."""
+"""Change points, the regression rule, `check` and `ack`, the detector's rates, and
+check without ruptures."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from history.histories import blocks, count, history, write_history
+from perfsuite.cli import main
 from perfsuite.history import changepoints, rules, sensitivity
 
 
@@ -134,3 +137,19 @@ def test_sensitivity_command_and_its_bad_options_named(
     else:
         assert code == 2 and err.startswith(f"error: {words}") and err.count("\n") == 1
         assert out == ""
+
+
+def test_without_ruptures_check_and_dashboard_name_the_missing_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lent GPU's image lacks ruptures: every command starts, and the ones that search
+    for change points say what is missing in one line."""
+    db, demo = tmp_path / "history.sqlite", tmp_path / "demo"  # 8 runs: long enough to search
+    assert history(["demo", "-o", str(demo), "--runs", "8", "--step-at", "4"]) == 0
+    assert history(["import", "--db", str(db), str(demo)]) == 0
+    monkeypatch.setitem(sys.modules, "ruptures", None)
+    capsys.readouterr()
+    said = "error: change points need ruptures: pip install ruptures\n"
+    for argv in (["history", "check"], ["dashboard", "-o", str(tmp_path / "site")]):
+        assert main([*argv, "--db", str(db)]) == 2
+        assert capsys.readouterr().err == said, argv

@@ -1,11 +1,8 @@
 """The dashboard in a real browser (headless Chromium): every page loads without an
-error, every plot renders, the demo's +5 % step is drawn at run 40, filters work.
-
-Pages are served from a loopback HTTP server (as GitHub Pages serves them; it
-also lets Chromium cache the compiled plotly bundle between pages) but the demo
-page, opened from file:// (the site opened from disk). Skipped, with the
-reason, where no Chromium-like browser is installed (``.ci/run`` installs one).
-"""
+error, every plot renders, the demo's +5 % step is drawn at run 40, filters work. Pages
+are served over loopback HTTP (as GitHub Pages serves them; Chromium caches the compiled
+plotly bundle between pages), the demo page opened from disk. Skipped, saying why, where
+no Chromium-like browser is installed (``.ci/run`` installs one)."""
 
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ def test_one_device_tables_leave_tp_cells_out_and_say_so():
     assert printed(doc).count("fwd+bwd across ranks") == 1  # and they are there
 
 
-def test_report_markdown_and_csv_carry_the_tp_cells(tmp_path, capsys):
+def test_reports_carry_the_tp_cells_or_say_they_are_left_out(tmp_path, capsys):
     path = write_results(tmp_path / "r.json", mixed())
     assert main(["report", str(path)]) == 0
     md = capsys.readouterr().out
@@ -150,14 +150,13 @@ def test_report_markdown_and_csv_carry_the_tp_cells(tmp_path, capsys):
     assert float(four["fwdbwd_gflop"]) == pytest.approx(8 * N * V * D / 4 / 1e9)
     assert four["fwdbwd_collectives"] == "4" and float(four["fwdbwd_collective_mib"]) == 12
     assert four["fwdbwd_roofline_ms"] == ""
+    for fmt in ("latex", "html"):  # tables of one device only: the TP cells said left out
+        out = render(mixed(), fmt)
+        assert "torch-native" not in out and "left out of these tables" in out
 
 
 def test_reports_of_one_device_files_are_unchanged_but_for_the_tp_column():
-    doc = paper_document()
-    text = render(doc, "md")
+    text = render(paper_document(), "md")
     assert "across ranks" not in text and "TP" not in text
-    rows = list(csv.DictReader(io.StringIO(render(doc, "csv"))))
+    rows = list(csv.DictReader(io.StringIO(render(paper_document(), "csv"))))
     assert all(r["tp"] == "" for r in rows) and "fwdbwd_collectives" not in rows[0]
-    for fmt in ("latex", "html"):
-        out = render(mixed(), fmt)
-        assert "torch-native" not in out and "left out of these tables" in out

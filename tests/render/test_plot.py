@@ -18,10 +18,6 @@ from perfsuite.cli import main  # noqa: E402
 from perfsuite.render import plot  # noqa: E402
 
 
-def _lines(ax) -> list[str]:
-    return [line.get_label() for line in ax.get_lines()]
-
-
 def noted_document() -> dict:
     """grid_document() with eager failing the gate at N = 32 (issue 20: it vanished
     without a word) and ours at N = 32, V = 300 measured on a busy machine (issue 30)."""
@@ -68,7 +64,7 @@ def test_one_panel_per_beta_one_line_per_measured_method():
         assert [ax.get_title() for ax in axes] == ["β = 0", "β = 0.1"]
         for ax in axes:
             assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-            labels = _lines(ax)
+            labels = [line.get_label() for line in ax.get_lines()]
             # 'broken' only ever OOMed: no line. The memory floor is drawn; no roofline on CPU.
             if name.startswith("memory"):
                 assert labels == ["eager", "ours", "lower bound"]
@@ -86,7 +82,7 @@ def test_time_plots_on_a_known_gpu_show_the_roofline():
     made = dict(plot.figures(doc, ["fwd"]))
     assert len(made) == 8 and all(name.endswith("-fwd.png") for name in made)
     ax = made["time-vs-V-N32-D16-fp32-fwd.png"].get_axes()[0]
-    assert _lines(ax)[-1] == "roofline (H100 SXM)"
+    assert ax.get_lines()[-1].get_label() == "roofline (H100 SXM)"
 
 
 def test_command_writes_pngs(tmp_path):

@@ -3,7 +3,6 @@ and one quick end-to-end run through real worker processes."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from dataclasses import asdict
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.regress import sensitivity
+from perfsuite.cli import main
 from perfsuite.regress.sensitivity import analyse, rate_bounds, recommend_threshold
 from perfsuite.regress.sensitivity_collect import HarnessConfig, slowed
 
@@ -101,16 +100,14 @@ def test_slowed_is_the_same_loss_and_gradients():
 
 @pytest.mark.integration
 def test_quick_run_end_to_end(tmp_path, capsys):
-    """Real worker processes, real calibration, the command's output and JSON."""
-    parser = argparse.ArgumentParser()
-    sensitivity.add_arguments(parser)
+    """Real worker processes (the calibration's and one measuring), the command's output
+    and JSON, then the saved raw samples analysed again without measuring."""
     out = tmp_path / "sens.json"
     # One torch thread a worker: on a 2-core machine shared with the other test
     # processes, a two-thread team waits on its descheduled member (OpenMP spinning),
     # which tripled the workers' time; the answers checked here do not depend on it.
-    argv = ["--quick", "--runs", "2", "--threads", "1", "--out", str(out), "--format", "markdown"]
-    args = parser.parse_args(argv)
-    assert sensitivity.run(args) == 0
+    argv = ["sensitivity", "--quick", "--processes", "1", "--runs", "2", "--threads", "1"]
+    assert main([*argv, "--out", str(out), "--format", "markdown"]) == 0
     text = capsys.readouterr().out
     assert "unchanged (false alarms)" in text and "+5% slower" in text and "| threshold |" in text
     saved = json.loads(out.read_text())
@@ -119,7 +116,5 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert all(0 <= r["rate"] <= 1 for r in report["rates"])
     assert all(r["injected"] is not None for r in report["rates"][1:])
     assert saved["data"]["extra_tokens"]["0.05"] >= 1
-    # The saved raw samples re-analyse without measuring again.
-    args = parser.parse_args(["--reanalyse", str(out), "--format", "markdown"])
-    assert sensitivity.run(args) == 0
+    assert main(["sensitivity", "--reanalyse", str(out), "--format", "markdown"]) == 0
     assert "unchanged (false alarms)" in capsys.readouterr().out

@@ -86,7 +86,7 @@ def cli(*argv: str) -> int:
         return int(exc.code)
 
 
-def _one_error_line(capsys) -> str:
+def one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1, captured
     assert captured.err.startswith("error: ") and "Errno" not in captured.err
@@ -250,7 +250,7 @@ def test_runs_with_no_cell_in_common_are_refused_with_the_difference(
         row[field] = value
     base, cur = files("b.json", make_doc()), files("c.json", cur)
     assert cli(base, cur) == 2
-    err = _one_error_line(capsys)
+    err = one_error_line(capsys)
     assert "nothing to compare" in err and words.format(b=base, c=cur) in err
 
 
@@ -327,7 +327,7 @@ def test_compare_refuses_to_judge_time_across_machine_states(files, capsys):
     # identical code measured busy reads 30 % slower: without the check, regressions
     cur = files("busy.json", slower(make_doc(seed=1, env=machine_env(True)), "ours", 1.3))
     assert cli(base, cur) == 2
-    err = _one_error_line(capsys)
+    err = one_error_line(capsys)
     assert "machine states differ" in err and "--accept-busy" in err and "busy.json" in err
     assert cli(cur, base) == 2  # a busy baseline is refused too
     capsys.readouterr()
@@ -341,7 +341,7 @@ def test_a_busy_run_against_itself_says_both_were_busy(files, capsys):
     """Issue 30: `compare r1.json r1.json` of a busy run said "machine states differ"."""
     busy = files("busy.json", make_doc(seed=0, env=machine_env(True)))
     assert cli(busy, busy) == 2
-    err = _one_error_line(capsys)
+    err = one_error_line(capsys)
     assert err.startswith("error: both runs were measured on a busy machine") and "busy.json" in err
     assert "machine states differ" not in err and "--accept-busy to judge time anyway" in err
     assert cli(busy, busy, "--accept-busy") == 0
@@ -353,7 +353,7 @@ def test_a_missing_baseline_is_named_not_taken_for_a_store(files, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     cur = files("r2.json", make_doc(seed=0))
     assert cli("r1", cur) == 2
-    err = _one_error_line(capsys)
+    err = one_error_line(capsys)
     assert err.startswith("error: r1 does not exist") and "no baseline is stored" not in err
 
 
@@ -380,7 +380,7 @@ def test_a_run_without_rows_fails_to_compare_not_passes(files, capsys):
     # empty baseline.
     for argv in ([base, cur], [base, cur, "--format", "markdown"], [cur, base]):
         assert cli(*argv) == 2
-        assert said in _one_error_line(capsys)
+        assert said in one_error_line(capsys)
 
 
 def test_a_missing_cell_of_a_method_unavailable_with_a_reason_passes(files, capsys):
@@ -408,7 +408,7 @@ def test_files_of_different_kinds_are_refused_in_one_line(files, capsys):
     step["rows"] = step["rows"][:1]
     cur = files("c.json", step)
     assert cli(base, cur) == 2
-    err = _one_error_line(capsys)
+    err = one_error_line(capsys)
     assert f"{base} holds loss rows, {cur} holds step rows" in err and "different kinds" in err
 
 

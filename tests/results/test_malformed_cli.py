@@ -50,11 +50,18 @@ def baseline_update(bad: Path, good: Path, tmp: Path) -> tuple[list[str], list[P
 
 
 COMMANDS = [report, compare_new, compare_old, history_add, plot, merge, baseline_update]
+# Every reader reads through load_results (one schema check), so not every defect goes to
+# every reader: each defect to one, the readers in turn (each refuses some); the file
+# without rows, which each reader took its own way before issue 46, to all of them.
+CASES = [
+    pytest.param(command, mangle, message, id=f"{name}-{command.__name__}")
+    for i, (name, mangle, message) in enumerate(MALFORMED)
+    for command in (COMMANDS if name == "no-rows" else [COMMANDS[i % len(COMMANDS)]])
+]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize(("name", "mangle", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_a_malformed_file_is_refused_in_one_line(tmp_path, capsys, command, name, mangle, message):
+@pytest.mark.parametrize(("command", "mangle", "message"), CASES)
+def test_a_malformed_file_is_refused_in_one_line(tmp_path, capsys, command, mangle, message):
     good = write_results(tmp_path / "good.json", paper_document())
     bad = tmp_path / "bad.json"
     bad.write_text(malformed_text(mangle))

@@ -161,6 +161,7 @@ def test_a_version_2_document_dumped_flat_is_read(tmp_path):
          "env.device is 'cpu', not an object"),
         ({"schema_version": 2, "env": {}, "rows": [5]}, "row 0 is 5, not an object"),
         ({"schema_version": 2, "env": {}, "rows": [], "extra": 1}, "extra is 1, not "),
+        ({"schema_version": 1, "rows": []}, "missing or malformed 'env'"),
     ],
 )  # fmt: skip
 def test_the_envelope_is_checked_too(tmp_path, document, message):

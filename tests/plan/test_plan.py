@@ -54,12 +54,10 @@ def test_overrides_make_a_big_preset_fit():
 
 
 def test_presets_match_the_issue():
-    assert (
-        PRESETS["gemma2-2b"].tokens,
-        PRESETS["gemma2-2b"].vocab,
-        PRESETS["gemma2-2b"].hidden,
-    ) == (8192, 256000, 2304)
-    assert PRESETS["gemma2-2b"].softcap == 30.0 and PRESETS["gemma2-2b"].dtype == "bf16"
+    gemma = PRESETS["gemma2-2b"]
+    assert (gemma.tokens, gemma.vocab, gemma.hidden, gemma.softcap, gemma.dtype) == (
+        8192, 256000, 2304, 30.0, "bf16"
+    )  # fmt: skip
     assert (PRESETS["qwen2.5-7b"].vocab, PRESETS["qwen2.5-7b"].hidden) == (152064, 3584)
     with pytest.raises(ValueError, match="unknown shape"):
         get_shape("gpt5")

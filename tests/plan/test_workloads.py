@@ -149,16 +149,10 @@ def test_rows_record_the_workload_and_its_entropy():
     from perfsuite.plan.shapes import Shape
     from perfsuite.run.runner import run_plan
 
-    plan = build_plan(
-        shapes=[Shape("tiny", 32, 300, 16, dtype="fp32")],
-        methods="eager",
-        betas="0",
-        phases="fwd+bwd",
-        device="cpu",
-        samples=2,
-        warmup=1,
-        workload=parse_workload("synthetic", entropy=1.5),
-    )
+    workload = parse_workload("synthetic", entropy=1.5)
+    plan = build_plan(shapes=[Shape("tiny", 32, 300, 16, dtype="fp32")], methods="eager",
+                      betas="0", phases="fwd+bwd", device="cpu", samples=2, warmup=1,
+                      workload=workload)  # fmt: skip
     (row,) = run_plan(plan)["rows"]
     assert row["status"] == "ok", row["reason"]
     assert row["workload"] == "synthetic(H=1.5,zipf=1)"

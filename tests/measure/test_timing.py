@@ -7,7 +7,6 @@ import time
 import pytest
 import torch
 
-from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import (
     INTERPRETED_SAMPLES,
     CacheFlusher,
@@ -64,13 +63,6 @@ def test_flush_buffer_exceeds_the_cache_it_flushes():
     flusher.buffer.fill_(7)
     flusher()
     assert int(flusher.buffer.abs().sum()) == 0 and before.numel() == flusher.buffer.numel()
-
-
-def test_quantiles_interpolate_like_numpy():
-    values = [5.0, 1.0, 4.0, 2.0, 3.0]
-    assert quantile(values, 0.5) == 3.0
-    assert quantile(values, 0.2) == pytest.approx(1.8)
-    assert quantile(values, 0.8) == pytest.approx(4.2)
 
 
 def test_rejects_zero_samples():

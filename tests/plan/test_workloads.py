@@ -51,13 +51,10 @@ def test_predictions_and_targets_follow_the_zipf_prior():
     assert (ranked[0] / ranked[9]).item() == pytest.approx(10.0, rel=1e-3)  # p ∝ 1/rank
 
 
-def test_random_inputs_are_nearly_flat_and_say_so():
-    inputs = make_inputs(Case(64, 500, 32, "fp32"), 0)
+def test_make_inputs_says_its_workload_and_entropy():
+    inputs = make_inputs(Case(64, 500, 32, "fp32"), 0)  # random: nearly flat
     assert inputs.workload == "random"
     assert math.log(500) - 1 < inputs.entropy < math.log(500)
-
-
-def test_make_inputs_with_a_synthetic_workload():
     spec = parse_workload(None, entropy=1.0)
     inputs = make_inputs(Case(64, 500, 32, "bf16", softcap=30.0), 0, spec)
     assert inputs.e.dtype == torch.bfloat16 and inputs.e.requires_grad

@@ -42,8 +42,8 @@ def test_one_device_against_tp1_matches_nothing():
         compare_documents(make_doc(), at_tp(make_doc(seed=1), 1))
 
 
-def test_cells_pair_up_per_tp_size_only():
-    """One file may hold every size: only equal sizes are compared."""
+def test_cells_pair_up_per_tp_size_only(tmp_path, capsys):
+    """One file may hold every size: only equal sizes are compared, a table each."""
     base = make_doc()
     base["rows"] += at_tp(make_doc(), 2)["rows"] + at_tp(make_doc(), 4)["rows"]
     cur = at_tp(slower(make_doc(seed=1), "ours", 1.5), 2)
@@ -55,16 +55,12 @@ def test_cells_pair_up_per_tp_size_only():
     assert {(r["method"], r["tp"]) for r in regressed} == {("ours", 2)} and len(regressed) == 3
     md = render_markdown(result)
     assert "| ours TP=2 | gemma2-2b |" in md and "| ours TP=4 |" in md
-
-
-def test_the_console_table_has_a_table_per_tp_size(tmp_path, capsys):
-    base, cur = make_doc(), make_doc(seed=2)
-    base["rows"] += at_tp(make_doc(), 2)["rows"]
-    cur["rows"] += at_tp(slower(make_doc(seed=1), "ours", 1.5), 2)["rows"]
     assert cli("compare", write_results(tmp_path / "b.json", base),
                write_results(tmp_path / "c.json", cur)) == 1  # fmt: skip
     titles = [ln.strip() for ln in capsys.readouterr().out.splitlines() if "β=" in ln]
-    assert titles == ["gemma2-2b bf16 β=0.1", "gemma2-2b bf16 β=0.1, TP=2 (across 2 ranks)"]
+    assert titles == ["gemma2-2b bf16 β=0.1"] + [
+        f"gemma2-2b bf16 β=0.1, TP={k} (across {k} ranks)" for k in (2, 4)
+    ]
 
 
 def test_files_without_a_tp_key_compare_as_before(tmp_path, capsys):

@@ -357,19 +357,6 @@ def test_a_missing_baseline_is_named_not_taken_for_a_store(files, tmp_path, monk
     assert err.startswith("error: r1 does not exist") and "no baseline is stored" not in err
 
 
-def test_the_title_keeps_its_arrow_with_file_names_too_long_for_one_line(
-    files, capsys, monkeypatch
-):
-    """Names that cannot share a line are elided in their middle; the paths follow whole."""
-    monkeypatch.setenv("COLUMNS", "80")
-    base = files("base-" + "x" * 50 + ".json", make_doc())
-    cur = files("current-" + "y" * 50 + ".json", make_doc(seed=1))
-    assert cli(base, cur) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines[0]) <= 80 and re.fullmatch(r"base-x*…x*\.json → current-y*…y*\.json", lines[0])
-    assert "".join(lines[1:]).count(str(base)) == 1 and "".join(lines[1:]).count(str(cur)) == 1
-
-
 def test_a_run_without_rows_fails_to_compare_not_passes(files, capsys):
     base = files("b.json", make_doc())
     empty = make_doc(seed=1)
@@ -443,3 +430,9 @@ def test_console_tables_keep_number_pairs_whole_and_one_layout(tmp_path, capsys,
     # folded at its slashes.
     assert lines[0] == "b.json → c.json"
     assert lines[1].startswith("baseline: ") and "".join(lines[1:]).count(str(deep)) == 2
+    # Names that cannot share a line are elided in their middle; the paths follow whole.
+    long = [files(f"{n}-{c * 50}.json", make_doc()) for n, c in (("base", "x"), ("current", "y"))]
+    assert cli(*long) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines[0]) <= 80 and re.fullmatch(r"base-x*…x*\.json → current-y*…y*\.json", lines[0])
+    assert all("".join(lines[1:]).count(str(path)) == 1 for path in long)

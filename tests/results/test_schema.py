@@ -123,6 +123,8 @@ def test_a_malformed_file_is_one_line_naming_file_row_and_field(tmp_path, versio
         ({**tp_document()["rows"][0], "tp": 0}, "tp is 0, not a TP size (an integer >= 1)"),
         ({**tp_document()["rows"][0], "collective_bytes": 1.5},
          "metrics.collective_bytes is 1.5, not an integer"),
+        ({**tp_document()["rows"][0], "collective_ms": -1.0}, "metrics.collective_ms is -1.0, "),
+        ({**tp_document()["rows"][0], "collectives": "4"}, "metrics.collectives is '4', not a "),
         ({**paper_document()["rows"][0], "kind": "bogus"}, "kind is 'bogus', not one of loss, "),
     ],
 )  # fmt: skip

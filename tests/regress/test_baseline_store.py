@@ -122,17 +122,12 @@ def test_stored_files_from_different_environments_are_refused(root, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "row, stem",
-    [
-        ({"shape": "gemma2-2b", "tokens": 1, "vocab": 2, "hidden": 3}, "gemma2-2b"),
-        ({"shape": "llama3.2-1b", "tokens": 1, "vocab": 2, "hidden": 3}, "llama3.2-1b"),
-        ({"shape": "smoke*", "tokens": 1, "vocab": 2, "hidden": 3}, "smoke-n1-v2-d3"),
-        ({"shape": "", "tokens": 1, "vocab": 2, "hidden": 3}, "custom-n1-v2-d3"),
-        ({"shape": "../etc", "tokens": 1, "vocab": 2, "hidden": 3}, "etc"),
-    ],
-)
-def test_shape_stem(row, stem):
-    assert baseline_store.shape_stem(row) == stem
+    ("shape", "stem"),
+    [("gemma2-2b", "gemma2-2b"), ("llama3.2-1b", "llama3.2-1b"), ("smoke*", "smoke-n1-v2-d3"),
+     ("", "custom-n1-v2-d3"), ("../etc", "etc")],
+)  # fmt: skip
+def test_shape_stem(shape, stem):
+    assert baseline_store.shape_stem({"shape": shape, "tokens": 1, "vocab": 2, "hidden": 3}) == stem
 
 
 def test_a_run_with_fewer_ok_cells_does_not_replace_the_baseline(root, tmp_path, capsys):

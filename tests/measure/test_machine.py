@@ -76,16 +76,13 @@ def test_the_figures_shown_add_up_where_rounding_each_would_not():
     assert total == 1.1 and sum(shares) == pytest.approx(total)
 
 
-def test_a_process_named_never_exceeds_the_total():
-    """Time a process spent on cores not ours is not in the total: it is named with at
-    most the total."""
+def test_other_cpu_is_the_machines_less_ours_and_bounds_each_process_named():
+    """Others' CPU is the cores' busy time less ours; time a process spent on cores not
+    ours is not in it, so a process is named with at most the total."""
     start = fake_snapshot(0.0, 0.0, 0.0, {PYTHON: ("python", 0.0, 0.0, 1.0)})
     end = fake_snapshot(1.0, 0.6, 0.0, {PYTHON: ("python", 3.0, 3.0, 1.0)})
     (reason,) = busy_reasons({"cpu": cpu_state(start, end)})
     assert reason == "other processes used 0.6 of 2 cores over 1.0 s: python 0.6"
-
-
-def test_other_cpu_is_the_machines_less_ours():
     start = fake_snapshot(0.0, 100.0, 10.0)
     # 10 s: the cores were busy 19 s, 10 s of it ours: 0.9 cores used by others
     busy = cpu_state(start, fake_snapshot(10.0, 119.0, 20.0))

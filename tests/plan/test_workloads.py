@@ -105,11 +105,14 @@ def test_loads_a_safetensors_dump(tmp_path):
         file_shape(spec, tokens=25)
 
 
-def test_loads_a_torch_dump_with_a_softcap_tensor(tmp_path):
+def test_loads_a_torch_dump_with_a_softcap_tensor_and_refuses_junk(tmp_path):
     path = tmp_path / "dump.pt"
     torch.save({**_dump(), "softcap": torch.tensor(15.0)}, path)
     dump = read_dump(path)
     assert dump["softcap"] == 15.0 and dump["targets"].dtype == torch.long
+    path.write_bytes(b"not a pickle")
+    with pytest.raises(WorkloadError, match="not a readable torch file"):
+        read_dump(path)
 
 
 @pytest.mark.parametrize(
@@ -131,13 +134,6 @@ def test_bad_dumps_are_refused_clearly(tmp_path, change, message):
     save_file(tensors, str(path))
     with pytest.raises(WorkloadError, match=message):
         parse_workload(str(path))
-
-
-def test_unreadable_dump(tmp_path):
-    path = tmp_path / "junk.pt"
-    path.write_bytes(b"not a pickle")
-    with pytest.raises(WorkloadError, match="not a readable torch file"):
-        read_dump(path)
 
 
 @pytest.mark.integration

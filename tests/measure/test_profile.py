@@ -110,18 +110,15 @@ def test_setup_and_flush_stay_outside_the_profiled_call():
     assert breakdown.wall_ms < 25, breakdown
 
 
-def test_a_trace_is_gzip_json_or_refused(tmp_path):
+def test_a_trace_is_gzip_json_or_refused_and_named_in_safe_characters(tmp_path):
     with pytest.raises(ValueError, match=r"must end \.json\.gz"):
         profile_call(lambda: None, CPU, trace=tmp_path / "trace.json")
     assert list(tmp_path.iterdir()) == []
-
-
-def test_trace_names_keep_to_safe_characters():
     name = trace_name("F.linear_cross_entropy", "gemma2 2b", "bf16", 0.0, "fwd+bwd")
     assert name == "F.linear_cross_entropy__gemma2-2b__bf16__b0__fwd-bwd.json.gz"
 
 
-def test_ours_are_the_jit_functions_of_the_kernels_package(monkeypatch):
+def test_ours_are_the_jit_functions_of_the_kernels_package_and_no_peers(monkeypatch):
     """The names read from the source are the kernels the imported package defines."""
     if not torch.cuda.is_available():  # as tests/kernels/conftest.py: triton has no CPU driver
         monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -138,6 +135,7 @@ def test_ours_are_the_jit_functions_of_the_kernels_package(monkeypatch):
                     value = value.fn
                 defined.add(value.__name__)
     assert defined and ours_names() == defined
+    assert not peer_names() & ours_names()  # the peers' kernels are not ours
 
 
 def test_jit_names_reads_every_decorator_form(tmp_path):
@@ -151,10 +149,6 @@ def test_jit_names_reads_every_decorator_form(tmp_path):
     )
     (tmp_path / "broken.py").write_text("@triton.jit\ndef (:\n")
     assert jit_names(sorted(tmp_path.glob("*.py"))) == {"a", "b", "c"}
-
-
-def test_peers_kernels_are_not_ours():
-    assert not peer_names() & ours_names()
 
 
 @pytest.mark.parametrize(

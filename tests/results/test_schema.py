@@ -138,18 +138,15 @@ def test_each_kind_has_its_own_fields_and_phases(tmp_path, row, message):
         load_results(path)
 
 
-def test_a_version_1_row_names_its_flat_field(tmp_path):
+def test_flat_rows_on_disk_a_version_1_one_and_a_version_2_document_dumped_by_hand(tmp_path):
+    """A version 1 row names its flat field; a document as it is in memory (flat rows with
+    their kind) is read."""
     doc = {"schema_version": 1, "env": {}, "rows": [{**vars(step_row()), "loss_ms": "x"}]}
     doc["rows"][0].pop("kind")
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(ResultsError, match=r"row 0: loss_ms is 'x', not a finite number"):
         load_results(path)
-
-
-def test_a_version_2_document_dumped_flat_is_read(tmp_path):
-    """A document as it is in memory (flat rows with their kind), dumped by hand."""
-    path = tmp_path / "flat.json"
     path.write_text(json.dumps(tp_document()))
     assert {r["kind"] for r in load_results(path)["rows"]} == {"tp"}
 

@@ -40,9 +40,6 @@ def test_graph_on_cpu_is_unsupported_in_one_line():
     assert str(err.value) == "CUDA graphs need a GPU"
     assert isinstance(err.value, ValueError)
     assert calls == []  # refused before any call
-
-
-def test_an_unsupported_reason_is_one_line():
     assert str(TimerUnsupported("capture failed: sync\n  at frame 3\n")) == "capture failed: sync"
 
 

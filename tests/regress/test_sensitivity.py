@@ -58,7 +58,7 @@ def test_noisy_machine_reports_what_it_can_catch_and_its_sweep_is_monotone():
     assert len(set(alarms)) > 1 and len(set(caught)) > 1  # the sweep moves both
 
 
-def test_recommend_threshold():
+def test_recommend_threshold_and_rate_bounds():
     sweep = [
         {"threshold": 0.01, "false_alarms": 0.05, "detected_0.05": 1.0},
         {"threshold": 0.02, "false_alarms": 0.0, "detected_0.05": 1.0},
@@ -71,9 +71,6 @@ def test_recommend_threshold():
         s["detected_0.05"] = 0.5
     assert recommend_threshold(sweep, [0.05]) == 0.02  # the quietest-safe fallback
     assert recommend_threshold([{"threshold": 0.01, "false_alarms": 0.5}], [0.05]) is None
-
-
-def test_rate_bounds():
     lo, hi = rate_bounds(0, 300)
     assert lo == 0 and 0.005 < hi < 0.015
     lo, hi = rate_bounds(95, 100)

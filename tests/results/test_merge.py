@@ -62,7 +62,7 @@ def test_different_devices_are_never_merged():
             merge_documents([("a.json", a), ("b.json", b)], allow_mismatch=flag)
 
 
-def test_duplicate_cells():
+def test_duplicate_cells_are_refused_or_chosen_and_skipped_ones_replaced():
     doc = grid_document(H100_ENV)
     other = copy.deepcopy(doc)
     for r in other["rows"]:
@@ -73,11 +73,7 @@ def test_duplicate_cells():
     last = merge_documents([("a.json", doc), ("b.json", other)], duplicates="last")
     assert {r["reason"] for r in last["rows"]} == {"second"}
     assert "second" not in {r["reason"] for r in first["rows"]}
-
-
-def test_a_measured_cell_replaces_a_skipped_one():
-    doc = grid_document(H100_ENV)
-    skipped = copy.deepcopy(doc)
+    skipped = copy.deepcopy(doc)  # a measured cell replaces a skipped one, either way round
     for r in skipped["rows"]:
         r["status"], r["reason"] = "skipped", "predicted not to fit"
     for order in ([("s", skipped), ("m", doc)], [("m", doc), ("s", skipped)]):

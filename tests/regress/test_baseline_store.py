@@ -4,6 +4,7 @@ device and shape, and found again by `perfsuite compare` given the folder."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -66,20 +67,22 @@ STEP = [
 ]  # fmt: skip
 
 
+STEP_ROWS = "holds step rows; baseline update takes loss or tp rows"
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [  # A step file's cells were stored as the gemma2-2b loss baseline (issue 46): its
         # rows are named by their model, and `compare` would judge loss cells against them.
-        (lambda: new_document(ENV, STEP), "holds step rows; baseline update takes loss or tp"),
-        (lambda: new_document(ENV, make_doc()["rows"] + STEP), "holds step rows"),
+        (lambda: json.dumps(new_document(ENV, STEP)), STEP_ROWS),
+        (lambda: json.dumps(new_document(ENV, make_doc()["rows"] + STEP)), STEP_ROWS),
         (lambda: '{"schema_version": 1, "env": {}, "rows": [', "not valid JSON"),
     ],
     ids=["step", "mixed", "truncated"],
 )
 def test_update_refuses_what_is_no_loss_file(tmp_path, capsys, text, words):
     results = tmp_path / "run.json"
-    made = text()
-    results.write_text(made) if isinstance(made, str) else write_results(results, made)
+    results.write_text(text())
     assert baseline_cli("update", results, "--root", tmp_path / "b") == 2
     assert f"error: {results}" in (err := one_error_line(capsys)) and words in err
     assert not (tmp_path / "b").exists()

@@ -8,6 +8,7 @@ import time
 import types
 
 import pytest
+from plugins import use_plugins
 
 from perfsuite.harness import environment, lifecycle
 from perfsuite.harness.command import Checkpoint
@@ -15,12 +16,19 @@ from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
 from perfsuite.harness.kind import schedule_kind
 from perfsuite.harness.schedule import CANCEL, run_parallel
+from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
 from perfsuite.run import runner
 from perfsuite.run.runner import LossKind, run_plan
 
 TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
+# A worker each (fake-crash two: it dies at β 0.1, a new one measures β 0); the parent
+# decides fake-missing-package and fake-no-smoothing's β 0.1 without one.
+MIXED = (
+    "eager,fake-interpreted,fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises,"
+    "fake-crash,fake-broken-import,fake-refuses"
+)
 
 
 def _run(methods: str, betas: str = "0", shape: Shape = TINY, **kw):
@@ -30,10 +38,34 @@ def _run(methods: str, betas: str = "0", shape: Shape = TINY, **kw):
     return run_plan(plan)["rows"]
 
 
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """One run of every status (β 0.1 first: rows keep the case order), checkpointed,
+    with its progress lines: (final document, partial documents written, events)."""
+    seen: list[dict] = []
+    events: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        use_plugins(mp, "plugins.fake_methods")
+        plan = build_plan(
+            shapes=[TINY], methods=MIXED, betas="0.1,0", device="cpu", samples=3, warmup=1,
+            jobs=2,
+        )  # fmt: skip
+        mp.setattr("perfsuite.harness.command.write_results", lambda _, d: seen.append(d))
+        checkpoint = Checkpoint(tmp_path_factory.mktemp("runner") / "r.json")
+        done = lambda method, case, rows: events.append(f"{method} done")  # noqa: E731
+        final = run_plan(plan, done, checkpoint=checkpoint, notice=events.append)
+        checkpoint.release()
+    return final, seen, events
+
+
 def _status(rows, method, beta=0.0):
     found = {r["status"] for r in rows if r["method"] == method and r["beta"] == beta}
     assert len(found) == 1, found
     return found.pop()
+
+
+def _row(rows, method, beta=0.0):
+    return next(r for r in rows if r["method"] == method and r["beta"] == beta)
 
 
 def test_markers_are_not_rows_and_a_lost_case_keeps_its_rows():
@@ -47,8 +79,8 @@ def test_markers_are_not_rows_and_a_lost_case_keeps_its_rows():
 
 
 @pytest.mark.integration
-def test_ok_rows_carry_timing_memory_and_errors():
-    rows = _run("eager", betas="0,0.1")
+def test_ok_rows_carry_timing_memory_and_errors(mixed):
+    rows = [r for r in mixed[0]["rows"] if r["method"] == "eager"]
     assert len(rows) == 6
     for row in rows:
         assert row["status"] == "ok", row["reason"]
@@ -60,25 +92,74 @@ def test_ok_rows_carry_timing_memory_and_errors():
 
 
 @pytest.mark.integration
-def test_wrong_unsupported_unavailable_error(fake_plugins):
-    rows = _run("fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises", betas="0.1,0")
+def test_wrong_unsupported_unavailable_error(mixed):
+    rows = mixed[0]["rows"]
     assert _status(rows, "fake-wrong") == "wrong"
-    wrong = next(r for r in rows if r["method"] == "fake-wrong")
     # Timed all the same (never counted ok): how fast an inexact method is, is news too.
-    assert "loss error" in wrong["reason"] and wrong["median_ms"] > 0
+    assert "loss error" in _row(rows, "fake-wrong")["reason"]
+    assert _row(rows, "fake-wrong")["median_ms"] > 0
     assert _status(rows, "fake-no-smoothing", 0.0) == "ok"
     assert _status(rows, "fake-no-smoothing", 0.1) == "unsupported"
-    unsupported = next(r for r in rows if r["method"] == "fake-no-smoothing" and r["beta"] == 0.1)
+    unsupported = _row(rows, "fake-no-smoothing", 0.1)
     assert "no label smoothing" in unsupported["reason"] and unsupported["median_ms"] is None
     # Rows keep the case order, a case decided up front (β 0.1) or measured (β 0).
     order = [(r["beta"], r["status"]) for r in rows if r["method"] == "fake-no-smoothing"]
     assert order == [(0.1, "unsupported")] * 3 + [(0.0, "ok")] * 3
     assert _status(rows, "fake-missing-package") == "unavailable"
-    missing = next(r for r in rows if r["method"] == "fake-missing-package")
+    missing = _row(rows, "fake-missing-package")
     assert missing["reason"] == "perfsuite_no_such_package not installed"
     assert _status(rows, "fake-raises") == "error"
     assert {r["kind"] for r in rows} == {"loss"}  # decided, gated and failed rows alike
-    assert "deliberate failure" in next(r for r in rows if r["method"] == "fake-raises")["reason"]
+    assert "deliberate failure" in _row(rows, "fake-raises")["reason"]
+
+
+@pytest.mark.integration
+def test_worker_side_unavailable_and_unsupported(mixed):
+    """What only the worker can find out (a broken import, a library refusing an
+    argument) gets the same statuses as what the parent decides up front."""
+    rows = mixed[0]["rows"]
+    assert _status(rows, "fake-broken-import") == "unavailable"
+    assert "failed to import" in _row(rows, "fake-broken-import")["reason"]
+    assert _status(rows, "fake-refuses", 0.0) == "ok"
+    assert _status(rows, "fake-refuses", 0.1) == "unsupported"
+
+
+@pytest.mark.integration
+def test_crash_loses_only_its_case(mixed):
+    rows = mixed[0]["rows"]
+    assert _status(rows, "fake-crash", 0.1) == "error"
+    assert "SIGSEGV" in _row(rows, "fake-crash", 0.1)["reason"]
+    # A new worker measured the case after the crash.
+    assert _status(rows, "fake-crash", 0.0) == "ok"
+
+
+@pytest.mark.integration
+def test_checkpoint_gets_each_finished_case_as_a_partial_document(mixed):
+    final, seen, _ = mixed
+    sizes = [len(d["rows"]) for d in seen]
+    assert sizes == list(range(3, len(final["rows"]) + 1, 3))  # a case's three phases each
+    assert all(d["env"]["partial"] for d in seen)
+    assert "partial" not in final["env"]
+
+
+@pytest.mark.integration
+def test_interpreted_rows_take_one_sample_beside_natives_that_keep_theirs(mixed):
+    """Issue 30: interpreted rows are gated and metered per phase as before, with no
+    timing pass (their one sample is the memory pass's call), and say so."""
+    final, _, events = mixed
+    rows = [r for r in final["rows"] if r["method"] in ("eager", "fake-interpreted")]
+    assert {r["status"] for r in rows} == {"ok"}
+    for row in rows:
+        assert row["peak_bytes"] > 0 and row["max_abs_err"] is not None
+        interpreted = row["method"] == "fake-interpreted"
+        assert row["interpreted"] is interpreted
+        assert len(row["samples_ms"]) == (INTERPRETED_SAMPLES if interpreted else 3)
+        if interpreted:  # the protocol is said where the row is read
+            assert "one sample per phase" in row["reason"] and "memory pass" in row["reason"]
+    # The interpreted worker started beside eager's, not after it.
+    assert events.index("fake-interpreted: worker starting (2 cell(s) to measure)") < (
+        events.index("eager done")
+    ), events
 
 
 def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
@@ -107,20 +188,6 @@ def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
 
 
 @pytest.mark.integration
-def test_crash_loses_only_its_case(fake_plugins):
-    rows = _run("fake-crash,eager", betas="0,0.1,1")
-    assert _status(rows, "fake-crash", 0.0) == "ok"
-    assert _status(rows, "fake-crash", 0.1) == "error"
-    assert (
-        "SIGSEGV"
-        in next(r for r in rows if r["method"] == "fake-crash" and r["beta"] == 0.1)["reason"]
-    )
-    # The worker restarted after the crash, so the next case was still measured.
-    assert _status(rows, "fake-crash", 1.0) == "error"
-    assert _status(rows, "eager", 1.0) == "ok"
-
-
-@pytest.mark.integration
 def test_out_of_memory_is_reported_as_oom():
     from perfsuite.plan.memory_model import gate_bytes
 
@@ -133,21 +200,10 @@ def test_out_of_memory_is_reported_as_oom():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("phase", ["fwd", "bwd", "fwd+bwd"])
-def test_phase_subset(phase):
-    rows = _run("eager", phases=phase)
-    assert [r["phase"] for r in rows] == [phase]
-
-
-@pytest.mark.integration
-def test_worker_side_unavailable_and_unsupported(fake_plugins):
-    """What only the worker can find out (a broken import, a library refusing an
-    argument) gets the same statuses as what the parent decides up front."""
-    rows = _run("fake-broken-import,fake-refuses", betas="0,0.1")
-    assert _status(rows, "fake-broken-import") == "unavailable"
-    assert "failed to import" in rows[0]["reason"]
-    assert _status(rows, "fake-refuses", 0.0) == "ok"
-    assert _status(rows, "fake-refuses", 0.1) == "unsupported"
+def test_phase_subset():
+    """bwd alone still sets itself up (a forward, untimed); fwd+bwd alone: the CLI tests'
+    --phases (tests/run/test_timers_cli.py, test_ranks.py)."""
+    assert [r["phase"] for r in _run("eager", phases="bwd")] == ["bwd"]
 
 
 def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
@@ -298,19 +354,6 @@ def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
         run_parallel(["sleeper", "interrupt"], work, jobs=2)
     assert time.monotonic() - start < 15  # not the worker's 60 s
     assert not CANCEL.is_set()  # the next run is not cancelled before it starts
-
-
-@pytest.mark.integration
-def test_checkpoint_gets_each_finished_case_as_a_partial_document(tmp_path, monkeypatch):
-    plan = build_plan(
-        shapes=[TINY], methods="eager", betas="0,0.1", device="cpu", samples=3, warmup=1
-    )
-    seen = []
-    monkeypatch.setattr("perfsuite.harness.command.write_results", lambda _, d: seen.append(d))
-    final = run_plan(plan, checkpoint=Checkpoint(tmp_path / "r.json"))
-    assert [len(d["rows"]) for d in seen] == [3, 6]  # three phases per finished case
-    assert all(d["env"]["partial"] for d in seen)
-    assert "partial" not in final["env"] and len(final["rows"]) == 6
 
 
 def test_a_killed_workers_reason_leaves_native_log_lines_out():

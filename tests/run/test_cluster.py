@@ -166,11 +166,8 @@ def _one_error_line(text: str) -> str:
 
 def test_slurm_without_sbatch_writes_nothing(plugin, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    out = tmp_path / "s.json"
-    assert main(["sweep", *TINY, "--executor", "slurm", "--out", str(out)]) == 2
-    error = _one_error_line(capsys.readouterr().err)
-    assert "no sbatch on PATH" in error and "--executor local" in error
-    assert list(tmp_path.iterdir()) == []  # neither --out nor its parts folder
+    error = refused(capsys, tmp_path, *TINY, "--executor", "slurm", "--out", str(tmp_path / "s"))
+    assert "no sbatch on PATH" in error and "--executor local" in error  # no file, no folder
 
 
 @pytest.mark.integration
@@ -210,18 +207,15 @@ def test_an_sbatch_refusing_the_partition_is_one_line(plugin, tmp_path, monkeypa
     ],
 )
 def test_options_that_do_not_apply_are_refused(plugin, tmp_path, capsys, extra, words):
-    assert main(["sweep", *TINY, "--out", str(tmp_path / "s.json"), *extra]) == 2
-    assert words in _one_error_line(capsys.readouterr().err)
-    assert list(tmp_path.iterdir()) == []
+    assert words in refused(capsys, tmp_path, *TINY, "--out", str(tmp_path / "s.json"), *extra)
 
 
 def test_no_submitit_is_one_line(plugin, tmp_path, monkeypatch, capsys):
     import sys
 
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit: ImportError
-    assert main(["sweep", *TINY, "--executor", "local", "--out", str(tmp_path / "s.json")]) == 2
-    assert "pip install submitit" in _one_error_line(capsys.readouterr().err)
-    assert list(tmp_path.iterdir()) == []
+    argv = [*TINY, "--executor", "local", "--out", str(tmp_path / "s.json")]
+    assert "pip install submitit" in refused(capsys, tmp_path, *argv)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from perfsuite.harness.kind import Kind, run_cases
-from perfsuite.harness.schedule import CANCEL, Cancelled
+from perfsuite.harness.schedule import CANCEL, Cancelled, run_parallel
 from perfsuite.harness.scratch import PREFIX
 
 pytestmark = pytest.mark.integration
@@ -131,8 +131,10 @@ def test_a_per_case_timeout_starts_again_after_each_finished_case(per_case):
     assert statuses == (["ok"] * 3 if per_case else ["ok", "error", "ok"])
 
 
-@pytest.mark.parametrize("how", ["cancel", "ctrl-c"])
+@pytest.mark.parametrize("how", ["cancel", "ctrl-c", "in another thread"])
 def test_an_interrupt_leaves_no_worker_and_no_scratch_folder(tmp_path, how):
+    """At once, not after the worker's two minutes; "in another thread": Ctrl-C (here a
+    failure) in one thread of a parallel run kills the other thread's worker too."""
     pids = tmp_path / "pids"
     cases = [case(0), case(1, "hang", pids=str(pids))]
     rows: list[dict[str, Any]] = []
@@ -144,17 +146,29 @@ def test_an_interrupt_leaves_no_worker_and_no_scratch_folder(tmp_path, how):
         time.sleep(0.1)
         if how == "cancel":
             CANCEL.set()  # another thread of the run was interrupted
-        else:
+        elif how == "ctrl-c":
             os.kill(os.getpid(), signal.SIGINT)
+        else:
+            raise KeyboardInterrupt
+
+    def measure(item: str = "measure") -> None:
+        if item != "measure":
+            return interrupt()
+        run_cases(Tiny(), "m", cases, lambda m, c, r: rows.extend(r))
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Thread(target=interrupt, daemon=True).start()
+    start = time.monotonic()
     try:
         with pytest.raises(Cancelled if how == "cancel" else KeyboardInterrupt):
-            run_cases(Tiny(), "m", cases, lambda m, c, r: rows.extend(r))
+            if how == "in another thread":
+                run_parallel(["measure", "interrupt"], measure, jobs=2)
+            threading.Thread(target=interrupt, daemon=True).start()
+            measure()
     finally:
         signal.signal(signal.SIGINT, previous)
+        assert not CANCEL.is_set() or how == "cancel"  # the next run is not cancelled
         CANCEL.clear()
+    assert time.monotonic() - start < 15
     worker, grandchild = map(int, pids.read_text().split())
     assert gone(worker) and gone(grandchild)
     assert [r["n"] for r in rows] == [0]  # what finished before it was reported

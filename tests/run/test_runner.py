@@ -15,7 +15,6 @@ from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
 from perfsuite.harness.kind import schedule_kind
-from perfsuite.harness.schedule import CANCEL, run_parallel
 from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
@@ -313,25 +312,6 @@ def test_interpreted_workers_share_the_cores_and_native_ones_never_interpret(mon
 def test_jobs_must_be_positive():
     with pytest.raises(PlanError, match="--jobs"):
         build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)
-
-
-@pytest.mark.integration
-def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
-    """Ctrl-C (here: a failure) in one thread of a parallel run kills every worker at
-    once instead of letting the other threads finish their methods."""
-    plan = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
-
-    def work(item: str) -> None:
-        if item == "interrupt":
-            time.sleep(2)  # the other thread's worker is running by then
-            raise KeyboardInterrupt
-        runner.run_method(plan, "fake-sleeps", plan.cases())
-
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_parallel(["sleeper", "interrupt"], work, jobs=2)
-    assert time.monotonic() - start < 15  # not the worker's 60 s
-    assert not CANCEL.is_set()  # the next run is not cancelled before it starts
 
 
 def test_a_killed_workers_reason_leaves_native_log_lines_out():

@@ -269,11 +269,3 @@ def test_resume_reads_back_only_its_own_sweep(plugins, tmp_path, capsys, made, a
     if made is not None:
         started(out, [*GRID, *([] if made == "run" else made)], run=made == "run")
     assert words.format(out=out) in refused(capsys, tmp_path, *GRID, "--out", str(out), *argv)
-
-
-def test_sweep_force_is_gone(plugins, tmp_path, capsys):
-    """0.1.0 is unreleased: --attempt-all is the one name (--force overwrites to run)."""
-    out = tmp_path / "s.json"
-    assert sweep_cli(*GRID, "--out", str(out), "--force") == 2
-    assert "unrecognized arguments: --force" in capsys.readouterr().err
-    assert not out.exists()

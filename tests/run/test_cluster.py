@@ -143,16 +143,13 @@ def test_a_rerun_submits_only_the_missing_shard(stages):
     ]
 
 
-def test_a_finished_sweep_resubmits_nothing(stages):
+def test_a_finished_sweep_resubmits_nothing_and_its_file_reports(stages, capsys):
     code, printed, doc, submitted = stages["again"]
     assert code == 0, printed
     assert "2 already measured; 0 shard(s) to submit" in printed
     assert submitted == 3
     assert doc["rows"] == stages["fixed"][2]["rows"]
-
-
-def test_report_reads_the_merged_file(stages, capsys):
-    assert main(["report", str(stages["out"])]) == 0
+    assert main(["report", str(stages["out"])]) == 0  # report reads the merged file
     table = capsys.readouterr().out
     assert "breaks-at-smoothing" in table and "n64-v256-d32" in table
 

@@ -261,10 +261,8 @@ def test_schedule_with_one_job_is_sequential():
 
 
 def test_cpu_workers_started_on_a_busy_machine_sleep_while_they_wait(monkeypatch):
-    """Issue 30: libgomp's threads spin at barriers; with another process on a core,
-    ours' many small ops ran ~140x slower. A native CPU worker started while others use
-    the cores waits passively; on a quiet machine it keeps libgomp's default (passive
-    wake-ups cost ours 2.3x there). A caller's own choice stands."""
+    """Issue 30: libgomp's spinning threads made ours ~140x slower beside another process;
+    on a quiet machine passive wake-ups cost it 2.3x. A caller's own choice stands."""
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert child_env("cpu", 2, False, busy=True)["OMP_WAIT_POLICY"] == "PASSIVE"
     assert "OMP_WAIT_POLICY" not in child_env("cpu", 2, False, busy=False)

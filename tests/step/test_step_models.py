@@ -59,16 +59,13 @@ def test_torch_compile_is_gated_and_its_compilation_flagged(tmp_path):
 
 
 @pytest.mark.slow
-def test_bf16_steps(tmp_path):
-    argv = ["--dtype", "bf16", "--methods", "eager,ours,liger,torchtune-chunked", "--beta", "0"]
-    ran = step([*argv, *ONE_STEP], tmp_path / "r.json")
-    assert ran.code == 0
-    assert {r["status"] for r in ran.document["rows"]} == {"ok"}, ran.out
-
-
-@pytest.mark.slow
-def test_liger_and_torchtune_on_a_real_model(tmp_path):
-    argv = ["--model", "llama3.2-1b", "--methods", "liger,torchtune-chunked", "--beta", "0"]
-    ran = step([*argv, *ONE_STEP], tmp_path / "r.json")
-    assert ran.code == 0
-    assert {r["status"] for r in ran.document["rows"]} == {"ok"}, ran.out
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--dtype", "bf16", "--methods", "eager,ours,liger,torchtune-chunked"],  # bf16 steps
+        ["--model", "llama3.2-1b", "--methods", "liger,torchtune-chunked"],  # a real model
+    ],
+)
+def test_steps_of_bf16_and_of_liger_and_torchtune_on_a_real_model(tmp_path, argv):
+    ran = step([*argv, "--beta", "0", *ONE_STEP], tmp_path / "r.json")
+    assert ran.code == 0 and {r["status"] for r in ran.document["rows"]} == {"ok"}, ran.out

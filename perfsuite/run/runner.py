@@ -61,7 +61,7 @@ class LossKind(harness.Kind):
         return None if predicted is None else predicted[0]
 
     def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
-        """Over ``capacity`` by the memory model (a sweep's; ``run`` attempts every cell)."""
+        """Over ``capacity`` by the memory model (``--attempt-all``: no capacity)."""
         predicted = None if self.capacity is None else self.predicted(method, case)
         if predicted is None or predicted[0] <= self.capacity:
             return None
@@ -123,11 +123,13 @@ def run_plan(
     progress: ProgressFn | None = None,
     checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
+    capacity: int | None = None,
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
     the document so far after each case (a killed run keeps what it measured); ``notice``
-    the progress lines (perfsuite.harness.progress)."""
-    kind, env = LossKind(plan), plan_env(plan)
+    the progress lines (perfsuite.harness.progress); a cell predicted over ``capacity``
+    bytes is ``skipped`` (None: attempt every cell)."""
+    kind, env = LossKind(plan, capacity), plan_env(plan)
     return harness.measure(kind, plan.methods, plan.cases(), env, progress, checkpoint, notice)
 
 

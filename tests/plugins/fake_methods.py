@@ -13,6 +13,7 @@ from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.method import (
     Capabilities,
     Case,
+    Holds,
     LossFn,
     LossTerms,
     SimpleMethod,
@@ -129,6 +130,14 @@ METHODS = [
         "eager, scheduled and measured as an interpreted Triton method",
         _eager,
         caps=Capabilities(label_smoothing=True, triton=True),
+        timed_by_default=False,
+    ),
+    # Eager, declared to hold 400 copies of the logits: predicted over a small limit.
+    SimpleMethod(
+        "fake-hoards",
+        "eager, declared to hold 400 copies of the N x V logits",
+        _eager,
+        caps=Capabilities(label_smoothing=True, holds=Holds("logits", (400.0, 400.0))),
         timed_by_default=False,
     ),
 ]

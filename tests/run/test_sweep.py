@@ -18,7 +18,8 @@ from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import merge_documents
 from perfsuite.results.results import load_results
 from perfsuite.run import sweep
-from perfsuite.run.grid import grid_units, parse_shard, skip_reason
+from perfsuite.run.grid import grid_units, parse_shard
+from perfsuite.run.runner import LossKind
 from perfsuite.run.sweep import Sweep
 from run.sweeping import RESUMES, refused, started, sweep_cli
 
@@ -176,11 +177,16 @@ def test_skip_prediction_follows_the_memory_model():
     # Every worker runs the correctness gate (fp32 reference: 3 N V 4 bytes, ~23 GiB).
     need, what = predicted_peak(known["ours"].caps, 8192, 256000, 2048, "bf16")
     assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
-    assert skip_reason(units["ours"], 40 * gib, known) is None
-    reason = skip_reason(units["ours"], 20 * gib, known)
-    assert "reference" in reason and "--attempt-all" in reason
-    assert "reference" in skip_reason(units["eager"], 20 * gib, known)
-    assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt all
+
+    def fate(method: str, capacity: int | None) -> list | None:
+        return LossKind(plan, capacity).decided(method, units[method].case)
+
+    assert fate("ours", 40 * gib) is None
+    skipped = fate("ours", 20 * gib)
+    assert {r["status"] for r in skipped} == {"skipped"}
+    assert "reference" in skipped[0]["reason"] and "--attempt-all" in skipped[0]["reason"]
+    assert "reference" in fate("eager", 20 * gib)[0]["reason"]
+    assert fate("eager", None) is None  # capacity unknown: attempt all
     # A method holding more logit copies than the gate is named for them.
     need, what = predicted_peak(known["eager"].caps, 8192, 256000, 2048, "bf16", softcap=True)
     assert "N x V logits" in what and need > 7 * 8192 * 256000 * 2

@@ -1,5 +1,5 @@
 """``perfsuite step`` through ``perfsuite.cli.main``: every method gated and measured on
-the smoke model, statuses where a method cannot run, oom from the estimate with nothing
+the smoke model, statuses where a method cannot run, skipped by the estimate with nothing
 lost, bad input refused in one line (a dead worker: tests/harness/test_lifecycle.py)."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_every_method_gets_every_case_and_passes_its_gate(smoke_run):
 
 @pytest.mark.integration
 def test_rows_carry_the_model_and_the_step_and_its_phases_add_up(smoke_run):
-    assert {r["kind"] for r in smoke_run.document["rows"]} == {"step"}  # oom ones too
+    assert {r["kind"] for r in smoke_run.document["rows"]} == {"step"}  # skipped ones too
     for row in smoke_run.rows(shape="smoke"):
         assert (row["tokens"], row["vocab"], row["hidden"]) == (4, 2048, 128)
         assert row["workload"] == "step(layers=1,seq=4,batch=1)"
@@ -66,11 +66,11 @@ def test_rows_carry_the_model_and_the_step_and_its_phases_add_up(smoke_run):
 
 
 @pytest.mark.integration
-def test_a_model_over_the_memory_limit_is_oom_and_nothing_is_lost(smoke_run):
+def test_a_model_over_the_memory_limit_is_skipped_and_nothing_is_lost(smoke_run):
     big = smoke_run.rows(shape="llama3.2-1b")
     # cce is unavailable here and torchtune cannot smooth: decided before any estimate
     measurable = [r for r in big if r["method"] in MEASURED or r["beta"] == 0]
-    assert {r["status"] for r in measurable if r["method"] != "cce"} == {"oom"}
+    assert {r["status"] for r in measurable if r["method"] != "cce"} == {"skipped"}
     reason = smoke_run.rows(shape="llama3.2-1b", method="eager")[0]["reason"]
     assert "GiB" in reason and "AdamW" in reason and "--memory-limit" in reason
     assert (big[0]["vocab"], big[0]["hidden"]) == (128256, 2048)  # the real vocabulary
@@ -85,7 +85,7 @@ def test_the_console_table_fits_80_columns(smoke_run):
     assert "smoke step(layers=1,seq=4,batch=1): N=4 V=2048 D=128 fp32, β=0 on cpu" in out
     assert "tok/s" in out and "loss" in out and "unavail" in out and "N/A" in out
     assert "†" in out and "Triton interpreter" in out
-    assert "oom" in out and "Traceback" not in out
+    assert "skipped" in out and "Traceback" not in out
     # The results path stays whole on its line (the terminal folds it), however deep
     # pytest's folder is (issue 46); everything else fits.
     assert max(len(line) for line in out.splitlines() if not line.startswith("results: ")) <= 80
@@ -101,14 +101,14 @@ def test_progress_lines_while_workers_run(smoke_run):
     started = re.findall(r"smoke N=4 fp32 β=0(?:\.1)?: started \(cell (\d+) of (\d+); peak ~", out)
     total = {int(n) for _, n in started}
     assert len(total) == 1 and sorted(int(i) for i, _ in started) == list(range(1, total.pop() + 1))
-    assert "llama3.2-1b N=4" not in out  # its cases were decided (oom): no worker, no line
+    assert "llama3.2-1b N=4" not in out  # its cases were decided (skipped): no worker, no line
 
 
-def test_all_oom_exits_1_and_keeps_the_file(tmp_path):
+def test_all_skipped_exits_1_and_keeps_the_file(tmp_path):
     out = tmp_path / "r.json"
     ran = step(["--model", "llama3.2-1b", "--methods", "eager", "--memory-limit", "1G"], out)
-    assert ran.code == 1 and ran.err == "error: no case was measured (8 oom)\n"
-    assert {r["status"] for r in ran.document["rows"]} == {"oom"}
+    assert ran.code == 1 and ran.err == "error: no case was measured (8 skipped)\n"
+    assert {r["status"] for r in ran.document["rows"]} == {"skipped"}
 
 
 @pytest.mark.parametrize(

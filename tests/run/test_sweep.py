@@ -205,7 +205,7 @@ def test_shards_partition_the_grid():
 
 def test_refuses_to_overwrite_or_resume_elsewhere(plugins, tmp_path):
     out = tmp_path / "r.json"
-    # every cell oom (exit 1): the file exists all the same
+    # no cell measured (exit 1): the file exists all the same
     assert sweep.run(_args("--out", str(out), "--methods", "eager", "--memory-limit", "1K")) == 1
     assert sweep_cli(*GRID, "--out", str(out), "--methods", "eager") == 2  # exists, no --resume
     doc = json.loads(out.read_text())

@@ -35,7 +35,7 @@ def test_every_real_preset_takes_a_gated_step(tmp_path, name):
         ran = step([*argv, "--dtype", dtype], tmp_path / f"{dtype}.json")
         rows = ran.document["rows"]
         statuses = {r["status"] for r in rows}
-        if statuses != {"oom"}:
+        if statuses != {"skipped"}:
             break
         # this machine's RAM: the estimate says so, nothing ran
         assert ran.code == 1 and all("GiB" in r["reason"] for r in rows)

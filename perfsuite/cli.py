@@ -41,6 +41,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_measurement_arguments(p)
     add_out_arguments(p, "<shape>-<device>.json")
+    p.add_argument(  # as sweep's; --force is "overwrite --out"
+        "--attempt-all",
+        action="store_true",
+        help="attempt cells the memory model predicts will not fit (else a skipped row each)",
+    )
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -64,6 +69,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.args import measurement_options, out_file
     from perfsuite.harness.command import Checkpoint, command, ended
     from perfsuite.harness.progress import cell_label
+    from perfsuite.plan.memory_model import device_capacity
     from perfsuite.plan.plan import PlanError, build_plan
     from perfsuite.plan.workloads import file_shape, parse_workload
     from perfsuite.run import runner
@@ -92,10 +98,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
     out = out_file(args.out, "+".join(s.name for s in shapes), plan.device)
     checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
+    capacity = None if args.attempt_all else device_capacity(plan.device, plan.memory_limit)
 
     document = command(
         checkpoint,
-        lambda progress, notice: runner.run_plan(plan, progress, checkpoint, notice),
+        lambda progress, notice: runner.run_plan(plan, progress, checkpoint, notice, capacity),
         console,
         [(method, case) for method in plan.methods for case in plan.cases()],
         label=functools.partial(cell_label, tokens=False),

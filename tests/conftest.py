@@ -160,7 +160,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
             ran = json.loads(said.read_text())
             document = load_results(out) if out.exists() else None
             return Ran(ran["code"], ran["out"], ran["err"], Path(out), document)
-        # llama3.2-1b needs ~7 GiB: over 2G it is an oom row; smoke fits in far less.
+        # llama3.2-1b needs ~7 GiB: over 2G it is a skipped row; smoke fits in far less.
         argv = ["--model", "smoke,llama3.2-1b", "--methods", METHODS, "--memory-limit", "2G"]
         with pytest.MonkeyPatch.context() as mp:
             use_plugins(mp, "plugins.one_file_method")

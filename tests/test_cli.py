@@ -192,21 +192,28 @@ def test_an_interrupted_command_keeps_its_finished_cells(tmp_path, cells, how):
 
 
 @pytest.mark.integration
-def test_a_run_where_every_cell_failed_exits_nonzero(tmp_path, capsys):
+def test_a_run_where_every_cell_failed_exits_nonzero(tmp_path, capsys, fake_plugins):
     """Not only all-`error`: all-oom exited 0. The limit: 1 MiB over the memory model's
-    peak (the cell's tensors), far under the worker's real one (allocator, threads)."""
+    peak (the cell's tensors), far under the worker's real one (allocator, threads).
+    fake-hoards declares 400 logit copies: predicted over it, skipped, no worker;
+    ``--attempt-all`` attempts it."""
     from perfsuite.plan.memory_model import gate_bytes
 
     s = get_shape("smoke")
     limit = gate_bytes(s.tokens, s.vocab, s.hidden, s.dtype) + 2**20
     out = tmp_path / "r.json"
     argv = [*CHEAP, "--beta", "0", "--memory-limit", str(limit), "--device", "cpu"]
+    argv[argv.index("eager")] = "eager,fake-hoards"
     assert main([*argv, "--out", str(out)]) == 1
     out_text, err = capsys.readouterr()
-    assert "oom" in out_text and "error:" not in out_text
+    assert "oom" in out_text and "skipped" in out_text and "error:" not in out_text
     assert err.count("error:") == 1  # its last line, after any warning
-    assert err.splitlines()[-1] == "error: no cell was measured (1 oom)"
-    assert {r["status"] for r in load_results(out)["rows"]} == {"oom"}
+    assert err.splitlines()[-1] == "error: no cell was measured (1 oom, 1 skipped)"
+    rows = {r["method"]: r for r in load_results(out)["rows"]}
+    assert rows["eager"]["status"] == "oom" and rows["fake-hoards"]["status"] == "skipped"
+    assert "--attempt-all attempts it" in rows["fake-hoards"]["reason"]
+    assert main([*argv, "--attempt-all", "--force", "--out", str(out)]) == 1
+    assert {r["status"] for r in load_results(out)["rows"]} == {"oom"}  # both attempted
 
 
 def test_ctrl_c_before_any_cell_says_nothing_was_written(tmp_path, capsys, monkeypatch):

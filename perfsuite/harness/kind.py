@@ -40,7 +40,33 @@ class Kind:
     methods: dict[str, Any]  # name -> the ``SimpleMethod`` it measures (if any)
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
-        """The rows of a case no worker is needed for, else None."""
+        """The rows of a case no worker is needed for, else None: the one chain of every
+        kind. The method declares no cell of this kind or cannot compute the case
+        (``unsupported``), cannot run here (``unavailable``), or is predicted not to fit
+        (``skipped``: a prediction, where ``oom`` is what a worker ran into)."""
+        from perfsuite.tp_method import case_reason  # torch: not for commands that only read
+
+        m = getattr(self, "methods", {}).get(method)
+        if m is None:
+            return None  # a kind that measures no method: its worker decides
+        chain = (
+            ("unsupported", lambda: m.lacks(self.name)),
+            ("unavailable", lambda: self.availability(method)),
+            ("unsupported", lambda: case_reason(m, case)),
+            ("skipped", lambda: self.wont_fit(method, case)),
+        )
+        for status, why in chain:
+            reason = why()
+            if reason is not None:
+                return self.status_rows(method, case, self.phases, status, reason)
+        return None
+
+    def availability(self, method: str) -> str | None:
+        """Why the method cannot run on this kind's device here (None: it can)."""
+        return self.methods[method].availability(self.device)
+
+    def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
+        """Why the case is predicted not to fit (None: attempt it)."""
         return None
 
     def interpreted(self, method: str) -> bool:

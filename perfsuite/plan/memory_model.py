@@ -177,7 +177,7 @@ class Estimate:
         return {**asdict(self), "need": self.need}
 
     def too_big(self, capacity: int | None, what: str) -> str | None:
-        """The ``oom`` reason when the step cannot fit ``capacity`` bytes (None: it fits)."""
+        """The ``skipped`` reason when the step cannot fit ``capacity`` bytes (None: it fits)."""
         if capacity is None or self.need <= capacity:
             return None
         gib = {k: v / GIB for k, v in self.as_dict().items()}

@@ -1,5 +1,5 @@
 """The grid of a sweep: its (method, case) units in a fixed order, shards of them, and
-which are predicted not to fit the device (recorded ``skipped``)."""
+what each costs."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.measure.timing import sampling
-from perfsuite.plan.memory_model import exceeds, predicted_peak
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import cell_key
-from perfsuite.tp_method import case_reason
 
 
 @dataclass
@@ -96,19 +94,3 @@ def unit_cost(unit: Unit, plan: Plan, interpreted: bool) -> float:
     samples = 1 if s.cpu_time else s.samples + s.warmup + 1
     flops = nvd * (24 + sum(per_phase[p] for p in plan.phases) * samples)
     return (flops * (50 if interpreted else 1)) + 1e10
-
-
-def skip_reason(unit: Unit, capacity: int | None, known: dict[str, Any]) -> str | None:
-    """Why the unit is predicted not to fit, or None (attempt it)."""
-    if capacity is None:
-        return None
-    method, c = known[unit.method], unit.case
-    if method.availability(c["device"]) is not None or case_reason(method, c):
-        return None  # the worker says why, cheaply and more usefully
-    softcap = c.get("softcap") is not None
-    need, what = predicted_peak(
-        method.caps, c["tokens"], c["vocab"], c["hidden"], c["dtype"], softcap
-    )
-    if need <= capacity:
-        return None
-    return exceeds(need, what, capacity, c["device"]) + "; --attempt-all attempts it"

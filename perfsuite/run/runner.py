@@ -15,14 +15,13 @@ from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
 from perfsuite.harness.progress import NoticeFn, Tracker
 from perfsuite.method import SimpleMethod
-from perfsuite.plan.memory_model import device_capacity, gate_bytes, predicted_peak
+from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.run.grid import Unit, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
-from perfsuite.tp_method import case_reason
 
 if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
@@ -40,36 +39,37 @@ class LossKind(harness.Kind):
 
     case_keys = CASE_KEYS
 
-    def __init__(self, plan: Plan) -> None:
-        self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
+    def __init__(self, plan: Plan, capacity: int | None = None) -> None:
+        """``capacity``: bytes over which a cell is predicted not to fit (None: attempt all)."""
+        self.plan, self.device, self.jobs, self.capacity = plan, plan.device, plan.jobs, capacity
         self.name = "tp" if plan.tps else "loss"  # the kind of cell, on every row
         self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
         self.methods = measured(plan)
 
-    def decided(self, method: str, case: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """``unavailable``/``unsupported`` rows when no worker is needed to know: the
-        worker would ask the same, after seconds of imports."""
-        obj = self.methods[method]  # megatron has no loss on one device
-        status, reason = "unsupported", obj.lacks("loss" if case.get("tp") is None else "tp")
-        if reason is None:
-            status, reason = "unavailable", obj.availability(self.device)
-        if reason is None:
-            status, reason = "unsupported", case_reason(obj, case)
-        if reason is None:
-            return None
-        return self.status_rows(method, case, self.phases, status, reason)
-
-    def work(self, method: str, case: dict[str, Any]) -> float:
-        return unit_cost(Unit(0, method, case), self.plan, self.interpreted(method))
-
-    def peak(self, method: str, case: dict[str, Any]) -> int | None:
-        """``memory_model.predicted_peak`` on one device (none across ranks)."""
+    def predicted(self, method: str, case: dict[str, Any]) -> tuple[int, str] | None:
+        """``memory_model.predicted_peak`` on one device: bytes and what they hold (None
+        across ranks: each rank holds a shard the model does not predict)."""
         if case.get("tp"):
             return None
         return predicted_peak(
             self.methods[method].caps, case["tokens"], case["vocab"], case["hidden"],
             case["dtype"], case.get("softcap") is not None,
-        )[0]  # fmt: skip
+        )  # fmt: skip
+
+    def peak(self, method: str, case: dict[str, Any]) -> int | None:
+        predicted = self.predicted(method, case)
+        return None if predicted is None else predicted[0]
+
+    def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
+        """Over ``capacity`` by the memory model (``--attempt-all``: no capacity)."""
+        predicted = None if self.capacity is None else self.predicted(method, case)
+        if predicted is None or predicted[0] <= self.capacity:
+            return None
+        need, what = predicted
+        return exceeds(need, what, self.capacity, self.device) + "; --attempt-all attempts it"
+
+    def work(self, method: str, case: dict[str, Any]) -> float:
+        return unit_cost(Unit(0, method, case), self.plan, self.interpreted(method))
 
     def beside(self) -> bool:
         """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
@@ -123,11 +123,13 @@ def run_plan(
     progress: ProgressFn | None = None,
     checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
+    capacity: int | None = None,
 ) -> dict[str, Any]:
     """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
     the document so far after each case (a killed run keeps what it measured); ``notice``
-    the progress lines (perfsuite.harness.progress)."""
-    kind, env = LossKind(plan), plan_env(plan)
+    the progress lines (perfsuite.harness.progress); a cell predicted over ``capacity``
+    bytes is ``skipped`` (None: attempt every cell)."""
+    kind, env = LossKind(plan, capacity), plan_env(plan)
     return harness.measure(kind, plan.methods, plan.cases(), env, progress, checkpoint, notice)
 
 

@@ -14,7 +14,6 @@ from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.kind import checkpointed, schedule_kind
 from perfsuite.plan.memory_model import device_capacity
 from perfsuite.plan.plan import Plan, PlanError
-from perfsuite.plan.registry import methods_for
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.results import new_document
@@ -24,7 +23,6 @@ from perfsuite.run.grid import (
     grid_units,
     parse_gpus,
     parse_shard,
-    skip_reason,
     unit_cost,
     unit_keys,
 )
@@ -102,19 +100,17 @@ class Sweep:
         self.env, self.resumed = env, rows
 
     def run(self, progress: ProgressFn | None = None) -> dict[str, Any]:
-        """Every cell to go, ``progress`` told of each: those predicted not to fit
-        recorded ``skipped``, the others measured, the file rewritten after each; the
-        finished document."""
-        known = methods_for(bool(self.plan.tps))
+        """Every cell to go, ``progress`` told of each: those decided without a worker
+        first (``skipped`` where predicted not to fit, ``unavailable``, ``unsupported``),
+        the others measured, the file rewritten after each; the finished document."""
         capacity = None if self.force else device_capacity(self.plan.device, self.plan.memory_limit)
         pending: list[Unit] = []
-        kind = runner.LossKind(self.plan)  # a skipped row is any row decided without a worker
+        kind = runner.LossKind(self.plan, capacity)
         for unit in self.todo:
-            reason = skip_reason(unit, capacity, known)
-            if reason is None:
+            rows = kind.decided(unit.method, unit.case)
+            if rows is None:
                 pending.append(unit)
                 continue
-            rows = kind.status_rows(unit.method, unit.case, self.plan.phases, "skipped", reason)
             self.checkpoint.rows.extend(rows)
             if progress is not None:
                 progress(unit.method, unit.case, rows)

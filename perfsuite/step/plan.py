@@ -40,7 +40,7 @@ class StepPlan(Plan):
 
     presets: list[StepPreset] = field(default_factory=list)
     sizes: dict[str, Size] = field(default_factory=dict)
-    # Bytes a worker may plan on, and what bounds it (for the oom rows' reasons).
+    # Bytes a worker may plan on, and what bounds it (for the skipped rows' reasons).
     capacity: int | None = None
     capacity_source: str = ""
 

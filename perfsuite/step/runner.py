@@ -1,6 +1,6 @@
 """The step cell kind: a step plan's cases measured by ``perfsuite.step.worker``
 processes, through the harness. The parent decides alone what it can, a model the
-memory model says cannot fit included (``oom``, nothing started)."""
+memory model says cannot fit included (``skipped``, nothing started)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from perfsuite.results.provenance import collect_env
 from perfsuite.step.plan import CASE_KEYS, StepPlan, case_size
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
-from perfsuite.tp_method import case_reason
 
 if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
@@ -37,9 +36,10 @@ LOSS_SHARE = (
 
 
 def availability(method: SimpleMethod, device: str) -> str | None:
-    """None when ``method``'s step can run on ``device`` here, else why not."""
-    reason = method.lacks("step") or method.availability(device)
+    """None when ``method``'s step can run on ``device`` here, its patch's modules
+    importable, else why not."""
     requires = method.step.requires if method.step else ()
+    reason = method.availability(device)
     return reason or ("; ".join(filter(None, map(why_missing, requires))) or None)
 
 
@@ -92,18 +92,12 @@ class StepKind(harness.Kind):
         network = get_preset(case["shape"]).network(case_size(case))
         return step_estimate(self.methods[method].caps.holds, network, case["dtype"], self.device)
 
-    def decided(self, method: str, case: dict[str, Any]) -> list[dict] | None:
-        """The rows of a case no worker is needed for (unavailable, unsupported, oom)."""
-        m, plan = self.methods[method], self.plan
-        status, reason = "unavailable", availability(m, plan.device)
-        if reason is None:
-            status, reason = "unsupported", case_reason(m, case)
-        if reason is None:
-            est = self.estimate(method, case)
-            status, reason = "oom", est.too_big(plan.capacity, plan.capacity_source)
-        if reason is None:
-            return None
-        return self.status_rows(method, case, self.phases, status, reason)
+    def availability(self, method: str) -> str | None:
+        return availability(self.methods[method], self.plan.device)
+
+    def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
+        """Over the plan's capacity by the memory model's estimate of the whole step."""
+        return self.estimate(method, case).too_big(self.plan.capacity, self.plan.capacity_source)
 
     def work(self, method: str, case: dict[str, Any]) -> float:
         """A step's cost: 6 x parameters x tokens."""

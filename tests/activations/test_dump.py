@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -13,21 +14,18 @@ from perfsuite.activations.dump import dump_workload
 from perfsuite.cli import main
 from perfsuite.plan.workloads import WorkloadError, read_dump
 
+# One layer, hidden size 16: the head's input is what matters, not the model.
+TINY = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+    max_position_embeddings=32,
+)  # fmt: skip
+
 
 def _llama(vocab: int = 96, bias: bool = False) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=False,
-    )
+    cfg = LlamaConfig(vocab_size=vocab, num_key_value_heads=2, tie_word_embeddings=False, **TINY)
     model = LlamaForCausalLM(cfg).eval()
     if bias:
         model.lm_head = torch.nn.Linear(16, vocab, bias=True)
@@ -59,17 +57,8 @@ def test_a_softcapped_model_records_its_softcap(tmp_path):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Gemma2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        final_logit_softcapping=5.0,
-        max_position_embeddings=32,
-    )
+    cap = dict(num_key_value_heads=1, head_dim=8, final_logit_softcapping=5.0)
+    cfg = Gemma2Config(vocab_size=64, **cap, **TINY)
     model = Gemma2ForCausalLM(cfg).eval()
     ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(2))
     dump_workload(model, ids, tmp_path / "g.safetensors", dtype="bf16")
@@ -105,37 +94,21 @@ def _said(capsys) -> str:
 
 
 @pytest.mark.parametrize(
-    ("tensors", "message"),
+    ("field", "value", "message"),
     [
-        (
-            {
-                "e": torch.randn(4, 8),
-                "c": torch.randn(10, 8),
-                "targets": torch.tensor([0, 1, 12, 2]),
-            },
-            "target ids must lie in [0, V=10)",
-        ),
-        (
-            {"e": torch.randn(4, 8), "c": torch.randn(10, 6), "targets": torch.zeros(4).long()},
-            "hidden sizes disagree",
-        ),
-        (
-            {
-                "e": torch.full((4, 8), float("nan")),
-                "c": torch.randn(10, 8),
-                "targets": torch.zeros(4).long(),
-            },
-            "e holds 32 NaN/inf",
-        ),
-        (
-            {"e": torch.randn(4, 8), "c": torch.randn(10, 8), "targets": torch.full((4,), -100)},
-            "every target is -100",
-        ),
+        ("targets", torch.tensor([0, 1, 12, 2]), "target ids must lie in [0, V=10)"),
+        ("c", torch.randn(10, 6), "hidden sizes disagree"),
+        ("e", torch.full((4, 8), float("nan")), "e holds 32 NaN/inf"),
+        ("targets", torch.full((4,), -100), "every target is -100"),
     ],
 )
-def test_inspect_and_filtering_refuse_bad_dumps_in_one_line(tmp_path, capsys, tensors, message):
+def test_inspect_and_filtering_refuse_bad_dumps_in_one_line(
+    tmp_path, capsys, field, value, message
+):
+    """A good dump (N 4, V 10, D 8) with one tensor replaced by a bad one."""
     path = tmp_path / "bad.safetensors"
-    save_file(tensors, str(path))
+    tensors = {"e": torch.randn(4, 8), "c": torch.randn(10, 8), "targets": torch.zeros(4).long()}
+    save_file({**tensors, field: value}, str(path))
     for argv in (
         ["workload", "inspect", str(path)],
         ["filtering", "--workload", str(path), "--out", str(tmp_path / "s")],
@@ -147,20 +120,13 @@ def test_inspect_and_filtering_refuse_bad_dumps_in_one_line(tmp_path, capsys, te
 
 def test_workload_dump_from_a_saved_model_folder(tmp_path, capsys):
     """The command a user runs on their own model: save_pretrained folder + text file."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     text = "the quick brown fox jumps over the lazy dog. " * 40
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(
-        [text],
-        trainers.BpeTrainer(
-            vocab_size=300,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        ),
-    )
+    words = ["[UNK]", *dict.fromkeys(re.findall(r"\w+|[^\w\s]+", text))]  # a word a token
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
     folder = tmp_path / "model"
     PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(folder)
     _llama(vocab=tok.get_vocab_size()).save_pretrained(folder)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -18,32 +16,20 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 def test_declares_what_it_is():
     assert METHOD.name == "torchtune-chunked"
     assert NUM_OUTPUT_CHUNKS == 8
-    assert set(METHOD.distributions) == {"torchtune", "torchao"}
+    assert METHOD.requires == tuple(METHOD.distributions) == ("torchtune", "torchao")
     caps = METHOD.caps
     assert not caps.label_smoothing and not caps.softcap and not caps.grads_in_forward
     assert not caps.triton and caps.holds.whole_logits
 
 
-@pytest.mark.parametrize("absent", ["torchtune", "torchao"])
-def test_missing_package_is_unavailable(monkeypatch, absent):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda mod, *a: None if mod == absent else real(mod, *a)
-    )
-    assert METHOD.availability("cpu") == f"{absent} not installed"
-
-
-def test_smoothing_is_unsupported_not_a_beta0_number():
+def test_smoothing_and_softcap_are_unsupported_not_a_plain_number():
     case = Case(**SMALL, dtype="fp32", beta=0.1)
     assert METHOD.unsupported_reason(case) == "no label smoothing (asked beta=0.1)"
+    c = torch.zeros(SMALL["vocab"], SMALL["hidden"])
     with pytest.raises(Unsupported, match="no label smoothing"):
-        METHOD.prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"]))
-
-
-def test_softcap_is_unsupported():
-    case = Case(**SMALL, dtype="fp32", softcap=30.0)
+        METHOD.prepare(case, c)
     with pytest.raises(Unsupported, match="no softcap"):
-        METHOD.prepare(case, torch.zeros(SMALL["vocab"], SMALL["hidden"]))
+        METHOD.prepare(Case(**SMALL, dtype="fp32", softcap=30.0), c)
 
 
 def test_projection_is_inside_the_loss():

@@ -47,21 +47,25 @@ PROBS = torch.tensor(
 LABELS = torch.tensor([0, 1, 1, 0])
 
 
-def test_top1_metrics_by_hand():
+def test_every_metric_of_the_example_by_hand():
     # torchmetrics bins in fp32 whatever the input's dtype: agreement to fp32's precision.
     got = top1_calibration(*top1(PROBS, LABELS))
     assert got["ece"] == pytest.approx(0.2825, abs=1e-6)
     assert got["mce"] == pytest.approx(0.62, abs=1e-6)
     rms = math.sqrt(0.25 * 0.10**2 + 0.25 * 0.62**2 + 0.5 * 0.205**2)
     assert got["rms_ce"] == pytest.approx(rms, abs=1e-6)
-
-
-def test_sce_by_hand():
     assert static_calibration_error(PROBS, LABELS) == pytest.approx(3.32 / 12, abs=1e-12)
-
-
-def test_ace_by_hand():
     assert adaptive_calibration_error(PROBS, LABELS, n_bins=2) == pytest.approx(0.26, abs=1e-12)
+    bins = reliability(*top1(PROBS, LABELS))
+    assert [i for i, c in enumerate(bins["count"]) if c] == [9, 10, 13]
+    assert bins["count"][10] == 2 and bins["accuracy"][10] == 0.5
+    assert bins["confidence"][10] == pytest.approx(0.705, abs=1e-12)
+    # The count-weighted gap over the bins is the ECE.
+    ece = sum(
+        c / 4 * abs(a - f)
+        for c, a, f in zip(bins["count"], bins["accuracy"], bins["confidence"], strict=True)
+    )
+    assert ece == pytest.approx(0.2825, abs=1e-12)
 
 
 def test_ace_with_one_sample_per_bin_is_the_mean_absolute_gap():
@@ -83,19 +87,6 @@ def test_perfectly_calibrated_source_scores_near_zero():
     # Confidently wrong predictions score far worse.
     wrong = calibration_metrics(probs, (probs.argmax(dim=1) + 1) % 5)
     assert wrong["ece"] > 0.3 and wrong["sce"] > 5 * got["sce"] and wrong["ace"] > 5 * got["ace"]
-
-
-def test_reliability_bins_by_hand():
-    bins = reliability(*top1(PROBS, LABELS))
-    assert [i for i, c in enumerate(bins["count"]) if c] == [9, 10, 13]
-    assert bins["count"][10] == 2 and bins["accuracy"][10] == 0.5
-    assert bins["confidence"][10] == pytest.approx(0.705, abs=1e-12)
-    # The count-weighted gap over the bins is the ECE.
-    ece = sum(
-        c / 4 * abs(a - f)
-        for c, a, f in zip(bins["count"], bins["accuracy"], bins["confidence"], strict=True)
-    )
-    assert ece == pytest.approx(0.2825, abs=1e-12)
 
 
 def test_top1_route_equals_torchmetrics_multiclass():

@@ -4,28 +4,21 @@ tests/harness/test_lifecycle.py, tests/converge/test_kind.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from plugins import use_plugins
 
 from perfsuite.cli import main as perfsuite
 from perfsuite.converge.presets import PRESETS
 from perfsuite.results.results import load_results, write_results
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-TESTS = ROOT / "tests"
-# One sweep for the tests below (each worker costs ~7 s: transformers' Llama).
-# one-file: the plugin declared in one file (tests/test_plugins.py), trained here too.
-METHODS = ["fake-raises", "ours", "fake-missing-package", "fake-no-smoothing", "one-file"]
+# One sweep for the tests below, a worker a method (~7 CPU-s each: transformers' Llama)
+# but fake-missing-package's runs, decided in the parent (as an unsupported run is:
+# tests/converge/test_kind.py). one-file: the plugin declared in one file (test_plugins).
+METHODS = ["fake-raises", "ours", "fake-missing-package", "one-file"]
 STEPS = 3
 # The sweep's mechanics, not the model, are under test: the smoke preset cut down (the
 # workers get it from the parent), a quarter of its held-out batches.
@@ -51,39 +44,27 @@ def _runs(path: Path) -> dict[tuple[str, float], dict]:
     return {(run["method"], run["beta"]): run for run in _document(path)["rows"]}
 
 
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, int, list]:
-    """(results path, what was printed, exit code, each write's (partial, rows)) of one
-    converge sweep over the fake-method plugin, ours and eager at β 0 then 0.1."""
-    out = tmp_path_factory.mktemp("converge") / "converge.json"
-    argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
-    printed = io.StringIO()
+@pytest.mark.integration
+def test_ours_trains_like_eager_and_failures_are_recorded(tmp_path, monkeypatch, capsys):
+    """One sweep over the fake-method plugin, ours and eager at β 0 then 0.1: ours (its
+    torch engine, in its own worker) gets a `same` verdict, while a method that raises
+    and one whose package is missing are recorded without losing the others; the table
+    and the three figures land next to the JSON and are printed. The results are the
+    version 2 envelope, rewritten after each run, ``partial`` until the last."""
+    out = tmp_path / "converge.json"
     writes = []
 
     def write(path: Path, document: dict) -> Path:
         writes.append((document["env"].get("partial"), len(document["rows"])))
         return write_results(path, document)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("perfsuite.harness.command.write_results", write)
-        mp.setitem(PRESETS, "smoke", TINY)
-        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods,plugins.one_file_method")
-        path = os.environ.get("PYTHONPATH", "")
-        mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
-        mp.syspath_prepend(str(TESTS))
-        mp.setenv("COLUMNS", "120")
-        with contextlib.redirect_stdout(printed):
-            code = main([*argv, "--out", str(out)])
-    return out, printed.getvalue(), code, writes
-
-
-@pytest.mark.integration
-def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str, int]):
-    """ours (its torch engine, in its own worker) gets a `same` verdict, while a method
-    that raises and one whose package is missing are recorded without losing the others;
-    the table and the three figures land next to the JSON and are printed."""
-    out, printed, code, _ = swept
-    assert code == 1  # fake-raises crashed
+    monkeypatch.setattr("perfsuite.harness.command.write_results", write)
+    monkeypatch.setitem(PRESETS, "smoke", TINY)
+    use_plugins(monkeypatch, "plugins.fake_methods,plugins.one_file_method")
+    monkeypatch.setenv("COLUMNS", "120")
+    argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]
+    assert main([*argv, "--out", str(out)]) == 1  # fake-raises crashed
+    printed = capsys.readouterr().out
     runs = _runs(out)
     order = list(dict.fromkeys(m for m, _ in runs))
     assert order == ["eager", "eager-reordered", *METHODS], order
@@ -114,30 +95,12 @@ def test_ours_trains_like_eager_and_failures_are_recorded(swept: tuple[Path, str
         assert (out.parent / name).stat().st_size > 1000, name
         assert str(out.parent / name) in printed.replace("\n", "")
     assert "| ours | 0 | fp32 | same |" in (out.parent / "converge.md").read_text()
-
-
-@pytest.mark.integration
-def test_a_method_that_cannot_smooth_is_unsupported_at_beta_above_0(swept):
-    """Never trained at β 0 instead; at β 0 it trains, and the machine's state over
-    each trained run is kept (its busy mark, its group)."""
-    runs = _runs(swept[0])
-    assert runs["fake-no-smoothing", 0.0]["status"] == "ok"
-    unsupported = runs["fake-no-smoothing", 0.1]
-    assert unsupported["status"] == "unsupported" and unsupported["steps"] == []
-    assert "no label smoothing" in unsupported["reason"]
-    assert "busy" in runs["ours", 0.0]
-    # A method declared in one file trains with its declared loss, like eager.
+    # A method declared in one file trains with its declared loss, like eager; the
+    # machine's state over each trained run is kept (its busy mark, its group).
     assert runs["one-file", 0.0]["status"] == "ok"
     assert runs["one-file", 0.0]["parity"]["verdict"] == "same"
-    groups = _document(swept[0])["env"]["machine"]["groups"]
-    assert any(g["group"].startswith("ours N=") for g in groups)
-
-
-@pytest.mark.integration
-def test_the_results_are_the_envelope_written_after_every_run(swept, capsys):
-    """Version 2, a ``train`` row a run, its metrics nested; rewritten after each run,
-    ``partial`` until the last; the loss commands refuse it in one line."""
-    out, writes = swept[0], swept[3]
+    assert "busy" in runs["ours", 0.0]
+    assert any(g["group"].startswith("ours N=") for g in env["machine"]["groups"])
     raw = json.loads(out.read_text())
     assert raw["schema_version"] == 2 and "partial" not in raw["env"]
     assert all(r["kind"] == "train" and "steps" in r["metrics"] for r in raw["rows"])
@@ -160,17 +123,6 @@ def test_real_text_trains_and_records_no_truth(tmp_path: Path):
     assert document["env"]["converge"]["data"]["truth_known"] is False
     held = document["rows"][0]["heldout"]
     assert held["loss"] > 0 and 0 <= held["ece"] <= 1 and "kl_to_truth" not in held
-
-
-def test_the_gpu_preset_plans_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    """``small`` (vocab 32k, hundreds of steps) is for a GPU; here it only plans."""
-    argv = ["--preset", "small", "--device", "cpu", "--dry-run", "--out", str(tmp_path / "s.json")]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "V=32768" in printed and "dry run: nothing trained" in printed
-    assert "liger β=0.1 fp32: train under the Triton interpreter" in printed
-    assert "torchtune-chunked β=0.1 fp32: unsupported" in printed
-    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -199,11 +151,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 def test_outputs_are_checked_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    assert main(["--out", str(blocker / "r.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "a-file is a file, not a folder" in err, err
+    """An existing results file or plot is refused (a file as the folder: tests/test_cli.py)."""
     existing = tmp_path / "old.json"
     existing.write_text("{}")
     assert main(["--out", str(existing)]) == 2
@@ -214,20 +162,3 @@ def test_outputs_are_checked_before_training(tmp_path: Path, capsys: pytest.Capt
     assert main(["--out", str(tmp_path / "new.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "new-loss.png: exists" in err, err
-
-
-@pytest.mark.integration
-def test_python_dash_m_entry_point(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_PLUGINS"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite", "converge", "--steps", "0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "error: argument --steps: must be positive, got 0 (see perfsuite converge --help)"
-    ]

@@ -38,8 +38,13 @@ def test_a_lost_run_keeps_its_steps_and_the_reason():
 
 
 def test_runs_decided_without_a_worker_and_the_timeout_is_per_run():
+    """A method without label smoothing: unsupported at β 0.1, never trained at β 0
+    instead; its β 0 run is a worker's."""
     kind = _kind()
-    (row,) = kind.decided("torchtune-chunked", kind.case(Cell("torchtune-chunked", 0.1, "fp32")))
+    smooth, plain = (kind.case(Cell("torchtune-chunked", b, "fp32")) for b in (0.1, 0.0))
+    (row,) = kind.decided("torchtune-chunked", smooth)
     assert row["status"] == "unsupported" and row["steps"] == []
+    assert row["beta"] == 0.1 and "no label smoothing" in row["reason"]
+    assert kind.decided("torchtune-chunked", plain) is None
     assert kind.decided("eager", kind.case(Cell("eager", 0.1, "fp32"))) is None
     assert kind.per_case and kind.interpreted("liger") and not kind.interpreted("eager")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
@@ -56,8 +55,7 @@ def _planted(name: str, scale: float, share: float) -> SimpleMethod:
     return SimpleMethod(name, "planted gradient scale", build, Capabilities(label_smoothing=True))
 
 
-@pytest.fixture(scope="module")
-def verdicts() -> dict[str, dict]:
+def test_a_planted_gradient_scale_differs_and_a_uniform_one_is_invisible():
     set_deterministic(PRESET.seed)
     data = build_dataset(PRESET)
     methods = [
@@ -69,24 +67,13 @@ def verdicts() -> dict[str, dict]:
     runs = [train_run(m, PRESET, data, BETA, "fp32", "cpu") for m in methods]
     assert all(r.status == "ok" for r in runs), [(r.method, r.reason) for r in runs]
     attach_verdicts(runs)
-    return {r.method: r.parity for r in runs}
-
-
-def test_unperturbed_method_passes(verdicts: dict[str, dict]):
-    assert verdicts["unperturbed"]["verdict"] == "same", verdicts["unperturbed"]
-    assert verdicts["unperturbed"]["loss_max_abs_diff"] == 0.0
-
-
-def test_planted_one_percent_gradient_scale_fails_within_five_steps(verdicts: dict[str, dict]):
-    planted = verdicts["half-tokens-1pct"]
+    unperturbed, planted, uniform = (r.parity for r in runs[1:])
+    assert unperturbed["verdict"] == "same", unperturbed
+    assert unperturbed["loss_max_abs_diff"] == 0.0
     assert planted["verdict"] == "differs", planted
     # Step 0's loss is computed before any update: the first visible step is 1 or later.
     assert planted["loss_first_step_over_tol"] is not None
     assert 1 <= planted["loss_first_step_over_tol"] < PRESET.steps
     assert planted["loss_tolerance_used"] > 1.0
-
-
-def test_a_uniform_gradient_scale_is_invisible_to_adamw(verdicts: dict[str, dict]):
-    uniform = verdicts["all-tokens-1pct"]
     assert uniform["verdict"] == "same", uniform
     assert uniform["loss_tolerance_used"] < 0.1

@@ -15,7 +15,6 @@ from perfsuite.converge.plots import (
     calibration_figure,
     loss_figure,
     reliability_figure,
-    write_figures,
 )
 from perfsuite.converge.report import from_v1
 
@@ -68,16 +67,6 @@ OLD = {
 DOCUMENT = from_v1(OLD)
 
 
-def test_every_figure_is_written_next_to_the_results(tmp_path: Path):
-    out = tmp_path / "conv.json"
-    made = write_figures(DOCUMENT, out)
-    paths = artifact_paths(out)
-    assert made == [paths["loss"], paths["reliability"], paths["calibration"]]
-    for path in made:
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
-    assert paths["table"] == tmp_path / "conv.md"
-
-
 def test_panels_follow_betas_and_methods():
     loss = loss_figure(DOCUMENT)
     assert [ax.get_title() for ax in loss.axes[:2]] == ["β = 0", "β = 0.1"]
@@ -98,15 +87,22 @@ def test_panels_follow_betas_and_methods():
 def test_render_rewrites_table_and_plots_from_the_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
+    """Every figure written next to the results, named where it was written."""
     path = tmp_path / "old.json"
     path.write_text(json.dumps(OLD))
     assert main(["converge", "--render", str(path)]) == 0
-    table = (tmp_path / "old.md").read_text()
+    paths = artifact_paths(path)
+    assert paths["table"] == tmp_path / "old.md"
+    table = paths["table"].read_text()
     assert "| ours † |" not in table and "| ours | 0 | fp32 |" in table
     assert "| torchtune-chunked | 0.1 | fp32 | unsupported |" in table
-    for name in ("old-loss.png", "old-reliability.png", "old-calibration.png"):
-        assert (tmp_path / name).exists()
-    capsys.readouterr()
+    printed = capsys.readouterr().out.splitlines()
+    figures = [paths[k] for k in ("loss", "reliability", "calibration")]
+    assert [line.split()[-1] for line in printed if line.startswith("plot:")] == list(
+        map(str, figures)
+    )
+    for figure in figures:
+        assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
     for document, why in [({"rows": []}, "schema_version None"), (SMOKE, "holds loss rows")]:
         (tmp_path / "run.json").write_text(json.dumps(document))
         assert main(["converge", "--render", str(tmp_path / "run.json")]) == 2

@@ -1,5 +1,5 @@
-"""Converge's results files read back, those committed as version 1 too; a quiet dry
-run. The held-out table at 80 columns is checked in tests/render/test_fit.py."""
+"""Converge's results files read back, those committed as version 1 too; the GPU
+preset's dry run, quiet. The held-out table at 80 columns: tests/render/test_fit.py."""
 
 from __future__ import annotations
 
@@ -33,24 +33,31 @@ def test_committed_version_1_files_read_as_train_rows(path: Path):
 
 
 @pytest.mark.integration
-def test_a_dry_run_prints_no_third_party_noise():
-    """torchao's `Failed to load ..._C_mxfp8...so` and torch's `_pytree` enum warning,
-    logged when transformers is first imported: only a fresh process shows them."""
+def test_the_gpu_preset_plans_quietly_on_cpu(tmp_path: Path):
+    """``python -m perfsuite converge --preset small`` (vocab 32k, for a GPU) only plans
+    here, and prints no torchao `Failed to load ..._C_mxfp8...so` nor torch's `_pytree`
+    enum warning, logged when transformers is first imported: only a fresh process shows
+    them."""
     env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_PLUGINS"}
     env["COLUMNS"] = "80"
+    argv = ["converge", "--preset", "small", "--device", "cpu", "--dry-run"]
     proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite.cli", "converge", "--preset", "smoke", "--dry-run"],
+        [sys.executable, "-m", "perfsuite", *argv, "--out", str(tmp_path / "s.json")],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0 and "dry run: nothing trained" in proc.stdout
+    assert proc.returncode == 0 and "dry run: nothing trained" in proc.stdout, proc.stderr
     printed = proc.stdout + proc.stderr
     assert "Failed to load" not in printed and "_pytree" not in printed, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(map(len, lines)) <= 80 and not any(line.endswith(" ") for line in lines)
+    flat = " ".join(proc.stdout.split())  # lines fold at 80 columns
+    assert "V=32768" in flat and "liger β=0.1 fp32: train under the Triton interpreter" in flat
+    assert "torchtune-chunked β=0.1 fp32: unsupported" in flat
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("level", ["torchao", "torch.utils._pytree"])

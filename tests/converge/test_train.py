@@ -4,23 +4,30 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 
-from perfsuite.converge.data import build_dataset
+from perfsuite.converge.data import Dataset, build_dataset
 from perfsuite.converge.model import set_deterministic
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.presets import PRESETS
-from perfsuite.converge.train import train_run
+from perfsuite.converge.train import RunResult, train_run
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
 from perfsuite.plan.registry import get_method
 
 PRESET = replace(PRESETS["smoke"], steps=5)
 
 
-def test_same_seed_gives_identical_eager_runs():
+@pytest.fixture(scope="module")
+def eager() -> tuple[Dataset, RunResult]:
+    """The smoke data and eager's run at β 0.1 on it, which the tests below train against."""
     set_deterministic(PRESET.seed)
     data = build_dataset(PRESET)
-    first = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
+    return data, train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
+
+
+def test_same_seed_gives_identical_eager_runs_and_smoothing_changes_them(eager):
+    data, first = eager
     second = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert first.status == second.status == "ok", (first.reason, second.reason)
     assert first.losses == second.losses
@@ -36,18 +43,12 @@ def test_same_seed_gives_identical_eager_runs():
     assert held["perplexity"] > 1 and 0 <= held["accuracy"] <= 1
     attach_verdicts([first, second])
     assert first.parity == {"verdict": "reference"}
-
-
-def test_smoothing_changes_the_training():
-    set_deterministic(PRESET.seed)
-    data = build_dataset(PRESET)
     plain = train_run(get_method("eager"), PRESET, data, 0.0, "fp32", "cpu")
-    smooth = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
-    assert plain.losses[0] != smooth.losses[0]
-    assert not torch.equal(plain.params, smooth.params)
+    assert plain.losses[0] != first.losses[0]
+    assert not torch.equal(plain.params, first.params)
 
 
-def test_out_of_memory_in_the_loss_is_recorded_as_oom():
+def test_out_of_memory_in_the_loss_is_recorded_as_oom(eager):
     def build(case: Case, c: torch.Tensor) -> LossFn:
         def loss_fn(e: torch.Tensor, c: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             raise torch.OutOfMemoryError("deliberate: tried to allocate 9.00 GiB")
@@ -55,27 +56,24 @@ def test_out_of_memory_in_the_loss_is_recorded_as_oom():
         return loss_fn
 
     method = SimpleMethod("oom", "runs out of memory", build, Capabilities(label_smoothing=True))
-    run = train_run(method, PRESET, build_dataset(PRESET), 0.1, "fp32", "cpu")
+    run = train_run(method, PRESET, eager[0], 0.1, "fp32", "cpu")
     assert run.status == "oom" and "9.00 GiB" in run.reason and "\n" not in run.reason
     assert run.steps == [] and run.params is None
 
 
-def test_z_loss_trains_ours_like_eager_and_others_say_why_not():
+def test_z_loss_trains_ours_like_eager_and_others_say_why_not(eager):
     """--z-loss: ours (native z_loss) stays with eager (explicit z·lse²), both differ from
     training without it; a method without z-loss is unsupported, never trained plainly."""
-    from perfsuite.converge.parity import attach_verdicts as verdicts
     from perfsuite.converge.train import case_for, refusal
 
-    set_deterministic(PRESET.seed)
-    data = build_dataset(PRESET)
+    data, plain = eager
     with_z = replace(PRESET, z_loss=1e-2)
     eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")
     ours = train_run(get_method("ours"), with_z, data, 0.1, "fp32", "cpu")
     yard = train_run(get_method("eager-reordered"), with_z, data, 0.1, "fp32", "cpu")
-    plain = train_run(get_method("eager"), PRESET, data, 0.1, "fp32", "cpu")
     assert eager.status == ours.status == yard.status == "ok", (eager.reason, ours.reason)
     assert eager.losses[0] > plain.losses[0]  # z·lse² > 0 is in the loss
-    verdicts([eager, yard, ours])
+    attach_verdicts([eager, yard, ours])
     assert ours.parity["verdict"] == "same", ours.parity
     liger = get_method("liger")
     gap = refusal(liger, case_for(with_z, 0.1, "fp32", "cpu"))

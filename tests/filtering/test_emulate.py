@@ -32,18 +32,10 @@ def test_tile_list_matches_the_kernels_thresholds_and_launch_list(filter_eps):
     tau = emulate.row_thresholds(emulate.tile_mass(tile_lse, lse), filter_eps, torch.bfloat16)
     assert torch.equal(tau, tau_kernel)
     block_n, block_v = 16, 256
+    grid = dict(vocab=v, block_n=block_n, block_v=block_v, group=8, extra=0.0)
+    weights = torch.full((n,), 1.0 / n)
     launched = tiles.build_tile_list(
-        tile_lse,
-        emulate.FORWARD_TILE,
-        row_max,
-        lse - row_max,
-        torch.full((n,), 1.0 / n),
-        tau_kernel,
-        vocab=v,
-        block_n=block_n,
-        block_v=block_v,
-        group=8,
-        extra=0.0,
+        tile_lse, emulate.FORWARD_TILE, row_max, lse - row_max, weights, tau_kernel, **grid
     )
     count = int(launched.count.item())
     kernel_keep = torch.zeros(n // block_n, v // block_v, dtype=torch.bool)
@@ -66,14 +58,8 @@ def test_a_flat_softmax_keeps_every_tile_and_a_heavy_tail_lowers_the_threshold()
     # filter_eps the tail (almost all the mass) would go; the next level, 2^-14, drops nothing.
     wide = torch.zeros(2, 1 << 20)
     wide[:, 0] = 8.0
-    keep, tau = emulate.tile_list_tiles(
-        wide,
-        torch.logsumexp(wide, -1),
-        torch.ones(2, dtype=torch.bool),
-        2.0**-12,
-        torch.bfloat16,
-        flt,
-    )
+    lse, live = torch.logsumexp(wide, -1), torch.ones(2, dtype=torch.bool)
+    keep, tau = emulate.tile_list_tiles(wide, lse, live, 2.0**-12, torch.bfloat16, flt)
     assert bool((tau == 2.0**-14).all()) and bool(keep.all())
 
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from perfsuite.harness.kind import Kind, run_cases
-from perfsuite.harness.schedule import CANCEL, Cancelled
+from perfsuite.harness.schedule import CANCEL, Cancelled, run_parallel
 from perfsuite.harness.scratch import PREFIX
 
 pytestmark = pytest.mark.integration
@@ -113,26 +113,24 @@ def test_a_crash_costs_only_its_case_and_the_next_runs_in_a_new_worker():
     assert "busy" in got[0] and "busy" in got[4] and "busy" not in got[1]
 
 
-def test_a_timeout_kills_the_whole_process_group(tmp_path):
+@pytest.mark.parametrize("per_case", [False, True])
+def test_a_timeout_kills_the_whole_process_group_and_starts_again(tmp_path, per_case):
+    """A worker's limit (run, step: its cases add up) or each case's (a converge run,
+    starting again after each finished case); a new worker takes the case after it."""
     pids = tmp_path / "pids"
-    rows = run_cases(Tiny(timeout_s=3), "m", [case(0, "hang", pids=str(pids)), case(1)])
-    got = by_case(rows)
-    assert got[0]["status"] == "error" and "timed out after 3 s" in got[0]["reason"]
-    assert got[1]["status"] == "ok"  # a new worker took the case after it
+    cases = [case(0, "nap"), case(1, "nap"), case(2, "hang", pids=str(pids)), case(3)]
+    got = by_case(run_cases(Tiny(2.5, per_case), "m", cases))
+    statuses = [got[n]["status"] for n in range(4)]
+    assert statuses == ["ok", "ok" if per_case else "error", "error", "ok"]  # naps: 1.5 s
+    assert "timed out after 2.5 s" in got[2]["reason"]
     worker, grandchild = map(int, pids.read_text().split())
     assert gone(worker) and gone(grandchild)
 
 
-@pytest.mark.parametrize("per_case", [False, True])
-def test_a_per_case_timeout_starts_again_after_each_finished_case(per_case):
-    """A worker's limit (run, step) or each case's (a converge run)."""
-    rows = run_cases(Tiny(2.5, per_case), "m", [case(n, "nap") for n in range(3)])
-    statuses = [by_case(rows)[n]["status"] for n in range(3)]
-    assert statuses == (["ok"] * 3 if per_case else ["ok", "error", "ok"])
-
-
-@pytest.mark.parametrize("how", ["cancel", "ctrl-c"])
+@pytest.mark.parametrize("how", ["cancel", "ctrl-c", "in another thread"])
 def test_an_interrupt_leaves_no_worker_and_no_scratch_folder(tmp_path, how):
+    """At once, not after the worker's two minutes; "in another thread": Ctrl-C (here a
+    failure) in one thread of a parallel run kills the other thread's worker too."""
     pids = tmp_path / "pids"
     cases = [case(0), case(1, "hang", pids=str(pids))]
     rows: list[dict[str, Any]] = []
@@ -144,17 +142,29 @@ def test_an_interrupt_leaves_no_worker_and_no_scratch_folder(tmp_path, how):
         time.sleep(0.1)
         if how == "cancel":
             CANCEL.set()  # another thread of the run was interrupted
-        else:
+        elif how == "ctrl-c":
             os.kill(os.getpid(), signal.SIGINT)
+        else:
+            raise KeyboardInterrupt
+
+    def measure(item: str = "measure") -> None:
+        if item != "measure":
+            return interrupt()
+        run_cases(Tiny(), "m", cases, lambda m, c, r: rows.extend(r))
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Thread(target=interrupt, daemon=True).start()
+    start = time.monotonic()
     try:
         with pytest.raises(Cancelled if how == "cancel" else KeyboardInterrupt):
-            run_cases(Tiny(), "m", cases, lambda m, c, r: rows.extend(r))
+            if how == "in another thread":
+                run_parallel(["measure", "interrupt"], measure, jobs=2)
+            threading.Thread(target=interrupt, daemon=True).start()
+            measure()
     finally:
         signal.signal(signal.SIGINT, previous)
+        assert not CANCEL.is_set() or how == "cancel"  # the next run is not cancelled
         CANCEL.clear()
+    assert time.monotonic() - start < 15
     worker, grandchild = map(int, pids.read_text().split())
     assert gone(worker) and gone(grandchild)
     assert [r["n"] for r in rows] == [0]  # what finished before it was reported

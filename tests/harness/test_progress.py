@@ -68,7 +68,8 @@ def test_each_kind_of_cell_keeps_its_own_rate():
     assert tracker.time_left(now[0]) == (40.0, "")
 
 
-def test_a_worker_slow_to_start_is_heard_from():
+def test_a_worker_slow_to_start_or_between_cells_is_heard_from():
+    """A heartbeat after a cell's rows landed no longer names that cell."""
     now = [0.0]
     lines: list[str] = []
     tracker = Tracker([], lines.append, MODEL, clock=lambda: now[0])
@@ -76,6 +77,13 @@ def test_a_worker_slow_to_start_is_heard_from():
     now[0] = 45.0
     tracker.poll("ours", [])
     assert lines[-1] == "ours: worker starting… (45 s)"
+    out = [{"start": 0}, {"stage": "fwd+bwd timing, 20 sample(s)", "case": 0}]
+    tracker.poll("ours", out)
+    now[0] = 50.0
+    tracker.finished("ours", _case(0.0))
+    now[0] = 50.0 + progress.HEARTBEAT_S
+    tracker.poll("ours", out)
+    assert lines[-1] == "ours: worker between cells or ending… (30 s)"
 
 
 def test_durations_read_as_minutes_and_hours():
@@ -96,18 +104,3 @@ def test_run_prints_a_line_while_a_slow_cell_runs(fake_plugins, monkeypatch, tmp
     assert "fake-slow: worker starting (1 cell(s) to measure)" in text
     assert "smoke* N=32 fp32 β=0: started (cell 1 of 1; peak ~" in text
     assert "in this cell)" in text  # a heartbeat while the 0.4 s calls ran
-
-
-def test_a_finished_cell_is_not_heard_of_again():
-    """The worker's heartbeat after a cell's rows landed no longer names that cell."""
-    now = [0.0]
-    lines: list[str] = []
-    tracker = Tracker([], lines.append, MODEL, clock=lambda: now[0])
-    tracker.worker_started("ours", [_case(0.0)])
-    out = [{"start": 0}, {"stage": "fwd+bwd timing, 20 sample(s)", "case": 0}]
-    tracker.poll("ours", out)
-    now[0] = 5.0
-    tracker.finished("ours", _case(0.0))
-    now[0] = 5.0 + progress.HEARTBEAT_S
-    tracker.poll("ours", out)
-    assert lines[-1] == "ours: worker between cells or ending… (30 s)"

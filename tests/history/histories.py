@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +16,7 @@ from perfsuite.history import store
 
 
 def make_document(
-    i: int,
-    factor: float = 1.0,
-    mem: int = 1 << 30,
-    device: str = "cuda",
-    seed: int = 0,
-    tp: int | None = None,
+    i: int, factor: float = 1.0, seed: int = 0, tp: int | None = None
 ) -> dict[str, Any]:
     """Run ``i`` of a one-cell history: 20 samples around 10 ms x ``factor`` (0.3 % noise);
     measured across ``tp`` ranks when given (no ``tp`` key otherwise, as before TP)."""
@@ -28,8 +26,8 @@ def make_document(
     row = {
         "method": "ours", "tokens": 8192, "vocab": 256000, "hidden": 2304, "dtype": "bf16",
         "beta": 0.0, "phase": "fwd", "status": "ok", "softcap": None, "shape": "gemma2-2b",
-        "device": device, "median_ms": float(median), "p20_ms": float(p20),
-        "p80_ms": float(p80), "samples_ms": samples, "peak_bytes": mem, "workload": "random",
+        "device": "cuda", "median_ms": float(median), "p20_ms": float(p20),
+        "p80_ms": float(p80), "samples_ms": samples, "peak_bytes": 1 << 30, "workload": "random",
     }  # fmt: skip
     if tp is not None:
         row["tp"] = tp
@@ -37,28 +35,22 @@ def make_document(
         "created": f"2026-01-01T00:{i:02d}:00Z",
         "git": {"sha": f"{i:02d}" + "ab" * 19, "dirty": False},
         "versions": {"torch": "2.13.0"},
-        "device": {"kind": device, "name": f"Test {device.upper()}"},
+        "device": {"kind": "cuda", "name": "Test CUDA"},
     }
     return {"schema_version": 1, "env": env, "rows": [row]}
 
 
-def write_history(folder: Path, factors: list[float], mems: list[int] | None = None) -> list[Path]:
+def write_history(folder: Path, factors: list[float]) -> list[Path]:
     """One results file per run."""
-    paths = []
-    for i, factor in enumerate(factors):
-        mem = mems[i] if mems else 1 << 30
-        path = folder / f"run-{i:02d}.json"
-        path.write_text(json.dumps(make_document(i, factor, mem)))
-        paths.append(path)
+    paths = [folder / f"run-{i:02d}.json" for i in range(len(factors))]
+    for i, (path, factor) in enumerate(zip(paths, factors, strict=True)):
+        path.write_text(json.dumps(make_document(i, factor)))
     return paths
 
 
 def count(db_path: Path, table: str) -> int:
-    conn = store.connect(db_path)
-    try:
+    with closing(store.connect(db_path)) as conn:
         return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-    finally:
-        conn.close()
 
 
 def blocks(out: str, head: str) -> list[str]:
@@ -80,9 +72,6 @@ def committed_reports(dest: Path) -> Path:
     """A copy of the results files committed under ``reports/``, and only those: a user's
     ``perfsuite run`` writes into the git-ignored ``reports/runs/`` of the same checkout,
     and a test that imported the whole tree counted them (``assert 10 == 6``)."""
-    import shutil
-    import subprocess
-
     try:
         listed = subprocess.run(
             ["git", "-C", str(REPO), "ls-files", "-z", "--", "reports"],

@@ -1,13 +1,16 @@
-"""Change points, the regression rule, `check` and `ack`, and the detector's rates."""
+"""Change points, the regression rule, `check` and `ack`, the detector's rates, and
+check without ruptures."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from history.histories import blocks, count, history, write_history
+from perfsuite.cli import main
 from perfsuite.history import changepoints, rules, sensitivity
 
 
@@ -99,18 +102,20 @@ def test_sensitivity_step_found_and_no_false_alarm() -> None:
     assert "step +10%" in sensitivity.format_table([none, step])
 
 
-def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_history(tmp_path, [1.0] * 4)
-    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
-    capsys.readouterr()
-    assert history(["sensitivity", "--db", str(db), "--trials", "3", "--cells", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "drift +1%/run x10" in out and out.count("cuda ") >= 5
+@pytest.fixture(scope="module")
+def flat_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-run flat history, for `history sensitivity` (it only reads it)."""
+    folder = tmp_path_factory.mktemp("flat")
+    db = folder / "db" / "h.sqlite"
+    write_history(folder, [1.0] * 4)
+    assert history(["import", "--db", str(db), str(folder)]) == 0
+    return db
 
 
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
+        (["--trials", "3", "--cells", "1"], None),
         (["--cells", "-1"], "--cells -1: must be 1 or more"),
         (["--cells", "0"], "--cells 0: must be 1 or more"),
         (["--trials", "0"], "--trials 0: must be 1 or more"),
@@ -119,39 +124,32 @@ def test_sensitivity_command(tmp_path: Path, db: Path, capsys: pytest.CaptureFix
         (["--run-noise", "nan"], "--run-noise nan:"),
     ],
 )
-def test_sensitivity_bad_options_name_the_option(
-    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+def test_sensitivity_command_and_its_bad_options_named(
+    flat_db: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str | None
 ) -> None:
     """`--cells -1` printed numpy's "Number of samples, -1, must be non-negative.";
     `--trials 0` named --runs."""
-    write_history(tmp_path, [1.0] * 4)
-    assert history(["import", "--db", str(db), str(tmp_path)]) == 0
     capsys.readouterr()
-    assert history(["sensitivity", "--db", str(db), *extra]) == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith(f"error: {words}") and captured.err.count("\n") == 1
-    assert captured.out == ""
+    code = history(["sensitivity", "--db", str(flat_db), *extra])
+    out, err = capsys.readouterr()
+    if words is None:  # a good one
+        assert code == 0 and "drift +1%/run x10" in out and out.count("cuda ") >= 5
+    else:
+        assert code == 2 and err.startswith(f"error: {words}") and err.count("\n") == 1
+        assert out == ""
 
 
-def test_check_leaves_out_the_times_of_busy_runs(
-    tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]
+def test_without_ruptures_check_and_dashboard_name_the_missing_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 20: a +10 % step measured while the machine was busy is the other load,
-    not the code; `check` calls it only with --accept-busy."""
-    import json
-
-    folder = tmp_path / "runs"
-    folder.mkdir()
-    paths = write_history(folder, [1.0] * 8 + [1.10] * 3)
-    for path in paths[8:]:
-        doc = json.loads(path.read_text())
-        busy = ["other processes used 1.0 of 2 cores (python3 100%)"]
-        doc["env"]["machine"] = {"groups": [{"group": "ours", "busy": busy}]}
-        path.write_text(json.dumps(doc))
-    assert history(["import", "--db", str(db), str(folder)]) == 0
+    """The lent GPU's image lacks ruptures: every command starts, and the ones that search
+    for change points say what is missing in one line."""
+    db, demo = tmp_path / "history.sqlite", tmp_path / "demo"  # 8 runs: long enough to search
+    assert history(["demo", "-o", str(demo), "--runs", "8", "--step-at", "4"]) == 0
+    assert history(["import", "--db", str(db), str(demo)]) == 0
+    monkeypatch.setitem(sys.modules, "ruptures", None)
     capsys.readouterr()
-    assert history(["check", "--db", str(db)]) == 0
-    out = capsys.readouterr().out
-    assert out.count("its times are left out") == 3 and "REGRESSION" not in out
-    assert history(["check", "--db", str(db), "--accept-busy"]) == 1
-    assert "REGRESSION" in capsys.readouterr().out
+    said = "error: change points need ruptures: pip install ruptures\n"
+    for argv in (["history", "check"], ["dashboard", "-o", str(tmp_path / "site")]):
+        assert main([*argv, "--db", str(db)]) == 2
+        assert capsys.readouterr().err == said, argv

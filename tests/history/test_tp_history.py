@@ -1,13 +1,16 @@
-"""The TP size in the history: its own column (schema 2, migrated from 1), its own cells
-and series, and one-device cells that keep their names."""
+"""The TP size in the history: its own column (schema 2, migrated from 1; a schema 1 file
+is read and drawn as it is), its own cells and series (on the dashboard too), and
+one-device cells that keep their names."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from render.conftest import dashboard, figures
 
 from history.histories import blocks, history, make_document
 from perfsuite.history import ingest, store, timelines
@@ -42,33 +45,27 @@ def schema1_db(path: Path, document: dict) -> str:
     return cells[0]["cell_id"]
 
 
-def columns(path: Path) -> tuple[str, list[str]]:
-    conn = sqlite3.connect(path)
-    try:
-        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        return version[0], [r[1] for r in conn.execute("PRAGMA table_info(cells)")]
-    finally:
-        conn.close()
-
-
-def test_schema1_is_read_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
+def test_schema1_is_read_and_drawn_as_is_and_migrated_by_the_first_write(tmp_path, db, capsys):
     old_id = schema1_db(db, make_document(0))
     before = db.read_bytes()
     assert history(["list", "--db", str(db)]) == 0 and history(["check", "--db", str(db)]) == 0
+    assert dashboard(["--db", str(db), "-o", str(tmp_path / "site")]) == 0
+    assert (tmp_path / "site" / "shape-gemma2-2b.html").is_file()
     assert db.read_bytes() == before  # read-only commands leave it as it was
     assert "1 runs" in capsys.readouterr().out
     (tp_run,) = write_runs(tmp_path / "runs", n=1)[:1]
     assert history(["add", "--db", str(db), str(tp_run)]) == 0
-    assert columns(db) == ("2", columns(db)[1]) and "tp" in columns(db)[1]
-    conn = store.connect(db, create=False, write=False)
-    stored = {(r["cell_id"], r["tp"]) for r in store.cell_rows(conn)}
-    conn.close()
+    with closing(store.connect(db, create=False, write=False)) as conn:
+        ((version,),) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+        names = [r[1] for r in conn.execute("PRAGMA table_info(cells)")]
+        assert version == "2" and "tp" in names
+        stored = {(r["cell_id"], r["tp"]) for r in store.cell_rows(conn)}
     # The old cell keeps its name (acks hold it); run 0 again on one device is that cell.
     assert (old_id, None) in stored and len({c for c, tp in stored if tp is None}) == 1
     assert len({c for c, tp in stored if tp == 2}) == 1
 
 
-def test_a_tp_cell_is_its_own_series_in_check(tmp_path, db, capsys):
+def test_a_tp_cell_is_its_own_series_in_check_list_timelines_and_dashboard(tmp_path, db, capsys):
     assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 2  # no folder yet
     write_runs(tmp_path / "runs")
     assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
@@ -80,15 +77,17 @@ def test_a_tp_cell_is_its_own_series_in_check(tmp_path, db, capsys):
     assert "4 series checked: 1 open regressions" in out  # {one device, TP=2} x {time, memory}
     assert history(["list", "--db", str(db)]) == 0
     assert capsys.readouterr().out.count("2 cells (TP=2)") == 10
-
-
-def test_timelines_draw_one_line_per_method_and_tp_size(tmp_path, db):
-    write_runs(tmp_path / "runs")
-    assert history(["import", "--db", str(db), str(tmp_path / "runs")]) == 0
+    assert dashboard(["--db", str(db), "-o", str(tmp_path / "site")]) == 0
+    page = tmp_path / "site" / "shape-gemma2-2b.html"
+    (fig,) = figures(page)  # a series per method and TP size, labelled
+    names = {t["name"] for t in fig["data"] if t.get("showlegend", True) is not False}
+    assert {"ours", "ours TP=2"} <= names
+    assert any("ours TP=2 @" in a["text"] for a in fig["layout"]["annotations"])  # the step
+    assert 'data-method="ours TP=2" data-state="open"' in page.read_text()
     conn = store.connect(db, create=False, write=False)
     (groups,) = timelines.load(conn).values()
     conn.close()
-    (group,) = groups
+    (group,) = groups  # a line per method and TP size on the one plot
     assert {(line.method, line.metric) for line in group.lines} == {
         (name, metric) for name in ("ours", "ours TP=2") for metric in ("time", "memory")
     }

@@ -2,14 +2,14 @@
 
 The smallest selection that has two variants (the target-logit kernel, bf16, sm_90a:
 two builds, each one ptxas and two cuobjdump runs) is built once per module and stored;
-each test then builds it again, through ``perfsuite.cli.main`` as a user types it
-(Triton's cache makes the rebuild of an unchanged tree cheap). Changed kernels are built
-from a temporary copy of the tree (``kernels/`` copied, then edited), in a child process
-started in that copy.
+the comparisons run ``perfsuite.cli.main`` as a user types it on that build. Edited
+kernels (a comment, a smaller tile) are built again from a temporary copy of the tree,
+in a child process started in that copy.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import triton
 
+from perfsuite import kernel_report
 from perfsuite.cli import main
 from perfsuite.kernel_report import build
 
@@ -59,8 +60,8 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     return folder, json.loads(out.stdout), out.stderr
 
 
-def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
-    folder, printed, _ = stored
+def test_save_writes_the_json_rows_and_says_its_progress(stored):
+    folder, printed, stderr = stored
     assert [p.name for p in folder.iterdir()] == [FILE]  # one file per Triton and arch set
     doc = json.loads((folder / FILE).read_text())
     assert doc["rows"] == printed["rows"] and len(doc["rows"]) == BUILDS
@@ -72,13 +73,29 @@ def test_save_writes_the_json_rows_with_the_toolchain_and_shape(stored):
     # one build per line, so a renewal's git diff names the builds it changes
     lines = (folder / FILE).read_text().splitlines()
     assert sum('"kernel": "target_logit"' in line for line in lines) == BUILDS
+    # Progress on stderr (stdout is --json's): `--save DIR` printed nothing for 400 s
+    # (issue 46). A line as it starts, then one per build with the count, the time so far
+    # and the time left.
+    lines = stderr.splitlines()
+    assert lines[0] == f"building {BUILDS} kernel launch(es), 2 at a time"
+    built = [line for line in lines if line.startswith("built target_logit[")]
+    variants = {line.split("[")[1].split("]")[0] for line in built}
+    assert len(built) == BUILDS and variants == set(VARIANTS)
+    assert f"({BUILDS} of {BUILDS}; " in built[-1] and "left)" in built[0]
 
 
-def test_an_unchanged_tree_compares_unchanged(stored, capsys, monkeypatch):
+def _compare(stored, folder: Path, monkeypatch, *extra: str) -> int:
+    """``kernel-report --baseline FOLDER`` as typed, its build the stored one's (building
+    this tree again is the tests' below, in a copy of it): the comparison and its table."""
+    monkeypatch.setattr(kernel_report, "kernel_report", lambda *a, **k: copy.deepcopy(stored[1]))
+    return main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder), *extra])
+
+
+def test_the_same_builds_compare_unchanged(stored, capsys, monkeypatch):
     folder, _, _ = stored
     before = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 0
+    assert _compare(stored, folder, monkeypatch) == 0
     out = capsys.readouterr().out
     assert f"unchanged: {BUILDS} builds (same SASS)" in out, out
     assert "changed: 0 builds, 0 failing" in out and "only in" not in out
@@ -102,9 +119,9 @@ def _doctored(folder: Path, dest: Path, name: str = FILE) -> Path:
 
 
 def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monkeypatch):
-    folder = _doctored(stored[0], tmp_path / "doctored")
+    """... unless it is another Triton's, compared with --across-triton: never failed."""
     monkeypatch.setenv("COLUMNS", "200")  # a table row on one line
-    assert main(["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]) == 1
+    assert _compare(stored, _doctored(stored[0], tmp_path / "same"), monkeypatch) == 1
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "FAIL" in line]
     (row,) = [r for r in stored[1]["rows"] if r["variant"] == "softcap"]
@@ -114,9 +131,17 @@ def test_a_better_baseline_fails_naming_the_build(stored, tmp_path, capsys, monk
     assert "FAIL: fewer CTAs/SM, instructions +10." in line
     assert "unchanged: 1 build (same SASS)" in out  # the other variant
     assert "changed: 1 build, 1 failing" in out
+    other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
+    assert _compare(stored, other, monkeypatch, "--across-triton") == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "gated" in line]
+    assert line.split()[:4] == HEAVY.split(), out
+    assert "not gated (across Triton versions); would fail: fewer CTAs/SM" in line
+    assert "baseline: Triton 0.0.1" in out
+    assert "changed: 1 build, 0 failing" in out
 
 
-def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, capsys):
+def test_another_triton_version_none_or_a_file_is_one_error_line(stored, tmp_path, capsys):
     """No build: the baseline is looked for before any work."""
     other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
     cases = ((other, "Triton 0.0.1's baseline"), (tmp_path / "empty", "no baseline for Triton"))
@@ -127,20 +152,11 @@ def test_another_triton_version_or_none_is_one_error_line(stored, tmp_path, caps
         assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
         assert named in err and f"--save {folder}" in err and "--kernel target_logit" in err
         assert ("--across-triton" in err) == (folder == other)
-
-
-@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
-def test_across_triton_reports_and_never_fails(stored, tmp_path, capsys, monkeypatch):
-    other = _doctored(stored[0], tmp_path / "other", "triton-0.0.1_sm_90a.json")
-    monkeypatch.setenv("COLUMNS", "200")
-    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(other)]
-    assert main([*argv, "--across-triton"]) == 0
-    out = capsys.readouterr().out
-    (line,) = [line for line in out.splitlines() if "gated" in line]
-    assert line.split()[:4] == HEAVY.split(), out
-    assert "not gated (across Triton versions); would fail: fewer CTAs/SM" in line
-    assert "baseline: Triton 0.0.1" in out
-    assert "changed: 1 build, 0 failing" in out
+    saved = stored[0] / FILE  # the file, not its folder
+    assert main(["kernel-report", *SELECTION, "--baseline", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --baseline {saved}: is a file")
+    assert err.endswith(f"the folder that holds it is {stored[0]}\n")
 
 
 @pytest.mark.parametrize(
@@ -164,27 +180,6 @@ def test_bad_options_are_one_error_line(capsys, monkeypatch, extra, says):
     out, err = capsys.readouterr()
     assert out == "" and err == f"error: {err[7:]}" and err.count("\n") == 1, err
     assert says in err
-
-
-def test_a_stored_file_as_baseline_names_its_folder(stored, capsys):
-    folder, _, _ = stored
-    assert main(["kernel-report", *SELECTION, "--baseline", str(folder / FILE)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: --baseline {folder / FILE}: is a file")
-    assert err.endswith(f"the folder that holds it is {folder}\n")
-
-
-def test_builds_say_their_progress(stored):
-    """`kernel-report --save DIR` printed nothing for 400 s (issue 46): a line as it
-    starts, then one per build with the count, the time so far and the time left, on
-    stderr (stdout is the --json document's)."""
-    lines = stored[2].splitlines()
-    assert lines[0] == f"building {BUILDS} kernel launch(es), 2 at a time"
-    built = [line for line in lines if line.startswith("built target_logit[")]
-    assert len(built) == BUILDS and {line.split("[")[1].split("]")[0] for line in built} == set(
-        VARIANTS
-    )
-    assert f"({BUILDS} of {BUILDS}; " in built[-1] and "left)" in built[0]
 
 
 def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:

@@ -127,27 +127,11 @@ def test_failures_name_the_reason():
     assert "ptxas failed" in problems[3]
 
 
-def test_table_names_every_variant(monkeypatch, capsys):
-    """Variant names such as "[plain]" must not vanish as rich markup."""
-    rows = [row(config="N64-V64-D32x32-w8-s3"), row("train", kernel="cce_backward", ours=False)]
-    assert _run(monkeypatch, rows, notes=["CCE side by side skipped: test"]) == 0
-    monkeypatch.setenv("COLUMNS", "80")
-    assert _run(monkeypatch, rows, notes=["CCE side by side skipped: test"]) == 0
-    text = capsys.readouterr().out
-    assert max(map(len, text.splitlines())) <= 80 and "…" not in text  # issue 20: hundreds
-    assert " plain" in text and " train" in text and "(CCE)" in text
-    assert "N64-V64-D32x32-w8-s3" in text  # a config folds nowhere: whole at 80 columns
-    assert "H100" in text and "A100" in text and "100.0%" in text
-    assert "CCE side by side skipped" in text
-    flat = " ".join(text.split())  # titles and headers fold at 80 columns
-    assert "a MODEL, not a measurement" in flat and "total bwd L2 GB" in flat
-    assert " slices " in flat and "modelled ms" in flat
-
-
 def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys):
     """Issue 36: one 20-column table became a block of key/value lines per build. The
     launched-fraction table, too wide with two workloads, is turned per GPU (it was a
-    ValueError: it names no impl)."""
+    ValueError: it names no impl). Issue 20: hundreds of columns; variant names such as
+    "[plain]" must not vanish as rich markup."""
     sampled = dict(gpu="H100", entropy=5.5, rows=256, bwd_config="N128-V256-D64x32-w8-s3")
     sampled |= dict(pairs=10**5, launched=9 * 10**4, launched_fraction=0.9, recompute_gb=1.5)
     launched = [{**sampled, "workload": w, "bwd_l2_gb": 45678.9} for w in ("a", "b")]
@@ -160,19 +144,29 @@ def test_default_output_is_a_table_per_kernel_at_80_columns(monkeypatch, capsys)
                 for kernel in ("forward", "backward"):
                     rows.append(row(variant, kernel=kernel, arch=arch, dtype=dtype, config=cfg))
                     rows[-1].update(counts)
+    rows.append(row("train", kernel="cce_backward", ours=False, config="N64-V64-D32x32-w8-s3"))
     monkeypatch.setenv("COLUMNS", "80")
-    assert _run(monkeypatch, rows, launched=launched) == 0
+    notes = ["CCE side by side skipped: test"]
+    assert _run(monkeypatch, rows, launched=launched, notes=notes) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in text
     builds = text[: text.index("Static costs")].splitlines()
     # a header per kernel, then a line (or two, a folded variant) per build
-    assert sum(line.lstrip().startswith("variant ") for line in builds) == 2
+    assert sum(line.lstrip().startswith("variant ") for line in builds) == 3
     assert len(builds) < 2 * len(rows) + 20
     assert "forward: " in text and "backward: " in text
     assert "0 in every build: spill" in text
-    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "152", "45,678.9"):
+    assert " plain" in text and " train" in text and "(CCE)" in text
+    assert "H100" in text and "A100" in text and "100.0%" in text
+    assert "CCE side by side skipped" in text
+    flat = " ".join(text.split())  # titles and headers fold at 80 columns
+    assert "a MODEL, not a measurement" in flat and "total bwd L2 GB" in flat
+    assert " slices " in flat and "modelled ms" in flat
+    # a config folds nowhere: whole at 80 columns
+    for cell in ("sm_100a", "N64-V64-D32-w8-s2", "N128-V128-D32-w8-s3", "N64-V64-D32x32-w8-s3"):
         assert cell in text
+    assert "152" in text and "45,678.9" in text
 
 
 def test_help_names_the_baseline_options(capsys):

@@ -6,9 +6,9 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import check, lce, make_inputs
+from helpers import check, grads, make_inputs
 
-from perfsuite.kernels import LinearCrossEntropy, linear_cross_entropy
+from perfsuite.kernels import linear_cross_entropy
 from perfsuite.kernels.common import wide_offsets
 
 
@@ -20,7 +20,7 @@ from perfsuite.kernels.common import wide_offsets
         (lambda e, c, t: (e, c, t[:-1]), ValueError, "leading shape"),
         (lambda e, c, t: (e, c.double(), t), TypeError, "dtype"),
         (lambda e, c, t: (e.double(), c.double(), t), TypeError, "unsupported"),
-        (lambda e, c, t: (e, c, torch.where(t == 1, 10**6, t)), ValueError, "out of range"),
+        (lambda e, c, t: (e, c, torch.where(t == 1, 20, t)), ValueError, r"20 not in \[0, 20\)"),
     ],
 )
 def test_bad_tensors(device, mutate, error, match, monkeypatch):
@@ -33,23 +33,6 @@ def test_bad_tensors(device, mutate, error, match, monkeypatch):
         linear_cross_entropy(*mutate(e, c, t))
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"label_smoothing": 1.5}, r"\[0, 1\]"),
-        ({"label_smoothing": -0.1}, r"\[0, 1\]"),
-        ({"reduction": "avg"}, "reduction"),
-        ({"impl": "magic"}, "impl"),
-        ({"softcap": -1.0}, "softcap"),
-        ({"filter_eps": "high"}, "filter_eps"),
-    ],
-)
-def test_bad_options(device, kwargs, match):
-    e, c, t = make_inputs(8, 20, 16, torch.float32, device)
-    with pytest.raises(ValueError, match=match):
-        lce(e, c, t, **kwargs)  # filter_eps: the tile ablation's
-
-
 def test_the_public_function_has_no_ablation_knobs(device):
     e, c, t = make_inputs(8, 20, 16, torch.float32, device)
     for knob in ("filter_eps", "sort_vocab", "tile_list", "accum_fp32", "backward"):
@@ -57,48 +40,20 @@ def test_the_public_function_has_no_ablation_knobs(device):
             linear_cross_entropy(e, c, t, **{knob: None})
 
 
-def test_non_contiguous_e(device):
+def test_non_contiguous_e_leading_dims_and_transposed(device):
     e, c, t = make_inputs(24, 50, 64, torch.float32, device)
     check(e[:, ::2], c[:, :32], t, beta=0.1)  # inner stride 2, viewed in place
-
-
-def test_leading_dims_and_transposed(device):
-    e, c, t = make_inputs(24, 50, 32, torch.float32, device)
-    e3, t3 = e.reshape(4, 6, 32), t.reshape(4, 6)
-    check(e3, c, t3, beta=0.1, reduction="none")
-    check(e3.transpose(0, 1), c, t3.transpose(0, 1), beta=0.1, softcap=10.0, impl="fused")
+    e3, t3 = e[:, :32].reshape(4, 6, 32), t.reshape(4, 6)
+    check(e3, c[:, :32], t3, beta=0.1, reduction="none")
+    check(e3.transpose(0, 1), c[:, :32], t3.transpose(0, 1), beta=0.1, softcap=10.0, impl="fused")
 
 
 @pytest.mark.parametrize("impl", ["split", "fused"])
 def test_all_ignored_is_zero(device, impl):
     e, c, t = make_inputs(10, 40, 16, torch.bfloat16, device, ignore="all")
-    e.requires_grad_()
-    c.requires_grad_()
-    loss = linear_cross_entropy(e, c, t, label_smoothing=0.1, impl=impl)
-    loss.backward()
-    assert loss.item() == 0.0
-    assert not e.grad.any() and not c.grad.any()
-    assert e.grad.dtype == torch.bfloat16
-
-
-def test_fused_scales_by_upstream(device):
-    e, c, t = make_inputs(16, 40, 16, torch.float32, device)
-    grads = []
-    for impl in ("split", "fused"):
-        ee = e.clone().requires_grad_()
-        cc = c.clone().requires_grad_()
-        (3.0 * linear_cross_entropy(ee, cc, t, label_smoothing=0.2, impl=impl)).backward()
-        grads.append((ee.grad, cc.grad))
-    torch.testing.assert_close(grads[0], grads[1])
-
-
-def test_module(device):
-    e, c, t = make_inputs(16, 40, 16, torch.float32, device)
-    module = LinearCrossEntropy(label_smoothing=0.1, reduction="sum")
-    assert "label_smoothing=0.1" in repr(module)
-    torch.testing.assert_close(
-        module(e, c, t), linear_cross_entropy(e, c, t, label_smoothing=0.1, reduction="sum")
-    )
+    loss, de, dc = grads(e, c, t, label_smoothing=0.1, impl=impl)
+    assert loss.item() == 0.0 and not de.any() and not dc.any()
+    assert de.dtype == torch.bfloat16
 
 
 def test_beta_is_not_a_constexpr():

@@ -1,10 +1,6 @@
-"""The kernel's pass/fail checks at Gemma2-2B's full size, on a GPU only.
-
-The same properties hold at small shapes everywhere (test_slices.py, test_tiles.py; under
-Triton's interpreter without CUDA). What only a GPU at full size shows is concurrency:
-thousands of CTAs, hardware atomics, the pinned tiles, 63 vocab slices. `.ci/gpu-run 1`
-runs this file first, so a lent GPU's first minutes say whether the kernel is exact and
-bit-deterministic before anything is timed.
+"""The kernel's pass/fail checks at Gemma2-2B's full size, on a GPU only: what only full
+size shows is concurrency (thousands of CTAs, hardware atomics, 63 vocab slices).
+`.ci/gpu-run 1` runs this file first, before anything is timed.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import check, lce, make_inputs
+from helpers import bits, check, grads, lce, make_inputs
 
 from perfsuite.kernels.common import locked_add
 
@@ -39,19 +35,6 @@ def gemma() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return make_inputs(N, V, D, torch.bfloat16, "cuda")
 
 
-def _grads(e, c, t, **options) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    e = e.detach().clone().requires_grad_()
-    c = c.detach().clone().requires_grad_()
-    loss = lce(e, c, t, **options)
-    loss.backward()
-    return loss.detach(), e.grad, c.grad
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """Bit patterns, so that two NaNs or -0.0 and 0.0 compare as what they are."""
-    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
 @triton.jit
 def _lock_stress(X, Lock, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
@@ -71,18 +54,14 @@ def test_lock_admits_one_cta_at_a_time() -> None:
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.1])
-def test_slice_backward_exact_at_gemma2_2b(gemma, beta: float) -> None:
-    """Loss, dE and dC within torch's own bf16 error (plus half an ulp) of fp32."""
+def test_slice_backward_exact_and_bit_identical_at_gemma2_2b(gemma, beta: float) -> None:
+    """Loss, dE and dC within torch's own bf16 error (plus half an ulp) of fp32; no atomics
+    in the slice backward, so two runs agree in every bit."""
     check(*gemma, beta=beta, softcap=SOFTCAP)
-
-
-@pytest.mark.parametrize("beta", [0.0, 0.1])
-def test_slice_backward_bit_identical_at_gemma2_2b(gemma, beta: float) -> None:
-    """No atomics in the slice backward: two runs agree in every bit."""
-    first = _grads(*gemma, label_smoothing=beta, softcap=SOFTCAP)
-    second = _grads(*gemma, label_smoothing=beta, softcap=SOFTCAP)
+    first = grads(*gemma, label_smoothing=beta, softcap=SOFTCAP)
+    second = grads(*gemma, label_smoothing=beta, softcap=SOFTCAP)
     for name, a, b in zip(("loss", "dE", "dC"), first, second, strict=True):
-        differ = int((_bits(a) != _bits(b)).sum())
+        differ = int((bits(a) != bits(b)).sum())
         assert differ == 0, f"{name}: {differ} of {a.numel()} elements differ"
 
 
@@ -91,8 +70,8 @@ def test_tile_ablation_has_no_race_at_gemma2_2b(gemma, setting: str) -> None:
     """Two runs of a tile backward differ only by the order of its atomic adds: a few
     bf16 ulps at the gradient's scale. More than 8 is a lost or doubled update."""
     options = dict(label_smoothing=0.1, softcap=SOFTCAP, **TILE_SETTINGS[setting])
-    first = _grads(*gemma, **options)
-    second = _grads(*gemma, **options)
+    first = grads(*gemma, **options)
+    second = grads(*gemma, **options)
     for name, a, b in zip(("dE", "dC"), first[1:], second[1:], strict=True):
         scale = a.float().abs().max().item()
         drift = (a.float() - b.float()).abs().max().item()
@@ -126,5 +105,5 @@ def test_op_forward_and_backward_capture_in_a_cuda_graph(gemma, beta: float) -> 
     torch.cuda.synchronize()
     replayed = (captured, e.grad, c.grad)
     for name, a, b in zip(("loss", "dE", "dC"), eager, replayed, strict=True):
-        differ = int((_bits(a) != _bits(b)).sum())
+        differ = int((bits(a) != bits(b)).sum())
         assert differ == 0, f"{name}: {differ} of {a.numel()} elements differ"

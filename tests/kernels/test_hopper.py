@@ -8,6 +8,7 @@ from unittest import mock
 
 import pytest
 import torch
+from helpers import make_inputs
 
 from perfsuite.kernels import forward, hopper, slices
 from perfsuite.kernels.configs import KernelConfig, use_config
@@ -22,28 +23,26 @@ SMALL = KernelConfig(16, 32, 16, num_warps=4, num_stages=1)
 # arithmetic where the unfused kernel skips them).
 SMALL_FLAT = KernelConfig(16, 32, 16, num_warps=4, num_stages=1, flatten=True)
 
-# (smoothing, softcap, class weights): weights reach both kernels only through smoothing.
-VARIANTS = [
-    (False, None, False),
-    (False, 20.0, False),
-    (True, None, False),
-    (True, 20.0, False),
-    (True, 20.0, True),
+# (dtype, smoothing, softcap, class weights, loops): weights reach both kernels only through
+# smoothing. Every variant once (fp16 on the heaviest), half of them with the loops fused;
+# smoothing with softcap, and class weights, run both ways.
+CASES = [
+    ("bf16", False, None, False, SMALL),
+    ("bf16", False, 20.0, False, SMALL_FLAT),
+    ("bf16", True, None, False, SMALL_FLAT),
+    ("bf16", True, 20.0, False, SMALL),
+    ("bf16", True, 20.0, True, SMALL_FLAT),
+    ("fp16", True, 20.0, True, SMALL),
 ]
-# bf16 over every variant, fp16 on the heaviest (the interpreter's cost is per case).
-CASES = [("bf16", *v) for v in VARIANTS] + [("fp16", True, 20.0, True)]
+IDS = [f"{d}-{s}-{c}-{w}-{'flat' if f.flatten else 'nest'}" for d, s, c, w, f in CASES]
 ALIGNED = [(1 << 20, 2304, 1), (1 << 21, 2304, 1)]
-
-
-def test_eligible_on_hopper_and_blackwell_with_aligned_16_bit_operands():
-    for cap in ((9, 0), (10, 0)):
-        for dtype in HALF.values():
-            assert hopper.eligible(cap, dtype, ALIGNED)
 
 
 @pytest.mark.parametrize(
     "cap, dtype, operands, why",
     [
+        ((9, 0), torch.bfloat16, ALIGNED, ""),
+        ((10, 0), torch.float16, ALIGNED, ""),
         (None, torch.bfloat16, ALIGNED, "no CUDA device"),
         ((8, 0), torch.bfloat16, ALIGNED, "Ampere: no TMA"),
         ((12, 0), torch.bfloat16, ALIGNED, "consumer Blackwell: 99 KiB of shared memory"),
@@ -53,8 +52,8 @@ def test_eligible_on_hopper_and_blackwell_with_aligned_16_bit_operands():
         ((9, 0), torch.bfloat16, [(1 << 20, 2304, 2)], "rows not contiguous"),
     ],
 )
-def test_not_eligible(cap, dtype, operands, why):
-    assert not hopper.eligible(cap, dtype, operands), why
+def test_eligible_on_hopper_and_blackwell_with_aligned_16_bit_operands(cap, dtype, operands, why):
+    assert hopper.eligible(cap, dtype, operands) == (not why), why
 
 
 def test_cpu_tensors_take_the_portable_kernels():
@@ -68,9 +67,7 @@ def _logits(e, c, softcap):
 
 
 def _forward_inputs(dtype, smoothing, softcap, weighted, n=37, v=200, d=40):
-    e = (torch.randn(n, d) / d**0.25).to(dtype)
-    c = (torch.randn(v, d) / d**0.25).to(dtype)
-    t = torch.randint(0, v, (n,))
+    e, c, t = make_inputs(n, v, d, dtype, "cpu", ignore="none")
     weight = torch.rand(v) if weighted else None
     cbar = None
     if smoothing and softcap is None:
@@ -79,8 +76,7 @@ def _forward_inputs(dtype, smoothing, softcap, weighted, n=37, v=200, d=40):
     return e, c, t, kw
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_FLAT], ids=["nest", "flat"])
-@pytest.mark.parametrize("dtype, smoothing, softcap, weighted", CASES)
+@pytest.mark.parametrize("dtype, smoothing, softcap, weighted, cfg", CASES, ids=IDS)
 def test_forward_matches_portable_kernel_and_fp64(dtype, smoothing, softcap, weighted, cfg):
     e, c, t, kw = _forward_inputs(HALF[dtype], smoothing, softcap, weighted)
     with use_config(forward=cfg):
@@ -115,14 +111,11 @@ def test_forward_splits_and_padded_vocab():
 
 
 def _slice_inputs(dtype, smoothing, softcap, weighted, n=37, v=150, d=40):
-    e = (torch.randn(n, d) / d**0.25).to(dtype)
-    c = (torch.randn(v, d) / d**0.25).to(dtype)
-    t = torch.randint(0, v, (n,))
+    e, c, t = make_inputs(n, v, d, dtype, "cpu", ignore="none")
     z = _logits(e, c, softcap).float()
     row_max = z.amax(1)
     log_sum = (z - row_max[:, None]).exp().sum(1).log()
-    a, b = torch.rand(n), torch.rand(n)
-    s = torch.rand(n)
+    a, b, s = torch.rand(3, n)
     # The first row block: zero coefficients (S too, as terms.coefficients gives an
     # ignored row), no GEMM in the unfused kernel.
     a[:16], b[:16], s[:16] = 0.0, 0.0, 0.0
@@ -131,8 +124,7 @@ def _slice_inputs(dtype, smoothing, softcap, weighted, n=37, v=150, d=40):
     return e, c, t, row_max, log_sum, k, weight
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_FLAT], ids=["nest", "flat"])
-@pytest.mark.parametrize("dtype, smoothing, softcap, weighted", CASES)
+@pytest.mark.parametrize("dtype, smoothing, softcap, weighted, cfg", CASES, ids=IDS)
 def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, weighted, cfg):
     """Same logits (fp64 dots under the interpreter), same epilogue order: same bits, on a
     middle slice and on the short last one (its stores clipped at the slice's width)."""
@@ -155,40 +147,28 @@ def test_grad_slice_bit_identical_to_portable_kernel(dtype, smoothing, softcap, 
         assert not bool(ours[:16, :cols].signbit().any())  # +0, as the skip stores
 
 
-def test_grad_slice_deterministic():
-    e, c, t, row_max, log_sum, k, weight = _slice_inputs(torch.bfloat16, True, 20.0, False)
-    p = types.SimpleNamespace(softcap=20.0)
-    outs = []
-    for _ in range(2):
-        out = torch.empty(e.shape[0], 64, dtype=e.dtype)
-        with use_config(slices=SMALL):
-            hopper.grad_slice(out, e, c, t, row_max, log_sum, k, None, torch.ones(1), 32, p=p)
-        outs.append(out)
-    assert torch.equal(*outs)
-
-
 def test_launchers_dispatch_to_the_tma_kernels_when_eligible():
     """The one branch in each portable launcher: ``use_tma`` true → the TMA launcher runs
     (and gives what the portable kernel gives); false → it does not."""
     e, c, t, kw = _forward_inputs(torch.bfloat16, True, 20.0, False)
-    with use_config(forward=SMALL):
-        today = forward.lse_forward(e, c, t, logit_avg=False, **kw)
-        with (
-            mock.patch.object(hopper, "use_tma", return_value=True),
-            mock.patch.object(hopper, "lse_forward", wraps=hopper.lse_forward) as fast,
-        ):
-            ours = forward.lse_forward(e, c, t, logit_avg=False, **kw)
-            assert fast.call_count == 1
-            # The ablations' extras (logit sums, tile LSEs) stay on the portable kernel.
-            forward.lse_forward(e, c, t, logit_avg=True, **kw)
-            assert fast.call_count == 1
+    with (
+        use_config(forward=SMALL),
+        mock.patch.object(hopper, "use_tma", return_value=True),
+        mock.patch.object(hopper, "lse_forward", wraps=hopper.lse_forward) as fast,
+    ):
+        ours = forward.lse_forward(e, c, t, logit_avg=False, **kw)
+        assert fast.call_count == 1
+        # The ablations' extras (logit sums, tile LSEs) stay on the portable kernel.
+        today = forward.lse_forward(e, c, t, logit_avg=True, **kw)
+        assert fast.call_count == 1
     torch.testing.assert_close(ours.lse, today.lse, rtol=0, atol=4e-6)
 
-    e, c, t, row_max, log_sum, k, weight = _slice_inputs(torch.bfloat16, False, None, False)
-    p = types.SimpleNamespace(softcap=None)
-    args = (e, c, t, row_max, log_sum, k, weight, torch.ones(1), 0)
+    # The TMA kernel twice: bit-identical run to run too.
+    e, c, t, row_max, log_sum, k, weight = _slice_inputs(torch.bfloat16, True, 20.0, False)
+    p = types.SimpleNamespace(softcap=20.0)
+    args = (e, c, t, row_max, log_sum, k, weight, torch.ones(1), 32)
     outs = []
-    for eligible in (False, True):
+    for eligible in (False, True, True):
         out = torch.empty(e.shape[0], 64, dtype=e.dtype)
         with (
             use_config(slices=SMALL),
@@ -198,7 +178,7 @@ def test_launchers_dispatch_to_the_tma_kernels_when_eligible():
             slices._triton_grad_slice(out, *args, p=p)
         assert fast.call_count == int(eligible)
         outs.append(out)
-    assert torch.equal(*outs)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
 
 
 def test_switch_off(monkeypatch):

@@ -1,11 +1,7 @@
-"""The kernel's peak memory is the design's formula, read by the CPU tensor meter.
-
-fwd+bwd above the inputs: the floor (dE + dC in the input dtype) + N·D·4 (dE
-accumulates in fp32) + the slice workspace, which the memory budget bounds
-(kernels/slices.py: ``bytes_per_column`` × the slice width) + O(N + V + D) and the
-1/16-of-E row-chunk temporaries. The tile backward (the ablation) adds the
-forward's per-tile LSEs for its tile list instead of slices.
-"""
+"""The kernel's peak memory is the design's formula, read by the CPU tensor meter: above
+the inputs, the floor (dE + dC) + N·D·4 (the fp32 dE) + the slice workspace the budget
+bounds + O(N + V + D) and row-chunk temporaries; the tile ablation's per-tile LSEs instead
+of slices."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ import torch
 import triton
 from helpers import lce, make_inputs
 
+from perfsuite.kernels import cublas_route
 from perfsuite.kernels.configs import pinned_config
 from perfsuite.kernels.slices import WIDTH_GRAIN, bytes_per_column, slice_width
 from perfsuite.measure.memory import measure_tensor_peak
@@ -44,13 +41,18 @@ def _small() -> int:
     return small
 
 
-@pytest.mark.parametrize("engine", ["triton", "torch"])
+@pytest.mark.parametrize("engine", ["triton", "torch", "cublas"])
 @pytest.mark.parametrize(("beta", "softcap"), [(0.0, None), (0.1, 30.0)])
 def test_slices_peak_is_floor_plus_de_plus_budget(device, engine, beta, softcap):
+    """Each engine with its own bytes per column (the cuBLAS route's in cublas_route)."""
     if device != "cpu":
         pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
     floor = floor_bytes("fwd+bwd", N, V, D, "bf16")
-    per = bytes_per_column(N, D, torch.bfloat16, torch.device(device), engine, softcap is not None)
+    if engine == "cublas":
+        per = cublas_route.bytes_per_column(N, D, torch.bfloat16, torch.device(device))
+    else:
+        cap = softcap is not None
+        per = bytes_per_column(N, D, torch.bfloat16, torch.device(device), engine, cap)
     budget = 4 * WIDTH_GRAIN * per
     assert V // slice_width(V, per, budget) == 4  # four slices of the vocabulary
     peak = _peak(device, beta, softcap, engine=engine, memory_budget=budget)

@@ -1,10 +1,6 @@
-"""torch.compile: the default path is one custom op each way, with fakes; no graph break.
-
-The compiled step runs a tiny model (a hidden layer, then our loss on the classifier's
-weight with β, softcap, z-loss and class weights) under ``fullgraph=True``, which
-raises on any graph break, and counts graphs and breaks with ``torch._dynamo.explain``.
-A negative control shows the same check fails when a host sync is added.
-"""
+"""torch.compile: the default path is one custom op each way, with fakes; no graph break
+(a tiny model under ``fullgraph=True``, counted by ``torch._dynamo.explain``; a negative
+control adds a host sync)."""
 
 from __future__ import annotations
 
@@ -88,16 +84,6 @@ def test_a_host_sync_would_be_caught() -> None:
     torch._dynamo.reset()
     with pytest.raises(Exception, match="(?i)graph break|item|unsupported"):
         torch.compile(step, backend="eager", fullgraph=True)(*_batch())
-
-
-def test_bad_targets_still_raise_inside_the_op() -> None:
-    e, c = torch.randn(6, 8), torch.randn(10, 8)
-    with pytest.raises(ValueError, match="targets out of range: 10 not in \\[0, 10\\)"):
-        linear_cross_entropy(e, c, torch.tensor([0, 1, 2, 3, 4, 10]), engine="torch")
-    with pytest.raises(ValueError, match="negative class weight"):
-        linear_cross_entropy(
-            e, c, torch.zeros(6, dtype=torch.long), weight=-torch.ones(10), engine="torch"
-        )
 
 
 def test_the_fused_ablation_compiles_with_one_break_at_its_target_check() -> None:

@@ -1,12 +1,9 @@
 """``patch(model)``: a transformers causal LM trains on our kernel with its own semantics.
 
-Tiny models built from configs (no download), in fp32 on the CPU (the torch engine).
-Loss and every parameter's gradient are compared as perfsuite/run/correctness.py
-compares a method: the reference is the unpatched fp32 model (transformers' own loss,
-or, for β > 0, ``F.cross_entropy`` with ``label_smoothing`` on its shifted logits, which
-transformers cannot take), and the bound is twice torch's own error (that fp32 model
-against its fp64 copy) plus 1e-5 of the reference's largest magnitude; in bf16 (slow
-tests) torch's own error is the unpatched model's in bf16, the slack 1e-3.
+Tiny models from configs (no download), fp32 on the CPU. Loss and every gradient are
+compared as perfsuite/run/correctness.py does: against the unpatched model (for β > 0,
+``F.cross_entropy`` on its shifted logits), within twice torch's own error (fp32 vs
+fp64; bf16 in the slow tests) plus a slack of 1e-5 (1e-3 in bf16) of the largest value.
 """
 
 from __future__ import annotations
@@ -14,9 +11,8 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import runpy
+import itertools
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,7 +23,6 @@ transformers = pytest.importorskip("transformers")
 from perfsuite.kernels import patch, unpatch  # noqa: E402
 from perfsuite.kernels.patch import UnsupportedModelError, patched  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 VOCAB, SEQ = 300, 16
 TINY = dict(
     vocab_size=VOCAB,
@@ -135,20 +130,16 @@ def assert_same_training(model, batches, beta=0.0, z_loss=0.0, accumulate=False,
         assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g} (torch {torch_err:.3g})"
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.1])
-@pytest.mark.parametrize("arch", REQUIRED)
-def test_loss_and_gradients_match_the_model(arch, beta):
-    assert_same_training(tiny(arch), [batch()], beta)
-
-
-# Every architecture once (and both references: transformers' own num_items_in_batch
-# path at β = 0, ours at β = 0.1); the full product is the slow test below.
+# Each required architecture at both β, accumulating over two micro-batches in one of them
+# (transformers' own num_items_in_batch path at β = 0, ours at β = 0.1, both accumulated).
 @pytest.mark.parametrize(
-    "arch, beta", [("llama", 0.0), ("gemma2", 0.1), ("qwen2", 0.1), ("mistral", 0.0)]
-)
-def test_gradient_accumulation_divides_by_num_items_in_batch(arch, beta):
-    micro_batches = [batch(seed=1), batch(rows=3, seed=2)]
-    assert_same_training(tiny(arch), micro_batches, beta, accumulate=True)
+    "arch, beta, accumulate",
+    [(arch, beta, (i + j) % 2 == 1) for (i, arch), (j, beta) in itertools.product(
+        enumerate(REQUIRED), enumerate([0.0, 0.1]))],
+)  # fmt: skip
+def test_loss_and_gradients_match_the_model(arch, beta, accumulate):
+    micro_batches = [batch(seed=1), batch(rows=3, seed=2)] if accumulate else [batch()]
+    assert_same_training(tiny(arch), micro_batches, beta, accumulate=accumulate)
 
 
 def test_z_loss_and_tied_embeddings():
@@ -158,20 +149,13 @@ def test_z_loss_and_tied_embeddings():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("layers, z_loss", [(1, 0.0), (2, 1e-4)])
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 @pytest.mark.parametrize("arch", list(ARCHS))
-def test_every_architecture_accumulating(arch, beta):
-    micro_batches = [batch(seed=1), batch(rows=3, seed=2)]
-    assert_same_training(tiny(arch), micro_batches, beta, accumulate=True)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("beta", [0.0, 0.1])
-@pytest.mark.parametrize("arch", list(ARCHS))
-def test_deeper_models_with_z_loss(arch, beta):
-    model = tiny(arch, num_hidden_layers=2)
+def test_every_architecture_accumulating(arch, beta, layers, z_loss):
     micro_batches = [batch(rows=4, seed=3), batch(rows=1, seed=4)]
-    assert_same_training(model, micro_batches, beta, z_loss=1e-4, accumulate=True)
+    model = tiny(arch, num_hidden_layers=layers)
+    assert_same_training(model, micro_batches, beta, z_loss=z_loss, accumulate=True)
 
 
 def test_softcap_comes_from_the_config_and_matters():
@@ -303,27 +287,21 @@ def extra_argument() -> torch.nn.Module:
     return ExtraArgument(tiny("llama").config)
 
 
-def phi() -> torch.nn.Module:
-    return transformers.PhiForCausalLM(transformers.PhiConfig(**TINY))
-
-
-def biogpt() -> torch.nn.Module:
-    return transformers.BioGptForCausalLM(transformers.BioGptConfig(**TINY))
-
-
-def neox() -> torch.nn.Module:
-    config = transformers.GPTNeoXConfig(**{**TINY, "num_key_value_heads": 2})
-    return transformers.GPTNeoXForCausalLM(config)
-
-
-def cohere() -> torch.nn.Module:
-    return transformers.CohereForCausalLM(transformers.CohereConfig(**TINY))
-
-
 def replaced_forward() -> torch.nn.Module:
     model = tiny("llama")
     model.forward = model.forward  # what accelerate and peft do, in effect
     return model
+
+
+def build(name: str, **overrides):
+    """A builder of a transformers causal LM on the tiny config (its classes are looked up
+    when it is called, not at collection)."""
+    return lambda: getattr(transformers, f"{name}ForCausalLM")(
+        getattr(transformers, f"{name}Config")(**{**TINY, **overrides})
+    )
+
+
+cohere = build("Cohere")
 
 
 @pytest.mark.parametrize(
@@ -331,9 +309,9 @@ def replaced_forward() -> torch.nn.Module:
     [
         (lambda: tiny("llama").model, "LlamaModel is not a causal LM"),
         (lambda: torch.nn.Linear(2, 2), "takes a transformers causal LM, got Linear"),
-        (biogpt, "BioGptForCausalLM has no lm_head"),
-        (neox, r"GPTNeoXForCausalLM has no \.model decoder"),
-        (phi, "lm_head has a bias"),
+        (build("BioGpt"), "BioGptForCausalLM has no lm_head"),
+        (build("GPTNeoX", num_key_value_heads=2), r"GPTNeoXForCausalLM has no \.model decoder"),
+        (build("Phi"), "lm_head has a bias"),
         (extra_argument, r"parameters \['temperature'\]"),
         (cohere, "CohereForCausalLM.forward is untested"),
         (lambda: torch.compile(tiny("llama")), "patch\\(model\\) first, then torch.compile"),
@@ -358,8 +336,3 @@ def test_untested_can_be_allowed_and_options_fail_at_patch_time():
     ids, labels = batch()
     ours = patch(copy.deepcopy(model), allow_untested=True)(ids, labels=labels).loss
     assert not torch.allclose(ours, model(ids, labels=labels).loss, rtol=1e-3)
-
-
-def test_example_runs(capsys):
-    runpy.run_path(str(ROOT / "examples" / "patch_model.py"), run_name="__main__")
-    assert "loss" in capsys.readouterr().out

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import lce, make_inputs
+from helpers import SMALL, grads, make_inputs
 
 from perfsuite.kernels import function
 from perfsuite.kernels.configs import KernelConfig, use_config
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
-SMALL = dict(
-    forward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1),
-    backward=KernelConfig(16, 32, 16, num_warps=4, num_stages=1, block_dd=16),
-)
 # Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
 WIDE = dict(SMALL, backward=KernelConfig(16, 64, 16, num_warps=4, num_stages=1, block_dd=16))
 NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1, block_dd=16))
@@ -22,10 +18,8 @@ NARROW = dict(SMALL, backward=KernelConfig(32, 16, 16, num_warps=4, num_stages=1
 def _grads(e, c, t, **options):
     """The tile backward (filtered over its list unless ``filter_eps`` says otherwise)."""
     options = {"tiles": True, "filter_eps": "auto", **options}
-    e = e.detach().clone().requires_grad_()
-    c = c.detach().clone().requires_grad_()
-    lce(e, c, t, sort_vocab=False, **options).backward()
-    return e.grad, c.grad, function.LAST_TILES[0]
+    _, de, dc = grads(e, c, t, sort_vocab=False, **options)
+    return de, dc, function.LAST_TILES[0]
 
 
 def peaked_inputs(n: int, v: int, d: int, device: str, ignore: str = "some"):
@@ -38,14 +32,15 @@ def peaked_inputs(n: int, v: int, d: int, device: str, ignore: str = "some"):
 
 
 @pytest.mark.parametrize(
-    ("configs", "beta", "softcap", "vocab"),
-    [(SMALL, 0.0, None, 320), (WIDE, 0.1, None, 600), (NARROW, 0.0, 40.0, 320)],
+    ("configs", "beta", "softcap", "n", "vocab", "ignore"),
+    [(SMALL, 0.0, None, 64, 416, "prefix"), (WIDE, 0.1, None, 36, 600, "some"),
+     (NARROW, 0.0, 40.0, 36, 320, "some")],
     ids=["same", "wide-smooth", "narrow-softcap"],
-)
-def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap, vocab):
+)  # fmt: skip
+def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap, n, vocab, ignore):
     """Skipped tiles lose at most the per-row mass budget against an unfiltered run
     (enough vocab tiles per row block that most can be skipped)."""
-    e, c, t = peaked_inputs(36, vocab, 32, device)
+    e, c, t = peaked_inputs(n, vocab, 32, device, ignore=ignore)
     options = dict(label_smoothing=beta, softcap=softcap)
     with use_config(**configs):
         de_list, dc_list, tiles = _grads(e, c, t, tile_list=True, **options)
@@ -62,31 +57,22 @@ def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap, vocab):
     dc_bound = mass_budget(torch.bfloat16) * e.float().abs().max().item()
     dc_ulp = 2**-8 * dc_full.float().abs().max().item()
     assert (dc_list.float() - dc_full.float()).abs().max().item() <= dc_bound + dc_ulp
-
-
-def test_targets_and_ignored_rows(device):
-    """Rows peak at their targets, so target tiles are listed (by their mass: the target
-    part itself is exact outside the tiles); blocks with only ignored rows never are."""
-    e, c, t = peaked_inputs(64, 416, 32, device, ignore="prefix")
-    with use_config(**SMALL):
-        de_list, dc_list, tiles = _grads(e, c, t, tile_list=True)
-        de_full, dc_full, _ = _grads(e, c, t, filter_eps=None)
-    torch.testing.assert_close(de_list, de_full, rtol=2**-7, atol=1e-6)
-    torch.testing.assert_close(dc_list, dc_full, rtol=2**-7, atol=1e-6)
-    count = int(tiles.count.item())
-    listed = tiles.entries[:count].long()
-    num_v = -(-416 // 32)
-    live_blocks = set(range((2 * 64) // 3 // 16, 4))
-    assert {int(x) for x in listed // num_v} <= live_blocks
-    for row in range((2 * 64) // 3, 64):
-        assert (row // 16) * num_v + int(t[row]) // 32 in set(listed.tolist())
+    if ignore == "prefix":
+        # Rows peak at their targets, so target tiles are listed (by their mass: the target
+        # part itself is exact outside the tiles); blocks of only ignored rows never are.
+        torch.testing.assert_close(de_list, de_full, rtol=2**-7, atol=1e-6)
+        torch.testing.assert_close(dc_list, dc_full, rtol=2**-7, atol=1e-6)
+        listed = tiles.entries[: int(tiles.count.item())].long()
+        num_v, live = -(-vocab // 32), (2 * n) // 3
+        assert {int(x) for x in listed // num_v} <= set(range(live // 16, n // 16))
+        for row in range(live, n):
+            assert (row // 16) * num_v + int(t[row]) // 32 in set(listed.tolist())
 
 
 def test_no_list_when_it_cannot_drop_anything(device):
-    """No filter: no list; softcap smoothing β/V above filter_eps: every tile listed."""
+    """Softcap smoothing β/V above filter_eps: every tile listed (no filter, no list:
+    test_fewer_tiles_within_mass_budget)."""
     e, c, t = make_inputs(16, 100, 16, torch.float32, device)
-    _grads(e, c, t, filter_eps=None)
-    assert function.LAST_TILES[0] is None
     _grads(e, c, t, label_smoothing=1.0, softcap=20.0, filter_eps=1e-3)
     assert function.LAST_TILES[0].launched_fraction() == 1.0
 

@@ -52,15 +52,11 @@ def test_other_processes_are_named_in_cores_that_add_up():
     )  # fmt: skip
     state = cpu_state(start, end)
     assert state["other_cores"] == 1.4 and state["seconds"] == 2.0
-    assert [(p["name"], p["cores"]) for p in state["other_processes"]] == [
-        ("python", 0.8),
-        ("bash", 0.2),
-    ]
+    named = [(p["name"], p["cores"]) for p in state["other_processes"]]
+    assert named == [("python", 0.8), ("bash", 0.2)]
     (reason,) = busy_reasons({"cpu": state})
-    assert (
-        reason
-        == "other processes used 1.4 of 2 cores over 2.0 s: python 0.8, bash 0.2, the rest 0.4"
-    )
+    said = "other processes used 1.4 of 2 cores over 2.0 s: python 0.8, bash 0.2, the rest 0.4"
+    assert reason == said
     total, shares = _parts(reason)
     assert sum(shares) == pytest.approx(total) and max(shares) <= total
 
@@ -80,16 +76,13 @@ def test_the_figures_shown_add_up_where_rounding_each_would_not():
     assert total == 1.1 and sum(shares) == pytest.approx(total)
 
 
-def test_a_process_named_never_exceeds_the_total():
-    """Time a process spent on cores not ours is not in the total: it is named with at
-    most the total."""
+def test_other_cpu_is_the_machines_less_ours_and_bounds_each_process_named():
+    """Others' CPU is the cores' busy time less ours; time a process spent on cores not
+    ours is not in it, so a process is named with at most the total."""
     start = fake_snapshot(0.0, 0.0, 0.0, {PYTHON: ("python", 0.0, 0.0, 1.0)})
     end = fake_snapshot(1.0, 0.6, 0.0, {PYTHON: ("python", 3.0, 3.0, 1.0)})
     (reason,) = busy_reasons({"cpu": cpu_state(start, end)})
     assert reason == "other processes used 0.6 of 2 cores over 1.0 s: python 0.6"
-
-
-def test_other_cpu_is_the_machines_less_ours():
     start = fake_snapshot(0.0, 100.0, 10.0)
     # 10 s: the cores were busy 19 s, 10 s of it ours: 0.9 cores used by others
     busy = cpu_state(start, fake_snapshot(10.0, 119.0, 20.0))
@@ -134,38 +127,30 @@ BURN = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() 
 
 
 @pytest.mark.integration
-def test_a_worker_that_exited_unreaped_is_still_ours():
+def test_a_workers_time_is_ours_unreaped_and_with_its_finished_children():
     """Its environment is gone once it exits; until the runner reaps it, its CPU time
     is neither in the runner's children's nor (before the fix) in ours: a quiet run
-    read 'other processes used 4.4 of 2 cores (python3.11 148%)'."""
+    read 'other processes used 4.4 of 2 cores (python3.11 148%)'. torch.compile's
+    compile workers end inside a worker; their time moves into the worker's children's
+    times, which must stay ours."""
     import psutil
 
     from perfsuite.measure import machine
 
+    code = f"import subprocess, sys, time\nsubprocess.run([sys.executable, '-c', {BURN!r}])\n"
+    code += "print('done', flush=True)\ntime.sleep(30)\n"
+    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     child = subprocess.Popen([sys.executable, "-c", BURN])
     try:
         proc = psutil.Process(child.pid)
         while proc.status() != psutil.STATUS_ZOMBIE:  # exited, not reaped
             time.sleep(0.01)
         assert machine._ours(child.pid)
-        assert machine._cpu_seconds()[child.pid][1] >= 0.25
+        assert worker.stdout.readline().strip() == "done"
+        seconds = machine._cpu_seconds()
+        assert seconds[child.pid][1] >= 0.25 and seconds[worker.pid][1] >= 0.25
     finally:
         child.wait()
-
-
-@pytest.mark.integration
-def test_a_workers_finished_children_count_as_its_time():
-    """torch.compile's compile workers end inside a worker; their time moves into the
-    worker's children's times, which must stay ours."""
-    code = f"import subprocess, sys, time\nsubprocess.run([sys.executable, '-c', {BURN!r}])\n"
-    code += "print('done', flush=True)\ntime.sleep(30)\n"
-    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert worker.stdout.readline().strip() == "done"
-        from perfsuite.measure.machine import _cpu_seconds
-
-        assert _cpu_seconds()[worker.pid][1] >= 0.25
-    finally:
         worker.kill()
         worker.wait()
         worker.stdout.close()

@@ -14,6 +14,7 @@ def test_quantile_and_summaries():
     rng = random.Random(1)
     values = [rng.lognormvariate(0, 0.3) for _ in range(37)]
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([5.0, 1.0, 4.0, 2.0, 3.0], 0.8) == pytest.approx(4.2)  # sorted first
     assert quantile([0.0, 10.0], 0.2) == pytest.approx(2.0)  # linear interpolation
     assert summarize(values, "mean") == pytest.approx(float(np.mean(values)))
     assert summarize(values, "min") == min(values)

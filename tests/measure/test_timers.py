@@ -33,10 +33,6 @@ def small_ce(device: str = "cpu", gap_s: float = 0.0):
     return fn, setup
 
 
-def test_the_timers():
-    assert TIMERS == ("events", "graph", "kernels")
-
-
 def test_graph_on_cpu_is_unsupported_in_one_line():
     calls = []
     with pytest.raises(TimerUnsupported) as err:
@@ -44,21 +40,13 @@ def test_graph_on_cpu_is_unsupported_in_one_line():
     assert str(err.value) == "CUDA graphs need a GPU"
     assert isinstance(err.value, ValueError)
     assert calls == []  # refused before any call
-
-
-def test_an_unsupported_reason_is_one_line():
     assert str(TimerUnsupported("capture failed: sync\n  at frame 3\n")) == "capture failed: sync"
 
 
 def test_an_unknown_timer_is_refused():
+    assert TIMERS == ("events", "graph", "kernels")
     with pytest.raises(ValueError, match="unknown timer 'cupti': one of events, graph, kernels"):
         time_with("cupti", lambda: None, CPU, samples=1, warmup=0)
-
-
-def test_events_is_the_wall_clock():
-    timing = time_with("events", lambda: time.sleep(0.02), CPU, samples=3, warmup=1)
-    assert len(timing.samples_ms) == 3
-    assert all(ms >= 19.5 for ms in timing.samples_ms), timing.samples_ms
 
 
 def test_kernels_never_exceeds_events_and_leaves_out_the_host():
@@ -103,13 +91,15 @@ def launch_bound(device: str = "cuda"):
 
 @pytest.mark.cuda
 @needs_cuda
-def test_graph_replays_leave_out_launch_overhead():
+def test_graph_replays_and_kernels_leave_out_launch_overhead():
     cuda = torch.device("cuda")
     fn = launch_bound()
     events = time_with("events", fn, cuda, samples=10, warmup=2)
     graph = time_with("graph", fn, cuda, samples=10, warmup=2)
     assert len(graph.samples_ms) == 10 and graph.median_ms > 0
     assert graph.median_ms < events.median_ms
+    kernels = time_with("kernels", fn, cuda, samples=10, warmup=2)
+    assert 0 < kernels.median_ms <= events.median_ms
 
 
 @pytest.mark.cuda
@@ -167,13 +157,3 @@ def test_an_uncapturable_call_is_unsupported_and_the_device_still_works(body):
     message = str(err.value)
     assert message.startswith("CUDA graph capture failed: ") and "\n" not in message
     assert float(torch.ones(8, device="cuda").sum()) == 8.0
-
-
-@pytest.mark.cuda
-@needs_cuda
-def test_kernels_never_exceeds_events_on_cuda():
-    cuda = torch.device("cuda")
-    fn = launch_bound()
-    events = time_with("events", fn, cuda, samples=10, warmup=2)
-    kernels = time_with("kernels", fn, cuda, samples=10, warmup=2)
-    assert 0 < kernels.median_ms <= events.median_ms

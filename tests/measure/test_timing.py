@@ -7,7 +7,6 @@ import time
 import pytest
 import torch
 
-from perfsuite.measure.stats import quantile
 from perfsuite.measure.timing import (
     INTERPRETED_SAMPLES,
     CacheFlusher,
@@ -20,13 +19,15 @@ from perfsuite.measure.timing import (
 CPU = torch.device("cpu")
 
 
-def test_times_a_known_duration():
+def test_times_a_known_duration_and_refuses_no_samples():
     timing = time_samples(lambda: time.sleep(0.02), CPU, samples=5, warmup=1)
     assert len(timing.samples_ms) == 5
     # A sleep never returns early; it may overshoot on a busy VM, the median hardly.
     assert all(s >= 19.5 for s in timing.samples_ms), timing.samples_ms
     assert timing.median_ms < 30, timing.samples_ms
     assert timing.p20_ms <= timing.median_ms <= timing.p80_ms
+    with pytest.raises(ValueError, match="samples"):
+        time_samples(lambda: None, CPU, samples=0)
 
 
 def test_one_protocol_interpreted_or_compiled():
@@ -64,18 +65,6 @@ def test_flush_buffer_exceeds_the_cache_it_flushes():
     flusher.buffer.fill_(7)
     flusher()
     assert int(flusher.buffer.abs().sum()) == 0 and before.numel() == flusher.buffer.numel()
-
-
-def test_quantiles_interpolate_like_numpy():
-    values = [5.0, 1.0, 4.0, 2.0, 3.0]
-    assert quantile(values, 0.5) == 3.0
-    assert quantile(values, 0.2) == pytest.approx(1.8)
-    assert quantile(values, 0.8) == pytest.approx(4.2)
-
-
-def test_rejects_zero_samples():
-    with pytest.raises(ValueError, match="samples"):
-        time_samples(lambda: None, CPU, samples=0)
 
 
 @pytest.mark.cuda

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from perfsuite.cli import main
 from perfsuite.filtering.stats import frequency_direction, frequency_shares
 from perfsuite.plan.geometry import TRAINED_SHARE_C, embed
-from perfsuite.plan.workloads import WorkloadError, read_dump, synthetic_inputs
+from perfsuite.plan.workloads import (
+    WorkloadError,
+    file_shape,
+    parse_workload,
+    read_dump,
+    synthetic_inputs,
+)
 
 DUMP = Path(__file__).resolve().parents[2] / "reports" / "filtering" / "trained-v16k.safetensors"
 
@@ -50,35 +58,12 @@ def test_the_share_is_the_committed_trained_dumps_measured_one():
 
 @pytest.mark.integration
 def test_the_committed_dump_is_small_and_runs_through_perfsuite_run(tmp_path):
-    from perfsuite.cli import main
-
     assert DUMP.stat().st_size <= 20_000_000
     out = tmp_path / "r.json"
-    argv = [
-        "run",
-        "--workload",
-        str(DUMP),
-        "--tokens",
-        "64",
-        "--methods",
-        "eager",
-        "--beta",
-        "0",
-        "--phases",
-        "fwd+bwd",
-        "--samples",
-        "2",
-        "--warmup",
-        "1",
-        "--out",
-        str(out),
-    ]
+    argv = ["run", "--workload", str(DUMP), "--tokens", "64", "--methods", "eager", "--beta", "0"]
+    argv += ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "1", "--out", str(out)]
     assert main(argv) == 0
-    import json
-
     (row,) = [r for r in json.loads(out.read_text())["rows"] if r["method"] == "eager"]
     assert row["status"] == "ok" and row["workload"] == f"file:{DUMP.name}"
     with pytest.raises(WorkloadError, match="holds N=2048"):
-        from perfsuite.plan.workloads import file_shape, parse_workload
-
         file_shape(parse_workload(str(DUMP)), 4096)

@@ -14,11 +14,12 @@ from perfsuite.run.inputs import make_inputs
 from perfsuite.units import fmt_bytes
 
 
-@pytest.mark.parametrize(("dtype", "softcap"), [("fp32", None), ("fp32", 30.0), ("bf16", 30.0)])
+@pytest.mark.parametrize(("dtype", "softcap"), [("fp32", None), ("bf16", 30.0)])
 def test_measured_peaks_stay_within_the_predicted(dtype, softcap):
     """Eager's fwd+bwd holds at most its declared logit copies (and its gradients); the
     whole gate at most ``gate_bytes``, and over half of it (a model that far off refuses
-    shapes that fit). The softcap's extra reference copy was found here."""
+    shapes that fit). The softcap's extra reference copy was found here. Each dtype and
+    each softcap once, not every pair: the model's terms for the two are independent."""
     n, v, d = 256, 2048, 64
     case = Case(n, v, d, dtype, softcap=softcap)
     eager = all_methods()["eager"]

@@ -51,13 +51,10 @@ def test_predictions_and_targets_follow_the_zipf_prior():
     assert (ranked[0] / ranked[9]).item() == pytest.approx(10.0, rel=1e-3)  # p ∝ 1/rank
 
 
-def test_random_inputs_are_nearly_flat_and_say_so():
-    inputs = make_inputs(Case(64, 500, 32, "fp32"), 0)
+def test_make_inputs_says_its_workload_and_entropy():
+    inputs = make_inputs(Case(64, 500, 32, "fp32"), 0)  # random: nearly flat
     assert inputs.workload == "random"
     assert math.log(500) - 1 < inputs.entropy < math.log(500)
-
-
-def test_make_inputs_with_a_synthetic_workload():
     spec = parse_workload(None, entropy=1.0)
     inputs = make_inputs(Case(64, 500, 32, "bf16", softcap=30.0), 0, spec)
     assert inputs.e.dtype == torch.bfloat16 and inputs.e.requires_grad
@@ -108,11 +105,14 @@ def test_loads_a_safetensors_dump(tmp_path):
         file_shape(spec, tokens=25)
 
 
-def test_loads_a_torch_dump_with_a_softcap_tensor(tmp_path):
+def test_loads_a_torch_dump_with_a_softcap_tensor_and_refuses_junk(tmp_path):
     path = tmp_path / "dump.pt"
     torch.save({**_dump(), "softcap": torch.tensor(15.0)}, path)
     dump = read_dump(path)
     assert dump["softcap"] == 15.0 and dump["targets"].dtype == torch.long
+    path.write_bytes(b"not a pickle")
+    with pytest.raises(WorkloadError, match="not a readable torch file"):
+        read_dump(path)
 
 
 @pytest.mark.parametrize(
@@ -136,29 +136,16 @@ def test_bad_dumps_are_refused_clearly(tmp_path, change, message):
         parse_workload(str(path))
 
 
-def test_unreadable_dump(tmp_path):
-    path = tmp_path / "junk.pt"
-    path.write_bytes(b"not a pickle")
-    with pytest.raises(WorkloadError, match="not a readable torch file"):
-        read_dump(path)
-
-
 @pytest.mark.integration
 def test_rows_record_the_workload_and_its_entropy():
     from perfsuite.plan.plan import build_plan
     from perfsuite.plan.shapes import Shape
     from perfsuite.run.runner import run_plan
 
-    plan = build_plan(
-        shapes=[Shape("tiny", 32, 300, 16, dtype="fp32")],
-        methods="eager",
-        betas="0",
-        phases="fwd+bwd",
-        device="cpu",
-        samples=2,
-        warmup=1,
-        workload=parse_workload("synthetic", entropy=1.5),
-    )
+    workload = parse_workload("synthetic", entropy=1.5)
+    plan = build_plan(shapes=[Shape("tiny", 32, 300, 16, dtype="fp32")], methods="eager",
+                      betas="0", phases="fwd+bwd", device="cpu", samples=2, warmup=1,
+                      workload=workload)  # fmt: skip
     (row,) = run_plan(plan)["rows"]
     assert row["status"] == "ok", row["reason"]
     assert row["workload"] == "synthetic(H=1.5,zipf=1)"

@@ -14,6 +14,7 @@ from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.method import (
     Capabilities,
     Case,
+    Holds,
     LossFn,
     LossTerms,
     SimpleMethod,
@@ -94,4 +95,8 @@ METHODS = [
     SimpleMethod("fake-interpreted",
                  "eager, scheduled and measured as an interpreted Triton method", _eager,
                  caps=Capabilities(label_smoothing=True, triton=True), timed_by_default=False),
+    # Eager, declared to hold 400 copies of the logits: predicted over a small limit.
+    SimpleMethod("fake-hoards", "eager, declared to hold 400 copies of the N x V logits",
+                 _eager, caps=dataclasses.replace(SMOOTHS, holds=Holds("logits", (400.0, 400.0))),
+                 timed_by_default=False),
 ]  # fmt: skip

@@ -12,7 +12,7 @@ from perfsuite.cli import main as perfsuite_main
 from perfsuite.regress.compare import render_markdown
 from perfsuite.regress.verdicts import CompareError, compare_documents
 from perfsuite.results.results import write_results
-from regress.test_compare import ENV, make_doc, slower
+from regress.test_compare import ENV, make_doc, one_error_line, slower
 
 
 def at_tp(doc: dict, tp: int | None) -> dict:
@@ -31,10 +31,10 @@ def test_tp1_against_tp2_matches_nothing_and_names_both_sizes(tmp_path, capsys):
     base = write_results(tmp_path / "tp1.json", at_tp(make_doc(), 1))
     cur = write_results(tmp_path / "tp2.json", at_tp(make_doc(seed=1), 2))
     assert cli("compare", base, cur) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "nothing to compare: no cell is in both" in err
+    err = one_error_line(capsys)
+    assert "nothing to compare: no cell is in both" in err and "never compared" in err
     assert f"TP size TP=1 in {base} but TP=2 in {cur}" in err
-    assert "never compared" in err and "method" not in err.split("(")[1].split("TP size")[0]
+    assert "method" not in err.split("(")[1].split("TP size")[0]  # the one difference
 
 
 def test_one_device_against_tp1_matches_nothing():
@@ -42,8 +42,8 @@ def test_one_device_against_tp1_matches_nothing():
         compare_documents(make_doc(), at_tp(make_doc(seed=1), 1))
 
 
-def test_cells_pair_up_per_tp_size_only():
-    """One file may hold every size: only equal sizes are compared."""
+def test_cells_pair_up_per_tp_size_only(tmp_path, capsys):
+    """One file may hold every size: only equal sizes are compared, a table each."""
     base = make_doc()
     base["rows"] += at_tp(make_doc(), 2)["rows"] + at_tp(make_doc(), 4)["rows"]
     cur = at_tp(slower(make_doc(seed=1), "ours", 1.5), 2)
@@ -55,16 +55,12 @@ def test_cells_pair_up_per_tp_size_only():
     assert {(r["method"], r["tp"]) for r in regressed} == {("ours", 2)} and len(regressed) == 3
     md = render_markdown(result)
     assert "| ours TP=2 | gemma2-2b |" in md and "| ours TP=4 |" in md
-
-
-def test_the_console_table_has_a_table_per_tp_size(tmp_path, capsys):
-    base, cur = make_doc(), make_doc(seed=2)
-    base["rows"] += at_tp(make_doc(), 2)["rows"]
-    cur["rows"] += at_tp(slower(make_doc(seed=1), "ours", 1.5), 2)["rows"]
     assert cli("compare", write_results(tmp_path / "b.json", base),
                write_results(tmp_path / "c.json", cur)) == 1  # fmt: skip
     titles = [ln.strip() for ln in capsys.readouterr().out.splitlines() if "β=" in ln]
-    assert titles == ["gemma2-2b bf16 β=0.1", "gemma2-2b bf16 β=0.1, TP=2 (across 2 ranks)"]
+    assert titles == ["gemma2-2b bf16 β=0.1"] + [
+        f"gemma2-2b bf16 β=0.1, TP={k} (across {k} ranks)" for k in (2, 4)
+    ]
 
 
 def test_files_without_a_tp_key_compare_as_before(tmp_path, capsys):

@@ -3,7 +3,6 @@ and one quick end-to-end run through real worker processes."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from dataclasses import asdict
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
-from perfsuite.regress import sensitivity
+from perfsuite.cli import main
 from perfsuite.regress.sensitivity import analyse, rate_bounds, recommend_threshold
 from perfsuite.regress.sensitivity_collect import HarnessConfig, slowed
 
@@ -47,22 +46,19 @@ def test_quiet_machine_catches_five_percent_without_false_alarms():
     assert 0.005 <= report.recommended_threshold <= 0.04
 
 
-def test_noisy_machine_reports_what_it_can_catch():
+def test_noisy_machine_reports_what_it_can_catch_and_its_sweep_is_monotone():
     report = analyse(synthetic(noise=0.08), threshold=0.03)
     unchanged, five, _ = report.rates
     assert five.rate < 0.95  # 5 % is hidden in 8 % noise
     assert unchanged.rate <= 0.05
     assert report.smallest_caught is None or report.smallest_caught > 0.05
-
-
-def test_threshold_sweep_is_monotone():
-    report = analyse(synthetic(noise=0.02), threshold=0.03)
     alarms = [row["false_alarms"] for row in report.sweep]
     caught = [row["detected_0.05"] for row in report.sweep]
     assert alarms == sorted(alarms, reverse=True) and caught == sorted(caught, reverse=True)
+    assert len(set(alarms)) > 1 and len(set(caught)) > 1  # the sweep moves both
 
 
-def test_recommend_threshold():
+def test_recommend_threshold_and_rate_bounds():
     sweep = [
         {"threshold": 0.01, "false_alarms": 0.05, "detected_0.05": 1.0},
         {"threshold": 0.02, "false_alarms": 0.0, "detected_0.05": 1.0},
@@ -75,9 +71,6 @@ def test_recommend_threshold():
         s["detected_0.05"] = 0.5
     assert recommend_threshold(sweep, [0.05]) == 0.02  # the quietest-safe fallback
     assert recommend_threshold([{"threshold": 0.01, "false_alarms": 0.5}], [0.05]) is None
-
-
-def test_rate_bounds():
     lo, hi = rate_bounds(0, 300)
     assert lo == 0 and 0.005 < hi < 0.015
     lo, hi = rate_bounds(95, 100)
@@ -101,16 +94,14 @@ def test_slowed_is_the_same_loss_and_gradients():
 
 @pytest.mark.integration
 def test_quick_run_end_to_end(tmp_path, capsys):
-    """Real worker processes, real calibration, the command's output and JSON."""
-    parser = argparse.ArgumentParser()
-    sensitivity.add_arguments(parser)
+    """Real worker processes (the calibration's and one measuring), the command's output
+    and JSON, then the saved raw samples analysed again without measuring."""
     out = tmp_path / "sens.json"
     # One torch thread a worker: on a 2-core machine shared with the other test
     # processes, a two-thread team waits on its descheduled member (OpenMP spinning),
     # which tripled the workers' time; the answers checked here do not depend on it.
-    argv = ["--quick", "--runs", "2", "--threads", "1", "--out", str(out), "--format", "markdown"]
-    args = parser.parse_args(argv)
-    assert sensitivity.run(args) == 0
+    argv = ["sensitivity", "--quick", "--processes", "1", "--runs", "2", "--threads", "1"]
+    assert main([*argv, "--out", str(out), "--format", "markdown"]) == 0
     text = capsys.readouterr().out
     assert "unchanged (false alarms)" in text and "+5% slower" in text and "| threshold |" in text
     saved = json.loads(out.read_text())
@@ -119,7 +110,5 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert all(0 <= r["rate"] <= 1 for r in report["rates"])
     assert all(r["injected"] is not None for r in report["rates"][1:])
     assert saved["data"]["extra_tokens"]["0.05"] >= 1
-    # The saved raw samples re-analyse without measuring again.
-    args = parser.parse_args(["--reanalyse", str(out), "--format", "markdown"])
-    assert sensitivity.run(args) == 0
+    assert main(["sensitivity", "--reanalyse", str(out), "--format", "markdown"]) == 0
     assert "unchanged (false alarms)" in capsys.readouterr().out

@@ -1,13 +1,8 @@
-"""Headless Chromium for the dashboard tests, over the DevTools protocol on a pipe.
-
-No driver and no Python package: Chromium's ``--remote-debugging-pipe`` reads
-protocol messages (JSON, each ending in a NUL byte) on file descriptor 3 and
-writes its answers and events on descriptor 4, as Playwright and Puppeteer
-drive it. ``load`` opens a page in a fresh tab, waits for its load event and
-for a JavaScript condition, and returns what the page logged as an error
-(uncaught exceptions, ``console.error``, failed resources, CSP or network
-errors from the browser's own log) and the value of a probe expression.
-"""
+"""Headless Chromium for the dashboard tests, over the DevTools protocol on a pipe (no
+driver, no package): ``--remote-debugging-pipe`` reads NUL-ended JSON messages on fd 3
+and answers on fd 4, as Playwright and Puppeteer drive it. ``load`` opens a page in a
+fresh tab, waits for it, and returns what it logged as an error (exceptions,
+``console.error``, failed resources, the browser's own log) and a probe's value."""
 
 from __future__ import annotations
 
@@ -25,31 +20,18 @@ from pathlib import Path
 from typing import Any
 
 CANDIDATES = ("chromium", "google-chrome", "google-chrome-stable", "chromium-browser")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--disable-dev-shm-usage",
-    "--remote-debugging-pipe",
+FLAGS = tuple(
+    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+    " --disable-background-networking --disable-component-update --disable-sync"
+    " --disable-extensions --disable-dev-shm-usage --remote-debugging-pipe".split()
 )
 
 
 def find_browser() -> str | None:
     """``$PERFSUITE_CHROMIUM`` or the first Chromium-like browser on PATH."""
     chosen = os.environ.get("PERFSUITE_CHROMIUM")
-    if chosen:
-        return shutil.which(chosen)
-    for name in CANDIDATES:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    found = (shutil.which(name) for name in ([chosen] if chosen else CANDIDATES))
+    return next((path for path in found if path), None)
 
 
 def _above_nine(fd: int) -> int:

@@ -6,21 +6,29 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from history.histories import committed_reports
+from history.histories import committed_reports, history
+
+from perfsuite.cli import main
 
 STEP_AT = 40
 
 
 def dashboard(argv: list[str]) -> int:
     """``perfsuite dashboard ARGV`` as a user types it."""
-    from perfsuite.cli import main
-
     return main(["dashboard", *argv])
+
+
+def figures(page: Path) -> list[dict]:
+    """The plotly figures a dashboard page holds."""
+    blocks = re.findall(r'<script type="application/json" class="figure"[^>]*>(.*?)</script>',
+                        page.read_text(), flags=re.S)  # fmt: skip
+    return [json.loads(b) for b in blocks]
 
 
 @dataclass(frozen=True)
@@ -37,8 +45,6 @@ class Site:
 
 
 def build_site(root: Path) -> Site:
-    from history.histories import history
-
     db, demo, out = root / "history.sqlite", root / "demo", root / "site"
     assert history(["import", "--db", str(db), str(committed_reports(root))]) == 0
     argv = ["demo", "-o", str(demo), "--runs", "60", "--step", "0.05", "--step-at", str(STEP_AT)]

@@ -70,17 +70,14 @@ def test_one_bar_per_method_scaled_to_the_longest_wall_time(rows):
     assert set(bars["ours-fused-no-filter"]) <= {"O", "C", "."}
 
 
-def test_the_legend_names_every_class_and_the_title_the_cell(rows):
+def test_title_legend_and_top_kernels_with_long_names_shortened(rows):
     lines = breakdown_lines(rows, 80)
     assert lines[0] == "where the time goes: gemma2-2b bf16 β=0.1 fwd+bwd (CUDA kernels)"
     legend = lines[1]
     for cls in CLASSES:
         assert f"{LETTERS[cls]} {cls}" in legend
     assert ". host" in legend
-
-
-def test_top_kernels_are_listed_with_long_names_shortened(rows):
-    text = "\n".join(breakdown_lines(rows, 80))
+    text = "\n".join(lines)
     assert "top kernels" in text and "elementwise_kernel_2" in text
     assert LONG_KERNEL[:20] in text and LONG_KERNEL[-10:] in text and "..." in text
 

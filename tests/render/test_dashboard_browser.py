@@ -1,11 +1,8 @@
 """The dashboard in a real browser (headless Chromium): every page loads without an
-error, every plot renders, the demo's +5 % step is drawn at run 40, filters work.
-
-Pages are served from a loopback HTTP server (as GitHub Pages serves them; it
-also lets Chromium cache the compiled plotly bundle between pages) and the demo
-page once more from file:// (the site opened from disk). Skipped, with the
-reason, where no Chromium-like browser is installed (``.ci/run`` installs one).
-"""
+error, every plot renders, the demo's +5 % step is drawn at run 40, filters work. Pages
+are served over loopback HTTP (as GitHub Pages serves them; Chromium caches the compiled
+plotly bundle between pages), the demo page opened from disk. Skipped, saying why, where
+no Chromium-like browser is installed (``.ci/run`` installs one)."""
 
 from __future__ import annotations
 
@@ -19,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from history.histories import history, make_document
 
-from render.browser import Browser, find_browser
-from render.conftest import STEP_AT, Site
+from render.browser import Browser, PageReport, find_browser
+from render.conftest import STEP_AT, Site, dashboard
 
 EXECUTABLE = find_browser()
 pytestmark = pytest.mark.skipif(
@@ -75,36 +73,61 @@ def served(history_site: Site) -> Iterator[str]:
     thread.join()
 
 
+CHOOSE = """(() => {{
+  const s = document.querySelector('select[data-field="{field}"]');
+  s.value = '{value}';
+  s.dispatchEvent(new Event('change'));
+}})()"""
+VISIBLE = """({
+  shown: Number(document.getElementById('shown').textContent),
+  betas: Array.from(document.querySelectorAll('section.group'))
+    .filter(s => s.style.display !== 'none').map(s => s.dataset.beta),
+  widths: Array.from(document.querySelectorAll('section.group'))
+    .filter(s => s.style.display !== 'none')
+    .map(s => s.querySelector('svg.main-svg').getAttribute('width')),
+})"""
+
+
+@pytest.fixture(scope="module")
+def demo(history_site: Site, browser: Browser) -> PageReport:
+    """The demo page opened from disk, once (each load costs seconds of plotly): its plots
+    read; every label clicked (openCommit caught, not followed); β filtered to 0.1 and
+    read; β back to all, the phase filter set and unset, and read again."""
+    catch = "window.openCommit = url => { window.__opened = url; }"
+    steps = [("beta", "0.1"), ("beta", "*"), ("phase", "fwd"), ("phase", "*")]
+    first, *again = (CHOOSE.format(field=field, value=value) for field, value in steps)
+    filters = f"(() => {{ {first}; const beta = {VISIBLE}; {';'.join(again)}; "
+    filters += f"return [beta, {VISIBLE}]; }})()"
+    page = (history_site.out / "shape-demo.html").as_uri()
+    return browser.load(page, f"[{PLOTS}, {CLICKS}, {filters}]", ALL_DRAWN, catch)
+
+
 def test_every_page_renders_every_plot_without_errors(
-    history_site: Site, browser: Browser, served: str
+    history_site: Site, browser: Browser, served: str, demo: PageReport
 ) -> None:
+    """Served over HTTP, but the demo page, which is read from disk."""
     pages = history_site.pages()
     assert len(pages) >= 4
+    links = "Array.from(document.querySelectorAll('a.shape')).map(a => a.getAttribute('href'))"
     for page in pages:
         expected = page.read_text().count('class="figure"')
-        report = browser.load(served + page.name, probe=PLOTS, ready=ALL_DRAWN)
+        if page.name == "shape-demo.html":
+            report, plots = demo, demo.probe[0]
+        else:
+            report = browser.load(served + page.name, f"[{PLOTS}, {links}]", ALL_DRAWN)
+            plots, linked = report.probe
         assert report.errors == [], (page.name, report.errors)
-        plots = report.probe
         assert len(plots) == expected, page.name
         for i, plot in enumerate(plots):
             assert plot["plotly"] and plot["svgs"] >= 1 and plot["traces"] >= 1, (page.name, i)
-    index = browser.load(
-        served + "index.html",
-        probe="Array.from(document.querySelectorAll('a.shape')).map(a => a.getAttribute('href'))",
-    )
-    assert sorted(index.probe) == sorted(p.name for p in pages if p.name != "index.html")
+        if page.name == "index.html":
+            assert sorted(linked) == sorted(p.name for p in pages if p.name != "index.html")
 
 
-def test_demo_step_drawn_at_its_run_from_disk(history_site: Site, browser: Browser) -> None:
-    page = history_site.out / "shape-demo.html"
-    # Clicking a change point's label opens its commit (caught here, not followed). One
-    # load: the plots are read (left of the comma) before the clicks run.
-    catch = "window.openCommit = url => { window.__opened = url; }"
-    report = browser.load(
-        page.as_uri(), probe=f"[{PLOTS}, {CLICKS}]", ready=ALL_DRAWN, actions=catch
-    )
-    assert report.errors == []
-    plots, clicked = report.probe
+def test_demo_step_drawn_at_its_run_and_its_label_opens_the_commit(
+    history_site: Site, demo: PageReport
+) -> None:
+    plots, clicked, _ = demo.probe
     assert len(plots) == 6  # 2 betas x 3 phases, both methods in each
     near = {history_site.demo_sha(STEP_AT + d) for d in (-1, 0, 1)}
     for plot, opened in zip(plots, clicked, strict=True):
@@ -115,31 +138,9 @@ def test_demo_step_drawn_at_its_run_from_disk(history_site: Site, browser: Brows
         assert re.fullmatch(r"index\.html#commit-\w+", link) and link.split("-")[-1] in near
 
 
-def test_filters_hide_and_show_plots(history_site: Site, browser: Browser, served: str) -> None:
-    choose = """(() => {{
-      const s = document.querySelector('select[data-field="{field}"]');
-      s.value = '{value}';
-      s.dispatchEvent(new Event('change'));
-    }})()"""
-    visible = """({
-      shown: Number(document.getElementById('shown').textContent),
-      betas: Array.from(document.querySelectorAll('section.group'))
-        .filter(s => s.style.display !== 'none').map(s => s.dataset.beta),
-      widths: Array.from(document.querySelectorAll('section.group'))
-        .filter(s => s.style.display !== 'none')
-        .map(s => s.querySelector('svg.main-svg').getAttribute('width')),
-    })"""
-    # One load (each costs seconds of plotly): β filtered and read; then β back to all,
-    # the phase filter set and unset (hidden plots shown again), and read again.
-    again = ";".join(
-        choose.format(field=field, value=value)
-        for field, value in (("beta", "*"), ("phase", "fwd"), ("phase", "*"))
-    )
-    probe = f"(() => {{ const beta = {visible}; {again}; return [beta, {visible}]; }})()"
-    url = served + "shape-demo.html"
-    report = browser.load(url, probe, ALL_DRAWN, choose.format(field="beta", value="0.1"))
-    beta, both = report.probe
-    assert report.errors == [] and beta["shown"] == 3 and beta["betas"] == ["0.1"] * 3
+def test_filters_hide_and_show_plots(demo: PageReport) -> None:
+    beta, both = demo.probe[2]
+    assert beta["shown"] == 3 and beta["betas"] == ["0.1"] * 3
     assert both["shown"] == 6 and sorted(both["betas"]) == ["0"] * 3 + ["0.1"] * 3
     assert all(float(w) > 100 for w in both["widths"])
 
@@ -168,10 +169,6 @@ def test_the_check_sees_errors_and_missing_plots(
 
 def test_names_from_the_data_cannot_break_the_page(browser: Browser, tmp_path: Path) -> None:
     """A method and shape named like markup are shown as text, not run."""
-    from history.histories import history, make_document
-
-    from render.conftest import dashboard
-
     hostile = "</script><script>console.error('injected')</script><!--"
     for i in range(3):
         document = make_document(i)

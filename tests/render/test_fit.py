@@ -8,9 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from perfsuite.cli import main
 from perfsuite.fit import Column, fit_table, fold, pieces
+from perfsuite.plan.registry import all_methods
+from perfsuite.render.table import print_tables
+from perfsuite.results.results import load_results
 
 REPORTS = Path(__file__).resolve().parents[2] / "reports"
 SMOKE = REPORTS / "cpu-smoke" / "results.json"
@@ -60,11 +64,6 @@ def test_compare_at_80_columns_keeps_every_number_and_verdict(monkeypatch, capsy
 
 def test_run_table_folds_method_names_at_hyphens(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "34")  # a phase at a time, and still the names fold
-    from rich.console import Console
-
-    from perfsuite.render.table import print_tables
-    from perfsuite.results.results import load_results
-
     print_tables(load_results(SMOKE)["rows"], Console())
     out = lines_of(capsys)
     table = [line for line in out if line.startswith(" ") and line.split()]
@@ -79,10 +78,15 @@ def test_run_table_folds_method_names_at_hyphens(monkeypatch, capsys):
     "argv",
     [
         ["methods"],
+        ["methods", "--tp"],
+        ["shapes"],
+        ["baseline", "list", "--root", str(REPORTS / "baselines")],
         ["converge", "--render", str(REPORTS / "converge-cpu-smoke" / "smoke.json")],
     ],
 )
 def test_other_tables_fit_80_columns_without_cutting(monkeypatch, capsys, argv, tmp_path):
+    """Issue 30 too: rich padded tables and titles to the width, so that piped to a file
+    every line of a `compare` was 80 characters long."""
     monkeypatch.setenv("COLUMNS", "80")
     if argv[0] == "converge":  # --render rewrites the table beside the JSON: a copy
         copy = tmp_path / "smoke.json"
@@ -93,36 +97,16 @@ def test_other_tables_fit_80_columns_without_cutting(monkeypatch, capsys, argv, 
     text = "\n".join(out)
     # the tables; a file's path (results:, table:, plot:) stays whole on its own line
     tables = [line for line in out if not line.startswith(("results:", "table:", "plot:"))]
-    assert max(map(len, tables)) <= 80 and "…" not in text
-    assert not any(line.endswith(" ") for line in out)  # issue 30: padded to the width
+    assert out and max(map(len, tables)) <= 80 and "…" not in text
+    assert not any(line.endswith(" ") for line in out)
     if argv == ["methods"]:
         assert "F.linear_cross_entropy" in text  # issue 20: F.linear_cross_ / entropy
         # issue 30: a folded description went on at column 0, after a dangling space
-        from perfsuite.plan.registry import all_methods
-
         blocks = out[out.index("methods on this machine") + 1 :]
         assert not [x for x in blocks if not x.startswith("  ") and x not in all_methods()]
         assert any(x.startswith("    ") for x in blocks)  # a folded line, indented
-    else:  # issue 30: each held-out row was an 11-line block (`loss: 4.5838`, ...)
+    elif argv[0] == "converge":  # issue 30: each held-out row was an 11-line block
         assert not any(line.startswith("  loss: ") for line in out)
         ours = [line for line in out if line.startswith("│ ours ")]
         assert len(ours) == 4 and "4.5838" in ours[0] and "2.7920" in ours[0]  # a row a line
         assert "0.0652" in ours[2] and "7.28e-04" in ours[2] and "0.264" in ours[2]
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["shapes"],
-        ["methods", "--tp"],
-        ["baseline", "list", "--root", str(REPORTS / "baselines")],
-    ],
-)
-def test_console_lines_in_a_file_end_without_spaces(monkeypatch, capsys, argv):
-    """Issue 30: rich padded tables and titles to the width: piped to a file, every line of
-    a `compare` was 80 characters long (compare, methods, converge: the tests above)."""
-    monkeypatch.setenv("COLUMNS", "80")
-    assert main(argv) == 0
-    out = lines_of(capsys)
-    assert out and not any(line.endswith(" ") for line in out)
-    assert max(map(len, out)) <= 80

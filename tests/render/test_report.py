@@ -5,14 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-from html.parser import HTMLParser
+import re
 
 import pytest
-from fake_results import CPU_ENV, paper_document
+from fake_results import CPU_ENV, paper_document, row
 
 from perfsuite.cli import main
+from perfsuite.render.report import side_by_side
 from perfsuite.render.report_formats import render
 from perfsuite.render.roofline import GPUS, identify_gpu, phase_flops, roofline_ms
+from perfsuite.results.results import new_document, write_results
 
 N, V, D = 8192, 256000, 2304
 
@@ -28,21 +30,23 @@ def test_roofline_follows_math_md():
     )
 
 
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-        ("NVIDIA H100 PCIe", "H100 PCIe"),
-        ("NVIDIA H100 NVL", "H100 NVL"),
-        ("NVIDIA H200", "H200 SXM"),
-        ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
-        ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
-        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
-    ],
-)
-def test_identifies_known_gpus(name, expected):
-    assert identify_gpu(name).name == expected
+def test_identifies_known_gpus():
+    known = {
+        "NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe",
+        "NVIDIA H100 NVL": "H100 NVL", "NVIDIA H200": "H200 SXM",
+        "NVIDIA A100-SXM4-80GB": "A100 SXM 80GB", "NVIDIA A100 80GB PCIe": "A100 PCIe 80GB",
+        "NVIDIA A100-SXM4-40GB": "A100 40GB",
+    }  # fmt: skip
+    assert {name: identify_gpu(name).name for name in known} == known
     assert identify_gpu("NVIDIA GeForce RTX 4090") is None
+
+
+@pytest.fixture
+def results(tmp_path):
+    """paper_document() in a results file."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(paper_document()))
+    return path
 
 
 def _md_cells(line: str) -> list[str]:
@@ -107,37 +111,18 @@ def test_latex_is_booktabs_with_bold_best_and_escaped_marks():
     assert "‡" not in text.split("% roofline on")[0].replace("$^\\ddagger$", "")
 
 
-class _Cells(HTMLParser):
-    """Tables, and the text of the data cells by class."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables, self.by_class, self._classes = 0, {}, None
-
-    def handle_starttag(self, tag, attrs):
-        self.tables += tag == "table"
-        if tag == "td":
-            self._classes = (dict(attrs).get("class") or "").split()
-
-    def handle_endtag(self, tag):
-        if tag == "td":
-            self._classes = None
-
-    def handle_data(self, data):
-        for cls in self._classes or ():
-            self.by_class.setdefault(cls, []).append(data)
-
-
 def test_html_page():
     text = render(paper_document(), "html")
-    parser = _Cells()
-    parser.feed(text)
-    assert parser.tables == 1
+    assert text.count("<table") == 1
+    by_class: dict[str, list[str]] = {}  # the data cells' text by class
+    for classes, cell in re.findall(r'<td [^>]*class="([^"]*)"[^>]*>([^<]*)</td>', text):
+        for cls in classes.split():
+            by_class.setdefault(cls, []).append(cell)
     # Best cells carry the "best" class, which the page's style sheet makes bold.
-    assert "72.9 ms" in parser.by_class["best"] and "1.10 MiB" in parser.by_class["best"]
-    assert "150 ms‡" not in parser.by_class["best"]
+    assert "72.9 ms" in by_class["best"] and "1.10 MiB" in by_class["best"]
+    assert "150 ms‡" not in by_class["best"]
     assert "td.best { font-weight: bold; }" in text
-    assert "1,161 MiB" in parser.by_class["bound"]  # the lower-bound row
+    assert "1,161 MiB" in by_class["bound"]  # the lower-bound row
     assert "N/A" in text and 'colspan="3">fwd+bwd<' in text and "lower bound" in text
     assert 'rowspan="5">β = 0<' in text  # one β label per section
 
@@ -169,14 +154,13 @@ def test_cpu_results_get_flop_rates_not_roofline():
     assert all(r["fwd_roofline_ms"] == "" for r in rows)
 
 
-def test_command_infers_format_from_suffix(tmp_path, capsys):
-    results = tmp_path / "r.json"
-    results.write_text(json.dumps(paper_document()))
-    assert main(["report", str(results), "-o", str(tmp_path / "t.tex")]) == 0
-    assert (tmp_path / "t.tex").read_text().startswith("% perfsuite report")
+def test_command_infers_format_from_suffix_and_force_overwrites(results, tmp_path, capsys):
+    tex = tmp_path / "t.tex"
+    tex.write_text("another file\n")  # --force writes over it (never over an input, below)
+    assert main(["report", str(results), "-o", str(tex), "--force"]) == 0
+    assert tex.read_text().startswith("% perfsuite report")
     assert main(["report", str(results), "--format", "csv"]) == 0
     assert capsys.readouterr().out.startswith("shape,tokens")
-    assert main(["report", str(tmp_path / "missing.json")]) == 2
 
 
 def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
@@ -192,10 +176,6 @@ def test_a_negative_peak_is_refused_never_bolded_as_best(tmp_path, capsys):
 
 def test_every_row_that_prints_the_best_is_bold(tmp_path, capsys):
     """Issue 20: bold went by exact bytes, so one of five rows printing 1.17 MiB was bold."""
-    from fake_results import row
-
-    from perfsuite.results.results import new_document, write_results
-
     rows = []
     for i, method in enumerate(["eager", "ours", "ours-no-sort", "cce", "torch-compile"]):
         peak_mib = 1.17 + i * 1e-4  # differs in bytes, prints alike
@@ -205,11 +185,6 @@ def test_every_row_that_prints_the_best_is_bold(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.count("**1.17 MiB**") == 5 and "ties all bold" in text
     assert text.count("**10 ms**") == 1 and "**11 ms**" not in text  # one best stays one
-
-
-def _write(path, document) -> bytes:
-    path.write_text(json.dumps(document))
-    return path.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -223,10 +198,9 @@ def _write(path, document) -> bytes:
     ],
 )
 def test_report_never_writes_over_an_input_nor_unasked_over_a_file(
-    tmp_path, capsys, out, extra, words
+    results, tmp_path, capsys, out, extra, words
 ):
-    results = tmp_path / "r.json"
-    before = _write(results, paper_document())
+    before = results.read_bytes()
     (tmp_path / "same").mkdir()
     (tmp_path / "old.md").write_text("kept\n")
     (tmp_path / "p.csv").write_text("kept\n")
@@ -238,14 +212,6 @@ def test_report_never_writes_over_an_input_nor_unasked_over_a_file(
     assert (tmp_path / "old.md").read_text() == (tmp_path / "p.csv").read_text() == "kept\n"
 
 
-def test_report_force_overwrites_another_file(tmp_path, capsys):
-    results, old = tmp_path / "r.json", tmp_path / "old.md"
-    _write(results, paper_document())
-    old.write_text("kept\n")
-    assert main(["report", str(results), "-o", str(old), "--force"]) == 0
-    assert old.read_text().startswith("|") or "gemma2-2b" in old.read_text()
-
-
 @pytest.mark.parametrize("command", ["report", "plot"])
 def test_a_step_file_is_refused_in_one_line(tmp_path, capsys, command):
     """`report step.json` dropped the opt and step phases and divided the loss's FLOPs
@@ -255,10 +221,75 @@ def test_a_step_file_is_refused_in_one_line(tmp_path, capsys, command):
         {**r, "kind": "step", "workload": "step(tiny)"} for r in doc["rows"] if r["phase"] == "fwd"
     ]
     step = tmp_path / "step.json"
-    before = _write(step, doc)
+    step.write_text(json.dumps(doc))
+    before = step.read_bytes()
     out = ["-o", str(tmp_path / "out")]
     assert main([command, str(step), *out]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err == f"error: {step} holds step rows; {command} takes loss or tp rows\n"
     assert step.read_bytes() == before and not (tmp_path / "out").exists()
+
+
+# --paper: the paper side by side, ratios within each run, wrong cells marked.
+
+PAPER = [
+    {"method": "lower_bound", "beta": "any", "fwdbwd_ms": "", "fwdbwd_mem_mb": "1161"},
+    {"method": "cce", "beta": "0", "fwdbwd_ms": "50", "fwdbwd_mem_mb": "1161"},
+    {"method": "ours", "beta": "0", "fwdbwd_ms": "40", "fwdbwd_mem_mb": "1161"},
+    {"method": "torch_compile", "beta": "0", "fwdbwd_ms": "80", "fwdbwd_mem_mb": "8000"},
+    {"method": "torch_compile", "beta": ">0", "fwdbwd_ms": "100", "fwdbwd_mem_mb": "9000"},
+]
+
+
+def _row(method: str, ms: float, status: str = "ok", beta: float = 0.0) -> dict:
+    return {
+        "method": method, "phase": "fwd+bwd", "beta": beta, "status": status,
+        "median_ms": ms, "peak_bytes": 2 * (8 + 64) * 16 * 2, "tokens": 8, "vocab": 64,
+        "hidden": 16, "dtype": "bf16",
+    }  # fmt: skip
+
+
+def test_ratios_within_the_run_and_marks():
+    doc = {"rows": [_row("cce", 10.0, "wrong"), _row("ours", 20.0), _row("torch-compile", 5.0)]}
+    lines = side_by_side(doc, PAPER).splitlines()
+    assert _md_cells(lines[0])[:2] == ["paper method", "β"]
+    cells = next(_md_cells(line) for line in lines if _md_cells(line)[:2] == ["ours", "0"])
+    # paper ×CCE 40/50, ours ×CCE 20/10 (the note says CCE failed the gate), ×compile 20/5,
+    # paper ×compile 40/80 (same β), peak/floor 2.00.
+    assert cells[3:9] == ["0.80", "2.00", "0.50", "4.00", "1.00", "2.00"]
+    assert "CCE wrong" in lines[-1]
+
+
+def test_cli_report_paper(results, tmp_path, capsys):
+    paper = tmp_path / "paper.csv"
+    paper.write_text("method,beta,fwdbwd_ms,fwdbwd_mem_mb\ncce,0,50,1161\nours,0,40,1161\n")
+    assert main(["report", str(results), "--paper", str(paper)]) == 0
+    # fake_results: ours 72.9 ms, CCE 80.0 ms at β = 0.
+    out = capsys.readouterr().out.splitlines()
+    ours = next(_md_cells(line) for line in out if _md_cells(line)[:2] == ["ours", "0"])
+    assert ours[2:5] == ["ours", "0.80", "0.91"]
+
+
+@pytest.mark.parametrize(
+    ("paper", "words"),
+    [
+        ("results", "not a paper table (a CSV of columns method, beta,"),
+        ("method,beta\nours,0\n", "no 'fwdbwd_mem_mb' column"),
+        ("method,beta,fwdbwd_mem_mb,fwdbwd_ms\nours,0,5,fast\n", "line 2: fwdbwd_ms is 'fast'"),
+        (b"\xff\xfe\x00", "not a paper table"),
+    ],
+)
+def test_another_file_as_paper_is_one_line(results, tmp_path, capsys, paper, words):
+    """`report good.json --paper good.json` raised KeyError: 'method'."""
+    other = tmp_path / "paper.csv"
+    if paper == "results":
+        other = results
+    elif isinstance(paper, bytes):
+        other.write_bytes(paper)
+    else:
+        other.write_text(paper)
+    assert main(["report", str(results), "--paper", str(other)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: --paper {other}: ") and words in captured.err

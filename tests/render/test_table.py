@@ -11,7 +11,7 @@ from rich.console import Console
 from perfsuite.plan.registry import all_methods
 from perfsuite.render.cells import cell_marks, grads_in_forward, measured
 from perfsuite.render.table import footnotes, loss_grids, print_tables
-from perfsuite.results.results import Row
+from perfsuite.results.results import PHASES, Row
 from perfsuite.units import fmt_number
 
 
@@ -38,43 +38,28 @@ def test_one_table_per_beta_with_lower_bound_first():
     tables = loss_grids(_rows())
     assert len(tables) == 2
     headers = [c.header.replace("\n", " ") for c in tables[0].columns]
-    assert headers[:7] == [
-        "method",
-        "fwd MiB",
-        "fwd ms",
-        "bwd MiB",
-        "bwd ms",
-        "fwd+bwd MiB",
-        "fwd+bwd ms",
-    ]
-    text = _render(_rows())
-    assert text.index("lower bound") < text.index("eager")
-    assert "β=0 " in text and "β=0.1 " in text
+    assert headers[:7] == ["method", *(f"{p} {u}" for p in PHASES for u in ("MiB", "ms"))]
 
 
-def test_statuses_and_markers():
+def test_statuses_marks_and_numbered_reasons_under_each_table():
+    """Issue 36: a blank line parts a table from the last one's notes (the second
+    table's title began on the line after them)."""
     text = _render(_rows())
+    assert text.index("lower bound") < text.index("eager")  # the lower bound first
     assert "N/A" in text and "oom" in text and "because" in text
     assert " 2 " in text and " 3.00 " in text  # units are in the headers
     assert "‡" in text  # torch-native computes grads in forward
     assert any("fair column" in n for n in footnotes(_rows()))
-
-
-def test_reasons_are_numbered_notes_under_the_table():
     tables = loss_grids(_rows())
     assert tables[0].notes == ["(1) fake: oom: because"]
     assert tables[1].notes == ["(1) fake: unsupported: because"]
-    text = _render(_rows())
-    fake_line = next(line for line in text.splitlines() if line.startswith(" fake"))
+    lines = text.splitlines()
+    fake_line = next(line for line in lines if line.startswith(" fake"))
     assert "(1)" in fake_line and "because" not in fake_line
-
-
-def test_fits_an_80_column_log_without_wrapping_numbers():
-    console = Console(width=80, record=True)
-    print_tables(_rows(), console)
-    lines = console.export_text().splitlines()
-    eager = [line for line in lines if line.startswith(" eager")]
-    assert len(eager) == 2 and all("3.00" in line and "2 " in line for line in eager)
+    second = next(i for i, line in enumerate(lines) if "β=0.1 " in line)
+    assert lines[second - 1].strip() == ""
+    assert lines[second - 2].startswith("(1) fake: oom: because")
+    assert not lines[0].strip() == "" and "β=0 " in lines[0]  # none before the first
 
 
 def test_fallback_path_at_smoothing_is_not_marked_grads_in_forward():
@@ -131,13 +116,3 @@ def test_narrow_consoles_keep_every_number_whole(width):
     words = set(text.split())
     missing = [cell for cell in _cells(rows) if cell not in words]
     assert missing == [] and "12,345‡†" in words and "fwd+bwd" in words
-
-
-def test_a_blank_line_parts_a_table_from_the_last_ones_notes():
-    """Issue 36: the second table's title began on the line after the first one's notes."""
-    text = _render(_rows())
-    lines = text.splitlines()
-    second = next(i for i, line in enumerate(lines) if "β=0.1 " in line)
-    assert lines[second - 1].strip() == ""
-    assert lines[second - 2].startswith("(1) fake: oom: because")
-    assert not lines[0].strip() == "" and "β=0 " in lines[0]  # none before the first

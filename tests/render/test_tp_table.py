@@ -20,6 +20,13 @@ from perfsuite.results.results import new_document, write_results
 N, V, D = 8192, 256000, 2304
 
 
+def mixed() -> dict:
+    """The paper's one-device cells and TP cells in one file."""
+    doc = paper_document()
+    doc["rows"] += tp_document()["rows"]
+    return doc
+
+
 def printed(document: dict, width: int = 80) -> str:
     console = Console(width=width, file=io.StringIO(), color_system=None)
     print_tp_tables(console, document)
@@ -31,7 +38,7 @@ def lines_of(table) -> dict[tuple[str, int], dict[str, str]]:
     return {(r[0], int(r[1])): dict(zip(keys, r, strict=True)) for r in table.rows}
 
 
-def test_80_columns_hold_every_number_whole():
+def test_80_columns_hold_every_number_whole_and_narrower_ones_fold():
     doc = tp_document(methods=("torch-native", "ours", "megatron"), sizes=(1, 2, 4, 8))
     text = printed(doc, 80)
     assert max(map(len, text.splitlines())) <= 80 and "…" not in text
@@ -41,6 +48,12 @@ def test_80_columns_hold_every_number_whole():
     body = [ln.split() for ln in table.splitlines() if ln.split()[:1] == ["torch-native"]]
     assert [ln[1] for ln in body] == ["1", "2", "4", "8"]  # ordered by TP within a method
     assert "max over ranks" in " ".join(text.split())
+    # The colls column goes first when the terminal is narrow.
+    wide = printed(doc, 120)
+    assert "4, 12 MiB" in wide and "colls left out" not in wide
+    assert "4, 12 MiB" not in text and "colls left out at 80 columns" in text
+    tiny = printed(doc, 40)  # even folded it cannot fit: one block per line, all numbers
+    assert "12,346" in tiny and "colls: 4, 3 MiB" in tiny and "…" not in tiny
 
 
 def test_per_rank_and_aggregate_rates_floor_and_scaling():
@@ -60,15 +73,6 @@ def test_per_rank_and_aggregate_rates_floor_and_scaling():
     assert four["speedup"] == f"{4**0.8:.2f}×" and four["memcut"] == f"{4**0.7:.2f}×"
     assert one["speedup"] == "1.00×" and four["comm"] == "12%"
     assert four["colls"] == "4, 12 MiB"
-
-
-def test_the_colls_column_goes_first_when_the_terminal_is_narrow():
-    doc = tp_document()
-    wide, narrow = printed(doc, 120), printed(doc, 80)
-    assert "4, 12 MiB" in wide and "colls left out" not in wide
-    assert "4, 12 MiB" not in narrow and "colls left out at 80 columns" in narrow
-    tiny = printed(doc, 40)  # even folded it cannot fit: one block per line, all numbers
-    assert "12,346" in tiny and "colls: 4, 3 MiB" in tiny and "…" not in tiny
 
 
 def test_cpu_tables_pick_units_that_do_not_print_zero():
@@ -118,8 +122,7 @@ def test_a_one_device_cell_is_never_the_tp1_reference():
 
 
 def test_one_device_tables_leave_tp_cells_out_and_say_so():
-    doc = paper_document()
-    doc["rows"] += tp_document()["rows"]
+    doc = mixed()
     console = Console(width=200, file=io.StringIO(), color_system=None)
     print_tables(doc["rows"], console)
     text = console.file.getvalue()
@@ -129,10 +132,8 @@ def test_one_device_tables_leave_tp_cells_out_and_say_so():
     assert printed(doc).count("fwd+bwd across ranks") == 1  # and they are there
 
 
-def test_report_markdown_and_csv_carry_the_tp_cells(tmp_path, capsys):
-    doc = paper_document()
-    doc["rows"] += tp_document()["rows"]
-    path = write_results(tmp_path / "r.json", doc)
+def test_reports_carry_the_tp_cells_or_say_they_are_left_out(tmp_path, capsys):
+    path = write_results(tmp_path / "r.json", mixed())
     assert main(["report", str(path)]) == 0
     md = capsys.readouterr().out
     assert "| torch-native | 4 |" in md and "fwd+bwd across ranks" in md
@@ -149,16 +150,13 @@ def test_report_markdown_and_csv_carry_the_tp_cells(tmp_path, capsys):
     assert float(four["fwdbwd_gflop"]) == pytest.approx(8 * N * V * D / 4 / 1e9)
     assert four["fwdbwd_collectives"] == "4" and float(four["fwdbwd_collective_mib"]) == 12
     assert four["fwdbwd_roofline_ms"] == ""
+    for fmt in ("latex", "html"):  # tables of one device only: the TP cells said left out
+        out = render(mixed(), fmt)
+        assert "torch-native" not in out and "left out of these tables" in out
 
 
 def test_reports_of_one_device_files_are_unchanged_but_for_the_tp_column():
-    doc = paper_document()
-    text = render(doc, "md")
+    text = render(paper_document(), "md")
     assert "across ranks" not in text and "TP" not in text
-    rows = list(csv.DictReader(io.StringIO(render(doc, "csv"))))
+    rows = list(csv.DictReader(io.StringIO(render(paper_document(), "csv"))))
     assert all(r["tp"] == "" for r in rows) and "fwdbwd_collectives" not in rows[0]
-    both = paper_document()
-    both["rows"] += tp_document()["rows"]
-    for fmt in ("latex", "html"):
-        out = render(both, fmt)
-        assert "torch-native" not in out and "left out of these tables" in out

@@ -62,7 +62,7 @@ def test_different_devices_are_never_merged():
             merge_documents([("a.json", a), ("b.json", b)], allow_mismatch=flag)
 
 
-def test_duplicate_cells():
+def test_duplicate_cells_are_refused_or_chosen_and_skipped_ones_replaced():
     doc = grid_document(H100_ENV)
     other = copy.deepcopy(doc)
     for r in other["rows"]:
@@ -73,11 +73,7 @@ def test_duplicate_cells():
     last = merge_documents([("a.json", doc), ("b.json", other)], duplicates="last")
     assert {r["reason"] for r in last["rows"]} == {"second"}
     assert "second" not in {r["reason"] for r in first["rows"]}
-
-
-def test_a_measured_cell_replaces_a_skipped_one():
-    doc = grid_document(H100_ENV)
-    skipped = copy.deepcopy(doc)
+    skipped = copy.deepcopy(doc)  # a measured cell replaces a skipped one, either way round
     for r in skipped["rows"]:
         r["status"], r["reason"] = "skipped", "predicted not to fit"
     for order in ([("s", skipped), ("m", doc)], [("m", doc), ("s", skipped)]):
@@ -85,38 +81,21 @@ def test_a_measured_cell_replaces_a_skipped_one():
         assert "skipped" not in {r["status"] for r in merged["rows"]}
 
 
-def test_command(tmp_path):
-    a, b = _split(grid_document(H100_ENV))
-    paths = []
-    for name, doc in (("a.json", a), ("b.json", b)):
-        paths.append(tmp_path / name)
-        paths[-1].write_text(json.dumps(doc))
+def test_command(tmp_path, capsys):
     from perfsuite.cli import main
 
+    a, b = _split(grid_document(H100_ENV))
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, doc in zip(paths, (a, b), strict=True):
+        path.write_text(json.dumps(doc))
     out = tmp_path / "all.json"
     assert main(["merge", *map(str, paths), "-o", str(out)]) == 0
     assert len(load_results(out)["rows"]) == len(a["rows"]) + len(b["rows"])
     assert main(["merge", str(paths[0]), str(paths[0]), "-o", str(out)]) == 2
     assert main(["merge", str(tmp_path / "nope.json"), "-o", str(out)]) == 2
-
-
-def test_merge_never_writes_over_an_input(tmp_path, capsys):
-    from perfsuite.cli import main
-
-    a, b = _split(grid_document(H100_ENV))
-    (tmp_path / "a.json").write_text(json.dumps(a))
-    (tmp_path / "b.json").write_text(json.dumps(b))
-    before = (tmp_path / "a.json").read_bytes()
-    code = main(
-        [
-            "merge",
-            str(tmp_path / "a.json"),
-            str(tmp_path / "b.json"),
-            "-o",
-            str(tmp_path / "a.json"),
-        ]
-    )
+    capsys.readouterr()
+    before = paths[0].read_bytes()
+    assert main(["merge", *map(str, paths), "-o", str(paths[0])]) == 2  # never over an input
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert err == [f"error: -o {tmp_path / 'a.json'}: is an input; give another file name"]
-    assert (tmp_path / "a.json").read_bytes() == before
+    assert err == [f"error: -o {paths[0]}: is an input; give another file name"]
+    assert paths[0].read_bytes() == before

@@ -31,27 +31,12 @@ def test_roundtrip_and_dataframe(tmp_path):
     path = write_results(tmp_path / "sub" / "r.json", _doc())
     doc = load_results(path)
     assert doc["schema_version"] == 2 and len(doc["rows"]) == 3
+    assert json.loads(path.read_text())["rows"][0]["samples_ms"] == [0.9, 1.0, 1.1]  # plain
     df = load_dataframe(path)
     assert list(df["phase"]) == ["fwd", "bwd", "fwd+bwd"]
-    for column in (
-        "method",
-        "tokens",
-        "vocab",
-        "hidden",
-        "dtype",
-        "beta",
-        "phase",
-        "status",
-        "reason",
-        "median_ms",
-        "p20_ms",
-        "p80_ms",
-        "samples_ms",
-        "peak_bytes",
-        "peak_abs_bytes",
-        "max_abs_err",
-    ):
-        assert column in df.columns
+    columns = "method tokens vocab hidden dtype beta phase status reason median_ms p20_ms p80_ms"
+    columns += " samples_ms peak_bytes peak_abs_bytes max_abs_err"
+    assert set(columns.split()) <= set(df.columns)
     assert not list(tmp_path.joinpath("sub").glob("*.tmp"))  # no temp file left behind
 
 
@@ -65,38 +50,11 @@ def test_failed_write_keeps_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        ('{"schema_version": 1, "env": {}, "rows": [', "not valid JSON"),
-        ("[1, 2]", "expected a JSON object"),
-        ('{"schema_version": 99, "env": {}, "rows": []}', "schema_version 99"),
-        ('{"schema_version": 1, "rows": []}', "'env'"),
-        ('{"schema_version": 1, "env": {}, "rows": [{"method": "x"}]}', "row 0 lacks"),
-    ],
-)
-def test_bad_files_get_clear_errors(tmp_path, text, message):
-    path = tmp_path / "r.json"
-    path.write_text(text)
-    with pytest.raises(ResultsError, match=message):
-        load_results(path)
-
-
-def test_missing_file(tmp_path):
-    with pytest.raises(ResultsError, match="no such results file"):
-        load_results(tmp_path / "nope.json")
-
-
 def test_row_rejects_unknown_status_and_phase():
     with pytest.raises(ValueError, match="status"):
         Row("m", 1, 1, 1, "fp32", 0, "fwd", "fine", kind="loss")
     with pytest.raises(ValueError, match="phase"):
         Row("m", 1, 1, 1, "fp32", 0, "both", "ok", kind="loss")
-
-
-def test_written_file_is_plain_json(tmp_path):
-    path = write_results(tmp_path / "r.json", _doc())
-    assert json.loads(path.read_text())["rows"][0]["samples_ms"] == [0.9, 1.0, 1.1]
 
 
 def test_a_file_that_is_not_utf8_is_named(tmp_path):

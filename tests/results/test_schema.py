@@ -123,6 +123,8 @@ def test_a_malformed_file_is_one_line_naming_file_row_and_field(tmp_path, versio
         ({**tp_document()["rows"][0], "tp": 0}, "tp is 0, not a TP size (an integer >= 1)"),
         ({**tp_document()["rows"][0], "collective_bytes": 1.5},
          "metrics.collective_bytes is 1.5, not an integer"),
+        ({**tp_document()["rows"][0], "collective_ms": -1.0}, "metrics.collective_ms is -1.0, "),
+        ({**tp_document()["rows"][0], "collectives": "4"}, "metrics.collectives is '4', not a "),
         ({**paper_document()["rows"][0], "kind": "bogus"}, "kind is 'bogus', not one of loss, "),
     ],
 )  # fmt: skip
@@ -136,18 +138,15 @@ def test_each_kind_has_its_own_fields_and_phases(tmp_path, row, message):
         load_results(path)
 
 
-def test_a_version_1_row_names_its_flat_field(tmp_path):
+def test_flat_rows_on_disk_a_version_1_one_and_a_version_2_document_dumped_by_hand(tmp_path):
+    """A version 1 row names its flat field; a document as it is in memory (flat rows with
+    their kind) is read."""
     doc = {"schema_version": 1, "env": {}, "rows": [{**vars(step_row()), "loss_ms": "x"}]}
     doc["rows"][0].pop("kind")
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(ResultsError, match=r"row 0: loss_ms is 'x', not a finite number"):
         load_results(path)
-
-
-def test_a_version_2_document_dumped_flat_is_read(tmp_path):
-    """A document as it is in memory (flat rows with their kind), dumped by hand."""
-    path = tmp_path / "flat.json"
     path.write_text(json.dumps(tp_document()))
     assert {r["kind"] for r in load_results(path)["rows"]} == {"tp"}
 
@@ -161,6 +160,7 @@ def test_a_version_2_document_dumped_flat_is_read(tmp_path):
          "env.device is 'cpu', not an object"),
         ({"schema_version": 2, "env": {}, "rows": [5]}, "row 0 is 5, not an object"),
         ({"schema_version": 2, "env": {}, "rows": [], "extra": 1}, "extra is 1, not "),
+        ({"schema_version": 1, "rows": []}, "missing or malformed 'env'"),
     ],
 )  # fmt: skip
 def test_the_envelope_is_checked_too(tmp_path, document, message):

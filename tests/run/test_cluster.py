@@ -14,17 +14,18 @@ import pytest
 
 from perfsuite.cli import main
 from perfsuite.results.results import load_results
+from run.sweeping import RESUMES, refused, started
 
 pytest.importorskip("submitit")
 
 TINY = [
     "--tokens", "64", "--vocab", "256", "--hidden", "32", "--beta", "0,0.1",
-    "--methods", "eager,breaks-at-smoothing", "--dtype", "fp32", "--device", "cpu",
+    "--methods", "breaks-at-smoothing", "--dtype", "fp32", "--device", "cpu",
     "--samples", "2", "--warmup", "0",
 ]  # fmt: skip
 PHASES = 3
-# Units in grid order: (eager, β=0), (eager, β=0.1), (breaks, β=0), (breaks, β=0.1); two
-# shards take every other one, so shard 0 holds the β=0 cells and shard 1 the β=0.1 ones.
+# Two units, β=0 then β=0.1: shard 0 holds the one, shard 1 (the one that breaks) the other.
+# One method: a worker a shard (each task is a fresh Python, torch imported, already).
 ARRAY = ["--executor", "local", "--shards", "2", "--array-parallelism", "2"]
 
 PLUGIN = '''
@@ -116,12 +117,9 @@ def test_a_failing_shard_keeps_the_others_cells_and_exits_1(stages):
     assert len(reason) == 1, printed
     assert "RuntimeError: deliberate failure in the shard at beta > 0" in reason[0]
     assert "shard 0/2: done" in printed and "1 of 2 shard(s) failed (1/2)" in printed
-    # Shard 0's cells (β=0, both methods, every phase) were merged into --out.
-    assert {(r["method"], r["beta"], r["status"]) for r in doc["rows"]} == {
-        ("eager", 0.0, "ok"),
-        ("breaks-at-smoothing", 0.0, "ok"),
-    }
-    assert len(doc["rows"]) == 2 * PHASES
+    # Shard 0's cell (β=0, every phase) was merged into --out.
+    assert {(r["beta"], r["status"]) for r in doc["rows"]} == {(0.0, "ok")}
+    assert len(doc["rows"]) == PHASES
     assert doc["env"]["sweep"]["array"]["failed"].keys() == {"1"}
 
 
@@ -129,11 +127,11 @@ def test_a_failing_shard_keeps_the_others_cells_and_exits_1(stages):
 def test_a_rerun_submits_only_the_missing_shard(stages):
     code, printed, doc, submitted = stages["fixed"]
     assert code == 0, printed
-    assert "2 shards, 2 already measured; 1 shard(s) to submit" in printed
+    assert "2 shards, 1 already measured; 1 shard(s) to submit" in printed
     assert submitted == 3  # one more task: shard 1 alone
     part0 = stages["out"].parent / "sweep.json.parts" / "shard-0-of-2.json"
     assert part0.read_bytes() == stages["part0"]  # shard 0 was not run again
-    assert len(doc["rows"]) == 4 * PHASES
+    assert len(doc["rows"]) == 2 * PHASES
     assert {r["status"] for r in doc["rows"]} == {"ok"}
     first = {(r["method"], r["beta"], r["phase"]): r for r in stages["failed"][2]["rows"]}
     for row in doc["rows"]:  # the cells measured first are kept as they were
@@ -145,18 +143,15 @@ def test_a_rerun_submits_only_the_missing_shard(stages):
     ]
 
 
-def test_a_finished_sweep_resubmits_nothing(stages):
+def test_a_finished_sweep_resubmits_nothing_and_its_file_reports(stages, capsys):
     code, printed, doc, submitted = stages["again"]
     assert code == 0, printed
-    assert "4 already measured; 0 shard(s) to submit" in printed
+    assert "2 already measured; 0 shard(s) to submit" in printed
     assert submitted == 3
     assert doc["rows"] == stages["fixed"][2]["rows"]
-
-
-def test_report_reads_the_merged_file(stages, capsys):
-    assert main(["report", str(stages["out"])]) == 0
+    assert main(["report", str(stages["out"])]) == 0  # report reads the merged file
     table = capsys.readouterr().out
-    assert "eager" in table and "breaks-at-smoothing" in table and "n64-v256-d32" in table
+    assert "breaks-at-smoothing" in table and "n64-v256-d32" in table
 
 
 def _one_error_line(text: str) -> str:
@@ -168,11 +163,8 @@ def _one_error_line(text: str) -> str:
 
 def test_slurm_without_sbatch_writes_nothing(plugin, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    out = tmp_path / "s.json"
-    assert main(["sweep", *TINY, "--executor", "slurm", "--out", str(out)]) == 2
-    error = _one_error_line(capsys.readouterr().err)
-    assert "no sbatch on PATH" in error and "--executor local" in error
-    assert list(tmp_path.iterdir()) == []  # neither --out nor its parts folder
+    error = refused(capsys, tmp_path, *TINY, "--executor", "slurm", "--out", str(tmp_path / "s"))
+    assert "no sbatch on PATH" in error and "--executor local" in error  # no file, no folder
 
 
 @pytest.mark.integration
@@ -212,57 +204,24 @@ def test_an_sbatch_refusing_the_partition_is_one_line(plugin, tmp_path, monkeypa
     ],
 )
 def test_options_that_do_not_apply_are_refused(plugin, tmp_path, capsys, extra, words):
-    assert main(["sweep", *TINY, "--out", str(tmp_path / "s.json"), *extra]) == 2
-    assert words in _one_error_line(capsys.readouterr().err)
-    assert list(tmp_path.iterdir()) == []
+    assert words in refused(capsys, tmp_path, *TINY, "--out", str(tmp_path / "s.json"), *extra)
 
 
 def test_no_submitit_is_one_line(plugin, tmp_path, monkeypatch, capsys):
     import sys
 
     monkeypatch.setitem(sys.modules, "submitit", None)  # import submitit: ImportError
-    assert main(["sweep", *TINY, "--executor", "local", "--out", str(tmp_path / "s.json")]) == 2
-    assert "pip install submitit" in _one_error_line(capsys.readouterr().err)
-    assert list(tmp_path.iterdir()) == []
-
-
-def _sweep_file(path: Path, *extra: str) -> bytes:
-    """A sweep's file as a sweep writes it before its first cell (nothing measured)."""
-    import argparse
-
-    from perfsuite.run import sweep
-
-    parser = argparse.ArgumentParser()
-    sweep.add_arguments(parser)
-    plan, grid = sweep.plan_from_args(parser.parse_args([*TINY, *extra]))
-    job = sweep.Sweep(plan, path, grid=grid)
-    job.checkpoint.save()
-    job.checkpoint.release()
-    return path.read_bytes()
+    argv = [*TINY, "--executor", "local", "--out", str(tmp_path / "s.json")]
+    assert "pip install submitit" in refused(capsys, tmp_path, *argv)
 
 
 @pytest.mark.parametrize(
-    ("made", "extra", "words"),
-    [
-        (None, ["--resume"], "--resume {out}: no such file, nothing to resume"),
-        (["--vocab", "512"], ["--resume"], "--resume {out}: a sweep of another grid (vocab 512"),
-        ("run", ["--resume"], "--resume {out}: not a sweep's results file"),
-        ([], ["--resume", "--redo", "bogus"], "--redo bogus: 'bogus' is not a status"),
-    ],
+    ("made", "argv", "words"),
+    [*RESUMES, (["--vocab", "512"], ["--resume"], "--resume {out}: a sweep of another grid")],
 )
-def test_an_array_resume_reads_back_only_its_own_sweep(
-    plugin, tmp_path, capsys, made, extra, words
-):
-    import json
-
+def test_an_array_resume_reads_back_only_its_own_sweep(plugin, tmp_path, capsys, made, argv, words):
     out = tmp_path / "s.json"
     if made is not None:
-        _sweep_file(out, *([] if made == "run" else made))
-        if made == "run":  # what `perfsuite run` writes: a plan, no sweep
-            doc = json.loads(out.read_text())
-            del doc["env"]["sweep"]
-            out.write_text(json.dumps(doc))
-    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
-    assert _sweep(out, *extra) == 2
-    assert words.format(out=out) in _one_error_line(capsys.readouterr().err)
-    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before  # no parts folder either
+        started(out, [*TINY, *([] if made == "run" else made)], run=made == "run")
+    said = refused(capsys, tmp_path, *TINY, *ARRAY, "--out", str(out), *argv)
+    assert words.format(out=out) in said  # and no parts folder either

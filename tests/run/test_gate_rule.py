@@ -1,5 +1,7 @@
-"""The gate's tolerance is Cut Cross-Entropy's own test rule, in a form that means the same
-at every shape (docs/math.md, "The gate's tolerance"), and CCE fails that rule on the H200.
+"""The correctness gate: eager within its bounds, a wrong loss outside them, inputs on which
+the reference itself is undefined refused. Its tolerance is Cut Cross-Entropy's own test
+rule, in a form that means the same at every shape (docs/math.md, "The gate's
+tolerance"), and CCE fails that rule on the H200.
 
 CCE's tests (apple/ml-cross-entropy, tests/test_cce_loss_forward.py and
 test_cce_loss_backward.py) accept an element when ``|gt − x| ≤ |gt − torch_same_dtype| +
@@ -12,6 +14,7 @@ the quantity's largest magnitude (``SLACK``).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -19,7 +22,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perfsuite.run.correctness import SLACK, Outcome, judge, tolerances
+from perfsuite.baselines.torch_methods import case_loss, eager_loss
+from perfsuite.method import Case
+from perfsuite.run.correctness import (
+    QUANTITIES,
+    SLACK,
+    Outcome,
+    UnusableInputs,
+    check_reference,
+    gate_reference,
+    judge,
+    reference_outcome,
+    run_once,
+    tolerances,
+)
+from perfsuite.run.inputs import make_inputs
 
 # CCE's tests: error_tol per dtype, their shapes (N, V, D) and softcaps.
 CCE_ERROR_TOL = {"fp32": 1e-5, "fp16": 1e-3, "bf16": 1e-2}
@@ -142,3 +159,32 @@ def test_cce_fails_its_own_rule_at_gemma2_2b_on_the_h200():
         assert row["grad_c_err"] <= row["tolerance"]["grad_c"]
     # torch's own bf16 error is what ours and torch.compile reach; the gate passes them.
     assert cell["ours", 0.0]["grad_e_err"] <= torch_err and cell["ours", 0.0]["status"] == "ok"
+
+
+CASE = Case(tokens=8, vocab=16, hidden=4, dtype="fp32")
+
+
+def test_eager_passes_the_gate_and_a_loss_off_by_twice_its_bound_fails():
+    inputs, reference, bounds = gate_reference(CASE, 0, None)
+    assert all(0 < bounds[q] < 1e-3 for q in QUANTITIES), bounds
+    eager = run_once(functools.partial(case_loss, eager_loss, CASE), inputs)
+    assert judge(eager, reference, bounds).passed
+    eager.loss += 2 * bounds["loss"]
+    verdict = judge(eager, reference, bounds)
+    assert not verdict.passed and verdict.explain().startswith("loss error"), verdict
+
+
+def test_all_ignored_targets_are_named_not_reported_as_nan_errors():
+    """Every method used to come back "wrong: loss error nan > tolerance nan"."""
+    inputs = make_inputs(CASE, 0)
+    inputs.targets[:] = CASE.ignore_index
+    with pytest.raises(UnusableInputs, match="every target is ignore_index=-100"):
+        check_reference(reference_outcome(CASE, inputs), inputs)
+
+
+def test_non_finite_inputs_are_counted():
+    inputs = make_inputs(CASE, 0)
+    with torch.no_grad():
+        inputs.e[0, 0] = float("nan")
+    with pytest.raises(UnusableInputs, match="e holds 1 NaN/inf"):
+        check_reference(reference_outcome(CASE, inputs), inputs)

@@ -1,50 +1,37 @@
 """Multi-rank cells (``run --tp``, a ``tp`` axis in ``sweep``) through the real entry
-point, with the methods of tests/plugins/fake_tp_methods.py: an exact one, a wrong one,
-and ones whose rank 1 raises, is SIGKILLed or never joins its peers' collective.
-
-Every launch starts K fresh ranks (seconds of imports each on 2 cores): the runs are
-module-scoped and shared by the tests that read them.
-"""
+point, with tests/plugins/fake_tp_methods.py's methods: an exact one, a wrong one, and
+ones whose rank 1 raises, is SIGKILLed or never joins its peers' collective (each launch
+starts K fresh ranks: the runs are module-scoped, read by several tests)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import os
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from plugins import use_plugins
 
 from perfsuite.cli import main
 from perfsuite.results.results import load_results
 from perfsuite.run.launch import root_cause
 from perfsuite.tp_method import shard_ranges
 
-TESTS = Path(__file__).resolve().parents[1]
 SMALL = ["--tokens", "48", "--vocab", "301", "--hidden", "16", "--dtype", "fp32"]
 # --timeout: a worker that hangs anyway fails its test in minutes, not at CI's limit.
 QUICK = ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "0", "--timeout", "120"]
 
 
-@contextlib.contextmanager
-def tp_plugins():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_tp_methods")
-        path = os.environ.get("PYTHONPATH", "")
-        mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
-        mp.syspath_prepend(str(TESTS))
-        mp.setenv("COLUMNS", "80")
-        yield
-
-
 def cli(*argv: str) -> tuple[int, str]:
     printed = io.StringIO()
-    with tp_plugins(), contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-        code = main(list(argv))
-    return code, printed.getvalue()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        use_plugins(mp, "plugins.fake_tp_methods")
+        mp.setenv("COLUMNS", "80")
+        with contextlib.redirect_stderr(printed):
+            return main(list(argv)), printed.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +45,7 @@ def exact(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
 
 
 @pytest.mark.integration
-def test_tp_cells_are_gated_and_measured_across_ranks(exact):
+def test_tp_cells_are_gated_measured_across_ranks_and_printed_in_80_columns(exact):
     code, printed, doc = exact
     assert code == 0, printed
     rows = {(r["tp"], r["beta"]): r for r in doc["rows"]}
@@ -74,13 +61,7 @@ def test_tp_cells_are_gated_and_measured_across_ranks(exact):
     # The gathered logits are N x ceil(V/K) fp32 a rank, dE is N x D fp32.
     assert rows[2, 0]["collective_bytes"] == 48 * 151 * 4 + 48 * 16 * 4
     assert doc["env"]["plan"]["tps"] == [1, 2]
-
-
-@pytest.mark.integration
-def test_tp_table_fits_80_columns(exact):
-    code, printed, _ = exact
-    assert code == 0
-    assert "TP" in printed and "tp-gather" in printed
+    assert "TP" in printed and "tp-gather" in printed  # its table, 80 columns
     # The results path stays whole on its line, however deep pytest's folder is (issue 46).
     lines = [line for line in printed.splitlines() if not line.startswith("results: ")]
     assert max(len(line) for line in lines) <= 80
@@ -115,12 +96,7 @@ def test_a_failing_rank_ends_its_cell_and_no_other(failures):
     assert hung["reason"].startswith(
         "a collective waited past the 3 s timeout (--collective-timeout): rank 1 never joined it"
     )
-
-
-@pytest.mark.integration
-@pytest.mark.slow  # 7-30 s of ranks, workers or compiles here; `-m slow` runs it
-def test_no_launcher_folder_is_left_in_tmp(failures):
-    assert not list(Path(tempfile.gettempdir()).glob("torchelastic_*"))
+    assert not list(Path(tempfile.gettempdir()).glob("torchelastic_*"))  # no launcher folder
 
 
 @pytest.mark.integration
@@ -175,25 +151,14 @@ def test_root_cause_prefers_the_rank_that_failed_over_its_peers(tmp_path: Path):
     out = str(tmp_path / "rows.jsonl")
     # Rank 1 was SIGKILLed; gloo aborted rank 0, whose peer vanished; rank 2 raised
     # "connection closed" (a consequence), rank 3 was stopped by the launcher.
-    failures = {
-        0: _failure(-6, 1.0),
-        1: _failure(-9, 1.0),
-        2: _failure(1, 0.5),
-        3: _failure(-15, 0.1),
-    }
-    Path(f"{out}.rank2.json").write_text(
-        json.dumps(
-            {"status": "error", "reason": "RuntimeError: Connection closed by peer", "time": 0}
-        )
-    )
+    failures = {0: _failure(-6, 1.0), 1: _failure(-9, 1.0), 2: _failure(1, 0.5)}
+    failures[3] = _failure(-15, 0.1)
+    closed = {"status": "error", "reason": "RuntimeError: Connection closed by peer", "time": 0}
+    Path(f"{out}.rank2.json").write_text(json.dumps(closed))
     assert root_cause(failures, out, 4, 60) == (
         "oom", "rank 1 killed by SIGKILL (likely the kernel's OOM killer)"
     )  # fmt: skip
     # A rank's own error wins over any signal its peers died of.
-    Path(f"{out}.rank3.json").write_text(
-        json.dumps({"status": "oom", "reason": "OutOfMemoryError: CUDA out of memory", "time": 2})
-    )
-    assert root_cause(failures, out, 4, 60) == (
-        "oom",
-        "rank 3: OutOfMemoryError: CUDA out of memory",
-    )
+    own = {"status": "oom", "reason": "OutOfMemoryError: CUDA out of memory", "time": 2}
+    Path(f"{out}.rank3.json").write_text(json.dumps(own))
+    assert root_cause(failures, out, 4, 60) == ("oom", f"rank 3: {own['reason']}")

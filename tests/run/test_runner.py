@@ -8,19 +8,26 @@ import time
 import types
 
 import pytest
+from plugins import use_plugins
 
 from perfsuite.harness import environment, lifecycle
 from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
 from perfsuite.harness.kind import schedule_kind
-from perfsuite.harness.schedule import CANCEL, run_parallel
+from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
 from perfsuite.run import runner
 from perfsuite.run.runner import LossKind, run_plan
 
 TINY = Shape("tiny", 32, 300, 24, dtype="fp32")
+# A worker each (fake-crash two); the parent decides fake-missing-package and
+# fake-no-smoothing's β 0.1 without one.
+MIXED = (
+    "eager,fake-interpreted,fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises,"
+    "fake-crash,fake-broken-import,fake-refuses"
+)
 
 
 def _run(methods: str, betas: str = "0", shape: Shape = TINY, **kw):
@@ -30,10 +37,28 @@ def _run(methods: str, betas: str = "0", shape: Shape = TINY, **kw):
     return run_plan(plan)["rows"]
 
 
-def _status(rows, method, beta=0.0):
-    found = {r["status"] for r in rows if r["method"] == method and r["beta"] == beta}
-    assert len(found) == 1, found
-    return found.pop()
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """One run of every status (β 0.1 first: rows keep the case order), checkpointed,
+    with its progress lines: (final document, partial documents written, events)."""
+    seen: list[dict] = []
+    events: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        use_plugins(mp, "plugins.fake_methods")
+        plan = build_plan(
+            shapes=[TINY], methods=MIXED, betas="0.1,0", device="cpu", samples=3, warmup=1,
+            jobs=2,
+        )  # fmt: skip
+        mp.setattr("perfsuite.harness.command.write_results", lambda _, d: seen.append(d))
+        checkpoint = Checkpoint(tmp_path_factory.mktemp("runner") / "r.json")
+        done = lambda method, case, rows: events.append(f"{method} done")  # noqa: E731
+        final = run_plan(plan, done, checkpoint=checkpoint, notice=events.append)
+        checkpoint.release()
+    return final, seen, events
+
+
+def _row(rows, method, beta=0.0):
+    return next(r for r in rows if r["method"] == method and r["beta"] == beta)
 
 
 def test_markers_are_not_rows_and_a_lost_case_keeps_its_rows():
@@ -47,8 +72,8 @@ def test_markers_are_not_rows_and_a_lost_case_keeps_its_rows():
 
 
 @pytest.mark.integration
-def test_ok_rows_carry_timing_memory_and_errors():
-    rows = _run("eager", betas="0,0.1")
+def test_ok_rows_carry_timing_memory_and_errors(mixed):
+    rows = [r for r in mixed[0]["rows"] if r["method"] == "eager"]
     assert len(rows) == 6
     for row in rows:
         assert row["status"] == "ok", row["reason"]
@@ -60,25 +85,65 @@ def test_ok_rows_carry_timing_memory_and_errors():
 
 
 @pytest.mark.integration
-def test_wrong_unsupported_unavailable_error(fake_plugins):
-    rows = _run("fake-wrong,fake-no-smoothing,fake-missing-package,fake-raises", betas="0.1,0")
-    assert _status(rows, "fake-wrong") == "wrong"
-    wrong = next(r for r in rows if r["method"] == "fake-wrong")
+def test_wrong_unsupported_unavailable_error_decided_by_parent_or_worker(mixed):
+    rows = mixed[0]["rows"]
+    statuses = {(r["method"], r["beta"]): r["status"] for r in rows}
+    assert len(statuses) == len({(r["method"], r["beta"], r["status"]) for r in rows})
+    assert {m: (statuses[m, 0.1], statuses[m, 0.0]) for m, _ in statuses} == {
+        "eager": ("ok", "ok"), "fake-interpreted": ("ok", "ok"),
+        "fake-wrong": ("wrong", "wrong"), "fake-no-smoothing": ("unsupported", "ok"),
+        "fake-missing-package": ("unavailable", "unavailable"),
+        "fake-raises": ("error", "error"),
+        # The worker died at β 0.1: a new one measured the case after it.
+        "fake-crash": ("error", "ok"),
+        # What only the worker can find out (a broken import, a library refusing an
+        # argument) gets the same statuses as what the parent decides up front.
+        "fake-broken-import": ("unsupported", "unavailable"),  # no smoothing: decided
+        "fake-refuses": ("unsupported", "ok"),
+    }  # fmt: skip
+    assert {r["kind"] for r in rows} == {"loss"}  # decided, gated and failed rows alike
     # Timed all the same (never counted ok): how fast an inexact method is, is news too.
-    assert "loss error" in wrong["reason"] and wrong["median_ms"] > 0
-    assert _status(rows, "fake-no-smoothing", 0.0) == "ok"
-    assert _status(rows, "fake-no-smoothing", 0.1) == "unsupported"
-    unsupported = next(r for r in rows if r["method"] == "fake-no-smoothing" and r["beta"] == 0.1)
+    assert "loss error" in _row(rows, "fake-wrong")["reason"]
+    assert _row(rows, "fake-wrong")["median_ms"] > 0
+    unsupported = _row(rows, "fake-no-smoothing", 0.1)
     assert "no label smoothing" in unsupported["reason"] and unsupported["median_ms"] is None
     # Rows keep the case order, a case decided up front (β 0.1) or measured (β 0).
     order = [(r["beta"], r["status"]) for r in rows if r["method"] == "fake-no-smoothing"]
     assert order == [(0.1, "unsupported")] * 3 + [(0.0, "ok")] * 3
-    assert _status(rows, "fake-missing-package") == "unavailable"
-    missing = next(r for r in rows if r["method"] == "fake-missing-package")
+    missing = _row(rows, "fake-missing-package")
     assert missing["reason"] == "perfsuite_no_such_package not installed"
-    assert _status(rows, "fake-raises") == "error"
-    assert {r["kind"] for r in rows} == {"loss"}  # decided, gated and failed rows alike
-    assert "deliberate failure" in next(r for r in rows if r["method"] == "fake-raises")["reason"]
+    assert "deliberate failure" in _row(rows, "fake-raises")["reason"]
+    assert "SIGSEGV" in _row(rows, "fake-crash", 0.1)["reason"]
+    assert "failed to import" in _row(rows, "fake-broken-import")["reason"]
+
+
+@pytest.mark.integration
+def test_checkpoint_gets_each_finished_case_as_a_partial_document(mixed):
+    final, seen, _ = mixed
+    sizes = [len(d["rows"]) for d in seen]
+    assert sizes == list(range(3, len(final["rows"]) + 1, 3))  # a case's three phases each
+    assert all(d["env"]["partial"] for d in seen)
+    assert "partial" not in final["env"]
+
+
+@pytest.mark.integration
+def test_interpreted_rows_take_one_sample_beside_natives_that_keep_theirs(mixed):
+    """Issue 30: interpreted rows are gated and metered per phase as before, with no
+    timing pass (their one sample is the memory pass's call), and say so."""
+    final, _, events = mixed
+    rows = [r for r in final["rows"] if r["method"] in ("eager", "fake-interpreted")]
+    assert {r["status"] for r in rows} == {"ok"}
+    for row in rows:
+        assert row["peak_bytes"] > 0 and row["max_abs_err"] is not None
+        interpreted = row["method"] == "fake-interpreted"
+        assert row["interpreted"] is interpreted
+        assert len(row["samples_ms"]) == (INTERPRETED_SAMPLES if interpreted else 3)
+        if interpreted:  # the protocol is said where the row is read
+            assert "one sample per phase" in row["reason"] and "memory pass" in row["reason"]
+    # The interpreted worker started beside eager's, not after it.
+    assert events.index("fake-interpreted: worker starting (2 cell(s) to measure)") < (
+        events.index("eager done")
+    ), events
 
 
 def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
@@ -90,8 +155,7 @@ def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
 
     raw = dict(
         shape="tiny", tokens=TINY.tokens, vocab=TINY.vocab, hidden=TINY.hidden, dtype="fp32",
-        beta=0.1,
-        softcap=None, device="cpu",
+        beta=0.1, softcap=None, device="cpu",
     )  # fmt: skip
     rows = {}
     for name in ("ours-zloss", "ours-weighted", "fake-zloss-ignored", "fake-weights-ignored"):
@@ -107,20 +171,6 @@ def test_training_terms_are_gated_against_their_own_reference(fake_plugins):
 
 
 @pytest.mark.integration
-def test_crash_loses_only_its_case(fake_plugins):
-    rows = _run("fake-crash,eager", betas="0,0.1,1")
-    assert _status(rows, "fake-crash", 0.0) == "ok"
-    assert _status(rows, "fake-crash", 0.1) == "error"
-    assert (
-        "SIGSEGV"
-        in next(r for r in rows if r["method"] == "fake-crash" and r["beta"] == 0.1)["reason"]
-    )
-    # The worker restarted after the crash, so the next case was still measured.
-    assert _status(rows, "fake-crash", 1.0) == "error"
-    assert _status(rows, "eager", 1.0) == "ok"
-
-
-@pytest.mark.integration
 def test_out_of_memory_is_reported_as_oom():
     from perfsuite.plan.memory_model import gate_bytes
 
@@ -128,26 +178,15 @@ def test_out_of_memory_is_reported_as_oom():
     # Above what the plan refuses up front (the gate's tensors), under eager's real need.
     limit = gate_bytes(big.tokens, big.vocab, big.hidden, big.dtype) + (1 << 20)
     rows = _run("eager", shape=big, memory_limit=limit)
-    assert _status(rows, "eager") == "oom"
+    assert {r["status"] for r in rows} == {"oom"}
     assert "allocate" in rows[0]["reason"]
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("phase", ["fwd", "bwd", "fwd+bwd"])
-def test_phase_subset(phase):
-    rows = _run("eager", phases=phase)
-    assert [r["phase"] for r in rows] == [phase]
-
-
-@pytest.mark.integration
-def test_worker_side_unavailable_and_unsupported(fake_plugins):
-    """What only the worker can find out (a broken import, a library refusing an
-    argument) gets the same statuses as what the parent decides up front."""
-    rows = _run("fake-broken-import,fake-refuses", betas="0,0.1")
-    assert _status(rows, "fake-broken-import") == "unavailable"
-    assert "failed to import" in rows[0]["reason"]
-    assert _status(rows, "fake-refuses", 0.0) == "ok"
-    assert _status(rows, "fake-refuses", 0.1) == "unsupported"
+def test_phase_subset():
+    """bwd alone still sets itself up (a forward, untimed); fwd+bwd alone: the CLI tests'
+    --phases (tests/run/test_timers_cli.py, test_ranks.py)."""
+    assert [r["phase"] for r in _run("eager", phases="bwd")] == ["bwd"]
 
 
 def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
@@ -217,23 +256,13 @@ def test_schedule_without_memory_for_both_runs_native_first(monkeypatch):
 
 def test_schedule_with_one_job_is_sequential():
     plan = build_plan(shapes=[TINY], methods="ours,liger", device="cpu", jobs=1)
-    active, most = [0], [0]
-
-    def work(method: str) -> None:
-        active[0] += 1
-        most[0] = max(most[0], active[0])
-        time.sleep(0.05)
-        active[0] -= 1
-
-    schedule_kind(LossKind(plan), plan.methods, lambda m: m, work)
-    assert most[0] == 1
+    first, then = sorted(_spans(plan).values())
+    assert first[1] <= then[0]
 
 
 def test_cpu_workers_started_on_a_busy_machine_sleep_while_they_wait(monkeypatch):
-    """Issue 30: libgomp's threads spin at barriers; with another process on a core,
-    ours' many small ops ran ~140x slower. A native CPU worker started while others use
-    the cores waits passively; on a quiet machine it keeps libgomp's default (passive
-    wake-ups cost ours 2.3x there). A caller's own choice stands."""
+    """Issue 30: libgomp's spinning threads made ours ~140x slower beside another process;
+    on a quiet machine passive wake-ups cost it 2.3x. A caller's own choice stands."""
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert child_env("cpu", 2, False, busy=True)["OMP_WAIT_POLICY"] == "PASSIVE"
     assert "OMP_WAIT_POLICY" not in child_env("cpu", 2, False, busy=False)
@@ -259,21 +288,15 @@ def test_the_busy_check_counts_other_processes_only(monkeypatch):
     assert probe() is True  # 0.1 s later: too short a window, the last verdict
 
 
-def test_interpreted_workers_share_the_cores(monkeypatch):
-    for var in ("TRITON_INTERPRET", *THREAD_VARS):
+def test_interpreted_workers_share_the_cores_and_native_ones_never_interpret(monkeypatch):
+    for var in THREAD_VARS:
         monkeypatch.delenv(var, raising=False)
+    # A parent under TRITON_INTERPRET=1 (a test process) still times ours natively.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     env = child_env("cpu", 2, triton=True)
-    assert env["TRITON_INTERPRET"] == "1"
-    assert all(var in env for var in THREAD_VARS)
+    assert env["TRITON_INTERPRET"] == "1" and all(var in env for var in THREAD_VARS)
     native = child_env("cpu", 2, triton=False)  # timed alone: keeps every core
     assert not any(var in native for var in ("TRITON_INTERPRET", *THREAD_VARS))
-
-
-def test_native_workers_never_inherit_the_interpreter(monkeypatch):
-    """A parent under TRITON_INTERPRET=1 (a test process) still times ours natively."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "TRITON_INTERPRET" not in child_env("cpu", 1, triton=False)
-    assert child_env("cpu", 1, triton=True)["TRITON_INTERPRET"] == "1"
 
 
 def test_jobs_must_be_positive():
@@ -281,48 +304,12 @@ def test_jobs_must_be_positive():
         build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)
 
 
-@pytest.mark.integration
-def test_an_interrupt_stops_the_other_threads_workers(fake_plugins):
-    """Ctrl-C (here: a failure) in one thread of a parallel run kills every worker at
-    once instead of letting the other threads finish their methods."""
-    plan = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
-
-    def work(item: str) -> None:
-        if item == "interrupt":
-            time.sleep(2)  # the other thread's worker is running by then
-            raise KeyboardInterrupt
-        runner.run_method(plan, "fake-sleeps", plan.cases())
-
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_parallel(["sleeper", "interrupt"], work, jobs=2)
-    assert time.monotonic() - start < 15  # not the worker's 60 s
-    assert not CANCEL.is_set()  # the next run is not cancelled before it starts
-
-
-@pytest.mark.integration
-def test_checkpoint_gets_each_finished_case_as_a_partial_document(tmp_path, monkeypatch):
-    plan = build_plan(
-        shapes=[TINY], methods="eager", betas="0,0.1", device="cpu", samples=3, warmup=1
-    )
-    seen = []
-    monkeypatch.setattr("perfsuite.harness.command.write_results", lambda _, d: seen.append(d))
-    final = run_plan(plan, checkpoint=Checkpoint(tmp_path / "r.json"))
-    assert [len(d["rows"]) for d in seen] == [3, 6]  # three phases per finished case
-    assert all(d["env"]["partial"] for d in seen)
-    assert "partial" not in final["env"] and len(final["rows"]) == 6
-
-
 def test_a_killed_workers_reason_leaves_native_log_lines_out():
     """The oom reason used to end in the torch profiler's "USDT:… profiler_stop" lines."""
-    stderr = "\n".join(
-        [
-            "Loading the method",
-            "USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start",
-            "W1123 00:10:42.123 21571 CUPTIActivityProfiler.cpp:123] some kineto warning",
-            "USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop",
-        ]
-    )
+    stderr = """Loading the method
+USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start
+W1123 00:10:42.123 21571 CUPTIActivityProfiler.cpp:123] some kineto warning
+USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop"""
     status, reason = death_reason(-9, None, stderr)
     assert status == "oom" and "OOM killer" in reason
     assert reason.endswith("; Loading the method") and "profiler" not in reason

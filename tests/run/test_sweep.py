@@ -11,22 +11,24 @@ import time
 from pathlib import Path
 
 import pytest
+from plugins import use_plugins
 
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import merge_documents
 from perfsuite.results.results import load_results
 from perfsuite.run import sweep
-from perfsuite.run.grid import grid_units, parse_shard, skip_reason
+from perfsuite.run.grid import grid_units, parse_shard
+from perfsuite.run.runner import LossKind
 from perfsuite.run.sweep import Sweep
+from run.sweeping import RESUMES, refused, started, sweep_cli
 
-TESTS = Path(__file__).resolve().parents[1]
 GRID = [
-    "--tokens", "16", "--vocab", "200,300", "--hidden", "16", "--beta", "0,0.1",
+    "--tokens", "16", "--vocab", "200", "--hidden", "16", "--beta", "0,0.1",
     "--dtype", "fp32", "--methods", "eager,fake-no-smoothing", "--device", "cpu",
     "--samples", "2", "--warmup", "1",
 ]  # fmt: skip
-CELLS = 1 * 2 * 1 * 2 * 2  # N x V x D x beta x methods
+CELLS = 1 * 1 * 1 * 2 * 2  # N x V x D x beta x methods
 PHASES = 3
 
 
@@ -34,10 +36,7 @@ PHASES = 3
 def plugins():
     """The fake-method plugin, here and in every process the sweep starts."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PERFSUITE_PLUGINS", "plugins.fake_methods")
-        path = os.environ.get("PYTHONPATH", "")
-        mp.setenv("PYTHONPATH", f"{TESTS}{os.pathsep}{path}" if path else str(TESTS))
-        mp.syspath_prepend(str(TESTS))
+        use_plugins(mp, "plugins.fake_methods")
         yield
 
 
@@ -178,11 +177,16 @@ def test_skip_prediction_follows_the_memory_model():
     # Every worker runs the correctness gate (fp32 reference: 3 N V 4 bytes, ~23 GiB).
     need, what = predicted_peak(known["ours"].caps, 8192, 256000, 2048, "bf16")
     assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
-    assert skip_reason(units["ours"], 40 * gib, known) is None
-    reason = skip_reason(units["ours"], 20 * gib, known)
-    assert "reference" in reason and "--attempt-all" in reason
-    assert "reference" in skip_reason(units["eager"], 20 * gib, known)
-    assert skip_reason(units["eager"], None, known) is None  # capacity unknown: attempt all
+
+    def fate(method: str, capacity: int | None) -> list | None:
+        return LossKind(plan, capacity).decided(method, units[method].case)
+
+    assert fate("ours", 40 * gib) is None
+    skipped = fate("ours", 20 * gib)
+    assert {r["status"] for r in skipped} == {"skipped"}
+    assert "reference" in skipped[0]["reason"] and "--attempt-all" in skipped[0]["reason"]
+    assert "reference" in fate("eager", 20 * gib)[0]["reason"]
+    assert fate("eager", None) is None  # capacity unknown: attempt all
     # A method holding more logit copies than the gate is named for them.
     need, what = predicted_peak(known["eager"].caps, 8192, 256000, 2048, "bf16", softcap=True)
     assert "N x V logits" in what and need > 7 * 8192 * 256000 * 2
@@ -201,20 +205,15 @@ def test_shards_partition_the_grid():
 
 def test_refuses_to_overwrite_or_resume_elsewhere(plugins, tmp_path):
     out = tmp_path / "r.json"
-    # every cell oom (exit 1): the file exists all the same
+    # no cell measured (exit 1): the file exists all the same
     assert sweep.run(_args("--out", str(out), "--methods", "eager", "--memory-limit", "1K")) == 1
-    assert _cli(*GRID, "--out", str(out), "--methods", "eager") == 2  # exists, no --resume
+    assert sweep_cli(*GRID, "--out", str(out), "--methods", "eager") == 2  # exists, no --resume
     doc = json.loads(out.read_text())
     doc["env"]["device"]["name"] = "some other CPU"
     out.write_text(json.dumps(doc))
-    assert _cli(*GRID, "--out", str(out), "--resume", "--memory-limit", "1K") == 2
-    assert _cli(*GRID, "--resume") == 2  # --resume without --out
-    assert _cli(*GRID, "--gpus", "all") == 2  # --gpus on a CPU sweep
-
-
-def test_redo_without_resume_is_refused(plugins, tmp_path, capsys):
-    assert _cli(*GRID, "--out", str(tmp_path / "s.json"), "--redo", "error") == 2
-    assert "add --resume" in capsys.readouterr().err
+    assert sweep_cli(*GRID, "--out", str(out), "--resume", "--memory-limit", "1K") == 2
+    assert sweep_cli(*GRID, "--resume") == 2  # --resume without --out
+    assert sweep_cli(*GRID, "--gpus", "all") == 2  # --gpus on a CPU sweep
 
 
 def _git(monkeypatch, dirty: bool, diff: str | None = None) -> None:
@@ -243,99 +242,36 @@ def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
 
 
 @pytest.mark.integration
-def test_a_second_writer_of_the_same_file_is_refused(plugins, tmp_path, capsys):
+def test_a_killed_writer_leaves_no_lock_behind(tmp_path):
     """Two `sweep --resume` of one file used to run side by side and keep only the last
-    writer's rows; the second is now refused while the first holds the file."""
-    from perfsuite.results.lock import FileLocked, WriterLock, lock_path
+    writer's rows (a held file's refusal: tests/results/test_lock.py); a writer's lock
+    dies with it."""
+    from perfsuite.results.lock import WriterLock
 
     out = tmp_path / "s.json"
-    held = WriterLock(out)  # as a sweep in flight holds it
-    assert _cli(*GRID, "--out", str(out), "--methods", "eager") == 2
-    assert "being written by another perfsuite process" in capsys.readouterr().err
-    with pytest.raises(FileLocked):
-        WriterLock(out)
-    held.release()
-    assert not lock_path(out).exists()
-    WriterLock(out).release()  # free again once the first is done
     script = f"from perfsuite.results.lock import WriterLock; WriterLock({str(out)!r})"
-    subprocess.run([sys.executable, "-c", script + "; import os; os._exit(9)"], check=False)
-    WriterLock(out).release()  # a killed holder leaves no lock behind
-
-
-# -- --resume reads back only its own sweep (issue 36) -------------------------
-
-
-def _cli(*argv: str) -> int:
-    from perfsuite.cli import main
-
-    try:
-        return main(["sweep", *argv])
-    except SystemExit as exc:  # argparse's own refusals
-        return int(exc.code)
-
-
-def _started(path: Path, *extra: str) -> bytes:
-    """A sweep's file as the sweep writes it before its first cell, nothing measured."""
-    plan, grid = sweep.plan_from_args(_args(*extra))
-    job = Sweep(plan, path, grid=grid)
-    job.checkpoint.save()
-    job.checkpoint.release()
-    return path.read_bytes()
-
-
-def _refused(capsys, path: Path, before: bytes | None, *argv: str) -> str:
-    assert _cli(*GRID, "--out", str(path), *argv) == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
-    assert (path.read_bytes() if path.exists() else None) == before  # nothing written
-    return captured.err
-
-
-def test_resume_refuses_a_run_file(plugins, tmp_path, capsys):
-    out = tmp_path / "run.json"
-    doc = json.loads(_started(out))
-    del doc["env"]["sweep"]  # what `perfsuite run` writes: a plan, no sweep
-    out.write_text(json.dumps(doc))
-    err = _refused(capsys, out, out.read_bytes(), "--resume")
-    assert f"--resume {out}: not a sweep's results file" in err
+    died = subprocess.run([sys.executable, "-c", script + "; import os; os._exit(9)"])
+    assert died.returncode == 9  # holding the lock
+    WriterLock(out).release()
 
 
 @pytest.mark.parametrize(
-    ("other", "words"),
+    ("made", "argv", "words"),
     [
-        (["--vocab", "200,400"], "vocab 200,400 there, 200,300 here"),
-        (["--tokens", "32"], "tokens 32 there, 16 here"),
-        (["--methods", "eager"], "methods eager there, eager,fake-no-smoothing here"),
-        (["--beta", "0.1"], "betas 0.1 there, 0.0,0.1 here"),
-        (["--softcap", "30"], "softcap 30.0 there, none here"),
+        *RESUMES,
+        (["--vocab", "200,400"], ["--resume"], "another grid (vocab 200,400 there, 200 here"),
+        (["--tokens", "32"], ["--resume", "--attempt-all"], "tokens 32 there, 16 here"),
+        (["--methods", "eager"], ["--resume"], "methods eager there, eager,fake-no-smoothing"),
+        (["--beta", "0.1"], ["--resume"], "betas 0.1 there, 0.0,0.1 here"),
+        (["--softcap", "30"], ["--resume"], "softcap 30.0 there, none here"),
+        ([], ["--resume", "--redo", "error,ok"], "--redo error,ok: 'ok' is not a status"),
+        (None, ["--redo", "error"], "--redo error retries cells of a sweep being resumed"),
     ],
 )
-def test_resume_refuses_a_sweep_of_another_grid(plugins, tmp_path, capsys, other, words):
-    """V=200,400 resumed as a 200,300 sweep used to measure into it and rewrite its plan."""
+def test_resume_reads_back_only_its_own_sweep(plugins, tmp_path, capsys, made, argv, words):
+    """V=200,400 resumed as a 200,300 sweep used to measure into it and rewrite its plan
+    (--attempt-all is not for grids)."""
     out = tmp_path / "s.json"
-    before = _started(out, *other)
-    err = _refused(capsys, out, before, "--resume")
-    assert f"--resume {out}: a sweep of another grid ({words}" in err
-    assert _refused(capsys, out, before, "--resume", "--attempt-all")  # not for grids
-
-
-def test_resume_of_a_missing_file_is_refused(plugins, tmp_path, capsys):
-    out = tmp_path / "typo.json"
-    err = _refused(capsys, out, None, "--resume")
-    assert f"--resume {out}: no such file, nothing to resume" in err
-
-
-@pytest.mark.parametrize("redo", ["bogus", "error,ok", "oom,sideways"])
-def test_redo_values_are_statuses(plugins, tmp_path, capsys, redo):
-    out = tmp_path / "s.json"
-    before = _started(out)
-    err = _refused(capsys, out, before, "--resume", "--redo", redo)
-    assert f"--redo {redo}: " in err and "is not a status to measure again" in err
-
-
-def test_sweep_force_is_gone(plugins, tmp_path, capsys):
-    """0.1.0 is unreleased: --attempt-all is the one name (--force overwrites to run)."""
-    out = tmp_path / "s.json"
-    assert _cli(*GRID, "--out", str(out), "--force") == 2
-    assert "unrecognized arguments: --force" in capsys.readouterr().err
-    assert not out.exists()
+    if made is not None:
+        started(out, [*GRID, *([] if made == "run" else made)], run=made == "run")
+    assert words.format(out=out) in refused(capsys, tmp_path, *GRID, "--out", str(out), *argv)

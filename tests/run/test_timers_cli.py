@@ -1,6 +1,6 @@
 """``run --timer`` and ``--profile`` through the CLI: the timer names every row (part of
-its identity), a profiled cell keeps a trace and a breakdown, and a timer a device
-cannot give makes the rows ``unsupported`` in one line, never a crash."""
+its identity), a profiled cell keeps a trace and a breakdown (a timer a device cannot
+give, still profiled: tests/run/test_worker_profile.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.measure.profile import PROFILED_UNTIMED
 from perfsuite.results.results import load_results
 
 pytestmark = pytest.mark.integration
@@ -36,21 +35,6 @@ def test_a_profiled_cell_keeps_its_trace_and_breakdown(tmp_path, capsys):
     assert main(["plot", str(out), "--breakdown", "-o", str(tmp_path / "plots")]) == 0
     (png,) = (tmp_path / "plots").iterdir()
     assert png.name == "breakdown-smoke-fp32-b0-fwdbwd.png" and png.stat().st_size > 10_000
-
-
-def test_the_graph_timer_on_a_cpu_is_unsupported_in_one_line_and_still_profiled(tmp_path, capsys):
-    """No call is captured on a CPU; ``--profile`` keeps its trace and breakdown all the
-    same (issue 45: ours could not be captured on the H200 and left none)."""
-    out, traces = tmp_path / "r.json", tmp_path / "traces"
-    argv = ["run", *ONE, "--timer", "graph", "--profile", str(traces), "--out", str(out)]
-    assert main(argv) == 1  # nothing timed
-    (row,) = load_results(out)["rows"]
-    assert row["status"] == "unsupported" and row["timer"] == "graph"
-    assert row["reason"] == f"--timer graph: CUDA graphs need a GPU; {PROFILED_UNTIMED}"
-    assert row["peak_bytes"] is not None  # what was measured is kept
-    assert (traces / row["trace"]).exists() and row["breakdown"]["classes"]["gemm"] > 0
-    said = " ".join(capsys.readouterr().out.split())  # the console's note, wrapped at 80
-    assert f"--timer graph: CUDA graphs need a GPU; {PROFILED_UNTIMED}" in said
 
 
 def test_timers_and_profiles_are_refused_across_ranks(tmp_path, capsys):

@@ -35,7 +35,7 @@ def test_every_real_preset_takes_a_gated_step(tmp_path, name):
         ran = step([*argv, "--dtype", dtype], tmp_path / f"{dtype}.json")
         rows = ran.document["rows"]
         statuses = {r["status"] for r in rows}
-        if statuses != {"oom"}:
+        if statuses != {"skipped"}:
             break
         # this machine's RAM: the estimate says so, nothing ran
         assert ran.code == 1 and all("GiB" in r["reason"] for r in rows)
@@ -59,16 +59,13 @@ def test_torch_compile_is_gated_and_its_compilation_flagged(tmp_path):
 
 
 @pytest.mark.slow
-def test_bf16_steps(tmp_path):
-    argv = ["--dtype", "bf16", "--methods", "eager,ours,liger,torchtune-chunked", "--beta", "0"]
-    ran = step([*argv, *ONE_STEP], tmp_path / "r.json")
-    assert ran.code == 0
-    assert {r["status"] for r in ran.document["rows"]} == {"ok"}, ran.out
-
-
-@pytest.mark.slow
-def test_liger_and_torchtune_on_a_real_model(tmp_path):
-    argv = ["--model", "llama3.2-1b", "--methods", "liger,torchtune-chunked", "--beta", "0"]
-    ran = step([*argv, *ONE_STEP], tmp_path / "r.json")
-    assert ran.code == 0
-    assert {r["status"] for r in ran.document["rows"]} == {"ok"}, ran.out
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--dtype", "bf16", "--methods", "eager,ours,liger,torchtune-chunked"],  # bf16 steps
+        ["--model", "llama3.2-1b", "--methods", "liger,torchtune-chunked"],  # a real model
+    ],
+)
+def test_steps_of_bf16_and_of_liger_and_torchtune_on_a_real_model(tmp_path, argv):
+    ran = step([*argv, "--beta", "0", *ONE_STEP], tmp_path / "r.json")
+    assert ran.code == 0 and {r["status"] for r in ran.document["rows"]} == {"ok"}, ran.out

@@ -18,11 +18,8 @@ def test_the_run_presets_that_are_causal_lms_are_all_here():
 
     assert set(PRESETS) == set(RUN_PRESETS)
     for name in REAL:  # the last layer a step ends in is run's shape
-        assert (PRESETS[name].vocab, PRESETS[name].hidden) == (
-            RUN_PRESETS[name].vocab,
-            RUN_PRESETS[name].hidden,
-        )
-        assert PRESETS[name].softcap == RUN_PRESETS[name].softcap
+        step, run = PRESETS[name], RUN_PRESETS[name]
+        assert (step.vocab, step.hidden, step.softcap) == (run.vocab, run.hidden, run.softcap)
 
 
 def test_llama32_1b_is_the_hub_config():

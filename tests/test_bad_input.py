@@ -25,6 +25,7 @@ TINY = ["--tokens", "16", "--vocab", "64", "--hidden", "8"]
 CELL = ["--shape", "smoke", "--methods", "eager", "--phases", "fwd"]  # smallest: ~23.2 MiB
 FILE = "{F} is a file, not a folder"  # one check, one wording for every outputs folder
 BELOW = "is below the smallest cell's predicted peak, ~23.2 MiB"
+KREPORT = ["--arch", "sm_90a", "--dtype", "bf16", "--no-cce"]
 
 # command -> bad invocations: argv after the command, or (argv, what the error line says),
 # or (argv, environment variables, what it says)
@@ -74,8 +75,15 @@ CASES: dict[str, list[Case]] = {
         [*TINY, "--shard", "3/3"],
     ],
     "step": [
-        ["--model", "nope"],
+        (["--model", "gpt5"], "unknown model 'gpt5'"),
         ["--layers", "0"],
+        (["--layers", "two"], "--layers: not an integer"),
+        (["--model", "llama3.2-1b", "--layers", "17"], "llama3.2-1b has 16 layers"),
+        (["--seq", "1"], "--seq must be >= 2"),
+        (["--model", "gemma2-2b", "--seq", "9000"], "at most 8192 positions"),
+        (["--dtype", "fp16"], "--dtype: unknown fp16"),
+        (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),
+        (["--timeout", "nan"], "--timeout"),
         ["--samples", "0"],
         ["--memory-limit", "lots"],
         ["--methods", "nosuch"],
@@ -83,12 +91,17 @@ CASES: dict[str, list[Case]] = {
         (["--out", "{F}/st.json"], FILE),
     ],
     "converge": [
-        ["--steps", "0"],
-        ["--preset", "nope"],
-        ["--methods", "nosuch"],
-        ["--beta", "2"],
-        ["--dtype", "fp8"],
-        ["--data", "poems"],
+        (["--steps", "0"], "--steps: must be positive, got 0"),
+        (["--steps", "x"], "--steps: not an integer"),
+        (["--preset", "nope"], "--preset: invalid choice: 'nope'"),
+        (["--methods", "eager,nosuch"], "unknown method(s) nosuch"),
+        (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),
+        (["--dtype", "fp8"], "--dtype: unknown fp8"),
+        (["--data", "poems"], "--data: invalid choice: 'poems'"),
+        (["--jobs", "0"], "--jobs: must be positive, got 0"),
+        (["--timeout", "nan"], "--timeout: must be a finite number > 0, got 'nan'"),
+        (["--z-loss", "-1"], "--z-loss: must be a finite number >= 0, got '-1'"),
+        (["--z-loss", "big"], "--z-loss: not a number: 'big'"),
         (["--out", "{F}/c.json"], FILE),
         ["--render", "{M}/c.json"],
     ],
@@ -162,12 +175,18 @@ CASES: dict[str, list[Case]] = {
         ["sensitivity", "--trials", "0"],
         ["demo", "--runs", "0", "-o", "{T}/demo"],
         ["demo", "--runs", "1000000", "-o", "{T}/demo"],
+        (["demo", "--runs", "3", "-o", "{T}/d"], "--runs 3: must be between 4 and 1000"),
+        (["demo", "--step-at", "60", "-o", "{T}/d"], "--step-at 60: must be between 1 and"),
+        (["demo", "--step-at", "0", "-o", "{T}/d"], "--step-at 0:"),
+        (["demo", "--step", "-1", "-o", "{T}/d"], "--step -1:"),
         (["demo", "-o", "{F}/demo"], FILE),
     ],
     "dashboard": [
         ["--db", "{M}/h.sqlite", "-o", "{T}/site"],
         ["--db", "{J}", "-o", "{T}/site"],
         (["--db", "{H}", "-o", "{F}/site"], FILE),
+        ["--db", "{H}", "-o", "{T}/site", "--commit-url", "https://x/commit"],
+        ["--db", "{H}", "-o", "{T}/site", "--commit-url", "https://x/{{repo}}/{{sha}}"],
     ],
     "workload": [
         [],
@@ -191,6 +210,15 @@ CASES: dict[str, list[Case]] = {
         (["--kernel", "nope"], "--kernel 'nope': unknown; known: forward, slices, backward"),
         (["--kernel", "forward,fwd"], "--kernel 'fwd': unknown; known: forward"),
         (["--dtype", "fp8"], "--dtype 'fp8': unknown; known: bf16, fp16, fp32"),
+        ([*KREPORT, "--threshold", "-1"], "--threshold -1.0: must be a percentage >= 0"),
+        ([*KREPORT, "--across-triton"], "add --baseline DIR"),
+        ([*KREPORT, "--save", "{F}"], "--save {F}: is a file"),
+        ([*KREPORT, "--kernel", "cce_backward"], "--kernel cce_backward with --no-cce builds"),
+        # It said "no such folder" about a file that exists (issue 46).
+        (
+            [*KREPORT, "--baseline", "{F}"],
+            "--baseline {F}: is a file; --baseline takes the folder `--save DIR` wrote",
+        ),
     ],
 }
 

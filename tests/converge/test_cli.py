@@ -125,31 +125,6 @@ def test_real_text_trains_and_records_no_truth(tmp_path: Path):
     assert held["loss"] > 0 and 0 <= held["ece"] <= 1 and "kl_to_truth" not in held
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--methods", "eager,nope"], "unknown method(s) nope"),
-        (["--steps", "0"], "--steps: must be positive, got 0"),
-        (["--steps", "x"], "--steps: not an integer"),
-        (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),
-        (["--dtype", "fp8"], "--dtype: unknown fp8"),
-        (["--preset", "huge"], "--preset: invalid choice: 'huge'"),
-        (["--data", "wiki"], "--data: invalid choice: 'wiki'"),
-        (["--jobs", "0"], "--jobs: must be positive, got 0"),
-        (["--timeout", "nan"], "--timeout: must be a finite number > 0, got 'nan'"),
-        (["--z-loss", "-1"], "--z-loss: must be a finite number >= 0, got '-1'"),
-        (["--z-loss", "big"], "--z-loss: not a number: 'big'"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(
-    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-):
-    assert main([*argv, "--out", str(tmp_path / "r.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err, err
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_outputs_are_checked_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """An existing results file or plot is refused (a file as the folder: tests/test_cli.py)."""
     existing = tmp_path / "old.json"

@@ -30,27 +30,6 @@ def test_check_fails_on_the_step_at_its_commit_and_nowhere_else(
         assert 4.4 <= size <= 5.6
 
 
-@pytest.mark.parametrize(
-    ("extra", "words"),
-    [
-        (["--runs", "3"], "--runs 3: must be between 4 and 1000"),
-        (["--step-at", "60"], "--step-at 60: must be between 1 and --runs - 1"),
-        (["--step-at", "0"], "--step-at 0:"),
-        (["--step", "-1"], "--step -1:"),
-        (["-o", "{tmp}/file"], "-o {tmp}/file: is a file, not a folder"),
-    ],
-)
-def test_demo_bad_arguments_one_line_exit_2(
-    tmp_path: Path, extra: list[str], words: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "file").write_text("x")
-    extra = [a.format(tmp=tmp_path) for a in extra]
-    assert history(["demo", "-o", str(tmp_path / "d"), *extra]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {words.format(tmp=tmp_path)}") and err.count("\n") == 1
-    assert not (tmp_path / "d").exists() and (tmp_path / "file").read_text() == "x"
-
-
 def test_demo_writes_synthetic_results_with_its_step_within_the_runs_asked(
     tmp_path: Path, capsys
 ) -> None:

@@ -159,29 +159,6 @@ def test_another_triton_version_none_or_a_file_is_one_error_line(stored, tmp_pat
     assert err.endswith(f"the folder that holds it is {stored[0]}\n")
 
 
-@pytest.mark.parametrize(
-    ("extra", "says"),
-    [
-        (["--threshold", "-1"], "--threshold -1.0: must be a percentage >= 0"),
-        (["--across-triton"], "add --baseline DIR"),
-        (["--save", "pyproject.toml"], "--save pyproject.toml: is a file"),
-        (["--kernel", "cce_backward"], "--kernel cce_backward with --no-cce builds nothing"),
-        # It said "no such folder" about a file that exists (issue 46).
-        (
-            ["--baseline", "pyproject.toml"],
-            "--baseline pyproject.toml: is a file; --baseline "
-            "takes the folder `--save DIR` wrote its baselines to",
-        ),
-    ],
-)
-def test_bad_options_are_one_error_line(capsys, monkeypatch, extra, says):
-    monkeypatch.chdir(ROOT)
-    assert main(["kernel-report", *SELECTION, *extra]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err == f"error: {err[7:]}" and err.count("\n") == 1, err
-    assert says in err
-
-
 def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:
     """A copy of the checkout's package with ``kernels/<edit>`` changed (old -> new)."""
     tree = tmp_path / "tree"

@@ -104,25 +104,6 @@ def test_commit_url_template_github_default_and_stale_pages(
     assert 'href="https://github.com/owner/perfsuite/commit/' in (out / "index.html").read_text()
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--db", "{db}", "-o", "{tmp}/file.txt"],
-        ["--db", "{db}", "-o", "{tmp}/site", "--commit-url", "https://x/commit"],
-        ["--db", "{db}", "-o", "{tmp}/site", "--commit-url", "https://x/{repo}/{sha}"],
-    ],
-)
-def test_bad_input_one_line_exit_2(
-    small_db: Path, tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "file.txt").write_text("not a folder")
-    argv = [a.format(tmp=tmp_path, db=small_db) if "{sha}" not in a else a for a in argv]
-    assert dashboard(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    assert not (tmp_path / "site" / "index.html").exists()
-
-
 def test_the_relative_panel_shows_the_step_at_a_glance(history_site: Site) -> None:
     """Issue 20: a +5 % step on ours (~20 ms) beside eager (~60 ms) moved a few pixels
     on one linear time axis; the relative panel puts each method over its own first

@@ -111,29 +111,6 @@ def test_all_skipped_exits_1_and_keeps_the_file(tmp_path):
     assert {r["status"] for r in ran.document["rows"]} == {"skipped"}
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--model", "gpt5"], "unknown model 'gpt5'"),
-        (["--layers", "two"], "--layers: not an integer"),
-        (["--model", "llama3.2-1b", "--layers", "17"], "llama3.2-1b has 16 layers"),
-        (["--seq", "1"], "--seq must be >= 2"),
-        (["--model", "gemma2-2b", "--seq", "9000"], "at most 8192 positions"),
-        (["--dtype", "fp16"], "--dtype: unknown fp16"),
-        (["--beta", "1.5"], "--beta: 1.5 is outside [0, 1]"),
-        (["--timeout", "nan"], "--timeout"),
-    ],
-)
-def test_bad_input_is_one_error_line_and_exit_2(tmp_path, argv, message):
-    """(--layers 0, --samples 0, --memory-limit lots, an unknown method: the shared checks'
-    words, tests/test_bad_input.py and tests/converge/test_cli.py.)"""
-    out = tmp_path / "r.json"
-    ran = step(argv, out)
-    assert ran.code == 2
-    assert ran.err.startswith("error:") and ran.err.count("\n") == 1 and message in ran.err
-    assert "Traceback" not in ran.out + ran.err and not out.exists()
-
-
 def test_an_existing_out_file_is_refused_before_anything_runs(tmp_path):
     (out := tmp_path / "r.json").write_text("{}")
     ran = step(["--methods", "eager"], out)

@@ -129,7 +129,7 @@ ORDER = (
     "__main__", "cli",
     "activations", "converge", "step", "filtering", "kernel_report",  # commands, kinds
     "render", "history", "regress",  # readers of results
-    "run", "tp_method", "harness", "args", "measure",  # measuring
+    "run", "harness", "args", "measure", "tp_method",  # measuring; the layout across ranks
     "plan", "results", "method", "parser", "fit", "units",  # the declarations, primitives
     "perfsuite", "checkout",  # the package's __init__: its version, the checkout's path
 )  # fmt: skip

@@ -44,13 +44,15 @@ class Kind:
         kind. The method declares no cell of this kind or cannot compute the case
         (``unsupported``), cannot run here (``unavailable``), or is predicted not to fit
         (``skipped``: a prediction, where ``oom`` is what a worker ran into)."""
+        from perfsuite.tp_method import case_reason  # torch: kind.py is read without it
+
         m = getattr(self, "methods", {}).get(method)
         if m is None:
             return None  # a kind that measures no method: its worker decides
         chain = (
             ("unsupported", lambda: m.lacks(self.name)),
             ("unavailable", lambda: self.availability(method)),
-            ("unsupported", lambda: self.case_reason(method, case)),
+            ("unsupported", lambda: case_reason(m, case)),
             ("skipped", lambda: self.wont_fit(method, case)),
         )
         for status, why in chain:
@@ -62,10 +64,6 @@ class Kind:
     def availability(self, method: str) -> str | None:
         """Why the method cannot run on this kind's device here (None: it can)."""
         return self.methods[method].availability(self.device)
-
-    def case_reason(self, method: str, case: dict[str, Any]) -> str | None:
-        """Why the method cannot compute this case exactly (None: it can)."""
-        return None
 
     def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
         """Why the case is predicted not to fit (None: attempt it)."""

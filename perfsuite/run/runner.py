@@ -22,7 +22,6 @@ from perfsuite.results.provenance import collect_env
 from perfsuite.results.recorded import grads_in_forward_record
 from perfsuite.run.grid import Unit, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
-from perfsuite.tp_method import case_reason
 
 if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
@@ -60,9 +59,6 @@ class LossKind(harness.Kind):
     def peak(self, method: str, case: dict[str, Any]) -> int | None:
         predicted = self.predicted(method, case)
         return None if predicted is None else predicted[0]
-
-    def case_reason(self, method: str, case: dict[str, Any]) -> str | None:
-        return case_reason(self.methods[method], case)
 
     def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
         """Over ``capacity`` by the memory model (``--attempt-all``: no capacity)."""

@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arg("--warmup", type=non_negative_int, default=2, help="untimed steps before them (default 2)")
     arg("--seed", type=seed_int, default=0, help="weights' and batch's seed")
     limit = "a worker's memory (e.g. 8G; default: 80%% of the RAM available, or of the GPU): "
-    arg("--memory-limit", type=parse_size, help=limit + "a model estimated over it is a skipped row")
+    over = "a model estimated over it is a skipped row"
+    arg("--memory-limit", type=parse_size, help=limit + over)
     arg("--timeout", type=positive_float, default=3600.0, help="seconds per method's worker")
     add_out_arguments(p, "step-<models>-<device>.json")
 

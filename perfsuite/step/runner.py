@@ -23,7 +23,6 @@ from perfsuite.results.provenance import collect_env
 from perfsuite.step.plan import CASE_KEYS, StepPlan, case_size
 from perfsuite.step.presets import get_preset
 from perfsuite.step.worker import LR, StepSpec
-from perfsuite.tp_method import case_reason
 
 if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
@@ -95,9 +94,6 @@ class StepKind(harness.Kind):
 
     def availability(self, method: str) -> str | None:
         return availability(self.methods[method], self.plan.device)
-
-    def case_reason(self, method: str, case: dict[str, Any]) -> str | None:
-        return case_reason(self.methods[method], case)
 
     def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
         """Over the plan's capacity by the memory model's estimate of the whole step."""

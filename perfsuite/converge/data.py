@@ -155,15 +155,11 @@ def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Ten
 
     if vocab < 256:
         raise ValueError(f"text data needs a vocabulary of at least 256 (bytes), got {vocab}")
+    byte_level = pre_tokenizers.ByteLevel
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
-        add_prefix_space=False, use_regex=split_words
-    )
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    tokenizer.pre_tokenizer = byte_level(add_prefix_space=False, use_regex=split_words)
+    alphabet = byte_level.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=alphabet, show_progress=False)
     tokenizer.train_from_iterator([text] if split_words else text.split("\n"), trainer=trainer)
     ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.long)
     return ids, tokenizer.get_vocab_size()

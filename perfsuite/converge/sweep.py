@@ -1,6 +1,5 @@
-"""The converge sweep: every method x beta x dtype a run, eager's yardstick after eager;
-the results file rewritten after each run (``partial`` until the last: the driver's
-``Checkpoint``), then the markdown table and the figures."""
+"""The converge sweep: every method x beta x dtype a run, eager's yardstick after eager,
+the results file rewritten after each; then the markdown table and the figures."""
 
 from __future__ import annotations
 

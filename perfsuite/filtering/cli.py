@@ -1,7 +1,6 @@
-"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py),
-written to ``OUT.json`` (rows, summary, workload, provenance), ``.md``, ``.csv`` and
-``.png``. ``--workload synthetic-axis``: the first synthetic geometry (the prior in hidden
-dimension 0), kept to show what it did."""
+"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py).
+``--workload synthetic-axis``: the first synthetic geometry (the prior in hidden dimension
+0), kept to show what it did."""
 
 from __future__ import annotations
 

@@ -48,9 +48,8 @@ def why_missing(module: str) -> str | None:
     words: not installed, installed without it (a wheel without its patch module), or the
     error its parent package raised (an absent spec is imported only to hear it)."""
     try:
-        if importlib.util.find_spec(module) is not None:  # imports the parent packages
-            return None
-        importlib.import_module(module)
+        if importlib.util.find_spec(module) is None:  # imports the parent packages
+            importlib.import_module(module)
         return None
     except ImportError as err:
         said = f"{type(err).__name__}: {err}"

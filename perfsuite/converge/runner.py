@@ -5,7 +5,7 @@ what needs no worker), each run's one row a ``RunResult``'s."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ class TrainKind(Kind):
         return dict(beta=beta, dtype=dtype, device=self.device, **size)
 
     def status_rows(
-        self, method: str, case: dict[str, Any], phases: Any, status: str, reason: str
+        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
     ) -> list[dict[str, Any]]:
         return [RunResult(method, case["beta"], case["dtype"], status, reason).to_dict()]
 

@@ -86,9 +86,8 @@ def train_run(
     (the parent refused a run the method cannot make: ``Kind.decided``)."""
     result = RunResult(method=method.name, beta=beta, dtype=dtype)
     start = time.perf_counter()
-    p = preset
-    size = {"tokens": p.tokens_per_step, "vocab": p.vocab, "hidden": p.hidden}
-    case = Case(**size, dtype=dtype, beta=beta, device=device, z_loss=p.z_loss)
+    size = (preset.tokens_per_step, preset.vocab, preset.hidden)
+    case = Case(*size, dtype=dtype, beta=beta, device=device, z_loss=preset.z_loss)
     try:
         _train(method, case, preset, data, result, on_step)
     except Exception as err:  # a method's crash is its row's, not the sweep's (as in run)

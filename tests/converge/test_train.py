@@ -11,9 +11,10 @@ from perfsuite.converge.data import Dataset, build_dataset
 from perfsuite.converge.model import set_deterministic
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.presets import PRESETS
+from perfsuite.converge.runner import Cell, TrainKind
 from perfsuite.converge.train import RunResult, train_run
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
-from perfsuite.plan.registry import get_method
+from perfsuite.plan.registry import all_methods, get_method
 
 PRESET = replace(PRESETS["smoke"], steps=5)
 
@@ -64,9 +65,6 @@ def test_out_of_memory_in_the_loss_is_recorded_as_oom(eager):
 def test_z_loss_trains_ours_like_eager_and_others_say_why_not(eager):
     """--z-loss: ours (native z_loss) stays with eager (explicit z·lse²), both differ from
     training without it; a method without z-loss is unsupported, never trained plainly."""
-    from perfsuite.converge.runner import Cell, TrainKind
-    from perfsuite.plan.registry import all_methods
-
     data, plain = eager
     with_z = replace(PRESET, z_loss=1e-2)
     eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")

@@ -45,18 +45,13 @@ def llama_config(preset: Preset) -> Any:
     """A Llama config scaled down to the preset (eager attention: no SDPA backend choice)."""
     from transformers import LlamaConfig
 
+    p = preset
     return LlamaConfig(
-        vocab_size=preset.vocab,
-        hidden_size=preset.hidden,
-        intermediate_size=preset.intermediate,
-        num_hidden_layers=preset.layers,
-        num_attention_heads=preset.heads,
-        num_key_value_heads=preset.heads,
-        max_position_embeddings=max(preset.seq, 64),
-        tie_word_embeddings=False,
-        attention_dropout=0.0,
-        attn_implementation="eager",
-    )
+        vocab_size=p.vocab, hidden_size=p.hidden, intermediate_size=p.intermediate,
+        num_hidden_layers=p.layers, num_attention_heads=p.heads, num_key_value_heads=p.heads,
+        max_position_embeddings=max(p.seq, 64), tie_word_embeddings=False,
+        attention_dropout=0.0, attn_implementation="eager",
+    )  # fmt: skip
 
 
 def build_model(preset: Preset, dtype: torch.dtype, device: str) -> torch.nn.Module:

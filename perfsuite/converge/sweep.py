@@ -90,9 +90,8 @@ def sweep(
     progress: ProgressFn,
     checkpoint: Checkpoint,
 ) -> dict[str, Any]:
-    """Train every cell in workers, ``progress`` told of each, ``checkpoint`` given every
-    run so far after each (eager's first, so a printed verdict is final); the results
-    document."""
+    """Train every cell in workers, eager's first (so a printed verdict is final),
+    ``checkpoint`` given every run so far after each; the results document."""
     start = time.perf_counter()
     cells = plan_cells(config, known)
     env = _env(config, known, build_dataset(config.preset, config.data).describe())

@@ -53,15 +53,11 @@ def run_case(
     from perfsuite.converge.train import train_run
 
     preset, data, method = state
-    result = train_run(
-        method,
-        preset,
-        data,
-        cell["beta"],
-        cell["dtype"],
-        spec.device,
-        on_step=lambda record: emit({"run": index, "step": record}),
-    )
+
+    def on_step(record: dict[str, Any]) -> None:
+        emit({"run": index, "step": record})
+
+    result = train_run(method, preset, data, cell["beta"], cell["dtype"], spec.device, on_step)
     path = None
     if result.params is not None:
         name = f"{spec.method}-beta{cell['beta']:g}-{cell['dtype']}.pt"

@@ -22,6 +22,7 @@ from perfsuite.results.kinds import (
     STATUSES,
     STEP_PHASES,
     TIMERS,
+    TRAIN_PHASES,
     ResultsError,
     Row,
     cell_key,
@@ -58,6 +59,8 @@ _CONSTRAINED: dict[str, Any] = {
     "softcap": Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
     "timer": Literal[TIMERS],
 }
+_STEP_WORKLOAD = Annotated[str, Field(pattern=r"^step\(")]
+_TRAIN_STATUS = Literal[(*STATUSES, "diverged")]
 _AS_MEASURED = {float | None: Measured | None, int | None: Count | None,
                 list[float]: list[Measured]}  # fmt: skip
 _ROW_TYPES = get_type_hints(Row)
@@ -90,49 +93,28 @@ class TrainMetrics(_Strict):
     wall_s: Measured | None = None
 
 
-class LossRow(_Cell):
-    """One device's loss and its gradients."""
-
-    kind: Literal["loss"]
-    phase: Literal[PHASES]  # type: ignore[valid-type]
-    metrics: _NoMetrics = _NoMetrics()
-
-
-class TpRow(_Cell):
-    """The loss across ``tp`` ranks, the classifier sharded over V."""
-
-    kind: Literal["tp"]
-    phase: Literal[PHASES]  # type: ignore[valid-type]
-    tp: Size
-    metrics: TpMetrics = TpMetrics()
+def _row(kind: str, phases: tuple[str, ...], metrics: type[_Strict], **own: Any) -> type[_Strict]:
+    """A kind's row: the common cell, its kind and phases, its ``own`` fields, its metrics."""
+    return create_model(
+        f"{kind.title()}Row",
+        __base__=_Cell,
+        kind=(Literal[kind], ...),
+        phase=(Literal[phases], ...),
+        **own,
+        metrics=(metrics, metrics()),
+    )
 
 
-class StepRow(_Cell):
-    """One training step of a model (forward, backward, optimizer, and the whole)."""
-
-    kind: Literal["step"]
-    phase: Literal[STEP_PHASES]  # type: ignore[valid-type]
-    workload: Annotated[str, Field(pattern=r"^step\(")]
-    metrics: StepMetrics = StepMetrics()
-
-
-class TrainRow(_Cell):
-    """A training run (``perfsuite converge``): one method at one dtype and β."""
-
-    kind: Literal["train"]
-    phase: Literal["train"]
-    # A run whose loss went non-finite is its own outcome, as much a failure as an error.
-    status: Literal[(*STATUSES, "diverged")]  # type: ignore[valid-type]
-    metrics: TrainMetrics = TrainMetrics()
-
-
+_ROWS = {
+    "loss": _row("loss", PHASES, _NoMetrics),
+    # The loss across ``tp`` ranks, the classifier sharded over V.
+    "tp": _row("tp", PHASES, TpMetrics, tp=(Size, ...)),
+    "step": _row("step", STEP_PHASES, StepMetrics, workload=(_STEP_WORKLOAD, ...)),
+    # A training run whose loss went non-finite is its own outcome, as much a failure.
+    "train": _row("train", TRAIN_PHASES, TrainMetrics, status=(_TRAIN_STATUS, ...)),
+}
 AnyRow = Annotated[
-    Union[  # noqa: UP007 (a tagged union reads plainer spelled out)
-        Annotated[LossRow, Tag("loss")],
-        Annotated[TpRow, Tag("tp")],
-        Annotated[StepRow, Tag("step")],
-        Annotated[TrainRow, Tag("train")],
-    ],
+    Union[tuple(Annotated[model, Tag(kind)] for kind, model in _ROWS.items())],  # noqa: UP007
     Discriminator("kind"),
 ]
 

@@ -41,10 +41,8 @@ def _nbytes(shapes: list, dtypes: list) -> int:
 
 
 def _input_dtypes(prof: Any) -> Callable[[Any], list]:
-    """Each event's input dtypes, on every torch the project runs: newer torch (2.13) puts
-    them on the ``FunctionEvent`` (``input_dtypes``); torch 2.11's has no such attribute
-    (the H200's run, issue 45), but the Kineto event it was made from (same correlation
-    id, the ``FunctionEvent``'s ``id``) has had ``dtypes()`` all along."""
+    """Each event's input dtypes: torch 2.13's ``FunctionEvent.input_dtypes``, or (torch
+    2.11) the ``dtypes()`` of the Kineto event of the same correlation id."""
     kineto: dict[int, list] | None = None
 
     def dtypes(event: Any) -> list:

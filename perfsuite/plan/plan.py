@@ -7,12 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from perfsuite.plan.memory_model import (
-    device_capacity,
-    exceeds,
-    gate_bytes,
-    predicted_peak,
-)
+from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes, predicted_peak
 from perfsuite.plan.registry import all_methods, methods_for
 from perfsuite.plan.shapes import Shape
 from perfsuite.results.kinds import DTYPES, TIMERS
@@ -181,20 +176,23 @@ def resolve_methods(text: str | None, kind: str = "loss", table_order: bool = Fa
     return [n for n in known if n in names] if table_order else list(dict.fromkeys(names))
 
 
-def parse_dtypes(text: str, known: tuple[str, ...] = DTYPES) -> list[str]:
-    """``--dtype a,b``: distinct names, each one of ``known``."""
-    dtypes = list(dict.fromkeys(parse_list(text, "dtype")))
-    bad = [d for d in dtypes if d not in known]
+def parse_choices(text: str, what: str, known: tuple[str, ...]) -> list[str]:
+    """``--what a,b``: distinct names, each one of ``known``."""
+    names = list(dict.fromkeys(parse_list(text, what)))
+    bad = [n for n in names if n not in known]
     if bad:
-        raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(known)}")
-    return dtypes
+        raise PlanError(f"--{what}: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    return names
+
+
+def parse_dtypes(text: str, known: tuple[str, ...] = DTYPES) -> list[str]:
+    return parse_choices(text, "dtype", known)
 
 
 def check_fits(plan: Plan) -> None:
     """Refuse, before starting, a CPU run whose every cell would only be ``oom``: a
-    ``--memory-limit`` below the smallest cell's predicted peak (across ranks each rank
-    holds a shard the model does not predict), or a shape whose correctness gate alone
-    cannot fit the RAM (the memory model and words of ``sweep``'s skipped cells)."""
+    ``--memory-limit`` below the smallest cell's predicted peak (one device only), or a
+    shape whose correctness gate alone cannot fit the RAM."""
     if plan.device != "cpu":
         return
     known, softcap = all_methods(), plan.softcap is not None
@@ -251,10 +249,7 @@ def build_plan(
 ) -> Plan:
     """The plan of what was asked, every option checked; ``fields`` are ``Plan``'s own
     (samples, seed, timer, ...), kept as given once checked."""
-    phase_list = parse_list(phases, "phases")
-    bad = [p for p in phase_list if p not in PHASES]
-    if bad:
-        raise PlanError(f"--phases: unknown {', '.join(bad)}; choose from {', '.join(PHASES)}")
+    phase_list = parse_choices(phases, "phases", PHASES)
     dtypes = parse_dtypes(fields.get("dtype") or ",".join(s.dtype for s in shapes))
     if jobs is not None and jobs < 1:
         raise PlanError(f"--jobs must be >= 1, got {jobs}")

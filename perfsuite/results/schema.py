@@ -1,7 +1,6 @@
-"""The results document's one schema (pydantic) and the reading of versions 1 and 2 into
-the flat rows every reader uses (layout: docs/run.md, "Results file"). Version 1 rows, and
-version 2 rows dumped flat as in memory, are laid out as version 2 and checked by the same
-models; any defect is one ``ResultsError`` line naming the file, the row and the field."""
+"""The results document's one schema (pydantic; docs/run.md, "Results file"): versions 1
+and 2 read into the flat rows every reader uses, any defect one ``ResultsError`` line
+naming the file, the row and the field."""
 
 from __future__ import annotations
 
@@ -235,12 +234,8 @@ def v1_kind(row: dict[str, Any]) -> str:
 
 def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """``document`` (parsed JSON) checked against the schema and returned in memory form:
-    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong.
-
-    A document without rows is refused here, for every command that reads rows (one
-    rule: ``history add`` stored it as a run of 0 cells, ``report`` printed a blank
-    line); ``empty`` is for the readers that take it: ``sweep --resume`` of a sweep
-    stopped before its first cell, and an array's part files."""
+    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong; a
+    document without rows too, unless ``empty`` (a sweep stopped before its first cell)."""
     if not isinstance(document, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
     version = document.get("schema_version")

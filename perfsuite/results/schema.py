@@ -151,9 +151,7 @@ def _field(loc: tuple[Any, ...], flat: bool = False) -> str:
     parts = [str(p) for p in loc if not isinstance(p, int)]
     if flat and parts[:1] == ["metrics"]:
         parts = parts[1:]  # the row keeps them at the top: name the field as the file does
-    name = ".".join(parts)
-    indices = "".join(f"[{p}]" for p in loc if isinstance(p, int))
-    return name + indices
+    return ".".join(parts) + "".join(f"[{p}]" for p in loc if isinstance(p, int))
 
 
 def _expected(error: dict[str, Any], field: str) -> str:
@@ -167,10 +165,6 @@ def _expected(error: dict[str, Any], field: str) -> str:
             return "an integer"  # bytes and counts (a NaN fails ``value >= 0``)
         if kind_of in _NUMBER_ERRORS:
             return "a finite number >= 0"
-    if kind_of in ("int_type", "int_parsing", "int_from_float"):
-        return "an integer"
-    if kind_of in ("float_type", "float_parsing", "finite_number"):
-        return "a finite number"
     if kind_of in _BOUNDS:
         bound = next(iter(ctx.values()), "?")
         if isinstance(bound, float) and bound.is_integer():
@@ -178,8 +172,6 @@ def _expected(error: dict[str, Any], field: str) -> str:
         return f"{_BOUNDS[kind_of]} {bound}"
     if kind_of == "literal_error":
         return f"one of {ctx.get('expected', '?')}"
-    if kind_of == "string_pattern_mismatch":
-        return "a step(...) workload"
     return _PLAIN.get(kind_of) or error["msg"][:1].lower() + error["msg"][1:]
 
 
@@ -188,13 +180,14 @@ _BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "
 _NUMBER_ERRORS = ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
                   "finite_number", "greater_than_equal")  # fmt: skip
 _PLAIN = {
+    **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "an integer"),
+    **dict.fromkeys(("float_type", "float_parsing", "finite_number"), "a finite number"),
+    **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), "an object"),
+    "string_pattern_mismatch": "a step(...) workload",
     "string_type": "a string",
     "string_too_short": "a name",
     "bool_type": "true or false",
     "list_type": "a list",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
 }
 
 

@@ -76,17 +76,12 @@ class Snapshot:
         self.cpus = os.sched_getaffinity(0)
         self.machine = _busy_seconds(self.cpus)
         self.cpu = _cpu_seconds()
-        me = psutil.Process().cpu_times()
-        # This process, its finished children (workers), and its running workers.
-        self.ours = me.user + me.system + me.children_user + me.children_system
-        self.ours += sum(
-            s for pid, (_, s, *_) in self.cpu.items() if pid != os.getpid() and _ours(pid)
-        )
+        # This process and its finished children (workers), and its running workers.
+        self.ours = sum(s for pid, (_, s, *_) in self.cpu.items() if _ours(pid))
 
 
 def other_cores(start: Snapshot, end: Snapshot, elapsed: float) -> float:
-    """Cores that others kept busy over ``elapsed`` seconds: the machine's busy time less
-    ours."""
+    """Cores others kept busy over ``elapsed`` seconds: the machine's busy time less ours."""
     return max(0.0, (end.machine - start.machine) - (end.ours - start.ours)) / elapsed
 
 

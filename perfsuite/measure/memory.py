@@ -131,8 +131,7 @@ def measure_peak(fn: Callable[[], object], device: torch.device) -> Peak:
 
 def measure_spans(phases: Sequence[Callable[[], object]], device: torch.device) -> list[Peak]:
     """The peak of each of ``phases``, run in turn, above its start; then of them all
-    above the first one's start: each phase's peak over what the phases before it left
-    (on CPU process RSS too, cumulative alike)."""
+    above the first one's start (on CPU process RSS too, alike)."""
     gc.collect()
     spans = [measure_peak(phase, device) for phase in phases]
     peak = base = rss = rss_base = 0

@@ -75,10 +75,9 @@ class Sampling:
 
 
 def sampling(samples: int, warmup: int, interpreted: bool) -> Sampling:
-    """The one sampling protocol. Compiled (CPU or CUDA): the plan's samples and warm-up,
-    on the wall clock (CUDA events on a GPU). Interpreted: ``INTERPRETED_SAMPLES``
-    without warm-up on the CPU clock: the interpreter's time says nothing about a GPU,
-    and a worker's wall clock also runs while it is paused or waits for a core."""
+    """The one sampling protocol. Compiled: the plan's samples and warm-up on the wall
+    clock (CUDA events on a GPU). Interpreted: ``INTERPRETED_SAMPLES`` on the CPU clock,
+    no warm-up: its time says nothing of a GPU, and a wall clock runs while it waits."""
     return Sampling(INTERPRETED_SAMPLES, 0, True) if interpreted else Sampling(samples, warmup)
 
 
@@ -96,9 +95,8 @@ def cpu_clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[floa
 
 
 def wall_ms(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
-    """What one call of ``fn`` returns, and its milliseconds on the wall clock with the
-    device drained before and after (a first call: compilation and autotuning, never a
-    sample)."""
+    """What one call of ``fn`` returns, and its wall-clock milliseconds, the device drained
+    before and after (a first call: compilation and autotuning, never a sample)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()

@@ -160,10 +160,9 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_methods(text: str | None, kind: str = "loss", table_order: bool = False) -> list[str]:
-    """The one method resolver: names checked against the registry's view for the cell
-    ``kind``; none given is the default set (the paper's table: ours and each peer, one
-    row each), ``all`` every method of the kind, ablations included. ``table_order``: in
-    the registry's order, else as given."""
+    """The one method resolver, for the cell ``kind``: none given is the default set (the
+    paper's table), ``all`` every method of the kind; ``table_order``: in the registry's
+    order, else as given."""
     known: dict[str, Any] = methods_for(kind)
     if text is None:
         return [name for name, m in known.items() if m.timed_by_default]

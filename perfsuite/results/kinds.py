@@ -111,9 +111,8 @@ class Row:
 
 
 def cell_key(row: dict[str, Any]) -> tuple:
-    """``CELL_KEY`` plus the workload, the TP size (None: one device, the only kind
-    before ``--tp``) and the timer (``events`` before ``--timer``): what makes two rows
-    the same measurement."""
+    """What makes two rows the same measurement: ``CELL_KEY``, the workload, the TP size
+    (None: one device) and the timer (``events`` before ``--timer``)."""
     return (
         *(row.get(k) for k in CELL_KEY),
         row.get("workload") or "random",

@@ -1,6 +1,5 @@
-"""One check, and one wording, for every output path a command is given, before any work:
-a folder where a file goes, a file where a folder goes (also as an ancestor), a folder
-that cannot be made or written."""
+"""One check, and one wording, for every output path a command is given, before any work
+(a folder where a file goes, a file in the way, a folder that cannot be written)."""
 
 from __future__ import annotations
 

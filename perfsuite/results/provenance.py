@@ -26,8 +26,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 def git_state() -> dict[str, Any]:
     """SHA and dirty flag of the checkout perfsuite runs from (None outside git); when
-    dirty, ``diff`` fingerprints the uncommitted changes (sha256 of ``git diff HEAD``), so
-    that two results from the same dirty tree can be told apart from two that are not."""
+    dirty, ``diff`` fingerprints the uncommitted changes (sha256 of ``git diff HEAD``)."""
     here = Path(__file__).resolve().parent
     sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
     if sha is None:

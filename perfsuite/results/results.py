@@ -26,7 +26,7 @@ from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import
     require_kind,
     to_disk,
 )
-from perfsuite.results.outpath import OutputPathError, check_output_file
+from perfsuite.results.outpath import check_output_file
 
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
     import pandas as pd
@@ -62,11 +62,9 @@ def check_writable(
     flag: str = "--out",
     inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Path:
-    """Raise ``ResultsError`` now if ``path`` cannot take a results file (``outpath``)."""
-    try:
-        return check_output_file(path, flag, overwrite=overwrite, inputs=inputs)
-    except OutputPathError as err:
-        raise ResultsError(str(err)) from None
+    """Refuse now, before anything is measured, a ``path`` that cannot take a results file
+    (``OutputPathError``, one line; by default an existing file too)."""
+    return check_output_file(path, flag, overwrite=overwrite, inputs=inputs)
 
 
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:

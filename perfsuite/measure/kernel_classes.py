@@ -63,9 +63,7 @@ def jit_names(files: list[Path]) -> frozenset[str]:
 
 
 def _is_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-    return name == "jit"
+    return ast.unparse(decorator).split("(")[0].rsplit(".", 1)[-1] == "jit"
 
 
 @lru_cache(maxsize=1)

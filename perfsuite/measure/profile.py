@@ -70,9 +70,7 @@ def profile_call(
     flush: Callable[[], object] | None = None,
 ) -> Breakdown:
     """One call of ``fn``, warm, under the profiler (``setup`` and ``flush`` before it, not
-    profiled); ``trace``: a ``.json.gz`` path for its trace (Perfetto opens it)."""
-    if trace is not None and not str(trace).endswith(TRACE_SUFFIX):
-        raise ValueError(f"a trace is written as gzip JSON: {trace} must end {TRACE_SUFFIX}")
+    profiled); ``trace``: where its gzip JSON trace goes (``trace_name``; Perfetto opens it)."""
     prof, wall_ms = run_profiled(fn, device, setup=setup, flush=flush)
     if trace is not None:
         _save_trace(prof, Path(trace))

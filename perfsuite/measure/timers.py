@@ -38,8 +38,6 @@ def time_with(
     untimed calls; ``setup`` runs untimed before each call, as in ``time_samples``."""
     if timer not in TIMERS:
         raise ValueError(f"unknown timer {timer!r}: one of {', '.join(TIMERS)}")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
     if timer == "events":
         return time_samples(fn, device, samples=samples, warmup=warmup, setup=setup, flush=flush)
     if timer == "graph" and device.type != "cuda":

@@ -222,8 +222,7 @@ def _tenths_adding_up(values: list[float], total: int) -> list[int]:
 
 
 class Watch:
-    """Brackets cell groups: ``start()`` before, ``end(label)`` after, which returns
-    the group's state (``busy``: the reasons, empty when quiet)."""
+    """Brackets cell groups: ``end(label)`` returns the group's state since the last."""
 
     def __init__(self, device: str) -> None:
         self.device = device

@@ -1,7 +1,6 @@
 """Where the synthetic workload puts its unigram prior in hidden space: along a seeded
-random unit vector holding ``TRAINED_SHARE_C`` of C's norm, as in a trained dump
-(``"trained"``), or along hidden dimension 0 (``"axis"``, where a filter's dropped mass
-landed almost all in dE[:, 0])."""
+unit vector holding ``TRAINED_SHARE_C`` of C's norm, as in a trained dump (``"trained"``),
+or along hidden dimension 0 (``"axis"``)."""
 
 from __future__ import annotations
 

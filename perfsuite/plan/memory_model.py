@@ -73,8 +73,7 @@ def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool =
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:
-    """The one wording of "this cell will not fit" (``run`` refuses the shape with it,
-    ``sweep`` records it as a skipped cell's reason)."""
+    """The one wording of "this cell will not fit"."""
     return (
         f"predicted peak ~{fmt_bytes(need)} ({what}) exceeds the {fmt_bytes(capacity)} this "
         f"{device} can give a cell (memory model, docs/math.md)"

@@ -229,8 +229,7 @@ def check_fits(plan: Plan) -> None:
 
 
 def default_jobs() -> int:
-    """Two interpreter workers where there are two cores: the interpreter is one Python
-    thread, so a second worker roughly halves a CPU run of the Triton methods."""
+    """Two interpreter workers where there are two cores (the interpreter is one thread)."""
     return max(1, min(2, len(os.sched_getaffinity(0))))
 
 

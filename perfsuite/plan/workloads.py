@@ -1,7 +1,6 @@
 """What the kernel is fed: random inputs (a nearly flat softmax), a synthetic workload
-peaked and Zipf-like as a trained LM's, ``{"kind": "synthetic", "entropy": H, "zipf": s}``,
-or a ``.safetensors``/``.pt`` dump of ``e``, ``c``, ``targets`` (and optionally
-``softcap``), ``{"kind": "file", "path": P}`` (docs/filtering.md)."""
+peaked and Zipf-like as a trained LM's, or a ``.safetensors``/``.pt`` dump of ``e``,
+``c``, ``targets`` and optionally ``softcap`` (docs/filtering.md)."""
 
 from __future__ import annotations
 
@@ -134,8 +133,7 @@ def _bisect(fn: Any, lo: float, hi: float, target: float, decreasing: bool, step
 
 
 def check_synthetic(entropy: float, vocab: int, hidden: int) -> None:
-    """Refuse a synthetic workload the shape cannot carry (checked when planning, so that
-    the message comes before any worker starts, not as error rows)."""
+    """Refuse, when planning, a synthetic workload the shape cannot carry."""
     if hidden < 2:
         raise WorkloadError("the synthetic workload needs hidden >= 2 (one direction is the prior)")
     if not 0 <= entropy <= math.log(vocab):
@@ -327,8 +325,7 @@ def file_inputs(case: Any, spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Te
 
 
 def file_shape(spec: dict[str, Any], tokens: int | None = None) -> Any:
-    """The ``Shape`` a file workload fixes (its first ``tokens`` rows if given), named
-    after the file, with the dump's dtype and softcap."""
+    """The ``Shape`` a file workload fixes (its first ``tokens`` rows if given)."""
     from perfsuite.plan.shapes import Shape
 
     info = file_info(spec)

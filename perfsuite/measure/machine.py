@@ -161,12 +161,9 @@ def _smi_state() -> dict[str, Any] | None:
     try:
         out = _smi(f"--query-gpu={query}", "--format=csv,noheader,nounits")
         apps = _smi("--query-compute-apps=pid", "--format=csv,noheader")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    try:
         clock, top, temp, mask = (v.strip() for v in out.splitlines()[0].split(","))
         values = int(clock), int(top), int(temp), int(mask, 16)
-    except (IndexError, ValueError):
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):  # none, or unread
         return None
     return _gpu(*values, [int(p) for p in apps.split() if p.strip().isdigit()])
 

@@ -33,9 +33,8 @@ NO_WORK_OPS = frozenset(
     "numpy_T type_as".split()
 )
 TRACE_SUFFIX = ".json.gz"
-# A row whose timer could not time its call (``--timer graph`` and a call that cannot be
-# captured) is still profiled: the profile is one plain call under any timer, and a
-# method left without a trace is the one a profile step most needs (issue 45: ours).
+# A row whose timer could not time its call (a graph that cannot be captured) is still
+# profiled, one plain call: the method left without a trace is the one most needing it.
 PROFILED_UNTIMED = "still profiled (one plain call, no graph): trace and breakdown kept"
 
 
@@ -104,7 +103,7 @@ def run_profiled(
         flush()
     if cuda:
         torch.cuda.synchronize(device)
-    with profile(**options) as prof:
+    with profile(**options) as prof:  # fn's result is freed inside: the meter sees it go
         start = time.perf_counter()
         fn()
         if cuda:

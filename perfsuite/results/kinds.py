@@ -6,7 +6,7 @@ pydantic."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,10 +140,7 @@ def _either(kinds: Iterable[str]) -> str:
 
 
 def require_kind(
-    document: dict[str, Any],
-    path: str | os.PathLike[str],
-    allowed: set[str] | frozenset[str],
-    command: str,
+    document: dict[str, Any], path: str | os.PathLike[str], allowed: Collection[str], command: str
 ) -> None:
     """Raise ``ResultsError`` (one line) if ``document`` holds rows of a kind ``command``
     cannot read, e.g. ``run.json holds step rows; report takes loss or tp rows``."""
@@ -191,6 +188,4 @@ def to_disk(document: dict[str, Any]) -> dict[str, Any]:
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:
     """A version 2 row as readers use it: ``metrics`` lifted to the top."""
-    out = {k: v for k, v in row.items() if k != "metrics"}
-    out.update(row.get("metrics") or {})
-    return out
+    return {**{k: v for k, v in row.items() if k != "metrics"}, **(row.get("metrics") or {})}

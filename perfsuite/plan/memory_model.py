@@ -5,6 +5,7 @@ from them (to skip what cannot fit before it starts)."""
 from __future__ import annotations
 
 import math
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -106,11 +107,8 @@ def device_capacity(device: str, memory_limit: int | None = None) -> int | None:
         return budget if memory_limit is None else min(budget, memory_limit)
     from perfsuite.results.provenance import gpu_state
 
-    total = (gpu_state() or {}).get("memory.total")
-    try:
-        return int(CUDA_MEMORY_SHARE * float(total) * 2**20)
-    except (TypeError, ValueError):
-        pass
+    with suppress(TypeError, ValueError):  # MiB, as nvidia-smi says it
+        return int(CUDA_MEMORY_SHARE * float((gpu_state() or {}).get("memory.total")) * 2**20)
     try:
         import torch
 

@@ -24,9 +24,7 @@ def _probe(folder: Path, flag: str, path: Path) -> None:
     """Create ``folder`` and write a file there, or say why not."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        tempfile.TemporaryFile(dir=folder).close()
     except OSError as err:
         raise OutputPathError(f"{flag} {path}: cannot write there ({err.strerror})") from None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
@@ -37,13 +38,10 @@ class WriterLock:
                 ) from None
             # The holder before us may have removed the file between our open and our
             # lock: then we locked a name nobody else sees; try again on the new one.
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._file = handle
-                return
+            with suppress(FileNotFoundError):
+                if os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino:
+                    self._file = handle
+                    return
             handle.close()
 
     def release(self) -> None:

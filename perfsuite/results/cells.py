@@ -39,18 +39,12 @@ def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[di
 
 
 ENV_MUST_AGREE = (
-    ("device", "kind"),
-    ("device", "name"),
-    ("git", "sha"),
+    ("device", "kind"), ("device", "name"),
     # Uncommitted changes are other code: a dirty tree never agrees with a clean one,
     # and two dirty ones only with the same changes (``diff``, when both recorded it).
-    ("git", "dirty"),
-    ("git", "diff"),
-    ("plan", "samples"),
-    ("plan", "warmup"),
-    ("plan", "seed"),
-    ("plan", "phases"),
-)
+    ("git", "sha"), ("git", "dirty"), ("git", "diff"),
+    ("plan", "samples"), ("plan", "warmup"), ("plan", "seed"), ("plan", "phases"),
+)  # fmt: skip
 
 
 def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

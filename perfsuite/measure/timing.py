@@ -16,8 +16,6 @@ import torch
 from perfsuite.measure.stats import quantile
 
 T = TypeVar("T")
-DEFAULT_SAMPLES = 20
-DEFAULT_WARMUP = 3
 # Interpreted timings say nothing about the kernel: one sample keeps the row whole, and the
 # time goes to the gate and memory (``sampling``).
 INTERPRETED_SAMPLES = 1
@@ -110,8 +108,8 @@ def time_samples(
     fn: Callable[[], object],
     device: torch.device,
     *,
-    samples: int = DEFAULT_SAMPLES,
-    warmup: int = DEFAULT_WARMUP,
+    samples: int,
+    warmup: int,
     setup: Callable[[], object] | None = None,
     flush: CacheFlusher | None = None,
     cpu_time: bool = False,

@@ -28,20 +28,8 @@ from perfsuite.render.cells import (
     status_label,
 )
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
-from perfsuite.render.table import (
-    LOWER_BOUND,
-    PaperTable,
-    build_report,
-    entropy_note,
-    general_notes,
-    mean,
-)
+from perfsuite.render.table import LOWER_BOUND, PaperTable, build_report, general_notes, mean
 from perfsuite.render.tp_table import shard_rows, tp_footnotes, tp_rows, tp_tables
-
-
-def _notes(table: PaperTable) -> list[str]:
-    return [n for n in (entropy_note(table), *table.notes) if n]
-
 
 BETA, METHOD = "β", "method"
 
@@ -107,7 +95,7 @@ def render_md(document: dict[str, Any]) -> str:
         out.append(f"### {md_escape(table.title)}\n")
         out.append(markdown_table(paper_frame(table)))
         out.append("")
-        out.extend(f"- {md_escape(n)}" for n in _notes(table))
+        out.extend(f"- {md_escape(n)}" for n in table.notes)
         out.append("")
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))
@@ -166,7 +154,7 @@ def render_latex(document: dict[str, Any]) -> str:
         out.append("\\begin{table}[t]\n\\centering\n\\small")
         out.append(f"\\caption{{{latex_escape(table.title)}}}")
         out.append(latex_tabular(paper_frame(table)).rstrip("\n"))
-        if notes := _notes(table):
+        if notes := table.notes:
             out.append("\\par\\footnotesize " + latex_escape("; ".join(notes)))
         out.append("\\end{table}\n")
     out.extend(f"% {latex_escape(n)}" for n in general_notes(document, tables))
@@ -220,7 +208,7 @@ def render_html(document: dict[str, Any]) -> str:
     ]
     for i, table in enumerate(tables):
         out.append(html_table(paper_frame(table), table.title, f"t{i}").rstrip("\n"))
-        if notes := _notes(table):
+        if notes := table.notes:
             out.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     notes = general_notes(document, tables)
     out.append("<p>" + "<br>".join(esc(n) for n in notes) + "</p>")
@@ -354,8 +342,7 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
     records = []
     for table in tables:
         for section in table.sections:
-            first = {"shape": table.shape, "device": table.device}
-            head = _head(table.key, first, gpu, section.beta, section.entropy)
+            head = _head(table.key, table.first, gpu, section.beta, section.entropy)
             for line in section.lines:
                 name = "lower_bound" if line.method == LOWER_BOUND else line.method
                 record = _record(head, name, None, line.rows, table.phases, known, gpu)

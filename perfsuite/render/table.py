@@ -14,7 +14,6 @@ from rich.console import Console
 
 from perfsuite.fit import BOX, Column, Grid, Notes, TrimmedConsole
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import all_methods
 from perfsuite.render.cells import (
     by_method,
     cell_marks,
@@ -146,10 +145,9 @@ class PaperTable:
     phases: list[str]
     analytic: str  # header of each phase's third column
     sections: list[Section]
-    notes: list[str]
+    notes: list[str]  # the mean entropies', then each failed cell's reason
     gpu: GPU | None
-    shape: str = ""
-    device: str = ""
+    first: dict[str, Any]  # the table's first row: its shape's name, title and device
 
 
 def mean(values: list[float | None]) -> float | None:
@@ -193,15 +191,18 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
         reasons = group_rows(
             failed, key=lambda r: (r["method"], r["beta"], status_label(r), r["reason"])
         )
-        notes = [
+        entropies = [
+            f"β={s.beta:g}: {s.entropy:.2f} nats" for s in sections if s.entropy is not None
+        ]
+        notes = ["inputs' mean token entropy " + ", ".join(entropies)] if entropies else []
+        notes += [
             f"{method} β={beta:g} ({', '.join(r['phase'] for r in rows)}): {label}: {reason}"
             for (method, beta, label, reason), rows in reasons.items()
         ]
         analytic = "% roofline" if gpu else "FLOP/s"
-        device = members[0].get("device", "?")
-        where = gpu.name if gpu else (env.get("device") or {}).get("name") or device
-        title, shape = f"{shape_title(members)} on {where}", members[0].get("shape") or "custom"
-        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, shape, device))
+        where = gpu.name if gpu else (env.get("device") or {}).get("name")
+        title = f"{shape_title(members)} on {where or members[0].get('device', '?')}"
+        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, members[0]))
     return tables
 
 
@@ -232,38 +233,37 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
     return notes
 
 
-def entropy_note(table: PaperTable) -> str:
-    parts = [f"β={s.beta:g}: {s.entropy:.2f} nats" for s in table.sections if s.entropy is not None]
-    return "inputs' mean token entropy " + ", ".join(parts) if parts else ""
-
-
 def loss_grids(rows: Iterable[dict[str, Any]]) -> list[Grid]:
-    """One table per (shape, dtype, β): the lower bound, then a line per method of each
-    phase's memory and time (units in the headers, names folding at hyphens), its reasons
-    numbered in a note column; too wide, it is printed a phase at a time."""
-    grids, known = [], all_methods()
-    for members in group_rows(one_device(rows)).values():
-        key, beta, notes = shape_key(members[0]), members[0]["beta"], Notes()
-        phases = present_phases(members)
-        lines = [("[italic]lower bound[/italic]", bound_line(phases, key, None), "")]
-        for name, by_phase in by_method(members).items():
-            failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
-            refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
-            line = method_line(name, by_phase, phases, key, None, known, beta)
-            lines.append((name, line, " ".join(refs)))
-        columns = [Column("method")]
-        for unit in (f"{phase}\n{u}" for phase in phases for u in ("MiB", "ms")):
-            columns.append(Column(unit, "right", False))
-        note = [len(columns)] if any(refs for _, _, refs in lines) else []
-        columns += [Column("note", fold=False)] if note else []
-        cells = [[name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)]
-                 + [refs] * len(note) for name, line, refs in lines]  # fmt: skip
-        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
-        parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note]) for i, p in enumerate(phases)]
-        grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
+    """The console's layout of ``build_report``: a table per β section, of each phase's
+    memory and time (units in the headers), reasons numbered in a note column; too wide,
+    it is printed a phase at a time."""
+    grids = []
+    for table in build_report({"rows": list(rows), "env": {}}):  # no GPU: no roofline
+        head = shape_title([table.first])
+        for section in table.sections:
+            notes, cells, refs = Notes(), [], []
+            for line in section.lines:
+                failed = [
+                    r for p in table.phases if (r := line.rows.get(p)) and r["status"] != "ok"
+                ]
+                why = (notes.ref(f"{r['status']}: {r['reason']}", line.method) for r in failed)
+                refs.append(" ".join(dict.fromkeys(why)))
+                bound = line.method == LOWER_BOUND
+                name = f"[italic]{LOWER_BOUND}[/italic]" if bound else line.method
+                cells.append([name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)])
+            columns = [Column("method")]
+            columns += [Column(f"{p}\n{u}", "right", False) for p in table.phases for u in UNITS]
+            note = [len(columns)] if notes else []
+            columns += [Column("note", fold=False)] if note else []
+            cells = [row + [ref] * len(note) for row, ref in zip(cells, refs, strict=True)]
+            title = f"{head}, β={section.beta:g} on {table.first.get('device', '?')}"
+            parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note])
+                     for i, p in enumerate(table.phases)]  # fmt: skip
+            grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
     return grids
 
 
+UNITS = ("MiB", "ms")
 LOSS_BOX = {**BOX, "sections": [0]}  # a rule under the lower bound
 
 

@@ -44,12 +44,11 @@ def shape_key(row: dict[str, Any]) -> tuple:
     return (*dims, row.get("workload") or "random")
 
 
-def _group_key(row: dict[str, Any]) -> tuple:
-    return (*shape_key(row), row["beta"])
-
-
-def group_rows(rows: Iterable[dict[str, Any]], key: Any = _group_key) -> dict[Any, list]:
-    """Rows grouped by ``key(row)``, groups and members in first-seen order."""
+def group_rows(
+    rows: Iterable[dict[str, Any]], key: Any = lambda r: (*shape_key(r), r["beta"])
+) -> dict[Any, list]:
+    """Rows grouped by ``key(row)`` (default: a table's, shape and β), groups and members
+    in first-seen order."""
     groups: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(key(row), []).append(row)
@@ -74,10 +73,8 @@ def present_phases(members: list[dict[str, Any]]) -> list[str]:
 
 def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """method -> phase -> row."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in members:
-        out.setdefault(row["method"], {})[row["phase"]] = row
-    return out
+    by = group_rows(members, key=lambda r: r["method"])
+    return {method: {r["phase"]: r for r in rows} for method, rows in by.items()}
 
 
 def status_label(row: dict[str, Any]) -> str:
@@ -126,15 +123,11 @@ STATUS_COLOR = {
 }
 
 
-def short_status(row: dict[str, Any]) -> str:
-    """A cell's status in no more room than a number (``unavail``, ``N/A``, ``oom``)."""
-    return SHORT_STATUS.get(row["status"], row["status"])
-
-
 def status_cell(row: dict[str, Any]) -> str:
-    """``short_status`` in its colour (console markup)."""
-    color = STATUS_COLOR[row["status"]]
-    return f"[{color}]{short_status(row)}[/{color}]"
+    """A cell's status in its colour (console markup), in no more room than a number
+    (``unavail``, ``N/A``, ``oom``)."""
+    status = row["status"]
+    return f"[{STATUS_COLOR[status]}]{SHORT_STATUS.get(status, status)}[/{STATUS_COLOR[status]}]"
 
 
 # What each mark means, said once under the tables that carry it.

@@ -38,14 +38,12 @@ def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str
 def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
     """``(file name, matplotlib figure)`` per cell with a breakdown: a horizontal bar per
     method, its wall time stacked by class and the host's share (``plot --breakdown``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     made = []
     for members in group_rows((r for r in rows if r.get("breakdown")), _cell).values():
-        fig, ax = plt.subplots(figsize=(8, 1.6 + 0.45 * len(members)), layout="constrained")
+        fig = Figure(figsize=(8, 1.6 + 0.45 * len(members)), layout="constrained")
+        ax = fig.subplots()
         names = [m["method"] for m in members]
         left = [0.0] * len(members)
         for part in (*CLASSES, "host"):

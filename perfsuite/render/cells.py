@@ -25,15 +25,20 @@ def one_device(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("tp") is None]
 
 
+def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows measured across ranks."""
+    return [r for r in rows if r.get("tp") is not None]
+
+
 def tp_note(rows: Iterable[dict[str, Any]]) -> str:
     """What a one-device table leaves out when ``rows`` hold cells measured across ranks
     ("" when they hold none): they must not read as missing, nor be mixed in."""
-    sizes = sorted({r["tp"] for r in rows if r.get("tp") is not None})
-    if not sizes:
+    across = tp_rows(rows)
+    if not across:
         return ""
-    n = sum(r.get("tp") is not None for r in rows)
+    sizes = ",".join(map(str, sorted({r["tp"] for r in across})))
     return (
-        f"{n} cells measured across ranks (TP={','.join(map(str, sizes))}) are left out of "
+        f"{len(across)} cells measured across ranks (TP={sizes}) are left out of "
         "these tables: the TP tables show them (per rank, max over ranks)."
     )
 
@@ -113,14 +118,9 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
 
 # Console words for cells without numbers: no longer than a number, so that the
 # number columns stay narrow (the notes under the table say the rest).
-STATUS_COLOR = {
-    "wrong": "red",
-    "oom": "magenta",
-    "error": "red",
-    "unavailable": "dim",
-    "skipped": "yellow",
-    "unsupported": "dim",
-}
+STATUS_COLOR = dict(
+    wrong="red", oom="magenta", error="red", unavailable="dim", skipped="yellow", unsupported="dim"
+)
 
 
 def status_cell(row: dict[str, Any]) -> str:

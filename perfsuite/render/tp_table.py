@@ -23,6 +23,7 @@ from perfsuite.render.cells import (
     present_phases,
     shape_title,
     status_cell,
+    tp_rows,
 )
 from perfsuite.render.roofline import phase_flops
 from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
@@ -44,11 +45,6 @@ class TpTable(Grid):
     phase: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     marks: str = ""
-
-
-def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows measured across ranks."""
-    return [r for r in rows if r.get("tp") is not None]
 
 
 def shard_rows(vocab: int, tp: int) -> int:

@@ -1,11 +1,11 @@
-"""The paper's table, laid out once: per (shape, dtype) a table of β sections, the lower
-bound first, a line per method of memory, time and an analytic cell per phase, the best
-of each column marked (``build_report``, which every report format writes), and the
-console table of its memory and time cells (``print_tables``). One-device cells only:
-cells across ranks are ``tp_table``'s."""
+"""The paper's table, laid out once (``build_report``): per shape a table of β sections,
+the lower bound first, a line per method of a memory, a time and an analytic cell per
+phase, the best of each column marked; every report format writes it, the console its
+memory and time cells (units in the headers). Cells across ranks are ``tp_table``'s."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +32,6 @@ from perfsuite.render.cells import (
 )
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.units import fmt_bytes, fmt_flops, fmt_number
-
-# The layout of a loss cell, once for every format: per phase a memory, a time and an
-# analytic cell. The console shows the first two (units in the headers), the report all
-# three (units in the cells).
 
 LOWER_BOUND = "lower bound"
 
@@ -86,7 +82,7 @@ def method_line(
     """One method's cells; the analytic one a share of ``gpu``'s roofline, else a rate."""
     tokens, vocab, hidden, dtype = key[:4]
     in_fwd = grads_in_forward(name, known, beta)
-    cells: list[Cell] = []
+    cells = []
     for phase in phases:
         row = by_phase.get(phase)
         if row is None or not measured(row):
@@ -100,12 +96,11 @@ def method_line(
         analytic = Cell()
         # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
         if ms and split_ok:
-            flops = phase_flops(phase, tokens, vocab, hidden)
             if gpu is not None:
                 frac = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) / ms
                 analytic = Cell(f"{100 * frac:.0f}%", marks=marks, value=-frac, comparable=fair)
             else:
-                rate = flops / (ms / 1e3)
+                rate = phase_flops(phase, tokens, vocab, hidden) / (ms / 1e3)
                 analytic = Cell(fmt_flops(rate) + "/s", marks=marks, value=-rate, comparable=fair)
         peak = row.get("peak_bytes")
         cells += [
@@ -153,7 +148,7 @@ class PaperTable:
 def mean(values: list[float | None]) -> float | None:
     """The mean of the numbers among ``values`` (None and NaN left out)."""
     values = [v for v in values if v is not None and v == v]
-    return sum(values) / len(values) if values else None
+    return statistics.fmean(values) if values else None
 
 
 def _mark_best(lines: list[Line]) -> None:
@@ -227,8 +222,7 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
         )
     notes.append(
         "Bold: the best of its column as printed (ties all bold); times and rates leave ‡ and "
-        "† cells out, memory "
-        "leaves out ‡ fwd/bwd cells. Times are medians."
+        "† cells out, memory leaves out ‡ fwd/bwd cells. Times are medians."
     )
     return notes
 

@@ -1,7 +1,6 @@
-"""The console table of cells measured across ranks (``run --tp``): per (shape, dtype, β)
-a line per method and TP size from one phase (fwd+bwd when measured), with rates, the
-per-rank floor and the scaling against the same method's TP = 1 (never a one-device
-cell). ``tp_tables`` is the data, shared by the markdown report."""
+"""The tables of cells measured across ranks (``run --tp``), for the console and markdown:
+per (shape, dtype, β) a line per method and TP size of one phase (fwd+bwd when measured):
+rates, the per-rank floor, the scaling against the same method's TP = 1."""
 
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ OPTIONAL = ("colls",)  # left out first when the table does not fit the terminal
 
 @dataclass
 class TpTable(Grid):
-    """A TP table as the engine draws it, with what its notes need: the phase it shows,
-    its headers by column key (units filled in) and the marks its cells carry."""
+    """A TP table with what its notes need: its phase, its headers by column key (units
+    filled in) and the marks its cells carry."""
 
     phase: str = ""
     headers: dict[str, str] = field(default_factory=dict)
@@ -63,8 +62,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, str]:
-    """(rate scale, unit, memory scale, unit) for one table: the largest value reads well
-    (MiB where GiB would print 0.00; GFLOP/s where TFLOP/s would)."""
+    """(rate scale, unit, memory scale, unit) of a table: those its largest values fill."""
     rates, sizes = [0.0], [0]
     for r in rows:
         sizes.append(rank_floor(phase, r))
@@ -184,10 +182,7 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
         "blank without an ok TP=1 cell.",
     ]
     shown = "".join(t.marks for t in tables)
-    for note in mark_notes(tp_rows(rows)):
-        if note.startswith("CPU") or note[0] in shown:
-            notes.append(note)
-    return notes
+    return notes + [n for n in mark_notes(tp_rows(rows)) if n.startswith("CPU") or n[0] in shown]
 
 
 def print_tp_tables(console: Console, document: dict[str, Any]) -> None:

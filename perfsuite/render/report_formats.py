@@ -43,7 +43,6 @@ def paper_frame(table: PaperTable) -> tuple[pd.DataFrame, pd.DataFrame]:
     return text, best
 
 
-# ---------------------------------------------------------------------------
 # Markdown
 
 
@@ -64,8 +63,7 @@ def tp_markdown(document: dict[str, Any]) -> list[str]:
     out = []
     for table in tables:
         out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
-        if table.notes:
-            out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
+        out += [*(f"- {md_escape(n)}" for n in table.notes), ""] if table.notes else []
     out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
     return out
 
@@ -74,11 +72,8 @@ def render_md(document: dict[str, Any]) -> str:
     tables = build_report(document)
     out = []
     for table in tables:
-        out.append(f"### {md_escape(table.title)}\n")
-        out.append(markdown_table(*paper_frame(table)))
-        out.append("")
-        out.extend(f"- {md_escape(n)}" for n in table.notes)
-        out.append("")
+        out += [f"### {md_escape(table.title)}\n", markdown_table(*paper_frame(table)), ""]
+        out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))
     if across := tp_markdown(document):
@@ -86,7 +81,6 @@ def render_md(document: dict[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-# ---------------------------------------------------------------------------
 # LaTeX (booktabs)
 
 _LATEX_SPECIAL = {
@@ -136,14 +130,13 @@ def render_latex(document: dict[str, Any]) -> str:
         out.append("\\begin{table}[t]\n\\centering\n\\small")
         out.append(f"\\caption{{{latex_escape(table.title)}}}")
         out.append(latex_tabular(*paper_frame(table)).rstrip("\n"))
-        if notes := table.notes:
-            out.append("\\par\\footnotesize " + latex_escape("; ".join(notes)))
+        if table.notes:
+            out.append("\\par\\footnotesize " + latex_escape("; ".join(table.notes)))
         out.append("\\end{table}\n")
     out.extend(f"% {latex_escape(n)}" for n in general_notes(document, tables))
     return "\n".join(out) + "\n"
 
 
-# ---------------------------------------------------------------------------
 # HTML
 
 _CSS = """
@@ -190,15 +183,13 @@ def render_html(document: dict[str, Any]) -> str:
     ]
     for i, table in enumerate(tables):
         out.append(html_table(*paper_frame(table), table.title, f"t{i}").rstrip("\n"))
-        if notes := table.notes:
-            out.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    notes = general_notes(document, tables)
-    out.append("<p>" + "<br>".join(esc(n) for n in notes) + "</p>")
-    out.append("</body></html>")
+        if table.notes:
+            out.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in table.notes) + "</ul>")
+    notes = "<br>".join(esc(n) for n in general_notes(document, tables))
+    out += [f"<p>{notes}</p>", "</body></html>"]
     return "\n".join(out) + "\n"
 
 
-# ---------------------------------------------------------------------------
 # CSV
 
 PER_PHASE = (

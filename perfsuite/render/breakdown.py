@@ -122,24 +122,16 @@ def stacked_bar(breakdown: dict[str, Any], per_ms: float) -> str:
     return bar
 
 
-def short_name(name: str, limit: int = NAME_LIMIT) -> str:
-    """``name`` itself, or its head and tail around ``...`` when longer than ``limit``."""
-    if len(name) <= limit:
-        return name
-    tail = limit // 3
-    return f"{name[: limit - tail - 3]}...{name[-tail:]}"
+def short_name(name: str) -> str:
+    """``name`` itself, or its head and tail around ``...`` when longer than ``NAME_LIMIT``."""
+    tail = NAME_LIMIT // 3
+    return name if len(name) <= NAME_LIMIT else f"{name[: NAME_LIMIT - tail - 3]}...{name[-tail:]}"
 
 
 def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
     cuda = any(m["breakdown"]["source"] == "cuda-kernels" for m in members)
-    columns = [
-        Column("method"),
-        Column("top kernels" if cuda else "top ops"),
-        Column("class"),
-        Column("calls", "right", False),
-        Column("ms", "right", False),
-        Column("share %", "right", False),
-    ]
+    columns = [Column(h) for h in ("method", "top kernels" if cuda else "top ops", "class")]
+    columns += [Column(h, "right", False) for h in ("calls", "ms", "share %")]
     rows, sections = [], []
     for member in members:
         breakdown = member["breakdown"]

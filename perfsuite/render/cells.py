@@ -82,6 +82,16 @@ def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, An
     return {method: {r["phase"]: r for r in rows} for method, rows in by.items()}
 
 
+def by_cell(members: list[dict[str, Any]]) -> dict[tuple[str, int | None], dict[str, Any]]:
+    """(method, TP size) -> phase -> row: methods in first-seen order, then TP sizes up."""
+    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in members))}
+    cells = group_rows(members, key=lambda r: (order[r["method"]], r.get("tp")))
+    return {
+        (rows[0]["method"], rows[0].get("tp")): {r["phase"]: r for r in rows}
+        for _, rows in sorted(cells.items())
+    }
+
+
 def status_label(row: dict[str, Any]) -> str:
     """What a cell without a measurement shows: N/A where the method does not apply."""
     return "N/A" if row["status"] == "unsupported" else row["status"]

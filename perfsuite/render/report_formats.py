@@ -16,6 +16,7 @@ from perfsuite.fit import md_escape, pipe_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.cells import (
+    by_cell,
     cell_marks,
     grads_in_forward,
     group_rows,
@@ -285,7 +286,6 @@ def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entro
 
 def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per (shape, β, method, TP size) of the cells measured across ranks."""
-    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in rows))}
     records = []
     groups = group_rows(tp_rows(rows), key=shape_key)
     # the methods across ranks, their own capabilities: asked only when there are such cells
@@ -293,13 +293,9 @@ def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for key, members in groups.items():
         for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
             entropy = mean([r.get("entropy") for r in group])
-            cells = group_rows(group, key=lambda r: (order[r["method"]], r["tp"]))
-            for _, cell in sorted(cells.items()):
-                head = _head(key, cell[0], None, beta, entropy)
-                by_phase = {r["phase"]: r for r in cell}
-                records.append(
-                    _record(head, cell[0]["method"], by_phase, list(by_phase), known, None)
-                )
+            for (method, _), by_phase in by_cell(group).items():
+                head = _head(key, next(iter(by_phase.values())), None, beta, entropy)
+                records.append(_record(head, method, by_phase, list(by_phase), known, None))
     return records
 
 

@@ -14,6 +14,7 @@ from perfsuite.fit import BOX, Column, Grid, Notes
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.cells import (
+    by_cell,
     cell_marks,
     grads_in_forward,
     group_rows,
@@ -120,28 +121,24 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
         f"{shape_title(members)}, β={beta:g} on {first.get('device', '?')}: "
         f"{phase} across ranks (tensor-parallel)"
     )
-    cells: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in members:
-        cells.setdefault((r["method"], r["tp"]), {})[r["phase"]] = r
+    cells = by_cell(members)
     units = _units([by[phase] for by in cells.values() if phase in by], phase)
     _, rate_unit, _, mem_unit = units
     headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
     reasons, lines, marks = Notes(), [], ""
-    for method in dict.fromkeys(r["method"] for r in members):
-        for k in sorted(k for m, k in cells if m == method):
-            by_phase = cells[(method, k)]
-            row = by_phase.get(phase)
-            in_fwd = grads_in_forward(method, known, beta)
-            if row is None:
-                line = {"method": method, "tp": str(k), "ms": "-"}
-                why = f"no {phase} row ({', '.join(by_phase)} measured)"
-            else:
-                reference = cells.get((method, 1), {}).get(phase)
-                line = _line(row, phase, reference, units, in_fwd)
-                why = "" if row["status"] == "ok" else row["status"]
-                why += f": {row['reason']}" if why and row.get("reason") else ""
-                marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
-            lines.append(line | {"note": reasons.ref(why, f"{method} TP={k}") if why else ""})
+    for (method, k), by_phase in cells.items():
+        row = by_phase.get(phase)
+        in_fwd = grads_in_forward(method, known, beta)
+        if row is None:
+            line = {"method": method, "tp": str(k), "ms": "-"}
+            why = f"no {phase} row ({', '.join(by_phase)} measured)"
+        else:
+            reference = cells.get((method, 1), {}).get(phase)
+            line = _line(row, phase, reference, units, in_fwd)
+            why = "" if row["status"] == "ok" else row["status"]
+            why += f": {row['reason']}" if why and row.get("reason") else ""
+            marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
+        lines.append(line | {"note": reasons.ref(why, f"{method} TP={k}") if why else ""})
     # the note column only where a line has a note
     keys = [key for key, _ in COLUMNS] + (["note"] if any(ln["note"] for ln in lines) else [])
     columns = [

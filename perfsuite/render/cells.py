@@ -77,9 +77,8 @@ def present_phases(members: list[dict[str, Any]]) -> list[str]:
 
 
 def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """method -> phase -> row."""
-    by = group_rows(members, key=lambda r: r["method"])
-    return {method: {r["phase"]: r for r in rows} for method, rows in by.items()}
+    """method -> phase -> row, of one device's rows."""
+    return {method: by_phase for (method, _), by_phase in by_cell(members).items()}
 
 
 def by_cell(members: list[dict[str, Any]]) -> dict[tuple[str, int | None], dict[str, Any]]:

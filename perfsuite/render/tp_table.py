@@ -26,6 +26,7 @@ from perfsuite.render.cells import (
     tp_rows,
 )
 from perfsuite.render.roofline import phase_flops
+from perfsuite.render.table import Cell
 from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
 
 # (key, header): the columns of a TP table, in order; {rate} and {mem}: the table's units.
@@ -92,7 +93,7 @@ def _line(
     marks = cell_marks(row, phase, in_fwd)
     ms, peak = row.get("median_ms"), row.get("peak_bytes")
     style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
-    cells["ms"] = f"[{style}]{fmt_number(ms)}{marks}[/{style}]" if style else fmt_number(ms) + marks
+    cells["ms"] = Cell(fmt_number(ms), marks=marks, style=style).console()
     if ms and not (in_fwd and phase != "fwd+bwd"):  # a ‡ split does other FLOPs than these
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
         cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)

@@ -86,12 +86,9 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
     for ax, beta in zip(axes, betas, strict=True):
         panel = [r for r in members if r["beta"] == beta]
         drawn |= _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu)
-        ax.set_xscale("log")
+        ax.set(xscale="log", yscale="log", title=f"β = {beta:g}", xlabel=AXES[x][1])
         _data_ticks(ax, xs_all)
-        ax.set_yscale("log")
         _plain_log_labels(ax.yaxis)
-        ax.set_title(f"β = {beta:g}")
-        ax.set_xlabel(AXES[x][1])
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(QUANTITIES[quantity])
     figure_legend(fig, axes)

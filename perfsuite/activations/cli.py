@@ -1,7 +1,6 @@
 """``perfsuite workload``: make and inspect ``--workload FILE`` dumps: ``dump`` (a saved
-``transformers`` causal LM on a text file), ``train`` (converge's ``cpu-filtering`` preset
-trained here, a batch of its text dumped: the committed dump's recipe), ``inspect`` (N,
-V, D, entropy, entries ≥ 2⁻¹², the frequency direction's share of E and C)."""
+``transformers`` causal LM on a text file), ``train`` (converge's preset trained here: the
+committed dump's recipe), ``inspect`` (N, V, D, entropy, the frequency geometry)."""
 
 from __future__ import annotations
 

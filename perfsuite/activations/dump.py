@@ -1,8 +1,6 @@
-"""A ``--workload FILE`` dump from any ``transformers`` causal LM and a batch of text, or
-from one trained here (``train_and_dump``): ``e`` what the head sees (a forward pre-hook:
-some models norm or scale between the last layer and the head), ``c`` its weight, the
-next tokens (``-100`` at padding) and a final logit softcap; read back through
-``read_dump`` before it is kept."""
+"""A ``--workload FILE`` dump from a ``transformers`` causal LM on a batch of text, or from
+one trained here: ``e`` what the head sees (a forward pre-hook: some models norm or scale
+before it), ``c`` its weight, the next tokens (``-100`` at padding), a final softcap."""
 
 from __future__ import annotations
 
@@ -38,11 +36,7 @@ def capture(
     if input_ids.shape[1] < 2:
         raise WorkloadError("each sequence needs at least 2 tokens (one to predict the next)")
     caught: list[torch.Tensor] = []
-
-    def hook(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-        caught.append(args[0].detach())
-
-    handle = head.register_forward_pre_hook(hook)
+    handle = head.register_forward_pre_hook(lambda _, args: caught.append(args[0].detach()))
     try:
         with torch.no_grad():
             model(input_ids=input_ids, attention_mask=attention_mask)
@@ -69,9 +63,9 @@ def dump_workload(
     dtype: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the safetensors dump of ``model`` on ``input_ids`` to ``path``; its summary.
-    ``dtype`` converts ``e`` and ``c`` (default: the model's); ``metadata`` is kept as the
-    file's ``provenance``. Bad states, all targets ignored and the like: ``WorkloadError``."""
+    """Write the safetensors dump of ``model`` on ``input_ids`` to ``path`` (read back by
+    ``read_dump`` first: what ``run --workload`` refuses is refused here); its summary.
+    ``dtype``: ``e`` and ``c``'s (default: the model's); ``metadata``: its provenance."""
     from safetensors.torch import save_file
 
     hidden, weight, softcap = capture(model, input_ids, attention_mask)
@@ -94,7 +88,7 @@ def dump_workload(
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     save_file(tensors, str(tmp), metadata=meta or None)
     try:
-        read_dump(tmp)  # what `run --workload` would refuse is refused here
+        read_dump(tmp)
     except WorkloadError as err:
         tmp.unlink()
         raise WorkloadError(str(err).replace(str(tmp), str(path))) from None
@@ -121,9 +115,8 @@ def train_and_dump(
     on_step: Callable[[dict[str, Any]], None] | None = None,
     device: str = "cpu",
 ) -> dict[str, Any]:
-    """The preset trained by converge's own loop (eager, fp32, a cross-word BPE of Python's
-    help pages), then ``tokens`` rows of its first training sequences dumped to ``out``
-    (where a training step's gradient is taken); the record."""
+    """The preset trained by converge's own loop (eager, fp32), then ``tokens`` rows of its
+    first training sequences (where a step's gradient is taken) dumped to ``out``."""
     from torch.nn.utils import vector_to_parameters
 
     from perfsuite.converge.data import build_dataset

@@ -38,14 +38,12 @@ def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str
 def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
     """``(file name, matplotlib figure)`` per cell with a breakdown: a horizontal bar per
     method, its wall time stacked by class and the host's share (``plot --breakdown``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     made = []
     for members in group_rows((r for r in rows if r.get("breakdown")), _cell).values():
-        fig, ax = plt.subplots(figsize=(8, 1.6 + 0.45 * len(members)), layout="constrained")
+        fig = Figure(figsize=(8, 1.6 + 0.45 * len(members)), layout="constrained")
+        ax = fig.subplots()
         names = [m["method"] for m in members]
         left = [0.0] * len(members)
         for part in (*CLASSES, "host"):
@@ -124,24 +122,16 @@ def stacked_bar(breakdown: dict[str, Any], per_ms: float) -> str:
     return bar
 
 
-def short_name(name: str, limit: int = NAME_LIMIT) -> str:
-    """``name`` itself, or its head and tail around ``...`` when longer than ``limit``."""
-    if len(name) <= limit:
-        return name
-    tail = limit // 3
-    return f"{name[: limit - tail - 3]}...{name[-tail:]}"
+def short_name(name: str) -> str:
+    """``name`` itself, or its head and tail around ``...`` when longer than ``NAME_LIMIT``."""
+    tail = NAME_LIMIT // 3
+    return name if len(name) <= NAME_LIMIT else f"{name[: NAME_LIMIT - tail - 3]}...{name[-tail:]}"
 
 
 def _top_table(members: list[dict[str, Any]], width: int) -> list[str]:
     cuda = any(m["breakdown"]["source"] == "cuda-kernels" for m in members)
-    columns = [
-        Column("method"),
-        Column("top kernels" if cuda else "top ops"),
-        Column("class"),
-        Column("calls", "right", False),
-        Column("ms", "right", False),
-        Column("share %", "right", False),
-    ]
+    columns = [Column(h) for h in ("method", "top kernels" if cuda else "top ops", "class")]
+    columns += [Column(h, "right", False) for h in ("calls", "ms", "share %")]
     rows, sections = [], []
     for member in members:
         breakdown = member["breakdown"]

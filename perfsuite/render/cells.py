@@ -25,15 +25,20 @@ def one_device(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("tp") is None]
 
 
+def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows measured across ranks."""
+    return [r for r in rows if r.get("tp") is not None]
+
+
 def tp_note(rows: Iterable[dict[str, Any]]) -> str:
     """What a one-device table leaves out when ``rows`` hold cells measured across ranks
     ("" when they hold none): they must not read as missing, nor be mixed in."""
-    sizes = sorted({r["tp"] for r in rows if r.get("tp") is not None})
-    if not sizes:
+    across = tp_rows(rows)
+    if not across:
         return ""
-    n = sum(r.get("tp") is not None for r in rows)
+    sizes = ",".join(map(str, sorted({r["tp"] for r in across})))
     return (
-        f"{n} cells measured across ranks (TP={','.join(map(str, sizes))}) are left out of "
+        f"{len(across)} cells measured across ranks (TP={sizes}) are left out of "
         "these tables: the TP tables show them (per rank, max over ranks)."
     )
 
@@ -44,12 +49,11 @@ def shape_key(row: dict[str, Any]) -> tuple:
     return (*dims, row.get("workload") or "random")
 
 
-def _group_key(row: dict[str, Any]) -> tuple:
-    return (*shape_key(row), row["beta"])
-
-
-def group_rows(rows: Iterable[dict[str, Any]], key: Any = _group_key) -> dict[Any, list]:
-    """Rows grouped by ``key(row)``, groups and members in first-seen order."""
+def group_rows(
+    rows: Iterable[dict[str, Any]], key: Any = lambda r: (*shape_key(r), r["beta"])
+) -> dict[Any, list]:
+    """Rows grouped by ``key(row)`` (default: a table's, shape and β), groups and members
+    in first-seen order."""
     groups: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(key(row), []).append(row)
@@ -73,11 +77,18 @@ def present_phases(members: list[dict[str, Any]]) -> list[str]:
 
 
 def by_method(members: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """method -> phase -> row."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in members:
-        out.setdefault(row["method"], {})[row["phase"]] = row
-    return out
+    """method -> phase -> row, of one device's rows."""
+    return {method: by_phase for (method, _), by_phase in by_cell(members).items()}
+
+
+def by_cell(members: list[dict[str, Any]]) -> dict[tuple[str, int | None], dict[str, Any]]:
+    """(method, TP size) -> phase -> row: methods in first-seen order, then TP sizes up."""
+    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in members))}
+    cells = group_rows(members, key=lambda r: (order[r["method"]], r.get("tp")))
+    return {
+        (rows[0]["method"], rows[0].get("tp")): {r["phase"]: r for r in rows}
+        for _, rows in sorted(cells.items())
+    }
 
 
 def status_label(row: dict[str, Any]) -> str:
@@ -116,25 +127,16 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
 
 # Console words for cells without numbers: no longer than a number, so that the
 # number columns stay narrow (the notes under the table say the rest).
-STATUS_COLOR = {
-    "wrong": "red",
-    "oom": "magenta",
-    "error": "red",
-    "unavailable": "dim",
-    "skipped": "yellow",
-    "unsupported": "dim",
-}
-
-
-def short_status(row: dict[str, Any]) -> str:
-    """A cell's status in no more room than a number (``unavail``, ``N/A``, ``oom``)."""
-    return SHORT_STATUS.get(row["status"], row["status"])
+STATUS_COLOR = dict(
+    wrong="red", oom="magenta", error="red", unavailable="dim", skipped="yellow", unsupported="dim"
+)
 
 
 def status_cell(row: dict[str, Any]) -> str:
-    """``short_status`` in its colour (console markup)."""
-    color = STATUS_COLOR[row["status"]]
-    return f"[{color}]{short_status(row)}[/{color}]"
+    """A cell's status in its colour (console markup), in no more room than a number
+    (``unavail``, ``N/A``, ``oom``)."""
+    status = row["status"]
+    return f"[{STATUS_COLOR[status]}]{SHORT_STATUS.get(status, status)}[/{STATUS_COLOR[status]}]"
 
 
 # What each mark means, said once under the tables that carry it.

@@ -1,8 +1,7 @@
-"""``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site (no
-server, no network): ``index.html``, a ``shape-NAME.html`` per shape, and plotly's bundle
-beside them; change points and verdicts are ``history check``'s. Each plot's figure is
-JSON in a ``<script>`` block drawn by one small script, ``<select>`` filters hide whole
-plots; every text from the data is HTML-escaped."""
+"""``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site
+(``index.html``, a ``shape-NAME.html`` per shape, plotly's bundle), ``history check``'s
+change points and verdicts; a plot's figure is JSON that one small script draws, and
+every text from the data is HTML-escaped."""
 
 from __future__ import annotations
 
@@ -21,8 +20,6 @@ from perfsuite.history.store import Run
 from perfsuite.history.timelines import Group, Mark
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import write_atomically
-
-PAGE_GLOB = "shape-*.html"
 
 
 class DashboardError(ValueError):
@@ -118,6 +115,10 @@ def _filters(groups: Sequence[Group]) -> str:
     )
 
 
+def _commit(mark: Mark, commit_url: Callable[[str], str]) -> str:
+    return f'<a href="{esc(commit_url(mark.after.sha))}"><code>{esc(mark.after.commit)}</code></a>'
+
+
 def _marks_table(marks: Sequence[Mark], commit_url: Callable[[str], str]) -> str:
     if not marks:
         return '<p class="muted">No change point.</p>'
@@ -129,9 +130,8 @@ def _marks_table(marks: Sequence[Mark], commit_url: Callable[[str], str]) -> str
             f'<tr class="mark {m.state}" data-position="{m.after.position}" '
             f'data-metric="{m.metric}" data-method="{esc(m.method)}" data-state="{m.state}">'
             f"<td>{m.metric}</td><td>{esc(m.method)}</td>"
-            f'<td class="num">{m.after.position}</td>'
-            f'<td><a href="{esc(commit_url(m.after.sha))}"><code>{esc(m.after.commit)}</code></a>'
-            f' <span class="muted">after {esc(m.before.commit)}</span></td>'
+            f'<td class="num">{m.after.position}</td><td>{_commit(m, commit_url)} '
+            f'<span class="muted">after {esc(m.before.commit)}</span></td>'
             f'<td class="num">{m.size:+.1%}</td><td class="{m.state}">{esc(state)}</td>'
             f"<td>{esc(note)}</td></tr>"
         )
@@ -197,8 +197,7 @@ def index_page(
                 open_rows.append(
                     f'<tr class="open-regression"><td><a href="{esc(file)}#g{i}">'
                     f"{esc(group.title)}</a></td><td>{esc(m.method)}</td><td>{m.metric}</td>"
-                    f'<td class="num">{m.size:+.1%}</td><td><a href="'
-                    f'{esc(commit_url(m.after.sha))}"><code>{esc(m.after.commit)}</code></a></td>'
+                    f'<td class="num">{m.size:+.1%}</td><td>{_commit(m, commit_url)}</td>'
                     f"<td><code>{esc(m.ident)}</code></td></tr>"
                 )
         n_runs = len({r.run_hash for g in groups for r in g.runs})
@@ -211,6 +210,7 @@ def index_page(
     heads = ("plot", "method", "metric", "change", "commit", "ack with")
     none = "<p>No open regression.</p>"
     regressions = _table("regressions", heads, open_rows) if open_rows else none
+    shapes = _table("shapes", ("shape", "devices", "plots", "runs", "open regressions"), shape_rows)
     run_rows, anchored = [], set()
     for r in reversed(runs):
         anchor = "" if r.sha in anchored else f' id="commit-{esc(r.sha)}"'
@@ -225,11 +225,8 @@ def index_page(
     body = (
         f'<h1>{esc(title)}</h1>\n<p class="muted">From <code>{esc(source)}</code>: '
         f"{len(runs)} runs. Regressions are judged by <code>perfsuite history check</code>'s "
-        "rule, on the same series.</p>\n<h2>Open regressions</h2>\n"
-        + regressions
-        + "\n<h2>Shapes</h2>\n"
-        + _table("shapes", ("shape", "devices", "plots", "runs", "open regressions"), shape_rows)
-        + "\n<h2>Runs</h2>\n"
+        f"rule, on the same series.</p>\n<h2>Open regressions</h2>\n{regressions}\n"
+        f"<h2>Shapes</h2>\n{shapes}\n<h2>Runs</h2>\n"
         + _table(
             "runs", ("time", "commit", "device", "environment", "cells", "run", "file"), run_rows
         )
@@ -310,7 +307,7 @@ def build(
     write_atomically(out / PLOTLY_JS, get_plotlyjs())
     index = index_page(title, pages, store.list_runs(conn), commit_url, source)
     write_atomically(out / "index.html", index)
-    for stale in out.glob(PAGE_GLOB):
+    for stale in out.glob("shape-*.html"):
         if stale.name not in taken:
             stale.unlink()
     return [out / "index.html", *(out / name for _, name, _ in pages)]

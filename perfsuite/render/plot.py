@@ -14,6 +14,7 @@ from perfsuite.args import int_between
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.render.cells import BUSY_MARK, INTERPRETED_MARK, group_rows
 from perfsuite.render.roofline import gpu_for_env, roofline_ms
+from perfsuite.render.tp_table import shard_rows
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import PHASES, ResultsError, load_results, require_kind
 
@@ -22,10 +23,8 @@ QUANTITIES = {"memory": "peak memory (MiB)", "time": "median time (ms)"}
 
 
 def _value(row: dict[str, Any], quantity: str) -> float | None:
-    if quantity == "memory":
-        peak = row.get("peak_bytes")
-        return None if peak is None else peak / 2**20
-    return row.get("median_ms")
+    peak = row.get("peak_bytes")
+    return row.get("median_ms") if quantity == "time" else None if peak is None else peak / 2**20
 
 
 def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
@@ -87,12 +86,9 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
     for ax, beta in zip(axes, betas, strict=True):
         panel = [r for r in members if r["beta"] == beta]
         drawn |= _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu)
-        ax.set_xscale("log")
+        ax.set(xscale="log", yscale="log", title=f"β = {beta:g}", xlabel=AXES[x][1])
         _data_ticks(ax, xs_all)
-        ax.set_yscale("log")
         _plain_log_labels(ax.yaxis)
-        ax.set_title(f"β = {beta:g}")
-        ax.set_xlabel(AXES[x][1])
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(QUANTITIES[quantity])
     figure_legend(fig, axes)
@@ -181,20 +177,16 @@ def _draw_panel(ax, panel, methods, quantity, x, xs_all, key, phase, gpu) -> set
             if busy and quantity == "time":  # as the tables mark its cell; memory is unaffected
                 ax.annotate(BUSY_MARK, (px, py), xytext=(3, 3), textcoords="offset points")
         drawn.add(method)
-    other_value, hidden, dtype, tp = key[0], key[1], key[2], key[5]
-
-    def dims(xv: int) -> tuple[int, int, int]:
-        """(N, V, D), V a rank's ⌈V/K⌉ rows of C in a TP figure."""
-        tokens, vocab = (xv, other_value) if x == "tokens" else (other_value, xv)
-        return tokens, vocab if tp is None else -(-vocab // tp), hidden
-
+    other, hidden, dtype, tp = key[0], key[1], key[2], key[5]
+    # (N, V, D) at each x, V a rank's ⌈V/K⌉ rows of C in a TP figure
+    dims = [(xv, other) if x == "tokens" else (other, xv) for xv in xs_all]
+    dims = [(n, v if tp is None else shard_rows(v, tp), hidden) for n, v in dims]
     per_rank = "" if tp is None else " per rank"
-
     if quantity == "memory":
-        ys = [floor_bytes(phase, *dims(xv), dtype) / 2**20 for xv in xs_all]
+        ys = [floor_bytes(phase, *d, dtype) / 2**20 for d in dims]
         ax.plot(xs_all, ys, "k--", linewidth=1, label="lower bound" + per_rank)
     elif gpu is not None:
-        ys = [roofline_ms(phase, *dims(xv), dtype, gpu) for xv in xs_all]
+        ys = [roofline_ms(phase, *d, dtype, gpu) for d in dims]
         ax.plot(xs_all, ys, "k--", linewidth=1, label=f"roofline ({gpu.name}){per_rank}")
     return drawn
 

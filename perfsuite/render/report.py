@@ -1,13 +1,7 @@
-"""``perfsuite report RESULTS.json --format md|latex|csv|html [-o FILE]``: the paper's table.
-
-Analytic columns (docs/math.md, ``roofline``): the lower-bound row holds the memory floor
-and each phase's FLOPs; the methods' third column the fraction of the roofline on a known
-GPU (H100, H200, A100), else the achieved FLOP rate. The CSV spells every number out.
-
-``--paper``: a results file next to the paper's table, as ratios measured within each run.
-Absolute times move with clocks, drivers and library versions; the paper's claims are
-relative (ours against CCE and torch.compile, memory against the floor), so each paper row
-gets the paper's ratios beside ours. The paper measured one device: TP cells are left out."""
+"""``perfsuite report RESULTS.json --format md|latex|csv|html [-o FILE]``: the paper's table
+(``report_formats``). ``--paper``: a run beside the paper's table as ratios measured within
+each run (absolute times move with clocks and versions; the paper's claims are relative);
+the paper measured one device, so TP cells are left out. ``--breakdown``: where time goes."""
 
 from __future__ import annotations
 
@@ -20,22 +14,17 @@ from typing import Any
 from perfsuite.fit import pipe_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import paper_names
+from perfsuite.render.cells import one_device
 from perfsuite.render.report_formats import FORMATS, render
 from perfsuite.results.results import ResultsError, check_writable, load_results, require_kind
 
 _SUFFIX_FORMAT = {".md": "md", ".tex": "latex", ".csv": "csv", ".html": "html", ".htm": "html"}
-
-
 # The paper's Gemma2-2B H100 table, committed with the results it is set beside.
 PAPER_TABLE = Path(__file__).resolve().parents[2] / "reports" / "paper" / "gemma2-2b-h100.csv"
-
-
 COLUMNS = [
     "paper method", "β", "ours as", "paper ×CCE", "ours ×CCE", "paper ×compile", "ours ×compile",
     "paper peak/floor", "ours peak/floor", "our status",
 ]  # fmt: skip
-
-
 # The columns of reports/paper/gemma2-2b-h100.csv that side_by_side reads.
 PAPER_COLUMNS = ("method", "beta", "fwdbwd_mem_mb", "fwdbwd_ms")
 
@@ -71,20 +60,20 @@ def _num(text: str | None) -> float | None:
     return float(text) if text not in (None, "") else None
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "–"
 
 
-def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict | None:
-    """Our fwd+bwd cell for ``method`` at β = 0 or the run's β > 0."""
+def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict[str, Any]:
+    """Our fwd+bwd cell for ``method`` at β = 0 or the run's β > 0 ({}: none)."""
     mine = (r for r in rows if r["method"] == method and r["phase"] == "fwd+bwd")
-    return next((r for r in mine if (r["beta"] > 0) == positive_beta), None)
+    return next((r for r in mine if (r["beta"] > 0) == positive_beta), {})
 
 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
     """Markdown (``fit.pipe_table``): per paper row, the paper's ratios and ours
     from ``document``."""
-    mine = [r for r in document["rows"] if r.get("tp") is None]
+    mine = one_device(document["rows"])
     if not mine:
         raise ResultsError("no one-device cell to set beside the paper (only cells across ranks)")
     rows = [r for r in mine if r.get("median_ms") is not None or r["status"] != "ok"]
@@ -105,9 +94,6 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
         exact = [p for p in rows if p["beta"] == beta]
         return _num((exact or rows or [{}])[0].get("fwdbwd_ms"))
 
-    def fmt(x: float | None, digits: int = 2) -> str:
-        return "–" if x is None else f"{x:.{digits}f}"
-
     records = []
     # The paper's method names -> ours: each method's ``paper``, and a method since removed
     # that older results files hold (reports/nvidia-h100-80gb-hbm3/).
@@ -118,23 +104,19 @@ def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
             continue
         positive = p["beta"] != "0"
         mine = _ours(rows, method, positive)
-        compile_mine = _ours(rows, "torch-compile", positive)
-        ms = mine.get("median_ms") if mine else None
-        peak = mine.get("peak_bytes") if mine else None
-        status = mine["status"] if mine else "not run"
+        ms, status = mine.get("median_ms"), mine.get("status", "not run")
         mark = " ✗" if status == "wrong" else ""
-        cce_ms = ours_cce.get("median_ms") if ours_cce else None
         paper_ms = _num(p["fwdbwd_ms"])
-        compile_ms = compile_mine and compile_mine.get("median_ms")
+        compile_ms = _ours(rows, "torch-compile", positive).get("median_ms")
         records.append([  # COLUMNS' order
             p["method"], p["beta"], method,
-            fmt(_ratio(paper_ms, paper_cce)), fmt(_ratio(ms, cce_ms)) + mark,
-            fmt(_ratio(paper_ms, paper_compile(p["beta"]))), fmt(_ratio(ms, compile_ms)) + mark,
-            fmt(_ratio(_num(p["fwdbwd_mem_mb"]), paper_floor)), fmt(_ratio(peak, floor)), status,
+            _ratio(paper_ms, paper_cce), _ratio(ms, ours_cce.get("median_ms")) + mark,
+            _ratio(paper_ms, paper_compile(p["beta"])), _ratio(ms, compile_ms) + mark,
+            _ratio(_num(p["fwdbwd_mem_mb"]), paper_floor), _ratio(mine.get("peak_bytes"), floor),
+            status,
         ])  # fmt: skip
-    left = [*COLUMNS[:3], COLUMNS[-1]]
-    lines = pipe_table(COLUMNS, records, left)
-    cce_status = ours_cce["status"] if ours_cce else "not run"
+    lines = pipe_table(COLUMNS, records, [*COLUMNS[:3], COLUMNS[-1]])
+    cce_status = ours_cce.get("status", "not run")
     lines.append("")
     lines.append(
         f"×CCE: fwd+bwd time over CCE's at β = 0 in the same run (ours: CCE {cce_status}"

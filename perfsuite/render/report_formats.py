@@ -1,16 +1,13 @@
 """The paper's table (``table.build_report``) by pandas' own writers: markdown, LaTeX
-(booktabs), HTML and CSV; what is left here is what pandas cannot know (bold best cells,
-the lower-bound row, rules between β sections, titles and notes). Markdown and CSV add the
-cells across ranks; LaTeX and HTML leave them out, with a note. The CSV spells every number
-out in its own column, a line per (table, β, method), then a line per TP size with ``tp``
-set and its numbers per rank, as the TP tables' (no roofline: no model of the
-interconnect)."""
+(booktabs), HTML and CSV, with what pandas cannot know (bold best cells, the lower bound,
+rules between β sections, titles, notes). Markdown and CSV add the cells across ranks
+(LaTeX and HTML say they leave them out); the CSV has every number in its own column, a
+line per (table, β, method), then per TP size its numbers per rank (no roofline)."""
 
 from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -19,6 +16,7 @@ from perfsuite.fit import md_escape, pipe_table
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.cells import (
+    by_cell,
     cell_marks,
     grads_in_forward,
     group_rows,
@@ -28,58 +26,30 @@ from perfsuite.render.cells import (
     status_label,
 )
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
-from perfsuite.render.table import (
-    LOWER_BOUND,
-    PaperTable,
-    build_report,
-    entropy_note,
-    general_notes,
-    mean,
-)
+from perfsuite.render.table import LOWER_BOUND, PaperTable, build_report, general_notes, mean
 from perfsuite.render.tp_table import shard_rows, tp_footnotes, tp_rows, tp_tables
-
-
-def _notes(table: PaperTable) -> list[str]:
-    return [n for n in (entropy_note(table), *table.notes) if n]
-
 
 BETA, METHOD = "β", "method"
 
 
-@dataclass
-class PaperFrame:
-    """One paper table as pandas frames, rows indexed by (β, method), the lower bound
-    first in each β section, columns phase × (mem, time, analytic): ``text`` what a
-    reader sees (units and marks included), ``best`` where a cell is its column's best,
-    so that each writer bolds it its own way."""
-
-    text: pd.DataFrame
-    best: pd.DataFrame
-
-
-def paper_frame(table: PaperTable) -> PaperFrame:
-    """The text and best-cell frames of ``table``."""
+def paper_frame(table: PaperTable) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``table`` as frames indexed by (β, method), columns phase × (mem, time, analytic):
+    what a reader sees (units and marks included), and where a cell is its column's best,
+    for each writer to bold its own way."""
     columns = pd.MultiIndex.from_product([table.phases, ["mem", "time", table.analytic]])
-    keys, texts, bests = [], [], []
-    for section in table.sections:
-        for line in section.lines:
-            keys.append((f"{section.beta:g}", line.method))
-            texts.append([c.text for c in line.cells])
-            bests.append([c.best for c in line.cells])
-    index = pd.MultiIndex.from_tuples(keys, names=[BETA, METHOD])
-    return PaperFrame(
-        pd.DataFrame(texts, index=index, columns=columns),
-        pd.DataFrame(bests, index=index, columns=columns, dtype=bool),
-    )
+    lines = [(f"{s.beta:g}", line) for s in table.sections for line in s.lines]
+    index = pd.MultiIndex.from_tuples([(b, ln.method) for b, ln in lines], names=[BETA, METHOD])
+    text = pd.DataFrame([[c.text for c in ln.cells] for _, ln in lines], index, columns)
+    best = pd.DataFrame([[c.best for c in ln.cells] for _, ln in lines], index, columns, bool)
+    return text, best
 
 
-# ---------------------------------------------------------------------------
 # Markdown
 
 
-def markdown_table(frame: PaperFrame) -> str:
+def markdown_table(text: pd.DataFrame, best: pd.DataFrame) -> str:
     """One pipe table: β shown once per section, best cells bold, lower bound italic."""
-    shown = frame.text.mask(frame.best, "**" + frame.text + "**")
+    shown = text.mask(best, "**" + text + "**")
     shown.columns = [f"{phase} {what}" for phase, what in shown.columns]
     flat = shown.reset_index()
     flat[BETA] = flat[BETA].mask(flat[BETA].duplicated(), "")
@@ -94,8 +64,7 @@ def tp_markdown(document: dict[str, Any]) -> list[str]:
     out = []
     for table in tables:
         out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
-        if table.notes:
-            out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
+        out += [*(f"- {md_escape(n)}" for n in table.notes), ""] if table.notes else []
     out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
     return out
 
@@ -104,11 +73,8 @@ def render_md(document: dict[str, Any]) -> str:
     tables = build_report(document)
     out = []
     for table in tables:
-        out.append(f"### {md_escape(table.title)}\n")
-        out.append(markdown_table(paper_frame(table)))
-        out.append("")
-        out.extend(f"- {md_escape(n)}" for n in _notes(table))
-        out.append("")
+        out += [f"### {md_escape(table.title)}\n", markdown_table(*paper_frame(table)), ""]
+        out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))
     if across := tp_markdown(document):
@@ -116,7 +82,6 @@ def render_md(document: dict[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-# ---------------------------------------------------------------------------
 # LaTeX (booktabs)
 
 _LATEX_SPECIAL = {
@@ -132,11 +97,11 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
-def latex_tabular(frame: PaperFrame) -> str:
+def latex_tabular(text: pd.DataFrame, best: pd.DataFrame) -> str:
     """The booktabs tabular of one table (``Styler.to_latex``), a midrule between β sections."""
     styler = (
-        frame.text.style.hide(names=True)
-        .apply(lambda _: frame.best.map(lambda b: "textbf:--rwrap;" if b else ""), axis=None)
+        text.style.hide(names=True)
+        .apply(lambda _: best.map(lambda b: "textbf:--rwrap;" if b else ""), axis=None)
         .format(latex_escape)
         .format_index(latex_escape, axis=1)
         .format_index(lambda beta: rf"$\beta = {beta}$", axis=0, level=0)
@@ -152,7 +117,7 @@ def latex_tabular(frame: PaperFrame) -> str:
         multicol_align="c",
         multirow_align="naive",
         clines="skip-last;index",
-        column_format="ll" + "r" * len(frame.text.columns),
+        column_format="ll" + "r" * len(text.columns),
     )
     # Styler draws \cline after each β section; booktabs wants \midrule between them.
     tex = re.sub(r"\\cline\{[^}]*\}\n(?=\\bottomrule)", "", tex)
@@ -165,15 +130,14 @@ def render_latex(document: dict[str, Any]) -> str:
     for table in tables:
         out.append("\\begin{table}[t]\n\\centering\n\\small")
         out.append(f"\\caption{{{latex_escape(table.title)}}}")
-        out.append(latex_tabular(paper_frame(table)).rstrip("\n"))
-        if notes := _notes(table):
-            out.append("\\par\\footnotesize " + latex_escape("; ".join(notes)))
+        out.append(latex_tabular(*paper_frame(table)).rstrip("\n"))
+        if table.notes:
+            out.append("\\par\\footnotesize " + latex_escape("; ".join(table.notes)))
         out.append("\\end{table}\n")
     out.extend(f"% {latex_escape(n)}" for n in general_notes(document, tables))
     return "\n".join(out) + "\n"
 
 
-# ---------------------------------------------------------------------------
 # HTML
 
 _CSS = """
@@ -192,13 +156,13 @@ caption { text-align: left; font-weight: bold; }
 _EMPTY_STYLE = '<style type="text/css">\n</style>\n'
 
 
-def html_table(frame: PaperFrame, title: str, uuid: str) -> str:
+def html_table(text: pd.DataFrame, best: pd.DataFrame, title: str, uuid: str) -> str:
     """One table (``Styler.to_html``): best cells and lower-bound rows carry a class."""
-    classes = frame.best.map(lambda b: "best" if b else "")
-    bound = frame.text.index.get_level_values(METHOD) == LOWER_BOUND
-    classes = classes.mask(pd.Series(bound, index=frame.text.index), "bound " + classes, axis=0)
+    classes = best.map(lambda b: "best" if b else "")
+    bound = text.index.get_level_values(METHOD) == LOWER_BOUND
+    classes = classes.mask(pd.Series(bound, index=text.index), "bound " + classes, axis=0)
     styler = (
-        frame.text.style.hide(names=True)
+        text.style.hide(names=True)
         .set_td_classes(classes)
         .set_caption(html.escape(title))
         .format(escape="html")
@@ -219,28 +183,27 @@ def render_html(document: dict[str, Any]) -> str:
         f"<style>{_CSS}</style></head><body>",
     ]
     for i, table in enumerate(tables):
-        out.append(html_table(paper_frame(table), table.title, f"t{i}").rstrip("\n"))
-        if notes := _notes(table):
-            out.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
-    notes = general_notes(document, tables)
-    out.append("<p>" + "<br>".join(esc(n) for n in notes) + "</p>")
-    out.append("</body></html>")
+        out.append(html_table(*paper_frame(table), table.title, f"t{i}").rstrip("\n"))
+        if table.notes:
+            out.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in table.notes) + "</ul>")
+    notes = "<br>".join(esc(n) for n in general_notes(document, tables))
+    out += [f"<p>{notes}</p>", "</body></html>"]
     return "\n".join(out) + "\n"
 
 
-# ---------------------------------------------------------------------------
 # CSV
 
 PER_PHASE = (
     "status", "mem_mib", "ms", "p20_ms", "p80_ms", "marks", "floor_mib", "gflop", "roofline_ms",
     "roofline_frac", "achieved_tflop_s",
 )  # fmt: skip
-# Per phase, after PER_PHASE, in a document with TP cells: (column, row field, scale).
-TP_PER_PHASE = (
-    ("collectives", "collectives", 0),
-    ("collective_mib", "collective_bytes", 2**20),
-    ("collective_ms", "collective_ms", 1),
-)
+# A measured cell's numbers: (column, row field, scale; 0: a count). The last three (per
+# phase after PER_PHASE) only in a document with TP cells.
+NUMBERS = (
+    ("mem_mib", "peak_bytes", 2**20), ("ms", "median_ms", 1), ("p20_ms", "p20_ms", 1),
+    ("p80_ms", "p80_ms", 1), ("collectives", "collectives", 0),
+    ("collective_mib", "collective_bytes", 2**20), ("collective_ms", "collective_ms", 1),
+)  # fmt: skip
 LEADING = (
     "shape", "tokens", "vocab", "hidden", "dtype", "softcap", "workload", "entropy_nats", "device",
     "gpu", "beta", "method", "tp", "deterministic",
@@ -273,33 +236,27 @@ def _phase_fields(
     out[f"{s}_marks"] = cell_marks(row, phase, in_fwd) if measured(row) or one else ""
     if not measured(row):
         return out
-    if row.get("peak_bytes") is not None:
-        out[f"{s}_mem_mib"] = f"{row['peak_bytes'] / 2**20:.6g}"
-    for f in ("median_ms", "p20_ms", "p80_ms"):
-        if row.get(f) is not None:
-            out[f"{s}_{'ms' if f == 'median_ms' else f}"] = f"{row[f]:.6g}"
-    ms = row.get("median_ms")
-    if ms:
+    for column, field, scale in NUMBERS:
+        if row.get(field) is not None:
+            out[f"{s}_{column}"] = f"{row[field] / scale:.6g}" if scale else str(row[field])
+    if ms := row.get("median_ms"):
         out[f"{s}_achieved_tflop_s"] = f"{flops / (ms / 1e3) / 1e12:.6g}"
         if roof is not None:
             out[f"{s}_roofline_frac"] = f"{roof / ms:.4f}"
-    for column, field, scale in TP_PER_PHASE:
-        if row.get(field) is not None:
-            out[f"{s}_{column}"] = f"{row[field] / scale:.6g}" if scale else str(row[field])
     return out
 
 
 def _record(
-    head: dict[str, Any],
+    head: dict,
     method: str,
-    tp: int | None,
-    by_phase: dict[str, dict[str, Any]],
+    by_phase: dict[str, dict],
     phases: list[str],
-    known: dict[str, Any],
+    known: dict,
     gpu: GPU | None,
 ) -> dict[str, Any]:
     """One CSV line: ``head`` (the shape and β), the method's, then per phase its columns."""
     seen = {r.get("deterministic") for r in by_phase.values()} - {None}
+    tp = next(iter(by_phase.values()), {}).get("tp")
     out = {
         **head,
         "method": method,
@@ -329,7 +286,6 @@ def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entro
 
 def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per (shape, β, method, TP size) of the cells measured across ranks."""
-    order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in rows))}
     records = []
     groups = group_rows(tp_rows(rows), key=shape_key)
     # the methods across ranks, their own capabilities: asked only when there are such cells
@@ -337,12 +293,9 @@ def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for key, members in groups.items():
         for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
             entropy = mean([r.get("entropy") for r in group])
-            cells = group_rows(group, key=lambda r: (order[r["method"]], r["tp"]))
-            for (_, tp), cell in sorted(cells.items()):
-                head = _head(key, cell[0], None, beta, entropy)
-                by_phase = {r["phase"]: r for r in cell}
-                method = cell[0]["method"]
-                records.append(_record(head, method, tp, by_phase, list(by_phase), known, None))
+            for (method, _), by_phase in by_cell(group).items():
+                head = _head(key, next(iter(by_phase.values())), None, beta, entropy)
+                records.append(_record(head, method, by_phase, list(by_phase), known, None))
     return records
 
 
@@ -354,11 +307,10 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
     records = []
     for table in tables:
         for section in table.sections:
-            first = {"shape": table.shape, "device": table.device}
-            head = _head(table.key, first, gpu, section.beta, section.entropy)
+            head = _head(table.key, table.first, gpu, section.beta, section.entropy)
             for line in section.lines:
                 name = "lower_bound" if line.method == LOWER_BOUND else line.method
-                record = _record(head, name, None, line.rows, table.phases, known, gpu)
+                record = _record(head, name, line.rows, table.phases, known, gpu)
                 record["best"] = ";".join(
                     f"{_slug(phase)}_{what}"
                     for i, phase in enumerate(table.phases)
@@ -371,7 +323,7 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
     phases = [
         p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)
     ]
-    fields = PER_PHASE + tuple(c for c, _, _ in TP_PER_PHASE if across)
+    fields = PER_PHASE + tuple(c for c, _, _ in NUMBERS[4:] if across)
     columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in fields), "best"]
     return pd.DataFrame.from_records(records + across, columns=columns).astype(object)
 

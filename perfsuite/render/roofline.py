@@ -19,22 +19,21 @@ class GPU:
     # suite leaves TF32 off (torch's default), so fp32 matmuls run at it.
     tflops: dict[str, float]
     hbm_tb_s: float  # memory bandwidth, TB/s (10^12 bytes/s)
-    memory_gb: float
 
 
 # Dense figures: half of NVIDIA's "with sparsity" tensor-core numbers, from the H100 (2023),
-# H200 (2024) and A100 (2021) Tensor Core GPU datasheets; FP32 is the CUDA-core figure.
+# H200 (2024) and A100 (2021) Tensor Core GPU datasheets.
 GPUS: dict[str, GPU] = {
     g.name: g
     for g in (
-        GPU("H100 SXM", {"bf16": 989.5, "fp16": 989.5, "fp32": 67.0}, 3.35, 80),
-        GPU("H100 PCIe", {"bf16": 756.5, "fp16": 756.5, "fp32": 51.0}, 2.0, 80),
-        GPU("H100 NVL", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}, 3.9, 94),
-        GPU("H200 SXM", {"bf16": 989.5, "fp16": 989.5, "fp32": 67.0}, 4.8, 141),
-        GPU("H200 NVL", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}, 4.8, 141),
-        GPU("A100 SXM 80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 2.039, 80),
-        GPU("A100 PCIe 80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 1.935, 80),
-        GPU("A100 40GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 1.555, 40),
+        GPU("H100 SXM", {"bf16": 989.5, "fp16": 989.5, "fp32": 67.0}, 3.35),
+        GPU("H100 PCIe", {"bf16": 756.5, "fp16": 756.5, "fp32": 51.0}, 2.0),
+        GPU("H100 NVL", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}, 3.9),
+        GPU("H200 SXM", {"bf16": 989.5, "fp16": 989.5, "fp32": 67.0}, 4.8),
+        GPU("H200 NVL", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}, 4.8),
+        GPU("A100 SXM 80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 2.039),
+        GPU("A100 PCIe 80GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 1.935),
+        GPU("A100 40GB", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, 1.555),
     )
 }
 
@@ -48,9 +47,7 @@ def identify_gpu(name: str | None) -> GPU | None:
     if "H200" in text:
         return GPUS["H200 NVL" if "NVL" in text else "H200 SXM"]
     if "H100" in text:
-        if "NVL" in text:
-            return GPUS["H100 NVL"]
-        return GPUS["H100 PCIe" if "PCIE" in text else "H100 SXM"]
+        return GPUS["H100 NVL" if "NVL" in text else "H100 PCIe" if "PCIE" in text else "H100 SXM"]
     if "A100" in text:
         if "80GB" in text.replace(" ", ""):
             return GPUS["A100 PCIe 80GB" if "PCIE" in text else "A100 SXM 80GB"]
@@ -74,11 +71,7 @@ def phase_bytes(phase: str, tokens: int, vocab: int, hidden: int, dtype: str) ->
     """Minimal HBM traffic: e and c read per pass, fp32 losses and dE, dC written."""
     inputs = (tokens + vocab) * hidden * DTYPE_BYTES[dtype]
     losses = tokens * 4
-    return {
-        "fwd": inputs + losses,
-        "bwd": 2 * inputs,
-        "fwd+bwd": 3 * inputs + losses,
-    }[phase]
+    return {"fwd": inputs + losses, "bwd": 2 * inputs, "fwd+bwd": 3 * inputs + losses}[phase]
 
 
 def roofline_ms(phase: str, tokens: int, vocab: int, hidden: int, dtype: str, gpu: GPU) -> float:

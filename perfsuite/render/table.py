@@ -1,11 +1,11 @@
-"""The paper's table, laid out once: per (shape, dtype) a table of β sections, the lower
-bound first, a line per method of memory, time and an analytic cell per phase, the best
-of each column marked (``build_report``, which every report format writes), and the
-console table of its memory and time cells (``print_tables``). One-device cells only:
-cells across ranks are ``tp_table``'s."""
+"""The paper's table, laid out once (``build_report``): per shape a table of β sections,
+the lower bound first, a line per method of a memory, a time and an analytic cell per
+phase, the best of each column marked; every report format writes it, the console its
+memory and time cells (units in the headers). Cells across ranks are ``tp_table``'s."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +14,6 @@ from rich.console import Console
 
 from perfsuite.fit import BOX, Column, Grid, Notes, TrimmedConsole
 from perfsuite.plan.memory_model import floor_bytes
-from perfsuite.plan.registry import all_methods
 from perfsuite.render.cells import (
     by_method,
     cell_marks,
@@ -33,10 +32,6 @@ from perfsuite.render.cells import (
 )
 from perfsuite.render.roofline import GPU, gpu_for_env, phase_flops, roofline_ms
 from perfsuite.units import fmt_bytes, fmt_flops, fmt_number
-
-# The layout of a loss cell, once for every format: per phase a memory, a time and an
-# analytic cell. The console shows the first two (units in the headers), the report all
-# three (units in the cells).
 
 LOWER_BOUND = "lower bound"
 
@@ -87,7 +82,7 @@ def method_line(
     """One method's cells; the analytic one a share of ``gpu``'s roofline, else a rate."""
     tokens, vocab, hidden, dtype = key[:4]
     in_fwd = grads_in_forward(name, known, beta)
-    cells: list[Cell] = []
+    cells = []
     for phase in phases:
         row = by_phase.get(phase)
         if row is None or not measured(row):
@@ -101,12 +96,11 @@ def method_line(
         analytic = Cell()
         # A ‡ method's fwd/bwd does other work than the phase's FLOPs count: no rate.
         if ms and split_ok:
-            flops = phase_flops(phase, tokens, vocab, hidden)
             if gpu is not None:
                 frac = roofline_ms(phase, tokens, vocab, hidden, dtype, gpu) / ms
                 analytic = Cell(f"{100 * frac:.0f}%", marks=marks, value=-frac, comparable=fair)
             else:
-                rate = flops / (ms / 1e3)
+                rate = phase_flops(phase, tokens, vocab, hidden) / (ms / 1e3)
                 analytic = Cell(fmt_flops(rate) + "/s", marks=marks, value=-rate, comparable=fair)
         peak = row.get("peak_bytes")
         cells += [
@@ -146,16 +140,15 @@ class PaperTable:
     phases: list[str]
     analytic: str  # header of each phase's third column
     sections: list[Section]
-    notes: list[str]
+    notes: list[str]  # the mean entropies', then each failed cell's reason
     gpu: GPU | None
-    shape: str = ""
-    device: str = ""
+    first: dict[str, Any]  # the table's first row: its shape's name, title and device
 
 
 def mean(values: list[float | None]) -> float | None:
     """The mean of the numbers among ``values`` (None and NaN left out)."""
     values = [v for v in values if v is not None and v == v]
-    return sum(values) / len(values) if values else None
+    return statistics.fmean(values) if values else None
 
 
 def _mark_best(lines: list[Line]) -> None:
@@ -193,15 +186,18 @@ def build_report(document: dict[str, Any]) -> list[PaperTable]:
         reasons = group_rows(
             failed, key=lambda r: (r["method"], r["beta"], status_label(r), r["reason"])
         )
-        notes = [
+        entropies = [
+            f"β={s.beta:g}: {s.entropy:.2f} nats" for s in sections if s.entropy is not None
+        ]
+        notes = ["inputs' mean token entropy " + ", ".join(entropies)] if entropies else []
+        notes += [
             f"{method} β={beta:g} ({', '.join(r['phase'] for r in rows)}): {label}: {reason}"
             for (method, beta, label, reason), rows in reasons.items()
         ]
         analytic = "% roofline" if gpu else "FLOP/s"
-        device = members[0].get("device", "?")
-        where = gpu.name if gpu else (env.get("device") or {}).get("name") or device
-        title, shape = f"{shape_title(members)} on {where}", members[0].get("shape") or "custom"
-        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, shape, device))
+        where = gpu.name if gpu else (env.get("device") or {}).get("name")
+        title = f"{shape_title(members)} on {where or members[0].get('device', '?')}"
+        tables.append(PaperTable(title, key, phases, analytic, sections, notes, gpu, members[0]))
     return tables
 
 
@@ -226,44 +222,42 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
         )
     notes.append(
         "Bold: the best of its column as printed (ties all bold); times and rates leave ‡ and "
-        "† cells out, memory "
-        "leaves out ‡ fwd/bwd cells. Times are medians."
+        "† cells out, memory leaves out ‡ fwd/bwd cells. Times are medians."
     )
     return notes
 
 
-def entropy_note(table: PaperTable) -> str:
-    parts = [f"β={s.beta:g}: {s.entropy:.2f} nats" for s in table.sections if s.entropy is not None]
-    return "inputs' mean token entropy " + ", ".join(parts) if parts else ""
-
-
 def loss_grids(rows: Iterable[dict[str, Any]]) -> list[Grid]:
-    """One table per (shape, dtype, β): the lower bound, then a line per method of each
-    phase's memory and time (units in the headers, names folding at hyphens), its reasons
-    numbered in a note column; too wide, it is printed a phase at a time."""
-    grids, known = [], all_methods()
-    for members in group_rows(one_device(rows)).values():
-        key, beta, notes = shape_key(members[0]), members[0]["beta"], Notes()
-        phases = present_phases(members)
-        lines = [("[italic]lower bound[/italic]", bound_line(phases, key, None), "")]
-        for name, by_phase in by_method(members).items():
-            failed = [r for p in phases if (r := by_phase.get(p)) and r["status"] != "ok"]
-            refs = dict.fromkeys(notes.ref(f"{r['status']}: {r['reason']}", name) for r in failed)
-            line = method_line(name, by_phase, phases, key, None, known, beta)
-            lines.append((name, line, " ".join(refs)))
-        columns = [Column("method")]
-        for unit in (f"{phase}\n{u}" for phase in phases for u in ("MiB", "ms")):
-            columns.append(Column(unit, "right", False))
-        note = [len(columns)] if any(refs for _, _, refs in lines) else []
-        columns += [Column("note", fold=False)] if note else []
-        cells = [[name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)]
-                 + [refs] * len(note) for name, line, refs in lines]  # fmt: skip
-        title = f"{shape_title(members)}, β={beta:g} on {members[0].get('device', '?')}"
-        parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note]) for i, p in enumerate(phases)]
-        grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
+    """The console's layout of ``build_report``: a table per β section, of each phase's
+    memory and time (units in the headers), reasons numbered in a note column; too wide,
+    it is printed a phase at a time."""
+    grids = []
+    for table in build_report({"rows": list(rows), "env": {}}):  # no GPU: no roofline
+        head = shape_title([table.first])
+        for section in table.sections:
+            notes, cells, refs = Notes(), [], []
+            for line in section.lines:
+                failed = [
+                    r for p in table.phases if (r := line.rows.get(p)) and r["status"] != "ok"
+                ]
+                why = (notes.ref(f"{r['status']}: {r['reason']}", line.method) for r in failed)
+                refs.append(" ".join(dict.fromkeys(why)))
+                bound = line.method == LOWER_BOUND
+                name = f"[italic]{LOWER_BOUND}[/italic]" if bound else line.method
+                cells.append([name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)])
+            columns = [Column("method")]
+            columns += [Column(f"{p}\n{u}", "right", False) for p in table.phases for u in UNITS]
+            note = [len(columns)] if notes else []
+            columns += [Column("note", fold=False)] if note else []
+            cells = [row + [ref] * len(note) for row, ref in zip(cells, refs, strict=True)]
+            title = f"{head}, β={section.beta:g} on {table.first.get('device', '?')}"
+            parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note])
+                     for i, p in enumerate(table.phases)]  # fmt: skip
+            grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
     return grids
 
 
+UNITS = ("MiB", "ms")
 LOSS_BOX = {**BOX, "sections": [0]}  # a rule under the lower bound
 
 

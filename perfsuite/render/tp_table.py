@@ -1,7 +1,6 @@
-"""The console table of cells measured across ranks (``run --tp``): per (shape, dtype, β)
-a line per method and TP size from one phase (fwd+bwd when measured), with rates, the
-per-rank floor and the scaling against the same method's TP = 1 (never a one-device
-cell). ``tp_tables`` is the data, shared by the markdown report."""
+"""The tables of cells measured across ranks (``run --tp``), for the console and markdown:
+per (shape, dtype, β) a line per method and TP size of one phase (fwd+bwd when measured):
+rates, the per-rank floor, the scaling against the same method's TP = 1."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from perfsuite.fit import BOX, Column, Grid, Notes
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import methods_for
 from perfsuite.render.cells import (
+    by_cell,
     cell_marks,
     grads_in_forward,
     group_rows,
@@ -23,8 +23,10 @@ from perfsuite.render.cells import (
     present_phases,
     shape_title,
     status_cell,
+    tp_rows,
 )
 from perfsuite.render.roofline import phase_flops
+from perfsuite.render.table import Cell
 from perfsuite.units import BYTES, RATES, fmt_bytes, fmt_number, largest
 
 # (key, header): the columns of a TP table, in order; {rate} and {mem}: the table's units.
@@ -38,17 +40,12 @@ OPTIONAL = ("colls",)  # left out first when the table does not fit the terminal
 
 @dataclass
 class TpTable(Grid):
-    """A TP table as the engine draws it, with what its notes need: the phase it shows,
-    its headers by column key (units filled in) and the marks its cells carry."""
+    """A TP table with what its notes need: its phase, its headers by column key (units
+    filled in) and the marks its cells carry."""
 
     phase: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     marks: str = ""
-
-
-def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows measured across ranks."""
-    return [r for r in rows if r.get("tp") is not None]
 
 
 def shard_rows(vocab: int, tp: int) -> int:
@@ -67,8 +64,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, str]:
-    """(rate scale, unit, memory scale, unit) for one table: the largest value reads well
-    (MiB where GiB would print 0.00; GFLOP/s where TFLOP/s would)."""
+    """(rate scale, unit, memory scale, unit) of a table: those its largest values fill."""
     rates, sizes = [0.0], [0]
     for r in rows:
         sizes.append(rank_floor(phase, r))
@@ -97,7 +93,7 @@ def _line(
     marks = cell_marks(row, phase, in_fwd)
     ms, peak = row.get("median_ms"), row.get("peak_bytes")
     style = "red" if row["status"] == "wrong" else "dim" if in_fwd and marks else ""
-    cells["ms"] = f"[{style}]{fmt_number(ms)}{marks}[/{style}]" if style else fmt_number(ms) + marks
+    cells["ms"] = Cell(fmt_number(ms), marks=marks, style=style).console()
     if ms and not (in_fwd and phase != "fwd+bwd"):  # a ‡ split does other FLOPs than these
         flops = phase_flops(phase, row["tokens"], row["vocab"], row["hidden"])
         cells["rate"] = fmt_number(flops / k / (ms / 1e3) / rate_scale)
@@ -126,28 +122,24 @@ def _table(members: list[dict[str, Any]], known: dict[str, Any]) -> TpTable:
         f"{shape_title(members)}, β={beta:g} on {first.get('device', '?')}: "
         f"{phase} across ranks (tensor-parallel)"
     )
-    cells: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in members:
-        cells.setdefault((r["method"], r["tp"]), {})[r["phase"]] = r
+    cells = by_cell(members)
     units = _units([by[phase] for by in cells.values() if phase in by], phase)
     _, rate_unit, _, mem_unit = units
     headers = {key: h.format(rate=rate_unit, mem=mem_unit) for key, h in COLUMNS}
     reasons, lines, marks = Notes(), [], ""
-    for method in dict.fromkeys(r["method"] for r in members):
-        for k in sorted(k for m, k in cells if m == method):
-            by_phase = cells[(method, k)]
-            row = by_phase.get(phase)
-            in_fwd = grads_in_forward(method, known, beta)
-            if row is None:
-                line = {"method": method, "tp": str(k), "ms": "-"}
-                why = f"no {phase} row ({', '.join(by_phase)} measured)"
-            else:
-                reference = cells.get((method, 1), {}).get(phase)
-                line = _line(row, phase, reference, units, in_fwd)
-                why = "" if row["status"] == "ok" else row["status"]
-                why += f": {row['reason']}" if why and row.get("reason") else ""
-                marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
-            lines.append(line | {"note": reasons.ref(why, f"{method} TP={k}") if why else ""})
+    for (method, k), by_phase in cells.items():
+        row = by_phase.get(phase)
+        in_fwd = grads_in_forward(method, known, beta)
+        if row is None:
+            line = {"method": method, "tp": str(k), "ms": "-"}
+            why = f"no {phase} row ({', '.join(by_phase)} measured)"
+        else:
+            reference = cells.get((method, 1), {}).get(phase)
+            line = _line(row, phase, reference, units, in_fwd)
+            why = "" if row["status"] == "ok" else row["status"]
+            why += f": {row['reason']}" if why and row.get("reason") else ""
+            marks += cell_marks(row, phase, in_fwd) if measured(row) else ""
+        lines.append(line | {"note": reasons.ref(why, f"{method} TP={k}") if why else ""})
     # the note column only where a line has a note
     keys = [key for key, _ in COLUMNS] + (["note"] if any(ln["note"] for ln in lines) else [])
     columns = [
@@ -188,10 +180,7 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
         "blank without an ok TP=1 cell.",
     ]
     shown = "".join(t.marks for t in tables)
-    for note in mark_notes(tp_rows(rows)):
-        if note.startswith("CPU") or note[0] in shown:
-            notes.append(note)
-    return notes
+    return notes + [n for n in mark_notes(tp_rows(rows)) if n.startswith("CPU") or n[0] in shown]
 
 
 def print_tp_tables(console: Console, document: dict[str, Any]) -> None:

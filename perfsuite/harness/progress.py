@@ -49,7 +49,7 @@ def cell_label(method: str, case: dict[str, Any], width: int = 22, tokens: bool 
 class Model:
     """What is predicted of a (method, case) before it runs."""
 
-    # Relative time (``grid.unit_cost``): FLOPs plus a fixed cost per case.
+    # Relative time (``Kind.work``): FLOPs plus a fixed cost per case.
     cost: Callable[[str, dict[str, Any]], float]
     # Cells of one kind share a seconds-per-cost rate (native, interpreted).
     kind: Callable[[str], str]

@@ -134,7 +134,7 @@ def _split_of_parts(parts: Path) -> int | None:
 
 def _done(doc: dict[str, Any] | None, redo: tuple[str, ...], skipped_done: bool) -> set[tuple]:
     """Cells of ``doc`` that a re-run keeps (sweep's rule, but ``skipped`` counts as done
-    unless ``--force``: re-predicting them here is no reason to queue for a GPU)."""
+    unless ``--attempt-all``: re-predicting them here is no reason to queue for a GPU)."""
     keep = [r for r in (doc or {}).get("rows", []) if r["status"] not in redo]
     return {cell_key(r) for r in keep if skipped_done or r["status"] != "skipped"}
 
@@ -175,7 +175,7 @@ class ArraySweep:
                 f"--shards {existing}, or remove the folder"
             )
         self.n = args.shards or existing or min(len(self.units), MAX_SHARDS)
-        redo, skipped_done = parse_redo(args.redo, args.resume), not args.force
+        redo, skipped_done = parse_redo(args.redo, args.resume), not args.attempt_all
         done_out = _done(self.previous, redo, skipped_done)
         self.todo: list[int] = []
         self.kept = 0

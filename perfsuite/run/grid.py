@@ -7,7 +7,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.measure.timing import sampling
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.shapes import Shape
 from perfsuite.plan.workloads import workload_label
@@ -81,16 +80,3 @@ def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
         return units
     i, n = shard
     return [u for u in units if u.index % n == i]
-
-
-def unit_cost(unit: Unit, plan: Plan, interpreted: bool) -> float:
-    """Relative cost of a unit for the progress bar's time estimate: matmul FLOPs of
-    the correctness gate and of every sample, plus a fixed cost per case."""
-    c = unit.case
-    nvd = c["tokens"] * c["vocab"] * c["hidden"]
-    per_phase = {"fwd": 2, "bwd": 6, "fwd+bwd": 8}
-    s = sampling(plan.samples, plan.warmup, interpreted)
-    # The memory pass, and a timing pass unless the memory pass's call is the sample.
-    samples = 1 if s.cpu_time else s.samples + s.warmup + 1
-    flops = nvd * (24 + sum(per_phase[p] for p in plan.phases) * samples)
-    return (flops * (50 if interpreted else 1)) + 1e10

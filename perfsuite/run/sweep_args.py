@@ -40,15 +40,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redo", default="", help="with --resume: statuses to measure again, e.g. error,oom"
     )
-    p.add_argument(  # not --force: that is "overwrite --out" to run and report
-        "--attempt-all",
-        dest="force",
-        action="store_true",
-        help="attempt cells predicted not to fit (and, with --resume, skipped ones and a "
-        "file measured under another environment)",
+    add_attempt_all(
+        p, "(and, with --resume, skipped ones and a file measured under another environment)"
     )
     p.add_argument("--shard", help="i/n: run every n-th cell starting at i (0-based)")
     p.add_argument("--gpus", help="all, or GPU indices (0,1): one worker per GPU at a time")
+
+
+def add_attempt_all(p: argparse.ArgumentParser, also: str) -> None:
+    """``run``'s and ``sweep``'s ``--attempt-all`` (not ``--force``: "overwrite --out")."""
+    text = f"attempt cells the memory model predicts will not fit {also}"
+    p.add_argument("--attempt-all", action="store_true", help=text)
 
 
 def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:

@@ -30,60 +30,21 @@ def schedule(
     every = list(items)
     native = [item for item in every if not interpreted(item)]
     emulated = sorted(filter(interpreted, every), key=lambda i: -cost(i))  # longest first
-    if native and emulated and beside and jobs >= 2:
-        _beside(native, emulated, work, jobs)
-        return
-    for item in native:
-        work(item)
-    if jobs <= 1 or len(emulated) <= 1:
-        for item in emulated:
+    if not (native and emulated and beside and jobs >= 2):
+        for item in native:
             work(item)
+        run_parallel(emulated, work, jobs)
         return
-    run_parallel(emulated, work, jobs)
-
-
-def _beside(native: list[T], emulated: list[T], work: Callable[[T], None], jobs: int) -> None:
-    """Native items in this thread, interpreted ones in a pool beside it, under one
-    pause board; an interrupt or a failure on either side stops both."""
-    failed: list[BaseException] = []
-    # Waited on instead of Thread.join: a Ctrl-C inside join() can mark a running
-    # thread stopped (CPython 3.11), and a later join() would not wait for it.
-    side_done = threading.Event()
-
-    def interpreted_side() -> None:
-        try:
-            run_parallel(emulated, work, jobs, clear=False)
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread
-            failed.append(err)
-            CANCEL.set()  # the native side stops too
-        finally:
-            side_done.set()
-
-    CANCEL.clear()
-    with scratch() as folder:
+    sides = [  # two threads: the native workers one at a time, the interpreted ones' pool
+        lambda: run_parallel(native, work, 1),
+        lambda: run_parallel(emulated, work, jobs, clear=False),  # the outer pool clears
+    ]
+    with scratch() as folder:  # the list of interpreted workers that native clocks stop
         pause.BOARD = pause.PauseBoard(folder)
-        side = threading.Thread(target=interpreted_side, name="interpreted", daemon=True)
-        side.start()
         try:
-            for item in native:
-                if CANCEL.is_set():
-                    break
-                work(item)
-            while not side_done.wait(0.5):  # a Ctrl-C meanwhile lands in this try
-                pass
-        except BaseException as err:
-            CANCEL.set()  # every worker of both sides is killed within a poll
-            side_done.wait()
-            real = [e for e in failed if not isinstance(e, Cancelled)]
-            if isinstance(err, Cancelled) and real:  # the interpreted side failed first
-                raise real[0] from None
-            raise
+            run_parallel(sides, lambda side: side(), 2)
         finally:
             pause.BOARD = None
-            CANCEL.clear()
-    real = [err for err in failed if not isinstance(err, Cancelled)]
-    if real:
-        raise real[0]
 
 
 class Cancelled(Exception):
@@ -96,9 +57,14 @@ CANCEL = threading.Event()
 
 
 def run_parallel(items: list[T], work: Callable[[T], None], jobs: int, clear: bool = True) -> None:
-    """``work`` on every item, ``jobs`` threads at a time; an interrupt (or a failure)
-    stops the workers of every thread, not only the main one's. ``clear``: start and
-    end with ``CANCEL`` cleared (not when another thread of the run may set it)."""
+    """``work`` on every item, ``jobs`` threads at a time (one: in this thread); an
+    interrupt or a failure stops the workers of every thread, and the failure, not a
+    thread's ``Cancelled``, is raised. ``clear``: start and end with ``CANCEL`` cleared
+    (not when another thread of the run may set it)."""
+    if jobs <= 1 or len(items) <= 1:
+        for item in items:
+            work(item)
+        return
     if clear:
         CANCEL.clear()
     try:
@@ -108,7 +74,7 @@ def run_parallel(items: list[T], work: Callable[[T], None], jobs: int, clear: bo
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = [f.exception() for f in futures if f in done and f.exception()]
                 if failed:
-                    raise failed[0]
+                    raise next((e for e in failed if not isinstance(e, Cancelled)), failed[0])
             except BaseException:
                 CANCEL.set()
                 for future in futures:

@@ -41,9 +41,7 @@ class Kind:
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None: the one chain of every
-        kind. The method declares no cell of this kind or cannot compute the case
-        (``unsupported``), cannot run here (``unavailable``), or is predicted not to fit
-        (``skipped``: a prediction, where ``oom`` is what a worker ran into)."""
+        kind (``skipped``: predicted not to fit, where ``oom`` is what a worker ran into)."""
         from perfsuite.tp_method import case_reason  # torch: kind.py is read without it
 
         m = getattr(self, "methods", {}).get(method)
@@ -70,8 +68,7 @@ class Kind:
         return None
 
     def interpreted(self, method: str) -> bool:
-        """Whether the method's worker runs under the Triton interpreter: its Triton
-        kernels on a CPU."""
+        """Whether the method's worker runs Triton kernels on a CPU (the interpreter)."""
         caps = self._caps(method)
         return self.device == "cpu" and caps is not None and caps.triton
 
@@ -81,8 +78,7 @@ class Kind:
         return 1.0 if caps is None else caps.interpreter_cost
 
     def _caps(self, method: str) -> Any:
-        """The method's declared capabilities (None: a kind that measures no method)."""
-        declared = getattr(self, "methods", {}).get(method)
+        declared = getattr(self, "methods", {}).get(method)  # None: a kind of no method
         return None if declared is None else declared.caps
 
     def work(self, method: str, case: dict[str, Any]) -> float:
@@ -121,10 +117,9 @@ class Kind:
 
     def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
         """The rows of each finished case among ``lines``, from the first case on."""
-        rows = [ln for ln in lines if "phase" in ln]
         done = []
         for case in cases:
-            mine = [r for r in rows if self.same(r, case)]
+            mine = [r for r in lines if "phase" in r and self.same(r, case)]
             if len(mine) < len(self.phases):
                 break
             done.append(mine)
@@ -136,8 +131,7 @@ class Kind:
         """The rows of case ``index``, in flight when its worker died: those it wrote,
         then ``status`` and why for the phases it did not."""
         kept = [ln for ln in lines if "phase" in ln and self.same(ln, case)]  # not markers
-        have = {r["phase"] for r in kept}
-        missing = [p for p in self.phases if p not in have]
+        missing = [p for p in self.phases if p not in {r["phase"] for r in kept}]
         return kept + self.status_rows(method, case, missing, status, reason)
 
     def heard(self, method: str, lines: Rows) -> None:
@@ -153,10 +147,9 @@ def run_kind(
     slots: list[dict[str, str]] | None = None,
 ) -> dict[str, Rows]:
     """Every method's cases (``cases`` by method): those ``kind.decided`` reported first,
-    the rest measured by workers in the harness's order (``perfsuite.harness.schedule``).
-    With several ``slots`` (environments, a GPU each) a method's cases are dealt among
-    them, one worker per slot at a time. ``notice`` hears the progress lines; each
-    measured case's machine state goes to ``machine``. The rows by method, as they came."""
+    the rest measured by workers in ``schedule``'s order, or dealt among ``slots``
+    (environments, a GPU each) one worker per slot at a time; ``notice`` hears the progress
+    lines, ``machine`` each measured case's state. The rows by method, as they came."""
     by_method: dict[str, Rows] = {method: [] for method in cases}
     pending: dict[str, list[dict[str, Any]]] = {}
     for method, method_cases in cases.items():
@@ -204,9 +197,8 @@ def run_cases(
     env: dict[str, str] | None = None,
     tracker: Tracker | None = None,
 ) -> Rows:
-    """Every case of one method by workers, restarting one after a death; ``env`` is
-    added to the worker's environment (``CUDA_VISIBLE_DEVICES`` to pin a GPU). Returns
-    the rows in the order they came."""
+    """Every case of one method by workers, a new one after a death; ``env`` is added to
+    the worker's environment (``CUDA_VISIBLE_DEVICES``). The rows as they came."""
     marked = watched(kind.device, progress, machine)
     rows: Rows = []
 
@@ -295,8 +287,7 @@ def checkpointed(
 
 
 def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
-    """Rows in the order of ``cases`` (decided ones came first), each case's in the
-    kind's phase order."""
+    """Rows in the order of ``cases``, each case's in the kind's phase order."""
     position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
 
     def key(row: dict[str, Any]) -> tuple[int, int]:

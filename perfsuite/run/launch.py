@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from perfsuite.harness.deaths import read_json_lines
-from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import describe, is_oom
+from perfsuite.harness.worker import describe, emitter, is_oom
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import QUANTITIES, gate_reference
 from perfsuite.run.ranks import peer_gone, record_path, reference_path, serve_rank

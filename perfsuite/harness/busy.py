@@ -1,5 +1,4 @@
-"""Each case's rows marked with the machine's state over the case (``perfsuite.measure.machine``):
-the harness's progress callback, wrapped."""
+"""Each case's rows marked with the machine's state over the case (``measure.machine``)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ MEASURED = ("ok", "wrong")
 
 
 def busy_label(method: str, case: dict[str, Any]) -> str:
-    """How a case is named in the machine's state groups (a kind whose cases are not
-    shapes: its fields as they are)."""
+    """How a case is named in the machine's state groups (not a shape: its fields)."""
     if not {"tokens", "vocab", "hidden", "dtype", "beta"} <= case.keys():
         return " ".join([method, *(f"{k}={v}" for k, v in case.items())])
     tp = f" TP={case['tp']}" if case.get("tp") else ""

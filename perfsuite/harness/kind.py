@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness.busy import ProgressFn, watched
-from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import run_worker
+from perfsuite.harness.lifecycle import death_reason, failed_record, read_json_lines, run_worker
 from perfsuite.harness.progress import Model, NoticeFn, Tracker
 from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch

@@ -1,6 +1,5 @@
-"""Interpreted workers stopped (SIGSTOP to their process groups) while a native worker's
-clock runs, continued after: everything else overlaps, the clock never does. Their
-groups are listed in a file both sides ``flock``, so none starts while a clock runs."""
+"""Interpreted workers stopped (SIGSTOP to their process groups, listed in a file both
+sides ``flock``) while a native worker's clock runs, continued after."""
 
 from __future__ import annotations
 
@@ -57,19 +56,19 @@ def _stopped(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
 
 
-def lower_priority(pid: int, nice: int = BESIDE_NICE) -> None:
-    """``nice`` for the process, and for its session's autogroup where Linux has them
-    (they weigh sessions against each other, whatever a process's own niceness)."""
+def lower_priority(pid: int) -> None:
+    """``BESIDE_NICE`` for the process, and for its session's autogroup where Linux has
+    them (they weigh sessions against each other, whatever a process's own niceness)."""
     with suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
+        os.setpriority(os.PRIO_PROCESS, pid, BESIDE_NICE)
     with suppress(OSError):
-        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+        Path(f"/proc/{pid}/autogroup").write_text(str(BESIDE_NICE))
 
 
 @contextmanager
 def paused() -> Iterator[None]:
-    """In a native worker: the run's interpreted workers stopped for the block (no-op
-    when the harness named no pause file: nothing runs beside this worker)."""
+    """In a native worker: the run's interpreted workers stopped for the block (none
+    without a pause file)."""
     name = os.environ.get(PAUSE_VAR)
     if not name:
         yield
@@ -96,8 +95,8 @@ class PauseBoard:
         self, popen: Callable[[dict[str, str]], subprocess.Popen], interpreted: bool
     ) -> subprocess.Popen:
         """``popen(extra environment)``: a native worker told where the list is; an
-        interpreted one (its own session: its pid is its group's) listed while no native
-        clock runs, and made to give way to native workers' CPU use."""
+        interpreted one (its pid is its group's) listed while no native clock runs, at a
+        lower priority."""
         if not interpreted:
             return popen({PAUSE_VAR: str(self.path)})
         with _locked(self.path):
@@ -117,6 +116,5 @@ class PauseBoard:
                 _signal(pgids, signal.SIGCONT)
 
 
-# The board of the run in progress (set by ``schedule`` while interpreted workers run
-# beside native ones), read by the harness when it starts a worker.
+# The board of the run in progress (``schedule``'s, while interpreted run beside native).
 BOARD: PauseBoard | None = None

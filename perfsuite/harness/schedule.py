@@ -24,9 +24,8 @@ def schedule(
     beside: bool,
 ) -> None:
     """Calls ``work`` on every item: natively timed items one at a time, and interpreted
-    ones ``jobs`` at a time, costliest first (threads, each driving its own worker),
-    beside the native ones where ``beside`` allows (the kind's memory says so), else
-    after them."""
+    ones ``jobs`` at a time, costliest first, beside the native ones where ``beside``
+    allows (the kind's memory says so), else after them."""
     every = list(items)
     native = [item for item in every if not interpreted(item)]
     emulated = sorted(filter(interpreted, every), key=lambda i: -cost(i))  # longest first

@@ -40,17 +40,15 @@ class LossKind(harness.Kind):
     case_keys = CASE_KEYS
 
     def __init__(self, plan: Plan, attempt_all: bool = True) -> None:
-        """``attempt_all``: no cell is predicted not to fit (``--attempt-all``)."""
         self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
-        # Bytes over which a cell is predicted not to fit (None: unknown, attempt all).
+        # Bytes over which a cell is predicted not to fit (None: ``--attempt-all``, unknown).
         self.capacity = None if attempt_all else device_capacity(plan.device, plan.memory_limit)
         self.name = "tp" if plan.tps else "loss"  # the kind of cell, on every row
         self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
         self.methods = measured(plan)
 
     def predicted(self, method: str, case: dict[str, Any]) -> tuple[int, str] | None:
-        """``memory_model.predicted_peak`` on one device: bytes and what they hold (None
-        across ranks: each rank holds a shard the model does not predict)."""
+        """``memory_model.predicted_peak``: bytes and what they hold (None across ranks)."""
         if case.get("tp"):
             return None
         return predicted_peak(
@@ -82,8 +80,8 @@ class LossKind(harness.Kind):
         return flops * (50 if interpreted else 1) + 1e10
 
     def beside(self) -> bool:
-        """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
-        by the memory model, for a native worker and ``plan.jobs`` interpreted ones at once."""
+        """A one-device CPU run, with memory by the model for a native worker and
+        ``plan.jobs`` interpreted ones at once."""
         plan = self.plan
         if plan.device != "cpu" or plan.tps:
             return False
@@ -98,8 +96,7 @@ class LossKind(harness.Kind):
         return (1 + plan.jobs) * need <= capacity
 
     def batch(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A multi-rank worker starts K ranks for one TP size: the next size's cases go
-        to the next worker."""
+        """A multi-rank worker's cases: those of one TP size."""
         tp = cases[0].get("tp")
         return list(itertools.takewhile(lambda c: c.get("tp") == tp, cases))
 
@@ -120,9 +117,7 @@ def run_plan(
     notice: NoticeFn | None = None,
     attempt_all: bool = True,
 ) -> dict[str, Any]:
-    """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
-    the document so far after each case (a killed run keeps what it measured); ``notice``
-    the progress lines (perfsuite.harness.progress)."""
+    """Every cell of ``plan`` measured (``harness.measure``); the results document."""
     kind, env = LossKind(plan, attempt_all), plan_env(plan)
     return harness.measure(kind, plan.methods, plan.cases(), env, progress, checkpoint, notice)
 

@@ -1,10 +1,12 @@
 """``perfsuite sweep``: a grid over (tokens, vocab, hidden, β) through ``run``'s workers,
-its file rewritten after every case (``--resume`` loses only the cases in flight), cells
-predicted not to fit recorded ``skipped``, ``--shard i/n`` every n-th cell."""
+its (method, case) units in a fixed order, shards of them, its file rewritten after every
+case (``--resume`` loses only the cases in flight)."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +18,45 @@ from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.results import new_document
 from perfsuite.run import runner
-from perfsuite.run.grid import grid_units, parse_gpus, parse_shard, unit_keys
 from perfsuite.run.sweep_args import (  # the command line's half, re-exported for cluster
     add_arguments,  # noqa: F401
     check_resume,
     load_resumable,
     out_path,
+    parse_gpus,
     parse_redo,
+    parse_shard,
     plan_from_args,
 )
 
 
+@dataclass
+class Unit:
+    """One (method, case) of the grid: a worker measures all its phases together."""
+
+    index: int  # position in the whole grid (shards are index % n)
+    method: str
+    case: dict[str, Any]
+
+
+def unit_keys(unit: Unit, phases: list[str]) -> list[tuple]:
+    label = workload_label(unit.case.get("workload"))
+    return [
+        cell_key({**unit.case, "method": unit.method, "phase": p, "workload": label})
+        for p in phases
+    ]
+
+
+def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
+    """Every (method, case) in a fixed order, or shard i of n: every n-th of them, so
+    that each shard gets a fair share of the large shapes and of every method."""
+    pairs = itertools.product(plan.methods, plan.cases())
+    units = [Unit(i, method, case) for i, (method, case) in enumerate(pairs)]
+    return units if shard is None else [u for u in units if u.index % shard[1] == shard[0]]
+
+
 class Sweep:
-    """One sweep's state: its file (``checkpoint``: resumed rows first), what is done,
-    what to run."""
+    """One sweep: its file (``checkpoint``: resumed rows first), what is done, what to run."""
 
     def __init__(
         self,
@@ -91,10 +118,8 @@ class Sweep:
         self.env, self.resumed = env, rows
 
     def run(self, progress: ProgressFn | None = None) -> dict[str, Any]:
-        """Every cell to go, ``progress`` told of each: those decided without a worker
-        first (``skipped`` where predicted not to fit, ``unavailable``, ``unsupported``),
-        the others measured (a method's cases dealt among the slots), the file rewritten
-        after each; the finished document."""
+        """Every cell to go (``harness.kind.run_kind``), ``progress`` told of each, the
+        file rewritten after each; the finished document."""
         cases: dict[str, list[dict[str, Any]]] = {}
         for unit in self.todo:
             cases.setdefault(unit.method, []).append(unit.case)
@@ -113,8 +138,8 @@ class Sweep:
 def from_args(
     args: argparse.Namespace, shard: tuple[int, int] | None, out: Path | None = None
 ) -> Sweep:
-    """The sweep ``args`` ask for (``shard`` of it), into ``--out`` or, for an array's
-    task, ``out`` (resumed when it exists)."""
+    """The sweep ``args`` ask for (``shard`` of it), into ``--out`` or an array task's
+    ``out`` (resumed when it exists)."""
     plan, grid = plan_from_args(args)
     gpus = parse_gpus(args.gpus, plan.device)
     resume = args.resume if out is None else out.exists()

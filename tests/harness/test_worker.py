@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.deaths import read_json_lines
+from perfsuite.harness.lifecycle import read_json_lines
 from perfsuite.harness.worker import Served, emitter, main, serve
 
 

@@ -13,8 +13,8 @@ from plugins import use_plugins
 from perfsuite.harness import environment, lifecycle
 from perfsuite.harness import kind as harness
 from perfsuite.harness.command import Checkpoint
-from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
+from perfsuite.harness.lifecycle import death_reason
 from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape

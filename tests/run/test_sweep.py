@@ -18,9 +18,8 @@ from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import merge_documents
 from perfsuite.results.results import load_results
 from perfsuite.run import sweep
-from perfsuite.run.grid import grid_units, parse_shard
 from perfsuite.run.runner import LossKind
-from perfsuite.run.sweep import Sweep
+from perfsuite.run.sweep import Sweep, grid_units, parse_shard
 from run.sweeping import RESUMES, refused, started, sweep_cli
 
 GRID = [

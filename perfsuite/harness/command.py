@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.harness.busy import ProgressFn
-from perfsuite.harness.progress import NoticeFn, finished_lines
+from perfsuite.harness.progress import NoticeFn, ProgressFn, finished_lines
 from perfsuite.parser import print_error
 from perfsuite.results.lock import claim
 from perfsuite.results.outpath import check_output_file

@@ -1,5 +1,6 @@
 """Cell kinds and the loop that measures them: decided cases first, then one worker after
-another until every case is done (a worker that dies costs the case it was on)."""
+another until every case is done (a worker that dies costs the case it was on), each
+measured case's rows marked with the machine's state over it (``measure.machine``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.harness.busy import ProgressFn, watched
 from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import death_reason, failed_record, read_json_lines, run_worker
-from perfsuite.harness.progress import Model, NoticeFn, Tracker
+from perfsuite.harness.progress import Model, NoticeFn, ProgressFn, Tracker
 from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import case_rows
+from perfsuite.measure.machine import Watch
 from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import MEASURED, new_document
 
@@ -23,6 +24,15 @@ if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
 
 Rows = list[dict[str, Any]]
+
+
+def busy_label(method: str, case: dict[str, Any]) -> str:
+    """How a case is named in the machine's state groups (not a shape: its fields)."""
+    if not {"tokens", "vocab", "hidden", "dtype", "beta"} <= case.keys():
+        return " ".join([method, *(f"{k}={v}" for k, v in case.items())])
+    tp = f" TP={case['tp']}" if case.get("tp") else ""
+    size = f"N={case['tokens']} V={case['vocab']} D={case['hidden']}"
+    return f"{method}{tp} {size} {case['dtype']} β={case['beta']:g}"
 
 
 class Kind:
@@ -198,14 +208,21 @@ def run_cases(
 ) -> Rows:
     """Every case of one method by workers, a new one after a death; ``env`` is added to
     the worker's environment (``CUDA_VISIBLE_DEVICES``). The rows as they came."""
-    marked = watched(kind.device, progress, machine)
+    watch = Watch(kind.device)
     rows: Rows = []
 
     def report(case: dict[str, Any], case_rows: Rows) -> None:
         rows.extend(case_rows)
-        if tracker is not None and any(r["status"] in MEASURED for r in case_rows):
-            tracker.finished(method, case)
-        marked(method, case, case_rows)
+        if any(r["status"] in MEASURED for r in case_rows):  # marked with the machine's state
+            if tracker is not None:
+                tracker.finished(method, case)
+            state = watch.end(busy_label(method, case))
+            for row in case_rows:
+                row["busy"] = "; ".join(state["busy"])  # its reasons, "" when quiet
+            if machine is not None:
+                machine.append(state)
+        if progress is not None:
+            progress(method, case, case_rows)
 
     remaining = list(cases)
     with scratch() as tmp:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness import pause
+from perfsuite.harness import schedule
 from perfsuite.harness.schedule import CANCEL, Cancelled
 
 POLL_S = 0.5
@@ -77,7 +77,7 @@ def run_worker(
                 start_new_session=True,
             )
 
-        board = pause.BOARD
+        board = schedule.BOARD
         proc = popen({}) if board is None else board.start(popen, interpreted)
         deadline = time.monotonic() + timeout_s
         try:

@@ -15,6 +15,8 @@ from perfsuite.units import fmt_bytes
 # Seconds a running cell may go without a line.
 HEARTBEAT_S = 30.0
 NoticeFn = Callable[[str], None]
+# Told of each finished case: (method, case, its rows).
+ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
 
 
 def finished_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
-from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.harness.progress import NoticeFn
+from perfsuite.harness.progress import NoticeFn, ProgressFn
 from perfsuite.measure.timing import sampling
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes, predicted_peak

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.kind import checkpointed, run_kind
+from perfsuite.harness.progress import ProgressFn
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences

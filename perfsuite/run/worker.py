@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.harness.pause import paused
+from perfsuite.harness.schedule import paused
 from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name

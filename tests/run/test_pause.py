@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.harness import pause
+from perfsuite.harness import schedule as pause
 from perfsuite.plan.plan import build_plan
 from perfsuite.plan.shapes import Shape
 

@@ -190,12 +190,9 @@ def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
     # (torch's elastic handlers turn it into an exception: it would read as its error).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _init(spec, spec.cases[0]["device"])
-    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else _silent
+    silent = lambda line: None  # noqa: E731 - a rank but the first: rank 0 writes
+    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent
     dist.destroy_process_group()
-
-
-def _silent(line: Any) -> None:
-    """A rank but the first: its peers' lines are rank 0's to write."""
 
 
 def serve_rank(spec_path: str) -> int:

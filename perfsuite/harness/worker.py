@@ -169,9 +169,6 @@ class Served(Generic[Spec, State]):
     run_case: CaseFn
     session: SessionFn | None = None
 
-    def __call__(self, spec_path: str) -> int:
-        return serve(self.spec_type, self.run_case, spec_path, self.session)
-
 
 def serve(
     spec_type: type[Spec],
@@ -215,4 +212,4 @@ def holding(make: Callable[[Any], Any]) -> SessionFn:
 def main(argv: list[str]) -> int:
     """``MODULE SPEC.json``: MODULE's ``WORKER`` served on the spec (``python_worker``)."""
     served: Served = importlib.import_module(argv[0]).WORKER
-    return served(argv[1])
+    return serve(served.spec_type, served.run_case, argv[1], served.session)

@@ -39,12 +39,12 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def cell_label(method: str, case: dict[str, Any], tokens: bool = True) -> str:
-    """A case's words on a progress line: method (and TP size), the shape (and N, where a
-    grid's shapes share a name pattern), dtype and β."""
+def cell_label(method: str, case: dict[str, Any], width: int = 22, tokens: bool = True) -> str:
+    """A case's words on a progress line: ``width`` columns of method (and TP size), the
+    shape (and N, where a grid's shapes share a name pattern), dtype and β."""
     tp = f" TP={case['tp']}" if case.get("tp") else ""
     n = f" N={case['tokens']}" if tokens else ""
-    return f"{method + tp:<22} {case['shape']}{n} {case['dtype']} β={case['beta']:g}"
+    return f"{method + tp:<{width}} {case['shape']}{n} {case['dtype']} β={case['beta']:g}"
 
 
 @dataclass(frozen=True)

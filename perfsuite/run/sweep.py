@@ -16,6 +16,7 @@ from perfsuite.harness.progress import ProgressFn
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
+from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import new_document
 from perfsuite.run import runner
 from perfsuite.run.sweep_args import (  # the command line's half, re-exported for cluster
@@ -129,8 +130,6 @@ class Sweep:
         report = checkpointed(env, progress, self.checkpoint)
         run_kind(runner.LossKind(self.plan, self.force), cases, report, groups, slots=self.slots)
         if self.plan.device == "cuda":
-            from perfsuite.results.provenance import gpu_state
-
             env["gpu_state_after"] = gpu_state()
         return new_document(env, self.checkpoint.shape(self.checkpoint.rows))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfsuite.args import (
     add_out_arguments,
@@ -103,12 +103,6 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     )
 
 
-def exit_status(rows: list[dict[str, Any]]) -> int:
-    """1 if a run crashed, ran out of memory, diverged or differs from eager; else 0."""
-    failed = ("error", "oom", "diverged")
-    return int(any(r["status"] in failed or r["parity"].get("verdict") == "differs" for r in rows))
-
-
 def run(args: argparse.Namespace) -> int:
     """The ``perfsuite converge`` command: 0 all same, 1 a failure or difference, 2 bad input."""
     from perfsuite.converge.plots import artifact_paths
@@ -117,16 +111,15 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.harness.command import Checkpoint, command
     from perfsuite.plan.registry import methods_for
 
-    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: tables fold to fit
-    if args.render is not None:  # the table and figures of a finished file, trained again by none
+    console = TrimmedConsole()
+    if args.render is not None:
         report(args.render, read(args.render), console)
         return 0
     known = methods_for("train")
     config = resolve(args, known)
     if args.dry_run:
         return dry_run(config, known, console)
-    # Every output refused now, before training, if it cannot be written or would be
-    # clobbered; the results file held by this sweep alone to its last write.
+    # Every output checked before training; the results file held to its last write.
     outputs = artifact_paths(config.out).values()
     checkpoint = Checkpoint(config.out, overwrite=args.force, outputs=outputs)
     p = config.preset
@@ -145,4 +138,6 @@ def run(args: argparse.Namespace) -> int:
         units,
     )
     report(config.out, document, console)
-    return exit_status(document["rows"])
+    failed = ("error", "oom", "diverged")
+    rows = document["rows"]
+    return int(any(r["status"] in failed or r["parity"].get("verdict") == "differs" for r in rows))

@@ -1,9 +1,6 @@
-"""What a run trains on, the same batches for every method (seeded generators): a
-synthetic sparse bigram source (each token's ``support`` successors from a Zipf-like
-prior, Dirichlet(1) weights) whose truth is known, so held-out calibration can be held
-against it (stored sparse: a 32k vocabulary costs MiB, not a dense 8 GiB); or Python's
-bundled help pages (``pydoc_data.topics``, no download) under a byte-level BPE trained on
-them, the last tenth held out, no truth."""
+"""What a run trains on, the same batches for every method (seeded generators): a sparse
+synthetic bigram source whose truth is known (held-out calibration is held against it), or
+Python's bundled help pages under a byte-level BPE trained on them (no truth)."""
 
 from __future__ import annotations
 
@@ -35,10 +32,6 @@ class BigramSource:
     def vocab(self) -> int:
         return self.prior.shape[0]
 
-    @property
-    def support(self) -> int:
-        return self.successors.shape[1]
-
     def sample(self, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """``(batch, length)`` int64 token ids drawn from the chain."""
         out = torch.empty(batch, length, dtype=torch.long)
@@ -49,7 +42,7 @@ class BigramSource:
             u = torch.rand(batch, 1, dtype=torch.float64, generator=generator)
             rows = cdf[prev]
             pick = torch.searchsorted(rows, u * rows[:, -1:], right=True)
-            pick.clamp_(max=self.support - 1)
+            pick.clamp_(max=self.successors.shape[1] - 1)
             out[:, t] = self.successors[prev].gather(1, pick).squeeze(1)
         return out
 
@@ -72,22 +65,12 @@ class BigramSource:
             "kind": "synthetic sparse bigram source (no download)",
             "truth_known": True,
             "vocab": self.vocab,
-            "successors_per_token": self.support,
+            "successors_per_token": self.successors.shape[1],
             "prior": f"Zipf-like, p(rank r) proportional to 1/(r+2.7)^{self.zipf:g}",
             "weights": "Dirichlet(1) over each token's successors",
             "seed": self.seed,
             "entropy_rate_nats": round(self.conditional_entropy(), 6),
         }
-
-
-def zipf_prior(vocab: int, exponent: float, generator: torch.Generator) -> torch.Tensor:
-    """Zipf-Mandelbrot weights ``1/(rank + 2.7)^s`` over a random permutation of ids."""
-    ranks = torch.arange(vocab, dtype=torch.float64)
-    weights = 1.0 / (ranks + 2.7) ** exponent
-    perm = torch.randperm(vocab, generator=generator)
-    prior = torch.empty(vocab, dtype=torch.float64)
-    prior[perm] = weights
-    return prior / prior.sum()
 
 
 def successors_without_replacement(
@@ -118,11 +101,16 @@ def successors_without_replacement(
 
 
 def make_source(vocab: int, support: int, zipf: float, seed: int) -> BigramSource:
-    """A reproducible source: the same arguments give the same successors and weights."""
+    """A reproducible source: each token's ``support`` successors drawn from a prior of
+    Zipf-Mandelbrot weights ``1/(rank + 2.7)^zipf`` over a random permutation of the ids,
+    Dirichlet(1) weights on them; the same arguments give the same source."""
     if not 1 <= support <= vocab:
         raise ValueError(f"support must be in [1, vocab={vocab}], got {support}")
     gen = torch.Generator().manual_seed(seed)
-    prior = zipf_prior(vocab, zipf, gen)
+    ranks = torch.arange(vocab, dtype=torch.float64)
+    prior = torch.empty_like(ranks)
+    prior[torch.randperm(vocab, generator=gen)] = 1.0 / (ranks + 2.7) ** zipf
+    prior /= prior.sum()
     successors = successors_without_replacement(prior, vocab, support, gen)
     weights = -torch.rand(vocab, support, dtype=torch.float64, generator=gen).log()  # Exp(1)
     weights = weights / weights.sum(dim=1, keepdim=True)  # normalised Exp(1): Dirichlet(1)
@@ -167,15 +155,11 @@ def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Ten
 
     if vocab < 256:
         raise ValueError(f"text data needs a vocabulary of at least 256 (bytes), got {vocab}")
+    byte_level = pre_tokenizers.ByteLevel
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
-        add_prefix_space=False, use_regex=split_words
-    )
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    tokenizer.pre_tokenizer = byte_level(add_prefix_space=False, use_regex=split_words)
+    alphabet = byte_level.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=alphabet, show_progress=False)
     tokenizer.train_from_iterator([text] if split_words else text.split("\n"), trainer=trainer)
     ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.long)
     return ids, tokenizer.get_vocab_size()

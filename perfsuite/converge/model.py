@@ -23,9 +23,8 @@ def set_deterministic(seed: int) -> dict[str, Any]:
     its first handle; Triton's kernels are outside torch's switch); returns what was set."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(seed)
-    # torch.use_deterministic_algorithms is these two switches, but it imports inductor's
-    # config to set the second (2-4 s per worker process): the environment variable
-    # sets it when a compiled method first imports inductor.
+    # use_deterministic_algorithms imports inductor's config (2-4 s a worker) to set this
+    # variable's switch: a compiled method's first import of inductor reads it instead.
     os.environ.setdefault("TORCHINDUCTOR_DETERMINISTIC", "1")
     if "torch._inductor.config" in sys.modules:
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -46,18 +45,13 @@ def llama_config(preset: Preset) -> Any:
     """A Llama config scaled down to the preset (eager attention: no SDPA backend choice)."""
     from transformers import LlamaConfig
 
+    p = preset
     return LlamaConfig(
-        vocab_size=preset.vocab,
-        hidden_size=preset.hidden,
-        intermediate_size=preset.intermediate,
-        num_hidden_layers=preset.layers,
-        num_attention_heads=preset.heads,
-        num_key_value_heads=preset.heads,
-        max_position_embeddings=max(preset.seq, 64),
-        tie_word_embeddings=False,
-        attention_dropout=0.0,
-        attn_implementation="eager",
-    )
+        vocab_size=p.vocab, hidden_size=p.hidden, intermediate_size=p.intermediate,
+        num_hidden_layers=p.layers, num_attention_heads=p.heads, num_key_value_heads=p.heads,
+        max_position_embeddings=max(p.seq, 64), tie_word_embeddings=False,
+        attention_dropout=0.0, attn_implementation="eager",
+    )  # fmt: skip
 
 
 def build_model(preset: Preset, dtype: torch.dtype, device: str) -> torch.nn.Module:
@@ -78,15 +72,14 @@ NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
 def quiet_imports() -> Iterator[None]:
     """Those loggers held to errors: noise in a dry run's plan, which imports transformers
     in the command's own process (a run's workers do it where their stderr is not shown)."""
-    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
+    levels = {name: logging.getLogger(name).level for name in NOISY_LOGGERS}
     try:
+        for name in levels:
+            logging.getLogger(name).setLevel(logging.ERROR)
         yield
     finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def describe_model(preset: Preset) -> dict[str, Any]:

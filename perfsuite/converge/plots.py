@@ -17,6 +17,7 @@ METRICS = (("ece", "ECE"), ("rms_ce", "RMS-CE"), ("sce", "SCE"), ("ace", "ACE"))
 MARKERS = "osD^vP*Xh<>p"
 FIGURES = ("loss", "reliability", "calibration")
 TOLERANCE_NOTE = {"xycoords": ("axes fraction", "data"), "textcoords": "offset points"}
+ZOOMED_NOTE = {"fontsize": 7, "color": "0.4"}
 STATUS_NOTE = {"rotation": 90, "ha": "center", "va": "bottom", "fontsize": 7, "color": "0.35"}
 
 
@@ -86,18 +87,15 @@ def loss_figure(document: dict[str, Any]) -> Any:
             top.plot(steps, losses, linewidth=width, alpha=0.9, **style)
             if ref is not None and method != REFERENCE:
                 rel = [max(abs(a - b) / abs(b), FLOOR) for a, b in zip(losses, ref, strict=False)]
-                marker = MARKERS[index % len(MARKERS)]
-                bottom.plot(
-                    steps[: len(rel)], rel, marker=marker, linestyle="none", alpha=0.7, **style
-                )
+                dots = {"marker": MARKERS[index % len(MARKERS)], "linestyle": "none"}
+                bottom.plot(steps[: len(rel)], rel, alpha=0.7, **dots, **style)
         for dtype in [d for d in settings.get("dtypes", []) if d in tol]:
             rtol = tol[dtype]["loss_rtol"]
             bottom.axhline(rtol, color="k", linestyle="--", linewidth=1)
             note = f"{dtype} rtol {rtol:g}"
             bottom.annotate(note, (0.02, rtol), xytext=(0, 3), fontsize=8, **TOLERANCE_NOTE)
         top.set_title(f"β = {beta:g}")
-        bottom.set_yscale("log")
-        bottom.set_xlabel("step")
+        bottom.set(yscale="log", xlabel="step")
         bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
         for ax in (top, bottom):
             ax.grid(True, which="major", alpha=0.3)
@@ -146,7 +144,6 @@ def reliability_figure(document: dict[str, Any]) -> Any:
                 ax.stairs(heights, edges, color=f"C{k % 10}", linewidth=1.2, zorder=1)
             elif k == 0:
                 ax.bar(edges[:-1], heights, width=1 / n, align="edge", color="0.85", zorder=0)
-        ax.set_title(title)
         legend = ax.legend(fontsize=7, loc="best", framealpha=0.85)
         for handle in legend.legend_handles:  # the markers one size
             if hasattr(handle, "set_sizes"):
@@ -154,13 +151,9 @@ def reliability_figure(document: dict[str, Any]) -> Any:
         ax.plot([0, 1], [0, 1], "k--", linewidth=0.8)
         for edge in edges:
             ax.axvline(edge, color="0.8", linewidth=0.4, zorder=0)
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
-        ax.set_xlabel("confidence (top-1)")
+        ax.set(title=title, xlim=(0, top), ylim=(0, top), xlabel="confidence (top-1)")
         if top < 1.0:
-            ax.text(
-                0.98, 0.02, "zoomed", transform=ax.transAxes, ha="right", fontsize=7, color="0.4"
-            )
+            ax.text(0.98, 0.02, "zoomed", transform=ax.transAxes, ha="right", **ZOOMED_NOTE)
     axes[0].set_ylabel("accuracy (held-out, top-1)")
     fig.suptitle(
         "Reliability: accuracy per confidence bin (15 equal-width bins; marker area ∝ "

@@ -1,7 +1,6 @@
-"""Run sizes: ``smoke`` for any CPU (the Triton interpreter runs it: tiny V, D and
-tokens; 20 steps catch a wrong gradient), ``cpu-calibration`` for eager on a CPU,
-``small`` for a GPU, ``cpu-filtering`` the model behind reports/filtering/. Cycled
-``train_batches`` make a model overconfident, as fine-tuning does: where smoothing acts."""
+"""Run sizes: ``smoke`` for any CPU (the Triton interpreter runs it; 20 steps catch a wrong
+gradient), the others as commented. Cycled ``train_batches`` make a model overconfident, as
+fine-tuning does: where smoothing acts."""
 
 from __future__ import annotations
 
@@ -49,53 +48,25 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "smoke": Preset("smoke", timeout_s=600.0),
+    # Native on CPU (ours runs its torch engine): interpreted ones would take hours.
     "cpu-calibration": Preset(
-        "cpu-calibration",
-        vocab=4096,
-        hidden=128,
-        intermediate=344,
-        batch=16,
-        seq=64,
-        steps=300,
-        lr=1e-3,
-        eval_batches=8,
-        support=16,
-        train_batches=15,
-        # Native on CPU (ours runs its torch engine): interpreted ones would take hours.
+        "cpu-calibration", vocab=4096, hidden=128, intermediate=344, batch=16, seq=64,
+        steps=300, lr=1e-3, eval_batches=8, support=16, train_batches=15,
         methods=("eager", "torch-native", "torchtune-chunked", "ours"),
     ),
     # The committed trained-activation workload's model (reports/filtering/): 8 batches
     # seen 50 times each end in a peaked softmax, as fine-tuning on a small set does.
     "cpu-filtering": Preset(
-        "cpu-filtering",
-        vocab=16384,
-        hidden=128,
-        intermediate=344,
-        seq=128,
-        steps=400,
-        lr=5e-3,
-        eval_batches=4,
-        train_batches=8,
-        methods=("eager",),
+        "cpu-filtering", vocab=16384, hidden=128, intermediate=344, seq=128, steps=400,
+        lr=5e-3, eval_batches=4, train_batches=8, methods=("eager",),
     ),
+    # bf16 is how a GPU trains (cce's only dtype); fp32 gives the tight check.
     "small": Preset(
-        "small",
-        vocab=32768,
-        hidden=256,
-        layers=4,
-        intermediate=688,
-        batch=16,
-        seq=256,
-        steps=400,
-        lr=1e-3,
-        eval_batches=4,
-        support=16,
-        train_batches=40,
-        target="cuda",
-        # bf16 is how a GPU trains (cce's only dtype); fp32 gives the tight check.
+        "small", vocab=32768, hidden=256, layers=4, intermediate=688, batch=16, seq=256,
+        steps=400, lr=1e-3, eval_batches=4, support=16, train_batches=40, target="cuda",
         dtypes=("fp32", "bf16"),
     ),
-}
+}  # fmt: skip
 
 
 def default_methods(device: str) -> tuple[str, ...]:

@@ -106,8 +106,7 @@ HELDOUT = (
 
 def _table(runs: list[dict[str, Any]], columns: tuple, verdict: bool, title: str = "") -> Grid:
     """Per run its key, the verdict (``verdict``, coloured), each column's number. The
-    held-out table, too wide for the console, is two tables of the same rows
-    (``HELDOUT_HALVES``: a block of lines per row was hard to compare)."""
+    held-out table prints as two tables of the same rows (``HELDOUT_HALVES``)."""
     headers = [*KEY_COLUMNS, *(["parity"] if verdict else []), *(c[0] for c in columns)]
     rows = []
     for run in runs:

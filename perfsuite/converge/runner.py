@@ -1,11 +1,11 @@
 """The train cell kind: a sweep's runs, each a (method, beta, dtype), trained by
-``perfsuite.converge.worker`` processes through the harness; runs the parent can decide
-alone (no training loss, unavailable, unsupported) get no worker."""
+``perfsuite.converge.worker`` processes through the harness (``Kind.decided`` refuses
+what needs no worker), each run's one row a ``RunResult``'s."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from perfsuite.converge.presets import Preset
-from perfsuite.converge.train import RunResult, case_for, refusal
+from perfsuite.converge.train import RunResult
 from perfsuite.converge.worker import WorkerSpec
 from perfsuite.harness.kind import Kind
 from perfsuite.harness.lifecycle import python_worker
@@ -31,8 +31,8 @@ class Cell:
 
 @dataclass
 class TrainKind(Kind):
-    """Training runs: a case is ``{"beta", "dtype"}`` (and the step's N, V, D, for the
-    machine's state labels); its one row is the run's result."""
+    """Training runs: a case is the ``Case`` of the run's loss (its N, V, D label the
+    machine's state)."""
 
     methods: dict[str, SimpleMethod]
     preset: Preset
@@ -45,21 +45,18 @@ class TrainKind(Kind):
     name, per_case = "train", True
 
     def case(self, cell: Cell) -> dict[str, Any]:
-        p = self.preset
-        size = {"tokens": p.tokens_per_step, "vocab": p.vocab, "hidden": p.hidden}
-        return {"beta": cell.beta, "dtype": cell.dtype, **size}
+        p, beta, dtype = self.preset, cell.beta, cell.dtype
+        size = dict(tokens=p.tokens_per_step, vocab=p.vocab, hidden=p.hidden, z_loss=p.z_loss)
+        return dict(beta=beta, dtype=dtype, device=self.device, **size)
 
-    def decided(self, method: str, case: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The run's row when no worker is needed to know (unavailable, unsupported)."""
-        beta, dtype = case["beta"], case["dtype"]
-        refused = refusal(self.methods[method], case_for(self.preset, beta, dtype, self.device))
-        return None if refused is None else [RunResult(method, beta, dtype, *refused).to_dict()]
+    def status_rows(
+        self, method: str, case: dict[str, Any], phases: Collection[str], status: str, reason: str
+    ) -> list[dict[str, Any]]:
+        return [RunResult(method, case["beta"], case["dtype"], status, reason).to_dict()]
 
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         runs = [{"beta": c["beta"], "dtype": c["dtype"]} for c in cases]
-        worker = WorkerSpec(
-            method, runs, self.preset.to_dict(), self.data, self.device, str(out), str(spec.parent)
-        )
+        worker = WorkerSpec(method, runs, self.preset.to_dict(), self.data, self.device, str(out))
         spec.write_text(json.dumps(asdict(worker)))
         return python_worker("perfsuite.converge.worker", str(spec))
 
@@ -69,9 +66,9 @@ class TrainKind(Kind):
     def lost(
         self, method: str, case: dict[str, Any], index: int, lines: list, status: str, reason: str
     ) -> list[dict[str, Any]]:
-        steps = [ln["step"] for ln in lines if ln.get("run") == index and "step" in ln]
-        run = RunResult(method, case["beta"], case["dtype"], status, reason, steps=steps)
-        return [run.to_dict()]
+        (row,) = self.status_rows(method, case, (), status, reason)
+        row["steps"] = [ln["step"] for ln in lines if ln.get("run") == index and "step" in ln]
+        return [row]
 
     def heard(self, method: str, lines: list[dict[str, Any]]) -> None:
         if self.on_model is not None and lines and "model" in lines[0]:
@@ -85,4 +82,4 @@ def result(row: dict[str, Any]) -> RunResult:
     if row.get("params"):
         params = torch.load(row["params"], weights_only=True)
         Path(row["params"]).unlink()
-    return RunResult.from_dict(row, params)
+    return RunResult(**{**row, "params": params})

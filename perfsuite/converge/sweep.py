@@ -1,6 +1,5 @@
-"""The converge sweep: every method x beta x dtype a run, eager's yardstick after eager;
-the results file rewritten after each run (``partial`` until the last: the driver's
-``Checkpoint``), then the markdown table and the figures."""
+"""The converge sweep: every method x beta x dtype a run, eager's yardstick after eager,
+the results file rewritten after each; then the markdown table and the figures."""
 
 from __future__ import annotations
 
@@ -91,9 +90,8 @@ def sweep(
     progress: ProgressFn,
     checkpoint: Checkpoint,
 ) -> dict[str, Any]:
-    """Train every cell in workers, ``progress`` told of each, ``checkpoint`` given every
-    run so far after each (eager's first, so a printed verdict is final); the results
-    document."""
+    """Train every cell in workers, eager's first (so a printed verdict is final),
+    ``checkpoint`` given every run so far after each; the results document."""
     start = time.perf_counter()
     cells = plan_cells(config, known)
     env = _env(config, known, build_dataset(config.preset, config.data).describe())

@@ -47,32 +47,6 @@ class RunResult:
         """Every field but the weights: a worker's line, the run's results row."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "params"}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], params: torch.Tensor | None = None) -> RunResult:
-        """The inverse of ``to_dict`` (a worker's line), with the weights it saved."""
-        names = {f.name for f in fields(cls)} - {"params"}
-        return cls(**{k: v for k, v in data.items() if k in names}, params=params)
-
-
-def case_for(preset: Preset, beta: float, dtype: str, device: str) -> Case:
-    """What a run asks of its method's loss: the preset's step at ``beta`` in ``dtype``."""
-    p = preset
-    size = {"tokens": p.tokens_per_step, "vocab": p.vocab, "hidden": p.hidden}
-    return Case(**size, dtype=dtype, beta=beta, device=device, z_loss=p.z_loss)
-
-
-def refusal(method: SimpleMethod, case: Case) -> tuple[str, str] | None:
-    """``(status, reason)`` of a run the method cannot make (no training loss, not
-    installed here, or the case unsupported), known without training; else None."""
-    reason = method.lacks("train")  # a method measured only across ranks
-    if reason is not None:
-        return "unsupported", reason
-    reason = method.availability(case.device)
-    if reason is not None:
-        return "unavailable", reason
-    reason = method.unsupported_reason(case)
-    return None if reason is None else ("unsupported", reason)
-
 
 def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | None]]:
     """``(name, measure)``: ``measure(fn)`` runs ``fn`` and returns its peak bytes above
@@ -108,14 +82,12 @@ def train_run(
     device: str,
     on_step: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Train from scratch with ``method``'s loss; never raises for a method's failure."""
+    """Train from scratch with ``method``'s loss; never raises for a method's failure
+    (the parent refused a run the method cannot make: ``Kind.decided``)."""
     result = RunResult(method=method.name, beta=beta, dtype=dtype)
     start = time.perf_counter()
-    case = case_for(preset, beta, dtype, device)
-    refused = refusal(method, case)
-    if refused is not None:
-        result.status, result.reason = refused
-        return result
+    size = (preset.tokens_per_step, preset.vocab, preset.hidden)
+    case = Case(*size, dtype=dtype, beta=beta, device=device, z_loss=preset.z_loss)
     try:
         _train(method, case, preset, data, result, on_step)
     except Exception as err:  # a method's crash is its row's, not the sweep's (as in run)

@@ -1,7 +1,6 @@
-"""One method's converge runs, inside a fresh process (``WORKER``, served by
-``perfsuite.harness.worker``): JSON lines ``{"model"}`` (so the parent never imports
-transformers), ``{"start": i}``, ``{"run": i, "step"}`` per step and
-``{"run": i, "result", "params": PATH}``, the final weights saved for parity."""
+"""One method's converge runs in a fresh process (``WORKER``): JSON lines ``{"model"}`` (the
+parent never imports transformers), ``{"run": i, "step"}`` per step and ``{"run": i,
+"result", "params": PATH}``, the final weights saved for parity."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ class WorkerSpec:
     preset: dict[str, Any]
     data: str
     device: str
-    out: str
-    params_dir: str
+    out: str  # the final weights go beside it
 
 
 @contextmanager
@@ -55,19 +53,15 @@ def run_case(
     from perfsuite.converge.train import train_run
 
     preset, data, method = state
-    result = train_run(
-        method,
-        preset,
-        data,
-        cell["beta"],
-        cell["dtype"],
-        spec.device,
-        on_step=lambda record: emit({"run": index, "step": record}),
-    )
+
+    def on_step(record: dict[str, Any]) -> None:
+        emit({"run": index, "step": record})
+
+    result = train_run(method, preset, data, cell["beta"], cell["dtype"], spec.device, on_step)
     path = None
     if result.params is not None:
         name = f"{spec.method}-beta{cell['beta']:g}-{cell['dtype']}.pt"
-        path = str(Path(spec.params_dir) / name)
+        path = str(Path(spec.out).with_name(name))
         torch.save(result.params, path)
     emit({"run": index, "result": result.to_dict(), "params": path})
 

@@ -1,7 +1,6 @@
-"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py),
-written to ``OUT.json`` (rows, summary, workload, provenance), ``.md``, ``.csv`` and
-``.png``. ``--workload synthetic-axis``: the first synthetic geometry (the prior in hidden
-dimension 0), kept to show what it did."""
+"""``perfsuite filtering``: the gradient-filtering study on one workload (study.py).
+``--workload synthetic-axis``: the first synthetic geometry (the prior in hidden dimension
+0), kept to show what it did."""
 
 from __future__ import annotations
 
@@ -44,29 +43,23 @@ def _names(known: tuple[str, ...]):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--workload",
-        default="synthetic",
-        help="random, synthetic (trained geometry), synthetic-axis (the old one) or a dump",
-    )
-    p.add_argument("--tokens", type=positive_int, help=f"N (default {DEFAULT_SHAPE[0]}; a file's)")
-    p.add_argument("--vocab", type=positive_int, help=f"V (default {DEFAULT_SHAPE[1]})")
-    p.add_argument("--hidden", type=positive_int, help=f"D (default {DEFAULT_SHAPE[2]})")
-    p.add_argument("--entropy", type=float, help="synthetic: mean entropy in nats (default 2)")
-    p.add_argument("--zipf", type=float, help="synthetic: Zipf exponent of the prior (default 1)")
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument(
-        "--thresholds",
-        type=threshold_list,
-        default=DEFAULT_THRESHOLDS,
-        help="filter_eps values, e.g. 2^-8,2^-12 (default 2^-8 … 2^-16)",
-    )
-    p.add_argument("--filters", type=_names(tuple(FILTERS)), default=tuple(FILTERS))
-    p.add_argument("--orders", type=_names(ORDERS), default=ORDERS)
-    p.add_argument("--out", required=True, type=Path, help="path stem: OUT.json/.md/.csv/.png")
-    p.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    arg = p.add_argument
+    workloads = "random, synthetic (trained geometry), synthetic-axis (the old one) or a dump"
+    arg("--workload", default="synthetic", help=workloads)
+    arg("--tokens", type=positive_int, help=f"N (default {DEFAULT_SHAPE[0]}; a file's)")
+    arg("--vocab", type=positive_int, help=f"V (default {DEFAULT_SHAPE[1]})")
+    arg("--hidden", type=positive_int, help=f"D (default {DEFAULT_SHAPE[2]})")
+    arg("--entropy", type=float, help="synthetic: mean entropy in nats (default 2)")
+    arg("--zipf", type=float, help="synthetic: Zipf exponent of the prior (default 1)")
+    arg("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    arg("--seed", type=int, default=0)
+    arg("--device", choices=["cpu", "cuda"], default="cpu")
+    eps = "filter_eps values, e.g. 2^-8,2^-12 (default 2^-8 … 2^-16)"
+    arg("--thresholds", type=threshold_list, default=DEFAULT_THRESHOLDS, help=eps)
+    arg("--filters", type=_names(tuple(FILTERS)), default=tuple(FILTERS))
+    arg("--orders", type=_names(ORDERS), default=ORDERS)
+    arg("--out", required=True, type=Path, help="path stem: OUT.json/.md/.csv/.png")
+    arg("--force", action="store_true", help="overwrite existing outputs")
 
 
 def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
@@ -114,11 +107,7 @@ def run(args: argparse.Namespace) -> int:
         "command": "perfsuite " + " ".join(shlex.quote(a) for a in args.argv),
         "workload": {
             **workload,
-            "tokens": case.tokens,
-            "vocab": case.vocab,
-            "hidden": case.hidden,
-            "dtype": case.dtype,
-            "softcap": case.softcap,
+            **{k: getattr(case, k) for k in ("tokens", "vocab", "hidden", "dtype", "softcap")},
             "seed": args.seed,
         },
         "filters": {name: vars(f) for name, f in FILTERS.items()},

@@ -1,7 +1,6 @@
-"""The filtering study: per filter, threshold and vocabulary order, what is kept (tiles,
-entries) and lost (probability mass, gradient error against the gate's fp32 reference and
-torch's own in the dtype, C rows left without a gradient); docs/filtering.md has the
-columns. The ``none`` row drops nothing. N·V fp32 logits are materialised: ``MAX_ELEMENTS``."""
+"""The filtering study: per filter, threshold and vocabulary order, what is kept and lost
+(docs/filtering.md has the columns); the ``none`` row drops nothing. N·V fp32 logits are
+materialised: ``MAX_ELEMENTS``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``perfsuite step``: one full training step of a transformers model, per loss method.
-
-Exit 2: bad input, before anything runs; 1: no case was measured; 0 otherwise."""
+"""``perfsuite step``: exit 2 for bad input, before anything runs; 1 when no case was
+measured; 0 otherwise."""
 
 from __future__ import annotations
 

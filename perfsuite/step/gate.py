@@ -4,6 +4,8 @@ classifier's, ``grad_e`` the worst of the other parameters (reached through dE).
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,10 +48,7 @@ class Reference:
 
 def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str) -> Reference:
     """The references of a model built in fp32; leaves it in ``dtype`` without gradients."""
-
-    def ref_loss(x: torch.Tensor) -> torch.Tensor:
-        return reference_loss(model, x, beta)
-
+    ref_loss = functools.partial(reference_loss, model, beta=beta)
     if dtype == "fp32":  # torch's error: fp64 against fp32
         model.double()  # exact: every fp32 value is an fp64 one, and back
         loss_t, grads_t = one_pass(model, ids, ref_loss)
@@ -80,9 +79,5 @@ def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
 
 
 def _ratio(err: float, bound: float) -> float:
-    """How much of its bound an error uses (NaN: infinitely much)."""
-    if err != err:
-        return float("inf")
-    if bound == 0:
-        return 0.0 if err == 0 else float("inf")
-    return err / bound
+    """How much of its bound (``tolerance``'s: never 0) an error uses; NaN: all of it."""
+    return math.inf if math.isnan(err) else err / bound

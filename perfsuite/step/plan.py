@@ -11,7 +11,6 @@ from typing import Any
 from perfsuite.plan.memory_model import capacity_for
 from perfsuite.plan.plan import (
     Plan,
-    PlanError,
     parse_betas,
     parse_dtypes,
     parse_list,
@@ -70,12 +69,8 @@ class StepPlan(Plan):
 def build_step_plan(args: argparse.Namespace) -> StepPlan:
     """The plan of ``perfsuite step``'s parsed arguments (argparse checked each number)."""
     device = resolve_device(args.device)
-    names = dict.fromkeys(parse_list(args.model, "model"))
-    try:
-        presets = [get_preset(name) for name in names]
-    except ValueError as err:
-        raise PlanError(f"--model: {err}") from None
-    # size_for's ValueError names its flag: bad input as it stands (cli.main)
+    # get_preset's and size_for's ValueErrors name their flags: bad input (cli.main)
+    presets = [get_preset(name) for name in dict.fromkeys(parse_list(args.model, "model"))]
     sizes = {p.name: size_for(p, device, args.layers, args.seq, args.batch) for p in presets}
     plan = StepPlan(
         dtypes=parse_dtypes(args.dtype or ("bf16" if device == "cuda" else "fp32"), DTYPES),

@@ -10,12 +10,9 @@ from perfsuite.plan.memory_model import Network
 
 # Llama 3.1/3.2's long-context RoPE (``rope_scaling`` of their configs).
 LLAMA3_ROPE = {
-    "rope_type": "llama3",
-    "factor": 32.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
+    "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
-}
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -112,10 +109,9 @@ PRESETS: dict[str, StepPreset] = {
 
 
 def get_preset(name: str) -> StepPreset:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; presets: {', '.join(PRESETS)}") from None
+    if name not in PRESETS:
+        raise ValueError(f"--model: unknown model {name!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
 
 
 @dataclass(frozen=True)

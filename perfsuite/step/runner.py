@@ -44,14 +44,11 @@ def availability(method: SimpleMethod, device: str) -> str | None:
 
 def why_missing(module: str) -> str | None:
     """None when ``module`` is there to import, else why not in the import system's own
-    words: not installed; installed without it (cut-cross-entropy 25.1.1's PyPI wheel has
-    no ``cut_cross_entropy.transformers``, apple/ml-cross-entropy#9, where issue 45's row
-    said only "not installed"); or the error its parent package raised. A module whose
-    spec is absent is imported only to hear that error, before any of its code runs."""
+    words: not installed, installed without it (a wheel without its patch module), or the
+    error its parent package raised (an absent spec is imported only to hear it)."""
     try:
-        if importlib.util.find_spec(module) is not None:  # imports the parent packages
-            return None
-        importlib.import_module(module)
+        if importlib.util.find_spec(module) is None:  # imports the parent packages
+            importlib.import_module(module)
         return None
     except ImportError as err:
         said = f"{type(err).__name__}: {err}"
@@ -65,9 +62,8 @@ def why_missing(module: str) -> str | None:
 
 
 def _distribution(package: str) -> str | None:
-    """The installed distribution that provides ``package``: the one of its name, as most
-    are (``cut_cross_entropy``: cut-cross-entropy), else the one whose files list it (a
-    scan of every distribution's metadata, over a second)."""
+    """The installed distribution that provides ``package``: the one of its name, else
+    the one whose files list it (a scan of every distribution's metadata, over a second)."""
     try:
         return importlib.metadata.distribution(package).metadata["Name"]
     except importlib.metadata.PackageNotFoundError:
@@ -87,7 +83,6 @@ class StepKind(harness.Kind):
         self.methods = methods_for("step")
 
     def estimate(self, method: str, case: dict[str, Any]) -> Estimate:
-        """The memory model's estimate of ``method``'s step on ``case``."""
         network = get_preset(case["shape"]).network(case_size(case))
         return step_estimate(self.methods[method].caps.holds, network, case["dtype"], self.device)
 
@@ -95,7 +90,6 @@ class StepKind(harness.Kind):
         return availability(self.methods[method], self.plan.device)
 
     def wont_fit(self, method: str, case: dict[str, Any]) -> str | None:
-        """Over the plan's capacity by the memory model's estimate of the whole step."""
         return self.estimate(method, case).too_big(self.plan.capacity, self.plan.capacity_source)
 
     def work(self, method: str, case: dict[str, Any]) -> float:
@@ -133,9 +127,9 @@ def run_step_plan(
     env["plan"] = plan.as_dict()
     estimates: dict[str, Any] = {}
     for case in cases:
-        per_method = estimates.setdefault(case["shape"], {}).setdefault(case["dtype"], {})
-        for name in plan.methods:
-            per_method[name] = kind.estimate(name, case).as_dict()
+        estimates.setdefault(case["shape"], {})[case["dtype"]] = {
+            name: kind.estimate(name, case).as_dict() for name in plan.methods
+        }
     env["step"] = {
         "optimizer": f"torch.optim.AdamW(lr={LR:g}), torch's defaults otherwise",
         "loss_share": LOSS_SHARE,

@@ -46,17 +46,15 @@ def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     note = " ".join([cell_marks(step, "step", False) if timed else "", *refs]).strip()
     if not timed:
         return [method, status_cell(step), "", "", "", "", "", "", note]
-    style = "red" if step["status"] == "wrong" else ""
     share = loss_share(step)
-    peak = step.get("peak_bytes")
     cells = [fmt_number(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
     cells += [
         fmt_number(step["tokens"] / (median / 1e3) if median else None),
-        fmt_bytes(peak, "MiB"),
+        fmt_bytes(step.get("peak_bytes"), "MiB"),
         "-" if share is None else f"{100 * share:.0f}",
     ]
-    if style:
-        cells = [f"[{style}]{c}[/{style}]" for c in cells]
+    if step["status"] == "wrong":
+        cells = [f"[red]{c}[/red]" for c in cells]
     return [method, *cells, note]
 
 

@@ -127,9 +127,8 @@ def run_case(
     emit: Callable[[Any], None],
     stage: Callable[[str], None] = lambda text: None,
 ) -> None:
-    """Every row of one case reaches ``emit`` (with the lines the harness keeps besides,
-    ``{"model": ...}``): measured, or with the status that says why not (the parent
-    decided the cases the method cannot run)."""
+    """Every row of one case reaches ``emit``: measured, or with the status that says why
+    not (the parent decided the cases the method cannot run)."""
     try:
         rows = measure_case(spec, method, raw, emit, stage)
     except Exception as err:  # noqa: BLE001 - every failure must reach the results

@@ -11,9 +11,10 @@ from perfsuite.converge.data import Dataset, build_dataset
 from perfsuite.converge.model import set_deterministic
 from perfsuite.converge.parity import attach_verdicts
 from perfsuite.converge.presets import PRESETS
+from perfsuite.converge.runner import Cell, TrainKind
 from perfsuite.converge.train import RunResult, train_run
 from perfsuite.method import Capabilities, Case, LossFn, SimpleMethod
-from perfsuite.plan.registry import get_method
+from perfsuite.plan.registry import all_methods, get_method
 
 PRESET = replace(PRESETS["smoke"], steps=5)
 
@@ -64,8 +65,6 @@ def test_out_of_memory_in_the_loss_is_recorded_as_oom(eager):
 def test_z_loss_trains_ours_like_eager_and_others_say_why_not(eager):
     """--z-loss: ours (native z_loss) stays with eager (explicit z·lse²), both differ from
     training without it; a method without z-loss is unsupported, never trained plainly."""
-    from perfsuite.converge.train import case_for, refusal
-
     data, plain = eager
     with_z = replace(PRESET, z_loss=1e-2)
     eager = train_run(get_method("eager"), with_z, data, 0.1, "fp32", "cpu")
@@ -75,8 +74,8 @@ def test_z_loss_trains_ours_like_eager_and_others_say_why_not(eager):
     assert eager.losses[0] > plain.losses[0]  # z·lse² > 0 is in the loss
     attach_verdicts([eager, yard, ours])
     assert ours.parity["verdict"] == "same", ours.parity
-    liger = get_method("liger")
-    gap = refusal(liger, case_for(with_z, 0.1, "fp32", "cpu"))
-    assert gap is not None and gap[0] in ("unsupported", "unavailable")
-    if gap[0] == "unsupported":
-        assert "no z-loss" in gap[1]
+    kind = TrainKind(all_methods(), with_z, "bigram", "cpu", 1, 60.0)
+    (gap,) = kind.decided("liger", kind.case(Cell("liger", 0.1, "fp32")))
+    assert gap["status"] in ("unsupported", "unavailable") and gap["steps"] == []
+    if gap["status"] == "unsupported":
+        assert "no z-loss" in gap["reason"]

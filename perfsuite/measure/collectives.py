@@ -41,27 +41,15 @@ def _nbytes(shapes: list, dtypes: list) -> int:
 
 
 def _input_dtypes(prof: Any) -> Callable[[Any], list]:
-    """Each event's input dtypes, on every torch the project runs: newer torch (2.13) puts
-    them on the ``FunctionEvent`` (``input_dtypes``); torch 2.11's has no such attribute
-    (the H200's run, issue 45), but the Kineto event it was made from (same correlation
-    id, the ``FunctionEvent``'s ``id``) has had ``dtypes()`` all along."""
-    kineto: dict[int, list] | None = None
+    """Each event's input dtypes: torch 2.13's ``FunctionEvent.input_dtypes``, or (torch
+    2.11) the ``dtypes()`` of the Kineto event of the same correlation id."""
+    events = prof.kineto_results.events() if prof.kineto_results is not None else []
+    # collectives only: a device activity's correlation id may repeat a host op's
+    kineto = {e.correlation_id(): e.dtypes() for e in events if e.name().startswith(BACKENDS)}
 
     def dtypes(event: Any) -> list:
-        nonlocal kineto
         found = getattr(event, "input_dtypes", None)
-        if found is not None:
-            return found
-        if kineto is None:
-            results = prof.kineto_results
-            events = results.events() if results is not None else []
-            # collectives only: a device activity's correlation id may repeat a host op's
-            kineto = {
-                e.correlation_id(): list(e.dtypes())
-                for e in events
-                if e.name().startswith(BACKENDS)
-            }
-        return kineto.get(event.id, [])
+        return list(kineto.get(event.id, [])) if found is None else found
 
     return dtypes
 

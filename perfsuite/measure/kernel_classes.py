@@ -63,9 +63,7 @@ def jit_names(files: list[Path]) -> frozenset[str]:
 
 
 def _is_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-    return name == "jit"
+    return ast.unparse(decorator).split("(")[0].rsplit(".", 1)[-1] == "jit"
 
 
 @lru_cache(maxsize=1)
@@ -135,11 +133,10 @@ def classify(name: str) -> str:
         return _classify_op(op)
     if lower.startswith(INDUCTOR_CPU_GRAPH):
         return "elementwise"
-    if any(word in lower for word in GEMM_KERNELS if word != "cutlass") or (
-        "cutlass" in lower and not lower.startswith(CUTE_DSL_PREFIX)
-    ):
+    cute = lower.startswith(CUTE_DSL_PREFIX)
+    if any(word in lower for word in GEMM_KERNELS if not (cute and word == "cutlass")):
         return "gemm"
-    if lower.startswith(CUTE_DSL_PREFIX) or "quack" in lower:
+    if cute or "quack" in lower:
         return "peer"
     if any(word in lower for word in COPY_KERNELS):
         return "copy"

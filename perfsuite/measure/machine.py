@@ -28,12 +28,9 @@ _SLOWING_REASONS = {
 
 
 def _cpu_seconds() -> dict[int, tuple[str, float, float, float]]:
-    """pid -> (name, CPU seconds, its own CPU seconds, start time) of every process we may
-    see. CPU seconds: its own user + system time and its reaped children's (a worker's
-    finished compile workers: their time leaves the list with them and would otherwise
-    read as another process's). Its own: without them, what another process is listed
-    with: a shell or pytest that reaps its children gains their whole lives' time at
-    once (a 2-core box read "python 544%", issue 46). The start time tells a reused pid."""
+    """pid -> (name, CPU seconds with its reaped children's, its own, start time) of every
+    visible process: ours count our finished compile workers; another is listed by its
+    own, since a shell that reaps its children gains their whole lives' time at once."""
     out = {}
     for proc in psutil.process_iter(["name", "cpu_times", "create_time"]):
         t = proc.info.get("cpu_times")
@@ -46,9 +43,8 @@ def _cpu_seconds() -> dict[int, tuple[str, float, float, float]]:
 
 
 def _ours(pid: int) -> bool:
-    """This process, or one started by this run (the worker env carries our pid; a
-    worker that has exited and is not yet reaped has no environment left, but it is
-    still our child)."""
+    """This process, or one started by this run (its env carries our pid; an unreaped
+    worker has no env left, but is still our child)."""
     if pid == os.getpid():
         return True
     try:
@@ -62,8 +58,8 @@ def _ours(pid: int) -> bool:
 
 
 def _busy_seconds(cpus: set[int]) -> float:
-    """CPU seconds the kernel spent not idle on ``cpus``, whoever ran: /proc/stat also
-    counts processes this one cannot see (other containers, the hypervisor's steal)."""
+    """CPU seconds the kernel spent not idle on ``cpus``, whoever ran (other containers and
+    the hypervisor's steal included)."""
     per_cpu = psutil.cpu_times(percpu=True)
     total = 0.0
     for t in (per_cpu[i] for i in cpus if i < len(per_cpu)):
@@ -73,25 +69,19 @@ def _busy_seconds(cpus: set[int]) -> float:
 
 
 class Snapshot:
-    """CPU times at one moment (the machine's, ours, each visible process's), to
-    difference with a later one."""
+    """CPU times at one moment (the machine's, ours, each visible process's)."""
 
     def __init__(self) -> None:
         self.wall = time.monotonic()
         self.cpus = os.sched_getaffinity(0)
         self.machine = _busy_seconds(self.cpus)
         self.cpu = _cpu_seconds()
-        me = psutil.Process().cpu_times()
-        # This process, its finished children (workers), and its running workers.
-        self.ours = me.user + me.system + me.children_user + me.children_system
-        self.ours += sum(
-            s for pid, (_, s, *_) in self.cpu.items() if pid != os.getpid() and _ours(pid)
-        )
+        # This process and its finished children (workers), and its running workers.
+        self.ours = sum(s for pid, (_, s, *_) in self.cpu.items() if _ours(pid))
 
 
 def other_cores(start: Snapshot, end: Snapshot, elapsed: float) -> float:
-    """Cores that processes other than this run's kept busy, on average, over
-    ``elapsed`` seconds between two snapshots: the machine's busy time less ours."""
+    """Cores others kept busy over ``elapsed`` seconds: the machine's busy time less ours."""
     return max(0.0, (end.machine - start.machine) - (end.ours - start.ours)) / elapsed
 
 
@@ -104,11 +94,8 @@ def _on_our_cores(pid: int, cpus: set[int]) -> bool:
 
 
 def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
-    """Load average, cores, and the CPU that others used between two snapshots:
-    the machine's busy time on our cores less this run's own processes', in cores on
-    average over the span (core-seconds / seconds). The processes named are in the same
-    unit, each its own CPU time over the span, at most the total (time it spent on cores
-    not ours is not in the total)."""
+    """Load average, cores, and the cores others used between two snapshots on average
+    (``other_cores``); each process named in the same unit, at most the total."""
     # CPU times tick at 10 ms: over a short case that alone would read as a share.
     elapsed = max(end.wall - start.wall, 0.5)
     total = other_cores(start, end, elapsed)
@@ -174,12 +161,9 @@ def _smi_state() -> dict[str, Any] | None:
     try:
         out = _smi(f"--query-gpu={query}", "--format=csv,noheader,nounits")
         apps = _smi("--query-compute-apps=pid", "--format=csv,noheader")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    try:
         clock, top, temp, mask = (v.strip() for v in out.splitlines()[0].split(","))
         values = int(clock), int(top), int(temp), int(mask, 16)
-    except (IndexError, ValueError):
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):  # none, or unread
         return None
     return _gpu(*values, [int(p) for p in apps.split() if p.strip().isdigit()])
 
@@ -204,9 +188,8 @@ def busy_reasons(state: dict[str, Any]) -> list[str]:
 
 
 def _other_cpu(cpu: dict[str, Any]) -> str:
-    """Others' CPU in one unit, cores on average over the span, the named processes' and
-    the rest's adding up to the total: "other processes used 1.4 of 2 cores over 3.2 s:
-    python 0.8, bash 0.4, the rest 0.2"."""
+    """ "other processes used 1.4 of 2 cores over 3.2 s: python 0.8, bash 0.4, the rest 0.2":
+    the parts add up to the total as printed."""
     total = cpu["other_cores"]
     seconds = cpu.get("seconds")
     span = "" if seconds is None else f" over {seconds:.{1 if seconds < 10 else 0}f} s"
@@ -226,9 +209,8 @@ def _other_cpu(cpu: dict[str, Any]) -> str:
 
 
 def _tenths_adding_up(values: list[float], total: int) -> list[int]:
-    """``values`` in tenths that add up to ``total`` tenths (the shown total): each rounded
-    down, the tenths short handed to the largest remainders, so that rounding each figure
-    on its own cannot make the parts disagree with the whole."""
+    """``values`` in tenths adding up to ``total`` tenths: each rounded down, the tenths
+    short handed to the largest remainders."""
     floors = [int(v * 10) for v in values]
     order = sorted(range(len(values)), key=lambda i: values[i] * 10 - floors[i], reverse=True)
     for i in order[: max(total - sum(floors), 0)]:
@@ -237,8 +219,7 @@ def _tenths_adding_up(values: list[float], total: int) -> list[int]:
 
 
 class Watch:
-    """Brackets cell groups: ``start()`` before, ``end(label)`` after, which returns
-    the group's state (``busy``: the reasons, empty when quiet)."""
+    """Brackets cell groups: ``end(label)`` returns the group's state since the last."""
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -263,8 +244,7 @@ class Watch:
 
 def document_busy(document: dict[str, Any]) -> str:
     """Why a results document was measured on a busy machine: how many of its groups
-    were, and the first reason ("" when quiet, or not recorded, as in files written
-    before this check existed)."""
+    were, and the first reason ("" when quiet, or not recorded)."""
     groups = (document["env"].get("machine") or {}).get("groups", [])
     busy = [g for g in groups if g.get("busy")]
     if not busy:
@@ -274,8 +254,8 @@ def document_busy(document: dict[str, Any]) -> str:
 
 
 def refuse_busy(base: dict[str, Any], current: dict[str, Any], labels: tuple[str, str]) -> str:
-    """The refusal to judge time between two runs when either was measured busy
-    (their machine states differ from a quiet pair's): "" when both were quiet."""
+    """The refusal to judge time between two runs when either was measured busy ("" when
+    both were quiet)."""
     pairs = zip(labels, (base, current), strict=True)
     busy = [f"{label}: {why}" for label, doc in pairs if (why := document_busy(doc))]
     if not busy:

@@ -1,7 +1,6 @@
 """Peak memory of one phase, in a pass of its own: on CUDA the allocator's counters; on
-CPU the running sum of the profiler's tensor allocations (``peak_bytes``) and the process
-high-water mark ``VmHWM`` (``rss_peak_bytes``; workers run with ``CPU_MALLOC_ENV``, in
-``harness/environment.py``, so freed buffers leave the process). docs/run.md, "Memory"."""
+CPU the profiler's tensor allocations (``peak_bytes``) and the process high-water mark
+``VmHWM`` (``rss_peak_bytes``). docs/run.md, "Memory"."""
 
 from __future__ import annotations
 
@@ -21,11 +20,9 @@ from perfsuite.measure.profile import run_profiled
 
 @dataclass
 class Peak:
-    """``delta``: peak above the phase's starting point; ``absolute``: total peak.
-
-    ``rss_delta``: on CPU, the process RSS growth at its peak (``None`` on CUDA).
-    ``net``, ``rss_net``: what the phase left held at its end over its start (tensors,
-    RSS), so that consecutive spans add up (a training step's phases)."""
+    """``delta``: peak above the phase's start; ``absolute``: total peak; ``rss_delta``: on
+    CPU, the RSS growth at its peak (None on CUDA); ``net``, ``rss_net``: what the phase left
+    held over its start (tensors, RSS), so that consecutive spans add up."""
 
     delta: int
     absolute: int
@@ -35,8 +32,8 @@ class Peak:
 
 
 def freeze_what_exists() -> None:
-    """What exists now (imports, compiled kernels) lives as long as the process: out of
-    every later collection, which each memory pass makes (~0.25 s with transformers)."""
+    """What exists now lives as long as the process: keep it out of each memory pass's
+    collection (~0.25 s with transformers)."""
     gc.collect()
     gc.freeze()
     gc.enable()  # off from the start in a harness worker (``python_worker``)
@@ -86,8 +83,7 @@ def measure_tensor_peak(fn: Callable[[], object]) -> int:
 
 
 def _tensor_span(fn: Callable[[], object]) -> tuple[int, int]:
-    """The tensor peak of ``fn`` and the bytes it left held. The autograd profiler, not
-    ``torch.profiler``: its first start imports dynamo (seconds, ~150 MB a worker)."""
+    """The tensor peak of ``fn`` and the bytes it left held."""
     gc.collect()
     prof, _ = run_profiled(fn, torch.device("cpu"), profile_memory=True)
     events = [
@@ -113,9 +109,7 @@ def measure_cpu_peak(fn: Callable[[], object]) -> Peak:
     return Peak(delta, rss.absolute, rss.delta, net, rss.rss_net)
 
 
-def measure_cuda_peak(
-    fn: Callable[[], object], device: torch.device, collect: bool = True
-) -> Peak:
+def measure_cuda_peak(fn: Callable[[], object], device: torch.device, collect: bool = True) -> Peak:
     """Peak bytes held by tensors while ``fn`` runs, above those held at its start.
     ``collect=False`` keeps the allocator's cache: a timed ``fn`` would otherwise pay the
     driver's allocations again inside its time."""
@@ -137,8 +131,7 @@ def measure_peak(fn: Callable[[], object], device: torch.device) -> Peak:
 
 def measure_spans(phases: Sequence[Callable[[], object]], device: torch.device) -> list[Peak]:
     """The peak of each of ``phases``, run in turn, above its start; then of them all
-    above the first one's start: each phase's peak over what the phases before it left
-    (on CPU process RSS too, cumulative alike)."""
+    above the first one's start (on CPU process RSS too, alike)."""
     gc.collect()
     spans = [measure_peak(phase, device) for phase in phases]
     peak = base = rss = rss_base = 0

@@ -1,8 +1,6 @@
-"""Where one call's time goes: one more call, after the timed samples, under the autograd
-profiler on Kineto (``torch.profiler``'s first start imports dynamo and inductor, which the
-memory meter beside it would see), summed by class (``kernel_classes.CLASSES``): on CUDA
-each device activity's duration (``host_ms``: wall less the union of their intervals), on
-CPU each op's self time (``host_ms``: wall less their sum)."""
+"""Where one call's time goes, by class (``kernel_classes.CLASSES``): one more call under
+the autograd profiler on Kineto (``torch.profiler``'s first start imports dynamo, which
+the memory meter would see); on CUDA device activities, on CPU each op's self time."""
 
 from __future__ import annotations
 
@@ -35,19 +33,15 @@ NO_WORK_OPS = frozenset(
     "numpy_T type_as".split()
 )
 TRACE_SUFFIX = ".json.gz"
-# A row whose timer could not time its call (``--timer graph`` and a call that cannot be
-# captured) is still profiled: the profile is one plain call under any timer, and a
-# method left without a trace is the one a profile step most needs (issue 45: ours).
+# A row whose timer could not time its call (a graph that cannot be captured) is still
+# profiled, one plain call: the method left without a trace is the one most needing it.
 PROFILED_UNTIMED = "still profiled (one plain call, no graph): trace and breakdown kept"
 
 
 @dataclass
 class Breakdown:
-    """One profiled call: milliseconds by class, launches, the top kernels, host time.
-
-    ``classes[c]``: milliseconds of class ``c`` (every class present); ``device_ms``
-    their sum; ``top``: the ``TOP`` kernels (ops on CPU) by time, ``{"name", "class",
-    "ms", "calls"}``; ``note`` says what was measured, in words."""
+    """One profiled call: ms by class (every class present) and their sum, launches, host
+    time (wall less busy), the ``TOP`` kernels (ops on CPU) by time, in words what it is."""
 
     source: str
     wall_ms: float
@@ -61,8 +55,7 @@ class Breakdown:
 
 
 def trace_name(method: str, shape: str, dtype: str, beta: float, phase: str) -> str:
-    """A trace's file name for one cell and phase: ``eager__smoke__fp32__b0.1__fwd-bwd``
-    plus ``.json.gz``, characters other than letters, digits, ``._-`` as ``-``."""
+    """A trace's file name for one cell and phase: ``eager__smoke__fp32__b0.1__fwd-bwd.json.gz``."""
     parts = (method, shape, dtype, f"b{beta:g}", phase)
     return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in parts) + TRACE_SUFFIX
 
@@ -75,13 +68,8 @@ def profile_call(
     trace: Path | None = None,
     flush: Callable[[], object] | None = None,
 ) -> Breakdown:
-    """One call of ``fn`` under the profiler (``setup`` and ``flush`` run before it, not
-    profiled); ``trace``: where its trace goes, gzip JSON that Perfetto and
-    chrome://tracing open (a path ending ``.json.gz``, in an existing folder).
-
-    Call it after the timed samples: ``fn`` is warm (compiled, autotuned) by then."""
-    if trace is not None and not str(trace).endswith(TRACE_SUFFIX):
-        raise ValueError(f"a trace is written as gzip JSON: {trace} must end {TRACE_SUFFIX}")
+    """One call of ``fn``, warm, under the profiler (``setup`` and ``flush`` before it, not
+    profiled); ``trace``: where its gzip JSON trace goes (``trace_name``; Perfetto opens it)."""
     prof, wall_ms = run_profiled(fn, device, setup=setup, flush=flush)
     if trace is not None:
         _save_trace(prof, Path(trace))
@@ -115,7 +103,7 @@ def run_profiled(
         flush()
     if cuda:
         torch.cuda.synchronize(device)
-    with profile(**options) as prof:
+    with profile(**options) as prof:  # fn's result is freed inside: the meter sees it go
         start = time.perf_counter()
         fn()
         if cuda:
@@ -200,8 +188,7 @@ def _summarise(
 
 
 def _save_trace(prof: Any, path: Path) -> None:
-    """Kineto's JSON, gzipped into ``path`` whole or not at all (a temporary file in the
-    same folder, renamed)."""
+    """Kineto's JSON, gzipped into ``path`` whole or not at all."""
     with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
         raw = Path(scratch) / "trace.json"
         prof.export_chrome_trace(str(raw))

@@ -1,7 +1,6 @@
 """Statistics of timing samples: numpy's quantiles and scipy's one-sided Mann-Whitney U
-test, which ``perfsuite compare`` and the sensitivity harness judge slowdowns with.
-
-numpy and scipy are imported on first use, so a measuring worker does not pay for them."""
+test, which compare and sensitivity judge slowdowns with (imported on first use: a worker
+does not pay for them)."""
 
 from __future__ import annotations
 
@@ -38,11 +37,9 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
 def mann_whitney_greater_many(
     pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
 ) -> list[float]:
-    """Each ``(x, y)``'s ``scipy.stats.mannwhitneyu(x, y, alternative="greater")``, one
-    call per sample sizes and method (sensitivity's thousands of trials: ~1 ms each alone);
-    exact without ties while ``len(x) * len(y) <= EXACT_LIMIT`` (scipy's own switch is at
-    8 per sample: too early for 20-sample cells), else the normal approximation with tie
-    and continuity correction; NaN where a side is empty."""
+    """Each ``(x, y)``'s ``mannwhitneyu(x, y, alternative="greater")``, one vectorised call
+    per sizes and method; exact without ties up to ``EXACT_LIMIT`` (scipy switches at 8
+    per sample: too early for 20-sample cells), else asymptotic; NaN where a side is empty."""
     groups: dict[tuple[int, int, str], list[int]] = {}
     for i, (x, y) in enumerate(pairs):
         if x and y:

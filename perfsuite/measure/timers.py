@@ -38,8 +38,6 @@ def time_with(
     untimed calls; ``setup`` runs untimed before each call, as in ``time_samples``."""
     if timer not in TIMERS:
         raise ValueError(f"unknown timer {timer!r}: one of {', '.join(TIMERS)}")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
     if timer == "events":
         return time_samples(fn, device, samples=samples, warmup=warmup, setup=setup, flush=flush)
     if timer == "graph" and device.type != "cuda":
@@ -57,12 +55,9 @@ def time_with(
 def _capture(
     fn: Callable[[], object], device: torch.device, warmup: int, setup: Callable[[], object] | None
 ) -> torch.cuda.CUDAGraph:
-    """Warm-up, set-up and capture on a side stream: cuBLAS's per-stream workspaces,
-    Triton's autotuning and a backward's autograd streams all settle there first.
-    ``setup`` runs once, before the capture, not between replays: a replay reads and
-    writes the addresses captured, and nothing between the capture and the last replay
-    allocates, so what the captured kernels read (a forward's saved tensors, freed by the
-    captured backward) stays as it was."""
+    """Warm-up, set-up and capture on a side stream, where cuBLAS's workspaces, Triton's
+    autotuning and autograd's streams settle first. ``setup`` runs once, before the
+    capture: replays reuse the captured addresses, and nothing allocates between them."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     failure: BaseException | None = None

@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -14,43 +16,33 @@ import torch
 from perfsuite.measure.stats import quantile
 
 T = TypeVar("T")
-DEFAULT_SAMPLES = 20
-DEFAULT_WARMUP = 3
 # Interpreted timings say nothing about the kernel: one sample keeps the row whole, and the
 # time goes to the gate and memory (``sampling``).
 INTERPRETED_SAMPLES = 1
 CPU_FLUSH_CAP = 64 << 20
 
 
+def _quantile(q: float) -> property:
+    return property(lambda self: quantile(self.samples_ms, q))
+
+
 @dataclass
 class Timing:
+    """Every sample (ms); the row's median and 20th and 80th percentiles of them."""
+
     samples_ms: list[float] = field(default_factory=list)
-
-    @property
-    def median_ms(self) -> float:
-        return quantile(self.samples_ms, 0.5)
-
-    @property
-    def p20_ms(self) -> float:
-        return quantile(self.samples_ms, 0.2)
-
-    @property
-    def p80_ms(self) -> float:
-        return quantile(self.samples_ms, 0.8)
+    median_ms = _quantile(0.5)
+    p20_ms = _quantile(0.2)
+    p80_ms = _quantile(0.8)
 
 
 def cpu_cache_bytes() -> int:
     """Largest CPU cache on this machine (sysfs), 32 MiB if it cannot be read."""
-    from pathlib import Path
-
     sizes = []
     for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
+        with suppress(OSError):
             text = (index / "size").read_text().strip()
-        except OSError:
-            continue
-        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        sizes.append(int(text.rstrip("KMG")) * unit)
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
     return max(sizes, default=32 << 20)
 
 
@@ -59,14 +51,12 @@ class CacheFlusher:
 
     def __init__(self, device: torch.device) -> None:
         if device.type == "cuda":
-            l2 = torch.cuda.get_device_properties(device).L2_cache_size
-            size = max(2 * l2, 64 << 20)
+            self.nbytes = max(2 * torch.cuda.get_device_properties(device).L2_cache_size, 64 << 20)
         else:
             # Virtual machines report the host's whole L3 (480 MiB seen here);
             # a core cannot hold more than its slice, so cap the flush.
-            size = 2 * min(cpu_cache_bytes(), CPU_FLUSH_CAP)
-        self.nbytes = size
-        self.buffer = torch.empty(size // 4, dtype=torch.int32, device=device)
+            self.nbytes = 2 * min(cpu_cache_bytes(), CPU_FLUSH_CAP)
+        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
         self.buffer.zero_()
@@ -83,10 +73,9 @@ class Sampling:
 
 
 def sampling(samples: int, warmup: int, interpreted: bool) -> Sampling:
-    """The one sampling protocol. Compiled (CPU or CUDA): the plan's samples and warm-up,
-    on the wall clock (CUDA events on a GPU). Interpreted: ``INTERPRETED_SAMPLES``
-    without warm-up on the CPU clock: the interpreter's time says nothing about a GPU,
-    and a worker's wall clock also runs while it is paused or waits for a core."""
+    """The one sampling protocol. Compiled: the plan's samples and warm-up on the wall
+    clock (CUDA events on a GPU). Interpreted: ``INTERPRETED_SAMPLES`` on the CPU clock,
+    no warm-up: its time says nothing of a GPU, and a wall clock runs while it waits."""
     return Sampling(INTERPRETED_SAMPLES, 0, True) if interpreted else Sampling(samples, warmup)
 
 
@@ -104,9 +93,8 @@ def cpu_clocked(body: Callable[[], None]) -> tuple[Callable[[], None], list[floa
 
 
 def wall_ms(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
-    """What one call of ``fn`` returns, and its milliseconds on the wall clock with the
-    device drained before and after (a first call: compilation and autotuning, never a
-    sample)."""
+    """What one call of ``fn`` returns, and its wall-clock milliseconds, the device drained
+    before and after (a first call: compilation and autotuning, never a sample)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -120,8 +108,8 @@ def time_samples(
     fn: Callable[[], object],
     device: torch.device,
     *,
-    samples: int = DEFAULT_SAMPLES,
-    warmup: int = DEFAULT_WARMUP,
+    samples: int,
+    warmup: int,
     setup: Callable[[], object] | None = None,
     flush: CacheFlusher | None = None,
     cpu_time: bool = False,

@@ -1,2 +1,1 @@
-"""Plan: from what was asked (shapes, methods, workload) to the cells to measure,
-with the analytic memory model that decides what can fit."""
+"""Plan: from what was asked to the cells to measure, and the memory model of what fits."""

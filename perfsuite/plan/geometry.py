@@ -1,7 +1,6 @@
 """Where the synthetic workload puts its unigram prior in hidden space: along a seeded
-random unit vector holding ``TRAINED_SHARE_C`` of C's norm, as in a trained dump
-(``"trained"``), or along hidden dimension 0 (``"axis"``, where a filter's dropped mass
-landed almost all in dE[:, 0])."""
+unit vector holding ``TRAINED_SHARE_C`` of C's norm, as in a trained dump (``"trained"``),
+or along hidden dimension 0 (``"axis"``)."""
 
 from __future__ import annotations
 
@@ -38,14 +37,10 @@ def embed(
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """``(e, c, info)`` with ``e @ c.T = a·structure @ body.T + γ·log π`` up to a constant
     per row (which no softmax sees). ``structure`` (N, D-1), ``body`` (V, D-1)."""
-    tokens, vocab, hidden = structure.shape[0], body.shape[0], body.shape[1] + 1
+    tokens, hidden = structure.shape[0], body.shape[1] + 1
     if geometry == "axis":
-        e = torch.empty(tokens, hidden)
-        e[:, 0] = gamma
-        e[:, 1:] = a * structure
-        c = torch.empty(vocab, hidden)
-        c[:, 0] = log_prior
-        c[:, 1:] = body
+        e = torch.cat([torch.full((tokens, 1), float(gamma)), a * structure], dim=1)
+        c = torch.cat([log_prior[:, None], body], dim=1)
         return e, c, {"geometry": "axis"}
     if geometry != "trained":
         raise ValueError(f"unknown geometry {geometry!r}; known: {', '.join(GEOMETRIES)}")

@@ -1,10 +1,11 @@
 """The one memory model (math.md): the floor every method must pay, what a method's loss
-holds by its ``Holds`` declaration, and the peaks built from them: a loss cell's and a
-training step's (used to refuse, skip or ``oom`` what cannot fit before it starts)."""
+holds by its ``Holds`` declaration, and a loss cell's and a training step's peaks built
+from them (to skip what cannot fit before it starts)."""
 
 from __future__ import annotations
 
 import math
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,9 +38,8 @@ def reference_bytes(
 
 def held_bytes(holds: Holds, tokens: int, vocab: int, hidden: int, width: int, cap: bool) -> int:
     """What a loss holds at its peak beyond its inputs and their gradients, at ``width``
-    bytes a value, by its one declaration: ``copies`` of the N x V logits held whole;
-    Liger's token chunks of about N x D logits (and fp32 dE); else dE in fp32 and a
-    workspace (the slices or tiles of ours, CCE)."""
+    bytes a value: ``copies`` of the N x V logits held whole; token chunks of about N x D
+    logits (and fp32 dE); else dE in fp32 and a workspace (ours, CCE)."""
     n, v, d = tokens, vocab, hidden
     if holds.whole_logits:
         return int(holds.copies[cap] * n * v * width)
@@ -56,16 +56,15 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-# Share of available RAM a CPU run may plan to use.
+# Shares of the available RAM (CPU) and of a GPU's memory (context, allocator slack) that
+# a cell may plan to use.
 CPU_MEMORY_SHARE = 0.8
-# Share of a GPU's memory a cell may plan to use (context, allocator slack).
 CUDA_MEMORY_SHARE = 0.92
 
 
 def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
-    """What every cell's worker needs at least: e, c and their gradients, then the
-    correctness gate (the fp32 reference, ``reference_bytes``, and eager in the
-    input dtype, holding the logits whole: ``method.Holds``'s), whichever method it times."""
+    """What every cell's worker needs at least, whichever method it times: e, c and their
+    gradients, then the correctness gate's fp32 reference, and eager in the input dtype."""
     from perfsuite.method import Holds  # torch: only where it is needed
 
     size = DTYPE_BYTES[dtype]
@@ -75,8 +74,7 @@ def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool =
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:
-    """The one wording of "this cell will not fit" (``run`` refuses the shape with it,
-    ``sweep`` records it as a skipped cell's reason)."""
+    """The one wording of "this cell will not fit"."""
     return (
         f"predicted peak ~{fmt_bytes(need)} ({what}) exceeds the {fmt_bytes(capacity)} this "
         f"{device} can give a cell (memory model, docs/math.md)"
@@ -84,19 +82,14 @@ def exceeds(need: int, what: str, capacity: int, device: str) -> str:
 
 
 def predicted_peak(
-    caps: Any,
-    tokens: int,
-    vocab: int,
-    hidden: int,
-    dtype: str,
-    softcap: bool = False,
+    caps: Any, tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False
 ) -> tuple[int, str]:
     """Rough peak bytes of one cell in its worker, and what drives it: at least the
     correctness gate's (``gate_bytes``), or what its ``caps.holds`` says it holds."""
     size = DTYPE_BYTES[dtype]
-    tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
     gate = gate_bytes(tokens, vocab, hidden, dtype, softcap)
-    mine = tensors + held_bytes(caps.holds, tokens, vocab, hidden, size, softcap)
+    mine = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
+    mine += held_bytes(caps.holds, tokens, vocab, hidden, size, softcap)
     what = "its gradients"
     if caps.holds.whole_logits:
         what = f"~{caps.holds.copies[softcap]:g} copies of its N x V logits"
@@ -106,19 +99,16 @@ def predicted_peak(
 
 
 def device_capacity(device: str, memory_limit: int | None = None) -> int | None:
-    """Bytes a cell may plan to use on ``device`` here (None: unknown, attempt all): a
-    share of the RAM available (at most ``memory_limit``), or of GPU 0's total, from
-    nvidia-smi so that the parent never creates a CUDA context."""
+    """Bytes a cell may plan to use on ``device`` (None: unknown): a share of the RAM
+    available (at most ``memory_limit``), or of GPU 0's total from nvidia-smi (no CUDA
+    context in the parent)."""
     if device == "cpu":
         budget = int(CPU_MEMORY_SHARE * available_memory())
         return budget if memory_limit is None else min(budget, memory_limit)
     from perfsuite.results.provenance import gpu_state
 
-    total = (gpu_state() or {}).get("memory.total")
-    try:
-        return int(CUDA_MEMORY_SHARE * float(total) * 2**20)
-    except (TypeError, ValueError):
-        pass
+    with suppress(TypeError, ValueError):  # MiB, as nvidia-smi says it
+        return int(CUDA_MEMORY_SHARE * float((gpu_state() or {}).get("memory.total")) * 2**20)
     try:
         import torch
 
@@ -197,8 +187,7 @@ RUNTIME_BYTES = {"cpu": GIB // 2, "cuda": 0}
 
 def step_estimate(holds: Holds, net: Network, dtype: str, device: str) -> Estimate:
     """A training step's memory in ``dtype`` with a loss that ``holds`` what its method
-    declares, estimated before anything runs (a worker that cannot fit costs minutes,
-    then dies): within tens of percent."""
+    declares, estimated before anything runs: within tens of percent."""
     from perfsuite.method import Holds  # torch: only where it is needed
 
     width, params = DTYPE_BYTES[dtype], net.parameters

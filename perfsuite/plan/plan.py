@@ -7,12 +7,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from perfsuite.plan.memory_model import (
-    device_capacity,
-    exceeds,
-    gate_bytes,
-    predicted_peak,
-)
+from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes, predicted_peak
 from perfsuite.plan.registry import all_methods, methods_for
 from perfsuite.plan.shapes import Shape
 from perfsuite.results.kinds import DTYPES, TIMERS
@@ -165,10 +160,9 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_methods(text: str | None, kind: str = "loss", table_order: bool = False) -> list[str]:
-    """The one method resolver: names checked against the registry's view for the cell
-    ``kind``; none given is the default set (the paper's table: ours and each peer, one
-    row each), ``all`` every method of the kind, ablations included. ``table_order``: in
-    the registry's order, else as given."""
+    """The one method resolver, for the cell ``kind``: none given is the default set (the
+    paper's table), ``all`` every method of the kind; ``table_order``: in the registry's
+    order, else as given."""
     known: dict[str, Any] = methods_for(kind)
     if text is None:
         return [name for name, m in known.items() if m.timed_by_default]
@@ -181,20 +175,23 @@ def resolve_methods(text: str | None, kind: str = "loss", table_order: bool = Fa
     return [n for n in known if n in names] if table_order else list(dict.fromkeys(names))
 
 
-def parse_dtypes(text: str, known: tuple[str, ...] = DTYPES) -> list[str]:
-    """``--dtype a,b``: distinct names, each one of ``known``."""
-    dtypes = list(dict.fromkeys(parse_list(text, "dtype")))
-    bad = [d for d in dtypes if d not in known]
+def parse_choices(text: str, what: str, known: tuple[str, ...]) -> list[str]:
+    """``--what a,b``: distinct names, each one of ``known``."""
+    names = list(dict.fromkeys(parse_list(text, what)))
+    bad = [n for n in names if n not in known]
     if bad:
-        raise PlanError(f"--dtype: unknown {', '.join(bad)}; choose from {', '.join(known)}")
-    return dtypes
+        raise PlanError(f"--{what}: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    return names
+
+
+def parse_dtypes(text: str, known: tuple[str, ...] = DTYPES) -> list[str]:
+    return parse_choices(text, "dtype", known)
 
 
 def check_fits(plan: Plan) -> None:
     """Refuse, before starting, a CPU run whose every cell would only be ``oom``: a
-    ``--memory-limit`` below the smallest cell's predicted peak (across ranks each rank
-    holds a shard the model does not predict), or a shape whose correctness gate alone
-    cannot fit the RAM (the memory model and words of ``sweep``'s skipped cells)."""
+    ``--memory-limit`` below the smallest cell's predicted peak (one device only), or a
+    shape whose correctness gate alone cannot fit the RAM."""
     if plan.device != "cpu":
         return
     known, softcap = all_methods(), plan.softcap is not None
@@ -232,8 +229,7 @@ def check_fits(plan: Plan) -> None:
 
 
 def default_jobs() -> int:
-    """Two interpreter workers where there are two cores: the interpreter is one Python
-    thread, so a second worker roughly halves a CPU run of the Triton methods."""
+    """Two interpreter workers where there are two cores (the interpreter is one thread)."""
     return max(1, min(2, len(os.sched_getaffinity(0))))
 
 
@@ -251,10 +247,7 @@ def build_plan(
 ) -> Plan:
     """The plan of what was asked, every option checked; ``fields`` are ``Plan``'s own
     (samples, seed, timer, ...), kept as given once checked."""
-    phase_list = parse_list(phases, "phases")
-    bad = [p for p in phase_list if p not in PHASES]
-    if bad:
-        raise PlanError(f"--phases: unknown {', '.join(bad)}; choose from {', '.join(PHASES)}")
+    phase_list = parse_choices(phases, "phases", PHASES)
     dtypes = parse_dtypes(fields.get("dtype") or ",".join(s.dtype for s in shapes))
     if jobs is not None and jobs < 1:
         raise PlanError(f"--jobs must be >= 1, got {jobs}")

@@ -1,10 +1,7 @@
-"""The methods the suite knows: every module of ``perfsuite.baselines`` (in table order
-``ADAPTER_MODULES``, then any other by name: a method added in the tree is one file),
-plus plugins.
-
-Each module's ``METHODS`` declares each method once; importing it must not import the
-package it wraps, so a missing one makes its methods ``unavailable``. Plugins come from
-``PERFSUITE_PLUGINS`` (modules) or the ``perfsuite.methods`` entry points."""
+"""The methods the suite knows: each module of ``perfsuite.baselines`` declares its
+``METHODS`` (importing it never imports the package it wraps: a missing one makes its
+methods ``unavailable``), then plugins: ``PERFSUITE_PLUGINS`` modules and the
+``perfsuite.methods`` entry points."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ import importlib.metadata
 import os
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # perfsuite.method imports torch: loaded when methods are asked for,
-    # so a command that renders rows (report, plot) parses its arguments without it
+if TYPE_CHECKING:  # torch: loaded when methods are asked for, not to render rows
     from perfsuite.method import SimpleMethod
 
 # Table order; torch_parallel and megatron declare methods measured only across ranks.
@@ -103,10 +99,9 @@ def methods_for(kind: str | bool) -> dict[str, SimpleMethod]:
 
 
 def get_method(name: str) -> SimpleMethod:
-    methods = all_methods()
-    if name not in methods:
-        raise KeyError(f"unknown method {name!r}; known: {', '.join(methods)}")
-    return methods[name]
+    if (method := all_methods().get(name)) is None:
+        raise KeyError(f"unknown method {name!r}; known: {', '.join(all_methods())}")
+    return method
 
 
 def pip_requirements() -> list[str]:
@@ -123,6 +118,5 @@ def paper_names() -> dict[str, str]:
 def triton_packages() -> list[str]:
     """The import names of the packages whose Triton kernels the peers run (their
     ``requires`` where ``caps.triton``; ours and triton itself aside)."""
-    methods = all_methods().values()
-    found = (r for m in methods if m.caps.triton for r in m.requires)
+    found = (r for m in all_methods().values() if m.caps.triton for r in m.requires)
     return [r for r in dict.fromkeys(found) if r != "triton" and not r.startswith("perfsuite")]

@@ -1,7 +1,6 @@
 """What the kernel is fed: random inputs (a nearly flat softmax), a synthetic workload
-peaked and Zipf-like as a trained LM's, ``{"kind": "synthetic", "entropy": H, "zipf": s}``,
-or a ``.safetensors``/``.pt`` dump of ``e``, ``c``, ``targets`` (and optionally
-``softcap``), ``{"kind": "file", "path": P}`` (docs/filtering.md)."""
+peaked and Zipf-like as a trained LM's, or a ``.safetensors``/``.pt`` dump of ``e``,
+``c``, ``targets`` and optionally ``softcap`` (docs/filtering.md)."""
 
 from __future__ import annotations
 
@@ -119,23 +118,8 @@ def zipf_log_prior(vocab: int, exponent: float, generator: torch.Generator) -> t
     return torch.log_softmax(logits, 0).float()
 
 
-def _bisect(fn: Any, lo: float, hi: float, target: float, decreasing: bool, steps: int = 60):
-    """x in [lo, hi] with fn(x) ≈ target (to 1e-4 nats) for a monotone fn."""
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        value = fn(mid)
-        if abs(value - target) < 1e-4:
-            return mid
-        if (value > target) == decreasing:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
 def check_synthetic(entropy: float, vocab: int, hidden: int) -> None:
-    """Refuse a synthetic workload the shape cannot carry (checked when planning, so that
-    the message comes before any worker starts, not as error rows)."""
+    """Refuse, when planning, a synthetic workload the shape cannot carry."""
     if hidden < 2:
         raise WorkloadError("the synthetic workload needs hidden >= 2 (one direction is the prior)")
     if not 0 <= entropy <= math.log(vocab):
@@ -159,7 +143,7 @@ def synthetic_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """fp32 ``(e, c, targets, info)`` whose softmax has mean entropy ≈ ``entropy`` nats.
     One direction carries the prior (geometry.py), the others ``a·(ĉ_k + noise)`` for a
-    token ``k`` drawn from π: logits linear in ``a``, calibrated by bisection."""
+    token ``k`` drawn from π: logits linear in ``a``, calibrated by root finding."""
     check_synthetic(entropy, vocab, hidden)
     device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
@@ -179,15 +163,18 @@ def synthetic_inputs(
         logits = _softcapped(a * part + gamma * prior_dev, softcap)
         return float(row_entropy(logits).mean())
 
+    from scipy.optimize import brentq  # both entropies fall monotonically in a and γ
+
     prior_entropy = h(0.0, 1.0)
     if entropy <= prior_entropy:
         gamma = hi = 1.0
         while h(hi, gamma) > entropy and hi < 1e4:
             hi *= 2
-        a = _bisect(lambda x: h(x, gamma), 0.0, hi, entropy, decreasing=True)
+        sharp = h(hi, gamma) > entropy  # sharper than reachable: the sharpest tried
+        a = hi if sharp else brentq(lambda x: h(x, gamma) - entropy, 0.0, hi, xtol=1e-6)
     else:  # flatter than the prior: weaken it (γ = 0 is uniform, log V)
         a = 0.0
-        gamma = _bisect(lambda g: h(0.0, g), 0.0, 1.0, entropy, decreasing=True)
+        gamma = brentq(lambda g: h(0.0, g) - entropy, 0.0, 1.0, xtol=1e-6)
 
     e, c, placed = embed(
         structure, body, log_prior, a, gamma, geometry=geometry, seed=seed, centre=softcap is None
@@ -327,8 +314,7 @@ def file_inputs(case: Any, spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Te
 
 
 def file_shape(spec: dict[str, Any], tokens: int | None = None) -> Any:
-    """The ``Shape`` a file workload fixes (its first ``tokens`` rows if given), named
-    after the file, with the dump's dtype and softcap."""
+    """The ``Shape`` a file workload fixes (its first ``tokens`` rows if given)."""
     from perfsuite.plan.shapes import Shape
 
     info = file_info(spec)

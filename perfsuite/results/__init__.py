@@ -1,2 +1,1 @@
-"""Results: the results document (schema, atomic writes), its provenance, and
-joining several of them (merge)."""
+"""Results: the document (schema, atomic writes), its provenance, and merging several."""

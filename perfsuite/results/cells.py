@@ -1,6 +1,5 @@
-"""What makes two rows the same measurement, the order a sweep writes rows in,
-and when two results' environments measured comparably: shared by sweep
-(resume), merge (shards) and anything else that joins results documents."""
+"""What makes two rows the same measurement, the order a sweep writes rows in, and when
+two results' environments measured comparably: for whatever joins results documents."""
 
 from __future__ import annotations
 
@@ -15,9 +14,8 @@ ORDER = list(dict.fromkeys((*PHASES, *STEP_PHASES, *TRAIN_PHASES)))
 
 
 def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows in the order an unsharded, uninterrupted sweep writes them (method, then
-    N, V, D, dtype, β as the plan lists them, then phase), so a merged or resumed
-    file renders the same table."""
+    """Rows in the order an uninterrupted sweep writes them (method, N, V, D, dtype, β as
+    the plan lists them, phase), so a merged or resumed file renders the same table."""
 
     def rank(values: list[Any], value: Any) -> tuple[int, Any]:
         return (values.index(value), "") if value in values else (len(values), str(value))
@@ -41,18 +39,12 @@ def canonical_order(rows: list[dict[str, Any]], plan: dict[str, Any]) -> list[di
 
 
 ENV_MUST_AGREE = (
-    ("device", "kind"),
-    ("device", "name"),
-    ("git", "sha"),
+    ("device", "kind"), ("device", "name"),
     # Uncommitted changes are other code: a dirty tree never agrees with a clean one,
     # and two dirty ones only with the same changes (``diff``, when both recorded it).
-    ("git", "dirty"),
-    ("git", "diff"),
-    ("plan", "samples"),
-    ("plan", "warmup"),
-    ("plan", "seed"),
-    ("plan", "phases"),
-)
+    ("git", "sha"), ("git", "dirty"), ("git", "diff"),
+    ("plan", "samples"), ("plan", "warmup"), ("plan", "seed"), ("plan", "phases"),
+)  # fmt: skip
 
 
 def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

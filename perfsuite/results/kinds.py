@@ -1,15 +1,12 @@
-"""A results row (``Row``, its fields declared once: the schema derives its models from
-them) and the kinds of cell it can measure: statuses, phases, dtypes, what identifies a
-cell, what only one kind records (nested under ``metrics`` in version 2 files), and a
-reader's refusal of the kinds it cannot read.
-
-Kept apart from the schema (``perfsuite.results.schema``) so that writing rows never
-imports pydantic."""
+"""A results row (``Row``, whose fields the schema's models are derived from) and the kinds
+of cell: statuses, phases, dtypes, a cell's identity, each kind's own metrics (nested
+under ``metrics`` on disk). Apart from the schema, so that writing rows never imports
+pydantic."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +18,10 @@ class ResultsError(ValueError):
 SCHEMA_VERSION = 2  # what ``new_document`` writes
 READS = (1, 2)  # what ``load_results`` reads
 
-# The kinds of cell: one device's loss, the loss across ranks (``run --tp``), a whole
-# training step (``perfsuite step``) and a training run (``perfsuite converge``).
+# One device's loss, the loss across ranks (``run --tp``), a training step (``perfsuite
+# step``) and a training run (``perfsuite converge``); the first three are timed.
 KINDS = ("loss", "tp", "step", "train")
-# The kinds whose cells are timed: what compare, history and baselines read.
-TIMED_KINDS = frozenset({"loss", "tp", "step"})
+TIMED_KINDS = frozenset(KINDS[:3])
 
 # ``skipped``: a sweep predicted the cell cannot fit the device and did not attempt it.
 STATUSES = ("ok", "wrong", "oom", "unsupported", "unavailable", "error", "skipped")
@@ -35,12 +31,10 @@ DTYPES = ("fp32", "bf16", "fp16")
 # How a cell's samples were timed (perfsuite.measure.timers): events around each call
 # (every cell before --timer), one CUDA graph replay each, or the device kernels' sum.
 TIMERS = ("events", "graph", "kernels")
-# A loss cell's phases (one device or across ranks).
+# A loss cell's phases; a training step's (model forward, backward, AdamW, the whole: its
+# "step(...)" workload keeps its cells apart); a training run is one cell.
 PHASES = ("fwd", "bwd", "fwd+bwd")
-# ``perfsuite step``: one training step (model forward, backward, AdamW) and its whole;
-# its rows carry a "step(...)" workload, so they never share a cell with the above.
 STEP_PHASES = ("fwd", "bwd", "opt", "step")
-# ``perfsuite converge``: a whole training run is one cell.
 TRAIN_PHASES = ("train",)
 
 # The columns that identify a cell: two rows with equal keys measure the same thing.
@@ -117,9 +111,8 @@ class Row:
 
 
 def cell_key(row: dict[str, Any]) -> tuple:
-    """``CELL_KEY`` plus the workload, the TP size (None: one device, the only kind
-    before ``--tp``) and the timer (``events`` before ``--timer``): what makes two rows
-    the same measurement."""
+    """What makes two rows the same measurement: ``CELL_KEY``, the workload, the TP size
+    (None: one device) and the timer (``events`` before ``--timer``)."""
     return (
         *(row.get(k) for k in CELL_KEY),
         row.get("workload") or "random",
@@ -137,7 +130,7 @@ def describe_cell(row: dict[str, Any]) -> str:
 
 
 def document_kinds(document: dict[str, Any]) -> set[str]:
-    """Every kind of row in a document in memory (empty for a document without rows)."""
+    """Every kind of row in a document in memory."""
     return {row["kind"] for row in document["rows"]}
 
 
@@ -147,10 +140,7 @@ def _either(kinds: Iterable[str]) -> str:
 
 
 def require_kind(
-    document: dict[str, Any],
-    path: str | os.PathLike[str],
-    allowed: set[str] | frozenset[str],
-    command: str,
+    document: dict[str, Any], path: str | os.PathLike[str], allowed: Collection[str], command: str
 ) -> None:
     """Raise ``ResultsError`` (one line) if ``document`` holds rows of a kind ``command``
     cannot read, e.g. ``run.json holds step rows; report takes loss or tp rows``."""
@@ -198,6 +188,4 @@ def to_disk(document: dict[str, Any]) -> dict[str, Any]:
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:
     """A version 2 row as readers use it: ``metrics`` lifted to the top."""
-    out = {k: v for k, v in row.items() if k != "metrics"}
-    out.update(row.get("metrics") or {})
-    return out
+    return {**{k: v for k, v in row.items() if k != "metrics"}, **(row.get("metrics") or {})}

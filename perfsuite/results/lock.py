@@ -1,14 +1,13 @@
-"""One writer per results file (it is rewritten whole, so two writers keep only the last
-one's rows): ``fcntl.flock`` on a hidden lock file beside it. Every command that writes a
-results file as it goes (``run``, ``sweep``, ``step``, ``converge``) takes it through
-``claim`` before it reads or checks the file, and holds it to its last write; it goes with
-the process, so a crash leaves none."""
+"""One writer per results file (it is rewritten whole: two writers keep only the last
+one's rows): ``fcntl.flock`` on a hidden lock file beside it, taken through ``claim``
+before the file is read or checked, held to the last write, gone with the process."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import IO
 
@@ -39,13 +38,10 @@ class WriterLock:
                 ) from None
             # The holder before us may have removed the file between our open and our
             # lock: then we locked a name nobody else sees; try again on the new one.
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._file = handle
-                return
+            with suppress(FileNotFoundError):
+                if os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino:
+                    self._file = handle
+                    return
             handle.close()
 
     def release(self) -> None:
@@ -63,9 +59,8 @@ class WriterLock:
 
 
 def claim(path: str | os.PathLike[str], start: Callable[[], object] | None = None) -> WriterLock:
-    """``path``'s writer lock (its folder must exist), then ``start()``: what it reads or
-    checks of the file (exists? resumable?) stays true while the lock is held. Released
-    if ``start`` raises, so a refused command leaves the file free. ``FileLocked`` (one
+    """``path``'s writer lock (its folder must exist), then ``start()``, whose checks of the
+    file stay true while it is held (released if ``start`` raises). ``FileLocked`` (one
     line) when another process holds it or it cannot be taken."""
     try:
         writer = WriterLock(Path(path))

@@ -13,7 +13,6 @@ from typing import Any
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.kinds import describe_cell
 from perfsuite.results.results import (
-    ResultsError,
     check_writable,
     load_results,
     new_document,
@@ -36,12 +35,10 @@ def merge_documents(
     allow_mismatch: bool = False,
     duplicates: str = "error",
 ) -> dict[str, Any]:
-    """One document from ``(name, document)`` pairs; ``MergeError`` if they disagree."""
+    """One document from ``(name, document)`` pairs; ``MergeError`` if they disagree
+    (``ResultsError`` if one holds rows merge does not take)."""
     for name, doc in documents:
-        try:
-            require_kind(doc, name, MERGES, "merge")
-        except ResultsError as err:
-            raise MergeError(str(err)) from None
+        require_kind(doc, name, MERGES, "merge")
     first_name, first = documents[0]
     # The merged env names one device: cells measured on another would carry its name.
     devices = {(d["env"].get("device") or {}).get("name") for _, d in documents}

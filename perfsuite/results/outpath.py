@@ -1,6 +1,5 @@
-"""One check, and one wording, for every output path a command is given, before any work:
-a folder where a file goes, a file where a folder goes (also as an ancestor), a folder
-that cannot be made or written."""
+"""One check, and one wording, for every output path a command is given, before any work
+(a folder where a file goes, a file in the way, a folder that cannot be written)."""
 
 from __future__ import annotations
 
@@ -25,9 +24,7 @@ def _probe(folder: Path, flag: str, path: Path) -> None:
     """Create ``folder`` and write a file there, or say why not."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        tempfile.TemporaryFile(dir=folder).close()
     except OSError as err:
         raise OutputPathError(f"{flag} {path}: cannot write there ({err.strerror})") from None
 

@@ -8,6 +8,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 def git_state() -> dict[str, Any]:
     """SHA and dirty flag of the checkout perfsuite runs from (None outside git); when
-    dirty, ``diff`` fingerprints the uncommitted changes (sha256 of ``git diff HEAD``), so
-    that two results from the same dirty tree can be told apart from two that are not."""
+    dirty, ``diff`` fingerprints the uncommitted changes (sha256 of ``git diff HEAD``)."""
     here = Path(__file__).resolve().parent
     sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
     if sha is None:
@@ -41,12 +41,10 @@ def git_state() -> dict[str, Any]:
 
 
 def cpu_model() -> str:
-    try:
+    with suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 

@@ -1,6 +1,6 @@
 """What a results file records of its methods, for readers that should not import them
-(every method's module, and torch with them: 13-25 s under load for ``report``, issue 46):
-whether each computes its gradients in the forward at each β (the tables' ‡)."""
+(every method's module, and torch with them): whether each computes its gradients in the
+forward at each β (the tables' ‡)."""
 
 from __future__ import annotations
 
@@ -22,18 +22,17 @@ def grads_in_forward_record(
 
 
 @dataclass(frozen=True)
-class _RecordedCaps:
-    """A method's ``grads_in_forward_at`` as its results file recorded it."""
+class _Recorded:
+    """A method as its results file recorded it: its ``caps.grads_in_forward_at`` only."""
 
     by_beta: dict[str, bool]
 
+    @property
+    def caps(self) -> _Recorded:
+        return self
+
     def grads_in_forward_at(self, beta: float) -> bool:
         return self.by_beta[_beta_key(beta)]
-
-
-@dataclass(frozen=True)
-class _Recorded:
-    caps: _RecordedCaps
 
 
 def recorded_methods(document: dict[str, Any]) -> dict[str, Any] | None:
@@ -43,4 +42,4 @@ def recorded_methods(document: dict[str, Any]) -> dict[str, Any] | None:
     record = document["env"].get("grads_in_forward") or {}
     if not all(_beta_key(r["beta"]) in record.get(r["method"], {}) for r in document["rows"]):
         return None
-    return {name: _Recorded(_RecordedCaps(by_beta)) for name, by_beta in record.items()}
+    return {name: _Recorded(by_beta) for name, by_beta in record.items()}

@@ -26,7 +26,7 @@ from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import
     require_kind,
     to_disk,
 )
-from perfsuite.results.outpath import OutputPathError, check_output_file
+from perfsuite.results.outpath import check_output_file
 
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
     import pandas as pd
@@ -46,8 +46,7 @@ def status_counts(rows: list[dict[str, Any]]) -> str:
 
 def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) -> dict[str, Any]:
     """A version 2 document in memory: flat rows, each with the kind of cell that made it
-    (``write_results`` nests them as written). A row without one is a writer's mistake,
-    refused here: never guessed from its fields."""
+    (a row without one is a writer's mistake, never guessed from its fields)."""
     out = [asdict(r) if isinstance(r, Row) else dict(r) for r in rows]
     for i, row in enumerate(out):
         if row.get("kind") not in KINDS:
@@ -63,12 +62,9 @@ def check_writable(
     flag: str = "--out",
     inputs: Iterable[str | os.PathLike[str] | None] = (),
 ) -> Path:
-    """Raise ``ResultsError`` now if ``path`` cannot take a results file, before anything
-    is measured (``perfsuite.results.outpath``'s check and words)."""
-    try:
-        return check_output_file(path, flag, overwrite=overwrite, inputs=inputs)
-    except OutputPathError as err:
-        raise ResultsError(str(err)) from None
+    """Refuse now, before anything is measured, a ``path`` that cannot take a results file
+    (``OutputPathError``, one line; by default an existing file too)."""
+    return check_output_file(path, flag, overwrite=overwrite, inputs=inputs)
 
 
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:
@@ -93,8 +89,8 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:
 
 
 def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Path:
-    """Write ``document`` to ``path`` atomically: a version 2 results document as the schema
-    lays it out (``kinds.to_disk``), any other (converge's, a sensitivity report) as it is."""
+    """Write ``document`` to ``path`` atomically: a version 2 results document nested as on
+    disk (``kinds.to_disk``), any other (converge's, a sensitivity report) as it is."""
     if document.get("schema_version") == SCHEMA_VERSION and isinstance(document.get("rows"), list):
         document = to_disk(document)
     return write_atomically(path, json.dumps(document, indent=1, allow_nan=True) + "\n")
@@ -137,10 +133,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def load_results(path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
-    """Read a results file (version 1 or 2) and check it against the schema
-    (``perfsuite.results.schema``): flat rows, each with its kind. ``ResultsError`` says,
-    in one line, what is wrong with it: the file, the row and the field; or that it holds
-    no rows (unless ``empty``: see ``schema.validate``)."""
+    """A results file (version 1 or 2) checked against the schema (``schema.validate``):
+    flat rows, each with its kind; else ``ResultsError``, one line."""
     from perfsuite.results.schema import validate  # pydantic: only where a file is read
 
     return validate(read_json(path), path, empty=empty)

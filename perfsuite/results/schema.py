@@ -1,7 +1,6 @@
-"""The results document's one schema (pydantic) and the reading of versions 1 and 2 into
-the flat rows every reader uses (layout: docs/run.md, "Results file"). Version 1 rows, and
-version 2 rows dumped flat as in memory, are laid out as version 2 and checked by the same
-models; any defect is one ``ResultsError`` line naming the file, the row and the field."""
+"""The results document's one schema (pydantic; docs/run.md, "Results file"): versions 1
+and 2 read into the flat rows every reader uses, any defect one ``ResultsError`` line
+naming the file, the row and the field."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from perfsuite.results.kinds import (
     STATUSES,
     STEP_PHASES,
     TIMERS,
+    TRAIN_PHASES,
     ResultsError,
     Row,
     cell_key,
@@ -58,6 +58,8 @@ _CONSTRAINED: dict[str, Any] = {
     "softcap": Annotated[float, Field(gt=0, allow_inf_nan=False)] | None,
     "timer": Literal[TIMERS],
 }
+_STEP_WORKLOAD = Annotated[str, Field(pattern=r"^step\(")]
+_TRAIN_STATUS = Literal[(*STATUSES, "diverged")]
 _AS_MEASURED = {float | None: Measured | None, int | None: Count | None,
                 list[float]: list[Measured]}  # fmt: skip
 _ROW_TYPES = get_type_hints(Row)
@@ -90,49 +92,28 @@ class TrainMetrics(_Strict):
     wall_s: Measured | None = None
 
 
-class LossRow(_Cell):
-    """One device's loss and its gradients."""
-
-    kind: Literal["loss"]
-    phase: Literal[PHASES]  # type: ignore[valid-type]
-    metrics: _NoMetrics = _NoMetrics()
-
-
-class TpRow(_Cell):
-    """The loss across ``tp`` ranks, the classifier sharded over V."""
-
-    kind: Literal["tp"]
-    phase: Literal[PHASES]  # type: ignore[valid-type]
-    tp: Size
-    metrics: TpMetrics = TpMetrics()
+def _row(kind: str, phases: tuple[str, ...], metrics: type[_Strict], **own: Any) -> type[_Strict]:
+    """A kind's row: the common cell, its kind and phases, its ``own`` fields, its metrics."""
+    return create_model(
+        f"{kind.title()}Row",
+        __base__=_Cell,
+        kind=(Literal[kind], ...),
+        phase=(Literal[phases], ...),
+        **own,
+        metrics=(metrics, metrics()),
+    )
 
 
-class StepRow(_Cell):
-    """One training step of a model (forward, backward, optimizer, and the whole)."""
-
-    kind: Literal["step"]
-    phase: Literal[STEP_PHASES]  # type: ignore[valid-type]
-    workload: Annotated[str, Field(pattern=r"^step\(")]
-    metrics: StepMetrics = StepMetrics()
-
-
-class TrainRow(_Cell):
-    """A training run (``perfsuite converge``): one method at one dtype and β."""
-
-    kind: Literal["train"]
-    phase: Literal["train"]
-    # A run whose loss went non-finite is its own outcome, as much a failure as an error.
-    status: Literal[(*STATUSES, "diverged")]  # type: ignore[valid-type]
-    metrics: TrainMetrics = TrainMetrics()
-
-
+_ROWS = {
+    "loss": _row("loss", PHASES, _NoMetrics),
+    # The loss across ``tp`` ranks, the classifier sharded over V.
+    "tp": _row("tp", PHASES, TpMetrics, tp=(Size, ...)),
+    "step": _row("step", STEP_PHASES, StepMetrics, workload=(_STEP_WORKLOAD, ...)),
+    # A training run whose loss went non-finite is its own outcome, as much a failure.
+    "train": _row("train", TRAIN_PHASES, TrainMetrics, status=(_TRAIN_STATUS, ...)),
+}
 AnyRow = Annotated[
-    Union[  # noqa: UP007 (a tagged union reads plainer spelled out)
-        Annotated[LossRow, Tag("loss")],
-        Annotated[TpRow, Tag("tp")],
-        Annotated[StepRow, Tag("step")],
-        Annotated[TrainRow, Tag("train")],
-    ],
+    Union[tuple(Annotated[model, Tag(kind)] for kind, model in _ROWS.items())],  # noqa: UP007
     Discriminator("kind"),
 ]
 
@@ -170,9 +151,7 @@ def _field(loc: tuple[Any, ...], flat: bool = False) -> str:
     parts = [str(p) for p in loc if not isinstance(p, int)]
     if flat and parts[:1] == ["metrics"]:
         parts = parts[1:]  # the row keeps them at the top: name the field as the file does
-    name = ".".join(parts)
-    indices = "".join(f"[{p}]" for p in loc if isinstance(p, int))
-    return name + indices
+    return ".".join(parts) + "".join(f"[{p}]" for p in loc if isinstance(p, int))
 
 
 def _expected(error: dict[str, Any], field: str) -> str:
@@ -186,10 +165,6 @@ def _expected(error: dict[str, Any], field: str) -> str:
             return "an integer"  # bytes and counts (a NaN fails ``value >= 0``)
         if kind_of in _NUMBER_ERRORS:
             return "a finite number >= 0"
-    if kind_of in ("int_type", "int_parsing", "int_from_float"):
-        return "an integer"
-    if kind_of in ("float_type", "float_parsing", "finite_number"):
-        return "a finite number"
     if kind_of in _BOUNDS:
         bound = next(iter(ctx.values()), "?")
         if isinstance(bound, float) and bound.is_integer():
@@ -197,8 +172,6 @@ def _expected(error: dict[str, Any], field: str) -> str:
         return f"{_BOUNDS[kind_of]} {bound}"
     if kind_of == "literal_error":
         return f"one of {ctx.get('expected', '?')}"
-    if kind_of == "string_pattern_mismatch":
-        return "a step(...) workload"
     return _PLAIN.get(kind_of) or error["msg"][:1].lower() + error["msg"][1:]
 
 
@@ -207,13 +180,14 @@ _BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "
 _NUMBER_ERRORS = ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
                   "finite_number", "greater_than_equal")  # fmt: skip
 _PLAIN = {
+    **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "an integer"),
+    **dict.fromkeys(("float_type", "float_parsing", "finite_number"), "a finite number"),
+    **dict.fromkeys(("dict_type", "model_type", "model_attributes_type"), "an object"),
+    "string_pattern_mismatch": "a step(...) workload",
     "string_type": "a string",
     "string_too_short": "a name",
     "bool_type": "true or false",
     "list_type": "a list",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
 }
 
 
@@ -253,12 +227,8 @@ def v1_kind(row: dict[str, Any]) -> str:
 
 def validate(document: Any, path: str | os.PathLike[str], *, empty: bool = False) -> dict[str, Any]:
     """``document`` (parsed JSON) checked against the schema and returned in memory form:
-    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong.
-
-    A document without rows is refused here, for every command that reads rows (one
-    rule: ``history add`` stored it as a run of 0 cells, ``report`` printed a blank
-    line); ``empty`` is for the readers that take it: ``sweep --resume`` of a sweep
-    stopped before its first cell, and an array's part files."""
+    flat rows, each with its kind. ``ResultsError`` (one line) names what is wrong; a
+    document without rows too, unless ``empty`` (a sweep stopped before its first cell)."""
     if not isinstance(document, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(document).__name__}")
     version = document.get("schema_version")

@@ -110,10 +110,7 @@ def test_setup_and_flush_stay_outside_the_profiled_call():
     assert breakdown.wall_ms < 25, breakdown
 
 
-def test_a_trace_is_gzip_json_or_refused_and_named_in_safe_characters(tmp_path):
-    with pytest.raises(ValueError, match=r"must end \.json\.gz"):
-        profile_call(lambda: None, CPU, trace=tmp_path / "trace.json")
-    assert list(tmp_path.iterdir()) == []
+def test_a_trace_is_named_in_safe_characters():
     name = trace_name("F.linear_cross_entropy", "gemma2 2b", "bf16", 0.0, "fwd+bwd")
     assert name == "F.linear_cross_entropy__gemma2-2b__bf16__b0__fwd-bwd.json.gz"
 

@@ -27,7 +27,7 @@ def test_times_a_known_duration_and_refuses_no_samples():
     assert timing.median_ms < 30, timing.samples_ms
     assert timing.p20_ms <= timing.median_ms <= timing.p80_ms
     with pytest.raises(ValueError, match="samples"):
-        time_samples(lambda: None, CPU, samples=0)
+        time_samples(lambda: None, CPU, samples=0, warmup=0)
 
 
 def test_one_protocol_interpreted_or_compiled():

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from perfsuite.args import add_measurement_arguments, add_out_arguments, positive_int
+    from perfsuite.run.sweep_args import add_attempt_all
 
     p.add_argument(
         "--shape",
@@ -41,11 +42,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_measurement_arguments(p)
     add_out_arguments(p, "<shape>-<device>.json")
-    p.add_argument(  # as sweep's; --force is "overwrite --out"
-        "--attempt-all",
-        action="store_true",
-        help="attempt cells the memory model predicts will not fit (else a skipped row each)",
-    )
+    add_attempt_all(p, "(else a skipped row each)")
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -69,7 +66,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.args import measurement_options, out_file
     from perfsuite.harness.command import Checkpoint, command, ended
     from perfsuite.harness.progress import cell_label
-    from perfsuite.plan.memory_model import device_capacity
     from perfsuite.plan.plan import PlanError, build_plan
     from perfsuite.plan.workloads import file_shape, parse_workload
     from perfsuite.run import runner
@@ -98,11 +94,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
     out = out_file(args.out, "+".join(s.name for s in shapes), plan.device)
     checkpoint = Checkpoint(out, overwrite=args.force)  # before anything is measured
-    capacity = None if args.attempt_all else device_capacity(plan.device, plan.memory_limit)
 
     document = command(
         checkpoint,
-        lambda progress, notice: runner.run_plan(plan, progress, checkpoint, notice, capacity),
+        lambda progress, notice: runner.run_plan(
+            plan, progress, checkpoint, notice, args.attempt_all
+        ),
         console,
         [(method, case) for method in plan.methods for case in plan.cases()],
         label=functools.partial(cell_label, tokens=False),

@@ -20,9 +20,9 @@ from perfsuite.converge.presets import Preset
 from perfsuite.converge.report import markdown, print_report, train_row
 from perfsuite.converge.runner import Cell, TrainKind, result
 from perfsuite.converge.train import ADAM, RunResult, memory_meter
-from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.kind import run_kind
+from perfsuite.harness.progress import ProgressFn
 from perfsuite.method import SimpleMethod
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.results import new_document

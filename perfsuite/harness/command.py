@@ -1,7 +1,6 @@
-"""The driver of every measuring command (``run``, ``sweep``, ``step``, ``converge``): its
-results file checked and held before anything is measured, rewritten after every finished
-case (``Checkpoint``: the one writer), the progress bar and lines, and Ctrl-C in one
-wording: nothing measured lost (``perfsuite.cli`` then removes the scratch folders)."""
+"""The driver of every measuring command: its results file checked and held before
+anything is measured, rewritten after every finished case (``Checkpoint``: the one
+writer), the progress bar and lines, and Ctrl-C in one wording: nothing measured lost."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.harness.busy import ProgressFn
-from perfsuite.harness.progress import NoticeFn, finished_lines
+from perfsuite.harness.progress import NoticeFn, ProgressFn, finished_lines
 from perfsuite.parser import print_error
 from perfsuite.results.lock import claim
 from perfsuite.results.outpath import check_output_file
@@ -32,13 +30,11 @@ Rows = list[dict[str, Any]]
 
 
 class Checkpoint:
-    """A results file a command writes as it goes: ``path`` checked (``check_writable``;
-    ``outputs``, the files made beside it, too) and held by this process alone
-    (``lock.claim``: a second command on the same file is refused, never left to replace
-    this one's rows) until ``release`` or the ``with`` block's end; ``start`` runs once it
-    is held (what it reads of the file stays true). ``add`` rewrites it after every
-    finished case: a partial document of ``env`` and every row so far (``rows`` may start
-    with an earlier run's, resumed), as ``shape`` lays them out."""
+    """A results file a command writes as it goes: ``path`` (and ``outputs`` beside it)
+    checked, then held by this process alone (``lock.claim``: a second command on it is
+    refused) until ``release``; ``start`` runs once it is held. ``add`` rewrites it after
+    every finished case: a partial document of ``env`` and every row so far (``rows`` may
+    start with a resumed run's), as ``shape`` lays them out."""
 
     def __init__(
         self,
@@ -104,10 +100,9 @@ def command(
 ) -> dict[str, Any]:
     """``measure(progress, notice)`` with the file held and a progress bar over the
     (method, case) ``units`` to go: ``progress`` after every finished case (its line from
-    ``label``, none without; the bar advanced by the case's ``cost``, else by one),
-    before ``measure`` gives its rows to ``checkpoint`` (``kind.checkpointed``);
-    ``notice`` for any other line. The finished document is written before the file is
-    let go; on Ctrl-C or SIGTERM the rows told so far are, and the console says how many."""
+    ``label``; the bar advanced by its ``cost``, else by one), ``notice`` for any other
+    line. The finished document is written before the file is let go; on Ctrl-C or
+    SIGTERM the rows told so far are, and the console says how many."""
     from rich import progress as bars
 
     columns = [
@@ -154,7 +149,7 @@ def command(
 
 def ended(document: dict[str, Any], out: Path, console: Console, what: str = "cell") -> int:
     """The command's last lines: where its results are; exit 1, saying so, when no
-    ``what`` was measured (a run that failed everywhere is no success)."""
+    ``what`` was measured."""
     rows = document["rows"]
     console.print(f"results: {out} ({status_counts(rows) or 'no'} rows)", soft_wrap=True)
     if nothing_measured(rows):

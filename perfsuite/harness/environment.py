@@ -1,7 +1,5 @@
 """A worker process's environment, set before it imports anything (libgomp, glibc's malloc
-and ``@triton.jit`` read their variables once). A CPU worker started on a busy machine
-waits passively at OpenMP barriers; on a quiet one it keeps libgomp's default
-(docs/run.md, reports/cpu-busy/)."""
+and ``@triton.jit`` read their variables once; docs/run.md, reports/cpu-busy/)."""
 
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ import time
 
 from perfsuite.measure.machine import BUSY_CORES, RUN_ID_VAR, Snapshot, other_cores
 
-# Environment for worker processes whose CPU memory is measured (``measure/memory.py``):
-# freed buffers leave the process, so its high-water mark follows the tensors.
+# Freed buffers leave the process: its measured high-water mark follows the tensors.
 CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # What a CPU worker started on a busy machine adds (unless the caller set it already).
@@ -48,9 +45,8 @@ machine_busy = _Probe()
 
 def child_env(device: str, jobs: int, triton: bool, busy: bool | None = None) -> dict[str, str]:
     """A worker process's environment: unbuffered; on CPU the measured allocator
-    settings, OpenMP's wait policy (``busy``: the machine's state, looked at when None),
-    and for Triton methods the interpreter (set before the worker imports anything:
-    ``@triton.jit`` reads it at definition) with the cores shared out."""
+    settings, OpenMP's wait policy (passive on a ``busy`` machine: looked at when None),
+    and for Triton methods the interpreter with the cores shared out."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env[RUN_ID_VAR] = str(os.getpid())  # ours, to the busy-machine check

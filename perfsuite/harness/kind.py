@@ -1,21 +1,22 @@
 """Cell kinds and the loop that measures them: decided cases first, then one worker after
-another until every case is done (a worker that dies costs the case it was on)."""
+another until every case is done (a worker that dies costs the case it was on), each
+measured case's rows marked with the machine's state over it (``measure.machine``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import queue
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from perfsuite.harness.busy import ProgressFn, watched
-from perfsuite.harness.deaths import death_reason, failed_record, read_json_lines
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import run_worker
-from perfsuite.harness.progress import Model, NoticeFn, Tracker
-from perfsuite.harness.schedule import schedule
+from perfsuite.harness.lifecycle import death_reason, failed_record, read_json_lines, run_worker
+from perfsuite.harness.progress import Model, NoticeFn, ProgressFn, Tracker
+from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import case_rows
+from perfsuite.measure.machine import Watch
 from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import MEASURED, new_document
 
@@ -23,7 +24,15 @@ if TYPE_CHECKING:
     from perfsuite.harness.command import Checkpoint
 
 Rows = list[dict[str, Any]]
-T = TypeVar("T")
+
+
+def busy_label(method: str, case: dict[str, Any]) -> str:
+    """How a case is named in the machine's state groups (not a shape: its fields)."""
+    if not {"tokens", "vocab", "hidden", "dtype", "beta"} <= case.keys():
+        return " ".join([method, *(f"{k}={v}" for k, v in case.items())])
+    tp = f" TP={case['tp']}" if case.get("tp") else ""
+    size = f"N={case['tokens']} V={case['vocab']} D={case['hidden']}"
+    return f"{method}{tp} {size} {case['dtype']} β={case['beta']:g}"
 
 
 class Kind:
@@ -41,9 +50,7 @@ class Kind:
 
     def decided(self, method: str, case: dict[str, Any]) -> Rows | None:
         """The rows of a case no worker is needed for, else None: the one chain of every
-        kind. The method declares no cell of this kind or cannot compute the case
-        (``unsupported``), cannot run here (``unavailable``), or is predicted not to fit
-        (``skipped``: a prediction, where ``oom`` is what a worker ran into)."""
+        kind (``skipped``: predicted not to fit, where ``oom`` is what a worker ran into)."""
         from perfsuite.tp_method import case_reason  # torch: kind.py is read without it
 
         m = getattr(self, "methods", {}).get(method)
@@ -70,8 +77,7 @@ class Kind:
         return None
 
     def interpreted(self, method: str) -> bool:
-        """Whether the method's worker runs under the Triton interpreter: its Triton
-        kernels on a CPU."""
+        """Whether the method's worker runs Triton kernels on a CPU (the interpreter)."""
         caps = self._caps(method)
         return self.device == "cpu" and caps is not None and caps.triton
 
@@ -81,8 +87,7 @@ class Kind:
         return 1.0 if caps is None else caps.interpreter_cost
 
     def _caps(self, method: str) -> Any:
-        """The method's declared capabilities (None: a kind that measures no method)."""
-        declared = getattr(self, "methods", {}).get(method)
+        declared = getattr(self, "methods", {}).get(method)  # None: a kind of no method
         return None if declared is None else declared.caps
 
     def work(self, method: str, case: dict[str, Any]) -> float:
@@ -121,10 +126,9 @@ class Kind:
 
     def finished(self, lines: Rows, cases: list[dict[str, Any]]) -> list[Rows]:
         """The rows of each finished case among ``lines``, from the first case on."""
-        rows = [ln for ln in lines if "phase" in ln]
         done = []
         for case in cases:
-            mine = [r for r in rows if self.same(r, case)]
+            mine = [r for r in lines if "phase" in r and self.same(r, case)]
             if len(mine) < len(self.phases):
                 break
             done.append(mine)
@@ -136,12 +140,61 @@ class Kind:
         """The rows of case ``index``, in flight when its worker died: those it wrote,
         then ``status`` and why for the phases it did not."""
         kept = [ln for ln in lines if "phase" in ln and self.same(ln, case)]  # not markers
-        have = {r["phase"] for r in kept}
-        missing = [p for p in self.phases if p not in have]
+        missing = [p for p in self.phases if p not in {r["phase"] for r in kept}]
         return kept + self.status_rows(method, case, missing, status, reason)
 
     def heard(self, method: str, lines: Rows) -> None:
         """Every line so far, at every poll (what a kind keeps besides rows)."""
+
+
+def run_kind(
+    kind: Kind,
+    cases: dict[str, list[dict[str, Any]]],
+    progress: ProgressFn | None = None,
+    machine: list[dict[str, Any]] | None = None,
+    notice: NoticeFn | None = None,
+    slots: list[dict[str, str]] | None = None,
+) -> dict[str, Rows]:
+    """Every method's cases (``cases`` by method): those ``kind.decided`` reported first,
+    the rest measured by workers in ``schedule``'s order, or dealt among ``slots``
+    (environments, a GPU each) one worker per slot at a time; ``notice`` hears the progress
+    lines, ``machine`` each measured case's state. The rows by method, as they came."""
+    by_method: dict[str, Rows] = {method: [] for method in cases}
+    pending: dict[str, list[dict[str, Any]]] = {}
+    for method, method_cases in cases.items():
+        for case in method_cases:
+            rows = kind.decided(method, case)
+            if rows is None:
+                pending.setdefault(method, []).append(case)
+                continue
+            by_method[method] += rows
+            if progress is not None:
+                progress(method, case, rows)
+    tracker = None if notice is None else make_tracker(kind, pending, notice)
+    slots = slots or [{}]
+    n = len(slots)
+    batches = [(m, mine[k::n]) for m, mine in pending.items() for k in range(min(n, len(mine)))]
+    free: queue.Queue[dict[str, str]] = queue.Queue()
+    for slot in slots:
+        free.put(slot)
+
+    def work(item: tuple[str, list[dict[str, Any]]]) -> None:
+        method, batch = item
+        slot = free.get() if n > 1 else slots[0]  # one slot: the harness's own order
+        try:
+            by_method[method] += run_cases(kind, method, batch, progress, machine, slot, tracker)
+        finally:
+            if n > 1:
+                free.put(slot)
+
+    if n > 1:
+        run_parallel(batches, work, n)
+    else:
+        schedule(
+            batches, work, interpreted=lambda item: kind.interpreted(item[0]),
+            cost=lambda item: kind.cost(item[0]), jobs=kind.jobs, beside=kind.beside(),
+        )  # fmt: skip
+    return by_method
 
 
 def run_cases(
@@ -153,24 +206,25 @@ def run_cases(
     env: dict[str, str] | None = None,
     tracker: Tracker | None = None,
 ) -> Rows:
-    """Every case of one method, restarting the worker after a death; ``env`` is added
-    to the worker's environment (``CUDA_VISIBLE_DEVICES`` to pin a GPU). Each case's
-    machine state goes to ``machine``; ``tracker`` hears the workers (progress lines).
-    Returns the rows in the order they came."""
-    marked = watched(kind.device, progress, machine)
+    """Every case of one method by workers, a new one after a death; ``env`` is added to
+    the worker's environment (``CUDA_VISIBLE_DEVICES``). The rows as they came."""
+    watch = Watch(kind.device)
     rows: Rows = []
 
     def report(case: dict[str, Any], case_rows: Rows) -> None:
         rows.extend(case_rows)
-        marked(method, case, case_rows)
+        if any(r["status"] in MEASURED for r in case_rows):  # marked with the machine's state
+            if tracker is not None:
+                tracker.finished(method, case)
+            state = watch.end(busy_label(method, case))
+            for row in case_rows:
+                row["busy"] = "; ".join(state["busy"])  # its reasons, "" when quiet
+            if machine is not None:
+                machine.append(state)
+        if progress is not None:
+            progress(method, case, case_rows)
 
-    remaining = []
-    for case in cases:
-        decided = kind.decided(method, case)
-        if decided is None:
-            remaining.append(case)
-        else:
-            report(case, decided)
+    remaining = list(cases)
     with scratch() as tmp:
         attempt = 0
         while remaining:
@@ -231,50 +285,15 @@ def _worker(
     return reported
 
 
-def run_kind(
-    kind: Kind,
-    cases: dict[str, list[dict[str, Any]]],
-    progress: ProgressFn | None = None,
-    machine: list[dict[str, Any]] | None = None,
-    tracker: Tracker | None = None,
-) -> dict[str, Rows]:
-    """Every method's cases (``cases`` by method), natively timed methods one at a time
-    and interpreted ones beside or after them (``perfsuite.harness.schedule``); the
-    rows by method."""
-    by_method: dict[str, Rows] = {}
-
-    def work(method: str) -> None:
-        by_method[method] = run_cases(kind, method, cases[method], progress, machine, None, tracker)
-
-    schedule_kind(kind, cases, lambda method: method, work)
-    return by_method
-
-
-def schedule_kind(
-    kind: Kind, items: Iterable[T], method_of: Callable[[T], str], work: Callable[[T], None]
-) -> None:
-    """``work`` on every item, in the harness's order for the items' methods."""
-    schedule(
-        items, work, interpreted=lambda i: kind.interpreted(method_of(i)),
-        cost=lambda i: kind.cost(method_of(i)), jobs=kind.jobs, beside=kind.beside(),
-    )  # fmt: skip
-
-
 def checkpointed(
-    env: dict[str, Any],
-    progress: ProgressFn | None,
-    checkpoint: Checkpoint | None,
-    tracker: Tracker | None = None,
+    env: dict[str, Any], progress: ProgressFn | None, checkpoint: Checkpoint | None
 ) -> ProgressFn:
-    """``tracker`` told of a measured case (its time model), ``progress``, then
-    ``checkpoint`` given the case's rows: the file holds every case finished so far, with
-    ``env`` (a run killed half-way keeps what it measured)."""
+    """``progress``, then ``checkpoint`` given the case's rows: the file holds every case
+    finished so far, with ``env`` (a run killed half-way keeps what it measured)."""
     if checkpoint is not None:
         checkpoint.env = env
 
     def report(method: str, case: dict[str, Any], rows: Rows) -> None:
-        if tracker is not None and any(r["status"] in MEASURED for r in rows):
-            tracker.finished(method, case)
         if progress is not None:
             progress(method, case, rows)
         if checkpoint is not None:
@@ -284,8 +303,7 @@ def checkpointed(
 
 
 def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
-    """Rows in the order of ``cases`` (decided ones came first), each case's in the
-    kind's phase order."""
+    """Rows in the order of ``cases``, each case's in the kind's phase order."""
     position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
 
     def key(row: dict[str, Any]) -> tuple[int, int]:
@@ -295,20 +313,17 @@ def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
     return sorted(rows, key=key)
 
 
-def make_tracker(
-    kind: Kind, methods: list[str], cases: list[dict[str, Any]], notice: NoticeFn
-) -> Tracker:
-    """Progress lines over the cells a worker will measure (not those decided here): the
+def make_tracker(kind: Kind, cases: dict[str, list[dict[str, Any]]], notice: NoticeFn) -> Tracker:
+    """Progress lines over the cells workers will measure (``cases`` by method): the
     kind's ``work`` a cell's relative time, weighted by an interpreted method's declared
     cost (they differ by far more than FLOPs), its ``peak`` the predicted bytes."""
-    units = [(m, case) for m in methods for case in cases if kind.decided(m, case) is None]
 
     def cost(name: str, case: dict[str, Any]) -> float:
         return (kind.cost(name) if kind.interpreted(name) else 1.0) * kind.work(name, case)
 
     kinds = {True: "interpreted", False: "native"}
     model = Model(cost, lambda name: kinds[kind.interpreted(name)], kind.peak)
-    return Tracker(units, notice, model)
+    return Tracker([(m, case) for m, mine in cases.items() for case in mine], notice, model)
 
 
 def measure(
@@ -320,15 +335,13 @@ def measure(
     checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
 ) -> dict[str, Any]:
-    """Every case of every method (``run_kind``), checkpointed after each, with progress
-    lines to ``notice`` (``make_tracker``); the results document of ``env`` (the
-    machine's groups and, on CUDA, the GPU's state after added), its rows by method,
-    then in case order."""
-    track = None if notice is None else make_tracker(kind, methods, cases, notice)
+    """Every case of every method (``run_kind``), checkpointed after each; the results
+    document of ``env`` (the machine's groups and, on CUDA, the GPU's state after
+    added), its rows by method, then in case order."""
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
-    report = checkpointed(env, progress, checkpoint, track)
-    by_method = run_kind(kind, {m: cases for m in methods}, report, groups, track)
+    report = checkpointed(env, progress, checkpoint)
+    by_method = run_kind(kind, {m: cases for m in methods}, report, groups, notice)
     rows = [row for m in methods for row in in_case_order(kind, by_method[m], cases)]
     if kind.device == "cuda":
         env["gpu_state_after"] = gpu_state()

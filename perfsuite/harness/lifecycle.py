@@ -1,11 +1,12 @@
-"""One worker process's life: started in its own process group (so a kill reaches its
-ranks and compile workers too), its JSON-lines file polled every ``POLL_S`` and handed to
-the caller, killed (the whole group) at its deadline or when the run is interrupted.
-"""
+"""One worker process's life: started in its own process group (a kill reaches its ranks
+and compile workers too), its JSON lines polled every ``POLL_S``, the group killed at its
+deadline or when the run is interrupted; and why it ended, from what it left behind."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness import pause
-from perfsuite.harness.deaths import read_json_lines
+from perfsuite.harness import schedule
 from perfsuite.harness.schedule import CANCEL, Cancelled
 
 POLL_S = 0.5
@@ -26,10 +26,9 @@ LinesFn = Callable[[list[dict[str, Any]]], bool]
 
 
 def python_worker(module: str, *args: str) -> list[str]:
-    """The command that serves ``module``'s ``WORKER`` (``perfsuite.harness.worker.main``)
-    in a fresh Python, the collector off until the worker freezes what its imports made
-    (``freeze_what_exists``): its passes over torch's and transformers' objects as they
-    import cost 0.3-2 s a worker."""
+    """The command that serves ``module``'s ``WORKER`` (``perfsuite.harness.worker.main``),
+    the collector off until the worker freezes what its imports made: its passes over
+    torch's objects as they import cost 0.3-2 s a worker."""
     boot = "import gc, sys; gc.disable(); from perfsuite.harness.worker import main; "
     boot += "sys.exit(main(sys.argv[1:]))"
     return [sys.executable, "-c", boot, module, *args]
@@ -37,11 +36,10 @@ def python_worker(module: str, *args: str) -> list[str]:
 
 @dataclass
 class Ended:
-    """How a worker ended: its exit code, the limit it was killed at (None if it was
-    not), its stderr."""
+    """How a worker ended."""
 
     returncode: int | None
-    timed_out_after: float | None
+    timed_out_after: float | None  # the limit it was killed at
     stderr: str
 
 
@@ -63,9 +61,9 @@ def run_worker(
     per_case: bool = False,
 ) -> Ended:
     """Run ``command`` until it exits, polling ``out``; killed past ``timeout_s`` (from
-    its start, or with ``per_case`` from its last finished case). Ctrl-C, SIGTERM
-    (``perfsuite.cli`` turns it into KeyboardInterrupt) and a cancel of the run kill
-    the worker's group before re-raising, so it is gone before its scratch folder."""
+    its start, or with ``per_case`` from its last finished case). Ctrl-C, SIGTERM and a
+    cancel of the run kill the worker's group before re-raising (before its scratch
+    folder goes)."""
     stderr_path = out.with_suffix(".stderr")
     timed_out = None
     with open(stderr_path, "w") as stderr:
@@ -79,7 +77,7 @@ def run_worker(
                 start_new_session=True,
             )
 
-        board = pause.BOARD
+        board = schedule.BOARD
         proc = popen({}) if board is None else board.start(popen, interpreted)
         deadline = time.monotonic() + timeout_s
         try:
@@ -107,3 +105,47 @@ def run_worker(
     kill_group(proc)  # a rank or child it left behind
     on_lines(read_json_lines(out))
     return Ended(proc.returncode, timed_out, stderr_path.read_text())
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """A worker's JSON-lines output, up to the first line a crash cut short."""
+    if not path.exists():
+        return []
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            break  # a line cut by a crash: everything before it stands
+    return lines
+
+
+# C++ log lines (torch profiler/kineto: "USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52]
+# profiler_start", glog's "W0101 10:00:00.000 1 file.cc:12] ..."): ours, not the user's.
+_NATIVE_LOG = re.compile(r"\S+\.(?:cpp|cc|cxx|c|h|hpp):\d+\]")
+
+
+def death_reason(
+    returncode: int | None, timed_out_after: float | None, stderr: str
+) -> tuple[str, str]:
+    """``(status, one-line reason)`` for a worker that ended without finishing its work;
+    ``timed_out_after``: the limit (s) it was killed at, None if it was not."""
+    said = [ln for ln in stderr.strip().splitlines() if ln.strip() and not _NATIVE_LOG.search(ln)]
+    tail = " | ".join(said[-3:])[-400:]
+    if timed_out_after is not None:
+        return "error", f"worker timed out after {timed_out_after:g} s; {tail}".strip("; ")
+    if returncode is not None and returncode < 0:
+        sig = signal.Signals(-returncode).name
+        if sig == "SIGKILL":
+            return "oom", f"worker killed by SIGKILL (likely the kernel's OOM killer); {tail}"
+        return "error", f"worker died of {sig}; {tail}"
+    return "error", f"worker exited with code {returncode}; {tail}"
+
+
+def failed_record(lines: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """``(status, reason)`` of the multi-rank launcher's ``{"failed": i, ...}`` line (the
+    rank that failed first and why), when it wrote one."""
+    for line in reversed(lines):
+        if "failed" in line:
+            return str(line["status"]), str(line["reason"])
+    return None

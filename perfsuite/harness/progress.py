@@ -1,5 +1,5 @@
-"""Progress lines while a run measures: workers and cells starting (with the predicted
-peak and time left), and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs."""
+"""Progress lines while a run measures: workers and cells starting (predicted peak, time
+left), and a heartbeat at least every ``HEARTBEAT_S`` while a cell runs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from perfsuite.units import fmt_bytes
 # Seconds a running cell may go without a line.
 HEARTBEAT_S = 30.0
 NoticeFn = Callable[[str], None]
+# Told of each finished case: (method, case, its rows).
+ProgressFn = Callable[[str, dict[str, Any], list[dict[str, Any]]], None]
 
 
 def finished_lines(label: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -38,8 +40,8 @@ def duration(seconds: float) -> str:
 
 
 def cell_label(method: str, case: dict[str, Any], width: int = 22, tokens: bool = True) -> str:
-    """A case's words on a progress line: ``width`` columns of method (and TP size),
-    the shape (and N, where a grid's shapes share a name pattern), dtype and β."""
+    """A case's words on a progress line: ``width`` columns of method (and TP size), the
+    shape (and N, where a grid's shapes share a name pattern), dtype and β."""
     tp = f" TP={case['tp']}" if case.get("tp") else ""
     n = f" N={case['tokens']}" if tokens else ""
     return f"{method + tp:<{width}} {case['shape']}{n} {case['dtype']} β={case['beta']:g}"
@@ -49,12 +51,9 @@ def cell_label(method: str, case: dict[str, Any], width: int = 22, tokens: bool 
 class Model:
     """What is predicted of a (method, case) before it runs."""
 
-    # Relative time (``grid.unit_cost``): FLOPs plus a fixed cost per case.
-    cost: Callable[[str, dict[str, Any]], float]
-    # Cells of one kind share a seconds-per-cost rate (native, interpreted).
-    kind: Callable[[str], str]
-    # Predicted peak bytes (``memory_model.predicted_peak``); None: no prediction.
-    peak: Callable[[str, dict[str, Any]], int | None]
+    cost: Callable[[str, dict[str, Any]], float]  # relative time (``Kind.work``)
+    kind: Callable[[str], str]  # cells of one kind share a seconds-per-cost rate
+    peak: Callable[[str, dict[str, Any]], int | None]  # predicted bytes (None: unknown)
 
 
 @dataclass
@@ -73,13 +72,10 @@ class _Worker:
 
 
 class Tracker:
-    """Turns worker output into progress lines (``notice``); shared by the threads
-    that drive interpreted workers, hence the lock.
-
-    Time left: each kind's seconds per unit of modelled cost, from its finished cells,
-    over its cost still to go, scaled by how many cell-seconds the run has fitted in
-    each second so far (workers run side by side). A kind with no finished cell yet is
-    left out, and the line says which kinds it counts."""
+    """Turns worker output into progress lines (``notice``), for every thread that
+    drives a worker. Time left: each kind's seconds per unit of modelled cost over its
+    cost to go, scaled by the cell-seconds the run fits in a second (workers run side by
+    side); a kind with no finished cell yet is left out, and the line says so."""
 
     def __init__(
         self,
@@ -177,9 +173,8 @@ class Tracker:
 
 
 class Countdown:
-    """Progress lines for ``total`` like items (builds) done one by one or side by side:
-    a line per finished item with its count, the time so far and, from the mean so far,
-    the time left. ``run``'s cells have a time model instead (``Tracker``)."""
+    """Progress lines for ``total`` like items (builds): a line per finished item with its
+    count, the time so far and, from the mean so far, the time left."""
 
     def __init__(
         self, total: int, notice: NoticeFn, clock: Callable[[], float] = time.monotonic

@@ -1,7 +1,5 @@
-"""Temporary folders for worker specs and rows, removed even after a kill: a SIGKILLed
-run (the OOM killer, a CI timeout) cannot remove its own, so each folder's name carries
-the pid that made it, and the next run removes those of pids that no longer exist.
-"""
+"""Temporary folders for worker specs and rows, named after the pid that made them: the
+next run removes those a SIGKILLed run (the OOM killer, a CI timeout) left."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ def remove_stale() -> list[Path]:
 
 
 def remove_own() -> None:
-    """Remove this process's folders: after an interrupt, one whose ``with`` it cut short
-    (made, never entered or not yet removed) would outlive the run."""
+    """Remove this process's folders (after an interrupt: one whose ``with`` it cut short)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}{os.getpid()}-*"):
         shutil.rmtree(folder, ignore_errors=True)
 

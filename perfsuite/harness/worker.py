@@ -1,23 +1,20 @@
-"""The one worker: ``serve`` reads a kind's spec, opens its JSON-lines file, freezes what
-the imports made, caps the memory and measures each case, a ``{"start": i}`` line before
-it (``perfsuite.harness.kind`` reads them). Besides, what every kind's worker shares: a
-measured row's columns, the status of a case that raised, the memory cap that provokes
-``oom``, and a loss cell's phase bodies. Here, not in one kind's worker, so that step,
-converge and regress need not import the loss kind."""
+"""The one worker: ``serve`` reads a kind's spec and measures each case, a ``{"start": i}``
+line before it, every line appended to the spec's JSON-lines file (``emitter``). Besides,
+what every kind's worker shares (a row's columns, a failure's status, the memory cap,
+a loss cell's phases), so that step, converge and regress need not import the loss kind."""
 
 from __future__ import annotations
 
 import gc
 import importlib
 import json
+import os
 import resource
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-from perfsuite.harness.protocol import emitter
 
 if TYPE_CHECKING:  # torch loads in the worker, not in a parent that names its WORKER
     import torch
@@ -34,10 +31,24 @@ INTERPRETER_BF16_NOTE = (
 )
 
 
+@contextmanager
+def emitter(path: str | os.PathLike[str]) -> Iterator[Callable[[Any], None]]:
+    """``emit(line)`` appends one line (a dict or a dataclass), synced: a worker killed
+    right after loses none of it."""
+    with open(path, "a", buffering=1) as out:
+
+        def emit(line: Any) -> None:
+            out.write(json.dumps(asdict(line) if is_dataclass(line) else line) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+        yield emit
+
+
 def gate_status(verdict: Any, interpreted: bool, dtype: str, ok: str = "") -> tuple[str, str]:
     """A gated case's status and reason by its ``run.correctness.Verdict``: ``ok`` (said
-    ``ok``), or ``wrong`` and what failed. A method that fails the gate is still measured
-    (its rows stay ``wrong``): how fast an inexact kernel runs is half of the finding."""
+    ``ok``), or ``wrong`` and what failed (still measured: how fast an inexact kernel
+    runs is half of the finding)."""
     if verdict.passed:
         return "ok", ok
     said = f" ({INTERPRETER_BF16_NOTE})" if interpreted and dtype == "bf16" else ""
@@ -47,8 +58,8 @@ def gate_status(verdict: Any, interpreted: bool, dtype: str, ok: str = "") -> tu
 def case_rows(
     kind: str, method: str, case: dict[str, Any], phases: Iterable[str], **fields: Any
 ) -> list[Row]:
-    """One ``kind`` row per phase of ``case`` (a plan's case dict: the keys of it that
-    are a row's, its workload spec as its label), ``fields`` set."""
+    """One ``kind`` row per phase of ``case`` (its keys that are a row's, its workload
+    spec as its label), ``fields`` set."""
     from perfsuite.results.results import Row
 
     given = {k: v for k, v in case.items() if k in Row.__dataclass_fields__}
@@ -145,9 +156,8 @@ Emit = Callable[[Any], None]
 Stage = Callable[[str], None]
 # One case: (spec, the session's state, its index, the case dict, emit, stage).
 CaseFn = Callable[[Spec, State, int, dict[str, Any], Emit, Stage], None]
-# What a worker sets up before its cases (imports, a model, a process group): entered
-# before the freeze, it yields the state each case gets and the emit this process writes
-# with (a cell's ranks: rank 0's writes, the others' say nothing).
+# Set up before the cases and the freeze (imports, a model, a process group): yields the
+# state each case gets and the emit this process writes with (a rank but the first: none).
 SessionFn = Callable[[Spec, Emit], AbstractContextManager[tuple[State, Emit]]]
 
 
@@ -159,9 +169,6 @@ class Served(Generic[Spec, State]):
     run_case: CaseFn
     session: SessionFn | None = None
 
-    def __call__(self, spec_path: str) -> int:
-        return serve(self.spec_type, self.run_case, spec_path, self.session)
-
 
 def serve(
     spec_type: type[Spec],
@@ -170,8 +177,7 @@ def serve(
     session: SessionFn | None = None,
 ) -> int:
     """The one worker loop over ``spec_type``'s JSON file at ``spec_path`` (its ``out``,
-    ``cases`` and optional ``memory_limit``): each case's lines reach ``out`` as they are
-    known, so that a crash loses only the case in flight."""
+    ``cases`` and optional ``memory_limit``): a crash loses only the case in flight."""
     import torch
 
     from perfsuite.measure.memory import freeze_what_exists
@@ -206,4 +212,4 @@ def holding(make: Callable[[Any], Any]) -> SessionFn:
 def main(argv: list[str]) -> int:
     """``MODULE SPEC.json``: MODULE's ``WORKER`` served on the spec (``python_worker``)."""
     served: Served = importlib.import_module(argv[0]).WORKER
-    return served(argv[1])
+    return serve(served.spec_type, served.run_case, argv[1], served.session)

@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.deaths import death_reason, read_json_lines
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import python_worker, run_worker
+from perfsuite.harness.lifecycle import death_reason, python_worker, read_json_lines, run_worker
 from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import Served
 from perfsuite.measure.stats import quantile, summarize

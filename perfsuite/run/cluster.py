@@ -1,8 +1,6 @@
-"""``perfsuite sweep --executor local|slurm``: one sweep as a submitit job array.
-
-Task i runs ``sweep --shard i/N`` into ``<out>.parts/shard-i-of-N.json``, merged into
-``--out`` when the array ends. The parts are the record: a failed task loses only its
-unfinished cells, and ``--resume`` submits only shards with cells missing."""
+"""``perfsuite sweep --executor local|slurm``: task i of a submitit job array runs ``sweep
+--shard i/N`` into ``<out>.parts/shard-i-of-N.json``, merged into ``--out`` at the end; a
+failed task loses only its unfinished cells, and ``--resume`` submits the shards left."""
 
 from __future__ import annotations
 
@@ -36,9 +34,8 @@ from perfsuite.results.results import (
 from perfsuite.run.sweep_args import add_arguments as add_sweep_arguments
 from perfsuite.run.sweep_args import check_resume, load_resumable, out_path, parse_redo
 
-if TYPE_CHECKING:  # the grid and the sweep load torch: imported where a sweep runs, so
-    # that its arguments are checked before
-    from perfsuite.run.grid import Unit
+if TYPE_CHECKING:  # the grid loads torch: imported once the arguments are checked
+    from perfsuite.run.sweep import Unit
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -91,7 +88,7 @@ def _import_submitit() -> Any:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    """Everything that can be refused without the grid: before anything is made."""
+    """Everything refused without the grid, before anything is made."""
     if args.shard is not None:
         raise PlanError(f"--shard {args.shard}: with --executor, --shards N runs every shard")
     if args.executor == "local" and _given(args, SLURM_ONLY):
@@ -109,8 +106,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _planning_args(args: argparse.Namespace) -> argparse.Namespace:
-    """The arguments to plan with here: a login node without a GPU still plans a
-    ``--device cuda`` grid (the cell keys do not name the device; tasks resolve it)."""
+    """The arguments to plan with here: a login node without a GPU plans a ``--device
+    cuda`` grid as cpu (the cell keys do not name the device; tasks resolve it)."""
     if args.executor == "slurm" and args.device == "cuda":
         import torch
 
@@ -133,8 +130,8 @@ def _split_of_parts(parts: Path) -> int | None:
 
 
 def _done(doc: dict[str, Any] | None, redo: tuple[str, ...], skipped_done: bool) -> set[tuple]:
-    """Cells of ``doc`` that a re-run keeps (sweep's rule, but ``skipped`` counts as done
-    unless ``--force``: re-predicting them here is no reason to queue for a GPU)."""
+    """Cells of ``doc`` a re-run keeps (sweep's rule, ``skipped`` ones too unless
+    ``--attempt-all``: re-predicting them is no reason to queue for a GPU)."""
     keep = [r for r in (doc or {}).get("rows", []) if r["status"] not in redo]
     return {cell_key(r) for r in keep if skipped_done or r["status"] != "skipped"}
 
@@ -164,7 +161,7 @@ class ArraySweep:
         self.writer = claim(self.out, self._survey)  # the parts are the tasks' to lock
 
     def _survey(self) -> None:
-        from perfsuite.run.grid import grid_units, unit_keys
+        from perfsuite.run.sweep import grid_units, unit_keys
 
         args, plan = self.args, self.plan
         self.units = grid_units(plan)
@@ -175,7 +172,7 @@ class ArraySweep:
                 f"--shards {existing}, or remove the folder"
             )
         self.n = args.shards or existing or min(len(self.units), MAX_SHARDS)
-        redo, skipped_done = parse_redo(args.redo, args.resume), not args.force
+        redo, skipped_done = parse_redo(args.redo, args.resume), not args.attempt_all
         done_out = _done(self.previous, redo, skipped_done)
         self.todo: list[int] = []
         self.kept = 0
@@ -196,11 +193,11 @@ class ArraySweep:
         return load_resumable(path, self.plan.as_dict()) if path.exists() else None
 
     def _seed(self, i: int, units: list[Unit]) -> None:
-        """A part file holding the cells ``--out`` already has for the shard, so the
-        task resumes them (and checks their environment) instead of measuring again."""
+        """A part file of the cells ``--out`` already has for the shard: the task
+        resumes them (checking their environment) instead of measuring again."""
         if self.previous is None:
             return
-        from perfsuite.run.grid import unit_keys
+        from perfsuite.run.sweep import unit_keys
 
         keys = {k for u in units for k in unit_keys(u, self.plan.phases)}
         rows = [r for r in self.previous["rows"] if cell_key(r) in keys]
@@ -227,8 +224,8 @@ class ArraySweep:
 
 
 def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> dict[str, Any]:
-    """One array task: ``sweep --shard i/N`` into its part file (resumed when there).
-    The plan is made here, so ``--device auto`` means the task's node."""
+    """One array task: ``sweep --shard i/N`` into its part file (resumed when there),
+    planned here: ``--device auto`` is the task's node's."""
     from perfsuite.run import sweep
 
     job = sweep.from_args(args, shard, Path(part))
@@ -248,8 +245,7 @@ def _executor(submitit: Any, array: ArraySweep) -> Any:
     limit = args.time_limit or TIME_LIMIT
     if args.executor == "local":
         executor = submitit.LocalExecutor(folder=array.logs)
-        # LocalExecutor sets CUDA_VISIBLE_DEVICES from gpus_per_node (0: none); a task
-        # must see the GPUs this shell sees.
+        # LocalExecutor sets CUDA_VISIBLE_DEVICES from gpus_per_node: a task must see ours.
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         keep = f"export CUDA_VISIBLE_DEVICES={shlex.quote(cvd)}" if cvd else "true"
         executor.update_parameters(timeout_min=limit, setup=[keep])

@@ -1,6 +1,5 @@
 """The correctness gate: a method's loss and gradients against the fp32 reference, within
-twice torch's own error in the same dtype plus a small slack (Cut Cross-Entropy's rule;
-in fp32 torch's error is the reference's distance from fp64)."""
+twice torch's own error in the same dtype plus a small slack (Cut Cross-Entropy's rule)."""
 
 from __future__ import annotations
 
@@ -77,8 +76,7 @@ def reference_outcome(case: Case, inputs: Inputs) -> Outcome:
 def gate_reference(
     case: Case, seed: int, workload: dict[str, Any] | None
 ) -> tuple[Inputs, Outcome, dict[str, float]]:
-    """A case's inputs, their fp32 reference (refused when not finite) and the gate's
-    tolerances."""
+    """A case's inputs, their fp32 reference (refused when not finite), its tolerances."""
     inputs = make_inputs(case, seed, workload)
     reference = reference_outcome(case, inputs)
     check_reference(reference, inputs, case.ignore_index)
@@ -90,9 +88,8 @@ class UnusableInputs(ValueError):
 
 
 def check_reference(reference: Outcome, inputs: Inputs, ignore_index: int = -100) -> None:
-    """Refuse inputs on which the reference itself is NaN or infinite (every target
-    ignored: a mean over no tokens; NaN or inf in e or c), which would otherwise read
-    as "loss error nan > tolerance nan" for every method."""
+    """Refuse inputs on which the reference itself is not finite (every target ignored;
+    NaN or inf in e or c): else "loss error nan > tolerance nan" for every method."""
     bad = [q for q in QUANTITIES if not bool(torch.isfinite(reference.get(q)).all())]
     if not bad:
         return
@@ -123,8 +120,7 @@ def torch_error_outcome(case: Case, inputs: Inputs) -> Outcome:
 
 
 def distance(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest absolute difference, in the wider dtype; NaN anywhere is NaN (and fails
-    every comparison with a bound)."""
+    """Largest absolute difference, in the wider dtype; NaN anywhere is NaN."""
     return float(torch.sub(a, b).abs_().max()) if a.numel() else 0.0
 
 
@@ -148,9 +144,8 @@ def tolerances(dtype: str, reference: Outcome | Named, torch_version: Outcome | 
 
 
 def judge(result: Outcome | Named, reference: Outcome | Named, bounds: dict[str, float]) -> Verdict:
-    """The one correctness judge (loss cells, ranks, steps): every quantity of
-    ``reference`` within its bound passes; NaN (no comparison holds) or a quantity
-    ``result`` lacks fails. Quantities: an ``Outcome``'s, or any named tensors."""
+    """The one correctness judge (an ``Outcome``'s or any named tensors): every quantity
+    of ``reference`` within its bound passes; NaN or a quantity ``result`` lacks fails."""
     got, want = _named(result), _named(reference)
     errors = {q: distance(got[q], ref) if q in got else float("nan") for q, ref in want.items()}
     problems = [f"no gradient for {q}" for q in want if q not in got]

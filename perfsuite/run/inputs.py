@@ -26,10 +26,9 @@ class Inputs:
 
 
 def make_inputs(case: Case, seed: int = 0, workload: dict[str, Any] | None = None) -> Inputs:
-    """Inputs generated on the case's device, carrying their measured mean entropy: random
-    ones by default, ``c`` scaled by ``1/sqrt(D)`` so that a logit has standard deviation
-    about 1 whatever D (a head before training), or the ``workload``'s
-    (``perfsuite.plan.workloads``)."""
+    """Inputs on the case's device, with their measured mean entropy: random (``c`` scaled
+    by ``1/sqrt(D)``: a logit's standard deviation about 1, a head before training), or
+    the ``workload``'s (``perfsuite.plan.workloads``)."""
     from perfsuite.plan import workloads
 
     kind = (workload or {}).get("kind", "random")

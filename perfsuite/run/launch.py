@@ -1,6 +1,6 @@
-"""A multi-rank worker: computes each case's fp32 reference once (not K times, and off the
-ranks' memory), then starts K ranks with torch's elastic launcher; when a rank fails, a
-``{"failed": case, ...}`` line names the rank that failed first and why."""
+"""A multi-rank worker: each case's fp32 reference computed once (off the ranks' memory),
+then K ranks by torch's elastic launcher; a ``{"failed": case, ...}`` line names the rank
+that failed first and why."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from perfsuite.harness.deaths import read_json_lines
-from perfsuite.harness.protocol import emitter
-from perfsuite.harness.worker import describe, is_oom
+from perfsuite.harness.lifecycle import read_json_lines
+from perfsuite.harness.worker import describe, emitter, is_oom
 from perfsuite.plan.registry import methods_for
 from perfsuite.run.correctness import QUANTITIES, gate_reference
 from perfsuite.run.ranks import peer_gone, record_path, reference_path, serve_rank
@@ -43,10 +42,10 @@ def write_references(spec: WorkerSpec) -> None:
 
 
 def root_cause(failures: dict[int, Any], out: str, world: int, timeout_s: float) -> tuple[str, str]:
-    """``(status, reason)`` of the rank that failed first, in this order: a rank's own
-    error (not a peer's disappearance); a rank killed by a signal other than the
-    launcher's SIGTERM; a collective that timed out, naming the ranks that never joined;
-    the one rank that left no word while its peers lost it; the first record or exit."""
+    """``(status, reason)`` of the rank that failed first: a rank's own error (not a
+    peer's disappearance); a rank killed by a signal but the launcher's SIGTERM; a
+    collective timed out, naming who never joined; the one rank that left no word; the
+    first record or exit."""
     records = []
     for rank in range(world):  # a rank that failed first may not have exited yet
         path = record_path(out, rank)

@@ -1,7 +1,6 @@
-"""One method's cells at one TP size, inside each of the K ranks: a cell passes the gate
-only when every rank does, memory is the largest rank's peak, a sample the slowest
-rank's. A rank that fails writes why to its record file, so that the launcher can name
-the rank that failed first (docs/scale-out.md)."""
+"""One method's cells at one TP size, in each of the K ranks: a cell passes the gate when
+every rank does, memory is the largest rank's peak, a sample the slowest rank's; a rank
+that fails writes why to its record file for the launcher (docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ from perfsuite.tp_method import Shard, shard_ranges
 MAX = dist.ReduceOp.MAX if dist.is_available() else None
 # What a rank says when a peer died under it: a consequence, not the cause.
 PEER_GONE = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe")
-# How long such a rank waits before it exits: the launcher reports the first rank it
-# sees fail, which must be the one that died first, not the peer that lost it.
+# Such a rank waits before it exits: the launcher names the first rank it sees fail.
 PEER_GONE_WAIT_S = 2.0
 
 
@@ -59,7 +57,7 @@ def _all_max(values: list[float], device: torch.device) -> list[float]:
 
 
 def _agree(status: tuple[str, str] | None) -> tuple[str, str] | None:
-    """Every rank's (status, reason) or None; the first rank's that has one."""
+    """The first rank's (status, reason) that is not None."""
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, status)
     for rank, item in enumerate(gathered):
@@ -85,8 +83,7 @@ def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> Verdict:
 def run_rank_case(
     spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any
 ) -> None:
-    """Every phase of one case on this rank; rank 0 emits the rows (the others' ``emit``
-    says nothing)."""
+    """Every phase of one case on this rank (rank 0's ``emit`` writes the rows)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     case = method_case(method, raw)
     device = torch.device(case.device)
@@ -193,15 +190,12 @@ def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
     # (torch's elastic handlers turn it into an exception: it would read as its error).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _init(spec, spec.cases[0]["device"])
-    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else _silent
+    silent = lambda line: None  # noqa: E731 - a rank but the first: rank 0 writes
+    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent
     dist.destroy_process_group()
 
 
-def _silent(line: Any) -> None:
-    """A rank but the first: its peers' lines are rank 0's to write."""
-
-
 def serve_rank(spec_path: str) -> int:
-    """Each of the K ranks torch's elastic launcher starts (``perfsuite.run.launch``), the
-    one worker loop around this rank's life (a function: the launcher names it)."""
+    """Each of the K ranks torch's elastic launcher starts: the one worker loop (a
+    function: the launcher names it)."""
     return serve(WorkerSpec, run_case, spec_path, _rank)

@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
-from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.harness.progress import NoticeFn, Tracker
+from perfsuite.harness.progress import NoticeFn, ProgressFn
+from perfsuite.measure.timing import sampling
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.memory_model import device_capacity, exceeds, gate_bytes, predicted_peak
 from perfsuite.plan.plan import Plan
 from perfsuite.plan.registry import all_methods
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.recorded import grads_in_forward_record
-from perfsuite.run.grid import Unit, unit_cost
 from perfsuite.run.worker import CASE_KEYS, WorkerSpec
 
 if TYPE_CHECKING:
@@ -39,16 +38,16 @@ class LossKind(harness.Kind):
 
     case_keys = CASE_KEYS
 
-    def __init__(self, plan: Plan, capacity: int | None = None) -> None:
-        """``capacity``: bytes over which a cell is predicted not to fit (None: attempt all)."""
-        self.plan, self.device, self.jobs, self.capacity = plan, plan.device, plan.jobs, capacity
+    def __init__(self, plan: Plan, attempt_all: bool = True) -> None:
+        self.plan, self.device, self.jobs = plan, plan.device, plan.jobs
+        # Bytes over which a cell is predicted not to fit (None: ``--attempt-all``, unknown).
+        self.capacity = None if attempt_all else device_capacity(plan.device, plan.memory_limit)
         self.name = "tp" if plan.tps else "loss"  # the kind of cell, on every row
         self.timeout_s, self.phases = plan.timeout_s, tuple(plan.phases)
         self.methods = measured(plan)
 
     def predicted(self, method: str, case: dict[str, Any]) -> tuple[int, str] | None:
-        """``memory_model.predicted_peak`` on one device: bytes and what they hold (None
-        across ranks: each rank holds a shard the model does not predict)."""
+        """``memory_model.predicted_peak``: bytes and what they hold (None across ranks)."""
         if case.get("tp"):
             return None
         return predicted_peak(
@@ -69,11 +68,19 @@ class LossKind(harness.Kind):
         return exceeds(need, what, self.capacity, self.device) + "; --attempt-all attempts it"
 
     def work(self, method: str, case: dict[str, Any]) -> float:
-        return unit_cost(Unit(0, method, case), self.plan, self.interpreted(method))
+        """Matmul FLOPs of the correctness gate and of every sample, plus a fixed cost."""
+        interpreted = self.interpreted(method)
+        how = sampling(self.plan.samples, self.plan.warmup, interpreted)
+        # The memory pass, and a timing pass unless the memory pass's call is the sample.
+        samples = 1 if how.cpu_time else how.samples + how.warmup + 1
+        per_phase = {"fwd": 2, "bwd": 6, "fwd+bwd": 8}
+        flops = case["tokens"] * case["vocab"] * case["hidden"]
+        flops *= 24 + sum(per_phase[p] for p in self.phases) * samples
+        return flops * (50 if interpreted else 1) + 1e10
 
     def beside(self) -> bool:
-        """A one-device CPU run (a multi-rank cell's ranks keep the machine), and memory,
-        by the memory model, for a native worker and ``plan.jobs`` interpreted ones at once."""
+        """A one-device CPU run, with memory by the model for a native worker and
+        ``plan.jobs`` interpreted ones at once."""
         plan = self.plan
         if plan.device != "cpu" or plan.tps:
             return False
@@ -88,8 +95,7 @@ class LossKind(harness.Kind):
         return (1 + plan.jobs) * need <= capacity
 
     def batch(self, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A multi-rank worker starts K ranks for one TP size: the next size's cases go
-        to the next worker."""
+        """A multi-rank worker's cases: those of one TP size."""
         tp = cases[0].get("tp")
         return list(itertools.takewhile(lambda c: c.get("tp") == tp, cases))
 
@@ -103,33 +109,15 @@ class LossKind(harness.Kind):
         return [sys.executable, "-m", "perfsuite.run.launch", str(spec)]  # it starts K ranks
 
 
-def run_method(
-    plan: Plan,
-    method: str,
-    cases: list[dict[str, Any]],
-    progress: ProgressFn | None = None,
-    env: dict[str, str] | None = None,
-    machine: list[dict[str, Any]] | None = None,
-    tracker: Tracker | None = None,
-) -> list[dict[str, Any]]:
-    """All cases of one method (``perfsuite.harness.kind.run_cases``), in case order."""
-    kind = LossKind(plan)
-    rows = harness.run_cases(kind, method, cases, progress, machine, env, tracker)
-    return harness.in_case_order(kind, rows, cases)
-
-
 def run_plan(
     plan: Plan,
     progress: ProgressFn | None = None,
     checkpoint: Checkpoint | None = None,
     notice: NoticeFn | None = None,
-    capacity: int | None = None,
+    attempt_all: bool = True,
 ) -> dict[str, Any]:
-    """Measure every cell of ``plan``; returns the results document. ``checkpoint`` gets
-    the document so far after each case (a killed run keeps what it measured); ``notice``
-    the progress lines (perfsuite.harness.progress); a cell predicted over ``capacity``
-    bytes is ``skipped`` (None: attempt every cell)."""
-    kind, env = LossKind(plan, capacity), plan_env(plan)
+    """Every cell of ``plan`` measured (``harness.measure``); the results document."""
+    kind, env = LossKind(plan, attempt_all), plan_env(plan)
     return harness.measure(kind, plan.methods, plan.cases(), env, progress, checkpoint, notice)
 
 

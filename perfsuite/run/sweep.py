@@ -1,44 +1,63 @@
 """``perfsuite sweep``: a grid over (tokens, vocab, hidden, β) through ``run``'s workers,
-its file rewritten after every case (``--resume`` loses only the cases in flight), cells
-predicted not to fit recorded ``skipped``, ``--shard i/n`` every n-th cell."""
+its (method, case) units in a fixed order, shards of them, its file rewritten after every
+case (``--resume`` loses only the cases in flight)."""
 
 from __future__ import annotations
 
 import argparse
-import queue
+import itertools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.command import Checkpoint
-from perfsuite.harness.kind import checkpointed, schedule_kind
-from perfsuite.plan.memory_model import device_capacity
+from perfsuite.harness.kind import checkpointed, run_kind
+from perfsuite.harness.progress import ProgressFn
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
+from perfsuite.results.provenance import gpu_state
 from perfsuite.results.results import new_document
 from perfsuite.run import runner
-from perfsuite.run.grid import (
-    Unit,
-    grid_units,
-    parse_gpus,
-    parse_shard,
-    unit_cost,
-    unit_keys,
-)
 from perfsuite.run.sweep_args import (  # the command line's half, re-exported for cluster
     add_arguments,  # noqa: F401
     check_resume,
     load_resumable,
     out_path,
+    parse_gpus,
     parse_redo,
+    parse_shard,
     plan_from_args,
 )
 
 
+@dataclass
+class Unit:
+    """One (method, case) of the grid: a worker measures all its phases together."""
+
+    index: int  # position in the whole grid (shards are index % n)
+    method: str
+    case: dict[str, Any]
+
+
+def unit_keys(unit: Unit, phases: list[str]) -> list[tuple]:
+    label = workload_label(unit.case.get("workload"))
+    return [
+        cell_key({**unit.case, "method": unit.method, "phase": p, "workload": label})
+        for p in phases
+    ]
+
+
+def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
+    """Every (method, case) in a fixed order, or shard i of n: every n-th of them, so
+    that each shard gets a fair share of the large shapes and of every method."""
+    pairs = itertools.product(plan.methods, plan.cases())
+    units = [Unit(i, method, case) for i, (method, case) in enumerate(pairs)]
+    return units if shard is None else [u for u in units if u.index % shard[1] == shard[0]]
+
+
 class Sweep:
-    """One sweep's state: its file (``checkpoint``: resumed rows first), what is done,
-    what to run."""
+    """One sweep: its file (``checkpoint``: resumed rows first), what is done, what to run."""
 
     def __init__(
         self,
@@ -100,76 +119,26 @@ class Sweep:
         self.env, self.resumed = env, rows
 
     def run(self, progress: ProgressFn | None = None) -> dict[str, Any]:
-        """Every cell to go, ``progress`` told of each: those decided without a worker
-        first (``skipped`` where predicted not to fit, ``unavailable``, ``unsupported``),
-        the others measured, the file rewritten after each; the finished document."""
-        capacity = None if self.force else device_capacity(self.plan.device, self.plan.memory_limit)
-        pending: list[Unit] = []
-        kind = runner.LossKind(self.plan, capacity)
+        """Every cell to go (``harness.kind.run_kind``), ``progress`` told of each, the
+        file rewritten after each; the finished document."""
+        cases: dict[str, list[dict[str, Any]]] = {}
         for unit in self.todo:
-            rows = kind.decided(unit.method, unit.case)
-            if rows is None:
-                pending.append(unit)
-                continue
-            self.checkpoint.rows.extend(rows)
-            if progress is not None:
-                progress(unit.method, unit.case, rows)
-        self.checkpoint.save()  # resumed and skipped rows: the file before the first cell
+            cases.setdefault(unit.method, []).append(unit.case)
+        self.checkpoint.save()  # the resumed rows under this run's env: before any cell
         env = self.checkpoint.env
-        self._execute(pending, checkpointed(env, progress, self.checkpoint))
+        groups = env.setdefault("machine", {"groups": []})["groups"]
+        report = checkpointed(env, progress, self.checkpoint)
+        run_kind(runner.LossKind(self.plan, self.force), cases, report, groups, slots=self.slots)
         if self.plan.device == "cuda":
-            from perfsuite.results.provenance import gpu_state
-
             env["gpu_state_after"] = gpu_state()
         return new_document(env, self.checkpoint.shape(self.checkpoint.rows))
-
-    def _batches(self, pending: list[Unit]) -> list[tuple[str, list[Unit]]]:
-        """Work items for the slots: per method its pending cases, split round-robin
-        across slots when there are several (one worker process per item)."""
-        by_method: dict[str, list[Unit]] = {}
-        for unit in pending:
-            by_method.setdefault(unit.method, []).append(unit)
-        n = len(self.slots)
-        return [
-            (method, units[k::n])
-            for method, units in by_method.items()
-            for k in range(min(n, len(units)))
-        ]
-
-    def _execute(self, pending: list[Unit], report: ProgressFn) -> None:
-        from perfsuite.harness.schedule import run_parallel
-
-        free: queue.Queue[dict[str, str]] = queue.Queue()
-        for slot in self.slots:
-            free.put(slot)
-
-        def measure(item: tuple[str, list[Unit]], slot: dict[str, str]) -> None:
-            method, units = item
-            groups = self.checkpoint.env.setdefault("machine", {"groups": []})["groups"]
-            cases = [u.case for u in units]
-            runner.run_method(self.plan, method, cases, report, env=slot, machine=groups)
-
-        def on_free_slot(item: tuple[str, list[Unit]]) -> None:
-            slot = free.get()
-            try:
-                measure(item, slot)
-            finally:
-                free.put(slot)
-
-        batches = self._batches(pending)
-        if len(self.slots) == 1:  # one device: runner's order (interpreted ones in parallel)
-            only = self.slots[0]
-            kind = runner.LossKind(self.plan)
-            schedule_kind(kind, batches, lambda item: item[0], lambda item: measure(item, only))
-            return
-        run_parallel(batches, on_free_slot, len(self.slots))
 
 
 def from_args(
     args: argparse.Namespace, shard: tuple[int, int] | None, out: Path | None = None
 ) -> Sweep:
-    """The sweep ``args`` ask for (``shard`` of it), into ``--out`` or, for an array's
-    task, ``out`` (resumed when it exists)."""
+    """The sweep ``args`` ask for (``shard`` of it), into ``--out`` or an array task's
+    ``out`` (resumed when it exists)."""
     plan, grid = plan_from_args(args)
     gpus = parse_gpus(args.gpus, plan.device)
     resume = args.resume if out is None else out.exists()
@@ -177,7 +146,7 @@ def from_args(
     out = out or out_path(args, plan.device + part)
     redo = parse_redo(args.redo, args.resume)
     slots = [{"CUDA_VISIBLE_DEVICES": g} for g in gpus] or None
-    return Sweep(plan, out, shard=shard, resume=resume, force=args.force, redo=redo,
+    return Sweep(plan, out, shard=shard, resume=resume, force=args.attempt_all, redo=redo,
                  slots=slots, grid=grid)  # fmt: skip
 
 
@@ -189,17 +158,15 @@ def run(args: argparse.Namespace) -> int:
     console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     shard = parse_shard(args.shard)
     sweep = from_args(args, shard)  # bad input: a ValueError, said by perfsuite.cli
-    plan, out, kind = sweep.plan, sweep.out, runner.LossKind(sweep.plan)
+    out = sweep.out
     console.print(
         f"sweep: {len(sweep.units)} cells (method x case) in this "
         f"{'shard' if shard else 'grid'}, {sweep.kept} already in {out}, "
         f"{len(sweep.todo)} to go → {out}"
     )
 
-    def cost(method: str, case: dict[str, Any]) -> float:
-        return unit_cost(Unit(0, method, case), plan, kind.interpreted(method))
-
     units = [(u.method, u.case) for u in sweep.todo]
     run = lambda progress, notice: sweep.run(progress)  # noqa: E731
+    cost = runner.LossKind(sweep.plan).work
     document = command(sweep.checkpoint, run, console, units, label=cell_label, cost=cost)
     return ended(document, out, console)

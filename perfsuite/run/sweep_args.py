@@ -1,10 +1,10 @@
 """``perfsuite sweep``'s command line: its arguments, the plan and grid they ask for, and
-what ``--resume`` may read back (a sweep of the same grid, whatever ``--attempt-all``
-says: else the file would describe cells it does not hold)."""
+what ``--resume`` may read back (a sweep of the same grid)."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from perfsuite.args import (
     positive_float,
 )
 from perfsuite.plan.plan import Plan, PlanError, build_plan, parse_ints
+from perfsuite.plan.shapes import Shape
 from perfsuite.results.results import STATUSES, load_results
 
 DEFAULT_TOKENS = "1024,4096,8192"
@@ -40,22 +41,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redo", default="", help="with --resume: statuses to measure again, e.g. error,oom"
     )
-    p.add_argument(  # not --force: that is "overwrite --out" to run and report
-        "--attempt-all",
-        dest="force",
-        action="store_true",
-        help="attempt cells predicted not to fit (and, with --resume, skipped ones and a "
-        "file measured under another environment)",
+    add_attempt_all(
+        p, "(and, with --resume, skipped ones and a file measured under another environment)"
     )
     p.add_argument("--shard", help="i/n: run every n-th cell starting at i (0-based)")
     p.add_argument("--gpus", help="all, or GPU indices (0,1): one worker per GPU at a time")
 
 
+def add_attempt_all(p: argparse.ArgumentParser, also: str) -> None:
+    """``run``'s and ``sweep``'s ``--attempt-all`` (not ``--force``: "overwrite --out")."""
+    text = f"attempt cells the memory model predicts will not fit {also}"
+    p.add_argument("--attempt-all", action="store_true", help=text)
+
+
 def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     """The sweep's Plan and the grid as asked, from parsed arguments."""
-    # here, not above: both load torch, and sweep's arguments are checked before it
+    # torch: loaded once the arguments are checked
     from perfsuite.plan.workloads import WorkloadError, file_info, parse_workload
-    from perfsuite.run.grid import grid_shapes
 
     try:
         workload = parse_workload(args.workload, args.entropy, args.zipf)
@@ -78,7 +80,10 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
         "hidden": parse_ints(hidden_text or DEFAULT_HIDDEN, "hidden"),
     }
     plan = build_plan(
-        shapes=grid_shapes(grid["tokens"], grid["vocab"], grid["hidden"], args.dtype),
+        shapes=[
+            Shape(f"n{n}-v{v}-d{d}", n, v, d, dtype=args.dtype)
+            for n, v, d in itertools.product(grid["tokens"], grid["vocab"], grid["hidden"])
+        ],
         dtype=args.dtype,
         softcap=softcap,
         workload=workload,
@@ -89,6 +94,38 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     if plan.tps:
         grid["tp"] = plan.tps
     return plan, grid
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/n"`` with 0 <= i < n, or None."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise PlanError(f"--shard: expected i/n (e.g. 0/4), got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise PlanError(f"--shard {text}: need 0 <= i < n")
+    return i, n
+
+
+def parse_gpus(text: str | None, device: str) -> list[str]:
+    """``--gpus all|N,M``: the GPU indices to run one worker on each."""
+    if text is None:
+        return []
+    if device != "cuda":
+        raise PlanError("--gpus needs --device cuda (or auto on a machine with GPUs)")
+    if text == "all":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise PlanError("--gpus all: torch sees no GPU")
+        return [str(i) for i in range(count)]
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    if not gpus or not all(g.isdigit() for g in gpus):
+        raise PlanError(f"--gpus: expected all or indices like 0,1, got {text!r}")
+    return list(dict.fromkeys(gpus))
 
 
 def parse_redo(text: str, resume: bool) -> tuple[str, ...]:

@@ -1,6 +1,5 @@
-"""One method's loss cells, measured inside a fresh process (``WORKER``, served by
-``perfsuite.harness.worker``): each case's rows are appended to the spec's ``out`` file
-as they are known, so that a crash loses only the case in flight."""
+"""One method's loss cells in a fresh process (``WORKER``, served by
+``perfsuite.harness.worker``)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from typing import Any
 
 import torch
 
-from perfsuite.harness.pause import paused
+from perfsuite.harness.schedule import paused
 from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, holding
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
@@ -55,8 +54,7 @@ INTERPRETED_REASON = (
 
 
 def method_case(method: Any, raw: dict[str, Any]) -> Case:
-    """The ``Case`` of a worker's case dict as ``method`` computes it: with the terms a
-    variant always trains with (ours-zloss)."""
+    """The ``Case`` of a case dict as ``method`` computes it (with a variant's terms)."""
     terms = getattr(method, "terms", None)
     return case_of(raw) if terms is None else terms.apply(case_of(raw))
 
@@ -78,8 +76,8 @@ def run_case(
     emit: Callable[[Row], None],
     stage: Callable[[str], None] = lambda text: None,
 ) -> None:
-    """Measure every phase of one case; each row goes to ``emit`` as soon as it is known,
-    and ``stage`` hears what starts (progress lines)."""
+    """Every phase of one case, each row to ``emit`` once known; ``stage`` hears what
+    starts."""
     case = method_case(method, raw)
     device = torch.device(case.device)
     interpreted = method.caps.triton and device.type == "cpu"

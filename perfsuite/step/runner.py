@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness import kind as harness
-from perfsuite.harness.busy import ProgressFn
 from perfsuite.harness.lifecycle import python_worker
-from perfsuite.harness.progress import NoticeFn
+from perfsuite.harness.progress import NoticeFn, ProgressFn
 from perfsuite.method import SimpleMethod, package_version
 from perfsuite.plan.memory_model import Estimate, step_estimate
 from perfsuite.plan.registry import methods_for

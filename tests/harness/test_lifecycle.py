@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
-from perfsuite.harness.kind import Kind, run_cases
+from perfsuite.harness.kind import Kind, run_cases, run_kind
 from perfsuite.harness.schedule import CANCEL, Cancelled, run_parallel
 from perfsuite.harness.scratch import PREFIX
 
@@ -101,7 +101,7 @@ def test_a_crash_costs_only_its_case_and_the_next_runs_in_a_new_worker():
     kind = Tiny()
     heard = []
     cases = [case(0), case(1, "crash"), case(2, "unsupported"), case(3, "killed"), case(4)]
-    rows = run_cases(kind, "m", cases, lambda m, c, r: heard.append(c["n"]))
+    rows = run_kind(kind, {"m": cases}, lambda m, c, r: heard.append(c["n"]))["m"]
     got = by_case(rows)
     assert [got[n]["status"] for n in range(5)] == ["ok", "error", "unsupported", "oom", "ok"]
     assert "SIGSEGV" in got[1]["reason"]

@@ -1,5 +1,6 @@
 """The one worker loop (``perfsuite.harness.worker.serve``), in process: its lines in the
-order the harness reads them, a session's state handed to each case, and a silent rank."""
+order the harness reads them, each readable at once, a session's state handed to each
+case, and a silent rank."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.deaths import read_json_lines
-from perfsuite.harness.worker import Served, main, serve
+from perfsuite.harness.lifecycle import read_json_lines
+from perfsuite.harness.worker import Served, emitter, main, serve
 
 
 @dataclass
@@ -54,3 +55,13 @@ def test_serve_writes_each_case_after_its_start_line_and_a_silent_session_nothin
     spec.write_text(json.dumps({"out": str(out), "cases": [{"x": 1}], "quiet": True}))
     assert main([__name__, str(spec)]) == 0  # as python_worker starts it: the WORKER
     assert read_json_lines(out) == [{"model": "toy"}]  # a rank but the first says nothing
+
+
+def test_each_line_is_readable_as_soon_as_it_is_emitted(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    out.write_text('{"start": 0}\n')  # a worker before a restart: appended to, never cut
+    with emitter(out) as emit:
+        emit({"stage": "gate", "case": 0})
+        assert read_json_lines(out) == [{"start": 0}, {"stage": "gate", "case": 0}]
+        emit(ToySpec("x", []))  # a dataclass (a Row) goes as its fields
+        assert read_json_lines(out)[-1] == {"out": "x", "cases": [], "quiet": False}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.harness import pause
+from perfsuite.harness import schedule as pause
 from perfsuite.plan.plan import build_plan
 from perfsuite.plan.shapes import Shape
 
@@ -78,21 +78,23 @@ def test_paused_without_a_board_signals_no_process(monkeypatch):
 
 
 @pytest.mark.integration
-def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
+def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins, monkeypatch):
     """The native side finished; Ctrl-C while the interpreted side's worker still runs
     (here a worker sleeping a minute) kills it, and the run ends at once."""
     import threading
 
-    from perfsuite.harness.kind import schedule_kind
+    from perfsuite.harness import kind as harness
     from perfsuite.harness.schedule import CANCEL
     from perfsuite.run import runner
 
     plan = build_plan(shapes=[TINY], methods="eager,ours-tiles", device="cpu", jobs=2)
     sleeps = build_plan(shapes=[TINY], methods="fake-sleeps", device="cpu", samples=1, warmup=0)
+    run_cases = harness.run_cases
 
-    def work(method: str) -> None:
+    def work(kind, method: str, *args) -> list:
         if method == "ours-tiles":  # stands in for an interpreted method's long worker
-            runner.run_method(sleeps, "fake-sleeps", sleeps.cases())
+            run_cases(runner.LossKind(sleeps), "fake-sleeps", sleeps.cases())
+        return []
 
     # A real SIGINT, as Ctrl-C sends, under Python's own handler: a suite started in the
     # background (`pytest &` in a script) inherits SIGINT ignored, and this test then
@@ -101,8 +103,9 @@ def test_ctrl_c_while_interpreted_workers_run_on_stops_them(fake_plugins):
     try:
         threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
         start = time.monotonic()
+        monkeypatch.setattr(harness, "run_cases", work)
         with pytest.raises(KeyboardInterrupt):
-            schedule_kind(runner.LossKind(plan), plan.methods, lambda m: m, work)
+            harness.run_kind(runner.LossKind(plan), {m: plan.cases() for m in plan.methods})
         assert time.monotonic() - start < 15  # not the worker's 60 s
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -11,10 +11,10 @@ import pytest
 from plugins import use_plugins
 
 from perfsuite.harness import environment, lifecycle
+from perfsuite.harness import kind as harness
 from perfsuite.harness.command import Checkpoint
-from perfsuite.harness.deaths import death_reason
 from perfsuite.harness.environment import THREAD_VARS, child_env
-from perfsuite.harness.kind import schedule_kind
+from perfsuite.harness.lifecycle import death_reason
 from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
@@ -204,17 +204,20 @@ def test_decided_cases_start_no_worker(fake_plugins, monkeypatch):
     ]
 
 
-def _spans(plan) -> dict[str, tuple[float, float]]:
+def _spans(plan, monkeypatch) -> dict[str, tuple[float, float]]:
     spans: dict[str, tuple[float, float]] = {}
     lock = threading.Lock()
 
-    def work(method: str) -> None:
+    def work(kind, method: str, *args) -> list:
         start = time.monotonic()
         time.sleep(0.3)
         with lock:
             spans[method] = (start, time.monotonic())
+        return []
 
-    schedule_kind(LossKind(plan), plan.methods, lambda m: m, work)
+    monkeypatch.setattr(harness, "run_cases", work)  # the order run_kind gives the workers
+    monkeypatch.setattr(LossKind, "decided", lambda *args: None)
+    harness.run_kind(LossKind(plan), {m: plan.cases() for m in plan.methods})
     return spans
 
 
@@ -230,14 +233,14 @@ def _two_at_a_time_costliest_first(spans: dict[str, tuple[float, float]]) -> Non
     assert c[0] >= min(a[1], b[1])  # never three at a time
 
 
-def test_schedule_runs_interpreted_beside_native():
+def test_schedule_runs_interpreted_beside_native(monkeypatch):
     """Issue 30: interpreted workers no longer wait for every native one (their clocks
     stop them instead: tests/run/test_pause.py)."""
     plan = build_plan(
         shapes=[TINY], methods="eager,torch-native,ours-tiles,liger,ours-tiles-list",
         device="cpu", jobs=2,
     )  # fmt: skip
-    spans = _spans(plan)
+    spans = _spans(plan, monkeypatch)
     assert set(spans) == {"eager", "torch-native", *INTERPRETED}
     assert spans["eager"][1] <= spans["torch-native"][0]  # natives one at a time
     assert any(spans[m][0] < spans["eager"][1] for m in INTERPRETED)
@@ -249,14 +252,14 @@ def test_schedule_without_memory_for_both_runs_native_first(monkeypatch):
     plan = build_plan(
         shapes=[TINY], methods="eager,ours-tiles,liger,ours-tiles-list", device="cpu", jobs=2
     )
-    spans = _spans(plan)
+    spans = _spans(plan, monkeypatch)
     assert all(spans["eager"][1] <= spans[m][0] for m in INTERPRETED)
     _two_at_a_time_costliest_first(spans)
 
 
-def test_schedule_with_one_job_is_sequential():
+def test_schedule_with_one_job_is_sequential(monkeypatch):
     plan = build_plan(shapes=[TINY], methods="ours,liger", device="cpu", jobs=1)
-    first, then = sorted(_spans(plan).values())
+    first, then = sorted(_spans(plan, monkeypatch).values())
     assert first[1] <= then[0]
 
 

@@ -18,9 +18,8 @@ from perfsuite.results.cells import cell_key
 from perfsuite.results.merge import merge_documents
 from perfsuite.results.results import load_results
 from perfsuite.run import sweep
-from perfsuite.run.grid import grid_units, parse_shard
 from perfsuite.run.runner import LossKind
-from perfsuite.run.sweep import Sweep
+from perfsuite.run.sweep import Sweep, grid_units, parse_shard
 from run.sweeping import RESUMES, refused, started, sweep_cli
 
 GRID = [
@@ -118,9 +117,7 @@ def test_resuming_a_finished_sweep_runs_nothing(killed_and_resumed, monkeypatch)
     _, after, out = killed_and_resumed
     copy = out.with_name("again.json")
     copy.write_text(out.read_text())
-    monkeypatch.setattr(
-        "perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("ran a cell")
-    )
+    monkeypatch.setattr("perfsuite.harness.kind.run_cases", lambda *a: pytest.fail("ran a cell"))
     assert sweep.run(_args("--out", str(copy), "--resume")) == 0
     again = load_results(copy)
     assert again["rows"] == after["rows"]
@@ -149,7 +146,7 @@ def test_shards_merge_to_the_unsharded_table(killed_and_resumed, tmp_path, monke
 
 
 def test_cells_that_cannot_fit_are_skipped_not_attempted(plugins, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("perfsuite.run.runner.run_method", lambda *a, **k: pytest.fail("attempted"))
+    monkeypatch.setattr("perfsuite.harness.kind.run_cases", lambda *a: pytest.fail("attempted"))
     out = tmp_path / "skip.json"
     args = _args("--out", str(out), "--methods", "eager", "--memory-limit", "64K")
     assert sweep.run(args) == 1  # nothing measured: not a success
@@ -179,7 +176,9 @@ def test_skip_prediction_follows_the_memory_model():
     assert 3 * 8192 * 256000 * 4 < need < 40 * gib and "reference" in what
 
     def fate(method: str, capacity: int | None) -> list | None:
-        return LossKind(plan, capacity).decided(method, units[method].case)
+        kind = LossKind(plan)
+        kind.capacity = capacity
+        return kind.decided(method, units[method].case)
 
     assert fate("ours", 40 * gib) is None
     skipped = fate("ours", 20 * gib)

@@ -19,8 +19,8 @@ P20_P80_SIGMAS = 1.6832
 MEDIAN_SE_FACTOR = 1.2533
 
 
-class RupturesMissing(RuntimeError):
-    """``ruptures`` is not importable (an environment run from a checkout, e.g. a lent GPU)."""
+class RupturesMissing(ValueError):
+    """``ruptures`` is not importable (a checkout run as it is, e.g. on a lent GPU): exit 2."""
 
 
 def robust_sigma(values: Sequence[float]) -> float:

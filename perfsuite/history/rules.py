@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -265,21 +265,6 @@ def ack_reason(change: Change, acknowledged: dict[tuple[str, str, str], str]) ->
     """Why the change was acknowledged, for its metric or both (None: it was not)."""
     key = (change.series.cell_id, change.after_point.run_hash)
     return acknowledged.get((*key, change.series.metric), acknowledged.get((*key, "*")))
-
-
-def check(
-    series: Iterable[Series], acknowledged: dict[tuple[str, str, str], str]
-) -> tuple[list[Change], list[Change]]:
-    """(open regressions, other regressions: recovered or acknowledged), over all series."""
-    failing, settled = [], []
-    for s in series:
-        for change in judge(s):
-            state = verdict(change, acknowledged)
-            if state == "open":
-                failing.append(change)
-            elif state != "change":
-                settled.append(change)
-    return failing, settled
 
 
 def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:

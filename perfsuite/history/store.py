@@ -81,8 +81,8 @@ CREATE TABLE IF NOT EXISTS acks (
 """
 
 
-class StoreError(RuntimeError):
-    """The database cannot be opened or is not a history database (exit code 2)."""
+class StoreError(ValueError):
+    """The database cannot be opened or is not a history database (bad input: exit 2)."""
 
 
 @dataclass(frozen=True)

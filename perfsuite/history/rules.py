@@ -17,7 +17,7 @@ import numpy as np
 
 from perfsuite.history import changepoints, store
 from perfsuite.measure.machine import document_busy
-from perfsuite.regress.verdicts import CPU_MEMORY_SLACK_BYTES, Settings
+from perfsuite.regress.verdicts import CPU_MEMORY_SLACK_BYTES, Settings, method_label
 
 NOISE_SIGMAS = 4.0
 MIN_PERSISTENCE = 2
@@ -172,11 +172,6 @@ def _u_test(
     return float(mannwhitneyu(after, before, alternative=side, method="asymptotic").pvalue)
 
 
-def series_name(method: str, tp: int | None) -> str:
-    """``ours``, or ``ours TP=2`` for a cell measured across 2 ranks (tp None: one device)."""
-    return method if tp is None else f"{method} TP={tp}"
-
-
 def extras(key: Mapping[str, Any], sep: str = " ") -> str:
     """A cell's softcap and workload, where they are not the default, for its name."""
     softcap = "" if key["softcap"] is None else f" softcap={key['softcap']:g}"
@@ -184,7 +179,7 @@ def extras(key: Mapping[str, Any], sep: str = " ") -> str:
 
 
 def _label(row: sqlite3.Row) -> str:
-    name = f"{row['device_name']} {series_name(row['method'], row['tp'])} {row['phase']}"
+    name = f"{row['device_name']} {method_label(row['method'], row['tp'])} {row['phase']}"
     size = f"{row['tokens']}x{row['vocab']}x{row['hidden']}"
     return f"{name} {size} {row['dtype']} beta={row['beta']:g}" + extras(row)
 

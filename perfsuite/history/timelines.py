@@ -10,6 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from perfsuite.history import rules, store
+from perfsuite.regress.verdicts import method_label
 
 GROUP_FIELDS = (
     "device_name", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap", "workload",
@@ -110,7 +111,7 @@ def _build(
     lines, marks, no_data = [], [], {}
     latest = ordered[-1]
     for rows in sorted(cells, key=lambda rows: (rows[0]["method"], rows[0]["tp"] or 0)):
-        method = rules.series_name(rows[0]["method"], rows[0]["tp"])
+        method = method_label(rows[0]["method"], rows[0]["tp"])
         spread = {r["content_hash"]: (r["p20_ms"], r["p80_ms"]) for r in rows}
         drawn = rules.cell_series(rows)
         for series in drawn:

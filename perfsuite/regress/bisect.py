@@ -1,13 +1,9 @@
 """``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower by
-``compare``'s rule, found by ``git bisect run`` in a temporary detached worktree: the
-user's checkout, HEAD, index and own bisection are never touched. Exit 0 found; 1 nothing
-to bisect or no answer.
-
-Each step (``run_step``) measures the checked-out commit and judges it against the good
-one. ``git bisect run`` calls it through a launcher that imports *this* perfsuite, never
-the commit's; ``run_cell`` runs the commit's own ``perfsuite run``. The verdict is
-``compare``'s time rule. A step's exit codes are git's: 0 good, 1 slower, 125 skip
-(unmeasurable), 128 abort."""
+``compare``'s time rule, found by ``git bisect run`` in a temporary detached worktree (the
+user's checkout, HEAD, index and own bisection are never touched). Exit 0 found; 1 nothing
+to bisect or no answer. Each step (``run_step``, through a launcher that imports *this*
+perfsuite) measures the commit checked out with its own ``perfsuite run`` and exits as git
+wants: 0 good, 1 slower, 125 skip (unmeasurable), 128 abort."""
 
 from __future__ import annotations
 
@@ -31,6 +27,7 @@ from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.verdicts import (
     DEFAULT_ALPHA,
     DEFAULT_TIME_THRESHOLDS,
+    Decision,
     Settings,
     compare_time,
 )
@@ -143,28 +140,21 @@ def measure(spec: Spec, cwd: Path, label: str) -> tuple[list[float], str]:
     return run_cell(spec, cwd, Path(spec.scratch) / f"run-{label}.json")
 
 
-@dataclass(frozen=True)
-class Judgement:
-    sha: str
-    verdict: str  # regression | same | improvement | skip
+@dataclass
+class Judgement(Decision):
+    """A commit's time verdict (``skip``: unmeasurable) and median."""
+
+    sha: str = ""
     median: float | None = None
-    ratio: float | None = None
-    p_slower: float | None = None
-    note: str = ""
 
 
 def judge(spec: Spec, samples: Sequence[float], kind: str, sha: str) -> Judgement:
     """``compare``'s time verdict of these samples against the good commit's."""
     settings = Settings(time_threshold=spec.threshold, alpha=spec.alpha)
     decision = compare_time(list(spec.good_samples), list(samples), settings, device=kind)
-    return Judgement(
-        sha=sha,
-        verdict=decision.verdict or "same",
-        median=summarize(list(samples), "median"),
-        ratio=decision.ratio,
-        p_slower=decision.p_slower,
-        note=decision.note,
-    )
+    judged = Judgement(**asdict(decision), sha=sha, median=summarize(samples, "median"))
+    judged.verdict = decision.verdict or "same"
+    return judged
 
 
 def log(spec: Spec, judgement: Judgement) -> None:
@@ -190,7 +180,7 @@ def run_step(spec_path: str) -> int:
         try:
             samples, kind = measure(spec, cwd, sha[:12])
         except MeasureError as err:
-            log(spec, Judgement(sha, "skip", note=str(err)))
+            log(spec, Judgement("skip", note=str(err), sha=sha))
             return SKIP
         judgement = judge(spec, samples, kind, sha)
         log(spec, judgement)
@@ -309,20 +299,9 @@ def _subject(top: Path, sha: str) -> str:
     return git(top, "log", "-1", "--format=%s", sha).stdout.strip()
 
 
-def bisect(spec: Spec, top: Path, good: str, bad: str, scratch: Path) -> int:
-    """Measure, check that bad is slower, run ``git bisect run``; the exit code."""
-    spec.scratch = str(scratch)
-    tree = scratch / "worktree"
-    git(top, "worktree", "add", "--detach", "--quiet", str(tree), good)
-    try:
-        return _run(spec, top, tree, good, bad, scratch)
-    finally:
-        git(tree, "bisect", "reset", "--quiet", check=False)
-        git(top, "worktree", "remove", "--force", str(tree), check=False)
-        git(top, "worktree", "prune", check=False)
-
-
-def _run(spec: Spec, top: Path, tree: Path, good: str, bad: str, scratch: Path) -> int:
+def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
+    """Measure, check that bad is slower, run ``git bisect run`` in ``tree``; the exit code."""
+    scratch = Path(spec.scratch)
     try:
         samples, kind = measure(spec, tree, "good")
     except MeasureError as err:
@@ -369,8 +348,15 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from(args)
     if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         print(f"note: uncommitted changes in {top} are left alone and not measured")
-    scratch = Path(tempfile.mkdtemp(prefix="perfsuite-bisect-"))
+    spec.scratch = tempfile.mkdtemp(prefix="perfsuite-bisect-")
+    tree = Path(spec.scratch) / "worktree"
     try:
-        return bisect(spec, top, good, bad, scratch)
+        git(top, "worktree", "add", "--detach", "--quiet", str(tree), good)
+        try:
+            return bisect(spec, top, tree, good, bad)
+        finally:
+            git(tree, "bisect", "reset", "--quiet", check=False)
+            git(top, "worktree", "remove", "--force", str(tree), check=False)
+            git(top, "worktree", "prune", check=False)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(spec.scratch, ignore_errors=True)

@@ -41,6 +41,7 @@ from perfsuite.regress.verdicts import (
     Comparison,
     Settings,
     compare_documents,
+    method_label,
 )
 from perfsuite.results.kinds import TIMED_KINDS
 from perfsuite.results.results import ResultsError, document_kinds, load_results, require_kind
@@ -182,12 +183,6 @@ def fmt_p(value: float | None) -> str:
     return f"{value:.0e}" if value < 1e-3 else f"{value:.2g}"  # 7e-12, not 7.3e-12
 
 
-def method_label(row: dict[str, Any]) -> str:
-    """``ours``, or ``ours TP=2`` for a cell measured across ranks (tp None: one device)."""
-    tp = row.get("tp")
-    return row["method"] if tp is None else f"{row['method']} TP={tp}"
-
-
 def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
@@ -195,7 +190,7 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     workload = row.get("workload") or "random"
     if workload != "random":
         shape = f"{shape} {Path(workload).name}"
-    return [method_label(row), shape, row["dtype"], beta, row["phase"]]
+    return [method_label(row["method"], row.get("tp")), shape, row["dtype"], beta, row["phase"]]
 
 
 def _status(cell: CellComparison, short: bool = False) -> str:
@@ -203,7 +198,7 @@ def _status(cell: CellComparison, short: bool = False) -> str:
     c = cell.current["status"] if cell.current else "-"
     if short:
         b, c = SHORT_STATUS.get(b, b), SHORT_STATUS.get(c, c)
-    return b if b == c else f"{b} → {c}"
+    return _arrow(b, c)
 
 
 def _time(row: dict[str, Any] | None, metric: str) -> float | None:

@@ -27,8 +27,6 @@ METRICS = ("median", "mean", "min", "p20", "p80")
 VERDICTS = ("regression", "status-changed", "missing", "improvement", "new", "same")
 BAD_NEW_STATUSES = frozenset({"wrong", "oom", "error"})
 
-EXIT_OK, EXIT_REGRESSION = 0, 1
-
 
 class CompareError(ValueError):
     """Two documents that cannot be compared (exit code 2)."""
@@ -43,6 +41,11 @@ class EnvMismatch(CompareError):
             f"the two results were measured in different environments ({'; '.join(problems)}): "
             "compare results of the same device and versions, or pass --allow-env-mismatch"
         )
+
+
+def method_label(method: str, tp: int | None) -> str:
+    """``ours``, or ``ours TP=2`` for a cell measured across 2 ranks (tp None: one device)."""
+    return method if tp is None else f"{method} TP={tp}"
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,6 @@ def compare_memory(base: int | None, cur: int | None, device: str, settings: Set
 
 @dataclass
 class CellComparison:
-    key: tuple
     baseline: dict[str, Any] | None
     current: dict[str, Any] | None
     verdict: str
@@ -138,11 +140,11 @@ class CellComparison:
 
     @property
     def row(self) -> dict[str, Any]:
-        return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
+        """The row that names the cell: the current one, else the baseline's."""
+        return self.current or self.baseline or {}
 
 
 def compare_cell(
-    key: tuple,
     base: dict[str, Any] | None,
     cur: dict[str, Any] | None,
     settings: Settings,
@@ -152,16 +154,16 @@ def compare_cell(
     """One cell's verdict; ``unavailable``: why CURRENT cannot run the cell's method."""
     if base is None:
         assert cur is not None
-        return CellComparison(key, None, cur, "new", False)
+        return CellComparison(None, cur, "new", False)
     if cur is None:  # a run that measured less must not pass the gate
         notes = [f"unavailable: {unavailable}"] if unavailable else ["not in the current run"]
-        return CellComparison(key, base, None, "missing", not unavailable, notes=notes)
+        return CellComparison(base, None, "missing", not unavailable, notes=notes)
     if base["status"] != cur["status"]:
         fails = base["status"] == "ok" or cur["status"] in BAD_NEW_STATUSES
         notes = [cur["reason"]] if cur["status"] != "ok" and cur.get("reason") else []
-        return CellComparison(key, base, cur, "status-changed", fails, notes=notes)
+        return CellComparison(base, cur, "status-changed", fails, notes=notes)
     if cur["status"] != "ok":
-        return CellComparison(key, base, cur, "same", False)
+        return CellComparison(base, cur, "same", False)
     notes = []
 
     def timed(row: dict[str, Any]) -> bool:
@@ -170,7 +172,7 @@ def compare_cell(
     if timed(base) and not timed(cur) and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
         notes = ["ok but no time was recorded"]
-        return CellComparison(key, base, cur, "regression", True, notes=notes)
+        return CellComparison(base, cur, "regression", True, notes=notes)
     if base.get("interpreted") or cur.get("interpreted"):
         time = Decision(None, note="interpreted: time not compared")
     else:
@@ -191,9 +193,7 @@ def compare_cell(
     verdict = next((v for v in ("regression", "improvement") if v in verdicts), "same")
     if verdicts == {"regression", "improvement"}:
         notes.append(f"{'memory' if memory.verdict == 'improvement' else 'time'} improved")
-    return CellComparison(
-        key, base, cur, verdict, verdict == "regression", time=time, memory=memory, notes=notes
-    )
+    return CellComparison(base, cur, verdict, verdict == "regression", time, memory, notes)
 
 
 def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[str, Any]]:
@@ -266,7 +266,7 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.failures else EXIT_OK
+        return 1 if self.failures else 0
 
 
 # Versions that do not change what is measured: the suite itself (the code under test lives
@@ -323,18 +323,8 @@ def compare_documents(
         for r in cur_cells.values()
         if r["status"] == "unavailable"
     }
-    keys = list(base_cells) + [k for k in cur_cells if k not in base_cells]
-
-    def cell(k: tuple) -> CellComparison:
+    cells = []
+    for k in [*base_cells, *(k for k in cur_cells if k not in base_cells)]:
         why = unavailable.get((k[0], k[KEY_FIELDS.index("tp")]), "")  # (method, TP size)
-        return compare_cell(k, base_cells.get(k), cur_cells.get(k), settings, unavailable=why)
-
-    cells = [cell(k) for k in keys]
-    return Comparison(
-        cells,
-        settings,
-        env_problems=problems,
-        env_warnings=warnings,
-        baseline_label=baseline_label,
-        current_label=current_label,
-    )
+        cells.append(compare_cell(base_cells.get(k), cur_cells.get(k), settings, unavailable=why))
+    return Comparison(cells, settings, problems, warnings, baseline_label, current_label)

@@ -55,15 +55,10 @@ QUICK = HarnessConfig(tokens=64, vocab=1024, hidden=64, processes=2, runs=3, sam
                       warmup=1, calibration_rounds=2, flush=False)  # fmt: skip
 
 
-# --------------------------------------------------------------------------
-# Worker side (a fresh process per call, like the suite's workers)
-
-
 def slowed(loss_fn: Callable, extra_tokens: int) -> Callable:
-    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens:
-    the same kernels, forward and backward (through ``e``; ``c`` is detached so
-    that the extra work has no fixed V x D gradient term), on a slice of the
-    work proportional to ``extra_tokens``."""
+    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens: the same
+    kernels, forward and backward, on a slice of the work proportional to ``extra_tokens``
+    (``c`` detached: no fixed V x D gradient term)."""
     if extra_tokens <= 0:
         return loss_fn
 
@@ -182,10 +177,6 @@ def run_case(
 
 
 WORKER = Served(WorkerSpec, run_case)
-
-
-# --------------------------------------------------------------------------
-# Parent side: collect
 
 
 def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:

@@ -10,7 +10,7 @@ import math
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,6 @@ class Point:
     run_hash: str
     created: str
     sha: str
-    dirty: bool
     env_hash: str
     value: float
     noise: float = 0.0  # relative standard error of this value (0: unknown or exact)
@@ -107,7 +106,7 @@ def judge(series: Series) -> list[Change]:
     if not starts:
         return []
     bounds = [0, *starts, len(values)]
-    levels = [float(np.median(values[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
+    levels = [float(np.median(values[a:b])) for a, b in pairwise(bounds)]
     sigma = max(sigma, _residual_sigma(values, bounds, levels))
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
     limit = threshold_for(series.metric, series.device_kind)
@@ -150,9 +149,8 @@ def judge(series: Series) -> list[Change]:
 
 def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[float]) -> float:
     """Relative scatter of the runs around their segment's level (the run-to-run spread)."""
-    resid = []
-    for (a, b), level in zip(zip(bounds, bounds[1:], strict=False), levels, strict=True):
-        resid += [v / level - 1 for v in values[a:b] if level]
+    segments = zip(pairwise(bounds), levels, strict=True)
+    resid = [v / level - 1 for (a, b), level in segments for v in values[a:b] if level]
     dof = len(resid) - len(levels)
     return float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0
 
@@ -198,26 +196,22 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
         return None
     else:
         value = float(row["peak_bytes"])
-    run = (row["content_hash"], row["created"], row["sha"], bool(row["dirty"]), row["env_hash"])
+    run = (row["content_hash"], row["created"], row["sha"], row["env_hash"])
     return Point(*run, value, noise, samples)
 
 
-def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
-    """One row per measurement (a merged file repeats its runs' rows): the same raw samples
-    are one, kept at its first time; rows without samples differ by time and values."""
-    first: dict[tuple, sqlite3.Row] = {}
-    for row in rows:
-        key = (row["samples_json"],)
-        if key == ("[]",):
-            key = (row["created"], row["status"], row["median_ms"], row["peak_bytes"])
-        first.setdefault(key, row)
-    return list(first.values())
-
-
 def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:
-    """Each cell's rows (of one device's runs, if given), one per measurement, in time order."""
+    """Each cell's rows (of one device's runs, if given), one per measurement, in time order.
+    A merged file repeats its runs' rows: the same raw samples are one, kept at its first
+    time; rows without samples differ by time and values."""
     for _, rows in groupby(store.cell_rows(conn, device), key=lambda r: r["cell_id"]):
-        yield unique_measurements(list(rows))
+        first: dict[tuple, sqlite3.Row] = {}
+        for row in rows:
+            key = (row["samples_json"],)
+            if key == ("[]",):
+                key = (row["created"], row["status"], row["median_ms"], row["peak_bytes"])
+            first.setdefault(key, row)
+        yield list(first.values())
 
 
 def load_series(
@@ -265,9 +259,6 @@ def ack_reason(change: Change, acknowledged: dict[tuple[str, str, str], str]) ->
 def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
     """Runs measured on a busy machine: content hash -> why. Their times would call a
     change between machine states a regression (or an improvement)."""
-    out = {}
-    for row in conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id"):
-        why = document_busy({"env": json.loads(row["env_json"]), "rows": []})
-        if why:
-            out[row["content_hash"]] = why
-    return out
+    runs = conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id")
+    whys = {r[0]: document_busy({"env": json.loads(r[1]), "rows": []}) for r in runs}
+    return {run: why for run, why in whys.items() if why}

@@ -88,7 +88,7 @@ def synthetic_series(
         scale = factors[i] * (1.0 + rng.normal(0.0, run_noise) if run_noise else 1.0)
         p20, median, p80 = np.percentile(draw, [20, 50, 80])
         noise = changepoints.median_se(p20, p80, median, len(draw))
-        run = (f"{i:012d}", f"run-{i:04d}", f"sha{i}", False, "synthetic")
+        run = (f"{i:012d}", f"run-{i:04d}", f"sha{i}", "synthetic")
         samples = tuple(float(x) for x in draw * scale)
         points.append(rules.Point(*run, float(median * scale), noise, samples))
     return rules.Series("synthetic", scenario.name, "time", device_kind, points)

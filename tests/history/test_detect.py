@@ -20,9 +20,7 @@ def series(values: list[float], metric: str = "time", kind: str = "cuda", noise:
     points = []
     for i, v in enumerate(values):
         samples = tuple(v * (1 + rng.normal(0, noise, 20))) if metric == "time" else ()
-        points.append(
-            rules.Point(f"{i:012d}", f"t{i:02d}", f"sha{i}", False, "env", v, 0.0, samples)
-        )
+        points.append(rules.Point(f"{i:012d}", f"t{i:02d}", f"sha{i}", "env", v, 0.0, samples))
     return rules.Series("cell", "label", metric, kind, points)
 
 

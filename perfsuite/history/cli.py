@@ -11,15 +11,13 @@ import textwrap
 from collections.abc import Iterable
 from contextlib import ExitStack, closing
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from rich import box
 
 from perfsuite.args import int_between, non_negative_float
-from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
 from perfsuite.history import demo, ingest, rules, sensitivity, store
 from perfsuite.parser import print_error
+from perfsuite.regress.baseline_store import print_listing
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import ResultsError, read_json
 
@@ -126,7 +124,6 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     device, source) folded at spaces and slashes: a line was 100-121 characters at 80."""
     runs = store.list_runs(conn)
     sizes = store.tp_sizes(conn)
-    console = TrimmedConsole(highlight=False)
     rows = []
     for r in runs:
         tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""
@@ -134,15 +131,7 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         rows.append([r.short, r.created, commit, f"{r.n_cells} cells{tp}", r.env_hash])
         rows[-1] += [r.device_name, _shown(r.source)]
     headers = ("run", "created", "commit", "cells", "env", "device", "source")
-    columns = [Column(h, fold=False) for h in headers]  # a row that folds reads badly
-    options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table = fit_table(columns, rows, console.width, **options) if rows else None
-    if table is not None:
-        console.print(table)
-    for run, created, commit, cells, env, device, source in rows if table is None else []:
-        console.print(f"{run}  {created}  {commit}  {cells}")
-        second = fold(f"env {env}  {device}  {source}", console.width - 4, path=True)
-        console.print("  " + second.replace("\n", "\n    "), soft_wrap=True)
+    print_listing(headers, rows, ("{0}  {1}  {2}  {3}", "env {4}  {5}  {6}"))
     print(f"{len(runs)} runs")
     return 0
 

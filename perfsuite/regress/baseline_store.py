@@ -5,6 +5,7 @@ baseline update RESULTS`` writes there, replacing the files of the shapes RESULT
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,20 +163,20 @@ def list_stored(root: Path = DEFAULT_ROOT) -> tuple[list[list[str]], list[str]]:
     return rows, lines if rows or lines else [f"no stored baselines under {root}/"]
 
 
-def _print_list(rows: list[list[str]]) -> None:
-    """A table when a file fits on one line; else two lines a file, the path folded at its
-    slashes (a line was 103 characters at 80 columns)."""
+def print_listing(headers: Sequence[str], rows: list[list[str]], lines: tuple[str, str]) -> None:
+    """A table when each item fits on one line (``baseline list``, ``history list``); else
+    two lines an item, ``lines`` formatted with its row, folded at spaces and slashes, the
+    second indented (a line was 103 characters at 80 columns)."""
     console = TrimmedConsole(highlight=False)
-    columns = [Column(h, fold=False) for h in ("file", "cells", "created", "git", "torch")]
+    columns = [Column(h, fold=False) for h in headers]  # a row that folds reads badly
     options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table = fit_table(columns, rows, console.width, **options)
+    table = fit_table(columns, rows, console.width, **options) if rows else None
     if table is not None:
         console.print(table)
-        return
-    for path, cells, created, sha, torch in rows:
-        folded = fold(path, console.width - 4, path=True)  # a longer piece stays whole
-        console.print(folded.replace("\n", "\n    "), soft_wrap=True)
-        console.print(f"  {cells}, {created}, git {sha}, torch {torch}")
+    for row in rows if table is None else []:
+        for indent, line in zip(("", "  "), lines, strict=True):  # a long piece stays whole
+            folded = fold(line.format(*row), console.width - 4, path=True)
+            console.print(indent + folded.replace("\n", "\n    "), soft_wrap=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,8 +202,8 @@ def run(args: argparse.Namespace) -> int:
         lines = update(args.results, args.root, dry_run=args.dry_run, force=args.force)
     else:
         rows, lines = list_stored(args.root)
-        if rows:
-            _print_list(rows)
+        headers = ("file", "cells", "created", "git", "torch")
+        print_listing(headers, rows, ("{0}", "{1}, {2}, git {3}, torch {4}"))
     for line in lines:
         print(line)
     return 0

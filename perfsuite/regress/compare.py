@@ -193,16 +193,8 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     return [method_label(row["method"], row.get("tp")), shape, row["dtype"], beta, row["phase"]]
 
 
-def _status(cell: CellComparison, short: bool = False) -> str:
-    b = cell.baseline["status"] if cell.baseline else "-"
-    c = cell.current["status"] if cell.current else "-"
-    if short:
-        b, c = SHORT_STATUS.get(b, b), SHORT_STATUS.get(c, c)
-    return _arrow(b, c)
-
-
-def _time(row: dict[str, Any] | None, metric: str) -> float | None:
-    if not row or row.get("status") != "ok":
+def _time(row: dict[str, Any], metric: str) -> float | None:
+    if row.get("status") != "ok":
         return None
     samples = row.get("samples_ms") or []
     return summarize(samples, metric) if samples else row.get("median_ms")
@@ -210,10 +202,11 @@ def _time(row: dict[str, Any] | None, metric: str) -> float | None:
 
 def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]:
     b, c = cell.baseline or {}, cell.current or {}
+    status = [row.get("status", "-") for row in (b, c)]
     return [
-        _status(cell, short),
-        fmt_spec(_time(cell.baseline, metric), ".4g"),
-        fmt_spec(_time(cell.current, metric), ".4g"),
+        _arrow(*(SHORT_STATUS.get(s, s) if short else s for s in status)),
+        fmt_spec(_time(b, metric), ".4g"),
+        fmt_spec(_time(c, metric), ".4g"),
         fmt_spec(cell.time.ratio, ".3f", "×"),
         fmt_p(cell.time.p_slower),
         fmt_bytes(b.get("peak_bytes"), "MiB"),
@@ -283,10 +276,6 @@ def _relative(label: str) -> str:
     return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
 
 
-def _names(label: str) -> str:
-    return ", ".join(Path(p).name or p for p in label.split(", "))
-
-
 def _elide(text: str, width: int) -> str:
     """``text`` in at most ``width`` characters, its middle replaced by "…" (its end, a
     file's name, keeps more than its start)."""
@@ -306,7 +295,7 @@ def title_lines(comparison: Comparison, width: int) -> list[str]:
     for b, c in ((base, cur), (_relative(base), _relative(cur))):
         if len(b) + 3 + len(c) <= width:
             return [f"{b} → {c}"]
-    b, c = _names(base), _names(cur)
+    b, c = (", ".join(Path(p).name or p for p in label.split(", ")) for label in (base, cur))
     if len(b) + 3 + len(c) > width:
         room = max(width - 3, 8)
         b = _elide(b, min(len(b), max(room // 2, room - len(c))))

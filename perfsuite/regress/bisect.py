@@ -33,7 +33,6 @@ from perfsuite.regress.verdicts import (
 )
 from perfsuite.results.results import PHASES
 
-EXIT_FOUND, EXIT_NOT_FOUND = 0, 1
 # --command: wall time of a whole process, as noisy as a CPU cell.
 COMMAND_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cpu"]
 
@@ -174,9 +173,7 @@ def run_step(spec_path: str) -> int:
     try:
         spec = Spec.load(spec_path)
         cwd = Path.cwd()
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        sha = git(cwd, "rev-parse", "HEAD").stdout.strip()
         try:
             samples, kind = measure(spec, cwd, sha[:12])
         except MeasureError as err:
@@ -301,24 +298,22 @@ def _subject(top: Path, sha: str) -> str:
 
 def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
     """Measure, check that bad is slower, run ``git bisect run`` in ``tree``; the exit code."""
-    scratch = Path(spec.scratch)
-    try:
-        samples, kind = measure(spec, tree, "good")
-    except MeasureError as err:
-        raise BisectError(f"good commit {good[:10]} cannot be measured: {err}") from None
+    scratch, measured = Path(spec.scratch), []
+    for label, rev in (("good", good), ("bad", bad)):
+        git(tree, "checkout", "--detach", "--quiet", rev)
+        try:
+            measured.append(measure(spec, tree, label))
+        except MeasureError as err:
+            raise BisectError(f"{label} commit {rev[:10]} cannot be measured: {err}") from None
+    (samples, kind), (bad_samples, _) = measured
     spec.good_samples, spec.device_kind = tuple(samples), kind
-    git(tree, "checkout", "--detach", "--quiet", bad)
-    try:
-        bad_samples, _ = measure(spec, tree, "bad")
-    except MeasureError as err:
-        raise BisectError(f"bad commit {bad[:10]} cannot be measured: {err}") from None
     verdict = judge(spec, bad_samples, kind, bad)
     median = summarize(samples, "median")
     print(f"good {good[:10]}: median {median:.4g} ms ({len(samples)} samples)")
     print(f"bad  {bad[:10]}: {_describe(verdict)}")
     if verdict.verdict != "regression":
         print("the bad commit is not slower by compare's rule: nothing to bisect")
-        return EXIT_NOT_FOUND
+        return 1
     spec_path, script = scratch / "spec.json", scratch / "step.py"
     spec.save(spec_path)
     script.write_text(launcher(spec_path))
@@ -329,10 +324,10 @@ def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
     if proc.returncode == 0 and "is the first bad commit" in proc.stdout:
         culprit = git(tree, "rev-parse", "refs/bisect/bad").stdout.strip()
         print(f"first slow commit: {culprit} {_subject(top, culprit)}")
-        return EXIT_FOUND
+        return 0
     if "only 'skip'ped commits left" in proc.stdout:
         print("no answer: the commits left could not be measured (see the skips above)")
-        return EXIT_NOT_FOUND
+        return 1
     lines = (proc.stderr + proc.stdout).strip().splitlines()
     raise BisectError(f"git bisect run failed: {lines[-1] if lines else proc.returncode}")
 

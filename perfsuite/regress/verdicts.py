@@ -164,15 +164,13 @@ def compare_cell(
         return CellComparison(base, cur, "status-changed", fails, notes=notes)
     if cur["status"] != "ok":
         return CellComparison(base, cur, "same", False)
-    notes = []
 
     def timed(row: dict[str, Any]) -> bool:
         return bool(row.get("samples_ms")) or row.get("median_ms") is not None
 
     if timed(base) and not timed(cur) and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
-        notes = ["ok but no time was recorded"]
-        return CellComparison(base, cur, "regression", True, notes=notes)
+        return CellComparison(base, cur, "regression", True, notes=["ok but no time was recorded"])
     if base.get("interpreted") or cur.get("interpreted"):
         time = Decision(None, note="interpreted: time not compared")
     else:
@@ -184,8 +182,7 @@ def compare_cell(
             cur_value=cur.get("median_ms"),
             device=cur.get("device", "cpu"),
         )
-    if time.note:
-        notes.append(time.note)
+    notes = [time.note] if time.note else []
     memory = compare_memory(
         base.get("peak_bytes"), cur.get("peak_bytes"), cur.get("device", "cpu"), settings
     )

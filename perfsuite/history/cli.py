@@ -46,11 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="only this device name")
     p.add_argument("--metric", choices=store.METRICS, action="append", help="default: both")
     p.add_argument("-v", "--verbose", action="store_true", help="also the changes that are not")
-    p.add_argument(
-        "--accept-busy",
-        action="store_true",
-        help="keep the times of runs measured on a busy machine (left out by default)",
-    )
+    busy = "keep the times of runs measured on a busy machine (left out by default)"
+    p.add_argument("--accept-busy", action="store_true", help=busy)
     p = sub.add_parser("ack", help="acknowledge a regression: CELL/RUN as `check` prints it")
     p.add_argument("regression", metavar="CELL/RUN")
     p.add_argument("--reason", required=True)
@@ -67,8 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "demo", help="write a synthetic history with a known step (to try the tools)"
     )
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
-    # A typo's million files took minutes to stop.
-    runs = int_between(4, demo.MAX_RUNS)
+    runs = int_between(4, demo.MAX_RUNS)  # a typo's million files took minutes to stop
     p.add_argument("--runs", type=runs, default=60, help=f"4 to {demo.MAX_RUNS}")
     p.add_argument("--step", type=float, default=0.05, help="relative step (0.05: +5%%; 0: none)")
     at = "first run of the step (from 0; default: two thirds of --runs, 40 of 60)"

@@ -190,9 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("results", type=Path, help="results file from `perfsuite run`")
     up.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
     up.add_argument("--dry-run", action="store_true", help="say what would be written")
-    up.add_argument(
-        "--force", action="store_true", help="replace a baseline that has more ok cells"
-    )
+    up.add_argument("--force", action="store_true", help="replace a baseline with more ok cells")
     ls = sub.add_parser("list", help="list the stored baselines")
     ls.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
 

@@ -206,24 +206,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--good", required=True, metavar="REV", help="a commit that was fast")
     p.add_argument("--bad", required=True, metavar="REV", help="a later commit that is slow")
     p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: .)")
-    what = p.add_argument_group("what to measure: one perfsuite cell, or a command")
-    what.add_argument("--shape", help="shape preset of the cell")
-    what.add_argument("--method", help="method of the cell")
-    what.add_argument("--phase", default="fwd+bwd", choices=PHASES)
-    what.add_argument("--beta", type=float, default=0.0, help="label smoothing (default 0)")
-    what.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    what.add_argument(
-        "--command", metavar="CMD", help="time this shell command instead (wall time, per run)"
-    )
+    what = p.add_argument_group("what to measure: one perfsuite cell, or a command").add_argument
+    what("--shape", help="shape preset of the cell")
+    what("--method", help="method of the cell")
+    what("--phase", default="fwd+bwd", choices=PHASES)
+    what("--beta", type=float, default=0.0, help="label smoothing (default 0)")
+    what("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    command = "time this shell command instead (wall time, per run)"
+    what("--command", metavar="CMD", help=command)
     p.add_argument("--samples", type=positive_int, help="per commit (default 20; --command 10)")
-    p.add_argument(
-        "--warmup", type=non_negative_int, help="untimed runs first (default 3; --command 1)"
-    )
-    p.add_argument(
-        "--threshold",
-        type=parse_fraction,
-        help="smallest slowdown that counts (default compare's: 2%% CUDA, 20%% CPU and --command)",
-    )
+    first = "untimed runs first (default 3; --command 1)"
+    p.add_argument("--warmup", type=non_negative_int, help=first)
+    slower = "smallest slowdown that counts (default compare's: 2%% CUDA, 20%% CPU and --command)"
+    p.add_argument("--threshold", type=parse_fraction, help=slower)
     p.add_argument("--alpha", type=level, default=DEFAULT_ALPHA, help="U test level (0.01)")
     p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds per measurement")
 

@@ -63,48 +63,25 @@ def parse_fraction(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "baseline",
-        type=Path,
-        help="baseline results file, or a stored-baselines folder (e.g. reports/baselines): "
-        "the file of CURRENT's device and shape(s) is used",
-    )
-    parser.add_argument("current", type=Path, help="results file to check")
-    parser.add_argument(
-        "--time-threshold",
-        type=parse_fraction,
-        default=None,
-        help="smallest slowdown that counts, e.g. 5%% (default: "
-        + ", ".join(f"{v:.0%}% on {k}" for k, v in DEFAULT_TIME_THRESHOLDS.items())
-        + ", measured: see the README)",
-    )
-    parser.add_argument(
-        "--memory-threshold",
-        type=parse_fraction,
-        default=DEFAULT_MEMORY_THRESHOLD,
-        help=f"smallest peak-memory growth that counts (default {DEFAULT_MEMORY_THRESHOLD:.0%}%)",
-    )
-    parser.add_argument("--metric", choices=METRICS, default="median", help="time statistic")
-    parser.add_argument(
-        "--alpha",
-        type=level,
-        default=DEFAULT_ALPHA,
-        help=f"significance level of the one-sided U test (default {DEFAULT_ALPHA:g})",
-    )
-    parser.add_argument(
-        "--allow-env-mismatch",
-        action="store_true",
-        help="compare even if device or library versions differ",
-    )
-    parser.add_argument(
-        "--accept-busy",
-        action="store_true",
-        help="judge time even if either run was measured on a busy machine",
-    )
-    parser.add_argument("--format", choices=["table", "markdown"], default="table")
-    parser.add_argument(
-        "--all", action="store_true", help="markdown: list unchanged cells in the main table too"
-    )
+    arg = parser.add_argument
+    store = "baseline results file, or a stored-baselines folder (e.g. reports/baselines): "
+    arg("baseline", type=Path, help=store + "the file of CURRENT's device and shape(s) is used")
+    arg("current", type=Path, help="results file to check")
+    measured = ", ".join(f"{v:.0%}% on {k}" for k, v in DEFAULT_TIME_THRESHOLDS.items())
+    slower = f"smallest slowdown that counts, e.g. 5%% (default: {measured}, measured: "
+    arg("--time-threshold", type=parse_fraction, default=None, help=slower + "see the README)")
+    grown = f"smallest peak-memory growth that counts (default {DEFAULT_MEMORY_THRESHOLD:.0%}%)"
+    arg("--memory-threshold", type=parse_fraction, default=DEFAULT_MEMORY_THRESHOLD, help=grown)
+    arg("--metric", choices=METRICS, default="median", help="time statistic")
+    test = f"significance level of the one-sided U test (default {DEFAULT_ALPHA:g})"
+    arg("--alpha", type=level, default=DEFAULT_ALPHA, help=test)
+    mismatch = "compare even if device or library versions differ"
+    arg("--allow-env-mismatch", action="store_true", help=mismatch)
+    busy = "judge time even if either run was measured on a busy machine"
+    arg("--accept-busy", action="store_true", help=busy)
+    arg("--format", choices=["table", "markdown"], default="table")
+    unchanged = "markdown: list unchanged cells in the main table too"
+    arg("--all", action="store_true", help=unchanged)
 
 
 def load_pair(

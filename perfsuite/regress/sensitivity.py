@@ -245,35 +245,25 @@ def render_markdown(report: Report) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = HarnessConfig()
-    parser.add_argument("--quick", action="store_true", help="a tiny cell, few trials (seconds)")
+    d, arg = HarnessConfig(), parser.add_argument
+    arg("--quick", action="store_true", help="a tiny cell, few trials (seconds)")
     sizes = [(name, 1, what) for name, what in (("tokens", "N"), ("vocab", "V"), ("hidden", "D"))]
     counts = [("processes", 1, "worker processes"), ("runs", 2, "rounds per process")]
     for name, low, what in (*counts, ("samples", 2, "samples per run"), *sizes):
-        help_text = f"{what} (default {getattr(d, name)})"
-        parser.add_argument(f"--{name}", type=int_between(low), help=help_text)
-    parser.add_argument(
-        "--slowdowns",
-        type=lambda text: tuple(parse_fraction(x) for x in text.split(",")),
-        help="injected slowdowns, comma-separated (default 5%%,10%%)",
+        arg(f"--{name}", type=int_between(low), help=f"{what} (default {getattr(d, name)})")
+    slowdowns = "injected slowdowns, comma-separated (default 5%%,10%%)"
+    arg(
+        "--slowdowns", type=lambda text: tuple(map(parse_fraction, text.split(","))), help=slowdowns
     )
-    parser.add_argument("--method", help=f"method timed (default {d.method})")
-    parser.add_argument(
-        "--threads", type=positive_int, help="torch threads per worker (default: torch's)"
-    )
-    parser.add_argument(
-        "--time-threshold",
-        type=parse_fraction,
-        default=None,
-        help="the rule's threshold (default: perfsuite compare's for the device)",
-    )
-    parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cpu")
-    parser.add_argument("--alpha", type=level, default=DEFAULT_ALPHA)
-    parser.add_argument("--out", type=Path, help="write the raw samples and the report here (JSON)")
-    parser.add_argument(
-        "--reanalyse", type=Path, help="analyse a JSON written by --out instead of measuring"
-    )
-    parser.add_argument("--format", choices=["text", "markdown"], default="text")
+    arg("--method", help=f"method timed (default {d.method})")
+    arg("--threads", type=positive_int, help="torch threads per worker (default: torch's)")
+    rule = "the rule's threshold (default: perfsuite compare's for the device)"
+    arg("--time-threshold", type=parse_fraction, default=None, help=rule)
+    arg("--device", choices=["cpu", "cuda"], help="default: cpu")
+    arg("--alpha", type=level, default=DEFAULT_ALPHA)
+    arg("--out", type=Path, help="write the raw samples and the report here (JSON)")
+    arg("--reanalyse", type=Path, help="analyse a JSON written by --out instead of measuring")
+    arg("--format", choices=["text", "markdown"], default="text")
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:

@@ -225,14 +225,6 @@ def _arrow(before: str, after: str) -> str:
     return before if before == after else f"{before} → {after}"
 
 
-def _columns(metric: str) -> list[Column]:
-    """The console table's columns; ``3.725 → 5.643`` never folds (a number pair). The
-    verdict carries its note's number: a column of its own cost 4 characters."""
-    numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
-    words = [Column("method"), Column("phase"), Column("status")]
-    return [*words, *(Column(h, "right", fold=False) for h in numbers), Column("verdict")]
-
-
 def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
     """A cell's console line; its notes go under the table, numbered (one per kind of
     note, not one per row), so that narrow terminals keep the columns."""
@@ -294,7 +286,11 @@ def print_table(comparison: Comparison, console: Console | None = None) -> None:
     groups: dict[str, list[CellComparison]] = {}
     for cell in comparison.cells:
         groups.setdefault(_group(cell.row), []).append(cell)
-    columns = _columns(metric)
+    # "3.725 → 5.643" never folds (a number pair); the verdict carries its note's number (a
+    # column of its own cost 4 characters).
+    numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
+    columns = [Column("method"), Column("phase"), Column("status"), Column("verdict")]
+    columns[3:3] = [Column(h, "right", fold=False) for h in numbers]
     notes = {title: Notes() for title in groups}
     rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
     joint = fit_table(columns, [row for group in rows.values() for row in group], console.width,

@@ -38,14 +38,6 @@ def shape_stem(row: dict[str, Any]) -> str:
     return safe.strip(".-") or "custom"
 
 
-def split_by_shape(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """stem -> a document holding that shape's rows with the run's env."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in document["rows"]:
-        groups.setdefault(shape_stem(row), []).append(row)
-    return {stem: new_document(document["env"], rows) for stem, rows in groups.items()}
-
-
 def stored_baseline(
     root: Path, current: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Path], list[str]]:
@@ -101,8 +93,7 @@ def update(
         check_output_dir(root, "--root")
         check_output_dir(folder, "--root")
     lines = []
-    git = document["env"].get("git") or {}
-    if git.get("dirty"):
+    if (document["env"].get("git") or {}).get("dirty"):
         lines.append(f"warning: {results} was measured from a checkout with uncommitted changes")
     busy = document_busy(document)
     if busy:  # stored without a word, it made every later compare refuse to judge time
@@ -110,9 +101,11 @@ def update(
             f"warning: {results} was measured on a busy machine ({busy}): `compare` judges "
             "time against it only with --accept-busy; update from a quiet run instead"
         )
-    planned = []
-    for stem, doc in split_by_shape(document).items():
-        path = folder / f"{stem}.json"
+    planned, shapes = [], {}  # a file per shape, with the run's env
+    for row in document["rows"]:
+        shapes.setdefault(shape_stem(row), []).append(row)
+    for stem, rows in shapes.items():
+        path, doc = folder / f"{stem}.json", new_document(document["env"], rows)
         ok = sum(r["status"] == "ok" for r in doc["rows"])
         what = f"{len(doc['rows'])} cells ({ok} ok)"
         if path.exists():

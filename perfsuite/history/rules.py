@@ -92,16 +92,12 @@ def scatter(series: Series) -> float:
     return changepoints.robust_sigma(values / (float(np.median(values)) or 1.0))
 
 
-def series_noise(series: Series) -> float:
-    """Relative noise of one value: run-to-run scatter, floored by the per-run error."""
-    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
-    return max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
-
-
 def judge(series: Series) -> list[Change]:
     """The merged change points of a series, each judged by the rule above."""
     values = [p.value for p in series.points]
-    sigma = series_noise(series)
+    # The relative noise of one value: run-to-run scatter, floored by the per-run error.
+    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
+    sigma = max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
     starts = changepoints.detect(values, sigma)
     if not starts:
         return []
@@ -176,12 +172,6 @@ def extras(key: Mapping[str, Any], sep: str = " ") -> str:
     return softcap + ("" if key["workload"] == "random" else f"{sep}{key['workload']}")
 
 
-def _label(row: sqlite3.Row) -> str:
-    name = f"{row['device_name']} {method_label(row['method'], row['tp'])} {row['phase']}"
-    size = f"{row['tokens']}x{row['vocab']}x{row['hidden']}"
-    return f"{name} {size} {row['dtype']} beta={row['beta']:g}" + extras(row)
-
-
 def _point(row: sqlite3.Row, metric: str) -> Point | None:
     if row["status"] != "ok":
         return None
@@ -229,15 +219,15 @@ def cell_series(
     rows: list[sqlite3.Row], metrics: Sequence[str] = store.METRICS, untimed: Collection[str] = ()
 ) -> list[Series]:
     """The series of one cell (``rows``: its de-duplicated rows in time order), per metric."""
-    out = []
+    first, out = rows[0], []
+    name = f"{first['device_name']} {method_label(first['method'], first['tp'])} {first['phase']}"
+    size = f"{first['tokens']}x{first['vocab']}x{first['hidden']}"
+    label = f"{name} {size} {first['dtype']} beta={first['beta']:g}" + extras(first)
     for metric in metrics:
         kept = [r for r in rows if metric != "time" or r["content_hash"] not in untimed]
         points = [p for p in (_point(r, metric) for r in kept) if p is not None]
         if points:
-            first = rows[0]
-            out.append(
-                Series(first["cell_id"], _label(first), metric, first["device_kind"], points)
-            )
+            out.append(Series(first["cell_id"], label, metric, first["device_kind"], points))
     return out
 
 

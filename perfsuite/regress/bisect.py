@@ -187,17 +187,6 @@ def run_step(spec_path: str) -> int:
         return ABORT
 
 
-def launcher(spec_path: Path) -> str:
-    """A script that runs ``run_step`` with this perfsuite, whatever the commit checked out."""
-    root = Path(__file__).resolve().parents[2]
-    return (
-        "import sys\n"
-        f"sys.path.insert(0, {str(root)!r})\n"
-        "from perfsuite.regress.bisect import run_step\n"
-        f"sys.exit(run_step({str(spec_path)!r}))\n"
-    )
-
-
 class BisectError(ValueError):
     """Bad input or a git failure (one line, exit code 2)."""
 
@@ -232,17 +221,6 @@ def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProces
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         raise BisectError(f"git {args[0]}: {lines[-1] if lines else f'exit {proc.returncode}'}")
     return proc
-
-
-def repository(path: str) -> Path:
-    """The top of the work tree holding ``path``."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise BisectError(f"--repo {path}: not a folder")
-    proc = git(folder, "rev-parse", "--show-toplevel", check=False)
-    if proc.returncode != 0:
-        raise BisectError(f"--repo {path}: not inside a git repository")
-    return Path(proc.stdout.strip())
 
 
 def commit(top: Path, rev: str, option: str) -> str:
@@ -311,7 +289,12 @@ def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
         return 1
     spec_path, script = scratch / "spec.json", scratch / "step.py"
     spec.save(spec_path)
-    script.write_text(launcher(spec_path))
+    # The step runs with this perfsuite, whatever the commit checked out.
+    root = Path(__file__).resolve().parents[2]
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+        f"from perfsuite.regress.bisect import run_step\nsys.exit(run_step({str(spec_path)!r}))\n"
+    )
     git(tree, "bisect", "start", bad, good)
     proc = git(tree, "bisect", "run", sys.executable, str(script), check=False)
     for step in read_log(scratch):
@@ -329,7 +312,12 @@ def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``perfsuite bisect``; returns the exit code (bad input raises ``BisectError``)."""
-    top = repository(args.repo)
+    if not Path(args.repo).is_dir():
+        raise BisectError(f"--repo {args.repo}: not a folder")
+    proc = git(Path(args.repo), "rev-parse", "--show-toplevel", check=False)
+    if proc.returncode != 0:
+        raise BisectError(f"--repo {args.repo}: not inside a git repository")
+    top = Path(proc.stdout.strip())  # the top of the work tree holding --repo
     good, bad = commit(top, args.good, "--good"), commit(top, args.bad, "--bad")
     if good == bad:
         raise BisectError("--good and --bad are the same commit")

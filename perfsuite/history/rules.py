@@ -1,7 +1,5 @@
-"""Which change points are regressions, and the verdicts of ``history check``: the rule
-is docs/history.md's (wrong way, over compare's minimum and ``NOISE_SIGMAS`` of noise, a
-U test at ``ALPHA``, ``MIN_PERSISTENCE`` runs); consecutive changes one way merge, so a
-drift is a staircase of small steps."""
+"""Which change points are regressions (docs/history.md's rule) and ``history check``'s
+verdicts; consecutive changes one way merge, so a drift is a staircase of small steps."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""How well ``rules.judge`` finds regressions, in seconds: synthetic series whose runs
-are medians of bootstrap resamples of one cell's stored samples, times a run-level noise
-and an injected ``Scenario``. A regression within ``WINDOW`` runs of the change is
-detected; any other one is a false alarm."""
+"""How well ``rules.judge`` finds regressions, in seconds: runs are medians of bootstrap
+resamples of a cell's stored samples, times a run noise and an injected ``Scenario``; a
+regression within ``WINDOW`` runs of the change is detected, any other a false alarm."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""What the dashboard draws, read from the history: per shape, **groups** (one plot: the
-cells that differ only by method and TP size), a **line** per series and metric, a
-**mark** per change point judged on the series ``history check`` judges, so the site and
-the check give one answer. It only reads and arranges; ``render.dashboard`` draws."""
+"""What the dashboard draws: per shape, **groups** (a plot: the cells that differ only by
+method and TP size), a **line** per series and metric, a **mark** per change point judged
+as ``history check`` judges it (one answer). ``render.dashboard`` draws."""
 
 from __future__ import annotations
 

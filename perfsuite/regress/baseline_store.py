@@ -25,10 +25,9 @@ STORED_KINDS = frozenset({"loss", "tp"})
 
 
 def shape_stem(row: dict[str, Any]) -> str:
-    """File name (without .json) for a row's shape: the preset name, or its
-    dimensions for a shape with overrides (``smoke*`` -> ``smoke-n64-v512-d32``);
-    ``-tpK`` for cells measured across K ranks, so that a ``run --tp`` never replaces
-    the one-device baseline of its shape (nor one TP size another's)."""
+    """File name (without .json) for a row's shape: the preset's, or its dimensions with
+    overrides (``smoke*`` -> ``smoke-n64-v512-d32``); ``-tpK`` across K ranks, so a ``run
+    --tp`` never replaces the one-device baseline (nor one TP size another's)."""
     name = str(row.get("shape") or "custom")
     if name.endswith("*") or name == "custom":
         name = f"{name.rstrip('*')}-n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
@@ -41,11 +40,9 @@ def shape_stem(row: dict[str, Any]) -> str:
 def stored_baseline(
     root: Path, current: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Path], list[str]]:
-    """The stored baseline matching ``current``'s device and shapes, merged into
-    one document: (document, files used, shapes without a stored file).
-
-    Raises ``ResultsError`` when nothing is stored for that device or shapes, or
-    when the stored files of two shapes disagree on the environment."""
+    """The stored baseline of ``current``'s device and shapes as one document: (document,
+    files used, shapes without a file). ``ResultsError`` when nothing is stored for them,
+    or when two shapes' files disagree on the environment."""
     folder = Path(root) / device_slug(current["env"])
     stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
     if not folder.is_dir():
@@ -79,10 +76,9 @@ def stored_baseline(
 def update(
     results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False, force: bool = False
 ) -> list[str]:
-    """Write the stored baseline(s) from ``results``; returns what was done, line by line.
-
-    A shape whose new file has fewer ``ok`` cells than the stored one is refused unless
-    ``force``: a run whose cells errored must not replace a good baseline."""
+    """Write the stored baseline(s) from ``results``; returns what was done, line by line. A
+    shape with fewer ``ok`` cells than stored is refused unless ``force`` (errors must not
+    replace a good baseline)."""
     document = load_results(results)  # validated, rows and all: a bad file is never stored
     # A step file's cells were stored under their model's name, as that shape's loss
     # baseline (issue 46): only the cells `compare` judges against a store are stored.

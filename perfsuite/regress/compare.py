@@ -154,12 +154,6 @@ def fmt_spec(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
 
 
-def fmt_p(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "-"
-    return f"{value:.0e}" if value < 1e-3 else f"{value:.2g}"  # 7e-12, not 7.3e-12
-
-
 def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
@@ -180,12 +174,14 @@ def _time(row: dict[str, Any], metric: str) -> float | None:
 def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]:
     b, c = cell.baseline or {}, cell.current or {}
     status = [row.get("status", "-") for row in (b, c)]
+    p = cell.time.p_slower
+    small = p is not None and p < 1e-3  # 7e-12, not 7.3e-12
     return [
         _arrow(*(SHORT_STATUS.get(s, s) if short else s for s in status)),
         fmt_spec(_time(b, metric), ".4g"),
         fmt_spec(_time(c, metric), ".4g"),
         fmt_spec(cell.time.ratio, ".3f", "×"),
-        fmt_p(cell.time.p_slower),
+        fmt_spec(p, ".0e" if small else ".2g"),
         fmt_bytes(b.get("peak_bytes"), "MiB"),
         fmt_bytes(c.get("peak_bytes"), "MiB"),
         fmt_spec(cell.memory.ratio, ".3f", "×"),
@@ -256,10 +252,9 @@ def _elide(text: str, width: int) -> str:
 
 
 def title_lines(comparison: Comparison, width: int) -> list[str]:
-    """``baseline → current`` on one line whatever the paths' length (it folded after the
-    arrow in a deep temporary folder): as given, or relative to the working folder, else
-    the file names with the whole paths below, folded at their slashes; names too long
-    even so are elided in their middle."""
+    """``baseline → current`` on one line whatever the paths' length: as given, or relative
+    to the working folder, else the file names (elided in their middle if they must be)
+    with the whole paths below, folded at their slashes."""
     base, cur = comparison.baseline_label, comparison.current_label
     for b, c in ((base, cur), (_relative(base), _relative(cur))):
         if len(b) + 3 + len(c) <= width:

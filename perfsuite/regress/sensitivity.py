@@ -1,8 +1,6 @@
 """``perfsuite sensitivity``: how often ``compare``'s detector cries wolf on unchanged code
-here and how often it catches a real +5 % or +10 % slowdown, trials comparing runs of two
-different processes (docs/regressions.md). ``sensitivity_collect`` measures; here every
-trial is judged by the detector: false-alarm and detection rates with their intervals, a
-threshold sweep, the smallest slowdown caught, and the noise seen."""
+here and how often it catches a real slowdown, in trials comparing runs of two processes
+(docs/regressions.md). ``sensitivity_collect`` measures; here the trials are judged."""
 
 from __future__ import annotations
 
@@ -167,9 +165,8 @@ def analyse(
 
 
 def recommend_threshold(sweep: list[dict[str, float]], slowdowns: Sequence[float]) -> float | None:
-    """The middle of the thresholds that meet both targets (false alarms <= 1 %,
-    the smallest injected slowdown caught >= 95 %); without any, the smallest
-    threshold that keeps false alarms <= 1 %."""
+    """The middle of the thresholds that meet both targets (false alarms <= 1 %, the smallest
+    slowdown caught >= 95 %); else the smallest that keeps false alarms <= 1 %."""
     quiet = [s for s in sweep if s["false_alarms"] <= TARGET_FALSE_ALARMS]
     if not quiet:
         return None

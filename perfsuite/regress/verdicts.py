@@ -1,7 +1,6 @@
-"""``perfsuite compare BASELINE CURRENT``: one verdict per cell (``cells.cell_key``: a TP = 2
-cell never matches a TP = 1 or one-device one). Time regresses only when the ratio passes
-the practical threshold and a one-sided Mann-Whitney U test says so (``p < alpha``), memory
-when its peak grows past ``memory_threshold``; the verdicts and why: docs/regressions.md."""
+"""``compare``'s verdict per cell (``cells.cell_key``). Time regresses when the ratio passes
+the threshold and a one-sided Mann-Whitney U test says so (``p < alpha``), memory when its
+peak grows past ``memory_threshold``; the verdicts and why: docs/regressions.md."""
 
 from __future__ import annotations
 
@@ -222,9 +221,8 @@ def tp_sizes(values: set[Any]) -> str:
 
 
 def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple[str, str]) -> str:
-    """Why two non-empty documents have no cell in common, field by field; the TP sizes
-    of both sides whenever either holds multi-rank cells (a TP = 1 file against a TP = 2
-    one differs in nothing else)."""
+    """Why two documents have no cell in common, field by field; both sides' TP sizes when
+    either holds multi-rank cells (a TP = 1 file and a TP = 2 one differ in nothing else)."""
     differ = []
     tp = KEY_FIELDS.index("tp")
     for i, name in enumerate(KEY_FIELDS):

@@ -184,7 +184,7 @@ def _cmd_ack(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     cell, sep, run_prefix = args.regression.partition("/")
     if not sep or not cell or not run_prefix:
         raise ValueError(f"{args.regression!r}: expected CELL/RUN as `history check` prints it")
-    if not store.has_cell(conn, cell):
+    if not store.exists(conn, "cells", "cell_id", cell):
         raise ValueError(f"{cell}: no such cell in the history")
     run = store.find_run(conn, run_prefix)
     if run is None:

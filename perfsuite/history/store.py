@@ -229,9 +229,10 @@ def cell_id(device_name: str, key: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
 
 
-def has_run(conn: sqlite3.Connection, digest: str) -> bool:
-    query = "SELECT 1 FROM runs WHERE content_hash = ?"
-    return conn.execute(query, (digest,)).fetchone() is not None
+def exists(conn: sqlite3.Connection, table: str, column: str, value: str) -> bool:
+    """Whether a row of ``table`` holds ``value`` in ``column``."""
+    query = f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1"
+    return conn.execute(query, (value,)).fetchone() is not None
 
 
 def insert(conn: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
@@ -248,8 +249,7 @@ def _run(row: sqlite3.Row) -> Run:
 
 def list_runs(conn: sqlite3.Connection) -> list[Run]:
     """All runs in time order (``env.created``, then insertion order)."""
-    rows = conn.execute("SELECT * FROM runs ORDER BY created, id").fetchall()
-    return [_run(r) for r in rows]
+    return [_run(r) for r in conn.execute("SELECT * FROM runs ORDER BY created, id")]
 
 
 def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
@@ -283,11 +283,6 @@ def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[
         ORDER BY c.cell_id, r.created, r.id
     """
     return conn.execute(query, args).fetchall()
-
-
-def has_cell(conn: sqlite3.Connection, cell: str) -> bool:
-    query = "SELECT 1 FROM cells WHERE cell_id = ? LIMIT 1"
-    return conn.execute(query, (cell,)).fetchone() is not None
 
 
 def add_ack(conn: sqlite3.Connection, cell: str, run_hash: str, metric: str, reason: str) -> None:

@@ -272,8 +272,7 @@ IGNORED_VERSIONS = frozenset({"perfsuite", "pandas", "rich"})
 def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[list, list]:
     """(blocking problems, warnings) between two environments: what ``compare`` checks between
     a baseline and a run, and the stored baselines of one device among themselves."""
-    problems: list[str] = []
-    warnings: list[str] = []
+    problems, warnings = [], []
     bdev, cdev = base_env.get("device") or {}, cur_env.get("device") or {}
     for key in ("kind", "name", "cuda"):
         if bdev.get(key) != cdev.get(key) and (key != "cuda" or bdev.get("kind") == "cuda"):
@@ -282,8 +281,8 @@ def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[
     for name in sorted((set(bver) & set(cver)) - IGNORED_VERSIONS):
         if bver[name] != cver[name]:
             problems.append(f"{name} version: {bver[name]} (baseline) vs {cver[name]}")
-    for name in sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS):
-        warnings.append(f"{name}: recorded in only one of the two results")
+    only = sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS)
+    warnings += [f"{name}: recorded in only one of the two results" for name in only]
     if bdev.get("driver") != cdev.get("driver"):
         warnings.append(f"GPU driver: {bdev.get('driver')!r} (baseline) vs {cdev.get('driver')!r}")
     if base_env.get("python") != cur_env.get("python"):

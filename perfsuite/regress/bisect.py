@@ -63,13 +63,6 @@ class Spec:
     good_samples: tuple[float, ...] = ()
     device_kind: str = "cpu"
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Spec:
-        return cls(**json.loads(Path(path).read_text()))
-
 
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
@@ -171,7 +164,7 @@ def read_log(scratch: str | os.PathLike[str]) -> list[Judgement]:
 def run_step(spec_path: str) -> int:
     """Measure and judge HEAD of the current directory; git bisect's exit code."""
     try:
-        spec = Spec.load(spec_path)
+        spec = Spec(**json.loads(Path(spec_path).read_text()))
         cwd = Path.cwd()
         sha = git(cwd, "rev-parse", "HEAD").stdout.strip()
         try:
@@ -288,7 +281,7 @@ def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
         print("the bad commit is not slower by compare's rule: nothing to bisect")
         return 1
     spec_path, script = scratch / "spec.json", scratch / "step.py"
-    spec.save(spec_path)
+    spec_path.write_text(json.dumps(asdict(spec)))
     # The step runs with this perfsuite, whatever the commit checked out.
     root = Path(__file__).resolve().parents[2]
     script.write_text(

@@ -64,9 +64,10 @@ class Spec:
     device_kind: str = "cpu"
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def _said(proc: subprocess.CompletedProcess[str]) -> str:
+    """The last line a process printed: on stderr, else on stdout ("" if none)."""
+    lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+    return lines[-1].strip() if lines else ""
 
 
 def time_command(spec: Spec, cwd: Path) -> list[float]:
@@ -84,7 +85,7 @@ def time_command(spec: Spec, cwd: Path) -> list[float]:
             raise MeasureError(f"--command ran over --timeout {spec.timeout:g} s") from None
         elapsed = (time.perf_counter() - start) * 1e3
         if proc.returncode != 0:
-            why = _last_line(proc.stderr) or _last_line(proc.stdout)
+            why = _said(proc)
             raise MeasureError(f"--command exited {proc.returncode}" + (f": {why}" if why else ""))
         if i >= spec.warmup:
             samples.append(elapsed)
@@ -103,16 +104,14 @@ def run_cell(spec: Spec, cwd: Path, out: Path) -> tuple[list[float], str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     if not out.exists():
-        why = _last_line(proc.stderr) or _last_line(proc.stdout)
-        raise MeasureError(f"perfsuite run exited {proc.returncode}: {why}")
+        raise MeasureError(f"perfsuite run exited {proc.returncode}: {_said(proc)}")
     document = json.loads(out.read_text())
+    cell = (spec.method, spec.phase, None)  # run without --tp: one device, never a TP cell
     rows = [
         r
         for r in document.get("rows", [])
-        if r.get("method") == spec.method
-        and r.get("phase") == spec.phase
+        if (r.get("method"), r.get("phase"), r.get("tp")) == cell
         and abs(float(r.get("beta", -1)) - spec.beta) < 1e-12
-        and r.get("tp") is None  # run without --tp: one device, never a TP cell
     ]
     if not rows:
         raise MeasureError(f"perfsuite run measured no {spec.method} {spec.phase} cell")
@@ -211,8 +210,7 @@ def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProces
     except FileNotFoundError:
         raise BisectError("git is not installed") from None
     if check and proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BisectError(f"git {args[0]}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        raise BisectError(f"git {args[0]}: {_said(proc) or f'exit {proc.returncode}'}")
     return proc
 
 

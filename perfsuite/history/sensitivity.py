@@ -17,34 +17,27 @@ MIN_FLAT = 3
 
 @dataclass(frozen=True)
 class Scenario:
+    """The injected change: ``per_run`` slower each run for ``runs`` runs (a step: one)."""
+
     name: str
-    step: float = 0.0
-    drift_per_run: float = 0.0
-    drift_runs: int = 0
+    per_run: float = 0.0
+    runs: int = 1
 
     def factors(self, n_runs: int, change_at: int) -> np.ndarray:
         """The injected multiplier of each run."""
-        i = np.arange(n_runs)
-        if self.drift_runs:
-            ramp = np.clip(i - change_at + 1, 0, self.drift_runs)
-            return 1.0 + self.drift_per_run * ramp
-        return np.where(i >= change_at, 1.0 + self.step, 1.0)
+        return 1.0 + self.per_run * np.clip(np.arange(n_runs) - change_at + 1, 0, self.runs)
 
     def window(self, change_at: int) -> tuple[int, int] | None:
         """Where a detection must start; None: there is nothing to find."""
-        if self.drift_runs:
-            return change_at - WINDOW, change_at + self.drift_runs
-        if self.step:
-            return change_at - WINDOW, change_at + WINDOW
-        return None
+        return (change_at - WINDOW, change_at + max(self.runs, WINDOW)) if self.per_run else None
 
 
 SCENARIOS = (
     Scenario("none"),
-    Scenario("step +3%", step=0.03),
-    Scenario("step +5%", step=0.05),
-    Scenario("step +10%", step=0.10),
-    Scenario("drift +1%/run x10", drift_per_run=0.01, drift_runs=10),
+    Scenario("step +3%", 0.03),
+    Scenario("step +5%", 0.05),
+    Scenario("step +10%", 0.10),
+    Scenario("drift +1%/run x10", 0.01, runs=10),
 )
 
 
@@ -103,9 +96,7 @@ def measure(
     threshold = rules.threshold_for("time", device_kind)
     rates = []
     for scenario in scenarios:
-        start = change_at
-        if scenario.drift_runs:
-            start = max(2, min(change_at, n_runs - scenario.drift_runs - MIN_FLAT))
+        start = max(2, min(change_at, n_runs - scenario.runs - MIN_FLAT))
         low, high = scenario.window(start) or (1, 0)  # nothing to find: an empty window
         detected = false_alarms = 0
         for samples in samples_by_cell:

@@ -12,7 +12,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.text import Text
 
 from perfsuite.args import level
@@ -270,11 +269,10 @@ def title_lines(comparison: Comparison, width: int) -> list[str]:
     return lines
 
 
-def print_table(comparison: Comparison, console: Console | None = None) -> None:
+def print_table(comparison: Comparison) -> None:
     """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
     all laid out alike: folded as the table of every row would be, or all as records."""
-    if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
-        console = TrimmedConsole()
+    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
     metric = comparison.settings.metric
     for i, line in enumerate(title_lines(comparison, console.width)):
         console.print(Text(line, style="bold" if i == 0 else "dim"))

@@ -46,10 +46,6 @@ class HarnessConfig:
     threads: int | None = None  # torch intra-op threads; None: torch's default, as the suite
     device: str = "cpu"
 
-    @property
-    def conditions(self) -> list[float]:
-        return [UNCHANGED, *self.slowdowns]
-
 
 QUICK = HarnessConfig(tokens=64, vocab=1024, hidden=64, processes=2, runs=3, samples=10,
                       warmup=1, calibration_rounds=2, flush=False)  # fmt: skip
@@ -135,9 +131,9 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     timed = _timer(cfg)
     timed(0, 3, cfg.warmup)
     rng = random.Random(cfg.seed * 1000 + proc)
-    runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in cfg.conditions}
+    runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in (UNCHANGED, *cfg.slowdowns)}
     for _ in range(cfg.runs):
-        order = list(cfg.conditions)
+        order = [UNCHANGED, *cfg.slowdowns]
         rng.shuffle(order)
         for cond in order:
             k = extra.get(f"{cond:g}", 0)

@@ -317,8 +317,7 @@ def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
 
 
 def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
-    failures = comparison.failures
-    head = "❌ regression" if failures else "✅ no regression"
+    head = "❌ regression" if comparison.failures else "✅ no regression"
     lines = [
         f"### perfsuite compare: {head}",
         "",
@@ -330,12 +329,9 @@ def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
     ]
     if comparison.count("improvement"):
         lines += [f"> **{comparison.count('improvement')} improvement(s)**: {REFRESH_HINT}", ""]
-    for line in comparison.env_problems:
-        lines.append(f"> ⚠️ environment differs (allowed): {md_escape(line)}")
-    for line in [*comparison.env_warnings, *comparison.notes]:
-        lines.append(f"> note: {md_escape(line)}")
-    if comparison.env_problems or comparison.env_warnings or comparison.notes:
-        lines.append("")
+    said = [f"> ⚠️ environment differs (allowed): {md_escape(x)}" for x in comparison.env_problems]
+    said += [f"> note: {md_escape(x)}" for x in [*comparison.env_warnings, *comparison.notes]]
+    lines += [*said, ""] if said else []
     shown = [c for c in comparison.cells if show_all or c.verdict != "same"]
     rest = [c for c in comparison.cells if c not in shown]
     if shown:

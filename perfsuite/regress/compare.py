@@ -125,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
         raise CompareError(refusal)
     if refusal:
         notes.append(f"--accept-busy: {refusal.split(': a time difference')[0]}")
-    comparison = compare_documents(
-        base_doc, cur_doc, settings, baseline_label=base_label, current_label=labels[1]
-    )
+    comparison = compare_documents(base_doc, cur_doc, settings, *labels)
     comparison.notes.extend(notes)
     if args.format == "markdown":
         sys.stdout.write(render_markdown(comparison, show_all=args.all))

@@ -296,7 +296,6 @@ def compare_documents(
     baseline: dict[str, Any],
     current: dict[str, Any],
     settings: Settings | None = None,
-    *,
     baseline_label: str = "baseline",
     current_label: str = "current",
 ) -> Comparison:

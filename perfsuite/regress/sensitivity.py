@@ -18,7 +18,6 @@ from typing import Any
 from perfsuite.args import int_between, level, positive_int
 from perfsuite.fit import TrimmedConsole, pipe_table
 from perfsuite.measure.stats import mann_whitney_greater_many, quantile, summarize
-from perfsuite.parser import print_error
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_collect import QUICK, UNCHANGED, HarnessConfig, collect
 from perfsuite.regress.verdicts import DEFAULT_ALPHA, DEFAULT_TIME_THRESHOLDS, classify_time
@@ -300,9 +299,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             data = collect(config_from_args(args), log=lambda m: print(m, file=sys.stderr))
         report = analyse(data, threshold=args.time_threshold, alpha=args.alpha)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print_error(err)
-        return 2
+    except (OSError, KeyError, RuntimeError) as err:  # bad input (ValueError) is cli's
+        raise ValueError(str(err)) from None
     if args.out:
         saved = {"report": report.as_dict(), "data": data}
         try:

@@ -136,8 +136,7 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
     """A change as a block that fits the terminal: ``head`` and the CELL/RUN on the first
     line, then what changed, the cell and the commits, folded at spaces (indented)."""
     before, after = change.before_point, change.after_point
-    unit = "ms" if change.series.metric == "time" else "MiB"
-    scale = 1.0 if unit == "ms" else 1 / 2**20
+    unit, scale = ("ms", 1.0) if change.series.metric == "time" else ("MiB", 1 / 2**20)
     width = max(40, shutil.get_terminal_size().columns)
     lines = [
         f"{change.series.metric} {change.size:+.1%} ({change.before * scale:.4g} -> "
@@ -149,8 +148,7 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
     ]
     lines += [tail] if tail else []
     fill = textwrap.TextWrapper(width, initial_indent="    ", subsequent_indent="      ").fill
-    body = [fill(x) for x in lines]
-    return "\n".join([f"{head} {change.ident}", *body])
+    return "\n".join([f"{head} {change.ident}", *map(fill, lines)])
 
 
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:

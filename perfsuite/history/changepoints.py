@@ -24,8 +24,7 @@ class RupturesMissing(ValueError):
 
 
 def robust_sigma(values: Sequence[float]) -> float:
-    """Scatter around the local level: MAD of first differences / sqrt(2) (a step moves
-    one difference only)."""
+    """Scatter around the local level: MAD of first differences / sqrt(2) (a step moves one)."""
     x = np.asarray(values, dtype=float)
     if len(x) < 3:
         return 0.0

@@ -1,5 +1,4 @@
-"""``history demo``: a synthetic nightly history with a known step, to try the tools on
-(docs/history.md, "Demo")."""
+"""``history demo``: a synthetic nightly history with a known step (docs/history.md)."""
 
 from __future__ import annotations
 

@@ -245,8 +245,7 @@ def ack_reason(change: Change, acknowledged: dict[tuple[str, str, str], str]) ->
 
 
 def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
-    """Runs measured on a busy machine: content hash -> why. Their times would call a
-    change between machine states a regression (or an improvement)."""
+    """Runs measured on a busy machine, hash -> why: their times would call noise a change."""
     runs = conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id")
     whys = {r[0]: document_busy({"env": json.loads(r[1]), "rows": []}) for r in runs}
     return {run: why for run, why in whys.items() if why}

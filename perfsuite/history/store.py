@@ -160,8 +160,7 @@ def connect(
 
 
 def has_tp(conn: sqlite3.Connection) -> bool:
-    """Whether ``cells`` has the ``tp`` column (schema 2; a schema-1 file read as it is
-    has not)."""
+    """Whether ``cells`` has ``tp`` (schema 2; a schema-1 file read as it is has not)."""
     return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
 
 
@@ -236,8 +235,7 @@ def exists(conn: sqlite3.Connection, table: str, column: str, value: str) -> boo
 
 
 def insert(conn: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
-    """Insert one row (a run, or a cell with its ``run_id``); returns its id. Call inside
-    ``transaction``."""
+    """Insert one row (a run, or a cell with its ``run_id``) in a ``transaction``; its id."""
     marks = ", ".join("?" for _ in values)
     query = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})"
     return int(conn.execute(query, tuple(values.values())).lastrowid)

@@ -232,15 +232,13 @@ def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
 
 
 def _relative(label: str) -> str:
-    """Each path of a label (``a.json`` or a store's ``x.json, y.json``) relative to the
-    working folder where that is shorter."""
+    """Each path of a label (a store's: ``x.json, y.json``) relative to here where shorter."""
     paths = label.split(", ")
     return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
 
 
 def _elide(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, its middle replaced by "…" (its end, a
-    file's name, keeps more than its start)."""
+    """``text`` in ``width`` characters, its middle "…" (the end, a file's name, keeps more)."""
     if len(text) <= width:
         return text
     keep = max(width - 1, 2)

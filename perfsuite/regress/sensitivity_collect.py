@@ -143,8 +143,7 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
 
 @dataclass
 class WorkerSpec:
-    """A worker's one job: ``calibrate``, or ``measure`` (process ``proc``) with the
-    calibrated ``extra`` tokens; its one case is the config."""
+    """A worker's job: ``calibrate``, or ``measure`` as process ``proc``; one case: the config."""
 
     mode: str
     config: dict[str, Any]
@@ -169,8 +168,7 @@ WORKER = Served(WorkerSpec, run_case)
 
 
 def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
-    """One worker (``WORKER``) through the harness's worker life (own process group,
-    killed with the run); its ``result`` line is its result."""
+    """One ``WORKER`` through the harness's worker life; its ``result`` line is its result."""
     out, path = tmp / f"{name}.out.jsonl", tmp / f"{name}.spec.json"
     path.write_text(json.dumps({**spec, "out": str(out)}))
     command = python_worker("perfsuite.regress.sensitivity_collect", str(path))

@@ -155,9 +155,8 @@ def log(spec: Spec, judgement: Judgement) -> None:
 
 def read_log(scratch: str | os.PathLike[str]) -> list[Judgement]:
     path = Path(scratch) / "steps.jsonl"
-    if not path.exists():
-        return []
-    return [Judgement(**json.loads(line)) for line in path.read_text().splitlines() if line]
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [Judgement(**json.loads(line)) for line in lines if line]
 
 
 def run_step(spec_path: str) -> int:

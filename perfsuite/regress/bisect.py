@@ -74,7 +74,7 @@ def time_command(spec: Spec, cwd: Path) -> list[float]:
     """Wall time (ms) of ``spec.command`` run by the shell in ``cwd``, after the warm-up runs."""
     assert spec.command is not None
     samples = []
-    for i in range(spec.warmup + spec.samples):
+    for _ in range(spec.warmup + spec.samples):
         start = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -83,13 +83,11 @@ def time_command(spec: Spec, cwd: Path) -> list[float]:
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise MeasureError(f"--command ran over --timeout {spec.timeout:g} s") from None
-        elapsed = (time.perf_counter() - start) * 1e3
+        samples.append((time.perf_counter() - start) * 1e3)
         if proc.returncode != 0:
             why = _said(proc)
             raise MeasureError(f"--command exited {proc.returncode}" + (f": {why}" if why else ""))
-        if i >= spec.warmup:
-            samples.append(elapsed)
-    return samples
+    return samples[spec.warmup :]  # the warm-up runs are not timed
 
 
 def run_cell(spec: Spec, cwd: Path, out: Path) -> tuple[list[float], str]:

@@ -1,2 +1,1 @@
-"""Benchmark history: every results file in one SQLite database, each cell's series cut
-into change points, and the rule that says which are regressions (docs/history.md)."""
+"""Benchmark history in SQLite: change points and regressions across runs (docs/history.md)."""

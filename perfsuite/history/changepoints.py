@@ -19,13 +19,12 @@ P20_P80_SIGMAS = 1.6832
 MEDIAN_SE_FACTOR = 1.2533
 
 
-class RupturesMissing(RuntimeError):
-    """``ruptures`` is not importable (an environment run from a checkout, e.g. a lent GPU)."""
+class RupturesMissing(ValueError):
+    """``ruptures`` is not importable (a checkout run as it is, e.g. on a lent GPU): exit 2."""
 
 
 def robust_sigma(values: Sequence[float]) -> float:
-    """Scatter around the local level: MAD of first differences / sqrt(2) (a step moves
-    one difference only)."""
+    """Scatter around the local level: MAD of first differences / sqrt(2) (a step moves one)."""
     x = np.asarray(values, dtype=float)
     if len(x) < 3:
         return 0.0

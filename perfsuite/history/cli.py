@@ -5,25 +5,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import sqlite3
-import sys
 import textwrap
 from collections.abc import Iterable
 from contextlib import ExitStack, closing
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from rich import box
 
-from perfsuite.fit import Column, TrimmedConsole, fit_table, fold
-from perfsuite.history import changepoints, demo, ingest, rules, sensitivity, store
-from perfsuite.results.outpath import OutputPathError, check_output_dir
+from perfsuite.args import int_between, non_negative_float
+from perfsuite.history import demo, ingest, rules, sensitivity, store
+from perfsuite.parser import print_error
+from perfsuite.regress.baseline_store import print_listing
+from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import ResultsError, read_json
-
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
 
 def db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
@@ -50,26 +46,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="only this device name")
     p.add_argument("--metric", choices=store.METRICS, action="append", help="default: both")
     p.add_argument("-v", "--verbose", action="store_true", help="also the changes that are not")
-    p.add_argument(
-        "--accept-busy",
-        action="store_true",
-        help="keep the times of runs measured on a busy machine (left out by default)",
-    )
+    busy = "keep the times of runs measured on a busy machine (left out by default)"
+    p.add_argument("--accept-busy", action="store_true", help=busy)
     p = sub.add_parser("ack", help="acknowledge a regression: CELL/RUN as `check` prints it")
     p.add_argument("regression", metavar="CELL/RUN")
     p.add_argument("--reason", required=True)
     p.add_argument("--metric", choices=store.METRICS, default=None, help="default: both")
     p = sub.add_parser("sensitivity", help="detection and false-alarm rates on synthetic series")
-    p.add_argument("--trials", type=int, default=30, help="series per scenario and cell")
-    p.add_argument("--cells", type=int, default=4, help="cells (sample sets) per device kind")
-    p.add_argument("--runs", type=int, default=20, help="runs per series")
-    p.add_argument("--run-noise", type=float, default=None, help="default: estimated from the db")
+    positive = int_between(1)
+    p.add_argument("--trials", type=positive, default=30, help="series per scenario and cell")
+    p.add_argument("--cells", type=positive, default=4, help="cells (sample sets) per device kind")
+    p.add_argument("--runs", type=int_between(8), default=20, help="runs per series")
+    noise = "default: estimated from the db (0.01: 1 %%)"
+    p.add_argument("--run-noise", type=non_negative_float, default=None, help=noise)
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser(
         "demo", help="write a synthetic history with a known step (to try the tools)"
     )
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
-    p.add_argument("--runs", type=int, default=60, help=f"4 to {demo.MAX_RUNS}")
+    runs = int_between(4, demo.MAX_RUNS)  # a typo's million files took minutes to stop
+    p.add_argument("--runs", type=runs, default=60, help=f"4 to {demo.MAX_RUNS}")
     p.add_argument("--step", type=float, default=0.05, help="relative step (0.05: +5%%; 0: none)")
     at = "first run of the step (from 0; default: two thirds of --runs, 40 of 60)"
     p.add_argument("--step-at", type=int, help=at)
@@ -80,37 +76,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             db_option(p)
 
 
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _cmd_add(
-    db: str | None, paths: Iterable[str | Path], stack: ExitStack, folder: bool = False
-) -> int:
+def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) -> int:
     """Store each file, one line each; from a folder (``import``), skip the JSON that is
     not results and end with the counts. The database is made on the first file worth
     storing: bad input left an empty one, which ``list`` then read as ``0 runs``."""
-    rc, counts = EXIT_OK, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
-    conn = None
-    for path in paths:
-        if folder and not ingest.looks_like_results(Path(path)):
-            print(f"{path}: skipped (not a results file)")
-            counts["skipped"] += 1
-            continue
-        try:
-            document = read_json(path)
-            if conn is None:
-                ingest.prepare(document, str(path))  # every row checked before a database exists
-                conn = stack.enter_context(closing(store.connect(db, create=True, write=True)))
-            added = ingest.add_document(conn, document, str(path))
-        except ResultsError as err:
-            rc = _fail(str(err).splitlines()[0])
-            counts["refused"] += 1
-            continue
-        what = "already stored" if added.duplicate else "added"
-        counts[what] += 1
-        print(f"{path}: {what} (run {added.content_hash[:12]}, {added.n_cells} cells)")
+    rc, counts = 0, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
+    with ExitStack() as stack:
+        conn = None
+        for path in paths:
+            if folder and not ingest.looks_like_results(Path(path)):
+                print(f"{path}: skipped (not a results file)")
+                counts["skipped"] += 1
+                continue
+            try:
+                document = read_json(path)
+                if conn is None:
+                    ingest.prepare(document, str(path))  # every row checked before a database
+                    conn = stack.enter_context(closing(store.connect(db, create=True)))
+                added = ingest.add_document(conn, document, str(path))
+            except ResultsError as err:  # the others are still stored
+                print_error(str(err).splitlines()[0])
+                rc = 2
+                counts["refused"] += 1
+                continue
+            what = "already stored" if added.duplicate else "added"
+            counts[what] += 1
+            print(f"{path}: {what} (run {added.content_hash[:12]}, {added.n_cells} cells)")
     if folder:
         print(", ".join(f"{v} {k}" for k, v in counts.items()))
     return rc
@@ -129,7 +120,6 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     device, source) folded at spaces and slashes: a line was 100-121 characters at 80."""
     runs = store.list_runs(conn)
     sizes = store.tp_sizes(conn)
-    console = TrimmedConsole(highlight=False)
     rows = []
     for r in runs:
         tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""
@@ -137,25 +127,16 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         rows.append([r.short, r.created, commit, f"{r.n_cells} cells{tp}", r.env_hash])
         rows[-1] += [r.device_name, _shown(r.source)]
     headers = ("run", "created", "commit", "cells", "env", "device", "source")
-    columns = [Column(h, fold=False) for h in headers]  # a row that folds reads badly
-    options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table = fit_table(columns, rows, console.width, **options) if rows else None
-    if table is not None:
-        console.print(table)
-    for run, created, commit, cells, env, device, source in rows if table is None else []:
-        console.print(f"{run}  {created}  {commit}  {cells}")
-        second = fold(f"env {env}  {device}  {source}", console.width - 4, path=True)
-        console.print("  " + second.replace("\n", "\n    "), soft_wrap=True)
+    print_listing(headers, rows, ("{0}  {1}  {2}  {3}", "env {4}  {5}  {6}"))
     print(f"{len(runs)} runs")
-    return EXIT_OK
+    return 0
 
 
 def _describe(change: rules.Change, head: str, tail: str = "") -> str:
     """A change as a block that fits the terminal: ``head`` and the CELL/RUN on the first
     line, then what changed, the cell and the commits, folded at spaces (indented)."""
     before, after = change.before_point, change.after_point
-    unit = "ms" if change.series.metric == "time" else "MiB"
-    scale = 1.0 if unit == "ms" else 1 / 2**20
+    unit, scale = ("ms", 1.0) if change.series.metric == "time" else ("MiB", 1 / 2**20)
     width = max(40, shutil.get_terminal_size().columns)
     lines = [
         f"{change.series.metric} {change.size:+.1%} ({change.before * scale:.4g} -> "
@@ -167,8 +148,7 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
     ]
     lines += [tail] if tail else []
     fill = textwrap.TextWrapper(width, initial_indent="    ", subsequent_indent="      ").fill
-    body = [fill(x) for x in lines]
-    return "\n".join([f"{head} {change.ident}", *body])
+    return "\n".join([f"{head} {change.ident}", *map(fill, lines)])
 
 
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
@@ -179,40 +159,39 @@ def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         print(textwrap.fill(note, max(40, shutil.get_terminal_size().columns)))
     series = rules.load_series(conn, metrics, args.device, untimed=set(busy))
     acked = store.acks(conn)
-    failing, settled = rules.check(series, acked)
+    judged = [(c, rules.verdict(c, acked)) for s in series for c in rules.judge(s)]
+    failing = [c for c, state in judged if state == "open"]
+    settled = [c for c, state in judged if state in ("acknowledged", "recovered")]
     for change in failing:
         print(_describe(change, "REGRESSION"))
     for change in settled:
-        reason = rules.ack_reason(change, acked)
-        note = f"acknowledged: {reason}" if reason else "recovered later"
-        print(_describe(change, "settled", note))
-    if args.verbose:
-        for s in series:
-            for change in rules.judge(s):
-                if not change.regression:
-                    why = "; ".join(change.why_not)
-                    print(_describe(change, "change", f"not a regression: {why}"))
+        why = rules.ack_reason(change, acked)
+        print(_describe(change, "settled", f"acknowledged: {why}" if why else "recovered later"))
+    for change, state in judged if args.verbose else []:
+        if state == "change":
+            why = "; ".join(change.why_not)
+            print(_describe(change, "change", f"not a regression: {why}"))
     print(
         f"{len(series)} series checked: {len(failing)} open regressions, "
         f"{len(settled)} recovered or acknowledged"
     )
-    return EXIT_REGRESSION if failing else EXIT_OK
+    return 1 if failing else 0
 
 
 def _cmd_ack(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     cell, sep, run_prefix = args.regression.partition("/")
     if not sep or not cell or not run_prefix:
-        return _fail(f"{args.regression!r}: expected CELL/RUN as `history check` prints it")
-    if not store.has_cell(conn, cell):
-        return _fail(f"{cell}: no such cell in the history")
+        raise ValueError(f"{args.regression!r}: expected CELL/RUN as `history check` prints it")
+    if not store.exists(conn, "cells", "cell_id", cell):
+        raise ValueError(f"{cell}: no such cell in the history")
     run = store.find_run(conn, run_prefix)
     if run is None:
-        return _fail(f"{run_prefix}: no run (or more than one) has a hash starting so")
+        raise ValueError(f"{run_prefix}: no run (or more than one) has a hash starting so")
     if not args.reason.strip():
-        return _fail("--reason must say why the regression is accepted")
+        raise ValueError("--reason must say why the regression is accepted")
     store.add_ack(conn, cell, run.content_hash, args.metric or "*", args.reason.strip())
     print(f"acknowledged {cell}/{run.short} ({args.metric or 'time and memory'}): {args.reason}")
-    return EXIT_OK
+    return 0
 
 
 def _sample_sets(conn: sqlite3.Connection, per_kind: int) -> dict[str, list[list[float]]]:
@@ -237,25 +216,10 @@ def _run_noise(conn: sqlite3.Connection, kind: str) -> float:
     return float(np.median(sigmas)) if sigmas else 0.0
 
 
-def _sensitivity_refusal(args: argparse.Namespace) -> str:
-    """Why the options cannot make a measurement, naming the option ("": they can)."""
-    for option, value, least in (("--trials", args.trials, 1), ("--cells", args.cells, 1),
-                                 ("--runs", args.runs, 8)):  # fmt: skip
-        if value < least:
-            return f"{option} {value}: must be {least} or more"
-    noise = args.run_noise
-    if noise is not None and not (math.isfinite(noise) and noise >= 0):
-        return f"--run-noise {noise:g}: must be a fraction >= 0 (0.01: 1 %)"
-    return ""
-
-
 def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
-    refusal = _sensitivity_refusal(args)
-    if refusal:
-        return _fail(refusal)
     sets = _sample_sets(conn, args.cells)
     if not sets:
-        return _fail("no stored cell has 10 samples or more: `history import` results first")
+        raise ValueError("no stored cell has 10 samples or more: `history import` results first")
     rates = []
     for kind, samples in sets.items():
         noise = args.run_noise if args.run_noise is not None else _run_noise(conn, kind)
@@ -263,49 +227,43 @@ def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         runs = dict(trials=args.trials, n_runs=args.runs, change_at=args.runs * 3 // 5)
         rates += sensitivity.measure(samples, kind, **runs, run_noise=noise, seed=args.seed)
     print(sensitivity.format_table(rates))
-    return EXIT_OK
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    if not 4 <= args.runs <= demo.MAX_RUNS:  # a typo's million files took minutes to stop
-        return _fail(f"--runs {args.runs}: must be between 4 and {demo.MAX_RUNS}")
     if args.step_at is None:  # follows --runs: a fixed 40 refused `--runs 5`, unasked
         args.step_at = args.runs * 2 // 3
     elif not 0 < args.step_at < args.runs:
         last = args.runs - 1
-        return _fail(f"--step-at {args.step_at}: must be between 1 and --runs - 1 ({last})")
+        raise ValueError(f"--step-at {args.step_at}: must be between 1 and --runs - 1 ({last})")
     if not -1 < args.step < 10:
-        return _fail(f"--step {args.step:g}: must be a relative change in (-1, 10)")
+        raise ValueError(f"--step {args.step:g}: must be a relative change in (-1, 10)")
+    check_output_dir(args.out, "-o")
     try:
-        check_output_dir(args.out, "-o")
         paths = demo.write(args.out, args.runs, args.step, args.step_at, args.method, args.seed)
-    except OutputPathError as err:
-        return _fail(str(err))
     except OSError as err:
-        return _fail(f"{args.out}: cannot write there ({err.strerror or err})")
+        raise ValueError(f"{args.out}: cannot write there ({err.strerror or err})") from None
     step = f"{args.step:+.0%} on {args.method} from run {args.step_at}" if args.step else "no step"
     print(f"{len(paths)} synthetic runs ({step}) in {args.out}: `history import {args.out}`")
-    return EXIT_OK
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the parsed subcommand; returns the exit code."""
+    """Run the parsed subcommand; returns the exit code (bad input raises ``ValueError``)."""
     command = args.history_command
     if command == "demo":
         return _cmd_demo(args)
-    with ExitStack() as stack:
-        try:
-            if command == "add":
-                return _cmd_add(args.db, args.results, stack)
-            if command == "import":
-                if not Path(args.folder).is_dir():
-                    return _fail(f"{args.folder}: not a folder")
-                return _cmd_add(args.db, ingest.results_files(args.folder), stack, folder=True)
-            write = command == "ack"  # the others read a database that exists, never making one
-            conn = stack.enter_context(closing(store.connect(args.db, create=False, write=write)))
+    try:
+        if command == "add":
+            return _cmd_add(args.db, args.results)
+        if command == "import":
+            if not Path(args.folder).is_dir():
+                raise ValueError(f"{args.folder}: not a folder")
+            return _cmd_add(args.db, ingest.results_files(args.folder), folder=True)
+        write = command == "ack"  # the others read a database that exists, never making one
+        with closing(store.connect(args.db, create=False, write=write)) as conn:
             commands = {"list": _cmd_list, "check": _cmd_check, "ack": _cmd_ack}
             return commands.get(command, _cmd_sensitivity)(conn, args)
-        except (store.StoreError, changepoints.RupturesMissing) as err:
-            return _fail(str(err).splitlines()[0])
-        except sqlite3.DatabaseError as err:
-            return _fail(f"{args.db or store.default_db_path()}: {str(err).splitlines()[0]}")
+    except sqlite3.DatabaseError as err:
+        where = args.db or store.default_db_path()
+        raise ValueError(f"{where}: {str(err).splitlines()[0]}") from None

@@ -1,5 +1,4 @@
-"""``history demo``: a synthetic nightly history with a known step, to try the tools on
-(docs/history.md, "Demo")."""
+"""``history demo``: a synthetic nightly history with a known step (docs/history.md)."""
 
 from __future__ import annotations
 
@@ -39,20 +38,10 @@ def document(
         base = 10.0 * scale * (1 + PHASES.index(phase)) * (1.03 if beta else 1.0)
         level = base * factor * (1 + rng.normal(0, RUN_NOISE))
         samples = level * (1 + rng.normal(0, SAMPLE_NOISE, SAMPLES))
-        p20, median, p80 = np.percentile(samples, [20, 50, 80])
-        rows.append(
-            {
-                **ROW,
-                "method": method,
-                "beta": beta,
-                "phase": phase,
-                "median_ms": float(median),
-                "p20_ms": float(p20),
-                "p80_ms": float(p80),
-                "samples_ms": [float(s) for s in samples],
-                "peak_bytes": (6 if method == "eager" else 1) << 30,
-            }
-        )
+        p20, median, p80 = map(float, np.percentile(samples, [20, 50, 80]))
+        peak = (6 if method == "eager" else 1) << 30
+        rows.append({**ROW, "method": method, "beta": beta, "phase": phase, "median_ms": median})
+        rows[-1].update(p20_ms=p20, p80_ms=p80, samples_ms=samples.tolist(), peak_bytes=peak)
     sha = hashlib.sha1(f"perfsuite history demo {seed} {i}".encode()).hexdigest()
     what = f"perfsuite history demo: run {i}, seed {seed}"
     if step:

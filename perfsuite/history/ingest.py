@@ -95,7 +95,7 @@ def add_document(conn: sqlite3.Connection, document: dict[str, Any], path: str) 
     """Store one document (all of it or nothing); a stored one again is a no-op."""
     digest, run, cells = prepare(document, path)
     with store.transaction(conn):
-        duplicate = store.has_run(conn, digest)
+        duplicate = store.exists(conn, "runs", "content_hash", digest)
         if not duplicate:
             run_id = store.insert(conn, "runs", run)
             for cell in cells:

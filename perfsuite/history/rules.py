@@ -1,23 +1,21 @@
-"""Which change points are regressions, and the verdicts of ``history check``: the rule
-is docs/history.md's (wrong way, over compare's minimum and ``NOISE_SIGMAS`` of noise, a
-U test at ``ALPHA``, ``MIN_PERSISTENCE`` runs); consecutive changes one way merge, so a
-drift is a staircase of small steps."""
+"""Which change points are regressions (docs/history.md's rule) and ``history check``'s
+verdicts; consecutive changes one way merge, so a drift is a staircase of small steps."""
 
 from __future__ import annotations
 
 import json
 import math
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any
 
 import numpy as np
 
 from perfsuite.history import changepoints, store
 from perfsuite.measure.machine import document_busy
-from perfsuite.regress.verdicts import CPU_MEMORY_SLACK_BYTES, Settings
+from perfsuite.regress.verdicts import CPU_MEMORY_SLACK_BYTES, Settings, method_label
 
 NOISE_SIGMAS = 4.0
 MIN_PERSISTENCE = 2
@@ -32,7 +30,6 @@ class Point:
     run_hash: str
     created: str
     sha: str
-    dirty: bool
     env_hash: str
     value: float
     noise: float = 0.0  # relative standard error of this value (0: unknown or exact)
@@ -93,21 +90,17 @@ def scatter(series: Series) -> float:
     return changepoints.robust_sigma(values / (float(np.median(values)) or 1.0))
 
 
-def series_noise(series: Series) -> float:
-    """Relative noise of one value: run-to-run scatter, floored by the per-run error."""
-    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
-    return max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
-
-
 def judge(series: Series) -> list[Change]:
     """The merged change points of a series, each judged by the rule above."""
     values = [p.value for p in series.points]
-    sigma = series_noise(series)
+    # The relative noise of one value: run-to-run scatter, floored by the per-run error.
+    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
+    sigma = max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
     starts = changepoints.detect(values, sigma)
     if not starts:
         return []
     bounds = [0, *starts, len(values)]
-    levels = [float(np.median(values[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
+    levels = [float(np.median(values[a:b])) for a, b in pairwise(bounds)]
     sigma = max(sigma, _residual_sigma(values, bounds, levels))
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
     limit = threshold_for(series.metric, series.device_kind)
@@ -150,9 +143,8 @@ def judge(series: Series) -> list[Change]:
 
 def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[float]) -> float:
     """Relative scatter of the runs around their segment's level (the run-to-run spread)."""
-    resid = []
-    for (a, b), level in zip(zip(bounds, bounds[1:], strict=False), levels, strict=True):
-        resid += [v / level - 1 for v in values[a:b] if level]
+    segments = zip(pairwise(bounds), levels, strict=True)
+    resid = [v / level - 1 for (a, b), level in segments for v in values[a:b] if level]
     dof = len(resid) - len(levels)
     return float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0
 
@@ -172,21 +164,10 @@ def _u_test(
     return float(mannwhitneyu(after, before, alternative=side, method="asymptotic").pvalue)
 
 
-def series_name(method: str, tp: int | None) -> str:
-    """``ours``, or ``ours TP=2`` for a cell measured across 2 ranks (tp None: one device)."""
-    return method if tp is None else f"{method} TP={tp}"
-
-
 def extras(key: Mapping[str, Any], sep: str = " ") -> str:
     """A cell's softcap and workload, where they are not the default, for its name."""
     softcap = "" if key["softcap"] is None else f" softcap={key['softcap']:g}"
     return softcap + ("" if key["workload"] == "random" else f"{sep}{key['workload']}")
-
-
-def _label(row: sqlite3.Row) -> str:
-    name = f"{row['device_name']} {series_name(row['method'], row['tp'])} {row['phase']}"
-    size = f"{row['tokens']}x{row['vocab']}x{row['hidden']}"
-    return f"{name} {size} {row['dtype']} beta={row['beta']:g}" + extras(row)
 
 
 def _point(row: sqlite3.Row, metric: str) -> Point | None:
@@ -203,26 +184,22 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
         return None
     else:
         value = float(row["peak_bytes"])
-    run = (row["content_hash"], row["created"], row["sha"], bool(row["dirty"]), row["env_hash"])
+    run = (row["content_hash"], row["created"], row["sha"], row["env_hash"])
     return Point(*run, value, noise, samples)
 
 
-def unique_measurements(rows: list[sqlite3.Row]) -> list[sqlite3.Row]:
-    """One row per measurement (a merged file repeats its runs' rows): the same raw samples
-    are one, kept at its first time; rows without samples differ by time and values."""
-    first: dict[tuple, sqlite3.Row] = {}
-    for row in rows:
-        key = (row["samples_json"],)
-        if key == ("[]",):
-            key = (row["created"], row["status"], row["median_ms"], row["peak_bytes"])
-        first.setdefault(key, row)
-    return list(first.values())
-
-
 def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:
-    """Each cell's rows (of one device's runs, if given), one per measurement, in time order."""
+    """Each cell's rows (of one device's runs, if given), one per measurement, in time order.
+    A merged file repeats its runs' rows: the same raw samples are one, kept at its first
+    time; rows without samples differ by time and values."""
     for _, rows in groupby(store.cell_rows(conn, device), key=lambda r: r["cell_id"]):
-        yield unique_measurements(list(rows))
+        first: dict[tuple, sqlite3.Row] = {}
+        for row in rows:
+            key = (row["samples_json"],)
+            if key == ("[]",):
+                key = (row["created"], row["status"], row["median_ms"], row["peak_bytes"])
+            first.setdefault(key, row)
+        yield list(first.values())
 
 
 def load_series(
@@ -240,15 +217,15 @@ def cell_series(
     rows: list[sqlite3.Row], metrics: Sequence[str] = store.METRICS, untimed: Collection[str] = ()
 ) -> list[Series]:
     """The series of one cell (``rows``: its de-duplicated rows in time order), per metric."""
-    out = []
+    first, out = rows[0], []
+    name = f"{first['device_name']} {method_label(first['method'], first['tp'])} {first['phase']}"
+    size = f"{first['tokens']}x{first['vocab']}x{first['hidden']}"
+    label = f"{name} {size} {first['dtype']} beta={first['beta']:g}" + extras(first)
     for metric in metrics:
         kept = [r for r in rows if metric != "time" or r["content_hash"] not in untimed]
         points = [p for p in (_point(r, metric) for r in kept) if p is not None]
         if points:
-            first = rows[0]
-            out.append(
-                Series(first["cell_id"], _label(first), metric, first["device_kind"], points)
-            )
+            out.append(Series(first["cell_id"], label, metric, first["device_kind"], points))
     return out
 
 
@@ -267,27 +244,8 @@ def ack_reason(change: Change, acknowledged: dict[tuple[str, str, str], str]) ->
     return acknowledged.get((*key, change.series.metric), acknowledged.get((*key, "*")))
 
 
-def check(
-    series: Iterable[Series], acknowledged: dict[tuple[str, str, str], str]
-) -> tuple[list[Change], list[Change]]:
-    """(open regressions, other regressions: recovered or acknowledged), over all series."""
-    failing, settled = [], []
-    for s in series:
-        for change in judge(s):
-            state = verdict(change, acknowledged)
-            if state == "open":
-                failing.append(change)
-            elif state != "change":
-                settled.append(change)
-    return failing, settled
-
-
 def busy_runs(conn: sqlite3.Connection) -> dict[str, str]:
-    """Runs measured on a busy machine: content hash -> why. Their times would call a
-    change between machine states a regression (or an improvement)."""
-    out = {}
-    for row in conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id"):
-        why = document_busy({"env": json.loads(row["env_json"]), "rows": []})
-        if why:
-            out[row["content_hash"]] = why
-    return out
+    """Runs measured on a busy machine, hash -> why: their times would call noise a change."""
+    runs = conn.execute("SELECT content_hash, env_json FROM runs ORDER BY created, id")
+    whys = {r[0]: document_busy({"env": json.loads(r[1]), "rows": []}) for r in runs}
+    return {run: why for run, why in whys.items() if why}

@@ -81,8 +81,8 @@ CREATE TABLE IF NOT EXISTS acks (
 """
 
 
-class StoreError(RuntimeError):
-    """The database cannot be opened or is not a history database (exit code 2)."""
+class StoreError(ValueError):
+    """The database cannot be opened or is not a history database (bad input: exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +114,9 @@ def default_db_path() -> Path:
 def connect(
     path: str | os.PathLike[str] | None = None, create: bool = True, write: bool = True
 ) -> sqlite3.Connection:
-    """Open the database; ``StoreError`` in one line if not.
-
-    With ``create`` (``add``, ``import``) a missing or empty file is made a history
-    database. Without it the file must already be one, and nothing is written to set one
-    up: an empty or foreign file stays as it was. ``write=False`` opens it read-only."""
+    """Open the database; ``StoreError`` in one line if not. With ``create`` (``add``,
+    ``import``) a missing or empty file is made one; without, an empty or foreign file is
+    refused and left as it was. ``write=False`` opens it read-only."""
     path = Path(path) if path is not None else default_db_path()
     if create:
         try:
@@ -162,8 +160,7 @@ def connect(
 
 
 def has_tp(conn: sqlite3.Connection) -> bool:
-    """Whether ``cells`` has the ``tp`` column (schema 2; a schema-1 file read as it is
-    has not)."""
+    """Whether ``cells`` has ``tp`` (schema 2; a schema-1 file read as it is has not)."""
     return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
 
 
@@ -220,10 +217,9 @@ def env_hash(env: dict[str, Any]) -> str:
 
 
 def cell_id(device_name: str, key: dict[str, Any]) -> str:
-    """A cell's stable name across runs and databases: a hash of the device and the cell key.
-
-    The TP size joins the hash only when there is one: a one-device cell keeps the name
-    it had before ``tp`` existed (acknowledgements name cells by it)."""
+    """A cell's stable name across runs and databases: a hash of the device and the cell key
+    (a TP size or timer only when there is one: older cells keep their names, which
+    acknowledgements use)."""
     ident = [device_name, *(key[c] for c in CELL_COLUMNS), key.get("workload", "random")]
     if key.get("tp") is not None:
         ident.append(["tp", key["tp"]])
@@ -232,14 +228,14 @@ def cell_id(device_name: str, key: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
 
 
-def has_run(conn: sqlite3.Connection, digest: str) -> bool:
-    query = "SELECT 1 FROM runs WHERE content_hash = ?"
-    return conn.execute(query, (digest,)).fetchone() is not None
+def exists(conn: sqlite3.Connection, table: str, column: str, value: str) -> bool:
+    """Whether a row of ``table`` holds ``value`` in ``column``."""
+    query = f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1"
+    return conn.execute(query, (value,)).fetchone() is not None
 
 
 def insert(conn: sqlite3.Connection, table: str, values: dict[str, Any]) -> int:
-    """Insert one row (a run, or a cell with its ``run_id``); returns its id. Call inside
-    ``transaction``."""
+    """Insert one row (a run, or a cell with its ``run_id``) in a ``transaction``; its id."""
     marks = ", ".join("?" for _ in values)
     query = f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})"
     return int(conn.execute(query, tuple(values.values())).lastrowid)
@@ -251,8 +247,7 @@ def _run(row: sqlite3.Row) -> Run:
 
 def list_runs(conn: sqlite3.Connection) -> list[Run]:
     """All runs in time order (``env.created``, then insertion order)."""
-    rows = conn.execute("SELECT * FROM runs ORDER BY created, id").fetchall()
-    return [_run(r) for r in rows]
+    return [_run(r) for r in conn.execute("SELECT * FROM runs ORDER BY created, id")]
 
 
 def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
@@ -286,11 +281,6 @@ def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[
         ORDER BY c.cell_id, r.created, r.id
     """
     return conn.execute(query, args).fetchall()
-
-
-def has_cell(conn: sqlite3.Connection, cell: str) -> bool:
-    query = "SELECT 1 FROM cells WHERE cell_id = ? LIMIT 1"
-    return conn.execute(query, (cell,)).fetchone() is not None
 
 
 def add_ack(conn: sqlite3.Connection, cell: str, run_hash: str, metric: str, reason: str) -> None:

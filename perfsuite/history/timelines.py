@@ -1,15 +1,15 @@
-"""What the dashboard draws, read from the history: per shape, **groups** (one plot: the
-cells that differ only by method and TP size), a **line** per series and metric, a
-**mark** per change point judged on the series ``history check`` judges, so the site and
-the check give one answer. It only reads and arranges; ``render.dashboard`` draws."""
+"""What the dashboard draws: per shape, **groups** (a plot: the cells that differ only by
+method and TP size), a **line** per series and metric, a **mark** per change point judged
+as ``history check`` judges it (one answer). ``render.dashboard`` draws."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from perfsuite.history import rules, store
+from perfsuite.regress.verdicts import method_label
 
 GROUP_FIELDS = (
     "device_name", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap", "workload",
@@ -39,10 +39,10 @@ class Line:
     method: str  # the series' name: the method, with " TP=K" when measured across K ranks
     metric: str
     cell_id: str
-    positions: list[int] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    low: list[float | None] = field(default_factory=list)
-    high: list[float | None] = field(default_factory=list)
+    positions: list[int]
+    values: list[float]
+    low: list[float | None]  # p20 (time), else None
+    high: list[float | None]  # p80 (time), else None
 
 
 @dataclass(frozen=True)
@@ -110,16 +110,15 @@ def _build(
     lines, marks, no_data = [], [], {}
     latest = ordered[-1]
     for rows in sorted(cells, key=lambda rows: (rows[0]["method"], rows[0]["tp"] or 0)):
-        method = rules.series_name(rows[0]["method"], rows[0]["tp"])
+        method = method_label(rows[0]["method"], rows[0]["tp"])
         spread = {r["content_hash"]: (r["p20_ms"], r["p80_ms"]) for r in rows}
         drawn = rules.cell_series(rows)
-        for series in drawn:
-            points = series.points
-            band = [spread[p.run_hash] if series.metric == "time" else (None, None) for p in points]
-            positions = [by_hash[p.run_hash].position for p in points]
-            line = Line(method, series.metric, series.cell_id, positions, [p.value for p in points])
-            line.low, line.high = [low for low, _ in band], [high for _, high in band]
-            lines.append(line)
+        for s in drawn:  # each has points
+            band = [spread[p.run_hash] if s.metric == "time" else (None, None) for p in s.points]
+            positions = [by_hash[p.run_hash].position for p in s.points]
+            low, high = map(list, zip(*band, strict=True))
+            values = [p.value for p in s.points]
+            lines.append(Line(method, s.metric, s.cell_id, positions, values, low, high))
         for series in rules.cell_series(rows, untimed=untimed):  # what history check judges
             for change in rules.judge(series):
                 around = by_hash[change.before_point.run_hash], by_hash[change.after_point.run_hash]

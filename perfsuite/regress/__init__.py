@@ -1,2 +1,1 @@
-"""Regress: regression verdicts between results documents, the stored
-baselines they are judged against, and the detector's measured sensitivity."""
+"""Regression verdicts, the stored baselines they judge against, the detector's sensitivity."""

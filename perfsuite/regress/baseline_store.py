@@ -5,6 +5,7 @@ baseline update RESULTS`` writes there, replacing the files of the shapes RESULT
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,9 @@ STORED_KINDS = frozenset({"loss", "tp"})
 
 
 def shape_stem(row: dict[str, Any]) -> str:
-    """File name (without .json) for a row's shape: the preset name, or its
-    dimensions for a shape with overrides (``smoke*`` -> ``smoke-n64-v512-d32``);
-    ``-tpK`` for cells measured across K ranks, so that a ``run --tp`` never replaces
-    the one-device baseline of its shape (nor one TP size another's)."""
+    """File name (without .json) for a row's shape: the preset's, or its dimensions with
+    overrides (``smoke*`` -> ``smoke-n64-v512-d32``); ``-tpK`` across K ranks, so a ``run
+    --tp`` never replaces the one-device baseline (nor one TP size another's)."""
     name = str(row.get("shape") or "custom")
     if name.endswith("*") or name == "custom":
         name = f"{name.rstrip('*')}-n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
@@ -37,22 +37,12 @@ def shape_stem(row: dict[str, Any]) -> str:
     return safe.strip(".-") or "custom"
 
 
-def split_by_shape(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """stem -> a document holding that shape's rows with the run's env."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in document["rows"]:
-        groups.setdefault(shape_stem(row), []).append(row)
-    return {stem: new_document(document["env"], rows) for stem, rows in groups.items()}
-
-
 def stored_baseline(
     root: Path, current: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Path], list[str]]:
-    """The stored baseline matching ``current``'s device and shapes, merged into
-    one document: (document, files used, shapes without a stored file).
-
-    Raises ``ResultsError`` when nothing is stored for that device or shapes, or
-    when the stored files of two shapes disagree on the environment."""
+    """The stored baseline of ``current``'s device and shapes as one document: (document,
+    files used, shapes without a file). ``ResultsError`` when nothing is stored for them,
+    or when two shapes' files disagree on the environment."""
     folder = Path(root) / device_slug(current["env"])
     stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
     if not folder.is_dir():
@@ -86,10 +76,9 @@ def stored_baseline(
 def update(
     results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False, force: bool = False
 ) -> list[str]:
-    """Write the stored baseline(s) from ``results``; returns what was done, line by line.
-
-    A shape whose new file has fewer ``ok`` cells than the stored one is refused unless
-    ``force``: a run whose cells errored must not replace a good baseline."""
+    """Write the stored baseline(s) from ``results``; returns what was done, line by line. A
+    shape with fewer ``ok`` cells than stored is refused unless ``force`` (errors must not
+    replace a good baseline)."""
     document = load_results(results)  # validated, rows and all: a bad file is never stored
     # A step file's cells were stored under their model's name, as that shape's loss
     # baseline (issue 46): only the cells `compare` judges against a store are stored.
@@ -100,8 +89,7 @@ def update(
         check_output_dir(root, "--root")
         check_output_dir(folder, "--root")
     lines = []
-    git = document["env"].get("git") or {}
-    if git.get("dirty"):
+    if (document["env"].get("git") or {}).get("dirty"):
         lines.append(f"warning: {results} was measured from a checkout with uncommitted changes")
     busy = document_busy(document)
     if busy:  # stored without a word, it made every later compare refuse to judge time
@@ -109,9 +97,11 @@ def update(
             f"warning: {results} was measured on a busy machine ({busy}): `compare` judges "
             "time against it only with --accept-busy; update from a quiet run instead"
         )
-    planned = []
-    for stem, doc in split_by_shape(document).items():
-        path = folder / f"{stem}.json"
+    planned, shapes = [], {}  # a file per shape, with the run's env
+    for row in document["rows"]:
+        shapes.setdefault(shape_stem(row), []).append(row)
+    for stem, rows in shapes.items():
+        path, doc = folder / f"{stem}.json", new_document(document["env"], rows)
         ok = sum(r["status"] == "ok" for r in doc["rows"])
         what = f"{len(doc['rows'])} cells ({ok} ok)"
         if path.exists():
@@ -162,20 +152,20 @@ def list_stored(root: Path = DEFAULT_ROOT) -> tuple[list[list[str]], list[str]]:
     return rows, lines if rows or lines else [f"no stored baselines under {root}/"]
 
 
-def _print_list(rows: list[list[str]]) -> None:
-    """A table when a file fits on one line; else two lines a file, the path folded at its
-    slashes (a line was 103 characters at 80 columns)."""
+def print_listing(headers: Sequence[str], rows: list[list[str]], lines: tuple[str, str]) -> None:
+    """A table when each item fits on one line (``baseline list``, ``history list``); else
+    two lines an item, ``lines`` formatted with its row, folded at spaces and slashes, the
+    second indented (a line was 103 characters at 80 columns)."""
     console = TrimmedConsole(highlight=False)
-    columns = [Column(h, fold=False) for h in ("file", "cells", "created", "git", "torch")]
+    columns = [Column(h, fold=False) for h in headers]  # a row that folds reads badly
     options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table = fit_table(columns, rows, console.width, **options)
+    table = fit_table(columns, rows, console.width, **options) if rows else None
     if table is not None:
         console.print(table)
-        return
-    for path, cells, created, sha, torch in rows:
-        folded = fold(path, console.width - 4, path=True)  # a longer piece stays whole
-        console.print(folded.replace("\n", "\n    "), soft_wrap=True)
-        console.print(f"  {cells}, {created}, git {sha}, torch {torch}")
+    for row in rows if table is None else []:
+        for indent, line in zip(("", "  "), lines, strict=True):  # a long piece stays whole
+            folded = fold(line.format(*row), console.width - 4, path=True)
+            console.print(indent + folded.replace("\n", "\n    "), soft_wrap=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,9 +179,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("results", type=Path, help="results file from `perfsuite run`")
     up.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
     up.add_argument("--dry-run", action="store_true", help="say what would be written")
-    up.add_argument(
-        "--force", action="store_true", help="replace a baseline that has more ok cells"
-    )
+    up.add_argument("--force", action="store_true", help="replace a baseline with more ok cells")
     ls = sub.add_parser("list", help="list the stored baselines")
     ls.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="default: %(default)s")
 
@@ -201,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
         lines = update(args.results, args.root, dry_run=args.dry_run, force=args.force)
     else:
         rows, lines = list_stored(args.root)
-        if rows:
-            _print_list(rows)
+        headers = ("file", "cells", "created", "git", "torch")
+        print_listing(headers, rows, ("{0}", "{1}, {2}, git {3}, torch {4}"))
     for line in lines:
         print(line)
     return 0

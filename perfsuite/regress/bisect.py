@@ -1,13 +1,9 @@
 """``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower by
-``compare``'s rule, found by ``git bisect run`` in a temporary detached worktree: the
-user's checkout, HEAD, index and own bisection are never touched. Exit 0 found; 1 nothing
-to bisect or no answer.
-
-Each step (``run_step``) measures the checked-out commit and judges it against the good
-one. ``git bisect run`` calls it through a launcher that imports *this* perfsuite, never
-the commit's; ``run_cell`` runs the commit's own ``perfsuite run``. The verdict is
-``compare``'s time rule. A step's exit codes are git's: 0 good, 1 slower, 125 skip
-(unmeasurable), 128 abort."""
+``compare``'s time rule, found by ``git bisect run`` in a temporary detached worktree (the
+user's checkout, HEAD, index and own bisection are never touched). Exit 0 found; 1 nothing
+to bisect or no answer. Each step (``run_step``, through a launcher that imports *this*
+perfsuite) measures the commit checked out with its own ``perfsuite run`` and exits as git
+wants: 0 good, 1 slower, 125 skip (unmeasurable), 128 abort."""
 
 from __future__ import annotations
 
@@ -31,12 +27,12 @@ from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.verdicts import (
     DEFAULT_ALPHA,
     DEFAULT_TIME_THRESHOLDS,
+    Decision,
     Settings,
     compare_time,
 )
 from perfsuite.results.results import PHASES
 
-EXIT_FOUND, EXIT_NOT_FOUND = 0, 1
 # --command: wall time of a whole process, as noisy as a CPU cell.
 COMMAND_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cpu"]
 
@@ -67,24 +63,18 @@ class Spec:
     good_samples: tuple[float, ...] = ()
     device_kind: str = "cpu"
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)))
 
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Spec:
-        return cls(**json.loads(Path(path).read_text()))
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def _said(proc: subprocess.CompletedProcess[str]) -> str:
+    """The last line a process printed: on stderr, else on stdout ("" if none)."""
+    lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+    return lines[-1].strip() if lines else ""
 
 
 def time_command(spec: Spec, cwd: Path) -> list[float]:
     """Wall time (ms) of ``spec.command`` run by the shell in ``cwd``, after the warm-up runs."""
     assert spec.command is not None
     samples = []
-    for i in range(spec.warmup + spec.samples):
+    for _ in range(spec.warmup + spec.samples):
         start = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -93,13 +83,11 @@ def time_command(spec: Spec, cwd: Path) -> list[float]:
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise MeasureError(f"--command ran over --timeout {spec.timeout:g} s") from None
-        elapsed = (time.perf_counter() - start) * 1e3
+        samples.append((time.perf_counter() - start) * 1e3)
         if proc.returncode != 0:
-            why = _last_line(proc.stderr) or _last_line(proc.stdout)
+            why = _said(proc)
             raise MeasureError(f"--command exited {proc.returncode}" + (f": {why}" if why else ""))
-        if i >= spec.warmup:
-            samples.append(elapsed)
-    return samples
+    return samples[spec.warmup :]  # the warm-up runs are not timed
 
 
 def run_cell(spec: Spec, cwd: Path, out: Path) -> tuple[list[float], str]:
@@ -114,16 +102,14 @@ def run_cell(spec: Spec, cwd: Path, out: Path) -> tuple[list[float], str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     if not out.exists():
-        why = _last_line(proc.stderr) or _last_line(proc.stdout)
-        raise MeasureError(f"perfsuite run exited {proc.returncode}: {why}")
+        raise MeasureError(f"perfsuite run exited {proc.returncode}: {_said(proc)}")
     document = json.loads(out.read_text())
+    cell = (spec.method, spec.phase, None)  # run without --tp: one device, never a TP cell
     rows = [
         r
         for r in document.get("rows", [])
-        if r.get("method") == spec.method
-        and r.get("phase") == spec.phase
+        if (r.get("method"), r.get("phase"), r.get("tp")) == cell
         and abs(float(r.get("beta", -1)) - spec.beta) < 1e-12
-        and r.get("tp") is None  # run without --tp: one device, never a TP cell
     ]
     if not rows:
         raise MeasureError(f"perfsuite run measured no {spec.method} {spec.phase} cell")
@@ -143,28 +129,21 @@ def measure(spec: Spec, cwd: Path, label: str) -> tuple[list[float], str]:
     return run_cell(spec, cwd, Path(spec.scratch) / f"run-{label}.json")
 
 
-@dataclass(frozen=True)
-class Judgement:
-    sha: str
-    verdict: str  # regression | same | improvement | skip
+@dataclass
+class Judgement(Decision):
+    """A commit's time verdict (``skip``: unmeasurable) and median."""
+
+    sha: str = ""
     median: float | None = None
-    ratio: float | None = None
-    p_slower: float | None = None
-    note: str = ""
 
 
 def judge(spec: Spec, samples: Sequence[float], kind: str, sha: str) -> Judgement:
     """``compare``'s time verdict of these samples against the good commit's."""
     settings = Settings(time_threshold=spec.threshold, alpha=spec.alpha)
     decision = compare_time(list(spec.good_samples), list(samples), settings, device=kind)
-    return Judgement(
-        sha=sha,
-        verdict=decision.verdict or "same",
-        median=summarize(list(samples), "median"),
-        ratio=decision.ratio,
-        p_slower=decision.p_slower,
-        note=decision.note,
-    )
+    judged = Judgement(**asdict(decision), sha=sha, median=summarize(samples, "median"))
+    judged.verdict = decision.verdict or "same"
+    return judged
 
 
 def log(spec: Spec, judgement: Judgement) -> None:
@@ -174,23 +153,20 @@ def log(spec: Spec, judgement: Judgement) -> None:
 
 def read_log(scratch: str | os.PathLike[str]) -> list[Judgement]:
     path = Path(scratch) / "steps.jsonl"
-    if not path.exists():
-        return []
-    return [Judgement(**json.loads(line)) for line in path.read_text().splitlines() if line]
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [Judgement(**json.loads(line)) for line in lines if line]
 
 
 def run_step(spec_path: str) -> int:
     """Measure and judge HEAD of the current directory; git bisect's exit code."""
     try:
-        spec = Spec.load(spec_path)
+        spec = Spec(**json.loads(Path(spec_path).read_text()))
         cwd = Path.cwd()
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        sha = git(cwd, "rev-parse", "HEAD").stdout.strip()
         try:
             samples, kind = measure(spec, cwd, sha[:12])
         except MeasureError as err:
-            log(spec, Judgement(sha, "skip", note=str(err)))
+            log(spec, Judgement("skip", note=str(err), sha=sha))
             return SKIP
         judgement = judge(spec, samples, kind, sha)
         log(spec, judgement)
@@ -198,17 +174,6 @@ def run_step(spec_path: str) -> int:
     except Exception as err:  # anything else stops the bisection instead of blaming a commit
         print(f"perfsuite bisect step failed: {type(err).__name__}: {err}", file=sys.stderr)
         return ABORT
-
-
-def launcher(spec_path: Path) -> str:
-    """A script that runs ``run_step`` with this perfsuite, whatever the commit checked out."""
-    root = Path(__file__).resolve().parents[2]
-    return (
-        "import sys\n"
-        f"sys.path.insert(0, {str(root)!r})\n"
-        "from perfsuite.regress.bisect import run_step\n"
-        f"sys.exit(run_step({str(spec_path)!r}))\n"
-    )
 
 
 class BisectError(ValueError):
@@ -219,24 +184,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--good", required=True, metavar="REV", help="a commit that was fast")
     p.add_argument("--bad", required=True, metavar="REV", help="a later commit that is slow")
     p.add_argument("--repo", default=".", metavar="DIR", help="the git repository (default: .)")
-    what = p.add_argument_group("what to measure: one perfsuite cell, or a command")
-    what.add_argument("--shape", help="shape preset of the cell")
-    what.add_argument("--method", help="method of the cell")
-    what.add_argument("--phase", default="fwd+bwd", choices=PHASES)
-    what.add_argument("--beta", type=float, default=0.0, help="label smoothing (default 0)")
-    what.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    what.add_argument(
-        "--command", metavar="CMD", help="time this shell command instead (wall time, per run)"
-    )
+    what = p.add_argument_group("what to measure: one perfsuite cell, or a command").add_argument
+    what("--shape", help="shape preset of the cell")
+    what("--method", help="method of the cell")
+    what("--phase", default="fwd+bwd", choices=PHASES)
+    what("--beta", type=float, default=0.0, help="label smoothing (default 0)")
+    what("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    command = "time this shell command instead (wall time, per run)"
+    what("--command", metavar="CMD", help=command)
     p.add_argument("--samples", type=positive_int, help="per commit (default 20; --command 10)")
-    p.add_argument(
-        "--warmup", type=non_negative_int, help="untimed runs first (default 3; --command 1)"
-    )
-    p.add_argument(
-        "--threshold",
-        type=parse_fraction,
-        help="smallest slowdown that counts (default compare's: 2%% CUDA, 20%% CPU and --command)",
-    )
+    first = "untimed runs first (default 3; --command 1)"
+    p.add_argument("--warmup", type=non_negative_int, help=first)
+    slower = "smallest slowdown that counts (default compare's: 2%% CUDA, 20%% CPU and --command)"
+    p.add_argument("--threshold", type=parse_fraction, help=slower)
     p.add_argument("--alpha", type=level, default=DEFAULT_ALPHA, help="U test level (0.01)")
     p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds per measurement")
 
@@ -247,20 +207,8 @@ def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProces
     except FileNotFoundError:
         raise BisectError("git is not installed") from None
     if check and proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BisectError(f"git {args[0]}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        raise BisectError(f"git {args[0]}: {_said(proc) or f'exit {proc.returncode}'}")
     return proc
-
-
-def repository(path: str) -> Path:
-    """The top of the work tree holding ``path``."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise BisectError(f"--repo {path}: not a folder")
-    proc = git(folder, "rev-parse", "--show-toplevel", check=False)
-    if proc.returncode != 0:
-        raise BisectError(f"--repo {path}: not inside a git repository")
-    return Path(proc.stdout.strip())
 
 
 def commit(top: Path, rev: str, option: str) -> str:
@@ -309,40 +257,32 @@ def _subject(top: Path, sha: str) -> str:
     return git(top, "log", "-1", "--format=%s", sha).stdout.strip()
 
 
-def bisect(spec: Spec, top: Path, good: str, bad: str, scratch: Path) -> int:
-    """Measure, check that bad is slower, run ``git bisect run``; the exit code."""
-    spec.scratch = str(scratch)
-    tree = scratch / "worktree"
-    git(top, "worktree", "add", "--detach", "--quiet", str(tree), good)
-    try:
-        return _run(spec, top, tree, good, bad, scratch)
-    finally:
-        git(tree, "bisect", "reset", "--quiet", check=False)
-        git(top, "worktree", "remove", "--force", str(tree), check=False)
-        git(top, "worktree", "prune", check=False)
-
-
-def _run(spec: Spec, top: Path, tree: Path, good: str, bad: str, scratch: Path) -> int:
-    try:
-        samples, kind = measure(spec, tree, "good")
-    except MeasureError as err:
-        raise BisectError(f"good commit {good[:10]} cannot be measured: {err}") from None
+def bisect(spec: Spec, top: Path, tree: Path, good: str, bad: str) -> int:
+    """Measure, check that bad is slower, run ``git bisect run`` in ``tree``; the exit code."""
+    scratch, measured = Path(spec.scratch), []
+    for label, rev in (("good", good), ("bad", bad)):
+        git(tree, "checkout", "--detach", "--quiet", rev)
+        try:
+            measured.append(measure(spec, tree, label))
+        except MeasureError as err:
+            raise BisectError(f"{label} commit {rev[:10]} cannot be measured: {err}") from None
+    (samples, kind), (bad_samples, _) = measured
     spec.good_samples, spec.device_kind = tuple(samples), kind
-    git(tree, "checkout", "--detach", "--quiet", bad)
-    try:
-        bad_samples, _ = measure(spec, tree, "bad")
-    except MeasureError as err:
-        raise BisectError(f"bad commit {bad[:10]} cannot be measured: {err}") from None
     verdict = judge(spec, bad_samples, kind, bad)
     median = summarize(samples, "median")
     print(f"good {good[:10]}: median {median:.4g} ms ({len(samples)} samples)")
     print(f"bad  {bad[:10]}: {_describe(verdict)}")
     if verdict.verdict != "regression":
         print("the bad commit is not slower by compare's rule: nothing to bisect")
-        return EXIT_NOT_FOUND
+        return 1
     spec_path, script = scratch / "spec.json", scratch / "step.py"
-    spec.save(spec_path)
-    script.write_text(launcher(spec_path))
+    spec_path.write_text(json.dumps(asdict(spec)))
+    # The step runs with this perfsuite, whatever the commit checked out.
+    root = Path(__file__).resolve().parents[2]
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+        f"from perfsuite.regress.bisect import run_step\nsys.exit(run_step({str(spec_path)!r}))\n"
+    )
     git(tree, "bisect", "start", bad, good)
     proc = git(tree, "bisect", "run", sys.executable, str(script), check=False)
     for step in read_log(scratch):
@@ -350,17 +290,22 @@ def _run(spec: Spec, top: Path, tree: Path, good: str, bad: str, scratch: Path) 
     if proc.returncode == 0 and "is the first bad commit" in proc.stdout:
         culprit = git(tree, "rev-parse", "refs/bisect/bad").stdout.strip()
         print(f"first slow commit: {culprit} {_subject(top, culprit)}")
-        return EXIT_FOUND
+        return 0
     if "only 'skip'ped commits left" in proc.stdout:
         print("no answer: the commits left could not be measured (see the skips above)")
-        return EXIT_NOT_FOUND
+        return 1
     lines = (proc.stderr + proc.stdout).strip().splitlines()
     raise BisectError(f"git bisect run failed: {lines[-1] if lines else proc.returncode}")
 
 
 def run(args: argparse.Namespace) -> int:
     """``perfsuite bisect``; returns the exit code (bad input raises ``BisectError``)."""
-    top = repository(args.repo)
+    if not Path(args.repo).is_dir():
+        raise BisectError(f"--repo {args.repo}: not a folder")
+    proc = git(Path(args.repo), "rev-parse", "--show-toplevel", check=False)
+    if proc.returncode != 0:
+        raise BisectError(f"--repo {args.repo}: not inside a git repository")
+    top = Path(proc.stdout.strip())  # the top of the work tree holding --repo
     good, bad = commit(top, args.good, "--good"), commit(top, args.bad, "--bad")
     if good == bad:
         raise BisectError("--good and --bad are the same commit")
@@ -369,8 +314,15 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from(args)
     if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         print(f"note: uncommitted changes in {top} are left alone and not measured")
-    scratch = Path(tempfile.mkdtemp(prefix="perfsuite-bisect-"))
+    spec.scratch = tempfile.mkdtemp(prefix="perfsuite-bisect-")
+    tree = Path(spec.scratch) / "worktree"
     try:
-        return bisect(spec, top, good, bad, scratch)
+        git(top, "worktree", "add", "--detach", "--quiet", str(tree), good)
+        try:
+            return bisect(spec, top, tree, good, bad)
+        finally:
+            git(tree, "bisect", "reset", "--quiet", check=False)
+            git(top, "worktree", "remove", "--force", str(tree), check=False)
+            git(top, "worktree", "prune", check=False)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(spec.scratch, ignore_errors=True)

@@ -12,7 +12,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.text import Text
 
 from perfsuite.args import level
@@ -41,6 +40,7 @@ from perfsuite.regress.verdicts import (
     Comparison,
     Settings,
     compare_documents,
+    method_label,
 )
 from perfsuite.results.kinds import TIMED_KINDS
 from perfsuite.results.results import ResultsError, document_kinds, load_results, require_kind
@@ -62,48 +62,25 @@ def parse_fraction(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "baseline",
-        type=Path,
-        help="baseline results file, or a stored-baselines folder (e.g. reports/baselines): "
-        "the file of CURRENT's device and shape(s) is used",
-    )
-    parser.add_argument("current", type=Path, help="results file to check")
-    parser.add_argument(
-        "--time-threshold",
-        type=parse_fraction,
-        default=None,
-        help="smallest slowdown that counts, e.g. 5%% (default: "
-        + ", ".join(f"{v:.0%}% on {k}" for k, v in DEFAULT_TIME_THRESHOLDS.items())
-        + ", measured: see the README)",
-    )
-    parser.add_argument(
-        "--memory-threshold",
-        type=parse_fraction,
-        default=DEFAULT_MEMORY_THRESHOLD,
-        help=f"smallest peak-memory growth that counts (default {DEFAULT_MEMORY_THRESHOLD:.0%}%)",
-    )
-    parser.add_argument("--metric", choices=METRICS, default="median", help="time statistic")
-    parser.add_argument(
-        "--alpha",
-        type=level,
-        default=DEFAULT_ALPHA,
-        help=f"significance level of the one-sided U test (default {DEFAULT_ALPHA:g})",
-    )
-    parser.add_argument(
-        "--allow-env-mismatch",
-        action="store_true",
-        help="compare even if device or library versions differ",
-    )
-    parser.add_argument(
-        "--accept-busy",
-        action="store_true",
-        help="judge time even if either run was measured on a busy machine",
-    )
-    parser.add_argument("--format", choices=["table", "markdown"], default="table")
-    parser.add_argument(
-        "--all", action="store_true", help="markdown: list unchanged cells in the main table too"
-    )
+    arg = parser.add_argument
+    store = "baseline results file, or a stored-baselines folder (e.g. reports/baselines): "
+    arg("baseline", type=Path, help=store + "the file of CURRENT's device and shape(s) is used")
+    arg("current", type=Path, help="results file to check")
+    measured = ", ".join(f"{v:.0%}% on {k}" for k, v in DEFAULT_TIME_THRESHOLDS.items())
+    slower = f"smallest slowdown that counts, e.g. 5%% (default: {measured}, measured: "
+    arg("--time-threshold", type=parse_fraction, default=None, help=slower + "see the README)")
+    grown = f"smallest peak-memory growth that counts (default {DEFAULT_MEMORY_THRESHOLD:.0%}%)"
+    arg("--memory-threshold", type=parse_fraction, default=DEFAULT_MEMORY_THRESHOLD, help=grown)
+    arg("--metric", choices=METRICS, default="median", help="time statistic")
+    test = f"significance level of the one-sided U test (default {DEFAULT_ALPHA:g})"
+    arg("--alpha", type=level, default=DEFAULT_ALPHA, help=test)
+    mismatch = "compare even if device or library versions differ"
+    arg("--allow-env-mismatch", action="store_true", help=mismatch)
+    busy = "judge time even if either run was measured on a busy machine"
+    arg("--accept-busy", action="store_true", help=busy)
+    arg("--format", choices=["table", "markdown"], default="table")
+    unchanged = "markdown: list unchanged cells in the main table too"
+    arg("--all", action="store_true", help=unchanged)
 
 
 def load_pair(
@@ -148,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
         raise CompareError(refusal)
     if refusal:
         notes.append(f"--accept-busy: {refusal.split(': a time difference')[0]}")
-    comparison = compare_documents(
-        base_doc, cur_doc, settings, baseline_label=base_label, current_label=labels[1]
-    )
+    comparison = compare_documents(base_doc, cur_doc, settings, *labels)
     comparison.notes.extend(notes)
     if args.format == "markdown":
         sys.stdout.write(render_markdown(comparison, show_all=args.all))
@@ -176,18 +151,6 @@ def fmt_spec(value: float | None, spec: str, unit: str = "") -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{unit}"
 
 
-def fmt_p(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "-"
-    return f"{value:.0e}" if value < 1e-3 else f"{value:.2g}"  # 7e-12, not 7.3e-12
-
-
-def method_label(row: dict[str, Any]) -> str:
-    """``ours``, or ``ours TP=2`` for a cell measured across ranks (tp None: one device)."""
-    tp = row.get("tp")
-    return row["method"] if tp is None else f"{row['method']} TP={tp}"
-
-
 def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
@@ -195,19 +158,11 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     workload = row.get("workload") or "random"
     if workload != "random":
         shape = f"{shape} {Path(workload).name}"
-    return [method_label(row), shape, row["dtype"], beta, row["phase"]]
+    return [method_label(row["method"], row.get("tp")), shape, row["dtype"], beta, row["phase"]]
 
 
-def _status(cell: CellComparison, short: bool = False) -> str:
-    b = cell.baseline["status"] if cell.baseline else "-"
-    c = cell.current["status"] if cell.current else "-"
-    if short:
-        b, c = SHORT_STATUS.get(b, b), SHORT_STATUS.get(c, c)
-    return b if b == c else f"{b} → {c}"
-
-
-def _time(row: dict[str, Any] | None, metric: str) -> float | None:
-    if not row or row.get("status") != "ok":
+def _time(row: dict[str, Any], metric: str) -> float | None:
+    if row.get("status") != "ok":
         return None
     samples = row.get("samples_ms") or []
     return summarize(samples, metric) if samples else row.get("median_ms")
@@ -215,12 +170,15 @@ def _time(row: dict[str, Any] | None, metric: str) -> float | None:
 
 def _values(cell: CellComparison, metric: str, short: bool = False) -> list[str]:
     b, c = cell.baseline or {}, cell.current or {}
+    status = [row.get("status", "-") for row in (b, c)]
+    p = cell.time.p_slower
+    small = p is not None and p < 1e-3  # 7e-12, not 7.3e-12
     return [
-        _status(cell, short),
-        fmt_spec(_time(cell.baseline, metric), ".4g"),
-        fmt_spec(_time(cell.current, metric), ".4g"),
+        _arrow(*(SHORT_STATUS.get(s, s) if short else s for s in status)),
+        fmt_spec(_time(b, metric), ".4g"),
+        fmt_spec(_time(c, metric), ".4g"),
         fmt_spec(cell.time.ratio, ".3f", "×"),
-        fmt_p(cell.time.p_slower),
+        fmt_spec(p, ".0e" if small else ".2g"),
         fmt_bytes(b.get("peak_bytes"), "MiB"),
         fmt_bytes(c.get("peak_bytes"), "MiB"),
         fmt_spec(cell.memory.ratio, ".3f", "×"),
@@ -260,14 +218,6 @@ def _arrow(before: str, after: str) -> str:
     return before if before == after else f"{before} → {after}"
 
 
-def _columns(metric: str) -> list[Column]:
-    """The console table's columns; ``3.725 → 5.643`` never folds (a number pair). The
-    verdict carries its note's number: a column of its own cost 4 characters."""
-    numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
-    words = [Column("method"), Column("phase"), Column("status")]
-    return [*words, *(Column(h, "right", fold=False) for h in numbers), Column("verdict")]
-
-
 def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
     """A cell's console line; its notes go under the table, numbered (one per kind of
     note, not one per row), so that narrow terminals keep the columns."""
@@ -282,19 +232,13 @@ def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
 
 
 def _relative(label: str) -> str:
-    """Each path of a label (``a.json`` or a store's ``x.json, y.json``) relative to the
-    working folder where that is shorter."""
+    """Each path of a label (a store's: ``x.json, y.json``) relative to here where shorter."""
     paths = label.split(", ")
     return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
 
 
-def _names(label: str) -> str:
-    return ", ".join(Path(p).name or p for p in label.split(", "))
-
-
 def _elide(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, its middle replaced by "…" (its end, a
-    file's name, keeps more than its start)."""
+    """``text`` in ``width`` characters, its middle "…" (the end, a file's name, keeps more)."""
     if len(text) <= width:
         return text
     keep = max(width - 1, 2)
@@ -303,15 +247,14 @@ def _elide(text: str, width: int) -> str:
 
 
 def title_lines(comparison: Comparison, width: int) -> list[str]:
-    """``baseline → current`` on one line whatever the paths' length (it folded after the
-    arrow in a deep temporary folder): as given, or relative to the working folder, else
-    the file names with the whole paths below, folded at their slashes; names too long
-    even so are elided in their middle."""
+    """``baseline → current`` on one line whatever the paths' length: as given, or relative
+    to the working folder, else the file names (elided in their middle if they must be)
+    with the whole paths below, folded at their slashes."""
     base, cur = comparison.baseline_label, comparison.current_label
     for b, c in ((base, cur), (_relative(base), _relative(cur))):
         if len(b) + 3 + len(c) <= width:
             return [f"{b} → {c}"]
-    b, c = _names(base), _names(cur)
+    b, c = (", ".join(Path(p).name or p for p in label.split(", ")) for label in (base, cur))
     if len(b) + 3 + len(c) > width:
         room = max(width - 3, 8)
         b = _elide(b, min(len(b), max(room // 2, room - len(c))))
@@ -322,18 +265,21 @@ def title_lines(comparison: Comparison, width: int) -> list[str]:
     return lines
 
 
-def print_table(comparison: Comparison, console: Console | None = None) -> None:
+def print_table(comparison: Comparison) -> None:
     """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
     all laid out alike: folded as the table of every row would be, or all as records."""
-    if console is None:  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
-        console = TrimmedConsole()
+    console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
     metric = comparison.settings.metric
     for i, line in enumerate(title_lines(comparison, console.width)):
         console.print(Text(line, style="bold" if i == 0 else "dim"))
     groups: dict[str, list[CellComparison]] = {}
     for cell in comparison.cells:
         groups.setdefault(_group(cell.row), []).append(cell)
-    columns = _columns(metric)
+    # "3.725 → 5.643" never folds (a number pair); the verdict carries its note's number (a
+    # column of its own cost 4 characters).
+    numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
+    columns = [Column("method"), Column("phase"), Column("status"), Column("verdict")]
+    columns[3:3] = [Column(h, "right", fold=False) for h in numbers]
     notes = {title: Notes() for title in groups}
     rows = {t: [_row(c, metric, notes[t]) for c in cells] for t, cells in groups.items()}
     joint = fit_table(columns, [row for group in rows.values() for row in group], console.width,
@@ -367,8 +313,7 @@ def _md_table(cells: list[CellComparison], metric: str) -> list[str]:
 
 
 def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
-    failures = comparison.failures
-    head = "❌ regression" if failures else "✅ no regression"
+    head = "❌ regression" if comparison.failures else "✅ no regression"
     lines = [
         f"### perfsuite compare: {head}",
         "",
@@ -380,12 +325,9 @@ def render_markdown(comparison: Comparison, *, show_all: bool = False) -> str:
     ]
     if comparison.count("improvement"):
         lines += [f"> **{comparison.count('improvement')} improvement(s)**: {REFRESH_HINT}", ""]
-    for line in comparison.env_problems:
-        lines.append(f"> ⚠️ environment differs (allowed): {md_escape(line)}")
-    for line in [*comparison.env_warnings, *comparison.notes]:
-        lines.append(f"> note: {md_escape(line)}")
-    if comparison.env_problems or comparison.env_warnings or comparison.notes:
-        lines.append("")
+    said = [f"> ⚠️ environment differs (allowed): {md_escape(x)}" for x in comparison.env_problems]
+    said += [f"> note: {md_escape(x)}" for x in [*comparison.env_warnings, *comparison.notes]]
+    lines += [*said, ""] if said else []
     shown = [c for c in comparison.cells if show_all or c.verdict != "same"]
     rest = [c for c in comparison.cells if c not in shown]
     if shown:

@@ -1,8 +1,6 @@
 """``perfsuite sensitivity``: how often ``compare``'s detector cries wolf on unchanged code
-here and how often it catches a real +5 % or +10 % slowdown, trials comparing runs of two
-different processes (docs/regressions.md). ``sensitivity_collect`` measures; here every
-trial is judged by the detector: false-alarm and detection rates with their intervals, a
-threshold sweep, the smallest slowdown caught, and the noise seen."""
+here and how often it catches a real slowdown, in trials comparing runs of two processes
+(docs/regressions.md). ``sensitivity_collect`` measures; here the trials are judged."""
 
 from __future__ import annotations
 
@@ -10,18 +8,20 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
+from itertools import permutations, product, starmap
 from pathlib import Path
 from typing import Any
 
 from perfsuite.args import int_between, level, positive_int
-from perfsuite.fit import pipe_table
+from perfsuite.fit import TrimmedConsole, pipe_table
 from perfsuite.measure.stats import mann_whitney_greater_many, quantile, summarize
-from perfsuite.parser import print_error
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_collect import QUICK, UNCHANGED, HarnessConfig, collect
 from perfsuite.regress.verdicts import DEFAULT_ALPHA, DEFAULT_TIME_THRESHOLDS, classify_time
+from perfsuite.results.results import check_writable, read_json, write_results
 
 THRESHOLD_GRID = (0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)
 SCALED_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3)
@@ -75,15 +75,6 @@ class Report:
         return data
 
 
-def _pairs(n_proc: int, n_runs: int) -> list[tuple[int, int, int]]:
-    """(baseline process, current process, round): every ordered pair of processes."""
-    if n_proc == 1:  # one process: pair each round with the next
-        return [(0, 0, r) for r in range(n_runs)]
-    return [
-        (a, b, r) for a in range(n_proc) for b in range(n_proc) if a != b for r in range(n_runs)
-    ]
-
-
 def analyse(
     data: dict[str, Any],
     threshold: float | None = None,
@@ -93,42 +84,39 @@ def analyse(
     cfg = data["config"]
     if threshold is None:
         threshold = DEFAULT_TIME_THRESHOLDS.get(cfg.get("device", "cpu"), 0.05)
-    procs = data["processes"]
+    procs = data["processes"]  # [process][condition] -> [round] -> samples
     conditions = [UNCHANGED, *cfg["slowdowns"]]
     n_proc, n_runs = len(procs), len(procs[0][f"{UNCHANGED:g}"])
-    pairs = _pairs(n_proc, n_runs)
-    base_runs = {
-        (p, r): procs[p][f"{UNCHANGED:g}"][r] for p in range(n_proc) for r in range(n_runs)
-    }
+    # (baseline process, current process, round): every ordered pair of processes; with
+    # one process, each round against the next.
+    processes = permutations(range(n_proc), 2) if n_proc > 1 else [(0, 0)]
+    pairs = [(a, b, r) for a, b in processes for r in range(n_runs)]
+    rounds = list(product(range(n_proc), range(n_runs)))
+    base = [runs[f"{UNCHANGED:g}"] for runs in procs]
 
     def current(cond: float, b: int, r: int) -> list[float]:
-        runs = procs[b][f"{cond:g}"]
-        return runs[(r + 1) % n_runs] if n_proc == 1 else runs[r]
+        return procs[b][f"{cond:g}"][(r + 1) % n_runs if n_proc == 1 else r]
+
+    def ratio(before: list[float], after: list[float]) -> float:
+        return summarize(after, "median") / summarize(before, "median")
 
     # Per trial: the ratio and p(slower), once; compare's time rule judges them at any
     # threshold (a cell's whole verdict here: one ok row a side, no memory).
     def trials_of(sides: list[tuple[list[float], list[float]]]) -> list[tuple[float, float]]:
-        ratios = [summarize(cur, "median") / summarize(base, "median") for base, cur in sides]
-        p_slower = mann_whitney_greater_many([(cur, base) for base, cur in sides])
-        return list(zip(ratios, p_slower, strict=True))
+        p_slower = mann_whitney_greater_many([(after, before) for before, after in sides])
+        return list(zip(starmap(ratio, sides), p_slower, strict=True))
 
     def flagged(stats: list[tuple[float, float]], t: float) -> int:
         return sum(classify_time(x, p, 1.0, t, alpha) == "regression" for x, p in stats)
 
     trials = {
-        c: trials_of([(base_runs[(a, r)], current(c, b, r)) for a, b, r in pairs])
-        for c in conditions
+        c: trials_of([(base[a][r], current(c, b, r)) for a, b, r in pairs]) for c in conditions
     }
     rates = []
     for cond in conditions:
         injected = None
         if cond != UNCHANGED:  # paired: same process, same round
-            ratios = [
-                summarize(procs[p][f"{cond:g}"][r], "median")
-                / summarize(base_runs[(p, r)], "median")
-                for p in range(n_proc)
-                for r in range(n_runs)
-            ]
+            ratios = [ratio(base[p][r], procs[p][f"{cond:g}"][r]) for p, r in rounds]
             injected = quantile(ratios, 0.5) - 1
         rates.append(Rate(cond, injected, flagged(trials[cond], threshold), len(pairs)))
 
@@ -141,7 +129,7 @@ def analyse(
     scaled = []
     for delta in SCALED_GRID:
         scale = [(a, [x * (1 + delta) for x in current(UNCHANGED, b, r)], r) for a, b, r in pairs]
-        stats = trials_of([(base_runs[(a, r)], cur) for a, cur, r in scale])
+        stats = trials_of([(base[a][r], cur) for a, cur, r in scale])
         scaled.append({"slowdown": delta, "detected": flagged(stats, threshold) / len(pairs)})
     smallest = next((s["slowdown"] for s in scaled if s["detected"] >= TARGET_DETECTION), None)
 
@@ -170,15 +158,14 @@ def analyse(
         scaled=scaled,
         smallest_caught=smallest,
         recommended_threshold=recommend_threshold(sweep, cfg["slowdowns"]),
-        noise=noise_summary(procs, n_proc, n_runs),
+        noise=noise_summary(procs),
         collect_s=data.get("collect_s"),
     )
 
 
 def recommend_threshold(sweep: list[dict[str, float]], slowdowns: Sequence[float]) -> float | None:
-    """The middle of the thresholds that meet both targets (false alarms <= 1 %,
-    the smallest injected slowdown caught >= 95 %); without any, the smallest
-    threshold that keeps false alarms <= 1 %."""
+    """The middle of the thresholds that meet both targets (false alarms <= 1 %, the smallest
+    slowdown caught >= 95 %); else the smallest that keeps false alarms <= 1 %."""
     quiet = [s for s in sweep if s["false_alarms"] <= TARGET_FALSE_ALARMS]
     if not quiet:
         return None
@@ -187,17 +174,11 @@ def recommend_threshold(sweep: list[dict[str, float]], slowdowns: Sequence[float
     return good[(len(good) - 1) // 2] if good else min(s["threshold"] for s in quiet)
 
 
-def noise_summary(procs: list[dict[str, Any]], n_proc: int, n_runs: int) -> dict[str, float]:
+def noise_summary(procs: list[dict[str, Any]]) -> dict[str, float]:
     """Within-run spread, run-to-run and process-to-process spread of unchanged runs."""
-    key = f"{UNCHANGED:g}"
-    medians = [
-        [summarize(procs[p][key][r], "median") for r in range(n_runs)] for p in range(n_proc)
-    ]
-    within = [
-        (quantile(s, 0.8) - quantile(s, 0.2)) / quantile(s, 0.5)
-        for p in range(n_proc)
-        for s in procs[p][key]
-    ]
+    runs = [p[f"{UNCHANGED:g}"] for p in procs]
+    medians = [[summarize(s, "median") for s in rs] for rs in runs]
+    within = [(quantile(s, 0.8) - quantile(s, 0.2)) / quantile(s, 0.5) for rs in runs for s in rs]
     flat = [m for ms in medians for m in ms]
     centre = quantile(flat, 0.5)
     per_proc = [quantile(ms, 0.5) for ms in medians]
@@ -260,35 +241,25 @@ def render_markdown(report: Report) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = HarnessConfig()
-    parser.add_argument("--quick", action="store_true", help="a tiny cell, few trials (seconds)")
+    d, arg = HarnessConfig(), parser.add_argument
+    arg("--quick", action="store_true", help="a tiny cell, few trials (seconds)")
     sizes = [(name, 1, what) for name, what in (("tokens", "N"), ("vocab", "V"), ("hidden", "D"))]
     counts = [("processes", 1, "worker processes"), ("runs", 2, "rounds per process")]
     for name, low, what in (*counts, ("samples", 2, "samples per run"), *sizes):
-        help_text = f"{what} (default {getattr(d, name)})"
-        parser.add_argument(f"--{name}", type=int_between(low), help=help_text)
-    parser.add_argument(
-        "--slowdowns",
-        type=lambda text: tuple(parse_fraction(x) for x in text.split(",")),
-        help="injected slowdowns, comma-separated (default 5%%,10%%)",
+        arg(f"--{name}", type=int_between(low), help=f"{what} (default {getattr(d, name)})")
+    slowdowns = "injected slowdowns, comma-separated (default 5%%,10%%)"
+    arg(
+        "--slowdowns", type=lambda text: tuple(map(parse_fraction, text.split(","))), help=slowdowns
     )
-    parser.add_argument("--method", help=f"method timed (default {d.method})")
-    parser.add_argument(
-        "--threads", type=positive_int, help="torch threads per worker (default: torch's)"
-    )
-    parser.add_argument(
-        "--time-threshold",
-        type=parse_fraction,
-        default=None,
-        help="the rule's threshold (default: perfsuite compare's for the device)",
-    )
-    parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cpu")
-    parser.add_argument("--alpha", type=level, default=DEFAULT_ALPHA)
-    parser.add_argument("--out", type=Path, help="write the raw samples and the report here (JSON)")
-    parser.add_argument(
-        "--reanalyse", type=Path, help="analyse a JSON written by --out instead of measuring"
-    )
-    parser.add_argument("--format", choices=["text", "markdown"], default="text")
+    arg("--method", help=f"method timed (default {d.method})")
+    arg("--threads", type=positive_int, help="torch threads per worker (default: torch's)")
+    rule = "the rule's threshold (default: perfsuite compare's for the device)"
+    arg("--time-threshold", type=parse_fraction, default=None, help=rule)
+    arg("--device", choices=["cpu", "cuda"], help="default: cpu")
+    arg("--alpha", type=level, default=DEFAULT_ALPHA)
+    arg("--out", type=Path, help="write the raw samples and the report here (JSON)")
+    arg("--reanalyse", type=Path, help="analyse a JSON written by --out instead of measuring")
+    arg("--format", choices=["text", "markdown"], default="text")
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
@@ -315,8 +286,6 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from perfsuite.results.results import check_writable, read_json, write_results
-
     try:
         if args.out:
             check_writable(args.out, overwrite=True)  # before minutes of measuring
@@ -330,16 +299,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             data = collect(config_from_args(args), log=lambda m: print(m, file=sys.stderr))
         report = analyse(data, threshold=args.time_threshold, alpha=args.alpha)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        print_error(err)
-        return 2
+    except (OSError, KeyError, RuntimeError) as err:  # bad input (ValueError) is cli's
+        raise ValueError(str(err)) from None
     if args.out:
         saved = {"report": report.as_dict(), "data": data}
         try:
             write_results(args.out, saved)
         except OSError as err:  # never lose a measurement: save it where we can, and say so
-            import tempfile
-
             fallback = Path(tempfile.gettempdir()) / f"perfsuite-sensitivity-{os.getpid()}.json"
             write_results(fallback, saved)
             print(f"perfsuite sensitivity: cannot write {args.out} ({err.strerror}); "
@@ -350,7 +316,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         from rich.markdown import Markdown
 
-        from perfsuite.fit import TrimmedConsole as Console
-
-        Console().print(Markdown(text))
+        TrimmedConsole().print(Markdown(text))
     return 0

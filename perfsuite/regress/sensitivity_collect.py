@@ -45,24 +45,15 @@ class HarnessConfig:
     threads: int | None = None  # torch intra-op threads; None: torch's default, as the suite
     device: str = "cpu"
 
-    @property
-    def conditions(self) -> list[float]:
-        return [UNCHANGED, *self.slowdowns]
-
 
 QUICK = HarnessConfig(tokens=64, vocab=1024, hidden=64, processes=2, runs=3, samples=10,
                       warmup=1, calibration_rounds=2, flush=False)  # fmt: skip
 
 
-# --------------------------------------------------------------------------
-# Worker side (a fresh process per call, like the suite's workers)
-
-
 def slowed(loss_fn: Callable, extra_tokens: int) -> Callable:
-    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens:
-    the same kernels, forward and backward (through ``e``; ``c`` is detached so
-    that the extra work has no fixed V x D gradient term), on a slice of the
-    work proportional to ``extra_tokens``."""
+    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens: the same
+    kernels, forward and backward, on a slice of the work proportional to ``extra_tokens``
+    (``c`` detached: no fixed V x D gradient term)."""
     if extra_tokens <= 0:
         return loss_fn
 
@@ -73,62 +64,55 @@ def slowed(loss_fn: Callable, extra_tokens: int) -> Callable:
     return loss
 
 
-class _Cell:
-    def __init__(self, cfg: HarnessConfig) -> None:
-        import torch
+def _timer(cfg: HarnessConfig) -> Callable[[int, int, int], list[float]]:
+    """The cell's timer: (extra tokens, samples, warm-up runs) -> samples (ms)."""
+    import torch
 
-        from perfsuite.measure.timing import CacheFlusher
-        from perfsuite.method import Case
-        from perfsuite.plan.registry import get_method
-        from perfsuite.run.inputs import make_inputs
+    from perfsuite.harness.worker import Phase
+    from perfsuite.measure.timing import CacheFlusher, time_samples
+    from perfsuite.method import Case
+    from perfsuite.plan.registry import get_method
+    from perfsuite.run.inputs import make_inputs
 
-        self.cfg = cfg
-        self.device = torch.device(cfg.device)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        case = Case(cfg.tokens, cfg.vocab, cfg.hidden, cfg.dtype, cfg.beta, None, cfg.device)
-        self.inputs = make_inputs(case, cfg.seed)
-        self.loss_fn = get_method(cfg.method).prepare(case, self.inputs.c)
-        self.flush = CacheFlusher(self.device) if cfg.flush else (lambda: None)
+    device = torch.device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    case = Case(cfg.tokens, cfg.vocab, cfg.hidden, cfg.dtype, cfg.beta, None, cfg.device)
+    inputs = make_inputs(case, cfg.seed)
+    loss_fn = get_method(cfg.method).prepare(case, inputs.c)
+    flush = CacheFlusher(device) if cfg.flush else (lambda: None)
 
-    def time(self, extra_tokens: int, samples: int, warmup: int) -> list[float]:
-        from perfsuite.harness.worker import Phase
-        from perfsuite.measure.timing import time_samples
-
-        phase = Phase(self.cfg.phase, slowed(self.loss_fn, extra_tokens), self.inputs)
+    def timed(extra_tokens: int, samples: int, warmup: int) -> list[float]:
+        phase = Phase(cfg.phase, slowed(loss_fn, extra_tokens), inputs)
         timing = time_samples(
-            phase.body,
-            self.device,
-            samples=samples,
-            warmup=warmup,
-            setup=phase.setup,
-            flush=self.flush,  # type: ignore[arg-type]
+            phase.body, device, samples=samples, warmup=warmup, setup=phase.setup, flush=flush
         )
         phase.reset()
         return timing.samples_ms
 
+    return timed
 
-def _ratio(cell: _Cell, k: int, rounds: int, samples: int) -> float:
+
+def _ratio(timed: Callable[[int, int, int], list[float]], k: int, rounds: int, n: int) -> float:
     """Measured slowdown of ``k`` extra tokens: median over interleaved rounds."""
     ratios = []
     for _ in range(rounds):
-        base = summarize(cell.time(0, samples, 1), "median")
-        slow = summarize(cell.time(k, samples, 1), "median")
-        ratios.append(slow / base - 1)
+        base = summarize(timed(0, n, 1), "median")
+        ratios.append(summarize(timed(k, n, 1), "median") / base - 1)
     return quantile(ratios, 0.5)
 
 
 def calibrate(cfg: HarnessConfig) -> dict[str, Any]:
     """Extra tokens per slowdown: a proportional guess, then two secant steps."""
-    cell = _Cell(cfg)
-    cell.time(0, 3, cfg.warmup)
+    timed = _timer(cfg)
+    timed(0, 3, cfg.warmup)
     samples = max(5, cfg.samples // 2)
     out: dict[str, Any] = {}
     for target in cfg.slowdowns:
         points: list[tuple[int, float]] = []
         k = max(1, round(target * cfg.tokens))
         for _ in range(3):
-            r = _ratio(cell, k, cfg.calibration_rounds, samples)
+            r = _ratio(timed, k, cfg.calibration_rounds, samples)
             points.append((k, r))
             if len(points) == 1:
                 new_k = k * target / r if r > 0 else 2 * k
@@ -143,23 +127,22 @@ def calibrate(cfg: HarnessConfig) -> dict[str, Any]:
 
 def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, list[list[float]]]:
     """``runs`` rounds, each timing every condition once in a shuffled order."""
-    cell = _Cell(cfg)
-    cell.time(0, 3, cfg.warmup)
+    timed = _timer(cfg)
+    timed(0, 3, cfg.warmup)
     rng = random.Random(cfg.seed * 1000 + proc)
-    runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in cfg.conditions}
+    runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in (UNCHANGED, *cfg.slowdowns)}
     for _ in range(cfg.runs):
-        order = list(cfg.conditions)
+        order = [UNCHANGED, *cfg.slowdowns]
         rng.shuffle(order)
         for cond in order:
             k = extra.get(f"{cond:g}", 0)
-            runs[f"{cond:g}"].append(cell.time(k, cfg.samples, cfg.warmup))
+            runs[f"{cond:g}"].append(timed(k, cfg.samples, cfg.warmup))
     return runs
 
 
 @dataclass
 class WorkerSpec:
-    """A worker's one job: ``calibrate``, or ``measure`` (process ``proc``) with the
-    calibrated ``extra`` tokens; its one case is the config."""
+    """A worker's job: ``calibrate``, or ``measure`` as process ``proc``; one case: the config."""
 
     mode: str
     config: dict[str, Any]
@@ -183,13 +166,8 @@ def run_case(
 WORKER = Served(WorkerSpec, run_case)
 
 
-# --------------------------------------------------------------------------
-# Parent side: collect
-
-
 def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
-    """One worker (``WORKER``) through the harness's worker life (own process group,
-    killed with the run); its ``result`` line is its result."""
+    """One ``WORKER`` through the harness's worker life; its ``result`` line is its result."""
     out, path = tmp / f"{name}.out.jsonl", tmp / f"{name}.spec.json"
     path.write_text(json.dumps({**spec, "out": str(out)}))
     command = python_worker("perfsuite.regress.sensitivity_collect", str(path))

@@ -1,7 +1,6 @@
-"""``perfsuite compare BASELINE CURRENT``: one verdict per cell (``cells.cell_key``: a TP = 2
-cell never matches a TP = 1 or one-device one). Time regresses only when the ratio passes
-the practical threshold and a one-sided Mann-Whitney U test says so (``p < alpha``), memory
-when its peak grows past ``memory_threshold``; the verdicts and why: docs/regressions.md."""
+"""``compare``'s verdict per cell (``cells.cell_key``). Time regresses when the ratio passes
+the threshold and a one-sided Mann-Whitney U test says so (``p < alpha``), memory when its
+peak grows past ``memory_threshold``; the verdicts and why: docs/regressions.md."""
 
 from __future__ import annotations
 
@@ -27,8 +26,6 @@ METRICS = ("median", "mean", "min", "p20", "p80")
 VERDICTS = ("regression", "status-changed", "missing", "improvement", "new", "same")
 BAD_NEW_STATUSES = frozenset({"wrong", "oom", "error"})
 
-EXIT_OK, EXIT_REGRESSION = 0, 1
-
 
 class CompareError(ValueError):
     """Two documents that cannot be compared (exit code 2)."""
@@ -43,6 +40,11 @@ class EnvMismatch(CompareError):
             f"the two results were measured in different environments ({'; '.join(problems)}): "
             "compare results of the same device and versions, or pass --allow-env-mismatch"
         )
+
+
+def method_label(method: str, tp: int | None) -> str:
+    """``ours``, or ``ours TP=2`` for a cell measured across 2 ranks (tp None: one device)."""
+    return method if tp is None else f"{method} TP={tp}"
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,6 @@ def compare_memory(base: int | None, cur: int | None, device: str, settings: Set
 
 @dataclass
 class CellComparison:
-    key: tuple
     baseline: dict[str, Any] | None
     current: dict[str, Any] | None
     verdict: str
@@ -138,11 +139,11 @@ class CellComparison:
 
     @property
     def row(self) -> dict[str, Any]:
-        return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
+        """The row that names the cell: the current one, else the baseline's."""
+        return self.current or self.baseline or {}
 
 
 def compare_cell(
-    key: tuple,
     base: dict[str, Any] | None,
     cur: dict[str, Any] | None,
     settings: Settings,
@@ -152,25 +153,23 @@ def compare_cell(
     """One cell's verdict; ``unavailable``: why CURRENT cannot run the cell's method."""
     if base is None:
         assert cur is not None
-        return CellComparison(key, None, cur, "new", False)
+        return CellComparison(None, cur, "new", False)
     if cur is None:  # a run that measured less must not pass the gate
         notes = [f"unavailable: {unavailable}"] if unavailable else ["not in the current run"]
-        return CellComparison(key, base, None, "missing", not unavailable, notes=notes)
+        return CellComparison(base, None, "missing", not unavailable, notes=notes)
     if base["status"] != cur["status"]:
         fails = base["status"] == "ok" or cur["status"] in BAD_NEW_STATUSES
         notes = [cur["reason"]] if cur["status"] != "ok" and cur.get("reason") else []
-        return CellComparison(key, base, cur, "status-changed", fails, notes=notes)
+        return CellComparison(base, cur, "status-changed", fails, notes=notes)
     if cur["status"] != "ok":
-        return CellComparison(key, base, cur, "same", False)
-    notes = []
+        return CellComparison(base, cur, "same", False)
 
     def timed(row: dict[str, Any]) -> bool:
         return bool(row.get("samples_ms")) or row.get("median_ms") is not None
 
     if timed(base) and not timed(cur) and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
-        notes = ["ok but no time was recorded"]
-        return CellComparison(key, base, cur, "regression", True, notes=notes)
+        return CellComparison(base, cur, "regression", True, notes=["ok but no time was recorded"])
     if base.get("interpreted") or cur.get("interpreted"):
         time = Decision(None, note="interpreted: time not compared")
     else:
@@ -182,8 +181,7 @@ def compare_cell(
             cur_value=cur.get("median_ms"),
             device=cur.get("device", "cpu"),
         )
-    if time.note:
-        notes.append(time.note)
+    notes = [time.note] if time.note else []
     memory = compare_memory(
         base.get("peak_bytes"), cur.get("peak_bytes"), cur.get("device", "cpu"), settings
     )
@@ -191,9 +189,7 @@ def compare_cell(
     verdict = next((v for v in ("regression", "improvement") if v in verdicts), "same")
     if verdicts == {"regression", "improvement"}:
         notes.append(f"{'memory' if memory.verdict == 'improvement' else 'time'} improved")
-    return CellComparison(
-        key, base, cur, verdict, verdict == "regression", time=time, memory=memory, notes=notes
-    )
+    return CellComparison(base, cur, verdict, verdict == "regression", time, memory, notes)
 
 
 def index_rows(rows: Iterable[dict[str, Any]], label: str) -> dict[tuple, dict[str, Any]]:
@@ -225,9 +221,8 @@ def tp_sizes(values: set[Any]) -> str:
 
 
 def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple[str, str]) -> str:
-    """Why two non-empty documents have no cell in common, field by field; the TP sizes
-    of both sides whenever either holds multi-rank cells (a TP = 1 file against a TP = 2
-    one differs in nothing else)."""
+    """Why two documents have no cell in common, field by field; both sides' TP sizes when
+    either holds multi-rank cells (a TP = 1 file and a TP = 2 one differ in nothing else)."""
     differ = []
     tp = KEY_FIELDS.index("tp")
     for i, name in enumerate(KEY_FIELDS):
@@ -266,7 +261,7 @@ class Comparison:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_REGRESSION if self.failures else EXIT_OK
+        return 1 if self.failures else 0
 
 
 # Versions that do not change what is measured: the suite itself (the code under test lives
@@ -277,8 +272,7 @@ IGNORED_VERSIONS = frozenset({"perfsuite", "pandas", "rich"})
 def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[list, list]:
     """(blocking problems, warnings) between two environments: what ``compare`` checks between
     a baseline and a run, and the stored baselines of one device among themselves."""
-    problems: list[str] = []
-    warnings: list[str] = []
+    problems, warnings = [], []
     bdev, cdev = base_env.get("device") or {}, cur_env.get("device") or {}
     for key in ("kind", "name", "cuda"):
         if bdev.get(key) != cdev.get(key) and (key != "cuda" or bdev.get("kind") == "cuda"):
@@ -287,8 +281,8 @@ def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[
     for name in sorted((set(bver) & set(cver)) - IGNORED_VERSIONS):
         if bver[name] != cver[name]:
             problems.append(f"{name} version: {bver[name]} (baseline) vs {cver[name]}")
-    for name in sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS):
-        warnings.append(f"{name}: recorded in only one of the two results")
+    only = sorted((set(bver) ^ set(cver)) - IGNORED_VERSIONS)
+    warnings += [f"{name}: recorded in only one of the two results" for name in only]
     if bdev.get("driver") != cdev.get("driver"):
         warnings.append(f"GPU driver: {bdev.get('driver')!r} (baseline) vs {cdev.get('driver')!r}")
     if base_env.get("python") != cur_env.get("python"):
@@ -302,7 +296,6 @@ def compare_documents(
     baseline: dict[str, Any],
     current: dict[str, Any],
     settings: Settings | None = None,
-    *,
     baseline_label: str = "baseline",
     current_label: str = "current",
 ) -> Comparison:
@@ -323,18 +316,8 @@ def compare_documents(
         for r in cur_cells.values()
         if r["status"] == "unavailable"
     }
-    keys = list(base_cells) + [k for k in cur_cells if k not in base_cells]
-
-    def cell(k: tuple) -> CellComparison:
+    cells = []
+    for k in [*base_cells, *(k for k in cur_cells if k not in base_cells)]:
         why = unavailable.get((k[0], k[KEY_FIELDS.index("tp")]), "")  # (method, TP size)
-        return compare_cell(k, base_cells.get(k), cur_cells.get(k), settings, unavailable=why)
-
-    cells = [cell(k) for k in keys]
-    return Comparison(
-        cells,
-        settings,
-        env_problems=problems,
-        env_warnings=warnings,
-        baseline_label=baseline_label,
-        current_label=current_label,
-    )
+        cells.append(compare_cell(base_cells.get(k), cur_cells.get(k), settings, unavailable=why))
+    return Comparison(cells, settings, problems, warnings, baseline_label, current_label)

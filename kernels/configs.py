@@ -177,13 +177,23 @@ def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:
 
 
 def pinned_config(
-    kernel: str, dtype: torch.dtype, device: torch.device, shape: tuple[int, int, int]
+    kernel: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    shape: tuple[int, int, int],
+    *,
+    tma: bool = False,
+    weighted: bool = False,
 ) -> KernelConfig:
-    """The config a non-autotuned launch uses for an (N, V, D) problem."""
+    """The config a non-autotuned launch uses for an (N, V, D) problem; ``tma``: the TMA
+    path's (hopper.py; ``weighted``: the forward with class weights)."""
     if kernel in _override:
         return _override[kernel]
     if interpreting() or device.type != "cuda":
-        return fit_to(INTERPRETER[kernel], *shape)
+        # The TMA kernels' interpreter tiles are the slice kernel's.
+        return fit_to(INTERPRETER["slices" if tma else kernel], *shape)
+    if tma:
+        return tma_config(kernel, arch_of(device), weighted)
     return PINNED[kernel, arch_of(device), DTYPE_NAMES[dtype]]
 
 
@@ -223,8 +233,3 @@ def autotune_space(kernel: str) -> list[triton.Config]:
         triton.Config(c.meta(kernel), num_warps=c.num_warps, num_stages=c.num_stages)
         for c in seen.values()
     ]
-
-
-def shipped_configs() -> list[tuple[str, str, str, KernelConfig]]:
-    """Every (kernel, arch, dtype, config) the package can launch on a GPU by default."""
-    return [(k, arch, dt, cfg) for (k, arch, dt), cfg in sorted(PINNED.items())]

@@ -36,9 +36,8 @@ from .common import (
 )
 from .configs import interpreting
 from .forward import ForwardResult, chunk_sums
-from .slices import _fp32_out_mm, _gradient_scale, accumulate_mm, logit_slice, slice_width
+from .slices import bytes_per_column, logit_slice, slice_width
 from .targets import target_logits
-from .terms import Coefficients
 
 # Epilogue tiles: memory-bound passes over an fp32 slice. The LSE pass keeps one program
 # per row block for the whole slice (the merge's fixed order), so its row blocks are
@@ -181,23 +180,7 @@ def _grad_epilogue_kernel(
         store_tile(Out, zeros, offs_n, offs_j, n_mask, j_mask, stride_on, INTERPRETING)
 
 
-def bytes_per_column(n_rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> int:
-    """Workspace a slice column costs on this route: the fp32 logits (N·4) and G in the
-    dtype (N·2 or N·4); 16-bit inputs without an fp32-output GEMM (a CPU) add the fp32
-    upcasts of C_s (D·4) and of G for dE (N·4 + D·4); fp16's σ rescaling of dC_s D·4."""
-    size = torch.finfo(dtype).bits // 8
-    per = n_rows * 4 + n_rows * size
-    if size < 4 and not _fp32_out_mm(device):
-        per += n_rows * 4 + 2 * dim * 4
-    return per + (dim * 4 if dtype == torch.float16 else 0)
-
-
-def _width(e: torch.Tensor, vocab: int, budget: int | None) -> int:
-    n_rows, dim = e.shape
-    return slice_width(vocab, bytes_per_column(n_rows, dim, e.dtype, e.device), budget)
-
-
-def _slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
+def slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
     """The front of ``buf`` as a (rows, cols) matrix whose row stride is ``cols`` rounded up
     to 16 bytes: the last, narrower slice keeps tight rows that stay aligned (cuBLAS's
     fastest kernels and TMA want 16-byte strides; an odd width such as GPT-2's last 2,641
@@ -226,7 +209,8 @@ def cublas_forward(
     """forward.lse_forward's outputs from cuBLAS fp32 logit slices and the LSE epilogue."""
     n_rows = e.shape[0]
     vocab = c.shape[0]
-    width = _width(e, vocab, budget)
+    per = bytes_per_column(n_rows, e.shape[1], e.dtype, e.device, "cublas", False)
+    width = slice_width(vocab, per, budget)
     buf = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
     row_max = torch.full((n_rows,), float("-inf"), device=e.device)
     row_sum = torch.zeros(n_rows, device=e.device)
@@ -237,7 +221,7 @@ def cublas_forward(
     grid = (triton.cdiv(n_rows, block_n),)
     for s, v0 in enumerate(range(0, vocab, width)):
         cols = min(width, vocab - v0)
-        z = logit_slice(_slab(buf, cols), e, c[v0 : v0 + cols])
+        z = logit_slice(slab(buf, cols), e, c[v0 : v0 + cols])
         _lse_epilogue_kernel[grid](
             z, row_max, row_sum, rel_sum, w, None if seen is None else seen[s:],
             softcap, n_rows, v0, cols, z.stride(0),
@@ -247,45 +231,19 @@ def cublas_forward(
     return ForwardResult(row_max, row_sum.log(), target_logit, rel_sum, None)
 
 
-def cublas_backward(
-    e: torch.Tensor,
-    c: torch.Tensor,
-    targets: torch.Tensor,
-    row_max: torch.Tensor,
-    log_sum: torch.Tensor,
-    k: Coefficients,
-    *,
-    p,
-    weight: torch.Tensor | None = None,
-    de_fp32: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``slices.slices_backward`` on this route: same arguments, same results' contract."""
-    n_rows, dim = e.shape
-    vocab = c.shape[0]
-    width = _width(e, vocab, p.budget)
-    scale = _gradient_scale(k, weight, e.dtype)
-    inv_scale = (1.0 / scale).reshape(1)
-    de = torch.zeros((n_rows, dim), device=e.device, dtype=torch.float32)
-    dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
-    logits = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
-    grads = torch.empty((n_rows, width), device=e.device, dtype=e.dtype)
-    targets = targets.contiguous()
-    block_n, block_v = _blocks(GRAD_BLOCK, n_rows, width)
+def grad_slice(
+    out: torch.Tensor, logits: torch.Tensor, e, c, targets, row_max, log_sum, k, weight,
+    inv_scale, v0: int, *, p,
+) -> None:  # fmt: skip
+    """``slices._triton_grad_slice`` on this route: the fp32 slice from cuBLAS into the
+    front of ``logits`` (N, the slice width), then the gradient epilogue into ``out``."""
+    n_rows, cols = out.shape
+    z = logit_slice(slab(logits, cols), e, c[v0 : v0 + cols])
+    block_n, block_v = _blocks(GRAD_BLOCK, n_rows, logits.shape[1])
+    grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
     w = weight if k.smooth is not None else None  # only the smoothing term reads it
-    for v0 in range(0, vocab, width):
-        cols = min(width, vocab - v0)
-        c_s = c[v0 : v0 + cols]
-        z = logit_slice(_slab(logits, cols), e, c_s)
-        grad = _slab(grads, cols)
-        grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
-        _grad_epilogue_kernel[grid](
-            z, grad, row_max, log_sum, k.prob, k.target, k.smooth, w, targets, inv_scale,
-            p.softcap, n_rows, v0, cols, z.stride(0), grad.stride(0),
-            BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
-        )  # fmt: skip
-        accumulate_mm(de, grad, c_s)
-        dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
-        if e.dtype == torch.float16:
-            dc_s.copy_(dc_s.float().mul_(scale))
-    de.mul_(scale)
-    return (de if de_fp32 else de.to(e.dtype)), dc
+    _grad_epilogue_kernel[grid](
+        z, out, row_max, log_sum, k.prob, k.target, k.smooth, w, targets.contiguous(),
+        inv_scale, p.softcap, n_rows, v0, cols, z.stride(0), out.stride(0),
+        BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
+    )  # fmt: skip

@@ -44,7 +44,7 @@ from .common import (
     tanh_scale,
     wide_offsets,
 )
-from .configs import KernelConfig, arch_of, fit_to, interpreting, tma_config
+from .configs import KernelConfig, interpreting, pinned_config
 
 GROUP_N = 8
 # Programs of the persistent grid under the interpreter: more than one, so the tests
@@ -405,20 +405,6 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     return eligible(cap, first.dtype, operands)
 
 
-def config(
-    kernel: str, shape: tuple[int, int, int], device: torch.device, weighted: bool = False
-) -> KernelConfig:
-    """The pinned TMA config (``configs.tma_config``), or the one ``configs.use_config``
-    forces; fitted to the problem under the interpreter (its cost is per program)."""
-    from .configs import _override
-
-    if kernel in _override:  # configs.use_config: tests' small tiles
-        return _override[kernel]
-    if interpreting() or device.type != "cuda":
-        return fit_to(KernelConfig(512, 1024, 256, num_warps=4, num_stages=1), *shape)
-    return tma_config(kernel, arch_of(device), weighted)
-
-
 @functools.cache
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -501,7 +487,9 @@ def lse_forward(
 
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    cfg = config("forward", (n_rows, vocab, dim), e.device, weight is not None)
+    cfg = pinned_config(
+        "forward", e.dtype, e.device, (n_rows, vocab, dim), tma=True, weighted=weight is not None
+    )
     splits = forward_splits(n_rows, vocab, e.device, cfg)
     grain = max(SPLIT_GRAIN, cfg.block_v)
     split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
@@ -531,7 +519,7 @@ def grad_slice(
     """``slices._triton_grad_slice`` on the TMA kernel: ``out`` (N, width) = the slice."""
     n_rows, dim = e.shape
     width = out.shape[1]
-    cfg = config("slices", (n_rows, width, dim), e.device)
+    cfg = pinned_config("slices", e.dtype, e.device, (n_rows, width, dim), tma=True)
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
     weighted = weight is not None and k.smooth is not None

@@ -249,19 +249,21 @@ def bytes_per_column(
     """Workspace one vocab column of a slice costs: the ``slice_width`` accounting.
 
     triton: G in the dtype (N·2 or N·4); 16-bit G where no fp32-output GEMM exists (CPU)
-    adds its fp32 upcast for dE (N·4 + D·4). torch: the fp32 logit/gradient buffer
-    (N·4), a second one with softcap, and for 16-bit inputs G rounded to the dtype
-    (N·2) and C_s in fp32 (D·4). fp16 adds C_s-sized fp32 rescaling (D·4).
+    adds its fp32 upcast for dE (N·4 + D·4). cublas: the fp32 logits (N·4) and G in the
+    dtype, and without an fp32-output GEMM the fp32 upcasts of C_s (D·4) and of G for dE
+    (N·4 + D·4). torch: the fp32 logit/gradient buffer (N·4), a second one with softcap,
+    and for 16-bit inputs G rounded to the dtype (N·2) and C_s in fp32 (D·4). fp16 adds
+    C_s-sized fp32 rescaling (D·4).
     """
     size = torch.finfo(dtype).bits // 8
-    half = size < 4
+    slow_half = size < 4 and not _fp32_out_mm(device)
     if engine == "triton":
-        per = n_rows * size
-        if half and not _fp32_out_mm(device):
-            per += n_rows * 4 + dim * 4
+        per = n_rows * size + (n_rows * 4 + dim * 4 if slow_half else 0)
+    elif engine == "cublas":
+        per = n_rows * (4 + size) + (n_rows * 4 + 2 * dim * 4 if slow_half else 0)
     else:
         per = n_rows * 4 * (2 if softcap else 1)
-        if half:
+        if size < 4:
             per += n_rows * size + dim * 4
     return per + (dim * 4 if dtype == torch.float16 else 0)
 
@@ -323,15 +325,11 @@ def slices_backward(
     ``weight`` the class weights (fp32 (V,)) when there are any. ``de_fp32`` returns dE
     as the fp32 accumulator (the vocab-parallel path sums it across ranks first).
     """
-    if p.engine == "cublas":  # the cuBLAS route (routes.py): its own module
-        from .cublas_route import cublas_backward
+    from . import cublas_route
 
-        return cublas_backward(
-            e, c, targets, row_max, log_sum, k, p=p, weight=weight, de_fp32=de_fp32
-        )
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    triton_engine = p.engine == "triton"
+    fused = p.engine != "torch"  # G written in the dtype by a Triton kernel
     half = e.dtype != torch.float32
     per = bytes_per_column(n_rows, dim, e.dtype, e.device, p.engine, p.softcap is not None)
     width = slice_width(vocab, per, p.budget)
@@ -342,18 +340,22 @@ def slices_backward(
     # G's row stride is the whole width, the last slice's too (16-byte aligned); the torch
     # engine's fp32 buffer is no wider than V (contiguous when one slice holds all of V).
     buf = torch.empty(
-        (n_rows, width if triton_engine else min(width, vocab)),
+        (n_rows, width if fused else min(width, vocab)),
         device=e.device,
-        dtype=e.dtype if triton_engine else torch.float32,
+        dtype=e.dtype if fused else torch.float32,
     )
-    spare = torch.empty_like(buf) if not triton_engine and p.softcap is not None else None
-    rounded = torch.empty_like(buf, dtype=e.dtype) if not triton_engine and half else None
+    logits = torch.empty_like(buf, dtype=torch.float32) if p.engine == "cublas" else None
+    spare = torch.empty_like(buf) if not fused and p.softcap is not None else None
+    rounded = torch.empty_like(buf, dtype=e.dtype) if not fused and half else None
     fast_half = half and _fp32_out_mm(e.device)
     args = (e, c, targets, row_max, log_sum, k, weight, inv_scale)
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
         c_s = c[v0 : v0 + cols]
-        if triton_engine:
+        if logits is not None:  # the cuBLAS route (routes.py): its own module
+            grad = cublas_route.slab(buf, cols)
+            cublas_route.grad_slice(grad, logits, *args, v0, p=p)
+        elif fused:
             grad = buf[:, :cols]
             _triton_grad_slice(grad, *args, v0, p=p)
         else:

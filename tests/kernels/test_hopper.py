@@ -11,7 +11,7 @@ import torch
 from helpers import make_inputs
 
 from perfsuite.kernels import forward, hopper, slices
-from perfsuite.kernels.configs import KernelConfig, use_config
+from perfsuite.kernels.configs import KernelConfig, tma_config, use_config
 from perfsuite.kernels.terms import Coefficients
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -214,7 +214,7 @@ def test_persistent_grid_follows_the_loaded_build(monkeypatch):
     monkeypatch.setattr(hopper, "_sm_count", lambda index: 148)
     monkeypatch.setattr(hopper, "_RESIDENT", {})
     cuda = torch.device("cuda", 0)
-    cfg = hopper.tma_config("forward", "sm_90")
+    cfg = tma_config("forward", "sm_90")
     for _ in range(2):
         hopper._launch(Kernel(), ("forward", cuda, "test"), 10_000, cuda, cfg)
     assert grids == [(148,), (296,)]

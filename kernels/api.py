@@ -213,12 +213,7 @@ def linear_cross_entropy(
     GEMMs (kernels/slices.py). The atomic-tile backward and its gradient filters are
     ablations: ``kernels.ablations.tiled_linear_cross_entropy``.
     """
-    return _linear_cross_entropy(
-        e, c, targets, label_smoothing=label_smoothing, ignore_index=ignore_index,
-        reduction=reduction, softcap=softcap, weight=weight, z_loss=z_loss,
-        return_lse=return_lse, vocab_parallel=vocab_parallel, memory_budget=memory_budget,
-        engine=engine, impl=impl,
-    )  # fmt: skip
+    return _linear_cross_entropy(**locals())  # every argument above, by name
 
 
 def _linear_cross_entropy(

@@ -32,9 +32,9 @@ class Params:
     softcap: float | None
     ignore_index: int
     reduction: str
-    filter_eps: float | None
-    sort_vocab: bool
-    accum_fp32: bool
+    filter_eps: float | None = None
+    sort_vocab: bool = False
+    accum_fp32: bool = False
     tile_list: bool = True
     # torch.is_grad_enabled() at the call (inside Function.forward it is always False).
     grad_mode: bool = True
@@ -50,19 +50,6 @@ class Params:
     z_loss: float = 0.0
     # Also return the per-row LSE (differentiable; split only).
     return_lse: bool = False
-
-
-@dataclass
-class Saved:
-    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
-
-    row_max: torch.Tensor
-    log_sum: torch.Tensor
-    target_logit: torch.Tensor
-    cbar: torch.Tensor | None
-    logit_avg: torch.Tensor | None
-    tile_lse: torch.Tensor | None
-    tile_width: int
 
 
 def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
@@ -167,7 +154,8 @@ def _grads(
     targets: torch.Tensor,
     weight: torch.Tensor | None,
     k: terms.Coefficients,
-    s: Saved,
+    s: ForwardResult,
+    cbar: torch.Tensor | None,
     p: Params,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if p.backward == "slices":
@@ -208,7 +196,7 @@ def _grads(
         s.log_sum,
         g,
         _target_weights(s.target_logit, p),
-        cbar=s.cbar,
+        cbar=cbar,
         beta=p.beta,
         softcap=p.softcap,
         row_eps=row_eps,
@@ -218,35 +206,29 @@ def _grads(
     )
 
 
-def _save(ctx: Any, s: Saved, *tensors: torch.Tensor | None) -> None:
+def _save(ctx: Any, s: ForwardResult, cbar: torch.Tensor | None, *tensors: Any) -> None:
+    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
     ctx.save_for_backward(
-        *tensors, s.row_max, s.log_sum, s.target_logit, s.cbar, s.logit_avg, s.tile_lse
+        *tensors, s.row_max, s.log_sum, s.target_logit, cbar, s.logit_avg, s.tile_lse
     )
     ctx.tile_width = s.tile_width
 
 
-def _load(ctx: Any) -> tuple[list[torch.Tensor], Saved]:
+def _load(ctx: Any) -> tuple[list[torch.Tensor], ForwardResult, torch.Tensor | None]:
     *tensors, row_max, log_sum, target_logit, cbar, logit_avg, tile_lse = ctx.saved_tensors
-    saved = Saved(row_max, log_sum, target_logit, cbar, logit_avg, tile_lse, ctx.tile_width)
-    return tensors, saved
-
-
-def _saved(out: ForwardResult, cbar: torch.Tensor | None) -> Saved:
-    return Saved(
-        out.row_max, out.log_sum, out.target_logit, cbar, out.logit_avg, out.tile_lse,
-        out.tile_width,
-    )  # fmt: skip
+    saved = ForwardResult(row_max, log_sum, target_logit, None, logit_avg, tile_lse, ctx.tile_width)
+    return tensors, saved, cbar
 
 
 def _split_forward(
     ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None
-) -> tuple[torch.Tensor, ForwardResult, Saved, bool]:
-    """Both Functions' forward pass: (loss, forward result, saved, whether grads are needed)."""
+) -> tuple[torch.Tensor, ForwardResult, torch.Tensor | None, bool]:
+    """Both Functions' forward pass: (loss, forward result, c̄, whether grads are needed)."""
     p: Params = ctx.params
     needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
     out, cbar = _forward(e, c, targets, weight, p, needs_grad)
     loss, _ = _losses(out, targets, weight, p, c.shape[0])
-    return loss, out, _saved(out, cbar), needs_grad
+    return loss, out, cbar, needs_grad
 
 
 def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:
@@ -268,19 +250,18 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         p: Params,
     ) -> Any:
         ctx.params = p
-        loss, out, saved, _ = _split_forward(ctx, e, c, targets, weight)
-        _save(ctx, saved, e, c, targets, weight)
+        loss, out, cbar, _ = _split_forward(ctx, e, c, targets, weight)
+        _save(ctx, out, cbar, e, c, targets, weight)
         return (loss, out.lse) if p.return_lse else loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
-        (e, c, targets, weight), saved = _load(ctx)
+        (e, c, targets, weight), saved, cbar = _load(ctx)
         p: Params = ctx.params
-        lse = saved.row_max + saved.log_sum
         k = _coefficients(
-            targets, weight, lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
+            targets, weight, saved.lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
         )
-        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, p))
+        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))
 
 
 class FusedLinearCrossEntropyFunction(torch.autograd.Function):
@@ -302,14 +283,14 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
         p: Params,
     ) -> torch.Tensor:
         ctx.params = p
-        loss, out, saved, needs_grad = _split_forward(ctx, e, c, targets, weight)
+        loss, out, cbar, needs_grad = _split_forward(ctx, e, c, targets, weight)
         ctx.fused = needs_grad and p.reduction != "none"
         if ctx.fused:
             k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
-            de, dc = _grads(e, c, targets, weight, k, saved, p)
+            de, dc = _grads(e, c, targets, weight, k, out, cbar, p)
             ctx.save_for_backward(de, dc)
         else:
-            _save(ctx, saved, e, c, targets, weight)
+            _save(ctx, out, cbar, e, c, targets, weight)
         return loss
 
     @staticmethod

@@ -18,10 +18,8 @@ def _params(
     engine: str, budget: int | None,
 ) -> Params:  # fmt: skip
     return Params(
-        beta=beta, softcap=softcap, ignore_index=ignore_index, reduction=reduction,
-        filter_eps=None, sort_vocab=False, accum_fp32=False, grad_mode=True,
-        backward="slices", engine=engine, budget=budget, z_loss=z_loss,
-    )  # fmt: skip
+        beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss
+    )
 
 
 @torch.library.custom_op("perfsuite::linear_cross_entropy", mutates_args=())

@@ -34,7 +34,7 @@ from .common import (
     tanh_scale,
     wide_offsets,
 )
-from .configs import interpreting
+from .configs import fit, interpreting
 from .forward import ForwardResult, chunk_sums
 from .slices import bytes_per_column, logit_slice, slice_width
 from .targets import target_logits
@@ -56,10 +56,6 @@ INTERPRETER_BLOCK = (64, 512)
 def _blocks(tiles: tuple[int, int], n_rows: int, width: int) -> tuple[int, int]:
     """(BLOCK_N, BLOCK_V) for a launch, shrunk to the problem (at least 8 and 16)."""
     block_n, block_v = INTERPRETER_BLOCK if interpreting() else tiles
-
-    def fit(block: int, size: int, least: int = 16) -> int:
-        return min(block, max(least, triton.next_power_of_2(size)))
-
     return fit(block_n, n_rows, 8), fit(block_v, width)
 
 

@@ -1,25 +1,9 @@
-"""Hopper fast path of the two GEMM-shaped kernels: the forward LSE and the gradient slice.
-
-The same per-row statistics and gradient slices as ``forward._forward_kernel`` and
-``slices._grad_slice_kernel`` (same epilogue math, same order of operations per tile),
-built the way fast Hopper GEMMs in Triton are (tutorial 09-persistent-matmul):
-
-- a persistent grid of SMs × CTAs/SM programs, each striding over the work (forward:
-  (row block, vocab split) items; slices: output tiles in grouped order for L2 reuse);
-- TMA tensor descriptors for E, C and the slice output (host-side
-  ``triton.tools.tensor_descriptor.TensorDescriptor``, in Triton 3.6 and 3.7 alike);
-  out-of-bounds rows and columns are zero-filled on load and clipped on store, so the
-  kernels have no load masks;
-- 128×256 output tiles over BLOCK_D 64 (wgmma m64n256k16 per warpgroup);
-- epilogue subtiling: the 128×256 fp32 accumulator is split into two 128×128 halves
-  (quarters for a slice with class weights), each taken through the softmax or gradient
-  epilogue (and stored) in turn, so that the epilogue's temporaries cover part of a tile.
-
-No atomics, fixed reduction order: bit-identical run to run. Eligible on sm_90 and
-sm_100 for 16-bit inputs whose operands meet TMA's alignment (``eligible``, a pure
-function of capability, dtype and operand layout); everything else runs the portable
-kernels. ``PERFSUITE_TMA=0`` turns the path off (the ablation). The CPU interpreter
-runs the same code (it supports host-side descriptors) with fp64 dots (common.dot).
+"""Hopper/Blackwell fast path of the two GEMM-shaped kernels, the forward LSE and the
+gradient slice: the portable kernels' math in the same order per element, built as
+Triton's persistent-matmul tutorial builds GEMMs (persistent grid, TMA descriptors that
+zero-fill past the edges, epilogue subtiles; docs/kernel.md, "The Hopper fast path").
+``eligible`` says where it runs; ``PERFSUITE_TMA=0`` turns it off (the ablation). The
+interpreter runs it too (host-side descriptors, fp64 dots).
 """
 
 from __future__ import annotations
@@ -50,6 +34,9 @@ GROUP_N = 8
 # Programs of the persistent grid under the interpreter: more than one, so the tests
 # walk the strided work loop.
 INTERPRETER_PROGRAMS = 3
+# Epilogue subtiles per forward tile: at halves the β > 0 softcapped build spilled 20 B
+# (three fused stages, Triton 3.6, sm_90a).
+FORWARD_SUBTILES = 4
 
 _FWD_HEURISTICS = {
     # Unmasked tiles only when the splits' whole tiles cover V exactly.
@@ -61,7 +48,7 @@ _FWD_HEURISTICS = {
     "HAS_WEIGHT": lambda a: a["Weight"] is not None,
     "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
     "UPCAST_DOT": lambda a: interpreting(),
-    "SUBTILES": lambda a: forward_subtiles(),
+    "SUBTILES": lambda a: FORWARD_SUBTILES,
 }
 
 _SLICE_HEURISTICS = {
@@ -73,12 +60,6 @@ _SLICE_HEURISTICS = {
     "UPCAST_DOT": lambda a: interpreting(),
     "SUBTILES": lambda a: slice_subtiles(a["Weight"] is not None),
 }
-
-
-def forward_subtiles() -> int:
-    """Epilogue subtiles per forward tile: quarters (at halves the β > 0 softcapped build
-    spilled 20 B with three fused stages: Triton 3.6, sm_90a)."""
-    return 4
 
 
 def slice_subtiles(weighted: bool) -> int:
@@ -111,12 +92,9 @@ def _halves(x, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 @triton.jit
 def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
-    """``s·tanh(x/s)`` with ``x/s`` per element, where the other epilogues multiply by
-    ``tanh_scale``'s −2/s: this forward takes 255 registers, and the product form spilled
-    12–28 B under Triton 3.6 or 3.7.1 (sm_90a) in each of five orders tried (softcap per
-    quarter, per half, per tile; two forms of the column count); the division spills under
-    neither. Bits differ from the portable forward's in the last place, within the
-    forward's fp32 rounding (tests/kernels/test_hopper.py)."""
+    """``s·tanh(x/s)`` with ``x/s`` per element: at 255 registers this forward spilled with
+    ``tanh_scale``'s product form (docs/kernel.md, "Softcap"); its bits stay within the
+    portable forward's fp32 rounding."""
     if HAS_SOFTCAP:
         x = softcap * tanh(x / softcap, -2.0)
     return x
@@ -176,15 +154,10 @@ def _tma_forward_kernel(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    """Per (row block, vocab split) item: the split's row max, sum-exp and smoothing sum,
-    as ``forward._forward_kernel`` writes them; items strided over a persistent grid.
-
-    One loop over this program's (item, vocab tile) pairs around the D loop: the
-    two-level nest of a persistent GEMM, which ``FLATTEN`` fuses into one pipelined
-    loop (the next tile's loads in flight during this tile's epilogue). Every split
-    counts ``split_size / BLOCK_V`` tiles; the last split's tiles past V load zeros and
-    are masked (``EVEN_V`` only when the splits cover V exactly). Items run
-    split-major, so the programs in flight share a split's C tiles in L2."""
+    """Per (row block, vocab split) item, strided over a persistent grid: the split's row
+    max, sum-exp and smoothing sum, as ``forward._forward_kernel`` writes them. One loop
+    over the program's (item, vocab tile) pairs, which ``FLATTEN`` fuses with the D loop;
+    items run split-major, so the programs in flight share a split's C tiles in L2."""
     HALF: tl.constexpr = BLOCK_V // 2
     num_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(D, BLOCK_D)
@@ -376,14 +349,10 @@ def eligible(
     dtype: torch.dtype,
     operands: Sequence[tuple[int, int, int]],
 ) -> bool:
-    """Whether the TMA kernels can run: a pure function, testable without a GPU.
-
-    ``capability``: the CUDA device's (major, minor), None off CUDA; ``operands``: each
-    2-D operand's (data pointer, row stride, column stride) in elements. Hopper (9.x)
-    and datacenter Blackwell (10.x) only: consumer Blackwell's 99 KiB of shared memory
-    per CTA holds no 128×256×64 pipeline. 16-bit dtypes only (fp32 would run TF32 wgmma).
-    TMA needs 16-byte aligned bases and row strides and contiguous rows.
-    """
+    """Whether the TMA kernels can run, testable without a GPU: capability (major, minor)
+    9.x or 10.x (consumer Blackwell's shared memory holds no such pipeline; None off
+    CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column stride)
+    in elements TMA-ready: 16-byte aligned base and row stride, contiguous rows."""
     if capability is None or capability[0] not in (9, 10) or dtype not in HALF_DTYPES:
         return False
     size = torch.finfo(dtype).bits // 8
@@ -420,9 +389,9 @@ _RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+
 def fitting_ctas(
     registers: int, shared: int, num_warps: int, tmem: int = 0, limits: dict | None = None
 ) -> int:
-    """CTAs of one build resident on an SM, from its registers (allocated per warp in
-    units of 256), threads, shared memory (+1 KiB each) and tensor-memory columns; 0
-    when one CTA does not fit. ``perfsuite kernel-report`` uses the same arithmetic."""
+    """CTAs of one build resident on an SM (0 when one does not fit), from its registers
+    (allocated per warp in units of 256), threads, shared memory (+1 KiB each) and
+    tensor-memory columns; ``perfsuite kernel-report`` uses it too."""
     lim = {**SM_LIMITS, **(limits or {})}
     if shared > lim.get("smem_cta", SMEM_PER_CTA) or registers > 255 or tmem > lim["tmem"]:
         return 0
@@ -448,9 +417,8 @@ _RESIDENT: dict[tuple, int] = {}
 
 def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConfig, *args):
     """Launch ``kernel`` on a persistent grid of one full wave: SMs × the CTAs of this
-    build that fit on an SM. The first launch of a build sizes it by the config's
-    ``ctas_per_sm``; the loaded kernel's registers and shared memory then give the real
-    figure. Work is split the same way whatever the grid, so results do not depend on it."""
+    build that fit on an SM (the config's ``ctas_per_sm`` until the loaded build says).
+    Work is split the same way whatever the grid, so results do not depend on it."""
     key = (*key, cfg)  # a forced config (use_config) is another build
     ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
     compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(f"{key[0]}_tma"))

@@ -1,23 +1,9 @@
-"""The cuBLAS route: every GEMM in cuBLAS, the softmax in one Triton epilogue per slice.
-
-``engine="cublas"``. Per vocab slice ``s`` of ``width`` columns, in a fixed order:
-
-- forward: ``Z = E·C_sᵀ`` in fp32 through ``torch.mm(..., out_dtype=torch.float32)``
-  (cuBLAS; on a CPU ``slices.logit_slice`` upcasts), then ``_lse_epilogue_kernel`` folds
-  the slice into the running per-row state (row max, Σ exp(z − max), Σ_v w_v (z − max))
-  in place: one program per row block walks the slice's columns in order, so the merge
-  is exact, has no atomics and is bit-identical run to run;
-- backward: the same fp32 slice, then ``_grad_epilogue_kernel`` writes the gradient slice
-  ``G = (A·p − S·w_v − B·[v = y])·(1 − t²)/σ`` in the inputs' dtype (the math of
-  ``slices._grad_slice_kernel``'s epilogue and of ``slices._torch_grad_slice``), then
-  ``dE += G·C_s`` and ``dC_s = Gᵀ·E`` as in ``slices.slices_backward``.
-
-It trades the Triton route's fused GEMMs for cuBLAS's (~710–800 against ~405–465
-TFLOP/s on an H200: reports/nvidia-h200/raw/README.md) at the price of writing and
-reading the fp32 slice once more. Which route runs by default is ``routes.route_for``'s.
-No host sync: slice bounds are Python ints, the per-slice class-weight totals and σ are
-device tensors read by the kernels. Workspace per column: the fp32 slice (N·4) and G in
-the dtype (backward).
+"""The cuBLAS route (``engine="cublas"``): per vocab slice, fp32 logits from cuBLAS, then
+one Triton epilogue: ``_lse_epilogue_kernel`` folds the slice into the running per-row
+state in column order (exact, no atomics), ``_grad_epilogue_kernel`` writes the gradient
+slice with the Triton route's epilogue (``common.grad_tile``), and ``slices_backward``'s
+GEMMs follow. It trades the fused GEMMs for cuBLAS's at the price of one more fp32 slice
+round trip (docs/kernel.md, "Routes"); ``routes.route_for`` picks it or not.
 """
 
 from __future__ import annotations
@@ -39,13 +25,9 @@ from .forward import ForwardResult, chunk_sums
 from .slices import bytes_per_column, logit_slice, slice_width
 from .targets import target_logits
 
-# Epilogue tiles: memory-bound passes over an fp32 slice. The LSE pass keeps one program
-# per row block for the whole slice (the merge's fixed order), so its row blocks are
-# small: 1,024 programs at Gemma2-2B's 8,192 rows; the gradient pass has no reduction and
-# tiles both ways. Built for sm_90a here without a GPU (Triton 3.7.1, `ptxas -v`, softcap,
-# smoothing and class weights on): 8×256 with 4 warps takes 80 registers (LSE) and 86
-# (gradient), no spills; 32×256 took 255 and spilled 96 B (gradient), 16×256 with 4 warps
-# 232 (LSE). Not yet timed on a GPU: issue 44.
+# Epilogue tiles of these memory-bound passes: the LSE pass keeps one program per row
+# block for the whole slice (the merge's fixed order), so its row blocks are small. 8×256
+# with 4 warps: 80 and 86 registers on sm_90a, no spill (32×256 spilled); not yet timed.
 LSE_BLOCK = (8, 256)
 GRAD_BLOCK = (8, 256)
 NUM_WARPS = 4
@@ -85,13 +67,9 @@ def _lse_epilogue_kernel(
     HAS_SMOOTHING: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
 ):
-    """Fold columns [v0, v0 + width) of fp32 logits ``Z`` (N, ≥ width) into the state.
-
-    The state is the online (max, Σ exp(z − max)) and, with smoothing, Σ_v w_v (z − max),
-    relative to the running max so a common logit offset cancels (as forward.py and
-    native.py keep it). ``seen`` is Σ w over the columns already folded: v0 without class
-    weights, else ``Seen[0]`` (a device scalar: no host sync) plus this slice's tiles.
-    """
+    """Fold columns [v0, v0 + width) of fp32 logits ``Z`` (N, ≥ width) into the online
+    state (``common.online_softmax``); ``seen``, Σ w over the columns already folded, is
+    v0 without class weights, else ``Seen[0]`` (a device scalar: no host sync)."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
@@ -177,10 +155,8 @@ def _grad_epilogue_kernel(
 
 
 def slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
-    """The front of ``buf`` as a (rows, cols) matrix whose row stride is ``cols`` rounded up
-    to 16 bytes: the last, narrower slice keeps tight rows that stay aligned (cuBLAS's
-    fastest kernels and TMA want 16-byte strides; an odd width such as GPT-2's last 2,641
-    columns would not be)."""
+    """The front of ``buf`` as a (rows, cols) matrix with ``cols`` rounded up to 16 bytes as
+    its row stride: a narrower last slice (GPT-2's 2,641 columns) keeps aligned rows."""
     step = 16 // buf.element_size()
     stride = triton.cdiv(cols, step) * step
     return buf.view(-1)[: buf.shape[0] * stride].view(buf.shape[0], stride)[:, :cols]

@@ -1,11 +1,9 @@
 """Forward stage: per row, the LSE (as row max and log-sum) and the smoothing sum.
 
-Grid = (row blocks, vocab splits). Each program walks its vocab tiles once,
-keeping an online (max, sum-exp) per row in registers; splits write partial
-results to O(splits·N) buffers that torch combines, so there are no locks, no
-grid-wide barrier and no N×V buffer. Without softcap the smoothing sum is
-``E_n·c̄`` (one D-dot per row, done by split 0); with softcap it is accumulated
-tile by tile. Padded vocab columns are −inf in the LSE and 0 in the sums.
+Grid = (row blocks, vocab splits); each program keeps an online (max, sum-exp) per row
+over its vocab tiles and writes O(splits·N) partials that torch combines: no locks, no
+N×V buffer. Without softcap the smoothing sum is ``E_n·c̄`` (split 0), with it tile by
+tile.
 """
 
 from __future__ import annotations
@@ -153,11 +151,8 @@ def compiled_for_interpreter() -> bool:
 
 
 def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
-    """An autotuner per variant: a shared one would time one variant for all.
-
-    ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 calls ``.zero_()``
-    on whatever the name holds, ``None`` included).
-    """
+    """An autotuner per variant (a shared one would time one variant for all);
+    ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 zeroes ``None`` too)."""
     if flags not in _forward_tuned:
         reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
         _forward_tuned[flags] = triton.autotune(
@@ -168,14 +163,10 @@ def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
 
 @dataclass
 class ForwardResult:
-    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum``.
-
-    Keeping the max apart lets ``max − z`` cancel exactly when every logit of a
-    row shares a large offset (torch's log_softmax does the same). ``rel_sum`` is
-    Σ_v (z − row_max) when smoothing; ``logit_avg`` (V,) only when vocab sorting
-    was asked; ``tile_lse`` (N, ⌈V/BLOCK_V⌉) bf16, each row's log-sum-exp per vocab
-    tile (its softmax mass is ``exp(tile_lse − lse)``: tiles.py), ``tile_width`` its BLOCK_V.
-    """
+    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum`` so ``max − z`` cancels
+    a common logit offset exactly. ``rel_sum``: Σ_v w_v (z − row_max) when smoothing;
+    ``logit_avg`` (V,): vocab sorting's; ``tile_lse`` (N, ⌈V/tile_width⌉) bf16: each
+    row's log-sum-exp per vocab tile (tiles.py)."""
 
     row_max: torch.Tensor
     log_sum: torch.Tensor
@@ -193,12 +184,7 @@ class ForwardResult:
 def choose_splits(
     n_rows: int, vocab: int, device: torch.device, block_n: int = 128, ctas_per_sm: int = 1
 ) -> int:
-    """Vocab splits so that row blocks × splits is a whole number of waves (1 on CPU).
-
-    Among 1..64 splits (at least 2 vocab tiles each) take the best last-wave
-    efficiency, then the fewest splits within 1 % of it: fewer, longer programs
-    amortise their prologue and the combine stays small.
-    """
+    """Vocab splits so that row blocks × splits is a whole number of waves (1 on CPU)."""
     if device.type != "cuda" or interpreting():
         return 1
     slots = torch.cuda.get_device_properties(device).multi_processor_count * ctas_per_sm
@@ -206,7 +192,9 @@ def choose_splits(
 
 
 def splits_for(n_rows: int, vocab: int, block_n: int, slots: int) -> int:
-    """The arithmetic of ``choose_splits`` for a device with ``slots`` concurrent CTAs."""
+    """``choose_splits`` for ``slots`` concurrent CTAs: among 1..64 splits (2 vocab tiles
+    each at least) the fewest within 1 % of the best last-wave efficiency, as fewer,
+    longer programs amortise their prologue."""
     row_blocks = triton.cdiv(n_rows, block_n)
     limit = max(1, min(64, vocab // (2 * SPLIT_GRAIN)))
     best = max(wave_efficiency(row_blocks * s, slots) for s in range(1, limit + 1))
@@ -234,11 +222,8 @@ def lse_forward(
     num_splits: int | None = None,
     weight: torch.Tensor | None = None,
 ) -> ForwardResult:
-    """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,).
-
-    With class weights ``weight`` (fp32 (V,)) the smoothing sum is Σ_v w_v (z − max)
-    (``cbar`` then is the weighted column sum Σ_v w_v C_v).
-    """
+    """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,);
+    with class weights ``weight`` (fp32 (V,)), ``cbar`` is Σ_v w_v C_v."""
     if smoothing and softcap is None and cbar is None:
         raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
     if not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c):

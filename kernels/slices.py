@@ -1,22 +1,11 @@
 """Default backward: exact gradient slices and plain GEMMs, no atomics, no locks.
 
-For each vocab slice ``s`` of ``width`` columns, in a fixed order:
-
-1. one fused pass rebuilds the logit slice and forms the exact gradient slice
-   ``G = (A_n·p − B_n·[v = y_n] − S_n·w_v)·(1 − t²)/σ`` (``(1 − t²)`` only with softcap;
-   A, B, S are the per-row coefficients of terms.py: upstream gradient, target,
-   smoothing, class weights, z-loss and the returned LSE's gradient folded in)
-   in the inputs' dtype: a Triton GEMM whose epilogue does the softmax, or torch ops
-   on an fp32 buffer (``engine="torch"``, CPU without the interpreter);
-2. ``dE += G·C_s`` accumulated in an fp32 N×D buffer (cuBLAS with an fp32 output);
-3. ``dC_s = Gᵀ·E`` written once, in place, into its rows of dC.
-
-Every element of dE and dC is produced by one GEMM call sequence in one fixed
-order, so the result is bit-identical run to run whatever the scheduling.
-``σ`` is a power of two near max|g|, so G keeps its full precision in 16-bit
-types even when g is 1/N (fp16 would flush p·g to zero), and dividing it back
-out is exact. Workspace: the slice buffer(s), sized from the memory budget
-(``slice_width``), plus the fp32 dE accumulator.
+Per vocab slice of ``width`` columns, in a fixed order: the exact gradient slice
+``G = (A·p − B·[v = y] − S·w_v)·(1 − t²)/σ`` in the inputs' dtype (terms.py's per-row
+coefficients; a Triton GEMM with the softmax in its epilogue, the cuBLAS route's epilogue
+or torch ops), then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` into its rows of dC. One
+fixed order of GEMM calls: bit-identical run to run. σ, a power of two, keeps fp16's
+``p·g`` from flushing to zero (docs/kernel.md, "How it works").
 """
 
 from __future__ import annotations
@@ -172,10 +161,8 @@ def logit_slice(out: torch.Tensor, e: torch.Tensor, c_s: torch.Tensor) -> torch.
 
 
 def inverse_cap(softcap: float) -> float:
-    """``1/softcap``, by which the torch engine multiplies where the kernels do. torch rounds
-    it to fp32 at the multiply: the kernels' correctly rounded fp32 ``1/s`` whenever ``s``
-    is an fp32 number (rounding a double quotient to fp32 is exact rounding). Plain Python
-    arithmetic, so torch.compile traces it without a break."""
+    """``1/softcap``, as the kernels multiply by it: rounded to fp32 at the multiply, it is
+    their correctly rounded ``1/s``; plain Python, so torch.compile traces it."""
     return 1.0 / softcap
 
 
@@ -269,18 +256,10 @@ def bytes_per_column(
 
 
 def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
-    """Columns per slice, from the memory budget (docs/kernel.md, "Slice geometry").
-
-    The rule: ``widest`` = the most whole ``WIDTH_GRAIN``-column grains that
-    ``budget // per_column`` holds, at least one grain and at most the vocabulary rounded
-    up to a grain; then the vocabulary is cut into ``cdiv(vocab, widest)`` slices, each the
-    narrowest grain multiple that covers it in that many. So the count of slices (and of
-    GEMMs) is the fewest the budget allows, the slices are as even as whole grains let
-    them be, and ``width · per_column ≤ budget``, except that a budget below one grain's
-    cost is exceeded (one grain, 128 columns), not refused. ``None`` (the default) is
-    ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's cost, whichever is less, so that
-    no default slice is the whole logit matrix of a small problem.
-    """
+    """Columns per slice: the fewest slices the budget allows, as even as whole
+    ``WIDTH_GRAIN``-column grains let them be, never below one grain (docs/kernel.md,
+    "Slice geometry"). ``None``: ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's
+    cost, whichever is less."""
     if budget is None:
         budget = min(DEFAULT_BUDGET, per_column * triton.cdiv(vocab, 16))
     columns = budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN

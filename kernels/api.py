@@ -162,56 +162,35 @@ def linear_cross_entropy(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Smoothed cross-entropy of ``softcap(e @ c.T)`` without materialising the logits.
 
-    Equal in value and in the gradients of ``e`` and ``c`` to
-    ``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=β,
-    ignore_index=..., reduction=..., weight=...)`` plus ``z_loss·lse²`` per valid row,
-    gradients returned in the inputs' dtype — except that ``reduction="mean"`` with every
-    row ignored (or every target's weight 0) gives 0 and zero gradients (torch gives NaN).
-    The loss is fp32. Per-token weights need no option: ``reduction="none"`` and a
-    weighted sum of the rows (kernels/terms.py has the formulas).
+    Equal in value and in the gradients of ``e`` and ``c`` (returned in their dtype) to
+    ``F.cross_entropy(softcap(e.float() @ c.float().T), targets, ...)`` plus
+    ``z_loss·lse²`` per valid row, except that a ``mean`` over no valid row (or zero
+    total target weight) is 0 with zero gradients, not NaN. The loss is fp32. The
+    backward is the exact, bit-deterministic slice backward (kernels/slices.py); the
+    tile backward and its filters are ablations (kernels/ablations.py). docs/kernel.md.
 
     Args:
-        e: (..., D) embeddings, fp32/bf16/fp16, any strides (viewed as (N, D) when
-            possible, copied otherwise).
+        e: (..., D) embeddings, fp32/bf16/fp16, any strides.
         c: (V, D) classifier, same dtype as ``e``.
-        targets: integer tensor of e's leading shape; ids in [0, V) or ``ignore_index``.
-            Out-of-range ids raise ``ValueError`` for CPU tensors; on CUDA they trip
-            an asynchronous device assert (no host sync) unless ``PERFSUITE_DEBUG=1``,
-            which syncs and raises ``ValueError``.
-        label_smoothing: β in [0, 1]. β = 0 and β > 0 compile separate kernels;
-            distinct β > 0 values reuse one.
+        targets: integer ids of e's leading shape, in [0, V) or ``ignore_index``; out of
+            range: ``ValueError`` on CPU, an asynchronous device assert on CUDA (a sync
+            and ``ValueError`` with ``PERFSUITE_DEBUG=1``).
+        label_smoothing: β in [0, 1] (β = 0 and β > 0 compile separate kernels).
         softcap: Gemma2's ``s·tanh(l/s)``.
-        weight: class weights, a float (V,) tensor ≥ 0 with ``F.cross_entropy``'s
-            semantics: the target term scaled by w[y], the smoothing term by w[v], and
-            ``mean`` divided by Σ w[y] over valid rows.
-        z_loss: coefficient of PaLM's auxiliary ``lse²`` per valid row (0: off);
-            ``mean`` averages it over the valid rows, unweighted.
-        return_lse: also return the fp32 per-row log-sum-exp of the (softcapped)
-            logits, shaped like ``targets`` and differentiable (split only).
+        weight: class weights, a float (V,) tensor ≥ 0, ``F.cross_entropy``'s semantics.
+        z_loss: coefficient of PaLM's ``lse²`` per valid row; ``mean`` averages it over
+            the valid rows, unweighted.
+        return_lse: also return the fp32, differentiable per-row LSE (split only).
         vocab_parallel: ``VocabParallel(start, stop, group)`` when ``c`` is this rank's
-            rows [start, stop) of a classifier sharded over a ``torch.distributed``
-            group (kernels/parallel.py); ``targets`` stay global ids, ``weight`` is the
-            shard's slice. Every rank gets the full loss and dE. Split only.
+            rows of a vocab-sharded classifier (kernels/parallel.py; split only).
         memory_budget: bytes of slice workspace beyond the fp32 dE accumulator
-            (N·D·4); the slice width is the most columns it holds in whole 128-column
-            grains (never below 128), evened out over the slices that takes
-            (``slices.slice_width``). Default: 64 MiB, or the workspace of a sixteenth
-            of the vocabulary when that is less. Larger budgets mean fewer, larger GEMMs.
-        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``: Triton GEMMs with
-            the softmax fused in), "cublas" (the same, with cuBLAS fp32 logit slices and
-            one Triton epilogue per slice: kernels/cublas_route.py) or "torch" (the same
-            slice algorithm in torch ops: the native CPU path, no interpreter). "auto":
-            on CUDA the route kernels/routes.py's rule picks for the arch and dtype;
-            torch on a CPU without the interpreter, else triton.
-        impl: "split" (forward, then a recomputing backward) or "fused" (gradients
-            computed inside the forward call; backward scales them). Fused with
-            ``reduction="none"`` defers the gradient pass to backward; under
-            ``torch.no_grad()`` no gradient pass runs.
-
-    The backward is the exact, bit-deterministic slice backward: per vocab slice the
-    exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` as plain
-    GEMMs (kernels/slices.py). The atomic-tile backward and its gradient filters are
-    ablations: ``kernels.ablations.tiled_linear_cross_entropy``.
+            (``slices.slice_width``); default 64 MiB, or a sixteenth of the vocabulary's.
+        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``), "cublas" (cuBLAS
+            logit slices, Triton epilogues) or "torch" (torch ops: the native CPU path);
+            "auto": kernels/routes.py's rule on CUDA, torch on a CPU without the
+            interpreter, else triton.
+        impl: "split" (a recomputing backward) or "fused" (gradients computed in the
+            forward call, none under ``torch.no_grad()``).
     """
     return _linear_cross_entropy(**locals())  # every argument above, by name
 

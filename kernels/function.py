@@ -20,7 +20,6 @@ from .forward import ForwardResult, lse_forward
 from .native import torch_forward
 from .reductions import column_sum
 from .slices import slices_backward
-from .sorting import vocab_order
 from .tiles import TileList, build_tile_list, row_thresholds
 
 
@@ -162,7 +161,10 @@ def _grads(
         return slices_backward(e, c, targets, s.row_max, s.log_sum, k, p=p, weight=weight)
     # The tile backward: plain cross-entropy only (api refuses weights and z-loss there).
     g = k.prob
-    order = vocab_order(s.logit_avg) if s.logit_avg is not None else None
+    # CCE's vocab sorting: tiles by decreasing average logit, so filtered tiles cluster.
+    order = None
+    if s.logit_avg is not None:
+        order = torch.argsort(s.logit_avg, descending=True).to(torch.int32)
     tiles = row_eps = None
     if s.tile_lse is not None and p.filter_eps is not None:
         # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.

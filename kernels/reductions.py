@@ -1,8 +1,5 @@
-"""Column sums in fp32: ``c̄ = Σ_v C_v`` and the weighted ``Σ_n g_n E_n``.
-
-These are the rank-one pieces of label smoothing (math.md): O(VD) and O(ND) reads,
-no N×V work, no fp32 copy of the input.
-"""
+"""Column sums in fp32, ``c̄ = Σ_v C_v`` and the weighted ``Σ_n g_n E_n``: the rank-one
+pieces of label smoothing (math.md), with no fp32 copy of the input."""
 
 from __future__ import annotations
 
@@ -74,8 +71,7 @@ def column_sum(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Te
         rows,
         dim,
         rows_per_split,
-        x.stride(0),
-        x.stride(1),
+        *x.stride(),
         BLOCK_R=block_r,
         BLOCK_D=block_d,
         num_warps=NUM_WARPS,

@@ -1,20 +1,14 @@
 """Which backward tiles to launch: a per-row mass budget over the forward's tile sums.
 
-The forward keeps, per row n and vocab tile f, ``tile_lse[n, f] = log Σ_{v∈f} exp z``
-(bf16, N·⌈V/BLOCK_V⌉·2 bytes), so a tile's softmax mass is ``m = exp(tile_lse − lse)``.
-Skipping the pair (row block, tile) drops exactly that mass from each of its rows'
-softmax gradient (the target part is exact outside the tiles; with softcap the in-tile
-``(β/V)·t²`` piece is bounded by ``BLOCK_V·β/V`` and added to m).
-
-Per row, ``row_threshold`` picks the largest τ in {filter_eps·4^-k} whose dropped mass
-``Σ_f m·[m < τ]`` stays within half of ``δ = finfo(dtype).eps / 4`` (so at most a
-quarter ulp of the row's gradient scale is lost, however many tiles fall under
-it); a flat softmax over a large vocabulary gets τ = 0 and loses nothing. A pair
-is launched if some live row of its block has ``m ≥ τ``. The
-list is built on the device (no host sync; the count stays there) in the
-backward's grouped order; backward programs past the count exit at once.
-CCE's filter instead drops every tile whose elements are all below ``filter_eps``,
-which on a peaked-but-heavy-tailed softmax can drop a large part of the gradient.
+The forward keeps ``tile_lse[n, f] = log Σ_{v∈f} exp z`` (bf16), so skipping the pair
+(row block, tile f) drops exactly the softmax mass ``m = exp(tile_lse − lse)`` from each
+of its rows' gradient (with softcap the in-tile ``(β/V)·t²`` piece, at most
+``BLOCK_V·β/V``, is added to m). Per row, ``row_thresholds`` takes the largest τ in
+{filter_eps·4^-k} whose dropped mass ``Σ_f m·[m < τ]`` stays within ``mass_budget`` (a
+quarter ulp of the row's gradient scale, however many tiles fall under it); a pair is
+launched if some live row of its block has ``m ≥ τ``. CCE's element filter can instead
+drop much of a peaked but heavy-tailed row. The list is built on the device, in the
+backward's grouped order, with no host sync.
 """
 
 from __future__ import annotations

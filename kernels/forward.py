@@ -226,18 +226,21 @@ def lse_forward(
     with class weights ``weight`` (fp32 (V,)), ``cbar`` is Σ_v w_v C_v."""
     if smoothing and softcap is None and cbar is None:
         raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
-    if not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c):
-        # sm_90/sm_100, 16-bit, TMA-aligned: the persistent TMA kernel (hopper.py).
-        kw = dict(cbar=cbar, smoothing=smoothing, softcap=softcap, weight=weight)
-        return hopper.lse_forward(e, c, targets, **kw)
     n_rows, dim = e.shape
     vocab = c.shape[0]
     sizes = (n_rows, vocab, dim)
-    cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
-    block_n = 128 if cfg is None else cfg.block_n
-    splits = num_splits or choose_splits(
-        n_rows, vocab, e.device, block_n, 1 if cfg is None else cfg.ctas_per_sm
-    )
+    # sm_90/sm_100, 16-bit, TMA-aligned: the persistent TMA kernel (hopper.py).
+    tma = not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c)
+    if tma:
+        weighted = weight is not None
+        cfg = pinned_config("forward", e.dtype, e.device, sizes, tma=True, weighted=weighted)
+        splits = hopper.forward_splits(n_rows, vocab, e.device, cfg)
+    else:
+        cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
+        block_n = 128 if cfg is None else cfg.block_n
+        splits = num_splits or choose_splits(
+            n_rows, vocab, e.device, block_n, 1 if cfg is None else cfg.ctas_per_sm
+        )
     # A multiple of every BLOCK_V in use, so no tile straddles two splits.
     grain = SPLIT_GRAIN if cfg is None else max(SPLIT_GRAIN, cfg.block_v)
     split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
@@ -261,8 +264,10 @@ def lse_forward(
 
     args = (e, c, cbar, max_part, sum_part, smooth_part, avg, tmax, weight)
     args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
-    strides = (e.stride(0), e.stride(1), c.stride(0), c.stride(1))
-    if cfg is None:
+    strides = (*e.stride(), *c.stride())
+    if tma:
+        hopper.launch_forward(e, c, cbar, part, weight, softcap, split_size, cfg)
+    elif cfg is None:
         flags = (smoothing, softcap is not None, avg is not None, tmax is not None)
         flags += (weight is not None,)
         _tuned(flags, avg is not None, tmax is not None)[grid](*args, *strides)

@@ -438,32 +438,21 @@ def forward_splits(n_rows: int, vocab: int, device: torch.device, cfg: KernelCon
     return splits_for(n_rows, vocab, cfg.block_n, _sm_count(device.index or 0) * cfg.ctas_per_sm)
 
 
-def lse_forward(
+def launch_forward(
     e: torch.Tensor,
     c: torch.Tensor,
-    targets: torch.Tensor,
-    *,
     cbar: torch.Tensor | None,
-    smoothing: bool,
+    part: torch.Tensor,
+    weight: torch.Tensor | None,
     softcap: float | None,
-    weight: torch.Tensor | None = None,
-):
-    """``forward.lse_forward`` (no logit sums, no tile LSEs; its arguments checked there) on
-    the TMA kernel."""
-    from .forward import SPLIT_GRAIN, ForwardResult, _combine
-    from .targets import target_logits
-
+    split_size: int,
+    cfg: KernelConfig,
+) -> None:
+    """``forward.lse_forward``'s launch on the TMA kernel: per-split partials into ``part``
+    (max, sum-exp and, with smoothing, the smoothing sums: (2 or 3, splits, N))."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    cfg = pinned_config(
-        "forward", e.dtype, e.device, (n_rows, vocab, dim), tma=True, weighted=weight is not None
-    )
-    splits = forward_splits(n_rows, vocab, e.device, cfg)
-    grain = max(SPLIT_GRAIN, cfg.block_v)
-    split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
-    part = torch.empty(
-        (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
-    )
+    smoothing, splits = part.shape[0] == 3, part.shape[1]
     smooth_part = part[2] if smoothing else None
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
@@ -474,11 +463,6 @@ def lse_forward(
         e_desc, c_desc, cbar, part[0], part[1], smooth_part, weight, softcap,
         n_rows, vocab, dim, split_size, splits,
     )  # fmt: skip
-    row_max, log_sum, rel_sum = _combine(
-        part[0], part[1], smooth_part, softcap, vocab, split_size, weight
-    )
-    target_logit = target_logits(e, c, targets, softcap)
-    return ForwardResult(row_max, log_sum, target_logit, rel_sum, None)
 
 
 def grad_slice(

@@ -204,9 +204,8 @@ def cublas_forward(
 
 
 def grad_slice(
-    out: torch.Tensor, logits: torch.Tensor, e, c, targets, row_max, log_sum, k, weight,
-    inv_scale, v0: int, *, p,
-) -> None:  # fmt: skip
+    out: torch.Tensor, logits, e, c, targets, row_max, log_sum, k, weight, inv, v0: int, *, p
+) -> None:
     """``slices._triton_grad_slice`` on this route: the fp32 slice from cuBLAS into the
     front of ``logits`` (N, the slice width), then the gradient epilogue into ``out``."""
     n_rows, cols = out.shape
@@ -216,6 +215,6 @@ def grad_slice(
     w = weight if k.smooth is not None else None  # only the smoothing term reads it
     _grad_epilogue_kernel[grid](
         z, out, row_max, log_sum, k.prob, k.target, k.smooth, w, targets.contiguous(),
-        inv_scale, p.softcap, n_rows, v0, cols, z.stride(0), out.stride(0),
+        inv, p.softcap, n_rows, v0, cols, z.stride(0), out.stride(0),
         BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
     )  # fmt: skip

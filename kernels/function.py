@@ -1,9 +1,6 @@
-"""Autograd Functions: split (forward kernel, later backward kernel) and fused.
-
-Both save O(N + V + D) beyond their inputs, plus the per-tile LSEs with the tile list.
-The fused Function runs the gradient pass inside its forward and keeps dE/dC for
-backward, which only scales them by the upstream scalar.
-"""
+"""Autograd Functions, split (forward, then a recomputing backward) and fused (gradients
+computed in the forward call, scaled in backward); both save O(N + V + D) beyond their
+inputs, plus the per-tile LSEs with the tile list."""
 
 from __future__ import annotations
 
@@ -37,7 +34,6 @@ class Params:
     tile_list: bool = True
     # torch.is_grad_enabled() at the call (inside Function.forward it is always False).
     grad_mode: bool = True
-    num_splits: int | None = None
     # "slices" (exact GEMM backward, slices.py) or "tiles" (atomic tile backward, backward.py).
     backward: str = "slices"
     # "triton" (GPU, or CPU under the interpreter), "cublas" (cuBLAS logit slices and a
@@ -86,29 +82,31 @@ def _forward(
         softcap=p.softcap,
         logit_avg=filtering and p.sort_vocab and not use_list,
         tile_lse=use_list,
-        num_splits=p.num_splits,
         weight=weight if smoothing else None,  # only the smoothing sum reads it
     )
     return out, cbar
 
 
-def _losses(
-    out: ForwardResult,
-    targets: torch.Tensor,
-    weight: torch.Tensor | None,
-    p: Params,
-    vocab: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reduced loss and the validity mask, from either engine's forward."""
+def _row_weights(
+    targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The validity mask, w[y] and Σ w (None without class weights)."""
     valid = _valid(targets, p)
     wy = terms.target_weights(targets, valid, weight, vocab)
-    wsum = None if weight is None else weight.sum()
+    return valid, wy, None if weight is None else weight.sum()
+
+
+def _losses(
+    out: ForwardResult, targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
+) -> torch.Tensor:
+    """The reduced loss from either engine's forward."""
+    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
     ce = terms.ce_rows(
         out.row_max, out.log_sum, out.target_logit, out.rel_sum, valid,
         beta=p.beta, vocab=vocab, wy=wy, wsum=wsum,
     )  # fmt: skip
     zl = terms.z_rows(out.lse, valid, p.z_loss)
-    return terms.reduce(ce, zl, valid, p.reduction, wy), valid
+    return terms.reduce(ce, zl, valid, p.reduction, wy)
 
 
 def _coefficients(
@@ -120,7 +118,7 @@ def _coefficients(
     grad_out: torch.Tensor | None,
     grad_lse: torch.Tensor | None = None,
 ) -> terms.Coefficients:
-    valid = _valid(targets, p)
+    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
     return terms.coefficients(
         valid,
         lse,
@@ -128,8 +126,8 @@ def _coefficients(
         vocab=vocab,
         reduction=p.reduction,
         z_loss=p.z_loss,
-        wy=terms.target_weights(targets, valid, weight, vocab),
-        wsum=None if weight is None else weight.sum(),
+        wy=wy,
+        wsum=wsum,
         grad_out=grad_out,
         grad_lse=grad_lse,
     )
@@ -229,7 +227,7 @@ def _split_forward(
     p: Params = ctx.params
     needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
     out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-    loss, _ = _losses(out, targets, weight, p, c.shape[0])
+    loss = _losses(out, targets, weight, p, c.shape[0])
     return loss, out, cbar, needs_grad
 
 
@@ -267,13 +265,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
 
 
 class FusedLinearCrossEntropyFunction(torch.autograd.Function):
-    """Fused version: dE/dC are computed in the forward call for upstream gradient 1.
-
-    ``reduction="none"`` cannot fold a per-row upstream gradient into a
-    precomputed dC, so there the gradient pass waits for backward (as split).
-    Under ``torch.no_grad()`` (evaluation) no gradient pass runs at all:
-    ``ctx.needs_input_grad`` reflects ``requires_grad``, not grad mode.
-    """
+    """Fused version: dE/dC computed in the forward call for upstream gradient 1; with
+    ``reduction="none"`` (a per-row upstream gradient) the pass waits for backward, and
+    under ``torch.no_grad()`` none runs."""
 
     @staticmethod
     def forward(

@@ -10,7 +10,7 @@ from .backward import default_filter_eps
 from .checks import check_targets_in_range, check_weight_values
 from .configs import DTYPE_NAMES, arch_of, interpreting
 from .forward import compiled_for_interpreter
-from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
+from .function import LinearCrossEntropyFunction, Params
 from .op import linear_cross_entropy_op
 from .parallel import VocabParallel, VocabParallelFunction, shard_layout
 from .routes import route_for
@@ -256,6 +256,7 @@ def _linear_cross_entropy(
         budget=budget,
         z_loss=float(z_loss),
         return_lse=return_lse,
+        fused=impl == "fused",
     )
     batch_shape = targets.shape
     e2 = e.reshape(-1, dim)  # a view whenever the strides allow it
@@ -270,10 +271,8 @@ def _linear_cross_entropy(
         out = out if return_lse else out[0]
     elif vocab_parallel is not None:
         out = VocabParallelFunction.apply(e2, c, flat_targets, w, params, vocab_parallel, vocab)
-    elif impl == "split":
-        out = LinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
     else:
-        out = FusedLinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
+        out = LinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
     loss, lse = out if return_lse else (out, None)
     if reduction == "none":
         loss = loss.reshape(batch_shape)

@@ -1,6 +1,6 @@
-"""Autograd Functions, split (forward, then a recomputing backward) and fused (gradients
-computed in the forward call, scaled in backward); both save O(N + V + D) beyond their
-inputs, plus the per-tile LSEs with the tile list."""
+"""The autograd Function of the paths the custom op (op.py) does not take: split or fused,
+the tile backward, vocab-parallel's pieces. It saves O(N + V + D) beyond its inputs,
+plus the per-tile LSEs with the tile list."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ class Params:
     z_loss: float = 0.0
     # Also return the per-row LSE (differentiable; split only).
     return_lse: bool = False
+    # impl="fused": gradients computed in the forward call.
+    fused: bool = False
 
 
 def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
@@ -220,17 +222,6 @@ def _load(ctx: Any) -> tuple[list[torch.Tensor], ForwardResult, torch.Tensor | N
     return tensors, saved, cbar
 
 
-def _split_forward(
-    ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None
-) -> tuple[torch.Tensor, ForwardResult, torch.Tensor | None, bool]:
-    """Both Functions' forward pass: (loss, forward result, c̄, whether grads are needed)."""
-    p: Params = ctx.params
-    needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-    out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-    loss = _losses(out, targets, weight, p, c.shape[0])
-    return loss, out, cbar, needs_grad
-
-
 def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:
     """(dE, dC) where asked for, then None for the ``others`` inputs."""
     asked = ctx.needs_input_grad
@@ -238,7 +229,10 @@ def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """Split version: LSE/target/smoothing forward, recomputing backward."""
+    """The forward kernel, then either a recomputing backward (split) or, with ``p.fused``,
+    dE/dC computed in the forward call for upstream gradient 1 and scaled in backward
+    (``reduction="none"``'s per-row upstream gradient waits for backward; under
+    ``torch.no_grad()`` no gradient pass runs)."""
 
     @staticmethod
     def forward(
@@ -250,49 +244,27 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         p: Params,
     ) -> Any:
         ctx.params = p
-        loss, out, cbar, _ = _split_forward(ctx, e, c, targets, weight)
-        _save(ctx, out, cbar, e, c, targets, weight)
-        return (loss, out.lse) if p.return_lse else loss
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
-        (e, c, targets, weight), saved, cbar = _load(ctx)
-        p: Params = ctx.params
-        k = _coefficients(
-            targets, weight, saved.lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
-        )
-        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))
-
-
-class FusedLinearCrossEntropyFunction(torch.autograd.Function):
-    """Fused version: dE/dC computed in the forward call for upstream gradient 1; with
-    ``reduction="none"`` (a per-row upstream gradient) the pass waits for backward, and
-    under ``torch.no_grad()`` none runs."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        e: torch.Tensor,
-        c: torch.Tensor,
-        targets: torch.Tensor,
-        weight: torch.Tensor | None,
-        p: Params,
-    ) -> torch.Tensor:
-        ctx.params = p
-        loss, out, cbar, needs_grad = _split_forward(ctx, e, c, targets, weight)
-        ctx.fused = needs_grad and p.reduction != "none"
+        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
+        out, cbar = _forward(e, c, targets, weight, p, needs_grad)
+        loss = _losses(out, targets, weight, p, c.shape[0])
+        ctx.fused = p.fused and needs_grad and p.reduction != "none"
         if ctx.fused:
             k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
             de, dc = _grads(e, c, targets, weight, k, out, cbar, p)
             ctx.save_for_backward(de, dc)
         else:
             _save(ctx, out, cbar, e, c, targets, weight)
-        return loss
+        return (loss, out.lse) if p.return_lse else loss
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        if not ctx.fused:
-            return LinearCrossEntropyFunction.backward(ctx, grad_out)
-        de, dc = ctx.saved_tensors
-        # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
-        return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))
+    def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
+        if ctx.fused:
+            de, dc = ctx.saved_tensors
+            # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
+            return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))
+        (e, c, targets, weight), saved, cbar = _load(ctx)
+        p: Params = ctx.params
+        k = _coefficients(
+            targets, weight, saved.lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
+        )
+        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))

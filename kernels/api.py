@@ -108,11 +108,9 @@ def _resolve(
     filter_eps: object,
     budget: object,
     dtype: torch.dtype = torch.float32,
-) -> tuple[str, str, int | None]:
-    """(backward, engine, budget) after "auto", or ``ValueError`` naming the conflict.
-
-    "auto" on CUDA runs the slice backward on ``routes.route_for``'s route for the
-    device's arch and ``dtype``."""
+) -> tuple[str, str]:
+    """(backward, engine) after "auto" (on CUDA, the slice backward on ``routes.route_for``'s
+    route for the device's arch and ``dtype``), or ``ValueError`` naming the conflict."""
     if backward not in BACKWARDS:
         raise ValueError(f"unknown backward {backward!r}; use one of {BACKWARDS}")
     if engine not in ENGINES:
@@ -140,7 +138,7 @@ def _resolve(
             f"Triton on {device.type} needs its interpreter: set TRITON_INTERPRET=1 "
             "before importing perfsuite.kernels, use engine='torch', or CUDA tensors"
         )
-    return backward, engine, budget
+    return backward, engine
 
 
 def linear_cross_entropy(
@@ -220,9 +218,7 @@ def _linear_cross_entropy(
     """``linear_cross_entropy`` with the ablations' knobs (kernels/ablations.py)."""
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
     _validate_terms(c, weight, z_loss, return_lse, impl)
-    backward, engine, budget = _resolve(
-        e.device, backward, engine, filter_eps, memory_budget, e.dtype
-    )
+    backward, engine = _resolve(e.device, backward, engine, filter_eps, memory_budget, e.dtype)
     if backward == "tiles" and (weight is not None or z_loss or return_lse or vocab_parallel):
         raise ValueError(
             "weight, z_loss, return_lse and vocab_parallel need the slice backward "
@@ -253,7 +249,7 @@ def _linear_cross_entropy(
         grad_mode=torch.is_grad_enabled(),
         backward=backward,
         engine=engine,
-        budget=budget,
+        budget=memory_budget,
         z_loss=float(z_loss),
         return_lse=return_lse,
         fused=impl == "fused",

@@ -182,11 +182,12 @@ class ForwardResult:
 
 
 def choose_splits(
-    n_rows: int, vocab: int, device: torch.device, block_n: int = 128, ctas_per_sm: int = 1
+    n_rows: int, vocab: int, device: torch.device, block_n: int, ctas_per_sm: int, cpu: int = 1
 ) -> int:
-    """Vocab splits so that row blocks × splits is a whole number of waves (1 on CPU)."""
+    """Vocab splits so that row blocks × splits is a whole number of waves (``cpu`` splits
+    on a CPU or under the interpreter)."""
     if device.type != "cuda" or interpreting():
-        return 1
+        return cpu
     slots = torch.cuda.get_device_properties(device).multi_processor_count * ctas_per_sm
     return splits_for(n_rows, vocab, block_n, slots)
 

@@ -22,7 +22,8 @@ from .tiles import TileList, build_tile_list, row_thresholds
 
 @dataclass(frozen=True)
 class Params:
-    """Everything but the tensors; validated by ``api.linear_cross_entropy``."""
+    """``api.linear_cross_entropy``'s options, validated and resolved (``engine``:
+    triton, cublas or torch; ``budget``: its ``memory_budget``; ``fused``: impl="fused")."""
 
     beta: float
     softcap: float | None
@@ -34,18 +35,11 @@ class Params:
     tile_list: bool = True
     # torch.is_grad_enabled() at the call (inside Function.forward it is always False).
     grad_mode: bool = True
-    # "slices" (exact GEMM backward, slices.py) or "tiles" (atomic tile backward, backward.py).
-    backward: str = "slices"
-    # "triton" (GPU, or CPU under the interpreter), "cublas" (cuBLAS logit slices and a
-    # Triton epilogue: cublas_route.py) or "torch" (torch ops over vocab slices).
+    backward: str = "slices"  # or "tiles" (the ablation)
     engine: str = "triton"
-    # Bytes of slice workspace beyond the fp32 dE accumulator; None: slices.slice_width's default.
     budget: int | None = None
-    # z_loss·lse² per valid row (terms.py); slice backward only, as class weights are.
     z_loss: float = 0.0
-    # Also return the per-row LSE (differentiable; split only).
     return_lse: bool = False
-    # impl="fused": gradients computed in the forward call.
     fused: bool = False
 
 

@@ -21,11 +21,8 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Tile sizes and launch options for one kernel.
-
-    ``block_dd`` is the D chunk of the backward's dE/dC updates (unused by the forward);
-    ``ctas_per_sm`` the occupancy ``kernel-report`` measures (sizes the forward's grid).
-    """
+    """Tile sizes and launch options for one kernel (``block_dd``: the tile backward's D
+    chunk; ``ctas_per_sm``: the occupancy that sizes a grid)."""
 
     block_n: int
     block_v: int

@@ -196,11 +196,8 @@ def _torch_grad_slice(
 
 @functools.cache
 def _fp32_out_mm(device: torch.device) -> bool:
-    """Whether ``torch.addmm(..., out_dtype=float32)`` adds 16-bit products into fp32 here.
-
-    cuBLAS does (torch ≥ 2.8 on CUDA); CPU torch has no such kernel. Probed once per
-    device against an fp32 GEMM, in place as the backward uses it.
-    """
+    """Whether ``torch.addmm(..., out_dtype=float32)`` adds 16-bit products into fp32 here
+    (cuBLAS in torch ≥ 2.8; not CPU torch): probed once per device, as the backward uses it."""
     if device.type != "cuda":
         return False
     try:
@@ -233,15 +230,10 @@ def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 def bytes_per_column(
     n_rows: int, dim: int, dtype: torch.dtype, device: torch.device, engine: str, softcap: bool
 ) -> int:
-    """Workspace one vocab column of a slice costs: the ``slice_width`` accounting.
-
-    triton: G in the dtype (N·2 or N·4); 16-bit G where no fp32-output GEMM exists (CPU)
-    adds its fp32 upcast for dE (N·4 + D·4). cublas: the fp32 logits (N·4) and G in the
-    dtype, and without an fp32-output GEMM the fp32 upcasts of C_s (D·4) and of G for dE
-    (N·4 + D·4). torch: the fp32 logit/gradient buffer (N·4), a second one with softcap,
-    and for 16-bit inputs G rounded to the dtype (N·2) and C_s in fp32 (D·4). fp16 adds
-    C_s-sized fp32 rescaling (D·4).
-    """
+    """Workspace one vocab column of a slice costs on ``engine``: G in the dtype (triton),
+    plus the fp32 logits (cublas), or fp32 buffers, two with softcap, plus G and C_s
+    rounded for 16-bit inputs (torch); the fp32 upcasts where no fp32-output GEMM exists,
+    and fp16's rescaling of dC_s."""
     size = torch.finfo(dtype).bits // 8
     slow_half = size < 4 and not _fp32_out_mm(device)
     if engine == "triton":
@@ -271,11 +263,8 @@ def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
 def _gradient_scale(
     k: Coefficients, weight: torch.Tensor | None, dtype: torch.dtype
 ) -> torch.Tensor:
-    """σ: 2^⌊log2 max|coefficient|⌋ for fp16 (device-side, no sync), else 1.
-
-    fp16 flushes p·g below 6e-8 to zero (g = 1/N for a mean); G/σ is O(1) instead, and
-    σ is divided back out exactly. bf16 and fp32 have fp32's range: σ = 1.
-    """
+    """σ: 2^⌊log2 max|coefficient|⌋ for fp16 (device-side, no sync), else 1: fp16 would
+    flush p·g to zero for g = 1/N; G/σ is O(1), and σ divides back out exactly."""
     if dtype != torch.float16:
         return torch.ones((), device=k.prob.device)
     parts = [k.prob.abs().amax(), k.target.abs().amax()]
@@ -298,12 +287,9 @@ def slices_backward(
     weight: torch.Tensor | None = None,
     de_fp32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dE (N, D) and dC (V, D) in the inputs' dtype from the per-row coefficients ``k``.
-
-    ``p`` (function.Params) supplies softcap, the engine and the memory budget;
-    ``weight`` the class weights (fp32 (V,)) when there are any. ``de_fp32`` returns dE
-    as the fp32 accumulator (the vocab-parallel path sums it across ranks first).
-    """
+    """dE (N, D) and dC (V, D) in the inputs' dtype from the per-row coefficients ``k``,
+    on ``p``'s engine (function.Params); ``de_fp32``: dE as the fp32 accumulator (the
+    vocab-parallel path sums it across ranks first)."""
     from . import cublas_route
 
     n_rows, dim = e.shape

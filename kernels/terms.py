@@ -56,11 +56,8 @@ def ce_rows(
     wy: torch.Tensor | None = None,
     wsum: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-row cross-entropy (0 at ignored rows), written around the row max.
-
-    ``rel_sum`` is Σ_v w_v (z − max), so a common logit offset cancels:
-    unweighted, log-sum + (1−β)(max − z_y) − (β/V)·rel_sum.
-    """
+    """Per-row cross-entropy (0 at ignored rows) around the row max, ``rel_sum`` being
+    Σ_v w_v (z − max): unweighted, log-sum + (1−β)(max − z_y) − (β/V)·rel_sum."""
     if wy is None:
         rows = log_sum + (1.0 - beta) * (row_max - target_logit)
         if rel_sum is not None:

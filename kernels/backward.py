@@ -16,7 +16,7 @@ import triton.language as tl
 
 from .common import cast, dot, grouped, locked_add, logit_tile, tanh, tanh_scale, wide_offsets
 from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
-from .forward import dot_precision
+from .forward import ForwardResult, dot_precision
 from .reductions import column_sum
 from .slices import row_chunks
 from .tiles import TileList
@@ -219,29 +219,31 @@ def lce_backward(
     e: torch.Tensor,
     c: torch.Tensor,
     targets: torch.Tensor,
-    row_max: torch.Tensor,
-    log_sum: torch.Tensor,
+    s: ForwardResult,
     g: torch.Tensor,
-    target_w: torch.Tensor,
     *,
     cbar: torch.Tensor | None,
-    beta: float,
-    softcap: float | None,
     row_eps: torch.Tensor | None,
     order: torch.Tensor | None,
     tiles: TileList | None,
-    accum_fp32: bool,
+    p,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``
-    (fp32 (N,), 0 at ignored rows); ``target_w`` (N,): the target part's weight per row,
-    (1−β)·(1 − tanh²(z_y/s)) with softcap, else (1−β). dE accumulates in fp32 (16-bit
-    read-modify-writes over thousands of tiles lose precision), dC in the dtype unless
-    ``accum_fp32``."""
+    (fp32 (N,), 0 at ignored rows), from the forward's ``s`` and ``p`` (function.Params).
+    dE accumulates in fp32 (16-bit read-modify-writes over thousands of tiles lose
+    precision), dC in the dtype unless ``p.accum_fp32``."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
+    beta, softcap, row_max, log_sum = p.beta, p.softcap, s.row_max, s.log_sum
     smooth_w = beta / vocab
+    # The target part's weight per row, (1−β)·∂z_y/∂l_y: (1−β)(1 − tanh²) with softcap.
+    if softcap is None:
+        target_w = torch.full_like(s.target_logit, 1.0 - beta)
+    else:
+        t = s.target_logit / softcap
+        target_w = (1.0 - beta) * (1.0 - t * t)
     de = torch.empty((n_rows, dim), device=e.device, dtype=torch.float32)
-    dc_dtype = torch.float32 if accum_fp32 else e.dtype
+    dc_dtype = torch.float32 if p.accum_fp32 else e.dtype
     dc = torch.empty((vocab, dim), device=e.device, dtype=dc_dtype)
     if beta > 0:
         # Rank-one smoothing part, exact and outside the tiles (math.md):

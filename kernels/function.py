@@ -129,14 +129,6 @@ def _coefficients(
     )
 
 
-def _target_weights(target_logit: torch.Tensor, p: Params) -> torch.Tensor:
-    """(1−β)·∂z_y/∂l_y per row: (1−β)(1 − tanh²) with softcap (z_y = s·tanh), else (1−β)."""
-    if p.softcap is None:
-        return torch.full_like(target_logit, 1.0 - p.beta)
-    t = target_logit / p.softcap
-    return (1.0 - p.beta) * (1.0 - t * t)
-
-
 # The last backward's tile list (benchmarks read its launched fraction).
 LAST_TILES: list[TileList | None] = [None]
 
@@ -185,20 +177,7 @@ def _grads(
         row_eps = torch.full_like(g, p.filter_eps)
     LAST_TILES[0] = tiles
     return lce_backward(
-        e,
-        c,
-        targets,
-        s.row_max,
-        s.log_sum,
-        g,
-        _target_weights(s.target_logit, p),
-        cbar=cbar,
-        beta=p.beta,
-        softcap=p.softcap,
-        row_eps=row_eps,
-        order=order,
-        tiles=tiles,
-        accum_fp32=p.accum_fp32,
+        e, c, targets, s, g, cbar=cbar, row_eps=row_eps, order=order, tiles=tiles, p=p
     )
 
 

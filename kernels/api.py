@@ -293,21 +293,12 @@ class LinearCrossEntropy(torch.nn.Module):
         engine: str = "auto",
         impl: str = "split",
     ) -> None:
+        # Every option as given but the class weights (``__class__`` is super()'s cell).
+        options = {k: v for k, v in locals().items() if k not in ("self", "weight", "__class__")}
         super().__init__()
         # A buffer: class weights move with .to(device) and live in the state dict.
         self.register_buffer("weight", weight)
-        self.options = dict(
-            label_smoothing=label_smoothing,
-            ignore_index=ignore_index,
-            reduction=reduction,
-            softcap=softcap,
-            z_loss=z_loss,
-            return_lse=return_lse,
-            vocab_parallel=vocab_parallel,
-            memory_budget=memory_budget,
-            engine=engine,
-            impl=impl,
-        )
+        self.options = options
 
     def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return linear_cross_entropy(e, c, targets, weight=self.weight, **self.options)

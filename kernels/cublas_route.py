@@ -162,12 +162,6 @@ def slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
     return buf.view(-1)[: buf.shape[0] * stride].view(buf.shape[0], stride)[:, :cols]
 
 
-def _seen_before(weight: torch.Tensor, vocab: int, width: int) -> torch.Tensor:
-    """Σ w over the columns before each slice, fp32 on the device (no host sync)."""
-    totals = chunk_sums(weight, width, triton.cdiv(vocab, width))
-    return torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
-
-
 def cublas_forward(
     e: torch.Tensor,
     c: torch.Tensor,
@@ -188,7 +182,10 @@ def cublas_forward(
     row_sum = torch.zeros(n_rows, device=e.device)
     rel_sum = torch.zeros(n_rows, device=e.device) if smoothing else None
     w = weight if smoothing else None  # only the smoothing sum reads it
-    seen = _seen_before(w, vocab, width) if w is not None else None
+    seen = None
+    if w is not None:  # Σ w over the columns before each slice, on the device (no host sync)
+        totals = chunk_sums(w, width, triton.cdiv(vocab, width))
+        seen = torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
     block_n, block_v = _blocks(LSE_BLOCK, n_rows, width)
     grid = (triton.cdiv(n_rows, block_n),)
     for s, v0 in enumerate(range(0, vocab, width)):

@@ -74,9 +74,6 @@ def _lce_backward_fake(e, c, *args):  # fmt: skip
     return torch.empty_like(e), torch.empty_like(c)
 
 
-_OPTIONS = ("beta", "softcap", "ignore_index", "reduction", "z_loss", "engine", "budget")
-
-
 def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
     e, c, targets, weight, *options = inputs
     _, _, row_max, log_sum = output
@@ -89,7 +86,7 @@ def _backward(ctx: Any, grad_loss: Tensor, grad_lse: Tensor | None, *_: Any) -> 
     de, dc = lce_backward(
         e, c, targets, weight, row_max, log_sum, grad_loss, grad_lse, *ctx.options
     )
-    return (de, dc) + (None,) * (2 + len(_OPTIONS))
+    return (de, dc) + (None,) * (2 + len(ctx.options))
 
 
 lce_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -15,13 +15,11 @@ import triton
 import triton.language as tl
 
 from .common import cast, dot, grouped, locked_add, logit_tile, tanh, tanh_scale, wide_offsets
-from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
+from .configs import GROUP_N, autotune_enabled, autotune_space, interpreting, pinned_config
 from .forward import ForwardResult, dot_precision
 from .reductions import column_sum
 from .slices import row_chunks
 from .tiles import TileList
-
-GROUP_N = 8
 
 
 def native_atomics(buf: torch.Tensor) -> bool:

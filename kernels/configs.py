@@ -14,6 +14,7 @@ import torch
 import triton
 
 KERNELS = ("forward", "backward", "slices")
+GROUP_N = 8  # row blocks that sweep the columns together (``common.grouped``: L2 reuse)
 
 ARCHS = ("sm_80", "sm_90", "sm_100")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}

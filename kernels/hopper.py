@@ -28,9 +28,8 @@ from .common import (
     tanh_scale,
     wide_offsets,
 )
-from .configs import KernelConfig, interpreting, pinned_config
+from .configs import GROUP_N, KernelConfig, autotune_enabled, interpreting, pinned_config
 
-GROUP_N = 8
 # Programs of the persistent grid under the interpreter: more than one, so the tests
 # walk the strided work loop.
 INTERPRETER_PROGRAMS = 3
@@ -38,26 +37,25 @@ INTERPRETER_PROGRAMS = 3
 # (three fused stages, Triton 3.6, sm_90a).
 FORWARD_SUBTILES = 4
 
+_HEURISTICS = {
+    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
+    "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
+    "UPCAST_DOT": lambda a: interpreting(),
+}
 _FWD_HEURISTICS = {
+    **_HEURISTICS,
     # Unmasked tiles only when the splits' whole tiles cover V exactly.
     "EVEN_V": lambda a: (
         a["split_size"] % a["BLOCK_V"] == 0 and a["split_size"] * a["num_splits"] == a["V"]
     ),
     "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
-    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
-    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
-    "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
-    "UPCAST_DOT": lambda a: interpreting(),
     "SUBTILES": lambda a: FORWARD_SUBTILES,
 }
-
 _SLICE_HEURISTICS = {
+    **_HEURISTICS,
     "HAS_SMOOTHING": lambda a: a["S"] is not None,
-    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
-    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "GROUP_N": lambda a: GROUP_N,
-    "DOT_PRECISION": lambda a: "tf32",
-    "UPCAST_DOT": lambda a: interpreting(),
     "SUBTILES": lambda a: slice_subtiles(a["Weight"] is not None),
 }
 
@@ -336,8 +334,6 @@ def _tma_grad_slice_kernel(
 _forward = triton.heuristics(_FWD_HEURISTICS)(_tma_forward_kernel)
 _grad_slice = triton.heuristics(_SLICE_HEURISTICS)(_tma_grad_slice_kernel)
 
-HALF_DTYPES = (torch.bfloat16, torch.float16)
-
 
 def enabled() -> bool:
     """``PERFSUITE_TMA=0`` turns the fast path off (the portable kernels run instead)."""
@@ -353,7 +349,11 @@ def eligible(
     9.x or 10.x (consumer Blackwell's shared memory holds no such pipeline; None off
     CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column stride)
     in elements TMA-ready: 16-byte aligned base and row stride, contiguous rows."""
-    if capability is None or capability[0] not in (9, 10) or dtype not in HALF_DTYPES:
+    if (
+        capability is None
+        or capability[0] not in (9, 10)
+        or dtype not in (torch.bfloat16, torch.float16)
+    ):
         return False
     size = torch.finfo(dtype).bits // 8
     return all(col == 1 and (row * size) % 16 == 0 and ptr % 16 == 0 for ptr, row, col in operands)
@@ -362,8 +362,6 @@ def eligible(
 def use_tma(*tensors: torch.Tensor) -> bool:
     """``eligible`` for these 2-D operands on their device (False on CPU, under the
     interpreter, with autotuning on or with the path switched off)."""
-    from .configs import autotune_enabled
-
     first = tensors[0]
     if not enabled() or first.device.type != "cuda" or interpreting() or autotune_enabled():
         return False

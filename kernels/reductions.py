@@ -57,10 +57,9 @@ def column_sum(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Te
         return out
     block_r, block_d = (1024, 256) if interpreting() else (BLOCK_R, BLOCK_D)
     d_blocks = triton.cdiv(dim, block_d)
+    target = 1  # programs: four per SM on a GPU
     if x.device.type == "cuda" and not interpreting():
         target = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
-    else:
-        target = 1
     splits = max(1, min(triton.cdiv(rows, block_r), triton.cdiv(target, d_blocks)))
     rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block_r) * block_r
     splits = triton.cdiv(rows, rows_per_split)

@@ -24,11 +24,10 @@ from .common import (
     store_tile,
     wide_offsets,
 )
-from .configs import interpreting, pinned_config
+from .configs import GROUP_N, interpreting, pinned_config
 from .forward import dot_precision
 from .terms import Coefficients
 
-GROUP_N = 8
 DEFAULT_BUDGET = 64 * 2**20
 # Slice widths are multiples of this: every pinned BLOCK_V divides it, and 128 columns keep
 # each slice buffer's row stride and each C_s slice's start 16-byte aligned in any dtype

@@ -1,14 +1,10 @@
 """Which backward tiles to launch: a per-row mass budget over the forward's tile sums.
 
-The forward keeps ``tile_lse[n, f] = log Σ_{v∈f} exp z`` (bf16), so skipping the pair
-(row block, tile f) drops exactly the softmax mass ``m = exp(tile_lse − lse)`` from each
-of its rows' gradient (with softcap the in-tile ``(β/V)·t²`` piece, at most
-``BLOCK_V·β/V``, is added to m). Per row, ``row_thresholds`` takes the largest τ in
-{filter_eps·4^-k} whose dropped mass ``Σ_f m·[m < τ]`` stays within ``mass_budget`` (a
-quarter ulp of the row's gradient scale, however many tiles fall under it); a pair is
-launched if some live row of its block has ``m ≥ τ``. CCE's element filter can instead
-drop much of a peaked but heavy-tailed row. The list is built on the device, in the
-backward's grouped order, with no host sync.
+Skipping the pair (row block, vocab tile f) drops exactly the softmax mass
+``m = exp(tile_lse[n, f] − lse)`` from its rows' gradient (with softcap plus at most
+``BLOCK_V·β/V``). Each row's threshold τ is the largest ``filter_eps·4^-k`` whose dropped
+mass stays within ``mass_budget``; a pair runs when some live row of its block has
+``m ≥ τ`` (docs/filtering.md). Built on the device, in the backward's grouped order.
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
-"""In-house Triton kernel: smoothed linear cross-entropy without N×V logits.
+"""In-house Triton kernel: smoothed linear cross-entropy without N×V logits (docs/kernel.md).
 
-Stages, one file each, read top-down: ``configs`` (pinned tiles, autotune switch),
-``common`` (jit helpers), ``reductions`` (column sums), ``targets`` (the target logit),
-``forward`` (LSE / smoothing), ``hopper`` (the forward and gradient-slice GEMMs on
-sm_90/sm_100: TMA, persistent grid), ``native`` (the forward in torch ops: CPU without the
-interpreter), ``sorting`` (vocab order), ``tiles`` (which backward tiles to launch),
-``backward`` (the tile backward, dE/dC), ``slices`` (the default backward), ``routes``
-(which route runs the slices on a GPU), ``cublas_route`` (the slices' GEMMs in cuBLAS),
-``terms`` (loss terms and backward coefficients), ``checks`` (input values), ``function``
-(autograd), ``op`` (the custom ops torch.compile sees), ``parallel`` (vocab-parallel
-over torch.distributed), ``api`` (public function and module), ``ablations`` (the tile
-backward's entry point), ``patch`` (one-line adoption by a transformers causal LM).
+Files, each importing only those above it (but for two lazy imports):
+- shared: ``configs`` (pinned tiles, autotune switch), ``common`` (jit helpers), ``terms``
+  (loss terms and backward coefficients);
+- forward: ``reductions`` (column sums), ``targets`` (the target logit), ``hopper`` (the
+  TMA kernels of the forward and the gradient slice on sm_90/sm_100), ``forward``;
+- default backward: ``slices`` (exact gradient slices, plain GEMMs), ``cublas_route``
+  (the same with cuBLAS logit slices, and its forward), ``native`` (the forward in torch
+  ops: CPU without the interpreter), ``routes`` (which route runs on a GPU);
+- tile ablation: ``tiles`` (which tiles to launch), ``backward`` (the atomic-tile backward);
+- entry points: ``checks`` (value checks), ``function`` (autograd), ``op`` (the custom ops
+  torch.compile sees), ``parallel`` (vocab-parallel), ``api`` (public function and
+  module), ``ablations`` (the tile backward's), ``patch`` (transformers causal LMs).
 """
 
 from .api import LinearCrossEntropy, linear_cross_entropy

@@ -10,7 +10,7 @@ from .backward import default_filter_eps
 from .checks import check_targets_in_range, check_weight_values
 from .configs import DTYPE_NAMES, arch_of, interpreting
 from .forward import compiled_for_interpreter
-from .function import FusedLinearCrossEntropyFunction, LinearCrossEntropyFunction, Params
+from .function import LinearCrossEntropyFunction, Params
 from .op import linear_cross_entropy_op
 from .parallel import VocabParallel, VocabParallelFunction, shard_layout
 from .routes import route_for
@@ -102,17 +102,10 @@ def _validate_terms(
 
 
 def _resolve(
-    device: torch.device,
-    backward: str,
-    engine: str,
-    filter_eps: object,
-    budget: object,
-    dtype: torch.dtype = torch.float32,
-) -> tuple[str, str, int | None]:
-    """(backward, engine, budget) after "auto", or ``ValueError`` naming the conflict.
-
-    "auto" on CUDA runs the slice backward on ``routes.route_for``'s route for the
-    device's arch and ``dtype``."""
+    device: torch.device, backward: str, engine: str, filter_eps: object, budget: object, dtype
+) -> tuple[str, str]:
+    """(backward, engine) after "auto" (on CUDA, the slice backward on ``routes.route_for``'s
+    route for the device's arch and ``dtype``), or ``ValueError`` naming the conflict."""
     if backward not in BACKWARDS:
         raise ValueError(f"unknown backward {backward!r}; use one of {BACKWARDS}")
     if engine not in ENGINES:
@@ -140,7 +133,7 @@ def _resolve(
             f"Triton on {device.type} needs its interpreter: set TRITON_INTERPRET=1 "
             "before importing perfsuite.kernels, use engine='torch', or CUDA tensors"
         )
-    return backward, engine, budget
+    return backward, engine
 
 
 def linear_cross_entropy(
@@ -162,63 +155,37 @@ def linear_cross_entropy(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Smoothed cross-entropy of ``softcap(e @ c.T)`` without materialising the logits.
 
-    Equal in value and in the gradients of ``e`` and ``c`` to
-    ``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=β,
-    ignore_index=..., reduction=..., weight=...)`` plus ``z_loss·lse²`` per valid row,
-    gradients returned in the inputs' dtype — except that ``reduction="mean"`` with every
-    row ignored (or every target's weight 0) gives 0 and zero gradients (torch gives NaN).
-    The loss is fp32. Per-token weights need no option: ``reduction="none"`` and a
-    weighted sum of the rows (kernels/terms.py has the formulas).
+    Equal in value and in the gradients of ``e`` and ``c`` (returned in their dtype) to
+    ``F.cross_entropy(softcap(e.float() @ c.float().T), targets, ...)`` plus
+    ``z_loss·lse²`` per valid row, except that a ``mean`` over no valid row (or zero
+    total target weight) is 0 with zero gradients, not NaN. The loss is fp32. The
+    backward is the exact, bit-deterministic slice backward (kernels/slices.py); the
+    tile backward and its filters are ablations (kernels/ablations.py). docs/kernel.md.
 
     Args:
-        e: (..., D) embeddings, fp32/bf16/fp16, any strides (viewed as (N, D) when
-            possible, copied otherwise).
+        e: (..., D) embeddings, fp32/bf16/fp16, any strides.
         c: (V, D) classifier, same dtype as ``e``.
-        targets: integer tensor of e's leading shape; ids in [0, V) or ``ignore_index``.
-            Out-of-range ids raise ``ValueError`` for CPU tensors; on CUDA they trip
-            an asynchronous device assert (no host sync) unless ``PERFSUITE_DEBUG=1``,
-            which syncs and raises ``ValueError``.
-        label_smoothing: β in [0, 1]. β = 0 and β > 0 compile separate kernels;
-            distinct β > 0 values reuse one.
+        targets: integer ids of e's leading shape, in [0, V) or ``ignore_index``; out of
+            range: ``ValueError`` on CPU, an asynchronous device assert on CUDA (a sync
+            and ``ValueError`` with ``PERFSUITE_DEBUG=1``).
+        label_smoothing: β in [0, 1] (β = 0 and β > 0 compile separate kernels).
         softcap: Gemma2's ``s·tanh(l/s)``.
-        weight: class weights, a float (V,) tensor ≥ 0 with ``F.cross_entropy``'s
-            semantics: the target term scaled by w[y], the smoothing term by w[v], and
-            ``mean`` divided by Σ w[y] over valid rows.
-        z_loss: coefficient of PaLM's auxiliary ``lse²`` per valid row (0: off);
-            ``mean`` averages it over the valid rows, unweighted.
-        return_lse: also return the fp32 per-row log-sum-exp of the (softcapped)
-            logits, shaped like ``targets`` and differentiable (split only).
+        weight: class weights, a float (V,) tensor ≥ 0, ``F.cross_entropy``'s semantics.
+        z_loss: coefficient of PaLM's ``lse²`` per valid row; ``mean`` averages it over
+            the valid rows, unweighted.
+        return_lse: also return the fp32, differentiable per-row LSE (split only).
         vocab_parallel: ``VocabParallel(start, stop, group)`` when ``c`` is this rank's
-            rows [start, stop) of a classifier sharded over a ``torch.distributed``
-            group (kernels/parallel.py); ``targets`` stay global ids, ``weight`` is the
-            shard's slice. Every rank gets the full loss and dE. Split only.
+            rows of a vocab-sharded classifier (kernels/parallel.py; split only).
         memory_budget: bytes of slice workspace beyond the fp32 dE accumulator
-            (N·D·4); the slice width is the most columns it holds in whole 128-column
-            grains (never below 128), evened out over the slices that takes
-            (``slices.slice_width``). Default: 64 MiB, or the workspace of a sixteenth
-            of the vocabulary when that is less. Larger budgets mean fewer, larger GEMMs.
-        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``: Triton GEMMs with
-            the softmax fused in), "cublas" (the same, with cuBLAS fp32 logit slices and
-            one Triton epilogue per slice: kernels/cublas_route.py) or "torch" (the same
-            slice algorithm in torch ops: the native CPU path, no interpreter). "auto":
-            on CUDA the route kernels/routes.py's rule picks for the arch and dtype;
-            torch on a CPU without the interpreter, else triton.
-        impl: "split" (forward, then a recomputing backward) or "fused" (gradients
-            computed inside the forward call; backward scales them). Fused with
-            ``reduction="none"`` defers the gradient pass to backward; under
-            ``torch.no_grad()`` no gradient pass runs.
-
-    The backward is the exact, bit-deterministic slice backward: per vocab slice the
-    exact gradient slice, then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` as plain
-    GEMMs (kernels/slices.py). The atomic-tile backward and its gradient filters are
-    ablations: ``kernels.ablations.tiled_linear_cross_entropy``.
+            (``slices.slice_width``); default 64 MiB, or a sixteenth of the vocabulary's.
+        engine: "triton" (CUDA, or CPU under ``TRITON_INTERPRET=1``), "cublas" (cuBLAS
+            logit slices, Triton epilogues) or "torch" (torch ops: the native CPU path);
+            "auto": kernels/routes.py's rule on CUDA, torch on a CPU without the
+            interpreter, else triton.
+        impl: "split" (a recomputing backward) or "fused" (gradients computed in the
+            forward call, none under ``torch.no_grad()``).
     """
-    return _linear_cross_entropy(
-        e, c, targets, label_smoothing=label_smoothing, ignore_index=ignore_index,
-        reduction=reduction, softcap=softcap, weight=weight, z_loss=z_loss,
-        return_lse=return_lse, vocab_parallel=vocab_parallel, memory_budget=memory_budget,
-        engine=engine, impl=impl,
-    )  # fmt: skip
+    return _linear_cross_entropy(**locals())  # every argument above, by name
 
 
 def _linear_cross_entropy(
@@ -246,9 +213,7 @@ def _linear_cross_entropy(
     """``linear_cross_entropy`` with the ablations' knobs (kernels/ablations.py)."""
     _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
     _validate_terms(c, weight, z_loss, return_lse, impl)
-    backward, engine, budget = _resolve(
-        e.device, backward, engine, filter_eps, memory_budget, e.dtype
-    )
+    backward, engine = _resolve(e.device, backward, engine, filter_eps, memory_budget, e.dtype)
     if backward == "tiles" and (weight is not None or z_loss or return_lse or vocab_parallel):
         raise ValueError(
             "weight, z_loss, return_lse and vocab_parallel need the slice backward "
@@ -279,9 +244,10 @@ def _linear_cross_entropy(
         grad_mode=torch.is_grad_enabled(),
         backward=backward,
         engine=engine,
-        budget=budget,
+        budget=memory_budget,
         z_loss=float(z_loss),
         return_lse=return_lse,
+        fused=impl == "fused",
     )
     batch_shape = targets.shape
     e2 = e.reshape(-1, dim)  # a view whenever the strides allow it
@@ -296,10 +262,8 @@ def _linear_cross_entropy(
         out = out if return_lse else out[0]
     elif vocab_parallel is not None:
         out = VocabParallelFunction.apply(e2, c, flat_targets, w, params, vocab_parallel, vocab)
-    elif impl == "split":
-        out = LinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
     else:
-        out = FusedLinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
+        out = LinearCrossEntropyFunction.apply(e2, c, flat_targets, w, params)
     loss, lse = out if return_lse else (out, None)
     if reduction == "none":
         loss = loss.reshape(batch_shape)
@@ -324,21 +288,12 @@ class LinearCrossEntropy(torch.nn.Module):
         engine: str = "auto",
         impl: str = "split",
     ) -> None:
+        # Every option as given but the class weights (``__class__`` is super()'s cell).
+        options = {k: v for k, v in locals().items() if k not in ("self", "weight", "__class__")}
         super().__init__()
         # A buffer: class weights move with .to(device) and live in the state dict.
         self.register_buffer("weight", weight)
-        self.options = dict(
-            label_smoothing=label_smoothing,
-            ignore_index=ignore_index,
-            reduction=reduction,
-            softcap=softcap,
-            z_loss=z_loss,
-            return_lse=return_lse,
-            vocab_parallel=vocab_parallel,
-            memory_budget=memory_budget,
-            engine=engine,
-            impl=impl,
-        )
+        self.options = options
 
     def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return linear_cross_entropy(e, c, targets, weight=self.weight, **self.options)

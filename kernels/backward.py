@@ -1,20 +1,11 @@
-"""Backward stage: recompute logit tiles, add their softmax part to dE/dC.
+"""The tile backward (an ablation: kernels/ablations.py): recompute logit tiles and add
+their softmax part to dE/dC.
 
-Each program handles (row block, vocab tile) pairs: it rebuilds the logits, forms
-the softmax part of ``d = p − (1−β)[v = y]`` (``p·(1 − t²)`` with softcap, plus
-the ``(β/V)·t²`` piece), multiplies by the per-row upstream gradient ``g`` and adds
-``d·C`` to dE and ``dᵀ·E`` to dC. The rest is exact and outside the tiles, in the
-launcher: the target part ``−(1−β)(1 − t_y²)·g`` (one gathered row per token for
-dE, one fp32 sum per distinct target for dC) and the rank-one smoothing part
-``−(β/V)·g``. So a tile holds softmax terms only, and skipping it (gradient
-filtering) drops softmax mass and nothing else; with no target work the tile
-also keeps fewer registers live.
-
-Which pairs run: every pair (grouped grid), or with a tile list only those the
-per-row mass budget keeps (tiles.py; programs past the list's count exit at
-once). Updates: fp32 buffers and 16-bit ones on sm_90+ take relaxed hardware
-atomics; 16-bit buffers elsewhere a read-modify-write under one spin lock per
-(tile, D-chunk), the update rounded before the lock is taken.
+A tile holds softmax terms only: the target part ``−(1−β)(1 − t_y²)·g`` and the rank-one
+smoothing part ``−(β/V)·g`` are exact and outside the tiles, in the launcher, so skipping a
+tile (gradient filtering; which pairs run: tiles.py) drops softmax mass and nothing else.
+Updates: relaxed hardware atomics for fp32 buffers and 16-bit ones on sm_90+, elsewhere a
+read-modify-write under one spin lock per (tile, D-chunk), rounded before the lock.
 """
 
 from __future__ import annotations
@@ -24,22 +15,17 @@ import triton
 import triton.language as tl
 
 from .common import cast, dot, grouped, locked_add, logit_tile, tanh, tanh_scale, wide_offsets
-from .configs import autotune_enabled, autotune_space, interpreting, pinned_config
-from .forward import dot_precision
+from .configs import GROUP_N, autotune_enabled, autotune_space, interpreting, pinned_config
+from .forward import ForwardResult, dot_precision
 from .reductions import column_sum
 from .slices import row_chunks
 from .tiles import TileList
 
-GROUP_N = 8
-
 
 def native_atomics(buf: torch.Tensor) -> bool:
-    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add (fp32 anywhere, 16-bit on sm_90+).
-
-    On sm_80 a bf16 atomic add lowers to a CAS loop per element; the tile lock is
-    cheaper there. The interpreter takes the lock path for 16-bit buffers so CPU
-    tests exercise it (tests monkeypatch this to cover the atomic path too).
-    """
+    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add: fp32 anywhere, 16-bit on
+    sm_90+ (sm_80 lowers it to a CAS loop, dearer than the tile lock). The interpreter
+    takes the lock for 16-bit buffers, so CPU tests run it."""
     if buf.dtype == torch.float32:
         return True
     if buf.device.type != "cuda" or interpreting():
@@ -69,11 +55,8 @@ _HEURISTICS = {
 def _update(
     ptrs, values, mask, lock, ATOMIC: tl.constexpr, FIX_BF16: tl.constexpr, BACKOFF: tl.constexpr
 ):
-    """``*ptrs += values``: a relaxed hardware atomic, or a locked read-modify-write.
-
-    The update is formed and rounded to the buffer's dtype *before* any lock is
-    taken, so no tensor-core work runs inside the critical section.
-    """
+    """``*ptrs += values``: a relaxed hardware atomic, or a locked read-modify-write of the
+    update rounded before the lock (no tensor-core work in the critical section)."""
     update = cast(values, ptrs.dtype.element_ty, FIX_BF16)
     if ATOMIC:
         tl.atomic_add(ptrs, update, mask=mask, sem="relaxed")
@@ -122,11 +105,9 @@ def _backward_kernel(
     UPCAST_DOT: tl.constexpr,
     BACKOFF: tl.constexpr,
 ):
-    """Recompute one (row block, vocab tile) of logits and add its dE/dC parts.
-
-    Which pair: the ``pid``-th of the tile list (tiles.py; the grid is sized for every
-    pair and programs past the device-side count exit at once), or of the grouped order
-    (GROUP_N row blocks sweep the vocab together: L2 reuse of C)."""
+    """Recompute one (row block, vocab tile) of logits and add its dE/dC parts: the
+    ``pid``-th pair of the tile list (programs past its device-side count exit at once)
+    or of the grouped order (L2 reuse of C)."""
     pid = tl.program_id(0)
     num_v = tl.cdiv(V, BLOCK_V)
     listed = True
@@ -236,33 +217,31 @@ def lce_backward(
     e: torch.Tensor,
     c: torch.Tensor,
     targets: torch.Tensor,
-    row_max: torch.Tensor,
-    log_sum: torch.Tensor,
+    s: ForwardResult,
     g: torch.Tensor,
-    target_w: torch.Tensor,
     *,
     cbar: torch.Tensor | None,
-    beta: float,
-    softcap: float | None,
     row_eps: torch.Tensor | None,
     order: torch.Tensor | None,
     tiles: TileList | None,
-    accum_fp32: bool,
+    p,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``.
-
-    ``g`` is fp32 (N,), zero at ignored rows; ``target_w`` (N,) fp32 the target
-    part's weight per row, (1−β)·(1 − tanh²(z_y/s)) with softcap, else (1−β).
-    dE is accumulated in fp32 (N·D·4
-    bytes, rounded once at the end: bf16 read-modify-writes across thousands of
-    vocab tiles lose precision); dC in the input dtype unless ``accum_fp32``
-    ((N + V)·D·4 bytes then). Other workspace is O(N + V + D).
-    """
+    """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``
+    (fp32 (N,), 0 at ignored rows), from the forward's ``s`` and ``p`` (function.Params).
+    dE accumulates in fp32 (16-bit read-modify-writes over thousands of tiles lose
+    precision), dC in the dtype unless ``p.accum_fp32``."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
+    beta, softcap, row_max, log_sum = p.beta, p.softcap, s.row_max, s.log_sum
     smooth_w = beta / vocab
+    # The target part's weight per row, (1−β)·∂z_y/∂l_y: (1−β)(1 − tanh²) with softcap.
+    if softcap is None:
+        target_w = torch.full_like(s.target_logit, 1.0 - beta)
+    else:
+        t = s.target_logit / softcap
+        target_w = (1.0 - beta) * (1.0 - t * t)
     de = torch.empty((n_rows, dim), device=e.device, dtype=torch.float32)
-    dc_dtype = torch.float32 if accum_fp32 else e.dtype
+    dc_dtype = torch.float32 if p.accum_fp32 else e.dtype
     dc = torch.empty((vocab, dim), device=e.device, dtype=dc_dtype)
     if beta > 0:
         # Rank-one smoothing part, exact and outside the tiles (math.md):
@@ -320,13 +299,9 @@ def _add_target_part(
     weights: torch.Tensor,
     scratch: torch.Tensor,
 ) -> None:
-    """dC's target part, exact: ``dC[y_n] −= g_n·w_n·E_n``, outside the tiles.
-
-    A 16-bit dC gets each target's rows summed in fp32 first (rows sorted by
-    target, one segment per distinct target, no host sync; in ``scratch``, an
-    N×D fp32 buffer free to overwrite when dC is 16-bit) and added to dC once, after
-    the tiles' adds; an fp32 dC takes the rows directly.
-    """
+    """dC's target part, exact: ``dC[y_n] −= g_n·w_n·E_n``. A 16-bit dC gets each target's
+    rows summed in fp32 first (one segment per distinct target, no host sync, in the N×D
+    fp32 ``scratch``) and added once; an fp32 dC takes the rows directly."""
     if dc.dtype == torch.float32:
         for part in row_chunks(e.shape[0]):
             dc.index_add_(0, rows[part], e[part].float() * weights[part], alpha=-1.0)

@@ -1,9 +1,6 @@
-"""Input checks that read tensor values (host reads on CPU, device asserts elsewhere): the
-custom op (op.py) runs them inside its implementation, where the compiler does not trace.
-
-On a GPU a host read would be a sync (and break CUDA graph capture), so any device that is
-not the CPU gets ``torch._assert_async``: the check is queued, and a bad value fails at the
-next sync."""
+"""Input checks that read tensor values, inside the custom op (op.py) where the compiler
+does not trace. Off the CPU a host read would be a sync (and break CUDA graph capture), so
+there the check is a queued ``torch._assert_async``."""
 
 from __future__ import annotations
 
@@ -17,12 +14,8 @@ def _debug() -> bool:
 
 
 def check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
-    """Range check without a host sync on GPU, unless ``PERFSUITE_DEBUG=1``.
-
-    CPU tensors are checked eagerly (no device to wait for). On a device a
-    device-side assert (``torch._assert_async``) fires on the next sync; with
-    ``PERFSUITE_DEBUG=1`` the check syncs and raises ``ValueError`` at once.
-    """
+    """Range check: eager on CPU, else a device assert at the next sync, unless
+    ``PERFSUITE_DEBUG=1`` (a sync, then ``ValueError`` at once)."""
     bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
     if targets.device.type == "cpu" or _debug():
         if bool(bad.any()):

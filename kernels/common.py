@@ -1,7 +1,5 @@
-"""Small Triton helpers shared by the kernel stages.
-
-Kept free of launch logic so every stage file reads as: jit kernels, launcher.
-"""
+"""Triton helpers shared by the kernel stages: one order of operations per epilogue step
+for every route (docs/kernel.md, "Softcap and the shared epilogue code")."""
 
 from __future__ import annotations
 
@@ -17,13 +15,8 @@ def wide_offsets(index, stride):
 
 @triton.jit
 def tanh(x, k):
-    """``tanh(x/s)`` for ``k = −2/s`` (``tanh_scale``), from ``exp`` only (no libdevice),
-    so the interpreter and every arch agree.
-
-    Written on ``exp(−2|x/s|)`` so ``exp`` never overflows, its argument formed as
-    ``|x|·k``: the same bits as ``−2·|x·(1/s)|`` (a factor of 2 is exact), one multiply per
-    element; the sign is restored afterwards.
-    """
+    """``tanh(x/s)`` for ``k = −2/s`` (``tanh_scale``) from ``exp(|x|·k)`` only, so the
+    interpreter and every arch agree and ``exp`` never overflows; sign restored after."""
     t = tl.exp(tl.abs(x) * k)
     y = (1.0 - t) / (1.0 + t)
     return tl.where(x < 0, -y, y)
@@ -31,11 +24,8 @@ def tanh(x, k):
 
 @triton.jit
 def cast(x, dtype: tl.constexpr, FIX_BF16: tl.constexpr):
-    """``x.to(dtype)``, rounding to nearest even also under the interpreter.
-
-    The CPU interpreter truncates fp32 -> bf16 (GPUs round to nearest even); with
-    ``FIX_BF16`` (the interpreter) a cast to bf16 rounds on the bits first.
-    """
+    """``x.to(dtype)``, rounding to nearest even also under the interpreter, which
+    truncates fp32 -> bf16: with ``FIX_BF16`` a cast to bf16 rounds on the bits first."""
     if FIX_BF16 and dtype == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
@@ -54,13 +44,9 @@ def _nanosleep(ns):
 
 @triton.jit
 def locked_add(ptrs, values, mask, lock, FIX_BF16: tl.constexpr, BACKOFF: tl.constexpr):
-    """Read-modify-write ``*ptrs += values`` under a spin lock (for bf16/fp16 buffers).
-
-    Triton has no portable 16-bit float atomics on sm_80, so low-precision gradient
-    buffers are updated tile-wise under one lock per (tile, D-chunk). The sum is
-    formed in fp32 and rounded once per update. With ``BACKOFF`` (a GPU; the
-    interpreter has no inline PTX) a failed acquire sleeps 32 ns, doubling up to 2 µs.
-    """
+    """``*ptrs += values`` under a spin lock, summed in fp32 and rounded once: 16-bit
+    buffers on sm_80, which has no fast 16-bit atomics. With ``BACKOFF`` (a GPU) a failed
+    acquire sleeps 32 ns, doubling up to 2 µs."""
     delay = 32
     while tl.atomic_cas(lock, 0, 1) == 1:
         if BACKOFF:
@@ -74,15 +60,9 @@ def locked_add(ptrs, values, mask, lock, FIX_BF16: tl.constexpr, BACKOFF: tl.con
 
 @triton.jit
 def dot(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """``acc + a @ b``; ``UPCAST`` (the interpreter, every dtype) computes it in fp64.
-
-    triton's CPU interpreter stores bf16 as uint16 and multiplies the raw bits, and
-    its numpy matmul rounds differently for different block shapes, so two kernels
-    tiling the same logits differently would disagree in the last bit (at a logit of
-    8192 that is 1e-3 of probability). In fp64 the products are exact and the sum
-    rounds to the same fp32 whatever the shape, as a GPU's fixed k-order does. Always
-    False on a GPU.
-    """
+    """``acc + a @ b``; ``UPCAST`` (the interpreter) computes it in fp64, where products are
+    exact and the sum rounds to the same fp32 whatever the block shape (the interpreter's
+    numpy matmul rounds by shape, so two tilings of one logit would differ)."""
     if UPCAST:
         part = tl.dot(a.to(tl.float64), b.to(tl.float64), input_precision="ieee")
         return part.to(tl.float32) if acc is None else acc + part.to(tl.float32)
@@ -146,11 +126,9 @@ def store_tile(Out, values, offs_n, offs_j, n_mask, j_mask, stride_on, FIX_BF16:
 
 @triton.jit
 def tanh_scale(softcap):
-    """``k = −2/softcap`` for ``tanh``, once per program: ``−2·(1/s)`` with ``1/s`` correctly
-    rounded (``div_rn``; numpy under the interpreter and ``slices.inverse_cap`` give the
-    same fp32); called only with a softcap. ``x/s`` per element (``div.full.f32``)
-    compiled to a product by a hoisted MUFU.RCP(s) plus range fixups per element; ``|x|·k``
-    is one multiply: fewer instructions, the same MUFU count (docs/kernel.md, "Softcap")."""
+    """``k = −2/softcap`` for ``tanh``, once per program, ``1/s`` correctly rounded as
+    ``slices.inverse_cap`` gives it: one multiply per element where ``x/s`` compiled to
+    range fixups too (docs/kernel.md, "Softcap")."""
     return -2.0 * tl.math.div_rn(1.0, softcap)
 
 
@@ -165,16 +143,11 @@ def softcapped(x, softcap, tanh_k, HAS_SOFTCAP: tl.constexpr):
 @triton.jit
 def online_softmax(acc, first, limit, row_max, row_sum, smooth, seen, Weight,
                    EVEN: tl.constexpr, SUMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):  # fmt: skip
-    """Fold (softcapped) fp32 logits ``acc``, columns ``first + [0, COLS)``, those from
-    ``limit`` on padding, into the online statistics of its rows: every route's forward
-    update, one order of operations, so the routes agree to the bit.
-
-    The state is the running max, Σ exp(z − max) and, with ``SUMS``, Σ_v w_v (z − max)
-    (relative to the running max, so a common logit offset cancels as torch's log_softmax
-    does; ``seen``: Σ w_v, or the column count, folded so far). ``EVEN``: no padding
-    columns (no masked copy of the tile: registers). ``Weight``: class weights indexed by
-    column; padded columns get w = 0 and ``acc`` is finite there. Returns the new max
-    (the state's max from now on), the sums, ``seen``, and the tile's shift and Σ exp."""
+    """Fold (softcapped) fp32 logits ``acc``, columns ``first + [0, COLS)`` (padding from
+    ``limit`` on), into its rows' running max, Σ exp(z − max) and, with ``SUMS``,
+    Σ_v w_v (z − max), relative to the running max so a common offset cancels (``seen``:
+    Σ w_v folded so far). ``EVEN``: no padding columns. Returns the new state and the
+    tile's shift and Σ exp."""
     cols = first + tl.arange(0, acc.shape[1])
     mask = cols < limit
     if EVEN:
@@ -206,11 +179,9 @@ def online_softmax(acc, first, limit, row_max, row_sum, smooth, seen, Weight,
 @triton.jit
 def row_terms(RowMax, LogSum, S, Targets, a, b, inv, offs_n, n_mask, v0, width,
               HAS_SMOOTHING: tl.constexpr):  # fmt: skip
-    """The per-row inputs of ``grad_epilogue`` for rows ``offs_n``: row max, log-sum, the
-    coefficients over the scale (``inv`` = 1/σ) and the target's column in the slice at
-    ``v0``, -1 outside it (int32 compares, not int64 vocab ids: 64 64-bit compares per
-    thread fewer). Loaded after the GEMM, where they are not live through it. Rows past N
-    get row max +inf, so exp(z − max) is 0 there whatever logits their wrapped rows had."""
+    """The per-row inputs of ``grad_epilogue``, loaded after the GEMM: row max (+inf past N,
+    so exp(z − max) is 0 there), log-sum, the coefficients over σ (``inv`` = 1/σ) and the
+    target's int32 column in the slice at ``v0``, -1 outside it."""
     row_max = tl.load(RowMax + offs_n, mask=n_mask, other=float("inf"))
     log_sum = tl.load(LogSum + offs_n, mask=n_mask, other=0.0)
     y = tl.load(Targets + offs_n, mask=n_mask, other=-1) - v0
@@ -224,11 +195,8 @@ def grad_epilogue(acc, offs_j, row_max, log_sum, a_inv, b_inv, smooth, y, Weight
                   softcap, tanh_k, HAS_SMOOTHING: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                   HAS_SOFTCAP: tl.constexpr):  # fmt: skip
     """G of one tile from its fp32 logits ``acc`` (columns ``offs_j`` of the slice at
-    ``v0``): every route's gradient epilogue, one order of operations, so the routes
-    agree to the bit. ``a_inv``, ``b_inv``, ``smooth``, ``y``: ``row_terms``. The target
-    term goes after the softcap factor, (1 − t²) taken at its column: the same sum in an
-    order that keeps fewer registers live (the portable slice kernel, sm_90a bf16 at
-    Gemma2-2B: 207 → 186; with class weights 255 and an 84 B spill → 217)."""
+    ``v0``; the rest from ``row_terms``). The target term goes after the softcap factor,
+    an order that keeps fewer registers live (docs/kernel.md, "Training options")."""
     if HAS_SOFTCAP:
         t = tanh(acc, tanh_k)
         acc = softcap * t
@@ -254,9 +222,8 @@ def grad_tile(Out, acc, RowMax, LogSum, S, Targets, Weight, a, b, inv, offs_n, o
               j_mask, v0, width, stride_on, softcap, HAS_SMOOTHING: tl.constexpr,
               HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
               FIX_BF16: tl.constexpr):  # fmt: skip
-    """A tile's gradient from its fp32 logits ``acc``, stored: ``row_terms`` after the GEMM,
-    ``grad_epilogue``, ``store_tile`` (the portable slice kernel and the cuBLAS route's
-    epilogue, whose tiles differ only in where ``acc`` comes from)."""
+    """A tile's gradient from its fp32 logits ``acc``, stored (the portable slice kernel's
+    and the cuBLAS route's epilogue, which differ only in where ``acc`` comes from)."""
     row_max, log_sum, a_inv, b_inv, smooth, y = row_terms(
         RowMax, LogSum, S, Targets, a, b, inv, offs_n, n_mask, v0, width, HAS_SMOOTHING
     )

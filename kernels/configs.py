@@ -1,11 +1,7 @@
-"""Launch configurations: pinned known-good defaults, autotuning behind a switch.
-
-By default one config per (kernel, arch, dtype) runs, so results are reproducible
-and the first call compiles once. ``PERFSUITE_AUTOTUNE=1`` sweeps ``autotune_space``
-instead. Under ``TRITON_INTERPRET=1`` large blocks keep the CPU emulation fast.
-Every pinned GPU config is compiled ahead of time for sm_80, sm_90a and sm_100a by
-``perfsuite kernel-report``, which fails on spills.
-"""
+"""Launch configurations: one pinned config per (kernel, arch, dtype), so results are
+reproducible and the first call compiles once; ``PERFSUITE_AUTOTUNE=1`` sweeps
+``autotune_space`` instead. Why each (docs/kernel.md, "Pinned configs"): ``perfsuite
+kernel-report`` builds them all and fails on spills."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ import torch
 import triton
 
 KERNELS = ("forward", "backward", "slices")
+GROUP_N = 8  # row blocks that sweep the columns together (``common.grouped``: L2 reuse)
 
 ARCHS = ("sm_80", "sm_90", "sm_100")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -25,11 +22,8 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Tile sizes and launch options for one kernel.
-
-    ``block_dd`` is the D chunk of the backward's dE/dC updates (unused by the forward);
-    ``ctas_per_sm`` the occupancy ``kernel-report`` measures (sizes the forward's grid).
-    """
+    """Tile sizes and launch options for one kernel (``block_dd``: the tile backward's D
+    chunk; ``ctas_per_sm``: the occupancy that sizes a grid)."""
 
     block_n: int
     block_v: int
@@ -62,56 +56,36 @@ class KernelConfig:
         )
 
 
-# Chosen by `perfsuite kernel-report`: the widest tiles that compile without spills for
-# every variant on sm_80, sm_90a and sm_100a under Triton 3.7 and 3.9 (the backward is
-# bound by L2 traffic, which falls with tile area); why each, in docs/kernel.md.
+# The widest tiles that compile without spills for every variant on sm_80, sm_90a and
+# sm_100a (the backward is bound by L2 traffic, which falls with tile area).
 _HALF_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
 _HALF_BWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3, block_dd=64)
 _HOPPER_FWD = KernelConfig(256, 128, 32, num_warps=8, num_stages=3)
 _HOPPER_BWD = KernelConfig(128, 256, 64, num_warps=8, num_stages=3, block_dd=32)
-_FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
-# The slice (gradient) kernel on sm_90. Its first GPU sweep (NVIDIA H200, Triton 3.6.0,
-# commit 45f5417, Gemma2-2B bf16 β 0.1 softcap 30, fwd+bwd, one do_bench per config:
-# reports/nvidia-h200/raw/3-step-tp-sensitivity-tiles/slice-tiles.jsonl) measured this
-# config at 79.0 ms (75.6 in the weighted variant, run after it) and N256-V128-D64-w8-s3
-# best at 74.1. That one is not pinned: it spills, under the device's Triton in the
-# softcap variant (the β 0 cell) and with class weights, under CI's 3.7.1 in four of six
-# variants (reports/nvidia-h200/slice-n256-builds/), and kernel-report fails a pinned
-# build that spills.
+# The H200's fastest slice tile, N256-V128-D64, spills (reports/nvidia-h200/README.md).
 _HOPPER_SLICES = KernelConfig(128, 128, 64, num_warps=8, num_stages=3)
 _BLACKWELL_FWD = KernelConfig(128, 128, 32, num_warps=8, num_stages=3)
 _BLACKWELL_BWD = KernelConfig(128, 128, 64, num_warps=8, num_stages=3, block_dd=32)
+_FP32_FWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=2)
 _FP32_BWD = KernelConfig(64, 64, 32, num_warps=8, num_stages=3, block_dd=32)
 
-# (kernel, arch, dtype) -> config. Half precision shares tiles; fp32 runs ieee dots
+# (forward, backward, slices) per arch. Half precision shares tiles; fp32 runs ieee dots
 # (torch's default "highest" matmul precision), which want smaller tiles.
-PINNED: dict[tuple[str, str, str], KernelConfig] = {}
 _HALF = {
     "sm_80": (_HALF_FWD, _HALF_BWD, _HALF_FWD),
     "sm_90": (_HOPPER_FWD, _HOPPER_BWD, _HOPPER_SLICES),
     "sm_100": (_BLACKWELL_FWD, _BLACKWELL_BWD, _HOPPER_SLICES),
 }
-for _arch in ARCHS:
-    for _dt in ("bf16", "fp16"):
-        for _kernel, _cfg in zip(("forward", "backward", "slices"), _HALF[_arch], strict=True):
-            PINNED[_kernel, _arch, _dt] = _cfg
-    PINNED["forward", _arch, "fp32"] = _FP32_FWD
-    PINNED["backward", _arch, "fp32"] = _FP32_BWD
-    PINNED["slices", _arch, "fp32"] = _FP32_FWD
+PINNED: dict[tuple[str, str, str], KernelConfig] = {
+    (kernel, arch, dtype): cfg
+    for arch in ARCHS
+    for dtype, cfgs in (("bf16", _HALF[arch]), ("fp16", _HALF[arch]), ("fp32", None))
+    for kernel, cfg in zip(KERNELS, cfgs or (_FP32_FWD, _FP32_BWD, _FP32_FWD), strict=True)
+}
 
-# The TMA fast path (kernels/hopper.py; sm_90 and sm_100, 16-bit): persistent grids over
-# BLOCK_D 64. On sm_90 three stages with the tile and D loops fused (FLATTEN): on an H200
-# (Triton 3.6, Gemma2-2B bf16 β 0.1 softcap 30; reports/nvidia-h200/raw/8-tma-candidates/)
-# that forward ran 18.9 ms against 29.5 for two stages unfused, and with three stages in
-# the slice kernel the pair ran 68.7 ms fwd+bwd against 79.6, the cuBLAS route's 76.5
-# and the portable kernels' 75.4 in the same process. Every sm_90a build is spill-free
-# under Triton 3.6 and 3.7.1 with the forward's epilogue in quarters and, with class
-# weights, its tile 128×128 (at 256×128 that build spilled 12–124 B whatever the stages
-# or subtiles). sm_100's builds are the lighter 128×128 forward (two CTAs per SM but in
-# its β > 0 unsoftcapped builds, whose c̄ term takes more shared memory; the launcher
-# sizes the grid by the loaded build) and two unfused slice stages, the spill-free ones
-# under both Tritons; no Blackwell has timed them.
-# What each build runs: docs/kernel.md, "The Hopper fast path".
+# The TMA path (hopper.py): persistent grids over BLOCK_D 64, on sm_90 three stages with
+# the tile and D loops fused (FLATTEN); measured on an H200, spill-free under Triton 3.6
+# and 3.7.1 (docs/kernel.md, "The Hopper fast path"). No Blackwell has timed sm_100's.
 TMA_CONFIGS = {
     ("forward", "sm_90"): KernelConfig(256, 128, 64, num_warps=8, num_stages=3, flatten=True),
     ("slices", "sm_90"): KernelConfig(128, 256, 64, num_warps=8, num_stages=3, flatten=True),
@@ -132,9 +106,8 @@ def tma_config(kernel: str, arch: str, weighted: bool = False) -> KernelConfig:
     return TMA_CONFIGS[kernel, arch]
 
 
-# Under the interpreter every program and every jit-helper call costs Python time,
-# so tiles are as large as numpy handles well, then shrunk to the problem
-# (``fit_to``).
+# Under the interpreter every program costs Python time: tiles as large as numpy handles
+# well, shrunk to the problem (``fit_to``).
 INTERPRETER = {
     "forward": KernelConfig(512, 2048, 256, num_warps=4, num_stages=1),
     "backward": KernelConfig(512, 1024, 256, num_warps=4, num_stages=1, block_dd=256),
@@ -160,30 +133,40 @@ def arch_of(device: torch.device) -> str:
     return "sm_100" if major == 10 else "sm_90" if major >= 9 else "sm_80"
 
 
+def fit(block: int, size: int, least: int = 16) -> int:
+    """``block``, shrunk to the next power of two of ``size`` (at least ``least``)."""
+    return min(block, max(least, triton.next_power_of_2(size)))
+
+
 def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:
-    """Shrink tiles to the next power of two of each dimension (at least 16)."""
-
-    def fit(block: int, size: int) -> int:
-        return min(block, max(16, triton.next_power_of_2(size)))
-
-    block_d = fit(cfg.block_d, d)
+    """Shrink tiles to the problem (``fit``)."""
     return replace(
         cfg,
         block_n=fit(cfg.block_n, n),
         block_v=fit(cfg.block_v, v),
-        block_d=block_d,
+        block_d=fit(cfg.block_d, d),
         block_dd=fit(cfg.block_dd, d) if cfg.block_dd else 0,
     )
 
 
 def pinned_config(
-    kernel: str, dtype: torch.dtype, device: torch.device, shape: tuple[int, int, int]
+    kernel: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    shape: tuple[int, int, int],
+    *,
+    tma: bool = False,
+    weighted: bool = False,
 ) -> KernelConfig:
-    """The config a non-autotuned launch uses for an (N, V, D) problem."""
+    """The config a non-autotuned launch uses for an (N, V, D) problem; ``tma``: the TMA
+    path's (hopper.py; ``weighted``: the forward with class weights)."""
     if kernel in _override:
         return _override[kernel]
     if interpreting() or device.type != "cuda":
-        return fit_to(INTERPRETER[kernel], *shape)
+        # The TMA kernels' interpreter tiles are the slice kernel's.
+        return fit_to(INTERPRETER["slices" if tma else kernel], *shape)
+    if tma:
+        return tma_config(kernel, arch_of(device), weighted)
     return PINNED[kernel, arch_of(device), DTYPE_NAMES[dtype]]
 
 
@@ -223,8 +206,3 @@ def autotune_space(kernel: str) -> list[triton.Config]:
         triton.Config(c.meta(kernel), num_warps=c.num_warps, num_stages=c.num_stages)
         for c in seen.values()
     ]
-
-
-def shipped_configs() -> list[tuple[str, str, str, KernelConfig]]:
-    """Every (kernel, arch, dtype, config) the package can launch on a GPU by default."""
-    return [(k, arch, dt, cfg) for (k, arch, dt), cfg in sorted(PINNED.items())]

@@ -1,23 +1,9 @@
-"""The cuBLAS route: every GEMM in cuBLAS, the softmax in one Triton epilogue per slice.
-
-``engine="cublas"``. Per vocab slice ``s`` of ``width`` columns, in a fixed order:
-
-- forward: ``Z = E·C_sᵀ`` in fp32 through ``torch.mm(..., out_dtype=torch.float32)``
-  (cuBLAS; on a CPU ``slices.logit_slice`` upcasts), then ``_lse_epilogue_kernel`` folds
-  the slice into the running per-row state (row max, Σ exp(z − max), Σ_v w_v (z − max))
-  in place: one program per row block walks the slice's columns in order, so the merge
-  is exact, has no atomics and is bit-identical run to run;
-- backward: the same fp32 slice, then ``_grad_epilogue_kernel`` writes the gradient slice
-  ``G = (A·p − S·w_v − B·[v = y])·(1 − t²)/σ`` in the inputs' dtype (the math of
-  ``slices._grad_slice_kernel``'s epilogue and of ``slices._torch_grad_slice``), then
-  ``dE += G·C_s`` and ``dC_s = Gᵀ·E`` as in ``slices.slices_backward``.
-
-It trades the Triton route's fused GEMMs for cuBLAS's (~710–800 against ~405–465
-TFLOP/s on an H200: reports/nvidia-h200/raw/README.md) at the price of writing and
-reading the fp32 slice once more. Which route runs by default is ``routes.route_for``'s.
-No host sync: slice bounds are Python ints, the per-slice class-weight totals and σ are
-device tensors read by the kernels. Workspace per column: the fp32 slice (N·4) and G in
-the dtype (backward).
+"""The cuBLAS route (``engine="cublas"``): per vocab slice, fp32 logits from cuBLAS, then
+one Triton epilogue: ``_lse_epilogue_kernel`` folds the slice into the running per-row
+state in column order (exact, no atomics), ``_grad_epilogue_kernel`` writes the gradient
+slice with the Triton route's epilogue (``common.grad_tile``), and ``slices_backward``'s
+GEMMs follow. It trades the fused GEMMs for cuBLAS's at the price of one more fp32 slice
+round trip (docs/kernel.md, "Routes"); ``routes.route_for`` picks it or not.
 """
 
 from __future__ import annotations
@@ -34,19 +20,14 @@ from .common import (
     tanh_scale,
     wide_offsets,
 )
-from .configs import interpreting
+from .configs import fit, interpreting
 from .forward import ForwardResult, chunk_sums
-from .slices import _fp32_out_mm, _gradient_scale, accumulate_mm, logit_slice, slice_width
+from .slices import bytes_per_column, logit_slice, slice_width
 from .targets import target_logits
-from .terms import Coefficients
 
-# Epilogue tiles: memory-bound passes over an fp32 slice. The LSE pass keeps one program
-# per row block for the whole slice (the merge's fixed order), so its row blocks are
-# small: 1,024 programs at Gemma2-2B's 8,192 rows; the gradient pass has no reduction and
-# tiles both ways. Built for sm_90a here without a GPU (Triton 3.7.1, `ptxas -v`, softcap,
-# smoothing and class weights on): 8×256 with 4 warps takes 80 registers (LSE) and 86
-# (gradient), no spills; 32×256 took 255 and spilled 96 B (gradient), 16×256 with 4 warps
-# 232 (LSE). Not yet timed on a GPU: issue 44.
+# Epilogue tiles of these memory-bound passes: the LSE pass keeps one program per row
+# block for the whole slice (the merge's fixed order), so its row blocks are small. 8×256
+# with 4 warps: 80 and 86 registers on sm_90a, no spill (32×256 spilled); not yet timed.
 LSE_BLOCK = (8, 256)
 GRAD_BLOCK = (8, 256)
 NUM_WARPS = 4
@@ -57,10 +38,6 @@ INTERPRETER_BLOCK = (64, 512)
 def _blocks(tiles: tuple[int, int], n_rows: int, width: int) -> tuple[int, int]:
     """(BLOCK_N, BLOCK_V) for a launch, shrunk to the problem (at least 8 and 16)."""
     block_n, block_v = INTERPRETER_BLOCK if interpreting() else tiles
-
-    def fit(block: int, size: int, least: int = 16) -> int:
-        return min(block, max(least, triton.next_power_of_2(size)))
-
     return fit(block_n, n_rows, 8), fit(block_v, width)
 
 
@@ -90,13 +67,9 @@ def _lse_epilogue_kernel(
     HAS_SMOOTHING: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
 ):
-    """Fold columns [v0, v0 + width) of fp32 logits ``Z`` (N, ≥ width) into the state.
-
-    The state is the online (max, Σ exp(z − max)) and, with smoothing, Σ_v w_v (z − max),
-    relative to the running max so a common logit offset cancels (as forward.py and
-    native.py keep it). ``seen`` is Σ w over the columns already folded: v0 without class
-    weights, else ``Seen[0]`` (a device scalar: no host sync) plus this slice's tiles.
-    """
+    """Fold columns [v0, v0 + width) of fp32 logits ``Z`` (N, ≥ width) into the online
+    state (``common.online_softmax``); ``seen``, Σ w over the columns already folded, is
+    v0 without class weights, else ``Seen[0]`` (a device scalar: no host sync)."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     row_max = tl.load(RowMax + offs_n, mask=n_mask, other=0.0)
@@ -181,36 +154,12 @@ def _grad_epilogue_kernel(
         store_tile(Out, zeros, offs_n, offs_j, n_mask, j_mask, stride_on, INTERPRETING)
 
 
-def bytes_per_column(n_rows: int, dim: int, dtype: torch.dtype, device: torch.device) -> int:
-    """Workspace a slice column costs on this route: the fp32 logits (N·4) and G in the
-    dtype (N·2 or N·4); 16-bit inputs without an fp32-output GEMM (a CPU) add the fp32
-    upcasts of C_s (D·4) and of G for dE (N·4 + D·4); fp16's σ rescaling of dC_s D·4."""
-    size = torch.finfo(dtype).bits // 8
-    per = n_rows * 4 + n_rows * size
-    if size < 4 and not _fp32_out_mm(device):
-        per += n_rows * 4 + 2 * dim * 4
-    return per + (dim * 4 if dtype == torch.float16 else 0)
-
-
-def _width(e: torch.Tensor, vocab: int, budget: int | None) -> int:
-    n_rows, dim = e.shape
-    return slice_width(vocab, bytes_per_column(n_rows, dim, e.dtype, e.device), budget)
-
-
-def _slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
-    """The front of ``buf`` as a (rows, cols) matrix whose row stride is ``cols`` rounded up
-    to 16 bytes: the last, narrower slice keeps tight rows that stay aligned (cuBLAS's
-    fastest kernels and TMA want 16-byte strides; an odd width such as GPT-2's last 2,641
-    columns would not be)."""
+def slab(buf: torch.Tensor, cols: int) -> torch.Tensor:
+    """The front of ``buf`` as a (rows, cols) matrix with ``cols`` rounded up to 16 bytes as
+    its row stride: a narrower last slice (GPT-2's 2,641 columns) keeps aligned rows."""
     step = 16 // buf.element_size()
     stride = triton.cdiv(cols, step) * step
     return buf.view(-1)[: buf.shape[0] * stride].view(buf.shape[0], stride)[:, :cols]
-
-
-def _seen_before(weight: torch.Tensor, vocab: int, width: int) -> torch.Tensor:
-    """Σ w over the columns before each slice, fp32 on the device (no host sync)."""
-    totals = chunk_sums(weight, width, triton.cdiv(vocab, width))
-    return torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
 
 
 def cublas_forward(
@@ -226,18 +175,22 @@ def cublas_forward(
     """forward.lse_forward's outputs from cuBLAS fp32 logit slices and the LSE epilogue."""
     n_rows = e.shape[0]
     vocab = c.shape[0]
-    width = _width(e, vocab, budget)
+    per = bytes_per_column(n_rows, e.shape[1], e.dtype, e.device, "cublas", False)
+    width = slice_width(vocab, per, budget)
     buf = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
     row_max = torch.full((n_rows,), float("-inf"), device=e.device)
     row_sum = torch.zeros(n_rows, device=e.device)
     rel_sum = torch.zeros(n_rows, device=e.device) if smoothing else None
     w = weight if smoothing else None  # only the smoothing sum reads it
-    seen = _seen_before(w, vocab, width) if w is not None else None
+    seen = None
+    if w is not None:  # Σ w over the columns before each slice, on the device (no host sync)
+        totals = chunk_sums(w, width, triton.cdiv(vocab, width))
+        seen = torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
     block_n, block_v = _blocks(LSE_BLOCK, n_rows, width)
     grid = (triton.cdiv(n_rows, block_n),)
     for s, v0 in enumerate(range(0, vocab, width)):
         cols = min(width, vocab - v0)
-        z = logit_slice(_slab(buf, cols), e, c[v0 : v0 + cols])
+        z = logit_slice(slab(buf, cols), e, c[v0 : v0 + cols])
         _lse_epilogue_kernel[grid](
             z, row_max, row_sum, rel_sum, w, None if seen is None else seen[s:],
             softcap, n_rows, v0, cols, z.stride(0),
@@ -247,45 +200,18 @@ def cublas_forward(
     return ForwardResult(row_max, row_sum.log(), target_logit, rel_sum, None)
 
 
-def cublas_backward(
-    e: torch.Tensor,
-    c: torch.Tensor,
-    targets: torch.Tensor,
-    row_max: torch.Tensor,
-    log_sum: torch.Tensor,
-    k: Coefficients,
-    *,
-    p,
-    weight: torch.Tensor | None = None,
-    de_fp32: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``slices.slices_backward`` on this route: same arguments, same results' contract."""
-    n_rows, dim = e.shape
-    vocab = c.shape[0]
-    width = _width(e, vocab, p.budget)
-    scale = _gradient_scale(k, weight, e.dtype)
-    inv_scale = (1.0 / scale).reshape(1)
-    de = torch.zeros((n_rows, dim), device=e.device, dtype=torch.float32)
-    dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
-    logits = torch.empty((n_rows, width), device=e.device, dtype=torch.float32)
-    grads = torch.empty((n_rows, width), device=e.device, dtype=e.dtype)
-    targets = targets.contiguous()
-    block_n, block_v = _blocks(GRAD_BLOCK, n_rows, width)
+def grad_slice(
+    out: torch.Tensor, logits, e, c, targets, row_max, log_sum, k, weight, inv, v0: int, *, p
+) -> None:
+    """``slices._triton_grad_slice`` on this route: the fp32 slice from cuBLAS into the
+    front of ``logits`` (N, the slice width), then the gradient epilogue into ``out``."""
+    n_rows, cols = out.shape
+    z = logit_slice(slab(logits, cols), e, c[v0 : v0 + cols])
+    block_n, block_v = _blocks(GRAD_BLOCK, n_rows, logits.shape[1])
+    grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
     w = weight if k.smooth is not None else None  # only the smoothing term reads it
-    for v0 in range(0, vocab, width):
-        cols = min(width, vocab - v0)
-        c_s = c[v0 : v0 + cols]
-        z = logit_slice(_slab(logits, cols), e, c_s)
-        grad = _slab(grads, cols)
-        grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
-        _grad_epilogue_kernel[grid](
-            z, grad, row_max, log_sum, k.prob, k.target, k.smooth, w, targets, inv_scale,
-            p.softcap, n_rows, v0, cols, z.stride(0), grad.stride(0),
-            BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
-        )  # fmt: skip
-        accumulate_mm(de, grad, c_s)
-        dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
-        if e.dtype == torch.float16:
-            dc_s.copy_(dc_s.float().mul_(scale))
-    de.mul_(scale)
-    return (de if de_fp32 else de.to(e.dtype)), dc
+    _grad_epilogue_kernel[grid](
+        z, out, row_max, log_sum, k.prob, k.target, k.smooth, w, targets.contiguous(),
+        inv, p.softcap, n_rows, v0, cols, z.stride(0), out.stride(0),
+        BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
+    )  # fmt: skip

@@ -1,11 +1,9 @@
 """Forward stage: per row, the LSE (as row max and log-sum) and the smoothing sum.
 
-Grid = (row blocks, vocab splits). Each program walks its vocab tiles once,
-keeping an online (max, sum-exp) per row in registers; splits write partial
-results to O(splits·N) buffers that torch combines, so there are no locks, no
-grid-wide barrier and no N×V buffer. Without softcap the smoothing sum is
-``E_n·c̄`` (one D-dot per row, done by split 0); with softcap it is accumulated
-tile by tile. Padded vocab columns are −inf in the LSE and 0 in the sums.
+Grid = (row blocks, vocab splits); each program keeps an online (max, sum-exp) per row
+over its vocab tiles and writes O(splits·N) partials that torch combines: no locks, no
+N×V buffer. Without softcap the smoothing sum is ``E_n·c̄`` (split 0), with it tile by
+tile.
 """
 
 from __future__ import annotations
@@ -153,11 +151,8 @@ def compiled_for_interpreter() -> bool:
 
 
 def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
-    """An autotuner per variant: a shared one would time one variant for all.
-
-    ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 calls ``.zero_()``
-    on whatever the name holds, ``None`` included).
-    """
+    """An autotuner per variant (a shared one would time one variant for all);
+    ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 zeroes ``None`` too)."""
     if flags not in _forward_tuned:
         reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
         _forward_tuned[flags] = triton.autotune(
@@ -168,14 +163,10 @@ def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
 
 @dataclass
 class ForwardResult:
-    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum``.
-
-    Keeping the max apart lets ``max − z`` cancel exactly when every logit of a
-    row shares a large offset (torch's log_softmax does the same). ``rel_sum`` is
-    Σ_v (z − row_max) when smoothing; ``logit_avg`` (V,) only when vocab sorting
-    was asked; ``tile_lse`` (N, ⌈V/BLOCK_V⌉) bf16, each row's log-sum-exp per vocab
-    tile (its softmax mass is ``exp(tile_lse − lse)``: tiles.py), ``tile_width`` its BLOCK_V.
-    """
+    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum`` so ``max − z`` cancels
+    a common logit offset exactly. ``rel_sum``: Σ_v w_v (z − row_max) when smoothing;
+    ``logit_avg`` (V,): vocab sorting's; ``tile_lse`` (N, ⌈V/tile_width⌉) bf16: each
+    row's log-sum-exp per vocab tile (tiles.py)."""
 
     row_max: torch.Tensor
     log_sum: torch.Tensor
@@ -191,22 +182,20 @@ class ForwardResult:
 
 
 def choose_splits(
-    n_rows: int, vocab: int, device: torch.device, block_n: int = 128, ctas_per_sm: int = 1
+    n_rows: int, vocab: int, device: torch.device, block_n: int, ctas_per_sm: int, cpu: int = 1
 ) -> int:
-    """Vocab splits so that row blocks × splits is a whole number of waves (1 on CPU).
-
-    Among 1..64 splits (at least 2 vocab tiles each) take the best last-wave
-    efficiency, then the fewest splits within 1 % of it: fewer, longer programs
-    amortise their prologue and the combine stays small.
-    """
+    """Vocab splits so that row blocks × splits is a whole number of waves (``cpu`` splits
+    on a CPU or under the interpreter)."""
     if device.type != "cuda" or interpreting():
-        return 1
+        return cpu
     slots = torch.cuda.get_device_properties(device).multi_processor_count * ctas_per_sm
     return splits_for(n_rows, vocab, block_n, slots)
 
 
 def splits_for(n_rows: int, vocab: int, block_n: int, slots: int) -> int:
-    """The arithmetic of ``choose_splits`` for a device with ``slots`` concurrent CTAs."""
+    """``choose_splits`` for ``slots`` concurrent CTAs: among 1..64 splits (2 vocab tiles
+    each at least) the fewest within 1 % of the best last-wave efficiency, as fewer,
+    longer programs amortise their prologue."""
     row_blocks = triton.cdiv(n_rows, block_n)
     limit = max(1, min(64, vocab // (2 * SPLIT_GRAIN)))
     best = max(wave_efficiency(row_blocks * s, slots) for s in range(1, limit + 1))
@@ -234,25 +223,25 @@ def lse_forward(
     num_splits: int | None = None,
     weight: torch.Tensor | None = None,
 ) -> ForwardResult:
-    """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,).
-
-    With class weights ``weight`` (fp32 (V,)) the smoothing sum is Σ_v w_v (z − max)
-    (``cbar`` then is the weighted column sum Σ_v w_v C_v).
-    """
+    """Launch the forward kernel on 2-D ``e`` (N, D), ``c`` (V, D), ``targets`` (N,);
+    with class weights ``weight`` (fp32 (V,)), ``cbar`` is Σ_v w_v C_v."""
     if smoothing and softcap is None and cbar is None:
         raise ValueError("smoothing without softcap needs c̄ (the column sum of c)")
-    if not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c):
-        # sm_90/sm_100, 16-bit, TMA-aligned: the persistent TMA kernel (hopper.py).
-        kw = dict(cbar=cbar, smoothing=smoothing, softcap=softcap, weight=weight)
-        return hopper.lse_forward(e, c, targets, **kw)
     n_rows, dim = e.shape
     vocab = c.shape[0]
     sizes = (n_rows, vocab, dim)
-    cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
-    block_n = 128 if cfg is None else cfg.block_n
-    splits = num_splits or choose_splits(
-        n_rows, vocab, e.device, block_n, 1 if cfg is None else cfg.ctas_per_sm
-    )
+    # sm_90/sm_100, 16-bit, TMA-aligned: the persistent TMA kernel (hopper.py).
+    tma = not (logit_avg or tile_lse or num_splits) and hopper.use_tma(e, c)
+    if tma:
+        weighted = weight is not None
+        cfg = pinned_config("forward", e.dtype, e.device, sizes, tma=True, weighted=weighted)
+        splits = hopper.forward_splits(n_rows, vocab, e.device, cfg)
+    else:
+        cfg = None if autotune_enabled() else pinned_config("forward", e.dtype, e.device, sizes)
+        block_n = 128 if cfg is None else cfg.block_n
+        splits = num_splits or choose_splits(
+            n_rows, vocab, e.device, block_n, 1 if cfg is None else cfg.ctas_per_sm
+        )
     # A multiple of every BLOCK_V in use, so no tile straddles two splits.
     grain = SPLIT_GRAIN if cfg is None else max(SPLIT_GRAIN, cfg.block_v)
     split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
@@ -276,8 +265,10 @@ def lse_forward(
 
     args = (e, c, cbar, max_part, sum_part, smooth_part, avg, tmax, weight)
     args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
-    strides = (e.stride(0), e.stride(1), c.stride(0), c.stride(1))
-    if cfg is None:
+    strides = (*e.stride(), *c.stride())
+    if tma:
+        hopper.launch_forward(e, c, cbar, part, weight, softcap, split_size, cfg)
+    elif cfg is None:
         flags = (smoothing, softcap is not None, avg is not None, tmax is not None)
         flags += (weight is not None,)
         _tuned(flags, avg is not None, tmax is not None)[grid](*args, *strides)

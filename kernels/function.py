@@ -1,9 +1,6 @@
-"""Autograd Functions: split (forward kernel, later backward kernel) and fused.
-
-Both save O(N + V + D) beyond their inputs, plus the per-tile LSEs with the tile list.
-The fused Function runs the gradient pass inside its forward and keeps dE/dC for
-backward, which only scales them by the upstream scalar.
-"""
+"""The autograd Function of the paths the custom op (op.py) does not take: split or fused,
+the tile backward, vocab-parallel's pieces. It saves O(N + V + D) beyond its inputs,
+plus the per-tile LSEs with the tile list."""
 
 from __future__ import annotations
 
@@ -20,49 +17,30 @@ from .forward import ForwardResult, lse_forward
 from .native import torch_forward
 from .reductions import column_sum
 from .slices import slices_backward
-from .sorting import vocab_order
 from .tiles import TileList, build_tile_list, row_thresholds
 
 
 @dataclass(frozen=True)
 class Params:
-    """Everything but the tensors; validated by ``api.linear_cross_entropy``."""
+    """``api.linear_cross_entropy``'s options, validated and resolved (``engine``:
+    triton, cublas or torch; ``budget``: its ``memory_budget``; ``fused``: impl="fused")."""
 
     beta: float
     softcap: float | None
     ignore_index: int
     reduction: str
-    filter_eps: float | None
-    sort_vocab: bool
-    accum_fp32: bool
+    filter_eps: float | None = None
+    sort_vocab: bool = False
+    accum_fp32: bool = False
     tile_list: bool = True
     # torch.is_grad_enabled() at the call (inside Function.forward it is always False).
     grad_mode: bool = True
-    num_splits: int | None = None
-    # "slices" (exact GEMM backward, slices.py) or "tiles" (atomic tile backward, backward.py).
-    backward: str = "slices"
-    # "triton" (GPU, or CPU under the interpreter), "cublas" (cuBLAS logit slices and a
-    # Triton epilogue: cublas_route.py) or "torch" (torch ops over vocab slices).
+    backward: str = "slices"  # or "tiles" (the ablation)
     engine: str = "triton"
-    # Bytes of slice workspace beyond the fp32 dE accumulator; None: slices.slice_width's default.
     budget: int | None = None
-    # z_loss·lse² per valid row (terms.py); slice backward only, as class weights are.
     z_loss: float = 0.0
-    # Also return the per-row LSE (differentiable; split only).
     return_lse: bool = False
-
-
-@dataclass
-class Saved:
-    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
-
-    row_max: torch.Tensor
-    log_sum: torch.Tensor
-    target_logit: torch.Tensor
-    cbar: torch.Tensor | None
-    logit_avg: torch.Tensor | None
-    tile_lse: torch.Tensor | None
-    tile_width: int
+    fused: bool = False
 
 
 def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
@@ -100,29 +78,31 @@ def _forward(
         softcap=p.softcap,
         logit_avg=filtering and p.sort_vocab and not use_list,
         tile_lse=use_list,
-        num_splits=p.num_splits,
         weight=weight if smoothing else None,  # only the smoothing sum reads it
     )
     return out, cbar
 
 
-def _losses(
-    out: ForwardResult,
-    targets: torch.Tensor,
-    weight: torch.Tensor | None,
-    p: Params,
-    vocab: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reduced loss and the validity mask, from either engine's forward."""
+def _row_weights(
+    targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The validity mask, w[y] and Σ w (None without class weights)."""
     valid = _valid(targets, p)
     wy = terms.target_weights(targets, valid, weight, vocab)
-    wsum = None if weight is None else weight.sum()
+    return valid, wy, None if weight is None else weight.sum()
+
+
+def _losses(
+    out: ForwardResult, targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
+) -> torch.Tensor:
+    """The reduced loss from either engine's forward."""
+    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
     ce = terms.ce_rows(
         out.row_max, out.log_sum, out.target_logit, out.rel_sum, valid,
         beta=p.beta, vocab=vocab, wy=wy, wsum=wsum,
     )  # fmt: skip
     zl = terms.z_rows(out.lse, valid, p.z_loss)
-    return terms.reduce(ce, zl, valid, p.reduction, wy), valid
+    return terms.reduce(ce, zl, valid, p.reduction, wy)
 
 
 def _coefficients(
@@ -134,7 +114,7 @@ def _coefficients(
     grad_out: torch.Tensor | None,
     grad_lse: torch.Tensor | None = None,
 ) -> terms.Coefficients:
-    valid = _valid(targets, p)
+    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
     return terms.coefficients(
         valid,
         lse,
@@ -142,19 +122,11 @@ def _coefficients(
         vocab=vocab,
         reduction=p.reduction,
         z_loss=p.z_loss,
-        wy=terms.target_weights(targets, valid, weight, vocab),
-        wsum=None if weight is None else weight.sum(),
+        wy=wy,
+        wsum=wsum,
         grad_out=grad_out,
         grad_lse=grad_lse,
     )
-
-
-def _target_weights(target_logit: torch.Tensor, p: Params) -> torch.Tensor:
-    """(1−β)·∂z_y/∂l_y per row: (1−β)(1 − tanh²) with softcap (z_y = s·tanh), else (1−β)."""
-    if p.softcap is None:
-        return torch.full_like(target_logit, 1.0 - p.beta)
-    t = target_logit / p.softcap
-    return (1.0 - p.beta) * (1.0 - t * t)
 
 
 # The last backward's tile list (benchmarks read its launched fraction).
@@ -167,14 +139,18 @@ def _grads(
     targets: torch.Tensor,
     weight: torch.Tensor | None,
     k: terms.Coefficients,
-    s: Saved,
+    s: ForwardResult,
+    cbar: torch.Tensor | None,
     p: Params,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if p.backward == "slices":
         return slices_backward(e, c, targets, s.row_max, s.log_sum, k, p=p, weight=weight)
     # The tile backward: plain cross-entropy only (api refuses weights and z-loss there).
     g = k.prob
-    order = vocab_order(s.logit_avg) if s.logit_avg is not None else None
+    # CCE's vocab sorting: tiles by decreasing average logit, so filtered tiles cluster.
+    order = None
+    if s.logit_avg is not None:
+        order = torch.argsort(s.logit_avg, descending=True).to(torch.int32)
     tiles = row_eps = None
     if s.tile_lse is not None and p.filter_eps is not None:
         # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.
@@ -201,52 +177,22 @@ def _grads(
         row_eps = torch.full_like(g, p.filter_eps)
     LAST_TILES[0] = tiles
     return lce_backward(
-        e,
-        c,
-        targets,
-        s.row_max,
-        s.log_sum,
-        g,
-        _target_weights(s.target_logit, p),
-        cbar=s.cbar,
-        beta=p.beta,
-        softcap=p.softcap,
-        row_eps=row_eps,
-        order=order,
-        tiles=tiles,
-        accum_fp32=p.accum_fp32,
+        e, c, targets, s, g, cbar=cbar, row_eps=row_eps, order=order, tiles=tiles, p=p
     )
 
 
-def _save(ctx: Any, s: Saved, *tensors: torch.Tensor | None) -> None:
+def _save(ctx: Any, s: ForwardResult, cbar: torch.Tensor | None, *tensors: Any) -> None:
+    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
     ctx.save_for_backward(
-        *tensors, s.row_max, s.log_sum, s.target_logit, s.cbar, s.logit_avg, s.tile_lse
+        *tensors, s.row_max, s.log_sum, s.target_logit, cbar, s.logit_avg, s.tile_lse
     )
     ctx.tile_width = s.tile_width
 
 
-def _load(ctx: Any) -> tuple[list[torch.Tensor], Saved]:
+def _load(ctx: Any) -> tuple[list[torch.Tensor], ForwardResult, torch.Tensor | None]:
     *tensors, row_max, log_sum, target_logit, cbar, logit_avg, tile_lse = ctx.saved_tensors
-    saved = Saved(row_max, log_sum, target_logit, cbar, logit_avg, tile_lse, ctx.tile_width)
-    return tensors, saved
-
-
-def _saved(out: ForwardResult, cbar: torch.Tensor | None) -> Saved:
-    return Saved(
-        out.row_max, out.log_sum, out.target_logit, cbar, out.logit_avg, out.tile_lse,
-        out.tile_width,
-    )  # fmt: skip
-
-
-def _split_forward(
-    ctx: Any, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor | None
-) -> tuple[torch.Tensor, ForwardResult, Saved, bool]:
-    """Both Functions' forward pass: (loss, forward result, saved, whether grads are needed)."""
-    p: Params = ctx.params
-    needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-    out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-    loss, _ = _losses(out, targets, weight, p, c.shape[0])
-    return loss, out, _saved(out, cbar), needs_grad
+    saved = ForwardResult(row_max, log_sum, target_logit, None, logit_avg, tile_lse, ctx.tile_width)
+    return tensors, saved, cbar
 
 
 def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:
@@ -256,7 +202,10 @@ def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """Split version: LSE/target/smoothing forward, recomputing backward."""
+    """The forward kernel, then either a recomputing backward (split) or, with ``p.fused``,
+    dE/dC computed in the forward call for upstream gradient 1 and scaled in backward
+    (``reduction="none"``'s per-row upstream gradient waits for backward; under
+    ``torch.no_grad()`` no gradient pass runs)."""
 
     @staticmethod
     def forward(
@@ -268,54 +217,27 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         p: Params,
     ) -> Any:
         ctx.params = p
-        loss, out, saved, _ = _split_forward(ctx, e, c, targets, weight)
-        _save(ctx, saved, e, c, targets, weight)
+        needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
+        out, cbar = _forward(e, c, targets, weight, p, needs_grad)
+        loss = _losses(out, targets, weight, p, c.shape[0])
+        ctx.fused = p.fused and needs_grad and p.reduction != "none"
+        if ctx.fused:
+            k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
+            de, dc = _grads(e, c, targets, weight, k, out, cbar, p)
+            ctx.save_for_backward(de, dc)
+        else:
+            _save(ctx, out, cbar, e, c, targets, weight)
         return (loss, out.lse) if p.return_lse else loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
-        (e, c, targets, weight), saved = _load(ctx)
-        p: Params = ctx.params
-        lse = saved.row_max + saved.log_sum
-        k = _coefficients(
-            targets, weight, lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
-        )
-        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, p))
-
-
-class FusedLinearCrossEntropyFunction(torch.autograd.Function):
-    """Fused version: dE/dC are computed in the forward call for upstream gradient 1.
-
-    ``reduction="none"`` cannot fold a per-row upstream gradient into a
-    precomputed dC, so there the gradient pass waits for backward (as split).
-    Under ``torch.no_grad()`` (evaluation) no gradient pass runs at all:
-    ``ctx.needs_input_grad`` reflects ``requires_grad``, not grad mode.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        e: torch.Tensor,
-        c: torch.Tensor,
-        targets: torch.Tensor,
-        weight: torch.Tensor | None,
-        p: Params,
-    ) -> torch.Tensor:
-        ctx.params = p
-        loss, out, saved, needs_grad = _split_forward(ctx, e, c, targets, weight)
-        ctx.fused = needs_grad and p.reduction != "none"
         if ctx.fused:
-            k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
-            de, dc = _grads(e, c, targets, weight, k, saved, p)
-            ctx.save_for_backward(de, dc)
-        else:
-            _save(ctx, saved, e, c, targets, weight)
-        return loss
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        if not ctx.fused:
-            return LinearCrossEntropyFunction.backward(ctx, grad_out)
-        de, dc = ctx.saved_tensors
-        # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
-        return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))
+            de, dc = ctx.saved_tensors
+            # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
+            return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))
+        (e, c, targets, weight), saved, cbar = _load(ctx)
+        p: Params = ctx.params
+        k = _coefficients(
+            targets, weight, saved.lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
+        )
+        return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))

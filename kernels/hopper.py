@@ -1,25 +1,9 @@
-"""Hopper fast path of the two GEMM-shaped kernels: the forward LSE and the gradient slice.
-
-The same per-row statistics and gradient slices as ``forward._forward_kernel`` and
-``slices._grad_slice_kernel`` (same epilogue math, same order of operations per tile),
-built the way fast Hopper GEMMs in Triton are (tutorial 09-persistent-matmul):
-
-- a persistent grid of SMs × CTAs/SM programs, each striding over the work (forward:
-  (row block, vocab split) items; slices: output tiles in grouped order for L2 reuse);
-- TMA tensor descriptors for E, C and the slice output (host-side
-  ``triton.tools.tensor_descriptor.TensorDescriptor``, in Triton 3.6 and 3.7 alike);
-  out-of-bounds rows and columns are zero-filled on load and clipped on store, so the
-  kernels have no load masks;
-- 128×256 output tiles over BLOCK_D 64 (wgmma m64n256k16 per warpgroup);
-- epilogue subtiling: the 128×256 fp32 accumulator is split into two 128×128 halves
-  (quarters for a slice with class weights), each taken through the softmax or gradient
-  epilogue (and stored) in turn, so that the epilogue's temporaries cover part of a tile.
-
-No atomics, fixed reduction order: bit-identical run to run. Eligible on sm_90 and
-sm_100 for 16-bit inputs whose operands meet TMA's alignment (``eligible``, a pure
-function of capability, dtype and operand layout); everything else runs the portable
-kernels. ``PERFSUITE_TMA=0`` turns the path off (the ablation). The CPU interpreter
-runs the same code (it supports host-side descriptors) with fp64 dots (common.dot).
+"""Hopper/Blackwell fast path of the two GEMM-shaped kernels, the forward LSE and the
+gradient slice: the portable kernels' math in the same order per element, built as
+Triton's persistent-matmul tutorial builds GEMMs (persistent grid, TMA descriptors that
+zero-fill past the edges, epilogue subtiles; docs/kernel.md, "The Hopper fast path").
+``eligible`` says where it runs; ``PERFSUITE_TMA=0`` turns it off (the ablation). The
+interpreter runs it too (host-side descriptors, fp64 dots).
 """
 
 from __future__ import annotations
@@ -44,41 +28,36 @@ from .common import (
     tanh_scale,
     wide_offsets,
 )
-from .configs import KernelConfig, arch_of, fit_to, interpreting, tma_config
+from .configs import GROUP_N, KernelConfig, autotune_enabled, interpreting, pinned_config
 
-GROUP_N = 8
 # Programs of the persistent grid under the interpreter: more than one, so the tests
 # walk the strided work loop.
 INTERPRETER_PROGRAMS = 3
+# Epilogue subtiles per forward tile: at halves the β > 0 softcapped build spilled 20 B
+# (three fused stages, Triton 3.6, sm_90a).
+FORWARD_SUBTILES = 4
 
+_HEURISTICS = {
+    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
+    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
+    "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
+    "UPCAST_DOT": lambda a: interpreting(),
+}
 _FWD_HEURISTICS = {
+    **_HEURISTICS,
     # Unmasked tiles only when the splits' whole tiles cover V exactly.
     "EVEN_V": lambda a: (
         a["split_size"] % a["BLOCK_V"] == 0 and a["split_size"] * a["num_splits"] == a["V"]
     ),
     "HAS_SMOOTHING": lambda a: a["SmoothPart"] is not None,
-    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
-    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
-    "DOT_PRECISION": lambda a: "tf32",  # 16-bit inputs only: exact products either way
-    "UPCAST_DOT": lambda a: interpreting(),
-    "SUBTILES": lambda a: forward_subtiles(),
+    "SUBTILES": lambda a: FORWARD_SUBTILES,
 }
-
 _SLICE_HEURISTICS = {
+    **_HEURISTICS,
     "HAS_SMOOTHING": lambda a: a["S"] is not None,
-    "HAS_WEIGHT": lambda a: a["Weight"] is not None,
-    "HAS_SOFTCAP": lambda a: a["softcap"] is not None,
     "GROUP_N": lambda a: GROUP_N,
-    "DOT_PRECISION": lambda a: "tf32",
-    "UPCAST_DOT": lambda a: interpreting(),
     "SUBTILES": lambda a: slice_subtiles(a["Weight"] is not None),
 }
-
-
-def forward_subtiles() -> int:
-    """Epilogue subtiles per forward tile: quarters (at halves the β > 0 softcapped build
-    spilled 20 B with three fused stages: Triton 3.6, sm_90a)."""
-    return 4
 
 
 def slice_subtiles(weighted: bool) -> int:
@@ -111,12 +90,9 @@ def _halves(x, ROWS: tl.constexpr, COLS: tl.constexpr):
 
 @triton.jit
 def _capped(x, softcap, HAS_SOFTCAP: tl.constexpr):
-    """``s·tanh(x/s)`` with ``x/s`` per element, where the other epilogues multiply by
-    ``tanh_scale``'s −2/s: this forward takes 255 registers, and the product form spilled
-    12–28 B under Triton 3.6 or 3.7.1 (sm_90a) in each of five orders tried (softcap per
-    quarter, per half, per tile; two forms of the column count); the division spills under
-    neither. Bits differ from the portable forward's in the last place, within the
-    forward's fp32 rounding (tests/kernels/test_hopper.py)."""
+    """``s·tanh(x/s)`` with ``x/s`` per element: at 255 registers this forward spilled with
+    ``tanh_scale``'s product form (docs/kernel.md, "Softcap"); its bits stay within the
+    portable forward's fp32 rounding."""
     if HAS_SOFTCAP:
         x = softcap * tanh(x / softcap, -2.0)
     return x
@@ -176,15 +152,10 @@ def _tma_forward_kernel(
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
-    """Per (row block, vocab split) item: the split's row max, sum-exp and smoothing sum,
-    as ``forward._forward_kernel`` writes them; items strided over a persistent grid.
-
-    One loop over this program's (item, vocab tile) pairs around the D loop: the
-    two-level nest of a persistent GEMM, which ``FLATTEN`` fuses into one pipelined
-    loop (the next tile's loads in flight during this tile's epilogue). Every split
-    counts ``split_size / BLOCK_V`` tiles; the last split's tiles past V load zeros and
-    are masked (``EVEN_V`` only when the splits cover V exactly). Items run
-    split-major, so the programs in flight share a split's C tiles in L2."""
+    """Per (row block, vocab split) item, strided over a persistent grid: the split's row
+    max, sum-exp and smoothing sum, as ``forward._forward_kernel`` writes them. One loop
+    over the program's (item, vocab tile) pairs, which ``FLATTEN`` fuses with the D loop;
+    items run split-major, so the programs in flight share a split's C tiles in L2."""
     HALF: tl.constexpr = BLOCK_V // 2
     num_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(D, BLOCK_D)
@@ -363,8 +334,6 @@ def _tma_grad_slice_kernel(
 _forward = triton.heuristics(_FWD_HEURISTICS)(_tma_forward_kernel)
 _grad_slice = triton.heuristics(_SLICE_HEURISTICS)(_tma_grad_slice_kernel)
 
-HALF_DTYPES = (torch.bfloat16, torch.float16)
-
 
 def enabled() -> bool:
     """``PERFSUITE_TMA=0`` turns the fast path off (the portable kernels run instead)."""
@@ -376,15 +345,15 @@ def eligible(
     dtype: torch.dtype,
     operands: Sequence[tuple[int, int, int]],
 ) -> bool:
-    """Whether the TMA kernels can run: a pure function, testable without a GPU.
-
-    ``capability``: the CUDA device's (major, minor), None off CUDA; ``operands``: each
-    2-D operand's (data pointer, row stride, column stride) in elements. Hopper (9.x)
-    and datacenter Blackwell (10.x) only: consumer Blackwell's 99 KiB of shared memory
-    per CTA holds no 128×256×64 pipeline. 16-bit dtypes only (fp32 would run TF32 wgmma).
-    TMA needs 16-byte aligned bases and row strides and contiguous rows.
-    """
-    if capability is None or capability[0] not in (9, 10) or dtype not in HALF_DTYPES:
+    """Whether the TMA kernels can run, testable without a GPU: capability (major, minor)
+    9.x or 10.x (consumer Blackwell's shared memory holds no such pipeline; None off
+    CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column stride)
+    in elements TMA-ready: 16-byte aligned base and row stride, contiguous rows."""
+    if (
+        capability is None
+        or capability[0] not in (9, 10)
+        or dtype not in (torch.bfloat16, torch.float16)
+    ):
         return False
     size = torch.finfo(dtype).bits // 8
     return all(col == 1 and (row * size) % 16 == 0 and ptr % 16 == 0 for ptr, row, col in operands)
@@ -393,8 +362,6 @@ def eligible(
 def use_tma(*tensors: torch.Tensor) -> bool:
     """``eligible`` for these 2-D operands on their device (False on CPU, under the
     interpreter, with autotuning on or with the path switched off)."""
-    from .configs import autotune_enabled
-
     first = tensors[0]
     if not enabled() or first.device.type != "cuda" or interpreting() or autotune_enabled():
         return False
@@ -403,20 +370,6 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     cap = torch.cuda.get_device_capability(first.device)
     operands = [(t.data_ptr(), t.stride(0), t.stride(1)) for t in tensors]
     return eligible(cap, first.dtype, operands)
-
-
-def config(
-    kernel: str, shape: tuple[int, int, int], device: torch.device, weighted: bool = False
-) -> KernelConfig:
-    """The pinned TMA config (``configs.tma_config``), or the one ``configs.use_config``
-    forces; fitted to the problem under the interpreter (its cost is per program)."""
-    from .configs import _override
-
-    if kernel in _override:  # configs.use_config: tests' small tiles
-        return _override[kernel]
-    if interpreting() or device.type != "cuda":
-        return fit_to(KernelConfig(512, 1024, 256, num_warps=4, num_stages=1), *shape)
-    return tma_config(kernel, arch_of(device), weighted)
 
 
 @functools.cache
@@ -434,9 +387,9 @@ _RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+
 def fitting_ctas(
     registers: int, shared: int, num_warps: int, tmem: int = 0, limits: dict | None = None
 ) -> int:
-    """CTAs of one build resident on an SM, from its registers (allocated per warp in
-    units of 256), threads, shared memory (+1 KiB each) and tensor-memory columns; 0
-    when one CTA does not fit. ``perfsuite kernel-report`` uses the same arithmetic."""
+    """CTAs of one build resident on an SM (0 when one does not fit), from its registers
+    (allocated per warp in units of 256), threads, shared memory (+1 KiB each) and
+    tensor-memory columns; ``perfsuite kernel-report`` uses it too."""
     lim = {**SM_LIMITS, **(limits or {})}
     if shared > lim.get("smem_cta", SMEM_PER_CTA) or registers > 255 or tmem > lim["tmem"]:
         return 0
@@ -462,9 +415,8 @@ _RESIDENT: dict[tuple, int] = {}
 
 def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConfig, *args):
     """Launch ``kernel`` on a persistent grid of one full wave: SMs × the CTAs of this
-    build that fit on an SM. The first launch of a build sizes it by the config's
-    ``ctas_per_sm``; the loaded kernel's registers and shared memory then give the real
-    figure. Work is split the same way whatever the grid, so results do not depend on it."""
+    build that fit on an SM (the config's ``ctas_per_sm`` until the loaded build says).
+    Work is split the same way whatever the grid, so results do not depend on it."""
     key = (*key, cfg)  # a forced config (use_config) is another build
     ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
     compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(f"{key[0]}_tma"))
@@ -476,38 +428,29 @@ def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConf
 
 
 def forward_splits(n_rows: int, vocab: int, device: torch.device, cfg: KernelConfig) -> int:
-    """Vocab splits: whole waves of (row block, split) items (``forward.splits_for``)."""
-    from .forward import splits_for
+    """``forward.choose_splits``, but two under the interpreter where there are two tiles,
+    so that the tests walk the split loop."""
+    from .forward import choose_splits
 
-    if device.type != "cuda" or interpreting():
-        return 1 if triton.cdiv(vocab, cfg.block_v) < 2 else 2
-    return splits_for(n_rows, vocab, cfg.block_n, _sm_count(device.index or 0) * cfg.ctas_per_sm)
+    cpu = 1 if triton.cdiv(vocab, cfg.block_v) < 2 else 2
+    return choose_splits(n_rows, vocab, device, cfg.block_n, cfg.ctas_per_sm, cpu)
 
 
-def lse_forward(
+def launch_forward(
     e: torch.Tensor,
     c: torch.Tensor,
-    targets: torch.Tensor,
-    *,
     cbar: torch.Tensor | None,
-    smoothing: bool,
+    part: torch.Tensor,
+    weight: torch.Tensor | None,
     softcap: float | None,
-    weight: torch.Tensor | None = None,
-):
-    """``forward.lse_forward`` (no logit sums, no tile LSEs; its arguments checked there) on
-    the TMA kernel."""
-    from .forward import SPLIT_GRAIN, ForwardResult, _combine
-    from .targets import target_logits
-
+    split_size: int,
+    cfg: KernelConfig,
+) -> None:
+    """``forward.lse_forward``'s launch on the TMA kernel: per-split partials into ``part``
+    (max, sum-exp and, with smoothing, the smoothing sums: (2 or 3, splits, N))."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    cfg = config("forward", (n_rows, vocab, dim), e.device, weight is not None)
-    splits = forward_splits(n_rows, vocab, e.device, cfg)
-    grain = max(SPLIT_GRAIN, cfg.block_v)
-    split_size = triton.cdiv(triton.cdiv(vocab, splits), grain) * grain
-    part = torch.empty(
-        (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
-    )
+    smoothing, splits = part.shape[0] == 3, part.shape[1]
     smooth_part = part[2] if smoothing else None
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
@@ -518,11 +461,6 @@ def lse_forward(
         e_desc, c_desc, cbar, part[0], part[1], smooth_part, weight, softcap,
         n_rows, vocab, dim, split_size, splits,
     )  # fmt: skip
-    row_max, log_sum, rel_sum = _combine(
-        part[0], part[1], smooth_part, softcap, vocab, split_size, weight
-    )
-    target_logit = target_logits(e, c, targets, softcap)
-    return ForwardResult(row_max, log_sum, target_logit, rel_sum, None)
 
 
 def grad_slice(
@@ -531,7 +469,7 @@ def grad_slice(
     """``slices._triton_grad_slice`` on the TMA kernel: ``out`` (N, width) = the slice."""
     n_rows, dim = e.shape
     width = out.shape[1]
-    cfg = config("slices", (n_rows, width, dim), e.device)
+    cfg = pinned_config("slices", e.dtype, e.device, (n_rows, width, dim), tma=True)
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
     weighted = weight is not None and k.smooth is not None

@@ -1,10 +1,5 @@
-"""The forward with torch ops over vocab slices: CPU without Triton's interpreter.
-
-The same quantities as ``forward.lse_forward`` (row max, log-sum, Σ(z − max), target
-logit), from one fp32 logit slice at a time: ``engine="torch"`` runs at the speed of
-the machine's GEMM instead of under the interpreter. Workspace: the slice and its
-exponentials (``slices.bytes_per_column`` sizes the width from the same budget).
-"""
+"""``engine="torch"``'s forward: ``forward.lse_forward``'s quantities from one fp32 logit
+slice at a time in torch ops, so a CPU runs at its GEMM's speed, not the interpreter's."""
 
 from __future__ import annotations
 

@@ -13,17 +13,6 @@ from .slices import slices_backward
 Tensor = torch.Tensor
 
 
-def _params(
-    beta: float, softcap: float | None, ignore_index: int, reduction: str, z_loss: float,
-    engine: str, budget: int | None,
-) -> Params:  # fmt: skip
-    return Params(
-        beta=beta, softcap=softcap, ignore_index=ignore_index, reduction=reduction,
-        filter_eps=None, sort_vocab=False, accum_fp32=False, grad_mode=True,
-        backward="slices", engine=engine, budget=budget, z_loss=z_loss,
-    )  # fmt: skip
-
-
 @torch.library.custom_op("perfsuite::linear_cross_entropy", mutates_args=())
 def lce_forward(
     e: Tensor,
@@ -41,9 +30,9 @@ def lce_forward(
     """(loss, lse, row max, log-sum) of 2-D ``e``; the checks that read values run here."""
     check_targets_in_range(targets, c.shape[0], ignore_index)
     check_weight_values(weight)
-    p = _params(beta, softcap, ignore_index, reduction, z_loss, engine, budget)
+    p = Params(beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss)
     out, _ = _forward(e, c, targets, weight, p, needs_grad=True)
-    loss, _ = _losses(out, targets, weight, p, c.shape[0])
+    loss = _losses(out, targets, weight, p, c.shape[0])
     return loss, out.lse, out.row_max.clone(), out.log_sum.clone()
 
 
@@ -75,7 +64,7 @@ def lce_backward(
     budget: int | None,
 ) -> tuple[Tensor, Tensor]:
     """(dE, dC) in the inputs' dtypes: the slice backward of slices.py."""
-    p = _params(beta, softcap, ignore_index, reduction, z_loss, engine, budget)
+    p = Params(beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss)
     k = _coefficients(targets, weight, row_max + log_sum, p, c.shape[0], grad_loss, grad_lse)
     return slices_backward(e, c, targets, row_max, log_sum, k, p=p, weight=weight)
 
@@ -83,9 +72,6 @@ def lce_backward(
 @lce_backward.register_fake
 def _lce_backward_fake(e, c, *args):  # fmt: skip
     return torch.empty_like(e), torch.empty_like(c)
-
-
-_OPTIONS = ("beta", "softcap", "ignore_index", "reduction", "z_loss", "engine", "budget")
 
 
 def _setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -100,7 +86,7 @@ def _backward(ctx: Any, grad_loss: Tensor, grad_lse: Tensor | None, *_: Any) -> 
     de, dc = lce_backward(
         e, c, targets, weight, row_max, log_sum, grad_loss, grad_lse, *ctx.options
     )
-    return (de, dc) + (None,) * (2 + len(_OPTIONS))
+    return (de, dc) + (None,) * (2 + len(ctx.options))
 
 
 lce_forward.register_autograd(_backward, setup_context=_setup_context)

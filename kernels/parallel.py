@@ -1,12 +1,7 @@
-"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group.
-
-Each rank holds rows [start, stop) of C (Megatron's layout), the same E and the same
-global targets. The forward runs our kernel on the shard and combines the per-row
-statistics in two all-reduces (the row max; then the rescaled sum-exp, Σ w(z − max),
-the target logit, w[y] and Σ w), so every rank computes the same loss. The backward
-forms each shard's exact gradient slice from the global LSE, writes dC for its rows and
-sums the fp32 dE across ranks before the cast (unless ``reduce_e_grad=False``). No
-logits cross ranks: O(N) per collective, plus N·D for dE.
+"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group
+(docs/kernel.md, "Vocab-parallel"). Each rank runs the kernel on its shard; two O(N)
+all-reduces combine the per-row statistics, so every rank computes the same loss, and the
+backward sums the fp32 dE across ranks. No logits cross ranks.
 """
 
 from __future__ import annotations
@@ -26,12 +21,9 @@ ReduceOp = dist.ReduceOp if dist.is_available() else None
 
 @dataclass(frozen=True)
 class VocabParallel:
-    """This rank's shard: rows [start, stop) of the full (V, D) classifier.
-
-    ``group``: the process group (None: the default one). ``vocab_size``: the full V,
-    checked against the shards when given. Class weights, when used, are this shard's
-    (stop − start,) slice. ``reduce_e_grad``: all-reduce E's gradient here (default).
-    """
+    """This rank's shard: rows [start, stop) of the full (V, D) classifier, over ``group``
+    (None: the default one); ``vocab_size``, when given, is checked against the shards;
+    ``reduce_e_grad=False`` leaves E's gradient to the caller to all-reduce."""
 
     start: int
     stop: int
@@ -44,19 +36,14 @@ def _describe(ranges: list[tuple[int, int, int, int]]) -> str:
     return ", ".join(f"rank {r} [{s}, {t})" for r, s, t, _ in ranges)
 
 
-# Layouts already checked: (group, start, stop, rows, vocab_size) -> V. A training loop
-# calls with one layout every step; checking it again would cost a collective and a host
-# sync (on a GPU, a stall before the loss) per step.
+# Layouts already checked -> V: checking every step would cost a collective and a host sync.
 _CHECKED: dict[tuple, int] = {}
 
 
 def shard_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
-    """The full vocabulary size, after checking on every rank that the shards tile it.
-
-    Every rank gathers every rank's (start, stop, rows of c) first and decides on the
-    same data, so a bad layout raises the same one-line ``ValueError`` everywhere
-    instead of leaving some ranks waiting in a collective. Checked once per layout.
-    """
+    """The full vocabulary size, once every rank has checked that the shards tile it: all
+    ranks decide on the same gathered (start, stop, rows of c), so a bad layout raises the
+    same one-line ``ValueError`` everywhere, with no rank left waiting in a collective."""
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("vocab_parallel needs torch.distributed initialised (init_process_group)")
     key = (shard.group, shard.start, shard.stop, rows, shard.vocab_size)
@@ -170,7 +157,6 @@ class VocabParallelFunction(torch.autograd.Function):
         lse = stats.row_max + stats.log_sum
         loss = terms.reduce(ce, terms.z_rows(lse, valid, p.z_loss), valid, p.reduction, stats.wy)
         ctx.params, ctx.shard, ctx.vocab = p, shard, vocab
-        ctx.has_weight_stats = stats.wy is not None
         extra = (stats.wy, stats.wsum.reshape(1)) if stats.wy is not None else ()
         ctx.save_for_backward(e, c, targets, local_t, weight, stats.row_max, stats.log_sum, *extra)
         return (loss, lse) if p.return_lse else loss

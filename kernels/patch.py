@@ -1,17 +1,13 @@
 """``patch(model)``: a transformers causal LM trains on our loss in one line.
 
-The patched ``forward`` runs the decoder (``model.model``) and hands its last hidden
-states and ``lm_head.weight`` to ``linear_cross_entropy``, so training never builds the
-N×V logits. Everything else is the model's own: transformers' label shift (or
-``shift_labels``), ``ignore_index=-100``, ``num_items_in_batch``, ``logits_to_keep``,
-Gemma's ``final_logit_softcapping``, tied embeddings, the output class and
-``return_dict``. One difference: a batch whose labels are all ignored has loss 0 and
-zero gradients, where transformers' mean is NaN.
-
-Only the instance changes (``model.forward`` becomes a bound wrapper); ``unpatch``
-deletes it. Patch before ``torch.compile``. Tested with transformers 5.x on the classes
-in ``TESTED`` (tests/kernels/test_patch.py); another class needs ``allow_untested=True``:
-one that rescales its logits (Cohere's ``logit_scale``) would silently lose that.
+The patched ``forward`` (an instance attribute; ``unpatch`` deletes it) runs the decoder
+and hands its last hidden states and ``lm_head.weight`` to ``linear_cross_entropy``, so
+training never builds the N×V logits. The rest is the model's own: the label shift (or
+``shift_labels``), ``num_items_in_batch``, ``logits_to_keep``, Gemma's
+``final_logit_softcapping``, the output class. Unlike transformers, an all-ignored batch
+has loss 0, not NaN. Patch before ``torch.compile``. Classes outside ``TESTED`` need
+``allow_untested=True``: one that rescales its logits (Cohere's ``logit_scale``) would
+silently lose that.
 """
 
 from __future__ import annotations
@@ -59,25 +55,22 @@ def patch(
     allow_untested: bool = False,
     **kernel_options: Any,
 ) -> torch.nn.Module:
-    """Make ``model(input_ids, labels=...)`` compute its loss with ``linear_cross_entropy``.
+    """Make ``model(input_ids, labels=...)`` compute its loss with ``linear_cross_entropy``
+    and return the model; ``UnsupportedModelError`` names what a model lacks.
 
     Args:
-        model: a transformers ``*ForCausalLM`` (not yet ``torch.compile``-d). Patching a
-            patched model replaces its options.
+        model: a transformers ``*ForCausalLM``, not yet compiled (a patched one gets
+            the new options).
         label_smoothing, z_loss: the kernel's β and z-loss coefficient.
-        softcap: ``"config"`` (the model's ``final_logit_softcapping``, None for most),
-            a float, or None; it caps the loss's logits and any returned logits alike.
+        softcap: ``"config"`` (``final_logit_softcapping``), a float, or None; it caps
+            the loss's logits and any returned logits alike.
         ignore_index: the label that is ignored, and the one the shift pads with.
-        return_logits: with labels, also return the (softcapped) logits: True, False,
-            or None (only when the model is not training, as the Trainer's evaluation
-            loop wants them). Without labels the logits are always returned, so
-            inference and ``generate()`` are unchanged. A call may pass its own.
-        allow_untested: patch a causal LM class outside ``TESTED`` (see module doc).
-        kernel_options: any of ``KERNEL_OPTIONS``, passed to ``linear_cross_entropy``;
-            engine "auto" runs the torch engine for CPU tensors, on CUDA the route
-            kernels/routes.py's rule picks.
-
-    Returns the same model; raises ``UnsupportedModelError`` naming what is missing.
+        return_logits: with labels, also return the logits: True, False, or None (only
+            when not training, as the Trainer's evaluation wants). Without labels they
+            are always returned (``generate()`` is unchanged); a call may pass its own.
+        allow_untested: patch a class outside ``TESTED``.
+        kernel_options: any of ``KERNEL_OPTIONS`` (engine "auto": the torch engine for
+            CPU tensors).
     """
     original = _check_model(model, allow_untested)
     cap = getattr(model.config, "final_logit_softcapping", None) if softcap == "config" else softcap

@@ -1,8 +1,5 @@
-"""Column sums in fp32: ``c̄ = Σ_v C_v`` and the weighted ``Σ_n g_n E_n``.
-
-These are the rank-one pieces of label smoothing (math.md): O(VD) and O(ND) reads,
-no N×V work, no fp32 copy of the input.
-"""
+"""Column sums in fp32, ``c̄ = Σ_v C_v`` and the weighted ``Σ_n g_n E_n``: the rank-one
+pieces of label smoothing (math.md), with no fp32 copy of the input."""
 
 from __future__ import annotations
 
@@ -60,10 +57,9 @@ def column_sum(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Te
         return out
     block_r, block_d = (1024, 256) if interpreting() else (BLOCK_R, BLOCK_D)
     d_blocks = triton.cdiv(dim, block_d)
+    target = 1  # programs: four per SM on a GPU
     if x.device.type == "cuda" and not interpreting():
         target = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
-    else:
-        target = 1
     splits = max(1, min(triton.cdiv(rows, block_r), triton.cdiv(target, d_blocks)))
     rows_per_split = triton.cdiv(triton.cdiv(rows, splits), block_r) * block_r
     splits = triton.cdiv(rows, rows_per_split)
@@ -74,8 +70,7 @@ def column_sum(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Te
         rows,
         dim,
         rows_per_split,
-        x.stride(0),
-        x.stride(1),
+        *x.stride(),
         BLOCK_R=block_r,
         BLOCK_D=block_d,
         num_warps=NUM_WARPS,

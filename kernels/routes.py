@@ -1,16 +1,8 @@
-"""Which route runs the slice algorithm on a GPU: the one rule, per (arch, dtype).
-
-Two routes compute the same exact loss and gradients (docs/kernel.md, "Routes"):
-
-- ``"triton"``: the forward kernel and the fused gradient-slice kernel are Triton GEMMs
-  with the softmax in their epilogue (forward.py, slices.py);
-- ``"cublas"``: fp32 logit slices from cuBLAS, then one Triton epilogue per slice
-  (cublas_route.py).
-
-``engine="auto"`` on CUDA takes ``route_for(arch, dtype)``; ``engine="triton"`` or
-``"cublas"`` forces one (the other route's ablation methods do). Each entry says where it
-comes from: a lent GPU that measures both routes (``.ci/gpu-run 1``) changes one line.
-Pure Python (no torch, no triton): ``.ci/gpu_plan.py`` reads it by path.
+"""Which route runs the slice algorithm on a GPU, per (arch, dtype): ``"triton"`` (Triton
+GEMMs with the softmax in their epilogue) or ``"cublas"`` (cuBLAS logit slices and a
+Triton epilogue; docs/kernel.md, "Routes"). ``engine="auto"`` on CUDA takes
+``route_for``; each entry says where it comes from, and a GPU that times both routes
+(``.ci/gpu-run 1``) changes one line. Pure Python: ``.ci/gpu_plan.py`` reads it by path.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Default backward: exact gradient slices and plain GEMMs, no atomics, no locks.
 
-For each vocab slice ``s`` of ``width`` columns, in a fixed order:
-
-1. one fused pass rebuilds the logit slice and forms the exact gradient slice
-   ``G = (A_n·p − B_n·[v = y_n] − S_n·w_v)·(1 − t²)/σ`` (``(1 − t²)`` only with softcap;
-   A, B, S are the per-row coefficients of terms.py: upstream gradient, target,
-   smoothing, class weights, z-loss and the returned LSE's gradient folded in)
-   in the inputs' dtype: a Triton GEMM whose epilogue does the softmax, or torch ops
-   on an fp32 buffer (``engine="torch"``, CPU without the interpreter);
-2. ``dE += G·C_s`` accumulated in an fp32 N×D buffer (cuBLAS with an fp32 output);
-3. ``dC_s = Gᵀ·E`` written once, in place, into its rows of dC.
-
-Every element of dE and dC is produced by one GEMM call sequence in one fixed
-order, so the result is bit-identical run to run whatever the scheduling.
-``σ`` is a power of two near max|g|, so G keeps its full precision in 16-bit
-types even when g is 1/N (fp16 would flush p·g to zero), and dividing it back
-out is exact. Workspace: the slice buffer(s), sized from the memory budget
-(``slice_width``), plus the fp32 dE accumulator.
+Per vocab slice of ``width`` columns, in a fixed order: the exact gradient slice
+``G = (A·p − B·[v = y] − S·w_v)·(1 − t²)/σ`` in the inputs' dtype (terms.py's per-row
+coefficients; a Triton GEMM with the softmax in its epilogue, the cuBLAS route's epilogue
+or torch ops), then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` into its rows of dC. One
+fixed order of GEMM calls: bit-identical run to run. σ, a power of two, keeps fp16's
+``p·g`` from flushing to zero (docs/kernel.md, "How it works").
 """
 
 from __future__ import annotations
@@ -35,11 +24,10 @@ from .common import (
     store_tile,
     wide_offsets,
 )
-from .configs import interpreting, pinned_config
+from .configs import GROUP_N, interpreting, pinned_config
 from .forward import dot_precision
 from .terms import Coefficients
 
-GROUP_N = 8
 DEFAULT_BUDGET = 64 * 2**20
 # Slice widths are multiples of this: every pinned BLOCK_V divides it, and 128 columns keep
 # each slice buffer's row stride and each C_s slice's start 16-byte aligned in any dtype
@@ -172,10 +160,8 @@ def logit_slice(out: torch.Tensor, e: torch.Tensor, c_s: torch.Tensor) -> torch.
 
 
 def inverse_cap(softcap: float) -> float:
-    """``1/softcap``, by which the torch engine multiplies where the kernels do. torch rounds
-    it to fp32 at the multiply: the kernels' correctly rounded fp32 ``1/s`` whenever ``s``
-    is an fp32 number (rounding a double quotient to fp32 is exact rounding). Plain Python
-    arithmetic, so torch.compile traces it without a break."""
+    """``1/softcap``, as the kernels multiply by it: rounded to fp32 at the multiply, it is
+    their correctly rounded ``1/s``; plain Python, so torch.compile traces it."""
     return 1.0 / softcap
 
 
@@ -209,11 +195,8 @@ def _torch_grad_slice(
 
 @functools.cache
 def _fp32_out_mm(device: torch.device) -> bool:
-    """Whether ``torch.addmm(..., out_dtype=float32)`` adds 16-bit products into fp32 here.
-
-    cuBLAS does (torch ≥ 2.8 on CUDA); CPU torch has no such kernel. Probed once per
-    device against an fp32 GEMM, in place as the backward uses it.
-    """
+    """Whether ``torch.addmm(..., out_dtype=float32)`` adds 16-bit products into fp32 here
+    (cuBLAS in torch ≥ 2.8; not CPU torch): probed once per device, as the backward uses it."""
     if device.type != "cuda":
         return False
     try:
@@ -246,39 +229,28 @@ def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 def bytes_per_column(
     n_rows: int, dim: int, dtype: torch.dtype, device: torch.device, engine: str, softcap: bool
 ) -> int:
-    """Workspace one vocab column of a slice costs: the ``slice_width`` accounting.
-
-    triton: G in the dtype (N·2 or N·4); 16-bit G where no fp32-output GEMM exists (CPU)
-    adds its fp32 upcast for dE (N·4 + D·4). torch: the fp32 logit/gradient buffer
-    (N·4), a second one with softcap, and for 16-bit inputs G rounded to the dtype
-    (N·2) and C_s in fp32 (D·4). fp16 adds C_s-sized fp32 rescaling (D·4).
-    """
+    """Workspace one vocab column of a slice costs on ``engine``: G in the dtype (triton),
+    plus the fp32 logits (cublas), or fp32 buffers, two with softcap, plus G and C_s
+    rounded for 16-bit inputs (torch); the fp32 upcasts where no fp32-output GEMM exists,
+    and fp16's rescaling of dC_s."""
     size = torch.finfo(dtype).bits // 8
-    half = size < 4
+    slow_half = size < 4 and not _fp32_out_mm(device)
     if engine == "triton":
-        per = n_rows * size
-        if half and not _fp32_out_mm(device):
-            per += n_rows * 4 + dim * 4
+        per = n_rows * size + (n_rows * 4 + dim * 4 if slow_half else 0)
+    elif engine == "cublas":
+        per = n_rows * (4 + size) + (n_rows * 4 + 2 * dim * 4 if slow_half else 0)
     else:
         per = n_rows * 4 * (2 if softcap else 1)
-        if half:
+        if size < 4:
             per += n_rows * size + dim * 4
     return per + (dim * 4 if dtype == torch.float16 else 0)
 
 
 def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
-    """Columns per slice, from the memory budget (docs/kernel.md, "Slice geometry").
-
-    The rule: ``widest`` = the most whole ``WIDTH_GRAIN``-column grains that
-    ``budget // per_column`` holds, at least one grain and at most the vocabulary rounded
-    up to a grain; then the vocabulary is cut into ``cdiv(vocab, widest)`` slices, each the
-    narrowest grain multiple that covers it in that many. So the count of slices (and of
-    GEMMs) is the fewest the budget allows, the slices are as even as whole grains let
-    them be, and ``width · per_column ≤ budget``, except that a budget below one grain's
-    cost is exceeded (one grain, 128 columns), not refused. ``None`` (the default) is
-    ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's cost, whichever is less, so that
-    no default slice is the whole logit matrix of a small problem.
-    """
+    """Columns per slice: the fewest slices the budget allows, as even as whole
+    ``WIDTH_GRAIN``-column grains let them be, never below one grain (docs/kernel.md,
+    "Slice geometry"). ``None``: ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's
+    cost, whichever is less."""
     if budget is None:
         budget = min(DEFAULT_BUDGET, per_column * triton.cdiv(vocab, 16))
     columns = budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN
@@ -290,11 +262,8 @@ def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
 def _gradient_scale(
     k: Coefficients, weight: torch.Tensor | None, dtype: torch.dtype
 ) -> torch.Tensor:
-    """σ: 2^⌊log2 max|coefficient|⌋ for fp16 (device-side, no sync), else 1.
-
-    fp16 flushes p·g below 6e-8 to zero (g = 1/N for a mean); G/σ is O(1) instead, and
-    σ is divided back out exactly. bf16 and fp32 have fp32's range: σ = 1.
-    """
+    """σ: 2^⌊log2 max|coefficient|⌋ for fp16 (device-side, no sync), else 1: fp16 would
+    flush p·g to zero for g = 1/N; G/σ is O(1), and σ divides back out exactly."""
     if dtype != torch.float16:
         return torch.ones((), device=k.prob.device)
     parts = [k.prob.abs().amax(), k.target.abs().amax()]
@@ -317,21 +286,14 @@ def slices_backward(
     weight: torch.Tensor | None = None,
     de_fp32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dE (N, D) and dC (V, D) in the inputs' dtype from the per-row coefficients ``k``.
+    """dE (N, D) and dC (V, D) in the inputs' dtype from the per-row coefficients ``k``,
+    on ``p``'s engine (function.Params); ``de_fp32``: dE as the fp32 accumulator (the
+    vocab-parallel path sums it across ranks first)."""
+    from . import cublas_route
 
-    ``p`` (function.Params) supplies softcap, the engine and the memory budget;
-    ``weight`` the class weights (fp32 (V,)) when there are any. ``de_fp32`` returns dE
-    as the fp32 accumulator (the vocab-parallel path sums it across ranks first).
-    """
-    if p.engine == "cublas":  # the cuBLAS route (routes.py): its own module
-        from .cublas_route import cublas_backward
-
-        return cublas_backward(
-            e, c, targets, row_max, log_sum, k, p=p, weight=weight, de_fp32=de_fp32
-        )
     n_rows, dim = e.shape
     vocab = c.shape[0]
-    triton_engine = p.engine == "triton"
+    fused = p.engine != "torch"  # G written in the dtype by a Triton kernel
     half = e.dtype != torch.float32
     per = bytes_per_column(n_rows, dim, e.dtype, e.device, p.engine, p.softcap is not None)
     width = slice_width(vocab, per, p.budget)
@@ -342,18 +304,22 @@ def slices_backward(
     # G's row stride is the whole width, the last slice's too (16-byte aligned); the torch
     # engine's fp32 buffer is no wider than V (contiguous when one slice holds all of V).
     buf = torch.empty(
-        (n_rows, width if triton_engine else min(width, vocab)),
+        (n_rows, width if fused else min(width, vocab)),
         device=e.device,
-        dtype=e.dtype if triton_engine else torch.float32,
+        dtype=e.dtype if fused else torch.float32,
     )
-    spare = torch.empty_like(buf) if not triton_engine and p.softcap is not None else None
-    rounded = torch.empty_like(buf, dtype=e.dtype) if not triton_engine and half else None
+    logits = torch.empty_like(buf, dtype=torch.float32) if p.engine == "cublas" else None
+    spare = torch.empty_like(buf) if not fused and p.softcap is not None else None
+    rounded = torch.empty_like(buf, dtype=e.dtype) if not fused and half else None
     fast_half = half and _fp32_out_mm(e.device)
     args = (e, c, targets, row_max, log_sum, k, weight, inv_scale)
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
         c_s = c[v0 : v0 + cols]
-        if triton_engine:
+        if logits is not None:  # the cuBLAS route (routes.py): its own module
+            grad = cublas_route.slab(buf, cols)
+            cublas_route.grad_slice(grad, logits, *args, v0, p=p)
+        elif fused:
             grad = buf[:, :cols]
             _triton_grad_slice(grad, *args, v0, p=p)
         else:

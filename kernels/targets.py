@@ -1,10 +1,6 @@
-"""The target logit per row, ``z[n, y_n] = softcap(E_n · C_{y_n})``, as a gathered dot.
-
-Outside the forward's vocab loop on purpose: picking the target column out of every
-logit tile kept a masked select and a row sum live next to the accumulator there.
-This reads N·D of E and of the gathered C rows once (fp32 accumulation, products of
-16-bit inputs are exact in fp32). Ignored rows (any id outside [0, V)) get 0.
-"""
+"""The target logit per row, ``z[n, y_n] = softcap(E_n · C_{y_n})``, as a gathered dot
+(fp32; 0 at ids outside [0, V)): outside the forward's vocab loop, where picking it out
+of every tile kept registers live next to the accumulator."""
 
 from __future__ import annotations
 
@@ -75,10 +71,8 @@ def target_logits(
         n_rows,
         c.shape[0],
         dim,
-        e.stride(0),
-        e.stride(1),
-        c.stride(0),
-        c.stride(1),
+        *e.stride(),
+        *c.stride(),
         targets.stride(0),
         BLOCK_N=block_n,
         BLOCK_D=BLOCK_D,

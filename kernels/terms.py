@@ -1,21 +1,7 @@
-"""The loss's per-row terms, their reductions, and the backward's per-row coefficients.
-
-Per row ``n`` (valid: target ≠ ignore_index), with ``z`` the (softcapped) logits,
-``lse = max + log-sum``, class weights ``w`` (all ones without them), ``W = Σ_v w_v``:
-
-    ce_n = (1−β)·w_y·(lse − z_y) + (β/V)·(W·lse − Σ_v w_v z_v)    (torch's cross_entropy)
-    zl_n = z_loss·lse²                                             (PaLM's z-loss)
-
-``mean`` divides Σ ce by Σ_valid w_y (torch's weighted mean) and Σ zl by the number of
-valid rows (the z-loss is per token, unweighted, as in Liger and CCE); ``sum`` adds;
-``none`` returns ce + zl per row. The gradient of the total in ``z_v`` is
-
-    A_n·p_v − B_n·[v = y_n] − S_n·w_v,   A = h·((1−β)w_y + βW/V) + 2q·lse + r,
-                                         B = h·(1−β)·w_y,  S = h·β/V,
-
-with ``h``, ``q`` the upstream gradients of ce_n and of lse² (z_loss folded in) and ``r``
-that of the returned LSE. Every engine's backward consumes (A, B, S) and nothing else, so
-the vocab-parallel path only has to supply global ``lse``, ``w_y``, ``W`` and ``V``.
+"""The loss's per-row terms, their reductions, and the backward's per-row coefficients
+(A, B, S) of the gradient ``A_n·p_v − B_n·[v = y_n] − S_n·w_v`` in the (softcapped) logits,
+which every engine's backward consumes and nothing else (the formulas: docs/kernel.md,
+"Training options").
 """
 
 from __future__ import annotations
@@ -56,11 +42,8 @@ def ce_rows(
     wy: torch.Tensor | None = None,
     wsum: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-row cross-entropy (0 at ignored rows), written around the row max.
-
-    ``rel_sum`` is Σ_v w_v (z − max), so a common logit offset cancels:
-    unweighted, log-sum + (1−β)(max − z_y) − (β/V)·rel_sum.
-    """
+    """Per-row cross-entropy (0 at ignored rows) around the row max, ``rel_sum`` being
+    Σ_v w_v (z − max): unweighted, log-sum + (1−β)(max − z_y) − (β/V)·rel_sum."""
     if wy is None:
         rows = log_sum + (1.0 - beta) * (row_max - target_logit)
         if rel_sum is not None:

@@ -1,20 +1,10 @@
 """Which backward tiles to launch: a per-row mass budget over the forward's tile sums.
 
-The forward keeps, per row n and vocab tile f, ``tile_lse[n, f] = log Σ_{v∈f} exp z``
-(bf16, N·⌈V/BLOCK_V⌉·2 bytes), so a tile's softmax mass is ``m = exp(tile_lse − lse)``.
-Skipping the pair (row block, tile) drops exactly that mass from each of its rows'
-softmax gradient (the target part is exact outside the tiles; with softcap the in-tile
-``(β/V)·t²`` piece is bounded by ``BLOCK_V·β/V`` and added to m).
-
-Per row, ``row_threshold`` picks the largest τ in {filter_eps·4^-k} whose dropped mass
-``Σ_f m·[m < τ]`` stays within half of ``δ = finfo(dtype).eps / 4`` (so at most a
-quarter ulp of the row's gradient scale is lost, however many tiles fall under
-it); a flat softmax over a large vocabulary gets τ = 0 and loses nothing. A pair
-is launched if some live row of its block has ``m ≥ τ``. The
-list is built on the device (no host sync; the count stays there) in the
-backward's grouped order; backward programs past the count exit at once.
-CCE's filter instead drops every tile whose elements are all below ``filter_eps``,
-which on a peaked-but-heavy-tailed softmax can drop a large part of the gradient.
+Skipping the pair (row block, vocab tile f) drops exactly the softmax mass
+``m = exp(tile_lse[n, f] − lse)`` from its rows' gradient (with softcap plus at most
+``BLOCK_V·β/V``). Each row's threshold τ is the largest ``filter_eps·4^-k`` whose dropped
+mass stays within ``mass_budget``; a pair runs when some live row of its block has
+``m ≥ τ`` (docs/filtering.md). Built on the device, in the backward's grouped order.
 """
 
 from __future__ import annotations
@@ -159,8 +149,7 @@ def row_thresholds(
         row_max,
         log_sum,
         out,
-        n_rows,
-        tile_lse.shape[1],
+        *tile_lse.shape,
         filter_eps,
         mass_budget(dtype),
         extra,
@@ -209,8 +198,7 @@ def build_tile_list(
         g,
         tau,
         keep,
-        n_rows,
-        tile_lse.shape[1],
+        *tile_lse.shape,
         num_v,
         extra,
         BLOCK_N=block_n,

@@ -11,7 +11,7 @@ import torch
 from helpers import make_inputs
 
 from perfsuite.kernels import forward, hopper, slices
-from perfsuite.kernels.configs import KernelConfig, use_config
+from perfsuite.kernels.configs import KernelConfig, tma_config, use_config
 from perfsuite.kernels.terms import Coefficients
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -72,16 +72,21 @@ def _forward_inputs(dtype, smoothing, softcap, weighted, n=37, v=200, d=40):
     cbar = None
     if smoothing and softcap is None:
         cbar = (c.float() * (1.0 if weight is None else weight[:, None])).sum(0)
-    kw = dict(cbar=cbar, smoothing=smoothing, softcap=softcap, weight=weight)
+    kw = dict(cbar=cbar, smoothing=smoothing, softcap=softcap, weight=weight, logit_avg=False)
     return e, c, t, kw
+
+
+def _tma_forward(e, c, t, kw):
+    with mock.patch.object(hopper, "use_tma", return_value=True):
+        return forward.lse_forward(e, c, t, **kw)
 
 
 @pytest.mark.parametrize("dtype, smoothing, softcap, weighted, cfg", CASES, ids=IDS)
 def test_forward_matches_portable_kernel_and_fp64(dtype, smoothing, softcap, weighted, cfg):
     e, c, t, kw = _forward_inputs(HALF[dtype], smoothing, softcap, weighted)
     with use_config(forward=cfg):
-        ours = hopper.lse_forward(e, c, t, **kw)
-        today = forward.lse_forward(e, c, t, logit_avg=False, **kw)
+        ours = _tma_forward(e, c, t, kw)
+        today = forward.lse_forward(e, c, t, **kw)
     z = _logits(e, c, softcap)
     lse = torch.logsumexp(z, 1)
     # fp32 statistics of exact (fp64-summed) logits: fp32 rounding only.
@@ -103,7 +108,7 @@ def test_forward_splits_and_padded_vocab():
     e, c, t, kw = _forward_inputs(torch.bfloat16, True, 20.0, False, n=20, v=71)
     with use_config(forward=SMALL):
         assert hopper.forward_splits(20, 71, e.device, SMALL) == 2
-        ours = hopper.lse_forward(e, c, t, **kw)
+        ours = _tma_forward(e, c, t, kw)
     z = _logits(e, c, 20.0)
     torch.testing.assert_close(ours.lse.double(), torch.logsumexp(z, 1), rtol=0, atol=4e-6)
     want = (z - ours.row_max.double()[:, None]).sum(1)
@@ -154,12 +159,12 @@ def test_launchers_dispatch_to_the_tma_kernels_when_eligible():
     with (
         use_config(forward=SMALL),
         mock.patch.object(hopper, "use_tma", return_value=True),
-        mock.patch.object(hopper, "lse_forward", wraps=hopper.lse_forward) as fast,
+        mock.patch.object(hopper, "launch_forward", wraps=hopper.launch_forward) as fast,
     ):
-        ours = forward.lse_forward(e, c, t, logit_avg=False, **kw)
+        ours = forward.lse_forward(e, c, t, **kw)
         assert fast.call_count == 1
         # The ablations' extras (logit sums, tile LSEs) stay on the portable kernel.
-        today = forward.lse_forward(e, c, t, logit_avg=True, **kw)
+        today = forward.lse_forward(e, c, t, **dict(kw, logit_avg=True))
         assert fast.call_count == 1
     torch.testing.assert_close(ours.lse, today.lse, rtol=0, atol=4e-6)
 
@@ -214,7 +219,7 @@ def test_persistent_grid_follows_the_loaded_build(monkeypatch):
     monkeypatch.setattr(hopper, "_sm_count", lambda index: 148)
     monkeypatch.setattr(hopper, "_RESIDENT", {})
     cuda = torch.device("cuda", 0)
-    cfg = hopper.tma_config("forward", "sm_90")
+    cfg = tma_config("forward", "sm_90")
     for _ in range(2):
         hopper._launch(Kernel(), ("forward", cuda, "test"), 10_000, cuda, cfg)
     assert grids == [(148,), (296,)]

@@ -10,7 +10,6 @@ import torch
 import triton
 from helpers import lce, make_inputs
 
-from perfsuite.kernels import cublas_route
 from perfsuite.kernels.configs import pinned_config
 from perfsuite.kernels.slices import WIDTH_GRAIN, bytes_per_column, slice_width
 from perfsuite.measure.memory import measure_tensor_peak
@@ -44,15 +43,12 @@ def _small() -> int:
 @pytest.mark.parametrize("engine", ["triton", "torch", "cublas"])
 @pytest.mark.parametrize(("beta", "softcap"), [(0.0, None), (0.1, 30.0)])
 def test_slices_peak_is_floor_plus_de_plus_budget(device, engine, beta, softcap):
-    """Each engine with its own bytes per column (the cuBLAS route's in cublas_route)."""
+    """Each engine with its own bytes per column."""
     if device != "cpu":
         pytest.skip("the CPU tensor meter; CUDA peaks are measured by perfsuite run")
     floor = floor_bytes("fwd+bwd", N, V, D, "bf16")
-    if engine == "cublas":
-        per = cublas_route.bytes_per_column(N, D, torch.bfloat16, torch.device(device))
-    else:
-        cap = softcap is not None
-        per = bytes_per_column(N, D, torch.bfloat16, torch.device(device), engine, cap)
+    cap = softcap is not None
+    per = bytes_per_column(N, D, torch.bfloat16, torch.device(device), engine, cap)
     budget = 4 * WIDTH_GRAIN * per
     assert V // slice_width(V, per, budget) == 4  # four slices of the vocabulary
     peak = _peak(device, beta, softcap, engine=engine, memory_budget=budget)

@@ -219,7 +219,7 @@ def test_cublas_route_stays_on_the_device(case, launches, monkeypatch):
     monkeypatch.setattr(slices, "_fp32_out_mm", lambda device: True)
     _run_op(case, budget=None, engine="cublas")
     names = [name for name, _, _ in launches]
-    per = cublas_route.bytes_per_column(N, D, case["dtype"], torch.device("meta"))
+    per = slices.bytes_per_column(N, D, case["dtype"], torch.device("meta"), "cublas", False)
     count = -(-V // slices.slice_width(V, per, None))
     assert names.count("lse_epilogue") == names.count("grad_epilogue") == count
 
@@ -229,6 +229,6 @@ def test_cublas_route_keeps_an_odd_last_slice_aligned(launches, monkeypatch):
     the mode refuses any GEMM whose operand is not."""
     monkeypatch.setattr(slices, "_fp32_out_mm", lambda device: True)
     case = dict(CASES[0], dtype=torch.bfloat16)
-    per = cublas_route.bytes_per_column(N, D, torch.bfloat16, torch.device("meta"))
+    per = slices.bytes_per_column(N, D, torch.bfloat16, torch.device("meta"), "cublas", False)
     _run_op(case, budget=slices.WIDTH_GRAIN * per, engine="cublas", vocab=1001)
     assert [a[13] for name, a, _ in launches if name == "grad_epilogue"][-1] == 105

@@ -91,15 +91,14 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     )  # fmt: skip
     with use_config(**WIDE):
         out, _ = function._forward(e, c, t, None, p, needs_grad=True)
-        saved = function._saved(out, None)
         g = function._coefficients(t, None, out.lse, p, 600, None).prob
         extra = 64 * beta / 600 if softcap else 0.0
         tau = row_thresholds(
-            saved.tile_lse, saved.row_max, saved.log_sum,
+            out.tile_lse, out.row_max, out.log_sum,
             filter_eps=p.filter_eps, extra=extra, dtype=torch.bfloat16,
         )  # fmt: skip
         tiles = build_tile_list(
-            saved.tile_lse, saved.tile_width, saved.row_max, saved.log_sum, g, tau,
+            out.tile_lse, out.tile_width, out.row_max, out.log_sum, g, tau,
             vocab=600, block_n=16, block_v=64, group=function.GROUP_N, extra=extra,
         )  # fmt: skip
     z = e.float() @ c.float().T

@@ -1,15 +1,8 @@
-"""Liger Kernel's fused linear cross-entropy (chunked logits, gradients in the forward).
-
-``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` materialises the logits one
-token chunk at a time and folds their gradient into ``grad_e``/``grad_c`` before
-returning. On CPU its Triton kernels run under ``TRITON_INTERPRET=1``, but not its softcap
-path (liger-kernel 0.8.5, triton 3.7.1): ``caps.softcap_off_cpu`` says so before any worker.
-
-Across ranks: ``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` (global smoothing:
-one more all-reduce) on ``e @ c_shard.T`` shaped (N, 1, V/K), softcapped first; the mean
-over kept rows is ours. Checked with liger-kernel 0.8.5: its all-reduces are skipped for
-``tp_group=None``, so the group is always passed.
-"""
+"""Liger Kernel's fused linear cross-entropy (token-chunked logits, gradients folded in
+during the forward); on CPU under ``TRITON_INTERPRET=1``, but not its softcap path
+(``SOFTCAP_CPU_REASON``). Across ranks: ``LigerVocabParallelCrossEntropy`` on the softcapped
+``e @ c_shard.T``; liger-kernel 0.8.5 skips its all-reduces for ``tp_group=None``, so the
+group is always passed."""
 
 from __future__ import annotations
 
@@ -47,16 +40,6 @@ def require_interpreted(kernel: Any) -> None:
         raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
 
 
-def _import_loss() -> type:
-    try:
-        from liger_kernel.transformers.fused_linear_cross_entropy import (
-            LigerFusedLinearCrossEntropyLoss,
-        )
-    except ImportError as err:  # installed but broken (e.g. an incompatible triton)
-        raise Unavailable(f"liger_kernel failed to import: {err}") from err
-    return LigerFusedLinearCrossEntropyLoss
-
-
 def _check_interpreted() -> None:
     from liger_kernel.ops.cross_entropy import liger_cross_entropy_kernel
 
@@ -65,7 +48,10 @@ def _check_interpreted() -> None:
 
 def _make_build(accum_fp32: bool):
     def build(case: Case, c: torch.Tensor) -> LossFn:
-        loss_cls = _import_loss()
+        loss_cls = _method.imported(
+            "liger_kernel.transformers.fused_linear_cross_entropy",
+            "LigerFusedLinearCrossEntropyLoss",
+        )
         params = inspect.signature(loss_cls.__init__).parameters
         kwargs: dict = dict(ignore_index=case.ignore_index, label_smoothing=case.beta)
         if case.softcap is not None:
@@ -92,10 +78,7 @@ def _make_build(accum_fp32: bool):
 
 
 def _patch(model: torch.nn.Module, preset: Any, beta: float):
-    try:
-        from liger_kernel.transformers import monkey_patch
-    except ImportError as err:
-        raise Unavailable(f"liger_kernel failed to import: {err}") from err
+    monkey_patch = _method.imported("liger_kernel.transformers.monkey_patch")
     apply = getattr(monkey_patch, f"apply_liger_kernel_to_{preset.family}", None)
     if apply is None:
         raise Unavailable(f"this liger-kernel has no apply_liger_kernel_to_{preset.family}")
@@ -116,20 +99,18 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
 def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     import torch.distributed as dist
 
-    try:
-        from liger_kernel.ops.vocab_parallel_cross_entropy import (
-            liger_vocab_parallel_ce_forward_kernel as kernel,
-        )
-        from liger_kernel.transformers.vocab_parallel_cross_entropy import (
-            LigerVocabParallelCrossEntropy,
-        )
-    except ImportError as err:  # too old (no vocab-parallel CE) or broken
-        raise Unavailable(f"liger_kernel has no usable vocab-parallel CE: {err}") from err
-    if c_shard.device.type == "cpu":
-        require_interpreted(kernel)
-    module = LigerVocabParallelCrossEntropy(
-        ignore_index=case.ignore_index, label_smoothing=case.beta
+    failed = "liger_kernel has no usable vocab-parallel CE"  # too old, or broken
+    vp_loss = _method.imported(
+        "liger_kernel.transformers.vocab_parallel_cross_entropy",
+        "LigerVocabParallelCrossEntropy",
+        failed,
     )
+    if c_shard.device.type == "cpu":
+        kernel = "liger_vocab_parallel_ce_forward_kernel"
+        require_interpreted(
+            _method.imported("liger_kernel.ops.vocab_parallel_cross_entropy", kernel)
+        )
+    module = vp_loss(ignore_index=case.ignore_index, label_smoothing=case.beta)
     group = dist.group.WORLD if shard.group is None else shard.group
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -166,28 +147,26 @@ CAPS = _method.Capabilities(
     softcap_off_cpu=SOFTCAP_CPU_REASON,
 )
 
+_COMMON: dict[str, Any] = dict(
+    caps=CAPS, requires=("liger_kernel",), distributions=("liger-kernel",), pip=PIP
+)
+
 METHODS = [
     SimpleMethod(
         name="liger",
         description="Liger LigerFusedLinearCrossEntropyLoss (token-chunked logits, Triton CE "
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
         build=_make_build(accum_fp32=False),
-        caps=CAPS,
-        requires=("liger_kernel",),
-        distributions=("liger-kernel",),
-        pip=PIP,
         paper="liger",
         tp=_TP,
         step=StepPatch(_patch),
+        **_COMMON,
     ),
     SimpleMethod(
         name="liger-fp32acc",
         timed_by_default=False,  # an ablation of its accumulation dtype, by name
         description="liger with accum_dtype=torch.float32 (dW accumulated in fp32, cast back)",
         build=_make_build(accum_fp32=True),
-        caps=CAPS,
-        requires=("liger_kernel",),
-        distributions=("liger-kernel",),
-        pip=PIP,
+        **_COMMON,
     ),
 ]

@@ -47,19 +47,13 @@ def _init_parallel_state(shard: Shard) -> None:
 
 
 def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
-    try:
-        from megatron.core.tensor_parallel import (
-            copy_to_tensor_model_parallel_region,
-            vocab_parallel_cross_entropy,
-        )
-    except ImportError as err:  # installed but broken (e.g. an incompatible torch)
-        raise Unavailable(f"megatron.core failed to import: {err}") from err
+    tp = _method.imported("megatron.core.tensor_parallel")
     _init_parallel_state(shard)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(copy_to_tensor_model_parallel_region(e) @ c.T, case.softcap)
+        logits = softcapped(tp.copy_to_tensor_model_parallel_region(e) @ c.T, case.softcap)
         kept = targets != case.ignore_index
-        losses = vocab_parallel_cross_entropy(logits, torch.where(kept, targets, 0), 0.0)
+        losses = tp.vocab_parallel_cross_entropy(logits, torch.where(kept, targets, 0), 0.0)
         return torch.where(kept, losses, 0.0).sum() / kept.sum()
 
     return loss_fn

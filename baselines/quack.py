@@ -1,14 +1,7 @@
-"""QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``.
-
-``chunked_linear_cross_entropy(x, weight, target, chunk_size=4096, ignore_index=-100,
-reduction="mean")`` (0.6.5): its forward walks the tokens a chunk at a time, turns each
-chunk's logits into their gradient in place and folds that into ``dx`` and an fp32
-``dW`` right away; the backward only scales them (‡ in the tables: fwd+bwd is its fair
-column). The suite keeps the package's defaults.
-
-No label smoothing, no softcap; CUDA on sm_90 and newer only. Its TMA GEMMs need 16-byte
-aligned rows and it asserts N % 8 == 0: N, V and D multiples of 8, 16-bit dtypes only.
-"""
+"""QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``
+(0.6.5) with the package's defaults. Its forward turns each token chunk's logits into their
+gradient in place and folds it into ``dx`` and an fp32 ``dW``; the backward only scales
+them. Its TMA GEMMs need 16-byte aligned rows, and it asserts N % 8 == 0."""
 
 from __future__ import annotations
 
@@ -68,10 +61,10 @@ def _check_device(device: torch.device) -> None:
 
 
 def _import_loss() -> Any:
-    try:
-        from quack.linear_cross_entropy import chunked_linear_cross_entropy
-    except Exception as err:  # noqa: BLE001 - CuTe DSL / CUDA mismatches fail at import
-        raise Unavailable(f"quack failed to import: {type(err).__name__}: {err}") from err
+    # CuTe DSL / CUDA mismatches fail at import.
+    chunked_linear_cross_entropy = _method.imported(
+        "quack.linear_cross_entropy", "chunked_linear_cross_entropy"
+    )
     _method.check_signature(
         chunked_linear_cross_entropy,
         "x weight target chunk_size ignore_index reduction",

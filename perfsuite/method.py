@@ -1,8 +1,7 @@
-"""What a method is: a named way to compute the smoothed linear cross-entropy, declared
-once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it
-cannot run here (``availability``) instead of crashing or quietly computing another loss.
-Its loss, given a ``Case`` and ``c``, is ``loss_fn(e, c, targets)`` equal to
-``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=beta)``."""
+"""What a method is: a named way to compute ``F.cross_entropy(softcap(e.float() @
+c.float().T), targets, label_smoothing=beta)`` as ``build(case, c)(e, c, targets)``, declared
+once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it cannot
+run here, instead of crashing or quietly computing another loss."""
 
 from __future__ import annotations
 
@@ -17,11 +16,7 @@ from typing import Any
 
 import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # Cells a method is measured in: run, run --tp, step (a model's training step), converge.
@@ -165,6 +160,18 @@ def missing_packages(*modules: str) -> list[str]:
             return True
 
     return [m for m in modules if absent(m)]
+
+
+def imported(module: str, name: str | None = None, failed: str | None = None) -> Any:
+    """``module`` (or its ``name``), imported as a method builds; installed but broken (built
+    for another torch or triton: any error at import) is ``Unavailable``, with the error after
+    ``failed`` (default: "<package> failed to import")."""
+    try:
+        found = importlib.import_module(module)
+        return found if name is None else getattr(found, name)
+    except Exception as err:
+        failed = failed or f"{module.partition('.')[0]} failed to import"
+        raise Unavailable(f"{failed}: {type(err).__name__}: {err}") from err
 
 
 def check_signature(fn: Callable[..., Any], names: str, against: str) -> None:

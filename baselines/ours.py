@@ -85,10 +85,7 @@ _TP = AcrossRanks(
 _KINDS = dict(tp=_TP, step=_method.StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
 # PaLM's coefficient, and the variants' fixed training terms (method.LossTerms).
 Z_LOSS = 1e-4
-_TERMS = {
-    "ours-zloss": LossTerms(z_loss=Z_LOSS),
-    "ours-weighted": LossTerms(class_weights=True),
-}
+_TERMS = {"ours-zloss": LossTerms(z_loss=Z_LOSS), "ours-weighted": LossTerms(class_weights=True)}
 # The paper's names of the variants it measured (render/paper_compare.py).
 _PAPER = {
     "ours": "ours",

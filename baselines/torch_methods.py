@@ -84,11 +84,7 @@ def case_loss(
 
 def _case_builder(fn):
     """A ``build`` that calls ``fn`` (reference_loss or eager_loss) with the case's options."""
-
-    def build(case: Case, c: torch.Tensor) -> LossFn:
-        return functools.partial(case_loss, fn, case)
-
-    return build
+    return lambda case, c: functools.partial(case_loss, fn, case)
 
 
 def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:

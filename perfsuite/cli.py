@@ -25,27 +25,19 @@ if TYPE_CHECKING:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     from perfsuite.args import add_measurement_arguments, add_out_arguments, positive_int
 
-    p.add_argument(
-        "--shape",
-        help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)",
-    )
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
-    p.add_argument("--tokens", type=positive_int, help="override N")
-    p.add_argument("--vocab", type=positive_int, help="override V")
-    p.add_argument("--hidden", type=positive_int, help="override D")
-    p.add_argument(
-        "--softcap",
-        nargs="?",
-        const="preset",
-        help="apply a logit softcap: the preset's (bare flag) or the given value",
-    )
+    arg = p.add_argument
+    arg("--shape", help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)")
+    arg("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
+    arg("--tokens", type=positive_int, help="override N")
+    arg("--vocab", type=positive_int, help="override V")
+    arg("--hidden", type=positive_int, help="override D")
+    softcap = "apply a logit softcap: the preset's (bare flag) or the given value"
+    arg("--softcap", nargs="?", const="preset", help=softcap)
     add_measurement_arguments(p)
     add_out_arguments(p, "<shape>-<device>.json")
-    p.add_argument(  # as sweep's; --force is "overwrite --out"
-        "--attempt-all",
-        action="store_true",
-        help="attempt cells the memory model predicts will not fit (else a skipped row each)",
-    )
+    # As sweep's; --force is "overwrite --out".
+    fit = "attempt cells the memory model predicts will not fit (else a skipped row each)"
+    arg("--attempt-all", action="store_true", help=fit)
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
@@ -202,7 +194,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Comman
 
 def _module(name: str) -> Any:
     """The module of a command in ``MODULE_COMMANDS``, imported now."""
-    return importlib.import_module(next(m for n, m, _ in MODULE_COMMANDS if n == name))
+    module = next(m for n, m, _ in MODULE_COMMANDS if n == name)
+    return importlib.import_module(f"perfsuite.{module}")
 
 
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:

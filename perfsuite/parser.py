@@ -62,78 +62,66 @@ class Parser(argparse.ArgumentParser):
         return namespace
 
 
-# Commands living in their own modules: (name, module, help). Each module exposes
+# Commands living in their own modules: (name, module under perfsuite, help). Each module exposes
 # ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only
 # when its command runs or its help is asked for, so `perfsuite run` never pays for the
 # others. ``run``, ``shapes`` and ``methods`` are ``perfsuite.cli``'s own.
 MODULE_COMMANDS = (
     (
         "sweep",
-        "perfsuite.run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
+        "run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
         "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
     ),
     (
         "merge",
-        "perfsuite.results.merge",
+        "results.merge",
         "join results files (e.g. shards), checking their environments agree",
     ),
-    ("report", "perfsuite.render.report", "render the paper table as md, latex, csv or html"),
-    ("plot", "perfsuite.render.plot", "PNG plots of memory and time against V and N"),
-    (
-        "compare",
-        "perfsuite.regress.compare",
-        "compare two results cell by cell; exit 1 on regression",
-    ),
-    (
-        "baseline",
-        "perfsuite.regress.baseline_store",
-        "store or list this device's baseline results",
-    ),
+    ("report", "render.report", "render the paper table as md, latex, csv or html"),
+    ("plot", "render.plot", "PNG plots of memory and time against V and N"),
+    ("compare", "regress.compare", "compare two results cell by cell; exit 1 on regression"),
+    ("baseline", "regress.baseline_store", "store or list this device's baseline results"),
     (
         "bisect",
-        "perfsuite.regress.bisect",
+        "regress.bisect",
         "find the commit that made a cell slower (git bisect run in a temporary worktree)",
     ),
     (
         "sensitivity",
-        "perfsuite.regress.sensitivity",
+        "regress.sensitivity",
         "measure the regression detector's false-alarm and detection rates here",
     ),
     (
         "converge",
-        "perfsuite.converge.cli",
+        "converge.cli",
         "train a tiny LM once per method and beta: parity with eager, calibration",
     ),
     (
         "step",
-        "perfsuite.step.cli",
+        "step.cli",
         "one full training step of a transformers model per loss method: fwd, bwd, AdamW",
     ),
     (
         "history",
-        "perfsuite.history.cli",
+        "history.cli",
         "keep every run in a SQLite history; find change points and regressions across commits",
     ),
     (
         "dashboard",
-        "perfsuite.render.dashboard",
+        "render.dashboard",
         "write the history as a static site: plots across commits, change points marked",
     ),
     (
         "workload",
-        "perfsuite.activations.cli",
+        "activations.cli",
         "dump a transformers model's hidden states as a --workload file; train one; inspect one",
     ),
     (
         "filtering",
-        "perfsuite.filtering.cli",
+        "filtering.cli",
         "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
     ),
-    (
-        "kernel-report",
-        "perfsuite.kernel_report",
-        "compile the kernels ahead of time; registers, spills",
-    ),
+    ("kernel-report", "kernel_report", "compile the kernels ahead of time; registers, spills"),
 )
 
 

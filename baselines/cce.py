@@ -127,18 +127,9 @@ def _no_sort_function() -> tuple[type, Any, Any]:
         def backward(ctx, grad_out):  # type: ignore[override]
             e, c, lse, targets, valids = ctx.saved_tensors
             de, dc = cce_backward_kernel(
-                grad_out,
-                e,
-                c,
-                lse,
-                valids,
-                ctx.softcap,
-                ctx.filter_eps,
-                targets=targets,
-                shift=False,
-                vocab_ordering=None,
-                grad_scale=1 / lse.numel(),
-            )
+                grad_out, e, c, lse, valids, ctx.softcap, ctx.filter_eps, targets=targets,
+                shift=False, vocab_ordering=None, grad_scale=1 / lse.numel(),
+            )  # fmt: skip
             return de, dc, None, None, None, None
 
     return NoSortCCE, _build_flat_valids, functools.partial(_handle_eps, default_eps)
@@ -152,8 +143,7 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # As cce_linear_cross_entropy prepares them (2-D e, flat targets).
-        e = e.contiguous()
-        targets = targets.contiguous()
+        e, targets = e.contiguous(), targets.contiguous()
         valids = build_valids(targets, case.ignore_index, False)
         return fn.apply(e, c, targets, valids, case.softcap, filter_eps)
 
@@ -161,7 +151,6 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
 
 
 CAPS = _method.Capabilities(
-    label_smoothing=False,
     softcap=True,
     devices=frozenset({"cuda"}),
     cpu_reason=CPU_REASON,

@@ -14,7 +14,7 @@ import torch
 from perfsuite import method as _method
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.method import AcrossRanks, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
-from perfsuite.tp_method import equal_shards_only, sum_grad_over
+from perfsuite.tp_method import SumGradOver, equal_shards_only
 
 SOFTCAP_CPU_REASON = (
     "softcap under the Triton interpreter: Liger's softcap path calls libdevice.tanh and "
@@ -114,7 +114,7 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     group = dist.group.WORLD if shard.group is None else shard.group
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(sum_grad_over(e, shard.group) @ c.T, case.softcap)
+        logits = softcapped(SumGradOver.apply(e, shard.group) @ c.T, case.softcap)
         losses = module(logits.unsqueeze(1), targets.unsqueeze(1), group)
         return losses.sum() / (targets != case.ignore_index).sum()
 

@@ -7,6 +7,7 @@ z-loss, and class weights (this shard's slice of them)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -21,31 +22,17 @@ def _builder(tiles: bool = False, **options: Any):
         from perfsuite.kernels import linear_cross_entropy
         from perfsuite.kernels.ablations import tiled_linear_cross_entropy
 
-        loss = tiled_linear_cross_entropy if tiles else linear_cross_entropy
-        chosen = dict(options)
+        weight = _method.class_weights(case, c.device)
+        chosen = dict(label_smoothing=case.beta, softcap=case.softcap, weight=weight, **options)
         if not tiles and "engine" not in chosen:
             # The slice backward runs natively on CPU (torch engine), whatever the
             # process's TRITON_INTERPRET says; on a GPU the route kernels/routes.py's
             # rule picks for the arch and dtype ("auto").
             chosen["engine"] = "torch" if case.device == "cpu" else "auto"
-
         if case.z_loss:
             chosen["z_loss"] = case.z_loss
-        weight = _method.class_weights(case, c.device)
-
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return loss(
-                e,
-                c,
-                targets,
-                label_smoothing=case.beta,
-                softcap=case.softcap,
-                ignore_index=case.ignore_index,
-                weight=weight,
-                **chosen,
-            )
-
-        return loss_fn
+        loss = tiled_linear_cross_entropy if tiles else linear_cross_entropy
+        return functools.partial(loss, ignore_index=case.ignore_index, **chosen)
 
     return build
 
@@ -67,14 +54,11 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     if weight is not None:
         weight = weight[shard.start : shard.stop].contiguous()
 
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return linear_cross_entropy(
-            e, c, targets, label_smoothing=case.beta, softcap=case.softcap,
-            ignore_index=case.ignore_index, weight=weight, z_loss=case.z_loss,
-            vocab_parallel=layout, engine=engine,
-        )  # fmt: skip
-
-    return loss_fn
+    return functools.partial(
+        linear_cross_entropy, label_smoothing=case.beta, softcap=case.softcap,
+        ignore_index=case.ignore_index, weight=weight, z_loss=case.z_loss,
+        vocab_parallel=layout, engine=engine,
+    )  # fmt: skip
 
 
 _TP = AcrossRanks(

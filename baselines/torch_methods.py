@@ -1,7 +1,7 @@
 """Methods built from torch alone: the fp32 reference, eager, torch.compile, torch-native;
 eager in a step is the model's ``forward(labels=...)``, and across ranks each rank's shard
 logits all-gathered to the full N x V, then eager's loss on them (every term): the naive
-baseline (it gets only the shard's part of dE from ``e @ c_shard.T``: ``sum_grad_over``)."""
+baseline (it gets only the shard's part of dE from ``e @ c_shard.T``: ``SumGradOver``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from perfsuite import method as _method
 from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, class_weights
-from perfsuite.tp_method import Shard, check_layout, shard_ranges, sum_grad_over
+from perfsuite.tp_method import Shard, SumGradOver, check_layout, shard_ranges
 
 # Every option: on materialised logits each training term is a line of torch.
 FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
@@ -123,13 +123,9 @@ def _build_native(case: Case, c: torch.Tensor) -> LossFn:
         # At beta > 0 torch falls back to full logits (with a warning): that is
         # what it does, and what we measure.
         return F.linear_cross_entropy(
-            e,
-            c,
-            targets,
-            ignore_index=case.ignore_index,
-            label_smoothing=case.beta,
+            e, c, targets, ignore_index=case.ignore_index, label_smoothing=case.beta,
             options=options,
-        )
+        )  # fmt: skip
 
     return loss_fn
 
@@ -163,7 +159,7 @@ def _build_eager_tp(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     weight = class_weights(case, c_shard.device)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = _GatherColumns.apply(sum_grad_over(e, shard.group) @ c.T, shard)
+        logits = _GatherColumns.apply(SumGradOver.apply(e, shard.group) @ c.T, shard)
         # Single-device eager on the gathered logits: same dtype, same ops, same terms.
         return cross_entropy_terms(
             softcapped(logits, case.softcap), targets, case.beta, case.ignore_index,
@@ -235,7 +231,6 @@ METHODS = [
         build=_build_native,
         caps=Capabilities(
             label_smoothing=True,
-            softcap=False,
             grads_in_forward=True,
             holds=Holds("none"),
             smoothing_falls_back=True,

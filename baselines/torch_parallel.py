@@ -1,7 +1,7 @@
 """``torch-parallel``, measured only across ranks: ``torch.distributed.tensor.parallel.
 loss_parallel()`` with ``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)``
 over a 1-D DeviceMesh of the group (its limits, checked with torch 2.13, are its
-``limits``). It gets only the shard's part of dE from ``e @ c_shard.T``; ``sum_grad_over``
+``limits``). It gets only the shard's part of dE from ``e @ c_shard.T``; ``SumGradOver``
 sums it.
 """
 
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.method import AcrossRanks, Capabilities, Case, LossFn, SimpleMethod
-from perfsuite.tp_method import Shard, check_layout, sum_grad_over
+from perfsuite.tp_method import Shard, SumGradOver, check_layout
 
 
 @functools.cache  # one DeviceMesh per (group, device type), reused by every case and call
@@ -75,7 +75,7 @@ def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> Los
     mesh = _mesh(shard.group, c_shard.device.type)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(sum_grad_over(e, shard.group) @ c.T, case.softcap)
+        logits = softcapped(SumGradOver.apply(e, shard.group) @ c.T, case.softcap)
         return _LossParallel.apply(logits, targets, mesh, shard.vocab, case.ignore_index)
 
     return loss_fn

@@ -117,13 +117,8 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     jobs += "beside the natively timed ones, stopped while a native clock runs; 1 runs every "
     arg("--jobs", type=positive_int, help=jobs + "worker alone (default: 2 with 2+ cores)")
     timer = "events: CUDA events (CPU clock) around each call, L2 flushed before (default); "
-    timer += "graph: one CUDA graph replay per sample; kernels: the device kernels' sum from "
-    arg(
-        "--timer",
-        choices=TIMERS,
-        default="events",
-        help=timer + "the profiler (docs/run.md#timers)",
-    )
+    timer += "graph: one CUDA graph replay per sample; kernels: the device kernels' sum from the "
+    arg("--timer", choices=TIMERS, default="events", help=timer + "profiler (docs/run.md#timers)")
     profile = "one extra profiled call per cell and phase after the timed samples: a trace "
     profile += "(gzip JSON for Perfetto) in DIR and a breakdown in the row (report --breakdown)"
     arg("--profile", metavar="DIR", help=profile)

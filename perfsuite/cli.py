@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from perfsuite.args import add_measurement_arguments, add_out_arguments, positive_int
+    from perfsuite.args import (
+        add_measurement_arguments,
+        add_out_arguments,
+        positive_float,
+        positive_int,
+    )
 
     arg = p.add_argument
     arg("--shape", help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)")
@@ -32,7 +37,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     arg("--vocab", type=positive_int, help="override V")
     arg("--hidden", type=positive_int, help="override D")
     softcap = "apply a logit softcap: the preset's (bare flag) or the given value"
-    arg("--softcap", nargs="?", const="preset", help=softcap)
+    arg("--softcap", nargs="?", const="preset", type=positive_float, help=softcap)
     add_measurement_arguments(p)
     add_out_arguments(p, "<shape>-<device>.json")
     # As sweep's; --force is "overwrite --out".
@@ -41,20 +46,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
-    from perfsuite.args import positive_float
+    """``--softcap``'s value (argparse checked it); the bare flag: the presets' one softcap."""
     from perfsuite.plan.plan import PlanError
 
-    if args.softcap is None:
-        return None
-    if args.softcap == "preset":
-        caps = {s.softcap for s in shapes}
-        if None in caps or len(caps) != 1:
-            raise PlanError("--softcap without a value needs presets that define one softcap")
-        return caps.pop()
-    try:
-        return positive_float(args.softcap)
-    except argparse.ArgumentTypeError as err:
-        raise PlanError(f"--softcap: {err}") from None
+    if args.softcap != "preset":
+        return args.softcap
+    caps = {s.softcap for s in shapes}
+    if None in caps or len(caps) != 1:
+        raise PlanError("--softcap without a value needs presets that define one softcap")
+    return caps.pop()
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:

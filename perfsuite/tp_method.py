@@ -57,8 +57,11 @@ def check_layout(shard: Shard) -> None:
         )
 
 
-class _SumGrad(torch.autograd.Function):
-    """Identity forward; the backward sums E's gradient over the group."""
+class SumGradOver(torch.autograd.Function):
+    """``SumGradOver.apply(e, group)``: ``e`` for a column-parallel head. ``e @ c_shard.T``
+    gives each rank only its shard's part of dE; the backward sums the parts (in E's dtype,
+    as Megatron's ``copy_to_tensor_model_parallel_region`` does), so every rank holds the
+    full dE."""
 
     @staticmethod
     def forward(ctx: Any, e: torch.Tensor, group: Any) -> torch.Tensor:
@@ -72,13 +75,6 @@ class _SumGrad(torch.autograd.Function):
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
-
-
-def sum_grad_over(e: torch.Tensor, group: Any) -> torch.Tensor:
-    """``e`` for a column-parallel head: ``e @ c_shard.T`` gives each rank only its
-    shard's part of dE, and this sums the parts (in E's dtype, as Megatron's
-    ``copy_to_tensor_model_parallel_region`` does) so every rank holds the full dE."""
-    return _SumGrad.apply(e, group)
 
 
 def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:

@@ -30,20 +30,15 @@ UNEVEN_REASON = (
 )
 
 
-def require_interpreted(kernel: Any) -> None:
-    """On CPU, liger's ``kernel`` must be an interpreter wrapper: ``@triton.jit`` reads
-    TRITON_INTERPRET at liger's import. Checked in ``build``, not ``availability``: the
-    runner sets it for the worker process only."""
+def require_interpreted(kernel: str = "cross_entropy.liger_cross_entropy_kernel") -> None:
+    """On CPU, liger's ``kernel`` (under ``liger_kernel.ops``) must be an interpreter wrapper:
+    ``@triton.jit`` reads TRITON_INTERPRET at liger's import. Checked in ``build``, not
+    ``availability``: the runner sets it for the worker process only."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    if not isinstance(kernel, InterpretedFunction):
+    module, name = kernel.rsplit(".", 1)
+    if not isinstance(_method.imported(f"liger_kernel.ops.{module}", name), InterpretedFunction):
         raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
-
-
-def _check_interpreted() -> None:
-    from liger_kernel.ops.cross_entropy import liger_cross_entropy_kernel
-
-    require_interpreted(liger_cross_entropy_kernel)
 
 
 def _make_build(accum_fp32: bool):
@@ -64,7 +59,7 @@ def _make_build(accum_fp32: bool):
                 f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
             )
         if c.device.type == "cpu":
-            _check_interpreted()
+            require_interpreted()
         kwargs["reduction"] = "mean"
         module = loss_cls(**kwargs)
 
@@ -83,7 +78,7 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
     if apply is None:
         raise Unavailable(f"this liger-kernel has no apply_liger_kernel_to_{preset.family}")
     if next(model.parameters()).device.type == "cpu":
-        _check_interpreted()
+        require_interpreted()
     # Only the fused linear cross-entropy: its RMSNorm, RoPE and MLP kernels would make
     # the step differ in more than the loss (and patch the module globally).
     switches = {
@@ -106,10 +101,7 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
         failed,
     )
     if c_shard.device.type == "cpu":
-        kernel = "liger_vocab_parallel_ce_forward_kernel"
-        require_interpreted(
-            _method.imported("liger_kernel.ops.vocab_parallel_cross_entropy", kernel)
-        )
+        require_interpreted("vocab_parallel_cross_entropy.liger_vocab_parallel_ce_forward_kernel")
     module = vp_loss(ignore_index=case.ignore_index, label_smoothing=case.beta)
     group = dist.group.WORLD if shard.group is None else shard.group
 

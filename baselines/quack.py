@@ -5,8 +5,8 @@ them. Its TMA GEMMs need 16-byte aligned rows, and it asserts N % 8 == 0."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -38,11 +38,8 @@ class QuackMethod(SimpleMethod):
         reason = super().unsupported_reason(case)
         if reason is not None:
             return reason
-        odd = [
-            f"{name}={value}"
-            for name, value in (("N", case.tokens), ("V", case.vocab), ("D", case.hidden))
-            if value % ALIGN
-        ]
+        sizes = {"N": case.tokens, "V": case.vocab, "D": case.hidden}
+        odd = [f"{name}={value}" for name, value in sizes.items() if value % ALIGN]
         if odd:
             return f"quack's TMA GEMMs need N, V and D multiples of {ALIGN} ({', '.join(odd)})"
         return None
@@ -60,32 +57,16 @@ def _check_device(device: torch.device) -> None:
         )
 
 
-def _import_loss() -> Any:
-    # CuTe DSL / CUDA mismatches fail at import.
-    chunked_linear_cross_entropy = _method.imported(
-        "quack.linear_cross_entropy", "chunked_linear_cross_entropy"
-    )
-    _method.check_signature(
-        chunked_linear_cross_entropy,
-        "x weight target chunk_size ignore_index reduction",
-        "this adapter was written against (0.6.5)",
-    )
-    return chunked_linear_cross_entropy
-
-
 def _build(case: Case, c: torch.Tensor) -> LossFn:
     _check_device(c.device)
-    loss_fn_quack = _import_loss()
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return loss_fn_quack(e, c, targets, ignore_index=case.ignore_index, reduction="mean")
-
-    return loss_fn
+    # CuTe DSL / CUDA mismatches fail at import.
+    loss = _method.imported("quack.linear_cross_entropy", "chunked_linear_cross_entropy")
+    signature = "x weight target chunk_size ignore_index reduction"
+    _method.check_signature(loss, signature, "this adapter was written against (0.6.5)")
+    return functools.partial(loss, ignore_index=case.ignore_index, reduction="mean")
 
 
 CAPS = Capabilities(
-    label_smoothing=False,
-    softcap=False,
     devices=frozenset({"cuda"}),
     cpu_reason=CPU_REASON,
     dtypes=frozenset({"bf16", "fp16"}),

@@ -90,14 +90,10 @@ def _case_builder(fn):
 def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:
     # beta, softcap and z-loss are bound as Python constants, as a training loop would.
     compiled = torch.compile(eager_loss, dynamic=False)
-    weight = class_weights(case, c.device)
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return compiled(
-            e, c, targets, case.beta, case.softcap, case.ignore_index, weight, case.z_loss
-        )
-
-    return loss_fn
+    return functools.partial(
+        compiled, beta=case.beta, softcap=case.softcap, ignore_index=case.ignore_index,
+        weight=class_weights(case, c.device), z_loss=case.z_loss,
+    )  # fmt: skip
 
 
 def _patch_eager(model: torch.nn.Module, preset: object, beta: float):

@@ -75,19 +75,18 @@ class LossTerms:
         return replace(case, z_loss=self.z_loss, class_weights=self.class_weights)
 
 
-# What a loss holds at its peak, beyond its inputs and their gradients: every N x V
-# logit whole ("logits"; "compiled": fused by the compiler; "chunks": every chunk's logits
-# kept), token chunks of them ("fused"), or none ("none": the slices or tiles of ours, CCE).
+# What a loss holds at its peak beyond its inputs and their gradients: the N x V logits
+# whole ("logits"; "compiled": fused by the compiler; "chunks": every chunk's logits kept),
+# token chunks of them ("fused"), or none ("none": the slices or tiles of ours, CCE).
 HOLDS = ("logits", "compiled", "chunks", "fused", "none")
 
 
 @dataclass(frozen=True)
 class Holds:
-    """A method's one memory declaration, which the one memory model reads for every
-    kind (``plan.memory_model.held_bytes``): ``copies`` of the N x V logits in the input
-    dtype, (without, with) softcap, where it holds them whole, else by ``kind``. Eager's:
-    4 and 7 copies (paper's Gemma2-2B table: eager 28 GB ≈ 7 copies); the correctness
-    gate's eager pass holds the same."""
+    """A method's one memory declaration, read by the one memory model for every kind
+    (``plan.memory_model.held_bytes``): ``copies`` of the N x V logits in the input dtype,
+    (without, with) softcap, where it holds them whole. Eager's: 4 and 7 (the paper's
+    Gemma2-2B table: eager 28 GB ≈ 7 copies)."""
 
     kind: str = "logits"
     copies: tuple[float, float] = (4.0, 7.0)
@@ -191,6 +190,7 @@ def has_cxx() -> bool:
 
 
 def package_version(dist: str) -> str | None:
+    """``dist``'s installed version, None when it is not installed."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -200,8 +200,7 @@ def package_version(dist: str) -> str | None:
 @dataclass(frozen=True)
 class StepPatch:
     """How a method trains a transformers model in ``perfsuite step``: ``patch(model, preset,
-    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's (what
-    it holds is its ``caps.holds``, as for every kind)."""
+    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's."""
 
     patch: Callable[[Any, Any, float], Callable[[torch.Tensor], torch.Tensor]]
     requires: tuple[str, ...] = ()
@@ -219,11 +218,9 @@ _ASKED: dict[str, tuple[Callable[[Case], bool], Callable[[Case], str]]] = {
 @dataclass(frozen=True)
 class AcrossRanks:
     """How a method computes its loss across ranks (``run --tp``; perfsuite.tp_method):
-    ``build(case, c_shard, shard) -> loss_fn``, called on every rank. What differs there
-    from the method's own declaration is said here, not declared again: ``caps`` (fields
-    of its ``Capabilities`` replaced), ``limits`` (the library's reason for a term it
-    lacks), ``shard_check`` (a layout it cannot compute exactly), ``extra_check`` (the
-    library's own reason)."""
+    ``build(case, c_shard, shard) -> loss_fn``, called on every rank; and only what differs
+    there from the method's own declaration (``caps``: its fields replaced; ``shard_check``:
+    a layout it cannot compute exactly)."""
 
     build: Callable[[Case, torch.Tensor, Any], LossFn]
     description: str = ""
@@ -236,10 +233,8 @@ class AcrossRanks:
 @dataclass
 class SimpleMethod:
     """A method's one declaration: its loss builder (``build``; None for a method measured
-    only across ranks), capabilities, and its other kinds as hooks on it (``tp``,
-    ``step``); docs/development.md, "Add a method (one file)". ``limits`` maps a
-    Capabilities term it lacks (label_smoothing, softcap, z_loss, class_weights) to the
-    library's own reason, so a result says more than "no z-loss"."""
+    only across ranks), capabilities, and its other kinds as hooks on it (``tp``, ``step``);
+    docs/development.md, "Add a method (one file)"."""
 
     name: str
     description: str
@@ -261,13 +256,14 @@ class SimpleMethod:
     tp: AcrossRanks | None = None
     step: StepPatch | None = None
     compiles: bool = False
+    # A term it lacks (label_smoothing, softcap, z_loss, class_weights) -> the library's own
+    # reason, so a result says more than "no z-loss".
     limits: dict[str, str] = field(default_factory=dict)
 
     def across_ranks(self) -> SimpleMethod | None:
         """This method as ``run --tp`` measures it (its ``tp`` hook's differences
         applied), or None where it declares no ``tp``."""
-        tp = self.tp
-        if tp is None:
+        if (tp := self.tp) is None:
             return None
         return replace(
             self,
@@ -280,8 +276,7 @@ class SimpleMethod:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The cell kinds this method declares (``KINDS``)."""
-        loss, tp, step = self.build, self.across_ranks(), self.step
-        has = {"loss": loss, "tp": tp, "step": step, "train": loss}
+        has = {"loss": self.build, "tp": self.tp, "step": self.step, "train": self.build}
         return tuple(k for k in KINDS if has[k] is not None)
 
     def lacks(self, kind: str) -> str | None:

@@ -1,9 +1,6 @@
 """The in-house Triton kernel (``perfsuite.kernels``) in its benchmarked variants; plain
-``ours`` also in a model's step (``kernels.patch``) and across ranks:
-``linear_cross_entropy(..., vocab_parallel=VocabParallel(...))``. No logits cross ranks
-there: two all-reduces of per-row statistics in the forward, and the fp32 dE summed
-across ranks in the backward (kernels/parallel.py). Every term runs: smoothing, softcap,
-z-loss, and class weights (this shard's slice of them)."""
+``ours`` also in a model's step (``kernels.patch``) and across ranks (``vocab_parallel``:
+kernels/parallel.py), with every term there too (class weights: this shard's slice)."""
 
 from __future__ import annotations
 

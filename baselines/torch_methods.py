@@ -1,7 +1,6 @@
 """Methods built from torch alone: the fp32 reference, eager, torch.compile, torch-native;
-eager in a step is the model's ``forward(labels=...)``, and across ranks each rank's shard
-logits all-gathered to the full N x V, then eager's loss on them (every term): the naive
-baseline (it gets only the shard's part of dE from ``e @ c_shard.T``: ``SumGradOver``)."""
+eager in a step is the model's ``forward(labels=...)``, and across ranks the shard logits
+all-gathered to the full N x V, then eager's loss on them (the naive baseline)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``torch-parallel``, measured only across ranks: ``torch.distributed.tensor.parallel.
-loss_parallel()`` with ``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)``
-over a 1-D DeviceMesh of the group (its limits, checked with torch 2.13, are its
-``limits``). It gets only the shard's part of dE from ``e @ c_shard.T``; ``SumGradOver``
-sums it.
-"""
+"""``torch-parallel``, measured only across ranks: ``loss_parallel()`` with
+``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)`` (its limits checked with
+torch 2.13); ``SumGradOver`` sums the shard parts of dE."""
 
 from __future__ import annotations
 

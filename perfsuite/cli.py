@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from perfsuite import __version__
-from perfsuite.parser import BAD_INPUT, DESCRIPTION, MODULE_COMMANDS, Parser, print_error
+from perfsuite.parser import DESCRIPTION, MODULE_COMMANDS, Parser, print_error
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -111,18 +111,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
-    from rich.table import Table
-
+    from perfsuite.fit import Column, print_fitted
     from perfsuite.plan.shapes import PRESETS
 
-    caption = "softcap: the model's, applied only with --softcap"
-    table = Table(title="shape presets", caption=caption)
-    for col in ("name", "tokens N", "vocab V", "hidden D", "dtype", "--softcap"):
-        table.add_column(col, justify="left" if col in ("name", "dtype") else "right")
+    headers = ("name", "tokens N", "vocab V", "hidden D", "dtype", "--softcap")
+    columns = [Column(h, "left" if h in ("name", "dtype") else "right") for h in headers]
+    rows = []
     for s in PRESETS.values():
         cap = "" if s.softcap is None else f"{s.softcap:g}"
-        table.add_row(s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, cap)
-    console.print(table)
+        rows.append([s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, cap])
+    caption = "softcap: the model's, applied only with --softcap"
+    print_fitted(console, columns, rows, "shape presets", caption=caption)
     return 0
 
 
@@ -254,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.subcommand in COMMANDS:
                 return COMMANDS[args.subcommand][2](args, console)
             return int(_module(args.subcommand).run(args))
-        except BAD_INPUT as err:  # the one place a command's bad-input exception is printed
+        # Bad input raised anywhere under a command, printed here only: every class for it
+        # (PlanError, ResultsError, OutputPathError, WorkloadError, ...) is a ValueError.
+        except ValueError as err:
             print_error(err)
             return 2
         except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)

@@ -238,6 +238,8 @@ def print_fitted(
         for column, cell in zip(columns[1:], rest, strict=True):
             head = f"  {' '.join(column.header.split())}: "
             console.print(_hanging(head, cell, console.width), soft_wrap=True)
+    if table_options.get("caption"):
+        console.print(table_options["caption"], highlight=False)
 
 
 def _hanging(head: str, cell: str | Text, width: int) -> Text:

@@ -13,11 +13,6 @@ from typing import Any, NoReturn
 # The deepest (sub)command parsed, for an error only the top parser can see.
 _PROG = "_perfsuite_prog"
 
-# Bad input, raised anywhere under a command: every class a command raises for it
-# (PlanError, converge's UsageError, ResultsError, OutputPathError, WorkloadError, ...)
-# is a ValueError, so the entry points map them all in one clause.
-BAD_INPUT: tuple[type[Exception], ...] = (ValueError,)
-
 
 def print_error(message: object) -> None:
     """``error: <message>`` as one line on stderr, however long: a terminal folds it, a

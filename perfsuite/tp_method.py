@@ -29,10 +29,8 @@ class Shard:
 
 
 def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
-    """[start, stop) of each rank: ``ceil(V / K)`` rows each, the last rank the rest.
-
-    Refuses a split that leaves a rank without rows (V = 10 over K = 4 gives
-    3, 3, 3, 1; V = 9 over K = 4 would give 3, 3, 3, 0)."""
+    """[start, stop) of each rank: ``ceil(V / K)`` rows each, the last rank the rest; a split
+    that leaves a rank none is refused (V = 9 over K = 4 would give 3, 3, 3, 0)."""
     if world < 1:
         raise ValueError(f"tensor-parallel size must be >= 1, got {world}")
     per = -(-vocab // world)

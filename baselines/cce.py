@@ -39,24 +39,19 @@ def _vp_check(device: str) -> str | None:
     return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
 
 
-def _fp32_backward() -> bool:
-    """CCE's backward takes fp32 inputs (main, with triton >= 3.2)."""
-    from cut_cross_entropy import utils
-
-    check = getattr(utils, "is_triton_greater_or_equal_3_2_0", None)
-    return bool(check is not None and check())
-
-
 def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     cce = _method.imported("cut_cross_entropy")
     if not hasattr(cce, "VocabParallelOptions"):
         raise Unavailable(NO_VP_REASON.format(version=getattr(cce, "__version__", "?")))
-    if case.dtype == "fp32" and not _fp32_backward():
+    utils = _method.imported("cut_cross_entropy.utils")
+    # CCE's backward takes fp32 inputs on its main, with triton >= 3.2.
+    fp32 = getattr(utils, "is_triton_greater_or_equal_3_2_0", None)
+    if case.dtype == "fp32" and not (fp32 is not None and fp32()):
         raise Unsupported("this CCE's backward takes bf16/fp16 only (fp32 needs triton >= 3.2)")
     parallel = cce.VocabParallelOptions(shard.start, shard.stop, group=shard.group)
     if not case.z_loss:
         return _builder(vocab_parallel_options=parallel)(case, c_shard)
-    z_loss_fn = getattr(_method.imported("cut_cross_entropy.utils"), "compute_z_loss", None)
+    z_loss_fn = getattr(utils, "compute_z_loss", None)
     returns_lse = "return_lse" in inspect.signature(cce.linear_cross_entropy).parameters
     if z_loss_fn is None or not returns_lse:
         raise Unsupported("this CCE returns no differentiable LSE for z-loss")

@@ -150,10 +150,9 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     from rich import box
 
     from perfsuite.fit import Column, print_fitted
-    from perfsuite.plan.registry import all_methods, methods_for
+    from perfsuite.plan.registry import methods_for
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    declared = all_methods()
     # Method names are identifiers a user types: never folded.
     columns = [Column("method", fold=False), *(Column(f"on {d}") for d in devices)]
     columns += [Column("kinds"), Column("capabilities"), Column("what it runs")]
@@ -164,7 +163,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
         method = listed[name]
         what = method.description if method.timed_by_default else f"(by name) {method.description}"
         cells = [_available(method, device) for device in devices]
-        rows.append([name, *cells, ", ".join(declared[name].kinds), method.caps.describe(), what])
+        rows.append([name, *cells, ", ".join(method.kinds), method.caps.describe(), what])
     title = "methods across ranks (--tp)" if args.tp else "methods on this machine"
     console.print(
         "The default set (run and sweep without --methods) comes first: ours and each peer, "

@@ -169,8 +169,7 @@ def fit_table(
     """A table of ``rows`` no wider than ``width`` (None when even fully folded it is
     wider); a line under each row in ``sections``; ``table_options`` go to rich's
     ``Table``."""
-    limits: list[int] = []
-    floors: list[int] = []
+    limits, floors = [], []
     for i, col in enumerate(columns):
         widths = [_width(col.header), *(_width(row[i]) for row in rows)]
         cells = max((n for n, _ in widths[1:]), default=0)
@@ -186,16 +185,13 @@ def fit_table(
         folded = [max(f, 1) if lim > 0 else lim for lim, f in zip(limits, floors, strict=True)]
         if not fits(_build(columns, rows, folded, sections, options), width):
             continue
+        # Narrow the widest text column a step at a time: the fully folded table fits, so
+        # some column is still wider than its floor until one fits.
         trial = list(limits)
-        while True:
-            table = _build(columns, rows, trial, sections, options)
-            if fits(table, width):
-                return table
+        while not fits(table := _build(columns, rows, trial, sections, options), width):
             shrinkable = [i for i, lim in enumerate(trial) if lim > max(floors[i], 1)]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda i: trial[i])
-            trial[widest] -= 1
+            trial[max(shrinkable, key=lambda i: trial[i])] -= 1
+        return table
     return None
 
 

@@ -112,17 +112,13 @@ def _native_check(device: str) -> str | None:
 
 
 def _build_native(case: Case, c: torch.Tensor) -> LossFn:
+    # At beta > 0 torch falls back to full logits (with a warning): that is what it does,
+    # and what we measure.
     options = torch.nn.LinearCrossEntropyOptions()
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # At beta > 0 torch falls back to full logits (with a warning): that is
-        # what it does, and what we measure.
-        return F.linear_cross_entropy(
-            e, c, targets, ignore_index=case.ignore_index, label_smoothing=case.beta,
-            options=options,
-        )  # fmt: skip
-
-    return loss_fn
+    return functools.partial(
+        F.linear_cross_entropy, ignore_index=case.ignore_index, label_smoothing=case.beta,
+        options=options,
+    )  # fmt: skip
 
 
 class _GatherColumns(torch.autograd.Function):

@@ -62,7 +62,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.harness.command import Checkpoint, command, ended
     from perfsuite.harness.progress import cell_label
     from perfsuite.plan.memory_model import device_capacity
-    from perfsuite.plan.plan import PlanError, build_plan
+    from perfsuite.plan.plan import PlanError, build_plan, parse_list
+    from perfsuite.plan.shapes import get_shape
     from perfsuite.plan.workloads import file_shape, parse_workload
     from perfsuite.run import runner
 
@@ -79,11 +80,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
     else:
         text = "smoke" if args.shape is None else args.shape
-        names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-        if not names:
-            raise PlanError(f"--shape {text!r}: no preset named (see `perfsuite shapes`)")
-        from perfsuite.plan.shapes import get_shape
-
+        names = dict.fromkeys(parse_list(text, "shape"))
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
         softcap = _softcap(args, shapes)
     extra = measurement_options(args)

@@ -45,18 +45,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     arg("--attempt-all", action="store_true", help=fit)
 
 
-def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
-    """``--softcap``'s value (argparse checked it); the bare flag: the presets' one softcap."""
-    from perfsuite.plan.plan import PlanError
-
-    if args.softcap != "preset":
-        return args.softcap
-    caps = {s.softcap for s in shapes}
-    if None in caps or len(caps) != 1:
-        raise PlanError("--softcap without a value needs presets that define one softcap")
-    return caps.pop()
-
-
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.args import measurement_options, out_file
     from perfsuite.harness.command import Checkpoint, command, ended
@@ -68,7 +56,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.run import runner
 
     workload = parse_workload(args.workload, args.entropy, args.zipf)
-    if workload is not None and workload["kind"] == "file":
+    from_file = workload is not None and workload["kind"] == "file"
+    if from_file:
         if args.vocab or args.hidden:
             raise PlanError("a file workload fixes V and D; only --tokens (up to its N) applies")
         if args.shape is not None:
@@ -77,12 +66,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                 "shape (N, V, D); drop --shape (--tokens may take fewer of its rows)"
             )
         shapes = [file_shape(workload, args.tokens)]
-        softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
     else:
         text = "smoke" if args.shape is None else args.shape
         names = dict.fromkeys(parse_list(text, "shape"))
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
-        softcap = _softcap(args, shapes)
+    softcap = args.softcap  # a value argparse checked; the bare flag: the presets' one
+    if softcap == "preset":
+        caps = {s.softcap for s in shapes}
+        if None in caps or len(caps) != 1:
+            raise PlanError("--softcap without a value needs presets that define one softcap")
+        softcap = caps.pop()
+    elif softcap is None and from_file:
+        softcap = shapes[0].softcap  # the file's own
     extra = measurement_options(args)
     plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
     out = out_file(args.out, "+".join(s.name for s in shapes), plan.device)

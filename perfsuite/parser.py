@@ -31,19 +31,16 @@ class Parser(argparse.ArgumentParser):
     ``error: <what> (see <prog> --help)``, on stderr with exit status 2, and whose help
     is plain text (descriptions taken from docstrings lose their reST ````)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The deepest (sub)command's default wins: a subparser's values overwrite its parent's.
+        self.set_defaults(**{_PROG: self.prog})
+
     def error(self, message: str) -> NoReturn:
         _fail(self.prog, message)
 
     def format_help(self) -> str:
         return super().format_help().replace("``", "")
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        namespace, extras = super().parse_known_args(args, namespace)
-        if not hasattr(namespace, _PROG):  # a subcommand's parser returns first
-            setattr(namespace, _PROG, self.prog)
-        return namespace, extras
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None

@@ -1,10 +1,7 @@
-"""Megatron-core's vocab-parallel cross-entropy, as a Megatron GPT head uses it.
-
-``copy_to_tensor_model_parallel_region(e) @ c_shard.T``, the softcap on the shard logits
-(elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``. Megatron
-has no ignore_index (megatron-core 0.16.1): ignored rows get target 0 and are dropped
-from the mean. ``parallel_state`` is initialised once per process, on the default group.
-"""
+"""Megatron-core's vocab-parallel cross-entropy as a Megatron GPT head uses it, softcap on
+the shard logits (elementwise: exact). It has no ignore_index (megatron-core 0.16.1):
+ignored rows get target 0 and are dropped from the mean. ``parallel_state`` is initialised
+once per process, on the default group."""
 
 from __future__ import annotations
 

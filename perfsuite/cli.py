@@ -1,8 +1,7 @@
 """``perfsuite`` command line: imports only the typed subcommand's module (``perfsuite
 --help`` and ``perfsuite shapes`` import no torch); bad input is one ``error:`` line, exit 2;
-Ctrl-C or SIGTERM, from the first instant ``main`` runs, exit 130 without a traceback. This
-module imports little itself (rich and the rest load inside ``main``): a Ctrl-C while they
-load is ``main``'s to answer."""
+Ctrl-C or SIGTERM, from the first instant ``main`` runs (rich and the rest load inside it),
+exit 130 without a traceback."""
 
 from __future__ import annotations
 
@@ -194,9 +193,8 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     all the top-level ``--help`` and an unknown command's error show."""
     parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
-    # dest: a name no subcommand option takes (bisect --command wrote `command`)
-    # metavar: the usage line names COMMAND, not every choice (162 columns, issue 46); the
-    # list below it names each with its line
+    # dest: a name no subcommand option takes (bisect --command wrote `command`); metavar:
+    # the usage line names COMMAND, not every choice (162 columns); the list names each
     sub = parser.add_subparsers(
         dest="subcommand", metavar="COMMAND", title="commands", required=True
     )

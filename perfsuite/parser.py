@@ -54,10 +54,9 @@ class Parser(argparse.ArgumentParser):
         return namespace
 
 
-# Commands living in their own modules: (name, module under perfsuite, help). Each module exposes
-# ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only
-# when its command runs or its help is asked for, so `perfsuite run` never pays for the
-# others. ``run``, ``shapes`` and ``methods`` are ``perfsuite.cli``'s own.
+# Commands in their own modules: (name, module under perfsuite, help). Each module has
+# ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only when
+# its command runs or its help is asked for (``run``, ``shapes``, ``methods`` are its own).
 MODULE_COMMANDS = (
     (
         "sweep",

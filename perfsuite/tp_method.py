@@ -1,7 +1,6 @@
-"""The layout across ranks: every rank holds E and the global targets and rows
-[start, stop) of C (``shard_ranges``); a method's ``tp`` hook (``method.AcrossRanks``)
-builds ``loss_fn(e, c_shard, targets)``, called by every rank together, which gives each
-the global loss, and its backward the full dE and this shard's rows of dC
+"""The layout across ranks: every rank holds E, the global targets and rows [start, stop)
+of C (``shard_ranges``); a method's ``tp`` hook builds ``loss_fn(e, c_shard, targets)``,
+called by every rank together: the global loss, the full dE and this shard's rows of dC
 (docs/scale-out.md)."""
 
 from __future__ import annotations

@@ -32,9 +32,8 @@ def fmt_number(value: float | None, unit_scale: float = 1) -> str:
 
 def fmt_bytes(nbytes: float | None, unit: str | None = None) -> str:
     """The one byte formatter. With ``unit`` (``"MiB"``), a column's number in it
-    (``fmt_number``); without, a size that carries its own unit, the largest it fills:
-    ``512 B``, ``131 KiB``, ``23.3 MiB`` (a shape a typo made huge read "~2235179424.3
-    GiB")."""
+    (``fmt_number``); without, a size with the largest unit it fills: ``512 B``, ``131 KiB``,
+    ``23.3 MiB`` (a shape a typo made huge read "~2235179424.3 GiB")."""
     if unit is not None:
         return fmt_number(nbytes, dict((u, s) for s, u in BYTES)[unit])
     if nbytes is None:

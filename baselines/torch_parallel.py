@@ -31,18 +31,12 @@ class _LossParallel(torch.autograd.Function):
     the context is entered, and the harness calls ``backward()`` outside it."""
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        local: torch.Tensor,
-        targets: torch.Tensor,
-        mesh: Any,
-        vocab: int,
-        ignore_index: int,
-    ) -> torch.Tensor:
+    def forward(ctx: Any, local: torch.Tensor, targets: torch.Tensor, spec: tuple) -> torch.Tensor:
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor import Shard as DShard
         from torch.distributed.tensor.parallel import loss_parallel
 
+        mesh, vocab, ignore_index = spec
         with torch.enable_grad():
             leaf = local.detach().requires_grad_(local.requires_grad)
             logits = DTensor.from_local(
@@ -64,7 +58,7 @@ class _LossParallel(torch.autograd.Function):
         del ctx.graph
         with loss_parallel():
             (grad_local,) = torch.autograd.grad(loss, leaf, grad)
-        return grad_local, None, None, None, None
+        return grad_local, None, None
 
 
 def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
@@ -73,7 +67,7 @@ def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> Los
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = softcapped(SumGradOver.apply(e, shard.group) @ c.T, case.softcap)
-        return _LossParallel.apply(logits, targets, mesh, shard.vocab, case.ignore_index)
+        return _LossParallel.apply(logits, targets, (mesh, shard.vocab, case.ignore_index))
 
     return loss_fn
 

@@ -109,16 +109,13 @@ class Capabilities:
     softcap: bool = False
     devices: frozenset[str] = frozenset({"cpu", "cuda"})
     dtypes: frozenset[str] = frozenset(DTYPES)
-    # Gradients are produced inside the forward call (Liger, torch's chunked
-    # path): its fwd/bwd split is not comparable, fwd+bwd is the fair column.
+    # Gradients made in the forward call (Liger, torch's chunked path): fwd+bwd is the fair column.
     grads_in_forward: bool = False
-    # Triton kernels: on CPU they run under TRITON_INTERPRET=1, so their
-    # timings there say nothing about GPU speed.
+    # Triton kernels: interpreted on a CPU, where their timings say nothing about GPU speed.
     triton: bool = False
     # What it holds at its peak (``Holds``): eager's N x V logits unless said otherwise.
     holds: Holds = Holds()
-    # At beta > 0 a plain materialised path runs instead (torch's chunked
-    # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
+    # At beta > 0 a materialised path runs instead (torch-native's): no gradients in forward.
     smoothing_falls_back: bool = False
     # z_loss·lse² and class weights (torch's cross_entropy semantics).
     z_loss: bool = False
@@ -126,8 +123,7 @@ class Capabilities:
     # Why it does not run on CPU (None: "needs cuda"), and why its softcap does not (Liger's).
     cpu_reason: str | None = None
     softcap_off_cpu: str | None = None
-    # Relative cost of one call under the Triton interpreter; the runner starts
-    # the costliest interpreted methods first so parallel workers end together.
+    # Relative cost of a call interpreted: the costliest start first, so workers end together.
     interpreter_cost: float = 1.0
 
     def grads_in_forward_at(self, beta: float) -> bool:

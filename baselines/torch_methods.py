@@ -33,8 +33,8 @@ def cross_entropy_terms(
     weight: torch.Tensor | None = None,
     z_loss: float = 0.0,
 ) -> torch.Tensor:
-    """``F.cross_entropy`` on materialised logits plus ``z_loss·lse²`` per valid row
-    (mean over the valid rows for ``mean``, unweighted: kernels/terms.py's definition)."""
+    """``F.cross_entropy`` (``mean`` or ``sum``) on materialised logits plus ``z_loss·lse²``
+    per valid row (mean over the valid rows for ``mean``, unweighted: kernels/terms.py's)."""
     w = None if weight is None else weight.to(logits.dtype)
     loss = F.cross_entropy(
         logits, targets, weight=w, label_smoothing=beta, ignore_index=ignore_index,
@@ -43,10 +43,7 @@ def cross_entropy_terms(
     if not z_loss:
         return loss
     valid = targets != ignore_index
-    rows = torch.where(valid, z_loss * torch.logsumexp(logits, -1).float().square(), 0.0)
-    if reduction == "none":
-        return loss + rows
-    total = rows.sum()
+    total = torch.where(valid, z_loss * torch.logsumexp(logits, -1).float().square(), 0.0).sum()
     return loss + (total / valid.sum() if reduction == "mean" else total)
 
 
@@ -59,11 +56,10 @@ def eager_loss(
     ignore_index: int = -100,
     weight: torch.Tensor | None = None,
     z_loss: float = 0.0,
-    reduction: str = "mean",
 ) -> torch.Tensor:
     """The paper's "Baseline": logits in the input dtype, then ``F.cross_entropy``."""
     logits = softcapped(e @ c.T, softcap)
-    return cross_entropy_terms(logits, targets, beta, ignore_index, reduction, weight, z_loss)
+    return cross_entropy_terms(logits, targets, beta, ignore_index, "mean", weight, z_loss)
 
 
 def reference_loss(e: torch.Tensor, c: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:

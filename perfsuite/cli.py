@@ -150,8 +150,7 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     listed = methods_for("tp" if args.tp else "loss")
     rows = []
     # The default set first (what `run` measures without --methods), then the rest.
-    for name in sorted(listed, key=lambda name: not listed[name].timed_by_default):
-        method = listed[name]
+    for name, method in sorted(listed.items(), key=lambda item: not item[1].timed_by_default):
         what = method.description if method.timed_by_default else f"(by name) {method.description}"
         cells = [_available(method, device) for device in devices]
         rows.append([name, *cells, ", ".join(method.kinds), method.caps.describe(), what])

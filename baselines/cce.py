@@ -69,15 +69,10 @@ def _builder(**options: Any):
     """``cce.linear_cross_entropy(impl="cce")`` with ``options`` over its defaults."""
 
     def build(case: Case, c: torch.Tensor) -> LossFn:
-        cce = _method.imported("cut_cross_entropy")
-
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return cce.linear_cross_entropy(
-                e, c, targets, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce",
-                **options,
-            )  # fmt: skip
-
-        return loss_fn
+        loss = _method.imported("cut_cross_entropy", "linear_cross_entropy")
+        return functools.partial(
+            loss, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce", **options
+        )
 
     return build
 

@@ -62,12 +62,7 @@ def _make_build(accum_fp32: bool):
             require_interpreted()
         kwargs["reduction"] = "mean"
         module = loss_cls(**kwargs)
-
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            # Liger's order: (lin_weight, _input, target).
-            return module(c, e, targets)
-
-        return loss_fn
+        return lambda e, c, targets: module(c, e, targets)  # Liger's: (lin_weight, _input, target)
 
     return build
 

@@ -36,13 +36,11 @@ class QuackMethod(SimpleMethod):
 
     def unsupported_reason(self, case: Case) -> str | None:
         reason = super().unsupported_reason(case)
-        if reason is not None:
-            return reason
         sizes = {"N": case.tokens, "V": case.vocab, "D": case.hidden}
         odd = [f"{name}={value}" for name, value in sizes.items() if value % ALIGN]
-        if odd:
+        if reason is None and odd:
             return f"quack's TMA GEMMs need N, V and D multiples of {ALIGN} ({', '.join(odd)})"
-        return None
+        return reason
 
 
 def _check_device(device: torch.device) -> None:

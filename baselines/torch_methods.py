@@ -118,11 +118,9 @@ def _build_native(case: Case, c: torch.Tensor) -> LossFn:
 
 
 class _GatherColumns(torch.autograd.Function):
-    """All-gather the shard logits along V; the backward keeps this shard's columns.
-
-    Every rank computes the same loss from the same full logits, so the gradient of
-    its own columns is just their slice (no reduce-scatter: that would count the
-    replicated loss K times)."""
+    """All-gather the shard logits along V; the backward keeps this shard's columns: every
+    rank computes the same loss from the same logits (a reduce-scatter would count it K
+    times)."""
 
     @staticmethod
     def forward(ctx: Any, local: torch.Tensor, shard: Shard) -> torch.Tensor:

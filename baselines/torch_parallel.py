@@ -24,11 +24,9 @@ def _mesh(group: Any, device_type: str) -> Any:
 
 
 class _LossParallel(torch.autograd.Function):
-    """``F.cross_entropy`` under ``loss_parallel()`` on the shard logits as a DTensor.
-
-    The DTensor graph is built on a detached leaf inside the forward and replayed in
-    the backward under the context again: loss_parallel's handlers exist only while
-    the context is entered, and the harness calls ``backward()`` outside it."""
+    """``F.cross_entropy`` under ``loss_parallel()`` on the shard logits as a DTensor, its
+    graph built on a detached leaf and replayed in the backward under the context again:
+    its handlers exist only inside it, and the harness calls ``backward()`` outside."""
 
     @staticmethod
     def forward(ctx: Any, local: torch.Tensor, targets: torch.Tensor, spec: tuple) -> torch.Tensor:

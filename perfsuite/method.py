@@ -43,8 +43,7 @@ class Case:
     softcap: float | None = None
     device: str = "cpu"
     ignore_index: int = -100
-    # Training terms: PaLM's z_loss·lse² per valid row, and class weights
-    # (``class_weights(case)``: deterministic, F.cross_entropy(weight=...) semantics).
+    # Training terms: PaLM's z_loss·lse² per valid row; class weights (``class_weights``).
     z_loss: float = 0.0
     class_weights: bool = False
 

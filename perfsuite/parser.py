@@ -58,62 +58,32 @@ class Parser(argparse.ArgumentParser):
 # ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only when
 # its command runs or its help is asked for (``run``, ``shapes``, ``methods`` are its own).
 MODULE_COMMANDS = (
-    (
-        "sweep",
-        "run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
-        "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
-    ),
-    (
-        "merge",
-        "results.merge",
-        "join results files (e.g. shards), checking their environments agree",
-    ),
+    ("sweep", "run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
+     "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable"),
+    ("merge", "results.merge",
+     "join results files (e.g. shards), checking their environments agree"),
     ("report", "render.report", "render the paper table as md, latex, csv or html"),
     ("plot", "render.plot", "PNG plots of memory and time against V and N"),
     ("compare", "regress.compare", "compare two results cell by cell; exit 1 on regression"),
     ("baseline", "regress.baseline_store", "store or list this device's baseline results"),
-    (
-        "bisect",
-        "regress.bisect",
-        "find the commit that made a cell slower (git bisect run in a temporary worktree)",
-    ),
-    (
-        "sensitivity",
-        "regress.sensitivity",
-        "measure the regression detector's false-alarm and detection rates here",
-    ),
-    (
-        "converge",
-        "converge.cli",
-        "train a tiny LM once per method and beta: parity with eager, calibration",
-    ),
-    (
-        "step",
-        "step.cli",
-        "one full training step of a transformers model per loss method: fwd, bwd, AdamW",
-    ),
-    (
-        "history",
-        "history.cli",
-        "keep every run in a SQLite history; find change points and regressions across commits",
-    ),
-    (
-        "dashboard",
-        "render.dashboard",
-        "write the history as a static site: plots across commits, change points marked",
-    ),
-    (
-        "workload",
-        "activations.cli",
-        "dump a transformers model's hidden states as a --workload file; train one; inspect one",
-    ),
-    (
-        "filtering",
-        "filtering.cli",
-        "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
-    ),
+    ("bisect", "regress.bisect",
+     "find the commit that made a cell slower (git bisect run in a temporary worktree)"),
+    ("sensitivity", "regress.sensitivity",
+     "measure the regression detector's false-alarm and detection rates here"),
+    ("converge", "converge.cli",
+     "train a tiny LM once per method and beta: parity with eager, calibration"),
+    ("step", "step.cli",
+     "one full training step of a transformers model per loss method: fwd, bwd, AdamW"),
+    ("history", "history.cli",
+     "keep every run in a SQLite history; find change points and regressions across commits"),
+    ("dashboard", "render.dashboard",
+     "write the history as a static site: plots across commits, change points marked"),
+    ("workload", "activations.cli",
+     "dump a transformers model's hidden states as a --workload file; train one; inspect one"),
+    ("filtering", "filtering.cli",
+     "what gradient filters keep and cost on a workload: tiles, mass, gradient errors"),
     ("kernel-report", "kernel_report", "compile the kernels ahead of time; registers, spills"),
-)
+)  # fmt: skip
 
 
 DESCRIPTION = (

@@ -101,8 +101,7 @@ def case_of(raw: dict[str, Any]) -> Case:
 
 def case_reason(method: Any, raw: dict[str, Any]) -> str | None:
     """Why ``method`` cannot compute the case dict ``raw`` exactly (None: it can): its
-    capabilities, and at a TP size the layout (rank 0's shard, as every rank's
-    checks agree on the layout)."""
+    capabilities, and at a TP size the layout (rank 0's shard: every rank's checks agree)."""
     case = case_of(raw)
     tp = raw.get("tp")
     if tp is None:

@@ -68,12 +68,8 @@ _KINDS = dict(tp=_TP, step=_method.StepPatch(_patch, requires=("perfsuite.kernel
 Z_LOSS = 1e-4
 _TERMS = {"ours-zloss": LossTerms(z_loss=Z_LOSS), "ours-weighted": LossTerms(class_weights=True)}
 # The paper's names of the variants it measured (render/paper_compare.py).
-_PAPER = {
-    "ours": "ours",
-    "ours-fused": "ours_fused",
-    "ours-tiles": "ours_no_grad_filter",
-    "ours-tiles-no-sort": "ours_no_vocab_sorting",
-}
+_PAPER = {"ours": "ours", "ours-fused": "ours_fused", "ours-tiles": "ours_no_grad_filter",
+          "ours-tiles-no-sort": "ours_no_vocab_sorting"}  # fmt: skip
 _TILES = {"tiles": True}
 _FILTER = {**_TILES, "filter_eps": "auto"}
 # name -> (description, options). Each route of the slice algorithm forced
@@ -84,29 +80,19 @@ _VARIANTS = {
     "ours-zloss": (f"ours with z-loss {Z_LOSS:g}·lse² (its cost over plain)", {}),
     "ours-weighted": ("ours with class weights (its cost over plain)", {}),
     # On a CPU it is ours itself: CUDA only.
-    "ours-cublas": (
-        "design probe: ours-route-cublas with its epilogues in torch ops (engine torch)",
-        {"engine": "torch"},
-    ),
-    "ours-route-triton": (
-        "route ablation: Triton GEMMs with the softmax fused in (forward, gradient slices)",
-        {"engine": "triton"},
-    ),
-    "ours-route-cublas": (
-        "route ablation: cuBLAS fp32 logit slices, one Triton epilogue per slice",
-        {"engine": "cublas"},
-    ),
+    "ours-cublas": ("design probe: ours-route-cublas with its epilogues in torch ops "
+                    "(engine torch)", {"engine": "torch"}),
+    "ours-route-triton": ("route ablation: Triton GEMMs with the softmax fused in "
+                          "(forward, gradient slices)", {"engine": "triton"}),
+    "ours-route-cublas": ("route ablation: cuBLAS fp32 logit slices, "
+                          "one Triton epilogue per slice", {"engine": "cublas"}),
     "ours-tiles": ("ablation: atomic-tile backward, no filtering (exact)", _TILES),
     "ours-tiles-list": ("ablation: atomic tiles, filtered over the mass-budget tile list", _FILTER),
-    "ours-tiles-sort": (
-        "ablation: atomic tiles, CCE-style element filter, vocab sorting",
-        {**_FILTER, "tile_list": False},
-    ),
-    "ours-tiles-no-sort": (
-        "ablation: atomic tiles, element filter without sorting",
-        {**_FILTER, "tile_list": False, "sort_vocab": False},
-    ),
-}
+    "ours-tiles-sort": ("ablation: atomic tiles, CCE-style element filter, vocab sorting",
+                        {**_FILTER, "tile_list": False}),
+    "ours-tiles-no-sort": ("ablation: atomic tiles, element filter without sorting",
+                           {**_FILTER, "tile_list": False, "sort_vocab": False}),
+}  # fmt: skip
 
 
 def _caps(name: str, options: dict[str, Any]) -> Capabilities:

@@ -111,11 +111,6 @@ def pieces(text: str, path: bool = False) -> list[str]:
     return (_PATH_PIECE if path else _PIECE).findall(text) or [text]
 
 
-def shortest(text: str) -> int:
-    """The narrowest width ``text`` folds to: its longest unbreakable piece."""
-    return max((len(p.rstrip()) for line in text.split("\n") for p in pieces(line)), default=0)
-
-
 def _fill(parts: Iterable[str], width: int, first: str = "", indent: str = "") -> list[str]:
     """``parts`` in lines of at most ``width`` (a part wider stays whole on its own line):
     the first line after ``first``, the others after ``indent``."""
@@ -146,8 +141,11 @@ def _styled(cell: str | Text, width: int | None) -> Text:
 
 
 def _width(cell: str | Text) -> tuple[int, int]:
-    plain = _text(cell)[0].plain
-    return max(map(len, plain.split("\n"))), shortest(plain)
+    """The widest line of ``cell``, and the narrowest it folds to: its longest unbreakable
+    piece."""
+    lines = _text(cell)[0].plain.split("\n")
+    shortest = max((len(p.rstrip()) for line in lines for p in pieces(line)), default=0)
+    return max(map(len, lines)), shortest
 
 
 def fits(table: Table, width: int) -> bool:

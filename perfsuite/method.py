@@ -130,12 +130,10 @@ class Capabilities:
         return self.grads_in_forward and not (beta > 0 and self.smoothing_falls_back)
 
     def describe(self) -> str:
-        parts = [
-            "smoothing" if self.label_smoothing else "no smoothing",
-            "softcap" if self.softcap else "no softcap",
-            "/".join(sorted(self.devices)),
-            "/".join(d for d in DTYPES if d in self.dtypes),
-        ]
+        """``perfsuite methods``' capabilities cell."""
+        parts = ["smoothing" if self.label_smoothing else "no smoothing"]
+        parts.append("softcap" if self.softcap else "no softcap")
+        parts += ["/".join(sorted(self.devices)), "/".join(d for d in DTYPES if d in self.dtypes)]
         if self.grads_in_forward:
             parts.append("grads in fwd" + (" at β=0" if self.smoothing_falls_back else ""))
         if self.triton:

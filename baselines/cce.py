@@ -27,9 +27,8 @@ NO_VP_REASON = (
 
 
 def _vp_check(device: str) -> str | None:
-    """Why not, when the installed CCE lacks ``cut_cross_entropy/vocab_parallel`` (read
-    from the distribution's file list, without importing it); None when it has it or
-    that is unknown."""
+    """Why not, when the installed CCE's file list (read without importing it) has no
+    ``cut_cross_entropy/vocab_parallel``; None when it has, or that is unknown."""
     try:
         files = importlib.metadata.files("cut-cross-entropy")
     except importlib.metadata.PackageNotFoundError:

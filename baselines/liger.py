@@ -31,9 +31,8 @@ UNEVEN_REASON = (
 
 
 def require_interpreted(kernel: str = "cross_entropy.liger_cross_entropy_kernel") -> None:
-    """On CPU, liger's ``kernel`` (under ``liger_kernel.ops``) must be an interpreter wrapper:
-    ``@triton.jit`` reads TRITON_INTERPRET at liger's import. Checked in ``build``, not
-    ``availability``: the runner sets it for the worker process only."""
+    """On CPU, liger's ``kernel`` (under ``liger_kernel.ops``) must be interpreted: checked in
+    ``build``, as the runner sets TRITON_INTERPRET for the worker only (read at import)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     module, name = kernel.rsplit(".", 1)

@@ -187,9 +187,8 @@ def _module(name: str) -> Any:
 
 
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand. ``commands``: only those get their arguments
-    (their modules imported); the others keep their name and one-line help, which is
-    all the top-level ``--help`` and an unknown command's error show."""
+    """The parser of every subcommand; only ``commands`` get their arguments (their modules
+    imported), the others the one-line help the top ``--help`` and its errors show."""
     parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
     # dest: a name no subcommand option takes (bisect --command wrote `command`); metavar:

@@ -1,8 +1,7 @@
-"""The one table engine. A table is declared once (``Grid``: columns, cells, title and
-numbered ``Notes``) and drawn as a console table or markdown. The console rule: fit the
-terminal, fold text only after a space or a hyphen or plus between letters (rich folds at
-the column's edge or cuts with ``…``), never fold a number, drop optional columns before
-a name folds; what cannot fit is a block per row, nothing cut."""
+"""The one table engine: a table declared once (``Grid``, numbered ``Notes``), drawn for the
+console or as markdown. On the console it fits the terminal, folds text only after a space
+or a hyphen or plus between letters (rich cuts with ``…``), never folds a number, drops
+optional columns before a name folds; what cannot fit is a block per row, nothing cut."""
 
 from __future__ import annotations
 
@@ -58,9 +57,8 @@ class Notes(dict[str, list[str]]):
 
 @dataclass
 class Grid:
-    """A table declared once: its columns, its cells (console markup allowed, a style at
-    most), a title and the notes under it; ``print`` and ``markdown`` draw it. ``parts``:
-    (title, column indices) of the tables it is drawn as, a blank line apart, when it is
+    """A table declared once (cells: console markup, a style at most), drawn by ``print`` and
+    ``markdown``. ``parts``: (title, column indices) of the tables it is drawn as when it is
     too wide whole (the loss table a phase at a time)."""
 
     columns: Sequence[Column]
@@ -164,9 +162,8 @@ def fit_table(
     sections: Sequence[int] = (),
     **table_options: Any,
 ) -> Table | None:
-    """A table of ``rows`` no wider than ``width`` (None when even fully folded it is
-    wider); a line under each row in ``sections``; ``table_options`` go to rich's
-    ``Table``."""
+    """A table of ``rows`` no wider than ``width`` (None when even fully folded it is wider);
+    a line under each row in ``sections``; ``table_options`` go to rich's ``Table``."""
     limits, floors = [], []
     for i, col in enumerate(columns):
         widths = [_width(col.header), *(_width(row[i]) for row in rows)]

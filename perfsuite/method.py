@@ -82,10 +82,9 @@ HOLDS = ("logits", "compiled", "chunks", "fused", "none")
 
 @dataclass(frozen=True)
 class Holds:
-    """A method's one memory declaration, read by the one memory model for every kind
-    (``plan.memory_model.held_bytes``): ``copies`` of the N x V logits in the input dtype,
-    (without, with) softcap, where it holds them whole. Eager's: 4 and 7 (the paper's
-    Gemma2-2B table: eager 28 GB ≈ 7 copies)."""
+    """A method's one memory declaration, read by the one memory model for every kind:
+    ``copies`` of the N x V logits in the input dtype, (without, with) softcap, where it holds
+    them whole. Eager's: 4 and 7 (the paper's Gemma2-2B table: eager 28 GB ≈ 7 copies)."""
 
     kind: str = "logits"
     copies: tuple[float, float] = (4.0, 7.0)
@@ -167,9 +166,8 @@ def imported(module: str, name: str | None = None, failed: str | None = None) ->
 
 
 def check_signature(fn: Callable[..., Any], names: str, against: str) -> None:
-    """``Unavailable`` unless ``fn``'s leading parameters are ``names`` (space-separated):
-    the library changed under the adapter (``against``: who was written against which
-    version)."""
+    """``Unavailable`` unless ``fn``'s leading parameters are ``names`` (space-separated): the
+    library changed under the adapter (``against``: who was written against which version)."""
     expected, have = tuple(names.split()), tuple(inspect.signature(fn).parameters)
     if have[: len(expected)] != expected:
         raise Unavailable(

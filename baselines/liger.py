@@ -59,8 +59,7 @@ def _make_build(accum_fp32: bool):
             )
         if c.device.type == "cpu":
             require_interpreted()
-        kwargs["reduction"] = "mean"
-        module = loss_cls(**kwargs)
+        module = loss_cls(reduction="mean", **kwargs)
         return lambda e, c, targets: module(c, e, targets)  # Liger's: (lin_weight, _input, target)
 
     return build
@@ -88,11 +87,10 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
 def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     import torch.distributed as dist
 
-    failed = "liger_kernel has no usable vocab-parallel CE"  # too old, or broken
     vp_loss = _method.imported(
         "liger_kernel.transformers.vocab_parallel_cross_entropy",
         "LigerVocabParallelCrossEntropy",
-        failed,
+        "liger_kernel has no usable vocab-parallel CE",  # too old, or broken
     )
     if c_shard.device.type == "cpu":
         require_interpreted("vocab_parallel_cross_entropy.liger_vocab_parallel_ce_forward_kernel")

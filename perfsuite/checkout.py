@@ -12,9 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def drop_checkout_root() -> None:
-    """Remove the entries of ``sys.path`` that name the checkout's root ("" and "."
-    included, which mean the working directory). Only from a source checkout:
-    site-packages may hold a real ``kernels`` that must stay importable."""
+    """Remove ``sys.path``'s entries naming the checkout's root ("" and "." too: the working
+    directory); only from a source checkout, as site-packages may hold a real ``kernels``."""
     if not (ROOT / "pyproject.toml").is_file() or not (ROOT / "perfsuite/kernels").is_symlink():
         return
     for entry in list(sys.path):

@@ -208,10 +208,9 @@ _ASKED: dict[str, tuple[Callable[[Case], bool], Callable[[Case], str]]] = {
 
 @dataclass(frozen=True)
 class AcrossRanks:
-    """How a method computes its loss across ranks (``run --tp``; perfsuite.tp_method):
-    ``build(case, c_shard, shard) -> loss_fn``, called on every rank; and only what differs
-    there from the method's own declaration (``caps``: its fields replaced; ``shard_check``:
-    a layout it cannot compute exactly)."""
+    """A method's loss across ranks (``run --tp``): ``build(case, c_shard, shard) -> loss_fn``
+    on every rank, and only what differs there from its own declaration (``caps``: fields
+    replaced; ``shard_check``: a layout it cannot compute exactly)."""
 
     build: Callable[[Case, torch.Tensor, Any], LossFn]
     description: str = ""
@@ -232,8 +231,7 @@ class SimpleMethod:
     build: Callable[[Case, torch.Tensor], LossFn] | None = None
     caps: Capabilities = field(default_factory=Capabilities)
     requires: tuple[str, ...] = ()
-    # Distributions whose versions belong in the results' provenance (beyond its core:
-    # results.provenance.CORE_DISTRIBUTIONS, torch and triton among them).
+    # Distributions whose versions go in the results' provenance (beyond CORE_DISTRIBUTIONS).
     distributions: tuple[str, ...] = ()
     # The pip requirements as tested, pinned: the lent GPU's wheels (.ci/gpu-wheels).
     pip: tuple[str, ...] = ()

@@ -1,7 +1,6 @@
-"""The argument parser of every command, the table of subcommands in their own modules,
-and the one way an error is printed: one ``error:`` line, not argparse's usage block and
-a prefix that changes with the command (subparsers take their parent's class, so every
-one is a ``Parser``)."""
+"""Every command's argument parser, the table of subcommands in their own modules, and the
+one way an error is printed: one ``error:`` line, not argparse's usage block (subparsers
+take their parent's class, so every one is a ``Parser``)."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ def _fail(prog: str, message: str) -> NoReturn:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line,
-    ``error: <what> (see <prog> --help)``, on stderr with exit status 2, and whose help
-    is plain text (descriptions taken from docstrings lose their reST ````)."""
+    """An ``ArgumentParser`` whose errors are one line, ``error: <what> (see <prog> --help)``,
+    exit 2, and whose help is plain text (docstrings' descriptions lose their reST ````)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -44,8 +44,7 @@ def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
 
 
 def check_layout(shard: Shard) -> None:
-    """Refuse a shard other than ``shard_ranges``'s (an all-gather and DTensor's
-    ``Shard(1)`` split V that way)."""
+    """Refuse a shard other than ``shard_ranges``'s (as an all-gather and DTensor split V)."""
     expected = shard_ranges(shard.vocab, shard.world)[shard.rank]
     if (shard.start, shard.stop) != expected:
         raise ValueError(
@@ -55,10 +54,9 @@ def check_layout(shard: Shard) -> None:
 
 
 class SumGradOver(torch.autograd.Function):
-    """``SumGradOver.apply(e, group)``: ``e`` for a column-parallel head. ``e @ c_shard.T``
-    gives each rank only its shard's part of dE; the backward sums the parts (in E's dtype,
-    as Megatron's ``copy_to_tensor_model_parallel_region`` does), so every rank holds the
-    full dE."""
+    """``SumGradOver.apply(e, group)``: ``e`` for a column-parallel head, whose ``e @ c_shard.T``
+    gives each rank its shard's part of dE: the backward sums the parts (in E's dtype, as
+    Megatron's ``copy_to_tensor_model_parallel_region``), so every rank holds the full dE."""
 
     @staticmethod
     def forward(ctx: Any, e: torch.Tensor, group: Any) -> torch.Tensor:

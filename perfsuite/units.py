@@ -19,9 +19,9 @@ def largest(value: float, units: Sequence[tuple[float, str]]) -> tuple[float, st
 
 
 def fmt_number(value: float | None, unit_scale: float = 1) -> str:
-    """A cell's number without its unit (a column header says it): three significant
-    figures, thousands grouped from 100; in a scaled unit two decimals, and ``<0.01`` for
-    what would print as 0.00 (a few bytes read "3.81e-06"). ``-``: none."""
+    """A cell's number without its unit (its header says it): three significant figures,
+    thousands grouped from 100; in a scaled unit two decimals, ``<0.01`` for what would
+    print as 0.00 (a few bytes read "3.81e-06"); ``-``: none."""
     if value is None or value != value:
         return "-"
     x = value / unit_scale

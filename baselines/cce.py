@@ -1,20 +1,8 @@
-"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations.
-
-* ``cce``: ``linear_cross_entropy(e, c, targets, impl="cce")`` with the installed
-  version's defaults (25.1.1: ``filter_eps="high"`` = eps(dtype)/32, and the vocabulary
-  sorted by average logit before the backward so that filtered blocks cluster).
-* ``cce-no-filter``: ``filter_eps=None``, which in 25.1.1 also skips the sort.
-* ``cce-no-sort``: filtering on, sort off; 25.1.1 has no switch for it, so it is
-  assembled from CCE's own kernels as ``cut_cross_entropy.cce`` does, with no logit
-  averages and ``vocab_ordering=None``.
-
-No label smoothing; the backward takes only bf16/fp16 embeddings; CUDA only (``CPU_REASON``).
-
-Across ranks: ``linear_cross_entropy(..., vocab_parallel_options=VocabParallelOptions(start,
-stop, group))``, ``impl="cce"``. The LSE and target logit are all-reduced in the forward;
-the backward writes this shard's dC and sums dE in fp32; any [start, stop) per rank. Not
-yet run on a GPU here.
-"""
+"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations (each one's
+``description`` says what it runs). 25.1.1 has no switch for ``cce-no-sort`` (filtering on,
+sort off), so it is assembled from CCE's own kernels as ``cut_cross_entropy.cce`` does.
+Across ranks: ``VocabParallelOptions(start, stop, group)``, any [start, stop) per rank; not
+yet run on a GPU here."""
 
 from __future__ import annotations
 
@@ -39,9 +27,8 @@ NO_VP_REASON = (
 
 
 def _vp_check(device: str) -> str | None:
-    """Why not, when the installed CCE lacks ``cut_cross_entropy/vocab_parallel`` (read
-    from the distribution's file list, without importing it); None when it has it or
-    that is unknown."""
+    """Why not, when the installed CCE's file list (read without importing it) has no
+    ``cut_cross_entropy/vocab_parallel``; None when it has, or that is unknown."""
     try:
         files = importlib.metadata.files("cut-cross-entropy")
     except importlib.metadata.PackageNotFoundError:
@@ -51,48 +38,26 @@ def _vp_check(device: str) -> str | None:
     return NO_VP_REASON.format(version=_method.package_version("cut-cross-entropy"))
 
 
-def import_cce() -> Any:
-    """``cut_cross_entropy``, or ``Unavailable`` saying why not (imported in ``build``)."""
-    try:
-        import cut_cross_entropy
-    except ImportError as err:
-        raise Unavailable(f"cut_cross_entropy failed to import: {err}") from err
-    return cut_cross_entropy
-
-
-def _fp32_backward() -> bool:
-    """CCE's backward takes fp32 inputs (main, with triton >= 3.2)."""
-    from cut_cross_entropy import utils
-
-    check = getattr(utils, "is_triton_greater_or_equal_3_2_0", None)
-    return bool(check is not None and check())
-
-
 def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
-    cce = import_cce()
+    cce = _method.imported("cut_cross_entropy")
     if not hasattr(cce, "VocabParallelOptions"):
         raise Unavailable(NO_VP_REASON.format(version=getattr(cce, "__version__", "?")))
-    if case.dtype == "fp32" and not _fp32_backward():
+    utils = _method.imported("cut_cross_entropy.utils")
+    # CCE's backward takes fp32 inputs on its main, with triton >= 3.2.
+    fp32 = getattr(utils, "is_triton_greater_or_equal_3_2_0", None)
+    if case.dtype == "fp32" and not (fp32 is not None and fp32()):
         raise Unsupported("this CCE's backward takes bf16/fp16 only (fp32 needs triton >= 3.2)")
-    z_loss_fn = None
-    if case.z_loss:
-        from cut_cross_entropy import utils
-
-        z_loss_fn = getattr(utils, "compute_z_loss", None)
-        if (
-            z_loss_fn is None
-            or "return_lse" not in inspect.signature(cce.linear_cross_entropy).parameters
-        ):
-            raise Unsupported("this CCE returns no differentiable LSE for z-loss")
-    options = cce.VocabParallelOptions(shard.start, shard.stop, group=shard.group)
+    parallel = cce.VocabParallelOptions(shard.start, shard.stop, group=shard.group)
+    if not case.z_loss:
+        return _builder(vocab_parallel_options=parallel)(case, c_shard)
+    z_loss_fn = getattr(utils, "compute_z_loss", None)
+    returns_lse = "return_lse" in inspect.signature(cce.linear_cross_entropy).parameters
+    if z_loss_fn is None or not returns_lse:
+        raise Unsupported("this CCE returns no differentiable LSE for z-loss")
+    with_lse = _builder(vocab_parallel_options=parallel, return_lse=True)(case, c_shard)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        kwargs = dict(ignore_index=case.ignore_index, softcap=case.softcap, impl="cce")
-        if z_loss_fn is None:
-            return cce.linear_cross_entropy(e, c, targets, vocab_parallel_options=options, **kwargs)
-        loss, lse = cce.linear_cross_entropy(
-            e, c, targets, vocab_parallel_options=options, return_lse=True, **kwargs
-        )
+        loss, lse = with_lse(e, c, targets)
         z = z_loss_fn(lse, targets, ignore_index=case.ignore_index, reduction="mean")
         return loss + case.z_loss * z
 
@@ -103,15 +68,10 @@ def _builder(**options: Any):
     """``cce.linear_cross_entropy(impl="cce")`` with ``options`` over its defaults."""
 
     def build(case: Case, c: torch.Tensor) -> LossFn:
-        cce = import_cce()
-
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return cce.linear_cross_entropy(
-                e, c, targets, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce",
-                **options,
-            )  # fmt: skip
-
-        return loss_fn
+        loss = _method.imported("cut_cross_entropy", "linear_cross_entropy")
+        return functools.partial(
+            loss, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce", **options
+        )
 
     return build
 
@@ -120,7 +80,7 @@ def _builder(**options: Any):
 def _no_sort_function() -> tuple[type, Any, Any]:
     """An autograd Function like ``cut_cross_entropy.cce.LinearCrossEntropyFunction``
     (mean reduction, no shift), with the vocabulary sort left out."""
-    import_cce()
+    _method.imported("cut_cross_entropy")
     try:
         from cut_cross_entropy.cce_backward import cce_backward_kernel
         from cut_cross_entropy.cce_lse_forward import cce_lse_forward_kernel
@@ -156,18 +116,9 @@ def _no_sort_function() -> tuple[type, Any, Any]:
         def backward(ctx, grad_out):  # type: ignore[override]
             e, c, lse, targets, valids = ctx.saved_tensors
             de, dc = cce_backward_kernel(
-                grad_out,
-                e,
-                c,
-                lse,
-                valids,
-                ctx.softcap,
-                ctx.filter_eps,
-                targets=targets,
-                shift=False,
-                vocab_ordering=None,
-                grad_scale=1 / lse.numel(),
-            )
+                grad_out, e, c, lse, valids, ctx.softcap, ctx.filter_eps, targets=targets,
+                shift=False, vocab_ordering=None, grad_scale=1 / lse.numel(),
+            )  # fmt: skip
             return de, dc, None, None, None, None
 
     return NoSortCCE, _build_flat_valids, functools.partial(_handle_eps, default_eps)
@@ -181,8 +132,7 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         # As cce_linear_cross_entropy prepares them (2-D e, flat targets).
-        e = e.contiguous()
-        targets = targets.contiguous()
+        e, targets = e.contiguous(), targets.contiguous()
         valids = build_valids(targets, case.ignore_index, False)
         return fn.apply(e, c, targets, valids, case.softcap, filter_eps)
 
@@ -190,7 +140,6 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
 
 
 CAPS = _method.Capabilities(
-    label_smoothing=False,
     softcap=True,
     devices=frozenset({"cuda"}),
     cpu_reason=CPU_REASON,
@@ -202,10 +151,7 @@ CAPS = _method.Capabilities(
 
 
 def _patch(model: torch.nn.Module, preset: Any, beta: float):
-    try:
-        from cut_cross_entropy.transformers import cce_patch
-    except ImportError as err:
-        raise Unavailable(f"cut_cross_entropy.transformers.cce_patch: {err}") from err
+    cce_patch = _method.imported("cut_cross_entropy.transformers", "cce_patch")
     model = cce_patch(model, impl="cce", reduction="mean")
     return lambda ids: model(input_ids=ids, labels=ids).loss
 

@@ -1,15 +1,8 @@
-"""Liger Kernel's fused linear cross-entropy (chunked logits, gradients in the forward).
-
-``LigerFusedLinearCrossEntropyLoss(weight, input, target)`` materialises the logits one
-token chunk at a time and folds their gradient into ``grad_e``/``grad_c`` before
-returning. On CPU its Triton kernels run under ``TRITON_INTERPRET=1``, but not its softcap
-path (liger-kernel 0.8.5, triton 3.7.1): ``caps.softcap_off_cpu`` says so before any worker.
-
-Across ranks: ``LigerVocabParallelCrossEntropy(label_smoothing=beta)`` (global smoothing:
-one more all-reduce) on ``e @ c_shard.T`` shaped (N, 1, V/K), softcapped first; the mean
-over kept rows is ours. Checked with liger-kernel 0.8.5: its all-reduces are skipped for
-``tp_group=None``, so the group is always passed.
-"""
+"""Liger Kernel's fused linear cross-entropy (token-chunked logits, gradients folded in
+during the forward); on CPU under ``TRITON_INTERPRET=1``, but not its softcap path
+(``SOFTCAP_CPU_REASON``). Across ranks: ``LigerVocabParallelCrossEntropy`` on the softcapped
+``e @ c_shard.T``; liger-kernel 0.8.5 skips its all-reduces for ``tp_group=None``, so the
+group is always passed."""
 
 from __future__ import annotations
 
@@ -21,7 +14,7 @@ import torch
 from perfsuite import method as _method
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.method import AcrossRanks, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
-from perfsuite.tp_method import equal_shards_only, sum_grad_over
+from perfsuite.tp_method import SumGradOver, equal_shards_only
 
 SOFTCAP_CPU_REASON = (
     "softcap under the Triton interpreter: Liger's softcap path calls libdevice.tanh and "
@@ -37,35 +30,22 @@ UNEVEN_REASON = (
 )
 
 
-def require_interpreted(kernel: Any) -> None:
-    """On CPU, liger's ``kernel`` must be an interpreter wrapper: ``@triton.jit`` reads
-    TRITON_INTERPRET at liger's import. Checked in ``build``, not ``availability``: the
-    runner sets it for the worker process only."""
+def require_interpreted(kernel: str = "cross_entropy.liger_cross_entropy_kernel") -> None:
+    """On CPU, liger's ``kernel`` (under ``liger_kernel.ops``) must be interpreted: checked in
+    ``build``, as the runner sets TRITON_INTERPRET for the worker only (read at import)."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    if not isinstance(kernel, InterpretedFunction):
+    module, name = kernel.rsplit(".", 1)
+    if not isinstance(_method.imported(f"liger_kernel.ops.{module}", name), InterpretedFunction):
         raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
-
-
-def _import_loss() -> type:
-    try:
-        from liger_kernel.transformers.fused_linear_cross_entropy import (
-            LigerFusedLinearCrossEntropyLoss,
-        )
-    except ImportError as err:  # installed but broken (e.g. an incompatible triton)
-        raise Unavailable(f"liger_kernel failed to import: {err}") from err
-    return LigerFusedLinearCrossEntropyLoss
-
-
-def _check_interpreted() -> None:
-    from liger_kernel.ops.cross_entropy import liger_cross_entropy_kernel
-
-    require_interpreted(liger_cross_entropy_kernel)
 
 
 def _make_build(accum_fp32: bool):
     def build(case: Case, c: torch.Tensor) -> LossFn:
-        loss_cls = _import_loss()
+        loss_cls = _method.imported(
+            "liger_kernel.transformers.fused_linear_cross_entropy",
+            "LigerFusedLinearCrossEntropyLoss",
+        )
         params = inspect.signature(loss_cls.__init__).parameters
         kwargs: dict = dict(ignore_index=case.ignore_index, label_smoothing=case.beta)
         if case.softcap is not None:
@@ -78,29 +58,20 @@ def _make_build(accum_fp32: bool):
                 f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
             )
         if c.device.type == "cpu":
-            _check_interpreted()
-        kwargs["reduction"] = "mean"
-        module = loss_cls(**kwargs)
-
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            # Liger's order: (lin_weight, _input, target).
-            return module(c, e, targets)
-
-        return loss_fn
+            require_interpreted()
+        module = loss_cls(reduction="mean", **kwargs)
+        return lambda e, c, targets: module(c, e, targets)  # Liger's: (lin_weight, _input, target)
 
     return build
 
 
 def _patch(model: torch.nn.Module, preset: Any, beta: float):
-    try:
-        from liger_kernel.transformers import monkey_patch
-    except ImportError as err:
-        raise Unavailable(f"liger_kernel failed to import: {err}") from err
+    monkey_patch = _method.imported("liger_kernel.transformers.monkey_patch")
     apply = getattr(monkey_patch, f"apply_liger_kernel_to_{preset.family}", None)
     if apply is None:
         raise Unavailable(f"this liger-kernel has no apply_liger_kernel_to_{preset.family}")
     if next(model.parameters()).device.type == "cpu":
-        _check_interpreted()
+        require_interpreted()
     # Only the fused linear cross-entropy: its RMSNorm, RoPE and MLP kernels would make
     # the step differ in more than the loss (and patch the module globally).
     switches = {
@@ -116,24 +87,18 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
 def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     import torch.distributed as dist
 
-    try:
-        from liger_kernel.ops.vocab_parallel_cross_entropy import (
-            liger_vocab_parallel_ce_forward_kernel as kernel,
-        )
-        from liger_kernel.transformers.vocab_parallel_cross_entropy import (
-            LigerVocabParallelCrossEntropy,
-        )
-    except ImportError as err:  # too old (no vocab-parallel CE) or broken
-        raise Unavailable(f"liger_kernel has no usable vocab-parallel CE: {err}") from err
-    if c_shard.device.type == "cpu":
-        require_interpreted(kernel)
-    module = LigerVocabParallelCrossEntropy(
-        ignore_index=case.ignore_index, label_smoothing=case.beta
+    vp_loss = _method.imported(
+        "liger_kernel.transformers.vocab_parallel_cross_entropy",
+        "LigerVocabParallelCrossEntropy",
+        "liger_kernel has no usable vocab-parallel CE",  # too old, or broken
     )
+    if c_shard.device.type == "cpu":
+        require_interpreted("vocab_parallel_cross_entropy.liger_vocab_parallel_ce_forward_kernel")
+    module = vp_loss(ignore_index=case.ignore_index, label_smoothing=case.beta)
     group = dist.group.WORLD if shard.group is None else shard.group
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(sum_grad_over(e, shard.group) @ c.T, case.softcap)
+        logits = softcapped(SumGradOver.apply(e, shard.group) @ c.T, case.softcap)
         losses = module(logits.unsqueeze(1), targets.unsqueeze(1), group)
         return losses.sum() / (targets != case.ignore_index).sum()
 
@@ -166,28 +131,26 @@ CAPS = _method.Capabilities(
     softcap_off_cpu=SOFTCAP_CPU_REASON,
 )
 
+_COMMON: dict[str, Any] = dict(
+    caps=CAPS, requires=("liger_kernel",), distributions=("liger-kernel",), pip=PIP
+)
+
 METHODS = [
     SimpleMethod(
         name="liger",
         description="Liger LigerFusedLinearCrossEntropyLoss (token-chunked logits, Triton CE "
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
         build=_make_build(accum_fp32=False),
-        caps=CAPS,
-        requires=("liger_kernel",),
-        distributions=("liger-kernel",),
-        pip=PIP,
         paper="liger",
         tp=_TP,
         step=StepPatch(_patch),
+        **_COMMON,
     ),
     SimpleMethod(
         name="liger-fp32acc",
         timed_by_default=False,  # an ablation of its accumulation dtype, by name
         description="liger with accum_dtype=torch.float32 (dW accumulated in fp32, cast back)",
         build=_make_build(accum_fp32=True),
-        caps=CAPS,
-        requires=("liger_kernel",),
-        distributions=("liger-kernel",),
-        pip=PIP,
+        **_COMMON,
     ),
 ]

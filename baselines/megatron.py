@@ -1,10 +1,7 @@
-"""Megatron-core's vocab-parallel cross-entropy, as a Megatron GPT head uses it.
-
-``copy_to_tensor_model_parallel_region(e) @ c_shard.T``, the softcap on the shard logits
-(elementwise: exact), then ``tensor_parallel.vocab_parallel_cross_entropy``. Megatron
-has no ignore_index (megatron-core 0.16.1): ignored rows get target 0 and are dropped
-from the mean. ``parallel_state`` is initialised once per process, on the default group.
-"""
+"""Megatron-core's vocab-parallel cross-entropy as a Megatron GPT head uses it, softcap on
+the shard logits (elementwise: exact). It has no ignore_index (megatron-core 0.16.1):
+ignored rows get target 0 and are dropped from the mean. ``parallel_state`` is initialised
+once per process, on the default group."""
 
 from __future__ import annotations
 
@@ -47,19 +44,13 @@ def _init_parallel_state(shard: Shard) -> None:
 
 
 def _build(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
-    try:
-        from megatron.core.tensor_parallel import (
-            copy_to_tensor_model_parallel_region,
-            vocab_parallel_cross_entropy,
-        )
-    except ImportError as err:  # installed but broken (e.g. an incompatible torch)
-        raise Unavailable(f"megatron.core failed to import: {err}") from err
+    tp = _method.imported("megatron.core.tensor_parallel")
     _init_parallel_state(shard)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(copy_to_tensor_model_parallel_region(e) @ c.T, case.softcap)
+        logits = softcapped(tp.copy_to_tensor_model_parallel_region(e) @ c.T, case.softcap)
         kept = targets != case.ignore_index
-        losses = vocab_parallel_cross_entropy(logits, torch.where(kept, targets, 0), 0.0)
+        losses = tp.vocab_parallel_cross_entropy(logits, torch.where(kept, targets, 0), 0.0)
         return torch.where(kept, losses, 0.0).sum() / kept.sum()
 
     return loss_fn

@@ -1,12 +1,10 @@
 """The in-house Triton kernel (``perfsuite.kernels``) in its benchmarked variants; plain
-``ours`` also in a model's step (``kernels.patch``) and across ranks:
-``linear_cross_entropy(..., vocab_parallel=VocabParallel(...))``. No logits cross ranks
-there: two all-reduces of per-row statistics in the forward, and the fp32 dE summed
-across ranks in the backward (kernels/parallel.py). Every term runs: smoothing, softcap,
-z-loss, and class weights (this shard's slice of them)."""
+``ours`` also in a model's step (``kernels.patch``) and across ranks (``vocab_parallel``:
+kernels/parallel.py), with every term there too (class weights: this shard's slice)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -21,31 +19,17 @@ def _builder(tiles: bool = False, **options: Any):
         from perfsuite.kernels import linear_cross_entropy
         from perfsuite.kernels.ablations import tiled_linear_cross_entropy
 
-        loss = tiled_linear_cross_entropy if tiles else linear_cross_entropy
-        chosen = dict(options)
+        weight = _method.class_weights(case, c.device)
+        chosen = dict(label_smoothing=case.beta, softcap=case.softcap, weight=weight, **options)
         if not tiles and "engine" not in chosen:
             # The slice backward runs natively on CPU (torch engine), whatever the
             # process's TRITON_INTERPRET says; on a GPU the route kernels/routes.py's
             # rule picks for the arch and dtype ("auto").
             chosen["engine"] = "torch" if case.device == "cpu" else "auto"
-
         if case.z_loss:
             chosen["z_loss"] = case.z_loss
-        weight = _method.class_weights(case, c.device)
-
-        def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return loss(
-                e,
-                c,
-                targets,
-                label_smoothing=case.beta,
-                softcap=case.softcap,
-                ignore_index=case.ignore_index,
-                weight=weight,
-                **chosen,
-            )
-
-        return loss_fn
+        loss = tiled_linear_cross_entropy if tiles else linear_cross_entropy
+        return functools.partial(loss, ignore_index=case.ignore_index, **chosen)
 
     return build
 
@@ -67,14 +51,11 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     if weight is not None:
         weight = weight[shard.start : shard.stop].contiguous()
 
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return linear_cross_entropy(
-            e, c, targets, label_smoothing=case.beta, softcap=case.softcap,
-            ignore_index=case.ignore_index, weight=weight, z_loss=case.z_loss,
-            vocab_parallel=layout, engine=engine,
-        )  # fmt: skip
-
-    return loss_fn
+    return functools.partial(
+        linear_cross_entropy, label_smoothing=case.beta, softcap=case.softcap,
+        ignore_index=case.ignore_index, weight=weight, z_loss=case.z_loss,
+        vocab_parallel=layout, engine=engine,
+    )  # fmt: skip
 
 
 _TP = AcrossRanks(
@@ -85,17 +66,10 @@ _TP = AcrossRanks(
 _KINDS = dict(tp=_TP, step=_method.StepPatch(_patch, requires=("perfsuite.kernels.patch",)))
 # PaLM's coefficient, and the variants' fixed training terms (method.LossTerms).
 Z_LOSS = 1e-4
-_TERMS = {
-    "ours-zloss": LossTerms(z_loss=Z_LOSS),
-    "ours-weighted": LossTerms(class_weights=True),
-}
+_TERMS = {"ours-zloss": LossTerms(z_loss=Z_LOSS), "ours-weighted": LossTerms(class_weights=True)}
 # The paper's names of the variants it measured (render/paper_compare.py).
-_PAPER = {
-    "ours": "ours",
-    "ours-fused": "ours_fused",
-    "ours-tiles": "ours_no_grad_filter",
-    "ours-tiles-no-sort": "ours_no_vocab_sorting",
-}
+_PAPER = {"ours": "ours", "ours-fused": "ours_fused", "ours-tiles": "ours_no_grad_filter",
+          "ours-tiles-no-sort": "ours_no_vocab_sorting"}  # fmt: skip
 _TILES = {"tiles": True}
 _FILTER = {**_TILES, "filter_eps": "auto"}
 # name -> (description, options). Each route of the slice algorithm forced
@@ -106,29 +80,19 @@ _VARIANTS = {
     "ours-zloss": (f"ours with z-loss {Z_LOSS:g}·lse² (its cost over plain)", {}),
     "ours-weighted": ("ours with class weights (its cost over plain)", {}),
     # On a CPU it is ours itself: CUDA only.
-    "ours-cublas": (
-        "design probe: ours-route-cublas with its epilogues in torch ops (engine torch)",
-        {"engine": "torch"},
-    ),
-    "ours-route-triton": (
-        "route ablation: Triton GEMMs with the softmax fused in (forward, gradient slices)",
-        {"engine": "triton"},
-    ),
-    "ours-route-cublas": (
-        "route ablation: cuBLAS fp32 logit slices, one Triton epilogue per slice",
-        {"engine": "cublas"},
-    ),
+    "ours-cublas": ("design probe: ours-route-cublas with its epilogues in torch ops "
+                    "(engine torch)", {"engine": "torch"}),
+    "ours-route-triton": ("route ablation: Triton GEMMs with the softmax fused in "
+                          "(forward, gradient slices)", {"engine": "triton"}),
+    "ours-route-cublas": ("route ablation: cuBLAS fp32 logit slices, "
+                          "one Triton epilogue per slice", {"engine": "cublas"}),
     "ours-tiles": ("ablation: atomic-tile backward, no filtering (exact)", _TILES),
     "ours-tiles-list": ("ablation: atomic tiles, filtered over the mass-budget tile list", _FILTER),
-    "ours-tiles-sort": (
-        "ablation: atomic tiles, CCE-style element filter, vocab sorting",
-        {**_FILTER, "tile_list": False},
-    ),
-    "ours-tiles-no-sort": (
-        "ablation: atomic tiles, element filter without sorting",
-        {**_FILTER, "tile_list": False, "sort_vocab": False},
-    ),
-}
+    "ours-tiles-sort": ("ablation: atomic tiles, CCE-style element filter, vocab sorting",
+                        {**_FILTER, "tile_list": False}),
+    "ours-tiles-no-sort": ("ablation: atomic tiles, element filter without sorting",
+                           {**_FILTER, "tile_list": False, "sort_vocab": False}),
+}  # fmt: skip
 
 
 def _caps(name: str, options: dict[str, Any]) -> Capabilities:

@@ -1,19 +1,12 @@
-"""QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``.
-
-``chunked_linear_cross_entropy(x, weight, target, chunk_size=4096, ignore_index=-100,
-reduction="mean")`` (0.6.5): its forward walks the tokens a chunk at a time, turns each
-chunk's logits into their gradient in place and folds that into ``dx`` and an fp32
-``dW`` right away; the backward only scales them (‡ in the tables: fwd+bwd is its fair
-column). The suite keeps the package's defaults.
-
-No label smoothing, no softcap; CUDA on sm_90 and newer only. Its TMA GEMMs need 16-byte
-aligned rows and it asserts N % 8 == 0: N, V and D multiples of 8, 16-bit dtypes only.
-"""
+"""QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``
+(0.6.5) with the package's defaults. Its forward turns each token chunk's logits into their
+gradient in place and folds it into ``dx`` and an fp32 ``dW``; the backward only scales
+them. Its TMA GEMMs need 16-byte aligned rows, and it asserts N % 8 == 0."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -43,16 +36,11 @@ class QuackMethod(SimpleMethod):
 
     def unsupported_reason(self, case: Case) -> str | None:
         reason = super().unsupported_reason(case)
-        if reason is not None:
-            return reason
-        odd = [
-            f"{name}={value}"
-            for name, value in (("N", case.tokens), ("V", case.vocab), ("D", case.hidden))
-            if value % ALIGN
-        ]
-        if odd:
+        sizes = {"N": case.tokens, "V": case.vocab, "D": case.hidden}
+        odd = [f"{name}={value}" for name, value in sizes.items() if value % ALIGN]
+        if reason is None and odd:
             return f"quack's TMA GEMMs need N, V and D multiples of {ALIGN} ({', '.join(odd)})"
-        return None
+        return reason
 
 
 def _check_device(device: torch.device) -> None:
@@ -67,32 +55,16 @@ def _check_device(device: torch.device) -> None:
         )
 
 
-def _import_loss() -> Any:
-    try:
-        from quack.linear_cross_entropy import chunked_linear_cross_entropy
-    except Exception as err:  # noqa: BLE001 - CuTe DSL / CUDA mismatches fail at import
-        raise Unavailable(f"quack failed to import: {type(err).__name__}: {err}") from err
-    _method.check_signature(
-        chunked_linear_cross_entropy,
-        "x weight target chunk_size ignore_index reduction",
-        "this adapter was written against (0.6.5)",
-    )
-    return chunked_linear_cross_entropy
-
-
 def _build(case: Case, c: torch.Tensor) -> LossFn:
     _check_device(c.device)
-    loss_fn_quack = _import_loss()
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return loss_fn_quack(e, c, targets, ignore_index=case.ignore_index, reduction="mean")
-
-    return loss_fn
+    # CuTe DSL / CUDA mismatches fail at import.
+    loss = _method.imported("quack.linear_cross_entropy", "chunked_linear_cross_entropy")
+    signature = "x weight target chunk_size ignore_index reduction"
+    _method.check_signature(loss, signature, "this adapter was written against (0.6.5)")
+    return functools.partial(loss, ignore_index=case.ignore_index, reduction="mean")
 
 
 CAPS = Capabilities(
-    label_smoothing=False,
-    softcap=False,
     devices=frozenset({"cuda"}),
     cpu_reason=CPU_REASON,
     dtypes=frozenset({"bf16", "fp16"}),

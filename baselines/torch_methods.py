@@ -1,7 +1,6 @@
 """Methods built from torch alone: the fp32 reference, eager, torch.compile, torch-native;
-eager in a step is the model's ``forward(labels=...)``, and across ranks each rank's shard
-logits all-gathered to the full N x V, then eager's loss on them (every term): the naive
-baseline (it gets only the shard's part of dE from ``e @ c_shard.T``: ``sum_grad_over``)."""
+eager in a step is the model's ``forward(labels=...)``, and across ranks the shard logits
+all-gathered to the full N x V, then eager's loss on them (the naive baseline)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 
 from perfsuite import method as _method
 from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, class_weights
-from perfsuite.tp_method import Shard, check_layout, shard_ranges, sum_grad_over
+from perfsuite.tp_method import Shard, SumGradOver, check_layout, shard_ranges
 
 # Every option: on materialised logits each training term is a line of torch.
 FULL = dict(label_smoothing=True, softcap=True, z_loss=True, class_weights=True)
@@ -34,8 +33,8 @@ def cross_entropy_terms(
     weight: torch.Tensor | None = None,
     z_loss: float = 0.0,
 ) -> torch.Tensor:
-    """``F.cross_entropy`` on materialised logits plus ``z_loss·lse²`` per valid row
-    (mean over the valid rows for ``mean``, unweighted: kernels/terms.py's definition)."""
+    """``F.cross_entropy`` (``mean`` or ``sum``) on materialised logits plus ``z_loss·lse²``
+    per valid row (mean over the valid rows for ``mean``, unweighted: kernels/terms.py's)."""
     w = None if weight is None else weight.to(logits.dtype)
     loss = F.cross_entropy(
         logits, targets, weight=w, label_smoothing=beta, ignore_index=ignore_index,
@@ -44,10 +43,7 @@ def cross_entropy_terms(
     if not z_loss:
         return loss
     valid = targets != ignore_index
-    rows = torch.where(valid, z_loss * torch.logsumexp(logits, -1).float().square(), 0.0)
-    if reduction == "none":
-        return loss + rows
-    total = rows.sum()
+    total = torch.where(valid, z_loss * torch.logsumexp(logits, -1).float().square(), 0.0).sum()
     return loss + (total / valid.sum() if reduction == "mean" else total)
 
 
@@ -60,11 +56,10 @@ def eager_loss(
     ignore_index: int = -100,
     weight: torch.Tensor | None = None,
     z_loss: float = 0.0,
-    reduction: str = "mean",
 ) -> torch.Tensor:
     """The paper's "Baseline": logits in the input dtype, then ``F.cross_entropy``."""
     logits = softcapped(e @ c.T, softcap)
-    return cross_entropy_terms(logits, targets, beta, ignore_index, reduction, weight, z_loss)
+    return cross_entropy_terms(logits, targets, beta, ignore_index, "mean", weight, z_loss)
 
 
 def reference_loss(e: torch.Tensor, c: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -84,24 +79,16 @@ def case_loss(
 
 def _case_builder(fn):
     """A ``build`` that calls ``fn`` (reference_loss or eager_loss) with the case's options."""
-
-    def build(case: Case, c: torch.Tensor) -> LossFn:
-        return functools.partial(case_loss, fn, case)
-
-    return build
+    return lambda case, c: functools.partial(case_loss, fn, case)
 
 
 def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:
     # beta, softcap and z-loss are bound as Python constants, as a training loop would.
     compiled = torch.compile(eager_loss, dynamic=False)
-    weight = class_weights(case, c.device)
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return compiled(
-            e, c, targets, case.beta, case.softcap, case.ignore_index, weight, case.z_loss
-        )
-
-    return loss_fn
+    return functools.partial(
+        compiled, beta=case.beta, softcap=case.softcap, ignore_index=case.ignore_index,
+        weight=class_weights(case, c.device), z_loss=case.z_loss,
+    )  # fmt: skip
 
 
 def _patch_eager(model: torch.nn.Module, preset: object, beta: float):
@@ -121,29 +108,19 @@ def _native_check(device: str) -> str | None:
 
 
 def _build_native(case: Case, c: torch.Tensor) -> LossFn:
+    # At beta > 0 torch falls back to full logits (with a warning): that is what it does,
+    # and what we measure.
     options = torch.nn.LinearCrossEntropyOptions()
-
-    def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # At beta > 0 torch falls back to full logits (with a warning): that is
-        # what it does, and what we measure.
-        return F.linear_cross_entropy(
-            e,
-            c,
-            targets,
-            ignore_index=case.ignore_index,
-            label_smoothing=case.beta,
-            options=options,
-        )
-
-    return loss_fn
+    return functools.partial(
+        F.linear_cross_entropy, ignore_index=case.ignore_index, label_smoothing=case.beta,
+        options=options,
+    )  # fmt: skip
 
 
 class _GatherColumns(torch.autograd.Function):
-    """All-gather the shard logits along V; the backward keeps this shard's columns.
-
-    Every rank computes the same loss from the same full logits, so the gradient of
-    its own columns is just their slice (no reduce-scatter: that would count the
-    replicated loss K times)."""
+    """All-gather the shard logits along V; the backward keeps this shard's columns: every
+    rank computes the same loss from the same logits (a reduce-scatter would count it K
+    times)."""
 
     @staticmethod
     def forward(ctx: Any, local: torch.Tensor, shard: Shard) -> torch.Tensor:
@@ -167,7 +144,7 @@ def _build_eager_tp(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
     weight = class_weights(case, c_shard.device)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = _GatherColumns.apply(sum_grad_over(e, shard.group) @ c.T, shard)
+        logits = _GatherColumns.apply(SumGradOver.apply(e, shard.group) @ c.T, shard)
         # Single-device eager on the gathered logits: same dtype, same ops, same terms.
         return cross_entropy_terms(
             softcapped(logits, case.softcap), targets, case.beta, case.ignore_index,
@@ -239,7 +216,6 @@ METHODS = [
         build=_build_native,
         caps=Capabilities(
             label_smoothing=True,
-            softcap=False,
             grads_in_forward=True,
             holds=Holds("none"),
             smoothing_falls_back=True,

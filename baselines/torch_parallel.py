@@ -1,9 +1,6 @@
-"""``torch-parallel``, measured only across ranks: ``torch.distributed.tensor.parallel.
-loss_parallel()`` with ``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)``
-over a 1-D DeviceMesh of the group (its limits, checked with torch 2.13, are its
-``limits``). It gets only the shard's part of dE from ``e @ c_shard.T``; ``sum_grad_over``
-sums it.
-"""
+"""``torch-parallel``, measured only across ranks: ``loss_parallel()`` with
+``F.cross_entropy`` on the shard logits as a DTensor ``Shard(1)`` (its limits checked with
+torch 2.13); ``SumGradOver`` sums the shard parts of dE."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ import torch.nn.functional as F
 
 from perfsuite.baselines.torch_methods import softcapped
 from perfsuite.method import AcrossRanks, Capabilities, Case, LossFn, SimpleMethod
-from perfsuite.tp_method import Shard, check_layout, sum_grad_over
+from perfsuite.tp_method import Shard, SumGradOver, check_layout
 
 
 @functools.cache  # one DeviceMesh per (group, device type), reused by every case and call
@@ -27,25 +24,17 @@ def _mesh(group: Any, device_type: str) -> Any:
 
 
 class _LossParallel(torch.autograd.Function):
-    """``F.cross_entropy`` under ``loss_parallel()`` on the shard logits as a DTensor.
-
-    The DTensor graph is built on a detached leaf inside the forward and replayed in
-    the backward under the context again: loss_parallel's handlers exist only while
-    the context is entered, and the harness calls ``backward()`` outside it."""
+    """``F.cross_entropy`` under ``loss_parallel()`` on the shard logits as a DTensor, its
+    graph built on a detached leaf and replayed in the backward under the context again:
+    its handlers exist only inside it, and the harness calls ``backward()`` outside."""
 
     @staticmethod
-    def forward(
-        ctx: Any,
-        local: torch.Tensor,
-        targets: torch.Tensor,
-        mesh: Any,
-        vocab: int,
-        ignore_index: int,
-    ) -> torch.Tensor:
+    def forward(ctx: Any, local: torch.Tensor, targets: torch.Tensor, spec: tuple) -> torch.Tensor:
         from torch.distributed.tensor import DTensor
         from torch.distributed.tensor import Shard as DShard
         from torch.distributed.tensor.parallel import loss_parallel
 
+        mesh, vocab, ignore_index = spec
         with torch.enable_grad():
             leaf = local.detach().requires_grad_(local.requires_grad)
             logits = DTensor.from_local(
@@ -67,7 +56,7 @@ class _LossParallel(torch.autograd.Function):
         del ctx.graph
         with loss_parallel():
             (grad_local,) = torch.autograd.grad(loss, leaf, grad)
-        return grad_local, None, None, None, None
+        return grad_local, None, None
 
 
 def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> LossFn:
@@ -75,8 +64,8 @@ def _build_loss_parallel(case: Case, c_shard: torch.Tensor, shard: Shard) -> Los
     mesh = _mesh(shard.group, c_shard.device.type)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = softcapped(sum_grad_over(e, shard.group) @ c.T, case.softcap)
-        return _LossParallel.apply(logits, targets, mesh, shard.vocab, case.ignore_index)
+        logits = softcapped(SumGradOver.apply(e, shard.group) @ c.T, case.softcap)
+        return _LossParallel.apply(logits, targets, (mesh, shard.vocab, case.ignore_index))
 
     return loss_fn
 

@@ -1,33 +1,22 @@
-"""torchtune's chunked-output cross-entropy, fed the way torchtune's models feed it.
-
-``TransformerDecoder.chunked_output`` (torchtune 0.6.1) applies the output projection
-(``F.linear(chunk, c)``) to each of ``num_output_chunks`` sequence pieces;
-``CEWithChunkedOutputLoss`` upcasts one chunk at a time to fp32 for ``F.cross_entropy``
-(sum, divided by the non-ignored labels). Both run inside ``loss_fn`` (the projection
-is timed, as for every method) with a batch of one, eager (torchtune compiles the loss
-only with ``compile: True``). Every chunk's logits stay alive for the backward: the
-N x V logits are materialised; only the fp32 upcast is chunked.
-
-No label smoothing and no logit softcap: torchtune 0.6.1 has none in its loss path
-(Gemma2's ``final_capping_value`` caps the hidden state, not the logits).
-"""
+"""torchtune's chunked-output cross-entropy, fed as ``TransformerDecoder.chunked_output``
+(torchtune 0.6.1) feeds it: the output projection per sequence chunk, a batch of one, eager;
+``CEWithChunkedOutputLoss`` upcasts one chunk at a time to fp32. Every chunk's logits stay
+alive for the backward. No label smoothing and no logit softcap (Gemma2's
+``final_capping_value`` caps the hidden state, not the logits)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, StepPatch, Unavailable
+from perfsuite.method import Capabilities, Case, Holds, LossFn, SimpleMethod, StepPatch, imported
 
 NUM_OUTPUT_CHUNKS = 8
 
 
 def _chunked_loss(ignore_index: int):
-    try:
-        from torchtune.modules.loss import CEWithChunkedOutputLoss
-    except ImportError as err:  # installed but broken (e.g. torchao/torch mismatch)
-        raise Unavailable(f"torchtune failed to import: {err}") from err
-    return CEWithChunkedOutputLoss(num_output_chunks=NUM_OUTPUT_CHUNKS, ignore_index=ignore_index)
+    loss = imported("torchtune.modules.loss", "CEWithChunkedOutputLoss")
+    return loss(num_output_chunks=NUM_OUTPUT_CHUNKS, ignore_index=ignore_index)
 
 
 def _build_chunked(case: Case, c: torch.Tensor) -> LossFn:

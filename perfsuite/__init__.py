@@ -1,6 +1,5 @@
 """perfsuite: smoothed linear cross-entropy that never materialises the logits
-(``perfsuite.kernels``), and the benchmark suite that measures it against its
-peers (``perfsuite.baselines``)."""
+(``perfsuite.kernels``), and the suite that measures it against its peers (``.baselines``)."""
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,3 @@
-import sys
-
 from perfsuite.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

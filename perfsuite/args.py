@@ -89,26 +89,17 @@ def level(text: str) -> float:
 
 
 def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
-    """Methods, β, phases, device, workload and the measurement protocol."""
-    p.add_argument("--methods", help="comma-separated method names (default: all timed methods)")
-    p.add_argument(
-        "--beta", default="0,0.1", help="label smoothing values β, comma-separated (default 0,0.1)"
-    )
-    p.add_argument(
-        "--phases",
-        default=",".join(PHASES),
-        help="phases timed, comma-separated (default fwd,bwd,fwd+bwd)",
-    )
-    p.add_argument(
-        "--device",
-        default="auto",
-        choices=["auto", "cuda", "cpu"],
-        help="default auto: cuda when there is one",
-    )
-    p.add_argument(
-        "--workload",
-        help="random (default), synthetic, or a .safetensors/.pt dump of e, c, targets",
-    )
+    """Methods, β, phases, device, workload, the measurement protocol and ``--tp``."""
+    arg = p.add_argument
+    arg("--methods", help="comma-separated method names (default: all timed methods)")
+    beta = "label smoothing values β, comma-separated (default 0,0.1)"
+    arg("--beta", default="0,0.1", help=beta)
+    phases = "phases timed, comma-separated (default fwd,bwd,fwd+bwd)"
+    arg("--phases", default=",".join(PHASES), help=phases)
+    device = "default auto: cuda when there is one"
+    arg("--device", default="auto", choices=["auto", "cuda", "cpu"], help=device)
+    workload = "random (default), synthetic, or a .safetensors/.pt dump of e, c, targets"
+    arg("--workload", help=workload)
     for flag, kind, default, text in (
         ("--entropy", float, None, "synthetic workload: target mean token entropy in nats "
          "(implies synthetic)"),
@@ -121,45 +112,21 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
          "(e.g. 2G)"),
         ("--timeout", positive_float, 3600.0, "seconds per method's worker (default 3600)"),
     ):  # fmt: skip
-        p.add_argument(flag, type=kind, default=default, help=text)
-    p.add_argument(
-        "--jobs",
-        type=positive_int,
-        help="CPU: Triton methods (interpreted, timings flagged) run this many workers at a "
-        "time beside the natively timed ones, stopped while a native clock runs; 1 runs every "
-        "worker alone (default: 2 with 2+ cores)",
-    )
-    p.add_argument(
-        "--timer",
-        choices=TIMERS,
-        default="events",
-        help="events: CUDA events (CPU clock) around each call, L2 flushed before (default); "
-        "graph: one CUDA graph replay per sample; kernels: the device kernels' sum from the "
-        "profiler (docs/run.md#timers)",
-    )
-    p.add_argument(
-        "--profile",
-        metavar="DIR",
-        help="one extra profiled call per cell and phase after the timed samples: a trace "
-        "(gzip JSON for Perfetto) in DIR and a breakdown in the row (report --breakdown)",
-    )
-    add_tp_arguments(p)
-
-
-def add_tp_arguments(p: argparse.ArgumentParser) -> None:
-    """``--tp``: the cells measured across ranks, and how long a collective may wait."""
-    p.add_argument(
-        "--tp",
-        help="tensor-parallel sizes, comma-separated (e.g. 1,2,4): the classifier sharded "
-        "over V across that many ranks (gloo on CPU, NCCL with one GPU a rank), with the "
-        "TP methods (`perfsuite methods --tp`); docs/scale-out.md",
-    )
-    p.add_argument(
-        "--collective-timeout",
-        type=positive_float,
-        default=300.0,
-        help="with --tp: seconds any collective may wait before its cell fails (default 300)",
-    )
+        arg(flag, type=kind, default=default, help=text)
+    jobs = "CPU: Triton methods (interpreted, timings flagged) run this many workers at a time "
+    jobs += "beside the natively timed ones, stopped while a native clock runs; 1 runs every "
+    arg("--jobs", type=positive_int, help=jobs + "worker alone (default: 2 with 2+ cores)")
+    timer = "events: CUDA events (CPU clock) around each call, L2 flushed before (default); "
+    timer += "graph: one CUDA graph replay per sample; kernels: the device kernels' sum from the "
+    arg("--timer", choices=TIMERS, default="events", help=timer + "profiler (docs/run.md#timers)")
+    profile = "one extra profiled call per cell and phase after the timed samples: a trace "
+    profile += "(gzip JSON for Perfetto) in DIR and a breakdown in the row (report --breakdown)"
+    arg("--profile", metavar="DIR", help=profile)
+    tp = "tensor-parallel sizes, comma-separated (e.g. 1,2,4): the classifier sharded over V "
+    tp += "across that many ranks (gloo on CPU, NCCL with one GPU a rank), with the TP methods "
+    arg("--tp", help=tp + "(`perfsuite methods --tp`); docs/scale-out.md")
+    collective = "with --tp: seconds any collective may wait before its cell fails (default 300)"
+    arg("--collective-timeout", type=positive_float, default=300.0, help=collective)
 
 
 # ``build_plan``'s keywords, from the options of the same name or, here, of another.

@@ -11,19 +11,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def drop_checkout_root() -> list[str]:
-    """Remove the entries of ``sys.path`` that name the checkout's root ("" and "."
-    included, which mean the working directory); returns them. Only from a source
-    checkout: site-packages may hold a real ``kernels`` that must stay importable."""
+def drop_checkout_root() -> None:
+    """Remove ``sys.path``'s entries naming the checkout's root ("" and "." too: the working
+    directory); only from a source checkout, as site-packages may hold a real ``kernels``."""
     if not (ROOT / "pyproject.toml").is_file() or not (ROOT / "perfsuite/kernels").is_symlink():
-        return []
-    dropped = []
+        return
     for entry in list(sys.path):
         try:
-            same = Path(entry or os.getcwd()).resolve() == ROOT
-        except OSError:  # a working directory that was removed
-            continue
-        if same:
-            sys.path.remove(entry)
-            dropped.append(entry)
-    return dropped
+            if Path(entry or os.getcwd()).resolve() == ROOT:
+                sys.path.remove(entry)
+        except OSError:  # a working directory that was removed: not the root
+            pass

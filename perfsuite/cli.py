@@ -1,8 +1,7 @@
 """``perfsuite`` command line: imports only the typed subcommand's module (``perfsuite
 --help`` and ``perfsuite shapes`` import no torch); bad input is one ``error:`` line, exit 2;
-Ctrl-C or SIGTERM, from the first instant ``main`` runs, exit 130 without a traceback. This
-module imports little itself (rich and the rest load inside ``main``): a Ctrl-C while they
-load is ``main``'s to answer."""
+Ctrl-C or SIGTERM, from the first instant ``main`` runs (rich and the rest load inside it),
+exit 130 without a traceback."""
 
 from __future__ import annotations
 
@@ -16,62 +15,46 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from perfsuite import __version__
-from perfsuite.parser import BAD_INPUT, DESCRIPTION, MODULE_COMMANDS, Parser, print_error
+from perfsuite.parser import DESCRIPTION, MODULE_COMMANDS, Parser, print_error
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from perfsuite.args import add_measurement_arguments, add_out_arguments, positive_int
+    from perfsuite.args import (
+        add_measurement_arguments,
+        add_out_arguments,
+        positive_float,
+        positive_int,
+    )
     from perfsuite.run.sweep_args import add_attempt_all
 
-    p.add_argument(
-        "--shape",
-        help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)",
-    )
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
-    p.add_argument("--tokens", type=positive_int, help="override N")
-    p.add_argument("--vocab", type=positive_int, help="override V")
-    p.add_argument("--hidden", type=positive_int, help="override D")
-    p.add_argument(
-        "--softcap",
-        nargs="?",
-        const="preset",
-        help="apply a logit softcap: the preset's (bare flag) or the given value",
-    )
+    arg = p.add_argument
+    arg("--shape", help="preset name(s), comma-separated (see `perfsuite shapes`; default smoke)")
+    arg("--dtype", choices=["bf16", "fp16", "fp32"], help="default: the preset's")
+    arg("--tokens", type=positive_int, help="override N")
+    arg("--vocab", type=positive_int, help="override V")
+    arg("--hidden", type=positive_int, help="override D")
+    softcap = "apply a logit softcap: the preset's (bare flag) or the given value"
+    arg("--softcap", nargs="?", const="preset", type=positive_float, help=softcap)
     add_measurement_arguments(p)
     add_out_arguments(p, "<shape>-<device>.json")
     add_attempt_all(p, "(else a skipped row each)")
-
-
-def _softcap(args: argparse.Namespace, shapes: list[Any]) -> float | None:
-    from perfsuite.args import positive_float
-    from perfsuite.plan.plan import PlanError
-
-    if args.softcap is None:
-        return None
-    if args.softcap == "preset":
-        caps = {s.softcap for s in shapes}
-        if None in caps or len(caps) != 1:
-            raise PlanError("--softcap without a value needs presets that define one softcap")
-        return caps.pop()
-    try:
-        return positive_float(args.softcap)
-    except argparse.ArgumentTypeError as err:
-        raise PlanError(f"--softcap: {err}") from None
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from perfsuite.args import measurement_options, out_file
     from perfsuite.harness.command import Checkpoint, command, ended
     from perfsuite.harness.progress import cell_label
-    from perfsuite.plan.plan import PlanError, build_plan
+    from perfsuite.plan.plan import PlanError, build_plan, parse_list
+    from perfsuite.plan.shapes import get_shape
     from perfsuite.plan.workloads import file_shape, parse_workload
     from perfsuite.run import runner
 
     workload = parse_workload(args.workload, args.entropy, args.zipf)
-    if workload is not None and workload["kind"] == "file":
+    from_file = workload is not None and workload["kind"] == "file"
+    if from_file:
         if args.vocab or args.hidden:
             raise PlanError("a file workload fixes V and D; only --tokens (up to its N) applies")
         if args.shape is not None:
@@ -80,16 +63,18 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                 "shape (N, V, D); drop --shape (--tokens may take fewer of its rows)"
             )
         shapes = [file_shape(workload, args.tokens)]
-        softcap = shapes[0].softcap if args.softcap is None else _softcap(args, shapes)
     else:
         text = "smoke" if args.shape is None else args.shape
-        names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-        if not names:
-            raise PlanError(f"--shape {text!r}: no preset named (see `perfsuite shapes`)")
-        from perfsuite.plan.shapes import get_shape
-
+        names = dict.fromkeys(parse_list(text, "shape"))
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
-        softcap = _softcap(args, shapes)
+    softcap = args.softcap  # a value argparse checked; the bare flag: the presets' one
+    if softcap == "preset":
+        caps = {s.softcap for s in shapes}
+        if None in caps or len(caps) != 1:
+            raise PlanError("--softcap without a value needs presets that define one softcap")
+        softcap = caps.pop()
+    elif softcap is None and from_file:
+        softcap = shapes[0].softcap  # the file's own
     extra = measurement_options(args)
     plan = build_plan(workload=workload, shapes=shapes, dtype=args.dtype, softcap=softcap, **extra)
     out = out_file(args.out, "+".join(s.name for s in shapes), plan.device)
@@ -116,18 +101,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_shapes(args: argparse.Namespace, console: Console) -> int:
-    from rich.table import Table
-
+    from perfsuite.fit import Column, print_fitted
     from perfsuite.plan.shapes import PRESETS
 
-    caption = "softcap: the model's, applied only with --softcap"
-    table = Table(title="shape presets", caption=caption)
-    for col in ("name", "tokens N", "vocab V", "hidden D", "dtype", "--softcap"):
-        table.add_column(col, justify="left" if col in ("name", "dtype") else "right")
+    headers = ("name", "tokens N", "vocab V", "hidden D", "dtype", "--softcap")
+    columns = [Column(h, "left" if h in ("name", "dtype") else "right") for h in headers]
+    rows = []
     for s in PRESETS.values():
         cap = "" if s.softcap is None else f"{s.softcap:g}"
-        table.add_row(s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, cap)
-    console.print(table)
+        rows.append([s.name, str(s.tokens), str(s.vocab), str(s.hidden), s.dtype, cap])
+    caption = "softcap: the model's, applied only with --softcap"
+    print_fitted(console, columns, rows, "shape presets", caption=caption)
     return 0
 
 
@@ -156,21 +140,19 @@ def cmd_methods(args: argparse.Namespace, console: Console) -> int:
     from rich import box
 
     from perfsuite.fit import Column, print_fitted
-    from perfsuite.plan.registry import all_methods, methods_for
+    from perfsuite.plan.registry import methods_for
 
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    declared = all_methods()
     # Method names are identifiers a user types: never folded.
     columns = [Column("method", fold=False), *(Column(f"on {d}") for d in devices)]
     columns += [Column("kinds"), Column("capabilities"), Column("what it runs")]
     listed = methods_for("tp" if args.tp else "loss")
     rows = []
     # The default set first (what `run` measures without --methods), then the rest.
-    for name in sorted(listed, key=lambda name: not listed[name].timed_by_default):
-        method = listed[name]
+    for name, method in sorted(listed.items(), key=lambda item: not item[1].timed_by_default):
         what = method.description if method.timed_by_default else f"(by name) {method.description}"
         cells = [_available(method, device) for device in devices]
-        rows.append([name, *cells, ", ".join(declared[name].kinds), method.caps.describe(), what])
+        rows.append([name, *cells, ", ".join(method.kinds), method.caps.describe(), what])
     title = "methods across ranks (--tp)" if args.tp else "methods on this machine"
     console.print(
         "The default set (run and sweep without --methods) comes first: ours and each peer, "
@@ -199,18 +181,17 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Comman
 
 def _module(name: str) -> Any:
     """The module of a command in ``MODULE_COMMANDS``, imported now."""
-    return importlib.import_module(next(m for n, m, _ in MODULE_COMMANDS if n == name))
+    module = next(m for n, m, _ in MODULE_COMMANDS if n == name)
+    return importlib.import_module(f"perfsuite.{module}")
 
 
 def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand. ``commands``: only those get their arguments
-    (their modules imported); the others keep their name and one-line help, which is
-    all the top-level ``--help`` and an unknown command's error show."""
+    """The parser of every subcommand; only ``commands`` get their arguments (their modules
+    imported), the others the one-line help the top ``--help`` and its errors show."""
     parser = Parser(prog="perfsuite", description=DESCRIPTION)  # errors: one line
     parser.add_argument("--version", action="version", version=f"perfsuite {__version__}")
-    # dest: a name no subcommand option takes (bisect --command wrote `command`)
-    # metavar: the usage line names COMMAND, not every choice (162 columns, issue 46); the
-    # list below it names each with its line
+    # dest: a name no subcommand option takes (bisect --command wrote `command`); metavar:
+    # the usage line names COMMAND, not every choice (162 columns); the list names each
     sub = parser.add_subparsers(
         dest="subcommand", metavar="COMMAND", title="commands", required=True
     )
@@ -258,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.subcommand in COMMANDS:
                 return COMMANDS[args.subcommand][2](args, console)
             return int(_module(args.subcommand).run(args))
-        except BAD_INPUT as err:  # the one place a command's bad-input exception is printed
+        # Bad input raised anywhere under a command, printed here only: every class for it
+        # (PlanError, ResultsError, OutputPathError, WorkloadError, ...) is a ValueError.
+        except ValueError as err:
             print_error(err)
             return 2
         except KeyboardInterrupt:  # workers are stopped by then (runner.run_parallel)

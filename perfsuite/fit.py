@@ -1,8 +1,7 @@
-"""The one table engine. A table is declared once (``Grid``: columns, cells, title and
-numbered ``Notes``) and drawn as a console table or markdown. The console rule: fit the
-terminal, fold text only after a space or a hyphen or plus between letters (rich folds at
-the column's edge or cuts with ``…``), never fold a number, drop optional columns before
-a name folds; what cannot fit is a block per row, nothing cut."""
+"""The one table engine: a table declared once (``Grid``, numbered ``Notes``), drawn for the
+console or as markdown. On the console it fits the terminal, folds text only after a space
+or a hyphen or plus between letters (rich cuts with ``…``), never folds a number, drops
+optional columns before a name folds; what cannot fit is a block per row, nothing cut."""
 
 from __future__ import annotations
 
@@ -58,9 +57,8 @@ class Notes(dict[str, list[str]]):
 
 @dataclass
 class Grid:
-    """A table declared once: its columns, its cells (console markup allowed, a style at
-    most), a title and the notes under it; ``print`` and ``markdown`` draw it. ``parts``:
-    (title, column indices) of the tables it is drawn as, a blank line apart, when it is
+    """A table declared once (cells: console markup, a style at most), drawn by ``print`` and
+    ``markdown``. ``parts``: (title, column indices) of the tables it is drawn as when it is
     too wide whole (the loss table a phase at a time)."""
 
     columns: Sequence[Column]
@@ -111,11 +109,6 @@ def pieces(text: str, path: bool = False) -> list[str]:
     return (_PATH_PIECE if path else _PIECE).findall(text) or [text]
 
 
-def shortest(text: str) -> int:
-    """The narrowest width ``text`` folds to: its longest unbreakable piece."""
-    return max((len(p.rstrip()) for line in text.split("\n") for p in pieces(line)), default=0)
-
-
 def _fill(parts: Iterable[str], width: int, first: str = "", indent: str = "") -> list[str]:
     """``parts`` in lines of at most ``width`` (a part wider stays whole on its own line):
     the first line after ``first``, the others after ``indent``."""
@@ -146,8 +139,11 @@ def _styled(cell: str | Text, width: int | None) -> Text:
 
 
 def _width(cell: str | Text) -> tuple[int, int]:
-    plain = _text(cell)[0].plain
-    return max(map(len, plain.split("\n"))), shortest(plain)
+    """The widest line of ``cell``, and the narrowest it folds to: its longest unbreakable
+    piece."""
+    lines = _text(cell)[0].plain.split("\n")
+    shortest = max((len(p.rstrip()) for line in lines for p in pieces(line)), default=0)
+    return max(map(len, lines)), shortest
 
 
 def fits(table: Table, width: int) -> bool:
@@ -166,11 +162,9 @@ def fit_table(
     sections: Sequence[int] = (),
     **table_options: Any,
 ) -> Table | None:
-    """A table of ``rows`` no wider than ``width`` (None when even fully folded it is
-    wider); a line under each row in ``sections``; ``table_options`` go to rich's
-    ``Table``."""
-    limits: list[int] = []
-    floors: list[int] = []
+    """A table of ``rows`` no wider than ``width`` (None when even fully folded it is wider);
+    a line under each row in ``sections``; ``table_options`` go to rich's ``Table``."""
+    limits, floors = [], []
     for i, col in enumerate(columns):
         widths = [_width(col.header), *(_width(row[i]) for row in rows)]
         cells = max((n for n, _ in widths[1:]), default=0)
@@ -186,16 +180,13 @@ def fit_table(
         folded = [max(f, 1) if lim > 0 else lim for lim, f in zip(limits, floors, strict=True)]
         if not fits(_build(columns, rows, folded, sections, options), width):
             continue
+        # Narrow the widest text column a step at a time: the fully folded table fits, so
+        # some column is still wider than its floor until one fits.
         trial = list(limits)
-        while True:
-            table = _build(columns, rows, trial, sections, options)
-            if fits(table, width):
-                return table
+        while not fits(table := _build(columns, rows, trial, sections, options), width):
             shrinkable = [i for i, lim in enumerate(trial) if lim > max(floors[i], 1)]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda i: trial[i])
-            trial[widest] -= 1
+            trial[max(shrinkable, key=lambda i: trial[i])] -= 1
+        return table
     return None
 
 
@@ -238,6 +229,8 @@ def print_fitted(
         for column, cell in zip(columns[1:], rest, strict=True):
             head = f"  {' '.join(column.header.split())}: "
             console.print(_hanging(head, cell, console.width), soft_wrap=True)
+    if table_options.get("caption"):
+        console.print(table_options["caption"], highlight=False)
 
 
 def _hanging(head: str, cell: str | Text, width: int) -> Text:

@@ -1,8 +1,7 @@
-"""What a method is: a named way to compute the smoothed linear cross-entropy, declared
-once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it
-cannot run here (``availability``) instead of crashing or quietly computing another loss.
-Its loss, given a ``Case`` and ``c``, is ``loss_fn(e, c, targets)`` equal to
-``F.cross_entropy(softcap(e.float() @ c.float().T), targets, label_smoothing=beta)``."""
+"""What a method is: a named way to compute ``F.cross_entropy(softcap(e.float() @
+c.float().T), targets, label_smoothing=beta)`` as ``build(case, c)(e, c, targets)``, declared
+once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it cannot
+run here, instead of crashing or quietly computing another loss."""
 
 from __future__ import annotations
 
@@ -17,11 +16,7 @@ from typing import Any
 
 import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # Cells a method is measured in: run, run --tp, step (a model's training step), converge.
@@ -48,8 +43,7 @@ class Case:
     softcap: float | None = None
     device: str = "cpu"
     ignore_index: int = -100
-    # Training terms: PaLM's z_loss·lse² per valid row, and class weights
-    # (``class_weights(case)``: deterministic, F.cross_entropy(weight=...) semantics).
+    # Training terms: PaLM's z_loss·lse² per valid row; class weights (``class_weights``).
     z_loss: float = 0.0
     class_weights: bool = False
 
@@ -80,19 +74,17 @@ class LossTerms:
         return replace(case, z_loss=self.z_loss, class_weights=self.class_weights)
 
 
-# What a loss holds at its peak, beyond its inputs and their gradients: every N x V
-# logit whole ("logits"; "compiled": fused by the compiler; "chunks": every chunk's logits
-# kept), token chunks of them ("fused"), or none ("none": the slices or tiles of ours, CCE).
+# What a loss holds at its peak beyond its inputs and their gradients: the N x V logits
+# whole ("logits"; "compiled": fused by the compiler; "chunks": every chunk's logits kept),
+# token chunks of them ("fused"), or none ("none": the slices or tiles of ours, CCE).
 HOLDS = ("logits", "compiled", "chunks", "fused", "none")
 
 
 @dataclass(frozen=True)
 class Holds:
-    """A method's one memory declaration, which the one memory model reads for every
-    kind (``plan.memory_model.held_bytes``): ``copies`` of the N x V logits in the input
-    dtype, (without, with) softcap, where it holds them whole, else by ``kind``. Eager's:
-    4 and 7 copies (paper's Gemma2-2B table: eager 28 GB ≈ 7 copies); the correctness
-    gate's eager pass holds the same."""
+    """A method's one memory declaration, read by the one memory model for every kind:
+    ``copies`` of the N x V logits in the input dtype, (without, with) softcap, where it holds
+    them whole. Eager's: 4 and 7 (the paper's Gemma2-2B table: eager 28 GB ≈ 7 copies)."""
 
     kind: str = "logits"
     copies: tuple[float, float] = (4.0, 7.0)
@@ -115,16 +107,13 @@ class Capabilities:
     softcap: bool = False
     devices: frozenset[str] = frozenset({"cpu", "cuda"})
     dtypes: frozenset[str] = frozenset(DTYPES)
-    # Gradients are produced inside the forward call (Liger, torch's chunked
-    # path): its fwd/bwd split is not comparable, fwd+bwd is the fair column.
+    # Gradients made in the forward call (Liger, torch's chunked path): fwd+bwd is the fair column.
     grads_in_forward: bool = False
-    # Triton kernels: on CPU they run under TRITON_INTERPRET=1, so their
-    # timings there say nothing about GPU speed.
+    # Triton kernels: interpreted on a CPU, where their timings say nothing about GPU speed.
     triton: bool = False
     # What it holds at its peak (``Holds``): eager's N x V logits unless said otherwise.
     holds: Holds = Holds()
-    # At beta > 0 a plain materialised path runs instead (torch's chunked
-    # F.linear_cross_entropy falls back to full logits): no gradients in forward there.
+    # At beta > 0 a materialised path runs instead (torch-native's): no gradients in forward.
     smoothing_falls_back: bool = False
     # z_loss·lse² and class weights (torch's cross_entropy semantics).
     z_loss: bool = False
@@ -132,8 +121,7 @@ class Capabilities:
     # Why it does not run on CPU (None: "needs cuda"), and why its softcap does not (Liger's).
     cpu_reason: str | None = None
     softcap_off_cpu: str | None = None
-    # Relative cost of one call under the Triton interpreter; the runner starts
-    # the costliest interpreted methods first so parallel workers end together.
+    # Relative cost of a call interpreted: the costliest start first, so workers end together.
     interpreter_cost: float = 1.0
 
     def grads_in_forward_at(self, beta: float) -> bool:
@@ -141,12 +129,10 @@ class Capabilities:
         return self.grads_in_forward and not (beta > 0 and self.smoothing_falls_back)
 
     def describe(self) -> str:
-        parts = [
-            "smoothing" if self.label_smoothing else "no smoothing",
-            "softcap" if self.softcap else "no softcap",
-            "/".join(sorted(self.devices)),
-            "/".join(d for d in DTYPES if d in self.dtypes),
-        ]
+        """``perfsuite methods``' capabilities cell."""
+        parts = ["smoothing" if self.label_smoothing else "no smoothing"]
+        parts.append("softcap" if self.softcap else "no softcap")
+        parts += ["/".join(sorted(self.devices)), "/".join(d for d in DTYPES if d in self.dtypes)]
         if self.grads_in_forward:
             parts.append("grads in fwd" + (" at β=0" if self.smoothing_falls_back else ""))
         if self.triton:
@@ -167,10 +153,21 @@ def missing_packages(*modules: str) -> list[str]:
     return [m for m in modules if absent(m)]
 
 
+def imported(module: str, name: str | None = None, failed: str | None = None) -> Any:
+    """``module`` (or its ``name``), imported as a method builds; installed but broken (built
+    for another torch or triton: any error at import) is ``Unavailable``, with the error after
+    ``failed`` (default: "<package> failed to import")."""
+    try:
+        found = importlib.import_module(module)
+        return found if name is None else getattr(found, name)
+    except Exception as err:
+        failed = failed or f"{module.partition('.')[0]} failed to import"
+        raise Unavailable(f"{failed}: {type(err).__name__}: {err}") from err
+
+
 def check_signature(fn: Callable[..., Any], names: str, against: str) -> None:
-    """``Unavailable`` unless ``fn``'s leading parameters are ``names`` (space-separated):
-    the library changed under the adapter (``against``: who was written against which
-    version)."""
+    """``Unavailable`` unless ``fn``'s leading parameters are ``names`` (space-separated): the
+    library changed under the adapter (``against``: who was written against which version)."""
     expected, have = tuple(names.split()), tuple(inspect.signature(fn).parameters)
     if have[: len(expected)] != expected:
         raise Unavailable(
@@ -184,6 +181,7 @@ def has_cxx() -> bool:
 
 
 def package_version(dist: str) -> str | None:
+    """``dist``'s installed version, None when it is not installed."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -193,8 +191,7 @@ def package_version(dist: str) -> str | None:
 @dataclass(frozen=True)
 class StepPatch:
     """How a method trains a transformers model in ``perfsuite step``: ``patch(model, preset,
-    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's (what
-    it holds is its ``caps.holds``, as for every kind)."""
+    beta) -> loss(ids)``, run in the worker; ``requires``: modules beyond the method's."""
 
     patch: Callable[[Any, Any, float], Callable[[torch.Tensor], torch.Tensor]]
     requires: tuple[str, ...] = ()
@@ -211,12 +208,9 @@ _ASKED: dict[str, tuple[Callable[[Case], bool], Callable[[Case], str]]] = {
 
 @dataclass(frozen=True)
 class AcrossRanks:
-    """How a method computes its loss across ranks (``run --tp``; perfsuite.tp_method):
-    ``build(case, c_shard, shard) -> loss_fn``, called on every rank. What differs there
-    from the method's own declaration is said here, not declared again: ``caps`` (fields
-    of its ``Capabilities`` replaced), ``limits`` (the library's reason for a term it
-    lacks), ``shard_check`` (a layout it cannot compute exactly), ``extra_check`` (the
-    library's own reason)."""
+    """A method's loss across ranks (``run --tp``): ``build(case, c_shard, shard) -> loss_fn``
+    on every rank, and only what differs there from its own declaration (``caps``: fields
+    replaced; ``shard_check``: a layout it cannot compute exactly)."""
 
     build: Callable[[Case, torch.Tensor, Any], LossFn]
     description: str = ""
@@ -229,18 +223,15 @@ class AcrossRanks:
 @dataclass
 class SimpleMethod:
     """A method's one declaration: its loss builder (``build``; None for a method measured
-    only across ranks), capabilities, and its other kinds as hooks on it (``tp``,
-    ``step``); docs/development.md, "Add a method (one file)". ``limits`` maps a
-    Capabilities term it lacks (label_smoothing, softcap, z_loss, class_weights) to the
-    library's own reason, so a result says more than "no z-loss"."""
+    only across ranks), capabilities, and its other kinds as hooks on it (``tp``, ``step``);
+    docs/development.md, "Add a method (one file)"."""
 
     name: str
     description: str
     build: Callable[[Case, torch.Tensor], LossFn] | None = None
     caps: Capabilities = field(default_factory=Capabilities)
     requires: tuple[str, ...] = ()
-    # Distributions whose versions belong in the results' provenance (beyond its core:
-    # results.provenance.CORE_DISTRIBUTIONS, torch and triton among them).
+    # Distributions whose versions go in the results' provenance (beyond CORE_DISTRIBUTIONS).
     distributions: tuple[str, ...] = ()
     # The pip requirements as tested, pinned: the lent GPU's wheels (.ci/gpu-wheels).
     pip: tuple[str, ...] = ()
@@ -254,13 +245,14 @@ class SimpleMethod:
     tp: AcrossRanks | None = None
     step: StepPatch | None = None
     compiles: bool = False
+    # A term it lacks (label_smoothing, softcap, z_loss, class_weights) -> the library's own
+    # reason, so a result says more than "no z-loss".
     limits: dict[str, str] = field(default_factory=dict)
 
     def across_ranks(self) -> SimpleMethod | None:
         """This method as ``run --tp`` measures it (its ``tp`` hook's differences
         applied), or None where it declares no ``tp``."""
-        tp = self.tp
-        if tp is None:
+        if (tp := self.tp) is None:
             return None
         return replace(
             self,
@@ -273,8 +265,7 @@ class SimpleMethod:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The cell kinds this method declares (``KINDS``)."""
-        loss, tp, step = self.build, self.across_ranks(), self.step
-        has = {"loss": loss, "tp": tp, "step": step, "train": loss}
+        has = {"loss": self.build, "tp": self.tp, "step": self.step, "train": self.build}
         return tuple(k for k in KINDS if has[k] is not None)
 
     def lacks(self, kind: str) -> str | None:

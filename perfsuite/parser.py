@@ -1,7 +1,6 @@
-"""The argument parser of every command, the table of subcommands in their own modules,
-and the one way an error is printed: one ``error:`` line, not argparse's usage block and
-a prefix that changes with the command (subparsers take their parent's class, so every
-one is a ``Parser``)."""
+"""Every command's argument parser, the table of subcommands in their own modules, and the
+one way an error is printed: one ``error:`` line, not argparse's usage block (subparsers
+take their parent's class, so every one is a ``Parser``)."""
 
 from __future__ import annotations
 
@@ -12,11 +11,6 @@ from typing import Any, NoReturn
 
 # The deepest (sub)command parsed, for an error only the top parser can see.
 _PROG = "_perfsuite_prog"
-
-# Bad input, raised anywhere under a command: every class a command raises for it
-# (PlanError, converge's UsageError, ResultsError, OutputPathError, WorkloadError, ...)
-# is a ValueError, so the entry points map them all in one clause.
-BAD_INPUT: tuple[type[Exception], ...] = (ValueError,)
 
 
 def print_error(message: object) -> None:
@@ -32,23 +26,19 @@ def _fail(prog: str, message: str) -> NoReturn:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line,
-    ``error: <what> (see <prog> --help)``, on stderr with exit status 2, and whose help
-    is plain text (descriptions taken from docstrings lose their reST ````)."""
+    """An ``ArgumentParser`` whose errors are one line, ``error: <what> (see <prog> --help)``,
+    exit 2, and whose help is plain text (docstrings' descriptions lose their reST ````)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The deepest (sub)command's default wins: a subparser's values overwrite its parent's.
+        self.set_defaults(**{_PROG: self.prog})
 
     def error(self, message: str) -> NoReturn:
         _fail(self.prog, message)
 
     def format_help(self) -> str:
         return super().format_help().replace("``", "")
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        namespace, extras = super().parse_known_args(args, namespace)
-        if not hasattr(namespace, _PROG):  # a subcommand's parser returns first
-            setattr(namespace, _PROG, self.prog)
-        return namespace, extras
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
@@ -62,79 +52,36 @@ class Parser(argparse.ArgumentParser):
         return namespace
 
 
-# Commands living in their own modules: (name, module, help). Each module exposes
-# ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only
-# when its command runs or its help is asked for, so `perfsuite run` never pays for the
-# others. ``run``, ``shapes`` and ``methods`` are ``perfsuite.cli``'s own.
+# Commands in their own modules: (name, module under perfsuite, help). Each module has
+# ``add_arguments(parser)`` and ``run(args) -> int``; ``perfsuite.cli`` imports it only when
+# its command runs or its help is asked for (``run``, ``shapes``, ``methods`` are its own).
 MODULE_COMMANDS = (
-    (
-        "sweep",
-        "perfsuite.run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
-        "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable",
-    ),
-    (
-        "merge",
-        "perfsuite.results.merge",
-        "join results files (e.g. shards), checking their environments agree",
-    ),
-    ("report", "perfsuite.render.report", "render the paper table as md, latex, csv or html"),
-    ("plot", "perfsuite.render.plot", "PNG plots of memory and time against V and N"),
-    (
-        "compare",
-        "perfsuite.regress.compare",
-        "compare two results cell by cell; exit 1 on regression",
-    ),
-    (
-        "baseline",
-        "perfsuite.regress.baseline_store",
-        "store or list this device's baseline results",
-    ),
-    (
-        "bisect",
-        "perfsuite.regress.bisect",
-        "find the commit that made a cell slower (git bisect run in a temporary worktree)",
-    ),
-    (
-        "sensitivity",
-        "perfsuite.regress.sensitivity",
-        "measure the regression detector's false-alarm and detection rates here",
-    ),
-    (
-        "converge",
-        "perfsuite.converge.cli",
-        "train a tiny LM once per method and beta: parity with eager, calibration",
-    ),
-    (
-        "step",
-        "perfsuite.step.cli",
-        "one full training step of a transformers model per loss method: fwd, bwd, AdamW",
-    ),
-    (
-        "history",
-        "perfsuite.history.cli",
-        "keep every run in a SQLite history; find change points and regressions across commits",
-    ),
-    (
-        "dashboard",
-        "perfsuite.render.dashboard",
-        "write the history as a static site: plots across commits, change points marked",
-    ),
-    (
-        "workload",
-        "perfsuite.activations.cli",
-        "dump a transformers model's hidden states as a --workload file; train one; inspect one",
-    ),
-    (
-        "filtering",
-        "perfsuite.filtering.cli",
-        "what gradient filters keep and cost on a workload: tiles, mass, gradient errors",
-    ),
-    (
-        "kernel-report",
-        "perfsuite.kernel_report",
-        "compile the kernels ahead of time; registers, spills",
-    ),
-)
+    ("sweep", "run.cluster",  # sweep's arguments and run, plus --executor (job arrays)
+     "measure a grid of (tokens, vocab, hidden, beta); resumable, shardable"),
+    ("merge", "results.merge",
+     "join results files (e.g. shards), checking their environments agree"),
+    ("report", "render.report", "render the paper table as md, latex, csv or html"),
+    ("plot", "render.plot", "PNG plots of memory and time against V and N"),
+    ("compare", "regress.compare", "compare two results cell by cell; exit 1 on regression"),
+    ("baseline", "regress.baseline_store", "store or list this device's baseline results"),
+    ("bisect", "regress.bisect",
+     "find the commit that made a cell slower (git bisect run in a temporary worktree)"),
+    ("sensitivity", "regress.sensitivity",
+     "measure the regression detector's false-alarm and detection rates here"),
+    ("converge", "converge.cli",
+     "train a tiny LM once per method and beta: parity with eager, calibration"),
+    ("step", "step.cli",
+     "one full training step of a transformers model per loss method: fwd, bwd, AdamW"),
+    ("history", "history.cli",
+     "keep every run in a SQLite history; find change points and regressions across commits"),
+    ("dashboard", "render.dashboard",
+     "write the history as a static site: plots across commits, change points marked"),
+    ("workload", "activations.cli",
+     "dump a transformers model's hidden states as a --workload file; train one; inspect one"),
+    ("filtering", "filtering.cli",
+     "what gradient filters keep and cost on a workload: tiles, mass, gradient errors"),
+    ("kernel-report", "kernel_report", "compile the kernels ahead of time; registers, spills"),
+)  # fmt: skip
 
 
 DESCRIPTION = (

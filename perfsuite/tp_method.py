@@ -1,7 +1,6 @@
-"""The layout across ranks: every rank holds E and the global targets and rows
-[start, stop) of C (``shard_ranges``); a method's ``tp`` hook (``method.AcrossRanks``)
-builds ``loss_fn(e, c_shard, targets)``, called by every rank together, which gives each
-the global loss, and its backward the full dE and this shard's rows of dC
+"""The layout across ranks: every rank holds E, the global targets and rows [start, stop)
+of C (``shard_ranges``); a method's ``tp`` hook builds ``loss_fn(e, c_shard, targets)``,
+called by every rank together: the global loss, the full dE and this shard's rows of dC
 (docs/scale-out.md)."""
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ class Shard:
 
 
 def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
-    """[start, stop) of each rank: ``ceil(V / K)`` rows each, the last rank the rest.
-
-    Refuses a split that leaves a rank without rows (V = 10 over K = 4 gives
-    3, 3, 3, 1; V = 9 over K = 4 would give 3, 3, 3, 0)."""
+    """[start, stop) of each rank: ``ceil(V / K)`` rows each, the last rank the rest; a split
+    that leaves a rank none is refused (V = 9 over K = 4 would give 3, 3, 3, 0)."""
     if world < 1:
         raise ValueError(f"tensor-parallel size must be >= 1, got {world}")
     per = -(-vocab // world)
@@ -47,8 +44,7 @@ def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
 
 
 def check_layout(shard: Shard) -> None:
-    """Refuse a shard other than ``shard_ranges``'s (an all-gather and DTensor's
-    ``Shard(1)`` split V that way)."""
+    """Refuse a shard other than ``shard_ranges``'s (as an all-gather and DTensor split V)."""
     expected = shard_ranges(shard.vocab, shard.world)[shard.rank]
     if (shard.start, shard.stop) != expected:
         raise ValueError(
@@ -57,8 +53,10 @@ def check_layout(shard: Shard) -> None:
         )
 
 
-class _SumGrad(torch.autograd.Function):
-    """Identity forward; the backward sums E's gradient over the group."""
+class SumGradOver(torch.autograd.Function):
+    """``SumGradOver.apply(e, group)``: ``e`` for a column-parallel head, whose ``e @ c_shard.T``
+    gives each rank its shard's part of dE: the backward sums the parts (in E's dtype, as
+    Megatron's ``copy_to_tensor_model_parallel_region``), so every rank holds the full dE."""
 
     @staticmethod
     def forward(ctx: Any, e: torch.Tensor, group: Any) -> torch.Tensor:
@@ -72,13 +70,6 @@ class _SumGrad(torch.autograd.Function):
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
-
-
-def sum_grad_over(e: torch.Tensor, group: Any) -> torch.Tensor:
-    """``e`` for a column-parallel head: ``e @ c_shard.T`` gives each rank only its
-    shard's part of dE, and this sums the parts (in E's dtype, as Megatron's
-    ``copy_to_tensor_model_parallel_region`` does) so every rank holds the full dE."""
-    return _SumGrad.apply(e, group)
 
 
 def equal_shards_only(reason: str) -> Callable[[Case, Shard], str | None]:
@@ -108,8 +99,7 @@ def case_of(raw: dict[str, Any]) -> Case:
 
 def case_reason(method: Any, raw: dict[str, Any]) -> str | None:
     """Why ``method`` cannot compute the case dict ``raw`` exactly (None: it can): its
-    capabilities, and at a TP size the layout (rank 0's shard, as every rank's
-    checks agree on the layout)."""
+    capabilities, and at a TP size the layout (rank 0's shard: every rank's checks agree)."""
     case = case_of(raw)
     tp = raw.get("tp")
     if tp is None:

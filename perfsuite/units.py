@@ -19,9 +19,9 @@ def largest(value: float, units: Sequence[tuple[float, str]]) -> tuple[float, st
 
 
 def fmt_number(value: float | None, unit_scale: float = 1) -> str:
-    """A cell's number without its unit (a column header says it): three significant
-    figures, thousands grouped from 100; in a scaled unit two decimals, and ``<0.01`` for
-    what would print as 0.00 (a few bytes read "3.81e-06"). ``-``: none."""
+    """A cell's number without its unit (its header says it): three significant figures,
+    thousands grouped from 100; in a scaled unit two decimals, ``<0.01`` for what would
+    print as 0.00 (a few bytes read "3.81e-06"); ``-``: none."""
     if value is None or value != value:
         return "-"
     x = value / unit_scale
@@ -32,9 +32,8 @@ def fmt_number(value: float | None, unit_scale: float = 1) -> str:
 
 def fmt_bytes(nbytes: float | None, unit: str | None = None) -> str:
     """The one byte formatter. With ``unit`` (``"MiB"``), a column's number in it
-    (``fmt_number``); without, a size that carries its own unit, the largest it fills:
-    ``512 B``, ``131 KiB``, ``23.3 MiB`` (a shape a typo made huge read "~2235179424.3
-    GiB")."""
+    (``fmt_number``); without, a size with the largest unit it fills: ``512 B``, ``131 KiB``,
+    ``23.3 MiB`` (a shape a typo made huge read "~2235179424.3 GiB")."""
     if unit is not None:
         return fmt_number(nbytes, dict((u, s) for s, u in BYTES)[unit])
     if nbytes is None:

@@ -1,16 +1,9 @@
-"""Ahead-of-time build of every shipped kernel config as a launch specialises it; no GPU.
-
-Each kernel × variant × config × dtype × arch is built at a named shape (default
-Gemma2-2B) through Triton's binder and ptxas, then read with cuobjdump: registers,
-spills, shared and tensor memory, CTAs per SM, SASS counts, tensor-core instructions
-inside a spin lock; then a cost table and a modelled cost per backward design. With
-cut-cross-entropy importable its kernels are built side by side (docs/kernel.md).
-
-Exit 1 when one of our builds fails, spills, holds a lock across a tensor-core
-instruction or fits fewer CTAs per SM than its config declares. ``--save DIR`` stores
-the report per Triton version and arch set; ``--baseline DIR`` compares with it and
-also fails when a build gains a spill, loses a CTA per SM or grows an instruction class
-or the total past ``--threshold``.
+"""``perfsuite kernel-report``: every shipped kernel config built ahead of time as a launch
+specialises it (Triton's binder, ptxas, cuobjdump; no GPU) and read: registers, spills,
+memory, CTAs per SM, SASS counts, tensor-core work in a spin lock; then static costs and a
+modelled cost per backward design (docs/kernel.md). Exit 1 when one of ours fails to
+build, spills, locks a tensor-core instruction, fits fewer CTAs/SM than declared or
+regresses against ``--baseline``.
 """
 
 from __future__ import annotations
@@ -41,15 +34,10 @@ _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "ker
 
 
 def collect(
-    shape: Shape,
-    archs: list[str],
-    dtypes: list[str] | None = None,
-    kernels: list[str] | None = None,
-    *,
-    with_cce: bool = True,
+    shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str], *, with_cce: bool
 ) -> tuple[list[Launch], str | None]:
-    """Every shipped (kernel, arch, dtype) config × variant to build, optionally for some
-    kernels only, and why CCE's are missing (None when they are there)."""
+    """Every shipped config × variant of ``kernels`` to build, and why CCE's are missing
+    (None when they are there)."""
     from . import cce, launches
 
     note = cce.available() if with_cce else "not asked for"
@@ -58,11 +46,11 @@ def collect(
         la
         for family in tables
         for arch in archs
-        for dtype in dtypes or list(options.DTYPES)
+        for dtype in dtypes
         for table in family
         for la in table(shape, dtype, arch)
     ]
-    return [la for la in todo if kernels is None or la.kernel in kernels], note
+    return [la for la in todo if la.kernel in kernels], note
 
 
 def _row(launch: Launch) -> dict[str, Any]:
@@ -87,8 +75,7 @@ def _row_at(index: int) -> tuple[int, dict[str, Any]]:
 
 def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str, Any]]:
     """Build every launch, ``jobs`` at a time (forked workers; 1: in this process);
-    ``notice`` hears a line per build done (a full report takes minutes: 400 s went by
-    without a word)."""
+    ``notice`` hears a line per build done (a full report takes minutes)."""
     jobs = max(1, min(jobs, len(todo)))
     countdown = Countdown(len(todo), notice)
     notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
@@ -113,18 +100,13 @@ def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str
     return rows
 
 
-def kernel_report(
-    sel: dict[str, Any], shape: Shape, jobs: int = 1, notice: NoticeFn | None = None
-) -> dict[str, Any]:
-    """The report of selection ``sel`` (``options.selection``) at ``shape``: rows (one per
-    kernel × variant × config × dtype × arch), the cost table, notes; with ``--launched``
-    workloads, the tile list's launched fraction on a sample of each. ``notice``: progress
-    lines while it builds."""
+def kernel_report(sel: dict[str, Any], shape: Shape, jobs: int, notice: NoticeFn) -> dict[str, Any]:
+    """The report of selection ``sel`` (``options.selection``) at ``shape``: a row per
+    build, the cost tables, notes, the ``--launched`` fractions; ``notice``: progress."""
     import triton.language as tl
 
     from . import baseline, costs, launched
 
-    notice = notice or (lambda line: None)
     archs = sel["arch_order"]
     # Interpreted, the kernels are interpreter wrappers fixed at import: a child builds.
     interpreted = type(tl.cdiv).__name__ == "InterpretedFunction"
@@ -155,9 +137,8 @@ def kernel_report(
 
 
 def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, Any]:
-    """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
-    are interpreter wrappers fixed at import. Its stderr is ours: its progress lines and
-    any error are seen as they come."""
+    """The report of a child started without ``TRITON_INTERPRET`` (under it the kernels are
+    interpreter wrappers); its stderr, progress and errors, is ours."""
     from . import baseline
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -175,11 +156,8 @@ def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, 
 
 
 def failures(rows: list[dict[str, Any]]) -> list[str]:
-    """Why the report fails: any of our rows that did not build, spills, holds a lock
-    across a tensor-core instruction or fits fewer CTAs per SM than declared.
-
-    Baseline (CCE) rows only fail when they do not build: that is a broken report.
-    """
+    """Why the report fails: a row that did not build; one of ours that spills, holds a
+    lock across a tensor-core instruction or fits fewer CTAs per SM than declared."""
     out = []
     for r in rows:
         where = diff.where(r)

@@ -1,14 +1,8 @@
 """What each kernel is launched with at a named shape: fake tensors, sizes, launch options.
 
-Each ``Launch`` lists, by name, the arguments its launcher passes; tensors are
-``FakeTensor``s whose data pointers mirror slices of one allocation, so Triton's binder
-gives the divisibility attributes and constants a real launch gets (``build.specialise``).
-The TMA path's descriptors are host ``TensorDescriptor``s over fake tensors (Triton skips
-its base-alignment check for a class named ``FakeTensor``), so the binder gives the
-``tensordesc<…>`` signature a real launch gets. The slice kernels take ``v0`` and the
-width as plain ints, which Triton specialises by divisibility by 16: at most two binaries
-per shape (``+last`` when the last slice differs), at the width ``slices.slice_width``
-picks on a GPU.
+Tensors are ``FakeTensor``s whose pointers mirror slices of one allocation, and the TMA
+path's descriptors host ``TensorDescriptor``s over them, so Triton's binder gives the
+signature, divisibility attributes and constants a real launch gets (``build.specialise``).
 """
 
 from __future__ import annotations
@@ -22,19 +16,20 @@ from unittest import mock
 import torch
 import triton
 
-from .options import DTYPES as DTYPE_NAMES
+from perfsuite.method import DTYPES
+
 from .options import Shape, cfg_arch
 
 # Representative GPU per config arch (configs.arch_of's keys): (name, SM count). A launch
 # sizes its grids by the SM count (forward splits, column-sum splits, persistent grids).
 GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132), "sm_100": ("B200", 148)}
-DTYPES = {name: getattr(torch, torch_name) for name, torch_name in DTYPE_NAMES.items()}
 _BASE = 1 << 24  # caching-allocator blocks are at least 512-byte aligned
 TMA_ARCHS = ("sm_90", "sm_100")  # configs.arch_of keys the TMA path runs on (hopper.eligible)
 
 
 class FakeTensor:
-    """Enough of a tensor for Triton's binder and the kernels' heuristics."""
+    """Enough of a tensor for Triton's binder and the kernels' heuristics (Triton skips a
+    descriptor's base-alignment check for a class of this name)."""
 
     def __init__(self, dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> None:
         self.dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
@@ -87,10 +82,8 @@ def _pinned(kernel: str, variant: str, dtype: str, arch: str, obj: Any, args: di
 
 
 def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
-    """A persistent launch's grid on the representative GPU as its launcher sizes it
-    (``kernels.hopper._launch``: SMs × the build's CTAs/SM, fewer when there is less
-    work), its waves (grid ÷ resident slots; 1.0: every slot busy) and its work items per
-    program; {} for a launch without ``work`` or a build that fits no CTA."""
+    """A persistent launch's grid as ``kernels.hopper._launch`` sizes it on the GPU, its
+    waves (grid ÷ resident slots) and work per program; {} without ``work`` or a CTA."""
     if launch.work is None or not measured_ctas:
         return {}
     slots = GPUS[cfg_arch(launch.arch)][1] * measured_ctas
@@ -212,16 +205,13 @@ def slice_width(shape: Shape, dtype: str) -> int:
 def slice_starts(shape: Shape, width: int) -> list[tuple[str, int, int]]:
     """(suffix, v0, columns) of each distinct specialisation among the shape's slices:
     Triton specialises an int on == 1 (a constant) and on divisibility by 16."""
-    starts = list(range(0, shape.v, width))
-    out: list[tuple[str, int, int]] = []
-    seen = set()
+    starts = range(0, shape.v, width)
+    out: dict[tuple[bool, ...], tuple[str, int, int]] = {}
     for i, v0 in enumerate(starts):
         cols = min(width, shape.v - v0)
-        key = (v0 == 1, v0 % 16 == 0, cols == 1, cols % 16 == 0)
-        if key not in seen:
-            seen.add(key)
-            out.append(("" if i == 0 else "+last" if i == len(starts) - 1 else f"+{i}", v0, cols))
-    return out
+        suffix = "" if i == 0 else "+last" if i == len(starts) - 1 else f"+{i}"
+        out.setdefault((v0 == 1, v0 % 16 == 0, cols == 1, cols % 16 == 0), (suffix, v0, cols))
+    return list(out.values())
 
 
 def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[Launch]:

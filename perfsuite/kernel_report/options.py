@@ -19,8 +19,7 @@ from .diff import DEFAULT_THRESHOLD
 # Blackwell tiles). Consumer Blackwell (sm_120) is left out: arch_of gives it Hopper's
 # tiles, and the tile backward's 145 KiB of shared memory exceeds its 99 KiB per CTA.
 SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a")
-# The dtypes a launch is built in, with torch's name of each (``launches.DTYPES``).
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+DTYPES = ("bf16", "fp16", "fp32")  # the dtypes a launch is built in
 # What ``--launched`` samples rows of, and how many rows by default.
 WORKLOADS = ("random", "synthetic")
 DEFAULT_ROWS = 256
@@ -178,7 +177,7 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     workloads = csv(args.launched) if args.launched else []
     # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
     what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
-    what = what or _unknown("--dtype", dtypes, tuple(DTYPES))
+    what = what or _unknown("--dtype", dtypes, DTYPES)
     what = what or _unknown("--launched", workloads, tuple(WORKLOADS))
     if what or args.sample_rows < 1:
         raise ValueError(what or f"--sample-rows {args.sample_rows} must be >= 1")

@@ -38,6 +38,11 @@ COST_COLUMNS = (
 )
 
 
+COST_TITLE = (
+    "Static costs at {where}, {dtype}: forward grid; bwd columns: the atomic-tile backward "
+    "(backward='tiles', an ablation) and CCE's, every pair (no filtering); lock trips = "
+    "CAS + EXCH per locked update, per 1000 logits"
+)
 LAUNCHED_COLUMNS = (
     ("GPU", "gpu", None),
     ("workload", "workload", None),
@@ -51,6 +56,11 @@ LAUNCHED_COLUMNS = (
     ("modelled total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
 )
 
+LAUNCHED_TITLE = (
+    "Backward tile list on the first rows of each workload at {where}: launched pairs of the "
+    "sample (per-row mass budget, kernels/tiles.py); modelled = the cost table's full "
+    "figures × fraction"
+)
 DESIGN_COLUMNS = (
     ("GPU", "gpu", None),
     ("design", "design", None),
@@ -71,6 +81,20 @@ DESIGN_COLUMNS = (
     ("bound", "bound", None),
 )
 
+DESIGN_TITLE = (
+    "Backward designs at {where}, {dtype}: a MODEL, not a measurement "
+    "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, L2 / L2 rate) "
+    "at the rates in the notes below; HBM GB≥: each launch's operands read and outputs "
+    "written once (a lower bound); G trip: the slice G written once, read twice; atomic GB: "
+    "hardware atomic adds; locked GB: updates and reads under a spin lock"
+)
+# The report's tables after the builds: (its key, title, columns), in order.
+TABLES = (
+    ("costs", COST_TITLE, COST_COLUMNS),
+    ("designs", DESIGN_TITLE, DESIGN_COLUMNS),
+    ("launched", LAUNCHED_TITLE, LAUNCHED_COLUMNS),
+)
+
 
 def _cell(row: dict[str, Any], key: str, fmt: str | None) -> str:
     """``row``'s value under ``key`` (see the columns), formatted; "-" when it has none."""
@@ -83,19 +107,16 @@ def _cell(row: dict[str, Any], key: str, fmt: str | None) -> str:
     return escape((fmt or "{}").format(sum(values) if len(values) > 1 else values[0]))
 
 
-def _table(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
-    """(header, key, format) ``columns`` of ``rows`` as fitted columns and cells."""
-    return _columns(columns), [[_cell(r, k, f) for _, k, f in columns] for r in rows]
-
-
 def _columns(columns: tuple) -> list[Column]:
     return [Column(h, "left" if f is None else "right", f is None) for h, _, f in columns]
 
 
-def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
-    """Fitted to the console (``perfsuite.fit``): a table; when it is too wide, the same
-    cells turned on their side per GPU (a row per figure, a column per impl, design or
-    workload), each fitted in turn."""
+def _print(console: Any, title: str, spec: tuple, records: list[dict[str, Any]]) -> None:
+    """The (header, key, format) ``spec`` columns of ``records`` fitted to the console; when
+    too wide, the same cells turned on their side per GPU (a row per figure, a column per
+    impl, design or workload), each fitted in turn."""
+    columns = _columns(spec)
+    rows = [[_cell(r, k, f) for _, k, f in spec] for r in records]
     options = dict(_BOX, title_justify="left")
     table = fit_table(columns, rows, console.width, title=title, **options)
     if table is not None:
@@ -129,32 +150,9 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
     for kernel, rows in by_kernel(report["rows"]).items():
         console.print()
         kernel_table(console, kernel, rows)
-    _print(
-        console,
-        f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
-        "atomic-tile backward (backward='tiles', an ablation) and CCE's, every pair "
-        "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
-        *_table(COST_COLUMNS, report["costs"]),
-    )
-    if report.get("designs"):
-        _print(
-            console,
-            f"Backward designs at {where}, {shape['dtype']}: a MODEL, not a measurement "
-            "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
-            "L2 / L2 rate) at the rates in the notes below; HBM GB≥: each launch's "
-            "operands read and outputs written once (a lower bound); G trip: the slice "
-            "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
-            "updates and reads under a spin lock",
-            *_table(DESIGN_COLUMNS, report["designs"]),
-        )
-    if report.get("launched"):
-        _print(
-            console,
-            f"Backward tile list on the first rows of each workload at {where}: launched "
-            "pairs of the sample (per-row mass budget, kernels/tiles.py); modelled = the "
-            "cost table's full figures × fraction",
-            *_table(LAUNCHED_COLUMNS, report["launched"]),
-        )
+    for key, title, spec in TABLES:
+        if report.get(key):
+            _print(console, title.format(where=where, dtype=shape["dtype"]), spec, report[key])
     _footer(console, report.get("notes", []), problems)
 
 
@@ -212,20 +210,12 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
     """``rows`` of one kernel: a line naming what every build shares (its dtype, arch or
     config; the counts that are 0 in every build), then the widest table that fits."""
     cells = {h: [_cell(r, key, fmt) for r in rows] for h, key, fmt in BUILD_COLUMNS}
-    shared = [
-        cells[h][0]
-        for h, _, fmt in BUILD_COLUMNS
-        if fmt is None and h != "variant" and len(set(cells[h])) == 1
-    ]
+    # Text columns after the variant with one value (dtype, arch, config) go above the table.
+    same = [h for h, _, fmt in BUILD_COLUMNS[1:] if fmt is None and len(set(cells[h])) == 1]
+    shared = [cells[h][0] for h in same if cells[h][0] != "-"]
     zero = [h for h, _, fmt in BUILD_COLUMNS if fmt and set(cells[h]) <= {"0", "0/0"}]
-    absent = {h for h, _, _ in BUILD_COLUMNS if set(cells[h]) == {"-"}}  # not this kernel's
-    shared = [s for s in shared if s != "-"]
-    shown = [
-        c
-        for c in BUILD_COLUMNS
-        if c[0] == "variant"
-        or (c[0] not in zero and c[0] not in absent and cells[c[0]][0] not in shared)
-    ]
+    absent = [h for h in cells if set(cells[h]) == {"-"}]  # not this kernel's
+    shown = [c for c in BUILD_COLUMNS if c[0] == "variant" or c[0] not in same + zero + absent]
     # a line between archs
     sections = [i for i in range(len(rows) - 1) if rows[i]["arch"] != rows[i + 1]["arch"]]
     left_out: list[str] = []

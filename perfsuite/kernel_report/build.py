@@ -1,9 +1,5 @@
-"""Build one launch as the JIT would, run Triton's ptxas on it and read the result.
-
-``specialise`` runs the kernel's heuristics and Triton's own binder on the launch's
-arguments, so signature, divisibility attributes and constants are what a GPU launch
-compiles; ptxas runs with ``make_cubin``'s flags and cuobjdump reads the cubin.
-"""
+"""Build one launch as the JIT would (its heuristics, Triton's own binder), run Triton's
+ptxas on it with ``make_cubin``'s flags and read the cubin with cuobjdump."""
 
 from __future__ import annotations
 
@@ -15,7 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import triton
-from triton.runtime.jit import JITFunction
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from . import sass
 from .launches import Launch
@@ -26,23 +26,17 @@ class BuildError(RuntimeError):
     """ptxas or cuobjdump failed, or their output could not be read."""
 
 
-def target(arch: str) -> Any:
-    from triton.backends.compiler import GPUTarget
-
+def target(arch: str) -> GPUTarget:
     return GPUTarget("cuda", capability(arch), 32)
 
 
 def gpu_name(arch: str) -> str:
     """The ``--gpu-name`` Triton passes ptxas (``sm_90a`` for capability 90)."""
-    from triton.backends.nvidia.compiler import sm_arch_from_capability
-
     return sm_arch_from_capability(capability(arch))
 
 
 def ptxas_path(arch: str) -> str:
     """The ptxas Triton compiles with for ``arch`` (honours ``TRITON_PTXAS_PATH``)."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
     return get_ptxas(capability(arch)).path
 
 
@@ -58,18 +52,6 @@ def ptxas_version(arch: str) -> str:
 
 def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def unwrap(obj: Any) -> tuple[JITFunction, list[dict[str, Any]]]:
-    """The ``JITFunction`` under heuristics / autotuners, and the heuristics outermost first."""
-    layers = []
-    while not isinstance(obj, JITFunction):
-        if not hasattr(obj, "fn"):
-            raise TypeError(f"{obj!r} is not a Triton JIT function (run without TRITON_INTERPRET)")
-        if hasattr(obj, "values") and isinstance(obj.values, dict):
-            layers.append(obj.values)
-        obj = obj.fn
-    return obj, layers
 
 
 @dataclass
@@ -88,28 +70,25 @@ class Spec:
         return [names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
 
 
-def specialise(launch: Launch, *, hints: bool = True) -> Spec:
-    """Signature, constants, attributes and options of ``launch`` as the JIT builds them.
-
-    ``hints=False`` drops the divisibility attributes (tests: they must change the build).
-    """
-    from triton import knobs
-    from triton.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    jit, layers = unwrap(launch.obj)
-    kwargs: dict[str, Any] = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+def specialise(launch: Launch) -> Spec:
+    """Signature, constants, attributes and options of ``launch`` as the JIT builds them."""
+    jit, layers = launch.obj, []  # the JIT function under heuristics and autotuners
+    while not isinstance(jit, JITFunction):
+        if not hasattr(jit, "fn"):
+            raise TypeError(f"{jit!r} is not a Triton JIT function (run without TRITON_INTERPRET)")
+        if isinstance(getattr(jit, "values", None), dict):
+            layers.append(jit.values)
+        jit = jit.fn
+    kwargs = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, **launch.overrides}
     named = dict(launch.args)
     for values in layers:  # outermost first, as Heuristics.run nests
         for name, heur in values.items():
             if name in launch.overrides:
-                kwargs[name] = launch.overrides[name]
-            else:
-                try:
-                    kwargs[name] = heur({**named, **kwargs})
-                except Exception as exc:
-                    raise BuildError(f"heuristic {name} failed on the launch: {exc!r}") from exc
-    kwargs.update(launch.overrides)
+                continue
+            try:
+                kwargs[name] = heur({**named, **kwargs})
+            except Exception as exc:
+                raise BuildError(f"heuristic {name} failed on the launch: {exc!r}") from exc
     named.update({k: v for k, v in kwargs.items() if k in jit.arg_names})
     missing = [a for a in jit.arg_names if a not in named]
     if missing:
@@ -125,8 +104,6 @@ def specialise(launch: Launch, *, hints: bool = True) -> Spec:
     parsed, signature, constexprs, attrs = jit._pack_args(
         backend, options, bound, specialization, opts
     )
-    if not hints:
-        attrs = {k: [] for k in attrs}
     return Spec(jit, signature, constexprs, attrs, dict(parsed.__dict__))
 
 
@@ -190,11 +167,9 @@ def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: in
     return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **LIMITS[cfg_arch(arch)]})
 
 
-def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
+def build(launch: Launch) -> dict[str, Any]:
     """Compile ``launch``, run ptxas and cuobjdump; the numbers of one report row."""
-    from triton.compiler import ASTSource
-
-    spec = specialise(launch, hints=hints)
+    spec = specialise(launch)
     src = ASTSource(spec.jit, spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
     compiled = triton.compile(src, target=target(launch.arch), options=spec.options)
     name = compiled.metadata.name

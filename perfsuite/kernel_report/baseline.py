@@ -1,9 +1,6 @@
-"""Stored kernel-report baselines: one JSON document per Triton version and arch set.
-
-The report's ``--json`` document with the toolchain that built it and the selection it
-covers. Another Triton or ptxas changes the SASS with no change of ours, so each Triton
-version has its own file; rows are one per line, so a renewal's git diff names each build.
-"""
+"""Stored kernel-report baselines: the ``--json`` document, one per Triton version (another
+Triton or ptxas changes the SASS with no change of ours) and arch set, a row per line (a
+renewal's git diff names each build)."""
 
 from __future__ import annotations
 
@@ -44,8 +41,7 @@ def toolchain(archs: list[str]) -> dict[str, Any]:
 def command_args(
     sel: dict[str, Any], shape: dict[str, Any], archs: list[str] | None = None
 ) -> list[str]:
-    """The options naming selection ``sel`` at ``shape`` (``archs``: in this order): a
-    baseline's command line, the interpreter's child."""
+    """The options that select ``sel`` at ``shape`` (``archs``: in this order)."""
     args = ["--arch", ",".join(archs or sel["archs"])]
     if shape["name"] != "gemma2-2b":
         named = shape["name"] in SHAPES
@@ -58,7 +54,7 @@ def command_args(
 
 
 def _dump(doc: dict[str, Any]) -> str:
-    """``doc`` as JSON with each row (and cost row) on a line of its own."""
+    """``doc`` as JSON, each element of its lists on a line of its own."""
     parts = []
     for key, value in doc.items():
         if key in _LISTS and isinstance(value, list) and value:
@@ -70,8 +66,8 @@ def _dump(doc: dict[str, Any]) -> str:
 
 
 def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
-    """Write ``report`` as the baseline of its Triton version and arch set in ``folder``
-    (replacing the one there: a renewal), atomically."""
+    """Write ``report`` as the baseline of its Triton version and arch set in ``folder``,
+    atomically (replacing the one there: a renewal)."""
     folder = Path(folder)
     version = report["toolchain"]["triton"]
     path = folder / f"triton-{version}_{'-'.join(arch_set(report['selection']['archs']))}.json"
@@ -86,14 +82,10 @@ def _version_key(version: str) -> tuple:
 def load(
     folder: str, selection: dict[str, Any], shape: dict[str, Any], *, across: bool = False
 ) -> tuple[dict[str, Any], Path]:
-    """The stored document to compare this run with, and its file.
-
-    The file for this Triton version and arch set; with ``across``, the newest stored
-    for another Triton version (this version's when no other is stored). Raises
-    ``BaselineError`` naming the command that makes one.
-    """
-    version = triton.__version__
-    archs = selection["archs"]
+    """The stored document to compare this run with, and its file: this Triton version's
+    (``across``: the newest other version's, else this one's) for the arch set; else a
+    ``BaselineError`` naming the command that makes one."""
+    version, archs = triton.__version__, ",".join(selection["archs"])  # an arch set
     make = " ".join(["make one: perfsuite kernel-report", *command_args(selection, shape)])
     make += f" --save {folder}"
     if Path(folder).is_file():  # "no such folder" about a file that exists (issue 46)
@@ -106,7 +98,7 @@ def load(
     if not Path(folder).is_dir():
         raise BaselineError(f"--baseline {folder}: no such folder; {make}")
     found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
-    wanted = "-".join(arch_set(archs))
+    wanted = archs.replace(",", "-")
     files = {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
     others = sorted((v for v in files if v != version), key=_version_key)
     if across and others:
@@ -115,14 +107,12 @@ def load(
         path = files[version]
     elif others:
         raise BaselineError(
-            f"--baseline {folder}: holds Triton {', '.join(others)}'s baseline for "
-            f"{','.join(arch_set(archs))}, not this Triton {version}'s: compare across "
-            f"versions with --across-triton, or {make}"
+            f"--baseline {folder}: holds Triton {', '.join(others)}'s baseline for {archs}, not "
+            f"this Triton {version}'s: compare across versions with --across-triton, or {make}"
         )
     else:
         raise BaselineError(
-            f"--baseline {folder}: no baseline for Triton {version} and --arch "
-            f"{','.join(arch_set(archs))}; {make}"
+            f"--baseline {folder}: no baseline for Triton {version} and --arch {archs}; {make}"
         )
     try:
         doc = json.loads(path.read_text())
@@ -137,8 +127,7 @@ def load(
 def _check_covers(
     doc: dict[str, Any], selection: dict[str, Any], shape: dict[str, Any], path: Path, make: str
 ) -> None:
-    """The stored document must have built what this run builds of ours, at the same
-    shape (CCE's kernels missing on one side are listed, never failed)."""
+    """The stored document must hold what this run builds of ours, at the same shape."""
     keys = ("n", "v", "d", "dtype", "beta", "softcap")
     base_shape = doc.get("shape", {})
     if any(base_shape.get(k) != shape[k] for k in keys):

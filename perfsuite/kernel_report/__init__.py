@@ -9,6 +9,7 @@ regresses against ``--baseline``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -79,22 +80,20 @@ def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str
     jobs = max(1, min(jobs, len(todo)))
     countdown = Countdown(len(todo), notice)
     notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
-
-    def told(row: dict[str, Any]) -> dict[str, Any]:
-        countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
-        return row
-
-    if jobs == 1:
-        return [told(_row(la)) for la in todo]
-    _POOL_LAUNCHES[:] = todo
     rows: list[dict[str, Any]] = [{} for _ in todo]
+    _POOL_LAUNCHES[:] = todo
     try:
-        # Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends
-        # them): the default's back.
-        default = (signal.SIGTERM, signal.SIG_DFL)
-        with multiprocessing.get_context("fork").Pool(jobs, signal.signal, default) as pool:
-            for index, row in pool.imap_unordered(_row_at, range(len(todo)), chunksize=1):
-                rows[index] = told(row)
+        with contextlib.ExitStack() as stack:
+            done = map(_row_at, range(len(todo)))
+            if jobs > 1:
+                # Forked workers inherit the CLI's SIGTERM handler (a traceback when the
+                # pool ends them): the default's back.
+                default = (signal.SIGTERM, signal.SIG_DFL)
+                pool = multiprocessing.get_context("fork").Pool(jobs, signal.signal, default)
+                done = stack.enter_context(pool).imap_unordered(_row_at, range(len(todo)))
+            for index, row in done:
+                countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
+                rows[index] = row
     finally:
         _POOL_LAUNCHES.clear()
     return rows

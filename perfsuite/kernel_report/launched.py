@@ -1,9 +1,6 @@
-"""How much of the backward the tile list launches, on a sample of a workload's rows.
-
-The first ``rows`` rows of a workload at the shape's real V and D go through the
-tile-list kernels (interpreted, in a child process) with each arch's shipped tiles;
-their row statistics come from fp32 torch logits (the forward is too slow interpreted).
-"""
+"""How much of the backward the tile list launches on a workload's first rows at the shape's
+V and D: the tile-list kernels run interpreted in a child with each arch's shipped tiles, on
+row statistics from fp32 torch logits (the forward is too slow interpreted)."""
 
 from __future__ import annotations
 
@@ -65,19 +62,10 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
             tile_lse, fwd.block_v, row_max, log_sum, g, tau,
             vocab=shape.v, block_n=bwd.block_n, block_v=bwd.block_v, group=GROUP_N, extra=extra,
         )  # fmt: skip
-        out.append(
-            {
-                "arch": arch,
-                "gpu": GPUS[arch][0],
-                "workload": workload,
-                "entropy": made.entropy,
-                "rows": rows,
-                "pairs": listed.total,
-                "launched": int(listed.count.item()),
-                "launched_fraction": listed.launched_fraction(),
-                "rows_with_tau0": int((tau == 0).sum()),
-            }
-        )
+        row = {"arch": arch, "gpu": GPUS[arch][0], "workload": workload, "entropy": made.entropy}
+        row |= {"rows": rows, "pairs": listed.total, "launched": int(listed.count.item())}
+        row["launched_fraction"] = listed.launched_fraction()
+        out.append(row | {"rows_with_tau0": int((tau == 0).sum())})
     return out
 
 
@@ -89,9 +77,8 @@ def rows(
     sample: int,
     notice: NoticeFn,
 ) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload on its first ``sample`` rows, with the
-    backward's costs scaled by it: ``measure`` in a child under ``TRITON_INTERPRET=1``,
-    minutes each at a real vocabulary (``notice`` hears each as it starts)."""
+    """Launched fraction per arch × workload on its first ``sample`` rows, the backward's
+    costs scaled by it: ``measure`` in a child under ``TRITON_INTERPRET=1``, minutes each."""
     keys = sorted({cfg_arch(a) for a in archs})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     env = {**os.environ, "TRITON_INTERPRET": "1"}

@@ -54,9 +54,13 @@ def collect(
     return [la for la in todo if la.kernel in kernels], note
 
 
-def _row(launch: Launch) -> dict[str, Any]:
+_POOL_LAUNCHES: list[Launch] = []  # what forked builders build, by index
+
+
+def _row_at(index: int) -> tuple[int, dict[str, Any]]:
     from . import build, launches
 
+    launch = _POOL_LAUNCHES[index]
     row = {k: getattr(launch, k) for k in ("kernel", "variant", "config", "dtype", "arch", "ours")}
     row |= {"declared_ctas_per_sm": launch.declared_ctas, "ok": False, "error": None}
     try:
@@ -64,14 +68,7 @@ def _row(launch: Launch) -> dict[str, Any]:
         row.update(launches.persistent_grid(launch, row["ctas_per_sm"]))
     except Exception as exc:  # reported per row (and failing the report), never swallowed
         row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
-    return row
-
-
-_POOL_LAUNCHES: list[Launch] = []
-
-
-def _row_at(index: int) -> tuple[int, dict[str, Any]]:
-    return index, _row(_POOL_LAUNCHES[index])
+    return index, row
 
 
 def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str, Any]]:

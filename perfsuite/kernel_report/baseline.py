@@ -75,10 +75,6 @@ def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
-
-
 def load(
     folder: str, selection: dict[str, Any], shape: dict[str, Any], *, across: bool = False
 ) -> tuple[dict[str, Any], Path]:
@@ -100,7 +96,10 @@ def load(
     found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
     wanted = archs.replace(",", "-")
     files = {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
-    others = sorted((v for v in files if v != version), key=_version_key)
+    others = sorted(
+        (v for v in files if v != version),
+        key=lambda v: tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", v)),
+    )
     if across and others:
         path = files[others[-1]]
     elif version in files:

@@ -18,21 +18,6 @@ from .launches import DTYPES, GPUS, Shape, cfg_arch
 
 
 @torch.no_grad()
-def _row_stats(
-    e: torch.Tensor, c: torch.Tensor, softcap: float | None, tile_width: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row max, log-sum, bf16 per-tile log-sum-exp) of ``softcap(e @ cᵀ)`` in fp32."""
-    z = e.float() @ c.float().T
-    if softcap:
-        z = softcap * torch.tanh(z / softcap)
-    row_max = z.max(dim=1).values
-    log_sum = torch.log(torch.exp(z - row_max[:, None]).sum(dim=1))
-    pad = -z.shape[1] % tile_width
-    tiles = torch.nn.functional.pad(z, (0, pad), value=float("-inf"))
-    tile_lse = torch.logsumexp(tiles.view(z.shape[0], -1, tile_width), dim=2)
-    return row_max, log_sum, tile_lse.to(torch.bfloat16)
-
-
 def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[dict[str, Any]]:
     """Per arch: launched pairs / all pairs of the sample (must run interpreted on a CPU)."""
     from perfsuite.kernels import tiles
@@ -47,13 +32,18 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
     case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
     synthetic = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
     made = make_inputs(case, workload=synthetic if workload == "synthetic" else None)
-    e, c = made.e.detach(), made.c.detach()
+    z = made.e.float() @ made.c.float().T  # the logits, softcapped, in fp32
+    if shape.softcap:
+        z = shape.softcap * torch.tanh(z / shape.softcap)
+    row_max = z.max(dim=1).values
+    log_sum = torch.log(torch.exp(z - row_max[:, None]).sum(dim=1))
     g = torch.full((rows,), 1.0 / rows)
     eps = default_filter_eps(dtype)
     out = []
     for arch in archs:
         fwd, bwd = PINNED["forward", arch, shape.dtype], PINNED["backward", arch, shape.dtype]
-        row_max, log_sum, tile_lse = _row_stats(e, c, shape.softcap or None, fwd.block_v)
+        tiled = torch.nn.functional.pad(z, (0, -z.shape[1] % fwd.block_v), value=-torch.inf)
+        tile_lse = torch.logsumexp(tiled.view(rows, -1, fwd.block_v), dim=2).to(torch.bfloat16)
         extra = bwd.block_v * shape.beta / shape.v if shape.softcap else 0.0
         tau = tiles.row_thresholds(
             tile_lse, row_max, log_sum, filter_eps=eps, extra=extra, dtype=dtype

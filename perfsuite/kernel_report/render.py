@@ -1,6 +1,5 @@
-"""``perfsuite kernel-report`` on the console, fitted to the terminal (``perfsuite.fit``):
-the builds (one table per kernel), the cost table, the backward designs, the launched
-fraction; with ``--baseline``, the builds that changed (layout: docs/kernel.md)."""
+"""``perfsuite kernel-report`` on the console, fitted to the terminal (``perfsuite.fit``;
+layout: docs/kernel.md); with ``--baseline``, the builds that changed."""
 
 from __future__ import annotations
 
@@ -229,10 +228,8 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         shown = [c for c in shown if c[0] != drop]
         left_out.append(drop)
     parts = [" ".join(shared)] if shared else []
-    if zero:
-        parts.append(f"0 in every build: {', '.join(zero)}")
-    if left_out:
-        parts.append(f"left out at this width (in --json): {', '.join(left_out)}")
+    parts += [f"0 in every build: {', '.join(zero)}"] if zero else []
+    parts += [f"left out at this width (in --json): {', '.join(left_out)}"] if left_out else []
     console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""))
     if table is not None:
         console.print(table)
@@ -281,11 +278,9 @@ def render_diff(
     console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)")
     failing = len(comparison.failing())
     console.print(f"changed: {_plural(len(comparison.changed))}, {failing} failing")
-    for label, names in (
-        ("only in this run", comparison.only_new),
-        ("only in the baseline", comparison.only_old),
-    ):
-        for name in names:
-            console.print(f"{label} (not gated): {escape(name)}")
+    for name in comparison.only_new:
+        console.print(f"only in this run (not gated): {escape(name)}")
+    for name in comparison.only_old:
+        console.print(f"only in the baseline (not gated): {escape(name)}")
     # Of the notes, why CCE's stored builds are only in the baseline.
     _footer(console, [n for n in report.get("notes", []) if n.startswith("CCE")], problems)

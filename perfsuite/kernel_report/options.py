@@ -17,9 +17,7 @@ from .diff import DEFAULT_THRESHOLD
 # shared memory per CTA is too little for the Hopper tiles arch_of gives it.
 SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a")
 DTYPES = ("bf16", "fp16", "fp32")  # the dtypes a launch is built in
-# What ``--launched`` samples rows of, and how many rows by default.
-WORKLOADS = ("random", "synthetic")
-DEFAULT_ROWS = 256
+WORKLOADS = ("random", "synthetic")  # what ``--launched`` samples rows of
 
 
 def capability(arch: str) -> int:
@@ -104,10 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="gemma2-2b",
         help=f"launch shape: {', '.join(SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
     )
-    parser.add_argument("--dtype", default=None, help="comma-separated dtypes (default: all)")
+    parser.add_argument("--dtype", help="comma-separated dtypes (default: all)")
     parser.add_argument(
         "--kernel",
-        default=None,
         help=f"comma-separated kernels (default: all: {', '.join(KERNELS)}, cce_*)",
     )
     parser.add_argument("--no-cce", action="store_true", help="skip CCE's kernels")
@@ -117,28 +114,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
         "--launched",
-        default=None,
         metavar="WORKLOADS",
         help="also measure the backward tile list's launched fraction on a sample of rows "
         f"of these workloads ({', '.join(WORKLOADS)}; minutes at a real vocabulary)",
     )
     parser.add_argument(
-        "--sample-rows",
-        type=int,
-        default=DEFAULT_ROWS,
-        help=f"rows sampled for --launched (default {DEFAULT_ROWS})",
+        "--sample-rows", type=int, default=256, help="rows sampled for --launched (default 256)"
     )
     stored = parser.add_argument_group("stored baselines (docs/kernel.md)")
     stored.add_argument(
         "--save",
-        default=None,
         metavar="DIR",
         help="also write the report's JSON document to DIR, one file per Triton version and "
         "arch set (replacing that file: a renewal)",
     )
     stored.add_argument(
         "--baseline",
-        default=None,
         metavar="DIR",
         help="compare the builds with DIR's baseline for this Triton version and arch set; "
         "exit 1 when a build of ours gains a spill, fits fewer CTAs/SM or grows an "
@@ -172,7 +163,7 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
     what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
     what = what or _unknown("--dtype", dtypes, DTYPES)
-    what = what or _unknown("--launched", workloads, tuple(WORKLOADS))
+    what = what or _unknown("--launched", workloads, WORKLOADS)
     if what or args.sample_rows < 1:
         raise ValueError(what or f"--sample-rows {args.sample_rows} must be >= 1")
     if not args.threshold >= 0:  # NaN too

@@ -98,24 +98,18 @@ def cost_rows(
 CUBLAS_TILE = (128, 256)
 
 # Rates of the roofline, per GPU; None leaves that term out (no sourced number).
-RATES: dict[str, dict[str, Any]] = {
-    "H100": {
-        "tflops": 650.0,
-        "hbm_tbs": 3.35,
-        "l2_tbs": 6.3,
-        "source": "H100 SXM: 650 TFLOP/s bf16 as cuBLAS-class GEMMs reach on these shapes "
-        "(issue 19: torch.compile ~630, Liger's Hopper backward 657; datasheet dense peak "
-        "989.5), HBM3 3.35 TB/s (datasheet), L2 6.3 TB/s (the 128×64 tile backward "
-        "measured 131.6 ms for 830 GB of modelled L2 traffic, README)",
-    },
-    "A100": {
-        "tflops": 312.0,
-        "hbm_tbs": 2.039,
-        "l2_tbs": None,
-        "source": "A100 SXM 80GB: 312 TFLOP/s bf16 dense peak and 2.039 TB/s HBM2e "
-        "(datasheet; no achieved rate measured here); no L2 rate measured: L2 term left "
-        "out, so A100 times are lower bounds",
-    },
+RATES = {
+    "H100": {"tflops": 650.0, "hbm_tbs": 3.35, "l2_tbs": 6.3},
+    "A100": {"tflops": 312.0, "hbm_tbs": 2.039, "l2_tbs": None},
+}
+SOURCES = {
+    "H100": "H100 SXM: 650 TFLOP/s bf16 as cuBLAS-class GEMMs reach on these shapes (issue 19: "
+    "torch.compile ~630, Liger's Hopper backward 657; datasheet dense peak 989.5), HBM3 3.35 "
+    "TB/s (datasheet), L2 6.3 TB/s (the 128×64 tile backward measured 131.6 ms for 830 GB of "
+    "modelled L2 traffic, README)",
+    "A100": "A100 SXM 80GB: 312 TFLOP/s bf16 dense peak and 2.039 TB/s HBM2e (datasheet; no "
+    "achieved rate measured here); no L2 rate measured: L2 term left out, so A100 times are "
+    "lower bounds",
 }
 
 
@@ -204,7 +198,7 @@ def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
 
 def rate_notes() -> list[str]:
     """The roofline's rates and their sources, one line per GPU."""
-    lines = [f"design model rates, {gpu}: {r['source']}" for gpu, r in RATES.items()]
+    lines = [f"design model rates, {gpu}: {source}" for gpu, source in SOURCES.items()]
     unrated = [gpu for gpu, _ in GPUS.values() if gpu not in RATES]
     lines += [f"design model: no {gpu} rates sourced, not modelled" for gpu in unrated]
     tm, tn = CUBLAS_TILE

@@ -52,10 +52,9 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     for variant, cap in (("train", None), ("softcap", shape.softcap)):
         fwd = {**common, "LA": T(torch.float32), "Locks": T(torch.uint32), "softcap": cap}
         fwd |= {"stride_lse_b": 1, "num_locks": triton.cdiv(n, 128), **fmeta}
-        yield Launch(
-            "cce_lse_forward", variant, dtype, arch, cce_lse_forward._cce_lse_forward_kernel,
-            fwd, fwarps, fstages, config=fname, ours=False,
-        )  # fmt: skip
+        kernel = cce_lse_forward._cce_lse_forward_kernel
+        yield Launch("cce_lse_forward", variant, dtype, arch, kernel, fwd, fwarps, fstages,
+                     config=fname, ours=False)  # fmt: skip
         bwd = {**common, "softcap": cap, "Targets": T(torch.int64), "REQUIRES_GRAD": True}
         # cce.py: a mean's scalar dOut and 1 / lse.numel(); sort_logit_avg's int32 order.
         bwd |= {"dOut": T(torch.float32, numel=1), "grad_scale": 1.0 / n}
@@ -63,10 +62,8 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         bwd |= dict(dE=T(dtype), dELocks=T(torch.int32), dC=T(dtype), dCLocks=T(torch.int32))
         bwd |= dict(n_de_locks_0=triton.cdiv(n, nd_locks), n_de_locks_1=nd_locks)
         bwd |= dict(n_dc_locks_0=triton.cdiv(v, nd_locks), n_dc_locks_1=nd_locks, **bmeta)
-        yield Launch(
-            "cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
-            bwd, bwarps, bstages, config=bname, ours=False,
-        )  # fmt: skip
+        yield Launch("cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
+                     bwd, bwarps, bstages, config=bname, ours=False)  # fmt: skip
 
 
 def grid_sizes(shape: Shape) -> dict[str, Any]:

@@ -50,11 +50,8 @@ F32 = torch.float32
 
 @dataclass
 class Launch:
-    """One kernel launch to build: arguments by name plus explicit constexpr overrides.
-
-    ``overrides`` replace heuristics that depend on the device (hardware atomics);
-    ``ours`` is False for baselines (reported side by side, never failing the report).
-    """
+    """One kernel launch to build: arguments by name; ``overrides`` replace heuristics that
+    read the device (hardware atomics); ``ours``: False for CCE's (never failing a report)."""
 
     kernel: str
     variant: str
@@ -68,9 +65,7 @@ class Launch:
     config: str = ""
     declared_ctas: int | None = None
     ours: bool = True
-    # Work items of a persistent grid (tiles or (row block, split) items): its grid is
-    # min(work, SMs × declared CTAs/SM), and the report gives its waves.
-    work: int | None = None
+    work: int | None = None  # a persistent grid's work items (tiles; row block × split)
 
 
 def _pinned(kernel: str, variant: str, dtype: str, arch: str, obj: Any, args: dict, cfg: Any,
@@ -163,30 +158,27 @@ def _forward(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator
         cfg = tma_config("forward", key, weighted) if tma else PINNED["forward", key, dtype]
         splits, split_size, programs = forward_grid(shape, arch, cfg)
         part = splits * n * 4  # bytes per slice of the (2|3, splits, N) fp32 buffer
-        args = {
+        args = dict(
+            MaxPart=T(F32), SumPart=T(F32, offset=part), N=n, V=v, D=d, split_size=split_size
+        )
+        args |= {
             # c̄: smoothing without softcap (the forward's Σz), or any smoothing on the
             # tile backward's path (its rank-one part; function.py).
             "CBar": T(F32) if smooth and (not cap or tiles) else None,
-            "MaxPart": T(F32, offset=0),
-            "SumPart": T(F32, offset=part),
             "SmoothPart": T(F32, offset=2 * part) if smooth else None,
             "Weight": T(F32) if weighted else None,  # fp32 (V,)
             "softcap": shape.softcap if cap else None,
         }
-        args |= dict(N=n, V=v, D=d, split_size=split_size)
         if tma:
-            args |= _operands(shape, dtype, cfg) | cfg.meta("forward_tma")
-            args["num_splits"] = splits
+            args |= _operands(shape, dtype, cfg) | cfg.meta("forward_tma") | {"num_splits": splits}
             yield _pinned("forward_tma", name, dtype, arch, hopper._forward, args, cfg,
                           work=programs)  # fmt: skip
             continue
+        args |= _operands(shape, dtype) | cfg.meta("forward") | {"inv_n": 1.0 / n}
         args |= {
-            **_operands(shape, dtype),
-            "inv_n": 1.0 / n,
             "LogitAvg": T(F32) if avg else None,
             "TileLSE": T(torch.bfloat16) if tiles else None,
             "num_tiles": triton.cdiv(v, cfg.block_v) if tiles else 0,
-            **cfg.meta("forward"),
         }
         yield _pinned("forward", name, dtype, arch, forward._forward, args, cfg)
 
@@ -231,19 +223,17 @@ def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[
         for suffix, v0, cols in slice_starts(shape, width):
             # terms.Coefficients: A, B and (β > 0) S; the class weights, fp32 (V,).
             args = dict(RowMax=T(F32), LogSum=T(F32), A=T(F32), B=T(F32), InvScale=T(F32, 1))
+            args |= dict(Targets=T(torch.int64), N=n, D=d, v0=v0, width=cols)  # the caller's int64
             args |= {
                 "S": T(F32) if smooth else None,
                 "Weight": T(F32) if weighted else None,
-                "Targets": T(torch.int64),  # targets.contiguous(): the caller's int64
                 "softcap": shape.softcap if cap else None,
             }
-            args |= dict(N=n, D=d, v0=v0, width=cols)
             if tma:
                 sub = cfg.block_v // hopper.slice_subtiles(weighted)
-                args |= _operands(shape, dtype, cfg)
+                args |= _operands(shape, dtype, cfg) | cfg.meta("slices_tma")
                 args["out_desc"] = _desc(dtype, n, cols, width, [cfg.block_n, sub])
                 tiles = triton.cdiv(n, cfg.block_n) * triton.cdiv(cols, cfg.block_v)
-                args |= cfg.meta("slices_tma")
                 yield _pinned("slices_tma", name + suffix, dtype, arch, hopper._grad_slice,
                               args, cfg, width, work=tiles)  # fmt: skip
                 continue
@@ -275,20 +265,17 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             parts, "smooth", "softcap", "list", "filter", "accum"
         )
         dc_dtype = "fp32" if accum else dtype
-        args = dict(_operands(shape, dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32))
+        args = dict(_operands(shape, dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32), dE=T(F32))
+        args |= dict(dC=T(dc_dtype), dELocks=T(torch.int32), N=n, V=v, D=d, **cfg.meta("backward"))
         args |= {
             "Order": T(torch.int32) if filt else None,
             "TileList": T(torch.int32, pairs + 1) if use_list else None,
             "TileCount": T(torch.int32, 1) if use_list else None,
-            "dE": T(F32),
-            "dC": T(dc_dtype),
-            "dELocks": T(torch.int32),
             "dCLocks": T(torch.int32, offset=de_locks_bytes),
             "softcap": shape.softcap if cap else None,
             "smooth_w": shape.beta / v if smooth else 0.0,
             "RowEps": T(F32) if filt else None,
         }
-        args |= {"N": n, "V": v, "D": d, **cfg.meta("backward")}
         overrides = {
             "DE_ATOMIC": native_atomics("fp32", arch),  # dE is always an fp32 buffer
             "DC_ATOMIC": native_atomics(dc_dtype, arch),
@@ -312,35 +299,28 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         args = {"X": T(dtype), "W": T(F32) if weights else None, "Out": T(F32), "R": rows}
         args |= dict(D=d, rows_per_split=per, stride_xr=d, stride_xd=1)
         args |= dict(BLOCK_R=reductions.BLOCK_R, BLOCK_D=reductions.BLOCK_D)
-        yield Launch(
-            "column_sum", name, dtype, arch, reductions._column_sum_kernel, args,
-            reductions.NUM_WARPS,
-            config=f"R{reductions.BLOCK_R}-D{reductions.BLOCK_D}-w{reductions.NUM_WARPS}",
-        )  # fmt: skip
+        config = f"R{reductions.BLOCK_R}-D{reductions.BLOCK_D}-w{reductions.NUM_WARPS}"
+        yield Launch("column_sum", name, dtype, arch, reductions._column_sum_kernel, args,
+                     reductions.NUM_WARPS, config=config)  # fmt: skip
     fwd = PINNED["forward", cfg_arch(arch), dtype]
     bwd = PINNED["backward", cfg_arch(arch), dtype]
     common = dict(TileLSE=T(torch.bfloat16), RowMax=T(F32), LogSum=T(F32), Tau=T(F32), N=n)
     common |= dict(num_f=triton.cdiv(v, fwd.block_v), extra=0.0, BLOCK_T=tiles.BLOCK_T)
     block_n = 32
     threshold = {**common, "filter_eps": 1e-3, "budget": 1e-3, "LEVELS": tiles.LEVELS}
-    yield Launch(
-        "tile_threshold", "-", dtype, arch, tiles._threshold_kernel,
-        {**threshold, "BLOCK_N": block_n}, 4, config=f"N{block_n}-T{tiles.BLOCK_T}-w4",
-    )  # fmt: skip
+    threshold["BLOCK_N"] = block_n
+    yield Launch("tile_threshold", "-", dtype, arch, tiles._threshold_kernel, threshold, 4,
+                 config=f"N{block_n}-T{tiles.BLOCK_T}-w4")  # fmt: skip
     keep = {**common, "G": T(F32), "Keep": T(torch.int8), "num_v": triton.cdiv(v, bwd.block_v)}
     keep |= {"BLOCK_N": bwd.block_n, "BLOCK_V": bwd.block_v, "TILE_W": fwd.block_v}
-    yield Launch(
-        "tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
-        config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4",
-    )  # fmt: skip
+    yield Launch("tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
+                 config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4")  # fmt: skip
     for name, cap in (("plain", None), ("softcap", shape.softcap or 30.0)):
         args = dict(_operands(shape, dtype), Targets=T(torch.int64), Out=T(F32), softcap=cap)
         args |= {"N": n, "V": v, "D": d, "stride_t": 1}
         args |= dict(BLOCK_N=targets.BLOCK_N, BLOCK_D=targets.BLOCK_D)
-        yield Launch(
-            "target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
-            config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4",
-        )  # fmt: skip
+        yield Launch("target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
+                     config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4")  # fmt: skip
 
 
 # Ours (portable, then the TMA path on sm_90a / sm_100a), then CCE's: a report's order.

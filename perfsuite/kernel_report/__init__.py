@@ -1,10 +1,7 @@
 """``perfsuite kernel-report``: every shipped kernel config built ahead of time as a launch
-specialises it (Triton's binder, ptxas, cuobjdump; no GPU) and read: registers, spills,
-memory, CTAs per SM, SASS counts, tensor-core work in a spin lock; then static costs and a
-modelled cost per backward design (docs/kernel.md). Exit 1 when one of ours fails to
-build, spills, locks a tensor-core instruction, fits fewer CTAs/SM than declared or
-regresses against ``--baseline``.
-"""
+specialises it and read (registers, spills, memory, CTAs per SM, SASS counts, tensor-core
+work in a spin lock), static costs and a modelled cost per backward design; exit 1 on a
+failing build or a regression against ``--baseline`` (docs/kernel.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ from . import diff, options
 from .options import Shape, cfg_arch, parse_shape
 from .options import add_arguments as add_arguments  # perfsuite.cli's hook
 
-# Submodules that import torch or Triton are imported by the functions that use them, so
-# that the options are parsed and checked first (issue 46).
+# Submodules that import torch or Triton are imported where used, after the options' checks.
 if TYPE_CHECKING:
     from .launches import Launch
 
@@ -118,13 +114,10 @@ def kernel_report(sel: dict[str, Any], shape: Shape, jobs: int, notice: NoticeFn
             if r["ok"] and r["variant"] in ("plain", "train")
         }
         notes = [] if cce_note is None else [f"CCE side by side skipped: {cce_note}"]
-        report = {
-            "shape": vars(shape),
-            "rows": rows,
-            "costs": costs.cost_rows(shape, measured, cce_note is None),
-            "designs": costs.design_rows(shape, cce_note is None),
-            "notes": notes + costs.rate_notes(),
-        }
+        report = {"shape": vars(shape), "rows": rows}
+        report["costs"] = costs.cost_rows(shape, measured, cce_note is None)
+        report["designs"] = costs.design_rows(shape, cce_note is None)
+        report["notes"] = notes + costs.rate_notes()
     workloads, sample = sel["workloads"], sel["sample_rows"]
     report["launched"] = launched.rows(shape, archs, report["costs"], workloads, sample, notice)
     report["toolchain"] = baseline.toolchain(archs)
@@ -144,9 +137,8 @@ def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, 
     try:
         report = json.loads(out.stdout)
     except json.JSONDecodeError:
-        raise RuntimeError(
-            f"kernel report child failed (exit {out.returncode}): its error is above"
-        ) from None
+        failed = f"kernel report child failed (exit {out.returncode}): its error is above"
+        raise RuntimeError(failed) from None
     report["shape"] = vars(shape)
     return report
 
@@ -162,17 +154,14 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
             continue
         if not r.get("ours", True):
             continue
-        if r["spill_store_bytes"] or r["spill_load_bytes"]:
-            out.append(
-                f"{where}: spills {r['spill_store_bytes']}B st / {r['spill_load_bytes']}B ld"
-            )
+        stores, loads = r["spill_store_bytes"], r["spill_load_bytes"]
+        if stores or loads:
+            out.append(f"{where}: spills {stores}B st / {loads}B ld")
         if r["critical_tensor_ops"]:
             out.append(f"{where}: {r['critical_tensor_ops']} tensor-core ops inside a spin lock")
-        declared = r.get("declared_ctas_per_sm")
-        if r["ctas_per_sm"] == 0 or (declared and r["ctas_per_sm"] < declared):
-            out.append(
-                f"{where}: fits {r['ctas_per_sm']} CTAs per SM, config declares {declared or 1}"
-            )
+        ctas, declared = r["ctas_per_sm"], r.get("declared_ctas_per_sm")
+        if ctas == 0 or (declared and ctas < declared):
+            out.append(f"{where}: fits {ctas} CTAs per SM, config declares {declared or 1}")
     return out
 
 
@@ -195,13 +184,9 @@ def run(args: argparse.Namespace) -> int:
     problems = failures(report["rows"])
     comparison = None
     if stored is not None:
-        doc, path = stored
-        comparison = diff.compare(
-            baseline.in_selection(doc["rows"], sel),
-            report["rows"],
-            threshold=sel["threshold"],
-            across=args.across_triton,
-        )
+        (doc, path), across = stored, args.across_triton
+        old = baseline.in_selection(doc["rows"], sel)
+        comparison = diff.compare(old, report["rows"], threshold=sel["threshold"], across=across)
     if args.json:
         extra = {"comparison": comparison.as_dict()} if comparison else {}
         print(json.dumps({**report, **extra}, indent=2))

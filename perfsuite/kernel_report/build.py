@@ -133,12 +133,8 @@ def parse_ptxas(log: str, name: str) -> dict[str, int]:
     regs = re.search(r"Used (\d+) registers", tail)
     if not stack or not regs:
         raise BuildError(f"unparseable ptxas -v log for {name}: {tail.strip()[:800]!r}")
-    return {
-        "registers": int(regs.group(1)),
-        "stack_bytes": int(stack.group(1)),
-        "spill_store_bytes": int(stack.group(2)),
-        "spill_load_bytes": int(stack.group(3)),
-    }
+    keys = ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes")
+    return dict(zip(keys, map(int, (regs.group(1), *stack.groups())), strict=True))
 
 
 def parse_res_usage(text: str) -> dict[str, int]:
@@ -194,15 +190,11 @@ def build(launch: Launch) -> dict[str, Any]:
         raise BuildError("cuobjdump -sass listed no instructions")
     shared = int(compiled.metadata.shared) + res["static_shared"]
     tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)  # tcgen05 (sm_100) only
-    return {
-        **usage,
-        "local_bytes": res["local"],
-        "shared_bytes": shared,
-        "tmem_cols": tmem,
-        "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps, tmem),
-        **sass.counts(instructions),
-        "mma_shape": sass.mma_shape(instructions, compiled.asm.get("ttgir", "")),
-        "critical_tensor_ops": len(sass.critical_tensor_ops(instructions)),
-        "divisible_args": len(spec.divisible()),
-        "sass_hash": sass.digest(instructions),
-    }
+    row = {**usage, "local_bytes": res["local"], "shared_bytes": shared, "tmem_cols": tmem}
+    row["ctas_per_sm"] = ctas_per_sm(
+        launch.arch, usage["registers"], shared, launch.num_warps, tmem
+    )
+    row |= sass.counts(instructions)
+    row["mma_shape"] = sass.mma_shape(instructions, compiled.asm.get("ttgir", ""))
+    row["critical_tensor_ops"] = len(sass.critical_tensor_ops(instructions))
+    return row | {"divisible_args": len(spec.divisible()), "sass_hash": sass.digest(instructions)}

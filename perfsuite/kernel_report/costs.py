@@ -25,14 +25,10 @@ def _waves(ctas: int, slots: int) -> dict[str, Any]:
     return {"fwd_waves": triton.cdiv(ctas, slots), "last_wave_eff": wave_efficiency(ctas, slots)}
 
 
-def _tiles(cfg: Any) -> Tiles:
-    return cfg.block_n, cfg.block_v, cfg.block_dd
-
-
-def _locked(shape: Shape, arch: str) -> int:
-    """How many of dE/dC the tile backward locks: dC, in the input dtype, without 16-bit
-    atomics (dE is fp32: hardware atomics everywhere)."""
-    return int(not native_atomics(shape.dtype, arch))
+def _tile_backward(shape: Shape, arch: str, cfg: Any) -> tuple[Tiles, int, int]:
+    """The tile backward's tiles, how many of dE/dC it locks (dC, in the input dtype, without
+    16-bit atomics) and the bytes of a dE element (fp32: hardware atomics everywhere)."""
+    return (cfg.block_n, cfg.block_v, cfg.block_dd), int(not native_atomics(shape.dtype, arch)), 4
 
 
 def pair_costs(shape: Shape, tiles: Tiles, locked: int, de_elem: int) -> dict[str, Any]:
@@ -80,15 +76,15 @@ def cost_rows(
         row |= {"fwd_splits": splits, "ctas_per_sm": fwd.ctas_per_sm}
         row["measured_ctas_per_sm"] = measured.get(("forward", arch, shape.dtype))
         row |= _waves(ctas, sms * fwd.ctas_per_sm) | {"fwd_lock_trips_per_1k_logits": 0.0}
-        rows.append(row | pair_costs(shape, _tiles(bwd), _locked(shape, arch), 4))
+        rows.append(row | pair_costs(shape, *_tile_backward(shape, arch, bwd)))
         if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
             occ = measured.get(("cce_lse_forward", arch, shape.dtype))
             row = {"impl": "cce", "gpu": gpu, "sms": sms, "arch": arch}
             row |= {k: g[k] for k in ("fwd_config", "bwd_config", "fwd_ctas")}
             row |= {"fwd_splits": None, "ctas_per_sm": occ or 1, "measured_ctas_per_sm": occ}
-            # One LSE lock per (row block, vocab tile) program.
             row |= _waves(g["fwd_ctas"], sms * (occ or 1))
+            # One LSE lock per (row block, vocab tile) program.
             row["fwd_lock_trips_per_1k_logits"] = 2 * 1000 / g["fwd_logits_per_cta"]
             # CCE locks both dE and dC, in the input dtype.
             rows.append(row | pair_costs(shape, g["tiles"], 2, elem))
@@ -186,7 +182,7 @@ def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
         if gpu not in RATES:  # no sourced rates (B200): not modelled, rate_notes says so
             continue
         bwd = PINNED["backward", arch, shape.dtype]
-        tiles = _pairs_design("tiles", bwd.describe(), shape, _tiles(bwd), _locked(shape, arch), 4)
+        tiles = _pairs_design("tiles", bwd.describe(), shape, *_tile_backward(shape, arch, bwd))
         rows = [_slices(shape, arch), tiles]
         if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)

@@ -31,11 +31,11 @@ class FakeTensor:
     """Enough of a tensor for Triton's binder and the kernels' heuristics (Triton skips a
     descriptor's base-alignment check for a class of this name)."""
 
+    device = torch.device("cuda", 0)
+
     def __init__(self, dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> None:
-        self.dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
-        self.device = torch.device("cuda", 0)
-        self._numel = numel
-        self._ptr = _BASE + offset
+        self.dtype = DTYPES.get(dtype, dtype)  # a name or a torch dtype
+        self._numel, self._ptr = numel, _BASE + offset
 
     def data_ptr(self) -> int:
         return self._ptr

@@ -46,8 +46,9 @@ def collect(
         for dtype in dtypes
         for table in family
         for la in table(shape, dtype, arch)
+        if la.kernel in kernels
     ]
-    return [la for la in todo if la.kernel in kernels], note
+    return todo, note
 
 
 _POOL_LAUNCHES: list[Launch] = []  # what forked builders build, by index

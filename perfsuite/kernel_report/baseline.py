@@ -119,27 +119,20 @@ def load(
         assert doc["toolchain"]["triton"] == _NAME.fullmatch(path.name).group("version")
     except (OSError, ValueError, KeyError, TypeError, AssertionError):
         raise BaselineError(f"--baseline {path}: not a kernel-report baseline; {make}") from None
-    _check_covers(doc, selection, shape, path, make)
-    return doc, path
-
-
-def _check_covers(
-    doc: dict[str, Any], selection: dict[str, Any], shape: dict[str, Any], path: Path, make: str
-) -> None:
-    """The stored document must hold what this run builds of ours, at the same shape."""
+    # It must hold what this run builds of ours, at the same shape.
     keys = ("n", "v", "d", "dtype", "beta", "softcap")
     base_shape = doc.get("shape", {})
     if any(base_shape.get(k) != shape[k] for k in keys):
         was = ", ".join(f"{k}={base_shape.get(k)}" for k in keys)
         raise BaselineError(f"--baseline {path}: built at another shape ({was}); {make}")
-    stored_sel = doc.get("selection", {})
     for field in ("dtypes", "kernels"):
-        missing = sorted(set(selection[field]) - set(stored_sel.get(field, [])))
-        if missing:
+        built = doc.get("selection", {}).get(field, [])
+        if missing := sorted(set(selection[field]) - set(built)):
             raise BaselineError(
                 f"--baseline {path}: built no {', '.join(missing)} "
-                f"({field[:-1]}s {', '.join(stored_sel.get(field, [])) or 'none'}); {make}"
+                f"({field[:-1]}s {', '.join(built) or 'none'}); {make}"
             )
+    return doc, path
 
 
 def in_selection(rows: list[dict[str, Any]], selection: dict[str, Any]) -> list[dict[str, Any]]:

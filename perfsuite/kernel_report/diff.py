@@ -123,9 +123,8 @@ def compare(
             out.unchanged += 1
             continue
         moved, reasons = changes(base, row, threshold)
-        ungated = (
-            "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
-        )
+        ungated = "across Triton versions" if across else ""
+        ungated = ungated if row.get("ours", True) else "CCE's"
         out.changed.append(Change(where(row), moved, reasons, ungated))
     _pair_retuned(
         [r for k, r in old.items() if k not in new],

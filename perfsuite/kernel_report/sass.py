@@ -46,9 +46,8 @@ def _atomic(i: Instr, kind: str) -> bool:
 
 def is_add(i: Instr) -> bool:
     """A global reduction/atomic add (``RED.E.ADD.F32``, ``REDG.E.ADD``, ``ATOMG.E.ADD``)."""
-    return i.base in ("RED", "REDG", "ATOMG") and bool(
-        {"ADD", "FADD"} & i.mods or any(m.startswith("ADD") for m in i.mods)
-    )
+    adds = any(m == "FADD" or m.startswith("ADD") for m in i.mods)
+    return i.base in ("RED", "REDG", "ATOMG") and adds
 
 
 def counts(instrs: list[Instr]) -> dict[str, int]:

@@ -20,8 +20,7 @@ from perfsuite.method import DTYPES
 
 from .options import Shape, cfg_arch
 
-# Representative GPU per config arch (configs.arch_of's keys): (name, SM count). A launch
-# sizes its grids by the SM count (forward splits, column-sum splits, persistent grids).
+# The GPU a launch sizes its grids for, per config arch (configs.arch_of's keys): name, SMs.
 GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132), "sm_100": ("B200", 148)}
 _BASE = 1 << 24  # caching-allocator blocks are at least 512-byte aligned
 TMA_ARCHS = ("sm_90", "sm_100")  # configs.arch_of keys the TMA path runs on (hopper.eligible)
@@ -88,8 +87,7 @@ def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
 
 def flags(variant: str, *names: str) -> tuple[bool, ...]:
     """Which of ``names`` a variant's name holds (``smooth+softcap``: both)."""
-    parts = variant.split("+")
-    return tuple(name in parts for name in names)
+    return tuple(name in variant.split("+") for name in names)
 
 
 def native_atomics(dtype: str, arch: str) -> bool:

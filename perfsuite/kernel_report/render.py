@@ -141,7 +141,7 @@ def _where(report: dict[str, Any]) -> str:
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
-    # The terminal's width, $COLUMNS, else 80: tables fit or list.
+    """Print ``report`` and its ``problems`` fitted to the terminal ($COLUMNS, else 80)."""
     console = TrimmedConsole(highlight=False)
     shape, where = report["shape"], _where(report)
     console.print(f"Triton kernels built as launched at {where}", style="bold")
@@ -215,7 +215,6 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
     zero = [h for h, _, fmt in BUILD_COLUMNS if fmt and set(cells[h]) <= {"0", "0/0"}]
     absent = [h for h in cells if set(cells[h]) == {"-"}]  # not this kernel's
     shown = [c for c in BUILD_COLUMNS if c[0] == "variant" or c[0] not in same + zero + absent]
-    # a line between archs
     sections = [i for i in range(len(rows) - 1) if rows[i]["arch"] != rows[i + 1]["arch"]]
     left_out: list[str] = []
     while True:

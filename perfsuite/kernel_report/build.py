@@ -8,6 +8,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import triton
@@ -90,21 +91,18 @@ def specialise(launch: Launch) -> Spec:
             except Exception as exc:
                 raise BuildError(f"heuristic {name} failed on the launch: {exc!r}") from exc
     named.update({k: v for k, v in kwargs.items() if k in jit.arg_names})
-    missing = [a for a in jit.arg_names if a not in named]
-    if missing:
+    if missing := [a for a in jit.arg_names if a not in named]:
         raise BuildError(f"{jit.__name__} takes {missing}, which the launch table does not set")
-    unknown = [a for a in launch.args if a not in jit.arg_names]
-    if unknown:
+    if unknown := [a for a in launch.args if a not in jit.arg_names]:
         raise BuildError(f"the launch table passes {unknown}, which {jit.__name__} does not take")
     options = {k: v for k, v in kwargs.items() if k not in jit.arg_names}
     options.update(debug=False, instrumentation_mode=knobs.compilation.instrumentation_mode)
     backend = make_backend(target(launch.arch))
     binder = create_function_from_signature(jit.signature, jit.params, backend)
     bound, specialization, opts = binder(**{a: named[a] for a in jit.arg_names}, **options)
-    parsed, signature, constexprs, attrs = jit._pack_args(
-        backend, options, bound, specialization, opts
-    )
-    return Spec(jit, signature, constexprs, attrs, dict(parsed.__dict__))
+    # (parsed options, signature, constexprs, attributes)
+    parsed, *packed = jit._pack_args(backend, options, bound, specialization, opts)
+    return Spec(jit, *packed, dict(parsed.__dict__))
 
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
@@ -169,8 +167,7 @@ def build(launch: Launch) -> dict[str, Any]:
     name = compiled.metadata.name
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(ptx, "w") as fh:
-            fh.write(compiled.asm["ptx"])
+        Path(ptx).write_text(compiled.asm["ptx"])
         # Triton's make_cubin command line: line info, -v, its register-allocator flag;
         # --fmad=false when FP fusion is off (Triton 3.10's announced default).
         fmad = [] if spec.options.get("enable_fp_fusion", True) else ["--fmad=false"]
@@ -179,10 +176,8 @@ def build(launch: Launch) -> dict[str, Any]:
         usage = parse_ptxas(out.stdout + out.stderr, name)
         res = parse_res_usage(_run([tool("cuobjdump"), "-res-usage", cubin], "cuobjdump").stdout)
         text = _run([tool("cuobjdump"), "-sass", cubin], "cuobjdump -sass").stdout
-    if res["res_registers"] != usage["registers"]:
-        raise BuildError(
-            f"ptxas -v says {usage['registers']} registers, the cubin {res['res_registers']}"
-        )
+    if (regs := usage["registers"]) != res["res_registers"]:
+        raise BuildError(f"ptxas -v says {regs} registers, the cubin {res['res_registers']}")
     instructions = sass.instructions(text)
     if not instructions:
         raise BuildError("cuobjdump -sass listed no instructions")

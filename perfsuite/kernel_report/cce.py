@@ -74,7 +74,6 @@ def grid_sizes(shape: Shape) -> dict[str, Any]:
         "fwd_config": fname,
         "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
         "bwd_config": bname,
-        # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE
-        # and for dC.
+        # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, a lock per chunk of dE and dC.
         "tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"]),
     }

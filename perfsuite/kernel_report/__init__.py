@@ -119,8 +119,7 @@ def kernel_report(sel: dict[str, Any], shape: Shape, jobs: int, notice: NoticeFn
         report["costs"] = costs.cost_rows(shape, measured, cce_note is None)
         report["designs"] = costs.design_rows(shape, cce_note is None)
         report["notes"] = notes + costs.rate_notes()
-    workloads, sample = sel["workloads"], sel["sample_rows"]
-    report["launched"] = launched.rows(shape, archs, report["costs"], workloads, sample, notice)
+    report["launched"] = launched.rows(shape, sel, report["costs"], notice)
     report["toolchain"] = baseline.toolchain(archs)
     report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
     return report

@@ -14,7 +14,7 @@ from typing import Any
 import triton
 
 from . import cce
-from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_width
+from .launches import DTYPES, GPUS, Shape, forward_grid, native_atomics, slice_width
 
 Tiles = tuple[int, int, int]  # a pair backward's BLOCK_N, BLOCK_V and D chunk
 
@@ -187,8 +187,7 @@ def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
         if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
             rows.append(_pairs_design("cce", g["bwd_config"], shape, g["tiles"], 2, e))
-        for row in rows:
-            out.append({"gpu": gpu, "arch": cfg_arch(arch), **_timed(row, flops, gpu)})
+        out += [{"gpu": gpu, "arch": arch, **_timed(row, flops, gpu)} for row in rows]
     return out
 
 

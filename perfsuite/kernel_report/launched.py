@@ -60,16 +60,12 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
 
 
 def rows(
-    shape: Shape,
-    archs: list[str],
-    cost_rows: list[dict[str, Any]],
-    workloads: list[str],
-    sample: int,
-    notice: NoticeFn,
+    shape: Shape, sel: dict[str, Any], cost_rows: list[dict[str, Any]], notice: NoticeFn
 ) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload on its first ``sample`` rows, the backward's
-    costs scaled by it: ``measure`` in a child under ``TRITON_INTERPRET=1``, minutes each."""
-    keys = sorted({cfg_arch(a) for a in archs})
+    """Launched fraction per arch × ``--launched`` workload, the backward's costs scaled by
+    it: ``measure`` in a child under ``TRITON_INTERPRET=1``, minutes each."""
+    workloads, sample = sel["workloads"], sel["sample_rows"]
+    keys = sorted({cfg_arch(a) for a in sel["archs"]})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = []

@@ -16,7 +16,12 @@ from .diff import Comparison
 _BOX: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False)
 
 # (header, row key, format): a format of None is a text column (left, folding); a key
-# ``a+b`` sums the row's counts, ``a/b`` pairs them.
+# ``a+b`` sums the row's counts, ``a/b`` pairs them. Each table's title above its columns.
+COST_TITLE = (
+    "Static costs at {where}, {dtype}: forward grid; bwd columns: the atomic-tile backward "
+    "(backward='tiles', an ablation) and CCE's, every pair (no filtering); lock trips = "
+    "CAS + EXCH per locked update, per 1000 logits"
+)
 COST_COLUMNS = (
     ("impl", "impl", None),
     ("GPU", "gpu", None),
@@ -35,30 +40,12 @@ COST_COLUMNS = (
     ("total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
     ("bwd locks/1k", "lock_trips_per_1k_logits", "{:.2f}"),
 )
-
-
-COST_TITLE = (
-    "Static costs at {where}, {dtype}: forward grid; bwd columns: the atomic-tile backward "
-    "(backward='tiles', an ablation) and CCE's, every pair (no filtering); lock trips = "
-    "CAS + EXCH per locked update, per 1000 logits"
-)
-LAUNCHED_COLUMNS = (
-    ("GPU", "gpu", None),
-    ("workload", "workload", None),
-    ("entropy", "entropy", "{:.2f}"),
-    ("rows", "rows", "{:,}"),
-    ("bwd config", "bwd_config", None),
-    ("pairs", "pairs", "{:,}"),
-    ("launched", "launched", "{:,}"),
-    ("fraction", "launched_fraction", "{:.1%}"),
-    ("modelled recompute GB", "recompute_gb", "{:,.1f}"),
-    ("modelled total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
-)
-
-LAUNCHED_TITLE = (
-    "Backward tile list on the first rows of each workload at {where}: launched pairs of the "
-    "sample (per-row mass budget, kernels/tiles.py); modelled = the cost table's full "
-    "figures × fraction"
+DESIGN_TITLE = (
+    "Backward designs at {where}, {dtype}: a MODEL, not a measurement "
+    "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, L2 / L2 rate) "
+    "at the rates in the notes below; HBM GB≥: each launch's operands read and outputs "
+    "written once (a lower bound); G trip: the slice G written once, read twice; atomic GB: "
+    "hardware atomic adds; locked GB: updates and reads under a spin lock"
 )
 DESIGN_COLUMNS = (
     ("GPU", "gpu", None),
@@ -79,13 +66,22 @@ DESIGN_COLUMNS = (
     ("modelled ms", "modelled_ms", "{:,.1f}"),
     ("bound", "bound", None),
 )
-
-DESIGN_TITLE = (
-    "Backward designs at {where}, {dtype}: a MODEL, not a measurement "
-    "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, L2 / L2 rate) "
-    "at the rates in the notes below; HBM GB≥: each launch's operands read and outputs "
-    "written once (a lower bound); G trip: the slice G written once, read twice; atomic GB: "
-    "hardware atomic adds; locked GB: updates and reads under a spin lock"
+LAUNCHED_TITLE = (
+    "Backward tile list on the first rows of each workload at {where}: launched pairs of the "
+    "sample (per-row mass budget, kernels/tiles.py); modelled = the cost table's full "
+    "figures × fraction"
+)
+LAUNCHED_COLUMNS = (
+    ("GPU", "gpu", None),
+    ("workload", "workload", None),
+    ("entropy", "entropy", "{:.2f}"),
+    ("rows", "rows", "{:,}"),
+    ("bwd config", "bwd_config", None),
+    ("pairs", "pairs", "{:,}"),
+    ("launched", "launched", "{:,}"),
+    ("fraction", "launched_fraction", "{:.1%}"),
+    ("modelled recompute GB", "recompute_gb", "{:,.1f}"),
+    ("modelled total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
 )
 # The report's tables after the builds: (its key, title, columns), in order.
 TABLES = (

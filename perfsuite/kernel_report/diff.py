@@ -126,11 +126,8 @@ def compare(
         ungated = "across Triton versions" if across else ""
         ungated = ungated if row.get("ours", True) else "CCE's"
         out.changed.append(Change(where(row), moved, reasons, ungated))
-    _pair_retuned(
-        [r for k, r in old.items() if k not in new],
-        [r for k, r in new.items() if k not in old],
-        out,
-    )
+    gone = [r for k, r in old.items() if k not in new]
+    _pair_retuned(gone, [r for k, r in new.items() if k not in old], out)
     return out
 
 

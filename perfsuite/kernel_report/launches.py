@@ -156,10 +156,9 @@ def _forward(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator
         cfg = tma_config("forward", key, weighted) if tma else PINNED["forward", key, dtype]
         splits, split_size, programs = forward_grid(shape, arch, cfg)
         part = splits * n * 4  # bytes per slice of the (2|3, splits, N) fp32 buffer
-        args = dict(
-            MaxPart=T(F32), SumPart=T(F32, offset=part), N=n, V=v, D=d, split_size=split_size
-        )
+        args = dict(N=n, V=v, D=d, split_size=split_size, MaxPart=T(F32))
         args |= {
+            "SumPart": T(F32, offset=part),
             # c̄: smoothing without softcap (the forward's Σz), or any smoothing on the
             # tile backward's path (its rank-one part; function.py).
             "CBar": T(F32) if smooth and (not cap or tiles) else None,
@@ -185,10 +184,9 @@ def slice_width(shape: Shape, dtype: str) -> int:
     """Columns per slice on a GPU at ``shape`` under the default budget (slices.py)."""
     from perfsuite.kernels import slices
 
-    cuda = torch.device("cuda", 0)
     # The probe needs a GPU; on one it finds cuBLAS's fp32-output GEMM (torch ≥ 2.8).
     with mock.patch.object(slices, "_fp32_out_mm", lambda device: True):
-        per = slices.bytes_per_column(shape.n, shape.d, DTYPES[dtype], cuda, "triton", False)
+        per = slices.bytes_per_column(shape.n, shape.d, DTYPES[dtype], T.device, "triton", False)
     return slices.slice_width(shape.v, per, slices.DEFAULT_BUDGET)
 
 

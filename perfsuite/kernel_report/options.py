@@ -28,7 +28,7 @@ def capability(arch: str) -> int:
 
 def arch_set(archs: list[str]) -> list[str]:
     """``archs`` without repeats, in capability order: sm_90a,sm_80 shares sm_80,sm_90a's file."""
-    return sorted(set(archs), key=lambda a: (capability(a), a))
+    return sorted(dict.fromkeys(archs), key=lambda a: (capability(a), a))
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,7 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     """What the run builds, resolved (every dtype / kernel when none named); raises
     ValueError with the one-line reason for a name or value that cannot work."""
     archs = csv(args.arch)
-    for arch in archs:
-        capability(arch)
+    ordered = arch_set(archs)  # raises on an unsupported arch
     dtypes = csv(args.dtype) if args.dtype else None
     kernels = csv(args.kernel) if args.kernel else None
     workloads = csv(args.launched) if args.launched else []
@@ -174,7 +173,7 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     if kernels and not with_cce and all(k in CCE_KERNELS for k in kernels):
         raise ValueError(f"--kernel {','.join(kernels)} with --no-cce builds nothing")
     return {
-        "archs": arch_set(archs),
+        "archs": ordered,
         "arch_order": archs,
         "dtypes": dtypes or list(DTYPES),
         "dtypes_asked": dtypes is not None,

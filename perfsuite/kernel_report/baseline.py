@@ -68,9 +68,8 @@ def _dump(doc: dict[str, Any]) -> str:
 def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
     """Write ``report`` as the baseline of its Triton version and arch set in ``folder``,
     atomically (replacing the one there: a renewal)."""
-    folder = Path(folder)
-    version = report["toolchain"]["triton"]
-    path = folder / f"triton-{version}_{'-'.join(arch_set(report['selection']['archs']))}.json"
+    version, archs = report["toolchain"]["triton"], report["selection"]["archs"]  # an arch set
+    path = Path(folder) / f"triton-{version}_{'-'.join(archs)}.json"
     write_atomically(path, _dump({"schema": SCHEMA, **report}))
     return path
 

@@ -67,8 +67,7 @@ class Spec:
 
     def divisible(self) -> list[str]:
         """Argument names that carry ``tt.divisibility`` 16."""
-        names = self.jit.arg_names
-        return [names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
+        return [self.jit.arg_names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
 
 
 def specialise(launch: Launch) -> Spec:

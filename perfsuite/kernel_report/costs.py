@@ -59,9 +59,8 @@ def cost_rows(
     measured_ctas: dict[tuple[str, str, str], int] | None = None,
     with_cce: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per implementation × GPU (ours; CCE's ``with_cce``: importable) at ``shape``;
-    ``measured_ctas``: (kernel, arch key, dtype) -> the build's CTAs per SM, shown beside
-    the declared occupancy the launcher sizes its grid by."""
+    """One row per implementation × GPU (CCE's ``with_cce``) at ``shape``; ``measured_ctas``:
+    (kernel, arch key, dtype) -> the built CTAs/SM, shown beside the declared occupancy."""
     from perfsuite.kernels.configs import PINNED
 
     measured = measured_ctas or {}

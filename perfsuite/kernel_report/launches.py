@@ -203,9 +203,8 @@ def slice_starts(shape: Shape, width: int) -> list[tuple[str, int, int]]:
 
 
 def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[Launch]:
-    """The default backward's gradient-slice GEMM (portable or TMA): every variant × the
-    slices' distinct specialisations, each writing ``buf[:, :cols]`` of an (N, width)
-    buffer (row stride width)."""
+    """The default backward's gradient-slice GEMM (portable or TMA): every variant × each
+    distinct slice, writing ``buf[:, :cols]`` of an (N, width) buffer."""
     from perfsuite.kernels import hopper, slices
     from perfsuite.kernels.configs import PINNED, tma_config
 

@@ -107,9 +107,8 @@ def _columns(columns: tuple) -> list[Column]:
 
 
 def _print(console: Any, title: str, spec: tuple, records: list[dict[str, Any]]) -> None:
-    """The (header, key, format) ``spec`` columns of ``records`` fitted to the console; when
-    too wide, the same cells turned on their side per GPU (a row per figure, a column per
-    impl, design or workload), each fitted in turn."""
+    """The ``spec`` columns of ``records`` fitted to the console; too wide, turned on their
+    side per GPU (a row per figure, a column per impl, design or workload)."""
     columns = _columns(spec)
     rows = [[_cell(r, k, f) for _, k, f in spec] for r in records]
     options = dict(_BOX, title_justify="left")

@@ -32,9 +32,8 @@ def _tile_backward(shape: Shape, arch: str, cfg: Any) -> tuple[Tiles, int, int]:
 
 
 def pair_costs(shape: Shape, tiles: Tiles, locked: int, de_elem: int) -> dict[str, Any]:
-    """Traffic of one launch over every (row block, vocab tile) pair; ``locked``: how many
-    of dE/dC go through a lock (0, 1 or 2); ``de_elem``: bytes per element of the dE
-    buffer the updates add into (dC's: the input dtype's)."""
+    """Traffic of one launch over every (row block, vocab tile) pair; ``locked``: how many of
+    dE/dC go through a lock (0-2); ``de_elem``: bytes of a dE element (dC's: the input's)."""
     n, v, d = shape.n, shape.v, shape.d
     elem = DTYPES[shape.dtype].itemsize
     block_n, block_v, block_dd = tiles

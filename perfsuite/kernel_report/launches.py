@@ -280,8 +280,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 
 def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
-    """The small kernels around the main two: column sums, tile threshold and keep, the
-    target logit."""
+    """The small kernels around the main two: column sums, tile threshold and keep, target logit."""
     from perfsuite.kernels import reductions, targets, tiles
     from perfsuite.kernels.configs import PINNED
 

@@ -57,11 +57,10 @@ def _dump(doc: dict[str, Any]) -> str:
     """``doc`` as JSON, each element of its lists on a line of its own."""
     parts = []
     for key, value in doc.items():
+        text = json.dumps(value)
         if key in _LISTS and isinstance(value, list) and value:
-            items = ",\n".join(f"  {json.dumps(v)}" for v in value)
-            parts.append(f" {json.dumps(key)}: [\n{items}\n ]")
-        else:
-            parts.append(f" {json.dumps(key)}: {json.dumps(value)}")
+            text = "[\n" + ",\n".join(f"  {json.dumps(v)}" for v in value) + "\n ]"
+        parts.append(f" {json.dumps(key)}: {text}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 

@@ -69,11 +69,8 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 def grid_sizes(shape: Shape) -> dict[str, Any]:
     """CCE's forward grid and backward tile sizes at ``shape`` (for the cost table)."""
     (fmeta, fwarps, fstages, fname), (bmeta, bwarps, bstages, bname) = _configs()
-    return {
-        "fwd_ctas": triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"]),
-        "fwd_config": fname,
-        "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
-        "bwd_config": bname,
-        # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, a lock per chunk of dE and dC.
-        "tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"]),
-    }
+    fwd_ctas = triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"])
+    out = {"fwd_ctas": fwd_ctas, "fwd_config": fname, "bwd_config": bname}
+    out["fwd_logits_per_cta"] = fmeta["BLOCK_B"] * fmeta["BLOCK_V"]
+    # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, a lock per chunk of dE and dC.
+    return out | {"tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"])}

@@ -127,7 +127,7 @@ def kernel_report(sel: dict[str, Any], shape: Shape, jobs: int, notice: NoticeFn
 
 def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, Any]:
     """The report of a child started without ``TRITON_INTERPRET`` (under it the kernels are
-    interpreter wrappers); its stderr, progress and errors, is ours."""
+    interpreter wrappers); its stderr (progress, errors) is ours."""
     from . import baseline
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -184,8 +184,8 @@ def run(args: argparse.Namespace) -> int:
     problems = failures(report["rows"])
     comparison = None
     if stored is not None:
-        (doc, path), across = stored, args.across_triton
-        old = baseline.in_selection(doc["rows"], sel)
+        doc, path = stored
+        old, across = baseline.in_selection(doc["rows"], sel), args.across_triton
         comparison = diff.compare(old, report["rows"], threshold=sel["threshold"], across=across)
     if args.json:
         extra = {"comparison": comparison.as_dict()} if comparison else {}

@@ -14,7 +14,6 @@ from typing import Any
 import triton
 from triton import knobs
 from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
@@ -33,11 +32,16 @@ def target(arch: str) -> GPUTarget:
 
 def gpu_name(arch: str) -> str:
     """The ``--gpu-name`` Triton passes ptxas (``sm_90a`` for capability 90)."""
+    # Imported here: a Triton without NVIDIA's backend still imports this module.
+    from triton.backends.nvidia.compiler import sm_arch_from_capability
+
     return sm_arch_from_capability(capability(arch))
 
 
 def ptxas_path(arch: str) -> str:
     """The ptxas Triton compiles with for ``arch`` (honours ``TRITON_PTXAS_PATH``)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
     return get_ptxas(capability(arch)).path
 
 

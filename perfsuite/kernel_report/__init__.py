@@ -1,21 +1,12 @@
-"""Ahead-of-time build of every shipped kernel config as a launch specialises it; no GPU.
-
-Each kernel × variant × config × dtype × arch is built at a named shape (default
-Gemma2-2B) through Triton's binder and ptxas, then read with cuobjdump: registers,
-spills, shared and tensor memory, CTAs per SM, SASS counts, tensor-core instructions
-inside a spin lock; then a cost table and a modelled cost per backward design. With
-cut-cross-entropy importable its kernels are built side by side (docs/kernel.md).
-
-Exit 1 when one of our builds fails, spills, holds a lock across a tensor-core
-instruction or fits fewer CTAs per SM than its config declares. ``--save DIR`` stores
-the report per Triton version and arch set; ``--baseline DIR`` compares with it and
-also fails when a build gains a spill, loses a CTA per SM or grows an instruction class
-or the total past ``--threshold``.
-"""
+"""``perfsuite kernel-report``: every shipped kernel config built ahead of time as a launch
+specialises it and read (registers, spills, memory, CTAs per SM, SASS counts, tensor-core
+work in a spin lock), static costs and a modelled cost per backward design; exit 1 on a
+failing build or a regression against ``--baseline`` (docs/kernel.md)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -31,8 +22,7 @@ from . import diff, options
 from .options import Shape, cfg_arch, parse_shape
 from .options import add_arguments as add_arguments  # perfsuite.cli's hook
 
-# Submodules that import torch or Triton are imported by the functions that use them, so
-# that the options are parsed and checked first (issue 46).
+# Submodules that import torch or Triton are imported where used, after the options' checks.
 if TYPE_CHECKING:
     from .launches import Launch
 
@@ -41,15 +31,10 @@ _STORED_SELECTION = ("archs", "dtypes", "dtypes_asked", "kernels", "peers", "ker
 
 
 def collect(
-    shape: Shape,
-    archs: list[str],
-    dtypes: list[str] | None = None,
-    kernels: list[str] | None = None,
-    *,
-    with_cce: bool = True,
+    shape: Shape, archs: list[str], dtypes: list[str], kernels: list[str], *, with_cce: bool
 ) -> tuple[list[Launch], str | None]:
-    """Every shipped (kernel, arch, dtype) config × variant to build, optionally for some
-    kernels only, and why CCE's are missing (None when they are there)."""
+    """Every shipped config × variant of ``kernels`` to build, and why CCE's are missing
+    (None when they are there)."""
     from . import cce, launches
 
     note = cce.available() if with_cce else "not asked for"
@@ -58,16 +43,21 @@ def collect(
         la
         for family in tables
         for arch in archs
-        for dtype in dtypes or list(options.DTYPES)
+        for dtype in dtypes
         for table in family
         for la in table(shape, dtype, arch)
+        if la.kernel in kernels
     ]
-    return [la for la in todo if kernels is None or la.kernel in kernels], note
+    return todo, note
 
 
-def _row(launch: Launch) -> dict[str, Any]:
+_POOL_LAUNCHES: list[Launch] = []  # what forked builders build, by index
+
+
+def _row_at(index: int) -> tuple[int, dict[str, Any]]:
     from . import build, launches
 
+    launch = _POOL_LAUNCHES[index]
     row = {k: getattr(launch, k) for k in ("kernel", "variant", "config", "dtype", "arch", "ours")}
     row |= {"declared_ctas_per_sm": launch.declared_ctas, "ok": False, "error": None}
     try:
@@ -75,56 +65,41 @@ def _row(launch: Launch) -> dict[str, Any]:
         row.update(launches.persistent_grid(launch, row["ctas_per_sm"]))
     except Exception as exc:  # reported per row (and failing the report), never swallowed
         row["error"] = f"{type(exc).__name__}: {str(exc).strip()[:1500]}"
-    return row
-
-
-_POOL_LAUNCHES: list[Launch] = []
-
-
-def _row_at(index: int) -> tuple[int, dict[str, Any]]:
-    return index, _row(_POOL_LAUNCHES[index])
+    return index, row
 
 
 def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str, Any]]:
     """Build every launch, ``jobs`` at a time (forked workers; 1: in this process);
-    ``notice`` hears a line per build done (a full report takes minutes: 400 s went by
-    without a word)."""
+    ``notice`` hears a line per build done (a full report takes minutes)."""
     jobs = max(1, min(jobs, len(todo)))
     countdown = Countdown(len(todo), notice)
     notice(f"building {len(todo)} kernel launch(es), {jobs} at a time")
-
-    def told(row: dict[str, Any]) -> dict[str, Any]:
-        countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
-        return row
-
-    if jobs == 1:
-        return [told(_row(la)) for la in todo]
-    _POOL_LAUNCHES[:] = todo
     rows: list[dict[str, Any]] = [{} for _ in todo]
+    _POOL_LAUNCHES[:] = todo
     try:
-        # Forked workers inherit the CLI's SIGTERM handler (a traceback when the pool ends
-        # them): the default's back.
-        default = (signal.SIGTERM, signal.SIG_DFL)
-        with multiprocessing.get_context("fork").Pool(jobs, signal.signal, default) as pool:
-            for index, row in pool.imap_unordered(_row_at, range(len(todo)), chunksize=1):
-                rows[index] = told(row)
+        with contextlib.ExitStack() as stack:
+            done = map(_row_at, range(len(todo)))
+            if jobs > 1:
+                # Forked workers inherit the CLI's SIGTERM handler (a traceback when the
+                # pool ends them): the default's back.
+                default = (signal.SIGTERM, signal.SIG_DFL)
+                pool = multiprocessing.get_context("fork").Pool(jobs, signal.signal, default)
+                done = stack.enter_context(pool).imap_unordered(_row_at, range(len(todo)))
+            for index, row in done:
+                countdown.done(f"built {diff.where(row)}" + ("" if row["ok"] else ": failed"))
+                rows[index] = row
     finally:
         _POOL_LAUNCHES.clear()
     return rows
 
 
-def kernel_report(
-    sel: dict[str, Any], shape: Shape, jobs: int = 1, notice: NoticeFn | None = None
-) -> dict[str, Any]:
-    """The report of selection ``sel`` (``options.selection``) at ``shape``: rows (one per
-    kernel × variant × config × dtype × arch), the cost table, notes; with ``--launched``
-    workloads, the tile list's launched fraction on a sample of each. ``notice``: progress
-    lines while it builds."""
+def kernel_report(sel: dict[str, Any], shape: Shape, jobs: int, notice: NoticeFn) -> dict[str, Any]:
+    """The report of selection ``sel`` (``options.selection``) at ``shape``: a row per
+    build, the cost tables, notes, the ``--launched`` fractions; ``notice``: progress."""
     import triton.language as tl
 
     from . import baseline, costs, launched
 
-    notice = notice or (lambda line: None)
     archs = sel["arch_order"]
     # Interpreted, the kernels are interpreter wrappers fixed at import: a child builds.
     interpreted = type(tl.cdiv).__name__ == "InterpretedFunction"
@@ -140,24 +115,19 @@ def kernel_report(
             if r["ok"] and r["variant"] in ("plain", "train")
         }
         notes = [] if cce_note is None else [f"CCE side by side skipped: {cce_note}"]
-        report = {
-            "shape": vars(shape),
-            "rows": rows,
-            "costs": costs.cost_rows(shape, measured, cce_note is None),
-            "designs": costs.design_rows(shape, cce_note is None),
-            "notes": notes + costs.rate_notes(),
-        }
-    workloads, sample = sel["workloads"], sel["sample_rows"]
-    report["launched"] = launched.rows(shape, archs, report["costs"], workloads, sample, notice)
+        report = {"shape": vars(shape), "rows": rows}
+        report["costs"] = costs.cost_rows(shape, measured, cce_note is None)
+        report["designs"] = costs.design_rows(shape, cce_note is None)
+        report["notes"] = notes + costs.rate_notes()
+    report["launched"] = launched.rows(shape, sel, report["costs"], notice)
     report["toolchain"] = baseline.toolchain(archs)
     report["selection"] = {k: sel[k] for k in _STORED_SELECTION}
     return report
 
 
 def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, Any]:
-    """The report of a child started without ``TRITON_INTERPRET``: under it the kernels
-    are interpreter wrappers fixed at import. Its stderr is ours: its progress lines and
-    any error are seen as they come."""
+    """The report of a child started without ``TRITON_INTERPRET`` (under it the kernels are
+    interpreter wrappers); its stderr (progress, errors) is ours."""
     from . import baseline
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -167,19 +137,15 @@ def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, 
     try:
         report = json.loads(out.stdout)
     except json.JSONDecodeError:
-        raise RuntimeError(
-            f"kernel report child failed (exit {out.returncode}): its error is above"
-        ) from None
+        failed = f"kernel report child failed (exit {out.returncode}): its error is above"
+        raise RuntimeError(failed) from None
     report["shape"] = vars(shape)
     return report
 
 
 def failures(rows: list[dict[str, Any]]) -> list[str]:
-    """Why the report fails: any of our rows that did not build, spills, holds a lock
-    across a tensor-core instruction or fits fewer CTAs per SM than declared.
-
-    Baseline (CCE) rows only fail when they do not build: that is a broken report.
-    """
+    """Why the report fails: a row that did not build; one of ours that spills, holds a
+    lock across a tensor-core instruction or fits fewer CTAs per SM than declared."""
     out = []
     for r in rows:
         where = diff.where(r)
@@ -188,17 +154,14 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
             continue
         if not r.get("ours", True):
             continue
-        if r["spill_store_bytes"] or r["spill_load_bytes"]:
-            out.append(
-                f"{where}: spills {r['spill_store_bytes']}B st / {r['spill_load_bytes']}B ld"
-            )
+        stores, loads = r["spill_store_bytes"], r["spill_load_bytes"]
+        if stores or loads:
+            out.append(f"{where}: spills {stores}B st / {loads}B ld")
         if r["critical_tensor_ops"]:
             out.append(f"{where}: {r['critical_tensor_ops']} tensor-core ops inside a spin lock")
-        declared = r.get("declared_ctas_per_sm")
-        if r["ctas_per_sm"] == 0 or (declared and r["ctas_per_sm"] < declared):
-            out.append(
-                f"{where}: fits {r['ctas_per_sm']} CTAs per SM, config declares {declared or 1}"
-            )
+        ctas, declared = r["ctas_per_sm"], r.get("declared_ctas_per_sm")
+        if ctas == 0 or (declared and ctas < declared):
+            out.append(f"{where}: fits {ctas} CTAs per SM, config declares {declared or 1}")
     return out
 
 
@@ -222,12 +185,8 @@ def run(args: argparse.Namespace) -> int:
     comparison = None
     if stored is not None:
         doc, path = stored
-        comparison = diff.compare(
-            baseline.in_selection(doc["rows"], sel),
-            report["rows"],
-            threshold=sel["threshold"],
-            across=args.across_triton,
-        )
+        old, across = baseline.in_selection(doc["rows"], sel), args.across_triton
+        comparison = diff.compare(old, report["rows"], threshold=sel["threshold"], across=across)
     if args.json:
         extra = {"comparison": comparison.as_dict()} if comparison else {}
         print(json.dumps({**report, **extra}, indent=2))

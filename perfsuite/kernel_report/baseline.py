@@ -1,9 +1,6 @@
-"""Stored kernel-report baselines: one JSON document per Triton version and arch set.
-
-The report's ``--json`` document with the toolchain that built it and the selection it
-covers. Another Triton or ptxas changes the SASS with no change of ours, so each Triton
-version has its own file; rows are one per line, so a renewal's git diff names each build.
-"""
+"""Stored kernel-report baselines: the ``--json`` document, one per Triton version (another
+Triton or ptxas changes the SASS with no change of ours) and arch set, a row per line (a
+renewal's git diff names each build)."""
 
 from __future__ import annotations
 
@@ -44,8 +41,7 @@ def toolchain(archs: list[str]) -> dict[str, Any]:
 def command_args(
     sel: dict[str, Any], shape: dict[str, Any], archs: list[str] | None = None
 ) -> list[str]:
-    """The options naming selection ``sel`` at ``shape`` (``archs``: in this order): a
-    baseline's command line, the interpreter's child."""
+    """The options that select ``sel`` at ``shape`` (``archs``: in this order)."""
     args = ["--arch", ",".join(archs or sel["archs"])]
     if shape["name"] != "gemma2-2b":
         named = shape["name"] in SHAPES
@@ -58,42 +54,32 @@ def command_args(
 
 
 def _dump(doc: dict[str, Any]) -> str:
-    """``doc`` as JSON with each row (and cost row) on a line of its own."""
+    """``doc`` as JSON, each element of its lists on a line of its own."""
     parts = []
     for key, value in doc.items():
+        text = json.dumps(value)
         if key in _LISTS and isinstance(value, list) and value:
-            items = ",\n".join(f"  {json.dumps(v)}" for v in value)
-            parts.append(f" {json.dumps(key)}: [\n{items}\n ]")
-        else:
-            parts.append(f" {json.dumps(key)}: {json.dumps(value)}")
+            text = "[\n" + ",\n".join(f"  {json.dumps(v)}" for v in value) + "\n ]"
+        parts.append(f" {json.dumps(key)}: {text}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def save(report: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
-    """Write ``report`` as the baseline of its Triton version and arch set in ``folder``
-    (replacing the one there: a renewal), atomically."""
-    folder = Path(folder)
-    version = report["toolchain"]["triton"]
-    path = folder / f"triton-{version}_{'-'.join(arch_set(report['selection']['archs']))}.json"
+    """Write ``report`` as the baseline of its Triton version and arch set in ``folder``,
+    atomically (replacing the one there: a renewal)."""
+    version, archs = report["toolchain"]["triton"], report["selection"]["archs"]  # an arch set
+    path = Path(folder) / f"triton-{version}_{'-'.join(archs)}.json"
     write_atomically(path, _dump({"schema": SCHEMA, **report}))
     return path
-
-
-def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version))
 
 
 def load(
     folder: str, selection: dict[str, Any], shape: dict[str, Any], *, across: bool = False
 ) -> tuple[dict[str, Any], Path]:
-    """The stored document to compare this run with, and its file.
-
-    The file for this Triton version and arch set; with ``across``, the newest stored
-    for another Triton version (this version's when no other is stored). Raises
-    ``BaselineError`` naming the command that makes one.
-    """
-    version = triton.__version__
-    archs = selection["archs"]
+    """The stored document to compare this run with, and its file: this Triton version's
+    (``across``: the newest other version's, else this one's) for the arch set; else a
+    ``BaselineError`` naming the command that makes one."""
+    version, archs = triton.__version__, ",".join(selection["archs"])  # an arch set
     make = " ".join(["make one: perfsuite kernel-report", *command_args(selection, shape)])
     make += f" --save {folder}"
     if Path(folder).is_file():  # "no such folder" about a file that exists (issue 46)
@@ -106,23 +92,24 @@ def load(
     if not Path(folder).is_dir():
         raise BaselineError(f"--baseline {folder}: no such folder; {make}")
     found = (_NAME.fullmatch(p.name) for p in Path(folder).glob("triton-*.json"))
-    wanted = "-".join(arch_set(archs))
+    wanted = archs.replace(",", "-")
     files = {m["version"]: Path(folder) / m.string for m in found if m and m["archs"] == wanted}
-    others = sorted((v for v in files if v != version), key=_version_key)
+    others = sorted(
+        (v for v in files if v != version),
+        key=lambda v: tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", v)),
+    )
     if across and others:
         path = files[others[-1]]
     elif version in files:
         path = files[version]
     elif others:
         raise BaselineError(
-            f"--baseline {folder}: holds Triton {', '.join(others)}'s baseline for "
-            f"{','.join(arch_set(archs))}, not this Triton {version}'s: compare across "
-            f"versions with --across-triton, or {make}"
+            f"--baseline {folder}: holds Triton {', '.join(others)}'s baseline for {archs}, not "
+            f"this Triton {version}'s: compare across versions with --across-triton, or {make}"
         )
     else:
         raise BaselineError(
-            f"--baseline {folder}: no baseline for Triton {version} and --arch "
-            f"{','.join(arch_set(archs))}; {make}"
+            f"--baseline {folder}: no baseline for Triton {version} and --arch {archs}; {make}"
         )
     try:
         doc = json.loads(path.read_text())
@@ -130,28 +117,20 @@ def load(
         assert doc["toolchain"]["triton"] == _NAME.fullmatch(path.name).group("version")
     except (OSError, ValueError, KeyError, TypeError, AssertionError):
         raise BaselineError(f"--baseline {path}: not a kernel-report baseline; {make}") from None
-    _check_covers(doc, selection, shape, path, make)
-    return doc, path
-
-
-def _check_covers(
-    doc: dict[str, Any], selection: dict[str, Any], shape: dict[str, Any], path: Path, make: str
-) -> None:
-    """The stored document must have built what this run builds of ours, at the same
-    shape (CCE's kernels missing on one side are listed, never failed)."""
+    # It must hold what this run builds of ours, at the same shape.
     keys = ("n", "v", "d", "dtype", "beta", "softcap")
     base_shape = doc.get("shape", {})
     if any(base_shape.get(k) != shape[k] for k in keys):
         was = ", ".join(f"{k}={base_shape.get(k)}" for k in keys)
         raise BaselineError(f"--baseline {path}: built at another shape ({was}); {make}")
-    stored_sel = doc.get("selection", {})
     for field in ("dtypes", "kernels"):
-        missing = sorted(set(selection[field]) - set(stored_sel.get(field, [])))
-        if missing:
+        built = doc.get("selection", {}).get(field, [])
+        if missing := sorted(set(selection[field]) - set(built)):
             raise BaselineError(
                 f"--baseline {path}: built no {', '.join(missing)} "
-                f"({field[:-1]}s {', '.join(stored_sel.get(field, [])) or 'none'}); {make}"
+                f"({field[:-1]}s {', '.join(built) or 'none'}); {make}"
             )
+    return doc, path
 
 
 def in_selection(rows: list[dict[str, Any]], selection: dict[str, Any]) -> list[dict[str, Any]]:

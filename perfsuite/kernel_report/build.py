@@ -1,9 +1,5 @@
-"""Build one launch as the JIT would, run Triton's ptxas on it and read the result.
-
-``specialise`` runs the kernel's heuristics and Triton's own binder on the launch's
-arguments, so signature, divisibility attributes and constants are what a GPU launch
-compiles; ptxas runs with ``make_cubin``'s flags and cuobjdump reads the cubin.
-"""
+"""Build one launch as the JIT would (its heuristics, Triton's own binder), run Triton's
+ptxas on it with ``make_cubin``'s flags and read the cubin with cuobjdump."""
 
 from __future__ import annotations
 
@@ -12,10 +8,14 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import triton
-from triton.runtime.jit import JITFunction
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from . import sass
 from .launches import Launch
@@ -26,14 +26,13 @@ class BuildError(RuntimeError):
     """ptxas or cuobjdump failed, or their output could not be read."""
 
 
-def target(arch: str) -> Any:
-    from triton.backends.compiler import GPUTarget
-
+def target(arch: str) -> GPUTarget:
     return GPUTarget("cuda", capability(arch), 32)
 
 
 def gpu_name(arch: str) -> str:
     """The ``--gpu-name`` Triton passes ptxas (``sm_90a`` for capability 90)."""
+    # Imported here: a Triton without NVIDIA's backend still imports this module.
     from triton.backends.nvidia.compiler import sm_arch_from_capability
 
     return sm_arch_from_capability(capability(arch))
@@ -60,18 +59,6 @@ def tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def unwrap(obj: Any) -> tuple[JITFunction, list[dict[str, Any]]]:
-    """The ``JITFunction`` under heuristics / autotuners, and the heuristics outermost first."""
-    layers = []
-    while not isinstance(obj, JITFunction):
-        if not hasattr(obj, "fn"):
-            raise TypeError(f"{obj!r} is not a Triton JIT function (run without TRITON_INTERPRET)")
-        if hasattr(obj, "values") and isinstance(obj.values, dict):
-            layers.append(obj.values)
-        obj = obj.fn
-    return obj, layers
-
-
 @dataclass
 class Spec:
     """What ``triton.compile`` gets: the JIT's own specialisation of one launch."""
@@ -84,50 +71,41 @@ class Spec:
 
     def divisible(self) -> list[str]:
         """Argument names that carry ``tt.divisibility`` 16."""
-        names = self.jit.arg_names
-        return [names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
+        return [self.jit.arg_names[k[0]] for k, v in self.attrs.items() if v and len(k) == 1]
 
 
-def specialise(launch: Launch, *, hints: bool = True) -> Spec:
-    """Signature, constants, attributes and options of ``launch`` as the JIT builds them.
-
-    ``hints=False`` drops the divisibility attributes (tests: they must change the build).
-    """
-    from triton import knobs
-    from triton.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    jit, layers = unwrap(launch.obj)
-    kwargs: dict[str, Any] = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
+def specialise(launch: Launch) -> Spec:
+    """Signature, constants, attributes and options of ``launch`` as the JIT builds them."""
+    jit, layers = launch.obj, []  # the JIT function under heuristics and autotuners
+    while not isinstance(jit, JITFunction):
+        if not hasattr(jit, "fn"):
+            raise TypeError(f"{jit!r} is not a Triton JIT function (run without TRITON_INTERPRET)")
+        if isinstance(getattr(jit, "values", None), dict):
+            layers.append(jit.values)
+        jit = jit.fn
+    kwargs = {"num_warps": launch.num_warps, "num_stages": launch.num_stages, **launch.overrides}
     named = dict(launch.args)
     for values in layers:  # outermost first, as Heuristics.run nests
         for name, heur in values.items():
             if name in launch.overrides:
-                kwargs[name] = launch.overrides[name]
-            else:
-                try:
-                    kwargs[name] = heur({**named, **kwargs})
-                except Exception as exc:
-                    raise BuildError(f"heuristic {name} failed on the launch: {exc!r}") from exc
-    kwargs.update(launch.overrides)
+                continue
+            try:
+                kwargs[name] = heur({**named, **kwargs})
+            except Exception as exc:
+                raise BuildError(f"heuristic {name} failed on the launch: {exc!r}") from exc
     named.update({k: v for k, v in kwargs.items() if k in jit.arg_names})
-    missing = [a for a in jit.arg_names if a not in named]
-    if missing:
+    if missing := [a for a in jit.arg_names if a not in named]:
         raise BuildError(f"{jit.__name__} takes {missing}, which the launch table does not set")
-    unknown = [a for a in launch.args if a not in jit.arg_names]
-    if unknown:
+    if unknown := [a for a in launch.args if a not in jit.arg_names]:
         raise BuildError(f"the launch table passes {unknown}, which {jit.__name__} does not take")
     options = {k: v for k, v in kwargs.items() if k not in jit.arg_names}
     options.update(debug=False, instrumentation_mode=knobs.compilation.instrumentation_mode)
     backend = make_backend(target(launch.arch))
     binder = create_function_from_signature(jit.signature, jit.params, backend)
     bound, specialization, opts = binder(**{a: named[a] for a in jit.arg_names}, **options)
-    parsed, signature, constexprs, attrs = jit._pack_args(
-        backend, options, bound, specialization, opts
-    )
-    if not hints:
-        attrs = {k: [] for k in attrs}
-    return Spec(jit, signature, constexprs, attrs, dict(parsed.__dict__))
+    # (parsed options, signature, constexprs, attributes)
+    parsed, *packed = jit._pack_args(backend, options, bound, specialization, opts)
+    return Spec(jit, *packed, dict(parsed.__dict__))
 
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
@@ -156,12 +134,8 @@ def parse_ptxas(log: str, name: str) -> dict[str, int]:
     regs = re.search(r"Used (\d+) registers", tail)
     if not stack or not regs:
         raise BuildError(f"unparseable ptxas -v log for {name}: {tail.strip()[:800]!r}")
-    return {
-        "registers": int(regs.group(1)),
-        "stack_bytes": int(stack.group(1)),
-        "spill_store_bytes": int(stack.group(2)),
-        "spill_load_bytes": int(stack.group(3)),
-    }
+    keys = ("registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes")
+    return dict(zip(keys, map(int, (regs.group(1), *stack.groups())), strict=True))
 
 
 def parse_res_usage(text: str) -> dict[str, int]:
@@ -172,8 +146,7 @@ def parse_res_usage(text: str) -> dict[str, int]:
     return {"res_registers": reg, "res_stack": stack, "static_shared": shared, "local": local}
 
 
-# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max);
-# Blackwell's tensor memory: 512 columns per SM, which tcgen05 accumulators take.
+# Per-SM limits: registers, threads, CTAs, shared memory (and per CTA), TMEM columns.
 LIMITS = {
     "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912),
     "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448),
@@ -182,26 +155,22 @@ LIMITS = {
 
 
 def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: int = 0) -> int:
-    """Resident CTAs per SM from registers, threads, shared and tensor memory (0: cannot
-    launch); ``tmem``: the tensor-memory columns a CTA allocates (sm_100). The arithmetic
-    is the TMA launcher's (``kernels.hopper.fitting_ctas``), at ``arch``'s limits."""
+    """Resident CTAs per SM (0: cannot launch) as the TMA launcher counts them
+    (``kernels.hopper.fitting_ctas``), at ``arch``'s limits; ``tmem``: its TMEM columns."""
     from perfsuite.kernels.hopper import fitting_ctas
 
     return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **LIMITS[cfg_arch(arch)]})
 
 
-def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
+def build(launch: Launch) -> dict[str, Any]:
     """Compile ``launch``, run ptxas and cuobjdump; the numbers of one report row."""
-    from triton.compiler import ASTSource
-
-    spec = specialise(launch, hints=hints)
+    spec = specialise(launch)
     src = ASTSource(spec.jit, spec.signature, constexprs=spec.constexprs, attrs=spec.attrs)
     compiled = triton.compile(src, target=target(launch.arch), options=spec.options)
     name = compiled.metadata.name
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(ptx, "w") as fh:
-            fh.write(compiled.asm["ptx"])
+        Path(ptx).write_text(compiled.asm["ptx"])
         # Triton's make_cubin command line: line info, -v, its register-allocator flag;
         # --fmad=false when FP fusion is off (Triton 3.10's announced default).
         fmad = [] if spec.options.get("enable_fp_fusion", True) else ["--fmad=false"]
@@ -210,24 +179,18 @@ def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:
         usage = parse_ptxas(out.stdout + out.stderr, name)
         res = parse_res_usage(_run([tool("cuobjdump"), "-res-usage", cubin], "cuobjdump").stdout)
         text = _run([tool("cuobjdump"), "-sass", cubin], "cuobjdump -sass").stdout
-    if res["res_registers"] != usage["registers"]:
-        raise BuildError(
-            f"ptxas -v says {usage['registers']} registers, the cubin {res['res_registers']}"
-        )
+    if (regs := usage["registers"]) != res["res_registers"]:
+        raise BuildError(f"ptxas -v says {regs} registers, the cubin {res['res_registers']}")
     instructions = sass.instructions(text)
     if not instructions:
         raise BuildError("cuobjdump -sass listed no instructions")
     shared = int(compiled.metadata.shared) + res["static_shared"]
     tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)  # tcgen05 (sm_100) only
-    return {
-        **usage,
-        "local_bytes": res["local"],
-        "shared_bytes": shared,
-        "tmem_cols": tmem,
-        "ctas_per_sm": ctas_per_sm(launch.arch, usage["registers"], shared, launch.num_warps, tmem),
-        **sass.counts(instructions),
-        "mma_shape": sass.mma_shape(instructions, compiled.asm.get("ttgir", "")),
-        "critical_tensor_ops": len(sass.critical_tensor_ops(instructions)),
-        "divisible_args": len(spec.divisible()),
-        "sass_hash": sass.digest(instructions),
-    }
+    row = {**usage, "local_bytes": res["local"], "shared_bytes": shared, "tmem_cols": tmem}
+    row["ctas_per_sm"] = ctas_per_sm(
+        launch.arch, usage["registers"], shared, launch.num_warps, tmem
+    )
+    row |= sass.counts(instructions)
+    row["mma_shape"] = sass.mma_shape(instructions, compiled.asm.get("ttgir", ""))
+    row["critical_tensor_ops"] = len(sass.critical_tensor_ops(instructions))
+    return row | {"divisible_args": len(spec.divisible()), "sass_hash": sass.digest(instructions)}

@@ -1,5 +1,5 @@
-"""Cut-cross-entropy's kernels launched as its training path does, to build side by side,
-with the one config per kernel ``tl_autotune`` ships (``_cce_*_best_config``)."""
+"""Cut-cross-entropy's kernels launched as its training path does, at the one config per
+kernel ``tl_autotune`` ships (``_cce_*_best_config``), to build side by side."""
 
 from __future__ import annotations
 
@@ -52,46 +52,25 @@ def launches(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     for variant, cap in (("train", None), ("softcap", shape.softcap)):
         fwd = {**common, "LA": T(torch.float32), "Locks": T(torch.uint32), "softcap": cap}
         fwd |= {"stride_lse_b": 1, "num_locks": triton.cdiv(n, 128), **fmeta}
-        yield Launch(
-            "cce_lse_forward", variant, dtype, arch, cce_lse_forward._cce_lse_forward_kernel,
-            fwd, fwarps, fstages, config=fname, ours=False,
-        )  # fmt: skip
-        bwd = {
-            **common,
-            "dOut": T(torch.float32, numel=1),  # mean reduction: a scalar
-            "grad_scale": 1.0 / n,  # cce.py: 1 / lse.numel() for a mean
-            # cce.py's sort_logit_avg: torch.argsort(logit_avg).to(torch.int32)
-            "VocabOrdering": T(torch.int32),
-            "softcap": cap,
-            "Targets": T(torch.int64),
-            "dE": T(dtype),
-            "dELocks": T(torch.int32),
-            "dC": T(dtype),
-            "dCLocks": T(torch.int32),
-            "n_de_locks_0": triton.cdiv(n, nd_locks),
-            "n_de_locks_1": nd_locks,
-            "n_dc_locks_0": triton.cdiv(v, nd_locks),
-            "n_dc_locks_1": nd_locks,
-            "filter_eps": 2.0**-12,
-            "SHIFT": False,
-            "REQUIRES_GRAD": True,
-            **bmeta,
-        }
-        yield Launch(
-            "cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
-            bwd, bwarps, bstages, config=bname, ours=False,
-        )  # fmt: skip
+        kernel = cce_lse_forward._cce_lse_forward_kernel
+        yield Launch("cce_lse_forward", variant, dtype, arch, kernel, fwd, fwarps, fstages,
+                     config=fname, ours=False)  # fmt: skip
+        bwd = {**common, "softcap": cap, "Targets": T(torch.int64), "REQUIRES_GRAD": True}
+        # cce.py: a mean's scalar dOut and 1 / lse.numel(); sort_logit_avg's int32 order.
+        bwd |= {"dOut": T(torch.float32, numel=1), "grad_scale": 1.0 / n}
+        bwd |= {"VocabOrdering": T(torch.int32), "filter_eps": 2.0**-12, "SHIFT": False}
+        bwd |= dict(dE=T(dtype), dELocks=T(torch.int32), dC=T(dtype), dCLocks=T(torch.int32))
+        bwd |= dict(n_de_locks_0=triton.cdiv(n, nd_locks), n_de_locks_1=nd_locks)
+        bwd |= dict(n_dc_locks_0=triton.cdiv(v, nd_locks), n_dc_locks_1=nd_locks, **bmeta)
+        yield Launch("cce_backward", variant, dtype, arch, cce_backward._cce_backward_kernel,
+                     bwd, bwarps, bstages, config=bname, ours=False)  # fmt: skip
 
 
 def grid_sizes(shape: Shape) -> dict[str, Any]:
     """CCE's forward grid and backward tile sizes at ``shape`` (for the cost table)."""
     (fmeta, fwarps, fstages, fname), (bmeta, bwarps, bstages, bname) = _configs()
-    return {
-        "fwd_ctas": triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"]),
-        "fwd_config": fname,
-        "fwd_logits_per_cta": fmeta["BLOCK_B"] * fmeta["BLOCK_V"],
-        "bwd_config": bname,
-        # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, one lock per chunk, for dE
-        # and for dC.
-        "tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"]),
-    }
+    fwd_ctas = triton.cdiv(shape.n, fmeta["BLOCK_B"]) * triton.cdiv(shape.v, fmeta["BLOCK_V"])
+    out = {"fwd_ctas": fwd_ctas, "fwd_config": fname, "bwd_config": bname}
+    out["fwd_logits_per_cta"] = fmeta["BLOCK_B"] * fmeta["BLOCK_V"]
+    # Its tiles; _mm_backward walks D in 2·BLOCK_D chunks, a lock per chunk of dE and dC.
+    return out | {"tiles": (bmeta["BLOCK_B"], bmeta["BLOCK_V"], 2 * bmeta["BLOCK_D"])}

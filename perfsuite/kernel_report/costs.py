@@ -1,14 +1,10 @@
-"""Static costs of the shipped configs at one shape, per representative GPU, and a cost
-model per backward design: FLOPs, HBM, L2 and atomic bytes, ms.
+"""Static costs of the shipped configs at one shape per representative GPU, and a cost
+model per backward design: FLOPs, HBM, L2, atomic and locked bytes, ms.
 
-Counted from tile sizes and slice widths alone over every (row block, vocab tile) pair, no
-filtering: the forward's grid, the backward's recompute, update, locked and L2 traffic.
-The design model is a **model**, never a measurement, timed as ``max(FLOPs / rate, HBM /
-bandwidth, L2 / L2 rate)`` at the sourced ``RATES``. Designs: **slices** (the default: a
-Triton GEMM stores each gradient slice G, cuBLAS adds ``G·C_s`` into the fp32 dE and writes
-``dC_s = Gᵀ·E``), **tiles** (atomic adds per pair, dC locked without 16-bit atomics) and
-**cce** (both updates locked, in the input dtype). HBM bytes are a lower bound; cuBLAS's
-tiles are assumed ``CUBLAS_TILE``.
+Counted from tile sizes and slice widths over every (row block, vocab tile) pair, no
+filtering. The design model is a **model**, never a measurement: ``max(FLOPs / rate, HBM /
+bandwidth, L2 / L2 rate)`` at the sourced ``RATES``; HBM bytes are a lower bound and
+cuBLAS's tiles are assumed ``CUBLAS_TILE`` (the designs: docs/kernel.md).
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import Any
 import triton
 
 from . import cce
-from .launches import DTYPES, GPUS, Shape, cfg_arch, forward_grid, native_atomics, slice_width
+from .launches import DTYPES, GPUS, Shape, forward_grid, native_atomics, slice_width
 
 Tiles = tuple[int, int, int]  # a pair backward's BLOCK_N, BLOCK_V and D chunk
 
@@ -29,20 +25,15 @@ def _waves(ctas: int, slots: int) -> dict[str, Any]:
     return {"fwd_waves": triton.cdiv(ctas, slots), "last_wave_eff": wave_efficiency(ctas, slots)}
 
 
-def _tiles(cfg: Any) -> Tiles:
-    return cfg.block_n, cfg.block_v, cfg.block_dd
-
-
-def _locked(shape: Shape, arch: str) -> int:
-    """How many of dE/dC the tile backward locks: dE is an fp32 buffer (hardware atomics
-    everywhere); dC is in the input dtype (locked without 16-bit atomics)."""
-    return int(not native_atomics(shape.dtype, arch))
+def _tile_backward(shape: Shape, arch: str, cfg: Any) -> tuple[Tiles, int, int]:
+    """The tile backward's tiles, how many of dE/dC it locks (dC, in the input dtype, without
+    16-bit atomics) and the bytes of a dE element (fp32: hardware atomics everywhere)."""
+    return (cfg.block_n, cfg.block_v, cfg.block_dd), int(not native_atomics(shape.dtype, arch)), 4
 
 
 def pair_costs(shape: Shape, tiles: Tiles, locked: int, de_elem: int) -> dict[str, Any]:
-    """Traffic of one launch over every (row block, vocab tile) pair; ``locked``: how many
-    of dE/dC go through a lock (0, 1 or 2); ``de_elem``: bytes per element of the dE
-    buffer the updates add into (dC's: the input dtype's)."""
+    """Traffic of one launch over every (row block, vocab tile) pair; ``locked``: how many of
+    dE/dC go through a lock (0-2); ``de_elem``: bytes of a dE element (dC's: the input's)."""
     n, v, d = shape.n, shape.v, shape.d
     elem = DTYPES[shape.dtype].itemsize
     block_n, block_v, block_dd = tiles
@@ -67,11 +58,8 @@ def cost_rows(
     measured_ctas: dict[tuple[str, str, str], int] | None = None,
     with_cce: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per implementation × GPU (ours; CCE's ``with_cce``: importable) at ``shape``.
-
-    ``measured_ctas`` maps (kernel, arch key, dtype) to the CTAs per SM the build
-    measured, shown next to the declared occupancy the launcher sizes its grid by.
-    """
+    """One row per implementation × GPU (CCE's ``with_cce``) at ``shape``; ``measured_ctas``:
+    (kernel, arch key, dtype) -> the built CTAs/SM, shown beside the declared occupancy."""
     from perfsuite.kernels.configs import PINNED
 
     measured = measured_ctas or {}
@@ -81,66 +69,41 @@ def cost_rows(
         fwd = PINNED["forward", arch, shape.dtype]
         bwd = PINNED["backward", arch, shape.dtype]
         splits, _, ctas = forward_grid(shape, arch, fwd)
-        where = {"gpu": gpu, "sms": sms, "arch": arch}
-        rows.append(
-            {
-                "impl": "ours",
-                **where,
-                "fwd_config": fwd.describe(),
-                "bwd_config": bwd.describe(),
-                "fwd_ctas": ctas,
-                "fwd_splits": splits,
-                "ctas_per_sm": fwd.ctas_per_sm,
-                "measured_ctas_per_sm": measured.get(("forward", arch, shape.dtype)),
-                **_waves(ctas, sms * fwd.ctas_per_sm),
-                "fwd_lock_trips_per_1k_logits": 0.0,
-                **pair_costs(shape, _tiles(bwd), _locked(shape, arch), 4),
-            }
-        )
+        row = {"impl": "ours", "gpu": gpu, "sms": sms, "arch": arch}
+        row |= {"fwd_config": fwd.describe(), "bwd_config": bwd.describe(), "fwd_ctas": ctas}
+        row |= {"fwd_splits": splits, "ctas_per_sm": fwd.ctas_per_sm}
+        row["measured_ctas_per_sm"] = measured.get(("forward", arch, shape.dtype))
+        row |= _waves(ctas, sms * fwd.ctas_per_sm) | {"fwd_lock_trips_per_1k_logits": 0.0}
+        rows.append(row | pair_costs(shape, *_tile_backward(shape, arch, bwd)))
         if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
             occ = measured.get(("cce_lse_forward", arch, shape.dtype))
-            rows.append(
-                {
-                    "impl": "cce",
-                    **where,
-                    "fwd_config": g["fwd_config"],
-                    "bwd_config": g["bwd_config"],
-                    "fwd_ctas": g["fwd_ctas"],
-                    "fwd_splits": None,
-                    "ctas_per_sm": occ or 1,
-                    "measured_ctas_per_sm": occ,
-                    **_waves(g["fwd_ctas"], sms * (occ or 1)),
-                    # One LSE lock per (row block, vocab tile) program.
-                    "fwd_lock_trips_per_1k_logits": 2 * 1000 / g["fwd_logits_per_cta"],
-                    # CCE locks both dE and dC, in the input dtype.
-                    **pair_costs(shape, g["tiles"], 2, elem),
-                }
-            )
+            row = {"impl": "cce", "gpu": gpu, "sms": sms, "arch": arch}
+            row |= {k: g[k] for k in ("fwd_config", "bwd_config", "fwd_ctas")}
+            row |= {"fwd_splits": None, "ctas_per_sm": occ or 1, "measured_ctas_per_sm": occ}
+            row |= _waves(g["fwd_ctas"], sms * (occ or 1))
+            # One LSE lock per (row block, vocab tile) program.
+            row["fwd_lock_trips_per_1k_logits"] = 2 * 1000 / g["fwd_logits_per_cta"]
+            # CCE locks both dE and dC, in the input dtype.
+            rows.append(row | pair_costs(shape, g["tiles"], 2, elem))
     return rows
 
 
 CUBLAS_TILE = (128, 256)
 
 # Rates of the roofline, per GPU; None leaves that term out (no sourced number).
-RATES: dict[str, dict[str, Any]] = {
-    "H100": {
-        "tflops": 650.0,
-        "hbm_tbs": 3.35,
-        "l2_tbs": 6.3,
-        "source": "H100 SXM: 650 TFLOP/s bf16 as cuBLAS-class GEMMs reach on these shapes "
-        "(issue 19: torch.compile ~630, Liger's Hopper backward 657; datasheet dense peak "
-        "989.5), HBM3 3.35 TB/s (datasheet), L2 6.3 TB/s (the 128×64 tile backward "
-        "measured 131.6 ms for 830 GB of modelled L2 traffic, README)",
-    },
-    "A100": {
-        "tflops": 312.0,
-        "hbm_tbs": 2.039,
-        "l2_tbs": None,
-        "source": "A100 SXM 80GB: 312 TFLOP/s bf16 dense peak and 2.039 TB/s HBM2e "
-        "(datasheet; no achieved rate measured here); no L2 rate measured: L2 term left "
-        "out, so A100 times are lower bounds",
-    },
+RATES = {
+    "H100": {"tflops": 650.0, "hbm_tbs": 3.35, "l2_tbs": 6.3},
+    "A100": {"tflops": 312.0, "hbm_tbs": 2.039, "l2_tbs": None},
+}
+SOURCES = {
+    "H100": "H100 SXM: 650 TFLOP/s bf16 as cuBLAS-class GEMMs reach on these shapes (issue 19: "
+    "torch.compile ~630, Liger's Hopper backward 657; datasheet dense peak 989.5), HBM3 3.35 "
+    "TB/s (datasheet), L2 6.3 TB/s (the 128×64 tile backward measured 131.6 ms for 830 GB of "
+    "modelled L2 traffic, README)",
+    "A100": "A100 SXM 80GB: 312 TFLOP/s bf16 dense peak and 2.039 TB/s HBM2e (datasheet; no "
+    "achieved rate measured here); no L2 rate measured: L2 term left out, so A100 times are "
+    "lower bounds",
 }
 
 
@@ -166,26 +129,15 @@ def _slices(shape: Shape, arch: str) -> dict[str, Any]:
         + de_rw
         + v * d * e  # dC written once
     )
-    return {
-        "design": "slices",
-        "config": f"{cfg.describe()} + cuBLAS",
-        "slices": slices,
-        "width": width,
-        "hbm_bytes": hbm,
-        "g_trip_bytes": g_trip,
-        "de_rw_bytes": de_rw,
-        "l2_bytes": l2,
-        "atomic_bytes": 0,
-        "locked_bytes": 0,
-    }
+    row = {"design": "slices", "config": f"{cfg.describe()} + cuBLAS", "slices": slices}
+    row |= {"width": width, "hbm_bytes": hbm, "g_trip_bytes": g_trip, "de_rw_bytes": de_rw}
+    return row | {"l2_bytes": l2, "atomic_bytes": 0, "locked_bytes": 0}
 
 
 def _pairs_design(name: str, config: str, shape: Shape, tiles: Tiles, locked: int,
                   de_e: int) -> dict[str, Any]:  # fmt: skip
-    """The tile and CCE designs: one launch over (row block, vocab tile) pairs.
-
-    ``locked``: 0 (hardware adds into both), 1 (dC under a lock) or 2 (both locked).
-    """
+    """The tile and CCE designs: one launch over (row block, vocab tile) pairs; ``locked``:
+    0 (hardware adds into both), 1 (dC under a lock) or 2 (both locked)."""
     n, v, d = shape.n, shape.v, shape.d
     e = DTYPES[shape.dtype].itemsize
     c = pair_costs(shape, tiles, locked, de_e)
@@ -196,18 +148,9 @@ def _pairs_design(name: str, config: str, shape: Shape, tiles: Tiles, locked: in
     hbm = (n + v) * d * e + 3 * (n * d * de_e + v * d * e)
     if de_e != e:
         hbm += n * d * (de_e + e)
-    return {
-        "design": name,
-        "config": config,
-        "slices": None,
-        "width": None,
-        "hbm_bytes": hbm,
-        "g_trip_bytes": 0,
-        "de_rw_bytes": 0,
-        "l2_bytes": c["bwd_l2_gb"] * 1e9,
-        "atomic_bytes": atomic,
-        "locked_bytes": locked_bytes,
-    }
+    row = {"design": name, "config": config, "slices": None, "width": None, "hbm_bytes": hbm}
+    row |= {"g_trip_bytes": 0, "de_rw_bytes": 0, "l2_bytes": c["bwd_l2_gb"] * 1e9}
+    return row | {"atomic_bytes": atomic, "locked_bytes": locked_bytes}
 
 
 def _timed(row: dict[str, Any], flops: float, gpu: str) -> dict[str, Any]:
@@ -219,16 +162,10 @@ def _timed(row: dict[str, Any], flops: float, gpu: str) -> dict[str, Any]:
     }
     known = {k: t for k, t in terms.items() if t is not None}
     bound = max(known, key=known.get)
-    return {
-        **row,
-        "gemm_tflop": flops / 1e12,
-        "gemm_ms": terms["gemm"] * 1e3,
-        "hbm_ms": terms["hbm"] * 1e3,
-        "l2_ms": None if terms["l2"] is None else terms["l2"] * 1e3,
-        "modelled_ms": known[bound] * 1e3,
-        "bound": bound,
-        **{k: row[k] / 1e9 for k in row if k.endswith("_bytes")},
-    }
+    out = {**row, "gemm_tflop": flops / 1e12}
+    out |= {f"{k}_ms": None if t is None else t * 1e3 for k, t in terms.items()}
+    out |= {"modelled_ms": known[bound] * 1e3, "bound": bound}
+    return out | {k: row[k] / 1e9 for k in row if k.endswith("_bytes")}
 
 
 def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
@@ -243,19 +180,18 @@ def design_rows(shape: Shape, with_cce: bool = False) -> list[dict[str, Any]]:
         if gpu not in RATES:  # no sourced rates (B200): not modelled, rate_notes says so
             continue
         bwd = PINNED["backward", arch, shape.dtype]
-        tiles = _pairs_design("tiles", bwd.describe(), shape, _tiles(bwd), _locked(shape, arch), 4)
+        tiles = _pairs_design("tiles", bwd.describe(), shape, *_tile_backward(shape, arch, bwd))
         rows = [_slices(shape, arch), tiles]
         if with_cce and shape.dtype in cce.DTYPES:
             g = cce.grid_sizes(shape)
             rows.append(_pairs_design("cce", g["bwd_config"], shape, g["tiles"], 2, e))
-        for row in rows:
-            out.append({"gpu": gpu, "arch": cfg_arch(arch), **_timed(row, flops, gpu)})
+        out += [{"gpu": gpu, "arch": arch, **_timed(row, flops, gpu)} for row in rows]
     return out
 
 
 def rate_notes() -> list[str]:
     """The roofline's rates and their sources, one line per GPU."""
-    lines = [f"design model rates, {gpu}: {r['source']}" for gpu, r in RATES.items()]
+    lines = [f"design model rates, {gpu}: {source}" for gpu, source in SOURCES.items()]
     unrated = [gpu for gpu, _ in GPUS.values() if gpu not in RATES]
     lines += [f"design model: no {gpu} rates sourced, not modelled" for gpu in unrated]
     tm, tn = CUBLAS_TILE

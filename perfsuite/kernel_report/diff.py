@@ -1,11 +1,7 @@
-"""Compare two kernel reports build by build: what changed in each build and whether it fails.
-
-Builds match on (kernel, variant, config, dtype, arch); equal SASS hashes mean the same
-code. One of ours fails on a new spill, fewer CTAs per SM, or an instruction class or the
-total grown past the threshold (counts free of machine noise; registers alone never
-fail). CCE's builds, builds across Triton versions and a retuned config are reported,
-never failing; any other build on one side only is listed.
-"""
+"""Compare two kernel reports build by build (on kernel, variant, config, dtype, arch; equal
+SASS hashes: the same code). One of ours fails on a new spill, fewer CTAs per SM, or an
+instruction class or the total grown past the threshold (registers alone never fail); CCE's
+builds, builds across Triton versions and a retuned config are reported, never failing."""
 
 from __future__ import annotations
 
@@ -127,15 +123,18 @@ def compare(
             out.unchanged += 1
             continue
         moved, reasons = changes(base, row, threshold)
-        ungated = (
-            "CCE's" if not row.get("ours", True) else "across Triton versions" if across else ""
-        )
+        ungated = "across Triton versions" if across else ""
+        ungated = ungated if row.get("ours", True) else "CCE's"
         out.changed.append(Change(where(row), moved, reasons, ungated))
-    _pair_retuned(
-        [r for k, r in old.items() if k not in new],
-        [r for k, r in new.items() if k not in old],
-        out,
-    )
+    gone = [r for k, r in old.items() if k not in new]
+    _pair_retuned(gone, [r for k, r in new.items() if k not in old], out)
+    return out
+
+
+def _by_launch(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(where(r, config=False), []).append(r)
     return out
 
 
@@ -143,12 +142,8 @@ def _pair_retuned(gone: list[dict], added: list[dict], out: Comparison) -> None:
     """A launch with one build only in the baseline and one only in this run changed its
     config: compared as one build, never failing (a new tile is an intended change);
     every other build on one side only is listed."""
-    by_old: dict[str, list] = {}
-    by_new: dict[str, list] = {}
-    for rows, by_launch in ((gone, by_old), (added, by_new)):
-        for r in rows:
-            by_launch.setdefault(where(r, config=False), []).append(r)
-    for name, olds in by_old.items():
+    by_new = _by_launch(added)
+    for name, olds in _by_launch(gone).items():
         news = by_new.get(name, [])
         if len(olds) == 1 and len(news) == 1:
             a, b = olds[0], news.pop()

@@ -1,9 +1,6 @@
-"""How much of the backward the tile list launches, on a sample of a workload's rows.
-
-The first ``rows`` rows of a workload at the shape's real V and D go through the
-tile-list kernels (interpreted, in a child process) with each arch's shipped tiles;
-their row statistics come from fp32 torch logits (the forward is too slow interpreted).
-"""
+"""How much of the backward the tile list launches on a workload's first rows at the shape's
+V and D: the tile-list kernels run interpreted in a child with each arch's shipped tiles, on
+row statistics from fp32 torch logits (the forward is too slow interpreted)."""
 
 from __future__ import annotations
 
@@ -21,21 +18,6 @@ from .launches import DTYPES, GPUS, Shape, cfg_arch
 
 
 @torch.no_grad()
-def _row_stats(
-    e: torch.Tensor, c: torch.Tensor, softcap: float | None, tile_width: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row max, log-sum, bf16 per-tile log-sum-exp) of ``softcap(e @ cᵀ)`` in fp32."""
-    z = e.float() @ c.float().T
-    if softcap:
-        z = softcap * torch.tanh(z / softcap)
-    row_max = z.max(dim=1).values
-    log_sum = torch.log(torch.exp(z - row_max[:, None]).sum(dim=1))
-    pad = -z.shape[1] % tile_width
-    tiles = torch.nn.functional.pad(z, (0, pad), value=float("-inf"))
-    tile_lse = torch.logsumexp(tiles.view(z.shape[0], -1, tile_width), dim=2)
-    return row_max, log_sum, tile_lse.to(torch.bfloat16)
-
-
 def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[dict[str, Any]]:
     """Per arch: launched pairs / all pairs of the sample (must run interpreted on a CPU)."""
     from perfsuite.kernels import tiles
@@ -50,13 +32,18 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
     case = Case(rows, shape.v, shape.d, shape.dtype, shape.beta, shape.softcap or None)
     synthetic = {"kind": "synthetic", "entropy": DEFAULT_ENTROPY, "zipf": DEFAULT_ZIPF}
     made = make_inputs(case, workload=synthetic if workload == "synthetic" else None)
-    e, c = made.e.detach(), made.c.detach()
+    z = made.e.float() @ made.c.float().T  # the logits, softcapped, in fp32
+    if shape.softcap:
+        z = shape.softcap * torch.tanh(z / shape.softcap)
+    row_max = z.max(dim=1).values
+    log_sum = torch.log(torch.exp(z - row_max[:, None]).sum(dim=1))
     g = torch.full((rows,), 1.0 / rows)
     eps = default_filter_eps(dtype)
     out = []
     for arch in archs:
         fwd, bwd = PINNED["forward", arch, shape.dtype], PINNED["backward", arch, shape.dtype]
-        row_max, log_sum, tile_lse = _row_stats(e, c, shape.softcap or None, fwd.block_v)
+        tiled = torch.nn.functional.pad(z, (0, -z.shape[1] % fwd.block_v), value=-torch.inf)
+        tile_lse = torch.logsumexp(tiled.view(rows, -1, fwd.block_v), dim=2).to(torch.bfloat16)
         extra = bwd.block_v * shape.beta / shape.v if shape.softcap else 0.0
         tau = tiles.row_thresholds(
             tile_lse, row_max, log_sum, filter_eps=eps, extra=extra, dtype=dtype
@@ -65,34 +52,20 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
             tile_lse, fwd.block_v, row_max, log_sum, g, tau,
             vocab=shape.v, block_n=bwd.block_n, block_v=bwd.block_v, group=GROUP_N, extra=extra,
         )  # fmt: skip
-        out.append(
-            {
-                "arch": arch,
-                "gpu": GPUS[arch][0],
-                "workload": workload,
-                "entropy": made.entropy,
-                "rows": rows,
-                "pairs": listed.total,
-                "launched": int(listed.count.item()),
-                "launched_fraction": listed.launched_fraction(),
-                "rows_with_tau0": int((tau == 0).sum()),
-            }
-        )
+        row = {"arch": arch, "gpu": GPUS[arch][0], "workload": workload, "entropy": made.entropy}
+        row |= {"rows": rows, "pairs": listed.total, "launched": int(listed.count.item())}
+        row["launched_fraction"] = listed.launched_fraction()
+        out.append(row | {"rows_with_tau0": int((tau == 0).sum())})
     return out
 
 
 def rows(
-    shape: Shape,
-    archs: list[str],
-    cost_rows: list[dict[str, Any]],
-    workloads: list[str],
-    sample: int,
-    notice: NoticeFn,
+    shape: Shape, sel: dict[str, Any], cost_rows: list[dict[str, Any]], notice: NoticeFn
 ) -> list[dict[str, Any]]:
-    """Launched fraction per arch × workload on its first ``sample`` rows, with the
-    backward's costs scaled by it: ``measure`` in a child under ``TRITON_INTERPRET=1``,
-    minutes each at a real vocabulary (``notice`` hears each as it starts)."""
-    keys = sorted({cfg_arch(a) for a in archs})
+    """Launched fraction per arch × ``--launched`` workload, the backward's costs scaled by
+    it: ``measure`` in a child under ``TRITON_INTERPRET=1``, minutes each."""
+    workloads, sample = sel["workloads"], sel["sample_rows"]
+    keys = sorted({cfg_arch(a) for a in sel["archs"]})
     full = {r["arch"]: r for r in cost_rows if r["impl"] == "ours"}
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = []

@@ -1,14 +1,8 @@
 """What each kernel is launched with at a named shape: fake tensors, sizes, launch options.
 
-Each ``Launch`` lists, by name, the arguments its launcher passes; tensors are
-``FakeTensor``s whose data pointers mirror slices of one allocation, so Triton's binder
-gives the divisibility attributes and constants a real launch gets (``build.specialise``).
-The TMA path's descriptors are host ``TensorDescriptor``s over fake tensors (Triton skips
-its base-alignment check for a class named ``FakeTensor``), so the binder gives the
-``tensordesc<…>`` signature a real launch gets. The slice kernels take ``v0`` and the
-width as plain ints, which Triton specialises by divisibility by 16: at most two binaries
-per shape (``+last`` when the last slice differs), at the width ``slices.slice_width``
-picks on a GPU.
+Tensors are ``FakeTensor``s whose pointers mirror slices of one allocation, and the TMA
+path's descriptors host ``TensorDescriptor``s over them, so Triton's binder gives the
+signature, divisibility attributes and constants a real launch gets (``build.specialise``).
 """
 
 from __future__ import annotations
@@ -22,25 +16,25 @@ from unittest import mock
 import torch
 import triton
 
-from .options import DTYPES as DTYPE_NAMES
+from perfsuite.method import DTYPES
+
 from .options import Shape, cfg_arch
 
-# Representative GPU per config arch (configs.arch_of's keys): (name, SM count). A launch
-# sizes its grids by the SM count (forward splits, column-sum splits, persistent grids).
+# The GPU a launch sizes its grids for, per config arch (configs.arch_of's keys): name, SMs.
 GPUS = {"sm_80": ("A100", 108), "sm_90": ("H100", 132), "sm_100": ("B200", 148)}
-DTYPES = {name: getattr(torch, torch_name) for name, torch_name in DTYPE_NAMES.items()}
 _BASE = 1 << 24  # caching-allocator blocks are at least 512-byte aligned
 TMA_ARCHS = ("sm_90", "sm_100")  # configs.arch_of keys the TMA path runs on (hopper.eligible)
 
 
 class FakeTensor:
-    """Enough of a tensor for Triton's binder and the kernels' heuristics."""
+    """Enough of a tensor for Triton's binder and the kernels' heuristics (Triton skips a
+    descriptor's base-alignment check for a class of this name)."""
+
+    device = torch.device("cuda", 0)
 
     def __init__(self, dtype: torch.dtype | str, numel: int = 2, offset: int = 0) -> None:
-        self.dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype
-        self.device = torch.device("cuda", 0)
-        self._numel = numel
-        self._ptr = _BASE + offset
+        self.dtype = DTYPES.get(dtype, dtype)  # a name or a torch dtype
+        self._numel, self._ptr = numel, _BASE + offset
 
     def data_ptr(self) -> int:
         return self._ptr
@@ -55,11 +49,8 @@ F32 = torch.float32
 
 @dataclass
 class Launch:
-    """One kernel launch to build: arguments by name plus explicit constexpr overrides.
-
-    ``overrides`` replace heuristics that depend on the device (hardware atomics);
-    ``ours`` is False for baselines (reported side by side, never failing the report).
-    """
+    """One kernel launch to build: arguments by name; ``overrides`` replace heuristics that
+    read the device (hardware atomics); ``ours``: False for CCE's (never failing a report)."""
 
     kernel: str
     variant: str
@@ -73,9 +64,7 @@ class Launch:
     config: str = ""
     declared_ctas: int | None = None
     ours: bool = True
-    # Work items of a persistent grid (tiles or (row block, split) items): its grid is
-    # min(work, SMs × declared CTAs/SM), and the report gives its waves.
-    work: int | None = None
+    work: int | None = None  # a persistent grid's work items (tiles; row block × split)
 
 
 def _pinned(kernel: str, variant: str, dtype: str, arch: str, obj: Any, args: dict, cfg: Any,
@@ -87,10 +76,8 @@ def _pinned(kernel: str, variant: str, dtype: str, arch: str, obj: Any, args: di
 
 
 def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
-    """A persistent launch's grid on the representative GPU as its launcher sizes it
-    (``kernels.hopper._launch``: SMs × the build's CTAs/SM, fewer when there is less
-    work), its waves (grid ÷ resident slots; 1.0: every slot busy) and its work items per
-    program; {} for a launch without ``work`` or a build that fits no CTA."""
+    """A persistent launch's grid as ``kernels.hopper._launch`` sizes it on the GPU, its
+    waves (grid ÷ resident slots) and work per program; {} without ``work`` or a CTA."""
     if launch.work is None or not measured_ctas:
         return {}
     slots = GPUS[cfg_arch(launch.arch)][1] * measured_ctas
@@ -100,8 +87,7 @@ def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
 
 def flags(variant: str, *names: str) -> tuple[bool, ...]:
     """Which of ``names`` a variant's name holds (``smooth+softcap``: both)."""
-    parts = variant.split("+")
-    return tuple(name in parts for name in names)
+    return tuple(name in variant.split("+") for name in names)
 
 
 def native_atomics(dtype: str, arch: str) -> bool:
@@ -170,30 +156,26 @@ def _forward(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator
         cfg = tma_config("forward", key, weighted) if tma else PINNED["forward", key, dtype]
         splits, split_size, programs = forward_grid(shape, arch, cfg)
         part = splits * n * 4  # bytes per slice of the (2|3, splits, N) fp32 buffer
-        args = {
+        args = dict(N=n, V=v, D=d, split_size=split_size, MaxPart=T(F32))
+        args |= {
+            "SumPart": T(F32, offset=part),
             # c̄: smoothing without softcap (the forward's Σz), or any smoothing on the
             # tile backward's path (its rank-one part; function.py).
             "CBar": T(F32) if smooth and (not cap or tiles) else None,
-            "MaxPart": T(F32, offset=0),
-            "SumPart": T(F32, offset=part),
             "SmoothPart": T(F32, offset=2 * part) if smooth else None,
             "Weight": T(F32) if weighted else None,  # fp32 (V,)
             "softcap": shape.softcap if cap else None,
         }
-        args |= dict(N=n, V=v, D=d, split_size=split_size)
         if tma:
-            args |= _operands(shape, dtype, cfg) | cfg.meta("forward_tma")
-            args["num_splits"] = splits
+            args |= _operands(shape, dtype, cfg) | cfg.meta("forward_tma") | {"num_splits": splits}
             yield _pinned("forward_tma", name, dtype, arch, hopper._forward, args, cfg,
                           work=programs)  # fmt: skip
             continue
+        args |= _operands(shape, dtype) | cfg.meta("forward") | {"inv_n": 1.0 / n}
         args |= {
-            **_operands(shape, dtype),
-            "inv_n": 1.0 / n,
             "LogitAvg": T(F32) if avg else None,
             "TileLSE": T(torch.bfloat16) if tiles else None,
             "num_tiles": triton.cdiv(v, cfg.block_v) if tiles else 0,
-            **cfg.meta("forward"),
         }
         yield _pinned("forward", name, dtype, arch, forward._forward, args, cfg)
 
@@ -202,32 +184,27 @@ def slice_width(shape: Shape, dtype: str) -> int:
     """Columns per slice on a GPU at ``shape`` under the default budget (slices.py)."""
     from perfsuite.kernels import slices
 
-    cuda = torch.device("cuda", 0)
     # The probe needs a GPU; on one it finds cuBLAS's fp32-output GEMM (torch ≥ 2.8).
     with mock.patch.object(slices, "_fp32_out_mm", lambda device: True):
-        per = slices.bytes_per_column(shape.n, shape.d, DTYPES[dtype], cuda, "triton", False)
+        per = slices.bytes_per_column(shape.n, shape.d, DTYPES[dtype], T.device, "triton", False)
     return slices.slice_width(shape.v, per, slices.DEFAULT_BUDGET)
 
 
 def slice_starts(shape: Shape, width: int) -> list[tuple[str, int, int]]:
     """(suffix, v0, columns) of each distinct specialisation among the shape's slices:
     Triton specialises an int on == 1 (a constant) and on divisibility by 16."""
-    starts = list(range(0, shape.v, width))
-    out: list[tuple[str, int, int]] = []
-    seen = set()
+    starts = range(0, shape.v, width)
+    out: dict[tuple[bool, ...], tuple[str, int, int]] = {}
     for i, v0 in enumerate(starts):
         cols = min(width, shape.v - v0)
-        key = (v0 == 1, v0 % 16 == 0, cols == 1, cols % 16 == 0)
-        if key not in seen:
-            seen.add(key)
-            out.append(("" if i == 0 else "+last" if i == len(starts) - 1 else f"+{i}", v0, cols))
-    return out
+        suffix = "" if i == 0 else "+last" if i == len(starts) - 1 else f"+{i}"
+        out.setdefault((v0 == 1, v0 % 16 == 0, cols == 1, cols % 16 == 0), (suffix, v0, cols))
+    return list(out.values())
 
 
 def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[Launch]:
-    """The default backward's gradient-slice GEMM (portable or TMA): every variant × the
-    slices' distinct specialisations, each writing ``buf[:, :cols]`` of an (N, width)
-    buffer (row stride width)."""
+    """The default backward's gradient-slice GEMM (portable or TMA): every variant × each
+    distinct slice, writing ``buf[:, :cols]`` of an (N, width) buffer."""
     from perfsuite.kernels import hopper, slices
     from perfsuite.kernels.configs import PINNED, tma_config
 
@@ -241,19 +218,17 @@ def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[
         for suffix, v0, cols in slice_starts(shape, width):
             # terms.Coefficients: A, B and (β > 0) S; the class weights, fp32 (V,).
             args = dict(RowMax=T(F32), LogSum=T(F32), A=T(F32), B=T(F32), InvScale=T(F32, 1))
+            args |= dict(Targets=T(torch.int64), N=n, D=d, v0=v0, width=cols)  # the caller's int64
             args |= {
                 "S": T(F32) if smooth else None,
                 "Weight": T(F32) if weighted else None,
-                "Targets": T(torch.int64),  # targets.contiguous(): the caller's int64
                 "softcap": shape.softcap if cap else None,
             }
-            args |= dict(N=n, D=d, v0=v0, width=cols)
             if tma:
                 sub = cfg.block_v // hopper.slice_subtiles(weighted)
-                args |= _operands(shape, dtype, cfg)
+                args |= _operands(shape, dtype, cfg) | cfg.meta("slices_tma")
                 args["out_desc"] = _desc(dtype, n, cols, width, [cfg.block_n, sub])
                 tiles = triton.cdiv(n, cfg.block_n) * triton.cdiv(cols, cfg.block_v)
-                args |= cfg.meta("slices_tma")
                 yield _pinned("slices_tma", name + suffix, dtype, arch, hopper._grad_slice,
                               args, cfg, width, work=tiles)  # fmt: skip
                 continue
@@ -285,20 +260,17 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
             parts, "smooth", "softcap", "list", "filter", "accum"
         )
         dc_dtype = "fp32" if accum else dtype
-        args = dict(_operands(shape, dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32))
+        args = dict(_operands(shape, dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32), dE=T(F32))
+        args |= dict(dC=T(dc_dtype), dELocks=T(torch.int32), N=n, V=v, D=d, **cfg.meta("backward"))
         args |= {
             "Order": T(torch.int32) if filt else None,
             "TileList": T(torch.int32, pairs + 1) if use_list else None,
             "TileCount": T(torch.int32, 1) if use_list else None,
-            "dE": T(F32),
-            "dC": T(dc_dtype),
-            "dELocks": T(torch.int32),
             "dCLocks": T(torch.int32, offset=de_locks_bytes),
             "softcap": shape.softcap if cap else None,
             "smooth_w": shape.beta / v if smooth else 0.0,
             "RowEps": T(F32) if filt else None,
         }
-        args |= {"N": n, "V": v, "D": d, **cfg.meta("backward")}
         overrides = {
             "DE_ATOMIC": native_atomics("fp32", arch),  # dE is always an fp32 buffer
             "DC_ATOMIC": native_atomics(dc_dtype, arch),
@@ -308,8 +280,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
 
 
 def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
-    """The small kernels around the main two: column sums, tile threshold and keep, the
-    target logit."""
+    """The small kernels around the main two: column sums, tile threshold and keep, target logit."""
     from perfsuite.kernels import reductions, targets, tiles
     from perfsuite.kernels.configs import PINNED
 
@@ -322,35 +293,28 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         args = {"X": T(dtype), "W": T(F32) if weights else None, "Out": T(F32), "R": rows}
         args |= dict(D=d, rows_per_split=per, stride_xr=d, stride_xd=1)
         args |= dict(BLOCK_R=reductions.BLOCK_R, BLOCK_D=reductions.BLOCK_D)
-        yield Launch(
-            "column_sum", name, dtype, arch, reductions._column_sum_kernel, args,
-            reductions.NUM_WARPS,
-            config=f"R{reductions.BLOCK_R}-D{reductions.BLOCK_D}-w{reductions.NUM_WARPS}",
-        )  # fmt: skip
+        config = f"R{reductions.BLOCK_R}-D{reductions.BLOCK_D}-w{reductions.NUM_WARPS}"
+        yield Launch("column_sum", name, dtype, arch, reductions._column_sum_kernel, args,
+                     reductions.NUM_WARPS, config=config)  # fmt: skip
     fwd = PINNED["forward", cfg_arch(arch), dtype]
     bwd = PINNED["backward", cfg_arch(arch), dtype]
     common = dict(TileLSE=T(torch.bfloat16), RowMax=T(F32), LogSum=T(F32), Tau=T(F32), N=n)
     common |= dict(num_f=triton.cdiv(v, fwd.block_v), extra=0.0, BLOCK_T=tiles.BLOCK_T)
     block_n = 32
     threshold = {**common, "filter_eps": 1e-3, "budget": 1e-3, "LEVELS": tiles.LEVELS}
-    yield Launch(
-        "tile_threshold", "-", dtype, arch, tiles._threshold_kernel,
-        {**threshold, "BLOCK_N": block_n}, 4, config=f"N{block_n}-T{tiles.BLOCK_T}-w4",
-    )  # fmt: skip
+    threshold["BLOCK_N"] = block_n
+    yield Launch("tile_threshold", "-", dtype, arch, tiles._threshold_kernel, threshold, 4,
+                 config=f"N{block_n}-T{tiles.BLOCK_T}-w4")  # fmt: skip
     keep = {**common, "G": T(F32), "Keep": T(torch.int8), "num_v": triton.cdiv(v, bwd.block_v)}
     keep |= {"BLOCK_N": bwd.block_n, "BLOCK_V": bwd.block_v, "TILE_W": fwd.block_v}
-    yield Launch(
-        "tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
-        config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4",
-    )  # fmt: skip
+    yield Launch("tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
+                 config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4")  # fmt: skip
     for name, cap in (("plain", None), ("softcap", shape.softcap or 30.0)):
         args = dict(_operands(shape, dtype), Targets=T(torch.int64), Out=T(F32), softcap=cap)
         args |= {"N": n, "V": v, "D": d, "stride_t": 1}
         args |= dict(BLOCK_N=targets.BLOCK_N, BLOCK_D=targets.BLOCK_D)
-        yield Launch(
-            "target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
-            config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4",
-        )  # fmt: skip
+        yield Launch("target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
+                     config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4")  # fmt: skip
 
 
 # Ours (portable, then the TMA path on sm_90a / sm_100a), then CCE's: a report's order.

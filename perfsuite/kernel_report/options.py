@@ -1,7 +1,5 @@
-"""``perfsuite kernel-report``'s options and what they can name (archs, shapes, dtypes,
-kernels, ``--launched`` workloads), checked before any build and without torch or Triton:
-an unknown name is one ``error:`` line at once, never a report that built nothing
-(issue 46)."""
+"""``perfsuite kernel-report``'s options and what they can name, checked before any build
+and without torch or Triton: an unknown name is one ``error:`` line at once."""
 
 from __future__ import annotations
 
@@ -15,15 +13,11 @@ from perfsuite.plan.shapes import PRESETS
 
 from .diff import DEFAULT_THRESHOLD
 
-# Archs with shipped configs (configs.arch_of: Ampere-class, Hopper and datacenter
-# Blackwell tiles). Consumer Blackwell (sm_120) is left out: arch_of gives it Hopper's
-# tiles, and the tile backward's 145 KiB of shared memory exceeds its 99 KiB per CTA.
+# Archs with shipped configs (configs.arch_of); consumer Blackwell's (sm_120) 99 KiB of
+# shared memory per CTA is too little for the Hopper tiles arch_of gives it.
 SUPPORTED = ("sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a")
-# The dtypes a launch is built in, with torch's name of each (``launches.DTYPES``).
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-# What ``--launched`` samples rows of, and how many rows by default.
-WORKLOADS = ("random", "synthetic")
-DEFAULT_ROWS = 256
+DTYPES = ("bf16", "fp16", "fp32")  # the dtypes a launch is built in
+WORKLOADS = ("random", "synthetic")  # what ``--launched`` samples rows of
 
 
 def capability(arch: str) -> int:
@@ -33,9 +27,8 @@ def capability(arch: str) -> int:
 
 
 def arch_set(archs: list[str]) -> list[str]:
-    """``archs`` without repeats, in capability order: ``sm_90a,sm_80`` and
-    ``sm_80,sm_90a`` share a file."""
-    return sorted(set(archs), key=lambda a: (capability(a), a))
+    """``archs`` without repeats, in capability order: sm_90a,sm_80 shares sm_80,sm_90a's file."""
+    return sorted(dict.fromkeys(archs), key=lambda a: (capability(a), a))
 
 
 @dataclass(frozen=True)
@@ -75,13 +68,11 @@ def parse_shape(text: str) -> Shape:
 
 
 def cfg_arch(arch: str) -> str:
-    """``sm_90a`` -> ``sm_90``, ``sm_100a`` -> ``sm_100``: the key of PINNED that
-    ``configs.arch_of`` picks on that GPU."""
+    """The key of PINNED that ``configs.arch_of`` picks on ``arch`` (sm_90a: sm_90)."""
     cap = capability(arch)
     return "sm_100" if cap // 10 == 10 else "sm_90" if cap >= 90 else "sm_80"
 
 
-DEFAULT_ARCHS = ("sm_80", "sm_90a")
 # Ours (launches.py's tables: the portable and TMA kernels, then the helpers), CCE's.
 KERNELS = (
     *("forward", "slices", "backward", "forward_tma", "slices_tma"),
@@ -103,18 +94,17 @@ def _unknown(option: str, names: list[str] | None, known: tuple[str, ...]) -> st
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arch",
-        default=",".join(DEFAULT_ARCHS),
-        help=f"comma-separated targets (default: sm_80,sm_90a; of {', '.join(SUPPORTED)})",
+        default="sm_80,sm_90a",
+        help=f"comma-separated targets (default: %(default)s; of {', '.join(SUPPORTED)})",
     )
     parser.add_argument(
         "--shape",
         default="gemma2-2b",
         help=f"launch shape: {', '.join(SHAPES)} or N,V,D[,dtype] (default gemma2-2b)",
     )
-    parser.add_argument("--dtype", default=None, help="comma-separated dtypes (default: all)")
+    parser.add_argument("--dtype", help="comma-separated dtypes (default: all)")
     parser.add_argument(
         "--kernel",
-        default=None,
         help=f"comma-separated kernels (default: all: {', '.join(KERNELS)}, cce_*)",
     )
     parser.add_argument("--no-cce", action="store_true", help="skip CCE's kernels")
@@ -124,28 +114,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(
         "--launched",
-        default=None,
         metavar="WORKLOADS",
         help="also measure the backward tile list's launched fraction on a sample of rows "
         f"of these workloads ({', '.join(WORKLOADS)}; minutes at a real vocabulary)",
     )
     parser.add_argument(
-        "--sample-rows",
-        type=int,
-        default=DEFAULT_ROWS,
-        help=f"rows sampled for --launched (default {DEFAULT_ROWS})",
+        "--sample-rows", type=int, default=256, help="rows sampled for --launched (default 256)"
     )
     stored = parser.add_argument_group("stored baselines (docs/kernel.md)")
     stored.add_argument(
         "--save",
-        default=None,
         metavar="DIR",
         help="also write the report's JSON document to DIR, one file per Triton version and "
         "arch set (replacing that file: a renewal)",
     )
     stored.add_argument(
         "--baseline",
-        default=None,
         metavar="DIR",
         help="compare the builds with DIR's baseline for this Triton version and arch set; "
         "exit 1 when a build of ours gains a spill, fits fewer CTAs/SM or grows an "
@@ -171,15 +155,14 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     """What the run builds, resolved (every dtype / kernel when none named); raises
     ValueError with the one-line reason for a name or value that cannot work."""
     archs = csv(args.arch)
-    for arch in archs:
-        capability(arch)
+    ordered = arch_set(archs)  # raises on an unsupported arch
     dtypes = csv(args.dtype) if args.dtype else None
     kernels = csv(args.kernel) if args.kernel else None
     workloads = csv(args.launched) if args.launched else []
     # An unknown name built nothing and passed (exit 0): a CI gate passed vacuously.
     what = _unknown("--kernel", kernels, (*KERNELS, *CCE_KERNELS))
-    what = what or _unknown("--dtype", dtypes, tuple(DTYPES))
-    what = what or _unknown("--launched", workloads, tuple(WORKLOADS))
+    what = what or _unknown("--dtype", dtypes, DTYPES)
+    what = what or _unknown("--launched", workloads, WORKLOADS)
     if what or args.sample_rows < 1:
         raise ValueError(what or f"--sample-rows {args.sample_rows} must be >= 1")
     if not args.threshold >= 0:  # NaN too
@@ -190,7 +173,7 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     if kernels and not with_cce and all(k in CCE_KERNELS for k in kernels):
         raise ValueError(f"--kernel {','.join(kernels)} with --no-cce builds nothing")
     return {
-        "archs": arch_set(archs),
+        "archs": ordered,
         "arch_order": archs,
         "dtypes": dtypes or list(DTYPES),
         "dtypes_asked": dtypes is not None,

@@ -1,6 +1,5 @@
-"""``perfsuite kernel-report`` on the console, fitted to the terminal (``perfsuite.fit``):
-the builds (one table per kernel), the cost table, the backward designs, the launched
-fraction; with ``--baseline``, the builds that changed (layout: docs/kernel.md)."""
+"""``perfsuite kernel-report`` on the console, fitted to the terminal (``perfsuite.fit``;
+layout: docs/kernel.md); with ``--baseline``, the builds that changed."""
 
 from __future__ import annotations
 
@@ -17,7 +16,12 @@ from .diff import Comparison
 _BOX: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False)
 
 # (header, row key, format): a format of None is a text column (left, folding); a key
-# ``a+b`` sums the row's counts, ``a/b`` pairs them.
+# ``a+b`` sums the row's counts, ``a/b`` pairs them. Each table's title above its columns.
+COST_TITLE = (
+    "Static costs at {where}, {dtype}: forward grid; bwd columns: the atomic-tile backward "
+    "(backward='tiles', an ablation) and CCE's, every pair (no filtering); lock trips = "
+    "CAS + EXCH per locked update, per 1000 logits"
+)
 COST_COLUMNS = (
     ("impl", "impl", None),
     ("GPU", "gpu", None),
@@ -36,21 +40,13 @@ COST_COLUMNS = (
     ("total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
     ("bwd locks/1k", "lock_trips_per_1k_logits", "{:.2f}"),
 )
-
-
-LAUNCHED_COLUMNS = (
-    ("GPU", "gpu", None),
-    ("workload", "workload", None),
-    ("entropy", "entropy", "{:.2f}"),
-    ("rows", "rows", "{:,}"),
-    ("bwd config", "bwd_config", None),
-    ("pairs", "pairs", "{:,}"),
-    ("launched", "launched", "{:,}"),
-    ("fraction", "launched_fraction", "{:.1%}"),
-    ("modelled recompute GB", "recompute_gb", "{:,.1f}"),
-    ("modelled total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
+DESIGN_TITLE = (
+    "Backward designs at {where}, {dtype}: a MODEL, not a measurement "
+    "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, L2 / L2 rate) "
+    "at the rates in the notes below; HBM GB≥: each launch's operands read and outputs "
+    "written once (a lower bound); G trip: the slice G written once, read twice; atomic GB: "
+    "hardware atomic adds; locked GB: updates and reads under a spin lock"
 )
-
 DESIGN_COLUMNS = (
     ("GPU", "gpu", None),
     ("design", "design", None),
@@ -70,6 +66,29 @@ DESIGN_COLUMNS = (
     ("modelled ms", "modelled_ms", "{:,.1f}"),
     ("bound", "bound", None),
 )
+LAUNCHED_TITLE = (
+    "Backward tile list on the first rows of each workload at {where}: launched pairs of the "
+    "sample (per-row mass budget, kernels/tiles.py); modelled = the cost table's full "
+    "figures × fraction"
+)
+LAUNCHED_COLUMNS = (
+    ("GPU", "gpu", None),
+    ("workload", "workload", None),
+    ("entropy", "entropy", "{:.2f}"),
+    ("rows", "rows", "{:,}"),
+    ("bwd config", "bwd_config", None),
+    ("pairs", "pairs", "{:,}"),
+    ("launched", "launched", "{:,}"),
+    ("fraction", "launched_fraction", "{:.1%}"),
+    ("modelled recompute GB", "recompute_gb", "{:,.1f}"),
+    ("modelled total bwd L2 GB", "bwd_l2_gb", "{:,.1f}"),
+)
+# The report's tables after the builds: (its key, title, columns), in order.
+TABLES = (
+    ("costs", COST_TITLE, COST_COLUMNS),
+    ("designs", DESIGN_TITLE, DESIGN_COLUMNS),
+    ("launched", LAUNCHED_TITLE, LAUNCHED_COLUMNS),
+)
 
 
 def _cell(row: dict[str, Any], key: str, fmt: str | None) -> str:
@@ -83,19 +102,15 @@ def _cell(row: dict[str, Any], key: str, fmt: str | None) -> str:
     return escape((fmt or "{}").format(sum(values) if len(values) > 1 else values[0]))
 
 
-def _table(columns: tuple, rows: list[dict[str, Any]]) -> tuple[list[Column], list[list[str]]]:
-    """(header, key, format) ``columns`` of ``rows`` as fitted columns and cells."""
-    return _columns(columns), [[_cell(r, k, f) for _, k, f in columns] for r in rows]
-
-
 def _columns(columns: tuple) -> list[Column]:
     return [Column(h, "left" if f is None else "right", f is None) for h, _, f in columns]
 
 
-def _print(console: Any, title: str, columns: list[Column], rows: list[list[str]]) -> None:
-    """Fitted to the console (``perfsuite.fit``): a table; when it is too wide, the same
-    cells turned on their side per GPU (a row per figure, a column per impl, design or
-    workload), each fitted in turn."""
+def _print(console: Any, title: str, spec: tuple, records: list[dict[str, Any]]) -> None:
+    """The ``spec`` columns of ``records`` fitted to the console; too wide, turned on their
+    side per GPU (a row per figure, a column per impl, design or workload)."""
+    columns = _columns(spec)
+    rows = [[_cell(r, k, f) for _, k, f in spec] for r in records]
     options = dict(_BOX, title_justify="left")
     table = fit_table(columns, rows, console.width, title=title, **options)
     if table is not None:
@@ -121,7 +136,7 @@ def _where(report: dict[str, Any]) -> str:
 
 
 def render(report: dict[str, Any], problems: list[str]) -> None:
-    # The terminal's width, $COLUMNS, else 80: tables fit or list.
+    """Print ``report`` and its ``problems`` fitted to the terminal ($COLUMNS, else 80)."""
     console = TrimmedConsole(highlight=False)
     shape, where = report["shape"], _where(report)
     console.print(f"Triton kernels built as launched at {where}", style="bold")
@@ -129,32 +144,9 @@ def render(report: dict[str, Any], problems: list[str]) -> None:
     for kernel, rows in by_kernel(report["rows"]).items():
         console.print()
         kernel_table(console, kernel, rows)
-    _print(
-        console,
-        f"Static costs at {where}, {shape['dtype']}: forward grid; bwd columns: the "
-        "atomic-tile backward (backward='tiles', an ablation) and CCE's, every pair "
-        "(no filtering); lock trips = CAS + EXCH per locked update, per 1000 logits",
-        *_table(COST_COLUMNS, report["costs"]),
-    )
-    if report.get("designs"):
-        _print(
-            console,
-            f"Backward designs at {where}, {shape['dtype']}: a MODEL, not a measurement "
-            "(kernel_report/costs.py): ms = max(GEMM FLOPs / rate, HBM / bandwidth, "
-            "L2 / L2 rate) at the rates in the notes below; HBM GB≥: each launch's "
-            "operands read and outputs written once (a lower bound); G trip: the slice "
-            "G written once, read twice; atomic GB: hardware atomic adds; locked GB: "
-            "updates and reads under a spin lock",
-            *_table(DESIGN_COLUMNS, report["designs"]),
-        )
-    if report.get("launched"):
-        _print(
-            console,
-            f"Backward tile list on the first rows of each workload at {where}: launched "
-            "pairs of the sample (per-row mass budget, kernels/tiles.py); modelled = the "
-            "cost table's full figures × fraction",
-            *_table(LAUNCHED_COLUMNS, report["launched"]),
-        )
+    for key, title, spec in TABLES:
+        if report.get(key):
+            _print(console, title.format(where=where, dtype=shape["dtype"]), spec, report[key])
     _footer(console, report.get("notes", []), problems)
 
 
@@ -212,21 +204,12 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
     """``rows`` of one kernel: a line naming what every build shares (its dtype, arch or
     config; the counts that are 0 in every build), then the widest table that fits."""
     cells = {h: [_cell(r, key, fmt) for r in rows] for h, key, fmt in BUILD_COLUMNS}
-    shared = [
-        cells[h][0]
-        for h, _, fmt in BUILD_COLUMNS
-        if fmt is None and h != "variant" and len(set(cells[h])) == 1
-    ]
+    # Text columns after the variant with one value (dtype, arch, config) go above the table.
+    same = [h for h, _, fmt in BUILD_COLUMNS[1:] if fmt is None and len(set(cells[h])) == 1]
+    shared = [cells[h][0] for h in same if cells[h][0] != "-"]
     zero = [h for h, _, fmt in BUILD_COLUMNS if fmt and set(cells[h]) <= {"0", "0/0"}]
-    absent = {h for h, _, _ in BUILD_COLUMNS if set(cells[h]) == {"-"}}  # not this kernel's
-    shared = [s for s in shared if s != "-"]
-    shown = [
-        c
-        for c in BUILD_COLUMNS
-        if c[0] == "variant"
-        or (c[0] not in zero and c[0] not in absent and cells[c[0]][0] not in shared)
-    ]
-    # a line between archs
+    absent = [h for h in cells if set(cells[h]) == {"-"}]  # not this kernel's
+    shown = [c for c in BUILD_COLUMNS if c[0] == "variant" or c[0] not in same + zero + absent]
     sections = [i for i in range(len(rows) - 1) if rows[i]["arch"] != rows[i + 1]["arch"]]
     left_out: list[str] = []
     while True:
@@ -239,10 +222,8 @@ def kernel_table(console: Any, kernel: str, rows: list[dict[str, Any]]) -> None:
         shown = [c for c in shown if c[0] != drop]
         left_out.append(drop)
     parts = [" ".join(shared)] if shared else []
-    if zero:
-        parts.append(f"0 in every build: {', '.join(zero)}")
-    if left_out:
-        parts.append(f"left out at this width (in --json): {', '.join(left_out)}")
+    parts += [f"0 in every build: {', '.join(zero)}"] if zero else []
+    parts += [f"left out at this width (in --json): {', '.join(left_out)}"] if left_out else []
     console.print(escape(kernel) + (f": {'; '.join(parts)}" if parts else ""))
     if table is not None:
         console.print(table)
@@ -291,11 +272,9 @@ def render_diff(
     console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)")
     failing = len(comparison.failing())
     console.print(f"changed: {_plural(len(comparison.changed))}, {failing} failing")
-    for label, names in (
-        ("only in this run", comparison.only_new),
-        ("only in the baseline", comparison.only_old),
-    ):
-        for name in names:
-            console.print(f"{label} (not gated): {escape(name)}")
+    for name in comparison.only_new:
+        console.print(f"only in this run (not gated): {escape(name)}")
+    for name in comparison.only_old:
+        console.print(f"only in the baseline (not gated): {escape(name)}")
     # Of the notes, why CCE's stored builds are only in the baseline.
     _footer(console, [n for n in report.get("notes", []) if n.startswith("CCE")], problems)

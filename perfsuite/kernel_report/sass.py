@@ -1,10 +1,6 @@
-"""Read ``cuobjdump -sass`` listings: instruction counts and spin-lock critical sections.
-
-A critical section runs from a global compare-and-swap (``ATOMG.*CAS``, the lock's
-acquire) to the next global exchange (``ATOMG.*EXCH``, its release); a tensor-core
-instruction there holds the lock for a matrix multiply while other CTAs spin. Blackwell's
-tensor cores are ``tcgen05``: ``UTC*MMA`` into tensor memory, ``LDTM`` back to registers.
-"""
+"""Read ``cuobjdump -sass`` listings: instruction counts and spin-lock critical sections
+(from a global CAS, the lock's acquire, to the next global EXCH, its release: a tensor-core
+instruction there holds the lock for a matrix multiply while other CTAs spin)."""
 
 from __future__ import annotations
 
@@ -50,9 +46,8 @@ def _atomic(i: Instr, kind: str) -> bool:
 
 def is_add(i: Instr) -> bool:
     """A global reduction/atomic add (``RED.E.ADD.F32``, ``REDG.E.ADD``, ``ATOMG.E.ADD``)."""
-    return i.base in ("RED", "REDG", "ATOMG") and bool(
-        {"ADD", "FADD"} & i.mods or any(m.startswith("ADD") for m in i.mods)
-    )
+    adds = any(m == "FADD" or m.startswith("ADD") for m in i.mods)
+    return i.base in ("RED", "REDG", "ATOMG") and adds
 
 
 def counts(instrs: list[Instr]) -> dict[str, int]:
@@ -75,10 +70,8 @@ def counts(instrs: list[Instr]) -> dict[str, int]:
 
 
 def critical_tensor_ops(instrs: list[Instr]) -> list[tuple[int, Instr]]:
-    """(address of the acquiring CAS, tensor instruction) for each one inside a lock.
-
-    A CAS with no EXCH after it counts as open to the end of the listing.
-    """
+    """(address of the acquiring CAS, tensor instruction) for each one inside a lock (a CAS
+    with no EXCH after it is open to the end of the listing)."""
     found = []
     held: int | None = None
     for i in instrs:
@@ -96,34 +89,30 @@ def digest(instrs: list[Instr]) -> str:
     return hashlib.sha1("\n".join(i.opcode for i in instrs).encode()).hexdigest()[:12]
 
 
-_SHAPE = re.compile(r"\d+x\d+x\d+")
-# tcgen05.mma's shape is in its instruction descriptor, not the opcode: TTGIR's
-# ``ttng.tc_gen5_mma`` names the A (MxK) and D (MxN) shared/tensor-memory tiles.
+# HGMMA.64x256x16 or HMMA.16816: the shape in the opcode.
+_SHAPE = re.compile(r"\d+x\d+x\d+|(?<=\.)\d{4,5}(?=\.|$)")
+# tcgen05.mma's is in its instruction descriptor: TTGIR's ``ttng.tc_gen5_mma`` names the
+# A (MxK) and D (MxN) tiles.
 _TC_GEN5 = re.compile(
     r"ttng\.tc_gen5_mma [^:]*: !ttg\.memdesc<(\d+)x(\d+)x(\w+),[^>]*>, "
     r"!ttg\.memdesc<\d+x\d+x\w+,[^>]*>, !ttg\.memdesc<\d+x(\d+)xf32"
 )
-_F16_K = 16  # tcgen05.mma kind::f16 (and wgmma on 16-bit inputs): K = 16 per instruction
 
 
 def mma_shape(instrs: list[Instr], ttgir: str = "") -> str | None:
-    """The tensor-core instruction and its M×N×K (``HGMMA 64x256x16``), or None.
-
-    Hopper's HGMMA and Ampere's HMMA carry their shape in the opcode; Blackwell's
-    UTCHMMA does not, so its M×N comes from TTGIR's ``tc_gen5_mma`` tile, capped at one
-    instruction's M 128 × N 256 (K = 16 for 16-bit inputs). Several shapes join with ``+``.
-    """
+    """The tensor-core instructions and their M×N×K (``HGMMA 64x256x16``; several joined
+    with ``+``), or None; Blackwell's from TTGIR's ``tc_gen5_mma`` tile."""
     shapes = {}
     for i in instrs:
         if i.base in ("HGMMA", "HMMA"):
-            found = _SHAPE.search(i.opcode) or re.search(r"\.(\d{4,5})\.", i.opcode + ".")
-            shapes.setdefault(f"{i.base} {found.group(0).strip('.') if found else '?'}", None)
-    if any(is_utc_mma(i) for i in instrs):
-        base = next(i.base for i in instrs if is_utc_mma(i))
+            found = _SHAPE.search(i.opcode)
+            shapes.setdefault(f"{i.base} {found.group(0) if found else '?'}", None)
+    base = next((i.base for i in instrs if is_utc_mma(i)), None)
+    if base:
         for m, _k, dtype, n in _TC_GEN5.findall(ttgir):
             # One instruction covers at most M 128 and N 256 (cta_group::1): a larger tile
-            # is issued as several (the UTCMMA count says how many).
-            k = _F16_K if dtype in ("bf16", "f16") else "?"
+            # is issued as several; kind::f16 takes K = 16 per instruction.
+            k = 16 if dtype in ("bf16", "f16") else "?"
             shapes.setdefault(f"{base} {min(int(m), 128)}x{min(int(n), 256)}x{k}", None)
         if not any(s.startswith(base) for s in shapes):
             shapes[f"{base} ?"] = None

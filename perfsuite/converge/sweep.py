@@ -58,31 +58,6 @@ def plan_cells(config: Config, known: dict[str, SimpleMethod]) -> list[Cell]:
     return cells
 
 
-def _env(config: Config, known: dict[str, SimpleMethod], data_info: dict[str, Any]) -> dict:
-    """Provenance, and the sweep's settings under ``converge`` (``model`` filled in by the
-    first worker: the parent does not import transformers)."""
-    p = config.preset
-    distributions = {d for m in config.methods for d in known[m].distributions}
-    env = collect_env(config.device, [*DISTRIBUTIONS, *sorted(distributions)])
-    env["torch_threads"] = torch.get_num_threads()
-    env["converge"] = {
-        "argv": sys.argv[1:],
-        "preset": p.to_dict(),
-        "methods": config.methods,
-        "betas": config.betas,
-        "dtypes": config.dtypes,
-        "model": None,
-        "optimizer": {"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
-        "loss_hook": "loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
-        "data": data_info,
-        "isolation": "one worker process per method (perfsuite.converge.worker)",
-        "determinism": set_deterministic(p.seed),
-        "memory_meter": memory_meter(config.device)[0],
-        "tolerances": tolerances_doc(),
-    }
-    return env
-
-
 def sweep(
     config: Config,
     known: dict[str, SimpleMethod],
@@ -92,10 +67,28 @@ def sweep(
 ) -> dict[str, Any]:
     """Train every cell in workers, eager's first (so a printed verdict is final),
     ``checkpoint`` given every run so far after each; the results document."""
-    start = time.perf_counter()
+    start, p = time.perf_counter(), config.preset
     cells = plan_cells(config, known)
-    env = _env(config, known, build_dataset(config.preset, config.data).describe())
-    preset = config.preset.to_dict()
+    distributions = {d for m in config.methods for d in known[m].distributions}
+    env = collect_env(config.device, [*DISTRIBUTIONS, *sorted(distributions)])
+    env["torch_threads"] = torch.get_num_threads()
+    # ``model`` is filled in by the first worker: the parent does not import transformers.
+    settings = env["converge"] = {
+        "argv": sys.argv[1:],
+        "preset": p.to_dict(),
+        "methods": config.methods,
+        "betas": config.betas,
+        "dtypes": config.dtypes,
+        "model": None,
+        "optimizer": {"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
+        "loss_hook": "loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
+        "data": build_dataset(p, config.data).describe(),
+        "isolation": "one worker process per method (perfsuite.converge.worker)",
+        "determinism": set_deterministic(p.seed),
+        "memory_meter": memory_meter(config.device)[0],
+        "tolerances": tolerances_doc(),
+    }
+    preset = settings["preset"]
     results: dict[Cell, RunResult] = {}
 
     def rows(_: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,9 +113,8 @@ def sweep(
             highlight=False,
         )
 
-    settings = env["converge"]
     kind = TrainKind(
-        known, config.preset, config.data, config.device, config.jobs, config.timeout_s,
+        known, p, config.data, config.device, config.jobs, config.timeout_s,
         on_model=lambda model: settings.__setitem__("model", settings["model"] or model),
     )  # fmt: skip
     cases: dict[str, list[dict[str, Any]]] = {}

@@ -108,10 +108,8 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, beta: float) -> t
 
 def eager_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
     """The model's own loss on materialised logits (``forward(labels=...)``); at β > 0
-    the same logits through ``causal_lm_loss``."""
-    if beta == 0:
-        return model(input_ids=ids, labels=ids).loss
-    return causal_lm_loss(model(input_ids=ids).logits, ids, beta)
+    ``reference_loss``."""
+    return model(input_ids=ids, labels=ids).loss if beta == 0 else reference_loss(model, ids, beta)
 
 
 def reference_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:

@@ -35,7 +35,6 @@ def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _grid(runs: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
-    """The methods in the runs' order, and the betas in increasing order."""
     return list(dict.fromkeys(r["method"] for r in runs)), sorted({r["beta"] for r in runs})
 
 

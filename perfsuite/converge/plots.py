@@ -1,6 +1,5 @@
-"""Figures of a converge results document (``STEM-loss``, ``-reliability``, ``-calibration``
-``.png``: docs/converge.md), written next to it from the document alone with matplotlib's
-object API (no pyplot state, no display needed)."""
+"""A converge results document's figures (docs/converge.md), written next to it from the
+document alone with matplotlib's object API (no pyplot state, no display needed)."""
 
 from __future__ import annotations
 

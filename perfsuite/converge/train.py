@@ -1,6 +1,5 @@
-"""One training run: a method, a beta, a dtype, from the preset's seed on the same
-batches, so runs differ only in their loss; a method's failure ends in the run's status
-and one-line reason, never an exception."""
+"""One training run of a method, beta and dtype, from the preset's seed on the same batches
+(runs differ only in their loss); a failure is the run's status and reason, never raised."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The filtering study: per filter, threshold and vocabulary order, what is kept and lost
-(docs/filtering.md has the columns); the ``none`` row drops nothing. N·V fp32 logits are
-materialised: ``MAX_ELEMENTS``."""
+(docs/filtering.md); the ``none`` row drops nothing. It materialises N·V fp32 logits."""
 
 from __future__ import annotations
 

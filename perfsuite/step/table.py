@@ -1,5 +1,4 @@
-"""The console table of ``perfsuite step``: one per model x dtype x β, a line per method
-(fwd / bwd / opt / step ms, tokens per second, peak memory, the loss's share), fitted
+"""``perfsuite step``'s console tables: one per model x dtype x β, a line per method, fitted
 to the terminal; reasons go in numbered notes under the table."""
 
 from __future__ import annotations

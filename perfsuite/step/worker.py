@@ -1,6 +1,5 @@
-"""One method's training steps, measured inside a fresh process: each row is appended to
-the spec's ``out`` file as soon as it is known (``WORKER``, served by
-``perfsuite.harness.worker``), so that a crash loses only the case in flight."""
+"""One method's training steps, measured in a fresh process (``WORKER``, served by
+``perfsuite.harness.worker``: a crash loses only the case in flight)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ class TrainKind(Kind):
 
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         runs = [{"beta": c["beta"], "dtype": c["dtype"]} for c in cases]
-        worker = WorkerSpec(method, runs, self.preset.to_dict(), self.data, self.device, str(out))
+        worker = WorkerSpec(method, runs, asdict(self.preset), self.data, self.device, str(out))
         spec.write_text(json.dumps(asdict(worker)))
         return python_worker("perfsuite.converge.worker", str(spec))
 

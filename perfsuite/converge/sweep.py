@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,7 @@ def sweep(
     # ``model`` is filled in by the first worker: the parent does not import transformers.
     settings = env["converge"] = {
         "argv": sys.argv[1:],
-        "preset": p.to_dict(),
+        "preset": asdict(p),
         "methods": config.methods,
         "betas": config.betas,
         "dtypes": config.dtypes,

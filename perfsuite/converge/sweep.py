@@ -26,6 +26,7 @@ from perfsuite.harness.kind import run_kind
 from perfsuite.method import SimpleMethod
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.results import new_document
+from perfsuite.units import fmt_bytes
 
 # Provenance: the versions of what a run's numbers depend on, beyond the methods' own.
 DISTRIBUTIONS = ("transformers", "torchmetrics", "tokenizers", "numpy", "matplotlib")
@@ -151,12 +152,11 @@ def dry_run(config: Config, known: dict[str, SimpleMethod], console: Console) ->
     data = build_dataset(p, config.data)
     with quiet_imports():
         model = describe_model(p)
-    logits_gib = p.tokens_per_step * p.vocab * 4 / 2**30
     console.print(
         f"converge {p.name} (for {p.target}) on {config.device}: {model['class']} with "
         f"{model['parameters'] / 1e6:.1f} M parameters (V={p.vocab}, D={p.hidden}, "
         f"{p.layers} layers); {p.steps} steps of {p.batch}x{p.seq} tokens; eager's fp32 "
-        f"logits {logits_gib:.2f} GiB a step",
+        f"logits {fmt_bytes(p.tokens_per_step * p.vocab * 4)} a step",
         highlight=False,
     )
     console.print(f"data: {data.describe()}", highlight=False)

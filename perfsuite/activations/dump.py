@@ -9,7 +9,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def train_and_dump(
     vector_to_parameters(result.params.to(device), model.parameters())
     losses = result.losses
     record = {
-        "preset": p.to_dict(),
+        "preset": asdict(p),
         "data": data.describe(),
         "train_wall_s": round(wall, 1),
         "device": device,

@@ -27,18 +27,15 @@ if TYPE_CHECKING:  # both import torch: the parser and its checks need neither
     from perfsuite.method import SimpleMethod
 
 
-def _preset_help() -> str:
-    return "; ".join(
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``perfsuite converge``."""
+    arg = parser.add_argument
+    presets = "; ".join(
         f"{p.name}: V={p.vocab}, D={p.hidden}, {p.layers} layers, {p.steps} steps of "
         f"{p.batch}x{p.seq} tokens, for {p.target.upper()}"
         for p in PRESETS.values()
     )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``perfsuite converge``."""
-    arg = parser.add_argument
-    arg("--preset", default="smoke", choices=PRESETS, help=_preset_help())
+    arg("--preset", default="smoke", choices=PRESETS, help=presets)
     methods = f"comma-separated method names; {REFERENCE} (the reference) is always added "
     methods += "(default: the preset's, else the paper table's methods that train, without "
     arg("--methods", help=methods + "those that compile on a CPU: see perfsuite methods)")
@@ -68,16 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arg("--dry-run", action="store_true", help=dry)
 
 
-def _methods(
-    text: str | None, device: str, known: dict[str, SimpleMethod], preset: tuple | None
-) -> list[str]:
-    if text is None:
-        methods = [m for m in preset or default_methods(device) if m in known]
-    else:
-        methods = resolve_methods(text, "train")
-    return [REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]]
-
-
 def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     """Check every argument against the registry ``known``; raise ``PlanError``."""
     from perfsuite.converge.sweep import Config
@@ -90,11 +77,15 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     if args.train_batches is not None:
         preset = replace(preset, train_batches=args.train_batches or None)
     dtypes = list(preset.dtypes) if args.dtype is None else parse_dtypes(args.dtype)
+    if args.methods is None:
+        methods = [m for m in preset.methods or default_methods(device) if m in known]
+    else:
+        methods = resolve_methods(args.methods, "train")
     return Config(
         preset=preset,
-        methods=_methods(args.methods, device, known, preset.methods),
+        methods=[REFERENCE, *[m for m in dict.fromkeys(methods) if m != REFERENCE]],
         betas=parse_betas(args.beta),
-        dtypes=list(dict.fromkeys(dtypes)),
+        dtypes=dtypes,
         device=device,
         out=out_file(args.out, "converge", preset.name, device),
         data=args.data,

@@ -210,6 +210,5 @@ def build_dataset(preset: Preset, kind: str = "bigram", split_words: bool = True
     train = draw(False, distinct * p.batch, torch.Generator().manual_seed(p.seed + 1))
     heldout = draw(True, p.eval_batches * p.batch, torch.Generator().manual_seed(p.seed + 2))
     info = {**info, "train_seed": p.seed + 1, "heldout_seed": p.seed + 2}
-    shape = (p.batch, p.seq + 1)
-    heldout = heldout.view(p.eval_batches, *shape)
-    return Dataset(source, train.view(distinct, *shape), heldout, p.steps, info)
+    shape = (-1, p.batch, p.seq + 1)
+    return Dataset(source, train.view(shape), heldout.view(shape), p.steps, info)

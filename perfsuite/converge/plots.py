@@ -1,6 +1,5 @@
-"""Figures of a converge results document (``STEM-loss``, ``-reliability``, ``-calibration``
-``.png``: docs/converge.md), written next to it from the document alone with matplotlib's
-object API (no pyplot state, no display needed)."""
+"""A converge results document's figures (docs/converge.md), written next to it from the
+document alone with matplotlib's object API (no pyplot state, no display needed)."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _grid(runs: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
-    """The methods in the runs' order, and the betas in increasing order."""
     return list(dict.fromkeys(r["method"] for r in runs)), sorted({r["beta"] for r in runs})
 
 

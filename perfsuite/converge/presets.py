@@ -4,8 +4,7 @@ fine-tuning does: where smoothing acts."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 # What the parser offers and the modules that train, check and draw share, here where
 # torch is not imported (``perfsuite converge --help`` and a bad argument need no torch).
@@ -41,9 +40,6 @@ class Preset:
     @property
     def tokens_per_step(self) -> int:
         return self.batch * self.seq
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 PRESETS: dict[str, Preset] = {

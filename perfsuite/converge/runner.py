@@ -1,6 +1,5 @@
-"""The train cell kind: a sweep's runs, each a (method, beta, dtype), trained by
-``perfsuite.converge.worker`` processes through the harness (``Kind.decided`` refuses
-what needs no worker), each run's one row a ``RunResult``'s."""
+"""The train cell kind: each (method, beta, dtype) run trained in a
+``perfsuite.converge.worker`` process through the harness, its one row a ``RunResult``'s."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ class Cell:
 
 @dataclass
 class TrainKind(Kind):
-    """Training runs: a case is the ``Case`` of the run's loss (its N, V, D label the
-    machine's state)."""
+    """Training runs; a case is its loss's ``Case`` (N, V, D label the machine's state)."""
 
     methods: dict[str, SimpleMethod]
     preset: Preset
@@ -56,7 +54,7 @@ class TrainKind(Kind):
 
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         runs = [{"beta": c["beta"], "dtype": c["dtype"]} for c in cases]
-        worker = WorkerSpec(method, runs, self.preset.to_dict(), self.data, self.device, str(out))
+        worker = WorkerSpec(method, runs, asdict(self.preset), self.data, self.device, str(out))
         spec.write_text(json.dumps(asdict(worker)))
         return python_worker("perfsuite.converge.worker", str(spec))
 

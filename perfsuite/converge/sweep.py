@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from perfsuite.harness.progress import ProgressFn
 from perfsuite.method import SimpleMethod
 from perfsuite.results.provenance import collect_env
 from perfsuite.results.results import new_document
+from perfsuite.units import fmt_bytes
 
 # Provenance: the versions of what a run's numbers depend on, beyond the methods' own.
 DISTRIBUTIONS = ("transformers", "torchmetrics", "tokenizers", "numpy", "matplotlib")
@@ -58,31 +59,6 @@ def plan_cells(config: Config, known: dict[str, SimpleMethod]) -> list[Cell]:
     return cells
 
 
-def _env(config: Config, known: dict[str, SimpleMethod], data_info: dict[str, Any]) -> dict:
-    """Provenance, and the sweep's settings under ``converge`` (``model`` filled in by the
-    first worker: the parent does not import transformers)."""
-    p = config.preset
-    distributions = {d for m in config.methods for d in known[m].distributions}
-    env = collect_env(config.device, [*DISTRIBUTIONS, *sorted(distributions)])
-    env["torch_threads"] = torch.get_num_threads()
-    env["converge"] = {
-        "argv": sys.argv[1:],
-        "preset": p.to_dict(),
-        "methods": config.methods,
-        "betas": config.betas,
-        "dtypes": config.dtypes,
-        "model": None,
-        "optimizer": {"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
-        "loss_hook": "loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
-        "data": data_info,
-        "isolation": "one worker process per method (perfsuite.converge.worker)",
-        "determinism": set_deterministic(p.seed),
-        "memory_meter": memory_meter(config.device)[0],
-        "tolerances": tolerances_doc(),
-    }
-    return env
-
-
 def sweep(
     config: Config,
     known: dict[str, SimpleMethod],
@@ -92,10 +68,28 @@ def sweep(
 ) -> dict[str, Any]:
     """Train every cell in workers, eager's first (so a printed verdict is final),
     ``checkpoint`` given every run so far after each; the results document."""
-    start = time.perf_counter()
+    start, p = time.perf_counter(), config.preset
     cells = plan_cells(config, known)
-    env = _env(config, known, build_dataset(config.preset, config.data).describe())
-    preset = config.preset.to_dict()
+    distributions = {d for m in config.methods for d in known[m].distributions}
+    env = collect_env(config.device, [*DISTRIBUTIONS, *sorted(distributions)])
+    env["torch_threads"] = torch.get_num_threads()
+    # ``model`` is filled in by the first worker: the parent does not import transformers.
+    settings = env["converge"] = {
+        "argv": sys.argv[1:],
+        "preset": asdict(p),
+        "methods": config.methods,
+        "betas": config.betas,
+        "dtypes": config.dtypes,
+        "model": None,
+        "optimizer": {"name": "AdamW", "lr": p.lr, **ADAM, "grad_clip": None},
+        "loss_hook": "loss_fn(last hidden states, lm_head.weight, next tokens), as Liger/CCE patch",
+        "data": build_dataset(p, config.data).describe(),
+        "isolation": "one worker process per method (perfsuite.converge.worker)",
+        "determinism": set_deterministic(p.seed),
+        "memory_meter": memory_meter(config.device)[0],
+        "tolerances": tolerances_doc(),
+    }
+    preset = settings["preset"]
     results: dict[Cell, RunResult] = {}
 
     def rows(_: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,9 +114,8 @@ def sweep(
             highlight=False,
         )
 
-    settings = env["converge"]
     kind = TrainKind(
-        known, config.preset, config.data, config.device, config.jobs, config.timeout_s,
+        known, p, config.data, config.device, config.jobs, config.timeout_s,
         on_model=lambda model: settings.__setitem__("model", settings["model"] or model),
     )  # fmt: skip
     cases: dict[str, list[dict[str, Any]]] = {}
@@ -159,12 +152,11 @@ def dry_run(config: Config, known: dict[str, SimpleMethod], console: Console) ->
     data = build_dataset(p, config.data)
     with quiet_imports():
         model = describe_model(p)
-    logits_gib = p.tokens_per_step * p.vocab * 4 / 2**30
     console.print(
         f"converge {p.name} (for {p.target}) on {config.device}: {model['class']} with "
         f"{model['parameters'] / 1e6:.1f} M parameters (V={p.vocab}, D={p.hidden}, "
         f"{p.layers} layers); {p.steps} steps of {p.batch}x{p.seq} tokens; eager's fp32 "
-        f"logits {logits_gib:.2f} GiB a step",
+        f"logits {fmt_bytes(p.tokens_per_step * p.vocab * 4)} a step",
         highlight=False,
     )
     console.print(f"data: {data.describe()}", highlight=False)

@@ -1,6 +1,5 @@
-"""One training run: a method, a beta, a dtype, from the preset's seed on the same
-batches, so runs differ only in their loss; a method's failure ends in the run's status
-and one-line reason, never an exception."""
+"""One training run of a method, beta and dtype, from the preset's seed on the same batches
+(runs differ only in their loss); a failure is the run's status and reason, never raised."""
 
 from __future__ import annotations
 
@@ -88,53 +87,40 @@ def train_run(
     start = time.perf_counter()
     size = (preset.tokens_per_step, preset.vocab, preset.hidden)
     case = Case(*size, dtype=dtype, beta=beta, device=device, z_loss=preset.z_loss)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     try:
-        _train(method, case, preset, data, result, on_step)
+        model = build_model(preset, DTYPES[dtype], device)
+        loss_fn = method.prepare(case, model.lm_head.weight)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, foreach=False, **ADAM)
+        _, measure = memory_meter(device)
+        for step, batch in enumerate(data.batches()):
+            batch = batch.to(device)
+            record: dict[str, Any] = {"step": step}
+
+            def one_step(batch: torch.Tensor = batch, record: dict[str, Any] = record) -> None:
+                sync()
+                t0 = time.perf_counter()
+                optimizer.zero_grad(set_to_none=True)
+                loss = hooked_loss(model, loss_fn, batch[:, :-1], batch[:, 1:])
+                loss.backward()
+                record["grad_norm"] = grad_norm(model)
+                optimizer.step()
+                sync()
+                record["time_s"] = time.perf_counter() - t0
+                record["loss"] = float(loss.detach())
+
+            record["peak_bytes"] = measure(one_step)
+            result.steps.append(record)
+            if on_step is not None:
+                on_step(record)
+            if not math.isfinite(record["loss"]):
+                result.status = "diverged"
+                result.reason = f"non-finite loss {record['loss']} at step {step}"
+                break
+        else:  # every parameter, fp32, on CPU, in one vector (for distances between runs)
+            result.params = parameters_to_vector(model.parameters()).detach().float().cpu()
+            result.heldout = evaluate(model, data.heldout, data.source, device)
     except Exception as err:  # a method's crash is its row's, not the sweep's (as in run)
         result.status, result.reason = failure(err)
     result.wall_s = round(time.perf_counter() - start, 4)
     return result
-
-
-def _train(
-    method: SimpleMethod,
-    case: Case,
-    preset: Preset,
-    data: Dataset,
-    result: RunResult,
-    on_step: Callable[[dict[str, Any]], None] | None,
-) -> None:
-    device = case.device
-    model = build_model(preset, DTYPES[case.dtype], device)
-    loss_fn = method.prepare(case, model.lm_head.weight)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, foreach=False, **ADAM)
-    _, measure = memory_meter(device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    for step, batch in enumerate(data.batches()):
-        batch = batch.to(device)
-        record: dict[str, Any] = {"step": step}
-
-        def one_step(batch: torch.Tensor = batch, record: dict[str, Any] = record) -> None:
-            sync()
-            t0 = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = hooked_loss(model, loss_fn, batch[:, :-1], batch[:, 1:])
-            loss.backward()
-            record["grad_norm"] = grad_norm(model)
-            optimizer.step()
-            sync()
-            record["time_s"] = time.perf_counter() - t0
-            record["loss"] = float(loss.detach())
-
-        record["peak_bytes"] = measure(one_step)
-        result.steps.append(record)
-        if on_step is not None:
-            on_step(record)
-        if not math.isfinite(record["loss"]):
-            result.status = "diverged"
-            result.reason = f"non-finite loss {record['loss']} at step {step}"
-            return
-    # Every parameter, fp32, on CPU, in one vector (for distances between runs).
-    result.params = parameters_to_vector(model.parameters()).detach().float().cpu()
-    result.heldout = evaluate(model, data.heldout, data.source, device)

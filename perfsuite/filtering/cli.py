@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     """``(case, inputs, workload description)`` for the arguments."""
     from perfsuite.method import Case
-    from perfsuite.plan.workloads import WorkloadError, file_shape, parse_workload
+    from perfsuite.plan.workloads import WorkloadError, file_shape, parse_workload, workload_label
     from perfsuite.run.inputs import make_inputs
 
     axis = args.workload == "synthetic-axis"
@@ -75,8 +75,7 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
             raise WorkloadError("a file workload fixes V and D (only --tokens applies)")
         shape = file_shape(spec, args.tokens)
         dims, softcap = (shape.tokens, shape.vocab, shape.hidden), shape.softcap
-        path = args.workload
-        workload = {"kind": "file", "path": path, "label": f"file:{Path(path).name}"}
+        workload = {"kind": "file", "path": args.workload, "label": workload_label(spec)}
     else:
         given = (args.tokens, args.vocab, args.hidden)
         dims, softcap = tuple(x or y for x, y in zip(given, DEFAULT_SHAPE, strict=True)), None

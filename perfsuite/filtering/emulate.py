@@ -1,7 +1,6 @@
-"""The gradient filters, emulated in torch on materialised fp32 logits: what a filter
-*decides* (the (row block, vocab tile) pairs it computes), not how fast a kernel runs, so
-no GPU is needed. The rules, cce, element and tile-list (``kernels/tiles.py``), and the
-vocabulary orders are in docs/filtering.md. β = 0: smoothing's part is exact."""
+"""The gradient filters (docs/filtering.md), emulated in torch on materialised fp32 logits:
+the (row block, vocab tile) pairs a filter computes, not how fast, so no GPU is needed.
+β = 0: smoothing's part is exact."""
 
 from __future__ import annotations
 
@@ -100,10 +99,9 @@ def softmax_part(
     mask: torch.Tensor | None,
     target_in_tile: bool,
 ) -> torch.Tensor:
-    """dLoss/dlogits (mean reduction, β = 0) with the masked entries dropped.
-
-    ``scale``: softcap's ``1 − tanh²`` (None without softcap). A target outside the
-    tiles (ours) stays exact; inside them (CCE) it goes with its tile."""
+    """dLoss/dlogits (mean reduction, β = 0) with the masked entries dropped; ``scale``:
+    softcap's ``1 − tanh²``. A target outside the tiles (ours) stays exact; inside them
+    (CCE) it goes with its tile."""
     g = live.float() / live.sum()
     rows = torch.nonzero(live).squeeze(1)
     d = probs.clone()

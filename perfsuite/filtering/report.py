@@ -97,17 +97,15 @@ def plot(path: Path, document: dict[str, Any]) -> None:
     none = next(r for r in document["rows"] if r["filter"] == "none")
     axes[2].axhline(none["grad_e_vs_torch"], color="grey", lw=1, label="nothing dropped")
     axes[2].axhline(2.0, color="black", lw=1, ls="--", label="2 × torch (gate, less slack)")
-    titles = (
-        "tiles kept",
-        "dropped probability mass per row (mean)",
-        "dE max-abs error / torch same-dtype's",
+    panels = (
+        ("tiles kept", "linear"),
+        ("dropped probability mass per row (mean)", "log"),
+        ("dE max-abs error / torch same-dtype's", "log"),
     )
-    for ax, title in zip(axes, titles, strict=True):
+    for ax, (title, yscale) in zip(axes, panels, strict=True):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("threshold (filter_eps)")
+        ax.set(xlabel="threshold (filter_eps)", yscale=yscale)
         ax.set_title(title, fontsize=10)
-    axes[1].set_yscale("log")
-    axes[2].set_yscale("log")
     axes[0].set_ylim(0, 1.05)
     axes[2].legend(fontsize=7)
     w = document["workload"]

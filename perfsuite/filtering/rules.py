@@ -1,6 +1,5 @@
-"""The filtering rules and vocabulary orders the study compares, and its default
-thresholds: what ``perfsuite filtering``'s parser offers, kept apart from ``emulate``
-(torch) so that a bad argument is refused before torch loads."""
+"""The filters, vocabulary orders and default thresholds ``perfsuite filtering`` offers,
+apart from ``emulate`` (torch): a bad argument is refused before torch loads."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The filtering study: per filter, threshold and vocabulary order, what is kept and lost
-(docs/filtering.md has the columns); the ``none`` row drops nothing. N·V fp32 logits are
-materialised: ``MAX_ELEMENTS``."""
+(docs/filtering.md); the ``none`` row drops nothing. It materialises N·V fp32 logits."""
 
 from __future__ import annotations
 
@@ -71,7 +70,7 @@ class Study:
     def summary(self) -> dict[str, Any]:
         """Entropy, entries ≥ 2⁻¹², geometry and torch's own gradient errors."""
         return {
-            **softmax_stats(self.e32, self.c32, self.targets, self.case.softcap, ignore_index=-100),
+            **softmax_stats(self.e32, self.c32, self.targets, self.case.softcap),
             **frequency_shares(self.e32, self.c32),
             "torch_grad_e_max_abs": self.torch_err["grad_e"],
             "torch_grad_c_max_abs": self.torch_err["grad_c"],
@@ -90,15 +89,11 @@ class Study:
         grads = {q: g.to(self.dtype).float() for q, g in grads.items()}
         row: dict[str, Any] = {"filter": name, "order": order, "threshold": threshold}
         if mask is None:
-            row.update(tiles_kept=1.0, entries_kept=1.0, dropped_mass_mean=0.0)
-            row["dropped_mass_max"] = 0.0
-        else:
-            lost = (self.probs * ~mask)[self.live].sum(1)
-            row.update(
-                entries_kept=float(mask.float().mean()),
-                dropped_mass_mean=float(lost.mean()),
-                dropped_mass_max=float(lost.max()),
-            )
+            row["tiles_kept"] = 1.0
+        kept = torch.ones(()) if mask is None else mask.float()
+        lost = (self.probs * (1 - kept))[self.live].sum(1)
+        row.update(entries_kept=float(kept.mean()), dropped_mass_mean=float(lost.mean()))
+        row["dropped_mass_max"] = float(lost.max())
         for q, got in grads.items():
             row.update(_errors(q, got, self.reference.get(q), self.torch_err[q], self.bounds[q]))
         ref_nonzero = self.reference.grad_c.abs().amax(1) > 0

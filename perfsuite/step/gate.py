@@ -28,11 +28,8 @@ def one_pass(
     if loss.dim() != 0:
         raise ValueError(f"the loss must be a scalar, got shape {tuple(loss.shape)}")
     loss.backward()
-    grads: Grads = {}
-    for name, p in model.named_parameters():
-        if p.grad is not None:
-            grads[name] = p.grad
-        p.grad = None
+    grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
     return loss.detach(), grads
 
 
@@ -67,8 +64,9 @@ def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
     """``perfsuite.run.correctness.judge`` over the loss and every parameter's gradient;
     the row's ``grad_e`` is the decoder parameter that uses most of its bound."""
     full = judge({"loss": loss.float(), **grads}, {"loss": ref.loss, **ref.grads}, ref.bounds)
-    others = [n for n in ref.grads if n != ref.head]
-    worst = max(others, key=lambda n: _ratio(full.errors[n], ref.bounds[n]), default=ref.head)
+    # How much of its bound (never 0) each error uses; NaN: all of it.
+    used = {n: full.errors[n] / ref.bounds[n] for n in ref.grads if n != ref.head}
+    worst = max(used, key=lambda n: math.inf if math.isnan(used[n]) else used[n], default=ref.head)
     named = {"loss": "loss", "grad_e": worst, "grad_c": ref.head}
     return Verdict(
         passed=full.passed,
@@ -76,8 +74,3 @@ def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
         bounds={q: ref.bounds[n] for q, n in named.items()},
         problems=full.problems,
     )
-
-
-def _ratio(err: float, bound: float) -> float:
-    """How much of its bound (``tolerance``'s: never 0) an error uses; NaN: all of it."""
-    return math.inf if math.isnan(err) else err / bound

@@ -92,32 +92,27 @@ def make_batch(preset: StepPreset, size: Size, seed: int, device: str) -> torch.
     return ids.to(device)
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, beta: float) -> torch.Tensor:
+def eager_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
+    """The model's own loss on materialised logits (``forward(labels=...)``); at β > 0
+    ``reference_loss``."""
+    return model(input_ids=ids, labels=ids).loss if beta == 0 else reference_loss(model, ids, beta)
+
+
+def reference_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
     """transformers' ``ForCausalLMLoss`` (labels padded and shifted, mean over the valid
-    ones, logits upcast to at least fp32) with label smoothing β, which the model's own
-    loss lacks (its kwargs never reach ``F.cross_entropy``; the Trainer smooths outside)."""
+    ones) with label smoothing β, which the model's own loss lacks (its kwargs never reach
+    ``F.cross_entropy``; the Trainer smooths outside), in the model's own precision, at
+    least fp32 (``ForCausalLMLoss`` would cast fp64 logits down to fp32, spoiling the fp64
+    pass of the correctness gate)."""
+    logits = model(input_ids=ids).logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    targets = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    targets = F.pad(ids, (0, 1), value=IGNORE_INDEX)[..., 1:]
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),
         targets.reshape(-1).to(logits.device),
         ignore_index=IGNORE_INDEX,
         label_smoothing=beta,
     )
-
-
-def eager_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
-    """The model's own loss on materialised logits (``forward(labels=...)``); at β > 0
-    the same logits through ``causal_lm_loss``."""
-    if beta == 0:
-        return model(input_ids=ids, labels=ids).loss
-    return causal_lm_loss(model(input_ids=ids).logits, ids, beta)
-
-
-def reference_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
-    """Eager's loss in the model's own precision (``ForCausalLMLoss`` would cast fp64
-    logits down to fp32, spoiling the fp64 pass of the correctness gate)."""
-    return causal_lm_loss(model(input_ids=ids).logits, ids, beta)
 
 
 def trivial_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:

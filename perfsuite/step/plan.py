@@ -1,6 +1,5 @@
-"""From ``perfsuite step``'s arguments to the cases to measure, validated before anything
-runs by the shared planner (``perfsuite.plan.plan``): every bad value is a ``PlanError``
-naming its flag (one line, exit 2)."""
+"""``perfsuite step``'s arguments to the cases to measure, checked by the shared planner
+(``perfsuite.plan.plan``) before anything runs: a bad value is a ``PlanError`` naming its flag."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The step cell kind: a step plan's cases measured by ``perfsuite.step.worker``
-processes, through the harness. The parent decides alone what it can, a model the
-memory model says cannot fit included (``skipped``, nothing started)."""
+"""The step cell kind: cases measured by ``perfsuite.step.worker`` processes through the
+harness; a model the memory model says cannot fit is ``skipped``, nothing started."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The console table of ``perfsuite step``: one per model x dtype x β, a line per method
-(fwd / bwd / opt / step ms, tokens per second, peak memory, the loss's share), fitted
+"""``perfsuite step``'s console tables: one per model x dtype x β, a line per method, fitted
 to the terminal; reasons go in numbered notes under the table."""
 
 from __future__ import annotations
@@ -25,14 +24,6 @@ PHASE_COLUMNS = ("fwd", "bwd", "opt", "step")
 COMPILE_NOTE_RATIO = 10.0
 
 
-def loss_share(step: dict[str, Any]) -> float | None:
-    """The loss's share of the step (0..1) from a ``step`` row, when measured."""
-    loss, total = step.get("loss_ms"), step.get("median_ms")
-    if loss is None or not total:
-        return None
-    return min(loss / total, 1.0)
-
-
 def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     step = phases.get("step") or next(iter(phases.values()))
     timed = measured(step)
@@ -46,12 +37,12 @@ def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
     note = " ".join([cell_marks(step, "step", False) if timed else "", *refs]).strip()
     if not timed:
         return [method, status_cell(step), "", "", "", "", "", "", note]
-    share = loss_share(step)
+    loss_ms = step.get("loss_ms")  # the loss's share of the step, when measured
     cells = [fmt_number(phases.get(p, {}).get("median_ms")) for p in PHASE_COLUMNS]
     cells += [
         fmt_number(step["tokens"] / (median / 1e3) if median else None),
         fmt_bytes(step.get("peak_bytes"), "MiB"),
-        "-" if share is None else f"{100 * share:.0f}",
+        "-" if loss_ms is None or not median else f"{100 * min(loss_ms / median, 1.0):.0f}",
     ]
     if step["status"] == "wrong":
         cells = [f"[red]{c}[/red]" for c in cells]

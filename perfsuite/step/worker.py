@@ -1,6 +1,5 @@
-"""One method's training steps, measured inside a fresh process: each row is appended to
-the spec's ``out`` file as soon as it is known (``WORKER``, served by
-``perfsuite.harness.worker``), so that a crash loses only the case in flight."""
+"""One method's training steps, measured in a fresh process (``WORKER``, served by
+``perfsuite.harness.worker``: a crash loses only the case in flight)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from perfsuite.measure.timing import (
 )
 from perfsuite.method import SimpleMethod
 from perfsuite.plan.registry import methods_for
-from perfsuite.results.results import STEP_PHASES, Row
+from perfsuite.results.results import STEP_PHASES
 from perfsuite.step.model import model_class
 from perfsuite.step.plan import case_size
 from perfsuite.step.presets import get_preset
@@ -47,93 +46,78 @@ class StepSpec:
     memory_limit: int | None = None  # CPU: extra data bytes the worker may take
 
 
-def measure_case(
-    spec: StepSpec,
-    method: SimpleMethod,
-    raw: dict[str, Any],
-    emit: Callable[[Any], None],
-    stage: Callable[[str], None] = lambda text: None,
-) -> list[Row]:
-    """Gate and measure one case; returns its four rows (raises on a failure). ``stage``
-    names what it does now, for the parent's progress lines (a stage may take minutes).
-    A sample is a whole step, the clock read between its phases (fwd + bwd + opt = step)."""
-    from perfsuite.step.gate import one_pass, reference, step_verdict
-    from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
-
-    preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
-    stage("building the model")
-    ids = make_batch(preset, size, spec.seed, raw["device"])
-    model = build_model(preset, size, spec.seed, raw["device"])
-    emit({"model": preset.name, "info": describe_model(model, preset, size)})
-    stage("the fp32 reference pass")
-    ref = reference(model, ids, raw["beta"], raw["dtype"])
-    assert method.step is not None
-    loss_of = method.step.patch(model, preset, raw["beta"])
-    # The same model's decoder with a loss that costs nothing (the loss share's
-    # subtrahend), compiled alike for a method that compiles.
-    trivial_of: Callable = functools.partial(trivial_loss, model)
-    if method.compiles:
-        trivial_of = torch.compile(trivial_of)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    pending: list[torch.Tensor] = []  # the forward's loss, until the backward
-
-    def optimize() -> None:
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    phases = [lambda: pending.append(loss_of(ids)), lambda: pending.pop().backward(), optimize]
-    # The first step, gated: compilation, autotuning and AdamW's state all happen here.
-    stage("the first step, gated")
-    (loss, grads), first_ms = wall_ms(lambda: one_pass(model, ids, loss_of), device)
-    verdict = step_verdict(loss, grads, ref)
-    del ref, loss
-    for name, p in model.named_parameters():
-        p.grad = grads.pop(name, None)
-    first_ms += wall_ms(optimize, device)[1]
-    interpreted = method.caps.triton and device.type == "cpu"
-    said = INTERPRETED_NOTE if interpreted else ""
-    status, reason = gate_status(verdict, interpreted, raw["dtype"], said)
-    peaks = dict(zip(STEP_PHASES, measure_spans(phases, device), strict=True))
-    how = sampling(spec.samples, spec.warmup, interpreted)
-    flush = CacheFlusher(device)
-    stage(f"timing {how.samples} steps")
-    spans = time_spans(
-        phases, device, samples=how.samples, warmup=how.warmup, flush=flush, cpu_time=how.cpu_time
-    )
-    times = {p: [s[i] for s in spans] for i, p in enumerate(STEP_PHASES[:-1])}
-    times["step"] = [sum(s) for s in spans]
-    # The same model without its loss, same protocol; its first call may compile.
-    stage("timing the model without its loss")
-    clear = functools.partial(model.zero_grad, set_to_none=True)
-    trivial = time_samples(
-        lambda: trivial_of(ids).backward(), device, samples=how.samples,
-        warmup=how.warmup + method.compiles, setup=clear, flush=flush, cpu_time=how.cpu_time,
-    ).samples_ms  # fmt: skip
-    clear()
-    fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
-    gate = verdict.fields(compile_ms=first_ms, status=status, reason=reason)
-    rows = case_rows("step", method.name, raw, STEP_PHASES, interpreted=interpreted, **gate)
-    for row in rows:
-        fill(row, peaks[row.phase], Timing(times[row.phase]))
-    rows[-1].loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))  # the step
-    return rows
-
-
 def run_case(
     spec: StepSpec,
     method: SimpleMethod,
     index: int,
     raw: dict[str, Any],
     emit: Callable[[Any], None],
-    stage: Callable[[str], None] = lambda text: None,
+    stage: Callable[[str], None],
 ) -> None:
-    """Every row of one case reaches ``emit``: measured, or with the status that says why
-    not (the parent decided the cases the method cannot run)."""
+    """Gate and measure one case; every row reaches ``emit``: measured, or with the status
+    that says why not (the parent decided the cases the method cannot run). ``stage``
+    names what it does now, for the parent's progress lines (a stage may take minutes).
+    A sample is a whole step, the clock read between its phases (fwd + bwd + opt = step)."""
+    interpreted = method.caps.triton and raw["device"] == "cpu"
     try:
-        rows = measure_case(spec, method, raw, emit, stage)
+        from perfsuite.step.gate import one_pass, reference, step_verdict
+        from perfsuite.step.model import build_model, describe_model, make_batch, trivial_loss
+
+        preset, size, device = get_preset(raw["shape"]), case_size(raw), torch.device(raw["device"])
+        stage("building the model")
+        ids = make_batch(preset, size, spec.seed, raw["device"])
+        model = build_model(preset, size, spec.seed, raw["device"])
+        emit({"model": preset.name, "info": describe_model(model, preset, size)})
+        stage("the fp32 reference pass")
+        ref = reference(model, ids, raw["beta"], raw["dtype"])
+        assert method.step is not None
+        loss_of = method.step.patch(model, preset, raw["beta"])
+        # The same model's decoder with a loss that costs nothing (the loss share's
+        # subtrahend), compiled alike for a method that compiles.
+        trivial_of: Callable = functools.partial(trivial_loss, model)
+        if method.compiles:
+            trivial_of = torch.compile(trivial_of)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+        pending: list[torch.Tensor] = []  # the forward's loss, until the backward
+
+        def optimize() -> None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        phases = [lambda: pending.append(loss_of(ids)), lambda: pending.pop().backward(), optimize]
+        # The first step, gated: compilation, autotuning and AdamW's state all happen here.
+        stage("the first step, gated")
+        (loss, grads), first_ms = wall_ms(lambda: one_pass(model, ids, loss_of), device)
+        verdict = step_verdict(loss, grads, ref)
+        del ref, loss
+        for name, p in model.named_parameters():
+            p.grad = grads.pop(name, None)
+        first_ms += wall_ms(optimize, device)[1]
+        said = INTERPRETED_NOTE if interpreted else ""
+        status, reason = gate_status(verdict, interpreted, raw["dtype"], said)
+        peaks = dict(zip(STEP_PHASES, measure_spans(phases, device), strict=True))
+        how = sampling(spec.samples, spec.warmup, interpreted)
+        # One protocol for the step and for the model without its loss.
+        protocol = dict(samples=how.samples, flush=CacheFlusher(device), cpu_time=how.cpu_time)
+        stage(f"timing {how.samples} steps")
+        spans = time_spans(phases, device, warmup=how.warmup, **protocol)
+        times = {p: [s[i] for s in spans] for i, p in enumerate(STEP_PHASES[:-1])}
+        times["step"] = [sum(s) for s in spans]
+        stage("timing the model without its loss")
+        clear = functools.partial(model.zero_grad, set_to_none=True)
+        trivial = time_samples(
+            lambda: trivial_of(ids).backward(), device, setup=clear,
+            warmup=how.warmup + method.compiles, **protocol,  # its first call may compile
+        ).samples_ms  # fmt: skip
+        clear()
+        fwd_bwd = [f + b for f, b in zip(times["fwd"], times["bwd"], strict=True)]
+        gate = verdict.fields(compile_ms=first_ms, status=status, reason=reason)
+        rows = case_rows("step", method.name, raw, STEP_PHASES, interpreted=interpreted, **gate)
+        for row in rows:
+            fill(row, peaks[row.phase], Timing(times[row.phase]))
+        rows[-1].loss_ms = max(0.0, quantile(fwd_bwd, 0.5) - quantile(trivial, 0.5))  # the step
     except Exception as err:  # noqa: BLE001 - every failure must reach the results
         status, reason = failure(err)
-        interpreted = method.caps.triton and raw["device"] == "cpu"
         fields = dict(status=status, reason=reason, interpreted=interpreted)
         rows = case_rows("step", method.name, raw, STEP_PHASES, **fields)
     for row in rows:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from perfsuite.step.gate import one_pass, reference, step_verdict
-from perfsuite.step.model import build_model, causal_lm_loss, eager_loss, make_batch
+from perfsuite.step.model import build_model, eager_loss, make_batch, reference_loss
 from perfsuite.step.presets import Size, get_preset
 
 SIZE = Size(layers=1, seq=16, batch=1)
@@ -52,7 +52,7 @@ def test_eager_at_beta_0_is_the_model_own_loss(smoke):
     preset, ids = smoke
     model = build_model(preset, SIZE, 0, "cpu")
     own = model(input_ids=ids, labels=ids).loss
-    assert torch.equal(own, causal_lm_loss(model(input_ids=ids).logits, ids, 0.0))
+    assert torch.equal(own, reference_loss(model, ids, 0.0))
     logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), -1)
     nll = -logp.gather(1, ids[0, 1:, None]).mean()
     expected = 0.9 * nll - 0.1 * logp.mean(-1).mean()  # (1 - β) nll + β uniform

@@ -105,10 +105,9 @@ def _native_check(device: str) -> str | None:
 def _build_native(case: Case, c: torch.Tensor) -> LossFn:
     # At beta > 0 torch falls back to full logits (with a warning): that is what it does,
     # and what we measure.
-    options = torch.nn.LinearCrossEntropyOptions()
     return functools.partial(
         F.linear_cross_entropy, ignore_index=case.ignore_index, label_smoothing=case.beta,
-        options=options,
+        options=torch.nn.LinearCrossEntropyOptions(),
     )  # fmt: skip
 
 

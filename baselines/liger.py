@@ -1,8 +1,6 @@
-"""Liger Kernel's fused linear cross-entropy (token-chunked logits, gradients folded in
-during the forward); on CPU under ``TRITON_INTERPRET=1``, but not its softcap path
-(``SOFTCAP_CPU_REASON``). Across ranks: ``LigerVocabParallelCrossEntropy`` on the softcapped
-``e @ c_shard.T``; liger-kernel 0.8.5 skips its all-reduces for ``tp_group=None``, so the
-group is always passed."""
+"""Liger Kernel's fused linear cross-entropy; on CPU under ``TRITON_INTERPRET=1``, but not
+its softcap path. Across ranks its vocab-parallel CE: liger-kernel 0.8.5 skips its
+all-reduces for ``tp_group=None``, so the group is always passed."""
 
 from __future__ import annotations
 

@@ -49,12 +49,12 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
         raise Unsupported("this CCE's backward takes bf16/fp16 only (fp32 needs triton >= 3.2)")
     parallel = cce.VocabParallelOptions(shard.start, shard.stop, group=shard.group)
     if not case.z_loss:
-        return _builder(vocab_parallel_options=parallel)(case, c_shard)
+        return _build(case, c_shard, vocab_parallel_options=parallel)
     z_loss_fn = getattr(utils, "compute_z_loss", None)
     returns_lse = "return_lse" in inspect.signature(cce.linear_cross_entropy).parameters
     if z_loss_fn is None or not returns_lse:
         raise Unsupported("this CCE returns no differentiable LSE for z-loss")
-    with_lse = _builder(vocab_parallel_options=parallel, return_lse=True)(case, c_shard)
+    with_lse = _build(case, c_shard, vocab_parallel_options=parallel, return_lse=True)
 
     def loss_fn(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         loss, lse = with_lse(e, c, targets)
@@ -64,16 +64,12 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     return loss_fn
 
 
-def _builder(**options: Any):
+def _build(case: Case, c: torch.Tensor, **options: Any) -> LossFn:
     """``cce.linear_cross_entropy(impl="cce")`` with ``options`` over its defaults."""
-
-    def build(case: Case, c: torch.Tensor) -> LossFn:
-        loss = _method.imported("cut_cross_entropy", "linear_cross_entropy")
-        return functools.partial(
-            loss, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce", **options
-        )
-
-    return build
+    loss = _method.imported("cut_cross_entropy", "linear_cross_entropy")
+    return functools.partial(
+        loss, ignore_index=case.ignore_index, softcap=case.softcap, impl="cce", **options
+    )
 
 
 @functools.cache
@@ -181,7 +177,7 @@ METHODS = [
         name="cce",
         description="Cut Cross-Entropy linear_cross_entropy(impl='cce'), defaults: "
         "filter_eps='high' (eps/32) gradient filter + vocab sort (no label smoothing)",
-        build=_builder(),
+        build=_build,
         paper="cce",
         tp=_TP,
         step=_method.StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
@@ -201,7 +197,7 @@ METHODS = [
         timed_by_default=False,  # an ablation of CCE's filter and sort, by name
         description="CCE linear_cross_entropy(impl='cce', filter_eps=None): no gradient "
         "filter (and so no vocab sort)",
-        build=_builder(filter_eps=None),
+        build=functools.partial(_build, filter_eps=None),
         paper="cce_no_grad_filter",
         **_COMMON,
     ),

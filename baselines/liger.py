@@ -1,11 +1,10 @@
-"""Liger Kernel's fused linear cross-entropy (token-chunked logits, gradients folded in
-during the forward); on CPU under ``TRITON_INTERPRET=1``, but not its softcap path
-(``SOFTCAP_CPU_REASON``). Across ranks: ``LigerVocabParallelCrossEntropy`` on the softcapped
-``e @ c_shard.T``; liger-kernel 0.8.5 skips its all-reduces for ``tp_group=None``, so the
-group is always passed."""
+"""Liger Kernel's fused linear cross-entropy; on CPU under ``TRITON_INTERPRET=1``, but not
+its softcap path. Across ranks its vocab-parallel CE: liger-kernel 0.8.5 skips its
+all-reduces for ``tp_group=None``, so the group is always passed."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -40,29 +39,24 @@ def require_interpreted(kernel: str = "cross_entropy.liger_cross_entropy_kernel"
         raise Unavailable(INTERPRET_REASON + " (liger_kernel was imported without it)")
 
 
-def _make_build(accum_fp32: bool):
-    def build(case: Case, c: torch.Tensor) -> LossFn:
-        loss_cls = _method.imported(
-            "liger_kernel.transformers.fused_linear_cross_entropy",
-            "LigerFusedLinearCrossEntropyLoss",
+def _build(case: Case, c: torch.Tensor, **options: Any) -> LossFn:
+    loss_cls = _method.imported(
+        "liger_kernel.transformers.fused_linear_cross_entropy",
+        "LigerFusedLinearCrossEntropyLoss",
+    )
+    params = inspect.signature(loss_cls.__init__).parameters
+    kwargs = dict(ignore_index=case.ignore_index, label_smoothing=case.beta, **options)
+    if case.softcap is not None:
+        kwargs["softcap"] = case.softcap
+    absent = [p for p in kwargs if p not in params]
+    if absent:
+        raise Unavailable(
+            f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
         )
-        params = inspect.signature(loss_cls.__init__).parameters
-        kwargs: dict = dict(ignore_index=case.ignore_index, label_smoothing=case.beta)
-        if case.softcap is not None:
-            kwargs["softcap"] = case.softcap
-        if accum_fp32:
-            kwargs["accum_dtype"] = torch.float32
-        absent = [p for p in kwargs if p not in params]
-        if absent:
-            raise Unavailable(
-                f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
-            )
-        if c.device.type == "cpu":
-            require_interpreted()
-        module = loss_cls(reduction="mean", **kwargs)
-        return lambda e, c, targets: module(c, e, targets)  # Liger's: (lin_weight, _input, target)
-
-    return build
+    if c.device.type == "cpu":
+        require_interpreted()
+    module = loss_cls(reduction="mean", **kwargs)
+    return lambda e, c, targets: module(c, e, targets)  # Liger's: (lin_weight, _input, target)
 
 
 def _patch(model: torch.nn.Module, preset: Any, beta: float):
@@ -140,7 +134,7 @@ METHODS = [
         name="liger",
         description="Liger LigerFusedLinearCrossEntropyLoss (token-chunked logits, Triton CE "
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
-        build=_make_build(accum_fp32=False),
+        build=_build,
         paper="liger",
         tp=_TP,
         step=StepPatch(_patch),
@@ -150,7 +144,7 @@ METHODS = [
         name="liger-fp32acc",
         timed_by_default=False,  # an ablation of its accumulation dtype, by name
         description="liger with accum_dtype=torch.float32 (dW accumulated in fp32, cast back)",
-        build=_make_build(accum_fp32=True),
+        build=functools.partial(_build, accum_dtype=torch.float32),
         **_COMMON,
     ),
 ]

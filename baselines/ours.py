@@ -13,25 +13,22 @@ from perfsuite import method as _method
 from perfsuite.method import AcrossRanks, Capabilities, Case, Holds, LossFn, LossTerms, SimpleMethod
 
 
-def _builder(tiles: bool = False, **options: Any):
-    def build(case: Case, c: torch.Tensor) -> LossFn:
-        # Imported here: the registry must load without triton installed.
-        from perfsuite.kernels import linear_cross_entropy
-        from perfsuite.kernels.ablations import tiled_linear_cross_entropy
+def _build(case: Case, c: torch.Tensor, tiles: bool = False, **options: Any) -> LossFn:
+    # Imported here: the registry must load without triton installed.
+    from perfsuite.kernels import linear_cross_entropy
+    from perfsuite.kernels.ablations import tiled_linear_cross_entropy
 
-        weight = _method.class_weights(case, c.device)
-        chosen = dict(label_smoothing=case.beta, softcap=case.softcap, weight=weight, **options)
-        if not tiles and "engine" not in chosen:
-            # The slice backward runs natively on CPU (torch engine), whatever the
-            # process's TRITON_INTERPRET says; on a GPU the route kernels/routes.py's
-            # rule picks for the arch and dtype ("auto").
-            chosen["engine"] = "torch" if case.device == "cpu" else "auto"
-        if case.z_loss:
-            chosen["z_loss"] = case.z_loss
-        loss = tiled_linear_cross_entropy if tiles else linear_cross_entropy
-        return functools.partial(loss, ignore_index=case.ignore_index, **chosen)
-
-    return build
+    weight = _method.class_weights(case, c.device)
+    chosen = dict(label_smoothing=case.beta, softcap=case.softcap, weight=weight, **options)
+    if not tiles and "engine" not in chosen:
+        # The slice backward runs natively on CPU (torch engine), whatever the
+        # process's TRITON_INTERPRET says; on a GPU the route kernels/routes.py's
+        # rule picks for the arch and dtype ("auto").
+        chosen["engine"] = "torch" if case.device == "cpu" else "auto"
+    if case.z_loss:
+        chosen["z_loss"] = case.z_loss
+    loss = tiled_linear_cross_entropy if tiles else linear_cross_entropy
+    return functools.partial(loss, ignore_index=case.ignore_index, **chosen)
 
 
 def _patch(model: torch.nn.Module, preset: object, beta: float):
@@ -116,7 +113,7 @@ METHODS = [
     SimpleMethod(
         name=name,
         description=description,
-        build=_builder(**options),
+        build=functools.partial(_build, **options),
         caps=_caps(name, options),
         requires=("triton",),
         terms=_TERMS.get(name),

@@ -77,11 +77,6 @@ def case_loss(
     )  # fmt: skip
 
 
-def _case_builder(fn):
-    """A ``build`` that calls ``fn`` (reference_loss or eager_loss) with the case's options."""
-    return lambda case, c: functools.partial(case_loss, fn, case)
-
-
 def _build_compiled(case: Case, c: torch.Tensor) -> LossFn:
     # beta, softcap and z-loss are bound as Python constants, as a training loop would.
     compiled = torch.compile(eager_loss, dynamic=False)
@@ -110,10 +105,9 @@ def _native_check(device: str) -> str | None:
 def _build_native(case: Case, c: torch.Tensor) -> LossFn:
     # At beta > 0 torch falls back to full logits (with a warning): that is what it does,
     # and what we measure.
-    options = torch.nn.LinearCrossEntropyOptions()
     return functools.partial(
         F.linear_cross_entropy, ignore_index=case.ignore_index, label_smoothing=case.beta,
-        options=options,
+        options=torch.nn.LinearCrossEntropyOptions(),
     )  # fmt: skip
 
 
@@ -171,7 +165,7 @@ def _build_reordered(case: Case, c: torch.Tensor) -> LossFn:
 EAGER = SimpleMethod(
     name="eager",
     description="F.cross_entropy on e @ c.T in the input dtype (paper's Baseline)",
-    build=_case_builder(eager_loss),
+    build=lambda case, c: functools.partial(case_loss, eager_loss, case),
     caps=Capabilities(**FULL),
     paper="torch_eager",
     tp=_method.AcrossRanks(
@@ -186,7 +180,7 @@ METHODS = [
     SimpleMethod(
         name="reference",
         description="fp32 materialised logits + F.cross_entropy (the yardstick)",
-        build=_case_builder(reference_loss),
+        build=lambda case, c: functools.partial(case_loss, reference_loss, case),
         caps=Capabilities(**FULL),
         timed_by_default=False,
     ),

@@ -1,8 +1,6 @@
 """torchtune's chunked-output cross-entropy, fed as ``TransformerDecoder.chunked_output``
-(torchtune 0.6.1) feeds it: the output projection per sequence chunk, a batch of one, eager;
-``CEWithChunkedOutputLoss`` upcasts one chunk at a time to fp32. Every chunk's logits stay
-alive for the backward. No label smoothing and no logit softcap (Gemma2's
-``final_capping_value`` caps the hidden state, not the logits)."""
+(torchtune 0.6.1) feeds it, a batch of one, eager. No logit softcap: Gemma2's
+``final_capping_value`` caps the hidden state, not the logits."""
 
 from __future__ import annotations
 

@@ -206,12 +206,6 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
-def _terminated(signum: int, frame: Any) -> None:
-    """SIGTERM (kill, scancel, a CI timeout) takes Ctrl-C's way out: workers stopped,
-    temporary folders removed, the cursor shown again, finished cells kept."""
-    raise KeyboardInterrupt
-
-
 def _interrupted(command: str | None, hint: str = "") -> int:
     from perfsuite.fit import TrimmedConsole
 
@@ -222,8 +216,9 @@ def _interrupted(command: str | None, hint: str = "") -> int:
 
 def main(argv: list[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
-    # First: a SIGTERM while the command's modules load exits 130 as a Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
+    # First: SIGTERM (kill, scancel, a CI timeout) takes Ctrl-C's way out (workers stopped,
+    # temporary folders removed, finished cells kept), even while the modules load.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler) if on_main_thread else None
     argv = list(sys.argv[1:] if argv is None else argv)
     # The subcommand: the first word not an option (--help and --version take no value).
     command = next((word for word in argv if not word.startswith("-")), None)

@@ -175,11 +175,6 @@ def check_signature(fn: Callable[..., Any], names: str, against: str) -> None:
         )
 
 
-def has_cxx() -> bool:
-    """A C++ compiler, which torch.compile's CPU backend (inductor) needs."""
-    return bool(os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++"))
-
-
 def package_version(dist: str) -> str | None:
     """``dist``'s installed version, None when it is not installed."""
     try:
@@ -286,8 +281,9 @@ class SimpleMethod:
         reason = None if self.extra_check is None else self.extra_check(device)
         if reason is None and device == "cuda" and not torch.cuda.is_available():
             return "no CUDA device"
-        if reason is None and self.compiles and device == "cpu" and not has_cxx():
-            return "torch.compile's CPU backend (inductor) needs a C++ compiler: none on PATH"
+        if reason is None and self.compiles and device == "cpu":
+            if not (os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")):
+                return "torch.compile's CPU backend (inductor) needs a C++ compiler: none on PATH"
         return reason
 
     def unsupported_reason(self, case: Case) -> str | None:

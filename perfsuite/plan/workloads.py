@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.baselines.torch_methods import softcapped as _softcapped
 from perfsuite.plan.geometry import embed
 
 FILE_SUFFIXES = (".safetensors", ".pt", ".pth")
@@ -72,10 +73,6 @@ def workload_label(spec: dict[str, Any] | None) -> str:
     if spec["kind"] == "file":
         return f"file:{Path(spec['path']).name}"
     raise WorkloadError(f"unknown workload kind {spec['kind']!r}")
-
-
-def _softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    return logits if softcap is None else softcap * torch.tanh(logits / softcap)
 
 
 def row_entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -6,11 +6,12 @@ other processes (NVML, else nvidia-smi). docs/run.md, "A busy machine", says why
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from typing import Any
 
 import psutil
+
+from perfsuite.results import provenance
 
 RUN_ID_VAR = "PERFSUITE_RUN_PID"
 # Other processes using this much of one core or more, over a group, make it busy.
@@ -151,21 +152,16 @@ def _gpu(clock: int, top: int, temp: int, reasons: int, pids: list[int]) -> dict
     }
 
 
-def _smi(*query: str) -> str:
-    command = ["nvidia-smi", *query, "-i", str(_gpu_index())]
-    return subprocess.run(command, capture_output=True, text=True, timeout=10).stdout
-
-
 def _smi_state() -> dict[str, Any] | None:
-    query = "clocks.sm,clocks.max.sm,temperature.gpu,clocks_throttle_reasons.active"
+    fields = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "clocks_throttle_reasons.active")
+    state = provenance.gpu_state(fields, _gpu_index())
+    apps = provenance.smi("--query-compute-apps=pid", "--format=csv,noheader", index=_gpu_index())
     try:
-        out = _smi(f"--query-gpu={query}", "--format=csv,noheader,nounits")
-        apps = _smi("--query-compute-apps=pid", "--format=csv,noheader")
-        clock, top, temp, mask = (v.strip() for v in out.splitlines()[0].split(","))
+        clock, top, temp, mask = (state or {}).values()
         values = int(clock), int(top), int(temp), int(mask, 16)
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError):  # none, or unread
+    except ValueError:  # none, or unread
         return None
-    return _gpu(*values, [int(p) for p in apps.split() if p.strip().isdigit()])
+    return _gpu(*values, [int(p) for p in (apps or "").split() if p.isdigit()])
 
 
 def gpu_state() -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ import gzip
 import math
 import re
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.measure import timing
 from perfsuite.measure.kernel_classes import CLASSES, classify, kernel_name
 from perfsuite.results.results import write_atomically
 
@@ -32,7 +32,6 @@ NO_WORK_OPS = frozenset(
     "empty_like empty_strided to contiguous lift_fresh unflatten flatten split chunk "
     "numpy_T type_as".split()
 )
-TRACE_SUFFIX = ".json.gz"
 # A row whose timer could not time its call (a graph that cannot be captured) is still
 # profiled, one plain call: the method left without a trace is the one most needing it.
 PROFILED_UNTIMED = "still profiled (one plain call, no graph): trace and breakdown kept"
@@ -57,7 +56,7 @@ class Breakdown:
 def trace_name(method: str, shape: str, dtype: str, beta: float, phase: str) -> str:
     """A trace's file name for one cell and phase: ``eager__smoke__fp32__b0.1__fwd-bwd.json.gz``."""
     parts = (method, shape, dtype, f"b{beta:g}", phase)
-    return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in parts) + TRACE_SUFFIX
+    return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in parts) + ".json.gz"
 
 
 def profile_call(
@@ -104,12 +103,8 @@ def run_profiled(
     if cuda:
         torch.cuda.synchronize(device)
     with profile(**options) as prof:  # fn's result is freed inside: the meter sees it go
-        start = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize(device)
-        wall_ms = (time.perf_counter() - start) * 1e3
-    return prof, wall_ms
+        wall = timing.wall_ms(fn, device)[1]
+    return prof, wall
 
 
 def breakdown_of(prof: Any, device: torch.device, wall_ms: float) -> Breakdown:

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-GEOMETRIES = ("trained", "axis")
 # share_c of reports/filtering/trained-v16k.safetensors (tests/plan/test_geometry.py).
 TRAINED_SHARE_C = 0.381
 
@@ -42,8 +41,6 @@ def embed(
         e = torch.cat([torch.full((tokens, 1), float(gamma)), a * structure], dim=1)
         c = torch.cat([log_prior[:, None], body], dim=1)
         return e, c, {"geometry": "axis"}
-    if geometry != "trained":
-        raise ValueError(f"unknown geometry {geometry!r}; known: {', '.join(GEOMETRIES)}")
     if not 0 < share_c < 1:
         raise ValueError(f"share_c must lie in (0, 1), got {share_c:g}")
     u, rest = _complement(hidden, seed)

@@ -96,9 +96,10 @@ class Plan:
             raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {limit}")
         if not 0 <= self.seed < 2**32:
             raise PlanError(f"--seed must be in [0, 2**32 - 1], got {self.seed}")
-        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            got = f"{self.timeout_s:g}"
-            raise PlanError(f"--timeout must be a finite number of seconds > 0, got {got}")
+        waits = {"--timeout": self.timeout_s, "--collective-timeout": self.collective_timeout_s}
+        for flag, wait in waits.items():
+            if not (math.isfinite(wait) and wait > 0):
+                raise PlanError(f"{flag} must be a finite number of seconds > 0, got {wait:g}")
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -274,9 +275,6 @@ def build_plan(
                 check_synthetic(plan.workload["entropy"], shape.vocab, shape.hidden)
             except WorkloadError as err:
                 raise PlanError(f"{shape.name}: {err}") from None
-    wait = plan.collective_timeout_s
-    if not (math.isfinite(wait) and wait > 0):
-        raise PlanError(f"--collective-timeout must be > 0 seconds, got {wait:g}")
     if plan.timer not in TIMERS:
         raise PlanError(f"--timer: unknown {plan.timer!r}; choose from {', '.join(TIMERS)}")
     if tp_sizes is not None and (plan.timer != "events" or plan.profile is not None):

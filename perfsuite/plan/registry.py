@@ -82,15 +82,9 @@ def all_methods() -> dict[str, SimpleMethod]:
     return methods
 
 
-def methods_for(kind: str | bool) -> dict[str, SimpleMethod]:
+def methods_for(kind: str) -> dict[str, SimpleMethod]:
     """The methods that declare ``kind`` (``perfsuite.method.KINDS``), as that kind
-    measures them: for ``tp`` the declarations across ranks. A bool is ``--tp``'s."""
-    from perfsuite.method import KINDS
-
-    if isinstance(kind, bool):
-        kind = "tp" if kind else "loss"
-    if kind not in KINDS:
-        raise ValueError(f"unknown cell kind {kind!r}; known: {', '.join(KINDS)}")
+    measures them: for ``tp`` the declarations across ranks."""
     return {
         name: m.across_ranks() if kind == "tp" else m
         for name, m in all_methods().items()

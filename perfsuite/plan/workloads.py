@@ -69,9 +69,7 @@ def workload_label(spec: dict[str, Any] | None) -> str:
         return "random"
     if spec["kind"] == "synthetic":
         return f"synthetic(H={spec['entropy']:g},zipf={spec['zipf']:g})"
-    if spec["kind"] == "file":
-        return f"file:{Path(spec['path']).name}"
-    raise WorkloadError(f"unknown workload kind {spec['kind']!r}")
+    return f"file:{Path(spec['path']).name}"
 
 
 def _softcapped(logits: torch.Tensor, softcap: float | None) -> torch.Tensor:

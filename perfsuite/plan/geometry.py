@@ -13,15 +13,6 @@ import torch
 TRAINED_SHARE_C = 0.381
 
 
-def _complement(hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded unit vector u (D,) and an orthonormal basis of its complement (D, D-1)."""
-    gen = torch.Generator().manual_seed(seed)
-    basis = torch.randn(hidden, hidden, generator=gen, dtype=torch.float64)
-    q, r = torch.linalg.qr(basis)
-    q = q * torch.sign(torch.diagonal(r))[None, :]  # a unique, seeded basis
-    return q[:, 0].float(), q[:, 1:].float()
-
-
 def embed(
     structure: torch.Tensor,
     body: torch.Tensor,
@@ -43,7 +34,10 @@ def embed(
         return e, c, {"geometry": "axis"}
     if not 0 < share_c < 1:
         raise ValueError(f"share_c must lie in (0, 1), got {share_c:g}")
-    u, rest = _complement(hidden, seed)
+    gen = torch.Generator().manual_seed(seed)
+    q, r = torch.linalg.qr(torch.randn(hidden, hidden, generator=gen, dtype=torch.float64))
+    q = (q * torch.sign(torch.diagonal(r))[None, :]).float()  # a unique, seeded basis
+    u, rest = q[:, 0], q[:, 1:]  # a unit vector and an orthonormal basis of its complement
     part = a * structure
     mean = part.mean(0)
     # Centred rows keep E's mean on u; the mean's logit term joins the prior (per vocab).

@@ -46,21 +46,16 @@ def _entry_point(ep: importlib.metadata.EntryPoint) -> list[Any]:
     return list(loaded) if isinstance(loaded, list | tuple) else [loaded]
 
 
-def _tree_modules() -> list[str]:
-    """The tree's adapter modules: ``ADAPTER_MODULES``, then the others, by name."""
+def _declared() -> list[tuple[str, Any]]:
+    """(where, method) of every declaration, in table order: the tree's (``ADAPTER_MODULES``,
+    then the others, by name), then plugins'."""
     import pkgutil
 
     from perfsuite import baselines
 
-    found = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
-    return [*ADAPTER_MODULES, *sorted(found - set(ADAPTER_MODULES))]
-
-
-def _declared() -> list[tuple[str, Any]]:
-    """(where, method) of every declaration, in table order: the tree's, then plugins'."""
-    found = [
-        (m, d) for m in _tree_modules() for d in getattr(importlib.import_module(m), "METHODS", ())
-    ]
+    names = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
+    tree = [*ADAPTER_MODULES, *sorted(names - set(ADAPTER_MODULES))]
+    found = [(m, d) for m in tree for d in getattr(importlib.import_module(m), "METHODS", ())]
     plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
     found += [(m, d) for m in plugins for d in _plugin(m)]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):

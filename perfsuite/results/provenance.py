@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import subprocess
 import time
 from collections.abc import Iterable
@@ -86,8 +87,7 @@ def device_info(device: str) -> dict[str, Any]:
 def device_slug(env: dict[str, Any]) -> str:
     """A filesystem-safe name for the device a results file was measured on."""
     name = str(env.get("device", {}).get("name", "unknown")).lower()
-    slug = "".join(ch if ch.isalnum() else "-" for ch in name)
-    return "-".join(part for part in slug.split("-") if part) or "unknown"
+    return re.sub(r"[\W_]+", "-", name).strip("-") or "unknown"  # [\W_]: not isalnum()
 
 
 def collect_env(device: str, distributions: Iterable[str] = ()) -> dict[str, Any]:

@@ -147,6 +147,8 @@ def time_spans(
     """Per sample, the milliseconds of each of ``phases`` run back to back, the clock read
     at each boundary, so a sample's phases add up to its whole; ``barrier`` (ranks of one
     cell) runs before each sample's clock; ``cpu_time``: the CPU clock (``sampling``)."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
     flush = flush or CacheFlusher(device)
     cuda = device.type == "cuda" and not cpu_time
     warm_up(phases, warmup, setup)

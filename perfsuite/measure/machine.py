@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import suppress
 from typing import Any
 
 import psutil
@@ -49,14 +50,12 @@ def _ours(pid: int) -> bool:
     worker has no env left, but is still our child)."""
     if pid == os.getpid():
         return True
-    try:
+    with suppress(psutil.Error, OSError):  # gone or hidden: not ours
         proc = psutil.Process(pid)
-        try:
+        with suppress(psutil.Error, OSError):  # no env left to read
             return proc.environ().get(RUN_ID_VAR) == str(os.getpid())
-        except (psutil.Error, OSError):
-            return proc.ppid() == os.getpid()
-    except (psutil.Error, OSError):
-        return False
+        return proc.ppid() == os.getpid()
+    return False
 
 
 def _busy_seconds(cpus: set[int]) -> float:

@@ -215,18 +215,17 @@ def check_fits(plan: Plan) -> None:
     capacity = device_capacity("cpu")  # not --memory-limit: over it a worker is ``oom``
     if capacity is None:
         return
+    gate = "the correctness gate: fp32 reference and eager N x V logits"
     for shape in plan.shapes:
         for dtype in plan.dtypes_for(shape):
             need = gate_bytes(shape.tokens, shape.vocab, shape.hidden, dtype, softcap)
-            if need <= capacity:
-                continue
-            what = "the correctness gate: fp32 reference and eager N x V logits"
-            raise PlanError(
-                f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}, "
-                f"{dtype}) does not fit: {exceeds(need, what, capacity, 'cpu')}. Run it on a "
-                f"GPU (--device cuda), or run --shape smoke, or shrink it, e.g. "
-                f"--shape {shape.name.rstrip('*')} --tokens 256"
-            )
+            if need > capacity:
+                raise PlanError(
+                    f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}, "
+                    f"{dtype}) does not fit: {exceeds(need, gate, capacity, 'cpu')}. Run it on "
+                    f"a GPU (--device cuda), or run --shape smoke, or shrink it, e.g. "
+                    f"--shape {shape.name.rstrip('*')} --tokens 256"
+                )
 
 
 def default_jobs() -> int:

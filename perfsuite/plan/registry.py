@@ -46,12 +46,13 @@ def _entry_point(ep: importlib.metadata.EntryPoint) -> list[Any]:
     return list(loaded) if isinstance(loaded, list | tuple) else [loaded]
 
 
-def _declared() -> list[tuple[str, Any]]:
-    """(where, method) of every declaration, in table order: the tree's (``ADAPTER_MODULES``,
-    then the others, by name), then plugins'."""
+def all_methods() -> dict[str, SimpleMethod]:
+    """Name -> every declared method, in table order: the tree's (``ADAPTER_MODULES``, then
+    the others, by name), then plugins'."""
     import pkgutil
 
     from perfsuite import baselines
+    from perfsuite.method import SimpleMethod
 
     names = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
     tree = [*ADAPTER_MODULES, *sorted(names - set(ADAPTER_MODULES))]
@@ -60,15 +61,8 @@ def _declared() -> list[tuple[str, Any]]:
     found += [(m, d) for m in plugins for d in _plugin(m)]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         found += [(f"entry point {ep.name}", d) for d in _entry_point(ep)]
-    return found
-
-
-def all_methods() -> dict[str, SimpleMethod]:
-    """Name -> every declared method, in table order."""
-    from perfsuite.method import SimpleMethod
-
     methods: dict[str, SimpleMethod] = {}
-    for where, method in _declared():
+    for where, method in found:
         if not isinstance(method, SimpleMethod):
             raise ValueError(f"{where}: {method!r} is not a perfsuite.method.SimpleMethod")
         if method.name in methods:

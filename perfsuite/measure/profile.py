@@ -70,8 +70,11 @@ def profile_call(
     """One call of ``fn``, warm, under the profiler (``setup`` and ``flush`` before it, not
     profiled); ``trace``: where its gzip JSON trace goes (``trace_name``; Perfetto opens it)."""
     prof, wall_ms = run_profiled(fn, device, setup=setup, flush=flush)
-    if trace is not None:
-        _save_trace(prof, Path(trace))
+    if trace is not None:  # Kineto's JSON, gzipped into ``trace`` whole or not at all
+        with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
+            raw = Path(scratch) / "trace.json"
+            prof.export_chrome_trace(str(raw))
+            write_atomically(trace, gzip.compress(raw.read_bytes()))
     return breakdown_of(prof, device, wall_ms)
 
 
@@ -180,11 +183,3 @@ def _summarise(
         top=[{"name": n, "class": c, "ms": sum(v), "calls": len(v)} for (n, c), v in top],
         note=NOTES[source],
     )
-
-
-def _save_trace(prof: Any, path: Path) -> None:
-    """Kineto's JSON, gzipped into ``path`` whole or not at all."""
-    with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
-        raw = Path(scratch) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        write_atomically(path, gzip.compress(raw.read_bytes()))

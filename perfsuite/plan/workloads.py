@@ -197,18 +197,6 @@ def synthetic_inputs(
     return e, c, targets, info
 
 
-def _softcap_value(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    try:  # a string (safetensors' metadata) or a one-element tensor
-        out = float(value.item() if isinstance(value, torch.Tensor) else value)
-    except (TypeError, ValueError, RuntimeError):
-        raise WorkloadError(f"{path}: 'softcap' is not a number: {value!r}") from None
-    if not out > 0:
-        raise WorkloadError(f"{path}: 'softcap' must be positive, got {out:g}")
-    return out
-
-
 def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{"e", "c", "targets", "softcap"}`` from a dump, validated (``WorkloadError``)."""
     path = str(path)
@@ -276,7 +264,14 @@ def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{path}: target ids must lie in [0, V={c.shape[0]}) or be -100 (ignored); "
             f"found {int(valid.min())}..{int(valid.max())}"
         )
-    return {"e": e, "c": c, "targets": targets.long(), "softcap": _softcap_value(softcap, path)}
+    if softcap is not None:
+        try:  # a string (safetensors' metadata) or a one-element tensor
+            softcap = float(softcap.item() if isinstance(softcap, torch.Tensor) else softcap)
+        except (TypeError, ValueError, RuntimeError):
+            raise WorkloadError(f"{path}: 'softcap' is not a number: {softcap!r}") from None
+        if not softcap > 0:
+            raise WorkloadError(f"{path}: 'softcap' must be positive, got {softcap:g}")
+    return {"e": e, "c": c, "targets": targets.long(), "softcap": softcap}
 
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}

@@ -31,14 +31,6 @@ class Collectives:
     ms: float
 
 
-def _nbytes(shapes: list, dtypes: list) -> int:
-    total = 0
-    for shape, dtype in zip(shapes, dtypes, strict=False):
-        if isinstance(shape, list) and shape and all(isinstance(x, int) for x in shape):
-            total += math.prod(shape) * _ITEMSIZE.get(str(dtype), 4)
-    return total
-
-
 def measure_collectives(fn: Callable[[], object], device: torch.device) -> Collectives:
     """Run ``fn`` once under the profiler; its collectives' count, bytes and time."""
     prof, _ = run_profiled(fn, device, record_shapes=True)
@@ -51,9 +43,11 @@ def measure_collectives(fn: Callable[[], object], device: torch.device) -> Colle
     host_us = device_us = 0.0
     for event in prof.function_events:
         if event.name.startswith(BACKENDS):
-            dtypes = getattr(event, "input_dtypes", None)
+            dtypes = getattr(event, "input_dtypes", None) or list(kineto.get(event.id, []))
             count += 1
-            nbytes += _nbytes(event.input_shapes, dtypes or list(kineto.get(event.id, [])))
+            for shape, dtype in zip(event.input_shapes, dtypes, strict=False):
+                if isinstance(shape, list) and shape and all(isinstance(x, int) for x in shape):
+                    nbytes += math.prod(shape) * _ITEMSIZE.get(str(dtype), 4)
             host_us += event.cpu_time_total
         elif device.type == "cuda" and "nccl" in event.name.lower():
             device_us += event.device_time_total

@@ -118,14 +118,10 @@ def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
     }
 
 
-def _gpu_index() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(visible) if visible.isdigit() else 0
-
-
 def gpu_state() -> dict[str, Any] | None:
     """The GPU's clocks, temperature, throttling and other processes; None if unknown."""
-    index = _gpu_index()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    index = int(visible) if visible.isdigit() else 0
     state = provenance.gpu_state(_GPU_FIELDS, index)
     apps = provenance.smi("--query-compute-apps=pid", "--format=csv,noheader", index=index) or ""
     try:

@@ -33,11 +33,10 @@ def parse_workload(
     if text is None and entropy is None and zipf is None:
         return None
     if text is None or text == "synthetic":
-        # ``not x >= 0`` also refuses NaN; infinity would only give error rows.
-        if entropy is not None and not (entropy >= 0 and math.isfinite(entropy)):
-            raise WorkloadError(f"--entropy must be a finite number >= 0 nats, got {entropy:g}")
-        if zipf is not None and not (zipf >= 0 and math.isfinite(zipf)):
-            raise WorkloadError(f"--zipf must be a finite number >= 0, got {zipf:g}")
+        for flag, value, unit in (("--entropy", entropy, " nats"), ("--zipf", zipf, "")):
+            # ``not x >= 0`` also refuses NaN; infinity would only give error rows.
+            if value is not None and not (value >= 0 and math.isfinite(value)):
+                raise WorkloadError(f"{flag} must be a finite number >= 0{unit}, got {value:g}")
         return {
             "kind": "synthetic",
             "entropy": DEFAULT_ENTROPY if entropy is None else float(entropy),

@@ -107,13 +107,10 @@ def describe(err: BaseException) -> str:
 
 def limit_memory(extra_bytes: int) -> None:
     """Cap the data segment at what the process holds now plus ``extra_bytes``."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmData:"):
-            current = int(line.split()[1]) * 1024
-            resource.setrlimit(
-                resource.RLIMIT_DATA, (current + extra_bytes, resource.RLIM_INFINITY)
-            )
-            return
+    from perfsuite.measure.memory import status_kib
+
+    current = status_kib("VmData") * 1024
+    resource.setrlimit(resource.RLIMIT_DATA, (current + extra_bytes, resource.RLIM_INFINITY))
 
 
 class Phase:

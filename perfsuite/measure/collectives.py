@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -32,38 +31,23 @@ class Collectives:
     ms: float
 
 
-def _nbytes(shapes: list, dtypes: list) -> int:
-    total = 0
-    for shape, dtype in zip(shapes, dtypes, strict=False):
-        if isinstance(shape, list) and shape and all(isinstance(x, int) for x in shape):
-            total += math.prod(shape) * _ITEMSIZE.get(str(dtype), 4)
-    return total
-
-
-def _input_dtypes(prof: Any) -> Callable[[Any], list]:
-    """Each event's input dtypes: torch 2.13's ``FunctionEvent.input_dtypes``, or (torch
-    2.11) the ``dtypes()`` of the Kineto event of the same correlation id."""
-    events = prof.kineto_results.events() if prof.kineto_results is not None else []
-    # collectives only: a device activity's correlation id may repeat a host op's
-    kineto = {e.correlation_id(): e.dtypes() for e in events if e.name().startswith(BACKENDS)}
-
-    def dtypes(event: Any) -> list:
-        found = getattr(event, "input_dtypes", None)
-        return list(kineto.get(event.id, [])) if found is None else found
-
-    return dtypes
-
-
 def measure_collectives(fn: Callable[[], object], device: torch.device) -> Collectives:
     """Run ``fn`` once under the profiler; its collectives' count, bytes and time."""
     prof, _ = run_profiled(fn, device, record_shapes=True)
-    dtypes = _input_dtypes(prof)
+    # Input dtypes: torch 2.13's ``FunctionEvent.input_dtypes``, or (torch 2.11) the
+    # ``dtypes()`` of the Kineto event of the same correlation id (collectives only: a
+    # device activity's correlation id may repeat a host op's).
+    events = prof.kineto_results.events() if prof.kineto_results is not None else []
+    kineto = {e.correlation_id(): e.dtypes() for e in events if e.name().startswith(BACKENDS)}
     count = nbytes = 0
     host_us = device_us = 0.0
     for event in prof.function_events:
         if event.name.startswith(BACKENDS):
+            dtypes = getattr(event, "input_dtypes", None) or list(kineto.get(event.id, []))
             count += 1
-            nbytes += _nbytes(event.input_shapes, dtypes(event))
+            for shape, dtype in zip(event.input_shapes, dtypes, strict=False):
+                if isinstance(shape, list) and shape and all(isinstance(x, int) for x in shape):
+                    nbytes += math.prod(shape) * _ITEMSIZE.get(str(dtype), 4)
             host_us += event.cpu_time_total
         elif device.type == "cuda" and "nccl" in event.name.lower():
             device_us += event.device_time_total

@@ -130,7 +130,13 @@ def classify(name: str) -> str:
     if any(word in lower for word in COLLECTIVES):
         return "collective"
     if op is not None:
-        return _classify_op(op)
+        if op in GEMM_OPS or op.rstrip("_") in GEMM_OPS:  # addmm_: the in-place form
+            return "gemm"
+        if op in COPY_OPS:
+            return "copy"
+        if _pointwise(op) or any(word in op for word in ELEMENTWISE_WORDS):
+            return "elementwise"
+        return "other"
     if lower.startswith(INDUCTOR_CPU_GRAPH):
         return "elementwise"
     cute = lower.startswith(CUTE_DSL_PREFIX)
@@ -141,16 +147,6 @@ def classify(name: str) -> str:
     if any(word in lower for word in COPY_KERNELS):
         return "copy"
     if any(word in lower for word in ELEMENTWISE_WORDS):
-        return "elementwise"
-    return "other"
-
-
-def _classify_op(op: str) -> str:
-    if op in GEMM_OPS or op.rstrip("_") in GEMM_OPS:  # addmm_: the in-place form
-        return "gemm"
-    if op in COPY_OPS:
-        return "copy"
-    if _pointwise(op) or any(word in op for word in ELEMENTWISE_WORDS):
         return "elementwise"
     return "other"
 

@@ -1,23 +1,26 @@
 """Is the machine busy? Two snapshots bracket each cell group: on CPU the kernel's busy
 time on our cores (/proc/stat) less our processes' (this one and those started with
 ``RUN_ID_VAR`` set to its pid); on CUDA the SM clock, temperature, throttle reasons and
-other processes (NVML, else nvidia-smi). docs/run.md, "A busy machine", says why."""
+other processes (nvidia-smi). docs/run.md, "A busy machine", says why."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
+from contextlib import suppress
 from typing import Any
 
 import psutil
+
+from perfsuite.results import provenance
 
 RUN_ID_VAR = "PERFSUITE_RUN_PID"
 # Other processes using this much of one core or more, over a group, make it busy.
 BUSY_CORES = 0.5
 # A process listed as "other busy" uses at least this share of one core.
 LISTED_SHARE = 0.1
-# NVML throttle reasons that slow a kernel (not idle, not a clock set by hand).
+_GPU_FIELDS = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "clocks_throttle_reasons.active")
+# Throttle reasons (NVML's bits) that slow a kernel (not idle, not a clock set by hand).
 _SLOWING_REASONS = {
     0x2: "software power cap",
     0x8: "hardware slowdown",
@@ -47,14 +50,12 @@ def _ours(pid: int) -> bool:
     worker has no env left, but is still our child)."""
     if pid == os.getpid():
         return True
-    try:
+    with suppress(psutil.Error, OSError):  # gone or hidden: not ours
         proc = psutil.Process(pid)
-        try:
+        with suppress(psutil.Error, OSError):  # no env left to read
             return proc.environ().get(RUN_ID_VAR) == str(os.getpid())
-        except (psutil.Error, OSError):
-            return proc.ppid() == os.getpid()
-    except (psutil.Error, OSError):
-        return False
+        return proc.ppid() == os.getpid()
+    return False
 
 
 def _busy_seconds(cpus: set[int]) -> float:
@@ -117,31 +118,19 @@ def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
     }
 
 
-def _nvml_state() -> dict[str, Any] | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(_gpu_index())
-        return _gpu(
-            pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle),
-            [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)],
-        )
-    except Exception as err:  # noqa: BLE001 - NVML's own errors; recorded, never fatal
-        return {"error": f"nvml: {err}"}
-
-
-def _gpu_index() -> int:
+def gpu_state() -> dict[str, Any] | None:
+    """The GPU's clocks, temperature, throttling and other processes; None if unknown."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(visible) if visible.isdigit() else 0
-
-
-def _gpu(clock: int, top: int, temp: int, reasons: int, pids: list[int]) -> dict[str, Any]:
+    index = int(visible) if visible.isdigit() else 0
+    state = provenance.gpu_state(_GPU_FIELDS, index)
+    apps = provenance.smi("--query-compute-apps=pid", "--format=csv,noheader", index=index) or ""
+    try:
+        *numbers, mask = (state or {}).values()
+        clock, top, temp = map(int, numbers)
+        reasons = int(mask, 16)
+    except ValueError:  # none, or unread
+        return None
+    pids = [int(p) for p in apps.split() if p.isdigit()]
     return {
         "sm_clock_mhz": clock,
         "sm_clock_max_mhz": top,
@@ -149,28 +138,6 @@ def _gpu(clock: int, top: int, temp: int, reasons: int, pids: list[int]) -> dict
         "throttle": [text for bit, text in _SLOWING_REASONS.items() if reasons & bit],
         "gpu_processes": [p for p in pids if not _ours(p)],
     }
-
-
-def _smi(*query: str) -> str:
-    command = ["nvidia-smi", *query, "-i", str(_gpu_index())]
-    return subprocess.run(command, capture_output=True, text=True, timeout=10).stdout
-
-
-def _smi_state() -> dict[str, Any] | None:
-    query = "clocks.sm,clocks.max.sm,temperature.gpu,clocks_throttle_reasons.active"
-    try:
-        out = _smi(f"--query-gpu={query}", "--format=csv,noheader,nounits")
-        apps = _smi("--query-compute-apps=pid", "--format=csv,noheader")
-        clock, top, temp, mask = (v.strip() for v in out.splitlines()[0].split(","))
-        values = int(clock), int(top), int(temp), int(mask, 16)
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError):  # none, or unread
-        return None
-    return _gpu(*values, [int(p) for p in apps.split() if p.strip().isdigit()])
-
-
-def gpu_state() -> dict[str, Any] | None:
-    """The GPU's clocks, temperature, throttling and other processes; None if unknown."""
-    return _nvml_state() or _smi_state()
 
 
 def busy_reasons(state: dict[str, Any]) -> list[str]:

@@ -39,7 +39,8 @@ def freeze_what_exists() -> None:
     gc.enable()  # off from the start in a harness worker (``python_worker``)
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
+    """A ``kB`` field of ``/proc/self/status`` (VmRSS, VmHWM, VmData)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
@@ -50,7 +51,7 @@ def cpu_meter_supported() -> str | None:
     """``None`` if the CPU high-water-mark meter works here, else why not."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
-        _status_kib("VmHWM")
+        status_kib("VmHWM")
     except (OSError, RuntimeError) as err:
         return f"process high-water mark unavailable: {err}"
     return None
@@ -65,9 +66,9 @@ def measure_rss_peak(fn: Callable[[], object], collect: bool = True) -> Peak:
         with suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
-    start = _status_kib("VmRSS")
+    start = status_kib("VmRSS")
     fn()
-    peak, end = _status_kib("VmHWM"), _status_kib("VmRSS")
+    peak, end = status_kib("VmHWM"), status_kib("VmRSS")
     delta = max(peak - start, 0) * 1024
     return Peak(delta, peak * 1024, delta, rss_net=(end - start) * 1024)
 
@@ -97,7 +98,7 @@ def _tensor_span(fn: Callable[[], object]) -> tuple[int, int]:
 @cache
 def _start_profiler() -> None:
     """The profiler's first start sets up Kineto: never a phase's memory."""
-    measure_tensor_peak(lambda: None)
+    _tensor_span(lambda: None)
 
 
 def measure_cpu_peak(fn: Callable[[], object]) -> Peak:

@@ -8,7 +8,6 @@ import gzip
 import math
 import re
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import torch
 
+from perfsuite.measure import timing
 from perfsuite.measure.kernel_classes import CLASSES, classify, kernel_name
 from perfsuite.results.results import write_atomically
 
@@ -32,7 +32,6 @@ NO_WORK_OPS = frozenset(
     "empty_like empty_strided to contiguous lift_fresh unflatten flatten split chunk "
     "numpy_T type_as".split()
 )
-TRACE_SUFFIX = ".json.gz"
 # A row whose timer could not time its call (a graph that cannot be captured) is still
 # profiled, one plain call: the method left without a trace is the one most needing it.
 PROFILED_UNTIMED = "still profiled (one plain call, no graph): trace and breakdown kept"
@@ -57,7 +56,7 @@ class Breakdown:
 def trace_name(method: str, shape: str, dtype: str, beta: float, phase: str) -> str:
     """A trace's file name for one cell and phase: ``eager__smoke__fp32__b0.1__fwd-bwd.json.gz``."""
     parts = (method, shape, dtype, f"b{beta:g}", phase)
-    return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in parts) + TRACE_SUFFIX
+    return "__".join(re.sub(r"[^A-Za-z0-9._-]+", "-", p) for p in parts) + ".json.gz"
 
 
 def profile_call(
@@ -71,8 +70,11 @@ def profile_call(
     """One call of ``fn``, warm, under the profiler (``setup`` and ``flush`` before it, not
     profiled); ``trace``: where its gzip JSON trace goes (``trace_name``; Perfetto opens it)."""
     prof, wall_ms = run_profiled(fn, device, setup=setup, flush=flush)
-    if trace is not None:
-        _save_trace(prof, Path(trace))
+    if trace is not None:  # Kineto's JSON, gzipped into ``trace`` whole or not at all
+        with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
+            raw = Path(scratch) / "trace.json"
+            prof.export_chrome_trace(str(raw))
+            write_atomically(trace, gzip.compress(raw.read_bytes()))
     return breakdown_of(prof, device, wall_ms)
 
 
@@ -104,12 +106,8 @@ def run_profiled(
     if cuda:
         torch.cuda.synchronize(device)
     with profile(**options) as prof:  # fn's result is freed inside: the meter sees it go
-        start = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize(device)
-        wall_ms = (time.perf_counter() - start) * 1e3
-    return prof, wall_ms
+        wall = timing.wall_ms(fn, device)[1]
+    return prof, wall
 
 
 def breakdown_of(prof: Any, device: torch.device, wall_ms: float) -> Breakdown:
@@ -185,11 +183,3 @@ def _summarise(
         top=[{"name": n, "class": c, "ms": sum(v), "calls": len(v)} for (n, c), v in top],
         note=NOTES[source],
     )
-
-
-def _save_trace(prof: Any, path: Path) -> None:
-    """Kineto's JSON, gzipped into ``path`` whole or not at all."""
-    with tempfile.TemporaryDirectory(prefix="pst-trace-") as scratch:
-        raw = Path(scratch) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        write_atomically(path, gzip.compress(raw.read_bytes()))

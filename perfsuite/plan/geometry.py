@@ -9,18 +9,8 @@ from typing import Any
 
 import torch
 
-GEOMETRIES = ("trained", "axis")
 # share_c of reports/filtering/trained-v16k.safetensors (tests/plan/test_geometry.py).
 TRAINED_SHARE_C = 0.381
-
-
-def _complement(hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded unit vector u (D,) and an orthonormal basis of its complement (D, D-1)."""
-    gen = torch.Generator().manual_seed(seed)
-    basis = torch.randn(hidden, hidden, generator=gen, dtype=torch.float64)
-    q, r = torch.linalg.qr(basis)
-    q = q * torch.sign(torch.diagonal(r))[None, :]  # a unique, seeded basis
-    return q[:, 0].float(), q[:, 1:].float()
 
 
 def embed(
@@ -31,7 +21,6 @@ def embed(
     gamma: float,
     *,
     geometry: str = "trained",
-    share_c: float = TRAINED_SHARE_C,
     seed: int = 0,
     centre: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -42,11 +31,10 @@ def embed(
         e = torch.cat([torch.full((tokens, 1), float(gamma)), a * structure], dim=1)
         c = torch.cat([log_prior[:, None], body], dim=1)
         return e, c, {"geometry": "axis"}
-    if geometry != "trained":
-        raise ValueError(f"unknown geometry {geometry!r}; known: {', '.join(GEOMETRIES)}")
-    if not 0 < share_c < 1:
-        raise ValueError(f"share_c must lie in (0, 1), got {share_c:g}")
-    u, rest = _complement(hidden, seed)
+    gen = torch.Generator().manual_seed(seed)
+    q, r = torch.linalg.qr(torch.randn(hidden, hidden, generator=gen, dtype=torch.float64))
+    q = (q * torch.sign(torch.diagonal(r))[None, :]).float()  # a unique, seeded basis
+    u, rest = q[:, 0], q[:, 1:]  # a unit vector and an orthonormal basis of its complement
     part = a * structure
     mean = part.mean(0)
     # Centred rows keep E's mean on u; the mean's logit term joins the prior (per vocab).
@@ -56,10 +44,10 @@ def embed(
     if centre:
         q = q - q.mean()
     body_norm, q_norm = float(body.norm()), float(q.norm())
-    odds = share_c**2 / (1 - share_c**2)
+    odds = TRAINED_SHARE_C**2 / (1 - TRAINED_SHARE_C**2)
     g = q_norm / (body_norm * math.sqrt(odds)) if q_norm > 0 and body_norm > 0 else 1.0
     e = g * u[None, :] + (part - mean) @ rest.T
     c = (q / g)[:, None] * u[None, :] + body @ rest.T
     ef = e.norm()
     share_e = float(math.sqrt(tokens) * g / ef) if ef > 0 else 0.0
-    return e, c, {"geometry": "trained", "share_c": share_c, "share_e": share_e}
+    return e, c, {"geometry": "trained", "share_c": TRAINED_SHARE_C, "share_e": share_e}

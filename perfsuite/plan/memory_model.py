@@ -26,16 +26,6 @@ def floor_bytes(phase: str, tokens: int, vocab: int, hidden: int, dtype: str) ->
     return (tokens + vocab) * hidden * DTYPE_BYTES[dtype]
 
 
-def reference_bytes(
-    tokens: int, vocab: int, hidden: int, dtype: str = "bf16", softcap: bool = False
-) -> int:
-    """Peak of the gate's reference fwd+bwd (logits, log-softmax, their gradient, the
-    inputs and theirs; a softcap's tanh one copy more, as measured in
-    tests/plan/test_memory_model.py): fp32, or fp64 for fp32 cases (torch's own error)."""
-    size = 8 if dtype == "fp32" else 4
-    return (3 + softcap) * tokens * vocab * size + 4 * (tokens + vocab) * hidden * size
-
-
 def held_bytes(holds: Holds, tokens: int, vocab: int, hidden: int, width: int, cap: bool) -> int:
     """What a loss holds at its peak beyond its inputs and their gradients, at ``width``
     bytes a value: ``copies`` of the N x V logits held whole; token chunks of about N x D
@@ -64,13 +54,17 @@ CUDA_MEMORY_SHARE = 0.92
 
 def gate_bytes(tokens: int, vocab: int, hidden: int, dtype: str, softcap: bool = False) -> int:
     """What every cell's worker needs at least, whichever method it times: e, c and their
-    gradients, then the correctness gate's fp32 reference, and eager in the input dtype."""
+    gradients, then the correctness gate's reference fwd+bwd (logits, log-softmax, their
+    gradient, the inputs and theirs; a softcap's tanh one copy more, as measured in
+    tests/plan/test_memory_model.py) in fp32, or fp64 for fp32 cases (torch's own error),
+    and eager in the input dtype."""
     from perfsuite.method import Holds  # torch: only where it is needed
 
-    size = DTYPE_BYTES[dtype]
+    size, ref = DTYPE_BYTES[dtype], 8 if dtype == "fp32" else 4
     tensors = 2 * (tokens + vocab) * hidden * size  # inputs and their gradients
+    reference = (3 + softcap) * tokens * vocab * ref + 4 * (tokens + vocab) * hidden * ref
     eager = tensors + held_bytes(Holds(), tokens, vocab, hidden, size, softcap)
-    return int(max(reference_bytes(tokens, vocab, hidden, dtype, softcap) + tensors, eager))
+    return int(max(reference + tensors, eager))
 
 
 def exceeds(need: int, what: str, capacity: int, device: str) -> str:

@@ -96,9 +96,10 @@ class Plan:
             raise PlanError(f"--memory-limit must be a size > 0 (e.g. 2G), got {limit}")
         if not 0 <= self.seed < 2**32:
             raise PlanError(f"--seed must be in [0, 2**32 - 1], got {self.seed}")
-        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            got = f"{self.timeout_s:g}"
-            raise PlanError(f"--timeout must be a finite number of seconds > 0, got {got}")
+        waits = {"--timeout": self.timeout_s, "--collective-timeout": self.collective_timeout_s}
+        for flag, wait in waits.items():
+            if not (math.isfinite(wait) and wait > 0):
+                raise PlanError(f"{flag} must be a finite number of seconds > 0, got {wait:g}")
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -214,18 +215,17 @@ def check_fits(plan: Plan) -> None:
     capacity = device_capacity("cpu")  # not --memory-limit: over it a worker is ``oom``
     if capacity is None:
         return
+    gate = "the correctness gate: fp32 reference and eager N x V logits"
     for shape in plan.shapes:
         for dtype in plan.dtypes_for(shape):
             need = gate_bytes(shape.tokens, shape.vocab, shape.hidden, dtype, softcap)
-            if need <= capacity:
-                continue
-            what = "the correctness gate: fp32 reference and eager N x V logits"
-            raise PlanError(
-                f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}, "
-                f"{dtype}) does not fit: {exceeds(need, what, capacity, 'cpu')}. Run it on a "
-                f"GPU (--device cuda), or run --shape smoke, or shrink it, e.g. "
-                f"--shape {shape.name.rstrip('*')} --tokens 256"
-            )
+            if need > capacity:
+                raise PlanError(
+                    f"shape {shape.name} (N={shape.tokens}, V={shape.vocab}, D={shape.hidden}, "
+                    f"{dtype}) does not fit: {exceeds(need, gate, capacity, 'cpu')}. Run it on "
+                    f"a GPU (--device cuda), or run --shape smoke, or shrink it, e.g. "
+                    f"--shape {shape.name.rstrip('*')} --tokens 256"
+                )
 
 
 def default_jobs() -> int:
@@ -274,9 +274,6 @@ def build_plan(
                 check_synthetic(plan.workload["entropy"], shape.vocab, shape.hidden)
             except WorkloadError as err:
                 raise PlanError(f"{shape.name}: {err}") from None
-    wait = plan.collective_timeout_s
-    if not (math.isfinite(wait) and wait > 0):
-        raise PlanError(f"--collective-timeout must be > 0 seconds, got {wait:g}")
     if plan.timer not in TIMERS:
         raise PlanError(f"--timer: unknown {plan.timer!r}; choose from {', '.join(TIMERS)}")
     if tp_sizes is not None and (plan.timer != "events" or plan.profile is not None):

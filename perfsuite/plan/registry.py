@@ -46,34 +46,23 @@ def _entry_point(ep: importlib.metadata.EntryPoint) -> list[Any]:
     return list(loaded) if isinstance(loaded, list | tuple) else [loaded]
 
 
-def _tree_modules() -> list[str]:
-    """The tree's adapter modules: ``ADAPTER_MODULES``, then the others, by name."""
+def all_methods() -> dict[str, SimpleMethod]:
+    """Name -> every declared method, in table order: the tree's (``ADAPTER_MODULES``, then
+    the others, by name), then plugins'."""
     import pkgutil
 
     from perfsuite import baselines
+    from perfsuite.method import SimpleMethod
 
-    found = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
-    return [*ADAPTER_MODULES, *sorted(found - set(ADAPTER_MODULES))]
-
-
-def _declared() -> list[tuple[str, Any]]:
-    """(where, method) of every declaration, in table order: the tree's, then plugins'."""
-    found = [
-        (m, d) for m in _tree_modules() for d in getattr(importlib.import_module(m), "METHODS", ())
-    ]
+    names = {f"{baselines.__name__}.{m.name}" for m in pkgutil.iter_modules(baselines.__path__)}
+    tree = [*ADAPTER_MODULES, *sorted(names - set(ADAPTER_MODULES))]
+    found = [(m, d) for m in tree for d in getattr(importlib.import_module(m), "METHODS", ())]
     plugins = [m.strip() for m in os.environ.get("PERFSUITE_PLUGINS", "").split(",") if m.strip()]
     found += [(m, d) for m in plugins for d in _plugin(m)]
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         found += [(f"entry point {ep.name}", d) for d in _entry_point(ep)]
-    return found
-
-
-def all_methods() -> dict[str, SimpleMethod]:
-    """Name -> every declared method, in table order."""
-    from perfsuite.method import SimpleMethod
-
     methods: dict[str, SimpleMethod] = {}
-    for where, method in _declared():
+    for where, method in found:
         if not isinstance(method, SimpleMethod):
             raise ValueError(f"{where}: {method!r} is not a perfsuite.method.SimpleMethod")
         if method.name in methods:
@@ -82,15 +71,9 @@ def all_methods() -> dict[str, SimpleMethod]:
     return methods
 
 
-def methods_for(kind: str | bool) -> dict[str, SimpleMethod]:
+def methods_for(kind: str) -> dict[str, SimpleMethod]:
     """The methods that declare ``kind`` (``perfsuite.method.KINDS``), as that kind
-    measures them: for ``tp`` the declarations across ranks. A bool is ``--tp``'s."""
-    from perfsuite.method import KINDS
-
-    if isinstance(kind, bool):
-        kind = "tp" if kind else "loss"
-    if kind not in KINDS:
-        raise ValueError(f"unknown cell kind {kind!r}; known: {', '.join(KINDS)}")
+    measures them: for ``tp`` the declarations across ranks."""
     return {
         name: m.across_ranks() if kind == "tp" else m
         for name, m in all_methods().items()

@@ -34,11 +34,10 @@ def parse_workload(
     if text is None and entropy is None and zipf is None:
         return None
     if text is None or text == "synthetic":
-        # ``not x >= 0`` also refuses NaN; infinity would only give error rows.
-        if entropy is not None and not (entropy >= 0 and math.isfinite(entropy)):
-            raise WorkloadError(f"--entropy must be a finite number >= 0 nats, got {entropy:g}")
-        if zipf is not None and not (zipf >= 0 and math.isfinite(zipf)):
-            raise WorkloadError(f"--zipf must be a finite number >= 0, got {zipf:g}")
+        for flag, value, unit in (("--entropy", entropy, " nats"), ("--zipf", zipf, "")):
+            # ``not x >= 0`` also refuses NaN; infinity would only give error rows.
+            if value is not None and not (value >= 0 and math.isfinite(value)):
+                raise WorkloadError(f"{flag} must be a finite number >= 0{unit}, got {value:g}")
         return {
             "kind": "synthetic",
             "entropy": DEFAULT_ENTROPY if entropy is None else float(entropy),
@@ -70,9 +69,7 @@ def workload_label(spec: dict[str, Any] | None) -> str:
         return "random"
     if spec["kind"] == "synthetic":
         return f"synthetic(H={spec['entropy']:g},zipf={spec['zipf']:g})"
-    if spec["kind"] == "file":
-        return f"file:{Path(spec['path']).name}"
-    raise WorkloadError(f"unknown workload kind {spec['kind']!r}")
+    return f"file:{Path(spec['path']).name}"
 
 
 def row_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -196,18 +193,6 @@ def synthetic_inputs(
     return e, c, targets, info
 
 
-def _softcap_value(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    try:  # a string (safetensors' metadata) or a one-element tensor
-        out = float(value.item() if isinstance(value, torch.Tensor) else value)
-    except (TypeError, ValueError, RuntimeError):
-        raise WorkloadError(f"{path}: 'softcap' is not a number: {value!r}") from None
-    if not out > 0:
-        raise WorkloadError(f"{path}: 'softcap' must be positive, got {out:g}")
-    return out
-
-
 def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{"e", "c", "targets", "softcap"}`` from a dump, validated (``WorkloadError``)."""
     path = str(path)
@@ -275,7 +260,14 @@ def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{path}: target ids must lie in [0, V={c.shape[0]}) or be -100 (ignored); "
             f"found {int(valid.min())}..{int(valid.max())}"
         )
-    return {"e": e, "c": c, "targets": targets.long(), "softcap": _softcap_value(softcap, path)}
+    if softcap is not None:
+        try:  # a string (safetensors' metadata) or a one-element tensor
+            softcap = float(softcap.item() if isinstance(softcap, torch.Tensor) else softcap)
+        except (TypeError, ValueError, RuntimeError):
+            raise WorkloadError(f"{path}: 'softcap' is not a number: {softcap!r}") from None
+        if not softcap > 0:
+            raise WorkloadError(f"{path}: 'softcap' must be positive, got {softcap:g}")
+    return {"e": e, "c": c, "targets": targets.long(), "softcap": softcap}
 
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}

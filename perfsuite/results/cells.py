@@ -50,13 +50,10 @@ ENV_MUST_AGREE = (
 def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """What makes two results' measurements incomparable: device, code, versions, method."""
     out = []
-    for path in ENV_MUST_AGREE:
-        va, vb = a, b
-        for part in path:
-            va = va.get(part) if isinstance(va, dict) else None
-            vb = vb.get(part) if isinstance(vb, dict) else None
+    for section, key in ENV_MUST_AGREE:
+        va, vb = ((env.get(section) or {}).get(key) for env in (a, b))
         if va is not None and vb is not None and va != vb:
-            out.append(f"{'.'.join(path)}: {va!r} vs {vb!r}")
+            out.append(f"{section}.{key}: {va!r} vs {vb!r}")
     versions_a, versions_b = a.get("versions") or {}, b.get("versions") or {}
     for name in sorted(set(versions_a) & set(versions_b)):
         if versions_a[name] != versions_b[name]:

@@ -171,11 +171,9 @@ def to_disk_row(row: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": kind}
     metrics = {k: row.get(k) for k in METRICS.get(kind, ())}
     for key, value in row.items():
-        if key == "kind" or key in metrics:
-            continue
-        if key in KIND_ONLY and key not in OWN_FIELDS.get(kind, ()) and value is None:
-            continue
-        out[key] = value
+        empty_other = key in KIND_ONLY and key not in OWN_FIELDS.get(kind, ()) and value is None
+        if key != "kind" and key not in metrics and not empty_other:
+            out[key] = value
     if metrics:
         out["metrics"] = metrics
     return out

@@ -58,7 +58,7 @@ class WriterLock:
         self.release()
 
 
-def claim(path: str | os.PathLike[str], start: Callable[[], object] | None = None) -> WriterLock:
+def claim(path: str | os.PathLike[str], start: Callable[[], object]) -> WriterLock:
     """``path``'s writer lock (its folder must exist), then ``start()``, whose checks of the
     file stay true while it is held (released if ``start`` raises). ``FileLocked`` (one
     line) when another process holds it or it cannot be taken."""
@@ -67,8 +67,7 @@ def claim(path: str | os.PathLike[str], start: Callable[[], object] | None = Non
     except OSError as err:
         raise FileLocked(f"--out {path}: cannot lock it ({err.strerror})") from None
     try:
-        if start is not None:
-            start()
+        start()
     except BaseException:
         writer.release()
         raise

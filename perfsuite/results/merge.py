@@ -62,11 +62,8 @@ def merge_documents(
     for name, doc in documents:
         for row in doc["rows"]:
             key = cell_key(row)
-            if key not in kept:
-                kept[key] = (name, row)
-                continue
-            other_name, other = kept[key]
-            if row["status"] == "skipped":
+            other_name, other = kept.setdefault(key, (name, row))
+            if other is row or row["status"] == "skipped":
                 continue
             if other["status"] == "skipped" or duplicates == "last":
                 kept[key] = (name, row)
@@ -90,8 +87,7 @@ def merge_documents(
         env["merge_mismatches"] = mismatches
     if isinstance(env.get("sweep"), dict):
         env["sweep"]["shard"] = None
-    plan = env.get("plan") or {}
-    return new_document(env, canonical_order([row for _, row in kept.values()], plan))
+    return new_document(env, canonical_order([r for _, r in kept.values()], env.get("plan") or {}))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import subprocess
 import time
 from collections.abc import Iterable
@@ -48,14 +49,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpu_state() -> dict[str, Any] | None:
-    """nvidia-smi's view of GPU 0 (name, memory, driver, clocks, temperature)."""
-    query = ",".join(_SMI_FIELDS)
-    out = _run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"])
+def smi(*query: str, index: int = 0) -> str | None:
+    """What nvidia-smi answers ``query`` for GPU ``index`` (None: no nvidia-smi, no GPU)."""
+    return _run(["nvidia-smi", *query, "-i", str(index)])
+
+
+def gpu_state(fields: tuple[str, ...] = _SMI_FIELDS, index: int = 0) -> dict[str, str] | None:
+    """nvidia-smi's ``fields`` of GPU ``index``: by default name, memory, driver, clocks,
+    temperature."""
+    out = smi(f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", index=index)
     if not out:
         return None
-    values = [v.strip() for v in out.splitlines()[0].split(",")]
-    return dict(zip(_SMI_FIELDS, values, strict=False))
+    return dict(zip(fields, (v.strip() for v in out.splitlines()[0].split(",")), strict=False))
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -82,8 +87,7 @@ def device_info(device: str) -> dict[str, Any]:
 def device_slug(env: dict[str, Any]) -> str:
     """A filesystem-safe name for the device a results file was measured on."""
     name = str(env.get("device", {}).get("name", "unknown")).lower()
-    slug = "".join(ch if ch.isalnum() else "-" for ch in name)
-    return "-".join(part for part in slug.split("-") if part) or "unknown"
+    return re.sub(r"[\W_]+", "-", name).strip("-") or "unknown"  # [\W_]: not isalnum()
 
 
 def collect_env(device: str, distributions: Iterable[str] = ()) -> dict[str, Any]:

@@ -96,17 +96,6 @@ def write_results(path: str | os.PathLike[str], document: dict[str, Any]) -> Pat
     return write_atomically(path, json.dumps(document, indent=1, allow_nan=True) + "\n")
 
 
-def json_error(text: str, err: json.JSONDecodeError) -> str:
-    """One line for a JSON parse error: where, and "(truncated?)" when it fails at the end
-    or in a string running to it (json's "... at" message would say "at" twice)."""
-    if not text.strip():
-        return "not valid JSON: the file is empty"
-    cut = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
-    where = f"line {err.lineno} column {err.colno}"
-    msg = err.msg[: -len(" at")] if err.msg.endswith(" at") else err.msg
-    return f"not valid JSON{' (truncated?)' if cut else ''}: {msg} at {where}"
-
-
 def read_json(path: str | os.PathLike[str]) -> Any:
     """A file's JSON; ``ResultsError`` says in one line what keeps it from being read."""
     path = Path(path)
@@ -126,7 +115,15 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ResultsError(f"{path}: {json_error(text, err)}") from None
+        if not text.strip():
+            raise ResultsError(f"{path}: not valid JSON: the file is empty") from None
+        # "(truncated?)" where it fails at the end or in a string running to it; json's
+        # "... at" message would say "at" twice.
+        cut = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
+        msg = f"{err.msg.removesuffix(' at')} at line {err.lineno} column {err.colno}"
+        raise ResultsError(
+            f"{path}: not valid JSON{' (truncated?)' if cut else ''}: {msg}"
+        ) from None
     except RecursionError:
         raise ResultsError(f"{path}: not a results file (nested too deeply)") from None
     return document

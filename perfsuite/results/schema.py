@@ -30,11 +30,9 @@ from perfsuite.results.kinds import (
     to_disk_row,
 )
 
-# Measured quantities (named alike in every kind's metrics).
-MEASURED_FIELDS = (
-    "median_ms", "p20_ms", "p80_ms", "samples_ms", "compile_ms", "peak_bytes", "peak_abs_bytes",
-    "rss_peak_bytes", "collectives", "collective_bytes", "collective_ms", "loss_ms", "wall_s",
-)  # fmt: skip
+# Measured quantities: times and sizes by their names' units, counts, a run's wall time.
+MEASURED_FIELDS = {f.name for f in fields(Row) if f.name.endswith(("_ms", "_bytes"))}
+MEASURED_FIELDS |= {"collectives", "wall_s"}
 # A measured quantity: a NaN, an infinity or a negative is a corrupt file, never a number
 # to compare or bold as best (json.loads accepts NaN and Infinity).
 Measured = Annotated[float, Field(ge=0, allow_inf_nan=False)]

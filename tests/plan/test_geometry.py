@@ -41,13 +41,9 @@ def test_the_frequency_direction_is_the_planted_one_at_the_asked_share():
     assert shares["share_e"] == pytest.approx(info["share_e"], abs=1e-4)
     u = frequency_direction(e)
     assert u.abs().max() < 0.6  # oblique: not one hidden dimension
-    e4, c4, placed = embed(
-        torch.randn(8, 15), torch.randn(32, 15), torch.randn(32), 1.0, 1.0, share_c=0.2
-    )
-    assert frequency_shares(e4, c4)["share_c"] == pytest.approx(0.2, abs=1e-5)
+    e4, c4, placed = embed(torch.randn(8, 15), torch.randn(32, 15), torch.randn(32), 1.0, 1.0)
+    assert frequency_shares(e4, c4)["share_c"] == pytest.approx(TRAINED_SHARE_C, abs=1e-5)
     assert placed["share_e"] == pytest.approx(frequency_shares(e4, c4)["share_e"], abs=1e-5)
-    with pytest.raises(ValueError, match="share_c"):
-        embed(torch.randn(8, 15), torch.randn(32, 15), torch.randn(32), 1.0, 1.0, share_c=1.0)
 
 
 def test_the_share_is_the_committed_trained_dumps_measured_one():

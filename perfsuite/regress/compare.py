@@ -219,14 +219,13 @@ def _arrow(before: str, after: str) -> str:
 
 
 def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
-    """A cell's console line; its notes go under the table, numbered (one per kind of
-    note, not one per row), so that narrow terminals keep the columns."""
+    """A cell's console line; its notes go under the table, numbered once per kind of note
+    (narrow terminals keep the columns)."""
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
-    style = LOOK[cell.verdict][0]
-    verdict = cell.verdict + (" ✗" if cell.failing else "")
+    style, fails = LOOK[cell.verdict][0], " ✗" if cell.failing else ""
     ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""
     times, sizes = _arrow(base_ms, cur_ms), _arrow(base_mib, cur_mib)
-    verdict = f"[{style}]{verdict}[/{style}] {ref}".rstrip()
+    verdict = f"[{style}]{cell.verdict}{fails}[/{style}] {ref}".rstrip()
     # the method without its TP size: the title has it
     return [cell.row["method"], cell.row["phase"], status, times, time_x, p, sizes, mem_x, verdict]
 
@@ -247,9 +246,8 @@ def _elide(text: str, width: int) -> str:
 
 
 def title_lines(comparison: Comparison, width: int) -> list[str]:
-    """``baseline → current`` on one line whatever the paths' length: as given, or relative
-    to the working folder, else the file names (elided in their middle if they must be)
-    with the whole paths below, folded at their slashes."""
+    """``baseline → current`` on one line: as given, relative, else the file names (elided if
+    they must be) with the whole paths below, folded at their slashes."""
     base, cur = comparison.baseline_label, comparison.current_label
     for b, c in ((base, cur), (_relative(base), _relative(cur))):
         if len(b) + 3 + len(c) <= width:
@@ -266,8 +264,7 @@ def title_lines(comparison: Comparison, width: int) -> list[str]:
 
 
 def print_table(comparison: Comparison) -> None:
-    """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
-    all laid out alike: folded as the table of every row would be, or all as records."""
+    """One table per (shape, dtype, β, TP size), all folded alike (as one table of every row)."""
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
     metric = comparison.settings.metric
     for i, line in enumerate(title_lines(comparison, console.width)):

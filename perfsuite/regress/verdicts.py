@@ -35,7 +35,6 @@ class EnvMismatch(CompareError):
     """Measured on another device or with other library versions."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
         super().__init__(
             f"the two results were measured in different environments ({'; '.join(problems)}): "
             "compare results of the same device and versions, or pass --allow-env-mismatch"
@@ -214,15 +213,13 @@ def _values(values: set[Any]) -> str:
 
 
 def tp_sizes(values: set[Any]) -> str:
-    """``1,2`` or ``one device`` (tp None: no process group), for messages."""
-    sizes = sorted(v for v in values if v is not None)
-    words = [*(["one device"] if None in values else []), *(f"TP={k}" for k in sizes)]
-    return ", ".join(words)
+    """``one device, TP=2`` (tp None: no process group), for messages."""
+    ordered = sorted(values, key=lambda v: v or 0)  # one device first
+    return ", ".join("one device" if v is None else f"TP={v}" for v in ordered)
 
 
 def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple[str, str]) -> str:
-    """Why two documents have no cell in common, field by field; both sides' TP sizes when
-    either holds multi-rank cells (a TP = 1 file and a TP = 2 one differ in nothing else)."""
+    """Why two documents share no cell, field by field (TP sizes when either has any)."""
     differ = []
     tp = KEY_FIELDS.index("tp")
     for i, name in enumerate(KEY_FIELDS):
@@ -270,8 +267,7 @@ IGNORED_VERSIONS = frozenset({"perfsuite", "pandas", "rich"})
 
 
 def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[list, list]:
-    """(blocking problems, warnings) between two environments: what ``compare`` checks between
-    a baseline and a run, and the stored baselines of one device among themselves."""
+    """(blocking problems, warnings) between a baseline's environment and a run's."""
     problems, warnings = [], []
     bdev, cdev = base_env.get("device") or {}, cur_env.get("device") or {}
     for key in ("kind", "name", "cuda"):

@@ -42,8 +42,7 @@ def median_se(p20: float | None, p80: float | None, median: float | None, n: int
 
 
 def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
-    """Indices where a new segment starts (each >= MIN_SIZE runs; [] if none) of ``values``
-    in run order; ``sigma``: the relative noise (None: estimated from the series)."""
+    """Where new segments of ``values`` start ([] if none); ``sigma``: the relative noise."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < 2 * MIN_SIZE or not np.all(np.isfinite(x)):

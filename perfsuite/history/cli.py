@@ -60,9 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     noise = "default: estimated from the db (0.01: 1 %%)"
     p.add_argument("--run-noise", type=non_negative_float, default=None, help=noise)
     p.add_argument("--seed", type=int, default=0)
-    p = sub.add_parser(
-        "demo", help="write a synthetic history with a known step (to try the tools)"
-    )
+    p = sub.add_parser("demo", help="write a synthetic history with a known step, to try the tools")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
     runs = int_between(4, demo.MAX_RUNS)  # a typo's million files took minutes to stop
     p.add_argument("--runs", type=runs, default=60, help=f"4 to {demo.MAX_RUNS}")
@@ -80,7 +78,7 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
     """Store each file, one line each; from a folder (``import``), skip the JSON that is
     not results and end with the counts. The database is made on the first file worth
     storing: bad input left an empty one, which ``list`` then read as ``0 runs``."""
-    rc, counts = 0, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
+    counts = {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
     with ExitStack() as stack:
         conn = None
         for path in paths:
@@ -96,7 +94,6 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
                 added = ingest.add_document(conn, document, str(path))
             except ResultsError as err:  # the others are still stored
                 print_error(str(err).splitlines()[0])
-                rc = 2
                 counts["refused"] += 1
                 continue
             what = "already stored" if added.duplicate else "added"
@@ -104,7 +101,7 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
             print(f"{path}: {what} (run {added.content_hash[:12]}, {added.n_cells} cells)")
     if folder:
         print(", ".join(f"{v} {k}" for k, v in counts.items()))
-    return rc
+    return 2 if counts["refused"] else 0
 
 
 def _shown(source: str) -> str:
@@ -133,8 +130,7 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
 
 
 def _describe(change: rules.Change, head: str, tail: str = "") -> str:
-    """A change as a block that fits the terminal: ``head`` and the CELL/RUN on the first
-    line, then what changed, the cell and the commits, folded at spaces (indented)."""
+    """A change as a block that fits the terminal: ``head`` and CELL/RUN, then the rest folded."""
     before, after = change.before_point, change.after_point
     unit, scale = ("ms", 1.0) if change.series.metric == "time" else ("MiB", 1 / 2**20)
     width = max(40, shutil.get_terminal_size().columns)

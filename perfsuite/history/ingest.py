@@ -54,8 +54,8 @@ def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
 
 
 def _as_filed(document: dict[str, Any]) -> dict[str, Any]:
-    """What the hash covers: a version 1 document as its file holds it, without the kind
-    reading adds to its rows (the hashes that databases made before version 2 hold)."""
+    """What the hash covers: a version 1 document without the kind reading adds to its rows
+    (as databases made before version 2 hashed it)."""
     if document["schema_version"] != 1:
         return document
     rows = [{k: v for k, v in row.items() if k != "kind"} for row in document["rows"]]
@@ -63,8 +63,7 @@ def _as_filed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare(document: Any, path: str) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    """Everything to write for one document (parsed JSON, a file's or in memory), checked
-    by the results schema, computed before the transaction opens; ``ResultsError`` if not."""
+    """What to write for one parsed document, all checked first (``ResultsError`` if not)."""
     document = validate(document, path)
     require_kind(document, path, TIMED_KINDS, "history")
     env = document["env"]

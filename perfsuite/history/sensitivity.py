@@ -52,10 +52,6 @@ class Rate:
     detected: int  # trials with a regression in the window
     false_alarms: int  # trials with a regression outside it
 
-    @property
-    def detection_rate(self) -> float:
-        return self.detected / self.trials  # trials: --cells x --trials, both >= 1
-
 
 def synthetic_series(
     samples: Sequence[float],
@@ -117,7 +113,7 @@ def format_table(rates: Sequence[Rate]) -> str:
     head = ("device", "scenario", "min", "trials", "detected", "false alarms")
     lines = ["{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format(*head)]
     for r in rates:
-        detected = "-" if r.scenario == "none" else f"{r.detection_rate:.0%}"
+        detected = "-" if r.scenario == "none" else f"{r.detected / r.trials:.0%}"
         lines.append(
             f"{r.device_kind:<6} {r.scenario:<20} {r.threshold:>5.0%} {r.trials:>6} "
             f"{detected:>9} {r.false_alarms / r.trials:>13.0%}"

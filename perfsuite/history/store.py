@@ -1,7 +1,6 @@
-"""The history database: one SQLite file (transactions: a crash mid-write never leaves
-half a run), a row per run (keyed by its content hash) and per cell (named across runs by
-``cell_id``), and the acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2
-by the first command that writes; read-only commands read it as it is."""
+"""The history database: one SQLite file (a crash mid-write never leaves half a run), a
+row per run (keyed by its content hash) and per cell (``cell_id`` across runs), and the
+acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2 by a command that writes."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ SCHEMA_VERSION = 2
 # Versions this perfsuite reads; an older one is migrated when opened for writing.
 READABLE_VERSIONS = (1, 2)
 
-# The columns that identify a cell across runs (results.CELL_KEY; the workload and
-# the TP size, ``tp``, are added by ``cell_id``).
+# What names a cell across runs (results.CELL_KEY); ``cell_id`` adds the workload and TP size.
 CELL_COLUMNS = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap")
 METRICS = ("time", "memory")
 
@@ -148,8 +146,12 @@ def connect(
         if version not in READABLE_VERSIONS:
             reads = " and ".join(map(str, READABLE_VERSIONS))
             raise StoreError(f"{path}: history schema {version}, this perfsuite reads {reads}")
-        if write:
-            _migrate(conn, version)
+        if write and version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
+            with transaction(conn):
+                conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+                )
     except (sqlite3.DatabaseError, StoreError) as err:
         if conn is not None:
             conn.close()
@@ -162,18 +164,6 @@ def connect(
 def has_tp(conn: sqlite3.Connection) -> bool:
     """Whether ``cells`` has ``tp`` (schema 2; a schema-1 file read as it is has not)."""
     return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
-
-
-def _migrate(conn: sqlite3.Connection, version: int) -> None:
-    """Schema 1 -> 2 in one transaction: ``cells.tp``, NULL (one device) for old rows."""
-    if version >= SCHEMA_VERSION:
-        return
-    with transaction(conn):
-        if not has_tp(conn):
-            conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
-        conn.execute(
-            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-        )
 
 
 @contextmanager
@@ -254,11 +244,8 @@ def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
     """Run id -> the TP sizes of its cells measured across ranks (runs without: absent)."""
     if not has_tp(conn):
         return {}
-    out: dict[int, list[int]] = {}
-    query = "SELECT DISTINCT run_id, tp FROM cells WHERE tp IS NOT NULL ORDER BY run_id, tp"
-    for row in conn.execute(query):
-        out.setdefault(row["run_id"], []).append(row["tp"])
-    return out
+    query = "SELECT run_id, group_concat(DISTINCT tp) FROM cells WHERE tp NOT NULL GROUP BY run_id"
+    return {run: sorted(map(int, tps.split(","))) for run, tps in conn.execute(query)}
 
 
 def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:

@@ -80,8 +80,7 @@ class Group:
 
 
 def load(conn: sqlite3.Connection, accept_busy: bool = False) -> dict[str, list[Group]]:
-    """Shape name -> its groups (sorted by device and configuration); shapes sorted by name.
-    ``accept_busy``: judge busy runs' times too (``history check --accept-busy``)."""
+    """Shape name -> its groups, sorted; ``accept_busy``: as ``history check --accept-busy``."""
     by_group: dict[tuple, list[list[sqlite3.Row]]] = {}
     for rows in rules.cells(conn):
         by_group.setdefault(tuple(rows[0][f] for f in GROUP_FIELDS), []).append(rows)

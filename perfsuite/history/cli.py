@@ -113,8 +113,7 @@ def _shown(source: str) -> str:
 
 
 def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
-    """One line per run when that fits the terminal; else two, the second (environment,
-    device, source) folded at spaces and slashes: a line was 100-121 characters at 80."""
+    """One line per run when that fits the terminal; else two (``print_listing``)."""
     runs = store.list_runs(conn)
     sizes = store.tp_sizes(conn)
     rows = []
@@ -163,10 +162,8 @@ def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     for change in settled:
         why = rules.ack_reason(change, acked)
         print(_describe(change, "settled", f"acknowledged: {why}" if why else "recovered later"))
-    for change, state in judged if args.verbose else []:
-        if state == "change":
-            why = "; ".join(change.why_not)
-            print(_describe(change, "change", f"not a regression: {why}"))
+    for change in (c for c, state in judged if state == "change" and args.verbose):
+        print(_describe(change, "change", "not a regression: " + "; ".join(change.why_not)))
     print(
         f"{len(series)} series checked: {len(failing)} open regressions, "
         f"{len(settled)} recovered or acknowledged"

@@ -171,21 +171,18 @@ def extras(key: Mapping[str, Any], sep: str = " ") -> str:
 
 
 def _point(row: sqlite3.Row, metric: str) -> Point | None:
+    run = (row["content_hash"], row["created"], row["sha"], row["env_hash"])
     if row["status"] != "ok":
         return None
-    noise, samples = 0.0, ()
-    if metric == "time":
-        if row["interpreted"] or row["median_ms"] is None or row["median_ms"] <= 0:
-            return None
-        value = float(row["median_ms"])
-        samples = tuple(json.loads(row["samples_json"]))
-        noise = changepoints.median_se(row["p20_ms"], row["p80_ms"], value, len(samples))
-    elif row["peak_bytes"] is None or row["peak_bytes"] <= 0:
+    if metric == "memory":
+        peak = row["peak_bytes"]
+        return Point(*run, float(peak)) if peak is not None and peak > 0 else None
+    median = row["median_ms"]
+    if row["interpreted"] or median is None or median <= 0:
         return None
-    else:
-        value = float(row["peak_bytes"])
-    run = (row["content_hash"], row["created"], row["sha"], row["env_hash"])
-    return Point(*run, value, noise, samples)
+    samples = tuple(json.loads(row["samples_json"]))
+    noise = changepoints.median_se(row["p20_ms"], row["p80_ms"], median, len(samples))
+    return Point(*run, float(median), noise, samples)
 
 
 def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:

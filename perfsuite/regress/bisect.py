@@ -183,8 +183,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what("--phase", default="fwd+bwd", choices=PHASES)
     what("--beta", type=float, default=0.0, help="label smoothing (default 0)")
     what("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    command = "time this shell command instead (wall time, per run)"
-    what("--command", metavar="CMD", help=command)
+    what("--command", metavar="CMD", help="time this shell command instead (wall time, per run)")
     p.add_argument("--samples", type=positive_int, help="per commit (default 20; --command 10)")
     first = "untimed runs first (default 3; --command 1)"
     p.add_argument("--warmup", type=non_negative_int, help=first)

@@ -88,9 +88,8 @@ def load_pair(
 ) -> tuple[dict[str, Any], dict[str, Any], str, list[str]]:
     """(baseline document, current document, baseline label, notes)."""
     current_doc = load_results(current)
-    # A missing path without a file suffix is a baseline store not made yet (a fresh
-    # clone's reports/baselines on a new device), not a missing results file; unless it
-    # is not named like a store (`compare r1 r2.json` said no baseline was stored).
+    # A missing suffix-less path named like a store is one not made yet (a fresh clone on a
+    # new device), not a missing results file (`compare r1 r2.json` said no baseline stored).
     missing_store = not baseline.exists() and not baseline.suffix
     if missing_store and "baseline" not in baseline.name.lower():
         raise ResultsError(

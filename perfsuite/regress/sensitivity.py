@@ -18,6 +18,7 @@ from typing import Any
 from perfsuite.args import int_between, level, positive_int
 from perfsuite.fit import TrimmedConsole, pipe_table
 from perfsuite.measure.stats import mann_whitney_greater_many, quantile, summarize
+from perfsuite.plan.registry import all_methods
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_collect import QUICK, UNCHANGED, HarnessConfig, collect
 from perfsuite.regress.verdicts import DEFAULT_ALPHA, Settings, classify_time
@@ -260,12 +261,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
-    cfg = QUICK if args.quick else HarnessConfig()
     known = {f.name for f in fields(HarnessConfig)}
     changes = {k: v for k, v in vars(args).items() if k in known and v is not None}
-    cfg = replace(cfg, **changes)
-    from perfsuite.plan.registry import all_methods
-
+    cfg = replace(QUICK if args.quick else HarnessConfig(), **changes)
     method = all_methods().get(cfg.method)
     if method is None:
         raise ValueError(f"--method {cfg.method}: no such method (see `perfsuite methods`)")

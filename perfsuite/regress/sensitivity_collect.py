@@ -132,11 +132,10 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     rng = random.Random(cfg.seed * 1000 + proc)
     runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in (UNCHANGED, *cfg.slowdowns)}
     for _ in range(cfg.runs):
-        order = [UNCHANGED, *cfg.slowdowns]
+        order = list(runs)
         rng.shuffle(order)
         for cond in order:
-            k = extra.get(f"{cond:g}", 0)
-            runs[f"{cond:g}"].append(timed(k, cfg.samples, cfg.warmup))
+            runs[cond].append(timed(extra.get(cond, 0), cfg.samples, cfg.warmup))
     return runs
 
 

@@ -35,7 +35,7 @@ def schema1_db(path: Path, document: dict) -> str:
     conn = sqlite3.connect(path)
     conn.executescript(store.SCHEMA.replace("    tp INTEGER,\n", ""))
     conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
-    _, run, cells = ingest.prepare(document, "old.json")
+    run, cells = ingest.prepare(document, "old.json")
     run_id = store.insert(conn, "runs", run)
     for cell in cells:
         del cell["tp"]

@@ -1,6 +1,5 @@
 """Change points of one series (a cell's median time or peak memory over runs): ruptures'
-PELT with the L2 cost on the series over its median, a BIC-like penalty scaled by the
-series' noise; segments of ``MIN_SIZE`` runs at least. Which ones matter is ``rules``'."""
+PELT, L2 cost on the series over its median, a BIC-like penalty scaled by its noise."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Results files into the history: checked and converted in full before anything is
-written, one transaction per file, keyed by the document's content hash (adding a file
-twice, or a copy, stores it once)."""
+"""Results files into the history: checked in full before anything is written, one
+transaction per file, keyed by content hash (a file or its copy added twice is stored once)."""
 
 from __future__ import annotations
 

@@ -94,12 +94,9 @@ def judge(series: Series) -> list[Change]:
     """The merged change points of a series, each judged by the rule above."""
     values = [p.value for p in series.points]
     # The relative noise of one value: run-to-run scatter, floored by the per-run error.
-    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
+    per_run = float(np.median([p.noise for p in series.points]))  # a series has points
     sigma = max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
-    starts = changepoints.detect(values, sigma)
-    if not starts:
-        return []
-    bounds = [0, *starts, len(values)]
+    bounds = [0, *changepoints.detect(values, sigma), len(values)]
     levels = [float(np.median(values[a:b])) for a, b in pairwise(bounds)]
     sigma = max(sigma, _residual_sigma(values, bounds, levels))
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]

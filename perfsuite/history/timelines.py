@@ -1,6 +1,5 @@
-"""What the dashboard draws: per shape, **groups** (a plot: the cells that differ only by
-method and TP size), a **line** per series and metric, a **mark** per change point judged
-as ``history check`` judges it (one answer). ``render.dashboard`` draws."""
+"""What ``render.dashboard`` draws: per shape, **groups** (a plot: cells differing only by
+method and TP size), a **line** per series and metric, a **mark** per change point."""
 
 from __future__ import annotations
 

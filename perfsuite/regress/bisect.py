@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -134,9 +133,8 @@ def judge(spec: Spec, samples: Sequence[float], kind: str, sha: str) -> Judgemen
     """``compare``'s time verdict of these samples against the good commit's."""
     settings = Settings(time_threshold=spec.threshold, alpha=spec.alpha)
     decision = compare_time(list(spec.good_samples), list(samples), settings, device=kind)
-    judged = Judgement(**asdict(decision), sha=sha, median=summarize(samples, "median"))
-    judged.verdict = decision.verdict or "same"
-    return judged
+    judged = asdict(decision) | {"verdict": decision.verdict or "same"}
+    return Judgement(**judged, sha=sha, median=summarize(samples, "median"))
 
 
 def log(spec: Spec, judgement: Judgement) -> None:
@@ -305,9 +303,8 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from(args)
     if git(top, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         print(f"note: uncommitted changes in {top} are left alone and not measured")
-    spec.scratch = tempfile.mkdtemp(prefix="perfsuite-bisect-")
-    tree = Path(spec.scratch) / "worktree"
-    try:
+    with tempfile.TemporaryDirectory(prefix="perfsuite-bisect-", ignore_cleanup_errors=True) as tmp:
+        spec.scratch, tree = tmp, Path(tmp) / "worktree"
         git(top, "worktree", "add", "--detach", "--quiet", str(tree), good)
         try:
             return bisect(spec, top, tree, good, bad)
@@ -315,5 +312,3 @@ def run(args: argparse.Namespace) -> int:
             git(tree, "bisect", "reset", "--quiet", check=False)
             git(top, "worktree", "remove", "--force", str(tree), check=False)
             git(top, "worktree", "prune", check=False)
-    finally:
-        shutil.rmtree(spec.scratch, ignore_errors=True)

@@ -1,6 +1,5 @@
-"""``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts
-(``verdicts`` has the rule), exit 1 on a regression; BASELINE may be a stored-baselines
-folder. The verdicts as a console table, or markdown fit for ``$GITHUB_STEP_SUMMARY``."""
+"""``perfsuite compare BASELINE CURRENT`` (a file or a stored-baselines folder): verdicts per
+cell, exit 1 on a regression, as a console table or markdown for ``$GITHUB_STEP_SUMMARY``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The measuring half of ``perfsuite sensitivity``: the cell and its injected slowdowns
-(``HarnessConfig``), each fresh worker's calibration or measurement, and the parent that
-collects their raw samples."""
+"""The measuring half of ``perfsuite sensitivity``: each fresh worker's calibration of the
+injected slowdowns or measurement of the cell, and the parent collecting their samples."""
 
 from __future__ import annotations
 

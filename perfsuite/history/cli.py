@@ -18,6 +18,7 @@ from perfsuite.args import int_between, non_negative_float
 from perfsuite.history import demo, ingest, rules, sensitivity, store
 from perfsuite.parser import print_error
 from perfsuite.regress.baseline_store import print_listing
+from perfsuite.regress.compare import relative
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import ResultsError, read_json
 
@@ -104,14 +105,6 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
     return 2 if counts["refused"] else 0
 
 
-def _shown(source: str) -> str:
-    """A stored path as short as it reads: relative when it is below the working folder."""
-    path = Path(source)
-    if path.is_absolute() and path.is_relative_to(Path.cwd()):
-        return str(path.relative_to(Path.cwd()))
-    return source
-
-
 def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     """One line per run when that fits the terminal; else two (``print_listing``)."""
     runs = store.list_runs(conn)
@@ -121,7 +114,7 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""
         commit = r.sha[:10] + ("+dirty" if r.dirty else "")
         rows.append([r.short, r.created, commit, f"{r.n_cells} cells{tp}", r.env_hash])
-        rows[-1] += [r.device_name, _shown(r.source)]
+        rows[-1] += [r.device_name, relative(r.source)]
     headers = ("run", "created", "commit", "cells", "env", "device", "source")
     print_listing(headers, rows, ("{0}  {1}  {2}  {3}", "env {4}  {5}  {6}"))
     print(f"{len(runs)} runs")

@@ -228,7 +228,7 @@ def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
     return [cell.row["method"], cell.row["phase"], status, times, time_x, p, sizes, mem_x, verdict]
 
 
-def _relative(label: str) -> str:
+def relative(label: str) -> str:
     """Each path of a label (a store's: ``x.json, y.json``) relative to here where shorter."""
     paths = label.split(", ")
     return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
@@ -247,7 +247,7 @@ def title_lines(comparison: Comparison, width: int) -> list[str]:
     """``baseline → current`` on one line: as given, relative, else the file names (elided if
     they must be) with the whole paths below, folded at their slashes."""
     base, cur = comparison.baseline_label, comparison.current_label
-    for b, c in ((base, cur), (_relative(base), _relative(cur))):
+    for b, c in ((base, cur), (relative(base), relative(cur))):
         if len(b) + 3 + len(c) <= width:
             return [f"{b} → {c}"]
     b, c = (", ".join(Path(p).name or p for p in label.split(", ")) for label in (base, cur))

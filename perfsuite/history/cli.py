@@ -76,9 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) -> int:
-    """Store each file, one line each; from a folder (``import``), skip the JSON that is
-    not results and end with the counts. The database is made on the first file worth
-    storing: bad input left an empty one, which ``list`` then read as ``0 runs``."""
+    """Store each file, one line each (``import``: JSON that is not results skipped, then the
+    counts); the database is made at the first file worth storing, never for bad input."""
     counts = {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
     with ExitStack() as stack:
         conn = None

@@ -201,8 +201,7 @@ def load_series(
     device: str | None = None,
     untimed: Collection[str] = (),
 ) -> list[Series]:
-    """Every cell's series of each metric, in run-time order, from the database; the
-    runs in ``untimed`` (content hashes: measured on a busy machine) give no time point."""
+    """Every cell's series per metric in run order; runs in ``untimed`` (busy) give no time."""
     return [s for rows in cells(conn, device) for s in cell_series(rows, metrics, untimed)]
 
 

@@ -112,9 +112,8 @@ def default_db_path() -> Path:
 def connect(
     path: str | os.PathLike[str] | None = None, create: bool = True, write: bool = True
 ) -> sqlite3.Connection:
-    """Open the database; ``StoreError`` in one line if not. With ``create`` (``add``,
-    ``import``) a missing or empty file is made one; without, an empty or foreign file is
-    refused and left as it was. ``write=False`` opens it read-only."""
+    """Open the database (``StoreError`` if not): ``create`` makes a missing or empty file
+    one; without it an empty or foreign file is refused as it is. ``write=False``: read-only."""
     path = Path(path) if path is not None else default_db_path()
     if create:
         try:
@@ -207,9 +206,8 @@ def env_hash(env: dict[str, Any]) -> str:
 
 
 def cell_id(device_name: str, key: dict[str, Any]) -> str:
-    """A cell's stable name across runs and databases: a hash of the device and the cell key
-    (a TP size or timer only when there is one: older cells keep their names, which
-    acknowledgements use)."""
+    """A cell's name across runs and databases: a hash of the device and cell key (a TP size
+    or timer only when set, so older cells keep the names that acknowledgements use)."""
     ident = [device_name, *(key[c] for c in CELL_COLUMNS), key.get("workload", "random")]
     if key.get("tp") is not None:
         ident.append(["tp", key["tp"]])

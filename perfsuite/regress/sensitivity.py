@@ -1,6 +1,5 @@
-"""``perfsuite sensitivity``: how often ``compare``'s detector cries wolf on unchanged code
-here and how often it catches a real slowdown, in trials comparing runs of two processes
-(docs/regressions.md). ``sensitivity_collect`` measures; here the trials are judged."""
+"""``perfsuite sensitivity``: how often ``compare``'s rule flags unchanged code here and how
+often it catches a real slowdown, judged in trials comparing two processes' runs."""
 
 from __future__ import annotations
 

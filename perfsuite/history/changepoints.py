@@ -59,5 +59,4 @@ def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
     except ImportError:
         raise RupturesMissing("change points need ruptures: pip install ruptures") from None
     algo = ruptures.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y.reshape(-1, 1))
-    ends = algo.predict(pen=penalty)
-    return [int(e) for e in ends[:-1]]
+    return [int(e) for e in algo.predict(pen=penalty)[:-1]]  # the last: the series' end

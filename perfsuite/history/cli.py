@@ -26,12 +26,8 @@ from perfsuite.results.results import ResultsError, read_json
 def db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
     """``--db``, before the subcommand (``history --db X import``) and after it; after it,
     SUPPRESS: an absent one leaves the value given before alone."""
-    p.add_argument(
-        "--db",
-        default=default,
-        metavar="PATH",
-        help=f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})",
-    )
+    database = f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})"
+    p.add_argument("--db", default=default, metavar="PATH", help=database)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -248,9 +248,8 @@ def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
 
 def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
     """The run whose content hash starts with ``prefix`` (None if none or ambiguous)."""
-    rows = conn.execute(
-        "SELECT * FROM runs WHERE content_hash LIKE ? || '%' LIMIT 2", (prefix.lower(),)
-    ).fetchall()
+    query = "SELECT * FROM runs WHERE content_hash LIKE ? || '%' LIMIT 2"
+    rows = conn.execute(query, (prefix.lower(),)).fetchall()
     return _run(rows[0]) if len(rows) == 1 else None
 
 

@@ -127,6 +127,5 @@ def _build(
         if not drawn:
             no_data[method] = ", ".join(sorted({r["status"] for r in rows}))
     key_of = dict(zip(GROUP_FIELDS, key, strict=True))
-    # The preset's name, or nTOKENS-vVOCAB-dHIDDEN for a row without one.
     shape = latest["shape"] or f"n{latest['tokens']}-v{latest['vocab']}-d{latest['hidden']}"
     return Group(shape, latest["device_kind"], key_of, runs, lines, marks, no_data)

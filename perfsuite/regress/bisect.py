@@ -107,9 +107,8 @@ def run_cell(spec: Spec, cwd: Path, out: Path) -> tuple[list[float], str]:
     if row is None:
         raise MeasureError(f"perfsuite run measured no {spec.method} {spec.phase} cell")
     if row.get("status") != "ok" or not row.get("samples_ms"):
-        raise MeasureError(
-            f"{spec.method} {spec.phase}: {row.get('status')} {row.get('reason', '')}"
-        )
+        why = f"{row.get('status')} {row.get('reason', '')}"
+        raise MeasureError(f"{spec.method} {spec.phase}: {why}")
     kind = ((document.get("env") or {}).get("device") or {}).get("kind") or "cpu"
     return [float(s) for s in row["samples_ms"]], kind
 

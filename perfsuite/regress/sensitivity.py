@@ -245,9 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, low, what in (*counts, ("samples", 2, "samples per run"), *sizes):
         arg(f"--{name}", type=int_between(low), help=f"{what} (default {getattr(d, name)})")
     slowdowns = "injected slowdowns, comma-separated (default 5%%,10%%)"
-    arg(
-        "--slowdowns", type=lambda text: tuple(map(parse_fraction, text.split(","))), help=slowdowns
-    )
+    arg("--slowdowns", type=lambda t: tuple(map(parse_fraction, t.split(","))), help=slowdowns)
     arg("--method", help=f"method timed (default {d.method})")
     arg("--threads", type=positive_int, help="torch threads per worker (default: torch's)")
     rule = "the rule's threshold (default: perfsuite compare's for the device)"

@@ -169,6 +169,7 @@ def compare_cell(
     if timed(base) and not timed(cur) and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
         return CellComparison(base, cur, "regression", True, notes=["ok but no time was recorded"])
+    device = cur.get("device", "cpu")
     if base.get("interpreted") or cur.get("interpreted"):
         time = Decision(None, note="interpreted: time not compared")
     else:
@@ -178,12 +179,10 @@ def compare_cell(
             settings,
             base_value=base.get("median_ms"),
             cur_value=cur.get("median_ms"),
-            device=cur.get("device", "cpu"),
+            device=device,
         )
     notes = [time.note] if time.note else []
-    memory = compare_memory(
-        base.get("peak_bytes"), cur.get("peak_bytes"), cur.get("device", "cpu"), settings
-    )
+    memory = compare_memory(base.get("peak_bytes"), cur.get("peak_bytes"), device, settings)
     verdicts = {time.verdict, memory.verdict}
     verdict = next((v for v in ("regression", "improvement") if v in verdicts), "same")
     if verdicts == {"regression", "improvement"}:

@@ -25,7 +25,7 @@ READABLE_VERSIONS = (1, 2)
 CELL_COLUMNS = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap")
 METRICS = ("time", "memory")
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS acks (
     created TEXT NOT NULL,
     UNIQUE (cell_id, run_hash, metric)
 );
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');
 """
 
 
@@ -135,11 +136,7 @@ def connect(
         if write:
             conn.execute("PRAGMA foreign_keys = ON")
         if create:
-            conn.executescript(SCHEMA)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
+            conn.executescript(SCHEMA)  # a new file's schema version: this one
         stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = int(stored["value"]) if stored else 0
         if version not in READABLE_VERSIONS:

@@ -135,12 +135,11 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
 
 
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
-    metrics = args.metric or list(store.METRICS)
     busy = {} if args.accept_busy else rules.busy_runs(conn)
     for run_hash, why in busy.items():
         note = f"busy run {run_hash[:12]}: its times are left out ({why}; --accept-busy)"
         print(textwrap.fill(note, max(40, shutil.get_terminal_size().columns)))
-    series = rules.load_series(conn, metrics, args.device, untimed=set(busy))
+    series = rules.load_series(conn, args.metric or store.METRICS, args.device, set(busy))
     acked = store.acks(conn)
     judged = [(c, rules.verdict(c, acked)) for s in series for c in rules.judge(s)]
     failing = [c for c, state in judged if state == "open"]

@@ -1,6 +1,5 @@
 """Change points of one series (a cell's median time or peak memory over runs): ruptures'
-PELT with the L2 cost on the series over its median, a BIC-like penalty scaled by the
-series' noise; segments of ``MIN_SIZE`` runs at least. Which ones matter is ``rules``'."""
+PELT, L2 cost on the series over its median, a BIC-like penalty scaled by its noise."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def median_se(p20: float | None, p80: float | None, median: float | None, n: int
 
 
 def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
-    """Indices where a new segment starts (each >= MIN_SIZE runs; [] if none) of ``values``
-    in run order; ``sigma``: the relative noise (None: estimated from the series)."""
+    """Where new segments of ``values`` start ([] if none); ``sigma``: the relative noise."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < 2 * MIN_SIZE or not np.all(np.isfinite(x)):
@@ -61,5 +59,4 @@ def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
     except ImportError:
         raise RupturesMissing("change points need ruptures: pip install ruptures") from None
     algo = ruptures.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y.reshape(-1, 1))
-    ends = algo.predict(pen=penalty)
-    return [int(e) for e in ends[:-1]]
+    return [int(e) for e in algo.predict(pen=penalty)[:-1]]  # the last: the series' end

@@ -18,6 +18,7 @@ from perfsuite.args import int_between, non_negative_float
 from perfsuite.history import demo, ingest, rules, sensitivity, store
 from perfsuite.parser import print_error
 from perfsuite.regress.baseline_store import print_listing
+from perfsuite.regress.compare import relative
 from perfsuite.results.outpath import check_output_dir
 from perfsuite.results.results import ResultsError, read_json
 
@@ -25,12 +26,8 @@ from perfsuite.results.results import ResultsError, read_json
 def db_option(p: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
     """``--db``, before the subcommand (``history --db X import``) and after it; after it,
     SUPPRESS: an absent one leaves the value given before alone."""
-    p.add_argument(
-        "--db",
-        default=default,
-        metavar="PATH",
-        help=f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})",
-    )
+    database = f"history database (default ${store.DB_ENV_VAR} or {store.DEFAULT_DB})"
+    p.add_argument("--db", default=default, metavar="PATH", help=database)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,9 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     noise = "default: estimated from the db (0.01: 1 %%)"
     p.add_argument("--run-noise", type=non_negative_float, default=None, help=noise)
     p.add_argument("--seed", type=int, default=0)
-    p = sub.add_parser(
-        "demo", help="write a synthetic history with a known step (to try the tools)"
-    )
+    p = sub.add_parser("demo", help="write a synthetic history with a known step, to try the tools")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the results files")
     runs = int_between(4, demo.MAX_RUNS)  # a typo's million files took minutes to stop
     p.add_argument("--runs", type=runs, default=60, help=f"4 to {demo.MAX_RUNS}")
@@ -77,10 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) -> int:
-    """Store each file, one line each; from a folder (``import``), skip the JSON that is
-    not results and end with the counts. The database is made on the first file worth
-    storing: bad input left an empty one, which ``list`` then read as ``0 runs``."""
-    rc, counts = 0, {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
+    """Store each file, one line each (``import``: JSON that is not results skipped, then the
+    counts); the database is made at the first file worth storing, never for bad input."""
+    counts = {"added": 0, "already stored": 0, "skipped": 0, "refused": 0}
     with ExitStack() as stack:
         conn = None
         for path in paths:
@@ -96,7 +90,6 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
                 added = ingest.add_document(conn, document, str(path))
             except ResultsError as err:  # the others are still stored
                 print_error(str(err).splitlines()[0])
-                rc = 2
                 counts["refused"] += 1
                 continue
             what = "already stored" if added.duplicate else "added"
@@ -104,20 +97,11 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
             print(f"{path}: {what} (run {added.content_hash[:12]}, {added.n_cells} cells)")
     if folder:
         print(", ".join(f"{v} {k}" for k, v in counts.items()))
-    return rc
-
-
-def _shown(source: str) -> str:
-    """A stored path as short as it reads: relative when it is below the working folder."""
-    path = Path(source)
-    if path.is_absolute() and path.is_relative_to(Path.cwd()):
-        return str(path.relative_to(Path.cwd()))
-    return source
+    return 2 if counts["refused"] else 0
 
 
 def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
-    """One line per run when that fits the terminal; else two, the second (environment,
-    device, source) folded at spaces and slashes: a line was 100-121 characters at 80."""
+    """One line per run when that fits the terminal; else two (``print_listing``)."""
     runs = store.list_runs(conn)
     sizes = store.tp_sizes(conn)
     rows = []
@@ -125,7 +109,7 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
         tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""
         commit = r.sha[:10] + ("+dirty" if r.dirty else "")
         rows.append([r.short, r.created, commit, f"{r.n_cells} cells{tp}", r.env_hash])
-        rows[-1] += [r.device_name, _shown(r.source)]
+        rows[-1] += [r.device_name, relative(r.source)]
     headers = ("run", "created", "commit", "cells", "env", "device", "source")
     print_listing(headers, rows, ("{0}  {1}  {2}  {3}", "env {4}  {5}  {6}"))
     print(f"{len(runs)} runs")
@@ -133,8 +117,7 @@ def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
 
 
 def _describe(change: rules.Change, head: str, tail: str = "") -> str:
-    """A change as a block that fits the terminal: ``head`` and the CELL/RUN on the first
-    line, then what changed, the cell and the commits, folded at spaces (indented)."""
+    """A change as a block that fits the terminal: ``head`` and CELL/RUN, then the rest folded."""
     before, after = change.before_point, change.after_point
     unit, scale = ("ms", 1.0) if change.series.metric == "time" else ("MiB", 1 / 2**20)
     width = max(40, shutil.get_terminal_size().columns)
@@ -152,12 +135,11 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
 
 
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
-    metrics = args.metric or list(store.METRICS)
     busy = {} if args.accept_busy else rules.busy_runs(conn)
     for run_hash, why in busy.items():
         note = f"busy run {run_hash[:12]}: its times are left out ({why}; --accept-busy)"
         print(textwrap.fill(note, max(40, shutil.get_terminal_size().columns)))
-    series = rules.load_series(conn, metrics, args.device, untimed=set(busy))
+    series = rules.load_series(conn, args.metric or store.METRICS, args.device, set(busy))
     acked = store.acks(conn)
     judged = [(c, rules.verdict(c, acked)) for s in series for c in rules.judge(s)]
     failing = [c for c, state in judged if state == "open"]
@@ -167,10 +149,8 @@ def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     for change in settled:
         why = rules.ack_reason(change, acked)
         print(_describe(change, "settled", f"acknowledged: {why}" if why else "recovered later"))
-    for change, state in judged if args.verbose else []:
-        if state == "change":
-            why = "; ".join(change.why_not)
-            print(_describe(change, "change", f"not a regression: {why}"))
+    for change in (c for c, state in judged if state == "change" and args.verbose):
+        print(_describe(change, "change", "not a regression: " + "; ".join(change.why_not)))
     print(
         f"{len(series)} series checked: {len(failing)} open regressions, "
         f"{len(settled)} recovered or acknowledged"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -57,18 +56,9 @@ def document(
 
 
 def write(
-    folder: str | os.PathLike[str],
-    runs: int = 60,
-    step: float = 0.05,
-    step_at: int = 40,
-    step_method: str = "ours",
-    seed: int = 0,
+    folder: str, runs: int, step: float, step_at: int, step_method: str, seed: int
 ) -> list[Path]:
     """Write ``runs`` results files ``demo-NNN.json`` into ``folder``; returns their paths."""
-    folder = Path(folder)
     rng = np.random.default_rng(seed)
-    paths = []
-    for i in range(runs):
-        doc = document(i, rng, step, step_at, step_method, seed=seed)
-        paths.append(write_results(folder / f"demo-{i:03d}.json", doc))
-    return paths
+    docs = (document(i, rng, step, step_at, step_method, seed) for i in range(runs))
+    return [write_results(Path(folder) / f"demo-{i:03d}.json", doc) for i, doc in enumerate(docs)]

@@ -1,6 +1,5 @@
-"""Results files into the history: checked and converted in full before anything is
-written, one transaction per file, keyed by the document's content hash (adding a file
-twice, or a copy, stores it once)."""
+"""Results files into the history: checked in full before anything is written, one
+transaction per file, keyed by content hash (a file or its copy added twice is stored once)."""
 
 from __future__ import annotations
 
@@ -54,17 +53,16 @@ def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
 
 
 def _as_filed(document: dict[str, Any]) -> dict[str, Any]:
-    """What the hash covers: a version 1 document as its file holds it, without the kind
-    reading adds to its rows (the hashes that databases made before version 2 hold)."""
+    """What the hash covers: a version 1 document without the kind reading adds to its rows
+    (as databases made before version 2 hashed it)."""
     if document["schema_version"] != 1:
         return document
     rows = [{k: v for k, v in row.items() if k != "kind"} for row in document["rows"]]
     return {**document, "rows": rows}
 
 
-def prepare(document: Any, path: str) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    """Everything to write for one document (parsed JSON, a file's or in memory), checked
-    by the results schema, computed before the transaction opens; ``ResultsError`` if not."""
+def prepare(document: Any, path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """What to write for one parsed document, all checked first (``ResultsError`` if not)."""
     document = validate(document, path)
     require_kind(document, path, TIMED_KINDS, "history")
     env = document["env"]
@@ -73,10 +71,9 @@ def prepare(document: Any, path: str) -> tuple[str, dict[str, Any], list[dict[st
     device = env.get("device") or {}
     git = env.get("git") or {}
     device_name = str(device.get("name") or device.get("kind") or "unknown")
-    digest = store.content_hash(_as_filed(document))
     cells = [_cell_values(row, device_name) for row in document["rows"]]
     run = {
-        "content_hash": digest,
+        "content_hash": store.content_hash(_as_filed(document)),
         "source": str(path),
         "created": env["created"],
         "sha": str(git.get("sha") or "unknown"),
@@ -88,19 +85,19 @@ def prepare(document: Any, path: str) -> tuple[str, dict[str, Any], list[dict[st
         "added": store.utc_now(),
         "env_json": store.canonical_json(env),
     }
-    return digest, run, cells
+    return run, cells
 
 
 def add_document(conn: sqlite3.Connection, document: dict[str, Any], path: str) -> Added:
     """Store one document (all of it or nothing); a stored one again is a no-op."""
-    digest, run, cells = prepare(document, path)
+    run, cells = prepare(document, path)
     with store.transaction(conn):
-        duplicate = store.exists(conn, "runs", "content_hash", digest)
+        duplicate = store.exists(conn, "runs", "content_hash", run["content_hash"])
         if not duplicate:
             run_id = store.insert(conn, "runs", run)
             for cell in cells:
                 store.insert(conn, "cells", {"run_id": run_id, **cell})
-    return Added(digest, len(cells), duplicate)
+    return Added(run["content_hash"], len(cells), duplicate)
 
 
 def looks_like_results(path: Path) -> bool:

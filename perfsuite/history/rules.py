@@ -94,12 +94,9 @@ def judge(series: Series) -> list[Change]:
     """The merged change points of a series, each judged by the rule above."""
     values = [p.value for p in series.points]
     # The relative noise of one value: run-to-run scatter, floored by the per-run error.
-    per_run = float(np.median([p.noise for p in series.points])) if series.points else 0.0
+    per_run = float(np.median([p.noise for p in series.points]))  # a series has points
     sigma = max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
-    starts = changepoints.detect(values, sigma)
-    if not starts:
-        return []
-    bounds = [0, *starts, len(values)]
+    bounds = [0, *changepoints.detect(values, sigma), len(values)]
     levels = [float(np.median(values[a:b])) for a, b in pairwise(bounds)]
     sigma = max(sigma, _residual_sigma(values, bounds, levels))
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
@@ -171,27 +168,23 @@ def extras(key: Mapping[str, Any], sep: str = " ") -> str:
 
 
 def _point(row: sqlite3.Row, metric: str) -> Point | None:
+    run = (row["content_hash"], row["created"], row["sha"], row["env_hash"])
     if row["status"] != "ok":
         return None
-    noise, samples = 0.0, ()
-    if metric == "time":
-        if row["interpreted"] or row["median_ms"] is None or row["median_ms"] <= 0:
-            return None
-        value = float(row["median_ms"])
-        samples = tuple(json.loads(row["samples_json"]))
-        noise = changepoints.median_se(row["p20_ms"], row["p80_ms"], value, len(samples))
-    elif row["peak_bytes"] is None or row["peak_bytes"] <= 0:
+    if metric == "memory":
+        peak = row["peak_bytes"]
+        return Point(*run, float(peak)) if peak is not None and peak > 0 else None
+    median = row["median_ms"]
+    if row["interpreted"] or median is None or median <= 0:
         return None
-    else:
-        value = float(row["peak_bytes"])
-    run = (row["content_hash"], row["created"], row["sha"], row["env_hash"])
-    return Point(*run, value, noise, samples)
+    samples = tuple(json.loads(row["samples_json"]))
+    noise = changepoints.median_se(row["p20_ms"], row["p80_ms"], median, len(samples))
+    return Point(*run, float(median), noise, samples)
 
 
 def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:
-    """Each cell's rows (of one device's runs, if given), one per measurement, in time order.
-    A merged file repeats its runs' rows: the same raw samples are one, kept at its first
-    time; rows without samples differ by time and values."""
+    """Each cell's rows (of one device's runs, if given), one per measurement, in time order:
+    a merged file's repeated rows (the same raw samples) kept once, at their first time."""
     for _, rows in groupby(store.cell_rows(conn, device), key=lambda r: r["cell_id"]):
         first: dict[tuple, sqlite3.Row] = {}
         for row in rows:
@@ -208,8 +201,7 @@ def load_series(
     device: str | None = None,
     untimed: Collection[str] = (),
 ) -> list[Series]:
-    """Every cell's series of each metric, in run-time order, from the database; the
-    runs in ``untimed`` (content hashes: measured on a busy machine) give no time point."""
+    """Every cell's series per metric in run order; runs in ``untimed`` (busy) give no time."""
     return [s for rows in cells(conn, device) for s in cell_series(rows, metrics, untimed)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import product
 
 import numpy as np
 
@@ -52,10 +53,6 @@ class Rate:
     detected: int  # trials with a regression in the window
     false_alarms: int  # trials with a regression outside it
 
-    @property
-    def detection_rate(self) -> float:
-        return self.detected / self.trials  # trials: --cells x --trials, both >= 1
-
 
 def synthetic_series(
     samples: Sequence[float],
@@ -68,11 +65,10 @@ def synthetic_series(
 ) -> rules.Series:
     """One synthetic history of a cell whose samples are ``samples``."""
     base = np.asarray(samples, dtype=float)
-    factors = scenario.factors(n_runs, change_at)
     points = []
-    for i in range(n_runs):
+    for i, factor in enumerate(scenario.factors(n_runs, change_at)):
         draw = rng.choice(base, size=len(base), replace=True)
-        scale = factors[i] * (1.0 + rng.normal(0.0, run_noise) if run_noise else 1.0)
+        scale = factor * (1.0 + rng.normal(0.0, run_noise) if run_noise else 1.0)
         p20, median, p80 = np.percentile(draw, [20, 50, 80])
         noise = changepoints.median_se(p20, p80, median, len(draw))
         run = (f"{i:012d}", f"run-{i:04d}", f"sha{i}", "synthetic")
@@ -99,14 +95,11 @@ def measure(
         start = max(2, min(change_at, n_runs - scenario.runs - MIN_FLAT))
         low, high = scenario.window(start) or (1, 0)  # nothing to find: an empty window
         detected = false_alarms = 0
-        for samples in samples_by_cell:
-            for _ in range(trials):
-                series = synthetic_series(
-                    samples, scenario, rng, device_kind, n_runs, start, run_noise
-                )
-                inside = [low <= c.start <= high for c in rules.judge(series) if c.regression]
-                detected += any(inside)
-                false_alarms += not all(inside)
+        for samples, _ in product(samples_by_cell, range(trials)):
+            series = synthetic_series(samples, scenario, rng, device_kind, n_runs, start, run_noise)
+            inside = [low <= c.start <= high for c in rules.judge(series) if c.regression]
+            detected += any(inside)
+            false_alarms += not all(inside)
         total = len(samples_by_cell) * trials
         rates.append(Rate(device_kind, scenario.name, threshold, total, detected, false_alarms))
     return rates
@@ -117,7 +110,7 @@ def format_table(rates: Sequence[Rate]) -> str:
     head = ("device", "scenario", "min", "trials", "detected", "false alarms")
     lines = ["{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format(*head)]
     for r in rates:
-        detected = "-" if r.scenario == "none" else f"{r.detection_rate:.0%}"
+        detected = "-" if r.scenario == "none" else f"{r.detected / r.trials:.0%}"
         lines.append(
             f"{r.device_kind:<6} {r.scenario:<20} {r.threshold:>5.0%} {r.trials:>6} "
             f"{detected:>9} {r.false_alarms / r.trials:>13.0%}"

@@ -1,7 +1,6 @@
-"""The history database: one SQLite file (transactions: a crash mid-write never leaves
-half a run), a row per run (keyed by its content hash) and per cell (named across runs by
-``cell_id``), and the acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2
-by the first command that writes; read-only commands read it as it is."""
+"""The history database: one SQLite file (a crash mid-write never leaves half a run), a
+row per run (keyed by its content hash) and per cell (``cell_id`` across runs), and the
+acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2 by a command that writes."""
 
 from __future__ import annotations
 
@@ -22,12 +21,11 @@ SCHEMA_VERSION = 2
 # Versions this perfsuite reads; an older one is migrated when opened for writing.
 READABLE_VERSIONS = (1, 2)
 
-# The columns that identify a cell across runs (results.CELL_KEY; the workload and
-# the TP size, ``tp``, are added by ``cell_id``).
+# What names a cell across runs (results.CELL_KEY); ``cell_id`` adds the workload and TP size.
 CELL_COLUMNS = ("method", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap")
 METRICS = ("time", "memory")
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -78,6 +76,7 @@ CREATE TABLE IF NOT EXISTS acks (
     created TEXT NOT NULL,
     UNIQUE (cell_id, run_hash, metric)
 );
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');
 """
 
 
@@ -114,9 +113,8 @@ def default_db_path() -> Path:
 def connect(
     path: str | os.PathLike[str] | None = None, create: bool = True, write: bool = True
 ) -> sqlite3.Connection:
-    """Open the database; ``StoreError`` in one line if not. With ``create`` (``add``,
-    ``import``) a missing or empty file is made one; without, an empty or foreign file is
-    refused and left as it was. ``write=False`` opens it read-only."""
+    """Open the database (``StoreError`` if not): ``create`` makes a missing or empty file
+    one; without it an empty or foreign file is refused as it is. ``write=False``: read-only."""
     path = Path(path) if path is not None else default_db_path()
     if create:
         try:
@@ -138,18 +136,18 @@ def connect(
         if write:
             conn.execute("PRAGMA foreign_keys = ON")
         if create:
-            conn.executescript(SCHEMA)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
+            conn.executescript(SCHEMA)  # a new file's schema version: this one
         stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = int(stored["value"]) if stored else 0
         if version not in READABLE_VERSIONS:
             reads = " and ".join(map(str, READABLE_VERSIONS))
             raise StoreError(f"{path}: history schema {version}, this perfsuite reads {reads}")
-        if write:
-            _migrate(conn, version)
+        if write and version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
+            with transaction(conn):
+                conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+                )
     except (sqlite3.DatabaseError, StoreError) as err:
         if conn is not None:
             conn.close()
@@ -162,18 +160,6 @@ def connect(
 def has_tp(conn: sqlite3.Connection) -> bool:
     """Whether ``cells`` has ``tp`` (schema 2; a schema-1 file read as it is has not)."""
     return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
-
-
-def _migrate(conn: sqlite3.Connection, version: int) -> None:
-    """Schema 1 -> 2 in one transaction: ``cells.tp``, NULL (one device) for old rows."""
-    if version >= SCHEMA_VERSION:
-        return
-    with transaction(conn):
-        if not has_tp(conn):
-            conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
-        conn.execute(
-            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-        )
 
 
 @contextmanager
@@ -217,9 +203,8 @@ def env_hash(env: dict[str, Any]) -> str:
 
 
 def cell_id(device_name: str, key: dict[str, Any]) -> str:
-    """A cell's stable name across runs and databases: a hash of the device and the cell key
-    (a TP size or timer only when there is one: older cells keep their names, which
-    acknowledgements use)."""
+    """A cell's name across runs and databases: a hash of the device and cell key (a TP size
+    or timer only when set, so older cells keep the names that acknowledgements use)."""
     ident = [device_name, *(key[c] for c in CELL_COLUMNS), key.get("workload", "random")]
     if key.get("tp") is not None:
         ident.append(["tp", key["tp"]])
@@ -254,18 +239,14 @@ def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
     """Run id -> the TP sizes of its cells measured across ranks (runs without: absent)."""
     if not has_tp(conn):
         return {}
-    out: dict[int, list[int]] = {}
-    query = "SELECT DISTINCT run_id, tp FROM cells WHERE tp IS NOT NULL ORDER BY run_id, tp"
-    for row in conn.execute(query):
-        out.setdefault(row["run_id"], []).append(row["tp"])
-    return out
+    query = "SELECT run_id, group_concat(DISTINCT tp) FROM cells WHERE tp NOT NULL GROUP BY run_id"
+    return {run: sorted(map(int, tps.split(","))) for run, tps in conn.execute(query)}
 
 
 def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
     """The run whose content hash starts with ``prefix`` (None if none or ambiguous)."""
-    rows = conn.execute(
-        "SELECT * FROM runs WHERE content_hash LIKE ? || '%' LIMIT 2", (prefix.lower(),)
-    ).fetchall()
+    query = "SELECT * FROM runs WHERE content_hash LIKE ? || '%' LIMIT 2"
+    rows = conn.execute(query, (prefix.lower(),)).fetchall()
     return _run(rows[0]) if len(rows) == 1 else None
 
 

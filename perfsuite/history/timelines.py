@@ -1,6 +1,5 @@
-"""What the dashboard draws: per shape, **groups** (a plot: the cells that differ only by
-method and TP size), a **line** per series and metric, a **mark** per change point judged
-as ``history check`` judges it (one answer). ``render.dashboard`` draws."""
+"""What ``render.dashboard`` draws: per shape, **groups** (a plot: cells differing only by
+method and TP size), a **line** per series and metric, a **mark** per change point."""
 
 from __future__ import annotations
 
@@ -80,8 +79,7 @@ class Group:
 
 
 def load(conn: sqlite3.Connection, accept_busy: bool = False) -> dict[str, list[Group]]:
-    """Shape name -> its groups (sorted by device and configuration); shapes sorted by name.
-    ``accept_busy``: judge busy runs' times too (``history check --accept-busy``)."""
+    """Shape name -> its groups, sorted; ``accept_busy``: as ``history check --accept-busy``."""
     by_group: dict[tuple, list[list[sqlite3.Row]]] = {}
     for rows in rules.cells(conn):
         by_group.setdefault(tuple(rows[0][f] for f in GROUP_FIELDS), []).append(rows)
@@ -129,6 +127,5 @@ def _build(
         if not drawn:
             no_data[method] = ", ".join(sorted({r["status"] for r in rows}))
     key_of = dict(zip(GROUP_FIELDS, key, strict=True))
-    # The preset's name, or nTOKENS-vVOCAB-dHIDDEN for a row without one.
     shape = latest["shape"] or f"n{latest['tokens']}-v{latest['vocab']}-d{latest['hidden']}"
     return Group(shape, latest["device_kind"], key_of, runs, lines, marks, no_data)

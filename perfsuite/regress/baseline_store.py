@@ -25,9 +25,8 @@ STORED_KINDS = frozenset({"loss", "tp"})
 
 
 def shape_stem(row: dict[str, Any]) -> str:
-    """File name (without .json) for a row's shape: the preset's, or its dimensions with
-    overrides (``smoke*`` -> ``smoke-n64-v512-d32``); ``-tpK`` across K ranks, so a ``run
-    --tp`` never replaces the one-device baseline (nor one TP size another's)."""
+    """A row's file name (no .json): its preset, or its dimensions with overrides (``smoke*``
+    -> ``smoke-n64-v512-d32``); ``-tpK`` across K ranks (never the one-device file)."""
     name = str(row.get("shape") or "custom")
     if name.endswith("*") or name == "custom":
         name = f"{name.rstrip('*')}-n{row['tokens']}-v{row['vocab']}-d{row['hidden']}"
@@ -40,9 +39,8 @@ def shape_stem(row: dict[str, Any]) -> str:
 def stored_baseline(
     root: Path, current: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Path], list[str]]:
-    """The stored baseline of ``current``'s device and shapes as one document: (document,
-    files used, shapes without a file). ``ResultsError`` when nothing is stored for them,
-    or when two shapes' files disagree on the environment."""
+    """(document, files used, shapes without a file) of ``current``'s device and shapes;
+    ``ResultsError`` if none is stored, or if the files' environments disagree."""
     folder = Path(root) / device_slug(current["env"])
     stems = list(dict.fromkeys(shape_stem(r) for r in current["rows"]))
     if not folder.is_dir():
@@ -76,12 +74,10 @@ def stored_baseline(
 def update(
     results: Path, root: Path = DEFAULT_ROOT, *, dry_run: bool = False, force: bool = False
 ) -> list[str]:
-    """Write the stored baseline(s) from ``results``; returns what was done, line by line. A
-    shape with fewer ``ok`` cells than stored is refused unless ``force`` (errors must not
-    replace a good baseline)."""
+    """Store ``results``, returning what was done line by line; a shape with fewer ``ok``
+    cells than stored is refused unless ``force`` (errors must not replace a good one)."""
     document = load_results(results)  # validated, rows and all: a bad file is never stored
-    # A step file's cells were stored under their model's name, as that shape's loss
-    # baseline (issue 46): only the cells `compare` judges against a store are stored.
+    # Only cells `compare` judges against a store (a step file's passed for a loss baseline).
     require_kind(document, results, STORED_KINDS, "baseline update")
     _check_root(root)
     folder = Path(root) / device_slug(document["env"])
@@ -153,9 +149,8 @@ def list_stored(root: Path = DEFAULT_ROOT) -> tuple[list[list[str]], list[str]]:
 
 
 def print_listing(headers: Sequence[str], rows: list[list[str]], lines: tuple[str, str]) -> None:
-    """A table when each item fits on one line (``baseline list``, ``history list``); else
-    two lines an item, ``lines`` formatted with its row, folded at spaces and slashes, the
-    second indented (a line was 103 characters at 80 columns)."""
+    """A table when each item fits on one line; else two lines an item (``lines`` formatted
+    with its row), folded at spaces and slashes, the second indented."""
     console = TrimmedConsole(highlight=False)
     columns = [Column(h, fold=False) for h in headers]  # a row that folds reads badly
     options: dict[str, Any] = dict(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)

@@ -1,6 +1,5 @@
-"""``perfsuite compare BASELINE CURRENT``: cell-by-cell regression verdicts
-(``verdicts`` has the rule), exit 1 on a regression; BASELINE may be a stored-baselines
-folder. The verdicts as a console table, or markdown fit for ``$GITHUB_STEP_SUMMARY``."""
+"""``perfsuite compare BASELINE CURRENT`` (a file or a stored-baselines folder): verdicts per
+cell, exit 1 on a regression, as a console table or markdown for ``$GITHUB_STEP_SUMMARY``."""
 
 from __future__ import annotations
 
@@ -88,9 +87,8 @@ def load_pair(
 ) -> tuple[dict[str, Any], dict[str, Any], str, list[str]]:
     """(baseline document, current document, baseline label, notes)."""
     current_doc = load_results(current)
-    # A missing path without a file suffix is a baseline store not made yet (a fresh
-    # clone's reports/baselines on a new device), not a missing results file; unless it
-    # is not named like a store (`compare r1 r2.json` said no baseline was stored).
+    # A missing suffix-less path named like a store is one not made yet (a fresh clone on a
+    # new device), not a missing results file (`compare r1 r2.json` said no baseline stored).
     missing_store = not baseline.exists() and not baseline.suffix
     if missing_store and "baseline" not in baseline.name.lower():
         raise ResultsError(
@@ -219,19 +217,18 @@ def _arrow(before: str, after: str) -> str:
 
 
 def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
-    """A cell's console line; its notes go under the table, numbered (one per kind of
-    note, not one per row), so that narrow terminals keep the columns."""
+    """A cell's console line; its notes go under the table, numbered once per kind of note
+    (narrow terminals keep the columns)."""
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
-    style = LOOK[cell.verdict][0]
-    verdict = cell.verdict + (" ✗" if cell.failing else "")
+    style, fails = LOOK[cell.verdict][0], " ✗" if cell.failing else ""
     ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""
     times, sizes = _arrow(base_ms, cur_ms), _arrow(base_mib, cur_mib)
-    verdict = f"[{style}]{verdict}[/{style}] {ref}".rstrip()
+    verdict = f"[{style}]{cell.verdict}{fails}[/{style}] {ref}".rstrip()
     # the method without its TP size: the title has it
     return [cell.row["method"], cell.row["phase"], status, times, time_x, p, sizes, mem_x, verdict]
 
 
-def _relative(label: str) -> str:
+def relative(label: str) -> str:
     """Each path of a label (a store's: ``x.json, y.json``) relative to here where shorter."""
     paths = label.split(", ")
     return ", ".join(min(p, os.path.relpath(p), key=len) if os.path.isabs(p) else p for p in paths)
@@ -247,11 +244,10 @@ def _elide(text: str, width: int) -> str:
 
 
 def title_lines(comparison: Comparison, width: int) -> list[str]:
-    """``baseline → current`` on one line whatever the paths' length: as given, or relative
-    to the working folder, else the file names (elided in their middle if they must be)
-    with the whole paths below, folded at their slashes."""
+    """``baseline → current`` on one line: as given, relative, else the file names (elided if
+    they must be) with the whole paths below, folded at their slashes."""
     base, cur = comparison.baseline_label, comparison.current_label
-    for b, c in ((base, cur), (_relative(base), _relative(cur))):
+    for b, c in ((base, cur), (relative(base), relative(cur))):
         if len(b) + 3 + len(c) <= width:
             return [f"{b} → {c}"]
     b, c = (", ".join(Path(p).name or p for p in label.split(", ")) for label in (base, cur))
@@ -266,8 +262,7 @@ def title_lines(comparison: Comparison, width: int) -> list[str]:
 
 
 def print_table(comparison: Comparison) -> None:
-    """One table per (shape, dtype, β, TP size): method and phase rows, compact columns,
-    all laid out alike: folded as the table of every row would be, or all as records."""
+    """One table per (shape, dtype, β, TP size), all folded alike (as one table of every row)."""
     console = TrimmedConsole()  # the terminal's width, $COLUMNS, else 80: the tables fold to fit
     metric = comparison.settings.metric
     for i, line in enumerate(title_lines(comparison, console.width)):

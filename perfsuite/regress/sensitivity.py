@@ -1,6 +1,5 @@
-"""``perfsuite sensitivity``: how often ``compare``'s detector cries wolf on unchanged code
-here and how often it catches a real slowdown, in trials comparing runs of two processes
-(docs/regressions.md). ``sensitivity_collect`` measures; here the trials are judged."""
+"""``perfsuite sensitivity``: how often ``compare``'s rule flags unchanged code here and how
+often it catches a real slowdown, judged in trials comparing two processes' runs."""
 
 from __future__ import annotations
 
@@ -18,9 +17,10 @@ from typing import Any
 from perfsuite.args import int_between, level, positive_int
 from perfsuite.fit import TrimmedConsole, pipe_table
 from perfsuite.measure.stats import mann_whitney_greater_many, quantile, summarize
+from perfsuite.plan.registry import all_methods
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_collect import QUICK, UNCHANGED, HarnessConfig, collect
-from perfsuite.regress.verdicts import DEFAULT_ALPHA, DEFAULT_TIME_THRESHOLDS, classify_time
+from perfsuite.regress.verdicts import DEFAULT_ALPHA, Settings, classify_time
 from perfsuite.results.results import check_writable, read_json, write_results
 
 THRESHOLD_GRID = (0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)
@@ -31,8 +31,6 @@ TARGET_FALSE_ALARMS = 0.01
 
 def rate_bounds(k: int, n: int) -> tuple[float, float]:
     """Wilson score interval of a rate k/n (95 %)."""
-    if n == 0:
-        return (math.nan, math.nan)
     from scipy.stats import binomtest
 
     ci = binomtest(k, n).proportion_ci(method="wilson")
@@ -48,7 +46,7 @@ class Rate:
 
     @property
     def rate(self) -> float:
-        return self.flagged / self.trials if self.trials else math.nan
+        return self.flagged / self.trials  # trials >= 2: argparse refuses fewer runs
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -82,8 +80,7 @@ def analyse(
 ) -> Report:
     """Rates at ``threshold`` (default: compare's default for the device) and a sweep."""
     cfg = data["config"]
-    if threshold is None:
-        threshold = DEFAULT_TIME_THRESHOLDS.get(cfg.get("device", "cpu"), 0.05)
+    threshold = Settings(time_threshold=threshold).threshold_for(cfg.get("device", "cpu"))
     procs = data["processes"]  # [process][condition] -> [round] -> samples
     conditions = [UNCHANGED, *cfg["slowdowns"]]
     n_proc, n_runs = len(procs), len(procs[0][f"{UNCHANGED:g}"])
@@ -191,7 +188,7 @@ def noise_summary(procs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}%}"
+    return "-" if x is None else f"{x:.{digits}%}"
 
 
 def render_markdown(report: Report) -> str:
@@ -248,9 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, low, what in (*counts, ("samples", 2, "samples per run"), *sizes):
         arg(f"--{name}", type=int_between(low), help=f"{what} (default {getattr(d, name)})")
     slowdowns = "injected slowdowns, comma-separated (default 5%%,10%%)"
-    arg(
-        "--slowdowns", type=lambda text: tuple(map(parse_fraction, text.split(","))), help=slowdowns
-    )
+    arg("--slowdowns", type=lambda t: tuple(map(parse_fraction, t.split(","))), help=slowdowns)
     arg("--method", help=f"method timed (default {d.method})")
     arg("--threads", type=positive_int, help="torch threads per worker (default: torch's)")
     rule = "the rule's threshold (default: perfsuite compare's for the device)"
@@ -263,12 +258,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
-    cfg = QUICK if args.quick else HarnessConfig()
     known = {f.name for f in fields(HarnessConfig)}
     changes = {k: v for k, v in vars(args).items() if k in known and v is not None}
-    cfg = replace(cfg, **changes)
-    from perfsuite.plan.registry import all_methods
-
+    cfg = replace(QUICK if args.quick else HarnessConfig(), **changes)
     method = all_methods().get(cfg.method)
     if method is None:
         raise ValueError(f"--method {cfg.method}: no such method (see `perfsuite methods`)")

@@ -1,6 +1,5 @@
-"""The measuring half of ``perfsuite sensitivity``: the cell and its injected slowdowns
-(``HarnessConfig``), each fresh worker's calibration or measurement, and the parent that
-collects their raw samples."""
+"""The measuring half of ``perfsuite sensitivity``: each fresh worker's calibration of the
+injected slowdowns or measurement of the cell, and the parent collecting their samples."""
 
 from __future__ import annotations
 
@@ -132,11 +131,10 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     rng = random.Random(cfg.seed * 1000 + proc)
     runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in (UNCHANGED, *cfg.slowdowns)}
     for _ in range(cfg.runs):
-        order = [UNCHANGED, *cfg.slowdowns]
+        order = list(runs)
         rng.shuffle(order)
         for cond in order:
-            k = extra.get(f"{cond:g}", 0)
-            runs[f"{cond:g}"].append(timed(k, cfg.samples, cfg.warmup))
+            runs[cond].append(timed(extra.get(cond, 0), cfg.samples, cfg.warmup))
     return runs
 
 

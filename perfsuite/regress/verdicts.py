@@ -35,7 +35,6 @@ class EnvMismatch(CompareError):
     """Measured on another device or with other library versions."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
         super().__init__(
             f"the two results were measured in different environments ({'; '.join(problems)}): "
             "compare results of the same device and versions, or pass --allow-env-mismatch"
@@ -170,6 +169,7 @@ def compare_cell(
     if timed(base) and not timed(cur) and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
         return CellComparison(base, cur, "regression", True, notes=["ok but no time was recorded"])
+    device = cur.get("device", "cpu")
     if base.get("interpreted") or cur.get("interpreted"):
         time = Decision(None, note="interpreted: time not compared")
     else:
@@ -179,12 +179,10 @@ def compare_cell(
             settings,
             base_value=base.get("median_ms"),
             cur_value=cur.get("median_ms"),
-            device=cur.get("device", "cpu"),
+            device=device,
         )
     notes = [time.note] if time.note else []
-    memory = compare_memory(
-        base.get("peak_bytes"), cur.get("peak_bytes"), cur.get("device", "cpu"), settings
-    )
+    memory = compare_memory(base.get("peak_bytes"), cur.get("peak_bytes"), device, settings)
     verdicts = {time.verdict, memory.verdict}
     verdict = next((v for v in ("regression", "improvement") if v in verdicts), "same")
     if verdicts == {"regression", "improvement"}:
@@ -214,15 +212,13 @@ def _values(values: set[Any]) -> str:
 
 
 def tp_sizes(values: set[Any]) -> str:
-    """``1,2`` or ``one device`` (tp None: no process group), for messages."""
-    sizes = sorted(v for v in values if v is not None)
-    words = [*(["one device"] if None in values else []), *(f"TP={k}" for k in sizes)]
-    return ", ".join(words)
+    """``one device, TP=2`` (tp None: no process group), for messages."""
+    ordered = sorted(values, key=lambda v: v or 0)  # one device first
+    return ", ".join("one device" if v is None else f"TP={v}" for v in ordered)
 
 
 def _nothing_shared(base: dict[tuple, Any], cur: dict[tuple, Any], labels: tuple[str, str]) -> str:
-    """Why two documents have no cell in common, field by field; both sides' TP sizes when
-    either holds multi-rank cells (a TP = 1 file and a TP = 2 one differ in nothing else)."""
+    """Why two documents share no cell, field by field (TP sizes when either has any)."""
     differ = []
     tp = KEY_FIELDS.index("tp")
     for i, name in enumerate(KEY_FIELDS):
@@ -270,8 +266,7 @@ IGNORED_VERSIONS = frozenset({"perfsuite", "pandas", "rich"})
 
 
 def env_differences(base_env: dict[str, Any], cur_env: dict[str, Any]) -> tuple[list, list]:
-    """(blocking problems, warnings) between two environments: what ``compare`` checks between
-    a baseline and a run, and the stored baselines of one device among themselves."""
+    """(blocking problems, warnings) between a baseline's environment and a run's."""
     problems, warnings = [], []
     bdev, cdev = base_env.get("device") or {}, cur_env.get("device") or {}
     for key in ("kind", "name", "cuda"):

@@ -96,7 +96,7 @@ def test_sensitivity_step_found_and_no_false_alarm() -> None:
         samples, "cuda", trials=10, scenarios=[sensitivity.SCENARIOS[0], sensitivity.SCENARIOS[3]]
     )
     assert none.false_alarms == 0
-    assert step.detection_rate == 1.0 and step.false_alarms == 0
+    assert step.detected == step.trials == 20 and step.false_alarms == 0
     assert "step +10%" in sensitivity.format_table([none, step])
 
 

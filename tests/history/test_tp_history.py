@@ -34,8 +34,8 @@ def schema1_db(path: Path, document: dict) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
     conn.executescript(store.SCHEMA.replace("    tp INTEGER,\n", ""))
-    conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
-    _, run, cells = ingest.prepare(document, "old.json")
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '1')")
+    run, cells = ingest.prepare(document, "old.json")
     run_id = store.insert(conn, "runs", run)
     for cell in cells:
         del cell["tp"]

@@ -1,6 +1,4 @@
-"""``perfsuite workload``: make and inspect ``--workload FILE`` dumps: ``dump`` (a saved
-``transformers`` causal LM on a text file), ``train`` (converge's preset trained here: the
-committed dump's recipe), ``inspect`` (N, V, D, entropy, the frequency geometry)."""
+"""``perfsuite workload dump|train|inspect``: make and inspect ``--workload FILE`` dumps."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The dashboard's plots: per group three panels on the run axis (time with its p20-p80
-band, time relative to each method's first segment, peak memory), change points as
-vertical lines: red open, orange acknowledged or recovered, dotted grey not a regression."""
+"""The dashboard's plots: per group three panels on the run axis (time with its p20-p80 band,
+time relative to each method's first segment, peak memory), change points as vertical lines."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N,
-a figure per (quantity, axis, the dimensions held fixed, phase), a panel per β, log-log,
-the floor (and on a known GPU the roofline) dashed; cells across K ranks get their own."""
+"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N, a
+figure per (quantity, axis, the dimensions held fixed, phase), a panel per β, log-log."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
 
 
 def figure_legend(fig: Any, axes: Any) -> None:
-    """One legend beside the panels, an entry per label in first-seen order (each panel
-    draws the same methods)."""
+    """One legend beside the panels, each label once (each panel draws the same methods)."""
     handles: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -102,8 +100,7 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
 
 
 def _plain_log_labels(axis: Any) -> None:
-    """A log axis labelled ``6`` and ``1,000``, not ``6×10⁰`` and ``10³``: matplotlib's
-    choice of which ticks get a label, in plain numbers."""
+    """matplotlib's log-axis labels in plain numbers: ``6`` and ``1,000``, not ``6×10⁰``."""
     from matplotlib.ticker import LogFormatter
 
     class Plain(LogFormatter):
@@ -133,8 +130,7 @@ def _data_ticks(ax: Any, xs: list[int]) -> None:
 
 
 def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> list[str]:
-    """The figure's own footnotes: methods with rows here but nothing drawn (and why),
-    and † when an interpreted time is drawn."""
+    """The figure's footnotes: methods with nothing drawn (and why), what † and ! mean."""
     missing: dict[str, set[str]] = {}
     for r in members:
         if r["method"] not in drawn:

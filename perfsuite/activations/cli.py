@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.plan.workloads import WorkloadError
     from perfsuite.results.outpath import check_output_file
 
-    command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)
+    command = "perfsuite " + shlex.join(args.argv)
     if args.workload_command == "inspect":
         summary = summarize(args.file)
         print(json.dumps(summary, indent=1)) if args.json else _print(summary)

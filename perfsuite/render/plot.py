@@ -39,14 +39,12 @@ def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
     return "".join(t for t, _ in parts), "".join(s for _, s in parts)
 
 
-def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[tuple[str, Any]]:
+def figures(document: dict[str, Any], phases: list[str]) -> list[tuple[str, Any]]:
     """``(file name, matplotlib Figure)`` for every plot the results support."""
     rows, env = document["rows"], document["env"]
     gpu = gpu_for_env(env)
     device = (env.get("device") or {}).get("name") or "?"
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    present = [p for p in PHASES if any(r["phase"] == p for r in rows)]
-    phases = phases or (["fwd+bwd"] if "fwd+bwd" in present else present)  # the headline
     out = []
     for phase, quantity, x in product(phases, QUANTITIES, AXES):
         other = "vocab" if x == "tokens" else "tokens"
@@ -94,8 +92,7 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
     if notes:  # under the axes: what is not drawn, and what † means
         # in the layout: a rect left for them put the title on the panels'
         fig.set_figheight(3.4 + 0.18 * len(notes))
-        text = "\n".join(notes)
-        fig.supxlabel(text, fontsize=7, x=0.01, ha="left", multialignment="left")
+        fig.supxlabel("\n".join(notes), fontsize=7, x=0.01, ha="left", multialignment="left")
     return fig
 
 

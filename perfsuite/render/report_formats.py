@@ -259,7 +259,6 @@ def _record(
         "tp": "" if tp is None else tp,
         # Measured by the worker (two calls, every bit); blank where not measured.
         "deterministic": "" if not seen else ("yes" if seen == {True} else "no"),
-        "best": "",
     }
     in_fwd = grads_in_forward(method, known, head["beta"])
     key = (head["tokens"], head["vocab"], head["hidden"], head["dtype"])

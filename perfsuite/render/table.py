@@ -231,22 +231,22 @@ def loss_grids(rows: Iterable[dict[str, Any]]) -> list[Grid]:
     for table in build_report({"rows": list(rows), "env": {}}):  # no GPU: no roofline
         head = shape_title([table.first])
         for section in table.sections:
-            notes, cells, refs = Notes(), [], []
+            notes, cells = Notes(), []
             for line in section.lines:
                 failed = [
                     r for p in table.phases if (r := line.rows.get(p)) and r["status"] != "ok"
                 ]
                 why = (notes.ref(f"{r['status']}: {r['reason']}", line.method) for r in failed)
-                refs.append(" ".join(dict.fromkeys(why)))
                 bound = line.method == LOWER_BOUND
                 name = f"[italic]{LOWER_BOUND}[/italic]" if bound else line.method
-                cells.append([name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)])
+                shown = (c.console() for i, c in enumerate(line.cells) if i % 3 < 2)
+                cells.append([name, *shown, " ".join(dict.fromkeys(why))])
             columns = [Column("method")]
             units = ("MiB", "ms")
             columns += [Column(f"{p}\n{u}", "right", False) for p in table.phases for u in units]
             note = [len(columns)] if notes else []
             columns += [Column("note", fold=False)] if note else []
-            cells = [row + [ref] * len(note) for row, ref in zip(cells, refs, strict=True)]
+            cells = [row[: len(columns)] for row in cells]  # the note column only with notes
             title = f"{head}, β={section.beta:g} on {table.first.get('device', '?')}"
             parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note])
                      for i, p in enumerate(table.phases)]  # fmt: skip

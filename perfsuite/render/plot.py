@@ -128,12 +128,10 @@ def _data_ticks(ax: Any, xs: list[int]) -> None:
 
 def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> list[str]:
     """The figure's footnotes: methods with nothing drawn (and why), what † and ! mean."""
-    missing: dict[str, set[str]] = {}
-    for r in members:
-        if r["method"] not in drawn:
-            missing.setdefault(r["method"], set()).add(r["status"])
+    missing = group_rows((r for r in members if r["method"] not in drawn), lambda r: r["method"])
     words = {"wrong": "failed the correctness gate", "unsupported": "N/A"}
-    why = [f"{m} ({', '.join(words.get(s, s) for s in sorted(st))})" for m, st in missing.items()]
+    statuses = {m: sorted({r["status"] for r in rows}) for m, rows in missing.items()}
+    why = [f"{m} ({', '.join(words.get(s, s) for s in st)})" for m, st in statuses.items()]
     notes = ["not drawn: " + "; ".join(why)] if why else []
     if quantity == "time" and any(r.get("interpreted") for r in members if r["method"] in drawn):
         notes.append(

@@ -1,6 +1,4 @@
-"""``perfsuite workload``: make and inspect ``--workload FILE`` dumps: ``dump`` (a saved
-``transformers`` causal LM on a text file), ``train`` (converge's preset trained here: the
-committed dump's recipe), ``inspect`` (N, V, D, entropy, the frequency geometry)."""
+"""``perfsuite workload dump|train|inspect``: make and inspect ``--workload FILE`` dumps."""
 
 from __future__ import annotations
 
@@ -94,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.plan.workloads import WorkloadError
     from perfsuite.results.outpath import check_output_file
 
-    command = "perfsuite " + " ".join(shlex.quote(a) for a in args.argv)
+    command = "perfsuite " + shlex.join(args.argv)
     if args.workload_command == "inspect":
         summary = summarize(args.file)
         print(json.dumps(summary, indent=1)) if args.json else _print(summary)

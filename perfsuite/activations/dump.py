@@ -1,6 +1,5 @@
 """A ``--workload FILE`` dump from a ``transformers`` causal LM on a batch of text, or from
-one trained here: ``e`` what the head sees (a forward pre-hook: some models norm or scale
-before it), ``c`` its weight, the next tokens (``-100`` at padding), a final softcap."""
+one trained here: what its head sees, its weight, the next tokens, a final softcap."""
 
 from __future__ import annotations
 

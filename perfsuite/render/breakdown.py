@@ -36,8 +36,8 @@ def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str
 
 
 def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """``(file name, matplotlib figure)`` per cell with a breakdown: a horizontal bar per
-    method, its wall time stacked by class and the host's share (``plot --breakdown``)."""
+    """``(file name, matplotlib figure)`` per cell with a breakdown: a bar per method, its
+    wall time stacked by class and the host's share."""
     from matplotlib.figure import Figure
 
     made = []
@@ -64,8 +64,7 @@ def breakdown_figures(rows: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def _cell(row: dict[str, Any]) -> tuple:
-    return (row.get("shape"), row.get("tokens"), row.get("vocab"), row.get("hidden"),
-            row.get("dtype"), row.get("beta"), row.get("phase"))  # fmt: skip
+    return tuple(map(row.get, ("shape", "tokens", "vocab", "hidden", "dtype", "beta", "phase")))
 
 
 def _title(members: list[dict[str, Any]], width: int) -> list[str]:

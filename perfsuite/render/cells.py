@@ -1,6 +1,5 @@
-"""A results row's cell as every table and plot writes it: how rows group into tables,
-what a cell without numbers says, the marks a measured cell carries (‡ † ≈ ! ✗) and,
-once, what each mark means."""
+"""A results row's cell as every table and plot writes it: how rows group into tables, what
+a cell without numbers says, the marks a measured cell carries (‡ † ≈ ! ✗) and what they mean."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def tp_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def tp_note(rows: Iterable[dict[str, Any]]) -> str:
-    """What a one-device table leaves out when ``rows`` hold cells measured across ranks
-    ("" when they hold none): they must not read as missing, nor be mixed in."""
+    """What a one-device table says of ``rows``' cells across ranks ("" when none)."""
     across = tp_rows(rows)
     if not across:
         return ""
@@ -52,8 +50,7 @@ def shape_key(row: dict[str, Any]) -> tuple:
 def group_rows(
     rows: Iterable[dict[str, Any]], key: Any = lambda r: (*shape_key(r), r["beta"])
 ) -> dict[Any, list]:
-    """Rows grouped by ``key(row)`` (default: a table's, shape and β), groups and members
-    in first-seen order."""
+    """Rows grouped by ``key(row)`` (default: shape and β), in first-seen order."""
     groups: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(key(row), []).append(row)
@@ -103,9 +100,8 @@ def grads_in_forward(name: str, known: dict[str, Any] | None = None, beta: float
 
 
 def known_methods(document: dict[str, Any]) -> dict[str, Any]:
-    """The methods, as ``grads_in_forward`` asks of them, for ``document``'s tables: its
-    record where that covers every row's method and β (no torch), else the registry (older
-    files, files merged from different plans)."""
+    """The methods for ``grads_in_forward``: ``document``'s record where it covers every row
+    (no torch), else the registry's."""
     return recorded_methods(document) or all_methods()
 
 
@@ -115,9 +111,7 @@ def measured(row: dict[str, Any]) -> bool:
 
 
 def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
-    """‡ where fwd/bwd are not comparable, † where Triton was interpreted, ≈ where two
-    identical calls differed in a bit, ✗ where the method failed the correctness gate
-    (timed, never best)."""
+    """The marks of a measured cell (``MARK_NOTES`` says what each means)."""
     mark = GRADS_IN_FWD_MARK if grads_in_fwd and phase != "fwd+bwd" else ""
     mark += INTERPRETED_MARK if row.get("interpreted") else ""
     mark += NONDETERMINISTIC_MARK if row.get("deterministic") is False else ""
@@ -133,8 +127,7 @@ STATUS_COLOR = dict(
 
 
 def status_cell(row: dict[str, Any]) -> str:
-    """A cell's status in its colour (console markup), in no more room than a number
-    (``unavail``, ``N/A``, ``oom``)."""
+    """A cell's status in its colour (console markup), no wider than a number."""
     status = row["status"]
     return f"[{STATUS_COLOR[status]}]{SHORT_STATUS.get(status, status)}[/{STATUS_COLOR[status]}]"
 
@@ -156,9 +149,8 @@ MARK_NOTES = {
 def mark_notes(
     rows: list[dict[str, Any]], known: dict[str, Any] | None = None, kind: str = "loss"
 ) -> list[str]:
-    """What each mark the rows carry means (‡ † ≈ ! ✗), the one wording of every table's;
-    for the loss, how CPU memory was measured. ``known``: the methods (default: the
-    registry's); ``kind``: a table of another kind has no fwd/bwd split (no ‡)."""
+    """What each mark the rows carry means and, for the loss, how CPU memory was measured;
+    ``known``: the methods (default: the registry's); another ``kind`` has no ‡."""
     known = all_methods() if known is None and kind == "loss" else known
     carried = {
         GRADS_IN_FWD_MARK: kind == "loss"

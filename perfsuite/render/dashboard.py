@@ -1,7 +1,5 @@
-"""``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site
-(``index.html``, a ``shape-NAME.html`` per shape, plotly's bundle), ``history check``'s
-change points and verdicts; a plot's figure is JSON that one small script draws, and
-every text from the data is HTML-escaped."""
+"""``perfsuite dashboard [--db PATH] -o DIR``: the benchmark history as a static site, a page
+per shape of plotly figures (JSON one small script draws) and ``history check``'s verdicts."""
 
 from __future__ import annotations
 
@@ -139,22 +137,18 @@ def _marks_table(marks: Sequence[Mark], commit_url: Callable[[str], str]) -> str
     return _table("marks", heads, rows)
 
 
-def _figure_json(figure: Any) -> str:
-    # No "<" may reach the <script> block ("</script>" or "<!--" in a name would end or
-    # bend it): plotly's JSON writes it as "\u003c" already; made sure of here.
-    return figure.to_json().replace("<", "\\u003c")
-
-
 def shape_page(
     shape: str,
     groups: Sequence[Group],
-    figures: Sequence[Any],
+    colours: dict[str, str],
     commit_url: Callable[[str], str],
     title: str,
 ) -> str:
     """One shape's page: filters, then per group its plot and its change points."""
+    from perfsuite.render.dashboard_figures import figure
+
     sections = []
-    for i, (group, fig) in enumerate(zip(groups, figures, strict=True)):
+    for i, group in enumerate(groups):
         data = " ".join(f'data-{f}="{esc(_filter_value(group, f))}"' for f, _ in FILTERS)
         missing = ""
         if group.no_data:
@@ -162,9 +156,12 @@ def shape_page(
             missing = f'<p class="muted">Nothing to draw for: {what}.</p>'
         plot = ""
         if group.lines:
+            # No "<" may reach the <script> block ("</script>" or "<!--" in a name would end
+            # or bend it): plotly's JSON writes it as "\u003c" already; made sure of here.
+            fig = figure(group, colours, commit_url).to_json().replace("<", "\\u003c")
             plot = (
                 f'<div class="plot" id="plot-g{i}"></div>\n<script type="application/json" '
-                f'class="figure" data-target="plot-g{i}">{_figure_json(fig)}</script>\n'
+                f'class="figure" data-target="plot-g{i}">{fig}</script>\n'
                 f"{_marks_table(group.marks, commit_url)}\n"
             )
         sections.append(
@@ -290,19 +287,15 @@ def build(
     """Write the site into ``out``; returns the pages written (index first)."""
     from plotly.offline import get_plotlyjs
 
-    from perfsuite.render import dashboard_figures
+    from perfsuite.render.dashboard_figures import palette
 
     shapes = timelines.load(conn, accept_busy)
     taken: set[str] = set()
     pages = []
     for shape, groups in shapes.items():
-        colours = dashboard_figures.palette([line.method for g in groups for line in g.lines])
-        figures = [
-            dashboard_figures.figure(g, colours, commit_url) if g.lines else None for g in groups
-        ]
+        colours = palette([line.method for g in groups for line in g.lines])
         name = page_name(shape, taken)
-        html = shape_page(shape, groups, figures, commit_url, title)
-        write_atomically(out / name, html)
+        write_atomically(out / name, shape_page(shape, groups, colours, commit_url, title))
         pages.append((shape, name, groups))
     write_atomically(out / PLOTLY_JS, get_plotlyjs())
     index = index_page(title, pages, store.list_runs(conn), commit_url, source)

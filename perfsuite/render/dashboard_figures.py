@@ -1,6 +1,5 @@
-"""The dashboard's plots: per group three panels on the run axis (time with its p20-p80
-band, time relative to each method's first segment, peak memory), change points as
-vertical lines: red open, orange acknowledged or recovered, dotted grey not a regression."""
+"""The dashboard's plots: per group three panels on the run axis (time with its p20-p80 band,
+time relative to each method's first segment, peak memory), change points as vertical lines."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from typing import Any
 
 from perfsuite.history.timelines import Group, Line, Mark
 
-MIB = 2**20
 MARK_STYLE = {
     "open": {"color": "#d62728", "dash": "solid", "width": 2},
     "acknowledged": {"color": "#ff7f0e", "dash": "dash", "width": 2},
@@ -154,7 +152,7 @@ def figure(group: Group, colours: dict[str, str], commit_url: Callable[[str], st
             shown = "%{y:.3f}× its first segment's median"
             fig.add_trace(_line_trace(group, line, colour, ratios, False, shown), row=2, col=1)
         else:
-            mib = [v / MIB for v in line.values]
+            mib = [v / 2**20 for v in line.values]
             legend = line.method not in timed
             trace = _line_trace(group, line, colour, mib, legend, "peak %{y:.5g} MiB")
             fig.add_trace(trace, row=3, col=1)

@@ -1,6 +1,5 @@
-"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N,
-a figure per (quantity, axis, the dimensions held fixed, phase), a panel per β, log-log,
-the floor (and on a known GPU the roofline) dashed; cells across K ranks get their own."""
+"""``perfsuite plot RESULTS.json -o DIR``: peak memory and time against V and against N, a
+figure per (quantity, axis, the dimensions held fixed, phase), a panel per β, log-log."""
 
 from __future__ import annotations
 
@@ -40,14 +39,12 @@ def _fixed_label(key: tuple, x: str) -> tuple[str, str]:
     return "".join(t for t, _ in parts), "".join(s for _, s in parts)
 
 
-def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[tuple[str, Any]]:
+def figures(document: dict[str, Any], phases: list[str]) -> list[tuple[str, Any]]:
     """``(file name, matplotlib Figure)`` for every plot the results support."""
     rows, env = document["rows"], document["env"]
     gpu = gpu_for_env(env)
     device = (env.get("device") or {}).get("name") or "?"
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    present = [p for p in PHASES if any(r["phase"] == p for r in rows)]
-    phases = phases or (["fwd+bwd"] if "fwd+bwd" in present else present)  # the headline
     out = []
     for phase, quantity, x in product(phases, QUANTITIES, AXES):
         other = "vocab" if x == "tokens" else "tokens"
@@ -65,8 +62,7 @@ def figures(document: dict[str, Any], phases: list[str] | None = None) -> list[t
 
 
 def figure_legend(fig: Any, axes: Any) -> None:
-    """One legend beside the panels, an entry per label in first-seen order (each panel
-    draws the same methods)."""
+    """One legend beside the panels, each label once (each panel draws the same methods)."""
     handles: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -96,14 +92,12 @@ def _figure(members, methods, quantity, x, xs_all, key, phase, gpu) -> Any:
     if notes:  # under the axes: what is not drawn, and what † means
         # in the layout: a rect left for them put the title on the panels'
         fig.set_figheight(3.4 + 0.18 * len(notes))
-        text = "\n".join(notes)
-        fig.supxlabel(text, fontsize=7, x=0.01, ha="left", multialignment="left")
+        fig.supxlabel("\n".join(notes), fontsize=7, x=0.01, ha="left", multialignment="left")
     return fig
 
 
 def _plain_log_labels(axis: Any) -> None:
-    """A log axis labelled ``6`` and ``1,000``, not ``6×10⁰`` and ``10³``: matplotlib's
-    choice of which ticks get a label, in plain numbers."""
+    """matplotlib's log-axis labels in plain numbers: ``6`` and ``1,000``, not ``6×10⁰``."""
     from matplotlib.ticker import LogFormatter
 
     class Plain(LogFormatter):
@@ -133,14 +127,11 @@ def _data_ticks(ax: Any, xs: list[int]) -> None:
 
 
 def _notes(members: list[dict[str, Any]], drawn: set[str], quantity: str) -> list[str]:
-    """The figure's own footnotes: methods with rows here but nothing drawn (and why),
-    and † when an interpreted time is drawn."""
-    missing: dict[str, set[str]] = {}
-    for r in members:
-        if r["method"] not in drawn:
-            missing.setdefault(r["method"], set()).add(r["status"])
+    """The figure's footnotes: methods with nothing drawn (and why), what † and ! mean."""
+    missing = group_rows((r for r in members if r["method"] not in drawn), lambda r: r["method"])
     words = {"wrong": "failed the correctness gate", "unsupported": "N/A"}
-    why = [f"{m} ({', '.join(words.get(s, s) for s in sorted(st))})" for m, st in missing.items()]
+    statuses = {m: sorted({r["status"] for r in rows}) for m, rows in missing.items()}
+    why = [f"{m} ({', '.join(words.get(s, s) for s in st)})" for m, st in statuses.items()]
     notes = ["not drawn: " + "; ".join(why)] if why else []
     if quantity == "time" and any(r.get("interpreted") for r in members if r["method"] in drawn):
         notes.append(

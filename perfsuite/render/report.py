@@ -1,7 +1,6 @@
-"""``perfsuite report RESULTS.json --format md|latex|csv|html [-o FILE]``: the paper's table
-(``report_formats``). ``--paper``: a run beside the paper's table as ratios measured within
-each run (absolute times move with clocks and versions; the paper's claims are relative);
-the paper measured one device, so TP cells are left out. ``--breakdown``: where time goes."""
+"""``perfsuite report RESULTS.json --format md|latex|csv|html [-o FILE]``: the paper's table.
+``--paper``: a run beside the paper's one-device table as ratios within each run (absolute
+times move with clocks and versions; the paper's claims are relative)."""
 
 from __future__ import annotations
 
@@ -71,8 +70,7 @@ def _ours(rows: list[dict[str, Any]], method: str, positive_beta: bool) -> dict[
 
 
 def side_by_side(document: dict[str, Any], paper: list[dict[str, str]]) -> str:
-    """Markdown (``fit.pipe_table``): per paper row, the paper's ratios and ours
-    from ``document``."""
+    """Markdown: per paper row, the paper's ratios and ours from ``document``."""
     mine = one_device(document["rows"])
     if not mine:
         raise ResultsError("no one-device cell to set beside the paper (only cells across ranks)")

@@ -1,8 +1,6 @@
 """The paper's table (``table.build_report``) by pandas' own writers: markdown, LaTeX
-(booktabs), HTML and CSV, with what pandas cannot know (bold best cells, the lower bound,
-rules between β sections, titles, notes). Markdown and CSV add the cells across ranks
-(LaTeX and HTML say they leave them out); the CSV has every number in its own column, a
-line per (table, β, method), then per TP size its numbers per rank (no roofline)."""
+(booktabs), HTML and CSV (every number in its own column); markdown and CSV add the cells
+across ranks."""
 
 from __future__ import annotations
 
@@ -33,9 +31,8 @@ BETA, METHOD = "β", "method"
 
 
 def paper_frame(table: PaperTable) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``table`` as frames indexed by (β, method), columns phase × (mem, time, analytic):
-    what a reader sees (units and marks included), and where a cell is its column's best,
-    for each writer to bold its own way."""
+    """``table`` as frames indexed by (β, method), columns phase × (mem, time, analytic): the
+    cells as a reader sees them, and which are their column's best (each writer bolds them)."""
     columns = pd.MultiIndex.from_product([table.phases, ["mem", "time", table.analytic]])
     lines = [(f"{s.beta:g}", line) for s in table.sections for line in s.lines]
     index = pd.MultiIndex.from_tuples([(b, ln.method) for b, ln in lines], names=[BETA, METHOD])
@@ -58,8 +55,7 @@ def markdown_table(text: pd.DataFrame, best: pd.DataFrame) -> str:
 
 
 def tp_markdown(document: dict[str, Any]) -> list[str]:
-    """The TP tables as markdown lines: every column (no terminal to fit), the notes'
-    numbers last; none without a TP cell."""
+    """The TP tables as markdown lines, every column; none without a TP cell."""
     tables = tp_tables(document["rows"])
     out = []
     for table in tables:
@@ -263,7 +259,6 @@ def _record(
         "tp": "" if tp is None else tp,
         # Measured by the worker (two calls, every bit); blank where not measured.
         "deterministic": "" if not seen else ("yes" if seen == {True} else "no"),
-        "best": "",
     }
     in_fwd = grads_in_forward(method, known, head["beta"])
     key = (head["tokens"], head["vocab"], head["hidden"], head["dtype"])
@@ -312,7 +307,7 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
                 name = "lower_bound" if line.method == LOWER_BOUND else line.method
                 record = _record(head, name, line.rows, table.phases, known, gpu)
                 record["best"] = ";".join(
-                    f"{_slug(phase)}_{what}"
+                    f"{phase.replace('+', '')}_{what}"
                     for i, phase in enumerate(table.phases)
                     for j, what in enumerate(("mem", "time", "analytic"))
                     if line.cells[3 * i + j].best
@@ -324,7 +319,7 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
         p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)
     ]
     fields = PER_PHASE + tuple(c for c, _, _ in NUMBERS[4:] if across)
-    columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in fields), "best"]
+    columns = [*LEADING, *(f"{p.replace('+', '')}_{f}" for p in phases for f in fields), "best"]
     return pd.DataFrame.from_records(records + across, columns=columns).astype(object)
 
 

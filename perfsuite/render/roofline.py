@@ -1,6 +1,5 @@
-"""Analytic time (docs/math.md): FLOPs (2NVD fwd, 6NVD bwd, 8NVD both) and minimal bytes
-per phase against a GPU's datasheet peaks; the roofline is the larger of the two times,
-and a measured time's fraction of it roofline / measured (filtering can beat 1)."""
+"""Analytic time (docs/math.md): a phase's FLOPs and minimal bytes against a GPU's datasheet
+peaks; the roofline is the larger of the two times."""
 
 from __future__ import annotations
 
@@ -58,9 +57,7 @@ def identify_gpu(name: str | None) -> GPU | None:
 def gpu_for_env(env: dict[str, Any]) -> GPU | None:
     """The known GPU a results file was measured on, or None (CPU, unknown GPU)."""
     device = env.get("device") or {}
-    if device.get("kind") != "cuda":
-        return None
-    return identify_gpu(device.get("name"))
+    return identify_gpu(device.get("name")) if device.get("kind") == "cuda" else None
 
 
 def phase_flops(phase: str, tokens: int, vocab: int, hidden: int) -> float:

@@ -1,7 +1,5 @@
-"""The paper's table, laid out once (``build_report``): per shape a table of β sections,
-the lower bound first, a line per method of a memory, a time and an analytic cell per
-phase, the best of each column marked; every report format writes it, the console its
-memory and time cells (units in the headers). Cells across ranks are ``tp_table``'s."""
+"""The paper's table, laid out once (``build_report``): per shape a table of β sections, a
+line per method of a memory, a time and an analytic cell per phase, each column's best marked."""
 
 from __future__ import annotations
 
@@ -112,8 +110,7 @@ def method_line(
 
 
 def bound_line(phases: list[str], key: tuple, gpu: GPU | None) -> Line:
-    """The lower bound's cells: docs/math.md's memory floor, the roofline time on
-    ``gpu`` (none without one), the phase's FLOPs."""
+    """The lower bound's cells: docs/math.md's floor, ``gpu``'s roofline time, the FLOPs."""
     tokens, vocab, hidden, dtype = key[:4]
     cells = []
     for phase in phases:
@@ -228,42 +225,38 @@ def general_notes(document: dict[str, Any], tables: list[PaperTable]) -> list[st
 
 
 def loss_grids(rows: Iterable[dict[str, Any]]) -> list[Grid]:
-    """The console's layout of ``build_report``: a table per β section, of each phase's
-    memory and time (units in the headers), reasons numbered in a note column; too wide,
-    it is printed a phase at a time."""
+    """The console's ``build_report``: a table per β section of each phase's memory and time
+    (units in the headers), reasons numbered in a note column; too wide, a phase at a time."""
     grids = []
     for table in build_report({"rows": list(rows), "env": {}}):  # no GPU: no roofline
         head = shape_title([table.first])
         for section in table.sections:
-            notes, cells, refs = Notes(), [], []
+            notes, cells = Notes(), []
             for line in section.lines:
                 failed = [
                     r for p in table.phases if (r := line.rows.get(p)) and r["status"] != "ok"
                 ]
                 why = (notes.ref(f"{r['status']}: {r['reason']}", line.method) for r in failed)
-                refs.append(" ".join(dict.fromkeys(why)))
                 bound = line.method == LOWER_BOUND
                 name = f"[italic]{LOWER_BOUND}[/italic]" if bound else line.method
-                cells.append([name, *(c.console() for i, c in enumerate(line.cells) if i % 3 < 2)])
+                shown = (c.console() for i, c in enumerate(line.cells) if i % 3 < 2)
+                cells.append([name, *shown, " ".join(dict.fromkeys(why))])
             columns = [Column("method")]
-            columns += [Column(f"{p}\n{u}", "right", False) for p in table.phases for u in UNITS]
+            units = ("MiB", "ms")
+            columns += [Column(f"{p}\n{u}", "right", False) for p in table.phases for u in units]
             note = [len(columns)] if notes else []
             columns += [Column("note", fold=False)] if note else []
-            cells = [row + [ref] * len(note) for row, ref in zip(cells, refs, strict=True)]
+            cells = [row[: len(columns)] for row in cells]  # the note column only with notes
             title = f"{head}, β={section.beta:g} on {table.first.get('device', '?')}"
             parts = [(f"{title}, {p}", [0, 2 * i + 1, 2 * i + 2, *note])
                      for i, p in enumerate(table.phases)]  # fmt: skip
-            grids.append(Grid(columns, cells, title, notes.lines(), LOSS_BOX, parts[1:] and parts))
+            box = {**BOX, "sections": [0]}  # a rule under the lower bound
+            grids.append(Grid(columns, cells, title, notes.lines(), box, parts[1:] and parts))
     return grids
 
 
-UNITS = ("MiB", "ms")
-LOSS_BOX = {**BOX, "sections": [0]}  # a rule under the lower bound
-
-
 def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -> list[str]:
-    """The notes under the one-device tables (cells across ranks left out, and said so);
-    ``known``: the methods (default: the registry's)."""
+    """The notes under the one-device tables; ``known``: the methods (default: the registry's)."""
     notes = [
         "MiB: peak memory of the phase above what was allocated when it started; "
         "ms: median time; lower bound: docs/math.md's floor (N fp32 losses; dE + dC)."
@@ -273,8 +266,7 @@ def footnotes(rows: list[dict[str, Any]], known: dict[str, Any] | None = None) -
 
 
 def print_tables(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    """The one-device tables and their notes (``tp_table.print_tp_tables`` prints the
-    cells measured across ranks)."""
+    """The one-device tables and their notes (``tp_table`` prints those across ranks)."""
     console = console or TrimmedConsole()
     for i, grid in enumerate(loss_grids(rows)):
         if i:  # the next table's title was the line after the last one's notes

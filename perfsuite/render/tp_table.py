@@ -1,6 +1,5 @@
-"""The tables of cells measured across ranks (``run --tp``), for the console and markdown:
-per (shape, dtype, β) a line per method and TP size of one phase (fwd+bwd when measured):
-rates, the per-rank floor, the scaling against the same method's TP = 1."""
+"""The tables of cells measured across ranks (``run --tp``): per (shape, β) a line per method
+and TP size of one phase: rates, the per-rank floor, the scaling against its TP = 1."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ OPTIONAL = ("colls",)  # left out first when the table does not fit the terminal
 
 @dataclass
 class TpTable(Grid):
-    """A TP table with what its notes need: its phase, its headers by column key (units
-    filled in) and the marks its cells carry."""
+    """A TP table, its phase, its headers by column key and the marks its notes explain."""
 
     phase: str = ""
     headers: dict[str, str] = field(default_factory=dict)
@@ -57,10 +55,6 @@ def rank_floor(phase: str, row: dict[str, Any]) -> int:
     """What any method must hold on its largest rank: ``floor_bytes`` with ⌈V/K⌉ rows."""
     vocab = shard_rows(row["vocab"], row["tp"])
     return floor_bytes(phase, row["tokens"], vocab, row["hidden"], row["dtype"])
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}×" if a and b else ""
 
 
 def _units(rows: list[dict[str, Any]], phase: str) -> tuple[float, str, float, str]:
@@ -108,8 +102,9 @@ def _line(
         tail = "" if moved is None else f", {fmt_bytes(moved)}"
         cells["colls"] = str(row["collectives"]) + tail
     if reference is not None and measured(reference) and reference["status"] == "ok":
-        cells["speedup"] = _ratio(reference.get("median_ms"), ms)
-        cells["memcut"] = _ratio(reference.get("peak_bytes"), peak)
+        for key, ours, theirs in (("speedup", ms, "median_ms"), ("memcut", peak, "peak_bytes")):
+            if ours and reference.get(theirs):
+                cells[key] = f"{reference[theirs] / ours:.2f}×"
     return cells
 
 
@@ -184,9 +179,7 @@ def tp_footnotes(tables: list[TpTable], rows: list[dict[str, Any]]) -> list[str]
 
 
 def print_tp_tables(console: Console, document: dict[str, Any]) -> None:
-    """The TP tables of ``document`` and their notes (nothing when it has no TP cell):
-    optional columns go before a method name folds; too narrow even folded, each line
-    is a block of every column, nothing cut."""
+    """The TP tables of ``document`` and their notes (nothing when it has no TP cell)."""
     tables = tp_tables(document["rows"])
     narrow = False
     for table in tables:

@@ -46,7 +46,7 @@ def drawn() -> list[tuple[str, object, object]]:
         if r.get("median_ms"):
             r["median_ms"] = 5.5 + (r["vocab"] % 7) / 5
     out = []
-    for name, fig in plot.figures(doc):
+    for name, fig in plot.figures(doc, ["fwd+bwd"]):
         renderer = FigureCanvasAgg(fig).get_renderer()
         fig.draw(renderer)
         out.append((name, fig, renderer))
@@ -54,7 +54,7 @@ def drawn() -> list[tuple[str, object, object]]:
 
 
 def test_one_panel_per_beta_one_line_per_measured_method():
-    made = dict(plot.figures(grid_document()))
+    made = dict(plot.figures(grid_document(), ["fwd+bwd"]))
     # {memory, time} x {vs V, vs N} x the two values of the dimension held fixed.
     assert len(made) == 8
     assert "memory-vs-V-N16-D16-fp32-fwdbwd.png" in made
@@ -100,13 +100,13 @@ def test_command_writes_pngs(tmp_path):
 def test_nothing_to_plot_without_a_swept_axis():
     doc = grid_document()
     doc["rows"] = [r for r in doc["rows"] if r["tokens"] == 16 and r["vocab"] == 200]
-    assert plot.figures(doc) == []
+    assert plot.figures(doc, ["fwd+bwd"]) == []
 
 
 def test_a_figure_says_what_it_does_not_draw_and_marks_busy_times():
     """What failed the gate is named, the dagger explained; a busy cell's time gets the
     tables' ! (issue 30: the plots did not mark it)."""
-    made = dict(plot.figures(noted_document()))
+    made = dict(plot.figures(noted_document(), ["fwd+bwd"]))
     texts = {name: " ".join(t.get_text() for t in fig.texts) for name, fig in made.items()}
     time_vs_v = texts["time-vs-V-N32-D16-fp32-fwdbwd.png"]
     assert "not drawn: eager (failed the correctness gate); broken (oom)" in time_vs_v
@@ -156,7 +156,7 @@ def test_each_tp_size_gets_its_own_figures_with_a_rank_floor():
         rows.append(row("ours", "fwd+bwd", ms=vocab / 100, mib=vocab / 1000, vocab=vocab, **shape))
         for k in (2, 4):
             rows.append(tp_row("ours", k, vocab / 100 / k, vocab / 1e6 / k, vocab=vocab, **shape))
-    made = dict(plot.figures(new_document(CPU_ENV, rows)))
+    made = dict(plot.figures(new_document(CPU_ENV, rows), ["fwd+bwd"]))
     assert set(made) == {
         f"{q}-vs-V-N64-D32-fp32{tp}-fwdbwd.png"
         for q in ("memory", "time")

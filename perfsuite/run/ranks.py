@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perfsuite.harness.worker import Phase, case_rows, failure, fill, gate_status, serve
+from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, serve
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
@@ -198,4 +198,4 @@ def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
 def serve_rank(spec_path: str) -> int:
     """Each of the K ranks torch's elastic launcher starts: the one worker loop (a
     function: the launcher names it)."""
-    return serve(WorkerSpec, run_case, spec_path, _rank)
+    return serve(Served(WorkerSpec, run_case, _rank), spec_path)

@@ -78,17 +78,13 @@ class Kind:
 
     def interpreted(self, method: str) -> bool:
         """Whether the method's worker runs Triton kernels on a CPU (the interpreter)."""
-        caps = self._caps(method)
-        return self.device == "cpu" and caps is not None and caps.triton
+        m = getattr(self, "methods", {}).get(method)  # None: a kind of no method
+        return self.device == "cpu" and m is not None and m.caps.triton
 
     def cost(self, method: str) -> float:
         """Relative cost of an interpreted method's worker (costliest start first)."""
-        caps = self._caps(method)
-        return 1.0 if caps is None else caps.interpreter_cost
-
-    def _caps(self, method: str) -> Any:
-        declared = getattr(self, "methods", {}).get(method)  # None: a kind of no method
-        return None if declared is None else declared.caps
+        m = getattr(self, "methods", {}).get(method)
+        return 1.0 if m is None else m.caps.interpreter_cost
 
     def work(self, method: str, case: dict[str, Any]) -> float:
         """A cell's relative time (the progress lines' model)."""

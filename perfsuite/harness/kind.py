@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import death_reason, failed_record, read_json_lines, run_worker
+from perfsuite.harness.lifecycle import failed_record, read_json_lines, run_worker
 from perfsuite.harness.progress import Model, NoticeFn, ProgressFn, Tracker
 from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch
@@ -253,9 +253,7 @@ def run_cases(
                     tracker.worker_ended(method)
             if reported < first + len(batch):  # the case in flight died with the worker
                 lines = read_json_lines(out)
-                status, reason = failed_record(lines) or death_reason(
-                    ended.returncode, ended.timed_out_after, ended.stderr
-                )
+                status, reason = failed_record(lines) or ended.death_reason()
                 report(kind.lost(method, cases[reported], reported - first, lines, status, reason))
     return rows
 

@@ -80,8 +80,8 @@ def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> Verdict:
     return Verdict(not reasons, errors, reference["bounds"], reasons)
 
 
-def run_rank_case(
-    spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any
+def run_case(
+    spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any, stage: Any
 ) -> None:
     """Every phase of one case on this rank (rank 0's ``emit`` writes the rows)."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -163,35 +163,24 @@ def _init(spec: WorkerSpec, device_type: str) -> torch.device:
     return torch.device("cpu")
 
 
-def run_case(
-    spec: WorkerSpec,
-    method: SimpleMethod,
-    index: int,
-    raw: dict[str, Any],
-    emit: Any,
-    stage: Any,
-) -> None:
-    """One case on this rank; a rank that fails writes why to its record file first."""
-    try:
-        run_rank_case(spec, method, index, raw, emit)
-    except BaseException as err:
-        status, reason = failure(err)
-        record = {"case": index, "status": status, "reason": reason, "time": time.time()}
-        record_path(spec.out, dist.get_rank()).write_text(json.dumps(record))
-        if peer_gone(record["reason"]):
-            time.sleep(PEER_GONE_WAIT_S)
-        raise
-
-
 @contextmanager
 def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
-    """A rank's life around its cases: join the group, leave it; rank 0 writes the lines."""
+    """A rank's life around its cases: join the group, leave it; rank 0 writes the lines;
+    a rank that fails writes why to its record file first."""
     # The SIGTERM that stops a rank after a peer failed must end it, never raise in it
     # (torch's elastic handlers turn it into an exception: it would read as its error).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _init(spec, spec.cases[0]["device"])
     silent = lambda line: None  # noqa: E731 - a rank but the first: rank 0 writes
-    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent
+    try:
+        yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent
+    except BaseException as err:
+        status, reason = failure(err)
+        record = {"status": status, "reason": reason, "time": time.time()}
+        record_path(spec.out, dist.get_rank()).write_text(json.dumps(record))
+        if peer_gone(reason):
+            time.sleep(PEER_GONE_WAIT_S)
+        raise
     dist.destroy_process_group()
 
 

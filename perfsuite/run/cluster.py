@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.args import positive_int
+from perfsuite.harness.command import ended
 from perfsuite.harness.progress import cell_label, finished_lines
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
@@ -323,7 +324,6 @@ def _run_array(array: ArraySweep, console: Any) -> dict[int, str]:
 def run(args: argparse.Namespace) -> int:
     """``perfsuite sweep``: in this process, or as a job array with ``--executor``."""
     from perfsuite.fit import TrimmedConsole
-    from perfsuite.harness.command import ended
 
     if args.executor is None:
         if _given(args, CLUSTER_ONLY):

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.command import Checkpoint
+from perfsuite.harness.command import Checkpoint, command, ended
 from perfsuite.harness.kind import checkpointed, run_kind
-from perfsuite.harness.progress import ProgressFn
+from perfsuite.harness.progress import ProgressFn, cell_label
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
@@ -152,8 +152,6 @@ def from_args(
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.fit import TrimmedConsole
-    from perfsuite.harness.command import command, ended
-    from perfsuite.harness.progress import cell_label
 
     console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     shard = parse_shard(args.shard)

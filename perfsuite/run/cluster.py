@@ -14,7 +14,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perfsuite.args import positive_int
 from perfsuite.harness.command import ended
@@ -34,9 +34,6 @@ from perfsuite.results.results import (
 )
 from perfsuite.run.sweep_args import add_arguments as add_sweep_arguments
 from perfsuite.run.sweep_args import check_resume, load_resumable, out_path, parse_redo
-
-if TYPE_CHECKING:  # the grid loads torch: imported once the arguments are checked
-    from perfsuite.run.sweep import Unit
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -184,7 +181,7 @@ class ArraySweep:
         """``path``'s document (None when absent), refused if of another grid than ours."""
         return load_resumable(path, self.plan.as_dict()) if path.exists() else None
 
-    def _seed(self, i: int, units: list[Unit]) -> None:
+    def _seed(self, i: int, units: list[tuple[str, dict[str, Any]]]) -> None:
         """A part file of the cells ``--out`` already has for the shard: the task
         resumes them (checking their environment) instead of measuring again."""
         if self.previous is None:

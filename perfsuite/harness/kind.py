@@ -104,9 +104,6 @@ class Kind:
         """Write the worker's spec to ``spec``; the command that runs it."""
         raise NotImplementedError
 
-    def env(self, method: str) -> dict[str, str]:
-        return child_env(self.device, self.jobs, self.interpreted(method))
-
     def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
         """Whether ``row`` is one of ``case``'s."""
         return all(row.get(k) == case.get(k) for k in self.case_keys)
@@ -241,8 +238,8 @@ def run_cases(
             if tracker is not None:
                 tracker.worker_started(method, batch)
             try:
-                environ = {**kind.env(method), **(env or {})}
                 interpreted = kind.interpreted(method)
+                environ = {**child_env(kind.device, kind.jobs, interpreted), **(env or {})}
                 ended = run_worker(
                     command, environ, out, kind.timeout_s, on_lines, interpreted, kind.per_case
                 )

@@ -148,21 +148,6 @@ def run_case(
             emit(row)
 
 
-def _init(spec: WorkerSpec, device_type: str) -> torch.device:
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    timeout = timedelta(seconds=spec.collective_timeout_s)
-    if device_type == "cuda":
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("nccl", timeout=timeout, device_id=device)
-        return device
-    # K ranks share the cores: each gets its part, instead of K x all of them.
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
-    dist.init_process_group("gloo", timeout=timeout)
-    return torch.device("cpu")
-
-
 @contextmanager
 def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
     """A rank's life around its cases: join the group, leave it; rank 0 writes the lines;
@@ -170,7 +155,15 @@ def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
     # The SIGTERM that stops a rank after a peer failed must end it, never raise in it
     # (torch's elastic handlers turn it into an exception: it would read as its error).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _init(spec, spec.cases[0]["device"])
+    timeout = timedelta(seconds=spec.collective_timeout_s)
+    if spec.cases[0]["device"] == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", timeout=timeout, device_id=torch.device("cuda", local))
+    else:  # K ranks share the cores: each gets its part, instead of K x all of them.
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+        dist.init_process_group("gloo", timeout=timeout)
     silent = lambda line: None  # noqa: E731 - a rank but the first: rank 0 writes
     try:
         yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent

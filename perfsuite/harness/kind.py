@@ -28,6 +28,8 @@ Rows = list[dict[str, Any]]
 
 def busy_label(method: str, case: dict[str, Any]) -> str:
     """How a case is named in the machine's state groups (not a shape: its fields)."""
+    if not {"tokens", "vocab", "hidden", "dtype", "beta"} <= case.keys():  # a kind of other cases
+        return " ".join([method, *(f"{k}={v}" for k, v in case.items())])
     tp = f" TP={case['tp']}" if case.get("tp") else ""
     size = f"N={case['tokens']} V={case['vocab']} D={case['hidden']}"
     return f"{method}{tp} {size} {case['dtype']} β={case['beta']:g}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 Rows = list[dict[str, Any]]
 
 
-class Checkpoint:
+class Checkpoint(AbstractContextManager["Checkpoint"]):
     """A results file a command writes as it goes: ``path`` (and ``outputs`` beside it)
     checked, then held by this process alone (``lock.claim``: a second command on it is
     refused) until ``release``; ``start`` runs once it is held. ``add`` rewrites it after
@@ -81,9 +82,6 @@ class Checkpoint:
 
     def release(self) -> None:
         self.writer.release()
-
-    def __enter__(self) -> Checkpoint:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()

@@ -5,13 +5,13 @@ measured case's rows marked with the machine's state over it (``measure.machine`
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import death_reason, failed_record, read_json_lines, run_worker
+from perfsuite.harness.lifecycle import failed_record, read_json_lines, run_worker
 from perfsuite.harness.progress import Model, NoticeFn, ProgressFn, Tracker
 from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch
@@ -28,7 +28,7 @@ Rows = list[dict[str, Any]]
 
 def busy_label(method: str, case: dict[str, Any]) -> str:
     """How a case is named in the machine's state groups (not a shape: its fields)."""
-    if not {"tokens", "vocab", "hidden", "dtype", "beta"} <= case.keys():
+    if not {"tokens", "vocab", "hidden", "dtype", "beta"} <= case.keys():  # a kind of other cases
         return " ".join([method, *(f"{k}={v}" for k, v in case.items())])
     tp = f" TP={case['tp']}" if case.get("tp") else ""
     size = f"N={case['tokens']} V={case['vocab']} D={case['hidden']}"
@@ -78,17 +78,13 @@ class Kind:
 
     def interpreted(self, method: str) -> bool:
         """Whether the method's worker runs Triton kernels on a CPU (the interpreter)."""
-        caps = self._caps(method)
-        return self.device == "cpu" and caps is not None and caps.triton
+        m = getattr(self, "methods", {}).get(method)  # None: a kind of no method
+        return self.device == "cpu" and m is not None and m.caps.triton
 
     def cost(self, method: str) -> float:
         """Relative cost of an interpreted method's worker (costliest start first)."""
-        caps = self._caps(method)
-        return 1.0 if caps is None else caps.interpreter_cost
-
-    def _caps(self, method: str) -> Any:
-        declared = getattr(self, "methods", {}).get(method)  # None: a kind of no method
-        return None if declared is None else declared.caps
+        m = getattr(self, "methods", {}).get(method)
+        return 1.0 if m is None else m.caps.interpreter_cost
 
     def work(self, method: str, case: dict[str, Any]) -> float:
         """A cell's relative time (the progress lines' model)."""
@@ -109,9 +105,6 @@ class Kind:
     def command(self, method: str, cases: list[dict[str, Any]], out: Path, spec: Path) -> list[str]:
         """Write the worker's spec to ``spec``; the command that runs it."""
         raise NotImplementedError
-
-    def env(self, method: str) -> dict[str, str]:
-        return child_env(self.device, self.jobs, self.interpreted(method))
 
     def same(self, row: dict[str, Any], case: dict[str, Any]) -> bool:
         """Whether ``row`` is one of ``case``'s."""
@@ -210,8 +203,14 @@ def run_cases(
     the worker's environment (``CUDA_VISIBLE_DEVICES``). The rows as they came."""
     watch = Watch(kind.device)
     rows: Rows = []
+    reported = 0  # cases told, the lost ones included
 
-    def report(case: dict[str, Any], case_rows: Rows) -> None:
+    def report(case_rows: Rows) -> None:
+        nonlocal reported
+        case = cases[reported]
+        # Counted before it is told: a Ctrl-C inside ``progress`` (a checkpoint being
+        # written) comes back for the last lines and must not repeat it.
+        reported += 1
         rows.extend(case_rows)
         if any(r["status"] in MEASURED for r in case_rows):  # marked with the machine's state
             if tracker is not None:
@@ -224,65 +223,36 @@ def run_cases(
         if progress is not None:
             progress(method, case, case_rows)
 
-    remaining = list(cases)
-    with scratch() as tmp:
-        attempt = 0
-        while remaining:
-            attempt += 1
-            batch = kind.batch(remaining)
-            out = Path(tmp) / f"rows-{attempt}.jsonl"
-            command = kind.command(method, batch, out, Path(tmp) / f"spec-{attempt}.json")
-            done = _worker(kind, method, batch, command, out, report, env, tracker)
-            remaining = remaining[done:]
-    return rows
-
-
-def _worker(
-    kind: Kind,
-    method: str,
-    batch: list[dict[str, Any]],
-    command: list[str],
-    out: Path,
-    report: Callable[[dict[str, Any], Rows], None],
-    env: dict[str, str] | None,
-    tracker: Tracker | None,
-) -> int:
-    """One worker over ``batch``; how many of its cases are done, the lost one included."""
-    reported = 0
-
-    def on_lines(lines: Rows) -> bool:
-        nonlocal reported
+    def on_lines(lines: Rows) -> bool:  # of the worker over ``batch`` from case ``first``
         kind.heard(method, lines)
-        done = kind.finished(lines, batch)
-        new = len(done) > reported
-        while reported < len(done):
-            # Counted before it is reported: a Ctrl-C inside ``report`` (a checkpoint
-            # being written) comes back here for the last lines and must not repeat it.
-            reported += 1
-            report(batch[reported - 1], done[reported - 1])
+        new = kind.finished(lines, batch)[reported - first :]
+        for done in new:
+            report(done)
         if tracker is not None:
             tracker.poll(method, lines)
-        return new
+        return bool(new)
 
-    if tracker is not None:
-        tracker.worker_started(method, batch)
-    try:
-        environ = {**kind.env(method), **(env or {})}
-        interpreted = kind.interpreted(method)
-        ended = run_worker(
-            command, environ, out, kind.timeout_s, on_lines, interpreted, kind.per_case
-        )
-    finally:
-        if tracker is not None:
-            tracker.worker_ended(method)
-    if reported < len(batch):  # the case in flight died with the worker: say why
-        lines = read_json_lines(out)
-        status, reason = failed_record(lines) or death_reason(
-            ended.returncode, ended.timed_out_after, ended.stderr
-        )
-        report(batch[reported], kind.lost(method, batch[reported], reported, lines, status, reason))
-        reported += 1
-    return reported
+    with scratch() as tmp:
+        while reported < len(cases):  # one worker over a batch, a new one after a death
+            first, batch = reported, kind.batch(cases[reported:])
+            out = Path(tmp) / f"rows-{first}.jsonl"
+            command = kind.command(method, batch, out, Path(tmp) / f"spec-{first}.json")
+            if tracker is not None:
+                tracker.worker_started(method, batch)
+            try:
+                interpreted = kind.interpreted(method)
+                environ = {**child_env(kind.device, kind.jobs, interpreted), **(env or {})}
+                ended = run_worker(
+                    command, environ, out, kind.timeout_s, on_lines, interpreted, kind.per_case
+                )
+            finally:
+                if tracker is not None:
+                    tracker.worker_ended(method)
+            if reported < first + len(batch):  # the case in flight died with the worker
+                lines = read_json_lines(out)
+                status, reason = failed_record(lines) or ended.death_reason()
+                report(kind.lost(method, cases[reported], reported - first, lines, status, reason))
+    return rows
 
 
 def checkpointed(

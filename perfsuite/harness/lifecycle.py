@@ -34,6 +34,11 @@ def python_worker(module: str, *args: str) -> list[str]:
     return [sys.executable, "-c", boot, module, *args]
 
 
+# C++ log lines (torch profiler/kineto: "USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52]
+# profiler_start", glog's "W0101 10:00:00.000 1 file.cc:12] ..."): ours, not the user's.
+_NATIVE_LOG = re.compile(r"\S+\.(?:cpp|cc|cxx|c|h|hpp):\d+\]")
+
+
 @dataclass
 class Ended:
     """How a worker ended."""
@@ -41,6 +46,21 @@ class Ended:
     returncode: int | None
     timed_out_after: float | None  # the limit it was killed at
     stderr: str
+
+    def death_reason(self) -> tuple[str, str]:
+        """``(status, one-line reason)`` for a worker that ended without finishing its work."""
+        said = [ln for ln in self.stderr.strip().splitlines() if ln.strip()]
+        said = [ln for ln in said if not _NATIVE_LOG.search(ln)]
+        tail = " | ".join(said[-3:])[-400:]
+        if self.timed_out_after is not None:
+            return "error", f"worker timed out after {self.timed_out_after:g} s; {tail}".strip("; ")
+        code = self.returncode
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name
+            if sig == "SIGKILL":
+                return "oom", f"worker killed by SIGKILL (likely the kernel's OOM killer); {tail}"
+            return "error", f"worker died of {sig}; {tail}"
+        return "error", f"worker exited with code {code}; {tail}"
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -118,28 +138,6 @@ def read_json_lines(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             break  # a line cut by a crash: everything before it stands
     return lines
-
-
-# C++ log lines (torch profiler/kineto: "USDT:2026-01-01 10:00:00 1:1 Handler.cpp:52]
-# profiler_start", glog's "W0101 10:00:00.000 1 file.cc:12] ..."): ours, not the user's.
-_NATIVE_LOG = re.compile(r"\S+\.(?:cpp|cc|cxx|c|h|hpp):\d+\]")
-
-
-def death_reason(
-    returncode: int | None, timed_out_after: float | None, stderr: str
-) -> tuple[str, str]:
-    """``(status, one-line reason)`` for a worker that ended without finishing its work;
-    ``timed_out_after``: the limit (s) it was killed at, None if it was not."""
-    said = [ln for ln in stderr.strip().splitlines() if ln.strip() and not _NATIVE_LOG.search(ln)]
-    tail = " | ".join(said[-3:])[-400:]
-    if timed_out_after is not None:
-        return "error", f"worker timed out after {timed_out_after:g} s; {tail}".strip("; ")
-    if returncode is not None and returncode < 0:
-        sig = signal.Signals(-returncode).name
-        if sig == "SIGKILL":
-            return "oom", f"worker killed by SIGKILL (likely the kernel's OOM killer); {tail}"
-        return "error", f"worker died of {sig}; {tail}"
-    return "error", f"worker exited with code {returncode}; {tail}"
 
 
 def failed_record(lines: list[dict[str, Any]]) -> tuple[str, str] | None:

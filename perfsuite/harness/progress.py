@@ -176,17 +176,15 @@ class Countdown:
     """Progress lines for ``total`` like items (builds): a line per finished item with its
     count, the time so far and, from the mean so far, the time left."""
 
-    def __init__(
-        self, total: int, notice: NoticeFn, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.total, self.notice, self.clock = total, notice, clock
-        self.count, self.t0 = 0, clock()
+    def __init__(self, total: int, notice: NoticeFn) -> None:
+        self.total, self.notice = total, notice
+        self.count, self.t0 = 0, time.monotonic()
         self.lock = threading.Lock()
 
     def done(self, label: str) -> None:
         with self.lock:
             self.count += 1
-            spent = self.clock() - self.t0
+            spent = time.monotonic() - self.t0
             parts = [f"{self.count} of {self.total}", f"{duration(spent)} so far"]
             if self.count < self.total:
                 parts.append(f"~{duration(spent / self.count * (self.total - self.count))} left")

@@ -85,8 +85,7 @@ def run_parallel(items: list[T], work: Callable[[T], None], jobs: int, clear: bo
                     raise next((e for e in failed if not isinstance(e, Cancelled)), failed[0])
             except BaseException:
                 CANCEL.set()
-                for future in futures:
-                    future.cancel()
+                pool.shutdown(wait=False, cancel_futures=True)
                 raise
     finally:
         if clear:

@@ -167,20 +167,15 @@ class Served(Generic[Spec, State]):
     session: SessionFn | None = None
 
 
-def serve(
-    spec_type: type[Spec],
-    run_case: CaseFn,
-    spec_path: str,
-    session: SessionFn | None = None,
-) -> int:
-    """The one worker loop over ``spec_type``'s JSON file at ``spec_path`` (its ``out``,
-    ``cases`` and optional ``memory_limit``): a crash loses only the case in flight."""
+def serve(served: Served, spec_path: str) -> int:
+    """The one worker loop over the ``served.spec_type`` JSON file at ``spec_path`` (its
+    ``out``, ``cases`` and optional ``memory_limit``): a crash loses only the case in flight."""
     import torch
 
     from perfsuite.measure.memory import freeze_what_exists
 
-    spec = spec_type(**json.loads(Path(spec_path).read_text()))
-    session = session or holding(lambda spec: None)
+    spec = served.spec_type(**json.loads(Path(spec_path).read_text()))
+    run_case, session = served.run_case, served.session or holding(lambda spec: None)
     with emitter(spec.out) as out, session(spec, out) as (state, emit):
         freeze_what_exists()  # and what the session imported
         limit = getattr(spec, "memory_limit", None)
@@ -208,5 +203,4 @@ def holding(make: Callable[[Any], Any]) -> SessionFn:
 
 def main(argv: list[str]) -> int:
     """``MODULE SPEC.json``: MODULE's ``WORKER`` served on the spec (``python_worker``)."""
-    served: Served = importlib.import_module(argv[0]).WORKER
-    return serve(served.spec_type, served.run_case, argv[1], served.session)
+    return serve(importlib.import_module(argv[0]).WORKER, argv[1])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.harness.environment import child_env
-from perfsuite.harness.lifecycle import death_reason, python_worker, read_json_lines, run_worker
+from perfsuite.harness.lifecycle import python_worker, read_json_lines, run_worker
 from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import Served
 from perfsuite.measure.stats import quantile, summarize
@@ -173,7 +173,7 @@ def _spawn(spec: dict[str, Any], tmp: Path, name: str) -> Any:
     ended = run_worker(command, env, out, math.inf, lambda lines: False)
     results = [line["result"] for line in read_json_lines(out) if "result" in line]
     if ended.returncode != 0 or not results:
-        why = death_reason(ended.returncode, None, ended.stderr)[1]
+        why = ended.death_reason()[1]
         raise RuntimeError(f"sensitivity worker {name}: {why}")
     return results[0]
 

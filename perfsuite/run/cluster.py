@@ -14,9 +14,10 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perfsuite.args import positive_int
+from perfsuite.harness.command import ended
 from perfsuite.harness.progress import cell_label, finished_lines
 from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
@@ -33,9 +34,6 @@ from perfsuite.results.results import (
 )
 from perfsuite.run.sweep_args import add_arguments as add_sweep_arguments
 from perfsuite.run.sweep_args import check_resume, load_resumable, out_path, parse_redo
-
-if TYPE_CHECKING:  # the grid loads torch: imported once the arguments are checked
-    from perfsuite.run.sweep import Unit
 
 EXECUTORS = ("local", "slurm")
 MAX_SHARDS = 16  # default --shards: one per cell up to this many tasks
@@ -79,16 +77,8 @@ def slurm_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
-def _import_submitit() -> Any:
-    try:
-        import submitit
-    except ImportError:
-        raise PlanError("--executor needs submitit: pip install submitit (or .[cluster])") from None
-    return submitit
-
-
-def _check_options(args: argparse.Namespace) -> None:
-    """Everything refused without the grid, before anything is made."""
+def _check_options(args: argparse.Namespace) -> Any:
+    """Everything refused without the grid, before anything is made; submitit."""
     if args.shard is not None:
         raise PlanError(f"--shard {args.shard}: with --executor, --shards N runs every shard")
     if args.executor == "local" and _given(args, SLURM_ONLY):
@@ -98,22 +88,15 @@ def _check_options(args: argparse.Namespace) -> None:
         )
     parse_redo(args.redo, args.resume)
     slurm_options(args.slurm_option)
-    _import_submitit()
+    try:
+        import submitit
+    except ImportError:
+        raise PlanError("--executor needs submitit: pip install submitit (or .[cluster])") from None
     missing = [t for t in ("sbatch", "srun") if args.executor == "slurm" and not shutil.which(t)]
     if missing:
         where = "submit from a Slurm login node, or try --executor local"
         raise PlanError(f"--executor slurm: no {missing[0]} on PATH ({where})")
-
-
-def _planning_args(args: argparse.Namespace) -> argparse.Namespace:
-    """The arguments to plan with here: a login node without a GPU plans a ``--device
-    cuda`` grid as cpu (the cell keys do not name the device; tasks resolve it)."""
-    if args.executor == "slurm" and args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            return argparse.Namespace(**{**vars(args), "device": "cpu"})
-    return args
+    return submitit
 
 
 def part_path(parts: Path, i: int, n: int) -> Path:
@@ -140,11 +123,17 @@ class ArraySweep:
     """What the array must do: its split, the shards with cells missing, where parts go."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        _check_options(args)
-        self.args = args
+        self.submitit, self.args, planning = _check_options(args), args, args
         from perfsuite.run import sweep
 
-        self.plan, _ = sweep.plan_from_args(_planning_args(args))
+        if args.executor == "slurm" and args.device == "cuda":
+            import torch
+
+            # A login node without a GPU plans the grid as cpu (the cell keys do not name
+            # the device; the tasks resolve it).
+            if not torch.cuda.is_available():
+                planning = argparse.Namespace(**{**vars(args), "device": "cpu"})
+        self.plan, _ = sweep.plan_from_args(planning)
         self.out = out_path(args, args.executor)
         self.parts = self.out.with_name(self.out.name + ".parts")
         check_writable(self.out, overwrite=True)  # ResultsError: a ValueError, said in one line
@@ -192,7 +181,7 @@ class ArraySweep:
         """``path``'s document (None when absent), refused if of another grid than ours."""
         return load_resumable(path, self.plan.as_dict()) if path.exists() else None
 
-    def _seed(self, i: int, units: list[Unit]) -> None:
+    def _seed(self, i: int, units: list[tuple[str, dict[str, Any]]]) -> None:
         """A part file of the cells ``--out`` already has for the shard: the task
         resumes them (checking their environment) instead of measuring again."""
         if self.previous is None:
@@ -240,8 +229,8 @@ def run_shard(args: argparse.Namespace, shard: tuple[int, int], part: str) -> di
     return {"rows": status_counts(document["rows"]) or "no"}
 
 
-def _executor(submitit: Any, array: ArraySweep) -> Any:
-    args = array.args
+def _executor(array: ArraySweep) -> Any:
+    args, submitit = array.args, array.submitit
     limit = args.time_limit or TIME_LIMIT
     if args.executor == "local":
         executor = submitit.LocalExecutor(folder=array.logs)
@@ -289,10 +278,10 @@ def _failure(job: Any) -> str | None:
     return f"no result ({state}killed, out of memory or past --time-limit?); log {job.paths.stderr}"
 
 
-def _run_array(submitit: Any, array: ArraySweep, console: Any) -> dict[int, str]:
+def _run_array(array: ArraySweep, console: Any) -> dict[int, str]:
     """Submit the shards to do and wait for them; the failures, shard -> reason."""
     args, n = array.args, array.n
-    executor = _executor(submitit, array)
+    executor = _executor(array)
     queue = list(array.todo)
     running: dict[int, Any] = {}
     failed: dict[int, str] = {}
@@ -332,11 +321,10 @@ def _run_array(submitit: Any, array: ArraySweep, console: Any) -> dict[int, str]
 def run(args: argparse.Namespace) -> int:
     """``perfsuite sweep``: in this process, or as a job array with ``--executor``."""
     from perfsuite.fit import TrimmedConsole
-    from perfsuite.harness.command import ended
 
-    if args.executor is None and _given(args, CLUSTER_ONLY):
-        raise PlanError(f"{', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
     if args.executor is None:
+        if _given(args, CLUSTER_ONLY):
+            raise PlanError(f"{', '.join(_given(args, CLUSTER_ONLY))}: need --executor")
         from perfsuite.run import sweep
 
         return sweep.run(args)
@@ -349,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
             f"({args.executor}) → {array.out}",
             soft_wrap=True,
         )
-        failed = _run_array(_import_submitit(), array, console) if array.todo else {}
+        failed = _run_array(array, console) if array.todo else {}
         try:
             document = array.assemble(failed)
         except (MergeError, ResultsError) as err:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perfsuite.harness.worker import Phase, case_rows, failure, fill, gate_status, serve
+from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, serve
 from perfsuite.measure.collectives import measure_collectives
 from perfsuite.measure.memory import Peak, measure_peak
 from perfsuite.measure.timing import CacheFlusher, Timing, sampling, time_spans
@@ -80,8 +80,8 @@ def _gate(outcome: Outcome, reference: dict[str, Any], shard: Shard) -> Verdict:
     return Verdict(not reasons, errors, reference["bounds"], reasons)
 
 
-def run_rank_case(
-    spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any
+def run_case(
+    spec: WorkerSpec, method: SimpleMethod, index: int, raw: dict[str, Any], emit: Any, stage: Any
 ) -> None:
     """Every phase of one case on this rank (rank 0's ``emit`` writes the rows)."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -148,54 +148,36 @@ def run_rank_case(
             emit(row)
 
 
-def _init(spec: WorkerSpec, device_type: str) -> torch.device:
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    timeout = timedelta(seconds=spec.collective_timeout_s)
-    if device_type == "cuda":
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-        dist.init_process_group("nccl", timeout=timeout, device_id=device)
-        return device
-    # K ranks share the cores: each gets its part, instead of K x all of them.
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
-    dist.init_process_group("gloo", timeout=timeout)
-    return torch.device("cpu")
-
-
-def run_case(
-    spec: WorkerSpec,
-    method: SimpleMethod,
-    index: int,
-    raw: dict[str, Any],
-    emit: Any,
-    stage: Any,
-) -> None:
-    """One case on this rank; a rank that fails writes why to its record file first."""
-    try:
-        run_rank_case(spec, method, index, raw, emit)
-    except BaseException as err:
-        status, reason = failure(err)
-        record = {"case": index, "status": status, "reason": reason, "time": time.time()}
-        record_path(spec.out, dist.get_rank()).write_text(json.dumps(record))
-        if peer_gone(record["reason"]):
-            time.sleep(PEER_GONE_WAIT_S)
-        raise
-
-
 @contextmanager
 def _rank(spec: WorkerSpec, emit: Any) -> Iterator[tuple[SimpleMethod, Any]]:
-    """A rank's life around its cases: join the group, leave it; rank 0 writes the lines."""
+    """A rank's life around its cases: join the group, leave it; rank 0 writes the lines;
+    a rank that fails writes why to its record file first."""
     # The SIGTERM that stops a rank after a peer failed must end it, never raise in it
     # (torch's elastic handlers turn it into an exception: it would read as its error).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _init(spec, spec.cases[0]["device"])
+    timeout = timedelta(seconds=spec.collective_timeout_s)
+    if spec.cases[0]["device"] == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", timeout=timeout, device_id=torch.device("cuda", local))
+    else:  # K ranks share the cores: each gets its part, instead of K x all of them.
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+        dist.init_process_group("gloo", timeout=timeout)
     silent = lambda line: None  # noqa: E731 - a rank but the first: rank 0 writes
-    yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent
+    try:
+        yield methods_for("tp")[spec.method], emit if dist.get_rank() == 0 else silent
+    except BaseException as err:
+        status, reason = failure(err)
+        record = {"status": status, "reason": reason, "time": time.time()}
+        record_path(spec.out, dist.get_rank()).write_text(json.dumps(record))
+        if peer_gone(reason):
+            time.sleep(PEER_GONE_WAIT_S)
+        raise
     dist.destroy_process_group()
 
 
 def serve_rank(spec_path: str) -> int:
     """Each of the K ranks torch's elastic launcher starts: the one worker loop (a
     function: the launcher names it)."""
-    return serve(WorkerSpec, run_case, spec_path, _rank)
+    return serve(Served(WorkerSpec, run_case, _rank), spec_path)

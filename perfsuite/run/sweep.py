@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfsuite.harness.command import Checkpoint
+from perfsuite.harness.command import Checkpoint, command, ended
 from perfsuite.harness.kind import checkpointed, run_kind
-from perfsuite.harness.progress import ProgressFn
+from perfsuite.harness.progress import ProgressFn, cell_label
 from perfsuite.plan.plan import Plan, PlanError
 from perfsuite.plan.workloads import workload_label
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
@@ -30,30 +29,21 @@ from perfsuite.run.sweep_args import (  # the command line's half, re-exported f
     plan_from_args,
 )
 
-
-@dataclass
-class Unit:
-    """One (method, case) of the grid: a worker measures all its phases together."""
-
-    index: int  # position in the whole grid (shards are index % n)
-    method: str
-    case: dict[str, Any]
+# One (method, case) of the grid: a worker measures all its phases together.
+Unit = tuple[str, dict[str, Any]]
 
 
 def unit_keys(unit: Unit, phases: list[str]) -> list[tuple]:
-    label = workload_label(unit.case.get("workload"))
-    return [
-        cell_key({**unit.case, "method": unit.method, "phase": p, "workload": label})
-        for p in phases
-    ]
+    method, case = unit
+    label = workload_label(case.get("workload"))
+    return [cell_key({**case, "method": method, "phase": p, "workload": label}) for p in phases]
 
 
 def grid_units(plan: Plan, shard: tuple[int, int] | None = None) -> list[Unit]:
     """Every (method, case) in a fixed order, or shard i of n: every n-th of them, so
     that each shard gets a fair share of the large shapes and of every method."""
-    pairs = itertools.product(plan.methods, plan.cases())
-    units = [Unit(i, method, case) for i, (method, case) in enumerate(pairs)]
-    return units if shard is None else [u for u in units if u.index % shard[1] == shard[0]]
+    units = list(itertools.product(plan.methods, plan.cases()))
+    return units if shard is None else units[shard[0] :: shard[1]]
 
 
 class Sweep:
@@ -122,8 +112,8 @@ class Sweep:
         """Every cell to go (``harness.kind.run_kind``), ``progress`` told of each, the
         file rewritten after each; the finished document."""
         cases: dict[str, list[dict[str, Any]]] = {}
-        for unit in self.todo:
-            cases.setdefault(unit.method, []).append(unit.case)
+        for method, case in self.todo:
+            cases.setdefault(method, []).append(case)
         self.checkpoint.save()  # the resumed rows under this run's env: before any cell
         env = self.checkpoint.env
         groups = env.setdefault("machine", {"groups": []})["groups"]
@@ -152,8 +142,6 @@ def from_args(
 
 def run(args: argparse.Namespace) -> int:
     from perfsuite.fit import TrimmedConsole
-    from perfsuite.harness.command import command, ended
-    from perfsuite.harness.progress import cell_label
 
     console = TrimmedConsole(stderr=True, log_path=False)  # no "sweep.py:327" on progress lines
     shard = parse_shard(args.shard)
@@ -165,8 +153,7 @@ def run(args: argparse.Namespace) -> int:
         f"{len(sweep.todo)} to go → {out}"
     )
 
-    units = [(u.method, u.case) for u in sweep.todo]
     run = lambda progress, notice: sweep.run(progress)  # noqa: E731
     cost = runner.LossKind(sweep.plan).work
-    document = command(sweep.checkpoint, run, console, units, label=cell_label, cost=cost)
+    document = command(sweep.checkpoint, run, console, sweep.todo, label=cell_label, cost=cost)
     return ended(document, out, console)

@@ -41,7 +41,7 @@ def test_serve_writes_each_case_after_its_start_line_and_a_silent_session_nothin
 ) -> None:
     out, spec = tmp_path / "out.jsonl", tmp_path / "spec.json"
     spec.write_text(json.dumps({"out": str(out), "cases": [{"x": 1}, {"x": 5}]}))
-    assert serve(ToySpec, toy_case, str(spec), toy_session) == 0
+    assert serve(WORKER, str(spec)) == 0
     assert read_json_lines(out) == [
         {"model": "toy"},
         {"start": 0},

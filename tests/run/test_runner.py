@@ -14,7 +14,7 @@ from perfsuite.harness import environment, lifecycle
 from perfsuite.harness import kind as harness
 from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.environment import THREAD_VARS, child_env
-from perfsuite.harness.lifecycle import death_reason
+from perfsuite.harness.lifecycle import Ended
 from perfsuite.measure.timing import INTERPRETED_SAMPLES
 from perfsuite.plan.plan import PlanError, build_plan
 from perfsuite.plan.shapes import Shape
@@ -313,6 +313,6 @@ def test_a_killed_workers_reason_leaves_native_log_lines_out():
 USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start
 W1123 00:10:42.123 21571 CUPTIActivityProfiler.cpp:123] some kineto warning
 USDT:2026-11-23 00:10:42 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop"""
-    status, reason = death_reason(-9, None, stderr)
+    status, reason = Ended(-9, None, stderr).death_reason()
     assert status == "oom" and "OOM killer" in reason
     assert reason.endswith("; Loading the method") and "profiler" not in reason

@@ -244,8 +244,7 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         return
     cfg = PINNED["backward", cfg_arch(arch), dtype]
     n, v, d = shape.n, shape.v, shape.d
-    min_block = getattr(backward, "_MIN_BLOCK", 16)
-    de_locks_bytes = triton.cdiv(n, min_block) * triton.cdiv(d, min_block) * 4
+    de_locks_bytes = triton.cdiv(n, backward._MIN_BLOCK) * triton.cdiv(d, backward._MIN_BLOCK) * 4
     pairs = triton.cdiv(n, cfg.block_n) * triton.cdiv(v, cfg.block_v)
     variants = ("plain", "softcap", "smooth", "smooth+softcap", "list", "list+smooth+softcap")
     variants += ("filter+sorted",) + (("fp32-accum",) if dtype != "fp32" else ())

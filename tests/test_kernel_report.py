@@ -290,7 +290,7 @@ def test_slice_kernel_specialised_and_built_without_spills(probe):
     divisible by 16 (v0 = 0 and width 4096 at Gemma2-2B bf16), no spill on sm_90a."""
     for arch in ("sm_80", "sm_90a"):
         for variant in launches.VARIANTS:
-            smooth, cap, weighted = launches.flags(variant, "smooth", "softcap", "weight")
+            smooth, cap, weighted = launches.flags(variant, "smooth softcap weight")
             key = "slices" if variant == "smooth+softcap" else f"slices[{variant}]"
             spec = probe[f"{key} {arch}"]
             assert spec["constants"]["HAS_SMOOTHING"] is smooth

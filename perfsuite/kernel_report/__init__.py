@@ -126,8 +126,7 @@ def kernel_report(sel: dict[str, Any], shape: Shape, jobs: int, notice: NoticeFn
 
 
 def _report_in_child(sel: dict[str, Any], shape: Shape, jobs: int) -> dict[str, Any]:
-    """The report of a child started without ``TRITON_INTERPRET`` (under it the kernels are
-    interpreter wrappers); its stderr (progress, errors) is ours."""
+    """The report of a child without ``TRITON_INTERPRET``; its stderr (progress, errors) is ours."""
     from . import baseline
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -187,9 +187,7 @@ def build(launch: Launch) -> dict[str, Any]:
     shared = int(compiled.metadata.shared) + res["static_shared"]
     tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)  # tcgen05 (sm_100) only
     row = {**usage, "local_bytes": res["local"], "shared_bytes": shared, "tmem_cols": tmem}
-    row["ctas_per_sm"] = ctas_per_sm(
-        launch.arch, usage["registers"], shared, launch.num_warps, tmem
-    )
+    row["ctas_per_sm"] = ctas_per_sm(launch.arch, regs, shared, launch.num_warps, tmem)
     row |= sass.counts(instructions)
     row["mma_shape"] = sass.mma_shape(instructions, compiled.asm.get("ttgir", ""))
     row["critical_tensor_ops"] = len(sass.critical_tensor_ops(instructions))

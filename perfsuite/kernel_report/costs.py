@@ -1,11 +1,7 @@
-"""Static costs of the shipped configs at one shape per representative GPU, and a cost
-model per backward design: FLOPs, HBM, L2, atomic and locked bytes, ms.
-
-Counted from tile sizes and slice widths over every (row block, vocab tile) pair, no
-filtering. The design model is a **model**, never a measurement: ``max(FLOPs / rate, HBM /
-bandwidth, L2 / L2 rate)`` at the sourced ``RATES``; HBM bytes are a lower bound and
-cuBLAS's tiles are assumed ``CUBLAS_TILE`` (the designs: docs/kernel.md).
-"""
+"""Static costs of the shipped configs at one shape per representative GPU, counted over
+every (row block, vocab tile) pair (no filtering), and a roofline **model** per backward
+design, never a measurement: ``_timed`` at the sourced ``RATES``, HBM bytes a lower bound,
+cuBLAS's tiles assumed ``CUBLAS_TILE`` (the designs: docs/kernel.md)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ builds, builds across Triton versions and a retuned config are reported, never f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 DEFAULT_THRESHOLD = 0.05
@@ -61,24 +61,18 @@ class Change:
 @dataclass
 class Comparison:
     threshold: float
-    across: bool = False
+    across_triton: bool = False
     unchanged: int = 0
     changed: list[Change] = field(default_factory=list)
-    only_new: list[str] = field(default_factory=list)
-    only_old: list[str] = field(default_factory=list)
+    only_in_this_run: list[str] = field(default_factory=list)
+    only_in_baseline: list[str] = field(default_factory=list)
 
     def failing(self) -> list[Change]:
         return [c for c in self.changed if c.fails]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "across_triton": self.across,
-            "unchanged": self.unchanged,
-            "changed": [{**vars(c), "verdict": c.verdict, "fails": c.fails} for c in self.changed],
-            "only_in_this_run": self.only_new,
-            "only_in_baseline": self.only_old,
-        }
+        changed = [{**vars(c), "verdict": c.verdict, "fails": c.fails} for c in self.changed]
+        return {**asdict(self), "changed": changed}
 
 
 def changes(old: dict[str, Any], new: dict[str, Any], threshold: float) -> tuple[list, list]:
@@ -151,5 +145,5 @@ def _pair_retuned(gone: list[dict], added: list[dict], out: Comparison) -> None:
             config = f"config {a['config']} → {b['config']}"
             out.changed.append(Change(name, [config, *moved], reasons, "config changed"))
         else:
-            out.only_old += [where(r) for r in olds]
-    out.only_new += [where(r) for rows in by_new.values() for r in rows]
+            out.only_in_baseline += [where(r) for r in olds]
+    out.only_in_this_run += [where(r) for rows in by_new.values() for r in rows]

@@ -1,9 +1,6 @@
-"""What each kernel is launched with at a named shape: fake tensors, sizes, launch options.
-
-Tensors are ``FakeTensor``s whose pointers mirror slices of one allocation, and the TMA
-path's descriptors host ``TensorDescriptor``s over them, so Triton's binder gives the
-signature, divisibility attributes and constants a real launch gets (``build.specialise``).
-"""
+"""What each kernel is launched with at a named shape: ``FakeTensor``s (pointers into one
+allocation; the TMA path's ``TensorDescriptor``s over them), sizes and launch options, so
+Triton's binder gives the signature, attributes and constants a real launch gets."""
 
 from __future__ import annotations
 
@@ -85,9 +82,9 @@ def persistent_grid(launch: Launch, measured_ctas: int) -> dict[str, Any]:
     return {"grid": grid, "waves": grid / slots, "work_per_cta": launch.work / grid}
 
 
-def flags(variant: str, *names: str) -> tuple[bool, ...]:
-    """Which of ``names`` a variant's name holds (``smooth+softcap``: both)."""
-    return tuple(name in variant.split("+") for name in names)
+def flags(variant: str, names: str) -> tuple[bool, ...]:
+    """Which of the space-separated ``names`` a variant's name holds (``smooth+softcap``: both)."""
+    return tuple(name in variant.split("+") for name in names.split())
 
 
 def native_atomics(dtype: str, arch: str) -> bool:
@@ -149,9 +146,7 @@ def _forward(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator
         return
     n, v, d = shape.n, shape.v, shape.d
     for name in VARIANTS if tma else (*VARIANTS, "list+smooth+softcap", "sorted"):
-        smooth, cap, weighted, tiles, avg = flags(
-            name, "smooth", "softcap", "weight", "list", "sorted"
-        )
+        smooth, cap, weighted, tiles, avg = flags(name, "smooth softcap weight list sorted")
         key = cfg_arch(arch)
         cfg = tma_config("forward", key, weighted) if tma else PINNED["forward", key, dtype]
         splits, split_size, programs = forward_grid(shape, arch, cfg)
@@ -214,7 +209,7 @@ def _slices(shape: Shape, dtype: str, arch: str, tma: bool = False) -> Iterator[
     n, d = shape.n, shape.d
     width = slice_width(shape, dtype)
     for name in VARIANTS:
-        smooth, cap, weighted = flags(name, "smooth", "softcap", "weight")
+        smooth, cap, weighted = flags(name, "smooth softcap weight")
         for suffix, v0, cols in slice_starts(shape, width):
             # terms.Coefficients: A, B and (β > 0) S; the class weights, fp32 (V,).
             args = dict(RowMax=T(F32), LogSum=T(F32), A=T(F32), B=T(F32), InvScale=T(F32, 1))
@@ -249,16 +244,13 @@ def _backward(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
         return
     cfg = PINNED["backward", cfg_arch(arch), dtype]
     n, v, d = shape.n, shape.v, shape.d
-    min_block = getattr(backward, "_MIN_BLOCK", 16)
-    de_locks_bytes = triton.cdiv(n, min_block) * triton.cdiv(d, min_block) * 4
+    de_locks_bytes = triton.cdiv(n, backward._MIN_BLOCK) * triton.cdiv(d, backward._MIN_BLOCK) * 4
     pairs = triton.cdiv(n, cfg.block_n) * triton.cdiv(v, cfg.block_v)
     variants = ("plain", "softcap", "smooth", "smooth+softcap", "list", "list+smooth+softcap")
     variants += ("filter+sorted",) + (("fp32-accum",) if dtype != "fp32" else ())
     for name in variants:
         parts = "list+smooth+softcap+accum" if name == "fp32-accum" else name
-        smooth, cap, use_list, filt, accum = flags(
-            parts, "smooth", "softcap", "list", "filter", "accum"
-        )
+        smooth, cap, use_list, filt, accum = flags(parts, "smooth softcap list filter accum")
         dc_dtype = "fp32" if accum else dtype
         args = dict(_operands(shape, dtype), RowMax=T(F32), LogSum=T(F32), G=T(F32), dE=T(F32))
         args |= dict(dC=T(dc_dtype), dELocks=T(torch.int32), N=n, V=v, D=d, **cfg.meta("backward"))
@@ -300,19 +292,16 @@ def _helpers(shape: Shape, dtype: str, arch: str) -> Iterator[Launch]:
     bwd = PINNED["backward", cfg_arch(arch), dtype]
     common = dict(TileLSE=T(torch.bfloat16), RowMax=T(F32), LogSum=T(F32), Tau=T(F32), N=n)
     common |= dict(num_f=triton.cdiv(v, fwd.block_v), extra=0.0, BLOCK_T=tiles.BLOCK_T)
-    block_n = 32
-    threshold = {**common, "filter_eps": 1e-3, "budget": 1e-3, "LEVELS": tiles.LEVELS}
-    threshold["BLOCK_N"] = block_n
+    threshold = dict(common, filter_eps=1e-3, budget=1e-3, LEVELS=tiles.LEVELS, BLOCK_N=32)
     yield Launch("tile_threshold", "-", dtype, arch, tiles._threshold_kernel, threshold, 4,
-                 config=f"N{block_n}-T{tiles.BLOCK_T}-w4")  # fmt: skip
+                 config=f"N{threshold['BLOCK_N']}-T{tiles.BLOCK_T}-w4")  # fmt: skip
     keep = {**common, "G": T(F32), "Keep": T(torch.int8), "num_v": triton.cdiv(v, bwd.block_v)}
     keep |= {"BLOCK_N": bwd.block_n, "BLOCK_V": bwd.block_v, "TILE_W": fwd.block_v}
     yield Launch("tile_keep", "-", dtype, arch, tiles._keep_kernel, keep, 4,
                  config=f"N{bwd.block_n}-V{bwd.block_v}-W{fwd.block_v}-w4")  # fmt: skip
     for name, cap in (("plain", None), ("softcap", shape.softcap or 30.0)):
         args = dict(_operands(shape, dtype), Targets=T(torch.int64), Out=T(F32), softcap=cap)
-        args |= {"N": n, "V": v, "D": d, "stride_t": 1}
-        args |= dict(BLOCK_N=targets.BLOCK_N, BLOCK_D=targets.BLOCK_D)
+        args |= dict(N=n, V=v, D=d, stride_t=1, BLOCK_N=targets.BLOCK_N, BLOCK_D=targets.BLOCK_D)
         yield Launch("target_logit", name, dtype, arch, targets._target_logit_kernel, args, 4,
                      config=f"N{targets.BLOCK_N}-D{targets.BLOCK_D}-w4")  # fmt: skip
 

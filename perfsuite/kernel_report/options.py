@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ WORKLOADS = ("random", "synthetic")  # what ``--launched`` samples rows of
 def capability(arch: str) -> int:
     if arch not in SUPPORTED:
         raise ValueError(f"unsupported arch {arch!r}: use one of {', '.join(SUPPORTED)}")
-    return int(re.fullmatch(r"sm_(\d+)a?", arch).group(1))
+    return int(arch[3:].rstrip("a"))
 
 
 def arch_set(archs: list[str]) -> list[str]:

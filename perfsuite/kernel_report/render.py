@@ -257,7 +257,7 @@ def render_diff(
     stored = fold(f"stored in {path}", console.width, path=True)
     console.print(escape(stored), soft_wrap=True)
     console.print(f"baseline: {_toolchain(baseline)}; this run: {_toolchain(report)}")
-    if comparison.across:
+    if comparison.across_triton:
         console.print("across Triton versions: reported, never failing")
     if comparison.changed:
         rows = [
@@ -272,9 +272,9 @@ def render_diff(
     console.print(f"unchanged: {_plural(comparison.unchanged)} (same SASS)")
     failing = len(comparison.failing())
     console.print(f"changed: {_plural(len(comparison.changed))}, {failing} failing")
-    for name in comparison.only_new:
+    for name in comparison.only_in_this_run:
         console.print(f"only in this run (not gated): {escape(name)}")
-    for name in comparison.only_old:
+    for name in comparison.only_in_baseline:
         console.print(f"only in the baseline (not gated): {escape(name)}")
     # Of the notes, why CCE's stored builds are only in the baseline.
     _footer(console, [n for n in report.get("notes", []) if n.startswith("CCE")], problems)

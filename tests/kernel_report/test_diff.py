@@ -31,7 +31,7 @@ def one(old: dict, new: dict, **kw) -> diff.Change:
 
 def test_same_sass_is_unchanged_whatever_else():
     c = diff.compare([row(), row("softcap")], [row(), row("softcap", registers=1)])
-    assert (c.unchanged, c.changed, c.only_new, c.only_old) == (2, [], [], [])
+    assert (c.unchanged, c.changed, c.only_in_this_run, c.only_in_baseline) == (2, [], [], [])
 
 
 @pytest.mark.parametrize(
@@ -90,8 +90,8 @@ def test_builds_on_one_side_are_listed_and_a_new_config_paired():
     assert retuned.build == "forward[softcap] bf16 sm_90a"
     assert retuned.changes[0] == "config N256-V128-D32-w8-s3 → N128-V128-D32-w8-s3"
     assert retuned.verdict.startswith("not gated (config changed)")
-    assert c.only_old == ["forward[sorted] N256-V128-D32-w8-s3 bf16 sm_90a"]
-    assert c.only_new == ["forward[smooth] N256-V128-D32-w8-s3 bf16 sm_90a"]
+    assert c.only_in_baseline == ["forward[sorted] N256-V128-D32-w8-s3 bf16 sm_90a"]
+    assert c.only_in_this_run == ["forward[smooth] N256-V128-D32-w8-s3 bf16 sm_90a"]
 
 
 def test_a_build_that_no_longer_builds_fails():

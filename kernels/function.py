@@ -43,10 +43,6 @@ class Params:
     fused: bool = False
 
 
-def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
-    return targets != p.ignore_index
-
-
 def _forward(
     e: torch.Tensor,
     c: torch.Tensor,
@@ -87,34 +83,35 @@ def _row_weights(
     targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The validity mask, w[y] and Σ w (None without class weights)."""
-    valid = _valid(targets, p)
+    valid = targets != p.ignore_index
     wy = terms.target_weights(targets, valid, weight, vocab)
     return valid, wy, None if weight is None else weight.sum()
 
 
 def _losses(
-    out: ForwardResult, targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
+    out: ForwardResult,
+    rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
+    p: Params,
+    vocab: int,
 ) -> torch.Tensor:
-    """The reduced loss from either engine's forward."""
-    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
+    """The reduced loss from a forward's per-row statistics and ``_row_weights``."""
+    valid, wy, wsum = rows
     ce = terms.ce_rows(
         out.row_max, out.log_sum, out.target_logit, out.rel_sum, valid,
         beta=p.beta, vocab=vocab, wy=wy, wsum=wsum,
     )  # fmt: skip
-    zl = terms.z_rows(out.lse, valid, p.z_loss)
-    return terms.reduce(ce, zl, valid, p.reduction, wy)
+    return terms.reduce(ce, terms.z_rows(out.lse, valid, p.z_loss), valid, p.reduction, wy)
 
 
 def _coefficients(
-    targets: torch.Tensor,
-    weight: torch.Tensor | None,
+    rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
     lse: torch.Tensor,
     p: Params,
     vocab: int,
-    grad_out: torch.Tensor | None,
+    grad_out: torch.Tensor | None = None,
     grad_lse: torch.Tensor | None = None,
 ) -> terms.Coefficients:
-    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
+    valid, wy, wsum = rows
     return terms.coefficients(
         valid,
         lse,
@@ -181,20 +178,6 @@ def _grads(
     )
 
 
-def _save(ctx: Any, s: ForwardResult, cbar: torch.Tensor | None, *tensors: Any) -> None:
-    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
-    ctx.save_for_backward(
-        *tensors, s.row_max, s.log_sum, s.target_logit, cbar, s.logit_avg, s.tile_lse
-    )
-    ctx.tile_width = s.tile_width
-
-
-def _load(ctx: Any) -> tuple[list[torch.Tensor], ForwardResult, torch.Tensor | None]:
-    *tensors, row_max, log_sum, target_logit, cbar, logit_avg, tile_lse = ctx.saved_tensors
-    saved = ForwardResult(row_max, log_sum, target_logit, None, logit_avg, tile_lse, ctx.tile_width)
-    return tensors, saved, cbar
-
-
 def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:
     """(dE, dC) where asked for, then None for the ``others`` inputs."""
     asked = ctx.needs_input_grad
@@ -219,14 +202,17 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         ctx.params = p
         needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
         out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-        loss = _losses(out, targets, weight, p, c.shape[0])
+        rows = _row_weights(targets, weight, p, c.shape[0])
+        loss = _losses(out, rows, p, c.shape[0])
         ctx.fused = p.fused and needs_grad and p.reduction != "none"
         if ctx.fused:
-            k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
+            k = _coefficients(rows, out.lse, p, c.shape[0])
             de, dc = _grads(e, c, targets, weight, k, out, cbar, p)
             ctx.save_for_backward(de, dc)
-        else:
-            _save(ctx, out, cbar, e, c, targets, weight)
+        else:  # O(N + V + D) beyond the inputs, plus the tile bound
+            stats = (out.row_max, out.log_sum, out.target_logit, cbar, out.logit_avg, out.tile_lse)
+            ctx.save_for_backward(e, c, targets, weight, *stats)
+            ctx.tile_width = out.tile_width
         return (loss, out.lse) if p.return_lse else loss
 
     @staticmethod
@@ -235,9 +221,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             de, dc = ctx.saved_tensors
             # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
             return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))
-        (e, c, targets, weight), saved, cbar = _load(ctx)
+        e, c, targets, weight, row_max, log_sum, target_logit, cbar, *rest = ctx.saved_tensors
+        saved = ForwardResult(row_max, log_sum, target_logit, None, *rest, ctx.tile_width)
         p: Params = ctx.params
-        k = _coefficients(
-            targets, weight, saved.lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
-        )
+        rows = _row_weights(targets, weight, p, c.shape[0])
+        k = _coefficients(rows, saved.lse, p, c.shape[0], grad_out, *grad_lse)
         return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))

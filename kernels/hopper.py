@@ -377,21 +377,25 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# Per-SM limits of sm_90 and sm_100 alike (the archs ``eligible`` admits): registers,
-# threads, resident CTAs, shared memory; sm_100's tensor memory in columns.
-SM_LIMITS = {"regs": 65536, "threads": 2048, "ctas": 32, "smem": 233472, "tmem": 512}
-SMEM_PER_CTA = 232448
+# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max);
+# Blackwell's tensor memory: 512 columns per SM, which tcgen05 accumulators take.
+LIMITS = {
+    "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912, tmem=0),
+    "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=0),
+    "sm_100": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=512),
+}
 _RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
 
 
 def fitting_ctas(
-    registers: int, shared: int, num_warps: int, tmem: int = 0, limits: dict | None = None
+    registers: int, shared: int, num_warps: int, tmem: int = 0, arch: str = "sm_100"
 ) -> int:
     """CTAs of one build resident on an SM (0 when one does not fit), from its registers
     (allocated per warp in units of 256), threads, shared memory (+1 KiB each) and
-    tensor-memory columns; ``perfsuite kernel-report`` uses it too."""
-    lim = {**SM_LIMITS, **(limits or {})}
-    if shared > lim.get("smem_cta", SMEM_PER_CTA) or registers > 255 or tmem > lim["tmem"]:
+    tensor-memory columns, at ``arch``'s limits (the default's are sm_90's too, but for
+    tensor memory); ``perfsuite kernel-report`` uses it too."""
+    lim = LIMITS[arch]
+    if shared > lim["smem_cta"] or registers > 255 or tmem > lim["tmem"]:
         return 0
     per_warp = -(-registers * 32 // 256) * 256
     by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]

@@ -35,9 +35,7 @@ DECODER_ARGS = frozenset(
 OWN_ARGS = frozenset({"labels", "logits_to_keep", "num_logits_to_keep", "return_dict"})
 # linear_cross_entropy's options a patch may set; reduction is the model's, the rest
 # (return_lse, vocab_parallel) change what the loss is.
-KERNEL_OPTIONS = frozenset(
-    "weight backward memory_budget engine filter_eps sort_vocab impl accum_fp32 tile_list".split()
-)
+KERNEL_OPTIONS = frozenset({"weight", "memory_budget", "engine", "impl"})
 
 
 class UnsupportedModelError(ValueError):
@@ -202,8 +200,7 @@ def _dry_run(weight: torch.Tensor, kernel: dict[str, Any]) -> None:
 def _for_device(kernel: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """baselines/ours.py's engine choice: the slice backward runs natively on a CPU
     (whatever TRITON_INTERPRET says), as Triton on CUDA."""
-    exact = kernel.get("backward", "auto") != "tiles" and kernel.get("filter_eps") is None
-    if device.type == "cpu" and exact and kernel.get("engine", "auto") == "auto":
+    if device.type == "cpu" and kernel.get("engine", "auto") == "auto":
         return {**kernel, "engine": "torch"}
     return kernel
 

@@ -172,22 +172,13 @@ def parse_res_usage(text: str) -> dict[str, int]:
     return {"res_registers": reg, "res_stack": stack, "static_shared": shared, "local": local}
 
 
-# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max);
-# Blackwell's tensor memory: 512 columns per SM, which tcgen05 accumulators take.
-LIMITS = {
-    "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912),
-    "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448),
-    "sm_100": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=512),
-}
-
-
 def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: int = 0) -> int:
     """Resident CTAs per SM from registers, threads, shared and tensor memory (0: cannot
     launch); ``tmem``: the tensor-memory columns a CTA allocates (sm_100). The arithmetic
     is the TMA launcher's (``kernels.hopper.fitting_ctas``), at ``arch``'s limits."""
     from perfsuite.kernels.hopper import fitting_ctas
 
-    return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **LIMITS[cfg_arch(arch)]})
+    return fitting_ctas(registers, shared, num_warps, tmem, cfg_arch(arch))
 
 
 def build(launch: Launch, *, hints: bool = True) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     )  # fmt: skip
     with use_config(**WIDE):
         out, _ = function._forward(e, c, t, None, p, needs_grad=True)
-        g = function._coefficients(t, None, out.lse, p, 600, None).prob
+        g = function._coefficients(function._row_weights(t, None, p, 600), out.lse, p, 600).prob
         extra = 64 * beta / 600 if softcap else 0.0
         tau = row_thresholds(
             out.tile_lse, out.row_max, out.log_sum,

@@ -79,53 +79,6 @@ def _forward(
     return out, cbar
 
 
-def _row_weights(
-    targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """The validity mask, w[y] and Σ w (None without class weights)."""
-    valid = targets != p.ignore_index
-    wy = terms.target_weights(targets, valid, weight, vocab)
-    return valid, wy, None if weight is None else weight.sum()
-
-
-def _losses(
-    out: ForwardResult,
-    rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
-    p: Params,
-    vocab: int,
-) -> torch.Tensor:
-    """The reduced loss from a forward's per-row statistics and ``_row_weights``."""
-    valid, wy, wsum = rows
-    ce = terms.ce_rows(
-        out.row_max, out.log_sum, out.target_logit, out.rel_sum, valid,
-        beta=p.beta, vocab=vocab, wy=wy, wsum=wsum,
-    )  # fmt: skip
-    return terms.reduce(ce, terms.z_rows(out.lse, valid, p.z_loss), valid, p.reduction, wy)
-
-
-def _coefficients(
-    rows: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
-    lse: torch.Tensor,
-    p: Params,
-    vocab: int,
-    grad_out: torch.Tensor | None = None,
-    grad_lse: torch.Tensor | None = None,
-) -> terms.Coefficients:
-    valid, wy, wsum = rows
-    return terms.coefficients(
-        valid,
-        lse,
-        beta=p.beta,
-        vocab=vocab,
-        reduction=p.reduction,
-        z_loss=p.z_loss,
-        wy=wy,
-        wsum=wsum,
-        grad_out=grad_out,
-        grad_lse=grad_lse,
-    )
-
-
 # The last backward's tile list (benchmarks read its launched fraction).
 LAST_TILES: list[TileList | None] = [None]
 
@@ -202,11 +155,11 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         ctx.params = p
         needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
         out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-        rows = _row_weights(targets, weight, p, c.shape[0])
-        loss = _losses(out, rows, p, c.shape[0])
+        rows = terms.row_weights(targets, weight, p, c.shape[0])
+        loss = terms.loss(out, rows, p, c.shape[0])
         ctx.fused = p.fused and needs_grad and p.reduction != "none"
         if ctx.fused:
-            k = _coefficients(rows, out.lse, p, c.shape[0])
+            k = terms.coefficients(rows, out.lse, p, c.shape[0])
             de, dc = _grads(e, c, targets, weight, k, out, cbar, p)
             ctx.save_for_backward(de, dc)
         else:  # O(N + V + D) beyond the inputs, plus the tile bound
@@ -224,6 +177,6 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         e, c, targets, weight, row_max, log_sum, target_logit, cbar, *rest = ctx.saved_tensors
         saved = ForwardResult(row_max, log_sum, target_logit, None, *rest, ctx.tile_width)
         p: Params = ctx.params
-        rows = _row_weights(targets, weight, p, c.shape[0])
-        k = _coefficients(rows, saved.lse, p, c.shape[0], grad_out, *grad_lse)
+        rows = terms.row_weights(targets, weight, p, c.shape[0])
+        k = terms.coefficients(rows, saved.lse, p, c.shape[0], grad_out, *grad_lse)
         return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))

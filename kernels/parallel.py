@@ -12,8 +12,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import terms
 from .forward import ForwardResult
-from .function import Params, _coefficients, _forward, _losses, input_grads
+from .function import Params, _forward, input_grads
 from .slices import slices_backward
 
 ReduceOp = dist.ReduceOp if dist.is_available() else None
@@ -136,7 +137,7 @@ class VocabParallelFunction(torch.autograd.Function):
         local_t = torch.where(mine, targets - shard.start, -1)
         out, _ = _forward(e, c, local_t, weight, p, needs_grad)
         stats, wy, wsum = _combine(out, local_t, weight, c.shape[0], shard.group)
-        loss = _losses(stats, (valid, wy, wsum), p, vocab)
+        loss = terms.loss(stats, (valid, wy, wsum), p, vocab)
         ctx.params, ctx.shard, ctx.vocab = p, shard, vocab
         ctx.save_for_backward(e, c, valid, local_t, weight, stats.row_max, stats.log_sum, wy, wsum)
         return (loss, stats.lse) if p.return_lse else loss
@@ -145,7 +146,8 @@ class VocabParallelFunction(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
         e, c, valid, local_t, weight, row_max, log_sum, wy, wsum = ctx.saved_tensors
         p: Params = ctx.params
-        k = _coefficients((valid, wy, wsum), row_max + log_sum, p, ctx.vocab, grad_out, *grad_lse)
+        rows = (valid, wy, wsum)
+        k = terms.coefficients(rows, row_max + log_sum, p, ctx.vocab, grad_out, *grad_lse)
         de, dc = slices_backward(
             e, c, local_t, row_max, log_sum, k, p=p, weight=weight, de_fp32=True
         )

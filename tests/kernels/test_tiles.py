@@ -8,6 +8,7 @@ from helpers import SMALL, grads, make_inputs
 
 from perfsuite.kernels import function
 from perfsuite.kernels.configs import KernelConfig, use_config
+from perfsuite.kernels.terms import coefficients, row_weights
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
 # Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
@@ -91,7 +92,7 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     )  # fmt: skip
     with use_config(**WIDE):
         out, _ = function._forward(e, c, t, None, p, needs_grad=True)
-        g = function._coefficients(function._row_weights(t, None, p, 600), out.lse, p, 600).prob
+        g = coefficients(row_weights(t, None, p, 600), out.lse, p, 600).prob
         extra = 64 * beta / 600 if softcap else 0.0
         tau = row_thresholds(
             out.tile_lse, out.row_max, out.log_sum,

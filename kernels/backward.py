@@ -1,11 +1,7 @@
 """The tile backward (an ablation: kernels/ablations.py): recompute logit tiles and add
-their softmax part to dE/dC.
-
-A tile holds softmax terms only: the target part ``−(1−β)(1 − t_y²)·g`` and the rank-one
-smoothing part ``−(β/V)·g`` are exact and outside the tiles, in the launcher, so skipping a
-tile (gradient filtering; which pairs run: tiles.py) drops softmax mass and nothing else.
-Updates: relaxed hardware atomics for fp32 buffers and 16-bit ones on sm_90+, elsewhere a
-read-modify-write under one spin lock per (tile, D-chunk), rounded before the lock.
+their softmax part to dE/dC. The target and rank-one smoothing parts are exact and outside
+the tiles, so skipping a tile (gradient filtering: tiles.py) drops softmax mass and nothing
+else. Updates: hardware atomics where native (``native_atomics``), else a spin lock.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The cuBLAS route (``engine="cublas"``): per vocab slice, fp32 logits from cuBLAS, then
-one Triton epilogue: ``_lse_epilogue_kernel`` folds the slice into the running per-row
-state in column order (exact, no atomics), ``_grad_epilogue_kernel`` writes the gradient
-slice with the Triton route's epilogue (``common.grad_tile``), and ``slices_backward``'s
-GEMMs follow. It trades the fused GEMMs for cuBLAS's at the price of one more fp32 slice
-round trip (docs/kernel.md, "Routes"); ``routes.route_for`` picks it or not.
+one Triton epilogue that folds the slice into the per-row LSE state in column order or
+writes the gradient slice (``common.grad_tile``): cuBLAS's GEMMs for one more fp32 slice
+round trip (docs/kernel.md, "Routes").
 """
 
 from __future__ import annotations

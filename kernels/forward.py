@@ -1,9 +1,6 @@
-"""Forward stage: per row, the LSE (as row max and log-sum) and the smoothing sum.
-
-Grid = (row blocks, vocab splits); each program keeps an online (max, sum-exp) per row
-over its vocab tiles and writes O(splits·N) partials that torch combines: no locks, no
-N×V buffer. Without softcap the smoothing sum is ``E_n·c̄`` (split 0), with it tile by
-tile.
+"""Forward stage: per row, the LSE (as row max and log-sum) and the smoothing sum. Grid =
+(row blocks, vocab splits); each program keeps an online (max, sum-exp) per row over its
+tiles and writes O(splits·N) partials that torch combines: no locks, no N×V buffer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Hopper/Blackwell fast path of the two GEMM-shaped kernels, the forward LSE and the
-gradient slice: the portable kernels' math in the same order per element, built as
-Triton's persistent-matmul tutorial builds GEMMs (persistent grid, TMA descriptors that
-zero-fill past the edges, epilogue subtiles; docs/kernel.md, "The Hopper fast path").
-``eligible`` says where it runs; ``PERFSUITE_TMA=0`` turns it off (the ablation). The
-interpreter runs it too (host-side descriptors, fp64 dots).
+"""Hopper/Blackwell fast path of the forward LSE and the gradient slice: the portable
+kernels' math in the same order per element, on a persistent grid with TMA descriptors that
+zero-fill past the edges (docs/kernel.md, "The Hopper fast path"). ``PERFSUITE_TMA=0``
+turns it off; the interpreter runs it too (host-side descriptors, fp64 dots).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group
-(docs/kernel.md, "Vocab-parallel"). Each rank runs the kernel on its shard; two O(N)
-all-reduces combine the per-row statistics, so every rank computes the same loss, and the
-backward sums the fp32 dE across ranks. No logits cross ranks.
+"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group. Two
+O(N) all-reduces combine the shards' per-row statistics, and the backward one the fp32 dE;
+no logits cross ranks (docs/kernel.md, "Vocab-parallel").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Default backward: exact gradient slices and plain GEMMs, no atomics, no locks.
-
-Per vocab slice of ``width`` columns, in a fixed order: the exact gradient slice
-``G = (A·p − B·[v = y] − S·w_v)·(1 − t²)/σ`` in the inputs' dtype (terms.py's per-row
-coefficients; a Triton GEMM with the softmax in its epilogue, the cuBLAS route's epilogue
-or torch ops), then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` into its rows of dC. One
-fixed order of GEMM calls: bit-identical run to run. σ, a power of two, keeps fp16's
-``p·g`` from flushing to zero (docs/kernel.md, "How it works").
+"""Default backward: exact gradient slices and plain GEMMs, no atomics, no locks. Per vocab
+slice, in one fixed order (bit-identical run to run): the gradient slice
+``G = (A·p − B·[v = y] − S·w_v)·(1 − t²)/σ`` in the inputs' dtype (terms.py), then
+``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` (docs/kernel.md, "How it works").
 """
 
 from __future__ import annotations

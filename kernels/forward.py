@@ -248,19 +248,16 @@ def lse_forward(
     part = torch.empty(
         (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
     )
-    max_part, sum_part = part[0], part[1]
     smooth_part = part[2] if smoothing else None
     avg = torch.zeros(vocab, device=e.device, dtype=torch.float32) if logit_avg else None
-    tmax = (
-        torch.empty((n_rows, num_tiles), device=e.device, dtype=torch.bfloat16)
-        if tile_width
-        else None
-    )
+    tmax = None
+    if tile_width:
+        tmax = torch.empty((n_rows, num_tiles), device=e.device, dtype=torch.bfloat16)
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(n_rows, meta["BLOCK_N"]), splits)
 
-    args = (e, c, cbar, max_part, sum_part, smooth_part, avg, tmax, weight)
+    args = (e, c, cbar, part[0], part[1], smooth_part, avg, tmax, weight)
     args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
     strides = (*e.stride(), *c.stride())
     if tma:
@@ -272,9 +269,7 @@ def lse_forward(
     else:
         _forward[grid](*args, *strides, **cfg.launch("forward"))
 
-    row_max, log_sum, rel_sum = _combine(
-        max_part, sum_part, smooth_part, softcap, vocab, split_size, weight
-    )
+    row_max, log_sum, rel_sum = _combine(part, softcap, vocab, split_size, weight)
     # The target logit from a gathered dot (targets.py), not the vocab loop: selecting it
     # per tile held ~50 more registers live there (spills at 256×128 on Triton 3.9).
     target_logit = target_logits(e, c, targets, softcap)
@@ -289,15 +284,14 @@ def chunk_sums(weight: torch.Tensor, size: int, chunks: int) -> torch.Tensor:
 
 
 def _combine(
-    max_part: torch.Tensor,
-    sum_part: torch.Tensor,
-    smooth_part: torch.Tensor | None,
+    part: torch.Tensor,
     softcap: float | None,
     vocab: int,
     split_size: int,
-    weight: torch.Tensor | None = None,
+    weight: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-split (max, sum-exp, smoothing sums) to the row max, log-sum and Σ w(z − max)."""
+    """Per-split (max, sum-exp[, smoothing sums]) to the row max, log-sum and Σ w(z − max)."""
+    max_part, sum_part = part[0], part[1]
     row_max = max_part.amax(0)
     safe = torch.where(torch.isfinite(row_max), row_max, 0.0)
     if max_part.shape[0] == 1:
@@ -305,7 +299,8 @@ def _combine(
     else:
         log_sum = (sum_part * (max_part - safe).exp()).sum(0).log()
     rel_sum = None
-    if smooth_part is not None:
+    if part.shape[0] == 3:
+        smooth_part = part[2]
         splits = max_part.shape[0]
         # Σ_v w_v: V as a Python scalar (a kernel argument, no host-to-device copy), or
         # the class weights' device-side sum.

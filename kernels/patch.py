@@ -1,13 +1,9 @@
-"""``patch(model)``: a transformers causal LM trains on our loss in one line.
-
-The patched ``forward`` (an instance attribute; ``unpatch`` deletes it) runs the decoder
-and hands its last hidden states and ``lm_head.weight`` to ``linear_cross_entropy``, so
-training never builds the N×V logits. The rest is the model's own: the label shift (or
-``shift_labels``), ``num_items_in_batch``, ``logits_to_keep``, Gemma's
-``final_logit_softcapping``, the output class. Unlike transformers, an all-ignored batch
-has loss 0, not NaN. Patch before ``torch.compile``. Classes outside ``TESTED`` need
-``allow_untested=True``: one that rescales its logits (Cohere's ``logit_scale``) would
-silently lose that.
+"""``patch(model)``: a transformers causal LM trains on our loss in one line. The patched
+``forward`` (an instance attribute; ``unpatch`` deletes it) hands the decoder's last hidden
+states and ``lm_head.weight`` to ``linear_cross_entropy``; the rest (label shift, softcap,
+output) is the model's own, but an all-ignored batch has loss 0, not NaN. Classes outside
+``TESTED`` need ``allow_untested=True``: one that rescales its logits (Cohere's
+``logit_scale``) would silently lose that.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from .configs import GROUP_N, autotune_enabled, autotune_space, interpreting, pi
 from .forward import ForwardResult, dot_precision
 from .reductions import column_sum
 from .slices import row_chunks
-from .tiles import TileList
+from .tiles import TileList, build_tile_list, row_thresholds
 
 
 def native_atomics(buf: torch.Tensor) -> bool:
@@ -207,6 +207,8 @@ def default_filter_eps(dtype: torch.dtype) -> float:
 
 # Lock arrays are sized for the smallest tiles any config may use.
 _MIN_BLOCK = 16
+# The last backward's tile list (benchmarks read its launched fraction).
+LAST_TILES: list[TileList | None] = [None]
 
 
 def lce_backward(
@@ -217,9 +219,6 @@ def lce_backward(
     g: torch.Tensor,
     *,
     cbar: torch.Tensor | None,
-    row_eps: torch.Tensor | None,
-    order: torch.Tensor | None,
-    tiles: TileList | None,
     p,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``
@@ -228,6 +227,36 @@ def lce_backward(
     precision), dC in the dtype unless ``p.accum_fp32``."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
+    sizes = (n_rows, vocab, dim)
+    # CCE's vocab sorting: tiles by decreasing average logit, so filtered tiles cluster.
+    order = None
+    if s.logit_avg is not None:
+        order = torch.argsort(s.logit_avg, descending=True).to(torch.int32)
+    tiles = row_eps = None
+    if s.tile_lse is not None and p.filter_eps is not None:
+        # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.
+        cfg = pinned_config("backward", e.dtype, e.device, sizes)
+        extra = cfg.block_v * p.beta / vocab if p.softcap is not None else 0.0
+        tau = row_thresholds(
+            s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
+        )
+        tiles = build_tile_list(
+            s.tile_lse,
+            s.tile_width,
+            s.row_max,
+            s.log_sum,
+            g,
+            tau,
+            vocab=vocab,
+            block_n=cfg.block_n,
+            block_v=cfg.block_v,
+            group=GROUP_N,
+            extra=extra,
+        )
+    elif p.filter_eps is not None:
+        # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
+        row_eps = torch.full_like(g, p.filter_eps)
+    LAST_TILES[0] = tiles
     beta, softcap, row_max, log_sum = p.beta, p.softcap, s.row_max, s.log_sum
     smooth_w = beta / vocab
     # The target part's weight per row, (1−β)·∂z_y/∂l_y: (1−β)(1 − tanh²) with softcap.
@@ -254,7 +283,6 @@ def lce_backward(
     for part in row_chunks(n_rows):
         de[part].addcmul_(weights[part], c.index_select(0, rows[part]), value=-1.0)
 
-    sizes = (n_rows, vocab, dim)
     cfg = None if autotune_enabled() else pinned_config("backward", e.dtype, e.device, sizes)
     n_dd = triton.cdiv(dim, _MIN_BLOCK)
     locks = torch.zeros(

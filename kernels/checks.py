@@ -5,35 +5,37 @@ there the check is a queued ``torch._assert_async``."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import torch
 
 
-def _check(bad: torch.Tensor, message: Callable[[], str]) -> None:
-    """``ValueError(message())`` where any of ``bad`` holds: eagerly on CPU or with
-    ``PERFSUITE_DEBUG=1`` (a sync), else a device assert at the next sync."""
-    if bad.device.type == "cpu" or os.environ.get("PERFSUITE_DEBUG", "0") == "1":
+def _debug() -> bool:
+    return os.environ.get("PERFSUITE_DEBUG", "0") == "1"
+
+
+def check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
+    """Range check: eager on CPU, else a device assert at the next sync, unless
+    ``PERFSUITE_DEBUG=1`` (a sync, then ``ValueError`` at once)."""
+    bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
+    if targets.device.type == "cpu" or _debug():
         if bool(bad.any()):
-            raise ValueError(message())
+            first = targets[bad][0].item()
+            raise ValueError(
+                f"targets out of range: {first} not in [0, {vocab}) and not ignore_index="
+                f"{ignore_index}"
+            )
     else:
         torch._assert_async(~bad.any())
 
 
-def check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
-    """Every target in [0, vocab) or ``ignore_index``."""
-    bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
-    _check(
-        bad,
-        lambda: (
-            f"targets out of range: {targets[bad][0].item()} not in [0, {vocab}) and not "
-            f"ignore_index={ignore_index}"
-        ),
-    )
-
-
 def check_weight_values(weight: torch.Tensor | None) -> None:
-    """Class weights finite and ≥ 0."""
-    if weight is not None:
-        bad = ~torch.isfinite(weight) | (weight < 0)
-        _check(bad, lambda: "weight must be finite and >= 0 (a negative class weight)")
+    """Class weights finite and ≥ 0: eagerly on CPU (or PERFSUITE_DEBUG=1), else a device
+    assert."""
+    if weight is None:
+        return
+    bad = ~torch.isfinite(weight) | (weight < 0)
+    if weight.device.type == "cpu" or _debug():
+        if bool(bad.any()):
+            raise ValueError("weight must be finite and >= 0 (a negative class weight)")
+    else:
+        torch._assert_async(~bad.any())

@@ -10,14 +10,12 @@ from typing import Any
 import torch
 
 from . import terms
-from .backward import GROUP_N, lce_backward
-from .configs import pinned_config
+from .backward import LAST_TILES, lce_backward  # noqa: F401 (read as function.LAST_TILES)
 from .cublas_route import cublas_forward
 from .forward import ForwardResult, lse_forward
 from .native import torch_forward
 from .reductions import column_sum
 from .slices import slices_backward
-from .tiles import TileList, build_tile_list, row_thresholds
 
 
 @dataclass(frozen=True)
@@ -79,10 +77,6 @@ def _forward(
     return out, cbar
 
 
-# The last backward's tile list (benchmarks read its launched fraction).
-LAST_TILES: list[TileList | None] = [None]
-
-
 def _grads(
     e: torch.Tensor,
     c: torch.Tensor,
@@ -96,39 +90,7 @@ def _grads(
     if p.backward == "slices":
         return slices_backward(e, c, targets, s.row_max, s.log_sum, k, p=p, weight=weight)
     # The tile backward: plain cross-entropy only (api refuses weights and z-loss there).
-    g = k.prob
-    # CCE's vocab sorting: tiles by decreasing average logit, so filtered tiles cluster.
-    order = None
-    if s.logit_avg is not None:
-        order = torch.argsort(s.logit_avg, descending=True).to(torch.int32)
-    tiles = row_eps = None
-    if s.tile_lse is not None and p.filter_eps is not None:
-        # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.
-        cfg = pinned_config("backward", e.dtype, e.device, (e.shape[0], c.shape[0], e.shape[1]))
-        extra = cfg.block_v * p.beta / c.shape[0] if p.softcap is not None else 0.0
-        tau = row_thresholds(
-            s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
-        )
-        tiles = build_tile_list(
-            s.tile_lse,
-            s.tile_width,
-            s.row_max,
-            s.log_sum,
-            g,
-            tau,
-            vocab=c.shape[0],
-            block_n=cfg.block_n,
-            block_v=cfg.block_v,
-            group=GROUP_N,
-            extra=extra,
-        )
-    elif p.filter_eps is not None:
-        # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
-        row_eps = torch.full_like(g, p.filter_eps)
-    LAST_TILES[0] = tiles
-    return lce_backward(
-        e, c, targets, s, g, cbar=cbar, row_eps=row_eps, order=order, tiles=tiles, p=p
-    )
+    return lce_backward(e, c, targets, s, k.prob, cbar=cbar, p=p)
 
 
 def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:

@@ -222,9 +222,8 @@ def lce_backward(
     p,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``
-    (fp32 (N,), 0 at ignored rows), from the forward's ``s`` and ``p`` (function.Params).
-    dE accumulates in fp32 (16-bit read-modify-writes over thousands of tiles lose
-    precision), dC in the dtype unless ``p.accum_fp32``."""
+    from the forward's ``s`` and ``p`` (function.Params). dE accumulates in fp32 (16-bit
+    read-modify-writes over thousands of tiles lose precision), dC too with ``accum_fp32``."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
     sizes = (n_rows, vocab, dim)

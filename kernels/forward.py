@@ -160,10 +160,9 @@ def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
 
 @dataclass
 class ForwardResult:
-    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum`` so ``max − z`` cancels
-    a common logit offset exactly. ``rel_sum``: Σ_v w_v (z − row_max) when smoothing;
-    ``logit_avg`` (V,): vocab sorting's; ``tile_lse`` (N, ⌈V/tile_width⌉) bf16: each
-    row's log-sum-exp per vocab tile (tiles.py)."""
+    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum`` so ``max − z`` cancels a
+    common logit offset exactly; ``rel_sum``: Σ_v w_v (z − row_max) when smoothing;
+    ``logit_avg``: vocab sorting's; ``tile_lse``: bf16 per-row LSE per vocab tile."""
 
     row_max: torch.Tensor
     log_sum: torch.Tensor

@@ -1,6 +1,5 @@
-"""The autograd Function of the paths the custom op (op.py) does not take: split or fused,
-the tile backward, vocab-parallel's pieces. It saves O(N + V + D) beyond its inputs,
-plus the per-tile LSEs with the tile list."""
+"""The autograd Function of the paths the custom op (op.py) does not take: fused, the tile
+backward, and the pieces vocab-parallel shares."""
 
 from __future__ import annotations
 
@@ -100,10 +99,8 @@ def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """The forward kernel, then either a recomputing backward (split) or, with ``p.fused``,
-    dE/dC computed in the forward call for upstream gradient 1 and scaled in backward
-    (``reduction="none"``'s per-row upstream gradient waits for backward; under
-    ``torch.no_grad()`` no gradient pass runs)."""
+    """The forward kernel, then a recomputing backward, or with ``p.fused`` (but for
+    ``reduction="none"``) dE/dC computed in the forward call and scaled in backward."""
 
     @staticmethod
     def forward(

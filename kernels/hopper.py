@@ -343,10 +343,9 @@ def eligible(
     dtype: torch.dtype,
     operands: Sequence[tuple[int, int, int]],
 ) -> bool:
-    """Whether the TMA kernels can run, testable without a GPU: capability (major, minor)
-    9.x or 10.x (consumer Blackwell's shared memory holds no such pipeline; None off
-    CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column stride)
-    in elements TMA-ready: 16-byte aligned base and row stride, contiguous rows."""
+    """Whether the TMA kernels can run (testable without a GPU): capability 9.x or 10.x
+    (None off CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column
+    stride) in elements 16-byte aligned with contiguous rows."""
     if (
         capability is None
         or capability[0] not in (9, 10)
@@ -388,10 +387,8 @@ _RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+
 def fitting_ctas(
     registers: int, shared: int, num_warps: int, tmem: int = 0, arch: str = "sm_100"
 ) -> int:
-    """CTAs of one build resident on an SM (0 when one does not fit), from its registers
-    (allocated per warp in units of 256), threads, shared memory (+1 KiB each) and
-    tensor-memory columns, at ``arch``'s limits (the default's are sm_90's too, but for
-    tensor memory); ``perfsuite kernel-report`` uses it too."""
+    """CTAs of one build resident on an SM at ``arch``'s limits (0 when one does not fit);
+    registers are allocated per warp in units of 256. ``perfsuite kernel-report`` uses it."""
     lim = LIMITS[arch]
     if shared > lim["smem_cta"] or registers > 255 or tmem > lim["tmem"]:
         return 0
@@ -416,9 +413,8 @@ _RESIDENT: dict[tuple, int] = {}
 
 
 def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConfig, *args):
-    """Launch ``kernel`` on a persistent grid of one full wave: SMs × the CTAs of this
-    build that fit on an SM (the config's ``ctas_per_sm`` until the loaded build says).
-    Work is split the same way whatever the grid, so results do not depend on it."""
+    """Launch ``kernel`` on one full wave: SMs × the CTAs of this build that fit on an SM
+    (the config's ``ctas_per_sm`` until the loaded build says); results never depend on it."""
     key = (*key, cfg)  # a forced config (use_config) is another build
     ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
     compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(f"{key[0]}_tma"))

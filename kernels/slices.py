@@ -243,10 +243,8 @@ def bytes_per_column(
 
 
 def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
-    """Columns per slice: the fewest slices the budget allows, as even as whole
-    ``WIDTH_GRAIN``-column grains let them be, never below one grain (docs/kernel.md,
-    "Slice geometry"). ``None``: ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's
-    cost, whichever is less."""
+    """Columns per slice: the fewest, most even slices of whole ``WIDTH_GRAIN`` grains the
+    budget allows (None: ``DEFAULT_BUDGET`` or a sixteenth of V's cost, whichever is less)."""
     if budget is None:
         budget = min(DEFAULT_BUDGET, per_column * triton.cdiv(vocab, 16))
     columns = budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN

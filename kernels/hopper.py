@@ -470,14 +470,12 @@ def grad_slice(
     cfg = pinned_config("slices", e.dtype, e.device, (n_rows, width, dim), tma=True)
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
-    weighted = weight is not None and k.smooth is not None
-    sub = cfg.block_v // slice_subtiles(weighted)
+    sub = cfg.block_v // slice_subtiles(weight is not None)
     out_desc = TensorDescriptor.from_tensor(out, [cfg.block_n, sub])
     tiles = triton.cdiv(n_rows, cfg.block_n) * triton.cdiv(width, cfg.block_v)
-    flags = (k.smooth is not None, p.softcap is not None, weighted)
+    flags = (k.smooth is not None, p.softcap is not None, weight is not None)
     _launch(
         _grad_slice, ("slices", e.device, e.dtype, *flags), tiles, e.device, cfg,
         e_desc, c_desc, out_desc, row_max, log_sum, k.prob, k.target, k.smooth,
-        weight if weighted else None,  # only the smoothing term reads it
-        targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
+        weight, targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
     )  # fmt: skip

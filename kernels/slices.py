@@ -128,8 +128,7 @@ def _triton_grad_slice(
 
     _grad_slice[grid](
         e, c, row_max, log_sum, k.prob, k.target, k.smooth,
-        weight if k.smooth is not None else None,  # only the smoothing term reads it
-        targets.contiguous(),
+        weight, targets.contiguous(),
         inv_scale, out, p.softcap, n_rows, dim, v0, width,
         e.stride(0), e.stride(1), c.stride(0), c.stride(1), out.stride(0),
         **cfg.launch("slices"),
@@ -306,7 +305,8 @@ def slices_backward(
     spare = torch.empty_like(buf) if not fused and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not fused and half else None
     fast_half = half and _fp32_out_mm(e.device)
-    args = (e, c, targets, row_max, log_sum, k, weight, inv_scale)
+    w = weight if k.smooth is not None else None  # only the smoothing term reads it
+    args = (e, c, targets, row_max, log_sum, k, w, inv_scale)
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
         c_s = c[v0 : v0 + cols]

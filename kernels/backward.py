@@ -6,6 +6,8 @@ else. Updates: hardware atomics where native (``native_atomics``), else a spin l
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -188,16 +190,13 @@ def _backward_kernel(
 
 
 _backward = triton.heuristics(_HEURISTICS)(_backward_kernel)
-_backward_tuned: dict[tuple[bool, ...], object] = {}
 
 
+@functools.cache
 def _tuned(flags: tuple[bool, ...]):
     """An autotuner per variant; dE/dC are restored between trials (they accumulate)."""
-    if flags not in _backward_tuned:
-        _backward_tuned[flags] = triton.autotune(
-            autotune_space("backward"), key=["N", "V", "D"], restore_value=["dE", "dC"]
-        )(_backward)
-    return _backward_tuned[flags]
+    space = autotune_space("backward")
+    return triton.autotune(space, key=["N", "V", "D"], restore_value=["dE", "dC"])(_backward)
 
 
 def default_filter_eps(dtype: torch.dtype) -> float:

@@ -5,6 +5,7 @@ tiles and writes O(splits·N) partials that torch combines: no locks, no N×V bu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -139,7 +140,6 @@ def _forward_kernel(
 SPLIT_GRAIN = 256  # the largest BLOCK_V any GPU config uses
 
 _forward = triton.heuristics(_HEURISTICS)(_forward_kernel)
-_forward_tuned: dict[tuple[bool, ...], object] = {}
 
 
 def compiled_for_interpreter() -> bool:
@@ -147,15 +147,13 @@ def compiled_for_interpreter() -> bool:
     return type(_forward_kernel).__name__ == "InterpretedFunction"
 
 
+@functools.cache
 def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
     """An autotuner per variant (a shared one would time one variant for all);
     ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 zeroes ``None`` too)."""
-    if flags not in _forward_tuned:
-        reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
-        _forward_tuned[flags] = triton.autotune(
-            autotune_space("forward"), key=["N", "V", "D"], reset_to_zero=reset or None
-        )(_forward)
-    return _forward_tuned[flags]
+    reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
+    space = autotune_space("forward")
+    return triton.autotune(space, key=["N", "V", "D"], reset_to_zero=reset or None)(_forward)
 
 
 @dataclass

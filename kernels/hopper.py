@@ -400,14 +400,6 @@ def fitting_ctas(
     return min(by_regs, by_threads, by_smem, by_tmem, lim["ctas"])
 
 
-def grid_size(work: int, device: torch.device, ctas_per_sm: int) -> int:
-    """Programs of the persistent grid: one full wave (SMs × CTAs/SM), fewer only when
-    there is less work than that."""
-    if device.type != "cuda" or interpreting():
-        return max(1, min(work, INTERPRETER_PROGRAMS))
-    return max(1, min(work, _sm_count(device.index or 0) * ctas_per_sm))
-
-
 # CTAs/SM of each build, known once it has been loaded: (kernel, device, dtype, flags).
 _RESIDENT: dict[tuple, int] = {}
 
@@ -416,9 +408,12 @@ def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConf
     """Launch ``kernel`` on one full wave: SMs × the CTAs of this build that fit on an SM
     (the config's ``ctas_per_sm`` until the loaded build says); results never depend on it."""
     key = (*key, cfg)  # a forced config (use_config) is another build
-    ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
-    compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(f"{key[0]}_tma"))
-    if key not in _RESIDENT and device.type == "cuda" and not interpreting():
+    on_gpu = device.type == "cuda" and not interpreting()
+    programs = INTERPRETER_PROGRAMS
+    if on_gpu:
+        programs = _sm_count(device.index or 0) * _RESIDENT.get(key, cfg.ctas_per_sm)
+    compiled = kernel[(max(1, min(work, programs)),)](*args, **cfg.launch(f"{key[0]}_tma"))
+    if key not in _RESIDENT and on_gpu:
         meta = compiled.metadata
         tmem = int(getattr(meta, "tmem_size", 0) or 0)
         fit = fitting_ctas(compiled.n_regs, meta.shared, meta.num_warps, tmem)

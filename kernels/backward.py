@@ -283,17 +283,13 @@ def lce_backward(
 
     cfg = None if autotune_enabled() else pinned_config("backward", e.dtype, e.device, sizes)
     n_dd = triton.cdiv(dim, _MIN_BLOCK)
-    locks = torch.zeros(
-        (triton.cdiv(n_rows, _MIN_BLOCK) + triton.cdiv(vocab, _MIN_BLOCK)) * n_dd,
-        device=e.device,
-        dtype=torch.int32,
-    )
     split = triton.cdiv(n_rows, _MIN_BLOCK) * n_dd
+    size = split + triton.cdiv(vocab, _MIN_BLOCK) * n_dd
+    locks = torch.zeros(size, device=e.device, dtype=torch.int32)
     de_locks, dc_locks = locks[:split], locks[split:]
 
     def grid(meta: dict) -> tuple[int]:
-        pairs = triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(vocab, meta["BLOCK_V"])
-        return (pairs,)
+        return (triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(vocab, meta["BLOCK_V"]),)
 
     args = (
         e, c, row_max, log_sum, g, order,

@@ -21,9 +21,8 @@ from .tiles import TileList, build_tile_list, row_thresholds
 
 
 def native_atomics(buf: torch.Tensor) -> bool:
-    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add: fp32 anywhere, 16-bit on
-    sm_90+ (sm_80 lowers it to a CAS loop, dearer than the tile lock). The interpreter
-    takes the lock for 16-bit buffers, so CPU tests run it."""
+    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add: fp32 anywhere, 16-bit on sm_90+
+    (sm_80's CAS loop is dearer than the lock, which the interpreter runs for 16-bit)."""
     if buf.dtype == torch.float32:
         return True
     if buf.device.type != "cuda" or interpreting():

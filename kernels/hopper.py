@@ -59,9 +59,8 @@ _SLICE_HEURISTICS = {
 
 
 def slice_subtiles(weighted: bool) -> int:
-    """Epilogue subtiles per slice tile: quarters with class weights (their per-column
-    weights held next to the tile spilled at halves: Triton 3.7.1, sm_90a), else halves.
-    The output descriptor's block is BLOCK_V / this wide."""
+    """Epilogue subtiles per slice tile (the output descriptor's block: BLOCK_V / this):
+    quarters with class weights (halves spilled: Triton 3.7.1, sm_90a), else halves."""
     return 4 if weighted else 2
 
 

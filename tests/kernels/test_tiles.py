@@ -6,9 +6,8 @@ import pytest
 import torch
 from helpers import SMALL, grads, make_inputs
 
-from perfsuite.kernels import function
+from perfsuite.kernels import function, terms
 from perfsuite.kernels.configs import GROUP_N, KernelConfig, use_config
-from perfsuite.kernels.terms import coefficients, row_weights
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
 # Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
@@ -92,7 +91,7 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     )  # fmt: skip
     with use_config(**WIDE):
         out, _ = function._forward(e, c, t, None, p, needs_grad=True)
-        g = coefficients(row_weights(t, None, p, 600), out.lse, p, 600).prob
+        g = terms.coefficients(terms.row_weights(t, None, p, 600), out.lse, p, 600).prob
         extra = 64 * beta / 600 if softcap else 0.0
         tau = row_thresholds(
             out.tile_lse, out.row_max, out.log_sum,
@@ -106,10 +105,10 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     if softcap:
         th = torch.tanh(z / softcap)
         z = softcap * th
-    terms = torch.softmax(z, dim=1)
+    parts = torch.softmax(z, dim=1)
     if softcap:
-        terms = terms * (1 - th * th) + beta / 600 * th * th
-    big = (terms >= tau[:, None]) & (g != 0)[:, None]
+        parts = parts * (1 - th * th) + beta / 600 * th * th
+    big = (parts >= tau[:, None]) & (g != 0)[:, None]
     num_v = -(-600 // 64)
     padded = torch.zeros(48, num_v * 64, dtype=torch.bool, device=big.device)
     padded[:, :600] = big

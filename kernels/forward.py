@@ -255,16 +255,15 @@ def lse_forward(
         return (triton.cdiv(n_rows, meta["BLOCK_N"]), splits)
 
     args = (e, c, cbar, part[0], part[1], smooth_part, avg, tmax, weight)
-    args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
-    strides = (*e.stride(), *c.stride())
+    args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles, *e.stride(), *c.stride())
     if tma:
         hopper.launch_forward(e, c, cbar, part, weight, softcap, split_size, cfg)
     elif cfg is None:
         flags = (smoothing, softcap is not None, avg is not None, tmax is not None)
         flags += (weight is not None,)
-        _tuned(flags, avg is not None, tmax is not None)[grid](*args, *strides)
+        _tuned(flags, avg is not None, tmax is not None)[grid](*args)
     else:
-        _forward[grid](*args, *strides, **cfg.launch("forward"))
+        _forward[grid](*args, **cfg.launch("forward"))
 
     row_max, log_sum, rel_sum = _combine(part, softcap, vocab, split_size, weight)
     # The target logit from a gathered dot (targets.py), not the vocab loop: selecting it

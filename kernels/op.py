@@ -92,14 +92,3 @@ def _backward(ctx: Any, grad_loss: Tensor, grad_lse: Tensor | None, *_: Any) -> 
 
 
 lce_forward.register_autograd(_backward, setup_context=_setup_context)
-
-
-def linear_cross_entropy_op(
-    e: Tensor, c: Tensor, targets: Tensor, weight: Tensor | None, p: Params
-) -> tuple[Tensor, Tensor]:
-    """(loss, lse) through the custom op, from api's validated ``Params``."""
-    loss, lse, _, _ = lce_forward(
-        e, c, targets, weight, p.beta, p.softcap, p.ignore_index, p.reduction, p.z_loss,
-        p.engine, p.budget,
-    )  # fmt: skip
-    return loss, lse

@@ -11,31 +11,20 @@ from .api import _linear_cross_entropy
 
 
 def tiled_linear_cross_entropy(
-    e: torch.Tensor,
-    c: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    filter_eps: float | str | None = None,
-    sort_vocab: bool = True,
-    accum_fp32: bool = False,
-    tile_list: bool = True,
-    **options: Any,
+    e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, **options: Any
 ) -> torch.Tensor:
     """``linear_cross_entropy`` (same ``options``, but for class weights, z-loss,
     ``return_lse`` and ``vocab_parallel``: ``ValueError``) with the atomic-tile backward.
 
     Args:
-        filter_eps: gradient filtering (``None``: exact; "auto": CCE's
+        filter_eps: gradient filtering (``None``, the default: exact; "auto": CCE's
             ``finfo(dtype).eps / 32``). With ``tile_list``, the largest per-row threshold
             on a vocab tile's softmax mass, each row dropping at most ``eps / 8`` of
             probability (kernels/tiles.py); without, CCE's element filter (a tile whose
             terms all fall below it is skipped: lossy on heavy-tailed rows).
-        sort_vocab: with ``tile_list=False``, CCE's vocab sorting.
-        accum_fp32: also accumulate dC in fp32 for 16-bit inputs (V·D·4 bytes more).
-        tile_list: with filtering, launch only the (row block, vocab tile) pairs the
-            per-row mass budget keeps (N·⌈V/BLOCK_V⌉·2 bytes of per-tile LSEs).
+        sort_vocab: with ``tile_list=False``, CCE's vocab sorting (default True).
+        accum_fp32: also accumulate dC in fp32 for 16-bit inputs (V·D·4 bytes more; False).
+        tile_list: (default True) with filtering, launch only the (row block, vocab tile)
+            pairs the per-row mass budget keeps (N·⌈V/BLOCK_V⌉·2 bytes of per-tile LSEs).
     """
-    return _linear_cross_entropy(
-        e, c, targets, backward="tiles", filter_eps=filter_eps, sort_vocab=sort_vocab,
-        accum_fp32=accum_fp32, tile_list=tile_list, **options,
-    )  # fmt: skip
+    return _linear_cross_entropy(e, c, targets, backward="tiles", **options)

@@ -11,7 +11,7 @@ from .checks import check_targets_in_range, check_weight_values
 from .configs import DTYPE_NAMES, arch_of, interpreting
 from .forward import compiled_for_interpreter
 from .function import LinearCrossEntropyFunction, Params
-from .op import linear_cross_entropy_op
+from .op import lce_forward
 from .parallel import VocabParallel, VocabParallelFunction, shard_layout
 from .routes import route_for
 
@@ -257,8 +257,9 @@ def _linear_cross_entropy(
         zero = (e.sum() + c.sum()).float() * 0.0
         loss = zero.expand(batch_shape) if reduction == "none" else zero
         return (loss, zero.expand(batch_shape)) if return_lse else loss
-    if use_op:
-        out = linear_cross_entropy_op(e2, c, flat_targets, w, params)
+    if use_op:  # the options travel to the custom op as scalars
+        scalars = (params.beta, params.softcap, params.ignore_index, reduction, params.z_loss)
+        out = lce_forward(e2, c, flat_targets, w, *scalars, engine, memory_budget)[:2]
         out = out if return_lse else out[0]
     elif vocab_parallel is not None:
         out = VocabParallelFunction.apply(e2, c, flat_targets, w, params, vocab_parallel, vocab)

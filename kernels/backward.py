@@ -1,14 +1,12 @@
 """The tile backward (an ablation: kernels/ablations.py): recompute logit tiles and add
-their softmax part to dE/dC.
-
-A tile holds softmax terms only: the target part ``−(1−β)(1 − t_y²)·g`` and the rank-one
-smoothing part ``−(β/V)·g`` are exact and outside the tiles, in the launcher, so skipping a
-tile (gradient filtering; which pairs run: tiles.py) drops softmax mass and nothing else.
-Updates: relaxed hardware atomics for fp32 buffers and 16-bit ones on sm_90+, elsewhere a
-read-modify-write under one spin lock per (tile, D-chunk), rounded before the lock.
+their softmax part to dE/dC. The target and rank-one smoothing parts are exact and outside
+the tiles, so skipping a tile (gradient filtering: tiles.py) drops softmax mass and nothing
+else. Updates: hardware atomics where native (``native_atomics``), else a spin lock.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -19,13 +17,12 @@ from .configs import GROUP_N, autotune_enabled, autotune_space, interpreting, pi
 from .forward import ForwardResult, dot_precision
 from .reductions import column_sum
 from .slices import row_chunks
-from .tiles import TileList
+from .tiles import TileList, build_tile_list, row_thresholds
 
 
 def native_atomics(buf: torch.Tensor) -> bool:
-    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add: fp32 anywhere, 16-bit on
-    sm_90+ (sm_80 lowers it to a CAS loop, dearer than the tile lock). The interpreter
-    takes the lock for 16-bit buffers, so CPU tests run it."""
+    """Whether ``tl.atomic_add`` on ``buf`` is a hardware add: fp32 anywhere, 16-bit on sm_90+
+    (sm_80's CAS loop is dearer than the lock, which the interpreter runs for 16-bit)."""
     if buf.dtype == torch.float32:
         return True
     if buf.device.type != "cuda" or interpreting():
@@ -192,16 +189,13 @@ def _backward_kernel(
 
 
 _backward = triton.heuristics(_HEURISTICS)(_backward_kernel)
-_backward_tuned: dict[tuple[bool, ...], object] = {}
 
 
+@functools.cache
 def _tuned(flags: tuple[bool, ...]):
     """An autotuner per variant; dE/dC are restored between trials (they accumulate)."""
-    if flags not in _backward_tuned:
-        _backward_tuned[flags] = triton.autotune(
-            autotune_space("backward"), key=["N", "V", "D"], restore_value=["dE", "dC"]
-        )(_backward)
-    return _backward_tuned[flags]
+    space = autotune_space("backward")
+    return triton.autotune(space, key=["N", "V", "D"], restore_value=["dE", "dC"])(_backward)
 
 
 def default_filter_eps(dtype: torch.dtype) -> float:
@@ -211,6 +205,8 @@ def default_filter_eps(dtype: torch.dtype) -> float:
 
 # Lock arrays are sized for the smallest tiles any config may use.
 _MIN_BLOCK = 16
+# The last backward's tile list (benchmarks read its launched fraction).
+LAST_TILES: list[TileList | None] = [None]
 
 
 def lce_backward(
@@ -221,17 +217,43 @@ def lce_backward(
     g: torch.Tensor,
     *,
     cbar: torch.Tensor | None,
-    row_eps: torch.Tensor | None,
-    order: torch.Tensor | None,
-    tiles: TileList | None,
     p,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dE (N, D) and dC (V, D) in the inputs' dtypes for per-row upstream gradients ``g``
-    (fp32 (N,), 0 at ignored rows), from the forward's ``s`` and ``p`` (function.Params).
-    dE accumulates in fp32 (16-bit read-modify-writes over thousands of tiles lose
-    precision), dC in the dtype unless ``p.accum_fp32``."""
+    from the forward's ``s`` and ``p`` (function.Params). dE accumulates in fp32 (16-bit
+    read-modify-writes over thousands of tiles lose precision), dC too with ``accum_fp32``."""
     n_rows, dim = e.shape
     vocab = c.shape[0]
+    sizes = (n_rows, vocab, dim)
+    # CCE's vocab sorting: tiles by decreasing average logit, so filtered tiles cluster.
+    order = None
+    if s.logit_avg is not None:
+        order = torch.argsort(s.logit_avg, descending=True).to(torch.int32)
+    tiles = row_eps = None
+    if s.tile_lse is not None and p.filter_eps is not None:
+        # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.
+        cfg = pinned_config("backward", e.dtype, e.device, sizes)
+        extra = cfg.block_v * p.beta / vocab if p.softcap is not None else 0.0
+        tau = row_thresholds(
+            s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
+        )
+        tiles = build_tile_list(
+            s.tile_lse,
+            s.tile_width,
+            s.row_max,
+            s.log_sum,
+            g,
+            tau,
+            vocab=vocab,
+            block_n=cfg.block_n,
+            block_v=cfg.block_v,
+            group=GROUP_N,
+            extra=extra,
+        )
+    elif p.filter_eps is not None:
+        # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
+        row_eps = torch.full_like(g, p.filter_eps)
+    LAST_TILES[0] = tiles
     beta, softcap, row_max, log_sum = p.beta, p.softcap, s.row_max, s.log_sum
     smooth_w = beta / vocab
     # The target part's weight per row, (1−β)·∂z_y/∂l_y: (1−β)(1 − tanh²) with softcap.
@@ -258,20 +280,15 @@ def lce_backward(
     for part in row_chunks(n_rows):
         de[part].addcmul_(weights[part], c.index_select(0, rows[part]), value=-1.0)
 
-    sizes = (n_rows, vocab, dim)
     cfg = None if autotune_enabled() else pinned_config("backward", e.dtype, e.device, sizes)
     n_dd = triton.cdiv(dim, _MIN_BLOCK)
-    locks = torch.zeros(
-        (triton.cdiv(n_rows, _MIN_BLOCK) + triton.cdiv(vocab, _MIN_BLOCK)) * n_dd,
-        device=e.device,
-        dtype=torch.int32,
-    )
     split = triton.cdiv(n_rows, _MIN_BLOCK) * n_dd
+    size = split + triton.cdiv(vocab, _MIN_BLOCK) * n_dd
+    locks = torch.zeros(size, device=e.device, dtype=torch.int32)
     de_locks, dc_locks = locks[:split], locks[split:]
 
     def grid(meta: dict) -> tuple[int]:
-        pairs = triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(vocab, meta["BLOCK_V"])
-        return (pairs,)
+        return (triton.cdiv(n_rows, meta["BLOCK_N"]) * triton.cdiv(vocab, meta["BLOCK_V"]),)
 
     args = (
         e, c, row_max, log_sum, g, order,

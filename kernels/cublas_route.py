@@ -1,9 +1,7 @@
 """The cuBLAS route (``engine="cublas"``): per vocab slice, fp32 logits from cuBLAS, then
-one Triton epilogue: ``_lse_epilogue_kernel`` folds the slice into the running per-row
-state in column order (exact, no atomics), ``_grad_epilogue_kernel`` writes the gradient
-slice with the Triton route's epilogue (``common.grad_tile``), and ``slices_backward``'s
-GEMMs follow. It trades the fused GEMMs for cuBLAS's at the price of one more fp32 slice
-round trip (docs/kernel.md, "Routes"); ``routes.route_for`` picks it or not.
+one Triton epilogue that folds the slice into the per-row LSE state in column order or
+writes the gradient slice (``common.grad_tile``): cuBLAS's GEMMs for one more fp32 slice
+round trip (docs/kernel.md, "Routes").
 """
 
 from __future__ import annotations
@@ -28,16 +26,15 @@ from .targets import target_logits
 # Epilogue tiles of these memory-bound passes: the LSE pass keeps one program per row
 # block for the whole slice (the merge's fixed order), so its row blocks are small. 8×256
 # with 4 warps: 80 and 86 registers on sm_90a, no spill (32×256 spilled); not yet timed.
-LSE_BLOCK = (8, 256)
-GRAD_BLOCK = (8, 256)
+BLOCK = (8, 256)
 NUM_WARPS = 4
 # The interpreter's blocks: few, large programs (each costs Python time).
 INTERPRETER_BLOCK = (64, 512)
 
 
-def _blocks(tiles: tuple[int, int], n_rows: int, width: int) -> tuple[int, int]:
+def _blocks(n_rows: int, width: int) -> tuple[int, int]:
     """(BLOCK_N, BLOCK_V) for a launch, shrunk to the problem (at least 8 and 16)."""
-    block_n, block_v = INTERPRETER_BLOCK if interpreting() else tiles
+    block_n, block_v = INTERPRETER_BLOCK if interpreting() else BLOCK
     return fit(block_n, n_rows, 8), fit(block_v, width)
 
 
@@ -186,7 +183,7 @@ def cublas_forward(
     if w is not None:  # Σ w over the columns before each slice, on the device (no host sync)
         totals = chunk_sums(w, width, triton.cdiv(vocab, width))
         seen = torch.cat([totals.new_zeros(1), totals[:-1]]).cumsum(0)
-    block_n, block_v = _blocks(LSE_BLOCK, n_rows, width)
+    block_n, block_v = _blocks(n_rows, width)
     grid = (triton.cdiv(n_rows, block_n),)
     for s, v0 in enumerate(range(0, vocab, width)):
         cols = min(width, vocab - v0)
@@ -207,11 +204,10 @@ def grad_slice(
     front of ``logits`` (N, the slice width), then the gradient epilogue into ``out``."""
     n_rows, cols = out.shape
     z = logit_slice(slab(logits, cols), e, c[v0 : v0 + cols])
-    block_n, block_v = _blocks(GRAD_BLOCK, n_rows, logits.shape[1])
+    block_n, block_v = _blocks(n_rows, logits.shape[1])
     grid = (triton.cdiv(n_rows, block_n), triton.cdiv(cols, block_v))
-    w = weight if k.smooth is not None else None  # only the smoothing term reads it
     _grad_epilogue_kernel[grid](
-        z, out, row_max, log_sum, k.prob, k.target, k.smooth, w, targets.contiguous(),
+        z, out, row_max, log_sum, k.prob, k.target, k.smooth, weight, targets.contiguous(),
         inv, p.softcap, n_rows, v0, cols, z.stride(0), out.stride(0),
         BLOCK_N=block_n, BLOCK_V=block_v, num_warps=NUM_WARPS,
     )  # fmt: skip

@@ -1,13 +1,11 @@
-"""Forward stage: per row, the LSE (as row max and log-sum) and the smoothing sum.
-
-Grid = (row blocks, vocab splits); each program keeps an online (max, sum-exp) per row
-over its vocab tiles and writes O(splits·N) partials that torch combines: no locks, no
-N×V buffer. Without softcap the smoothing sum is ``E_n·c̄`` (split 0), with it tile by
-tile.
+"""Forward stage: per row, the LSE (as row max and log-sum) and the smoothing sum. Grid =
+(row blocks, vocab splits); each program keeps an online (max, sum-exp) per row over its
+tiles and writes O(splits·N) partials that torch combines: no locks, no N×V buffer.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -142,7 +140,6 @@ def _forward_kernel(
 SPLIT_GRAIN = 256  # the largest BLOCK_V any GPU config uses
 
 _forward = triton.heuristics(_HEURISTICS)(_forward_kernel)
-_forward_tuned: dict[tuple[bool, ...], object] = {}
 
 
 def compiled_for_interpreter() -> bool:
@@ -150,23 +147,20 @@ def compiled_for_interpreter() -> bool:
     return type(_forward_kernel).__name__ == "InterpretedFunction"
 
 
+@functools.cache
 def _tuned(flags: tuple[bool, ...], has_avg: bool, has_tile_lse: bool):
     """An autotuner per variant (a shared one would time one variant for all);
     ``reset_to_zero`` names only buffers that exist (Triton <= 3.7 zeroes ``None`` too)."""
-    if flags not in _forward_tuned:
-        reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
-        _forward_tuned[flags] = triton.autotune(
-            autotune_space("forward"), key=["N", "V", "D"], reset_to_zero=reset or None
-        )(_forward)
-    return _forward_tuned[flags]
+    reset = (["LogitAvg"] if has_avg else []) + (["TileLSE"] if has_tile_lse else [])
+    space = autotune_space("forward")
+    return triton.autotune(space, key=["N", "V", "D"], reset_to_zero=reset or None)(_forward)
 
 
 @dataclass
 class ForwardResult:
-    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum`` so ``max − z`` cancels
-    a common logit offset exactly. ``rel_sum``: Σ_v w_v (z − row_max) when smoothing;
-    ``logit_avg`` (V,): vocab sorting's; ``tile_lse`` (N, ⌈V/tile_width⌉) bf16: each
-    row's log-sum-exp per vocab tile (tiles.py)."""
+    """Per-row fp32 outputs, the LSE kept as ``row_max + log_sum`` so ``max − z`` cancels a
+    common logit offset exactly; ``rel_sum``: Σ_v w_v (z − row_max) when smoothing;
+    ``logit_avg``: vocab sorting's; ``tile_lse``: bf16 per-row LSE per vocab tile."""
 
     row_max: torch.Tensor
     log_sum: torch.Tensor
@@ -251,33 +245,27 @@ def lse_forward(
     part = torch.empty(
         (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
     )
-    max_part, sum_part = part[0], part[1]
     smooth_part = part[2] if smoothing else None
     avg = torch.zeros(vocab, device=e.device, dtype=torch.float32) if logit_avg else None
-    tmax = (
-        torch.empty((n_rows, num_tiles), device=e.device, dtype=torch.bfloat16)
-        if tile_width
-        else None
-    )
+    tmax = None
+    if tile_width:
+        tmax = torch.empty((n_rows, num_tiles), device=e.device, dtype=torch.bfloat16)
 
     def grid(meta: dict) -> tuple[int, int]:
         return (triton.cdiv(n_rows, meta["BLOCK_N"]), splits)
 
-    args = (e, c, cbar, max_part, sum_part, smooth_part, avg, tmax, weight)
-    args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles)
-    strides = (*e.stride(), *c.stride())
+    args = (e, c, cbar, part[0], part[1], smooth_part, avg, tmax, weight)
+    args += (softcap, 1.0 / n_rows, *sizes, split_size, num_tiles, *e.stride(), *c.stride())
     if tma:
         hopper.launch_forward(e, c, cbar, part, weight, softcap, split_size, cfg)
     elif cfg is None:
         flags = (smoothing, softcap is not None, avg is not None, tmax is not None)
         flags += (weight is not None,)
-        _tuned(flags, avg is not None, tmax is not None)[grid](*args, *strides)
+        _tuned(flags, avg is not None, tmax is not None)[grid](*args)
     else:
-        _forward[grid](*args, *strides, **cfg.launch("forward"))
+        _forward[grid](*args, **cfg.launch("forward"))
 
-    row_max, log_sum, rel_sum = _combine(
-        max_part, sum_part, smooth_part, softcap, vocab, split_size, weight
-    )
+    row_max, log_sum, rel_sum = _combine(part, softcap, vocab, split_size, weight)
     # The target logit from a gathered dot (targets.py), not the vocab loop: selecting it
     # per tile held ~50 more registers live there (spills at 256×128 on Triton 3.9).
     target_logit = target_logits(e, c, targets, softcap)
@@ -292,15 +280,14 @@ def chunk_sums(weight: torch.Tensor, size: int, chunks: int) -> torch.Tensor:
 
 
 def _combine(
-    max_part: torch.Tensor,
-    sum_part: torch.Tensor,
-    smooth_part: torch.Tensor | None,
+    part: torch.Tensor,
     softcap: float | None,
     vocab: int,
     split_size: int,
-    weight: torch.Tensor | None = None,
+    weight: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per-split (max, sum-exp, smoothing sums) to the row max, log-sum and Σ w(z − max)."""
+    """Per-split (max, sum-exp[, smoothing sums]) to the row max, log-sum and Σ w(z − max)."""
+    max_part, sum_part = part[0], part[1]
     row_max = max_part.amax(0)
     safe = torch.where(torch.isfinite(row_max), row_max, 0.0)
     if max_part.shape[0] == 1:
@@ -308,7 +295,8 @@ def _combine(
     else:
         log_sum = (sum_part * (max_part - safe).exp()).sum(0).log()
     rel_sum = None
-    if smooth_part is not None:
+    if part.shape[0] == 3:
+        smooth_part = part[2]
         splits = max_part.shape[0]
         # Σ_v w_v: V as a Python scalar (a kernel argument, no host-to-device copy), or
         # the class weights' device-side sum.

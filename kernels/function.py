@@ -1,6 +1,5 @@
-"""The autograd Function of the paths the custom op (op.py) does not take: split or fused,
-the tile backward, vocab-parallel's pieces. It saves O(N + V + D) beyond its inputs,
-plus the per-tile LSEs with the tile list."""
+"""The autograd Function of the paths the custom op (op.py) does not take: fused, the tile
+backward, and the pieces vocab-parallel shares."""
 
 from __future__ import annotations
 
@@ -10,14 +9,12 @@ from typing import Any
 import torch
 
 from . import terms
-from .backward import GROUP_N, lce_backward
-from .configs import pinned_config
+from .backward import LAST_TILES, lce_backward  # noqa: F401 (read as function.LAST_TILES)
 from .cublas_route import cublas_forward
 from .forward import ForwardResult, lse_forward
 from .native import torch_forward
 from .reductions import column_sum
 from .slices import slices_backward
-from .tiles import TileList, build_tile_list, row_thresholds
 
 
 @dataclass(frozen=True)
@@ -41,10 +38,6 @@ class Params:
     z_loss: float = 0.0
     return_lse: bool = False
     fused: bool = False
-
-
-def _valid(targets: torch.Tensor, p: Params) -> torch.Tensor:
-    return targets != p.ignore_index
 
 
 def _forward(
@@ -83,56 +76,6 @@ def _forward(
     return out, cbar
 
 
-def _row_weights(
-    targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """The validity mask, w[y] and Σ w (None without class weights)."""
-    valid = _valid(targets, p)
-    wy = terms.target_weights(targets, valid, weight, vocab)
-    return valid, wy, None if weight is None else weight.sum()
-
-
-def _losses(
-    out: ForwardResult, targets: torch.Tensor, weight: torch.Tensor | None, p: Params, vocab: int
-) -> torch.Tensor:
-    """The reduced loss from either engine's forward."""
-    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
-    ce = terms.ce_rows(
-        out.row_max, out.log_sum, out.target_logit, out.rel_sum, valid,
-        beta=p.beta, vocab=vocab, wy=wy, wsum=wsum,
-    )  # fmt: skip
-    zl = terms.z_rows(out.lse, valid, p.z_loss)
-    return terms.reduce(ce, zl, valid, p.reduction, wy)
-
-
-def _coefficients(
-    targets: torch.Tensor,
-    weight: torch.Tensor | None,
-    lse: torch.Tensor,
-    p: Params,
-    vocab: int,
-    grad_out: torch.Tensor | None,
-    grad_lse: torch.Tensor | None = None,
-) -> terms.Coefficients:
-    valid, wy, wsum = _row_weights(targets, weight, p, vocab)
-    return terms.coefficients(
-        valid,
-        lse,
-        beta=p.beta,
-        vocab=vocab,
-        reduction=p.reduction,
-        z_loss=p.z_loss,
-        wy=wy,
-        wsum=wsum,
-        grad_out=grad_out,
-        grad_lse=grad_lse,
-    )
-
-
-# The last backward's tile list (benchmarks read its launched fraction).
-LAST_TILES: list[TileList | None] = [None]
-
-
 def _grads(
     e: torch.Tensor,
     c: torch.Tensor,
@@ -146,53 +89,7 @@ def _grads(
     if p.backward == "slices":
         return slices_backward(e, c, targets, s.row_max, s.log_sum, k, p=p, weight=weight)
     # The tile backward: plain cross-entropy only (api refuses weights and z-loss there).
-    g = k.prob
-    # CCE's vocab sorting: tiles by decreasing average logit, so filtered tiles cluster.
-    order = None
-    if s.logit_avg is not None:
-        order = torch.argsort(s.logit_avg, descending=True).to(torch.int32)
-    tiles = row_eps = None
-    if s.tile_lse is not None and p.filter_eps is not None:
-        # Tile list (tiles.py): a per-row mass budget decides; no in-kernel filter.
-        cfg = pinned_config("backward", e.dtype, e.device, (e.shape[0], c.shape[0], e.shape[1]))
-        extra = cfg.block_v * p.beta / c.shape[0] if p.softcap is not None else 0.0
-        tau = row_thresholds(
-            s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
-        )
-        tiles = build_tile_list(
-            s.tile_lse,
-            s.tile_width,
-            s.row_max,
-            s.log_sum,
-            g,
-            tau,
-            vocab=c.shape[0],
-            block_n=cfg.block_n,
-            block_v=cfg.block_v,
-            group=GROUP_N,
-            extra=extra,
-        )
-    elif p.filter_eps is not None:
-        # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
-        row_eps = torch.full_like(g, p.filter_eps)
-    LAST_TILES[0] = tiles
-    return lce_backward(
-        e, c, targets, s, g, cbar=cbar, row_eps=row_eps, order=order, tiles=tiles, p=p
-    )
-
-
-def _save(ctx: Any, s: ForwardResult, cbar: torch.Tensor | None, *tensors: Any) -> None:
-    """What the backward needs besides e, c, targets: O(N + V + D), plus the tile bound."""
-    ctx.save_for_backward(
-        *tensors, s.row_max, s.log_sum, s.target_logit, cbar, s.logit_avg, s.tile_lse
-    )
-    ctx.tile_width = s.tile_width
-
-
-def _load(ctx: Any) -> tuple[list[torch.Tensor], ForwardResult, torch.Tensor | None]:
-    *tensors, row_max, log_sum, target_logit, cbar, logit_avg, tile_lse = ctx.saved_tensors
-    saved = ForwardResult(row_max, log_sum, target_logit, None, logit_avg, tile_lse, ctx.tile_width)
-    return tensors, saved, cbar
+    return lce_backward(e, c, targets, s, k.prob, cbar=cbar, p=p)
 
 
 def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -> tuple:
@@ -202,10 +99,8 @@ def input_grads(ctx: Any, de: torch.Tensor, dc: torch.Tensor, others: int = 3) -
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """The forward kernel, then either a recomputing backward (split) or, with ``p.fused``,
-    dE/dC computed in the forward call for upstream gradient 1 and scaled in backward
-    (``reduction="none"``'s per-row upstream gradient waits for backward; under
-    ``torch.no_grad()`` no gradient pass runs)."""
+    """The forward kernel, then a recomputing backward, or with ``p.fused`` (but for
+    ``reduction="none"``) dE/dC computed in the forward call and scaled in backward."""
 
     @staticmethod
     def forward(
@@ -219,14 +114,17 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         ctx.params = p
         needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
         out, cbar = _forward(e, c, targets, weight, p, needs_grad)
-        loss = _losses(out, targets, weight, p, c.shape[0])
+        rows = terms.row_weights(targets, weight, p, c.shape[0])
+        loss = terms.loss(out, rows, p, c.shape[0])
         ctx.fused = p.fused and needs_grad and p.reduction != "none"
         if ctx.fused:
-            k = _coefficients(targets, weight, out.lse, p, c.shape[0], None)
+            k = terms.coefficients(rows, out.lse, p, c.shape[0])
             de, dc = _grads(e, c, targets, weight, k, out, cbar, p)
             ctx.save_for_backward(de, dc)
-        else:
-            _save(ctx, out, cbar, e, c, targets, weight)
+        else:  # O(N + V + D) beyond the inputs, plus the tile bound
+            stats = (out.row_max, out.log_sum, out.target_logit, cbar, out.logit_avg, out.tile_lse)
+            ctx.save_for_backward(e, c, targets, weight, *stats)
+            ctx.tile_width = out.tile_width
         return (loss, out.lse) if p.return_lse else loss
 
     @staticmethod
@@ -235,9 +133,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             de, dc = ctx.saved_tensors
             # Scale in place (no second N×D / V×D buffer): backward runs once per graph.
             return input_grads(ctx, de.mul_(grad_out), dc.mul_(grad_out))
-        (e, c, targets, weight), saved, cbar = _load(ctx)
+        e, c, targets, weight, row_max, log_sum, target_logit, cbar, *rest = ctx.saved_tensors
+        saved = ForwardResult(row_max, log_sum, target_logit, None, *rest, ctx.tile_width)
         p: Params = ctx.params
-        k = _coefficients(
-            targets, weight, saved.lse, p, c.shape[0], grad_out, grad_lse[0] if grad_lse else None
-        )
+        rows = terms.row_weights(targets, weight, p, c.shape[0])
+        k = terms.coefficients(rows, saved.lse, p, c.shape[0], grad_out, *grad_lse)
         return input_grads(ctx, *_grads(e, c, targets, weight, k, saved, cbar, p))

@@ -1,9 +1,7 @@
-"""Hopper/Blackwell fast path of the two GEMM-shaped kernels, the forward LSE and the
-gradient slice: the portable kernels' math in the same order per element, built as
-Triton's persistent-matmul tutorial builds GEMMs (persistent grid, TMA descriptors that
-zero-fill past the edges, epilogue subtiles; docs/kernel.md, "The Hopper fast path").
-``eligible`` says where it runs; ``PERFSUITE_TMA=0`` turns it off (the ablation). The
-interpreter runs it too (host-side descriptors, fp64 dots).
+"""Hopper/Blackwell fast path of the forward LSE and the gradient slice: the portable
+kernels' math in the same order per element, on a persistent grid with TMA descriptors that
+zero-fill past the edges (docs/kernel.md, "The Hopper fast path"). ``PERFSUITE_TMA=0``
+turns it off; the interpreter runs it too (host-side descriptors, fp64 dots).
 """
 
 from __future__ import annotations
@@ -61,9 +59,8 @@ _SLICE_HEURISTICS = {
 
 
 def slice_subtiles(weighted: bool) -> int:
-    """Epilogue subtiles per slice tile: quarters with class weights (their per-column
-    weights held next to the tile spilled at halves: Triton 3.7.1, sm_90a), else halves.
-    The output descriptor's block is BLOCK_V / this wide."""
+    """Epilogue subtiles per slice tile (the output descriptor's block: BLOCK_V / this):
+    quarters with class weights (halves spilled: Triton 3.7.1, sm_90a), else halves."""
     return 4 if weighted else 2
 
 
@@ -345,10 +342,9 @@ def eligible(
     dtype: torch.dtype,
     operands: Sequence[tuple[int, int, int]],
 ) -> bool:
-    """Whether the TMA kernels can run, testable without a GPU: capability (major, minor)
-    9.x or 10.x (consumer Blackwell's shared memory holds no such pipeline; None off
-    CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column stride)
-    in elements TMA-ready: 16-byte aligned base and row stride, contiguous rows."""
+    """Whether the TMA kernels can run (testable without a GPU): capability 9.x or 10.x
+    (None off CUDA), a 16-bit dtype, and every operand's (data pointer, row stride, column
+    stride) in elements 16-byte aligned with contiguous rows."""
     if (
         capability is None
         or capability[0] not in (9, 10)
@@ -377,21 +373,23 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-# Per-SM limits of sm_90 and sm_100 alike (the archs ``eligible`` admits): registers,
-# threads, resident CTAs, shared memory; sm_100's tensor memory in columns.
-SM_LIMITS = {"regs": 65536, "threads": 2048, "ctas": 32, "smem": 233472, "tmem": 512}
-SMEM_PER_CTA = 232448
+# Per-SM limits: registers, threads, resident CTAs, shared memory (and per-CTA max);
+# Blackwell's tensor memory: 512 columns per SM, which tcgen05 accumulators take.
+LIMITS = {
+    "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912, tmem=0),
+    "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=0),
+    "sm_100": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=512),
+}
 _RESERVED_SMEM = 1024  # the driver keeps 1 KiB of shared memory per CTA (sm_80+)
 
 
 def fitting_ctas(
-    registers: int, shared: int, num_warps: int, tmem: int = 0, limits: dict | None = None
+    registers: int, shared: int, num_warps: int, tmem: int = 0, arch: str = "sm_100"
 ) -> int:
-    """CTAs of one build resident on an SM (0 when one does not fit), from its registers
-    (allocated per warp in units of 256), threads, shared memory (+1 KiB each) and
-    tensor-memory columns; ``perfsuite kernel-report`` uses it too."""
-    lim = {**SM_LIMITS, **(limits or {})}
-    if shared > lim.get("smem_cta", SMEM_PER_CTA) or registers > 255 or tmem > lim["tmem"]:
+    """CTAs of one build resident on an SM at ``arch``'s limits (0 when one does not fit);
+    registers are allocated per warp in units of 256. ``perfsuite kernel-report`` uses it."""
+    lim = LIMITS[arch]
+    if shared > lim["smem_cta"] or registers > 255 or tmem > lim["tmem"]:
         return 0
     per_warp = -(-registers * 32 // 256) * 256
     by_regs = (lim["regs"] // per_warp) // num_warps if per_warp else lim["ctas"]
@@ -401,26 +399,20 @@ def fitting_ctas(
     return min(by_regs, by_threads, by_smem, by_tmem, lim["ctas"])
 
 
-def grid_size(work: int, device: torch.device, ctas_per_sm: int) -> int:
-    """Programs of the persistent grid: one full wave (SMs × CTAs/SM), fewer only when
-    there is less work than that."""
-    if device.type != "cuda" or interpreting():
-        return max(1, min(work, INTERPRETER_PROGRAMS))
-    return max(1, min(work, _sm_count(device.index or 0) * ctas_per_sm))
-
-
 # CTAs/SM of each build, known once it has been loaded: (kernel, device, dtype, flags).
 _RESIDENT: dict[tuple, int] = {}
 
 
 def _launch(kernel, key: tuple, work: int, device: torch.device, cfg: KernelConfig, *args):
-    """Launch ``kernel`` on a persistent grid of one full wave: SMs × the CTAs of this
-    build that fit on an SM (the config's ``ctas_per_sm`` until the loaded build says).
-    Work is split the same way whatever the grid, so results do not depend on it."""
+    """Launch ``kernel`` on one full wave: SMs × the CTAs of this build that fit on an SM
+    (the config's ``ctas_per_sm`` until the loaded build says); results never depend on it."""
     key = (*key, cfg)  # a forced config (use_config) is another build
-    ctas = _RESIDENT.get(key, cfg.ctas_per_sm)
-    compiled = kernel[(grid_size(work, device, ctas),)](*args, **cfg.launch(f"{key[0]}_tma"))
-    if key not in _RESIDENT and device.type == "cuda" and not interpreting():
+    on_gpu = device.type == "cuda" and not interpreting()
+    programs = INTERPRETER_PROGRAMS
+    if on_gpu:
+        programs = _sm_count(device.index or 0) * _RESIDENT.get(key, cfg.ctas_per_sm)
+    compiled = kernel[(max(1, min(work, programs)),)](*args, **cfg.launch(f"{key[0]}_tma"))
+    if key not in _RESIDENT and on_gpu:
         meta = compiled.metadata
         tmem = int(getattr(meta, "tmem_size", 0) or 0)
         fit = fitting_ctas(compiled.n_regs, meta.shared, meta.num_warps, tmem)
@@ -472,14 +464,12 @@ def grad_slice(
     cfg = pinned_config("slices", e.dtype, e.device, (n_rows, width, dim), tma=True)
     e_desc = TensorDescriptor.from_tensor(e, [cfg.block_n, cfg.block_d])
     c_desc = TensorDescriptor.from_tensor(c, [cfg.block_v, cfg.block_d])
-    weighted = weight is not None and k.smooth is not None
-    sub = cfg.block_v // slice_subtiles(weighted)
+    sub = cfg.block_v // slice_subtiles(weight is not None)
     out_desc = TensorDescriptor.from_tensor(out, [cfg.block_n, sub])
     tiles = triton.cdiv(n_rows, cfg.block_n) * triton.cdiv(width, cfg.block_v)
-    flags = (k.smooth is not None, p.softcap is not None, weighted)
+    flags = (k.smooth is not None, p.softcap is not None, weight is not None)
     _launch(
         _grad_slice, ("slices", e.device, e.dtype, *flags), tiles, e.device, cfg,
         e_desc, c_desc, out_desc, row_max, log_sum, k.prob, k.target, k.smooth,
-        weight if weighted else None,  # only the smoothing term reads it
-        targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
+        weight, targets.contiguous(), inv_scale, p.softcap, n_rows, dim, v0, width,
     )  # fmt: skip

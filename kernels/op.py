@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
+from . import terms
 from .checks import check_targets_in_range, check_weight_values
-from .function import Params, _coefficients, _forward, _losses
+from .function import Params, _forward
 from .slices import slices_backward
 
 Tensor = torch.Tensor
@@ -32,7 +33,7 @@ def lce_forward(
     check_weight_values(weight)
     p = Params(beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss)
     out, _ = _forward(e, c, targets, weight, p, needs_grad=True)
-    loss = _losses(out, targets, weight, p, c.shape[0])
+    loss = terms.loss(out, terms.row_weights(targets, weight, p, c.shape[0]), p, c.shape[0])
     return loss, out.lse, out.row_max.clone(), out.log_sum.clone()
 
 
@@ -65,7 +66,8 @@ def lce_backward(
 ) -> tuple[Tensor, Tensor]:
     """(dE, dC) in the inputs' dtypes: the slice backward of slices.py."""
     p = Params(beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss)
-    k = _coefficients(targets, weight, row_max + log_sum, p, c.shape[0], grad_loss, grad_lse)
+    rows = terms.row_weights(targets, weight, p, c.shape[0])
+    k = terms.coefficients(rows, row_max + log_sum, p, c.shape[0], grad_loss, grad_lse)
     return slices_backward(e, c, targets, row_max, log_sum, k, p=p, weight=weight)
 
 
@@ -90,14 +92,3 @@ def _backward(ctx: Any, grad_loss: Tensor, grad_lse: Tensor | None, *_: Any) -> 
 
 
 lce_forward.register_autograd(_backward, setup_context=_setup_context)
-
-
-def linear_cross_entropy_op(
-    e: Tensor, c: Tensor, targets: Tensor, weight: Tensor | None, p: Params
-) -> tuple[Tensor, Tensor]:
-    """(loss, lse) through the custom op, from api's validated ``Params``."""
-    loss, lse, _, _ = lce_forward(
-        e, c, targets, weight, p.beta, p.softcap, p.ignore_index, p.reduction, p.z_loss,
-        p.engine, p.budget,
-    )  # fmt: skip
-    return loss, lse

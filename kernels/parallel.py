@@ -1,7 +1,6 @@
-"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group
-(docs/kernel.md, "Vocab-parallel"). Each rank runs the kernel on its shard; two O(N)
-all-reduces combine the per-row statistics, so every rank computes the same loss, and the
-backward sums the fp32 dE across ranks. No logits cross ranks.
+"""Vocab-parallel: the classifier sharded over V across a ``torch.distributed`` group. Two
+O(N) all-reduces combine the shards' per-row statistics, and the backward one the fp32 dE;
+no logits cross ranks (docs/kernel.md, "Vocab-parallel").
 """
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from . import terms
-from .function import Params, _forward, _valid, input_grads
+from .forward import ForwardResult
+from .function import Params, _forward, input_grads
 from .slices import slices_backward
 
 ReduceOp = dist.ReduceOp if dist.is_available() else None
@@ -91,26 +91,10 @@ def _check_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
     return end
 
 
-@dataclass(frozen=True)
-class _Global:
-    """The combined per-row statistics every rank holds after the forward."""
-
-    row_max: torch.Tensor
-    log_sum: torch.Tensor
-    wy: torch.Tensor | None
-    wsum: torch.Tensor | None
-
-
-def _local_targets(targets: torch.Tensor, start: int, stop: int, p: Params) -> torch.Tensor:
-    """Shard-local ids; −1 (matches no column) for ignored rows and other shards' targets."""
-    mine = (targets >= start) & (targets < stop) & _valid(targets, p)
-    return torch.where(mine, targets - start, -1)
-
-
 def _combine(
-    out: Any, local_t: torch.Tensor, weight: torch.Tensor | None, columns: int, group: Any
-) -> tuple[_Global, torch.Tensor, torch.Tensor | None]:
-    """(global stats, target logit, Σ w(z − max)) from this shard's forward result."""
+    out: ForwardResult, local_t: torch.Tensor, weight: torch.Tensor | None, columns: int, group: Any
+) -> tuple[ForwardResult, torch.Tensor | None, torch.Tensor | None]:
+    """The global per-row statistics, w[y] and Σ w from this shard's forward result."""
     row_max = out.row_max.clone()
     dist.all_reduce(row_max, op=ReduceOp.MAX, group=group)
     safe = torch.where(torch.isfinite(row_max), row_max, 0.0)
@@ -128,7 +112,7 @@ def _combine(
     rel_sum = stacked[2] if out.rel_sum is not None else None
     wy = stacked[-2] if weight is not None else None
     wsum = stacked[-1, 0] if weight is not None else None
-    return _Global(row_max, stacked[0].log(), wy, wsum), stacked[1], rel_sum
+    return ForwardResult(row_max, stacked[0].log(), stacked[1], rel_sum, None), wy, wsum
 
 
 class VocabParallelFunction(torch.autograd.Function):
@@ -146,31 +130,23 @@ class VocabParallelFunction(torch.autograd.Function):
         vocab: int,
     ) -> Any:
         needs_grad = p.grad_mode and any(ctx.needs_input_grad[:2])
-        local_t = _local_targets(targets, shard.start, shard.stop, p)
+        valid = targets != p.ignore_index
+        # Shard-local ids; −1 (matches no column) for ignored rows and other shards' targets.
+        mine = (targets >= shard.start) & (targets < shard.stop) & valid
+        local_t = torch.where(mine, targets - shard.start, -1)
         out, _ = _forward(e, c, local_t, weight, p, needs_grad)
-        stats, target_logit, rel_sum = _combine(out, local_t, weight, c.shape[0], shard.group)
-        valid = _valid(targets, p)
-        ce = terms.ce_rows(
-            stats.row_max, stats.log_sum, target_logit, rel_sum, valid,
-            beta=p.beta, vocab=vocab, wy=stats.wy, wsum=stats.wsum,
-        )  # fmt: skip
-        lse = stats.row_max + stats.log_sum
-        loss = terms.reduce(ce, terms.z_rows(lse, valid, p.z_loss), valid, p.reduction, stats.wy)
+        stats, wy, wsum = _combine(out, local_t, weight, c.shape[0], shard.group)
+        loss = terms.loss(stats, (valid, wy, wsum), p, vocab)
         ctx.params, ctx.shard, ctx.vocab = p, shard, vocab
-        extra = (stats.wy, stats.wsum.reshape(1)) if stats.wy is not None else ()
-        ctx.save_for_backward(e, c, targets, local_t, weight, stats.row_max, stats.log_sum, *extra)
-        return (loss, lse) if p.return_lse else loss
+        ctx.save_for_backward(e, c, valid, local_t, weight, stats.row_max, stats.log_sum, wy, wsum)
+        return (loss, stats.lse) if p.return_lse else loss
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor, *grad_lse: torch.Tensor) -> Any:
-        e, c, targets, local_t, weight, row_max, log_sum, *extra = ctx.saved_tensors
+        e, c, valid, local_t, weight, row_max, log_sum, wy, wsum = ctx.saved_tensors
         p: Params = ctx.params
-        wy, wsum = (extra[0], extra[1][0]) if extra else (None, None)
-        k = terms.coefficients(
-            _valid(targets, p), row_max + log_sum, beta=p.beta, vocab=ctx.vocab,
-            reduction=p.reduction, z_loss=p.z_loss, wy=wy, wsum=wsum, grad_out=grad_out,
-            grad_lse=grad_lse[0] if grad_lse else None,
-        )  # fmt: skip
+        rows = (valid, wy, wsum)
+        k = terms.coefficients(rows, row_max + log_sum, p, ctx.vocab, grad_out, *grad_lse)
         de, dc = slices_backward(
             e, c, local_t, row_max, log_sum, k, p=p, weight=weight, de_fp32=True
         )

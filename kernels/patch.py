@@ -1,13 +1,9 @@
-"""``patch(model)``: a transformers causal LM trains on our loss in one line.
-
-The patched ``forward`` (an instance attribute; ``unpatch`` deletes it) runs the decoder
-and hands its last hidden states and ``lm_head.weight`` to ``linear_cross_entropy``, so
-training never builds the N×V logits. The rest is the model's own: the label shift (or
-``shift_labels``), ``num_items_in_batch``, ``logits_to_keep``, Gemma's
-``final_logit_softcapping``, the output class. Unlike transformers, an all-ignored batch
-has loss 0, not NaN. Patch before ``torch.compile``. Classes outside ``TESTED`` need
-``allow_untested=True``: one that rescales its logits (Cohere's ``logit_scale``) would
-silently lose that.
+"""``patch(model)``: a transformers causal LM trains on our loss in one line. The patched
+``forward`` (an instance attribute; ``unpatch`` deletes it) hands the decoder's last hidden
+states and ``lm_head.weight`` to ``linear_cross_entropy``; the rest (label shift, softcap,
+output) is the model's own, but an all-ignored batch has loss 0, not NaN. Classes outside
+``TESTED`` need ``allow_untested=True``: one that rescales its logits (Cohere's
+``logit_scale``) would silently lose that.
 """
 
 from __future__ import annotations
@@ -35,9 +31,7 @@ DECODER_ARGS = frozenset(
 OWN_ARGS = frozenset({"labels", "logits_to_keep", "num_logits_to_keep", "return_dict"})
 # linear_cross_entropy's options a patch may set; reduction is the model's, the rest
 # (return_lse, vocab_parallel) change what the loss is.
-KERNEL_OPTIONS = frozenset(
-    "weight backward memory_budget engine filter_eps sort_vocab impl accum_fp32 tile_list".split()
-)
+KERNEL_OPTIONS = frozenset({"weight", "memory_budget", "engine", "impl"})
 
 
 class UnsupportedModelError(ValueError):
@@ -202,8 +196,7 @@ def _dry_run(weight: torch.Tensor, kernel: dict[str, Any]) -> None:
 def _for_device(kernel: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """baselines/ours.py's engine choice: the slice backward runs natively on a CPU
     (whatever TRITON_INTERPRET says), as Triton on CUDA."""
-    exact = kernel.get("backward", "auto") != "tiles" and kernel.get("filter_eps") is None
-    if device.type == "cpu" and exact and kernel.get("engine", "auto") == "auto":
+    if device.type == "cpu" and kernel.get("engine", "auto") == "auto":
         return {**kernel, "engine": "torch"}
     return kernel
 

@@ -1,8 +1,6 @@
-"""Which route runs the slice algorithm on a GPU, per (arch, dtype): ``"triton"`` (Triton
-GEMMs with the softmax in their epilogue) or ``"cublas"`` (cuBLAS logit slices and a
-Triton epilogue; docs/kernel.md, "Routes"). ``engine="auto"`` on CUDA takes
-``route_for``; each entry says where it comes from, and a GPU that times both routes
-(``.ci/gpu-run 1``) changes one line. Pure Python: ``.ci/gpu_plan.py`` reads it by path.
+"""Which route runs the slice algorithm on a GPU per (arch, dtype), for ``engine="auto"``:
+``"triton"`` or ``"cublas"`` (docs/kernel.md, "Routes"); each entry says where it comes
+from. Pure Python: ``.ci/gpu_plan.py`` reads it by path.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Default backward: exact gradient slices and plain GEMMs, no atomics, no locks.
-
-Per vocab slice of ``width`` columns, in a fixed order: the exact gradient slice
-``G = (A·p − B·[v = y] − S·w_v)·(1 − t²)/σ`` in the inputs' dtype (terms.py's per-row
-coefficients; a Triton GEMM with the softmax in its epilogue, the cuBLAS route's epilogue
-or torch ops), then ``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` into its rows of dC. One
-fixed order of GEMM calls: bit-identical run to run. σ, a power of two, keeps fp16's
-``p·g`` from flushing to zero (docs/kernel.md, "How it works").
+"""Default backward: exact gradient slices and plain GEMMs, no atomics, no locks. Per vocab
+slice, in one fixed order (bit-identical run to run): the gradient slice
+``G = (A·p − B·[v = y] − S·w_v)·(1 − t²)/σ`` in the inputs' dtype (terms.py), then
+``dE += G·C_s`` in fp32 and ``dC_s = Gᵀ·E`` (docs/kernel.md, "How it works").
 """
 
 from __future__ import annotations
@@ -132,8 +128,7 @@ def _triton_grad_slice(
 
     _grad_slice[grid](
         e, c, row_max, log_sum, k.prob, k.target, k.smooth,
-        weight if k.smooth is not None else None,  # only the smoothing term reads it
-        targets.contiguous(),
+        weight, targets.contiguous(),
         inv_scale, out, p.softcap, n_rows, dim, v0, width,
         e.stride(0), e.stride(1), c.stride(0), c.stride(1), out.stride(0),
         **cfg.launch("slices"),
@@ -247,10 +242,8 @@ def bytes_per_column(
 
 
 def slice_width(vocab: int, per_column: int, budget: int | None) -> int:
-    """Columns per slice: the fewest slices the budget allows, as even as whole
-    ``WIDTH_GRAIN``-column grains let them be, never below one grain (docs/kernel.md,
-    "Slice geometry"). ``None``: ``DEFAULT_BUDGET`` or a sixteenth of the vocabulary's
-    cost, whichever is less."""
+    """Columns per slice: the fewest, most even slices of whole ``WIDTH_GRAIN`` grains the
+    budget allows (None: ``DEFAULT_BUDGET`` or a sixteenth of V's cost, whichever is less)."""
     if budget is None:
         budget = min(DEFAULT_BUDGET, per_column * triton.cdiv(vocab, 16))
     columns = budget // max(per_column, 1) // WIDTH_GRAIN * WIDTH_GRAIN
@@ -312,7 +305,8 @@ def slices_backward(
     spare = torch.empty_like(buf) if not fused and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not fused and half else None
     fast_half = half and _fp32_out_mm(e.device)
-    args = (e, c, targets, row_max, log_sum, k, weight, inv_scale)
+    w = weight if k.smooth is not None else None  # only the smoothing term reads it
+    args = (e, c, targets, row_max, log_sum, k, w, inv_scale)
     for v0 in range(0, vocab, width):
         cols = min(width, vocab - v0)
         c_s = c[v0 : v0 + cols]

@@ -1,10 +1,7 @@
 """Which backward tiles to launch: a per-row mass budget over the forward's tile sums.
-
-Skipping the pair (row block, vocab tile f) drops exactly the softmax mass
-``m = exp(tile_lse[n, f] − lse)`` from its rows' gradient (with softcap plus at most
-``BLOCK_V·β/V``). Each row's threshold τ is the largest ``filter_eps·4^-k`` whose dropped
-mass stays within ``mass_budget``; a pair runs when some live row of its block has
-``m ≥ τ`` (docs/filtering.md). Built on the device, in the backward's grouped order.
+Skipping (row block, vocab tile f) drops the softmax mass ``exp(tile_lse[n, f] − lse)``
+(with softcap plus at most ``BLOCK_V·β/V``); each row keeps the largest threshold
+``filter_eps·4^-k`` whose dropped mass fits ``mass_budget`` (docs/filtering.md).
 """
 
 from __future__ import annotations

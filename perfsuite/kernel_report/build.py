@@ -146,20 +146,12 @@ def parse_res_usage(text: str) -> dict[str, int]:
     return {"res_registers": reg, "res_stack": stack, "static_shared": shared, "local": local}
 
 
-# Per-SM limits: registers, threads, CTAs, shared memory (and per CTA), TMEM columns.
-LIMITS = {
-    "sm_80": dict(regs=65536, threads=2048, ctas=32, smem=167936, smem_cta=166912),
-    "sm_90": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448),
-    "sm_100": dict(regs=65536, threads=2048, ctas=32, smem=233472, smem_cta=232448, tmem=512),
-}
-
-
 def ctas_per_sm(arch: str, registers: int, shared: int, num_warps: int, tmem: int = 0) -> int:
     """Resident CTAs per SM (0: cannot launch) as the TMA launcher counts them
     (``kernels.hopper.fitting_ctas``), at ``arch``'s limits; ``tmem``: its TMEM columns."""
     from perfsuite.kernels.hopper import fitting_ctas
 
-    return fitting_ctas(registers, shared, num_warps, tmem, {"tmem": 0, **LIMITS[cfg_arch(arch)]})
+    return fitting_ctas(registers, shared, num_warps, tmem, cfg_arch(arch))
 
 
 def build(launch: Launch) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import SMALL, grads, make_inputs
 
-from perfsuite.kernels import function
-from perfsuite.kernels.configs import KernelConfig, use_config
+from perfsuite.kernels import function, terms
+from perfsuite.kernels.configs import GROUP_N, KernelConfig, use_config
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
 # Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
@@ -91,7 +91,7 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     )  # fmt: skip
     with use_config(**WIDE):
         out, _ = function._forward(e, c, t, None, p, needs_grad=True)
-        g = function._coefficients(t, None, out.lse, p, 600, None).prob
+        g = terms.coefficients(terms.row_weights(t, None, p, 600), out.lse, p, 600).prob
         extra = 64 * beta / 600 if softcap else 0.0
         tau = row_thresholds(
             out.tile_lse, out.row_max, out.log_sum,
@@ -99,16 +99,16 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
         )  # fmt: skip
         tiles = build_tile_list(
             out.tile_lse, out.tile_width, out.row_max, out.log_sum, g, tau,
-            vocab=600, block_n=16, block_v=64, group=function.GROUP_N, extra=extra,
+            vocab=600, block_n=16, block_v=64, group=GROUP_N, extra=extra,
         )  # fmt: skip
     z = e.float() @ c.float().T
     if softcap:
         th = torch.tanh(z / softcap)
         z = softcap * th
-    terms = torch.softmax(z, dim=1)
+    parts = torch.softmax(z, dim=1)
     if softcap:
-        terms = terms * (1 - th * th) + beta / 600 * th * th
-    big = (terms >= tau[:, None]) & (g != 0)[:, None]
+        parts = parts * (1 - th * th) + beta / 600 * th * th
+    big = (parts >= tau[:, None]) & (g != 0)[:, None]
     num_v = -(-600 // 64)
     padded = torch.zeros(48, num_v * 64, dtype=torch.bool, device=big.device)
     padded[:, :600] = big

@@ -13,12 +13,7 @@ from typing import Any
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.kinds import describe_cell
 from perfsuite.results.outpath import check_output_file
-from perfsuite.results.results import (
-    load_results,
-    new_document,
-    require_kind,
-    write_results,
-)
+from perfsuite.results.results import load_results, new_document, require_kind, write_results
 
 # A step file's plan (model, layers, sequence) is another shape of document: its cells are
 # never shards of a loss sweep, and its env would be compared on fields it does not share.

@@ -43,14 +43,12 @@ def parse_workload(
             "entropy": DEFAULT_ENTROPY if entropy is None else float(entropy),
             "zipf": DEFAULT_ZIPF if zipf is None else float(zipf),
         }
+    if entropy is not None or zipf is not None:
+        raise WorkloadError(f"--entropy/--zipf shape the synthetic workload, not --workload {text}")
     if text == "random":
-        if entropy is not None or zipf is not None:
-            raise WorkloadError("--entropy/--zipf shape a synthetic workload, not random inputs")
         return None
     path = Path(text)
     if path.suffix in FILE_SUFFIXES or path.exists():
-        if entropy is not None or zipf is not None:
-            raise WorkloadError("--entropy/--zipf apply to the synthetic workload, not a file")
         if not path.is_file():
             raise WorkloadError(f"--workload {text}: no such file")
         if path.suffix not in FILE_SUFFIXES:

@@ -268,7 +268,6 @@ def build_plan(
         from perfsuite.results.outpath import check_output_dir
 
         check_output_dir(plan.profile, "--profile")  # before anything is measured
-        plan.profile = str(plan.profile)
     if check_memory:  # a sweep predicts fit per cell instead (perfsuite.run.sweep)
         check_fits(plan)
     return plan

@@ -55,14 +55,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     workload = parse_workload(args.workload, args.entropy, args.zipf)
     from_file = workload is not None and workload["kind"] == "file"
     if from_file:
-        if args.vocab or args.hidden:
-            raise PlanError("a file workload fixes V and D; only --tokens (up to its N) applies")
         if args.shape is not None:
             raise PlanError(
                 f"--shape {args.shape} with --workload {args.workload}: the file fixes the "
                 "shape (N, V, D); drop --shape (--tokens may take fewer of its rows)"
             )
-        shapes = [file_shape(workload, args.tokens)]
+        shapes = [file_shape(workload, args.tokens, args.vocab, args.hidden)]
     else:
         text = "smoke" if args.shape is None else args.shape
         names = dict.fromkeys(parse_list(text, "shape"))

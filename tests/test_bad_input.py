@@ -58,6 +58,7 @@ CASES: dict[str, list[Case]] = {
         ([*CELL, "--vocab", "256", "--entropy", "100"], "outside [0, log V = 5.55] nats for V=256"),
         ([*CELL, "--zipf", "nan"], "--zipf must be a finite number"),
         ([*CELL, "--entropy", "inf"], "--entropy must be a finite number"),
+        ([*CELL, "--workload", "random", "--zipf", "1"], "shape the synthetic workload, not"),
         ["--tp", "0"],
         ["--workload", "{M}/e.safetensors"],
         (["--out", "{F}/r.json"], FILE),

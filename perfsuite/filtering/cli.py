@@ -65,15 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     """``(case, inputs, workload description)`` for the arguments."""
     from perfsuite.method import Case
-    from perfsuite.plan.workloads import WorkloadError, file_shape, parse_workload, workload_label
+    from perfsuite.plan.workloads import file_shape, parse_workload, workload_label
     from perfsuite.run.inputs import make_inputs
 
     axis = args.workload == "synthetic-axis"
     spec = parse_workload("synthetic" if axis else args.workload, args.entropy, args.zipf)
     if spec is not None and spec["kind"] == "file":
-        if args.vocab or args.hidden:
-            raise WorkloadError("a file workload fixes V and D (only --tokens applies)")
-        shape = file_shape(spec, args.tokens)
+        shape = file_shape(spec, args.tokens, args.vocab, args.hidden)
         dims, softcap = (shape.tokens, shape.vocab, shape.hidden), shape.softcap
         workload = {"kind": "file", "path": args.workload, "label": workload_label(spec)}
     else:

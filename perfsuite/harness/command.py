@@ -16,7 +16,6 @@ from perfsuite.parser import print_error
 from perfsuite.results.lock import claim
 from perfsuite.results.outpath import check_output_file
 from perfsuite.results.results import (
-    check_writable,
     new_document,
     nothing_measured,
     read_json,
@@ -46,7 +45,7 @@ class Checkpoint(AbstractContextManager["Checkpoint"]):
         start: Callable[[], object] | None = None,
     ) -> None:
         def check() -> Path:
-            checked = check_writable(path, overwrite=overwrite)  # makes its folder
+            checked = check_output_file(path, overwrite=overwrite)  # makes its folder
             for other in outputs:
                 check_output_file(other, "--out", overwrite=overwrite)
             return checked

@@ -78,11 +78,6 @@ def tensor_peak_from_events(events: list[tuple[int, int]]) -> int:
     return max([0, *itertools.accumulate(nbytes for _, nbytes in sorted(events))])
 
 
-def measure_tensor_peak(fn: Callable[[], object]) -> int:
-    """Peak bytes of CPU tensors allocated while ``fn`` runs, above those live at its start."""
-    return _tensor_span(fn)[0]
-
-
 def _tensor_span(fn: Callable[[], object]) -> tuple[int, int]:
     """The tensor peak of ``fn`` and the bytes it left held."""
     gc.collect()

@@ -29,11 +29,6 @@ def summarize(values: Sequence[float], metric: str) -> float:
     return quantile(values, {"median": 0.5, "p20": 0.2, "p80": 0.8}[metric])
 
 
-def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
-    """One-sided Mann-Whitney U p-value for "x tends to be larger than y"."""
-    return mann_whitney_greater_many([(x, y)])[0]
-
-
 def mann_whitney_greater_many(
     pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
 ) -> list[float]:

@@ -43,14 +43,12 @@ def parse_workload(
             "entropy": DEFAULT_ENTROPY if entropy is None else float(entropy),
             "zipf": DEFAULT_ZIPF if zipf is None else float(zipf),
         }
+    if entropy is not None or zipf is not None:
+        raise WorkloadError(f"--entropy/--zipf shape the synthetic workload, not --workload {text}")
     if text == "random":
-        if entropy is not None or zipf is not None:
-            raise WorkloadError("--entropy/--zipf shape a synthetic workload, not random inputs")
         return None
     path = Path(text)
     if path.suffix in FILE_SUFFIXES or path.exists():
-        if entropy is not None or zipf is not None:
-            raise WorkloadError("--entropy/--zipf apply to the synthetic workload, not a file")
         if not path.is_file():
             raise WorkloadError(f"--workload {text}: no such file")
         if path.suffix not in FILE_SUFFIXES:
@@ -273,8 +271,11 @@ def read_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def file_info(spec: dict[str, Any]) -> dict[str, Any]:
-    """N, V, D, dtype and softcap of a file workload (validates the whole file)."""
+def file_info(spec: dict[str, Any], vocab: object = None, hidden: object = None) -> dict[str, Any]:
+    """N, V, D, dtype and softcap of a file workload (validates the whole file); a ``vocab``
+    or ``hidden`` the user gave too is refused: the file fixes them."""
+    if vocab or hidden:
+        raise WorkloadError("a file workload fixes V and D; only --tokens (up to its N) applies")
     dump = read_dump(spec["path"])
     e, c = dump["e"], dump["c"]
     return {
@@ -302,11 +303,13 @@ def file_inputs(case: Any, spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Te
     return e[: case.tokens].to(device), c.to(device), targets[: case.tokens].to(device)
 
 
-def file_shape(spec: dict[str, Any], tokens: int | None = None) -> Any:
+def file_shape(
+    spec: dict[str, Any], tokens: int | None = None, vocab: object = None, hidden: object = None
+) -> Any:
     """The ``Shape`` a file workload fixes (its first ``tokens`` rows if given)."""
     from perfsuite.plan.shapes import Shape
 
-    info = file_info(spec)
+    info = file_info(spec, vocab, hidden)
     if tokens is not None and not 0 < tokens <= info["tokens"]:
         raise WorkloadError(f"--tokens {tokens}: {spec['path']} holds N={info['tokens']} rows")
     if tokens is not None and (read_dump(spec["path"])["targets"][:tokens] == -100).all():

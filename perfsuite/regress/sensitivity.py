@@ -21,7 +21,8 @@ from perfsuite.plan.registry import all_methods
 from perfsuite.regress.compare import parse_fraction
 from perfsuite.regress.sensitivity_collect import QUICK, UNCHANGED, HarnessConfig, collect
 from perfsuite.regress.verdicts import DEFAULT_ALPHA, Settings, classify_time
-from perfsuite.results.results import check_writable, read_json, write_results
+from perfsuite.results.outpath import check_output_file
+from perfsuite.results.results import read_json, write_results
 
 THRESHOLD_GRID = (0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)
 SCALED_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3)
@@ -280,7 +281,7 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.out:
-            check_writable(args.out, overwrite=True)  # before minutes of measuring
+            check_output_file(args.out)  # before minutes of measuring
         if args.reanalyse:
             data = read_json(args.reanalyse)
             if not isinstance(data, dict) or not isinstance(data.get("data"), dict):

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfsuite.measure.stats import mann_whitney_greater, min_p_value, summarize
+from perfsuite.measure.stats import mann_whitney_greater_many, min_p_value, summarize
 from perfsuite.results.cells import cell_key
 from perfsuite.results.results import CELL_KEY
 
@@ -101,8 +101,8 @@ def compare_time(
     if min_p_value(n1, n2) >= settings.alpha:
         few = f"too few samples ({n2} vs {n1}) for a test at alpha={settings.alpha:g}"
         return Decision("same", ratio, note=few)
-    p_slower = mann_whitney_greater(cur_samples, base_samples)
-    p_faster = mann_whitney_greater(base_samples, cur_samples)
+    pairs = [(cur_samples, base_samples), (base_samples, cur_samples)]
+    p_slower, p_faster = mann_whitney_greater_many(pairs)
     threshold = settings.threshold_for(device)
     verdict = classify_time(ratio, p_slower, p_faster, threshold, settings.alpha)
     note = ""

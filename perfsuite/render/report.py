@@ -15,7 +15,8 @@ from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.registry import paper_names
 from perfsuite.render.cells import one_device
 from perfsuite.render.report_formats import FORMATS, render
-from perfsuite.results.results import ResultsError, check_writable, load_results, require_kind
+from perfsuite.results.outpath import check_output_file
+from perfsuite.results.results import ResultsError, load_results, require_kind
 
 _SUFFIX_FORMAT = {".md": "md", ".tex": "latex", ".csv": "csv", ".html": "html", ".htm": "html"}
 # The paper's Gemma2-2B H100 table, committed with the results it is set beside.
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix if args.out else "", "md")
     if args.out is not None:
-        check_writable(args.out, overwrite=args.force, flag="-o", inputs=[args.results, args.paper])
+        check_output_file(args.out, "-o", overwrite=args.force, inputs=[args.results, args.paper])
     document = load_results(args.results)
     require_kind(document, args.results, {"loss", "tp"}, "report")  # step: other FLOPs
     if args.paper is not None:

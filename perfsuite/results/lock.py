@@ -16,15 +16,12 @@ class FileLocked(ValueError):
     """Another process is writing the same results file (bad input: one line, exit 2)."""
 
 
-def lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
-
-
 class WriterLock:
     """Held from construction until ``release`` (or until the object is collected)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = lock_path(Path(path))
+        path = Path(path)
+        self.path = path.with_name(f".{path.name}.lock")
         self._file: IO[bytes] | None = None
         while True:
             handle = open(self.path, "ab")  # noqa: SIM115 - held open as the lock

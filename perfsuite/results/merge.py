@@ -12,13 +12,8 @@ from typing import Any
 
 from perfsuite.results.cells import canonical_order, cell_key, env_differences
 from perfsuite.results.kinds import describe_cell
-from perfsuite.results.results import (
-    check_writable,
-    load_results,
-    new_document,
-    require_kind,
-    write_results,
-)
+from perfsuite.results.outpath import check_output_file
+from perfsuite.results.results import load_results, new_document, require_kind, write_results
 
 # A step file's plan (model, layers, sequence) is another shape of document: its cells are
 # never shards of a loss sweep, and its env would be compared on fields it does not share.
@@ -111,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     # Before reading: a one-line error; never over an input (merging b into a is `-o c`).
-    check_writable(args.out, overwrite=True, flag="-o", inputs=args.inputs)
+    check_output_file(args.out, "-o", inputs=args.inputs)
     documents = [(str(path), load_results(path)) for path in args.inputs]
     merged = merge_documents(
         documents, allow_mismatch=args.allow_mismatch, duplicates=args.duplicates

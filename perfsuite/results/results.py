@@ -7,7 +7,6 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,6 @@ from perfsuite.results.kinds import (  # noqa: F401  (readers and writers import
     require_kind,
     to_disk,
 )
-from perfsuite.results.outpath import check_output_file
 
 if TYPE_CHECKING:  # pandas costs every worker process ~0.4 s of imports
     import pandas as pd
@@ -53,18 +51,6 @@ def new_document(env: dict[str, Any], rows: list[Row] | list[dict[str, Any]]) ->
             raise ValueError(f"row {i} ({row.get('method')} {row.get('phase')}) has kind "
                              f"{row.get('kind')!r}, not one of {KINDS}")  # fmt: skip
     return {"schema_version": SCHEMA_VERSION, "env": env, "rows": out}
-
-
-def check_writable(
-    path: str | os.PathLike[str],
-    *,
-    overwrite: bool = False,
-    flag: str = "--out",
-    inputs: Iterable[str | os.PathLike[str] | None] = (),
-) -> Path:
-    """Refuse now, before anything is measured, a ``path`` that cannot take a results file
-    (``OutputPathError``, one line; by default an existing file too)."""
-    return check_output_file(path, flag, overwrite=overwrite, inputs=inputs)
 
 
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> Path:

@@ -23,10 +23,9 @@ from perfsuite.plan.plan import PlanError
 from perfsuite.results.cells import canonical_order, cell_key
 from perfsuite.results.lock import claim
 from perfsuite.results.merge import MergeError, merge_documents
-from perfsuite.results.outpath import check_output_dir
+from perfsuite.results.outpath import check_output_dir, check_output_file
 from perfsuite.results.results import (
     ResultsError,
-    check_writable,
     load_results,
     new_document,
     status_counts,
@@ -136,7 +135,7 @@ class ArraySweep:
         self.plan, _ = sweep.plan_from_args(planning)
         self.out = out_path(args, args.executor)
         self.parts = self.out.with_name(self.out.name + ".parts")
-        check_writable(self.out, overwrite=True)  # ResultsError: a ValueError, said in one line
+        check_output_file(self.out)  # ResultsError: a ValueError, said in one line
         earlier = self.parts.is_dir() and any(self.parts.glob("shard-*.json"))
         check_resume(self.out, args.resume, parts=earlier)
         if earlier and not args.resume:

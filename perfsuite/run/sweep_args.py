@@ -66,10 +66,8 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     tokens_text, vocab_text, hidden_text = args.tokens, args.vocab, args.hidden
     softcap = args.softcap
     if workload and workload["kind"] == "file":
-        info = file_info(workload)
+        info = file_info(workload, vocab_text, hidden_text)
         tokens_text = tokens_text or str(info["tokens"])
-        if vocab_text or hidden_text:
-            raise PlanError("a file workload fixes V and D; sweep only --tokens (up to its N)")
         vocab_text, hidden_text = str(info["vocab"]), str(info["hidden"])
         softcap = softcap if softcap is not None else info["softcap"]
         if max(parse_ints(tokens_text, "tokens")) > info["tokens"]:

@@ -12,7 +12,7 @@ from helpers import lce, make_inputs
 
 from perfsuite.kernels.configs import pinned_config
 from perfsuite.kernels.slices import WIDTH_GRAIN, bytes_per_column, slice_width
-from perfsuite.measure.memory import measure_tensor_peak
+from perfsuite.measure.memory import measure_cpu_peak
 from perfsuite.plan.memory_model import floor_bytes
 
 # Small for the interpreter, yet the O(N + V + D) allowance (``_small``) stays below
@@ -31,7 +31,7 @@ def _peak(device: str, beta: float, softcap: float | None, warm: bool = True, **
     if warm:  # compile-time and first-call allocations out of the way
         step()
         e.grad = c.grad = None
-    return measure_tensor_peak(step)
+    return measure_cpu_peak(step).delta
 
 
 def _small() -> int:

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from perfsuite.measure.stats import mann_whitney_greater, min_p_value, quantile, summarize
+from perfsuite.measure.stats import mann_whitney_greater_many, min_p_value, quantile, summarize
 
 
 def test_quantile_and_summaries():
@@ -23,15 +23,15 @@ def test_quantile_and_summaries():
 
 def test_mann_whitney_exact_small_cases():
     # 3 vs 3 fully separated: 1 ordering of C(6, 3) = 20.
-    assert mann_whitney_greater([4, 5, 6], [1, 2, 3]) == pytest.approx(1 / 20)
-    assert mann_whitney_greater([1, 2, 3], [4, 5, 6]) == pytest.approx(1.0)
+    pairs = [([4, 5, 6], [1, 2, 3]), ([1, 2, 3], [4, 5, 6])]
+    assert mann_whitney_greater_many(pairs) == pytest.approx([1 / 20, 1.0])
     assert min_p_value(3, 3) == pytest.approx(1 / 20)
     # 20 vs 20 separated, no ties: exact, 1 / C(40, 20).
-    p = mann_whitney_greater(list(range(20, 40)), list(range(20)))
+    [p] = mann_whitney_greater_many([(list(range(20, 40)), list(range(20)))])
     assert p == pytest.approx(min_p_value(20, 20), rel=1e-9)
 
 
 def test_ties_take_the_normal_approximation():
     x, y = [1.0, 2.0, 2.0, 3.0], [2.0, 1.0, 0.0, 0.0]
-    p = mann_whitney_greater(x, y)
-    assert 0 < p < 0.5 and mann_whitney_greater([], y) != mann_whitney_greater([], y)
+    p, empty = mann_whitney_greater_many([(x, y), ([], y)])
+    assert 0 < p < 0.5 and empty != empty

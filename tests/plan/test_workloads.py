@@ -103,6 +103,8 @@ def test_loads_a_safetensors_dump(tmp_path):
     assert file_shape(spec).name == "gemma-states" and file_shape(spec).tokens == 24
     with pytest.raises(WorkloadError, match="holds N=24"):
         file_shape(spec, tokens=25)
+    with pytest.raises(WorkloadError, match="fixes V and D"):
+        file_shape(spec, 16, vocab=100)
 
 
 def test_loads_a_torch_dump_with_a_softcap_tensor_and_refuses_junk(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.cli import main
-from perfsuite.results.lock import WriterLock, lock_path
+from perfsuite.results.lock import WriterLock
 from perfsuite.results.results import load_results
 
 CHEAP = ["run", "--shape", "smoke", "--methods", "eager", "--phases", "fwd", "--samples", "2"]
@@ -61,11 +61,11 @@ def test_a_second_run_on_one_out_is_refused_while_the_first_writes(tmp_path, cap
         assert first.wait(timeout=60) == 0
     # The first is done: no lock is left, and the file is anyone's again, a finished
     # run's too (taken here as any writer takes it; a run costs a worker process).
-    assert not lock_path(out).exists()
+    assert not out.with_name(f".{out.name}.lock").exists()
     WriterLock(out).release()
     assert main([*CHEAP, "--out", str(out), "--force"]) == 0
     assert [r["method"] for r in load_results(out)["rows"]] == ["eager", "eager"]
-    assert not lock_path(out).exists()
+    assert not out.with_name(f".{out.name}.lock").exists()
     WriterLock(out).release()
 
 

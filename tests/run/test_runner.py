@@ -16,7 +16,7 @@ from perfsuite.harness.command import Checkpoint
 from perfsuite.harness.environment import THREAD_VARS, child_env
 from perfsuite.harness.lifecycle import Ended
 from perfsuite.measure.timing import INTERPRETED_SAMPLES
-from perfsuite.plan.plan import PlanError, build_plan
+from perfsuite.plan.plan import build_plan
 from perfsuite.plan.shapes import Shape
 from perfsuite.run import runner
 from perfsuite.run.runner import LossKind, run_plan
@@ -300,11 +300,6 @@ def test_interpreted_workers_share_the_cores_and_native_ones_never_interpret(mon
     assert env["TRITON_INTERPRET"] == "1" and all(var in env for var in THREAD_VARS)
     native = child_env("cpu", 2, triton=False)  # timed alone: keeps every core
     assert not any(var in native for var in ("TRITON_INTERPRET", *THREAD_VARS))
-
-
-def test_jobs_must_be_positive():
-    with pytest.raises(PlanError, match="--jobs"):
-        build_plan(shapes=[TINY], methods="eager", device="cpu", jobs=0)
 
 
 def test_a_killed_workers_reason_leaves_native_log_lines_out():

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import failed_record, read_json_lines, run_worker
-from perfsuite.harness.progress import Model, NoticeFn, ProgressFn, Tracker
+from perfsuite.harness.progress import NoticeFn, ProgressFn, Tracker
 from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import case_rows
@@ -163,7 +163,8 @@ def run_kind(
             by_method[method] += rows
             if progress is not None:
                 progress(method, case, rows)
-    tracker = None if notice is None else make_tracker(kind, pending, notice)
+    units = [(method, case) for method, mine in pending.items() for case in mine]
+    tracker = None if notice is None else Tracker(units, notice, kind)
     slots = slots or [{}]
     n = len(slots)
     batches = [(m, mine[k::n]) for m, mine in pending.items() for k in range(min(n, len(mine)))]
@@ -281,19 +282,6 @@ def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
         return case, kind.phases.index(row["phase"])
 
     return sorted(rows, key=key)
-
-
-def make_tracker(kind: Kind, cases: dict[str, list[dict[str, Any]]], notice: NoticeFn) -> Tracker:
-    """Progress lines over the cells workers will measure (``cases`` by method): the
-    kind's ``work`` a cell's relative time, weighted by an interpreted method's declared
-    cost (they differ by far more than FLOPs), its ``peak`` the predicted bytes."""
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        return (kind.cost(name) if kind.interpreted(name) else 1.0) * kind.work(name, case)
-
-    kinds = {True: "interpreted", False: "native"}
-    model = Model(cost, lambda name: kinds[kind.interpreted(name)], kind.peak)
-    return Tracker([(m, case) for m, mine in cases.items() for case in mine], notice, model)
 
 
 def measure(

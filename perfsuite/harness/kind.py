@@ -273,17 +273,6 @@ def checkpointed(
     return report
 
 
-def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
-    """Rows in the order of ``cases``, each case's in the kind's phase order."""
-    position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
-
-    def key(row: dict[str, Any]) -> tuple[int, int]:
-        case = position.get(tuple(row.get(k) for k in kind.case_keys), len(cases))
-        return case, kind.phases.index(row["phase"])
-
-    return sorted(rows, key=key)
-
-
 def measure(
     kind: Kind,
     methods: list[str],
@@ -295,12 +284,18 @@ def measure(
 ) -> dict[str, Any]:
     """Every case of every method (``run_kind``), checkpointed after each; the results
     document of ``env`` (the machine's groups and, on CUDA, the GPU's state after
-    added), its rows by method, then in case order."""
+    added), its rows by method, then in case order (each case's in the kind's phase order)."""
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
     report = checkpointed(env, progress, checkpoint)
     by_method = run_kind(kind, {m: cases for m in methods}, report, groups, notice)
-    rows = [row for m in methods for row in in_case_order(kind, by_method[m], cases)]
+    position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
+
+    def order(row: dict[str, Any]) -> tuple[int, int]:
+        case = position.get(tuple(row.get(k) for k in kind.case_keys), len(cases))
+        return case, kind.phases.index(row["phase"])
+
+    rows = [row for m in methods for row in sorted(by_method[m], key=order)]
     if kind.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)

@@ -54,8 +54,7 @@ def test_each_kind_of_cell_keeps_its_own_rate():
     """Interpreted cells are never timed at the native rate (issue 30: the smoke run's
     first estimate said 7 minutes of a 1-minute run)."""
     now = [0.0]
-    units = [("native", _case(0.0)), ("native", _case(0.1)), ("interp", _case(0.0))]
-    units += [("interp", _case(0.1))]
+    units = [(method, _case(beta)) for method in ("native", "interp") for beta in (0.0, 0.1)]
     tracker = Tracker(units, lambda line: None, KIND, clock=lambda: now[0])
     for method in ("native", "interp"):
         tracker.worker_started(method, [_case(0.0), _case(0.1)])

@@ -8,12 +8,9 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perfsuite.units import fmt_bytes
-
-if TYPE_CHECKING:
-    from perfsuite.harness.kind import Kind
 
 # Seconds a running cell may go without a line.
 HEARTBEAT_S = 30.0
@@ -76,7 +73,7 @@ class Tracker:
         self,
         units: list[tuple[str, dict[str, Any]]],
         notice: NoticeFn,
-        kind: Kind,
+        kind: Any,  # a ``harness.kind.Kind``: the kind imports this module
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.notice, self.kind, self.clock = notice, kind, clock

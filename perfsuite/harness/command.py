@@ -32,9 +32,9 @@ Rows = list[dict[str, Any]]
 class Checkpoint(AbstractContextManager["Checkpoint"]):
     """A results file a command writes as it goes: ``path`` (and ``outputs`` beside it)
     checked, then held by this process alone (``lock.claim``: a second command on it is
-    refused) until ``release``; ``start`` runs once it is held. ``add`` rewrites it after
-    every finished case: a partial document of ``env`` and every row so far (``rows`` may
-    start with a resumed run's), as ``shape`` lays them out."""
+    refused) until its ``with`` ends; ``start`` runs once it is held. ``add`` rewrites it
+    after every finished case: a partial document of ``env`` and every row so far (``rows``
+    may start with a resumed run's), as ``shape`` lays them out."""
 
     def __init__(
         self,
@@ -79,11 +79,8 @@ class Checkpoint(AbstractContextManager["Checkpoint"]):
         after it); 0 until this command wrote it."""
         return len(read_json(self.path)["rows"]) if self.wrote and self.path.exists() else 0
 
-    def release(self) -> None:
-        self.writer.release()
-
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        self.writer.release()
 
 
 def command(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfsuite.harness.environment import child_env
 from perfsuite.harness.lifecycle import failed_record, read_json_lines, run_worker
-from perfsuite.harness.progress import Model, NoticeFn, ProgressFn, Tracker
+from perfsuite.harness.progress import NoticeFn, ProgressFn, Tracker
 from perfsuite.harness.schedule import run_parallel, schedule
 from perfsuite.harness.scratch import scratch
 from perfsuite.harness.worker import case_rows
@@ -163,7 +163,8 @@ def run_kind(
             by_method[method] += rows
             if progress is not None:
                 progress(method, case, rows)
-    tracker = None if notice is None else make_tracker(kind, pending, notice)
+    units = [(method, case) for method, mine in pending.items() for case in mine]
+    tracker = None if notice is None else Tracker(units, notice, kind)
     slots = slots or [{}]
     n = len(slots)
     batches = [(m, mine[k::n]) for m, mine in pending.items() for k in range(min(n, len(mine)))]
@@ -272,30 +273,6 @@ def checkpointed(
     return report
 
 
-def in_case_order(kind: Kind, rows: Rows, cases: list[dict[str, Any]]) -> Rows:
-    """Rows in the order of ``cases``, each case's in the kind's phase order."""
-    position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
-
-    def key(row: dict[str, Any]) -> tuple[int, int]:
-        case = position.get(tuple(row.get(k) for k in kind.case_keys), len(cases))
-        return case, kind.phases.index(row["phase"])
-
-    return sorted(rows, key=key)
-
-
-def make_tracker(kind: Kind, cases: dict[str, list[dict[str, Any]]], notice: NoticeFn) -> Tracker:
-    """Progress lines over the cells workers will measure (``cases`` by method): the
-    kind's ``work`` a cell's relative time, weighted by an interpreted method's declared
-    cost (they differ by far more than FLOPs), its ``peak`` the predicted bytes."""
-
-    def cost(name: str, case: dict[str, Any]) -> float:
-        return (kind.cost(name) if kind.interpreted(name) else 1.0) * kind.work(name, case)
-
-    kinds = {True: "interpreted", False: "native"}
-    model = Model(cost, lambda name: kinds[kind.interpreted(name)], kind.peak)
-    return Tracker([(m, case) for m, mine in cases.items() for case in mine], notice, model)
-
-
 def measure(
     kind: Kind,
     methods: list[str],
@@ -307,12 +284,18 @@ def measure(
 ) -> dict[str, Any]:
     """Every case of every method (``run_kind``), checkpointed after each; the results
     document of ``env`` (the machine's groups and, on CUDA, the GPU's state after
-    added), its rows by method, then in case order."""
+    added), its rows by method, then in case order (each case's in the kind's phase order)."""
     groups: list[dict[str, Any]] = []
     env["machine"] = {"groups": groups}
     report = checkpointed(env, progress, checkpoint)
     by_method = run_kind(kind, {m: cases for m in methods}, report, groups, notice)
-    rows = [row for m in methods for row in in_case_order(kind, by_method[m], cases)]
+    position = {tuple(case.get(k) for k in kind.case_keys): i for i, case in enumerate(cases)}
+
+    def order(row: dict[str, Any]) -> tuple[int, int]:
+        case = position.get(tuple(row.get(k) for k in kind.case_keys), len(cases))
+        return case, kind.phases.index(row["phase"])
+
+    rows = [row for m in methods for row in sorted(by_method[m], key=order)]
     if kind.device == "cuda":
         env["gpu_state_after"] = gpu_state()
     return new_document(env, rows)

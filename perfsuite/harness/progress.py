@@ -47,15 +47,6 @@ def cell_label(method: str, case: dict[str, Any], width: int = 22, tokens: bool 
     return f"{method + tp:<{width}} {case['shape']}{n} {case['dtype']} β={case['beta']:g}"
 
 
-@dataclass(frozen=True)
-class Model:
-    """What is predicted of a (method, case) before it runs."""
-
-    cost: Callable[[str, dict[str, Any]], float]  # relative time (``Kind.work``)
-    kind: Callable[[str], str]  # cells of one kind share a seconds-per-cost rate
-    peak: Callable[[str, dict[str, Any]], int | None]  # predicted bytes (None: unknown)
-
-
 @dataclass
 class _Worker:
     """What the tracker last said about one method's running worker."""
@@ -73,28 +64,35 @@ class _Worker:
 
 class Tracker:
     """Turns worker output into progress lines (``notice``), for every thread that
-    drives a worker. Time left: each kind's seconds per unit of modelled cost over its
-    cost to go, scaled by the cell-seconds the run fits in a second (workers run side by
-    side); a kind with no finished cell yet is left out, and the line says so."""
+    drives a worker. Time left: each side's (interpreted, native) seconds per unit of
+    modelled cost over its cost to go, scaled by the cell-seconds the run fits in a second
+    (workers run side by side); a side with no finished cell yet is left out, and the line
+    says so. A cell's cost is ``kind.work``, times an interpreted method's declared cost."""
 
     def __init__(
         self,
         units: list[tuple[str, dict[str, Any]]],
         notice: NoticeFn,
-        model: Model,
+        kind: Any,  # a ``harness.kind.Kind``: the kind imports this module
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.notice, self.model, self.clock = notice, model, clock
+        self.notice, self.kind, self.clock = notice, kind, clock
         self.total = len(units)
         self.left: defaultdict[str, float] = defaultdict(float)  # modelled cost to go
         for method, case in units:
-            self.left[model.kind(method)] += model.cost(method, case)
+            side, cost = self._model(method, case)
+            self.left[side] += cost
         self.spent: defaultdict[str, float] = defaultdict(float)  # finished cells' seconds
         self.done: defaultdict[str, float] = defaultdict(float)  # their modelled cost
         self.cells_started = 0
         self.t0 = clock()
         self.workers: dict[str, _Worker] = {}
         self.lock = threading.Lock()
+
+    def _model(self, method: str, case: dict[str, Any]) -> tuple[str, float]:
+        if self.kind.interpreted(method):
+            return "interpreted", self.kind.cost(method) * self.kind.work(method, case)
+        return "native", self.kind.work(method, case)
 
     def worker_started(self, method: str, batch: list[dict[str, Any]]) -> None:
         with self.lock:
@@ -134,7 +132,7 @@ class Tracker:
     def _cell_started(self, method: str, case: dict[str, Any], now: float) -> None:
         self.cells_started += 1
         parts = [f"cell {self.cells_started} of {self.total}"]
-        peak = self.model.peak(method, case)
+        peak = self.kind.peak(method, case)
         if peak is not None:
             parts.append(f"peak ~{fmt_bytes(peak)} predicted")
         left, kinds = self.time_left(now)
@@ -144,7 +142,7 @@ class Tracker:
 
     def time_left(self, now: float) -> tuple[float | None, str]:
         """Seconds the time model gives the cells not finished (None before any has),
-        and the kinds it counts when not all that remain ("" when all)."""
+        and the sides it counts when not all that remain ("" when all)."""
         spent = sum(self.spent.values())
         if spent <= 0:
             return None, ""
@@ -162,10 +160,10 @@ class Tracker:
             if worker is not None:  # between cells (or ending) until the next start line
                 worker.charged_since, worker.cell_since, worker.said_at = now, now, now
                 worker.in_cell = False
-            kind, cost = self.model.kind(method), self.model.cost(method, case)
-            self.spent[kind] += now - since
-            self.done[kind] += cost
-            self.left[kind] -= cost
+            side, cost = self._model(method, case)
+            self.spent[side] += now - since
+            self.done[side] += cost
+            self.left[side] -= cost
 
     def worker_ended(self, method: str) -> None:
         with self.lock:

@@ -173,7 +173,7 @@ class ArraySweep:
             self.kept += len(units) - len(left)
             if left:
                 self.todo.append(i)
-                if doc is None:
+                if doc is None and self.previous is not None:
                     self._seed(i, units)
 
     def _read(self, path: Path) -> dict[str, Any] | None:
@@ -183,8 +183,6 @@ class ArraySweep:
     def _seed(self, i: int, units: list[tuple[str, dict[str, Any]]]) -> None:
         """A part file of the cells ``--out`` already has for the shard: the task
         resumes them (checking their environment) instead of measuring again."""
-        if self.previous is None:
-            return
         from perfsuite.run.sweep import unit_keys
 
         keys = {k for u in units for k in unit_keys(u, self.plan.phases)}

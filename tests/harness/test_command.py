@@ -45,7 +45,7 @@ def test_an_interrupt_keeps_every_case_told_and_says_so(tmp_path):
     assert len(kept["rows"]) == 6 and kept["env"]["partial"] is True
     said = " ".join(console.export_text().split())
     assert said == f"interrupted: 6 finished cell row(s) kept in {out} (a partial results file)"
-    Checkpoint(out, overwrite=True).release()
+    Checkpoint(out, overwrite=True).writer.release()
 
 
 def test_a_checkpoint_counts_the_rows_its_file_holds(tmp_path):

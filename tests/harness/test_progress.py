@@ -6,7 +6,8 @@ import pytest
 
 from perfsuite.cli import main
 from perfsuite.harness import progress
-from perfsuite.harness.progress import Model, Tracker, duration
+from perfsuite.harness.kind import Kind
+from perfsuite.harness.progress import Tracker, duration
 from perfsuite.plan.shapes import Shape
 
 SHAPE = Shape("gemma2-2b*", 256, 256_000, 2304, dtype="bf16")
@@ -19,15 +20,16 @@ def _case(beta: float) -> dict:
     )  # fmt: skip
 
 
-# Every cell costs 1, one kind; ours' predicted peak 1.5 GiB.
-MODEL = Model(lambda m, c: 1.0, lambda m: "native", lambda m, c: 3 << 29)
+# Every cell costs 1, interp's at a rate of its own; a predicted peak of 1.5 GiB.
+KIND = Kind()
+KIND.interpreted, KIND.peak = lambda m: m == "interp", lambda m, c: 3 << 29  # type: ignore
 
 
 def test_a_long_cell_says_when_it_starts_and_what_it_does_every_heartbeat():
     now = [0.0]
     lines: list[str] = []
     cases = [_case(0.0), _case(0.1)]
-    tracker = Tracker([("ours", c) for c in cases], lines.append, MODEL, clock=lambda: now[0])
+    tracker = Tracker([("ours", c) for c in cases], lines.append, KIND, clock=lambda: now[0])
     tracker.worker_started("ours", cases)
     assert lines == ["ours: worker starting (2 cell(s) to measure)"]
     now[0] = 3.0
@@ -51,11 +53,9 @@ def test_a_long_cell_says_when_it_starts_and_what_it_does_every_heartbeat():
 def test_each_kind_of_cell_keeps_its_own_rate():
     """Interpreted cells are never timed at the native rate (issue 30: the smoke run's
     first estimate said 7 minutes of a 1-minute run)."""
-    kinds = Model(lambda m, c: 1.0, lambda m: m, lambda m, c: None)
     now = [0.0]
-    units = [("native", _case(0.0)), ("native", _case(0.1)), ("interp", _case(0.0))]
-    units += [("interp", _case(0.1))]
-    tracker = Tracker(units, lambda line: None, kinds, clock=lambda: now[0])
+    units = [(method, _case(beta)) for method in ("native", "interp") for beta in (0.0, 0.1)]
+    tracker = Tracker(units, lambda line: None, KIND, clock=lambda: now[0])
     for method in ("native", "interp"):
         tracker.worker_started(method, [_case(0.0), _case(0.1)])
     now[0] = 10.0
@@ -72,7 +72,7 @@ def test_a_worker_slow_to_start_or_between_cells_is_heard_from():
     """A heartbeat after a cell's rows landed no longer names that cell."""
     now = [0.0]
     lines: list[str] = []
-    tracker = Tracker([], lines.append, MODEL, clock=lambda: now[0])
+    tracker = Tracker([], lines.append, KIND, clock=lambda: now[0])
     tracker.worker_started("ours", [_case(0.0)])
     now[0] = 45.0
     tracker.poll("ours", [])

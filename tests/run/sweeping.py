@@ -28,7 +28,7 @@ def started(path: Path, argv: list[str], run: bool = False) -> None:
     plan, grid = sweep.plan_from_args(parser.parse_args(argv))
     job = sweep.Sweep(plan, path, grid=grid)
     job.checkpoint.save()
-    job.checkpoint.release()
+    job.checkpoint.writer.release()
     if run:
         doc = json.loads(path.read_text())
         del doc["env"]["sweep"]

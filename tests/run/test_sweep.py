@@ -230,14 +230,14 @@ def test_resume_refuses_other_uncommitted_code(plugins, tmp_path, monkeypatch):
     _git(monkeypatch, dirty=True, diff="aaaa")
     first = Sweep(plan, out)
     first.checkpoint.save()
-    first.checkpoint.release()
-    Sweep(plan, out, resume=True).checkpoint.release()  # the same uncommitted changes: fine
+    first.checkpoint.writer.release()
+    Sweep(plan, out, resume=True).checkpoint.writer.release()  # the same uncommitted changes: fine
     for dirty, diff in ((False, None), (True, "bbbb")):
         _git(monkeypatch, dirty=dirty, diff=diff)
         with pytest.raises(PlanError, match="git.dirty|git.diff"):
             Sweep(plan, out, resume=True)
         # --force takes the user's word (and the refused sweep left the file free)
-        Sweep(plan, out, resume=True, force=True).checkpoint.release()
+        Sweep(plan, out, resume=True, force=True).checkpoint.writer.release()
 
 
 @pytest.mark.integration

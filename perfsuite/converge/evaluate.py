@@ -10,7 +10,6 @@ import torch
 
 from perfsuite.converge.calibration import N_BINS, calibration_metrics
 from perfsuite.converge.data import BigramSource
-from perfsuite.converge.model import hidden_states
 
 EVAL_POSITIONS = 8192  # positions per held-out forward pass: 1 GiB of fp32 logits at V = 32k
 
@@ -26,7 +25,7 @@ def predictive_probs(model: torch.nn.Module, heldout: torch.Tensor, device: str)
     rows = max(1, EVAL_POSITIONS // (seqs.shape[1] - 1))
     for start in range(0, seqs.shape[0], rows):
         batch = seqs[start : start + rows]
-        hidden = hidden_states(model, batch[:, :-1].to(device)).float()
+        hidden = model.model(input_ids=batch[:, :-1].to(device)).last_hidden_state.float()
         logits = hidden.reshape(-1, hidden.shape[-1]) @ weight.T
         out.append(torch.softmax(logits, dim=-1))
     return torch.cat(out)

@@ -122,12 +122,6 @@ def trivial_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return hidden.float().square().mean()
 
 
-def head_name(model: torch.nn.Module) -> str:
-    """The parameter name of ``lm_head.weight`` (the embedding's when they are tied)."""
-    head = model.lm_head.weight
-    return next(name for name, p in model.named_parameters() if p is head)
-
-
 def describe_model(model: torch.nn.Module, preset: StepPreset, size: Size) -> dict[str, Any]:
     """What was built, for the results' provenance."""
     cfg = model.config

@@ -1,6 +1,5 @@
-"""Held-out evaluation: every method's final weights scored alike, fp32 logits, plain
-cross-entropy (β = 0, so runs with and without smoothing share a scale); against the
-truth too when the data's ``P(next | prev)`` is known (docs/converge.md)."""
+"""Held-out evaluation: fp32 logits, plain cross-entropy (β = 0: runs with and without
+smoothing share a scale), and the truth when the data's is known (docs/converge.md)."""
 
 from __future__ import annotations
 

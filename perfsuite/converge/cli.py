@@ -71,9 +71,8 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     from perfsuite.plan.plan import default_jobs, resolve_device
 
     device = resolve_device(args.device)
-    preset = PRESETS[args.preset]
     given = {"steps": args.steps, "seed": args.seed, "z_loss": args.z_loss}
-    preset = replace(preset, **{k: v for k, v in given.items() if v is not None})
+    preset = replace(PRESETS[args.preset], **{k: v for k, v in given.items() if v is not None})
     if args.train_batches is not None:
         preset = replace(preset, train_batches=args.train_batches or None)
     dtypes = list(preset.dtypes) if args.dtype is None else parse_dtypes(args.dtype)

@@ -76,10 +76,9 @@ class BigramSource:
 def successors_without_replacement(
     prior: torch.Tensor, rows: int, support: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """``rows x support`` distinct token ids per row, each row a draw without replacement
-    from ``prior``: a pick that repeats one of its row's draws again (rejection keeps the
-    exact renormalised law; ``torch.multinomial`` took ~50 s at 32k x 32k), and rows still
-    repeating after ``MAX_REDRAWS`` rounds get the renormalised draw directly."""
+    """``rows x support`` distinct ids, each row drawn from ``prior`` without replacement by
+    rejection (the exact renormalised law; ``torch.multinomial`` took ~50 s at 32k x 32k),
+    rows still repeating after ``MAX_REDRAWS`` rounds drawn from the renormalised prior."""
     vocab = prior.shape[0]
     cdf = prior.cumsum(0)
     out = torch.empty(rows, support, dtype=torch.long)

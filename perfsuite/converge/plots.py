@@ -28,8 +28,7 @@ def artifact_paths(out: Path) -> dict[str, Path]:
 
 
 def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs of methods, without the yardstick of eager's noise (its calibration is
-    eager's; it belongs in the loss figure only)."""
+    """The runs but eager's yardstick (its calibration is eager's: the loss figure only)."""
     return [r for r in runs if (r.get("parity") or {}).get("verdict") != "yardstick"]
 
 

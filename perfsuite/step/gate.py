@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -70,9 +70,5 @@ def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
     used = {n: full.errors[n] / ref.bounds[n] for n in ref.grads if n != ref.head}
     worst = max(used, key=lambda n: math.inf if math.isnan(used[n]) else used[n], default=ref.head)
     named = {"loss": "loss", "grad_e": worst, "grad_c": ref.head}
-    return Verdict(
-        passed=full.passed,
-        errors={q: full.errors[n] for q, n in named.items()},
-        bounds={q: ref.bounds[n] for q, n in named.items()},
-        problems=full.problems,
-    )
+    errors = {q: full.errors[n] for q, n in named.items()}
+    return replace(full, errors=errors, bounds={q: ref.bounds[n] for q, n in named.items()})

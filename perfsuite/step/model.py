@@ -93,8 +93,8 @@ def make_batch(preset: StepPreset, size: Size, seed: int, device: str) -> torch.
 
 
 def eager_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
-    """The model's own loss on materialised logits (``forward(labels=...)``); at β > 0
-    ``reference_loss``."""
+    """The model's own loss (``forward(labels=...)``) on materialised logits, at β > 0
+    ``reference_loss`` (the model's lacks smoothing)."""
     return model(input_ids=ids, labels=ids).loss if beta == 0 else reference_loss(model, ids, beta)
 
 

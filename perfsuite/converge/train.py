@@ -55,9 +55,8 @@ def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | 
     from perfsuite.measure.memory import cpu_meter_supported, measure_cuda_peak, measure_rss_peak
 
     if device == "cuda":
-        cuda = torch.device("cuda")
         return "cuda max_memory_allocated above the step's start (bytes)", (
-            lambda fn: measure_cuda_peak(fn, cuda, collect=False).delta
+            lambda fn: measure_cuda_peak(fn, torch.device("cuda"), collect=False).delta
         )
     if cpu_meter_supported() is None:
         return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (

@@ -32,10 +32,8 @@ def top1_calibration(
 def reliability(
     conf: torch.Tensor, correct: torch.Tensor, n_bins: int = N_BINS
 ) -> dict[str, list[float]]:
-    """Per equal-width bin: sample count, mean confidence and accuracy (empty bins: 0).
-
-    The bins are torchmetrics' (confidence 1 counts in the last bin here), so the
-    count-weighted mean of ``|accuracy - confidence|`` is the ECE."""
+    """Per equal-width bin (torchmetrics', confidence 1 in the last): count, mean confidence
+    and accuracy (empty: 0); the count-weighted mean of ``|accuracy - confidence|`` is the ECE."""
     edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype, device=conf.device)
     bins = (torch.bucketize(conf, edges, right=True) - 1).clamp_(0, n_bins - 1)
     count = torch.bincount(bins, minlength=n_bins).double()
@@ -102,8 +100,7 @@ def adaptive_calibration_error(
 
 
 def calibration_metrics(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = N_BINS) -> dict:
-    """ECE, RMS-CE, MCE (top-1, torchmetrics), SCE and ACE (class-wise, here), and the
-    reliability diagram's bins."""
+    """ECE, RMS-CE, MCE (top-1, torchmetrics), SCE, ACE (class-wise) and the reliability bins."""
     conf, correct = top1(probs, labels)
     return {
         **top1_calibration(conf, correct, n_bins),

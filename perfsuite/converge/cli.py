@@ -17,7 +17,7 @@ from perfsuite.args import (
     positive_int,
     seed_int,
 )
-from perfsuite.converge.presets import DATA_KINDS, PRESETS, REFERENCE, default_methods
+from perfsuite.converge.presets import DATA_KINDS, PRESETS, REFERENCE
 from perfsuite.fit import TrimmedConsole
 from perfsuite.plan.plan import parse_betas, parse_dtypes, resolve_methods
 from perfsuite.results.kinds import DTYPES
@@ -71,14 +71,17 @@ def resolve(args: argparse.Namespace, known: dict[str, SimpleMethod]) -> Config:
     from perfsuite.plan.plan import default_jobs, resolve_device
 
     device = resolve_device(args.device)
-    preset = PRESETS[args.preset]
     given = {"steps": args.steps, "seed": args.seed, "z_loss": args.z_loss}
-    preset = replace(preset, **{k: v for k, v in given.items() if v is not None})
+    preset = replace(PRESETS[args.preset], **{k: v for k, v in given.items() if v is not None})
     if args.train_batches is not None:
         preset = replace(preset, train_batches=args.train_batches or None)
     dtypes = list(preset.dtypes) if args.dtype is None else parse_dtypes(args.dtype)
     if args.methods is None:
-        methods = [m for m in preset.methods or default_methods(device) if m in known]
+        # The paper table's methods that train, but those that compile on a CPU (inductor
+        # costs more than the whole smoke run there).
+        cpu = device == "cpu"
+        default = [n for n, m in known.items() if m.timed_by_default and not (cpu and m.compiles)]
+        methods = [m for m in preset.methods or default if m in known]
     else:
         methods = resolve_methods(args.methods, "train")
     return Config(

@@ -76,10 +76,9 @@ class BigramSource:
 def successors_without_replacement(
     prior: torch.Tensor, rows: int, support: int, generator: torch.Generator
 ) -> torch.Tensor:
-    """``rows x support`` distinct token ids per row, each row a draw without replacement
-    from ``prior``: a pick that repeats one of its row's draws again (rejection keeps the
-    exact renormalised law; ``torch.multinomial`` took ~50 s at 32k x 32k), and rows still
-    repeating after ``MAX_REDRAWS`` rounds get the renormalised draw directly."""
+    """``rows x support`` distinct ids, each row drawn from ``prior`` without replacement by
+    rejection (the exact renormalised law; ``torch.multinomial`` took ~50 s at 32k x 32k),
+    rows still repeating after ``MAX_REDRAWS`` rounds drawn from the renormalised prior."""
     vocab = prior.shape[0]
     cdf = prior.cumsum(0)
     out = torch.empty(rows, support, dtype=torch.long)
@@ -145,16 +144,21 @@ class Dataset:
         }
 
 
-def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Tensor, int]:
-    """Token ids of ``text`` under a byte-level BPE of at most ``vocab`` ids, and its size.
+def _text_sampler(preset: Preset, split_words: bool) -> tuple[Sampler, dict[str, Any]]:
+    """Sequences of the help pages under a byte-level BPE of at most ``preset.vocab`` ids,
+    held-out ones from their last tenth; what they are.
 
     ``split_words=False`` lets merges cross word boundaries (trained line by line, which
     keeps it fast): the help pages hold only ~9.2k distinct word pieces, so a split BPE
     stops there, while a cross-word one reaches 16k ids and more (a larger softmax)."""
+    from pydoc_data.topics import topics
+
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+    vocab, length = preset.vocab, preset.seq + 1
     if vocab < 256:
         raise ValueError(f"text data needs a vocabulary of at least 256 (bytes), got {vocab}")
+    text = "\n\n".join(topics[key] for key in sorted(topics))  # in a fixed order
     byte_level = pre_tokenizers.ByteLevel
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = byte_level(add_prefix_space=False, use_regex=split_words)
@@ -162,16 +166,7 @@ def tokenize(text: str, vocab: int, split_words: bool = True) -> tuple[torch.Ten
     trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=alphabet, show_progress=False)
     tokenizer.train_from_iterator([text] if split_words else text.split("\n"), trainer=trainer)
     ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.long)
-    return ids, tokenizer.get_vocab_size()
-
-
-def _text_sampler(preset: Preset, split_words: bool) -> tuple[Sampler, dict[str, Any]]:
-    """Sequences of the help pages, held-out ones from their last tenth; what they are."""
-    from pydoc_data.topics import topics
-
-    text = "\n\n".join(topics[key] for key in sorted(topics))  # in a fixed order
-    ids, used = tokenize(text, preset.vocab, split_words)
-    cut, length = int(ids.numel() * (1 - HELDOUT_FRACTION)), preset.seq + 1
+    cut = int(ids.numel() * (1 - HELDOUT_FRACTION))
 
     def draw(heldout: bool, count: int, gen: torch.Generator) -> torch.Tensor:
         part = ids[cut:] if heldout else ids[:cut]
@@ -184,8 +179,9 @@ def _text_sampler(preset: Preset, split_words: bool) -> tuple[Sampler, dict[str,
         "kind": "real text: Python's bundled help topics (pydoc_data.topics), no download",
         "truth_known": False,
         "characters": len(text),
-        "tokenizer": f"byte-level BPE trained on the text (tokenizers), {used} of "
-        f"{preset.vocab} ids used" + ("" if split_words else ", merges across words"),
+        "tokenizer": f"byte-level BPE trained on the text (tokenizers), "
+        f"{tokenizer.get_vocab_size()} of {vocab} ids used"
+        + ("" if split_words else ", merges across words"),
         "tokens": int(ids.numel()),
         "heldout": f"the last {HELDOUT_FRACTION:.0%} of the tokens",
     }

@@ -1,6 +1,5 @@
-"""Held-out evaluation: every method's final weights scored alike, fp32 logits, plain
-cross-entropy (β = 0, so runs with and without smoothing share a scale); against the
-truth too when the data's ``P(next | prev)`` is known (docs/converge.md)."""
+"""Held-out evaluation: fp32 logits, plain cross-entropy (β = 0: runs with and without
+smoothing share a scale), and the truth when the data's is known (docs/converge.md)."""
 
 from __future__ import annotations
 
@@ -10,57 +9,26 @@ import torch
 
 from perfsuite.converge.calibration import N_BINS, calibration_metrics
 from perfsuite.converge.data import BigramSource
-from perfsuite.converge.model import hidden_states
 
 EVAL_POSITIONS = 8192  # positions per held-out forward pass: 1 GiB of fp32 logits at V = 32k
 
 
 @torch.no_grad()
-def predictive_probs(model: torch.nn.Module, heldout: torch.Tensor, device: str) -> torch.Tensor:
-    """``(positions, vocab)`` fp32 next-token probabilities over every held-out sequence,
-    in forward passes of up to ``EVAL_POSITIONS`` positions (the logits' memory)."""
+def evaluate(
+    model: torch.nn.Module, heldout: torch.Tensor, source: BigramSource | None, device: str
+) -> dict[str, Any]:
+    """Every held-out metric of ``model`` (module doc), from fp32 next-token probabilities
+    of forward passes of up to ``EVAL_POSITIONS`` positions (the logits' memory)."""
     model.eval()  # the run's last use of the model
-    out = []
-    weight = model.lm_head.weight.float()
+    weight, chunks = model.lm_head.weight.float(), []
     seqs = heldout.reshape(-1, heldout.shape[-1])
     rows = max(1, EVAL_POSITIONS // (seqs.shape[1] - 1))
     for start in range(0, seqs.shape[0], rows):
         batch = seqs[start : start + rows]
-        hidden = hidden_states(model, batch[:, :-1].to(device)).float()
+        hidden = model.model(input_ids=batch[:, :-1].to(device)).last_hidden_state.float()
         logits = hidden.reshape(-1, hidden.shape[-1]) @ weight.T
-        out.append(torch.softmax(logits, dim=-1))
-    return torch.cat(out)
-
-
-def truth_metrics(
-    probs: torch.Tensor, prev: torch.Tensor, source: BigramSource, n_bins: int = N_BINS
-) -> dict[str, float]:
-    """KL(truth || model), the entropy floor and top-1 ECE against the true probabilities."""
-    device = probs.device
-    succ = source.successors.to(device)[prev]  # (positions, support)
-    w = source.weights.to(device)[prev]
-    p_model = probs.gather(1, succ).double().clamp_min(1e-300)
-    entropy = -(w * w.log()).sum(dim=1)
-    kl = (w * (w.log() - p_model.log())).sum(dim=1)
-    conf, pred = probs.max(dim=1)
-    conf = conf.double()
-    true_p = (w * (succ == pred.unsqueeze(1))).sum(dim=1)
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype, device=device)
-    bins = torch.bucketize(conf, edges, right=True) - 1
-    gap = torch.bincount(bins, true_p - conf, minlength=n_bins + 1).abs().sum() / conf.numel()
-    return {
-        "kl_to_truth": float(kl.mean()),
-        "entropy_floor": float(entropy.mean()),
-        "ece_vs_truth": float(gap),
-        "true_top1_accuracy": float(w.max(dim=1).values.mean()),
-    }
-
-
-def evaluate(
-    model: torch.nn.Module, heldout: torch.Tensor, source: BigramSource | None, device: str
-) -> dict[str, Any]:
-    """Every held-out metric of ``model`` (see the module docstring)."""
-    probs = predictive_probs(model, heldout, device)
+        chunks.append(torch.softmax(logits, dim=-1))
+    probs = torch.cat(chunks)  # (positions, vocab)
     prev = heldout[:, :, :-1].reshape(-1).to(device)
     labels = heldout[:, :, 1:].reshape(-1).to(device)
     picked = probs.gather(1, labels.unsqueeze(1)).squeeze(1).double()
@@ -72,6 +40,20 @@ def evaluate(
         "positions": int(labels.numel()),
         **calibration_metrics(probs, labels),
     }
-    if source is not None:
-        out.update(truth_metrics(probs, prev, source))
+    if source is not None:  # KL(truth || model), the entropy floor, top-1 ECE vs the true p
+        succ = source.successors.to(device)[prev]  # (positions, support)
+        w = source.weights.to(device)[prev]
+        p_model = probs.gather(1, succ).double().clamp_min(1e-300)
+        conf, pred = probs.max(dim=1)
+        conf = conf.double()
+        true_p = (w * (succ == pred.unsqueeze(1))).sum(dim=1)
+        edges = torch.linspace(0, 1, N_BINS + 1, dtype=conf.dtype, device=device)
+        bins = torch.bucketize(conf, edges, right=True) - 1
+        gap = torch.bincount(bins, true_p - conf, minlength=N_BINS + 1).abs().sum() / conf.numel()
+        out.update(
+            kl_to_truth=float((w * (w.log() - p_model.log())).sum(dim=1).mean()),
+            entropy_floor=float(-(w * w.log()).sum(dim=1).mean()),
+            ece_vs_truth=float(gap),
+            true_top1_accuracy=float(w.max(dim=1).values.mean()),
+        )
     return out

@@ -101,15 +101,10 @@ def describe_model(preset: Preset) -> dict[str, Any]:
     }
 
 
-def hidden_states(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    """The decoder's last hidden states ``(batch, seq, hidden)`` (after the final norm)."""
-    return model.model(input_ids=inputs).last_hidden_state
-
-
 def hooked_loss(
     model: torch.nn.Module, loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor
 ) -> torch.Tensor:
     """The patched forward: ``loss_fn(hidden, lm_head.weight, targets)`` over all tokens."""
-    hidden = hidden_states(model, inputs)
+    hidden = model.model(input_ids=inputs).last_hidden_state  # after the final norm
     e = hidden.reshape(-1, hidden.shape[-1])
     return loss_fn(e, model.lm_head.weight, targets.reshape(-1))

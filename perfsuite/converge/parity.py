@@ -1,7 +1,6 @@
 """Parity verdicts: does a method train the model the way eager does, in the same dtype?
-Liger's convergence tolerances, or no farther from eager than ``NOISE_FACTOR`` times eager's
-own yardstick (a declared method: eager rounded otherwise), as 16-bit rounding and long fp32
-runs outgrow a fixed tolerance (docs/converge.md)."""
+Liger's convergence tolerances, or ``NOISE_FACTOR`` times eager's own noise, which 16-bit
+rounding and long fp32 runs make outgrow a fixed tolerance (docs/converge.md)."""
 
 from __future__ import annotations
 

@@ -28,8 +28,7 @@ def artifact_paths(out: Path) -> dict[str, Path]:
 
 
 def _under_test(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs of methods, without the yardstick of eager's noise (its calibration is
-    eager's; it belongs in the loss figure only)."""
+    """The runs but eager's yardstick (its calibration is eager's: the loss figure only)."""
     return [r for r in runs if (r.get("parity") or {}).get("verdict") != "yardstick"]
 
 
@@ -133,10 +132,17 @@ def reliability_figure(document: dict[str, Any]) -> Any:
         shares = [[c / (sum(count) or 1) for c in count] for count in counts]
         peak = max(max(s) for s in (shares if compared else shares[:1])) or 1.0
         for k, run in enumerate(here):
-            held = run["heldout"]
+            held, rel = run["heldout"], run["heldout"]["reliability"]
             name = f"β = {run['beta']:g}" if compared else _label(run["method"], document)
             index = k if compared else methods.index(run["method"])
-            _curve(ax, held["reliability"], index, f"{name}  (ECE {held['ece']:.3f})")
+            keep = [b for b, c in enumerate(rel["count"]) if c > 0]  # the bins it fills
+            conf = [rel["confidence"][b] for b in keep]
+            acc = [rel["accuracy"][b] for b in keep]
+            color, marker = f"C{index % 10}", MARKERS[index % len(MARKERS)]
+            ax.plot(conf, acc, color=color, linewidth=1, alpha=0.8)
+            sizes = [12 + 400 * shares[k][b] for b in keep]
+            label = f"{name}  (ECE {held['ece']:.3f})"
+            ax.scatter(conf, acc, s=sizes, marker=marker, fc="none", ec=color, label=label)
             heights = [share / peak * top / 3 for share in shares[k]]
             if compared:
                 ax.stairs(heights, edges, color=f"C{k % 10}", linewidth=1.2, zorder=1)
@@ -160,17 +166,6 @@ def reliability_figure(document: dict[str, Any]) -> Any:
         fontsize=10,
     )
     return fig
-
-
-def _curve(ax: Any, rel: dict[str, Any], index: int, label: str) -> None:
-    total = sum(rel["count"]) or 1
-    keep = [b for b, c in enumerate(rel["count"]) if c > 0]
-    conf = [rel["confidence"][b] for b in keep]
-    acc = [rel["accuracy"][b] for b in keep]
-    sizes = [12 + 400 * rel["count"][b] / total for b in keep]
-    color, marker = f"C{index % 10}", MARKERS[index % len(MARKERS)]
-    ax.plot(conf, acc, color=color, linewidth=1, alpha=0.8)
-    ax.scatter(conf, acc, s=sizes, marker=marker, facecolors="none", edgecolors=color, label=label)
 
 
 def calibration_figure(document: dict[str, Any]) -> Any:

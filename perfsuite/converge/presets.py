@@ -63,15 +63,3 @@ PRESETS: dict[str, Preset] = {
         dtypes=("fp32", "bf16"),
     ),
 }  # fmt: skip
-
-
-def default_methods(device: str) -> tuple[str, ...]:
-    """The paper table's methods (``timed_by_default``) that train, without those that
-    compile on a CPU (inductor costs more than the whole smoke run there)."""
-    from perfsuite.plan.registry import methods_for
-
-    return tuple(
-        name
-        for name, m in methods_for("train").items()
-        if m.timed_by_default and not (device == "cpu" and m.compiles)
-    )

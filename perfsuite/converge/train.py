@@ -55,21 +55,14 @@ def memory_meter(device: str) -> tuple[str, Callable[[Callable[[], Any]], int | 
     from perfsuite.measure.memory import cpu_meter_supported, measure_cuda_peak, measure_rss_peak
 
     if device == "cuda":
-        cuda = torch.device("cuda")
         return "cuda max_memory_allocated above the step's start (bytes)", (
-            lambda fn: measure_cuda_peak(fn, cuda, collect=False).delta
+            lambda fn: measure_cuda_peak(fn, torch.device("cuda"), collect=False).delta
         )
     if cpu_meter_supported() is None:
         return "process RSS growth at its peak during the step (VmHWM - VmRSS, bytes)", (
             lambda fn: measure_rss_peak(fn, collect=False).delta
         )
     return "none (no /proc/self/clear_refs here)", lambda fn: fn()  # a step returns None
-
-
-def grad_norm(model: torch.nn.Module) -> float:
-    """L2 norm of every parameter's gradient together, in fp32."""
-    norms = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
-    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
 def train_run(
@@ -103,7 +96,9 @@ def train_run(
                 optimizer.zero_grad(set_to_none=True)
                 loss = hooked_loss(model, loss_fn, batch[:, :-1], batch[:, 1:])
                 loss.backward()
-                record["grad_norm"] = grad_norm(model)
+                # every parameter's gradient together, in fp32
+                norms = [p.grad.float().norm() for p in model.parameters() if p.grad is not None]
+                record["grad_norm"] = float(torch.linalg.vector_norm(torch.stack(norms)))
                 optimizer.step()
                 sync()
                 record["time_s"] = time.perf_counter() - t0

@@ -31,17 +31,6 @@ def threshold_list(text: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _names(known: tuple[str, ...]):
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(n.strip() for n in text.split(",") if n.strip())
-        bad = [n for n in names if n not in known]
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(known)}")
-        return names
-
-    return parse
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     arg = p.add_argument
     workloads = "random, synthetic (trained geometry), synthetic-axis (the old one) or a dump"
@@ -56,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     arg("--device", choices=["cpu", "cuda"], default="cpu")
     eps = "filter_eps values, e.g. 2^-8,2^-12 (default 2^-8 … 2^-16)"
     arg("--thresholds", type=threshold_list, default=DEFAULT_THRESHOLDS, help=eps)
-    arg("--filters", type=_names(tuple(FILTERS)), default=tuple(FILTERS))
-    arg("--orders", type=_names(ORDERS), default=ORDERS)
+    arg("--filters", default=",".join(FILTERS), help=f"of {', '.join(FILTERS)} (default: all)")
+    arg("--orders", default=",".join(ORDERS), help=f"of {', '.join(ORDERS)} (default: all)")
     arg("--out", required=True, type=Path, help="path stem: OUT.json/.md/.csv/.png")
     arg("--force", action="store_true", help="overwrite existing outputs")
 
@@ -87,8 +76,11 @@ def build_inputs(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from perfsuite.plan.plan import parse_choices
     from perfsuite.results.outpath import check_output_file
 
+    filters = parse_choices(args.filters, "filters", tuple(FILTERS))
+    orders = parse_choices(args.orders, "orders", ORDERS)
     stem = args.out.with_suffix("") if args.out.suffix in (".json", ".md") else args.out
     for suffix in (".json", ".md", ".csv", ".png"):  # before the study, in outpath's words
         check_output_file(stem.with_suffix(suffix), "--out", overwrite=args.force)
@@ -98,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from perfsuite.results.provenance import collect_env
 
     case, inputs, workload = build_inputs(args)
-    result = run_study(case, inputs, args.thresholds, args.filters, args.orders)
+    result = run_study(case, inputs, args.thresholds, tuple(filters), tuple(orders))
     document = {
         "schema": "perfsuite-filtering/1",
         "command": "perfsuite " + " ".join(shlex.quote(a) for a in args.argv),

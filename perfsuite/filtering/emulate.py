@@ -1,6 +1,5 @@
-"""The gradient filters (docs/filtering.md), emulated in torch on materialised fp32 logits:
-the (row block, vocab tile) pairs a filter computes, not how fast, so no GPU is needed.
-β = 0: smoothing's part is exact."""
+"""The gradient filters (docs/filtering.md) emulated in torch on fp32 logits: the (row block,
+vocab tile) pairs a filter computes, not how fast (no GPU needed); β = 0 (smoothing's is exact)."""
 
 from __future__ import annotations
 

@@ -46,10 +46,6 @@ def _fmt(key: str, value: Any) -> str:
     return str(value)
 
 
-def _gate(row: dict[str, Any]) -> str:
-    return "/".join(_fmt("", row[f"grad_{q}_within_gate"]) for q in ("e", "c"))
-
-
 def markdown(document: dict[str, Any]) -> str:
     """The table one workload's study gives, with its summary line above it."""
     s, w = document["summary"], document["workload"]
@@ -67,10 +63,10 @@ def markdown(document: dict[str, Any]) -> str:
         f"Measured in {s['wall_s']:g} s.",
         "",
     ]
-    rows = [
-        [_gate(row) if k == "gate" else _fmt(k, row.get(k)) for k, _ in COLUMNS]
-        for row in document["rows"]
-    ]
+    rows = []
+    for row in document["rows"]:
+        gate = "/".join(_fmt("", row[f"grad_{q}_within_gate"]) for q in ("e", "c"))
+        rows.append([gate if k == "gate" else _fmt(k, row.get(k)) for k, _ in COLUMNS])
     lines += pipe_table([h for _, h in COLUMNS], rows, left=("filter", "order"))
     lines += ["", f"Made by: `{document['command']}`", ""]
     return "\n".join(lines)

@@ -50,19 +50,13 @@ def softmax_stats(
     }
 
 
-def frequency_direction(e: torch.Tensor) -> torch.Tensor:
-    """û: the unit mean hidden state (fp32), the direction of the average logit."""
-    mean = e.float().mean(0)
-    norm = mean.norm()
-    if not norm > 0:
-        raise ValueError("the hidden states average to zero: no frequency direction")
-    return mean / norm
-
-
 def frequency_shares(e: torch.Tensor, c: torch.Tensor) -> dict[str, float]:
     """The frequency direction's share of E's and of C's Frobenius norm (module doc)."""
-    u = frequency_direction(e)
     ef, cf = e.float(), c.float()
+    mean = ef.mean(0)
+    if not mean.norm() > 0:
+        raise ValueError("the hidden states average to zero: no frequency direction")
+    u = mean / mean.norm()  # û: the unit mean hidden state, the average logit's direction
     return {
         "share_e": float((ef @ u).norm() / ef.norm()),
         "share_c": float((cf @ u).norm() / cf.norm()),

@@ -7,12 +7,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from perfsuite.run.correctness import Verdict, judge, tolerances
-from perfsuite.step.model import eager_loss, head_name, reference_loss
+from perfsuite.step.model import eager_loss, reference_loss
 
 Grads = dict[str, torch.Tensor]
 
@@ -57,7 +57,9 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, beta: float, dtype: str
         model.to(torch.bfloat16)
         loss_t, grads_t = one_pass(model, ids, lambda x: eager_loss(model, x, beta))
     bounds = tolerances(dtype, {"loss": loss, **grads}, {"loss": loss_t, **grads_t})
-    return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head_name(model))
+    # lm_head.weight's name: the embedding's when they are tied
+    head = next(name for name, p in model.named_parameters() if p is model.lm_head.weight)
+    return Reference(loss=loss.float(), grads=grads, bounds=bounds, head=head)
 
 
 def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
@@ -68,9 +70,5 @@ def step_verdict(loss: torch.Tensor, grads: Grads, ref: Reference) -> Verdict:
     used = {n: full.errors[n] / ref.bounds[n] for n in ref.grads if n != ref.head}
     worst = max(used, key=lambda n: math.inf if math.isnan(used[n]) else used[n], default=ref.head)
     named = {"loss": "loss", "grad_e": worst, "grad_c": ref.head}
-    return Verdict(
-        passed=full.passed,
-        errors={q: full.errors[n] for q, n in named.items()},
-        bounds={q: ref.bounds[n] for q, n in named.items()},
-        problems=full.problems,
-    )
+    errors = {q: full.errors[n] for q, n in named.items()}
+    return replace(full, errors=errors, bounds={q: ref.bounds[n] for q, n in named.items()})

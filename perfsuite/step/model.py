@@ -93,8 +93,8 @@ def make_batch(preset: StepPreset, size: Size, seed: int, device: str) -> torch.
 
 
 def eager_loss(model: torch.nn.Module, ids: torch.Tensor, beta: float) -> torch.Tensor:
-    """The model's own loss on materialised logits (``forward(labels=...)``); at β > 0
-    ``reference_loss``."""
+    """The model's own loss (``forward(labels=...)``) on materialised logits, at β > 0
+    ``reference_loss`` (the model's lacks smoothing)."""
     return model(input_ids=ids, labels=ids).loss if beta == 0 else reference_loss(model, ids, beta)
 
 
@@ -120,12 +120,6 @@ def trivial_loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     with it is the model without its loss (the loss share's subtrahend)."""
     hidden = model.model(input_ids=ids).last_hidden_state
     return hidden.float().square().mean()
-
-
-def head_name(model: torch.nn.Module) -> str:
-    """The parameter name of ``lm_head.weight`` (the embedding's when they are tied)."""
-    head = model.lm_head.weight
-    return next(name for name, p in model.named_parameters() if p is head)
 
 
 def describe_model(model: torch.nn.Module, preset: StepPreset, size: Size) -> dict[str, Any]:

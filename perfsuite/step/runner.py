@@ -34,8 +34,7 @@ LOSS_SHARE = (
 
 
 def availability(method: SimpleMethod, device: str) -> str | None:
-    """None when ``method``'s step can run on ``device`` here, its patch's modules
-    importable, else why not."""
+    """None when ``method``'s step can run on ``device`` (its patch importable), else why not."""
     requires = method.step.requires if method.step else ()
     reason = method.availability(device)
     return reason or ("; ".join(filter(None, map(why_missing, requires))) or None)

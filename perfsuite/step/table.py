@@ -52,9 +52,7 @@ def _line(method: str, phases: dict[str, dict], notes: Notes) -> list[str]:
 COLUMNS = [
     Column("method"),
     *(Column(f"{p}\nms", "right", False) for p in PHASE_COLUMNS),
-    Column("tok/s", "right", False),
-    Column("peak\nMiB", "right", False),
-    Column("loss\n%", "right", False),
+    *(Column(h, "right", False) for h in ("tok/s", "peak\nMiB", "loss\n%")),
     Column("note", fold=False),
 ]
 

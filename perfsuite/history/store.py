@@ -193,12 +193,8 @@ def env_hash(env: dict[str, Any]) -> str:
     """What makes two runs' environments comparable: library versions, Python, driver, CUDA."""
     versions = {k: v for k, v in (env.get("versions") or {}).items() if k != "perfsuite"}
     device = env.get("device") or {}
-    key = {
-        "versions": versions,
-        "python": env.get("python"),
-        "driver": device.get("driver"),
-        "cuda": device.get("cuda"),
-    }
+    key = {"versions": versions, "python": env.get("python")}
+    key |= {k: device.get(k) for k in ("driver", "cuda")}
     return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:12]
 
 

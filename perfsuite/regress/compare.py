@@ -205,13 +205,6 @@ def settings_line(comparison: Comparison) -> str:
     )
 
 
-def _group(row: dict[str, Any]) -> str:
-    """A console table's title: one per shape, dtype, β and TP size."""
-    method, shape, dtype, beta, _ = cell_label(row)
-    tp = row.get("tp")
-    return f"{shape} {dtype} β={beta}" + ("" if tp is None else f", TP={tp} (across {tp} ranks)")
-
-
 def _arrow(before: str, after: str) -> str:
     return before if before == after else f"{before} → {after}"
 
@@ -268,8 +261,11 @@ def print_table(comparison: Comparison) -> None:
     for i, line in enumerate(title_lines(comparison, console.width)):
         console.print(Text(line, style="bold" if i == 0 else "dim"))
     groups: dict[str, list[CellComparison]] = {}
-    for cell in comparison.cells:
-        groups.setdefault(_group(cell.row), []).append(cell)
+    for cell in comparison.cells:  # a table per shape, dtype, β and TP size
+        _, shape, dtype, beta, _ = cell_label(cell.row)
+        tp = cell.row.get("tp")
+        across = "" if tp is None else f", TP={tp} (across {tp} ranks)"
+        groups.setdefault(f"{shape} {dtype} β={beta}{across}", []).append(cell)
     # "3.725 → 5.643" never folds (a number pair); the verdict carries its note's number (a
     # column of its own cost 4 characters).
     numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")

@@ -94,11 +94,8 @@ def _timer(cfg: HarnessConfig) -> Callable[[int, int, int], list[float]]:
 
 def _ratio(timed: Callable[[int, int, int], list[float]], k: int, rounds: int, n: int) -> float:
     """Measured slowdown of ``k`` extra tokens: median over interleaved rounds."""
-    ratios = []
-    for _ in range(rounds):
-        base = summarize(timed(0, n, 1), "median")
-        ratios.append(summarize(timed(k, n, 1), "median") / base - 1)
-    return quantile(ratios, 0.5)
+    medians = [[summarize(timed(x, n, 1), "median") for x in (0, k)] for _ in range(rounds)]
+    return quantile([slow / base - 1 for base, slow in medians], 0.5)
 
 
 def calibrate(cfg: HarnessConfig) -> dict[str, Any]:

@@ -73,10 +73,6 @@ class Change:
         """``CELL/RUN``: what ``history ack`` takes."""
         return f"{self.series.cell_id}/{self.after_point.run_hash[:12]}"
 
-    @property
-    def env_changed(self) -> bool:
-        return self.before_point.env_hash != self.after_point.env_hash
-
 
 def threshold_for(metric: str, device_kind: str) -> float:
     """The minimum relative change that counts: ``perfsuite compare``'s defaults."""
@@ -103,8 +99,7 @@ def judge(series: Series) -> list[Change]:
     limit = threshold_for(series.metric, series.device_kind)
     changes = []
     # Chains of consecutive steps in one direction: j indexes segments after a step.
-    steps = list(range(1, len(levels)))
-    for _, chain_iter in groupby(steps, key=lambda j: sizes[j - 1] > 0):
+    for _, chain_iter in groupby(range(1, len(levels)), key=lambda j: sizes[j - 1] > 0):
         chain = list(chain_iter)
         first, last = chain[0], chain[-1]
         before, after = levels[first - 1], levels[last]

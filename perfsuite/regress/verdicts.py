@@ -243,10 +243,6 @@ class Comparison:
     def failures(self) -> list[CellComparison]:
         return [c for c in self.cells if c.failing]
 
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failures else 0
-
 
 # Versions that do not change what is measured: the suite itself (the code under test lives
 # in the rows' methods) and its table/dataframe libraries.

@@ -142,7 +142,9 @@ def connect(
         if version not in READABLE_VERSIONS:
             reads = " and ".join(map(str, READABLE_VERSIONS))
             raise StoreError(f"{path}: history schema {version}, this perfsuite reads {reads}")
-        if write and version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
+        if not write and version < SCHEMA_VERSION:  # read as it is: its cells are one device
+            conn.execute("CREATE TEMP VIEW cells AS SELECT *, NULL AS tp FROM main.cells")
+        elif version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
             with transaction(conn):
                 conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
                 conn.execute(
@@ -155,11 +157,6 @@ def connect(
             raise
         raise StoreError(f"{path}: not a history database ({err})") from None
     return conn
-
-
-def has_tp(conn: sqlite3.Connection) -> bool:
-    """Whether ``cells`` has ``tp`` (schema 2; a schema-1 file read as it is has not)."""
-    return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
 
 
 @contextmanager
@@ -233,8 +230,6 @@ def list_runs(conn: sqlite3.Connection) -> list[Run]:
 
 def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
     """Run id -> the TP sizes of its cells measured across ranks (runs without: absent)."""
-    if not has_tp(conn):
-        return {}
     query = "SELECT run_id, group_concat(DISTINCT tp) FROM cells WHERE tp NOT NULL GROUP BY run_id"
     return {run: sorted(map(int, tps.split(","))) for run, tps in conn.execute(query)}
 
@@ -248,11 +243,9 @@ def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
 
 def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[sqlite3.Row]:
     """Every cell of every run with its run's time, commit and device, in time order."""
-    # A schema-1 file opened read-only has no tp column: its cells are one device.
-    tp = "" if has_tp(conn) else " NULL AS tp,"
     where, args = ("", ()) if device_name is None else ("WHERE r.device_name = ?", (device_name,))
     query = f"""
-        SELECT c.*,{tp} r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
+        SELECT c.*, r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
                r.device_name, r.env_hash, r.id AS run_key
         FROM cells c JOIN runs r ON r.id = c.run_id {where}
         ORDER BY c.cell_id, r.created, r.id

@@ -109,10 +109,8 @@ def looks_like_results(path: Path) -> bool:
         return True
     if not isinstance(document, dict):
         return False
-    if "schema_version" in document:
-        return True
     # Another command's document names its own schema (filtering studies, converge).
-    return "rows" in document and "schema" not in document
+    return "schema_version" in document or ("rows" in document and "schema" not in document)
 
 
 def results_files(root: str | os.PathLike[str]) -> list[Path]:

@@ -1,6 +1,5 @@
-"""How well ``rules.judge`` finds regressions, in seconds: runs are medians of bootstrap
-resamples of a cell's stored samples, times a run noise and an injected ``Scenario``; a
-regression within ``WINDOW`` runs of the change is detected, any other a false alarm."""
+"""How well ``rules.judge`` finds regressions in synthetic series (bootstrapped stored samples
+with an injected ``Scenario``): detected within ``WINDOW`` runs of the change, else false alarms."""
 
 from __future__ import annotations
 

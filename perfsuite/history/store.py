@@ -1,6 +1,5 @@
-"""The history database: one SQLite file (a crash mid-write never leaves half a run), a
-row per run (keyed by its content hash) and per cell (``cell_id`` across runs), and the
-acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2 by a command that writes."""
+"""The history database: one SQLite file (a crash mid-write never leaves half a run) of runs
+(by content hash), cells (``cell_id`` across runs) and acknowledged regressions."""
 
 from __future__ import annotations
 

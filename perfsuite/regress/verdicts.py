@@ -1,6 +1,5 @@
-"""``compare``'s verdict per cell (``cells.cell_key``). Time regresses when the ratio passes
-the threshold and a one-sided Mann-Whitney U test says so (``p < alpha``), memory when its
-peak grows past ``memory_threshold``; the verdicts and why: docs/regressions.md."""
+"""``compare``'s verdict per cell (``cells.cell_key``): time by threshold and a one-sided
+Mann-Whitney U test, memory by peak growth; the verdicts and why: docs/regressions.md."""
 
 from __future__ import annotations
 

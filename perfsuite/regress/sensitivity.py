@@ -29,6 +29,14 @@ TARGET_DETECTION = 0.95
 TARGET_FALSE_ALARMS = 0.01
 
 
+def rate_bounds(k: int, n: int) -> tuple[float, float]:
+    """Wilson score interval of a rate k/n (95 %)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(method="wilson")
+    return (float(ci.low), float(ci.high))
+
+
 @dataclass
 class Rate:
     condition: float  # nominal slowdown, 0 for unchanged
@@ -42,11 +50,7 @@ class Rate:
 
     @property
     def bounds(self) -> tuple[float, float]:
-        """Wilson score interval of the rate (95 %)."""
-        from scipy.stats import binomtest
-
-        ci = binomtest(self.flagged, self.trials).proportion_ci(method="wilson")
-        return (float(ci.low), float(ci.high))
+        return rate_bounds(self.flagged, self.trials)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch
 
 from perfsuite.baselines.torch_methods import eager_loss
 from perfsuite.cli import main
-from perfsuite.regress.sensitivity import Rate, analyse, recommend_threshold
+from perfsuite.regress.sensitivity import analyse, rate_bounds, recommend_threshold
 from perfsuite.regress.sensitivity_collect import HarnessConfig, slowed
 
 
@@ -71,9 +71,9 @@ def test_recommend_threshold_and_rate_bounds():
         s["detected_0.05"] = 0.5
     assert recommend_threshold(sweep, [0.05]) == 0.02  # the quietest-safe fallback
     assert recommend_threshold([{"threshold": 0.01, "false_alarms": 0.5}], [0.05]) is None
-    lo, hi = Rate(0, None, 0, 300).bounds
+    lo, hi = rate_bounds(0, 300)
     assert lo == 0 and 0.005 < hi < 0.015
-    lo, hi = Rate(0.05, None, 95, 100).bounds
+    lo, hi = rate_bounds(95, 100)
     assert lo < 0.95 < hi
 
 

@@ -100,12 +100,10 @@ def measure(
 
 def format_table(rates: Sequence[Rate]) -> str:
     """A plain-text table: one line per device kind and scenario."""
-    head = ("device", "scenario", "min", "trials", "detected", "false alarms")
-    lines = ["{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format(*head)]
+    line = "{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format
+    lines = [line("device", "scenario", "min", "trials", "detected", "false alarms")]
     for r in rates:
         detected = "-" if r.scenario == "none" else f"{r.detected / r.trials:.0%}"
-        lines.append(
-            f"{r.device_kind:<6} {r.scenario:<20} {r.threshold:>5.0%} {r.trials:>6} "
-            f"{detected:>9} {r.false_alarms / r.trials:>13.0%}"
-        )
+        least, alarms = f"{r.threshold:.0%}", f"{r.false_alarms / r.trials:.0%}"
+        lines.append(line(r.device_kind, r.scenario, least, r.trials, detected, alarms))
     return "\n".join(lines)

@@ -101,23 +101,19 @@ def load_pair(
     return load_results(baseline), current_doc, str(baseline), []
 
 
-def check_kinds(base: dict[str, Any], cur: dict[str, Any], labels: tuple[str, str]) -> None:
-    """One line, before any verdict, for files compare cannot judge against each other."""
-    for doc, label in zip((base, cur), labels, strict=True):
-        require_kind(doc, label, TIMED_KINDS, "compare")
-    kinds = document_kinds(base), document_kinds(cur)
-    if all(kinds) and not kinds[0] & kinds[1]:
-        pairs = zip(labels, kinds, strict=True)
-        named = [f"{label} holds {' and '.join(sorted(k))} rows" for label, k in pairs]
-        raise CompareError(f"{', '.join(named)}: cells of different kinds are never compared")
-
-
 def run(args: argparse.Namespace) -> int:
     """``perfsuite compare``: 0 no regression, 1 regression(s); unusable input raises."""
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
     labels = (base_label, str(args.current))
-    check_kinds(base_doc, cur_doc, labels)
+    # One line, before any verdict, for files compare cannot judge against each other.
+    for doc, label in zip((base_doc, cur_doc), labels, strict=True):
+        require_kind(doc, label, TIMED_KINDS, "compare")
+    kinds = document_kinds(base_doc), document_kinds(cur_doc)
+    if all(kinds) and not kinds[0] & kinds[1]:
+        pairs = zip(labels, kinds, strict=True)
+        named = [f"{label} holds {' and '.join(sorted(k))} rows" for label, k in pairs]
+        raise CompareError(f"{', '.join(named)}: cells of different kinds are never compared")
     refusal = refuse_busy(base_doc, cur_doc, labels)
     if refusal and not args.accept_busy:
         raise CompareError(refusal)

@@ -42,8 +42,7 @@ def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
     return {
         "cell_id": store.cell_id(device_name, {**key, "timer": row.get("timer") or "events"}),
         **key,
-        "shape": row.get("shape") or "",
-        "device": row.get("device") or "",
+        **{k: row.get(k) or "" for k in ("shape", "device")},
         "status": row["status"],
         "interpreted": int(bool(row.get("interpreted"))),
         **{k: _float(row.get(k)) for k in ("median_ms", "p20_ms", "p80_ms")},

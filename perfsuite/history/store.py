@@ -146,9 +146,7 @@ def connect(
         elif version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
             with transaction(conn):
                 conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
-                conn.execute(
-                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-                )
+                conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     except (sqlite3.DatabaseError, StoreError) as err:
         if conn is not None:
             conn.close()

@@ -185,7 +185,7 @@ HEADERS += ["p(slower)", "base MiB", "cur MiB", "mem ×", "verdict", "note"]
 
 def summary_line(comparison: Comparison) -> str:
     counts = [f"{comparison.count(v)} {v}" for v in VERDICTS if comparison.count(v)]
-    return ", ".join(counts) if counts else "no cells"
+    return ", ".join(counts) or "no cells"
 
 
 def settings_line(comparison: Comparison) -> str:

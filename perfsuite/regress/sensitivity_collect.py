@@ -128,9 +128,7 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     rng = random.Random(cfg.seed * 1000 + proc)
     runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in (UNCHANGED, *cfg.slowdowns)}
     for _ in range(cfg.runs):
-        order = list(runs)
-        rng.shuffle(order)
-        for cond in order:
+        for cond in rng.sample(list(runs), len(runs)):
             runs[cond].append(timed(extra.get(cond, 0), cfg.samples, cfg.warmup))
     return runs
 

@@ -30,8 +30,7 @@ def _float(value: float | None) -> float | None:
 
 
 def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
-    """One checked results row as a ``cells`` row (numbers as the columns hold them, so
-    that ``cell_id`` hashes ``beta`` 0 and 0.0 alike)."""
+    """A checked row as a ``cells`` row (floats as stored: ``cell_id`` hashes beta 0 as 0.0)."""
     key = {
         **{k: row[k] for k in ("method", "tokens", "vocab", "hidden", "dtype", "phase")},
         "beta": float(row["beta"]),
@@ -52,8 +51,7 @@ def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
 
 
 def _as_filed(document: dict[str, Any]) -> dict[str, Any]:
-    """What the hash covers: a version 1 document without the kind reading adds to its rows
-    (as databases made before version 2 hashed it)."""
+    """What the hash covers: a version 1 document without the rows' kind (as hashed before)."""
     if document["schema_version"] != 1:
         return document
     rows = [{k: v for k, v in row.items() if k != "kind"} for row in document["rows"]]

@@ -178,8 +178,7 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
 
 
 def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:
-    """Each cell's rows (of one device's runs, if given), one per measurement, in time order:
-    a merged file's repeated rows (the same raw samples) kept once, at their first time."""
+    """Each cell's rows (of one device, if given) in time order, a merged file's repeats once."""
     for _, rows in groupby(store.cell_rows(conn, device), key=lambda r: r["cell_id"]):
         first: dict[tuple, sqlite3.Row] = {}
         for row in rows:

@@ -206,8 +206,7 @@ def _arrow(before: str, after: str) -> str:
 
 
 def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
-    """A cell's console line; its notes go under the table, numbered once per kind of note
-    (narrow terminals keep the columns)."""
+    """A cell's console line; its notes go under the table, numbered (the columns stay narrow)."""
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
     style, fails = LOOK[cell.verdict][0], " ✗" if cell.failing else ""
     ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""

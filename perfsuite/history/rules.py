@@ -104,8 +104,9 @@ def judge(series: Series) -> list[Change]:
         first, last = chain[0], chain[-1]
         before, after = levels[first - 1], levels[last]
         size = after / before - 1 if before else 0.0
-        n_before = bounds[first] - bounds[first - 1]
-        n_after = bounds[last + 1] - bounds[last]
+        runs_before = series.points[bounds[first - 1] : bounds[first]]
+        runs_after = series.points[bounds[last] : bounds[last + 1]]
+        n_before, n_after = len(runs_before), len(runs_after)
         spread = sigma * math.sqrt(1 / n_before + 1 / n_after)
         noise_bound = NOISE_SIGMAS * changepoints.MEDIAN_SE_FACTOR * spread
         why_not = []
@@ -115,7 +116,7 @@ def judge(series: Series) -> list[Change]:
             why_not.append(f"{size:+.1%} under the {limit:.0%} minimum")
         if abs(size) < noise_bound:
             why_not.append(f"{size:+.1%} within noise ({noise_bound:.1%})")
-        p_value = _u_test(series.points, bounds, first, last, size)
+        p_value = _u_test(runs_before, runs_after, size)
         if p_value is not None and p_value >= ALPHA:
             why_not.append(f"samples not significantly apart (U test p={p_value:.2g})")
         if n_after < MIN_PERSISTENCE:
@@ -141,13 +142,11 @@ def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[flo
     return float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0
 
 
-def _u_test(
-    points: list[Point], bounds: list[int], first: int, last: int, size: float
-) -> float | None:
+def _u_test(runs_before: list[Point], runs_after: list[Point], size: float) -> float | None:
     """One-sided U test of the samples after the change against before (None: no samples):
     run medians jumping between a bimodal timing's modes do not move the pooled samples."""
-    before = [s for p in points[bounds[first - 1] : bounds[first]] for s in p.samples]
-    after = [s for p in points[bounds[last] : bounds[last + 1]] for s in p.samples]
+    before = [s for p in runs_before for s in p.samples]
+    after = [s for p in runs_after for s in p.samples]
     if len(before) < 3 or len(after) < 3 or size == 0:
         return None
     from scipy.stats import mannwhitneyu

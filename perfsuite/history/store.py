@@ -93,7 +93,6 @@ class Run:
     created: str
     sha: str
     dirty: bool
-    device_kind: str
     device_name: str
     env_hash: str
     n_cells: int
@@ -240,14 +239,13 @@ def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
 
 def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[sqlite3.Row]:
     """Every cell of every run with its run's time, commit and device, in time order."""
-    where, args = ("", ()) if device_name is None else ("WHERE r.device_name = ?", (device_name,))
-    query = f"""
+    query = """
         SELECT c.*, r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
                r.device_name, r.env_hash, r.id AS run_key
-        FROM cells c JOIN runs r ON r.id = c.run_id {where}
+        FROM cells c JOIN runs r ON r.id = c.run_id WHERE ?1 IS NULL OR r.device_name = ?1
         ORDER BY c.cell_id, r.created, r.id
     """
-    return conn.execute(query, args).fetchall()
+    return conn.execute(query, (device_name,)).fetchall()
 
 
 def add_ack(conn: sqlite3.Connection, cell: str, run_hash: str, metric: str, reason: str) -> None:

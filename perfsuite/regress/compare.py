@@ -271,11 +271,9 @@ def print_table(comparison: Comparison) -> None:
     joint = fit_table(columns, [row for group in rows.values() for row in group], console.width,
                       **BOX)  # fmt: skip
     # Each group's cells as the table of every row folds them: one layout for all.
-    folded = joint and list(zip(*(list(c.cells) for c in joint.columns), strict=True))
-    start = 0
+    folded = joint and zip(*(list(c.cells) for c in joint.columns), strict=True)
     for title, group in rows.items():
-        mine = [list(row) for row in folded[start : start + len(group)]] if folded else group
-        start += len(group)
+        mine = [list(next(folded)) for _ in group] if folded else group
         Grid(columns, mine, title, [f"  {n}" for n in notes[title].lines()], BOX).print(console)
     for line in comparison.env_problems:
         console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")

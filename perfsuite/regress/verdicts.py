@@ -45,9 +45,8 @@ class Settings:
     allow_env_mismatch: bool = False
 
     def threshold_for(self, device: str) -> float:
-        if self.time_threshold is not None:
-            return self.time_threshold
-        return DEFAULT_TIME_THRESHOLDS.get(device, DEFAULT_TIME_THRESHOLDS["cuda"])
+        default = DEFAULT_TIME_THRESHOLDS.get(device, DEFAULT_TIME_THRESHOLDS["cuda"])
+        return default if self.time_threshold is None else self.time_threshold
 
 
 @dataclass

@@ -102,8 +102,7 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
 
 def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     """One line per run when that fits the terminal; else two (``print_listing``)."""
-    runs = store.list_runs(conn)
-    sizes = store.tp_sizes(conn)
+    runs, sizes = store.list_runs(conn), store.tp_sizes(conn)
     rows = []
     for r in runs:
         tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""

@@ -177,9 +177,9 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
 
 
-def content_hash(document: dict[str, Any]) -> str:
-    """The idempotency key of a results document: sha256 of its canonical JSON."""
-    return hashlib.sha256(canonical_json(document).encode()).hexdigest()
+def content_hash(value: Any) -> str:
+    """sha256 of the canonical JSON: a results document's idempotency key, and every hash here."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 def env_hash(env: dict[str, Any]) -> str:
@@ -188,7 +188,7 @@ def env_hash(env: dict[str, Any]) -> str:
     device = env.get("device") or {}
     key = {"versions": versions, "python": env.get("python")}
     key |= {k: device.get(k) for k in ("driver", "cuda")}
-    return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:12]
+    return content_hash(key)[:12]
 
 
 def cell_id(device_name: str, key: dict[str, Any]) -> str:
@@ -199,7 +199,7 @@ def cell_id(device_name: str, key: dict[str, Any]) -> str:
         ident.append(["tp", key["tp"]])
     if key.get("timer", "events") != "events":  # events: every cell before --timer
         ident.append(["timer", key["timer"]])
-    return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
+    return content_hash(ident)[:10]
 
 
 def exists(conn: sqlite3.Connection, table: str, column: str, value: str) -> bool:

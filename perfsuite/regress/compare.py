@@ -78,8 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     busy = "judge time even if either run was measured on a busy machine"
     arg("--accept-busy", action="store_true", help=busy)
     arg("--format", choices=["table", "markdown"], default="table")
-    unchanged = "markdown: list unchanged cells in the main table too"
-    arg("--all", action="store_true", help=unchanged)
+    arg("--all", action="store_true", help="markdown: list unchanged cells in the main table too")
 
 
 def load_pair(

@@ -50,14 +50,6 @@ def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
     }
 
 
-def _as_filed(document: dict[str, Any]) -> dict[str, Any]:
-    """What the hash covers: a version 1 document without the rows' kind (as hashed before)."""
-    if document["schema_version"] != 1:
-        return document
-    rows = [{k: v for k, v in row.items() if k != "kind"} for row in document["rows"]]
-    return {**document, "rows": rows}
-
-
 def prepare(document: Any, path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """What to write for one parsed document, all checked first (``ResultsError`` if not)."""
     document = validate(document, path)
@@ -69,8 +61,11 @@ def prepare(document: Any, path: str) -> tuple[dict[str, Any], list[dict[str, An
     git = env.get("git") or {}
     device_name = str(device.get("name") or device.get("kind") or "unknown")
     cells = [_cell_values(row, device_name) for row in document["rows"]]
+    hashed = document["rows"]  # a version 1 document's as hashed before: without their kind
+    if document["schema_version"] == 1:
+        hashed = [{k: v for k, v in row.items() if k != "kind"} for row in hashed]
     run = {
-        "content_hash": store.content_hash(_as_filed(document)),
+        "content_hash": store.content_hash({**document, "rows": hashed}),
         "source": str(path),
         "created": env["created"],
         "sha": str(git.get("sha") or "unknown"),

@@ -111,8 +111,7 @@ def default_db_path() -> Path:
 def connect(
     path: str | os.PathLike[str] | None = None, create: bool = True, write: bool = True
 ) -> sqlite3.Connection:
-    """Open the database (``StoreError`` if not): ``create`` makes a missing or empty file
-    one; without it an empty or foreign file is refused as it is. ``write=False``: read-only."""
+    """Open the database (``StoreError`` if not); ``create``: a missing or empty file made one."""
     path = Path(path) if path is not None else default_db_path()
     if create:
         try:

@@ -50,9 +50,8 @@ QUICK = HarnessConfig(tokens=64, vocab=1024, hidden=64, processes=2, runs=3, sam
 
 
 def slowed(loss_fn: Callable, extra_tokens: int) -> Callable:
-    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens: the same
-    kernels, forward and backward, on a slice of the work proportional to ``extra_tokens``
-    (``c`` detached: no fixed V x D gradient term)."""
+    """``loss_fn`` plus ``0 *`` its loss on the first ``extra_tokens`` tokens: the same kernels on
+    a slice of the work proportional to them (``c`` detached: no fixed V x D gradient term)."""
     if extra_tokens <= 0:
         return loss_fn
 

@@ -94,7 +94,11 @@ def judge(series: Series) -> list[Change]:
     sigma = max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
     bounds = [0, *changepoints.detect(values, sigma), len(values)]
     levels = [float(np.median(values[a:b])) for a, b in pairwise(bounds)]
-    sigma = max(sigma, _residual_sigma(values, bounds, levels))
+    # Floored too by the runs' relative scatter around their segment's level.
+    segments = zip(pairwise(bounds), levels, strict=True)
+    resid = [v / level - 1 for (a, b), level in segments for v in values[a:b] if level]
+    dof = len(resid) - len(levels)
+    sigma = max(sigma, float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0)
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
     limit = threshold_for(series.metric, series.device_kind)
     changes = []
@@ -132,14 +136,6 @@ def judge(series: Series) -> list[Change]:
         found = (bounds[culprit], before, after, size, n_after, noise_bound, regression)
         changes.append(Change(series, *found, recovered and regression, why_not))
     return changes
-
-
-def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[float]) -> float:
-    """Relative scatter of the runs around their segment's level (the run-to-run spread)."""
-    segments = zip(pairwise(bounds), levels, strict=True)
-    resid = [v / level - 1 for (a, b), level in segments for v in values[a:b] if level]
-    dof = len(resid) - len(levels)
-    return float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0
 
 
 def _u_test(runs_before: list[Point], runs_after: list[Point], size: float) -> float | None:

@@ -148,9 +148,8 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
     beta = f"{row['beta']:g}" + ("" if softcap is None else f" cap {softcap:g}")
-    workload = row.get("workload") or "random"
-    if workload != "random":
-        shape = f"{shape} {Path(workload).name}"
+    if row.get("workload") not in (None, "", "random"):
+        shape = f"{shape} {Path(row['workload']).name}"
     return [method_label(row["method"], row.get("tp")), shape, row["dtype"], beta, row["phase"]]
 
 

@@ -50,9 +50,7 @@ def detect(values: Sequence[float], sigma: float | None = None) -> list[int]:
     if level == 0:
         return []
     y = x / level - 1.0
-    if sigma is None:
-        sigma = robust_sigma(y)
-    sigma = max(sigma, SIGMA_FLOOR)
+    sigma = max(robust_sigma(y) if sigma is None else sigma, SIGMA_FLOOR)
     penalty = PENALTY_FACTOR * sigma**2 * math.log(n)
     try:  # here, when a series is long enough to search: every other command runs without it
         import ruptures

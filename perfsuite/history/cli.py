@@ -102,8 +102,7 @@ def _cmd_add(db: str | None, paths: Iterable[str | Path], folder: bool = False) 
 
 def _cmd_list(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     """One line per run when that fits the terminal; else two (``print_listing``)."""
-    runs = store.list_runs(conn)
-    sizes = store.tp_sizes(conn)
+    runs, sizes = store.list_runs(conn), store.tp_sizes(conn)
     rows = []
     for r in runs:
         tp = f" (TP={','.join(map(str, sizes[r.id]))})" if r.id in sizes else ""
@@ -127,11 +126,11 @@ def _describe(change: rules.Change, head: str, tail: str = "") -> str:
         f"{change.persistence} runs after)",
         change.series.label,
         f"commit {before.sha[:10]} ({before.created}) -> {after.sha[:10]} ({after.created})"
-        + ("  [environment changed]" if change.env_changed else ""),
+        + ("  [environment changed]" if before.env_hash != after.env_hash else ""),
+        tail,
     ]
-    lines += [tail] if tail else []
     fill = textwrap.TextWrapper(width, initial_indent="    ", subsequent_indent="      ").fill
-    return "\n".join([f"{head} {change.ident}", *map(fill, lines)])
+    return "\n".join([f"{head} {change.ident}", *map(fill, filter(None, lines))])
 
 
 def _cmd_check(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
@@ -189,20 +188,16 @@ def _sample_sets(conn: sqlite3.Connection, per_kind: int) -> dict[str, list[list
     return out
 
 
-def _run_noise(conn: sqlite3.Connection, kind: str) -> float:
-    """Median run-to-run scatter of the kind's time series with 4 runs or more."""
-    series = rules.load_series(conn, ["time"])
-    sigmas = [rules.scatter(s) for s in series if s.device_kind == kind and len(s.points) >= 4]
-    return float(np.median(sigmas)) if sigmas else 0.0
-
-
 def _cmd_sensitivity(conn: sqlite3.Connection, args: argparse.Namespace) -> int:
     sets = _sample_sets(conn, args.cells)
     if not sets:
         raise ValueError("no stored cell has 10 samples or more: `history import` results first")
     rates = []
+    series = rules.load_series(conn, ["time"]) if args.run_noise is None else []
     for kind, samples in sets.items():
-        noise = args.run_noise if args.run_noise is not None else _run_noise(conn, kind)
+        # --run-noise, else the median run-to-run scatter of the kind's series of 4 runs or more
+        sigmas = [rules.scatter(s) for s in series if s.device_kind == kind and len(s.points) >= 4]
+        noise = args.run_noise if args.run_noise is not None else float(np.median(sigmas or [0]))
         print(f"{kind}: {len(samples)} cells' samples, run-to-run noise {noise:.2%}")
         runs = dict(trials=args.trials, n_runs=args.runs, change_at=args.runs * 3 // 5)
         rates += sensitivity.measure(samples, kind, **runs, run_noise=noise, seed=args.seed)

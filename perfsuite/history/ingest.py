@@ -30,8 +30,7 @@ def _float(value: float | None) -> float | None:
 
 
 def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
-    """One checked results row as a ``cells`` row (numbers as the columns hold them, so
-    that ``cell_id`` hashes ``beta`` 0 and 0.0 alike)."""
+    """A checked row as a ``cells`` row (floats as stored: ``cell_id`` hashes beta 0 as 0.0)."""
     key = {
         **{k: row[k] for k in ("method", "tokens", "vocab", "hidden", "dtype", "phase")},
         "beta": float(row["beta"]),
@@ -42,23 +41,13 @@ def _cell_values(row: dict[str, Any], device_name: str) -> dict[str, Any]:
     return {
         "cell_id": store.cell_id(device_name, {**key, "timer": row.get("timer") or "events"}),
         **key,
-        "shape": row.get("shape") or "",
-        "device": row.get("device") or "",
+        **{k: row.get(k) or "" for k in ("shape", "device")},
         "status": row["status"],
         "interpreted": int(bool(row.get("interpreted"))),
         **{k: _float(row.get(k)) for k in ("median_ms", "p20_ms", "p80_ms")},
         "samples_json": json.dumps([float(s) for s in row.get("samples_ms") or []]),
         "peak_bytes": row.get("peak_bytes"),
     }
-
-
-def _as_filed(document: dict[str, Any]) -> dict[str, Any]:
-    """What the hash covers: a version 1 document without the kind reading adds to its rows
-    (as databases made before version 2 hashed it)."""
-    if document["schema_version"] != 1:
-        return document
-    rows = [{k: v for k, v in row.items() if k != "kind"} for row in document["rows"]]
-    return {**document, "rows": rows}
 
 
 def prepare(document: Any, path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -72,8 +61,11 @@ def prepare(document: Any, path: str) -> tuple[dict[str, Any], list[dict[str, An
     git = env.get("git") or {}
     device_name = str(device.get("name") or device.get("kind") or "unknown")
     cells = [_cell_values(row, device_name) for row in document["rows"]]
+    hashed = document["rows"]  # a version 1 document's as hashed before: without their kind
+    if document["schema_version"] == 1:
+        hashed = [{k: v for k, v in row.items() if k != "kind"} for row in hashed]
     run = {
-        "content_hash": store.content_hash(_as_filed(document)),
+        "content_hash": store.content_hash({**document, "rows": hashed}),
         "source": str(path),
         "created": env["created"],
         "sha": str(git.get("sha") or "unknown"),
@@ -109,10 +101,8 @@ def looks_like_results(path: Path) -> bool:
         return True
     if not isinstance(document, dict):
         return False
-    if "schema_version" in document:
-        return True
     # Another command's document names its own schema (filtering studies, converge).
-    return "rows" in document and "schema" not in document
+    return "schema_version" in document or ("rows" in document and "schema" not in document)
 
 
 def results_files(root: str | os.PathLike[str]) -> list[Path]:

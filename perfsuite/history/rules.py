@@ -73,10 +73,6 @@ class Change:
         """``CELL/RUN``: what ``history ack`` takes."""
         return f"{self.series.cell_id}/{self.after_point.run_hash[:12]}"
 
-    @property
-    def env_changed(self) -> bool:
-        return self.before_point.env_hash != self.after_point.env_hash
-
 
 def threshold_for(metric: str, device_kind: str) -> float:
     """The minimum relative change that counts: ``perfsuite compare``'s defaults."""
@@ -98,19 +94,23 @@ def judge(series: Series) -> list[Change]:
     sigma = max(scatter(series), per_run, changepoints.SIGMA_FLOOR)
     bounds = [0, *changepoints.detect(values, sigma), len(values)]
     levels = [float(np.median(values[a:b])) for a, b in pairwise(bounds)]
-    sigma = max(sigma, _residual_sigma(values, bounds, levels))
+    # Floored too by the runs' relative scatter around their segment's level.
+    segments = zip(pairwise(bounds), levels, strict=True)
+    resid = [v / level - 1 for (a, b), level in segments for v in values[a:b] if level]
+    dof = len(resid) - len(levels)
+    sigma = max(sigma, float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0)
     sizes = [levels[j] / levels[j - 1] - 1 if levels[j - 1] else 0.0 for j in range(1, len(levels))]
     limit = threshold_for(series.metric, series.device_kind)
     changes = []
     # Chains of consecutive steps in one direction: j indexes segments after a step.
-    steps = list(range(1, len(levels)))
-    for _, chain_iter in groupby(steps, key=lambda j: sizes[j - 1] > 0):
+    for _, chain_iter in groupby(range(1, len(levels)), key=lambda j: sizes[j - 1] > 0):
         chain = list(chain_iter)
         first, last = chain[0], chain[-1]
         before, after = levels[first - 1], levels[last]
         size = after / before - 1 if before else 0.0
-        n_before = bounds[first] - bounds[first - 1]
-        n_after = bounds[last + 1] - bounds[last]
+        runs_before = series.points[bounds[first - 1] : bounds[first]]
+        runs_after = series.points[bounds[last] : bounds[last + 1]]
+        n_before, n_after = len(runs_before), len(runs_after)
         spread = sigma * math.sqrt(1 / n_before + 1 / n_after)
         noise_bound = NOISE_SIGMAS * changepoints.MEDIAN_SE_FACTOR * spread
         why_not = []
@@ -120,7 +120,7 @@ def judge(series: Series) -> list[Change]:
             why_not.append(f"{size:+.1%} under the {limit:.0%} minimum")
         if abs(size) < noise_bound:
             why_not.append(f"{size:+.1%} within noise ({noise_bound:.1%})")
-        p_value = _u_test(series.points, bounds, first, last, size)
+        p_value = _u_test(runs_before, runs_after, size)
         if p_value is not None and p_value >= ALPHA:
             why_not.append(f"samples not significantly apart (U test p={p_value:.2g})")
         if n_after < MIN_PERSISTENCE:
@@ -138,21 +138,11 @@ def judge(series: Series) -> list[Change]:
     return changes
 
 
-def _residual_sigma(values: Sequence[float], bounds: list[int], levels: list[float]) -> float:
-    """Relative scatter of the runs around their segment's level (the run-to-run spread)."""
-    segments = zip(pairwise(bounds), levels, strict=True)
-    resid = [v / level - 1 for (a, b), level in segments for v in values[a:b] if level]
-    dof = len(resid) - len(levels)
-    return float(np.sqrt(np.sum(np.square(resid)) / dof)) if dof > 0 else 0.0
-
-
-def _u_test(
-    points: list[Point], bounds: list[int], first: int, last: int, size: float
-) -> float | None:
+def _u_test(runs_before: list[Point], runs_after: list[Point], size: float) -> float | None:
     """One-sided U test of the samples after the change against before (None: no samples):
     run medians jumping between a bimodal timing's modes do not move the pooled samples."""
-    before = [s for p in points[bounds[first - 1] : bounds[first]] for s in p.samples]
-    after = [s for p in points[bounds[last] : bounds[last + 1]] for s in p.samples]
+    before = [s for p in runs_before for s in p.samples]
+    after = [s for p in runs_after for s in p.samples]
     if len(before) < 3 or len(after) < 3 or size == 0:
         return None
     from scipy.stats import mannwhitneyu
@@ -183,8 +173,7 @@ def _point(row: sqlite3.Row, metric: str) -> Point | None:
 
 
 def cells(conn: sqlite3.Connection, device: str | None = None) -> Iterator[list[sqlite3.Row]]:
-    """Each cell's rows (of one device's runs, if given), one per measurement, in time order:
-    a merged file's repeated rows (the same raw samples) kept once, at their first time."""
+    """Each cell's rows (of one device, if given) in time order, a merged file's repeats once."""
     for _, rows in groupby(store.cell_rows(conn, device), key=lambda r: r["cell_id"]):
         first: dict[tuple, sqlite3.Row] = {}
         for row in rows:

@@ -1,6 +1,5 @@
-"""How well ``rules.judge`` finds regressions, in seconds: runs are medians of bootstrap
-resamples of a cell's stored samples, times a run noise and an injected ``Scenario``; a
-regression within ``WINDOW`` runs of the change is detected, any other a false alarm."""
+"""How well ``rules.judge`` finds regressions in synthetic series (bootstrapped stored samples
+with an injected ``Scenario``): detected within ``WINDOW`` runs of the change, else false alarms."""
 
 from __future__ import annotations
 
@@ -23,14 +22,6 @@ class Scenario:
     name: str
     per_run: float = 0.0
     runs: int = 1
-
-    def factors(self, n_runs: int, change_at: int) -> np.ndarray:
-        """The injected multiplier of each run."""
-        return 1.0 + self.per_run * np.clip(np.arange(n_runs) - change_at + 1, 0, self.runs)
-
-    def window(self, change_at: int) -> tuple[int, int] | None:
-        """Where a detection must start; None: there is nothing to find."""
-        return (change_at - WINDOW, change_at + max(self.runs, WINDOW)) if self.per_run else None
 
 
 SCENARIOS = (
@@ -66,7 +57,8 @@ def synthetic_series(
     """One synthetic history of a cell whose samples are ``samples``."""
     base = np.asarray(samples, dtype=float)
     points = []
-    for i, factor in enumerate(scenario.factors(n_runs, change_at)):
+    steps = np.clip(np.arange(n_runs) - change_at + 1, 0, scenario.runs)  # per run, so far
+    for i, factor in enumerate(1.0 + scenario.per_run * steps):
         draw = rng.choice(base, size=len(base), replace=True)
         scale = factor * (1.0 + rng.normal(0.0, run_noise) if run_noise else 1.0)
         p20, median, p80 = np.percentile(draw, [20, 50, 80])
@@ -93,7 +85,8 @@ def measure(
     rates = []
     for scenario in scenarios:
         start = max(2, min(change_at, n_runs - scenario.runs - MIN_FLAT))
-        low, high = scenario.window(start) or (1, 0)  # nothing to find: an empty window
+        window = (start - WINDOW, start + max(scenario.runs, WINDOW))  # where a detection starts
+        low, high = window if scenario.per_run else (1, 0)  # nothing to find: an empty window
         detected = false_alarms = 0
         for samples, _ in product(samples_by_cell, range(trials)):
             series = synthetic_series(samples, scenario, rng, device_kind, n_runs, start, run_noise)
@@ -107,12 +100,10 @@ def measure(
 
 def format_table(rates: Sequence[Rate]) -> str:
     """A plain-text table: one line per device kind and scenario."""
-    head = ("device", "scenario", "min", "trials", "detected", "false alarms")
-    lines = ["{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format(*head)]
+    line = "{:<6} {:<20} {:>5} {:>6} {:>9} {:>13}".format
+    lines = [line("device", "scenario", "min", "trials", "detected", "false alarms")]
     for r in rates:
         detected = "-" if r.scenario == "none" else f"{r.detected / r.trials:.0%}"
-        lines.append(
-            f"{r.device_kind:<6} {r.scenario:<20} {r.threshold:>5.0%} {r.trials:>6} "
-            f"{detected:>9} {r.false_alarms / r.trials:>13.0%}"
-        )
+        least, alarms = f"{r.threshold:.0%}", f"{r.false_alarms / r.trials:.0%}"
+        lines.append(line(r.device_kind, r.scenario, least, r.trials, detected, alarms))
     return "\n".join(lines)

@@ -1,6 +1,5 @@
-"""The history database: one SQLite file (a crash mid-write never leaves half a run), a
-row per run (keyed by its content hash) and per cell (``cell_id`` across runs), and the
-acknowledged regressions. Schema 1 (before ``tp``) is migrated to 2 by a command that writes."""
+"""The history database: one SQLite file (a crash mid-write never leaves half a run) of runs
+(by content hash), cells (``cell_id`` across runs) and acknowledged regressions."""
 
 from __future__ import annotations
 
@@ -94,7 +93,6 @@ class Run:
     created: str
     sha: str
     dirty: bool
-    device_kind: str
     device_name: str
     env_hash: str
     n_cells: int
@@ -113,8 +111,7 @@ def default_db_path() -> Path:
 def connect(
     path: str | os.PathLike[str] | None = None, create: bool = True, write: bool = True
 ) -> sqlite3.Connection:
-    """Open the database (``StoreError`` if not): ``create`` makes a missing or empty file
-    one; without it an empty or foreign file is refused as it is. ``write=False``: read-only."""
+    """Open the database (``StoreError`` if not); ``create``: a missing or empty file made one."""
     path = Path(path) if path is not None else default_db_path()
     if create:
         try:
@@ -142,12 +139,12 @@ def connect(
         if version not in READABLE_VERSIONS:
             reads = " and ".join(map(str, READABLE_VERSIONS))
             raise StoreError(f"{path}: history schema {version}, this perfsuite reads {reads}")
-        if write and version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
+        if not write and version < SCHEMA_VERSION:  # read as it is: its cells are one device
+            conn.execute("CREATE TEMP VIEW cells AS SELECT *, NULL AS tp FROM main.cells")
+        elif version < SCHEMA_VERSION:  # 1 -> 2: ``cells.tp``, NULL for old rows
             with transaction(conn):
                 conn.execute("ALTER TABLE cells ADD COLUMN tp INTEGER")
-                conn.execute(
-                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
-                )
+                conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     except (sqlite3.DatabaseError, StoreError) as err:
         if conn is not None:
             conn.close()
@@ -155,11 +152,6 @@ def connect(
             raise
         raise StoreError(f"{path}: not a history database ({err})") from None
     return conn
-
-
-def has_tp(conn: sqlite3.Connection) -> bool:
-    """Whether ``cells`` has ``tp`` (schema 2; a schema-1 file read as it is has not)."""
-    return any(row[1] == "tp" for row in conn.execute("PRAGMA table_info(cells)"))
 
 
 @contextmanager
@@ -184,22 +176,18 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
 
 
-def content_hash(document: dict[str, Any]) -> str:
-    """The idempotency key of a results document: sha256 of its canonical JSON."""
-    return hashlib.sha256(canonical_json(document).encode()).hexdigest()
+def content_hash(value: Any) -> str:
+    """sha256 of the canonical JSON: a results document's idempotency key, and every hash here."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 def env_hash(env: dict[str, Any]) -> str:
     """What makes two runs' environments comparable: library versions, Python, driver, CUDA."""
     versions = {k: v for k, v in (env.get("versions") or {}).items() if k != "perfsuite"}
     device = env.get("device") or {}
-    key = {
-        "versions": versions,
-        "python": env.get("python"),
-        "driver": device.get("driver"),
-        "cuda": device.get("cuda"),
-    }
-    return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:12]
+    key = {"versions": versions, "python": env.get("python")}
+    key |= {k: device.get(k) for k in ("driver", "cuda")}
+    return content_hash(key)[:12]
 
 
 def cell_id(device_name: str, key: dict[str, Any]) -> str:
@@ -210,7 +198,7 @@ def cell_id(device_name: str, key: dict[str, Any]) -> str:
         ident.append(["tp", key["tp"]])
     if key.get("timer", "events") != "events":  # events: every cell before --timer
         ident.append(["timer", key["timer"]])
-    return hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:10]
+    return content_hash(ident)[:10]
 
 
 def exists(conn: sqlite3.Connection, table: str, column: str, value: str) -> bool:
@@ -237,8 +225,6 @@ def list_runs(conn: sqlite3.Connection) -> list[Run]:
 
 def tp_sizes(conn: sqlite3.Connection) -> dict[int, list[int]]:
     """Run id -> the TP sizes of its cells measured across ranks (runs without: absent)."""
-    if not has_tp(conn):
-        return {}
     query = "SELECT run_id, group_concat(DISTINCT tp) FROM cells WHERE tp NOT NULL GROUP BY run_id"
     return {run: sorted(map(int, tps.split(","))) for run, tps in conn.execute(query)}
 
@@ -252,16 +238,13 @@ def find_run(conn: sqlite3.Connection, prefix: str) -> Run | None:
 
 def cell_rows(conn: sqlite3.Connection, device_name: str | None = None) -> list[sqlite3.Row]:
     """Every cell of every run with its run's time, commit and device, in time order."""
-    # A schema-1 file opened read-only has no tp column: its cells are one device.
-    tp = "" if has_tp(conn) else " NULL AS tp,"
-    where, args = ("", ()) if device_name is None else ("WHERE r.device_name = ?", (device_name,))
-    query = f"""
-        SELECT c.*,{tp} r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
+    query = """
+        SELECT c.*, r.content_hash, r.created, r.sha, r.dirty, r.device_kind,
                r.device_name, r.env_hash, r.id AS run_key
-        FROM cells c JOIN runs r ON r.id = c.run_id {where}
+        FROM cells c JOIN runs r ON r.id = c.run_id WHERE ?1 IS NULL OR r.device_name = ?1
         ORDER BY c.cell_id, r.created, r.id
     """
-    return conn.execute(query, args).fetchall()
+    return conn.execute(query, (device_name,)).fetchall()
 
 
 def add_ack(conn: sqlite3.Connection, cell: str, run_hash: str, metric: str, reason: str) -> None:

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from perfsuite.history import rules, store
 from perfsuite.regress.verdicts import method_label
 
-GROUP_FIELDS = (
-    "device_name", "tokens", "vocab", "hidden", "dtype", "beta", "phase", "softcap", "workload",
-)  # fmt: skip
+GROUP_FIELDS = ("device_name", *store.CELL_COLUMNS[1:], "workload")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,5 @@
-"""``perfsuite bisect --good REV --bad REV``: the commit that made a cell slower by
-``compare``'s time rule, by ``git bisect run`` in a temporary detached worktree (the user's
-checkout is never touched). Each step (``run_step``, with *this* perfsuite) measures the
-commit checked out and exits as git wants: 0 good, 1 slower, 125 skip, 128 abort."""
+"""``perfsuite bisect --good REV --bad REV``: ``git bisect run`` in a temporary worktree (the
+user's checkout is never touched), each step judged by ``compare``'s time rule (``run_step``)."""
 
 from __future__ import annotations
 
@@ -28,10 +26,6 @@ from perfsuite.regress.verdicts import (
     compare_time,
 )
 from perfsuite.results.results import PHASES
-
-# --command: wall time of a whole process, as noisy as a CPU cell.
-COMMAND_THRESHOLD = DEFAULT_TIME_THRESHOLDS["cpu"]
-
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128
 
@@ -136,11 +130,6 @@ def judge(spec: Spec, samples: Sequence[float], kind: str, sha: str) -> Judgemen
     return Judgement(**judged, sha=sha, median=summarize(samples, "median"))
 
 
-def log(spec: Spec, judgement: Judgement) -> None:
-    with open(Path(spec.scratch) / "steps.jsonl", "a") as f:
-        f.write(json.dumps(asdict(judgement)) + "\n")
-
-
 def read_log(scratch: str | os.PathLike[str]) -> list[Judgement]:
     path = Path(scratch) / "steps.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
@@ -154,13 +143,12 @@ def run_step(spec_path: str) -> int:
         cwd = Path.cwd()
         sha = git(cwd, "rev-parse", "HEAD").stdout.strip()
         try:
-            samples, kind = measure(spec, cwd, sha[:12])
+            judgement = judge(spec, *measure(spec, cwd, sha[:12]), sha)
         except MeasureError as err:
-            log(spec, Judgement("skip", note=str(err), sha=sha))
-            return SKIP
-        judgement = judge(spec, samples, kind, sha)
-        log(spec, judgement)
-        return BAD if judgement.verdict == "regression" else GOOD
+            judgement = Judgement("skip", note=str(err), sha=sha)
+        with open(Path(spec.scratch) / "steps.jsonl", "a") as f:
+            f.write(json.dumps(asdict(judgement)) + "\n")
+        return {"skip": SKIP, "regression": BAD}.get(judgement.verdict, GOOD)
     except Exception as err:  # anything else stops the bisection instead of blaming a commit
         print(f"perfsuite bisect step failed: {type(err).__name__}: {err}", file=sys.stderr)
         return ABORT
@@ -222,12 +210,13 @@ def spec_from(args: argparse.Namespace) -> Spec:
         raise BisectError("nothing to measure: give --shape and --method, or --command")
     if not command:
         get_shape(args.shape)  # an unknown preset is a one-line ValueError
+    cpu = DEFAULT_TIME_THRESHOLDS["cpu"]  # --command: a process' wall time, as noisy as CPU's
     # The method is the checkout's to know (a plugin of the bisected repository, a method
     # added at some commits): the good commit's run refuses one it lacks.
     return Spec(
         samples=args.samples or (10 if command else 20),
         warmup=(1 if command else 3) if args.warmup is None else args.warmup,
-        threshold=COMMAND_THRESHOLD if command and args.threshold is None else args.threshold,
+        threshold=cpu if command and args.threshold is None else args.threshold,
         scratch="",
         **{name: getattr(args, name) for name in ASKED},
     )

@@ -78,8 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     busy = "judge time even if either run was measured on a busy machine"
     arg("--accept-busy", action="store_true", help=busy)
     arg("--format", choices=["table", "markdown"], default="table")
-    unchanged = "markdown: list unchanged cells in the main table too"
-    arg("--all", action="store_true", help=unchanged)
+    arg("--all", action="store_true", help="markdown: list unchanged cells in the main table too")
 
 
 def load_pair(
@@ -101,23 +100,19 @@ def load_pair(
     return load_results(baseline), current_doc, str(baseline), []
 
 
-def check_kinds(base: dict[str, Any], cur: dict[str, Any], labels: tuple[str, str]) -> None:
-    """One line, before any verdict, for files compare cannot judge against each other."""
-    for doc, label in zip((base, cur), labels, strict=True):
-        require_kind(doc, label, TIMED_KINDS, "compare")
-    kinds = document_kinds(base), document_kinds(cur)
-    if all(kinds) and not kinds[0] & kinds[1]:
-        pairs = zip(labels, kinds, strict=True)
-        named = [f"{label} holds {' and '.join(sorted(k))} rows" for label, k in pairs]
-        raise CompareError(f"{', '.join(named)}: cells of different kinds are never compared")
-
-
 def run(args: argparse.Namespace) -> int:
     """``perfsuite compare``: 0 no regression, 1 regression(s); unusable input raises."""
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     base_doc, cur_doc, base_label, notes = load_pair(args.baseline, args.current)
     labels = (base_label, str(args.current))
-    check_kinds(base_doc, cur_doc, labels)
+    # One line, before any verdict, for files compare cannot judge against each other.
+    for doc, label in zip((base_doc, cur_doc), labels, strict=True):
+        require_kind(doc, label, TIMED_KINDS, "compare")
+    kinds = document_kinds(base_doc), document_kinds(cur_doc)
+    if all(kinds) and not kinds[0] & kinds[1]:
+        pairs = zip(labels, kinds, strict=True)
+        named = [f"{label} holds {' and '.join(sorted(k))} rows" for label, k in pairs]
+        raise CompareError(f"{', '.join(named)}: cells of different kinds are never compared")
     refusal = refuse_busy(base_doc, cur_doc, labels)
     if refusal and not args.accept_busy:
         raise CompareError(refusal)
@@ -129,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_markdown(comparison, show_all=args.all))
     else:
         print_table(comparison)
-    return comparison.exit_code
+    return 1 if comparison.failures else 0
 
 
 # Per verdict: its console style and its markdown icon.
@@ -153,9 +148,8 @@ def cell_label(row: dict[str, Any]) -> list[str]:
     shape = row.get("shape") or f"N={row['tokens']} V={row['vocab']} D={row['hidden']}"
     softcap = row.get("softcap")
     beta = f"{row['beta']:g}" + ("" if softcap is None else f" cap {softcap:g}")
-    workload = row.get("workload") or "random"
-    if workload != "random":
-        shape = f"{shape} {Path(workload).name}"
+    if row.get("workload") not in (None, "", "random"):
+        shape = f"{shape} {Path(row['workload']).name}"
     return [method_label(row["method"], row.get("tp")), shape, row["dtype"], beta, row["phase"]]
 
 
@@ -189,7 +183,7 @@ HEADERS += ["p(slower)", "base MiB", "cur MiB", "mem ×", "verdict", "note"]
 
 def summary_line(comparison: Comparison) -> str:
     counts = [f"{comparison.count(v)} {v}" for v in VERDICTS if comparison.count(v)]
-    return ", ".join(counts) if counts else "no cells"
+    return ", ".join(counts) or "no cells"
 
 
 def settings_line(comparison: Comparison) -> str:
@@ -205,20 +199,12 @@ def settings_line(comparison: Comparison) -> str:
     )
 
 
-def _group(row: dict[str, Any]) -> str:
-    """A console table's title: one per shape, dtype, β and TP size."""
-    method, shape, dtype, beta, _ = cell_label(row)
-    tp = row.get("tp")
-    return f"{shape} {dtype} β={beta}" + ("" if tp is None else f", TP={tp} (across {tp} ranks)")
-
-
 def _arrow(before: str, after: str) -> str:
     return before if before == after else f"{before} → {after}"
 
 
 def _row(cell: CellComparison, metric: str, notes: Notes) -> list[str]:
-    """A cell's console line; its notes go under the table, numbered once per kind of note
-    (narrow terminals keep the columns)."""
+    """A cell's console line; its notes go under the table, numbered (the columns stay narrow)."""
     status, base_ms, cur_ms, time_x, p, base_mib, cur_mib, mem_x = _values(cell, metric, True)
     style, fails = LOOK[cell.verdict][0], " ✗" if cell.failing else ""
     ref = notes.ref("; ".join(cell.notes)) if cell.notes else ""
@@ -268,8 +254,11 @@ def print_table(comparison: Comparison) -> None:
     for i, line in enumerate(title_lines(comparison, console.width)):
         console.print(Text(line, style="bold" if i == 0 else "dim"))
     groups: dict[str, list[CellComparison]] = {}
-    for cell in comparison.cells:
-        groups.setdefault(_group(cell.row), []).append(cell)
+    for cell in comparison.cells:  # a table per shape, dtype, β and TP size
+        _, shape, dtype, beta, _ = cell_label(cell.row)
+        tp = cell.row.get("tp")
+        across = "" if tp is None else f", TP={tp} (across {tp} ranks)"
+        groups.setdefault(f"{shape} {dtype} β={beta}{across}", []).append(cell)
     # "3.725 → 5.643" never folds (a number pair); the verdict carries its note's number (a
     # column of its own cost 4 characters).
     numbers = (f"{metric} ms", "time ×", "p", "peak MiB", "mem ×")
@@ -280,11 +269,9 @@ def print_table(comparison: Comparison) -> None:
     joint = fit_table(columns, [row for group in rows.values() for row in group], console.width,
                       **BOX)  # fmt: skip
     # Each group's cells as the table of every row folds them: one layout for all.
-    folded = joint and list(zip(*(list(c.cells) for c in joint.columns), strict=True))
-    start = 0
+    folded = joint and zip(*(list(c.cells) for c in joint.columns), strict=True)
     for title, group in rows.items():
-        mine = [list(row) for row in folded[start : start + len(group)]] if folded else group
-        start += len(group)
+        mine = [list(next(folded)) for _ in group] if folded else group
         Grid(columns, mine, title, [f"  {n}" for n in notes[title].lines()], BOX).print(console)
     for line in comparison.env_problems:
         console.print(f"[yellow]environment differs (allowed):[/yellow] {line}")

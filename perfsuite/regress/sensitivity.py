@@ -69,9 +69,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["rates"] = [{**asdict(r), "rate": r.rate, "ci95": list(r.bounds)} for r in self.rates]
-        return data
+        rates = [{**asdict(r), "rate": r.rate, "ci95": list(r.bounds)} for r in self.rates]
+        return asdict(self) | {"rates": rates}
 
 
 def analyse(

@@ -50,9 +50,8 @@ QUICK = HarnessConfig(tokens=64, vocab=1024, hidden=64, processes=2, runs=3, sam
 
 
 def slowed(loss_fn: Callable, extra_tokens: int) -> Callable:
-    """``loss_fn`` plus ``0 *`` its loss over the first ``extra_tokens`` tokens: the same
-    kernels, forward and backward, on a slice of the work proportional to ``extra_tokens``
-    (``c`` detached: no fixed V x D gradient term)."""
+    """``loss_fn`` plus ``0 *`` its loss on the first ``extra_tokens`` tokens: the same kernels on
+    a slice of the work proportional to them (``c`` detached: no fixed V x D gradient term)."""
     if extra_tokens <= 0:
         return loss_fn
 
@@ -94,11 +93,8 @@ def _timer(cfg: HarnessConfig) -> Callable[[int, int, int], list[float]]:
 
 def _ratio(timed: Callable[[int, int, int], list[float]], k: int, rounds: int, n: int) -> float:
     """Measured slowdown of ``k`` extra tokens: median over interleaved rounds."""
-    ratios = []
-    for _ in range(rounds):
-        base = summarize(timed(0, n, 1), "median")
-        ratios.append(summarize(timed(k, n, 1), "median") / base - 1)
-    return quantile(ratios, 0.5)
+    medians = [[summarize(timed(x, n, 1), "median") for x in (0, k)] for _ in range(rounds)]
+    return quantile([slow / base - 1 for base, slow in medians], 0.5)
 
 
 def calibrate(cfg: HarnessConfig) -> dict[str, Any]:
@@ -131,9 +127,7 @@ def measure(cfg: HarnessConfig, extra: dict[str, int], proc: int) -> dict[str, l
     rng = random.Random(cfg.seed * 1000 + proc)
     runs: dict[str, list[list[float]]] = {f"{c:g}": [] for c in (UNCHANGED, *cfg.slowdowns)}
     for _ in range(cfg.runs):
-        order = list(runs)
-        rng.shuffle(order)
-        for cond in order:
+        for cond in rng.sample(list(runs), len(runs)):
             runs[cond].append(timed(extra.get(cond, 0), cfg.samples, cfg.warmup))
     return runs
 

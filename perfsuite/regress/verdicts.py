@@ -1,6 +1,5 @@
-"""``compare``'s verdict per cell (``cells.cell_key``). Time regresses when the ratio passes
-the threshold and a one-sided Mann-Whitney U test says so (``p < alpha``), memory when its
-peak grows past ``memory_threshold``; the verdicts and why: docs/regressions.md."""
+"""``compare``'s verdict per cell (``cells.cell_key``): time by threshold and a one-sided
+Mann-Whitney U test, memory by peak growth; the verdicts and why: docs/regressions.md."""
 
 from __future__ import annotations
 
@@ -31,16 +30,6 @@ class CompareError(ValueError):
     """Two documents that cannot be compared (exit code 2)."""
 
 
-class EnvMismatch(CompareError):
-    """Measured on another device or with other library versions."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__(
-            f"the two results were measured in different environments ({'; '.join(problems)}): "
-            "compare results of the same device and versions, or pass --allow-env-mismatch"
-        )
-
-
 def method_label(method: str, tp: int | None) -> str:
     """``ours``, or ``ours TP=2`` for a cell measured across 2 ranks (tp None: one device)."""
     return method if tp is None else f"{method} TP={tp}"
@@ -56,9 +45,8 @@ class Settings:
     allow_env_mismatch: bool = False
 
     def threshold_for(self, device: str) -> float:
-        if self.time_threshold is not None:
-            return self.time_threshold
-        return DEFAULT_TIME_THRESHOLDS.get(device, DEFAULT_TIME_THRESHOLDS["cuda"])
+        default = DEFAULT_TIME_THRESHOLDS.get(device, DEFAULT_TIME_THRESHOLDS["cuda"])
+        return default if self.time_threshold is None else self.time_threshold
 
 
 @dataclass
@@ -163,10 +151,8 @@ def compare_cell(
     if cur["status"] != "ok":
         return CellComparison(base, cur, "same", False)
 
-    def timed(row: dict[str, Any]) -> bool:
-        return bool(row.get("samples_ms")) or row.get("median_ms") is not None
-
-    if timed(base) and not timed(cur) and not cur.get("interpreted"):
+    timed = [bool(r.get("samples_ms")) or r.get("median_ms") is not None for r in (base, cur)]
+    if timed == [True, False] and not cur.get("interpreted"):
         # An ok cell that lost its time is a broken run, never "same".
         return CellComparison(base, cur, "regression", True, notes=["ok but no time was recorded"])
     device = cur.get("device", "cpu")
@@ -255,10 +241,6 @@ class Comparison:
     def failures(self) -> list[CellComparison]:
         return [c for c in self.cells if c.failing]
 
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failures else 0
-
 
 # Versions that do not change what is measured: the suite itself (the code under test lives
 # in the rows' methods) and its table/dataframe libraries.
@@ -294,11 +276,14 @@ def compare_documents(
     baseline_label: str = "baseline",
     current_label: str = "current",
 ) -> Comparison:
-    """Verdict per cell; raises ``EnvMismatch`` unless the settings allow one."""
+    """Verdict per cell; ``CompareError`` for another environment unless the settings allow it."""
     settings = settings or Settings()
     problems, warnings = env_differences(baseline.get("env") or {}, current.get("env") or {})
     if problems and not settings.allow_env_mismatch:
-        raise EnvMismatch(problems)
+        raise CompareError(
+            f"the two results were measured in different environments ({'; '.join(problems)}): "
+            "compare results of the same device and versions, or pass --allow-env-mismatch"
+        )
     base_cells = index_rows(baseline["rows"], baseline_label)
     cur_cells = index_rows(current["rows"], current_label)
     for label, rows in ((current_label, cur_cells), (baseline_label, base_cells)):

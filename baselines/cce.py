@@ -1,8 +1,6 @@
-"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations (each one's
-``description`` says what it runs). 25.1.1 has no switch for ``cce-no-sort`` (filtering on,
-sort off), so it is assembled from CCE's own kernels as ``cut_cross_entropy.cce`` does.
-Across ranks: ``VocabParallelOptions(start, stop, group)``, any [start, stop) per rank; not
-yet run on a GPU here."""
+"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations. 25.1.1 has no
+switch for ``cce-no-sort``, so it is assembled from CCE's kernels as ``cut_cross_entropy.cce``
+does. Across ranks: ``VocabParallelOptions``, any [start, stop) per rank; not yet run on a GPU."""
 
 from __future__ import annotations
 

@@ -48,8 +48,7 @@ def _build(case: Case, c: torch.Tensor, **options: Any) -> LossFn:
     kwargs = dict(ignore_index=case.ignore_index, label_smoothing=case.beta, **options)
     if case.softcap is not None:
         kwargs["softcap"] = case.softcap
-    absent = [p for p in kwargs if p not in params]
-    if absent:
+    if absent := [p for p in kwargs if p not in params]:
         raise Unavailable(
             f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
         )

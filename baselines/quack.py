@@ -1,7 +1,6 @@
 """QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``
 (0.6.5) with the package's defaults. Its forward turns each token chunk's logits into their
-gradient in place and folds it into ``dx`` and an fp32 ``dW``; the backward only scales
-them. Its TMA GEMMs need 16-byte aligned rows, and it asserts N % 8 == 0."""
+gradient in place and folds it into ``dx`` and an fp32 ``dW``; the backward only scales them."""
 
 from __future__ import annotations
 

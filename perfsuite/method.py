@@ -1,7 +1,5 @@
-"""What a method is: a named way to compute ``F.cross_entropy(softcap(e.float() @
-c.float().T), targets, label_smoothing=beta)`` as ``build(case, c)(e, c, targets)``, declared
-once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it cannot
-run here, instead of crashing or quietly computing another loss."""
+"""A method: ``build(case, c)(e, c, targets)`` computes the smoothed cross-entropy of
+``softcap(e @ c.T)``, declared once with what it supports and why it cannot run here."""
 
 from __future__ import annotations
 
@@ -16,11 +14,11 @@ from typing import Any
 
 import torch
 
+from perfsuite.results.kinds import KINDS
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-# Cells a method is measured in: run, run --tp, step (a model's training step), converge.
-KINDS = ("loss", "tp", "step", "train")
 
 
 class Unsupported(Exception):
@@ -271,8 +269,7 @@ class SimpleMethod:
 
     def availability(self, device: str) -> str | None:
         """``None`` if the method can run on ``device`` here, else the reason it cannot."""
-        missing = missing_packages(*self.requires)
-        if missing:
+        if missing := missing_packages(*self.requires):
             return f"{', '.join(missing)} not installed"
         if device not in self.caps.devices:
             generic = f"needs {' or '.join(sorted(self.caps.devices))}, not {device}"
@@ -302,8 +299,7 @@ class SimpleMethod:
 
     def prepare(self, case: Case, c: torch.Tensor) -> LossFn:
         """Untimed set-up (module construction, compilation hooks); returns the loss callable."""
-        reason = self.lacks("loss") or self.unsupported_reason(case)
-        if reason is not None:
+        if reason := self.lacks("loss") or self.unsupported_reason(case):
             raise Unsupported(reason)
         assert self.build is not None
         return self.build(case, c)
@@ -317,8 +313,7 @@ class SimpleMethod:
 
     def prepare_tp(self, case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
         """Untimed set-up on every rank (``tp_method.Shard``); returns the rank's loss."""
-        reason = self.unsupported_at(case, shard)
-        if reason is not None:
+        if reason := self.unsupported_at(case, shard):
             raise Unsupported(reason)
         assert self.tp is not None
         return self.tp.build(case, c_shard, shard)

@@ -150,19 +150,6 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
     return lambda ids: model(input_ids=ids, labels=ids).loss
 
 
-_TP = _method.AcrossRanks(
-    _build_tp,
-    "Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions (LSE and target "
-    "logit all-reduced; filtered backward, fp32 dE all-reduce)",
-    # Its z-loss from the returned LSE; fp32 refused in build where its triton is too old.
-    caps=dict(z_loss=True, dtypes=frozenset(DTYPES)),
-    extra_check=_vp_check,
-    limits={
-        "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
-        "class_weights": "CCE's linear_cross_entropy takes no class weights",
-    },
-)
-
 _COMMON: dict[str, Any] = dict(
     caps=CAPS,
     requires=("cut_cross_entropy",),
@@ -177,7 +164,18 @@ METHODS = [
         "filter_eps='high' (eps/32) gradient filter + vocab sort (no label smoothing)",
         build=_build,
         paper="cce",
-        tp=_TP,
+        tp=_method.AcrossRanks(
+            _build_tp,
+            "Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions (LSE and target "
+            "logit all-reduced; filtered backward, fp32 dE all-reduce)",
+            # Its z-loss from the returned LSE; fp32 refused in build where its triton is too old.
+            caps=dict(z_loss=True, dtypes=frozenset(DTYPES)),
+            extra_check=_vp_check,
+            limits={
+                "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
+                "class_weights": "CCE's linear_cross_entropy takes no class weights",
+            },
+        ),
         step=_method.StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
         **_COMMON,
     ),

@@ -51,8 +51,7 @@ class Case:
 
 
 def class_weights(case: Case, device: torch.device | str) -> torch.Tensor | None:
-    """The case's class weights, fp32 (V,): uniform in [0.5, 1.5), every 10th class 0
-    (as padding or banned ids are), from a fixed seed; None when the case has none."""
+    """The case's class weights (V,), every 10th 0 as padding or banned ids are; None if none."""
     if not case.class_weights:
         return None
     generator = torch.Generator().manual_seed(1234)
@@ -152,9 +151,8 @@ def missing_packages(*modules: str) -> list[str]:
 
 
 def imported(module: str, name: str | None = None, failed: str | None = None) -> Any:
-    """``module`` (or its ``name``), imported as a method builds; installed but broken (built
-    for another torch or triton: any error at import) is ``Unavailable``, with the error after
-    ``failed`` (default: "<package> failed to import")."""
+    """``module`` (or its ``name``), imported as a method builds; any error at import (built
+    for another torch or triton) is ``Unavailable``, said after ``failed``."""
     try:
         found = importlib.import_module(module)
         return found if name is None else getattr(found, name)
@@ -243,8 +241,7 @@ class SimpleMethod:
     limits: dict[str, str] = field(default_factory=dict)
 
     def across_ranks(self) -> SimpleMethod | None:
-        """This method as ``run --tp`` measures it (its ``tp`` hook's differences
-        applied), or None where it declares no ``tp``."""
+        """This method as ``run --tp`` measures it (its ``tp`` hook applied); None without one."""
         if (tp := self.tp) is None:
             return None
         return replace(

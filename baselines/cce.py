@@ -133,17 +133,6 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
-CAPS = _method.Capabilities(
-    softcap=True,
-    devices=frozenset({"cuda"}),
-    cpu_reason=CPU_REASON,
-    # cce_backward_kernel asserts bf16/fp16 embeddings.
-    dtypes=frozenset({"bf16", "fp16"}),
-    triton=True,
-    holds=Holds("none"),
-)
-
-
 def _patch(model: torch.nn.Module, preset: Any, beta: float):
     cce_patch = _method.imported("cut_cross_entropy.transformers", "cce_patch")
     model = cce_patch(model, impl="cce", reduction="mean")
@@ -151,7 +140,15 @@ def _patch(model: torch.nn.Module, preset: Any, beta: float):
 
 
 _COMMON: dict[str, Any] = dict(
-    caps=CAPS,
+    caps=_method.Capabilities(
+        softcap=True,
+        devices=frozenset({"cuda"}),
+        cpu_reason=CPU_REASON,
+        # cce_backward_kernel asserts bf16/fp16 embeddings.
+        dtypes=frozenset({"bf16", "fp16"}),
+        triton=True,
+        holds=Holds("none"),
+    ),
     requires=("cut_cross_entropy",),
     distributions=("cut-cross-entropy",),
     pip=("cut-cross-entropy==25.1.1",),

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from perfsuite.results.kinds import KINDS
-
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# Cells a method is measured in: run, run --tp, step (a model's training step), converge.
+KINDS = ("loss", "tp", "step", "train")
 
 
 class Unsupported(Exception):

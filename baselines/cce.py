@@ -1,8 +1,6 @@
-"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations (each one's
-``description`` says what it runs). 25.1.1 has no switch for ``cce-no-sort`` (filtering on,
-sort off), so it is assembled from CCE's own kernels as ``cut_cross_entropy.cce`` does.
-Across ranks: ``VocabParallelOptions(start, stop, group)``, any [start, stop) per rank; not
-yet run on a GPU here."""
+"""Cut Cross-Entropy (Apple, ``cut_cross_entropy``) and its two ablations. 25.1.1 has no
+switch for ``cce-no-sort``, so it is assembled from CCE's kernels as ``cut_cross_entropy.cce``
+does. Across ranks: ``VocabParallelOptions``, any [start, stop) per rank; not yet run on a GPU."""
 
 from __future__ import annotations
 
@@ -135,38 +133,22 @@ def _build_no_sort(case: Case, c: torch.Tensor) -> LossFn:
     return loss_fn
 
 
-CAPS = _method.Capabilities(
-    softcap=True,
-    devices=frozenset({"cuda"}),
-    cpu_reason=CPU_REASON,
-    # cce_backward_kernel asserts bf16/fp16 embeddings.
-    dtypes=frozenset({"bf16", "fp16"}),
-    triton=True,
-    holds=Holds("none"),
-)
-
-
 def _patch(model: torch.nn.Module, preset: Any, beta: float):
     cce_patch = _method.imported("cut_cross_entropy.transformers", "cce_patch")
     model = cce_patch(model, impl="cce", reduction="mean")
     return lambda ids: model(input_ids=ids, labels=ids).loss
 
 
-_TP = _method.AcrossRanks(
-    _build_tp,
-    "Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions (LSE and target "
-    "logit all-reduced; filtered backward, fp32 dE all-reduce)",
-    # Its z-loss from the returned LSE; fp32 refused in build where its triton is too old.
-    caps=dict(z_loss=True, dtypes=frozenset(DTYPES)),
-    extra_check=_vp_check,
-    limits={
-        "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
-        "class_weights": "CCE's linear_cross_entropy takes no class weights",
-    },
-)
-
 _COMMON: dict[str, Any] = dict(
-    caps=CAPS,
+    caps=_method.Capabilities(
+        softcap=True,
+        devices=frozenset({"cuda"}),
+        cpu_reason=CPU_REASON,
+        # cce_backward_kernel asserts bf16/fp16 embeddings.
+        dtypes=frozenset({"bf16", "fp16"}),
+        triton=True,
+        holds=Holds("none"),
+    ),
     requires=("cut_cross_entropy",),
     distributions=("cut-cross-entropy",),
     pip=("cut-cross-entropy==25.1.1",),
@@ -179,7 +161,18 @@ METHODS = [
         "filter_eps='high' (eps/32) gradient filter + vocab sort (no label smoothing)",
         build=_build,
         paper="cce",
-        tp=_TP,
+        tp=_method.AcrossRanks(
+            _build_tp,
+            "Cut Cross-Entropy linear_cross_entropy with VocabParallelOptions (LSE and target "
+            "logit all-reduced; filtered backward, fp32 dE all-reduce)",
+            # Its z-loss from the returned LSE; fp32 refused in build where its triton is too old.
+            caps=dict(z_loss=True, dtypes=frozenset(DTYPES)),
+            extra_check=_vp_check,
+            limits={
+                "label_smoothing": "CCE computes plain cross-entropy (no label_smoothing argument)",
+                "class_weights": "CCE's linear_cross_entropy takes no class weights",
+            },
+        ),
         step=_method.StepPatch(_patch, requires=("cut_cross_entropy.transformers",)),
         **_COMMON,
     ),

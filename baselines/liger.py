@@ -48,8 +48,7 @@ def _build(case: Case, c: torch.Tensor, **options: Any) -> LossFn:
     kwargs = dict(ignore_index=case.ignore_index, label_smoothing=case.beta, **options)
     if case.softcap is not None:
         kwargs["softcap"] = case.softcap
-    absent = [p for p in kwargs if p not in params]
-    if absent:
+    if absent := [p for p in kwargs if p not in params]:
         raise Unavailable(
             f"this liger-kernel's LigerFusedLinearCrossEntropyLoss has no {', '.join(absent)}"
         )
@@ -99,20 +98,6 @@ def _build_tp(case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
     return loss_fn
 
 
-_TP = AcrossRanks(
-    _build_tp,
-    "Liger LigerVocabParallelCrossEntropy on the shard logits (Triton kernels, fp32 exp "
-    "buffer, PyTorch smoothing over the global vocabulary)",
-    # The shard logits are torch's (softcap too), the backward a separate call.
-    caps=dict(grads_in_forward=False, holds=Holds(), softcap_off_cpu=None),
-    limits={
-        "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
-        "its single-device CE's only)",
-        "class_weights": "its vocab-parallel CE takes no class weights",
-    },
-    shard_check=equal_shards_only(UNEVEN_REASON),
-)
-
 PIP = ("liger-kernel==0.8.5",)
 CAPS = _method.Capabilities(
     label_smoothing=True,
@@ -136,7 +121,19 @@ METHODS = [
         "kernel, grads computed in forward; dW accumulated in the input dtype)",
         build=_build,
         paper="liger",
-        tp=_TP,
+        tp=AcrossRanks(
+            _build_tp,
+            "Liger LigerVocabParallelCrossEntropy on the shard logits (Triton kernels, fp32 exp "
+            "buffer, PyTorch smoothing over the global vocabulary)",
+            # The shard logits are torch's (softcap too), the backward a separate call.
+            caps=dict(grads_in_forward=False, holds=Holds(), softcap_off_cpu=None),
+            limits={
+                "z_loss": "LigerVocabParallelCrossEntropy has no z-loss (lse_square_scale is "
+                "its single-device CE's only)",
+                "class_weights": "its vocab-parallel CE takes no class weights",
+            },
+            shard_check=equal_shards_only(UNEVEN_REASON),
+        ),
         step=StepPatch(_patch),
         **_COMMON,
     ),

@@ -1,7 +1,6 @@
 """Megatron-core's vocab-parallel cross-entropy as a Megatron GPT head uses it, softcap on
 the shard logits (elementwise: exact). It has no ignore_index (megatron-core 0.16.1):
-ignored rows get target 0 and are dropped from the mean. ``parallel_state`` is initialised
-once per process, on the default group."""
+ignored rows get target 0 and are dropped from the mean."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """QuACK (``quack-kernels``, Tri Dao's CuTe-DSL kernels): ``chunked_linear_cross_entropy``
 (0.6.5) with the package's defaults. Its forward turns each token chunk's logits into their
-gradient in place and folds it into ``dx`` and an fp32 ``dW``; the backward only scales
-them. Its TMA GEMMs need 16-byte aligned rows, and it asserts N % 8 == 0."""
+gradient in place and folds it into ``dx`` and an fp32 ``dW``; the backward only scales them."""
 
 from __future__ import annotations
 
@@ -64,21 +63,19 @@ def _build(case: Case, c: torch.Tensor) -> LossFn:
     return functools.partial(loss, ignore_index=case.ignore_index, reduction="mean")
 
 
-CAPS = Capabilities(
-    devices=frozenset({"cuda"}),
-    cpu_reason=CPU_REASON,
-    dtypes=frozenset({"bf16", "fp16"}),
-    grads_in_forward=True,
-    holds=Holds("none"),
-)
-
 METHODS = [
     QuackMethod(
         name="quack",
         description="QuACK chunked_linear_cross_entropy (CuTe-DSL: token chunks, CE kernel, "
         "grads computed in forward, fp32 dW; no label smoothing, no softcap; sm_90+)",
         build=_build,
-        caps=CAPS,
+        caps=Capabilities(
+            devices=frozenset({"cuda"}),
+            cpu_reason=CPU_REASON,
+            dtypes=frozenset({"bf16", "fp16"}),
+            grads_in_forward=True,
+            holds=Holds("none"),
+        ),
         requires=("quack",),
         distributions=("quack-kernels", "nvidia-cutlass-dsl"),
     ),

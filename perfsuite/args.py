@@ -92,8 +92,7 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     """Methods, β, phases, device, workload, the measurement protocol and ``--tp``."""
     arg = p.add_argument
     arg("--methods", help="comma-separated method names (default: all timed methods)")
-    beta = "label smoothing values β, comma-separated (default 0,0.1)"
-    arg("--beta", default="0,0.1", help=beta)
+    arg("--beta", default="0,0.1", help="label smoothing values β, comma-separated (default 0,0.1)")
     phases = "phases timed, comma-separated (default fwd,bwd,fwd+bwd)"
     arg("--phases", default=",".join(PHASES), help=phases)
     device = "default auto: cuda when there is one"

@@ -1,7 +1,5 @@
-"""What a method is: a named way to compute ``F.cross_entropy(softcap(e.float() @
-c.float().T), targets, label_smoothing=beta)`` as ``build(case, c)(e, c, targets)``, declared
-once (``SimpleMethod``) with what it supports in each cell kind (``KINDS``) and why it cannot
-run here, instead of crashing or quietly computing another loss."""
+"""A method: ``build(case, c)(e, c, targets)`` computes the smoothed cross-entropy of
+``softcap(e @ c.T)``, declared once with what it supports and why it cannot run here."""
 
 from __future__ import annotations
 
@@ -53,8 +51,7 @@ class Case:
 
 
 def class_weights(case: Case, device: torch.device | str) -> torch.Tensor | None:
-    """The case's class weights, fp32 (V,): uniform in [0.5, 1.5), every 10th class 0
-    (as padding or banned ids are), from a fixed seed; None when the case has none."""
+    """The case's class weights (V,), every 10th 0 as padding or banned ids are; None if none."""
     if not case.class_weights:
         return None
     generator = torch.Generator().manual_seed(1234)
@@ -154,9 +151,8 @@ def missing_packages(*modules: str) -> list[str]:
 
 
 def imported(module: str, name: str | None = None, failed: str | None = None) -> Any:
-    """``module`` (or its ``name``), imported as a method builds; installed but broken (built
-    for another torch or triton: any error at import) is ``Unavailable``, with the error after
-    ``failed`` (default: "<package> failed to import")."""
+    """``module`` (or its ``name``), imported as a method builds; any error at import (built
+    for another torch or triton) is ``Unavailable``, said after ``failed``."""
     try:
         found = importlib.import_module(module)
         return found if name is None else getattr(found, name)
@@ -245,8 +241,7 @@ class SimpleMethod:
     limits: dict[str, str] = field(default_factory=dict)
 
     def across_ranks(self) -> SimpleMethod | None:
-        """This method as ``run --tp`` measures it (its ``tp`` hook's differences
-        applied), or None where it declares no ``tp``."""
+        """This method as ``run --tp`` measures it (its ``tp`` hook applied); None without one."""
         if (tp := self.tp) is None:
             return None
         return replace(
@@ -271,8 +266,7 @@ class SimpleMethod:
 
     def availability(self, device: str) -> str | None:
         """``None`` if the method can run on ``device`` here, else the reason it cannot."""
-        missing = missing_packages(*self.requires)
-        if missing:
+        if missing := missing_packages(*self.requires):
             return f"{', '.join(missing)} not installed"
         if device not in self.caps.devices:
             generic = f"needs {' or '.join(sorted(self.caps.devices))}, not {device}"
@@ -302,8 +296,7 @@ class SimpleMethod:
 
     def prepare(self, case: Case, c: torch.Tensor) -> LossFn:
         """Untimed set-up (module construction, compilation hooks); returns the loss callable."""
-        reason = self.lacks("loss") or self.unsupported_reason(case)
-        if reason is not None:
+        if reason := self.lacks("loss") or self.unsupported_reason(case):
             raise Unsupported(reason)
         assert self.build is not None
         return self.build(case, c)
@@ -317,8 +310,7 @@ class SimpleMethod:
 
     def prepare_tp(self, case: Case, c_shard: torch.Tensor, shard: Any) -> LossFn:
         """Untimed set-up on every rank (``tp_method.Shard``); returns the rank's loss."""
-        reason = self.unsupported_at(case, shard)
-        if reason is not None:
+        if reason := self.unsupported_at(case, shard):
             raise Unsupported(reason)
         assert self.tp is not None
         return self.tp.build(case, c_shard, shard)

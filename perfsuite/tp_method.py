@@ -1,7 +1,6 @@
-"""The layout across ranks: every rank holds E, the global targets and rows [start, stop)
-of C (``shard_ranges``); a method's ``tp`` hook builds ``loss_fn(e, c_shard, targets)``,
-called by every rank together: the global loss, the full dE and this shard's rows of dC
-(docs/scale-out.md)."""
+"""The layout across ranks (docs/scale-out.md): every rank holds E, the targets and rows
+[start, stop) of C (``shard_ranges``); a method's ``tp`` hook's ``loss_fn(e, c_shard, targets)``,
+called by every rank together, gives the global loss, the full dE and this shard's dC."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ def shard_ranges(vocab: int, world: int) -> list[tuple[int, int]]:
         raise ValueError(f"tensor-parallel size must be >= 1, got {world}")
     per = -(-vocab // world)
     ranges = [(min(r * per, vocab), min((r + 1) * per, vocab)) for r in range(world)]
-    empty = [r for r, (start, stop) in enumerate(ranges) if stop <= start]
-    if empty:
+    if empty := [r for r, (start, stop) in enumerate(ranges) if stop <= start]:
         raise ValueError(
             f"V={vocab} over TP={world} leaves rank {empty[0]} no vocabulary rows "
             f"(ceil(V/TP) = {per} a rank)"
@@ -54,9 +52,8 @@ def check_layout(shard: Shard) -> None:
 
 
 class SumGradOver(torch.autograd.Function):
-    """``SumGradOver.apply(e, group)``: ``e`` for a column-parallel head, whose ``e @ c_shard.T``
-    gives each rank its shard's part of dE: the backward sums the parts (in E's dtype, as
-    Megatron's ``copy_to_tensor_model_parallel_region``), so every rank holds the full dE."""
+    """``SumGradOver.apply(e, group)``: ``e``, whose backward sums each rank's part of dE (in E's
+    dtype, as Megatron's ``copy_to_tensor_model_parallel_region``) into the full dE."""
 
     @staticmethod
     def forward(ctx: Any, e: torch.Tensor, group: Any) -> torch.Tensor:

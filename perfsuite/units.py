@@ -1,6 +1,5 @@
-"""How every number is written: bytes, milliseconds, FLOPs. One module under everything
-(the planner words sizes, the tables and compare write cells), so that one cell reads
-the same in each command."""
+"""How every number is written: bytes, milliseconds, FLOPs, in one module under the planner,
+the tables and compare, so that one cell reads the same in each command."""
 
 from __future__ import annotations
 

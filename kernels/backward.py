@@ -247,7 +247,6 @@ def lce_backward(
             vocab=vocab,
             block_n=cfg.block_n,
             block_v=cfg.block_v,
-            group=GROUP_N,
             extra=extra,
         )
     elif p.filter_eps is not None:

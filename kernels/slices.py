@@ -208,19 +208,6 @@ def _fp32_out_mm(device: torch.device) -> bool:
     return close and bool(torch.allclose(fresh, want, rtol=1e-5, atol=1e-5))
 
 
-def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``acc += a @ b`` with ``acc`` fp32 and fp32 accumulation whatever the inputs' dtype."""
-    if a.dtype == torch.float32:
-        acc.addmm_(a, b if b.dtype == torch.float32 else b.float())
-    elif _fp32_out_mm(acc.device):
-        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
-    else:
-        # Row chunks keep the upcast copies of ``a`` within 1/16 of its size.
-        b32 = b.float()
-        for part in row_chunks(a.shape[0]):
-            acc[part].addmm_(a[part].float(), b32)
-
-
 def bytes_per_column(
     n_rows: int, dim: int, dtype: torch.dtype, device: torch.device, engine: str, softcap: bool
 ) -> int:
@@ -322,7 +309,14 @@ def slices_backward(
         if rounded is not None and fast_half:
             grad = rounded[:, :cols].copy_(grad)  # 16-bit GEMMs with fp32 output (cuBLAS)
         # dE from G as it stands (on CPU the torch engine's fp32 G, the more exact one).
-        accumulate_mm(de, grad, c_s)
+        if grad.dtype == torch.float32:
+            de.addmm_(grad, c_s.float())
+        elif fast_half:
+            torch.addmm(de, grad, c_s, out_dtype=torch.float32, out=de)
+        else:  # row chunks keep the upcast copies of G within 1/16 of its size
+            c32 = c_s.float()
+            for part in row_chunks(n_rows):
+                de[part].addmm_(grad[part].float(), c32)
         if rounded is not None and not fast_half:
             grad = rounded[:, :cols].copy_(grad)
         dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])

@@ -13,13 +13,7 @@ import triton
 import triton.language as tl
 
 from . import hopper
-from .common import (
-    grad_tile,
-    grouped,
-    logit_tile,
-    store_tile,
-    wide_offsets,
-)
+from .common import grad_tile, grouped, logit_tile, store_tile, wide_offsets
 from .configs import GROUP_N, interpreting, pinned_config
 from .forward import dot_precision
 from .terms import Coefficients

@@ -237,18 +237,9 @@ def lce_backward(
         tau = row_thresholds(
             s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
         )
-        tiles = build_tile_list(
-            s.tile_lse,
-            s.tile_width,
-            s.row_max,
-            s.log_sum,
-            g,
-            tau,
-            vocab=vocab,
-            block_n=cfg.block_n,
-            block_v=cfg.block_v,
-            extra=extra,
-        )
+        stats = (s.tile_lse, s.tile_width, s.row_max, s.log_sum)
+        blocks = dict(vocab=vocab, block_n=cfg.block_n, block_v=cfg.block_v)
+        tiles = build_tile_list(*stats, g, tau, **blocks, extra=extra)
     elif p.filter_eps is not None:
         # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
         row_eps = torch.full_like(g, p.filter_eps)

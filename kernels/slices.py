@@ -277,11 +277,8 @@ def slices_backward(
     dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
     # G's row stride is the whole width, the last slice's too (16-byte aligned); the torch
     # engine's fp32 buffer is no wider than V (contiguous when one slice holds all of V).
-    buf = torch.empty(
-        (n_rows, width if fused else min(width, vocab)),
-        device=e.device,
-        dtype=e.dtype if fused else torch.float32,
-    )
+    buf_shape = (n_rows, width if fused else min(width, vocab))
+    buf = torch.empty(buf_shape, device=e.device, dtype=e.dtype if fused else torch.float32)
     logits = torch.empty_like(buf, dtype=torch.float32) if p.engine == "cublas" else None
     spare = torch.empty_like(buf) if not fused and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not fused and half else None

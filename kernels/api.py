@@ -31,6 +31,9 @@ def _validate(
     softcap: float | None,
     filter_eps: float | str | None,
     impl: str,
+    weight: object,
+    z_loss: object,
+    return_lse: object,
 ) -> None:
     """Raises ``TypeError``/``ValueError`` naming the first bad argument."""
     if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
@@ -73,12 +76,7 @@ def _validate(
         or (isinstance(filter_eps, (int, float)) and filter_eps >= 0)
     ):
         raise ValueError(f"filter_eps must be 'auto', None or a float >= 0, got {filter_eps!r}")
-
-
-def _validate_terms(
-    c: torch.Tensor, weight: object, z_loss: object, return_lse: object, impl: str
-) -> None:
-    """The training options: class weights, z-loss, the returned LSE."""
+    # The training options: z-loss, the returned LSE, class weights.
     if not isinstance(z_loss, (int, float)) or isinstance(z_loss, bool):
         raise TypeError(f"z_loss must be a float >= 0, got {z_loss!r}")
     if not (z_loss >= 0 and math.isfinite(z_loss)):
@@ -211,8 +209,8 @@ def _linear_cross_entropy(
     tile_list: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``linear_cross_entropy`` with the ablations' knobs (kernels/ablations.py)."""
-    _validate(e, c, targets, label_smoothing, reduction, softcap, filter_eps, impl)
-    _validate_terms(c, weight, z_loss, return_lse, impl)
+    options = (label_smoothing, reduction, softcap, filter_eps, impl, weight, z_loss, return_lse)
+    _validate(e, c, targets, *options)
     backward, engine = _resolve(e.device, backward, engine, filter_eps, memory_budget, e.dtype)
     if backward == "tiles" and (weight is not None or z_loss or return_lse or vocab_parallel):
         raise ValueError(

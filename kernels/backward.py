@@ -237,19 +237,9 @@ def lce_backward(
         tau = row_thresholds(
             s.tile_lse, s.row_max, s.log_sum, filter_eps=p.filter_eps, extra=extra, dtype=e.dtype
         )
-        tiles = build_tile_list(
-            s.tile_lse,
-            s.tile_width,
-            s.row_max,
-            s.log_sum,
-            g,
-            tau,
-            vocab=vocab,
-            block_n=cfg.block_n,
-            block_v=cfg.block_v,
-            group=GROUP_N,
-            extra=extra,
-        )
+        stats = (s.tile_lse, s.tile_width, s.row_max, s.log_sum)
+        blocks = dict(vocab=vocab, block_n=cfg.block_n, block_v=cfg.block_v)
+        tiles = build_tile_list(*stats, g, tau, **blocks, extra=extra)
     elif p.filter_eps is not None:
         # CCE's element filter: a tile is skipped when all its terms are < filter_eps.
         row_eps = torch.full_like(g, p.filter_eps)
@@ -304,33 +294,22 @@ def lce_backward(
     else:
         _backward[grid](*args, **cfg.launch("backward"))
     de_out = de.to(e.dtype)
-    # A 16-bit dC means 16-bit inputs, so dE's fp32 buffer is free once rounded.
-    _add_target_part(dc, e, rows, weights, scratch=de)
-    return de_out, dc.to(e.dtype)
-
-
-def _add_target_part(
-    dc: torch.Tensor,
-    e: torch.Tensor,
-    rows: torch.Tensor,
-    weights: torch.Tensor,
-    scratch: torch.Tensor,
-) -> None:
-    """dC's target part, exact: ``dC[y_n] −= g_n·w_n·E_n``. A 16-bit dC gets each target's
-    rows summed in fp32 first (one segment per distinct target, no host sync, in the N×D
-    fp32 ``scratch``) and added once; an fp32 dC takes the rows directly."""
+    # dC's target part, exact: dC[y_n] −= g_n·w_n·E_n. A 16-bit dC gets each target's rows
+    # summed in fp32 first (one segment per distinct target, no host sync, in dE's N×D fp32
+    # buffer, free once rounded: 16-bit dC means 16-bit inputs) and added once.
     if dc.dtype == torch.float32:
-        for part in row_chunks(e.shape[0]):
+        for part in row_chunks(n_rows):
             dc.index_add_(0, rows[part], e[part].float() * weights[part], alpha=-1.0)
-        return
+        return de_out, dc.to(e.dtype)
     sorted_rows, perm = rows.sort()
     seg = torch.zeros_like(sorted_rows)
     seg[1:] = (sorted_rows[1:] != sorted_rows[:-1]).cumsum(0)
-    sums = scratch.zero_()
-    for part in row_chunks(e.shape[0]):
+    sums = de.zero_()
+    for part in row_chunks(n_rows):
         idx = perm[part]
         sums.index_add_(0, seg[part], e.index_select(0, idx).float() * weights[idx])
     # Unused segments hold zeros and point at row 0: adding 0 changes nothing.
     seg_rows = torch.zeros_like(sorted_rows).scatter_(0, seg, sorted_rows)
-    for part in row_chunks(e.shape[0]):
+    for part in row_chunks(n_rows):
         dc.index_add_(0, seg_rows[part], sums[part].neg().to(dc.dtype))
+    return de_out, dc.to(e.dtype)

@@ -107,7 +107,7 @@ def tma_config(kernel: str, arch: str, weighted: bool = False) -> KernelConfig:
 
 
 # Under the interpreter every program costs Python time: tiles as large as numpy handles
-# well, shrunk to the problem (``fit_to``).
+# well, shrunk to the problem (``fit``).
 INTERPRETER = {
     "forward": KernelConfig(512, 2048, 256, num_warps=4, num_stages=1),
     "backward": KernelConfig(512, 1024, 256, num_warps=4, num_stages=1, block_dd=256),
@@ -138,17 +138,6 @@ def fit(block: int, size: int, least: int = 16) -> int:
     return min(block, max(least, triton.next_power_of_2(size)))
 
 
-def fit_to(cfg: KernelConfig, n: int, v: int, d: int) -> KernelConfig:
-    """Shrink tiles to the problem (``fit``)."""
-    return replace(
-        cfg,
-        block_n=fit(cfg.block_n, n),
-        block_v=fit(cfg.block_v, v),
-        block_d=fit(cfg.block_d, d),
-        block_dd=fit(cfg.block_dd, d) if cfg.block_dd else 0,
-    )
-
-
 def pinned_config(
     kernel: str,
     dtype: torch.dtype,
@@ -163,8 +152,10 @@ def pinned_config(
     if kernel in _override:
         return _override[kernel]
     if interpreting() or device.type != "cuda":
-        # The TMA kernels' interpreter tiles are the slice kernel's.
-        return fit_to(INTERPRETER["slices" if tma else kernel], *shape)
+        # The TMA kernels' interpreter tiles are the slice kernel's, shrunk to the problem.
+        cfg, (n, v, d) = INTERPRETER["slices" if tma else kernel], shape
+        sizes = dict(block_n=n, block_v=v, block_d=d, block_dd=d)  # fit(0, d) keeps block_dd 0
+        return replace(cfg, **{k: fit(getattr(cfg, k), size) for k, size in sizes.items()})
     if tma:
         return tma_config(kernel, arch_of(device), weighted)
     return PINNED[kernel, arch_of(device), DTYPE_NAMES[dtype]]

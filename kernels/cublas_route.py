@@ -10,14 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (
-    grad_tile,
-    online_softmax,
-    softcapped,
-    store_tile,
-    tanh_scale,
-    wide_offsets,
-)
+from .common import grad_tile, online_softmax, softcapped, store_tile, tanh_scale, wide_offsets
 from .configs import fit, interpreting
 from .forward import ForwardResult, chunk_sums
 from .slices import bytes_per_column, logit_slice, slice_width

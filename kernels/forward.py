@@ -242,9 +242,7 @@ def lse_forward(
     # The tile bound needs one fixed tile width: the pinned BLOCK_V (autotuning off).
     tile_width = cfg.block_v if (tile_lse and cfg is not None) else 0
     num_tiles = triton.cdiv(vocab, tile_width) if tile_width else 0
-    part = torch.empty(
-        (3 if smoothing else 2, splits, n_rows), device=e.device, dtype=torch.float32
-    )
+    part = e.new_empty((3 if smoothing else 2, splits, n_rows), dtype=torch.float32)
     smooth_part = part[2] if smoothing else None
     avg = torch.zeros(vocab, device=e.device, dtype=torch.float32) if logit_avg else None
     tmax = None

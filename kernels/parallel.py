@@ -32,10 +32,6 @@ class VocabParallel:
     reduce_e_grad: bool = True
 
 
-def _describe(ranges: list[tuple[int, int, int, int]]) -> str:
-    return ", ".join(f"rank {r} [{s}, {t})" for r, s, t, _ in ranges)
-
-
 # Layouts already checked -> V: checking every step would cost a collective and a host sync.
 _CHECKED: dict[tuple, int] = {}
 
@@ -49,11 +45,6 @@ def shard_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
     key = (shard.group, shard.start, shard.stop, rows, shard.vocab_size)
     if key in _CHECKED:
         return _CHECKED[key]
-    _CHECKED[key] = vocab = _check_layout(shard, rows, device)
-    return vocab
-
-
-def _check_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
     for name in ("start", "stop"):
         value = getattr(shard, name)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -74,20 +65,20 @@ def _check_layout(shard: VocabParallel, rows: int, device: torch.device) -> int:
                 f"rank {rank}: c has {held} rows but its vocab shard [{start}, {stop}) holds "
                 f"{stop - start}"
             )
+    layout = ", ".join(f"rank {r} [{s}, {t})" for r, s, t, _ in ranges)
     end = 0
     for _rank, start, stop, _ in ranges:
         if start != end:
             kind = "overlap" if start < end else "gap"
             raise ValueError(
-                f"vocab shards do not cover [0, V): {kind} at {min(start, end)} "
-                f"({_describe(ranges)})"
+                f"vocab shards do not cover [0, V): {kind} at {min(start, end)} ({layout})"
             )
         end = stop
     if shard.vocab_size is not None and shard.vocab_size != end:
         raise ValueError(
-            f"vocab shards cover [0, {end}) but vocab_size is {shard.vocab_size} "
-            f"({_describe(ranges)})"
+            f"vocab shards cover [0, {end}) but vocab_size is {shard.vocab_size} ({layout})"
         )
+    _CHECKED[key] = end
     return end
 
 

@@ -77,7 +77,11 @@ def patch(
         raise TypeError(f"return_logits must be True, False or None, got {return_logits!r}")
     kernel = dict(kernel_options, label_smoothing=label_smoothing, z_loss=z_loss)
     kernel.update(ignore_index=ignore_index, softcap=None if cap is None else float(cap))
-    _dry_run(model.lm_head.weight, kernel)  # the kernel's own errors, now, not mid-training
+    # The kernel's own errors, now, not mid-training: every call's check, on no rows.
+    c = model.lm_head.weight.detach()
+    with torch.no_grad():
+        empty = torch.zeros(0, dtype=torch.long, device=c.device)
+        linear_cross_entropy(c.new_zeros(0, c.shape[1]), c, empty, **_for_device(kernel, c.device))
     state = _state(model, original, kernel, return_logits)
     unpatch(model)
     model.forward = types.MethodType(_patched_forward(original, state), model)
@@ -130,8 +134,13 @@ def _check_model(model: object, allow_untested: bool) -> Callable:
         raise UnsupportedModelError(
             f"patch() takes a transformers causal LM, got {type(model).__name__}"
         )
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     name = type(model).__name__
-    if not _is_causal_lm(model):
+    causal: set[str] = set()
+    for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        causal.update([value] if isinstance(value, str) else value)
+    if not any(cls.__name__ in causal for cls in type(model).__mro__):
         raise UnsupportedModelError(
             f"{name} is not a causal LM (no class in its MRO is in transformers' "
             "MODEL_FOR_CAUSAL_LM_MAPPING): patch the *ForCausalLM model that holds it"
@@ -173,24 +182,6 @@ def _check_model(model: object, allow_untested: bool) -> Callable:
             "and pass allow_untested=True"
         )
     return original
-
-
-def _is_causal_lm(model: torch.nn.Module) -> bool:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    names: set[str] = set()
-    for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
-        names.update([value] if isinstance(value, str) else value)
-    return any(cls.__name__ in names for cls in type(model).__mro__)
-
-
-def _dry_run(weight: torch.Tensor, kernel: dict[str, Any]) -> None:
-    """Validates the options the way every call will: ``linear_cross_entropy`` on no rows."""
-    c = weight.detach()
-    e = c.new_zeros(0, c.shape[1])
-    targets = torch.zeros(0, dtype=torch.long, device=c.device)
-    with torch.no_grad():
-        linear_cross_entropy(e, c, targets, **_for_device(kernel, c.device))
 
 
 def _for_device(kernel: dict[str, Any], device: torch.device) -> dict[str, Any]:
@@ -270,7 +261,10 @@ def _forward(model: Any, state: _State, args: tuple, kwargs: dict[str, Any]) -> 
     targets = _targets(labels, shift_labels, hidden, state.kernel["ignore_index"])
     loss = None if targets is None else _loss(model, state, hidden, targets, num_items)
     wanted = targets is None or (not model.training if return_logits is None else return_logits)
-    logits = _logits(model, hidden, state.kernel["softcap"]) if wanted else None
+    logits = model.lm_head(hidden) if wanted else None
+    cap = state.kernel["softcap"]
+    if logits is not None and cap is not None:  # Gemma2's softcap, in its order of operations
+        logits = torch.tanh(logits / cap) * cap
     out = state.output(
         loss=loss,
         logits=logits,
@@ -321,11 +315,3 @@ def _loss(
     if isinstance(num_items, torch.Tensor):
         num_items = num_items.to(loss.device)
     return loss / num_items
-
-
-def _logits(model: Any, hidden: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """The model's logits: Gemma2's softcap in its own order of operations."""
-    logits = model.lm_head(hidden)
-    if softcap is not None:
-        logits = torch.tanh(logits / softcap) * softcap
-    return logits

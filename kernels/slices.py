@@ -13,13 +13,7 @@ import triton
 import triton.language as tl
 
 from . import hopper
-from .common import (
-    grad_tile,
-    grouped,
-    logit_tile,
-    store_tile,
-    wide_offsets,
-)
+from .common import grad_tile, grouped, logit_tile, store_tile, wide_offsets
 from .configs import GROUP_N, interpreting, pinned_config
 from .forward import dot_precision
 from .terms import Coefficients
@@ -208,19 +202,6 @@ def _fp32_out_mm(device: torch.device) -> bool:
     return close and bool(torch.allclose(fresh, want, rtol=1e-5, atol=1e-5))
 
 
-def accumulate_mm(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``acc += a @ b`` with ``acc`` fp32 and fp32 accumulation whatever the inputs' dtype."""
-    if a.dtype == torch.float32:
-        acc.addmm_(a, b if b.dtype == torch.float32 else b.float())
-    elif _fp32_out_mm(acc.device):
-        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
-    else:
-        # Row chunks keep the upcast copies of ``a`` within 1/16 of its size.
-        b32 = b.float()
-        for part in row_chunks(a.shape[0]):
-            acc[part].addmm_(a[part].float(), b32)
-
-
 def bytes_per_column(
     n_rows: int, dim: int, dtype: torch.dtype, device: torch.device, engine: str, softcap: bool
 ) -> int:
@@ -296,11 +277,8 @@ def slices_backward(
     dc = torch.empty((vocab, dim), device=e.device, dtype=e.dtype)
     # G's row stride is the whole width, the last slice's too (16-byte aligned); the torch
     # engine's fp32 buffer is no wider than V (contiguous when one slice holds all of V).
-    buf = torch.empty(
-        (n_rows, width if fused else min(width, vocab)),
-        device=e.device,
-        dtype=e.dtype if fused else torch.float32,
-    )
+    buf_shape = (n_rows, width if fused else min(width, vocab))
+    buf = torch.empty(buf_shape, device=e.device, dtype=e.dtype if fused else torch.float32)
     logits = torch.empty_like(buf, dtype=torch.float32) if p.engine == "cublas" else None
     spare = torch.empty_like(buf) if not fused and p.softcap is not None else None
     rounded = torch.empty_like(buf, dtype=e.dtype) if not fused and half else None
@@ -322,7 +300,14 @@ def slices_backward(
         if rounded is not None and fast_half:
             grad = rounded[:, :cols].copy_(grad)  # 16-bit GEMMs with fp32 output (cuBLAS)
         # dE from G as it stands (on CPU the torch engine's fp32 G, the more exact one).
-        accumulate_mm(de, grad, c_s)
+        if grad.dtype == torch.float32:
+            de.addmm_(grad, c_s.float())
+        elif fast_half:
+            torch.addmm(de, grad, c_s, out_dtype=torch.float32, out=de)
+        else:  # row chunks keep the upcast copies of G within 1/16 of its size
+            c32 = c_s.float()
+            for part in row_chunks(n_rows):
+                de[part].addmm_(grad[part].float(), c32)
         if rounded is not None and not fast_half:
             grad = rounded[:, :cols].copy_(grad)
         dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])

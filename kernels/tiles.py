@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .common import wide_offsets
-from .configs import interpreting
+from .configs import GROUP_N, interpreting
 
 # Candidate thresholds filter_eps·4^-k, k < LEVELS (down to ~1e-9 of filter_eps).
 LEVELS = 16  # a power of two (tl.arange)
@@ -159,12 +159,12 @@ def row_thresholds(
 
 
 @functools.lru_cache(maxsize=8)
-def _grouped_entries(num_n: int, num_v: int, group: int, device: torch.device) -> torch.Tensor:
+def _grouped_entries(num_n: int, num_v: int, device: torch.device) -> torch.Tensor:
     """``pid_n · num_v + pid_v`` in the backward's grouped launch order (L2 reuse of C)."""
     pid = torch.arange(num_n * num_v, device=device, dtype=torch.int64)
-    per_group = group * num_v
-    first_n = (pid // per_group) * group
-    group_size = (num_n - first_n).clamp(max=group)
+    per_group = GROUP_N * num_v
+    first_n = (pid // per_group) * GROUP_N
+    group_size = (num_n - first_n).clamp(max=GROUP_N)
     pid_n = first_n + (pid % per_group) % group_size
     pid_v = (pid % per_group) // group_size
     return (pid_n * num_v + pid_v).to(torch.int32)
@@ -181,7 +181,6 @@ def build_tile_list(
     vocab: int,
     block_n: int,
     block_v: int,
-    group: int,
     extra: float,
 ) -> TileList:
     """The (row block, vocab tile) pairs the backward must visit, in launch order."""
@@ -204,7 +203,7 @@ def build_tile_list(
         BLOCK_T=BLOCK_T,
         num_warps=4,
     )
-    order = _grouped_entries(num_n, num_v, group, g.device)
+    order = _grouped_entries(num_n, num_v, g.device)
     kept = keep.view(-1)[order.long()].bool()
     total = order.numel()
     slot = torch.where(kept, kept.cumsum(0) - 1, total)

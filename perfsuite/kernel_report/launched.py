@@ -21,7 +21,7 @@ from .launches import DTYPES, GPUS, Shape, cfg_arch
 def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[dict[str, Any]]:
     """Per arch: launched pairs / all pairs of the sample (must run interpreted on a CPU)."""
     from perfsuite.kernels import tiles
-    from perfsuite.kernels.backward import GROUP_N, default_filter_eps
+    from perfsuite.kernels.backward import default_filter_eps
     from perfsuite.kernels.configs import PINNED
     from perfsuite.method import Case
     from perfsuite.plan.workloads import DEFAULT_ENTROPY, DEFAULT_ZIPF
@@ -50,7 +50,7 @@ def measure(shape: Shape, archs: list[str], workload: str, rows: int) -> list[di
         )
         listed = tiles.build_tile_list(
             tile_lse, fwd.block_v, row_max, log_sum, g, tau,
-            vocab=shape.v, block_n=bwd.block_n, block_v=bwd.block_v, group=GROUP_N, extra=extra,
+            vocab=shape.v, block_n=bwd.block_n, block_v=bwd.block_v, extra=extra,
         )  # fmt: skip
         row = {"arch": arch, "gpu": GPUS[arch][0], "workload": workload, "entropy": made.entropy}
         row |= {"rows": rows, "pairs": listed.total, "launched": int(listed.count.item())}

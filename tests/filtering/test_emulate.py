@@ -32,7 +32,7 @@ def test_tile_list_matches_the_kernels_thresholds_and_launch_list(filter_eps):
     tau = emulate.row_thresholds(emulate.tile_mass(tile_lse, lse), filter_eps, torch.bfloat16)
     assert torch.equal(tau, tau_kernel)
     block_n, block_v = 16, 256
-    grid = dict(vocab=v, block_n=block_n, block_v=block_v, group=8, extra=0.0)
+    grid = dict(vocab=v, block_n=block_n, block_v=block_v, extra=0.0)
     weights = torch.full((n,), 1.0 / n)
     launched = tiles.build_tile_list(
         tile_lse, emulate.FORWARD_TILE, row_max, lse - row_max, weights, tau_kernel, **grid

@@ -7,7 +7,7 @@ import torch
 from helpers import SMALL, grads, make_inputs
 
 from perfsuite.kernels import function, terms
-from perfsuite.kernels.configs import GROUP_N, KernelConfig, use_config
+from perfsuite.kernels.configs import KernelConfig, use_config
 from perfsuite.kernels.tiles import build_tile_list, mass_budget, row_thresholds
 
 # Backward tiles wider / narrower than the forward's: the bound spans or splits tiles.
@@ -99,7 +99,7 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
         )  # fmt: skip
         tiles = build_tile_list(
             out.tile_lse, out.tile_width, out.row_max, out.log_sum, g, tau,
-            vocab=600, block_n=16, block_v=64, group=GROUP_N, extra=extra,
+            vocab=600, block_n=16, block_v=64, extra=extra,
         )  # fmt: skip
     z = e.float() @ c.float().T
     if softcap:

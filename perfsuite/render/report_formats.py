@@ -54,17 +54,6 @@ def markdown_table(text: pd.DataFrame, best: pd.DataFrame) -> str:
     return "\n".join(pipe_table(list(flat.columns), flat.values.tolist(), [BETA, METHOD]))
 
 
-def tp_markdown(document: dict[str, Any]) -> list[str]:
-    """The TP tables as markdown lines, every column; none without a TP cell."""
-    tables = tp_tables(document["rows"])
-    out = []
-    for table in tables:
-        out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
-        out += [*(f"- {md_escape(n)}" for n in table.notes), ""] if table.notes else []
-    out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
-    return out
-
-
 def render_md(document: dict[str, Any]) -> str:
     tables = build_report(document)
     out = []
@@ -73,8 +62,12 @@ def render_md(document: dict[str, Any]) -> str:
         out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))
-    if across := tp_markdown(document):
-        out.extend(["", *across])
+    across = tp_tables(document["rows"])  # every column: markdown has no width
+    out += [""] if across else []
+    for table in across:
+        out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
+        out += [*(f"- {md_escape(n)}" for n in table.notes), ""] if table.notes else []
+    out.extend(f"{md_escape(n)}  " for n in tp_footnotes(across, document["rows"]))
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -149,9 +142,6 @@ caption { text-align: left; font-weight: bold; }
 """.strip()
 
 
-_EMPTY_STYLE = '<style type="text/css">\n</style>\n'
-
-
 def html_table(text: pd.DataFrame, best: pd.DataFrame, title: str, uuid: str) -> str:
     """One table (``Styler.to_html``): best cells and lower-bound rows carry a class."""
     classes = best.map(lambda b: "best" if b else "")
@@ -167,7 +157,8 @@ def html_table(text: pd.DataFrame, best: pd.DataFrame, title: str, uuid: str) ->
         .format_index(escape="html", axis=0, level=1)
     )
     # Classes, not per-cell CSS: the page's style sheet says what they look like.
-    return styler.to_html(table_uuid=uuid, cell_ids=False).replace(_EMPTY_STYLE, "")
+    empty = '<style type="text/css">\n</style>\n'
+    return styler.to_html(table_uuid=uuid, cell_ids=False).replace(empty, "")
 
 
 def render_html(document: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+from itertools import product
 from typing import Any
 
 import pandas as pd
@@ -41,9 +42,6 @@ def paper_frame(table: PaperTable) -> tuple[pd.DataFrame, pd.DataFrame]:
     return text, best
 
 
-# Markdown
-
-
 def markdown_table(text: pd.DataFrame, best: pd.DataFrame) -> str:
     """One pipe table: β shown once per section, best cells bold, lower bound italic."""
     shown = text.mask(best, "**" + text + "**")
@@ -70,8 +68,6 @@ def render_md(document: dict[str, Any]) -> str:
     out.extend(f"{md_escape(n)}  " for n in tp_footnotes(across, document["rows"]))
     return "\n".join(out).rstrip() + "\n"
 
-
-# LaTeX (booktabs)
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -127,8 +123,6 @@ def render_latex(document: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-# HTML
-
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; }
 table { border-collapse: collapse; margin: 1em 0; }
@@ -177,8 +171,6 @@ def render_html(document: dict[str, Any]) -> str:
     out += [f"<p>{notes}</p>", "</body></html>"]
     return "\n".join(out) + "\n"
 
-
-# CSV
 
 PER_PHASE = (
     "status", "mem_mib", "ms", "p20_ms", "p80_ms", "marks", "floor_mib", "gflop", "roofline_ms",
@@ -297,12 +289,10 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
             for line in section.lines:
                 name = "lower_bound" if line.method == LOWER_BOUND else line.method
                 record = _record(head, name, line.rows, table.phases, known, gpu)
-                record["best"] = ";".join(
-                    f"{phase.replace('+', '')}_{what}"
-                    for i, phase in enumerate(table.phases)
-                    for j, what in enumerate(("mem", "time", "analytic"))
-                    if line.cells[3 * i + j].best
-                )
+                named = product(map(_slug, table.phases), ("mem", "time", "analytic"))
+                cells = zip(named, line.cells, strict=True)
+                best = (f"{phase}_{what}" for (phase, what), c in cells if c.best)
+                record["best"] = ";".join(best)
                 records.append(record)
     across = _tp_records(document["rows"])
     present = {r["phase"] for r in document["rows"]} if across else set()
@@ -310,7 +300,7 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
         p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)
     ]
     fields = PER_PHASE + tuple(c for c, _, _ in NUMBERS[4:] if across)
-    columns = [*LEADING, *(f"{p.replace('+', '')}_{f}" for p in phases for f in fields), "best"]
+    columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in fields), "best"]
     return pd.DataFrame.from_records(records + across, columns=columns).astype(object)
 
 

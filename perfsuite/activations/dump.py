@@ -16,11 +16,21 @@ from perfsuite.plan.workloads import WorkloadError, read_dump
 IGNORE = -100
 
 
-def capture(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """``(hidden (B, T, D), head weight (V, D), softcap)``: what the head is fed on
-    ``input_ids`` (B, T); a head with a bias is refused (the loss we benchmark has none)."""
+def dump_workload(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    path: str | os.PathLike[str],
+    *,
+    attention_mask: torch.Tensor | None = None,
+    dtype: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the safetensors dump of ``model`` on ``input_ids`` (B, T) to ``path``: what its
+    head is fed, caught by a hook (a head with a bias is refused: the loss we benchmark has
+    none), read back by ``read_dump`` first (what ``run --workload`` refuses is refused here);
+    its summary. ``dtype``: ``e`` and ``c``'s (default: the model's); ``metadata``: provenance."""
+    from safetensors.torch import save_file
+
     head = model.get_output_embeddings()
     if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
         raise WorkloadError(f"{type(model).__name__} has no output embedding (lm_head) to hook")
@@ -45,25 +55,9 @@ def capture(
             f"lm_head's input is {tuple(hidden.shape)}, expected {tuple(input_ids.shape)} x D "
             "(a model that keeps only some positions' logits?)"
         )
+    weight = head.weight.detach()
     softcap = getattr(model.config, "final_logit_softcapping", None)
-    return hidden, head.weight.detach(), None if softcap is None else float(softcap)
-
-
-def dump_workload(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    path: str | os.PathLike[str],
-    *,
-    attention_mask: torch.Tensor | None = None,
-    dtype: str | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Write the safetensors dump of ``model`` on ``input_ids`` to ``path`` (read back by
-    ``read_dump`` first: what ``run --workload`` refuses is refused here); its summary.
-    ``dtype``: ``e`` and ``c``'s (default: the model's); ``metadata``: its provenance."""
-    from safetensors.torch import save_file
-
-    hidden, weight, softcap = capture(model, input_ids, attention_mask)
+    softcap = None if softcap is None else float(softcap)
     e = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     targets = input_ids[:, 1:].clone().long()  # the next token; the last position has none
     if attention_mask is not None:  # padding predicts nothing, and is nothing to predict

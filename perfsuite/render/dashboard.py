@@ -219,14 +219,12 @@ def index_page(
             f'<td class="num">{r.n_cells}</td><td><code>{esc(r.short)}</code></td>'
             f"<td>{esc(r.source)}</td></tr>"
         )
+    run_heads = ("time", "commit", "device", "environment", "cells", "run", "file")
     body = (
         f'<h1>{esc(title)}</h1>\n<p class="muted">From <code>{esc(source)}</code>: '
         f"{len(runs)} runs. Regressions are judged by <code>perfsuite history check</code>'s "
         f"rule, on the same series.</p>\n<h2>Open regressions</h2>\n{regressions}\n"
-        f"<h2>Shapes</h2>\n{shapes}\n<h2>Runs</h2>\n"
-        + _table(
-            "runs", ("time", "commit", "device", "environment", "cells", "run", "file"), run_rows
-        )
+        f"<h2>Shapes</h2>\n{shapes}\n<h2>Runs</h2>\n{_table('runs', run_heads, run_rows)}"
     )
     return _page(title, body, plotly=False)
 

@@ -262,23 +262,8 @@ def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entro
     }
 
 
-def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per (shape, β, method, TP size) of the cells measured across ranks."""
-    records = []
-    groups = group_rows(tp_rows(rows), key=shape_key)
-    # the methods across ranks, their own capabilities: asked only when there are such cells
-    known = methods_for("tp") if groups else {}
-    for key, members in groups.items():
-        for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
-            entropy = mean([r.get("entropy") for r in group])
-            for (method, _), by_phase in by_cell(group).items():
-                head = _head(key, next(iter(by_phase.values())), None, beta, entropy)
-                records.append(_record(head, method, by_phase, list(by_phase), known, None))
-    return records
-
-
 def report_frame(document: dict[str, Any]) -> pd.DataFrame:
-    """Every line of every paper table of ``document``, one column per number."""
+    """Every line of ``document``'s paper tables, then those across ranks; a column per number."""
     tables = build_report(document)
     gpu = gpu_for_env(document["env"])
     known = known_methods(document)
@@ -294,7 +279,16 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
                 best = (f"{phase}_{what}" for (phase, what), c in cells if c.best)
                 record["best"] = ";".join(best)
                 records.append(record)
-    across = _tp_records(document["rows"])
+    across = []  # a line per (shape, β, method, TP size) of the cells measured across ranks
+    groups = group_rows(tp_rows(document["rows"]), key=shape_key)
+    # the methods across ranks, their own capabilities: asked only when there are such cells
+    tp_known = methods_for("tp") if groups else {}
+    for key, members in groups.items():
+        for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
+            entropy = mean([r.get("entropy") for r in group])
+            for (method, _), by_phase in by_cell(group).items():
+                head = _head(key, next(iter(by_phase.values())), None, beta, entropy)
+                across.append(_record(head, method, by_phase, list(by_phase), tp_known, None))
     present = {r["phase"] for r in document["rows"]} if across else set()
     phases = [
         p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +88,60 @@ def _model_and_ids(args: argparse.Namespace) -> tuple[Any, Any]:
     return model, torch.tensor(ids[: count * per]).view(count, per)
 
 
+def _train_and_dump(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """``--preset`` trained by converge's own loop (eager, fp32), then ``--tokens`` rows of
+    its first training sequences (where a step's gradient is taken) dumped to ``--out``."""
+    import torch
+    from torch.nn.utils import vector_to_parameters
+
+    from perfsuite.activations.dump import dump_workload
+    from perfsuite.converge.data import build_dataset
+    from perfsuite.converge.model import build_model, set_deterministic
+    from perfsuite.converge.train import train_run
+    from perfsuite.plan.registry import get_method
+    from perfsuite.plan.workloads import WorkloadError
+
+    p = replace(PRESETS[args.preset], steps=args.steps or PRESETS[args.preset].steps)
+    set_deterministic(p.seed)
+    data = build_dataset(p, "text", split_words=False)
+    seq = data.train.shape[-1] - 1
+    sequences = data.train.reshape(-1, seq + 1)
+    wanted = math.ceil(args.tokens / seq)
+    if wanted > sequences.shape[0]:
+        raise WorkloadError(
+            f"--tokens {args.tokens}: the preset's training batches hold {sequences.shape[0] * seq}"
+        )
+
+    def step(record: dict[str, Any]) -> None:
+        if record["step"] % 25 == 0:
+            print(f"step {record['step']:>4}  loss {record['loss']:.3f}", flush=True)
+
+    start = time.perf_counter()
+    result = train_run(get_method("eager"), p, data, 0.0, "fp32", args.device, on_step=step)
+    wall = time.perf_counter() - start
+    if result.status != "ok" or result.params is None:
+        raise WorkloadError(f"training {args.preset} failed: {result.status}: {result.reason}")
+    model = build_model(p, torch.float32, args.device)
+    vector_to_parameters(result.params.to(args.device), model.parameters())
+    losses = result.losses
+    record = {
+        "preset": asdict(p),
+        "data": data.describe(),
+        "train_wall_s": round(wall, 1),
+        "device": args.device,
+        "train_loss_first": losses[0],
+        "train_loss_last_10_mean": sum(losses[-10:]) / len(losses[-10:]),
+        "heldout": {k: v for k, v in (result.heldout or {}).items() if isinstance(v, float)},
+        "dumped": f"the first {wanted} training sequences of {seq + 1} tokens",
+        "command": command,
+    }
+    ids = sequences[:wanted].to(args.device)
+    return {**record, **dump_workload(model.eval(), ids, args.out, metadata=record)}
+
+
 def run(args: argparse.Namespace) -> int:
     # here, not above: they load torch, and the arguments are checked before
-    from perfsuite.activations.dump import dump_workload, train_and_dump
+    from perfsuite.activations.dump import dump_workload
     from perfsuite.plan.workloads import WorkloadError
     from perfsuite.results.outpath import check_output_file
 
@@ -106,20 +159,7 @@ def run(args: argparse.Namespace) -> int:
         meta = {"model": str(args.model), "text": str(args.text), "command": command}
         info = dump_workload(model, ids, args.out, dtype=args.dtype, metadata=meta)
     else:
-
-        def step(record: dict[str, Any]) -> None:
-            if record["step"] % 25 == 0:
-                print(f"step {record['step']:>4}  loss {record['loss']:.3f}", flush=True)
-
-        info = train_and_dump(
-            args.out,
-            preset_name=args.preset,
-            tokens=args.tokens,
-            steps=args.steps,
-            command=command,
-            on_step=step,
-            device=args.device,
-        )
+        info = _train_and_dump(args, command)
     print(f"wrote {args.out} ({fmt_bytes(info['bytes'])}) in {time.perf_counter() - start:.0f} s")
     _print(summarize(args.out))
     return 0

@@ -1,14 +1,10 @@
-"""A ``--workload FILE`` dump from a ``transformers`` causal LM on a batch of text, or from
-one trained here: what its head sees, its weight, the next tokens, a final softcap."""
+"""A ``--workload FILE`` dump from a causal LM (``transformers``', or one ``workload train``
+trained) on a batch of text: what its head sees, its weight, the next tokens, a final softcap."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import time
-from collections.abc import Callable
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +16,21 @@ from perfsuite.plan.workloads import WorkloadError, read_dump
 IGNORE = -100
 
 
-def capture(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """``(hidden (B, T, D), head weight (V, D), softcap)``: what the head is fed on
-    ``input_ids`` (B, T); a head with a bias is refused (the loss we benchmark has none)."""
+def dump_workload(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    path: str | os.PathLike[str],
+    *,
+    attention_mask: torch.Tensor | None = None,
+    dtype: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the safetensors dump of ``model`` on ``input_ids`` (B, T) to ``path``: what its
+    head is fed, caught by a hook (a head with a bias is refused: the loss we benchmark has
+    none), read back by ``read_dump`` first (what ``run --workload`` refuses is refused here);
+    its summary. ``dtype``: ``e`` and ``c``'s (default: the model's); ``metadata``: provenance."""
+    from safetensors.torch import save_file
+
     head = model.get_output_embeddings()
     if head is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
         raise WorkloadError(f"{type(model).__name__} has no output embedding (lm_head) to hook")
@@ -49,25 +55,9 @@ def capture(
             f"lm_head's input is {tuple(hidden.shape)}, expected {tuple(input_ids.shape)} x D "
             "(a model that keeps only some positions' logits?)"
         )
+    weight = head.weight.detach()
     softcap = getattr(model.config, "final_logit_softcapping", None)
-    return hidden, head.weight.detach(), None if softcap is None else float(softcap)
-
-
-def dump_workload(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    path: str | os.PathLike[str],
-    *,
-    attention_mask: torch.Tensor | None = None,
-    dtype: str | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Write the safetensors dump of ``model`` on ``input_ids`` to ``path`` (read back by
-    ``read_dump`` first: what ``run --workload`` refuses is refused here); its summary.
-    ``dtype``: ``e`` and ``c``'s (default: the model's); ``metadata``: its provenance."""
-    from safetensors.torch import save_file
-
-    hidden, weight, softcap = capture(model, input_ids, attention_mask)
+    softcap = None if softcap is None else float(softcap)
     e = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     targets = input_ids[:, 1:].clone().long()  # the next token; the last position has none
     if attention_mask is not None:  # padding predicts nothing, and is nothing to predict
@@ -102,56 +92,3 @@ def dump_workload(
         "ignored": int((targets == IGNORE).sum()),
         "bytes": path.stat().st_size,
     }
-
-
-def train_and_dump(
-    out: str | Path,
-    *,
-    preset_name: str = "cpu-filtering",
-    tokens: int = 2048,
-    steps: int | None = None,
-    command: str | None = None,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """The preset trained by converge's own loop (eager, fp32), then ``tokens`` rows of its
-    first training sequences (where a step's gradient is taken) dumped to ``out``."""
-    from torch.nn.utils import vector_to_parameters
-
-    from perfsuite.converge.data import build_dataset
-    from perfsuite.converge.model import build_model, set_deterministic
-    from perfsuite.converge.presets import PRESETS
-    from perfsuite.converge.train import train_run
-    from perfsuite.plan.registry import get_method
-
-    p = replace(PRESETS[preset_name], steps=steps or PRESETS[preset_name].steps)
-    set_deterministic(p.seed)
-    data = build_dataset(p, "text", split_words=False)
-    seq = data.train.shape[-1] - 1
-    sequences = data.train.reshape(-1, seq + 1)
-    wanted = math.ceil(tokens / seq)
-    if wanted > sequences.shape[0]:
-        raise WorkloadError(
-            f"--tokens {tokens}: the preset's training batches hold {sequences.shape[0] * seq}"
-        )
-    start = time.perf_counter()
-    result = train_run(get_method("eager"), p, data, 0.0, "fp32", device, on_step=on_step)
-    wall = time.perf_counter() - start
-    if result.status != "ok" or result.params is None:
-        raise WorkloadError(f"training {preset_name} failed: {result.status}: {result.reason}")
-    model = build_model(p, torch.float32, device)
-    vector_to_parameters(result.params.to(device), model.parameters())
-    losses = result.losses
-    record = {
-        "preset": asdict(p),
-        "data": data.describe(),
-        "train_wall_s": round(wall, 1),
-        "device": device,
-        "train_loss_first": losses[0],
-        "train_loss_last_10_mean": sum(losses[-10:]) / len(losses[-10:]),
-        "heldout": {k: v for k, v in (result.heldout or {}).items() if isinstance(v, float)},
-        "dumped": f"the first {wanted} training sequences of {seq + 1} tokens",
-        "command": command,
-    }
-    info = dump_workload(model.eval(), sequences[:wanted].to(device), out, metadata=record)
-    return {**record, **info}

@@ -28,10 +28,7 @@ def breakdown_lines(rows: Iterable[dict[str, Any]], width: int = 80) -> list[str
     for members in group_rows((r for r in rows if r.get("breakdown")), _cell).values():
         if lines:
             lines.append("")
-        lines += _title(members, width)
-        lines += _bars(members, width)
-        lines.append("")
-        lines += _top_table(members, width)
+        lines += [*_title(members, width), *_bars(members, width), "", *_top_table(members, width)]
     return lines
 
 

@@ -219,14 +219,12 @@ def index_page(
             f'<td class="num">{r.n_cells}</td><td><code>{esc(r.short)}</code></td>'
             f"<td>{esc(r.source)}</td></tr>"
         )
+    run_heads = ("time", "commit", "device", "environment", "cells", "run", "file")
     body = (
         f'<h1>{esc(title)}</h1>\n<p class="muted">From <code>{esc(source)}</code>: '
         f"{len(runs)} runs. Regressions are judged by <code>perfsuite history check</code>'s "
         f"rule, on the same series.</p>\n<h2>Open regressions</h2>\n{regressions}\n"
-        f"<h2>Shapes</h2>\n{shapes}\n<h2>Runs</h2>\n"
-        + _table(
-            "runs", ("time", "commit", "device", "environment", "cells", "run", "file"), run_rows
-        )
+        f"<h2>Shapes</h2>\n{shapes}\n<h2>Runs</h2>\n{_table('runs', run_heads, run_rows)}"
     )
     return _page(title, body, plotly=False)
 
@@ -276,43 +274,15 @@ def page_name(shape: str, taken: set[str]) -> str:
     return name
 
 
-def build(
-    conn: sqlite3.Connection,
-    out: Path,
-    commit_url: Callable[[str], str],
-    title: str,
-    source: str,
-    accept_busy: bool = False,
-) -> list[Path]:
-    """Write the site into ``out``; returns the pages written (index first)."""
-    from plotly.offline import get_plotlyjs
-
-    from perfsuite.render.dashboard_figures import palette
-
-    shapes = timelines.load(conn, accept_busy)
-    taken: set[str] = set()
-    pages = []
-    for shape, groups in shapes.items():
-        colours = palette([line.method for g in groups for line in g.lines])
-        name = page_name(shape, taken)
-        write_atomically(out / name, shape_page(shape, groups, colours, commit_url, title))
-        pages.append((shape, name, groups))
-    write_atomically(out / PLOTLY_JS, get_plotlyjs())
-    index = index_page(title, pages, store.list_runs(conn), commit_url, source)
-    write_atomically(out / "index.html", index)
-    for stale in out.glob("shape-*.html"):
-        if stale.name not in taken:
-            stale.unlink()
-    return [out / "index.html", *(out / name for _, name, _ in pages)]
-
-
 def run(args: argparse.Namespace) -> int:
-    """Write the site; returns the exit code."""
+    """Write the site into ``-o`` (the shapes' pages, plotly.js, the index); the exit code."""
     try:
-        import plotly  # noqa: F401
+        from plotly.offline import get_plotlyjs
     except ImportError:
         needs = "the dashboard needs plotly: pip install 'perfsuite[dashboard]'"
         raise DashboardError(needs) from None
+    from perfsuite.render.dashboard_figures import palette
+
     commit_url = commit_linker(args.commit_url)
     try:
         conn = store.connect(args.db, create=False, write=False)
@@ -320,9 +290,22 @@ def run(args: argparse.Namespace) -> int:
         raise DashboardError(str(err)) from None
     source = str(args.db or store.default_db_path())
     out = Path(args.out)
+    taken: set[str] = set()
+    pages = []
     try:
         out_dir = check_output_dir(out, "-o")
-        pages = build(conn, out_dir, commit_url, args.title, source, args.accept_busy)
+        for shape, groups in timelines.load(conn, args.accept_busy).items():
+            colours = palette([line.method for g in groups for line in g.lines])
+            name = page_name(shape, taken)
+            page = shape_page(shape, groups, colours, commit_url, args.title)
+            write_atomically(out_dir / name, page)
+            pages.append((shape, name, groups))
+        write_atomically(out_dir / PLOTLY_JS, get_plotlyjs())
+        index = index_page(args.title, pages, store.list_runs(conn), commit_url, source)
+        write_atomically(out_dir / "index.html", index)
+        for stale in out_dir.glob("shape-*.html"):
+            if stale.name not in taken:
+                stale.unlink()
     except changepoints.RupturesMissing as err:
         raise DashboardError(str(err)) from None
     except (sqlite3.DatabaseError, store.StoreError) as err:
@@ -331,5 +314,5 @@ def run(args: argparse.Namespace) -> int:
         raise DashboardError(f"-o {out}: cannot write there ({err.strerror or err})") from None
     finally:
         conn.close()
-    print(f"{len(pages) - 1} shape pages and the index in {out}: open {out / 'index.html'}")
+    print(f"{len(pages)} shape pages and the index in {out}: open {out / 'index.html'}")
     return 0

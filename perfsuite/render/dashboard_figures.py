@@ -99,9 +99,8 @@ def _line_trace(
 
 def _mark(fig: Any, mark: Mark, row: int, commit_url: Callable[[str], str]) -> None:
     style = MARK_STYLE[mark.state]
-    fig.add_vline(x=mark.after.position, row=row, col=1, line=style)
-    if row == 1:  # the relative panel shows the time marks too, unlabelled
-        fig.add_vline(x=mark.after.position, row=2, col=1, line=style)
+    for panel in (1, 2) if row == 1 else (row,):  # the relative panel's time marks: unlabelled
+        fig.add_vline(x=mark.after.position, row=panel, col=1, line=style)
     if mark.state == "change":
         return
     axis = "y" if row == 1 else f"y{row}"

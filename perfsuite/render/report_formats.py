@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+from itertools import product
 from typing import Any
 
 import pandas as pd
@@ -41,9 +42,6 @@ def paper_frame(table: PaperTable) -> tuple[pd.DataFrame, pd.DataFrame]:
     return text, best
 
 
-# Markdown
-
-
 def markdown_table(text: pd.DataFrame, best: pd.DataFrame) -> str:
     """One pipe table: β shown once per section, best cells bold, lower bound italic."""
     shown = text.mask(best, "**" + text + "**")
@@ -54,17 +52,6 @@ def markdown_table(text: pd.DataFrame, best: pd.DataFrame) -> str:
     return "\n".join(pipe_table(list(flat.columns), flat.values.tolist(), [BETA, METHOD]))
 
 
-def tp_markdown(document: dict[str, Any]) -> list[str]:
-    """The TP tables as markdown lines, every column; none without a TP cell."""
-    tables = tp_tables(document["rows"])
-    out = []
-    for table in tables:
-        out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
-        out += [*(f"- {md_escape(n)}" for n in table.notes), ""] if table.notes else []
-    out.extend(f"{md_escape(n)}  " for n in tp_footnotes(tables, document["rows"]))
-    return out
-
-
 def render_md(document: dict[str, Any]) -> str:
     tables = build_report(document)
     out = []
@@ -73,12 +60,14 @@ def render_md(document: dict[str, Any]) -> str:
         out += [*(f"- {md_escape(n)}" for n in table.notes), ""]
     if tables:  # one paragraph each (a hard break's two trailing spaces read as padding)
         out.extend(line for n in general_notes(document, tables) for line in (n, ""))
-    if across := tp_markdown(document):
-        out.extend(["", *across])
+    across = tp_tables(document["rows"])  # every column: markdown has no width
+    out += [""] if across else []
+    for table in across:
+        out += [f"### {md_escape(table.title)}\n", *table.markdown(["method"]), ""]
+        out += [*(f"- {md_escape(n)}" for n in table.notes), ""] if table.notes else []
+    out.extend(f"{md_escape(n)}  " for n in tp_footnotes(across, document["rows"]))
     return "\n".join(out).rstrip() + "\n"
 
-
-# LaTeX (booktabs)
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -134,8 +123,6 @@ def render_latex(document: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-# HTML
-
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; }
 table { border-collapse: collapse; margin: 1em 0; }
@@ -147,9 +134,6 @@ td.best { font-weight: bold; }
 td.bound { font-style: italic; color: #555; }
 caption { text-align: left; font-weight: bold; }
 """.strip()
-
-
-_EMPTY_STYLE = '<style type="text/css">\n</style>\n'
 
 
 def html_table(text: pd.DataFrame, best: pd.DataFrame, title: str, uuid: str) -> str:
@@ -167,7 +151,8 @@ def html_table(text: pd.DataFrame, best: pd.DataFrame, title: str, uuid: str) ->
         .format_index(escape="html", axis=0, level=1)
     )
     # Classes, not per-cell CSS: the page's style sheet says what they look like.
-    return styler.to_html(table_uuid=uuid, cell_ids=False).replace(_EMPTY_STYLE, "")
+    empty = '<style type="text/css">\n</style>\n'
+    return styler.to_html(table_uuid=uuid, cell_ids=False).replace(empty, "")
 
 
 def render_html(document: dict[str, Any]) -> str:
@@ -186,8 +171,6 @@ def render_html(document: dict[str, Any]) -> str:
     out += [f"<p>{notes}</p>", "</body></html>"]
     return "\n".join(out) + "\n"
 
-
-# CSV
 
 PER_PHASE = (
     "status", "mem_mib", "ms", "p20_ms", "p80_ms", "marks", "floor_mib", "gflop", "roofline_ms",
@@ -279,23 +262,8 @@ def _head(key: tuple, first: dict[str, Any], gpu: GPU | None, beta: float, entro
     }
 
 
-def _tp_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per (shape, β, method, TP size) of the cells measured across ranks."""
-    records = []
-    groups = group_rows(tp_rows(rows), key=shape_key)
-    # the methods across ranks, their own capabilities: asked only when there are such cells
-    known = methods_for("tp") if groups else {}
-    for key, members in groups.items():
-        for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
-            entropy = mean([r.get("entropy") for r in group])
-            for (method, _), by_phase in by_cell(group).items():
-                head = _head(key, next(iter(by_phase.values())), None, beta, entropy)
-                records.append(_record(head, method, by_phase, list(by_phase), known, None))
-    return records
-
-
 def report_frame(document: dict[str, Any]) -> pd.DataFrame:
-    """Every line of every paper table of ``document``, one column per number."""
+    """Every line of ``document``'s paper tables, then those across ranks; a column per number."""
     tables = build_report(document)
     gpu = gpu_for_env(document["env"])
     known = known_methods(document)
@@ -306,20 +274,27 @@ def report_frame(document: dict[str, Any]) -> pd.DataFrame:
             for line in section.lines:
                 name = "lower_bound" if line.method == LOWER_BOUND else line.method
                 record = _record(head, name, line.rows, table.phases, known, gpu)
-                record["best"] = ";".join(
-                    f"{phase.replace('+', '')}_{what}"
-                    for i, phase in enumerate(table.phases)
-                    for j, what in enumerate(("mem", "time", "analytic"))
-                    if line.cells[3 * i + j].best
-                )
+                named = product(map(_slug, table.phases), ("mem", "time", "analytic"))
+                cells = zip(named, line.cells, strict=True)
+                best = (f"{phase}_{what}" for (phase, what), c in cells if c.best)
+                record["best"] = ";".join(best)
                 records.append(record)
-    across = _tp_records(document["rows"])
+    across = []  # a line per (shape, β, method, TP size) of the cells measured across ranks
+    groups = group_rows(tp_rows(document["rows"]), key=shape_key)
+    # the methods across ranks, their own capabilities: asked only when there are such cells
+    tp_known = methods_for("tp") if groups else {}
+    for key, members in groups.items():
+        for beta, group in sorted(group_rows(members, key=lambda r: r["beta"]).items()):
+            entropy = mean([r.get("entropy") for r in group])
+            for (method, _), by_phase in by_cell(group).items():
+                head = _head(key, next(iter(by_phase.values())), None, beta, entropy)
+                across.append(_record(head, method, by_phase, list(by_phase), tp_known, None))
     present = {r["phase"] for r in document["rows"]} if across else set()
     phases = [
         p for p in ("fwd", "bwd", "fwd+bwd") if p in present or any(p in t.phases for t in tables)
     ]
     fields = PER_PHASE + tuple(c for c, _, _ in NUMBERS[4:] if across)
-    columns = [*LEADING, *(f"{p.replace('+', '')}_{f}" for p in phases for f in fields), "best"]
+    columns = [*LEADING, *(f"{_slug(p)}_{f}" for p in phases for f in fields), "best"]
     return pd.DataFrame.from_records(records + across, columns=columns).astype(object)
 
 

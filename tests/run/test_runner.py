@@ -53,7 +53,7 @@ def mixed(tmp_path_factory):
         checkpoint = Checkpoint(tmp_path_factory.mktemp("runner") / "r.json")
         done = lambda method, case, rows: events.append(f"{method} done")  # noqa: E731
         final = run_plan(plan, done, checkpoint=checkpoint, notice=events.append)
-        checkpoint.release()
+        checkpoint.writer.release()
     return final, seen, events
 
 

@@ -37,7 +37,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     arg("--vocab", type=positive_int, help="override V")
     arg("--hidden", type=positive_int, help="override D")
     softcap = "apply a logit softcap: the preset's (bare flag) or the given value"
-    arg("--softcap", nargs="?", const="preset", type=positive_float, help=softcap)
+    # The bare flag's const is True: argparse would pass a str const through ``type``.
+    arg("--softcap", nargs="?", const=True, type=positive_float, help=softcap)
     add_measurement_arguments(p)
     add_out_arguments(p, "<shape>-<device>.json")
     add_attempt_all(p, "(else a skipped row each)")
@@ -66,7 +67,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         names = dict.fromkeys(parse_list(text, "shape"))
         shapes = [get_shape(n).with_overrides(args.tokens, args.vocab, args.hidden) for n in names]
     softcap = args.softcap  # a value argparse checked; the bare flag: the presets' one
-    if softcap == "preset":
+    if softcap is True:
         caps = {s.softcap for s in shapes}
         if None in caps or len(caps) != 1:
             raise PlanError("--softcap without a value needs presets that define one softcap")
@@ -248,3 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":  # python -m perfsuite.cli works as python -m perfsuite does
+    raise SystemExit(main())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfsuite.args import parse_size
-from perfsuite.cli import main
+from perfsuite.cli import build_parser, main
 from perfsuite.parser import MODULE_COMMANDS
 from perfsuite.plan.memory_model import floor_bytes
 from perfsuite.plan.shapes import get_shape
@@ -37,6 +37,12 @@ def test_shapes_and_methods_list(capsys):
     assert main(["methods"]) == 0
     text = capsys.readouterr().out
     assert "torch-native" in text and "reference" in text
+
+
+def test_softcap_bare_flag_takes_the_presets_and_a_value_is_a_number():
+    parse = build_parser(["run"]).parse_args
+    assert parse(["run", "--softcap", "--phases", "fwd"]).softcap is True
+    assert parse(["run", "--softcap", "20"]).softcap == 20.0
 
 
 def test_parse_size():

@@ -183,7 +183,12 @@ def linear_cross_entropy(
         impl: "split" (a recomputing backward) or "fused" (gradients computed in the
             forward call, none under ``torch.no_grad()``).
     """
-    return _linear_cross_entropy(**locals())  # every argument above, by name
+    return _linear_cross_entropy(
+        e, c, targets, label_smoothing=label_smoothing, ignore_index=ignore_index,
+        reduction=reduction, softcap=softcap, weight=weight, z_loss=z_loss,
+        return_lse=return_lse, vocab_parallel=vocab_parallel, memory_budget=memory_budget,
+        engine=engine, impl=impl,
+    )  # fmt: skip
 
 
 def _linear_cross_entropy(
@@ -287,12 +292,21 @@ class LinearCrossEntropy(torch.nn.Module):
         engine: str = "auto",
         impl: str = "split",
     ) -> None:
-        # Every option as given but the class weights (``__class__`` is super()'s cell).
-        options = {k: v for k, v in locals().items() if k not in ("self", "weight", "__class__")}
         super().__init__()
         # A buffer: class weights move with .to(device) and live in the state dict.
         self.register_buffer("weight", weight)
-        self.options = options
+        self.options = dict(
+            label_smoothing=label_smoothing,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            softcap=softcap,
+            z_loss=z_loss,
+            return_lse=return_lse,
+            vocab_parallel=vocab_parallel,
+            memory_budget=memory_budget,
+            engine=engine,
+            impl=impl,
+        )
 
     def forward(self, e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return linear_cross_entropy(e, c, targets, weight=self.weight, **self.options)

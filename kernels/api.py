@@ -100,7 +100,12 @@ def _validate(
 
 
 def _resolve(
-    device: torch.device, backward: str, engine: str, filter_eps: object, budget: object, dtype
+    device: torch.device,
+    backward: str,
+    engine: str,
+    filter_eps: object,
+    budget: object,
+    dtype: torch.dtype,
 ) -> tuple[str, str]:
     """(backward, engine) after "auto" (on CUDA, the slice backward on ``routes.route_for``'s
     route for the device's arch and ``dtype``), or ``ValueError`` naming the conflict."""

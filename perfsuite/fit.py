@@ -5,6 +5,7 @@ optional columns before a name folds; what cannot fit is a block per row, nothin
 
 from __future__ import annotations
 
+import bisect
 import io
 import re
 from collections.abc import Iterable, Sequence
@@ -180,13 +181,16 @@ def fit_table(
         folded = [max(f, 1) if lim > 0 else lim for lim, f in zip(limits, floors, strict=True)]
         if not fits(_build(columns, rows, folded, sections, options), width):
             continue
-        # Narrow the widest text column a step at a time: the fully folded table fits, so
-        # some column is still wider than its floor until one fits.
-        trial = list(limits)
-        while not fits(table := _build(columns, rows, trial, sections, options), width):
-            shrinkable = [i for i, lim in enumerate(trial) if lim > max(floors[i], 1)]
+        # The widest text column narrowed a step at a time down to the fully folded table
+        # (it fits): the first step that fits, bisected (a render a step took seconds).
+        trial, steps = list(limits), [list(limits)]
+        while shrinkable := [i for i, lim in enumerate(trial) if lim > max(floors[i], 1)]:
             trial[max(shrinkable, key=lambda i: trial[i])] -= 1
-        return table
+            steps.append(list(trial))
+        first = bisect.bisect_left(
+            steps, True, key=lambda s, o=options: fits(_build(columns, rows, s, sections, o), width)
+        )
+        return _build(columns, rows, steps[first], sections, options)
     return None
 
 

@@ -24,9 +24,11 @@ from run.sweeping import RESUMES, refused, started, sweep_cli
 
 GRID = [
     "--tokens", "16", "--vocab", "200", "--hidden", "16", "--beta", "0,0.1",
-    "--dtype", "fp32", "--methods", "eager,fake-no-smoothing", "--device", "cpu",
+    "--dtype", "fp32", "--methods", "eager,fake-missing-package", "--device", "cpu",
     "--samples", "2", "--warmup", "1",
 ]  # fmt: skip
+# fake-missing-package's cells are decided by the parent: a shard's two cells start one
+# worker, eager's (a worker a method).
 CELLS = 1 * 1 * 1 * 2 * 2  # N x V x D x beta x methods
 PHASES = 3
 
@@ -106,9 +108,8 @@ def test_resume_finishes_without_redoing_cells(killed_and_resumed):
     assert len(resumed) == 1 and resumed[0]["kept_rows"] == len(before["rows"])
     assert after["env"]["sweep"]["units_kept"] == len(before["rows"]) // PHASES
     statuses = {(r["method"], r["beta"]): r["status"] for r in rows}
-    assert statuses[("eager", 0.1)] == "ok"
-    assert statuses[("fake-no-smoothing", 0.0)] == "ok"
-    assert statuses[("fake-no-smoothing", 0.1)] == "unsupported"
+    assert statuses[("eager", 0.0)] == statuses[("eager", 0.1)] == "ok"
+    assert {statuses["fake-missing-package", beta] for beta in (0.0, 0.1)} == {"unavailable"}
     assert {r["kind"] for r in rows} == {"loss"}
     assert all(r["entropy"] > 0 and r["workload"] == "random" for r in rows if r["status"] == "ok")
 
@@ -260,7 +261,7 @@ def test_a_killed_writer_leaves_no_lock_behind(tmp_path):
         *RESUMES,
         (["--vocab", "200,400"], ["--resume"], "another grid (vocab 200,400 there, 200 here"),
         (["--tokens", "32"], ["--resume", "--attempt-all"], "tokens 32 there, 16 here"),
-        (["--methods", "eager"], ["--resume"], "methods eager there, eager,fake-no-smoothing"),
+        (["--methods", "eager"], ["--resume"], "methods eager there, eager,fake-missing-package"),
         (["--beta", "0.1"], ["--resume"], "betas 0.1 there, 0.0,0.1 here"),
         (["--softcap", "30"], ["--resume"], "softcap 30.0 there, none here"),
         ([], ["--resume", "--redo", "error,ok"], "--redo error,ok: 'ok' is not a status"),

@@ -192,7 +192,7 @@ def test_skip_prediction_follows_the_memory_model():
     assert "N x V logits" in what and need > 7 * 8192 * 256000 * 2
 
 
-def test_shards_partition_the_grid():
+def test_shards_partition_the_grid(plugins):
     plan, _ = sweep.plan_from_args(_args())
     everything = [str(unit) for unit in grid_units(plan)]
     parts = [[str(unit) for unit in grid_units(plan, (i, 3))] for i in range(3)]

@@ -173,18 +173,38 @@ def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:
     return tree
 
 
-def _report_in(tree: Path, folder: Path) -> subprocess.CompletedProcess:
-    """``perfsuite kernel-report --baseline`` run in ``tree`` (its kernels, not ours)."""
-    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]
+@pytest.fixture(scope="module")
+def edited(stored, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """``perfsuite kernel-report --baseline`` in a copy of the tree (its kernels, not ours)
+    whose target-logit kernel has a comment more, then a smaller tile: that file edited
+    again and its module reloaded, in the same child (one torch import); each run's
+    exit status, stdout and stderr."""
+    tree = _tree(
+        tmp_path_factory.mktemp("edited"),
+        "targets.py",
+        "    n_mask = offs_n < N\n",
+        "    # a comment, and the lines below move down\n\n    n_mask = offs_n < N\n",
+    )
+    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(stored[0])]
     code = f"""
-        import sys
+        import contextlib, importlib, io, json, pathlib
         from perfsuite.cli import main
         import perfsuite.kernels.configs as configs
-        print("KERNELS", configs.__file__, file=sys.stderr)
-        raise SystemExit(main({argv}))
+        from perfsuite.kernels import targets
+        said = {{}}
+        for edit in ("comment", "tile"):
+            if edit == "tile":
+                path, tile = pathlib.Path(targets.__file__), "\\nBLOCK_N = 32\\n"
+                assert path.read_text().count(tile) == 1, tile
+                path.write_text(path.read_text().replace(tile, tile.replace("32", "16")))
+                importlib.reload(targets)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                said[edit] = [main({argv}), out.getvalue(), err.getvalue()]
+        print(json.dumps({{"kernels": configs.__file__, **said}}))
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run(
+    out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=tree,
         capture_output=True,
@@ -193,28 +213,23 @@ def _report_in(tree: Path, folder: Path) -> subprocess.CompletedProcess:
         check=False,
         timeout=600,
     )
-
-
-def test_a_comment_leaves_every_sass_hash_the_same(stored, tmp_path):
-    tree = _tree(
-        tmp_path,
-        "targets.py",
-        "    n_mask = offs_n < N\n",
-        "    # a comment, and the lines below move down\n\n    n_mask = offs_n < N\n",
-    )
-    out = _report_in(tree, stored[0])
-    assert f"KERNELS {tree / 'perfsuite' / 'kernels' / 'configs.py'}" in out.stderr
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"unchanged: {BUILDS} builds (same SASS)" in out.stdout, out.stdout
+    return {"tree": tree, **json.loads(out.stdout)}
 
 
-def test_a_smaller_tile_is_named(stored, tmp_path):
-    tree = _tree(tmp_path, "targets.py", "\nBLOCK_N = 32\n", "\nBLOCK_N = 16\n")
-    out = _report_in(tree, stored[0])
-    assert out.returncode == 0, out.stderr[-3000:]  # a new config is listed, never failed
-    assert "unchanged: 0 builds (same SASS)" in out.stdout, out.stdout
+def test_a_comment_leaves_every_sass_hash_the_same(edited):
+    code, out, err = edited["comment"]
+    assert edited["kernels"] == str(edited["tree"] / "perfsuite" / "kernels" / "configs.py")
+    assert code == 0, err[-3000:]
+    assert f"unchanged: {BUILDS} builds (same SASS)" in out, out
+
+
+def test_a_smaller_tile_is_named(edited):
+    code, out, err = edited["tile"]
+    assert code == 0, err[-3000:]  # a new config is listed, never failed
+    assert "unchanged: 0 builds (same SASS)" in out, out
     retuned = "config N32-D128-w4 → N16-D128-w4"
-    lines = [line.split(maxsplit=3) for line in out.stdout.splitlines() if retuned in line]
+    lines = [line.split(maxsplit=3) for line in out.splitlines() if retuned in line]
     assert sorted(line[0] for line in lines) == [f"target_logit[{v}]" for v in VARIANTS]
     assert all(line[1:3] == ["bf16", "sm_90a"] for line in lines)
     assert all("not gated (config changed)" in line[3] for line in lines)

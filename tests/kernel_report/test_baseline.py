@@ -201,6 +201,8 @@ def edited(stored, tmp_path_factory: pytest.TempPathFactory) -> dict:
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 said[edit] = [main({argv}), out.getvalue(), err.getvalue()]
+        from triton.runtime.cache import triton_key  # hashed here, before the pool forks
+        said["keyed"] = triton_key.cache_info().currsize
         print(json.dumps({{"kernels": configs.__file__, **said}}))
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -222,6 +224,7 @@ def test_a_comment_leaves_every_sass_hash_the_same(edited):
     assert edited["kernels"] == str(edited["tree"] / "perfsuite" / "kernels" / "configs.py")
     assert code == 0, err[-3000:]
     assert f"unchanged: {BUILDS} builds (same SASS)" in out, out
+    assert edited["keyed"] == 1  # not once in each builder
 
 
 def test_a_smaller_tile_is_named(edited):

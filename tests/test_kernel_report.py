@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from perfsuite import kernel_report
+from perfsuite.cli import main
 from perfsuite.kernel_report import build, cce, costs, launches, options, sass
+from perfsuite.kernels.configs import tma_config
 
 # Every test here compiles through ptxas and cuobjdump: other processes.
 pytestmark = [
@@ -198,7 +200,7 @@ def test_design_cost_table():
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Specialisations of the bf16 Gemma2-2B launches, a few real builds, a launch table
+    """Specialisations of the bf16 Gemma2-2B launches (TMA's too), a few real builds, a launch table
     that passes an argument its kernel does not take and the report's exit status and
     output under a ptxas that fails or writes nothing, in one child process."""
     tmp = tmp_path_factory.mktemp("ptxas")
@@ -222,15 +224,16 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ours = lambda a, k: kernel_report.collect(shape, [a], ["bf16"], [k], with_cce=False)[0]
         res = {}
         first = {"forward": "plain", "backward": "list", "slices": "smooth+softcap"}
-        for arch in ("sm_80", "sm_90a"):
-            for kernel in ("forward", "backward", "slices"):
+        for arch in ("sm_80", "sm_90a"):  # the TMA kernels: sm_90a only
+            for kernel in ("forward", "backward", "slices", "forward_tma", "slices_tma"):
                 for la in ours(arch, kernel):
                     spec = build.specialise(la)
-                    name = "" if la.variant == first[kernel] else f"[{la.variant}]"
+                    name = "" if la.variant == first.get(kernel) else f"[{la.variant}]"
                     res[f"{kernel}{name} {arch}"] = {
                         "constants": {spec.jit.arg_names[k[0]]: v
                                       for k, v in spec.constexprs.items() if len(k) == 1},
                         "divisible": spec.divisible(),
+                        "signature": {k: str(v) for k, v in spec.signature.items()},
                     }
             bwd = [la for la in ours(arch, "backward") if la.variant == "list"][0]
             res[f"build backward {arch}"] = build.build(bwd)
@@ -283,6 +286,24 @@ def test_launch_specialised_as_the_jit_would(probe):
             assert smooth["HAS_SOFTCAP"] is False and smooth["HAS_SMOOTHING"] is True
     # A launch that passes an argument the kernel does not take is a broken table.
     assert probe["bad table"].startswith("the launch table passes ['Targets']")
+
+
+def test_tma_launches_specialise_with_tensor_descriptors(probe):
+    """Triton's binder accepts the TMA launch table (tests/kernel_report/test_tma.py):
+    descriptor arguments become ``tensordesc<…>`` with the config's block, the flags are
+    the variant's."""
+    fwd = probe["forward_tma[smooth+softcap] sm_90a"]
+    cfg = tma_config("forward", "sm_90")
+    assert fwd["signature"]["e_desc"] == f"tensordesc<bf16[{cfg.block_n}, 64]>"
+    assert fwd["signature"]["c_desc"] == f"tensordesc<bf16[{cfg.block_v}, 64]>"
+    assert fwd["constants"]["HAS_SOFTCAP"] is True and fwd["constants"]["EVEN_V"] is False
+    weighted = probe["slices_tma[smooth+softcap+weight] sm_90a"]
+    assert weighted["signature"]["out_desc"] == "tensordesc<bf16[128, 64]>"
+    assert weighted["constants"]["SUBTILES"] == 4
+    plain = probe["slices_tma[plain] sm_90a"]
+    assert plain["signature"]["out_desc"] == "tensordesc<bf16[128, 128]>"
+    assert plain["constants"]["SUBTILES"] == 2 and plain["constants"]["HAS_SMOOTHING"] is False
+    assert {"N", "D", "v0", "width"} <= set(plain["divisible"])
 
 
 def test_slice_kernel_specialised_and_built_without_spills(probe):
@@ -364,14 +385,14 @@ def test_failing_or_unreadable_ptxas_fails_the_report(probe):
     assert "ptxas -v log names no entry" in probe["silent"][1]
 
 
-def test_cli_under_interpreter_env():
-    """TRITON_INTERPRET=1 must not stop the build (a child process does it): one build."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "perfsuite", "kernel-report", "--arch", "sm_90a"]
-    cmd += ["--kernel", "tile_keep", "--dtype", "bf16", "--no-cce", "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    report = json.loads(out.stdout)
+def test_cli_under_interpreter_env(monkeypatch, capfd):
+    """TRITON_INTERPRET=1 must not stop the build (a child process does it): one build.
+    ``main`` in this process (``python -m perfsuite``: the child's, and tests/test_cli.py)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    argv = ["kernel-report", "--arch", "sm_90a", "--kernel", "tile_keep", "--dtype", "bf16"]
+    code, (out, err) = main([*argv, "--no-cce", "--json"]), capfd.readouterr()
+    assert code == 0, err[-2000:]
+    report = json.loads(out)
     (row,) = report["rows"]
     assert (row["kernel"], row["arch"], row["ok"], row["spill_store_bytes"]) == (
         "tile_keep",

@@ -80,6 +80,10 @@ def build_rows(todo: list[Launch], jobs: int, notice: NoticeFn) -> list[dict[str
         with contextlib.ExitStack() as stack:
             done = map(_row_at, range(len(todo)))
             if jobs > 1:
+                with contextlib.suppress(ImportError):  # Triton's hash of its own library
+                    from triton.runtime.cache import triton_key  # (~0.5 s): once, not a worker
+
+                    triton_key()
                 # Forked workers inherit the CLI's SIGTERM handler (a traceback when the
                 # pool ends them): the default's back.
                 default = (signal.SIGTERM, signal.SIG_DFL)

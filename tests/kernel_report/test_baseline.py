@@ -2,9 +2,9 @@
 
 The smallest selection that has two variants (the target-logit kernel, bf16, sm_90a:
 two builds, each one ptxas and two cuobjdump runs) is built once per module and stored;
-the comparisons run ``perfsuite.cli.main`` as a user types it on that build. Edited
-kernels (a comment, a smaller tile) are built again from a temporary copy of the tree,
-in a child process started in that copy.
+the comparisons run ``perfsuite.cli.main`` as a user types it on that build. It is built
+in a child process started in a temporary copy of the tree, which then edits the kernel
+(a comment, a smaller tile) and builds it again.
 """
 
 from __future__ import annotations
@@ -42,22 +42,67 @@ HEAVY = "target_logit[softcap] N32-D128-w4 bf16 sm_90a"
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
-    """The selection built once and saved; (folder, the --json document it printed, its
-    stderr)."""
-    folder = tmp_path_factory.mktemp("kernel-baseline")
-    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--json", "--save", str(folder)]
+def child(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One child in a copy of the checkout's package (its kernels, not ours) runs
+    ``kernel-report`` as typed three times: ``--save`` of the selection, then
+    ``--baseline`` of it after each edit of ``kernels/targets.py`` (a comment more, then a
+    smaller tile: the file edited, its module reloaded); each run's exit status, stdout
+    and stderr, and the folder saved to."""
+    tree, folder = tmp_path_factory.mktemp("tree"), tmp_path_factory.mktemp("kernel-baseline")
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "perfsuite", tree / "perfsuite", symlinks=True, ignore=ignore)
+    shutil.copytree(ROOT / "kernels", tree / "kernels", ignore=ignore)
+    (tree / "baselines").symlink_to(ROOT / "baselines")
+    argv = ["kernel-report", *SELECTION, "--jobs", "2"]
+    comment = "    # a comment, and the lines below move down\n\n"
+    code = f"""
+        import contextlib, importlib, io, json, pathlib
+        from perfsuite.cli import main
+        import perfsuite.kernels.configs as configs
+        from perfsuite.kernels import targets
+
+        def report(*extra):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                return [main([*{argv}, *extra]), out.getvalue(), err.getvalue()]
+
+        def edit(old, new):
+            path = pathlib.Path(targets.__file__)
+            assert path.read_text().count(old) == 1, old
+            path.write_text(path.read_text().replace(old, new))
+            importlib.reload(targets)
+
+        said = {{"save": report("--json", "--save", {str(folder)!r})}}
+        edit("    n_mask = offs_n < N\\n", {comment!r} + "    n_mask = offs_n < N\\n")
+        said["comment"] = report("--baseline", {str(folder)!r})
+        edit("\\nBLOCK_N = 32\\n", "\\nBLOCK_N = 16\\n")
+        said["tile"] = report("--baseline", {str(folder)!r})
+        from triton.runtime.cache import triton_key  # hashed here, before the pool forks
+        said["keyed"] = triton_key.cache_info().currsize
+        print(json.dumps({{"kernels": configs.__file__, **said}}))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(
-        [sys.executable, "-c", f"from perfsuite.cli import main; raise SystemExit(main({argv}))"],
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tree,
         capture_output=True,
         text=True,
-        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+        env={**env, "COLUMNS": "250"},  # a table row on one line
         check=False,
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"saved {folder / FILE}" in out.stderr
-    return folder, json.loads(out.stdout), out.stderr
+    return {"tree": tree, "folder": folder, **json.loads(out.stdout)}
+
+
+@pytest.fixture(scope="module")
+def stored(child: dict) -> tuple[Path, dict, str]:
+    """The selection built and saved; (folder, the --json document it printed, its
+    stderr)."""
+    code, out, err = child["save"]
+    assert code == 0, err[-3000:]
+    assert f"saved {child['folder'] / FILE}" in err
+    return child["folder"], json.loads(out), err
 
 
 def test_save_writes_the_json_rows_and_says_its_progress(stored):
@@ -159,62 +204,20 @@ def test_another_triton_version_none_or_a_file_is_one_error_line(stored, tmp_pat
     assert err.endswith(f"the folder that holds it is {stored[0]}\n")
 
 
-def _tree(tmp_path: Path, edit: str, old: str, new: str) -> Path:
-    """A copy of the checkout's package with ``kernels/<edit>`` changed (old -> new)."""
-    tree = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "perfsuite", tree / "perfsuite", symlinks=True, ignore=ignore)
-    shutil.copytree(ROOT / "kernels", tree / "kernels", ignore=ignore)
-    (tree / "baselines").symlink_to(ROOT / "baselines")
-    path = tree / "kernels" / edit
-    text = path.read_text()
-    assert text.count(old) == 1, old
-    path.write_text(text.replace(old, new))
-    return tree
+def test_a_comment_leaves_every_sass_hash_the_same(child):
+    code, out, err = child["comment"]
+    assert child["kernels"] == str(child["tree"] / "perfsuite" / "kernels" / "configs.py")
+    assert code == 0, err[-3000:]
+    assert f"unchanged: {BUILDS} builds (same SASS)" in out, out
+    assert child["keyed"] == 1  # not once in each builder
 
 
-def _report_in(tree: Path, folder: Path) -> subprocess.CompletedProcess:
-    """``perfsuite kernel-report --baseline`` run in ``tree`` (its kernels, not ours)."""
-    argv = ["kernel-report", *SELECTION, "--jobs", "2", "--baseline", str(folder)]
-    code = f"""
-        import sys
-        from perfsuite.cli import main
-        import perfsuite.kernels.configs as configs
-        print("KERNELS", configs.__file__, file=sys.stderr)
-        raise SystemExit(main({argv}))
-    """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        env={**env, "COLUMNS": "250"},  # a table row on one line
-        check=False,
-        timeout=600,
-    )
-
-
-def test_a_comment_leaves_every_sass_hash_the_same(stored, tmp_path):
-    tree = _tree(
-        tmp_path,
-        "targets.py",
-        "    n_mask = offs_n < N\n",
-        "    # a comment, and the lines below move down\n\n    n_mask = offs_n < N\n",
-    )
-    out = _report_in(tree, stored[0])
-    assert f"KERNELS {tree / 'perfsuite' / 'kernels' / 'configs.py'}" in out.stderr
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert f"unchanged: {BUILDS} builds (same SASS)" in out.stdout, out.stdout
-
-
-def test_a_smaller_tile_is_named(stored, tmp_path):
-    tree = _tree(tmp_path, "targets.py", "\nBLOCK_N = 32\n", "\nBLOCK_N = 16\n")
-    out = _report_in(tree, stored[0])
-    assert out.returncode == 0, out.stderr[-3000:]  # a new config is listed, never failed
-    assert "unchanged: 0 builds (same SASS)" in out.stdout, out.stdout
+def test_a_smaller_tile_is_named(child):
+    code, out, err = child["tile"]
+    assert code == 0, err[-3000:]  # a new config is listed, never failed
+    assert "unchanged: 0 builds (same SASS)" in out, out
     retuned = "config N32-D128-w4 → N16-D128-w4"
-    lines = [line.split(maxsplit=3) for line in out.stdout.splitlines() if retuned in line]
+    lines = [line.split(maxsplit=3) for line in out.splitlines() if retuned in line]
     assert sorted(line[0] for line in lines) == [f"target_logit[{v}]" for v in VARIANTS]
     assert all(line[1:3] == ["bf16", "sm_90a"] for line in lines)
     assert all("not gated (config changed)" in line[3] for line in lines)

@@ -1,19 +1,12 @@
 """The TMA fast path in kernel-report: its launches, the MMA shape and TMA counts read
 from SASS/TTGIR (stored snippets of real sm_90a / sm_100a builds), the persistent grid's
-waves, and the columns in the console table."""
+waves, and the columns in the console table (Triton's binder on the TMA launches:
+tests/test_kernel_report.py, in its build child)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
-import pytest
-
 from perfsuite import kernel_report
-from perfsuite.kernel_report import build, launches, options, render, sass
+from perfsuite.kernel_report import launches, options, render, sass
 from perfsuite.kernels.configs import tma_config
 
 GEMMA = options.SHAPES["gemma2-2b"]
@@ -137,49 +130,3 @@ def test_table_shows_shape_tma_and_waves(capsys, monkeypatch):
     # The portable forward: no TMA (0 in every build) and no persistent grid (no column).
     assert "HGMMA 64x128x16" in portable and "TMA, TMEM" in " ".join(portable.split())
     assert "waves" not in portable and "grid" not in portable
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(not os.path.exists(build.tool("ptxas")), reason="no NVIDIA tools")
-def test_tma_launches_specialise_with_tensor_descriptors():
-    """Triton's binder accepts the launch table: descriptor arguments become
-    ``tensordesc<…>`` with the config's block, the flags are the variant's (child process:
-    the kernels must not be interpreter wrappers)."""
-    code = """
-        import json
-        from perfsuite import kernel_report
-        from perfsuite.kernel_report import build, options
-        out = {}
-        kernels = ["forward_tma", "slices_tma"]
-        shape = options.SHAPES["gemma2-2b"]
-        for la in kernel_report.collect(shape, ["sm_90a"], ["bf16"], kernels, with_cce=False)[0]:
-            spec = build.specialise(la)
-            out[f"{la.kernel}[{la.variant}]"] = {
-                "signature": {k: str(v) for k, v in spec.signature.items()},
-                "constants": {
-                    spec.jit.arg_names[k[0]]: v
-                    for k, v in spec.constexprs.items() if len(k) == 1
-                },
-                "divisible": spec.divisible(),
-            }
-        print(json.dumps(out))
-    """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        env=env, check=False, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    specs = json.loads(done.stdout)
-    fwd = specs["forward_tma[smooth+softcap]"]
-    cfg = tma_config("forward", "sm_90")
-    assert fwd["signature"]["e_desc"] == f"tensordesc<bf16[{cfg.block_n}, 64]>"
-    assert fwd["signature"]["c_desc"] == f"tensordesc<bf16[{cfg.block_v}, 64]>"
-    assert fwd["constants"]["HAS_SOFTCAP"] is True and fwd["constants"]["EVEN_V"] is False
-    weighted = specs["slices_tma[smooth+softcap+weight]"]
-    assert weighted["signature"]["out_desc"] == "tensordesc<bf16[128, 64]>"
-    assert weighted["constants"]["SUBTILES"] == 4
-    plain = specs["slices_tma[plain]"]
-    assert plain["signature"]["out_desc"] == "tensordesc<bf16[128, 128]>"
-    assert plain["constants"]["SUBTILES"] == 2 and plain["constants"]["HAS_SMOOTHING"] is False
-    assert {"N", "D", "v0", "width"} <= set(plain["divisible"])

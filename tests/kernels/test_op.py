@@ -1,6 +1,6 @@
 """torch.compile: the default path is one custom op each way, with fakes; no graph break
-(a tiny model under ``fullgraph=True``, counted by ``torch._dynamo.explain``; a negative
-control adds a host sync)."""
+(a tiny model under ``fullgraph=True``, its graphs counted on the compile by dynamo's
+``ExplainWithBackend``; a negative control adds a host sync)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from perfsuite.kernels import linear_cross_entropy
 
 torch_dynamo = pytest.importorskip("torch._dynamo")
+from torch._dynamo.backends.debugging import ExplainWithBackend  # noqa: E402
 
 OPTIONS = dict(label_smoothing=0.1, softcap=20.0, z_loss=1e-3, engine="torch")
 
@@ -58,13 +59,11 @@ def test_compiled_step_has_no_graph_break_and_matches_eager() -> None:
     torch.manual_seed(0)
     model = Tiny()
     x, targets = _batch()
-    explained = torch._dynamo.explain(model)(x, targets)
-    assert explained.graph_break_count == 0, explained.break_reasons
-    assert explained.graph_count == 1
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    explained = ExplainWithBackend("aot_eager")  # its graphs counted as dynamo.explain does
+    compiled = torch.compile(model, backend=explained, fullgraph=True)
     eager_loss, eager_grads = _grads(model, model, x, targets)
     loss, grads = _grads(model, compiled, x, targets)
+    assert explained.output().graph_count == 1, explained.break_reasons
     torch.testing.assert_close(loss, eager_loss, rtol=1e-6, atol=0)
     for a, b in zip(grads, eager_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
@@ -99,18 +98,17 @@ def test_the_fused_ablation_compiles_with_one_break_at_its_target_check() -> Non
             e, c, t, label_smoothing=0.1, softcap=20.0, impl="fused", engine="torch"
         )
 
-    results = []
-    for fn in (step, torch.compile(step, backend="aot_eager")):
+    explained = ExplainWithBackend("aot_eager")  # its graphs counted as dynamo.explain does
+    compiled, results = torch.compile(step, backend=explained), []
+    for fn in (step, compiled):
         ee, cc = e.clone().requires_grad_(), c.clone().requires_grad_()
         loss = fn(ee, cc, t)
         loss.backward()
         results.append((loss.detach(), ee.grad, cc.grad))
     for got, want in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(step)(e, c, t)
-    assert explained.graph_break_count == 1, explained.break_reasons
+    assert explained.output().graph_break_count == 1, explained.break_reasons
     bad = t.clone()
     bad[5] = 64
     with pytest.raises(ValueError, match="targets out of range: 64"):
-        torch.compile(step, backend="aot_eager")(e, c, bad)
+        compiled(e, c, bad)

@@ -162,8 +162,11 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
             return Ran(ran["code"], ran["out"], ran["err"], Path(out), document)
         # llama3.2-1b needs ~7 GiB: over 2G it is a skipped row; smoke fits in far less.
         argv = ["--model", "smoke,llama3.2-1b", "--methods", METHODS, "--memory-limit", "2G"]
+        from step.stepping import HERE, served_here
+
         with pytest.MonkeyPatch.context() as mp:
             use_plugins(mp, "plugins.one_file_method")
+            served_here(mp, "perfsuite.step.runner.StepKind", HERE, shared)
             ran = step([*argv, *QUICK], out)
         said.write_text(json.dumps({"code": ran.code, "out": ran.out, "err": ran.err}))
         return ran

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
+import json
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from perfsuite.cli import main
+from perfsuite.harness.worker import emitter
 from perfsuite.results.results import load_results
 
 QUICK = ["--layers", "1", "--seq", "4", "--batch", "1", "--samples", "2", "--warmup", "0"]
 METHODS = "eager,ours,liger,cce,torchtune-chunked,one-file"
+# The smoke run's cases of these are served in its own process (``served_here``).
+HERE = ("eager", "torchtune-chunked")
 
 
 @dataclass
@@ -48,3 +56,27 @@ def step(argv: list[str], out: Path | None) -> Ran:
     wrote = code in (0, 1) and out is not None and out.exists()  # 2: refused, nothing written
     document = load_results(out) if wrote else None
     return Ran(code, buffer.getvalue(), errors.getvalue(), out or Path(), document)
+
+
+def served_here(mp: pytest.MonkeyPatch, kind: str, names: Collection[str], tmp: Path) -> None:
+    """``names``' cases of the ``kind`` class (dotted) run in this process by its worker
+    module's own ``WORKER``, as if decided in the parent: a worker's start saved (~7 CPU-s
+    of imports), the other methods' worker processes beside them testing the process."""
+    module, _, name = kind.rpartition(".")
+    decided = getattr(importlib.import_module(module), name).decided
+
+    def here(self: Any, method: str, case: dict[str, Any]) -> list[dict[str, Any]] | None:
+        rows = decided(self, method, case)
+        if rows is not None or method not in names:
+            return rows
+        (out := tmp / "served.lines").unlink(missing_ok=True)
+        worker, path = self.command(method, [case], out, tmp / "served.json")[-2:]
+        served = importlib.import_module(worker).WORKER  # as harness.worker.main serves it
+        spec = served.spec_type(**json.loads(Path(path).read_text()))
+        with emitter(out) as write, served.session(spec, write) as (state, emit):
+            served.run_case(spec, state, 0, spec.cases[0], emit, lambda stage: None)
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        self.heard(method, lines)
+        return self.finished(lines, [case])[0]
+
+    mp.setattr(f"{kind}.decided", here)

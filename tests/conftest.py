@@ -148,9 +148,9 @@ def unit_tests_stay_in_process(
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
-    """One smoke step run through the real entry point for the tests that read it: every
-    method (one-file: the plugin), β 0 and 0.1, and a real preset over the memory limit.
-    Under xdist the first worker to ask runs it and the others read what it left."""
+    """One smoke step run through the real entry point for the tests that read it: every method
+    (one-file: the plugin; HERE's served in this process), β 0 and 0.1, a real preset over the
+    memory limit. Under xdist the first worker to ask runs it and the others read what it left."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
     out, said = shared / "step-smoke.json", shared / "step-smoke.console.json"

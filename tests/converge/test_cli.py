@@ -16,11 +16,11 @@ from perfsuite.cli import main as perfsuite
 from perfsuite.converge.presets import PRESETS
 from perfsuite.results.results import load_results, write_results
 
-# One sweep for the tests below: eager's and ours' runs in a worker each (~7 CPU-s: Llama's
-# imports), HERE's served in this process, fake-missing-package's decided in the parent
+# One sweep for the tests below: ours' runs in a worker (~7 CPU-s: Llama's imports), HERE's
+# served in this process, fake-missing-package's decided in the parent
 # (tests/converge/test_kind.py). one-file: the plugin declared in one file (test_plugins).
 METHODS = ["fake-raises", "ours", "fake-missing-package", "one-file"]
-HERE = ["eager-reordered", "fake-raises", "one-file"]
+HERE = ["eager", "eager-reordered", "fake-raises", "one-file"]
 STEPS = 3
 # The sweep's mechanics, not the model, are under test: the smoke preset cut down (the
 # workers get it from the parent), a quarter of its held-out batches.

@@ -148,9 +148,9 @@ def unit_tests_stay_in_process(
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
-    """One smoke step run through the real entry point for the tests that read it: every
-    method (one-file: the plugin), β 0 and 0.1, and a real preset over the memory limit.
-    Under xdist the first worker to ask runs it and the others read what it left."""
+    """One smoke step run through the real entry point for the tests that read it: every method
+    (one-file: the plugin; HERE's served in this process), β 0 and 0.1, a real preset over the
+    memory limit. Under xdist the first worker to ask runs it and the others read what it left."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
     out, said = shared / "step-smoke.json", shared / "step-smoke.console.json"
@@ -162,8 +162,11 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Ran:
             return Ran(ran["code"], ran["out"], ran["err"], Path(out), document)
         # llama3.2-1b needs ~7 GiB: over 2G it is a skipped row; smoke fits in far less.
         argv = ["--model", "smoke,llama3.2-1b", "--methods", METHODS, "--memory-limit", "2G"]
+        from step.stepping import HERE, served_here
+
         with pytest.MonkeyPatch.context() as mp:
             use_plugins(mp, "plugins.one_file_method")
+            served_here(mp, "perfsuite.step.runner.StepKind", HERE, shared)
             ran = step([*argv, *QUICK], out)
         said.write_text(json.dumps({"code": ran.code, "out": ran.out, "err": ran.err}))
         return ran

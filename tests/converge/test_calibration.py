@@ -61,10 +61,8 @@ def test_every_metric_of_the_example_by_hand():
     assert bins["count"][10] == 2 and bins["accuracy"][10] == 0.5
     assert bins["confidence"][10] == pytest.approx(0.705, abs=1e-12)
     # The count-weighted gap over the bins is the ECE.
-    ece = sum(
-        c / 4 * abs(a - f)
-        for c, a, f in zip(bins["count"], bins["accuracy"], bins["confidence"], strict=True)
-    )
+    gaps = zip(bins["count"], bins["accuracy"], bins["confidence"], strict=True)
+    ece = sum(c / 4 * abs(a - f) for c, a, f in gaps)
     assert ece == pytest.approx(0.2825, abs=1e-12)
 
 

@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 from plugins import use_plugins
+from step.stepping import served_here
 
 from perfsuite.cli import main as perfsuite
 from perfsuite.converge.presets import PRESETS
 from perfsuite.results.results import load_results, write_results
 
-# One sweep for the tests below, a worker a method (~7 CPU-s each: transformers' Llama)
-# but fake-missing-package's runs, decided in the parent (as an unsupported run is:
-# tests/converge/test_kind.py). one-file: the plugin declared in one file (test_plugins).
+# One sweep for the tests below: ours' runs in a worker (~7 CPU-s: Llama's imports), HERE's
+# served in this process, fake-missing-package's decided in the parent
+# (tests/converge/test_kind.py). one-file: the plugin declared in one file (test_plugins).
 METHODS = ["fake-raises", "ours", "fake-missing-package", "one-file"]
+HERE = ["eager", "eager-reordered", "fake-raises", "one-file"]
 STEPS = 3
 # The sweep's mechanics, not the model, are under test: the smoke preset cut down (the
 # workers get it from the parent), a quarter of its held-out batches.
@@ -60,6 +62,7 @@ def test_ours_trains_like_eager_and_failures_are_recorded(tmp_path, monkeypatch,
 
     monkeypatch.setattr("perfsuite.harness.command.write_results", write)
     monkeypatch.setitem(PRESETS, "smoke", TINY)
+    served_here(monkeypatch, "perfsuite.converge.runner.TrainKind", HERE, tmp_path)
     use_plugins(monkeypatch, "plugins.fake_methods,plugins.one_file_method")
     monkeypatch.setenv("COLUMNS", "120")
     argv = ["--methods", ",".join(METHODS), "--beta", "0,0.1", "--steps", str(STEPS)]

@@ -68,8 +68,7 @@ def test_repeated_training_batches_cycle_in_order():
     data = build_dataset(replace(SMOKE, vocab=64, support=4, **cycled))
     assert data.train.shape == (3, 2, 9)
     seen = list(data.batches())
-    assert len(seen) == 7
-    assert all(torch.equal(seen[i], data.train[i % 3]) for i in range(7))
+    assert len(seen) == 7 and all(torch.equal(seen[i], data.train[i % 3]) for i in range(7))
     assert data.describe()["epochs"] == round(7 / 3, 3)
 
 

@@ -26,21 +26,10 @@ def _run(method: str, beta: float, status: str = "ok", offset: float = 0.0) -> d
     if status != "ok":
         return {"method": method, "beta": beta, "dtype": "fp32", "status": status, "steps": []}
     steps = [{"step": i, "loss": 6.0 - 0.1 * i + offset} for i in range(5)]
-    reliability = {
-        "count": [0.0] * 13 + [30.0, 10.0],
-        "confidence": [0.0] * 13 + [0.9, 0.97],
-        "accuracy": [0.0] * 13 + [0.8, 1.0 - beta],
-    }
-    heldout = {"ece": 0.1 + beta, "rms_ce": 0.12, "sce": 0.01, "ace": 0.02}
-    heldout["reliability"] = reliability
-    return {
-        "method": method,
-        "beta": beta,
-        "dtype": "fp32",
-        "status": "ok",
-        "steps": steps,
-        "heldout": heldout,
-    }
+    confidence, accuracy = [0.0] * 13 + [0.9, 0.97], [0.0] * 13 + [0.8, 1.0 - beta]
+    reliability = dict(count=[0.0] * 13 + [30.0, 10.0], confidence=confidence, accuracy=accuracy)
+    heldout = dict(ece=0.1 + beta, rms_ce=0.12, sce=0.01, ace=0.02, reliability=reliability)
+    return dict(method=method, beta=beta, dtype="fp32", status="ok", steps=steps, heldout=heldout)
 
 
 OLD = {
@@ -98,9 +87,8 @@ def test_render_rewrites_table_and_plots_from_the_json(
     assert "| torchtune-chunked | 0.1 | fp32 | unsupported |" in table
     printed = capsys.readouterr().out.splitlines()
     figures = [paths[k] for k in ("loss", "reliability", "calibration")]
-    assert [line.split()[-1] for line in printed if line.startswith("plot:")] == list(
-        map(str, figures)
-    )
+    plots = [line.split()[-1] for line in printed if line.startswith("plot:")]
+    assert plots == list(map(str, figures))
     for figure in figures:
         assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
     for document, why in [({"rows": []}, "schema_version None"), (SMOKE, "holds loss rows")]:

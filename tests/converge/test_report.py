@@ -41,14 +41,9 @@ def test_the_gpu_preset_plans_quietly_on_cpu(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k != "PERFSUITE_PLUGINS"}
     env["COLUMNS"] = "80"
     argv = ["converge", "--preset", "small", "--device", "cpu", "--dry-run"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "perfsuite", *argv, "--out", str(tmp_path / "s.json")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv += ["--out", str(tmp_path / "s.json")]
+    how = dict(cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "perfsuite", *argv], **how)
     assert proc.returncode == 0 and "dry run: nothing trained" in proc.stdout, proc.stderr
     printed = proc.stdout + proc.stderr
     assert "Failed to load" not in printed and "_pytree" not in printed, proc.stderr

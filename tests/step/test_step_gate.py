@@ -30,8 +30,7 @@ def test_eager_passes_and_a_perturbed_gradient_fails(smoke, dtype):
     verdict = step_verdict(loss, grads, ref)
     assert verdict.passed, verdict.explain()
     name = "model.layers.0.mlp.down_proj.weight"
-    bad = dict(grads)
-    bad[name] = grads[name] + 50 * ref.bounds[name]
+    bad = {**grads, name: grads[name] + 50 * ref.bounds[name]}
     verdict = step_verdict(loss, bad, ref)
     assert not verdict.passed and name in verdict.explain()
     assert verdict.errors["grad_e"] > verdict.bounds["grad_e"]

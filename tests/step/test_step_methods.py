@@ -24,16 +24,14 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     1.2 (no ``transformers`` submodule, as cut-cross-entropy 25.1.1's wheel), and two
     whose own import fails: one on a name its dependency dropped (as transformers 5
     dropped ``_CONFIG_FOR_DOC``), one on a dependency that is not installed."""
-    (tmp_path / "fakedist_pkg").mkdir()
-    (tmp_path / "fakedist_pkg" / "__init__.py").write_text("")
+    sources = ("", "from os import _CONFIG_FOR_DOC\n", "import perfsuite_no_such_dep\n")
+    for name, source in zip(PACKAGES, sources, strict=True):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(source)
     info = tmp_path / "fakedist_pkg-1.2.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakedist-pkg\nVersion: 1.2\n")
     (info / "top_level.txt").write_text("fakedist_pkg\n")
-    (tmp_path / "broken_pkg").mkdir()
-    (tmp_path / "broken_pkg" / "__init__.py").write_text("from os import _CONFIG_FOR_DOC\n")
-    (tmp_path / "needs_dep_pkg").mkdir()
-    (tmp_path / "needs_dep_pkg" / "__init__.py").write_text("import perfsuite_no_such_dep\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
     for name in [n for n in sys.modules if n.partition(".")[0] in PACKAGES]:

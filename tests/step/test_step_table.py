@@ -18,14 +18,10 @@ def rows(method: str, status: str = "ok", **extra) -> list[dict]:
     out = []
     for i, phase in enumerate(STEP_PHASES):
         row = Row(method, 256, 128256, 2048, "fp32", 0.0, phase, status, kind="step")
-        row.shape = "llama3.2-1b"
-        row.workload = WORKLOAD
+        row.shape, row.workload = "llama3.2-1b", WORKLOAD
         if status in ("ok", "wrong"):
-            row.median_ms = 1000.0 * (i + 1)
-            row.peak_bytes = 3 * 2**30
-            row.compile_ms = 2000.0
-        if phase == "step" and status in ("ok", "wrong"):
-            row.loss_ms = 1000.0
+            row.median_ms, row.peak_bytes, row.compile_ms = 1000.0 * (i + 1), 3 * 2**30, 2000.0
+            row.loss_ms = 1000.0 if phase == "step" else None
         for key, value in extra.items():
             setattr(row, key, value)
         out.append(asdict(row))

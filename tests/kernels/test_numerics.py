@@ -19,8 +19,8 @@ from perfsuite.kernels.configs import KernelConfig, use_config
 @pytest.mark.parametrize(("dtype", "beta"), [("fp32", 0.1), ("bf16", 0.0), ("bf16", 0.1)])
 def test_vocab_past_64k(device, dtype, beta):
     """Vocab ids past 2**16 (a target among them) in the target match, over a near-flat
-    softmax (logits of std 1/4: every p ≈ 1/V) whose ~65 forward tiles merge per row
-    (the backward's slices one tile each: fewer interpreter programs, same hit test)."""
+    softmax (logits of std 1/4: every p ≈ 1/V) whose ~65 forward tiles merge per row (one
+    backward tile a slice: fewer interpreter programs, the same hit test)."""
     e, c, t = make_inputs(8, 65_600, 16, DTYPES[dtype], device, ignore="none")
     e = (e.float() / 4).to(e.dtype)
     t[0] = 65_599

@@ -30,8 +30,7 @@ def _small_blocks(monkeypatch, device):
 
 
 def _budget(n: int, d: int, dtype: torch.dtype, device: str) -> int:
-    """One 128-column grain (four epilogue tiles) per slice: V = 200 takes a slice of 128,
-    then one of 72."""
+    """One 128-column grain (four epilogue tiles) per slice: V = 200 takes slices of 128, 72."""
     per = slices.bytes_per_column(n, d, dtype, torch.device(device), "cublas", False)
     assert slices.slice_width(200, per, slices.WIDTH_GRAIN * per) == 128
     return slices.WIDTH_GRAIN * per

@@ -19,13 +19,12 @@ from perfsuite.kernels.configs import KernelConfig, use_config
 @pytest.mark.parametrize(("dtype", "beta"), [("fp32", 0.1), ("bf16", 0.0), ("bf16", 0.1)])
 def test_vocab_past_64k(device, dtype, beta):
     """Vocab ids past 2**16 (a target among them) in the target match, over a near-flat
-    softmax (logits of std 1/4: every p ≈ 1/V) whose ~65 forward tiles merge per row (one
-    backward tile a slice: fewer interpreter programs, the same hit test)."""
+    softmax (logits of std 1/4: every p ≈ 1/V) whose ~65 forward tiles merge per row."""
     e, c, t = make_inputs(8, 65_600, 16, DTYPES[dtype], device, ignore="none")
     e = (e.float() / 4).to(e.dtype)
     t[0] = 65_599
-    forward, wide = (KernelConfig(16, w, 16, num_warps=4, num_stages=1) for w in (1024, 8192))
-    with use_config(forward=forward, slices=wide):
+    forward, one_tile = (KernelConfig(16, w, 16, num_warps=4, num_stages=1) for w in (1024, 8192))
+    with use_config(forward=forward, slices=one_tile):  # a slice a program: fewer to interpret
         check(e, c, t, beta=beta)
 
 

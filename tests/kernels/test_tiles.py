@@ -32,15 +32,15 @@ def peaked_inputs(n: int, v: int, d: int, device: str, ignore: str = "some"):
 
 
 @pytest.mark.parametrize(
-    ("configs", "beta", "softcap", "n", "vocab", "ignore"),
-    [(SMALL, 0.0, None, 48, 416, "prefix"), (WIDE, 0.1, None, 20, 600, "some"),
-     (NARROW, 0.0, 40.0, 36, 320, "some")],
+    ("configs", "beta", "softcap", "n", "vocab", "d", "ignore"),  # D steps: 2 in "same", else 1
+    [(SMALL, 0.0, None, 48, 416, 32, "prefix"), (WIDE, 0.1, None, 20, 600, 16, "some"),
+     (NARROW, 0.0, 40.0, 36, 320, 16, "some")],
     ids=["same", "wide-smooth", "narrow-softcap"],
 )  # fmt: skip
-def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap, n, vocab, ignore):
+def test_fewer_tiles_within_mass_budget(device, configs, beta, softcap, n, vocab, d, ignore):
     """Skipped tiles lose at most the per-row mass budget against an unfiltered run
     (enough vocab tiles per row block that most can be skipped)."""
-    e, c, t = peaked_inputs(n, vocab, 32, device, ignore=ignore)
+    e, c, t = peaked_inputs(n, vocab, d, device, ignore=ignore)
     options = dict(label_smoothing=beta, softcap=softcap)
     with use_config(**configs):
         de_list, dc_list, tiles = _grads(e, c, t, tile_list=True, **options)

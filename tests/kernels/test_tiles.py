@@ -84,7 +84,7 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
     """Conservative: with the list's own per-row thresholds τ, every (row block, vocab
     tile) holding one in-tile term |d| ≥ τ of a live row (what the in-kernel element
     filter keeps) is listed. Terms from fp32 reference logits."""
-    e, c, t = peaked_inputs(48, 600, 64, device)
+    e, c, t = peaked_inputs(32, 600, 64, device)
     p = function.Params(
         beta=beta, softcap=softcap, ignore_index=-100, reduction="mean",
         filter_eps=torch.finfo(torch.bfloat16).eps / 32, sort_vocab=False, accum_fp32=False,
@@ -110,10 +110,10 @@ def test_list_keeps_every_tile_the_element_filter_keeps(device, beta, softcap):
         parts = parts * (1 - th * th) + beta / 600 * th * th
     big = (parts >= tau[:, None]) & (g != 0)[:, None]
     num_v = -(-600 // 64)
-    padded = torch.zeros(48, num_v * 64, dtype=torch.bool, device=big.device)
+    padded = torch.zeros(32, num_v * 64, dtype=torch.bool, device=big.device)
     padded[:, :600] = big
-    needed = padded.view(48 // 16, 16, num_v, 64).any(dim=3).any(dim=1)
-    listed = torch.zeros(48 // 16 * num_v, dtype=torch.bool, device=big.device)
+    needed = padded.view(32 // 16, 16, num_v, 64).any(dim=3).any(dim=1)
+    listed = torch.zeros(32 // 16 * num_v, dtype=torch.bool, device=big.device)
     listed[tiles.entries[: int(tiles.count.item())].long()] = True
     assert needed.any() and not needed.all()
     missing = needed.view(-1) & ~listed

@@ -33,7 +33,7 @@ def peaked_inputs(n: int, v: int, d: int, device: str, ignore: str = "some"):
 
 @pytest.mark.parametrize(
     ("configs", "beta", "softcap", "n", "vocab", "d", "ignore"),  # D steps: 2 in "same", else 1
-    [(SMALL, 0.0, None, 48, 416, 32, "prefix"), (WIDE, 0.1, None, 20, 600, 16, "some"),
+    [(SMALL, 0.0, None, 48, 320, 32, "prefix"), (WIDE, 0.1, None, 20, 600, 16, "some"),
      (NARROW, 0.0, 40.0, 36, 320, 16, "some")],
     ids=["same", "wide-smooth", "narrow-softcap"],
 )  # fmt: skip

@@ -12,7 +12,6 @@ from helpers import DTYPES, SMALL, bits, check, full_loss, grads, lce, make_inpu
 from perfsuite.kernels import cublas_route, slices
 from perfsuite.kernels.configs import use_config
 
-
 # Every pair of dtype, β and softcap values; the other triples: test_values_and_grads' test_grid
 PAIRWISE = [
     ("fp32", 0.0, 20.0), ("fp32", 0.1, None), ("bf16", 0.0, None),

@@ -103,15 +103,17 @@ QUICK = ["--phases", "fwd+bwd", "--samples", "2", "--warmup", "0", "--timeout", 
 
 
 @pytest.mark.integration
-def test_run_measures_the_plugin_across_ranks(one_file, tmp_path):
-    """This file through PERFSUITE_PLUGINS (its folder on the ranks' PYTHONPATH, as an
-    entry point's would be), across 2 gloo ranks, V uneven. The entry point's declaration
-    is read by the registry every process runs: test_one_declaration_serves_every_kind."""
-    out = tmp_path / "run.json"
-    code, printed = cli("run", *SMALL, *QUICK, "--tp", "2", "--methods", NAME, "--out", str(out))
-    assert code == 0, printed
-    cells = {(r["method"], r["status"], r["tp"]) for r in load_results(out)["rows"]}
-    assert cells == {(NAME, "ok", 2)}
+def test_run_measures_the_plugin_in_a_loss_cell_and_across_ranks(one_file, tmp_path):
+    """This file through PERFSUITE_PLUGINS (its folder on the worker's and the ranks'
+    PYTHONPATH, as an entry point's would be): a loss cell, then 2 gloo ranks, V uneven. The
+    entry point's declaration is read by the registry every process runs:
+    test_one_declaration_serves_every_kind."""
+    for tp, kind in ((), "loss"), (("--tp", "2"), "tp"):
+        out = tmp_path / f"{kind}.json"
+        code, printed = cli("run", *SMALL, *QUICK, *tp, "--methods", NAME, "--out", str(out))
+        assert code == 0, printed
+        cells = {(r["method"], r["kind"], r["status"]) for r in load_results(out)["rows"]}
+        assert cells == {(NAME, kind, "ok")}, cells
 
 
 @pytest.mark.integration

@@ -261,6 +261,7 @@ def test_bf16_within_torchs_own_error(arch, low):
 
 
 @pytest.mark.slow
+@pytest.mark.integration  # inductor starts its C++ compiler
 def test_compiled_with_inductor_matches_eager():
     model = tiny("gemma2")
     ids, labels = batch()

@@ -27,7 +27,8 @@ def test_gemma2_softcap_decides_liger_torchtune_and_cce_without_a_worker(tmp_pat
     assert (liger["vocab"], liger["hidden"]) == (256000, 2304)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # each a step worker or two
+@pytest.mark.integration
 @pytest.mark.parametrize("name", REAL)
 def test_every_real_preset_takes_a_gated_step(tmp_path, name):
     argv = ["--model", name, "--methods", "eager,ours", "--beta", "0.1", *ONE_STEP]
@@ -50,6 +51,7 @@ def test_every_real_preset_takes_a_gated_step(tmp_path, name):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_torch_compile_is_gated_and_its_compilation_flagged(tmp_path):
     ran = step(["--methods", "torch-compile", "--samples", "3", *ONE_STEP[:6]], tmp_path / "r.json")
     assert ran.code == 0 and {r["status"] for r in ran.document["rows"]} == {"ok"}
@@ -59,6 +61,7 @@ def test_torch_compile_is_gated_and_its_compilation_flagged(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "argv",
     [

@@ -11,7 +11,6 @@ with that rank's traceback. V = 301 splits unevenly (151/150 over 2, 76/76/76/73
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import math
 import os
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from ranks import fork_ranks
 
 from perfsuite.method import AcrossRanks, Case, SimpleMethod, Unsupported
 from perfsuite.tp_method import Shard, shard_ranges
@@ -246,25 +245,16 @@ def _wrapped_imported() -> list[str]:
     return sorted(wrapped & set(sys.modules))
 
 
-def _launch(_: int, world: int, port: int, jobs: list[Job]) -> None:
-    """A fresh process (nothing of pytest's: no threads, no process group) that checks
-    the registry's imports (``_wrapped_imported``), imports the heavy modules once, then
-    forks the ranks from that state. The ranks run on CPU (gloo) even where CUDA is:
-    Liger's kernels need the interpreter, set before import."""
+def _registry_imports_nothing() -> None:
+    """In the fresh launcher, before the preload: the registry imports no wrapped library.
+    The ranks run on CPU (gloo) even where CUDA is: Liger's kernels need the interpreter,
+    set before import."""
     os.environ["TRITON_INTERPRET"] = "1"
     assert _wrapped_imported() == [], "the registry imported a wrapped library"
-    for name in _PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # a missing package: its jobs are not run
-            pass
-    mp.start_processes(
-        _worker, args=(world, port, jobs), nprocs=world, join=True, start_method="fork"
-    )
 
 
 def _spawn(world: int, jobs: list[Job]) -> None:
-    mp.spawn(_launch, args=(world, _free_port(), jobs), nprocs=1, join=True)
+    fork_ranks(_worker, world, (_free_port(), jobs), _PRELOAD, _registry_imports_nothing)
 
 
 def _have(*modules: str) -> bool:

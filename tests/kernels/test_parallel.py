@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from helpers import assert_within_rule, full_loss, make_inputs
+from ranks import fork_ranks
 
 from perfsuite.kernels import VocabParallel, linear_cross_entropy
 from perfsuite.kernels.configs import interpreting
@@ -174,22 +174,15 @@ def _worker(rank: int, world: int, store: str, jobs: list[str]) -> None:
         dist.destroy_process_group()
 
 
-def _launch(_: int, world: int, store: str, jobs: list[str]) -> None:
-    """A fresh process (no pytest threads) that imports what torch.compile loads on its
-    first call (~2.5 s a process) once, then forks the ranks from that state."""
-    import torch._functorch.aot_autograd
-    import torch._inductor.compile_fx  # noqa: F401
-
-    mp.start_processes(_worker, (world, store, jobs), nprocs=world, start_method="fork")
-
-
 def _spawn(world: int, jobs: list[str], tmp_path: Path) -> None:
     # One thread a rank (torch's and numpy's BLAS read these when the rank imports
     # them): the ranks share 2 cores, and thread teams waiting on each other cost more.
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OMP_NUM_THREADS", "1")
         env.setenv("OPENBLAS_NUM_THREADS", "1")
-        mp.spawn(_launch, args=(world, str(tmp_path / "store"), jobs), nprocs=1)
+        # what torch.compile loads on its first call (~2.5 s a process), once
+        preload = ("torch._functorch.aot_autograd", "torch._inductor.compile_fx")
+        fork_ranks(_worker, world, (str(tmp_path / "store"), jobs), preload)
 
 
 def _cases(*wanted: int) -> list[str]:

@@ -182,13 +182,17 @@ def fit_table(
         if not fits(_build(columns, rows, folded, sections, options), width):
             continue
         # The widest text column narrowed a step at a time down to the fully folded table
-        # (it fits): the first step that fits, bisected (a render a step took seconds).
+        # (the last step, known to fit): a narrower step never widens the table, so the
+        # first step that fits is bisected (a render a step took seconds).
         trial, steps = list(limits), [list(limits)]
         while shrinkable := [i for i, lim in enumerate(trial) if lim > max(floors[i], 1)]:
             trial[max(shrinkable, key=lambda i: trial[i])] -= 1
             steps.append(list(trial))
         first = bisect.bisect_left(
-            steps, True, key=lambda s, o=options: fits(_build(columns, rows, s, sections, o), width)
+            steps,
+            True,
+            hi=len(steps) - 1,
+            key=lambda s, o=options: fits(_build(columns, rows, s, sections, o), width),
         )
         return _build(columns, rows, steps[first], sections, options)
     return None

@@ -1,8 +1,9 @@
 """The kernel's targets, read from the H200 runs' committed files (reports/nvidia-h200/).
 
 ``python reports/nvidia-h200/targets.py > reports/nvidia-h200/targets.txt`` prints, for
-the second run (commit 7ea9b07, raw/6-… and raw/7-…), issue 44's targets for both GPU
-routes as met or not met with their ratios, against the first run where it helps; then,
+the third run (commit 314fb2f, raw/9-… to raw/11-…) and then the second (commit 7ea9b07,
+raw/6-… and raw/7-…), issue 44's targets for both GPU routes as met or not met with their
+ratios, against the runs before where it helps; each run's TMA candidates call; then,
 for the first run (commit 45f5417, raw/1-… to raw/5-…), issue 19's targets, the correctness
 gate's numbers for CCE at β 0 and the slice backward's tile sweep. Every number it prints
 comes from the files under raw/; the README's "Where the numbers stand" quotes this output,
@@ -39,15 +40,11 @@ TARGET_VS_CCE_EXACT = 2.5
 TARGET_MEMORY_VS_COMPILE = 0.25
 
 
-# The second run (issue 44's candidates, commit 7ea9b07): .ci/gpu-run 1, then 2.
-CALL1 = RAW / "6-issue44-call1"
-CELL44 = CALL1 / "gemma2-2b-fwdbwd.json"
-KERNELS44 = CALL1 / "gemma2-2b-kernels.json"
-GRAPH44 = CALL1 / "gemma2-2b-graph.json"
-CUDA_TESTS44 = CALL1 / "cuda-tests.xml"
-MANIFEST44 = CALL1 / "manifest-1.json"
-KERNEL_REPORT44 = CALL1 / "r-kernel-report.log"
-TMA_CALL = RAW / "8-tma-candidates" / "tma.jsonl"
+# Issue 44's runs, each `.ci/gpu-run 1` then 2: call 1's folder, and the TMA candidates call
+# of the same tree (the third run's is a step of its call 2; the second run's, commit 32ea309,
+# a call of its own).
+THIRD, THIRD_TMA = RAW / "9-issue44-call1", RAW / "10-issue44-call2" / "tma.jsonl"
+SECOND, SECOND_TMA = RAW / "6-issue44-call1", RAW / "8-tma-candidates" / "tma.jsonl"
 # The first run's ours under --timer kernels, for the comparison.
 FIRST_KERNELS = RAW / "4-ours-kernels-timer" / "ours-kernels-timer.json"
 FIRST_TRACE = RAW / "4-ours-kernels-timer" / "ours__gemma2-2b__bf16__b0.1__fwd-bwd.trace.json.gz"
@@ -161,26 +158,42 @@ def short(name: str, width: int = 34) -> str:
     return f"{name[:half]}...{name[-(width - 3 - half) :]}"
 
 
-def issue44() -> None:
-    """The second run (7ea9b07): issue 44's targets for both routes, each met or not."""
-    cell, kern, graph = rows(CELL44), rows(KERNELS44), rows(GRAPH44)
-    first_cell, first_kern = rows(CELL), rows(FIRST_KERNELS)
-    env = load_results(CELL44)["env"]
+def kernels_trace(kernels_file: Path, method: str = "ours") -> Path:
+    """The trace of ``method``'s row in a ``--timer kernels`` results file (the first run's
+    single command kept its trace beside the file, under another name)."""
+    row = rows(kernels_file)[method, 0.1]
+    inside = kernels_file.parent / "profile-kernels" / row["trace"]
+    return inside if inside.exists() else FIRST_TRACE
+
+
+def issue44(call1: Path, before: list[tuple[str, Path, Path]]) -> None:
+    """One run of issue 44's candidates (``call1``, its `.ci/gpu-run 1` folder): the targets
+    for both routes, each met or not. ``before``: earlier runs' ours, newest first, as
+    (label, events results file, --timer kernels results file), for comparison."""
+    cell44, kernels44, graph44 = (
+        call1 / f"gemma2-2b-{x}.json" for x in ("fwdbwd", "kernels", "graph")
+    )
+    cuda_tests44, kernel_report44 = call1 / "cuda-tests.xml", call1 / "r-kernel-report.log"
+    cell, kern, graph = rows(cell44), rows(kernels44), rows(graph44)
+    prev_label, prev_cell, prev_kernels = before[0]
+    prev_ms = rows(prev_cell)["ours", 0.1]["median_ms"]
+    env = load_results(cell44)["env"]
     some = cell["ours", 0.1]
     n, v, d = some["tokens"], some["vocab"], some["hidden"]
     flop = 2 * n * v * d
     floor = floor_bytes("fwd+bwd", n, v, d, some["dtype"])
-    manifest = json.loads(MANIFEST44.read_text())
+    manifest = json.loads((call1 / "manifest-1.json").read_text())
     print(
         f"Issue 44's targets. {env['device']['name']}, torch {env['versions']['torch']}, "
         f"Triton {env['versions']['triton']}, {env['created']},\ncommit "
         f"{env['git']['sha'][:7]} (dirty: {env['git']['dirty']}), `.ci/gpu-run 1` "
         f"({manifest['counts']})"
     )
-    print(f"from {CALL1.relative_to(HERE)}/: {CELL44.name} (events timer), {KERNELS44.name}")
-    print(f"(--timer kernels) and its traces, {GRAPH44.name} (--timer graph), {CUDA_TESTS44.name},")
-    print(f"{KERNEL_REPORT44.name}; the first run's from {CELL.relative_to(HERE)} and")
-    print(f"{FIRST_KERNELS.relative_to(HERE)}")
+    print(f"from {call1.relative_to(HERE)}/: {cell44.name} (events timer), {kernels44.name}")
+    print(f"(--timer kernels) and its traces, {graph44.name} (--timer graph), {cuda_tests44.name},")
+    print(f"{kernel_report44.name}; earlier runs' ours from")
+    for _, cell_file, kernels_file in before:
+        print(f"{cell_file.relative_to(HERE)} and {kernels_file.relative_to(HERE)}")
     print(
         f"Gemma2-2B N {n:,} V {v:,} D {d:,} {some['dtype']}, softcap {some['softcap']:g}, "
         f"fwd+bwd, median of the samples;\none GEMM-shaped pass = 2·N·V·D = {flop / 1e12:.2f} "
@@ -193,9 +206,10 @@ def issue44() -> None:
         (m, cell, kern, graph)
         for m in ("ours", "ours-route-cublas", "ours-cublas", "torch-compile")
     ]
-    table.append(("first run's ours (45f5417)", first_cell, first_kern, {}))
+    for label, cell_file, kernels_file in before:
+        table.append((f"{label}'s ours", rows(cell_file), rows(kernels_file), {}))
     for method, ev, ke, gr in table:
-        key = "ours" if method.startswith("first") else method
+        key = "ours" if method.endswith("'s ours") else method
         cols = [
             ev.get((key, 0.0)), ev.get((key, 0.1)), ke.get((key, 0.1)), gr.get((key, 0.1))
         ]  # fmt: skip
@@ -206,15 +220,15 @@ def issue44() -> None:
     faster = {}
     for method, route in ROUTES44.items():
         r0, r1, rk, rg = cell[method, 0.0], cell[method, 0.1], kern[method, 0.1], graph[method, 0.1]
-        kernels = launches(KERNELS44.parent / "profile-kernels" / rk["trace"])
+        kernels = launches(call1 / "profile-kernels" / rk["trace"])
         print()
         print(f"{method} ({route}):")
         ms = r1["median_ms"]
         print(
             f"  fwd+bwd β 0.1 ≤ {TARGET44_MS:g} ms: {ms:.1f} ms = {ms / TARGET44_MS:.2f}× the "
             f"target: {verdict(ms <= TARGET44_MS)}\n    (torch.compile {compile1['median_ms']:.1f} "
-            f"ms: {ms / compile1['median_ms']:.2f}× it; the first run's ours "
-            f"{first_cell['ours', 0.1]['median_ms']:.1f} ms)"
+            f"ms: {ms / compile1['median_ms']:.2f}× it; {prev_label}'s ours "
+            f"{prev_ms:.1f} ms)"
         )
         for r in (r0, r1):
             over = (r["peak_bytes"] - floor) / MIB
@@ -292,18 +306,17 @@ def issue44() -> None:
             else ", ".join(wins)
         )
     )
-    first = launches(FIRST_TRACE)
-    print("the first run's ours (portable kernels), same passes, for comparison:")
-    for phase, name, count, n_pass, pass_ms in gemm_passes(first):
+    print(f"{prev_label}'s ours, same passes, for comparison:")
+    for phase, name, count, n_pass, pass_ms in gemm_passes(launches(kernels_trace(prev_kernels))):
         rate = n_pass * flop / (pass_ms / 1e3) / 1e12
         print(
             f"    {phase} {short(name):<34} {count:4d}× {n_pass}p {pass_ms:6.2f} ms "
             f"{rate:4.0f} TFLOP/s"
         )
-    print(f"  host gaps {first_kern['ours', 0.1]['breakdown']['host_ms']:.2f} ms")
+    print(f"  host gaps {rows(prev_kernels)['ours', 0.1]['breakdown']['host_ms']:.2f} ms")
 
     print()
-    suite = ET.parse(CUDA_TESTS44).getroot().find("testsuite")
+    suite = ET.parse(cuda_tests44).getroot().find("testsuite")
     counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     graphs = [c.get("name") for c in suite.iter("testcase") if "graph" in c.get("name")]
@@ -311,17 +324,17 @@ def issue44() -> None:
         not list(c) for c in suite.iter("testcase") if "graph" in c.get("name")
     )  # a testcase with no child element passed
     print(
-        f"CUDA tests (k, {CUDA_TESTS44.name}): {passed} passed of {counts['tests']} "
+        f"CUDA tests (k, {cuda_tests44.name}): {passed} passed of {counts['tests']} "
         f"({counts['failures']} failures, {counts['errors']} errors, {counts['skipped']} "
         f"skipped),\n  incl. {len(graphs)} graph capture tests ({graphs[0].split('[')[0]}):\n  "
         f"{verdict(passed == counts['tests'] and bool(graphs) and graphs_ok)}"
     )
     step = next(s for s in manifest["steps"] if s["id"] == "r")
-    log = KERNEL_REPORT44.read_text()
+    log = kernel_report44.read_text()
     fails = re.findall(r"^FAIL (.+)$", log, re.MULTILINE)
     unchanged = re.search(r"^unchanged: .+$", log, re.MULTILINE)
     print(
-        f"kernel-report --baseline on the device's Triton (r, {KERNEL_REPORT44.name}): "
+        f"kernel-report --baseline on the device's Triton (r, {kernel_report44.name}): "
         f"rc {step['rc']},\n  {unchanged.group(0) if unchanged else 'no unchanged line'}; "
         f"{len(fails)} build(s) fail:"
     )
@@ -330,12 +343,12 @@ def issue44() -> None:
     print(f"  0 spills: {verdict(step['rc'] == 0 and not fails)}")
 
 
-def tma_candidates() -> None:
-    """The third call (32ea309): the TMA configs and both routes in one process."""
-    rows = [json.loads(line) for line in TMA_CALL.read_text().splitlines()]
+def tma_candidates(tma_call: Path) -> None:
+    """A TMA candidates call: the TMA configs and both routes in one process."""
+    rows = [json.loads(line) for line in tma_call.read_text().splitlines()]
     by = {r["tma"]: r for r in rows if r["tma"] not in ("forward", "slices")}
     flop = next(r for r in rows if r["tma"].startswith("cublas e@c.T"))
-    print(f"from {TMA_CALL.relative_to(HERE)} ({by['env']['device']}, torch {by['env']['torch']},")
+    print(f"from {tma_call.relative_to(HERE)} ({by['env']['device']}, torch {by['env']['torch']},")
     print(f"Triton {by['env']['triton']}; do_bench of the op, β 0.1, softcap 30, one process)")
     for kind in ("forward", "slices"):
         print(f"{kind} configs ({'fwd' if kind == 'forward' else 'fwd+bwd'} ms):")
@@ -448,13 +461,21 @@ def issue19() -> None:
 
 
 def main() -> None:
-    issue44()
-    print()
-    print("=" * 78)
-    print("The third call (commit 32ea309): the TMA path's configs")
-    print()
-    tma_candidates()
-    print()
+    first = ("the first run", CELL, FIRST_KERNELS)
+    second = ("the second run", SECOND / "gemma2-2b-fwdbwd.json", SECOND / "gemma2-2b-kernels.json")
+    for title, run, before, tma in (
+        ("The third run (commit 314fb2f)", THIRD, [second, first], THIRD_TMA),
+        ("The second run (commit 7ea9b07)", SECOND, [first], SECOND_TMA),
+    ):
+        print("=" * 78)
+        print(f"{title}: issue 44's targets")
+        print()
+        issue44(run, before)
+        print()
+        print(f"{title}: the TMA path's configs")
+        print()
+        tma_candidates(tma)
+        print()
     print("=" * 78)
     print("The first run (commit 45f5417): issue 19's targets")
     print()

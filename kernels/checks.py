@@ -13,11 +13,17 @@ def _debug() -> bool:
     return os.environ.get("PERFSUITE_DEBUG", "0") == "1"
 
 
+def queued(device: torch.device) -> bool:
+    """Whether the checks on ``device`` are queued device asserts (not eager host checks):
+    then they may come after the forward's launch, which reads no target unmasked."""
+    return device.type != "cpu" and not _debug()
+
+
 def check_targets_in_range(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
     """Range check: eager on CPU, else a device assert at the next sync, unless
     ``PERFSUITE_DEBUG=1`` (a sync, then ``ValueError`` at once)."""
     bad = (targets != ignore_index) & ((targets < 0) | (targets >= vocab))
-    if targets.device.type == "cpu" or _debug():
+    if not queued(targets.device):
         if bool(bad.any()):
             first = targets[bad][0].item()
             raise ValueError(
@@ -34,7 +40,7 @@ def check_weight_values(weight: torch.Tensor | None) -> None:
     if weight is None:
         return
     bad = ~torch.isfinite(weight) | (weight < 0)
-    if weight.device.type == "cpu" or _debug():
+    if not queued(weight.device):
         if bool(bad.any()):
             raise ValueError("weight must be finite and >= 0 (a negative class weight)")
     else:

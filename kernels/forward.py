@@ -186,21 +186,23 @@ def choose_splits(
     return splits_for(n_rows, vocab, block_n, slots)
 
 
+@functools.lru_cache(maxsize=256)
 def splits_for(n_rows: int, vocab: int, block_n: int, slots: int) -> int:
     """``choose_splits`` for ``slots`` concurrent CTAs: among 1..64 splits (2 vocab tiles
     each at least) the fewest within 1 % of the best last-wave efficiency, as fewer,
-    longer programs amortise their prologue."""
-    row_blocks = triton.cdiv(n_rows, block_n)
+    longer programs amortise their prologue. Cached, and in plain integer arithmetic
+    (``triton.cdiv`` costs ~2 µs a host call): it runs on every forward ahead of the first
+    launch, while the device waits (250 µs as it was, on a CI core)."""
+    row_blocks = -(-n_rows // block_n)
     limit = max(1, min(64, vocab // (2 * SPLIT_GRAIN)))
-    best = max(wave_efficiency(row_blocks * s, slots) for s in range(1, limit + 1))
-    return next(
-        s for s in range(1, limit + 1) if wave_efficiency(row_blocks * s, slots) >= best - 0.01
-    )
+    busy = [wave_efficiency(row_blocks * s, slots) for s in range(1, limit + 1)]
+    best = max(busy)
+    return next(s for s, x in enumerate(busy, 1) if x >= best - 0.01)
 
 
 def wave_efficiency(ctas: int, slots: int) -> float:
     """Busy fraction of the CTA slots over all waves (1.0 = whole waves)."""
-    waves = triton.cdiv(ctas, slots)
+    waves = -(-ctas // slots)
     return ctas / (waves * slots)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from . import terms
-from .checks import check_targets_in_range, check_weight_values
+from .checks import check_targets_in_range, check_weight_values, queued
 from .function import Params, _forward
 from .slices import slices_backward
 
@@ -28,11 +28,18 @@ def lce_forward(
     engine: str,
     budget: int | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(loss, lse, row max, log-sum) of 2-D ``e``; the checks that read values run here."""
-    check_targets_in_range(targets, c.shape[0], ignore_index)
-    check_weight_values(weight)
+    """(loss, lse, row max, log-sum) of 2-D ``e``; the checks that read values run here:
+    eager ones first, queued device asserts after the forward's launches, so that the
+    device does not wait for their host time before its one long kernel."""
+    later = queued(targets.device)
+    if not later:
+        check_targets_in_range(targets, c.shape[0], ignore_index)
+        check_weight_values(weight)
     p = Params(beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss)
     out, _ = _forward(e, c, targets, weight, p, needs_grad=True)
+    if later:
+        check_targets_in_range(targets, c.shape[0], ignore_index)
+        check_weight_values(weight)
     loss = terms.loss(out, terms.row_weights(targets, weight, p, c.shape[0]), p, c.shape[0])
     return loss, out.lse, out.row_max.clone(), out.log_sum.clone()
 

@@ -313,5 +313,8 @@ def slices_backward(
         dc_s = torch.mm(grad.T, e, out=dc[v0 : v0 + cols])
         if e.dtype == torch.float16:
             dc_s.copy_(dc_s.float().mul_(scale))
+    # The workspace goes before dE is cast to the dtype: held through the cast, it and both
+    # dE copies made the peak (floor + N·D·4 + budget); freed, the loop's is the peak.
+    buf = logits = spare = rounded = grad = c32 = None
     de.mul_(scale)
     return (de if de_fp32 else de.to(e.dtype)), dc

@@ -68,3 +68,25 @@ def test_tiles_peak_is_the_formula(device, beta):
     block_v = pinned_config("forward", torch.bfloat16, torch.device(device), (N, V, D)).block_v
     designed = floor + N * D * 4 + N * triton.cdiv(V, block_v) * 2
     assert floor + N * D * 4 <= peak <= designed + _small(), (peak, designed)
+
+
+def test_workspace_is_freed_before_de_is_cast():
+    """dE's cast to the dtype comes after the slice workspace is freed: held through it, the
+    workspace and both dE copies were the peak (on the H200, floor + 72 + 64 MiB). The
+    torch engine at N ≫ the width keeps the fp32 G and its rounded copy (N·W·6 B) to the end
+    of the loop, more than its loop's own transients."""
+    n, v, d = 1024, 512, 512
+    e, c, t = make_inputs(n, v, d, torch.bfloat16, "cpu")
+    e.requires_grad_()
+    c.requires_grad_()
+    per = bytes_per_column(n, d, torch.bfloat16, torch.device("cpu"), "torch", False)
+    width = slice_width(v, per, WIDTH_GRAIN * per)
+    assert width == WIDTH_GRAIN
+
+    def step():
+        lce(e, c, t, engine="torch", memory_budget=WIDTH_GRAIN * per).backward()
+
+    step()
+    e.grad = c.grad = None
+    over = measure_cpu_peak(step).delta - floor_bytes("fwd+bwd", n, v, d, "bf16") - n * d * 4
+    assert 0 <= over < n * width * 6, over

@@ -194,6 +194,17 @@ def test_op_forward_and_backward_stay_on_the_device(case, launches, monkeypatch)
             assert out.stride(0) % slices.WIDTH_GRAIN == 0 and _aligned(out)
 
 
+def test_value_checks_queue_after_the_forward_launch(launches, monkeypatch):
+    """On a device the targets' and weights' checks are queued asserts: they follow the
+    forward kernel's launch, so the device does not idle through their host time first."""
+    for name in ("check_targets_in_range", "check_weight_values"):
+        monkeypatch.setattr(op, name, lambda *a, name=name: launches.append((name, a, None)))
+    _run_op(CASES[3], budget=None)  # with class weights
+    names = [name for name, _, _ in launches]
+    assert names.index("forward") < names.index("check_targets_in_range")
+    assert names.index("forward") < names.index("check_weight_values")
+
+
 def test_detects_a_host_copy_and_a_sync(launches):
     """The mode is not blind: ``torch.tensor`` onto the device and ``.item()`` both fail."""
     x = torch.empty(4, device="meta")

@@ -1,7 +1,8 @@
 """The kernel's targets, read from the H200 runs' committed files (reports/nvidia-h200/).
 
-``python reports/nvidia-h200/targets.py > reports/nvidia-h200/targets.txt`` prints, for
-the third run (commit 314fb2f, raw/9-… to raw/11-…) and then the second (commit 7ea9b07,
+``python reports/nvidia-h200/targets.py > reports/nvidia-h200/targets.txt`` prints the
+fourth call's targets (commit 5132092, raw/12-…: the freed workspace, the budget curve)
+and ours' clocks under load (raw/13-…); then, for the third run (commit 314fb2f, raw/9-… to raw/11-…) and then the second (commit 7ea9b07,
 raw/6-… and raw/7-…), issue 44's targets for both GPU routes as met or not met with their
 ratios, against the runs before where it helps; each run's TMA candidates call; then,
 for the first run (commit 45f5417, raw/1-… to raw/5-…), issue 19's targets, the correctness
@@ -17,6 +18,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from perfsuite.measure.kernel_classes import classify, kernel_name
@@ -45,6 +47,8 @@ TARGET_MEMORY_VS_COMPILE = 0.25
 # a call of its own).
 THIRD, THIRD_TMA = RAW / "9-issue44-call1", RAW / "10-issue44-call2" / "tma.jsonl"
 SECOND, SECOND_TMA = RAW / "6-issue44-call1", RAW / "8-tma-candidates" / "tma.jsonl"
+# The fourth call (commit 5132092, a command of its own) and the sustained-load one after it.
+CALL4, SUSTAINED = RAW / "12-host-memory-curve", RAW / "13-sustained-clocks"
 # The first run's ours under --timer kernels, for the comparison.
 FIRST_KERNELS = RAW / "4-ours-kernels-timer" / "ours-kernels-timer.json"
 FIRST_TRACE = RAW / "4-ours-kernels-timer" / "ours__gemma2-2b__bf16__b0.1__fwd-bwd.trace.json.gz"
@@ -367,6 +371,81 @@ def tma_candidates(tma_call: Path) -> None:
     print(f"fwd+bwd <= 52 ms: {verdict(ratio <= 1)} ({best['fwdbwd_ms']:.1f} ms, {ratio:.2f}x)")
 
 
+def fourth_call() -> None:
+    """The fourth call (5132092, raw/12-… and raw/13-…): the freed workspace, the host
+    changes and the budget curve; then ours' clocks and power, with idle gaps and back to
+    back."""
+    cell, kern = rows(CALL4 / "cell.json"), rows(CALL4 / "kernels.json")
+    ours0, ours1, compile1 = cell["ours", 0.0], cell["ours", 0.1], cell["torch-compile", 0.1]
+    n, v, d = ours1["tokens"], ours1["vocab"], ours1["hidden"]
+    flop = 2 * n * v * d
+    floor = floor_bytes("fwd+bwd", n, v, d, ours1["dtype"])
+    commit = (CALL4 / "commit.txt").read_text().strip()
+    print(f"from {CALL4.relative_to(HERE)}/ (commit {commit[:7]}): cell.json (events timer),")
+    print("kernels.json (--timer kernels; its trace did not come back), curve.jsonl")
+    ms = ours1["median_ms"]
+    print(
+        f"  fwd+bwd β 0.1 ≤ {TARGET44_MS:g} ms: {ms:.1f} ms = {ms / TARGET44_MS:.2f}× the target: "
+        f"{verdict(ms <= TARGET44_MS)} (torch.compile {compile1['median_ms']:.1f} ms)"
+    )
+    for r in (ours0, ours1):
+        over = (r["peak_bytes"] - floor) / MIB
+        print(
+            f"  peak ≤ floor + {TARGET_OVER_FLOOR_MIB} MiB (β {r['beta']:g}): "
+            f"{r['peak_bytes'] / MIB:,.2f} MiB = floor + {over:.2f} MiB = "
+            f"{over / TARGET_OVER_FLOOR_MIB:.3f}× the margin: "
+            f"{verdict(over <= TARGET_OVER_FLOOR_MIB)}"
+        )
+    k = kern["ours", 0.1]["breakdown"]
+    print(
+        f"  host gaps ≤ {TARGET44_HOST_MS:g} ms: {k['host_ms']:.2f} ms "
+        f"({k['launches']} launches) = {k['host_ms'] / TARGET44_HOST_MS:.2f}× the target: "
+        f"{verdict(k['host_ms'] <= TARGET44_HOST_MS)}"
+    )
+    cost = ours1["median_ms"] / ours0["median_ms"] - 1
+    print(
+        f"  β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {ours0['median_ms']:.1f} → "
+        f"{ms:.1f} ms = {cost:+.1%}: {verdict(cost <= TARGET_BETA_COST)}"
+    )
+    for top in k["top"]:
+        if top["class"] == "ours":
+            rate = flop / (top["ms"] / 1e3) / 1e12
+            print(
+                f"    {top['name']:<26} {top['calls']:3d}× {top['ms']:6.2f} ms {rate:4.0f} TFLOP/s"
+            )
+    gemm = k["classes"]["gemm"]
+    rate = 2 * flop / (gemm / 1e3) / 1e12
+    print(f"    cuBLAS, both passes         {gemm:6.2f} ms {rate:4.0f} TFLOP/s")
+    print("  budget curve (ours_checks.py curve, β 0.1, 20 samples, events timer):")
+    for line in (CALL4 / "curve.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["check"] == "curve":
+            print(
+                f"    {r['budget_mib']:5.0f} MiB: width {r['slice_width']:5,}, "
+                f"{r['median_ms']:6.2f} ms, peak {r['peak_above_inputs_mib']:8,.2f} MiB"
+            )
+    calls = [json.loads(line) for line in (SUSTAINED / "sustained.jsonl").read_text().splitlines()]
+    samples = []
+    for line in (SUSTAINED / "smi.csv").read_text().splitlines():
+        stamp, sm, _, watts, _, reasons = (x.strip() for x in line.split(","))
+        at = datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
+        samples.append((at.timestamp(), int(sm.split()[0]), float(watts.split()[0]), reasons))
+    print(f"ours' clocks and power ({SUSTAINED.relative_to(HERE)}/: CUDA events a call,")
+    print("nvidia-smi every ~0.1 s; throttle 0x4: the software power cap):")
+    for mode in ("idle-gaps", "back-to-back"):
+        mine = [c for c in calls if c["mode"] == mode]
+        ms = sorted(c["ms"] for c in mine)
+        lo, hi = mine[0]["wall"], mine[-1]["wall"]
+        busy = [x for x in samples if lo <= x[0] <= hi]
+        capped = sum(x[3] == "0x0000000000000004" for x in busy)
+        clock = sorted(x[1] for x in busy)[len(busy) // 2]
+        print(
+            f"  {mode:<12} {len(ms):3d} calls: median {ms[len(ms) // 2]:5.1f} ms "
+            f"({ms[0]:.1f}-{ms[-1]:.1f});\n    SM clock median {clock:,} MHz, power max "
+            f"{max(x[2] for x in busy):.0f} W, {capped} of {len(busy)} samples flag the power cap"
+        )
+
+
 def issue19() -> None:
     """The first run (45f5417): issue 19's targets, the gate for CCE, the tile sweep."""
     cell, peers = rows(CELL), rows(PEERS)
@@ -461,6 +540,11 @@ def issue19() -> None:
 
 
 def main() -> None:
+    print("=" * 78)
+    print("The fourth call (commit 5132092): issue 44's targets it measures")
+    print()
+    fourth_call()
+    print()
     first = ("the first run", CELL, FIRST_KERNELS)
     second = ("the second run", SECOND / "gemma2-2b-fwdbwd.json", SECOND / "gemma2-2b-kernels.json")
     for title, run, before, tma in (

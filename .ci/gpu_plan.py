@@ -40,8 +40,8 @@ from pathlib import Path
 # candidates at the targets' cell (g), where their time goes, per kernel (pk) and as one
 # captured graph (pg), what the device's Triton builds (r), the peers beside them (h).
 # Call 2, today's remaining checklist in priority order: the TMA path's candidate configs
-# beside both routes in one process (t: the pinned slice build awaits its timing), a
-# whole training step (9b), the
+# beside both routes in one process (t: the pinned slice build awaits its timing), ours
+# with idle gaps and back to back (s: the power cap), a whole training step (9b), the
 # multi-rank harness on one rank (9a), the regression threshold's false-alarm rate (6),
 # the slice backward's tile sweep (8b). Calls 3 and 4, for a session with more time: every
 # other method at Gemma2-2B, ours' determinism across budgets and its budget curve, the
@@ -49,7 +49,7 @@ from pathlib import Path
 # workloads, the CUDA test folders, converge, the training terms.
 CALLS = {
     "1": ["0a", "k", "g", "pk", "pg", "r", "h"],
-    "2": ["0a", "t", "9b", "9a", "6", "8b"],
+    "2": ["0a", "t", "s", "9b", "9a", "6", "8b"],
     "3": ["0a", "1a", "1b", "1c", "1d", "2a", "2b", "7a", "7b", "7c", "7d", "7e"],
     "4": ["0a", "0b", "3a", "4", "5", "8a", "3b"],
 }
@@ -243,6 +243,9 @@ ESTIMATES = {
           "configs, best pair, cuBLAS route, portable kernels, in 36 s of wall on a fresh "
           "H200 (cold caches; 12 configs now, two of them 2 CTAs/SM); the CPU rehearsal "
           "(128x384x64, interpreted) 11 s here"),
+    "s": (40, 90, 20, 60, "reports/nvidia-h200/raw/13-sustained-clocks: the same calls (30 "
+          "with 0.3 s gaps, 150 back to back at ~67 ms) in 37 s of wall with the process's "
+          "start, on a warm H200"),
     "8c": (60, 180, 120, 300, "never run on a GPU: converge's small preset trains 400 steps "
            "in ~25 s (its estimate, item 5), then a 4,096-row dump"),
     "8d": (90, 220, 40, 240, "never run on a GPU: 7 rows (1 + 3 filters x 2 orders at 2^-12, "
@@ -499,6 +502,11 @@ def _extras(step: Callable[..., Step], py: str, gpu: bool) -> list[Step]:
              [py, ".ci/kernel_checks.py", *_checks_on(device), "tma",
               "--kinds", "random", "--budget-s", "90"],
              stdout="tma.jsonl", env=_interpreted(device)),
+        step("s", "ours-sustained", "ours with idle gaps, then back to back (β 0.1, "
+             "64 MiB): a GPU at its power cap runs the second slower (beside clocks.csv)",
+             [py, ".ci/ours_checks.py", "sustained", "--device", device, "--beta", "0.1",
+              "--budgets", "64", *([] if gpu else ["--calls", "5", "--gap-s", "0.05"]),
+              "--out", "{W}/sustained.jsonl"]),
         step("8c", "train-dump", "perfsuite workload train: converge's preset, trained on the "
              "device, dumped", [*ps, "workload", "train", "--device", device, *train,
                                 "--out", dump]),

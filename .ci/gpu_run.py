@@ -16,6 +16,7 @@ tool returns at most 8 files from ``$OUT``: these three.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -48,6 +49,11 @@ PACK_EVERY_S = 20.0
 # A file over this is left out of the packed folder (and named in the manifest): the tool
 # returns no file over 16 MiB, so one large trace would otherwise lose every result.
 PACK_FILE_MAX = 8 * 2**20
+# The clock log: what nvidia-smi samples, and how often (5 lines a second, ~0.5 MiB/hour).
+CLOCK_FIELDS = (
+    "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+)
+CLOCK_EVERY_MS = 200
 
 
 def call_estimate(steps: list[Step]) -> float:
@@ -237,12 +243,45 @@ def run_step(call: Call, step: Step, record: Record, env: dict[str, str]) -> Non
         print(f"    | {line[:180]}", flush=True)
 
 
+def start_clock_log(call: Call) -> subprocess.Popen | None:
+    """``clocks.csv`` in the work folder for the whole call: nvidia-smi's SM clock, power,
+    temperature and throttle reasons every ``CLOCK_EVERY_MS``. A step's times mean little
+    without them: back to back, ours held the H200's 700 W cap at ~1,530 of 1,980 MHz
+    (reports/nvidia-h200/raw/13-sustained-clocks/), which the snapshots around each cell
+    group do not see. None (and the manifest says why) where nvidia-smi is missing."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        call.meta["clocks"] = "not logged: no nvidia-smi"
+        return None
+    argv = [smi, f"--query-gpu={CLOCK_FIELDS}", "--format=csv", "-lms", str(CLOCK_EVERY_MS)]
+    # A line at a time into the file (stdio buffers 4 KiB, half a minute, into a pipe or file).
+    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+    with (call.work / "clocks.csv").open("wb") as out:
+        proc = subprocess.Popen(
+            [*line_buffered, *argv], stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, process_group=0,
+        )  # fmt: skip
+    call.meta["clocks"] = "clocks.csv"
+    return proc
+
+
+def stop_clock_log(proc: subprocess.Popen) -> None:
+    """Ctrl-C, which ends nvidia-smi's loop cleanly; the step's SIGTERM, SIGKILL if not."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+
+
 def run_call(call: Call, steps: list[Step], env: dict[str, str]) -> int:
     call.records = [
         Record(s.id, s.item, s.name, s.what, s.estimate_s, s.limit_s, s.source) for s in steps
     ]
     call.log(f"call {call.tag}: {len(steps)} steps, estimate {call_estimate(steps):.0f} s "
              f"(wheels and reserve included), limit {call.limit_s:.0f} s")  # fmt: skip
+    clocks = start_clock_log(call)
     call.save()
     stop = threading.Event()
     packer = threading.Thread(target=_packer, args=(call, stop), daemon=True)
@@ -254,6 +293,8 @@ def run_call(call: Call, steps: list[Step], env: dict[str, str]) -> int:
     finally:
         stop.set()
         packer.join()
+        if clocks is not None:
+            stop_clock_log(clocks)
         call.meta["finished"] = True
         call.log("call {}: {}".format(call.tag, call.manifest()["counts"]))
         call.save()

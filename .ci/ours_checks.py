@@ -8,9 +8,12 @@
   curve        per β and budget: fwd+bwd median time (``perfsuite.measure.timing``) and peak
                memory above the inputs (``torch.cuda.max_memory_allocated``; on CPU the
                suite's tensor meter), with the slice width the budget gives.
+  sustained    the first β and budget: a fifth of --calls calls with --gap-s idle after
+               each, then --calls back to back, each timed; a GPU at its power cap runs the
+               second slower (read beside .ci/gpu-run's clocks.csv).
 
 One JSON object per line to ``--out`` (and stdout), written as each cell finishes. Budgets are
-MiB. Used by ``.ci/gpu-run`` (steps 2a, 2b); runs on CPU too (the rehearsal, engine torch).
+MiB. Used by ``.ci/gpu-run`` (steps 2a, 2b, s); runs on CPU too (the rehearsal, engine torch).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -152,9 +156,53 @@ def curve(args, emit: Emitter) -> bool:
     return True
 
 
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def sustained(args, emit: Emitter) -> bool:
+    """Calls with idle gaps, then back to back: CUDA events around each call, and the UTC
+    span of each mode to read the call's clock log (clocks.csv) against. On the H200 ours
+    took 58.5 ms with gaps and 67.5 back to back, at its 700 W cap (docs/gpu.md)."""
+    case = case_for(args, args.betas[0])
+    inputs = make_inputs(case, seed=args.seed)
+    budget = args.budgets[0]
+    fwd_bwd(inputs, case, budget)  # compiles and first-call allocations out of the way
+    cuda = case.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    time.sleep(args.gap_s)
+    for mode, calls, gap in (
+        ("idle-gaps", args.calls // 5, args.gap_s),
+        ("back-to-back", args.calls, 0.0),
+    ):
+        spans, start = [], time.time()
+        for _ in range(calls):
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fwd_bwd(inputs, case, budget)
+                b.record()
+                spans.append((a, b))
+            else:
+                t = time.perf_counter()
+                fwd_bwd(inputs, case, budget)
+                spans.append(time.perf_counter() - t)
+            if gap:
+                sync()
+                time.sleep(gap)
+        sync()
+        ms = [a.elapsed_time(b) for a, b in spans] if cuda else [x * 1e3 for x in spans]
+        emit(check="sustained", mode=mode, shape=args.shape, device=case.device, beta=case.beta,
+             budget_mib=budget, gap_s=gap, calls=calls, median_ms=sorted(ms)[len(ms) // 2],
+             samples_ms=ms, from_utc=_utc(start), to_utc=_utc(time.time()))  # fmt: skip
+        time.sleep(args.gap_s)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("check", choices=("determinism", "curve"))
+    p.add_argument("check", choices=("determinism", "curve", "sustained"))
     p.add_argument("--device", default="cuda")
     p.add_argument("--shape", help="perfsuite shape preset (default gemma2-2b on cuda, else smoke)")
     for size in ("tokens", "vocab", "hidden"):
@@ -165,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--calls", type=int, default=150, help="sustained: back-to-back calls")
+    p.add_argument("--gap-s", type=float, default=0.3, help="sustained: idle after a call")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     args.shape = args.shape or ("gemma2-2b" if args.device == "cuda" else "smoke")
@@ -172,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     args.betas = [float(b) for b in args.beta.split(",")]
     emit = Emitter(args.out)
     t0 = time.time()
-    ok = (determinism if args.check == "determinism" else curve)(args, emit)
+    ok = {"determinism": determinism, "curve": curve, "sustained": sustained}[args.check](
+        args, emit
+    )
     emit(check=f"{args.check}-done", ok=ok, seconds=round(time.time() - t0, 1))
     return 0 if ok else 1
 

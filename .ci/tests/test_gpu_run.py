@@ -107,9 +107,9 @@ def test_every_call_fits_its_limit_and_every_estimate_says_where_from() -> None:
         limit = gpu_plan.CALL_LIMITS_S.get(call, gpu_plan.DEFAULT_LIMIT_S)
         assert gpu_run.call_estimate([steps[i] for i in ids]) <= limit, call
         assert limit <= 570  # 9.5 min: the tool stops a command at 10
-    # The rest of today's checklist, in call 2: the TMA configs, step, run --tp 1,
-    # sensitivity, the sweep.
-    assert gpu_plan.CALLS["2"][1:] == ["t", "9b", "9a", "6", "8b"]
+    # The rest of today's checklist, in call 2: the TMA configs, ours at the power cap,
+    # step, run --tp 1, sensitivity, the sweep.
+    assert gpu_plan.CALLS["2"][1:] == ["t", "s", "9b", "9a", "6", "8b"]
     placed = {steps[i].item for c in "1234" for i in gpu_plan.CALLS[c]}
     assert {str(n) for n in range(8)} <= placed  # setup and issue 18's items 1-7
     for sid in ("1a", "1b", "1c", "3a", "8a", "9a"):
@@ -210,6 +210,32 @@ def test_a_file_too_large_to_come_back_is_named_not_packed(
     files = packed(out, "b")
     assert "ok" in files and "big.bin" not in files
     assert manifest(out, "b")["left_out_of_pack"] == ["big.bin (0.0 MiB)"]
+
+
+def test_the_call_logs_clocks_beside_its_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvidia-smi's clocks, power and throttle reasons for the whole call, packed with the
+    steps' files and stopped with it; a machine without nvidia-smi says so."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/bash\ntrap 'echo stopped; exit 0' INT\necho \"$*\"\n"
+        "while :; do echo '2026/11/28 19:40:00.000, 1530 MHz, 700.00 W'; sleep 0.1; done\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    call = gpu_run.Call("c", tmp_path / "work", out, limit_s=60, t0=time.time())
+    gpu_run.run_call(call, [_step("a", ["sleep", "0.5"])], dict(os.environ))
+    assert manifest(out, "c")["clocks"] == "clocks.csv" and "clocks.csv" in packed(out, "c")
+    lines = (tmp_path / "work" / "clocks.csv").read_text().splitlines()
+    assert "clocks_throttle_reasons.active" in lines[0] and "-lms 200" in lines[0]
+    assert "1530 MHz" in lines[1] and lines[-1] == "stopped"  # ended by Ctrl-C, not killed
+    monkeypatch.setattr(gpu_run.shutil, "which", lambda name: None)
+    call = gpu_run.Call("n", tmp_path / "none", out, limit_s=60, t0=time.time())
+    gpu_run.run_call(call, [_step("a", ["true"])], dict(os.environ))
+    assert manifest(out, "n")["clocks"] == "not logged: no nvidia-smi"
 
 
 def _wrapper(out: Path, work: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:

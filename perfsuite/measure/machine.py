@@ -20,9 +20,10 @@ BUSY_CORES = 0.5
 # A process listed as "other busy" uses at least this share of one core.
 LISTED_SHARE = 0.1
 _GPU_FIELDS = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "clocks_throttle_reasons.active")
-# Throttle reasons (NVML's bits) that slow a kernel (not idle, not a clock set by hand).
+# Throttle reasons (NVML's nvmlClocksEventReason bits) that slow a kernel: not idle (0x1),
+# not application clocks set by hand (0x2), not sync boost (0x10) or display clocks (0x100).
 _SLOWING_REASONS = {
-    0x2: "software power cap",
+    0x4: "software power cap",
     0x8: "hardware slowdown",
     0x20: "software thermal slowdown",
     0x40: "hardware thermal slowdown",

@@ -92,6 +92,24 @@ def test_other_cpu_is_the_machines_less_ours_and_bounds_each_process_named():
     assert quiet["other_cores"] == 0.1 < BUSY_CORES and busy_reasons({"cpu": quiet}) == []
 
 
+def test_gpu_throttle_bits_are_nvmls(monkeypatch):
+    """NVML's bits: 0x4 is the software power cap (the H200 held it with ours back to back,
+    reports/nvidia-h200/raw/13-sustained-clocks/), 0x2 application clocks set by hand."""
+    from perfsuite.measure import machine
+
+    for mask, throttle in (
+        ("0x4", ["software power cap"]),
+        ("0x2", []),
+        ("0x41", ["hardware thermal slowdown"]),
+    ):
+        state = dict(zip(machine._GPU_FIELDS, ["1530", "1980", "65", mask], strict=True))
+        monkeypatch.setattr(
+            machine.provenance, "gpu_state", lambda fields, index, state=state: state
+        )
+        monkeypatch.setattr(machine.provenance, "smi", lambda *args, index: "")
+        assert machine.gpu_state()["throttle"] == throttle, mask
+
+
 def test_throttled_or_shared_gpu_is_busy():
     assert busy_reasons({"gpu": {"throttle": ["hardware thermal slowdown"]}})
     assert busy_reasons({"gpu": {"gpu_processes": [4242]}})

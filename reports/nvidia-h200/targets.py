@@ -2,9 +2,10 @@
 
 ``python reports/nvidia-h200/targets.py > reports/nvidia-h200/targets.txt`` prints the
 fourth call's targets (commit 5132092, raw/12-…: the freed workspace, the budget curve)
-and ours' clocks under load (raw/13-…); then, for the third run (commit 314fb2f, raw/9-… to raw/11-…) and then the second (commit 7ea9b07,
-raw/6-… and raw/7-…), issue 44's targets for both GPU routes as met or not met with their
-ratios, against the runs before where it helps; each run's TMA candidates call; then,
+and ours' clocks under load (raw/13-…); then, for the third run (commit 314fb2f, raw/9-…
+to raw/11-…) and the second (commit 7ea9b07, raw/6-… and raw/7-…), issue 44's targets for
+both GPU routes as met or not met with their ratios, against the runs before where it
+helps, and each run's TMA candidates call; then,
 for the first run (commit 45f5417, raw/1-… to raw/5-…), issue 19's targets, the correctness
 gate's numbers for CCE at β 0 and the slice backward's tile sweep. Every number it prints
 comes from the files under raw/; the README's "Where the numbers stand" quotes this output,
@@ -85,6 +86,18 @@ def rows(path: Path) -> dict[tuple[str, float], dict]:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
+
+
+def peak_verdict(r: dict, floor: int, indent: str) -> str:
+    """The memory target for one row: its peak above the floor, against the margin."""
+    over = (r["peak_bytes"] - floor) / MIB
+    return (
+        f"{indent}peak ≤ floor + {TARGET_OVER_FLOOR_MIB} MiB (β {r['beta']:g}): "
+        f"{r['peak_bytes'] / MIB:,.2f} MiB = floor + {over:.2f} MiB = "
+        f"{over / TARGET_OVER_FLOOR_MIB:.3f}× the margin:\n{indent}  "
+        f"{r['peak_bytes'] - floor - TARGET_OVER_FLOOR_MIB * MIB:+,} bytes against the target: "
+        f"{verdict(over <= TARGET_OVER_FLOOR_MIB)}"
+    )
 
 
 def launches(trace: Path) -> list[dict]:
@@ -235,14 +248,7 @@ def issue44(call1: Path, before: list[tuple[str, Path, Path]]) -> None:
             f"{prev_ms:.1f} ms)"
         )
         for r in (r0, r1):
-            over = (r["peak_bytes"] - floor) / MIB
-            print(
-                f"  peak ≤ floor + {TARGET_OVER_FLOOR_MIB} MiB (β {r['beta']:g}): "
-                f"{r['peak_bytes'] / MIB:,.2f} MiB = floor + {over:.2f} MiB = "
-                f"{over / TARGET_OVER_FLOOR_MIB:.3f}× the margin:\n    "
-                f"{r['peak_bytes'] - floor - TARGET_OVER_FLOOR_MIB * MIB:+,} bytes against the "
-                f"target: {verdict(over <= TARGET_OVER_FLOOR_MIB)}"
-            )
+            print(peak_verdict(r, floor, "  "))
         print(
             f"    (β 0.1: {r1['peak_bytes'] / compile1['peak_bytes']:.3f} of torch.compile's "
             f"{compile1['peak_bytes'] / MIB:,.0f} MiB)"
@@ -389,13 +395,7 @@ def fourth_call() -> None:
         f"{verdict(ms <= TARGET44_MS)} (torch.compile {compile1['median_ms']:.1f} ms)"
     )
     for r in (ours0, ours1):
-        over = (r["peak_bytes"] - floor) / MIB
-        print(
-            f"  peak ≤ floor + {TARGET_OVER_FLOOR_MIB} MiB (β {r['beta']:g}): "
-            f"{r['peak_bytes'] / MIB:,.2f} MiB = floor + {over:.2f} MiB = "
-            f"{over / TARGET_OVER_FLOOR_MIB:.3f}× the margin: "
-            f"{verdict(over <= TARGET_OVER_FLOOR_MIB)}"
-        )
+        print(peak_verdict(r, floor, "  "))
     k = kern["ours", 0.1]["breakdown"]
     print(
         f"  host gaps ≤ {TARGET44_HOST_MS:g} ms: {k['host_ms']:.2f} ms "
@@ -476,13 +476,7 @@ def issue19() -> None:
         f"{compile1['median_ms']:.1f} ms = {ratio:.2f}×: {verdict(ratio <= TARGET_VS_COMPILE)}"
     )
     for r in (ours0, ours1):
-        over = (r["peak_bytes"] - floor) / MIB
-        print(
-            f"peak ≤ floor + {TARGET_OVER_FLOOR_MIB} MiB (β {r['beta']:g}): "
-            f"{r['peak_bytes'] / MIB:,.2f} MiB = floor {floor / MIB:,.2f} + {over:.2f} MiB:\n"
-            f"  {r['peak_bytes'] - floor - TARGET_OVER_FLOOR_MIB * MIB:+,} bytes against the "
-            f"target: {verdict(over <= TARGET_OVER_FLOOR_MIB)}"
-        )
+        print(peak_verdict(r, floor, ""))
     cost = ours1["median_ms"] / ours0["median_ms"] - 1
     print(
         f"β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {ours0['median_ms']:.1f} → "

@@ -22,7 +22,7 @@ LISTED_SHARE = 0.1
 _GPU_FIELDS = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "clocks_throttle_reasons.active")
 # Throttle reasons (NVML's nvmlClocksEventReason bits) that slow a kernel: not idle (0x1),
 # not application clocks set by hand (0x2), not sync boost (0x10) or display clocks (0x100).
-_SLOWING_REASONS = {
+SLOWING_REASONS = {
     0x4: "software power cap",
     0x8: "hardware slowdown",
     0x20: "software thermal slowdown",
@@ -119,10 +119,15 @@ def cpu_state(start: Snapshot, end: Snapshot) -> dict[str, Any]:
     }
 
 
+def gpu_index() -> int:
+    """nvidia-smi's index of the GPU this process uses (the first visible one)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(visible) if visible.isdigit() else 0
+
+
 def gpu_state() -> dict[str, Any] | None:
     """The GPU's clocks, temperature, throttling and other processes; None if unknown."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    index = int(visible) if visible.isdigit() else 0
+    index = gpu_index()
     state = provenance.gpu_state(_GPU_FIELDS, index)
     apps = provenance.smi("--query-compute-apps=pid", "--format=csv,noheader", index=index) or ""
     try:
@@ -136,7 +141,7 @@ def gpu_state() -> dict[str, Any] | None:
         "sm_clock_mhz": clock,
         "sm_clock_max_mhz": top,
         "temperature_c": temp,
-        "throttle": [text for bit, text in _SLOWING_REASONS.items() if reasons & bit],
+        "throttle": [text for bit, text in SLOWING_REASONS.items() if reasons & bit],
         "gpu_processes": [p for p in pids if not _ours(p)],
     }
 

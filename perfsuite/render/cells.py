@@ -17,6 +17,9 @@ WRONG_MARK = "✗"
 # Two fwd+bwd calls on the same inputs gave different bits (atomics, locks, split-K).
 NONDETERMINISTIC_MARK = "≈"
 BUSY_MARK = "!"
+CLOCK_MARK = "↓"
+# A row whose samples ran at a median SM clock below this share of its maximum is marked.
+SLOW_CLOCK = 0.95
 
 
 def one_device(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -116,7 +119,14 @@ def cell_marks(row: dict[str, Any], phase: str, grads_in_fwd: bool) -> str:
     mark += INTERPRETED_MARK if row.get("interpreted") else ""
     mark += NONDETERMINISTIC_MARK if row.get("deterministic") is False else ""
     mark += BUSY_MARK if row.get("busy") else ""
+    mark += CLOCK_MARK if slow_clock(row) else ""
     return mark + (WRONG_MARK if row["status"] == "wrong" else "")
+
+
+def slow_clock(row: dict[str, Any]) -> bool:
+    """Whether a row's samples ran below ``SLOW_CLOCK`` of the GPU's top SM clock."""
+    clocks = row.get("clocks")
+    return bool(clocks) and clocks["sm_clock_mhz"] < SLOW_CLOCK * clocks["sm_clock_max_mhz"]
 
 
 # Console words for cells without numbers: no longer than a number, so that the
@@ -142,6 +152,8 @@ MARK_NOTES = {
     "different loss or gradient bits.",
     BUSY_MARK: "measured on a busy machine (other processes on the cores, or a throttled or "
     "shared GPU): its time is not trustworthy; compare will not judge it.",
+    CLOCK_MARK: "the GPU's SM clock fell below 95% of its top during the samples (a power cap "
+    "or heat: the row's clocks say which); a time for that state, not for full clocks.",
     WRONG_MARK: "failed the correctness gate (see its note): timed, never counted best.",
 }
 
@@ -158,6 +170,7 @@ def mark_notes(
         INTERPRETED_MARK: any(r.get("interpreted") for r in rows),
         NONDETERMINISTIC_MARK: any(r.get("deterministic") is False for r in rows),
         BUSY_MARK: any(r.get("busy") for r in rows),
+        CLOCK_MARK: any(slow_clock(r) for r in rows),
         WRONG_MARK: any(r["status"] == "wrong" and measured(r) for r in rows),
     }
     notes = [f"{mark} {MARK_NOTES[mark]}" for mark, shown in carried.items() if shown]

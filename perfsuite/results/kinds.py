@@ -84,6 +84,9 @@ class Row:
     deterministic: bool | None = None
     # Why the machine was busy while measuring ("" when quiet; perfsuite.measure.machine).
     busy: str = ""
+    # On CUDA, the GPU's SM clock, power and throttling while the samples ran
+    # (perfsuite.measure.clocks; None where not watched).
+    clocks: dict[str, Any] | None = None
     # ``run --tp``: ranks the classifier is sharded over, part of the cell's identity
     # (None: one device); per call of the phase, one rank's collectives, their bytes, and
     # their time on the slowest rank.

@@ -103,9 +103,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except json.JSONDecodeError as err:
         if not text.strip():
             raise ResultsError(f"{path}: not valid JSON: the file is empty") from None
-        # "(truncated?)" where it fails at the end or in a string running to it; json's
-        # "... at" message would say "at" twice.
-        cut = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
+        # "(truncated?)" where it fails at the end, in a string running to it or at a
+        # literal cut short (``nu``: json fails at its start); json's "... at" message would
+        # say "at" twice.
+        tail = text.rstrip()[err.pos :]
+        cut = len(tail) <= 1 or err.msg.startswith("Unterminated string")
+        cut = cut or any(word.startswith(tail) for word in ("null", "true", "false"))
         msg = f"{err.msg.removesuffix(' at')} at line {err.lineno} column {err.colno}"
         raise ResultsError(
             f"{path}: not valid JSON{' (truncated?)' if cut else ''}: {msg}"

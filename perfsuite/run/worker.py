@@ -12,6 +12,7 @@ import torch
 
 from perfsuite.harness.schedule import paused
 from perfsuite.harness.worker import Phase, Served, case_rows, failure, fill, gate_status, holding
+from perfsuite.measure.clocks import watch_clocks
 from perfsuite.measure.memory import freeze_what_exists, measure_peak
 from perfsuite.measure.profile import PROFILED_UNTIMED, profile_call, trace_name
 from perfsuite.measure.timers import TimerUnsupported, time_with
@@ -125,10 +126,12 @@ def run_case(
                 stage(f"{row.phase} timing, {how.samples} sample(s)")
                 with paused():
                     try:
-                        timing = time_with(
-                            spec.timer, phase.body, device, samples=how.samples,
-                            warmup=how.warmup, setup=phase.setup, flush=flush,
-                        )  # fmt: skip
+                        with watch_clocks(device) as clocks:
+                            timing = time_with(
+                                spec.timer, phase.body, device, samples=how.samples,
+                                warmup=how.warmup, setup=phase.setup, flush=flush,
+                            )  # fmt: skip
+                        row.clocks = clocks.summary
                     except TimerUnsupported as err:  # its memory is measured: keep it
                         timing = Timing()
                         row.status, row.reason = "unsupported", f"--timer {spec.timer}: {err}"

@@ -202,6 +202,7 @@ def test_another_device_or_library_is_refused_but_another_perfsuite_or_driver_is
     "mangle, message",
     [
         (lambda text: text[: len(text) // 2], "not valid JSON (truncated?)"),
+        (lambda text: text[: text.index("null") + 2], "not valid JSON (truncated?)"),
         (lambda text: "{not json", "not valid JSON"),
         (lambda text: "[]", "expected a JSON object"),
         (lambda text: re.sub(r'"schema_version": \d+', '"schema_version": 99', text), "99"),

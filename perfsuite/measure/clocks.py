@@ -1,0 +1,101 @@
+"""The GPU's clocks while a cell's samples run: nvidia-smi in its loop mode beside them.
+
+The busy check's snapshots (``machine.py``) come before and after a cell group, when a GPU
+that throttled itself has already recovered: the H200 held its 700 W cap through ours'
+back-to-back calls at ~1,530 of 1,980 MHz and was off it half a second later
+(reports/nvidia-h200/raw/13-sustained-clocks/). This watches the samples themselves, so a
+row can say at what clock it was timed. docs/run.md, "Clocks during the samples"."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+from perfsuite.measure.machine import SLOWING_REASONS, gpu_index
+
+if TYPE_CHECKING:
+    import torch
+
+FIELDS = "clocks.sm,clocks.max.sm,power.draw,clocks_throttle_reasons.active"
+EVERY_MS = 100
+
+
+class ClockLog:
+    """What nvidia-smi printed while the block ran; ``summary`` once it has ended."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.summary: dict[str, Any] | None = None
+
+
+@contextmanager
+def watch_clocks(device: torch.device) -> Iterator[ClockLog]:
+    """nvidia-smi sampling the GPU every ``EVERY_MS`` while the block runs (CUDA only; a
+    log with no summary where nvidia-smi is missing or fails: never an error)."""
+    log = ClockLog()
+    smi = shutil.which("nvidia-smi") if device.type == "cuda" else None
+    if smi is None:
+        yield log
+        return
+    argv = [smi, f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits"]
+    argv += ["-lms", str(EVERY_MS), "-i", str(gpu_index())]
+    # A line at a time: stdio would hold 4 KiB (half a minute of lines) in the pipe.
+    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+    try:
+        proc = subprocess.Popen(
+            [*line_buffered, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+        )  # fmt: skip
+    except OSError:
+        yield log
+        return
+    reader = threading.Thread(target=lambda: log.lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        yield log
+    finally:
+        _stop(proc)
+        reader.join(timeout=2.0)
+        log.summary = summarize(log.lines)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C ends nvidia-smi's loop cleanly; killed if it does not."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+            return
+
+
+def summarize(lines: list[str]) -> dict[str, Any] | None:
+    """Median and lowest SM clock, its maximum, the highest power and the share of samples
+    each slowing throttle reason was up; None without a sample."""
+    rows = []
+    for line in lines:
+        parts = [p.strip() for p in line.split(",")]
+        with suppress(ValueError):
+            clock, top, watts, mask = int(parts[0]), int(parts[1]), float(parts[2]), parts[3]
+            rows.append((clock, top, watts, int(mask, 16)))
+    if not rows:
+        return None
+    shares = {
+        text: round(sum(bool(r[3] & bit) for r in rows) / len(rows), 2)
+        for bit, text in SLOWING_REASONS.items()
+    }
+    return {
+        "samples": len(rows),
+        "sm_clock_mhz": statistics.median(r[0] for r in rows),
+        "sm_clock_min_mhz": min(r[0] for r in rows),
+        "sm_clock_max_mhz": max(r[1] for r in rows),
+        "power_max_w": max(r[2] for r in rows),
+        "throttled": {text: share for text, share in shares.items() if share},
+    }

@@ -51,7 +51,7 @@ def watch_clocks(device: torch.device) -> Iterator[ClockLog]:
     try:
         proc = subprocess.Popen(
             [*line_buffered, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+            stdin=subprocess.DEVNULL, text=True, process_group=0,
         )  # fmt: skip
     except OSError:
         yield log

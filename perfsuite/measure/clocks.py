@@ -82,11 +82,15 @@ def summarize(lines: list[str]) -> dict[str, Any] | None:
     rows = []
     for line in lines:
         parts = [p.strip() for p in line.split(",")]
-        with suppress(ValueError):
-            clock, top, watts, mask = int(parts[0]), int(parts[1]), float(parts[2]), parts[3]
-            rows.append((clock, top, watts, int(mask, 16)))
+        # The clocks are needed; a GPU may answer "[N/A]" for its power or throttle reasons.
+        with suppress(ValueError, IndexError):
+            clock, top = int(parts[0]), int(parts[1])
+            watts = float(parts[2]) if parts[2].replace(".", "", 1).isdigit() else None
+            mask = int(parts[3], 16) if parts[3].startswith("0x") else 0
+            rows.append((clock, top, watts, mask))
     if not rows:
         return None
+    powers = [r[2] for r in rows if r[2] is not None]
     shares = {
         text: round(sum(bool(r[3] & bit) for r in rows) / len(rows), 2)
         for bit, text in SLOWING_REASONS.items()
@@ -96,6 +100,6 @@ def summarize(lines: list[str]) -> dict[str, Any] | None:
         "sm_clock_mhz": statistics.median(r[0] for r in rows),
         "sm_clock_min_mhz": min(r[0] for r in rows),
         "sm_clock_max_mhz": max(r[1] for r in rows),
-        "power_max_w": max(r[2] for r in rows),
+        "power_max_w": max(powers) if powers else None,
         "throttled": {text: share for text, share in shares.items() if share},
     }

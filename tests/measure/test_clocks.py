@@ -28,6 +28,8 @@ def test_summary_of_the_samples():
         "throttled": {"software power cap": 0.75},
     }  # fmt: skip
     assert clocks.summarize([]) is None and clocks.summarize(["garbage"]) is None
+    unread = clocks.summarize(["1410, 1410, [N/A], [N/A]"])  # a GPU that hides power
+    assert unread["power_max_w"] is None and unread["throttled"] == {}
 
 
 @pytest.fixture

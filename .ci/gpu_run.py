@@ -16,7 +16,6 @@ tool returns at most 8 files from ``$OUT``: these three.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -41,6 +40,8 @@ from gpu_plan import (  # noqa: E402
     build_steps,
     select,
 )
+
+from perfsuite.measure.clocks import start_smi_loop, stop_smi_loop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GRACE_S = 5.0  # SIGTERM, then this long before SIGKILL
@@ -249,30 +250,10 @@ def start_clock_log(call: Call) -> subprocess.Popen | None:
     without them: back to back, ours held the H200's 700 W cap at ~1,530 of 1,980 MHz
     (reports/nvidia-h200/raw/13-sustained-clocks/), which the snapshots around each cell
     group do not see. None (and the manifest says why) where nvidia-smi is missing."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        call.meta["clocks"] = "not logged: no nvidia-smi"
-        return None
-    argv = [smi, f"--query-gpu={CLOCK_FIELDS}", "--format=csv", "-lms", str(CLOCK_EVERY_MS)]
-    # A line at a time into the file (stdio buffers 4 KiB, half a minute, into a pipe or file).
-    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
-    with (call.work / "clocks.csv").open("wb") as out:
-        proc = subprocess.Popen(
-            [*line_buffered, *argv], stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, process_group=0,
-        )  # fmt: skip
-    call.meta["clocks"] = "clocks.csv"
+    with (call.work / "clocks.csv").open("w") as out:
+        proc = start_smi_loop(CLOCK_FIELDS, CLOCK_EVERY_MS, out, fmt="csv")
+    call.meta["clocks"] = "not logged: no nvidia-smi" if proc is None else "clocks.csv"
     return proc
-
-
-def stop_clock_log(proc: subprocess.Popen) -> None:
-    """Ctrl-C, which ends nvidia-smi's loop cleanly; the step's SIGTERM, SIGKILL if not."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=2.0)
-    except subprocess.TimeoutExpired:
-        _stop_group(proc)
 
 
 def run_call(call: Call, steps: list[Step], env: dict[str, str]) -> int:
@@ -294,7 +275,7 @@ def run_call(call: Call, steps: list[Step], env: dict[str, str]) -> int:
         stop.set()
         packer.join()
         if clocks is not None:
-            stop_clock_log(clocks)
+            stop_smi_loop(clocks)
         call.meta["finished"] = True
         call.log("call {}: {}".format(call.tag, call.manifest()["counts"]))
         call.save()

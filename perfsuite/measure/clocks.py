@@ -35,25 +35,47 @@ class ClockLog:
         self.summary: dict[str, Any] | None = None
 
 
+def start_smi_loop(
+    query: str, every_ms: int, stdout: Any, fmt: str = "csv,noheader,nounits"
+) -> subprocess.Popen | None:
+    """nvidia-smi printing ``query`` for this process's GPU every ``every_ms`` into
+    ``stdout`` (its errors too), a line at a time, in its own process group (a killed
+    run's session ends it); None where there is no nvidia-smi or it cannot start.
+    ``stop_smi_loop`` ends it. ``.ci/gpu-run``'s clock log is one too."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    argv = [smi, f"--query-gpu={query}", f"--format={fmt}", "-lms", str(every_ms)]
+    # A line at a time: stdio would hold 4 KiB (half a minute of lines) in a pipe or file.
+    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+    try:
+        return subprocess.Popen(
+            [*line_buffered, *argv, "-i", str(gpu_index())], stdout=stdout,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, process_group=0,
+        )  # fmt: skip
+    except OSError:
+        return None
+
+
+def stop_smi_loop(proc: subprocess.Popen) -> None:
+    """Ctrl-C ends nvidia-smi's loop cleanly (its last lines written); killed if not."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+            return
+
+
 @contextmanager
 def watch_clocks(device: torch.device) -> Iterator[ClockLog]:
     """nvidia-smi sampling the GPU every ``EVERY_MS`` while the block runs (CUDA only; a
     log with no summary where nvidia-smi is missing or fails: never an error)."""
     log = ClockLog()
-    smi = shutil.which("nvidia-smi") if device.type == "cuda" else None
-    if smi is None:
-        yield log
-        return
-    argv = [smi, f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits"]
-    argv += ["-lms", str(EVERY_MS), "-i", str(gpu_index())]
-    # A line at a time: stdio would hold 4 KiB (half a minute of lines) in the pipe.
-    line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
-    try:
-        proc = subprocess.Popen(
-            [*line_buffered, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL, text=True, process_group=0,
-        )  # fmt: skip
-    except OSError:
+    proc = None
+    if device.type == "cuda":
+        proc = start_smi_loop(FIELDS, EVERY_MS, subprocess.PIPE)
+    if proc is None:
         yield log
         return
     reader = threading.Thread(target=lambda: log.lines.extend(proc.stdout), daemon=True)
@@ -61,19 +83,9 @@ def watch_clocks(device: torch.device) -> Iterator[ClockLog]:
     try:
         yield log
     finally:
-        _stop(proc)
+        stop_smi_loop(proc)
         reader.join(timeout=2.0)
         log.summary = summarize(log.lines)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Ctrl-C ends nvidia-smi's loop cleanly; killed if it does not."""
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2.0)
-            return
 
 
 def summarize(lines: list[str]) -> dict[str, Any] | None:

@@ -31,15 +31,18 @@ def lce_forward(
     """(loss, lse, row max, log-sum) of 2-D ``e``; the checks that read values run here:
     eager ones first, queued device asserts after the forward's launches, so that the
     device does not wait for their host time before its one long kernel."""
-    later = queued(targets.device)
-    if not later:
+
+    def check() -> None:
         check_targets_in_range(targets, c.shape[0], ignore_index)
         check_weight_values(weight)
+
+    later = queued(targets.device)
+    if not later:
+        check()
     p = Params(beta, softcap, ignore_index, reduction, engine=engine, budget=budget, z_loss=z_loss)
     out, _ = _forward(e, c, targets, weight, p, needs_grad=True)
     if later:
-        check_targets_in_range(targets, c.shape[0], ignore_index)
-        check_weight_values(weight)
+        check()
     loss = terms.loss(out, terms.row_weights(targets, weight, p, c.shape[0]), p, c.shape[0])
     return loss, out.lse, out.row_max.clone(), out.log_sum.clone()
 

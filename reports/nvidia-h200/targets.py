@@ -100,6 +100,15 @@ def peak_verdict(r: dict, floor: int, indent: str) -> str:
     )
 
 
+def beta_cost_verdict(r0: dict, r1: dict, indent: str) -> str:
+    """The β target for one method: its β 0.1 time over its β 0 time."""
+    cost = r1["median_ms"] / r0["median_ms"] - 1
+    return (
+        f"{indent}β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {r0['median_ms']:.1f} → "
+        f"{r1['median_ms']:.1f} ms = {cost:+.1%}: {verdict(cost <= TARGET_BETA_COST)}"
+    )
+
+
 def launches(trace: Path) -> list[dict]:
     """Every kernel in one profiled call's trace (Kineto's JSON, gzipped): its short name,
     class, device ms, the op that launched it (the innermost CPU op with its External id)
@@ -289,11 +298,7 @@ def issue44(call1: Path, before: list[tuple[str, Path, Path]]) -> None:
             f"  --timer graph works: status {rg['status']}, timer {rg['timer']}, "
             f"{rg['median_ms']:.1f} ms: {verdict(works)}"
         )
-        cost = r1["median_ms"] / r0["median_ms"] - 1
-        print(
-            f"  β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {r0['median_ms']:.1f} → "
-            f"{r1['median_ms']:.1f} ms = {cost:+.1%}: {verdict(cost <= TARGET_BETA_COST)}"
-        )
+        print(beta_cost_verdict(r0, r1, "  "))
         mine = (r0, r1, rk, rg)
         gated = all(r["status"] == "ok" for r in mine)
         same = all(r["deterministic"] for r in mine)
@@ -402,11 +407,7 @@ def fourth_call() -> None:
         f"({k['launches']} launches) = {k['host_ms'] / TARGET44_HOST_MS:.2f}× the target: "
         f"{verdict(k['host_ms'] <= TARGET44_HOST_MS)}"
     )
-    cost = ours1["median_ms"] / ours0["median_ms"] - 1
-    print(
-        f"  β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {ours0['median_ms']:.1f} → "
-        f"{ms:.1f} ms = {cost:+.1%}: {verdict(cost <= TARGET_BETA_COST)}"
-    )
+    print(beta_cost_verdict(ours0, ours1, "  "))
     for top in k["top"]:
         if top["class"] == "ours":
             rate = flop / (top["ms"] / 1e3) / 1e12
@@ -477,11 +478,7 @@ def issue19() -> None:
     )
     for r in (ours0, ours1):
         print(peak_verdict(r, floor, ""))
-    cost = ours1["median_ms"] / ours0["median_ms"] - 1
-    print(
-        f"β 0.1 within {TARGET_BETA_COST:.0%} of β 0: {ours0['median_ms']:.1f} → "
-        f"{ours1['median_ms']:.1f} ms = +{cost:.1%}: {verdict(cost <= TARGET_BETA_COST)}"
-    )
+    print(beta_cost_verdict(ours0, ours1, ""))
     same = all(r["deterministic"] for r in (ours0, ours1))
     print(
         f"bit-identical over two calls: ours deterministic at β 0 {ours0['deterministic']}, "

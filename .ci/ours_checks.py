@@ -161,42 +161,34 @@ def _utc(t: float) -> str:
 
 
 def sustained(args, emit: Emitter) -> bool:
-    """Calls with idle gaps, then back to back: CUDA events around each call, and the UTC
-    span of each mode to read the call's clock log (clocks.csv) against. On the H200 ours
-    took 58.5 ms with gaps and 67.5 back to back, at its 700 W cap (docs/gpu.md)."""
+    """Calls with idle gaps, then back to back, timed as the events timer times them
+    (``time_samples``), and the UTC span of each mode to read the call's clock log
+    (clocks.csv) against. On the H200 ours took 58.5 ms with gaps and 67.5 back to back,
+    at its 700 W cap (docs/gpu.md)."""
     case = case_for(args, args.betas[0])
     inputs = make_inputs(case, seed=args.seed)
+    device = torch.device(case.device)
     budget = args.budgets[0]
-    fwd_bwd(inputs, case, budget)  # compiles and first-call allocations out of the way
-    cuda = case.device == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    sync()
-    time.sleep(args.gap_s)
-    for mode, calls, gap in (
-        ("idle-gaps", args.calls // 5, args.gap_s),
-        ("back-to-back", args.calls, 0.0),
-    ):
-        spans, start = [], time.time()
-        for _ in range(calls):
-            if cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fwd_bwd(inputs, case, budget)
-                b.record()
-                spans.append((a, b))
-            else:
-                t = time.perf_counter()
-                fwd_bwd(inputs, case, budget)
-                spans.append(time.perf_counter() - t)
-            if gap:
-                sync()
-                time.sleep(gap)
-        sync()
-        ms = [a.elapsed_time(b) for a, b in spans] if cuda else [x * 1e3 for x in spans]
-        emit(check="sustained", mode=mode, shape=args.shape, device=case.device, beta=case.beta,
-             budget_mib=budget, gap_s=gap, calls=calls, median_ms=sorted(ms)[len(ms) // 2],
-             samples_ms=ms, from_utc=_utc(start), to_utc=_utc(time.time()))  # fmt: skip
+
+    def idle() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         time.sleep(args.gap_s)
+
+    fwd_bwd(inputs, case, budget)  # compiles and first-call allocations out of the way
+    for mode, calls, setup in (
+        ("idle-gaps", args.calls // 5, idle),
+        ("back-to-back", args.calls, None),
+    ):
+        idle()
+        start = time.time()
+        timing = time_samples(
+            lambda: fwd_bwd(inputs, case, budget), device, samples=calls, warmup=0, setup=setup
+        )
+        emit(check="sustained", mode=mode, shape=args.shape, device=case.device, beta=case.beta,
+             budget_mib=budget, gap_s=args.gap_s if setup else 0.0, calls=calls,
+             median_ms=timing.median_ms, samples_ms=timing.samples_ms, from_utc=_utc(start),
+             to_utc=_utc(time.time()))  # fmt: skip
     return True
 
 
